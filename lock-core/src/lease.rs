@@ -1,0 +1,430 @@
+//! The `Lease` guard: fencing token, validity, renewal watchdog, lost signal, release on drop
+//! (SPEC §3). Backends only supply a [`LeaseHandle`]; everything else lives here, once.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::time::{sleep_until, timeout, Instant};
+use tokio_util::sync::CancellationToken;
+
+use crate::{AcquireOptions, FencingToken, LockError, LockName, OwnerId};
+
+/// The answer of a renewal on the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RenewOutcome {
+    /// Still ours; the lease now runs until `now + ttl` on the server's clock.
+    Renewed,
+    /// Another owner holds it, or no entry exists: the lease is lost.
+    NotOwner,
+}
+
+/// The answer of a release on the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReleaseOutcome {
+    /// It was ours and is now free.
+    Released,
+    /// It was no longer ours; nothing was changed.
+    NotOwner,
+}
+
+/// The backend-specific part of a lease: an owner-checked renew and release of one grant.
+#[async_trait]
+pub trait LeaseHandle: Send + Sync + 'static {
+    /// Extends the lease to `now + ttl` (server clock) if this grant still owns it.
+    async fn renew(&self, ttl: Duration) -> Result<RenewOutcome, LockError>;
+    /// Frees the lock if this grant still owns it.
+    async fn release(&self) -> Result<ReleaseOutcome, LockError>;
+}
+
+/// What a backend hands to [`Lease::new`] after the server granted a lock.
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct LeaseGrant {
+    /// The lock's name.
+    pub name: LockName,
+    /// The fencing token of this acquisition.
+    pub token: FencingToken,
+    /// The owner id stored on the server.
+    pub owner: OwnerId,
+    /// The monotonic instant taken before the successful request was sent.
+    pub started: Instant,
+    /// Owner-checked renew and release.
+    pub handle: Arc<dyn LeaseHandle>,
+}
+
+impl LeaseGrant {
+    /// Bundles a grant.
+    pub fn new(
+        name: LockName,
+        token: FencingToken,
+        owner: OwnerId,
+        started: Instant,
+        handle: Arc<dyn LeaseHandle>,
+    ) -> Self {
+        LeaseGrant { name, token, owner, started, handle }
+    }
+}
+
+/// Fires once when a lease is lost. Clone it freely; await [`LostSignal::fired`] in a `select!`.
+#[derive(Clone)]
+pub struct LostSignal {
+    token: CancellationToken,
+    reason: Arc<OnceLock<String>>,
+}
+
+impl LostSignal {
+    fn new() -> Self {
+        LostSignal { token: CancellationToken::new(), reason: Arc::new(OnceLock::new()) }
+    }
+
+    /// Resolves when the lease is lost (immediately if it already was). The future owns what
+    /// it needs, so `lease.lost().fired()` can go straight into a `select!`.
+    pub fn fired(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        self.token.clone().cancelled_owned()
+    }
+
+    /// Whether the lease has been lost.
+    pub fn is_fired(&self) -> bool {
+        self.token.is_cancelled()
+    }
+
+    /// Why the lease was lost, once it was.
+    pub fn reason(&self) -> Option<&str> {
+        self.reason.get().map(String::as_str)
+    }
+
+    /// Fires the signal; returns false if it had fired before (it fires exactly once).
+    fn fire(&self, reason: &str) -> bool {
+        if self.reason.set(reason.to_owned()).is_err() {
+            return false;
+        }
+        self.token.cancel();
+        true
+    }
+}
+
+impl std::fmt::Debug for LostSignal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LostSignal").field("fired", &self.is_fired()).field("reason", &self.reason()).finish()
+    }
+}
+
+/// Lets a backend declare a lease lost from outside the watchdog (e.g. a ZooKeeper session
+/// expired or a lock node was deleted).
+#[derive(Clone)]
+pub struct LossTrigger {
+    shared: Arc<Shared>,
+}
+
+impl LossTrigger {
+    /// Fires the lease's lost signal with this reason (once; later calls do nothing).
+    pub fn fire(&self, reason: &str) {
+        self.shared.declare_lost(reason);
+    }
+
+    /// Whether the lease is already lost or released (a backend can stop watching then).
+    pub fn is_done(&self) -> bool {
+        self.shared.lost.is_fired() || self.shared.released.load(Ordering::SeqCst)
+    }
+}
+
+struct Shared {
+    name: LockName,
+    token: FencingToken,
+    owner: OwnerId,
+    ttl: Duration,
+    drift: Duration,
+    request_timeout: Duration,
+    valid_until: Mutex<Instant>,
+    released: AtomicBool,
+    lost: LostSignal,
+    stop: CancellationToken,
+    handle: Arc<dyn LeaseHandle>,
+}
+
+impl Shared {
+    fn valid_until(&self) -> Instant {
+        *self.valid_until.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn extend(&self, sent: Instant) {
+        let mut vu = self.valid_until.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(new) = (sent + self.ttl).checked_sub(self.drift) {
+            if new > *vu {
+                *vu = new;
+            }
+        }
+    }
+
+    fn is_valid(&self) -> bool {
+        !self.lost.is_fired() && !self.released.load(Ordering::SeqCst) && Instant::now() < self.valid_until()
+    }
+
+    fn declare_lost(&self, reason: &str) {
+        if self.lost.fire(reason) {
+            tracing::warn!(lock = %self.name, token = self.token.0, reason, "lease lost");
+        }
+    }
+
+    /// One renewal: bounded by the request timeout and by the lease's own validity.
+    async fn renew_once(&self) -> Result<(), LockError> {
+        if self.lost.is_fired() || self.released.load(Ordering::SeqCst) {
+            return Err(self.lost_error());
+        }
+        let sent = Instant::now();
+        let vu = self.valid_until();
+        if sent >= vu {
+            self.declare_lost("valid_until passed without a successful renewal");
+            return Err(self.lost_error());
+        }
+        let bound = self.request_timeout.min(vu - sent);
+        match timeout(bound, self.handle.renew(self.ttl)).await {
+            Ok(Ok(RenewOutcome::Renewed)) => {
+                if self.lost.is_fired() {
+                    return Err(self.lost_error());
+                }
+                self.extend(sent);
+                tracing::trace!(lock = %self.name, "lease renewed");
+                Ok(())
+            }
+            Ok(Ok(RenewOutcome::NotOwner)) => {
+                self.declare_lost("renewal found another owner or no entry");
+                Err(self.lost_error())
+            }
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(LockError::unavailable("lease", format!("renewal did not answer within {bound:?}"))),
+        }
+    }
+
+    fn lost_error(&self) -> LockError {
+        LockError::Lost { name: self.name.as_str().to_owned() }
+    }
+}
+
+/// A held lock. Carries the fencing token; renews itself in the background (unless turned off);
+/// fires its [`LostSignal`] once if the lock is lost; releases on [`Lease::release`] or, in the
+/// background, on drop.
+///
+/// ```
+/// # async fn demo(lock: &dyn lock_core::DistributedLock) -> Result<(), lock_core::LockError> {
+/// use std::time::Duration;
+/// use lock_core::{AcquireOptions, LockName};
+/// let lease = lock.acquire(&LockName::new("jobs/nightly")?, &AcquireOptions::new(Duration::from_secs(10))).await?;
+/// println!("token {}", lease.token());
+/// tokio::select! {
+///     _ = lease.lost().fired() => println!("lost it: stop writing"),
+///     _ = tokio::time::sleep(Duration::from_millis(10)) => {}
+/// }
+/// lease.release().await?;
+/// # Ok(()) }
+/// ```
+pub struct Lease {
+    shared: Arc<Shared>,
+    runtime: Option<tokio::runtime::Handle>,
+}
+
+impl Lease {
+    /// Builds the guard for a fresh grant and starts its watchdog (renewal when
+    /// `options.auto_renew`, and in every case the loss timer at `valid_until`).
+    pub fn new(grant: LeaseGrant, options: &AcquireOptions) -> Lease {
+        let drift = options.drift();
+        let valid_until = (grant.started + options.ttl).checked_sub(drift).unwrap_or(grant.started);
+        let shared = Arc::new(Shared {
+            name: grant.name,
+            token: grant.token,
+            owner: grant.owner,
+            ttl: options.ttl,
+            drift,
+            request_timeout: options.request_timeout,
+            valid_until: Mutex::new(valid_until),
+            released: AtomicBool::new(false),
+            lost: LostSignal::new(),
+            stop: CancellationToken::new(),
+            handle: grant.handle,
+        });
+        let runtime = tokio::runtime::Handle::try_current().ok();
+        if let Some(rt) = &runtime {
+            let renew_every = options.auto_renew.then(|| options.renew_interval());
+            let hold_until = options.max_hold.and_then(|m| grant.started.checked_add(m));
+            rt.spawn(watchdog(Arc::clone(&shared), renew_every, hold_until));
+        }
+        Lease { shared, runtime }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &LockName {
+        &self.shared.name
+    }
+
+    /// The fencing token: pass it to the protected resource with every write.
+    pub fn token(&self) -> FencingToken {
+        self.shared.token
+    }
+
+    /// The owner id stored on the server.
+    pub fn owner(&self) -> OwnerId {
+        self.shared.owner
+    }
+
+    /// The lease time asked for.
+    pub fn ttl(&self) -> Duration {
+        self.shared.ttl
+    }
+
+    /// Until when the holder may rely on exclusivity: `t0 + ttl − drift`, moved forward by
+    /// each successful renewal.
+    pub fn valid_until(&self) -> Instant {
+        self.shared.valid_until()
+    }
+
+    /// True while the lease is neither lost, released, nor past `valid_until`.
+    pub fn is_valid(&self) -> bool {
+        self.shared.is_valid()
+    }
+
+    /// The signal that fires once when the lease is lost.
+    pub fn lost(&self) -> LostSignal {
+        self.shared.lost.clone()
+    }
+
+    /// A cheap, clonable read-only view (token, validity, lost signal) to hand to tasks.
+    pub fn observer(&self) -> LeaseObserver {
+        LeaseObserver { shared: Arc::clone(&self.shared) }
+    }
+
+    /// A handle a backend keeps to declare this lease lost from outside (session events).
+    pub fn loss_trigger(&self) -> LossTrigger {
+        LossTrigger { shared: Arc::clone(&self.shared) }
+    }
+
+    /// Extends the lease now. `Err(Lost)` if it is no longer ours (the lost signal fires).
+    pub async fn renew(&self) -> Result<(), LockError> {
+        self.shared.renew_once().await
+    }
+
+    /// Releases the lock if it is still ours. Idempotent: a second call returns `Ok(())`.
+    /// Releasing a lost lease returns `Err(Lost)` and never frees someone else's lock.
+    pub async fn release(&self) -> Result<(), LockError> {
+        let shared = &self.shared;
+        if shared.released.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        shared.stop.cancel();
+        let result = timeout(shared.request_timeout, shared.handle.release()).await;
+        if shared.lost.is_fired() {
+            return Err(shared.lost_error());
+        }
+        match result {
+            Ok(Ok(ReleaseOutcome::Released)) => Ok(()),
+            Ok(Ok(ReleaseOutcome::NotOwner)) => {
+                shared.declare_lost("release found another owner or no entry");
+                Err(shared.lost_error())
+            }
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(LockError::unavailable(
+                "lease",
+                format!(
+                    "release did not answer within {:?}; the lock frees itself when its ttl ends",
+                    shared.request_timeout
+                ),
+            )),
+        }
+    }
+}
+
+impl std::fmt::Debug for Lease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lease")
+            .field("name", &self.shared.name)
+            .field("token", &self.shared.token)
+            .field("valid", &self.is_valid())
+            .finish()
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        let shared = Arc::clone(&self.shared);
+        shared.stop.cancel();
+        if shared.released.swap(true, Ordering::SeqCst) || shared.lost.is_fired() {
+            return;
+        }
+        // Release in the background; without a runtime the lock simply expires after its ttl.
+        if let Some(rt) = &self.runtime {
+            rt.spawn(async move {
+                let _ = timeout(shared.request_timeout, shared.handle.release()).await;
+            });
+        }
+    }
+}
+
+/// A read-only view of a [`Lease`]: token, validity and lost signal.
+#[derive(Clone)]
+pub struct LeaseObserver {
+    shared: Arc<Shared>,
+}
+
+impl LeaseObserver {
+    /// The lock's name.
+    pub fn name(&self) -> &LockName {
+        &self.shared.name
+    }
+    /// The fencing token.
+    pub fn token(&self) -> FencingToken {
+        self.shared.token
+    }
+    /// See [`Lease::is_valid`].
+    pub fn is_valid(&self) -> bool {
+        self.shared.is_valid()
+    }
+    /// See [`Lease::valid_until`].
+    pub fn valid_until(&self) -> Instant {
+        self.shared.valid_until()
+    }
+    /// See [`Lease::lost`].
+    pub fn lost(&self) -> LostSignal {
+        self.shared.lost.clone()
+    }
+}
+
+/// Renews every `renew_every` (if set) until stopped; declares the lease lost when a renewal
+/// finds another owner or when `valid_until` passes without a successful renewal.
+async fn watchdog(shared: Arc<Shared>, renew_every: Option<Duration>, hold_until: Option<Instant>) {
+    let mut next_renew = renew_every.map(|every| Instant::now() + every);
+    loop {
+        let deadline = shared.valid_until();
+        let renew_at = match (next_renew, hold_until) {
+            (Some(at), Some(cap)) if at >= cap => None,
+            (at, _) => at,
+        };
+        tokio::select! {
+            _ = shared.stop.cancelled() => return,
+            _ = shared.lost.fired() => return,
+            _ = sleep_until(deadline) => {
+                if Instant::now() >= shared.valid_until() {
+                    shared.declare_lost("valid_until passed without a successful renewal");
+                    return;
+                }
+            }
+            _ = sleep_until(renew_at.unwrap_or(deadline)), if renew_at.is_some() => {
+                let every = renew_every.unwrap_or(shared.ttl / 3);
+                let result = tokio::select! {
+                    _ = shared.stop.cancelled() => return,
+                    r = shared.renew_once() => r,
+                };
+                next_renew = match result {
+                    Ok(()) => Some(Instant::now() + every),
+                    Err(LockError::Lost { .. }) => return,
+                    Err(e) => {
+                        tracing::warn!(lock = %shared.name, error = %e, "renewal failed; retrying until valid_until");
+                        Some(Instant::now() + (every / 4).clamp(Duration::from_millis(5), Duration::from_millis(250)))
+                    }
+                };
+            }
+        }
+    }
+}

@@ -1,0 +1,53 @@
+//! # lock-core
+//!
+//! The contract of dlock (see SPEC §2–§5) as types:
+//!
+//! - [`DistributedLock`]: the object-safe trait every backend implements (`Arc<dyn DistributedLock>`).
+//! - [`Lease`]: a held lock — [`FencingToken`], `valid_until`, renewal watchdog, [`LostSignal`],
+//!   release on drop. Backends supply only a [`LeaseHandle`] (owner-checked renew and release).
+//! - [`LeaseStore`] + [`StoreLock`]: the waiting machinery (notification or jittered back-off,
+//!   timeouts, cancel-safety) for backends with one lease entry per name (Redis, SQL).
+//! - [`LockName`], [`OwnerId`], [`AcquireOptions`], [`Capabilities`], [`LockError`].
+//! - [`MemoryLock`]: the in-memory reference backend, for tests of applications.
+//! - [`FencedRegister`]: the protected-resource side of fencing.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), lock_core::LockError> {
+//! use std::time::Duration;
+//! use lock_core::{AcquireOptions, DistributedLock, FencedRegister, LockName, MemoryLock};
+//!
+//! let lock = MemoryLock::new();
+//! let budget = FencedRegister::new(100u64);
+//! let lease = lock.acquire(&LockName::new("budget")?, &AcquireOptions::new(Duration::from_secs(10))).await?;
+//! budget.write(lease.token(), |left| *left -= 7).expect("fresh token");
+//! lease.release().await?;
+//! assert_eq!(budget.read(), 93);
+//! # Ok(()) }
+//! ```
+
+mod backoff;
+mod capabilities;
+mod error;
+mod fenced;
+mod lease;
+mod lock;
+mod memory;
+mod name;
+mod options;
+mod store;
+mod wake;
+
+pub use backoff::Backoff;
+pub use capabilities::{Capabilities, LeaseModel, WakeMethod};
+pub use error::{BoxError, LockError};
+pub use fenced::{FencedRegister, StaleToken};
+pub use lease::{Lease, LeaseGrant, LeaseHandle, LeaseObserver, LossTrigger, LostSignal, ReleaseOutcome, RenewOutcome};
+pub use lock::{DistributedLock, DistributedLockExt};
+pub use memory::MemoryLock;
+pub use name::{FencingToken, LockName, OwnerId, MAX_NAME_LEN};
+pub use options::{AcquireOptions, WaitPolicy, DEFAULT_TTL};
+pub use store::{LeaseStore, StoreLock, TryLock};
+pub use wake::{WakeHub, WakeSubscription};
+
+pub use async_trait::async_trait;

@@ -1,0 +1,88 @@
+//! The object-safe lock trait every backend implements, and `run_locked`.
+
+use std::future::Future;
+
+use async_trait::async_trait;
+
+use crate::{AcquireOptions, Capabilities, Lease, LeaseObserver, LockError, LockName};
+
+/// An exclusive distributed lock service (SPEC §4). Object safe: the facade hands out
+/// `Arc<dyn DistributedLock>`.
+///
+/// ```
+/// # async fn demo() -> Result<(), lock_core::LockError> {
+/// use std::time::Duration;
+/// use lock_core::{AcquireOptions, DistributedLock, LockName, MemoryLock};
+/// let lock = MemoryLock::new();
+/// let name = LockName::new("invoices")?;
+/// let opts = AcquireOptions::new(Duration::from_secs(5)).wait(Duration::from_secs(1));
+/// let lease = lock.acquire(&name, &opts).await?;
+/// assert!(lock.try_acquire(&name, &opts).await?.is_none());
+/// lease.release().await?;
+/// # Ok(()) }
+/// ```
+#[async_trait]
+pub trait DistributedLock: Send + Sync + 'static {
+    /// A short label for the backend: `memory`, `sqlite`, `postgres`, `mysql`, `redis`, `redlock`, `zookeeper`.
+    fn backend(&self) -> &str;
+
+    /// What this backend promises.
+    fn capabilities(&self) -> Capabilities;
+
+    /// One attempt: `Ok(None)` when someone else holds the lock. `options.wait` is ignored.
+    async fn try_acquire(&self, name: &LockName, options: &AcquireOptions) -> Result<Option<Lease>, LockError>;
+
+    /// Waits until granted or until `options.wait` elapses (`Timeout`). Cancel-safe: dropping
+    /// the future leaves no lock held beyond its ttl and no queue entry behind.
+    async fn acquire(&self, name: &LockName, options: &AcquireOptions) -> Result<Lease, LockError>;
+}
+
+/// Helpers on every [`DistributedLock`].
+pub trait DistributedLockExt: DistributedLock {
+    /// Runs `f` under the lock and releases it afterwards. If the lease is lost first, `f` is
+    /// stopped (dropped at its next await point) and the result is `Err(Lost)`.
+    ///
+    /// ```
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// use std::time::Duration;
+    /// use lock_core::{AcquireOptions, DistributedLockExt, LockName, MemoryLock};
+    /// let lock = MemoryLock::new();
+    /// let total = lock
+    ///     .run_locked(&LockName::new("budget")?, &AcquireOptions::new(Duration::from_secs(5)), |lease| async move {
+    ///         lease.token().get() * 10
+    ///     })
+    ///     .await?;
+    /// assert_eq!(total, 10);
+    /// # Ok(()) }
+    /// ```
+    fn run_locked<'a, F, Fut, T>(
+        &'a self,
+        name: &'a LockName,
+        options: &'a AcquireOptions,
+        f: F,
+    ) -> impl Future<Output = Result<T, LockError>> + Send + 'a
+    where
+        F: FnOnce(LeaseObserver) -> Fut + Send + 'a,
+        Fut: Future<Output = T> + Send + 'a,
+        T: Send + 'a,
+    {
+        async move {
+            let lease = self.acquire(name, options).await?;
+            let lost = lease.lost();
+            let work = f(lease.observer());
+            tokio::select! {
+                biased;
+                _ = lost.fired() => {
+                    let _ = lease.release().await;
+                    Err(LockError::Lost { name: name.as_str().to_owned() })
+                }
+                out = work => {
+                    lease.release().await?;
+                    Ok(out)
+                }
+            }
+        }
+    }
+}
+
+impl<L: DistributedLock + ?Sized> DistributedLockExt for L {}

@@ -1,0 +1,222 @@
+//! Lock names, fencing tokens and owner ids (SPEC §2).
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use crate::LockError;
+
+/// The longest lock name, in bytes.
+pub const MAX_NAME_LEN: usize = 255;
+
+/// A validated lock name: 1..=255 bytes of UTF-8 without NUL or other control characters.
+///
+/// Every valid name works on every backend; backends escape names into keys, rows or znodes and
+/// never strip characters, so two distinct names never collide.
+///
+/// ```
+/// use lock_core::LockName;
+/// let name = LockName::new("orders/42").unwrap();
+/// assert_eq!(name.as_str(), "orders/42");
+/// assert!(LockName::new("").is_err());
+/// assert!(LockName::new("a\0b").is_err());
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LockName(Arc<str>);
+
+impl LockName {
+    /// Validates `name`.
+    pub fn new(name: impl AsRef<str>) -> Result<Self, LockError> {
+        let name = name.as_ref();
+        let reason = if name.is_empty() {
+            Some("it is empty")
+        } else if name.len() > MAX_NAME_LEN {
+            Some("it is longer than 255 bytes")
+        } else if name.chars().any(char::is_control) {
+            Some("it contains a NUL or other control character")
+        } else {
+            None
+        };
+        match reason {
+            Some(reason) => Err(LockError::InvalidName { name: shorten(name), reason }),
+            None => Ok(LockName(Arc::from(name))),
+        }
+    }
+
+    /// The name as given.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The name escaped into a single, collision-free segment of `[A-Za-z0-9_.-]` plus `%XX`
+    /// escapes (every other byte, and `%` itself, is percent-encoded; a leading `.` too, so that
+    /// `.` and `..` never appear as path segments). Handy for znodes, file names and keys.
+    ///
+    /// ```
+    /// use lock_core::LockName;
+    /// assert_eq!(LockName::new("a/b").unwrap().escaped(), "a%2Fb");
+    /// assert_eq!(LockName::new("..").unwrap().escaped(), "%2E.");
+    /// ```
+    pub fn escaped(&self) -> String {
+        let mut out = String::with_capacity(self.0.len());
+        for (i, b) in self.0.bytes().enumerate() {
+            let plain = b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || (b == b'.' && i > 0);
+            if plain {
+                out.push(b as char);
+            } else {
+                out.push_str(&format!("%{b:02X}"));
+            }
+        }
+        out
+    }
+}
+
+fn shorten(name: &str) -> String {
+    let mut s: String = name.chars().take(64).collect::<String>().escape_debug().collect();
+    if name.chars().count() > 64 {
+        s.push('…');
+    }
+    s
+}
+
+impl fmt::Debug for LockName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for LockName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl FromStr for LockName {
+    type Err = LockError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        LockName::new(s)
+    }
+}
+
+impl TryFrom<&str> for LockName {
+    type Error = LockError;
+    fn try_from(s: &str) -> Result<Self, Self::Error> {
+        LockName::new(s)
+    }
+}
+
+impl TryFrom<String> for LockName {
+    type Error = LockError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        LockName::new(s)
+    }
+}
+
+impl AsRef<str> for LockName {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A fencing token: for one lock name, strictly greater than every token issued before.
+///
+/// Pass it to the protected resource with every write; the resource rejects a write whose token
+/// is lower than the highest it has seen (see [`FencedRegister`](crate::FencedRegister)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FencingToken(pub u64);
+
+impl FencingToken {
+    /// The token as a number.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for FencingToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// A random 128-bit id, unique per acquisition. Renew and release act only if the server still
+/// stores this owner.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct OwnerId(u128);
+
+impl OwnerId {
+    /// A fresh random id.
+    pub fn random() -> Self {
+        OwnerId(uuid::Uuid::new_v4().as_u128())
+    }
+
+    /// The id as 32 lowercase hex digits, the form stored by backends.
+    pub fn to_hex(self) -> String {
+        format!("{:032x}", self.0)
+    }
+
+    /// Parses the form produced by [`OwnerId::to_hex`].
+    pub fn from_hex(s: &str) -> Option<Self> {
+        if s.len() != 32 {
+            return None;
+        }
+        u128::from_str_radix(s, 16).ok().map(OwnerId)
+    }
+
+    /// The raw value.
+    pub fn as_u128(self) -> u128 {
+        self.0
+    }
+}
+
+impl fmt::Debug for OwnerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "OwnerId({})", self.to_hex())
+    }
+}
+
+impl fmt::Display for OwnerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn valid_names() {
+        for n in ["a", "a/b", "../x", "'; DROP TABLE x; --", "ключ", "🔒", &"x".repeat(255)] {
+            assert_eq!(LockName::new(n).unwrap().as_str(), n);
+        }
+    }
+
+    #[test]
+    fn invalid_names() {
+        for n in ["", "a\0", "a\nb", "\u{7f}", &"x".repeat(256)] {
+            assert!(matches!(LockName::new(n), Err(LockError::InvalidName { .. })), "{n:?}");
+        }
+        // 255 bytes of multibyte text is fine, 256 is not.
+        let s = "é".repeat(128);
+        assert_eq!(s.len(), 256);
+        assert!(LockName::new(&s).is_err());
+    }
+
+    #[test]
+    fn escaping_is_injective() {
+        let names = ["a/b", "a%2Fb", "a_b", ".", "..", "%2E.", "a.b", "A", "a"];
+        let mut seen = std::collections::HashSet::new();
+        for n in names {
+            let e = LockName::new(n).unwrap().escaped();
+            assert!(!e.contains('/') && e != "." && e != "..", "{e}");
+            assert!(seen.insert(e.clone()), "collision on {n} -> {e}");
+        }
+    }
+
+    #[test]
+    fn owner_hex_roundtrip() {
+        let o = OwnerId::random();
+        assert_eq!(OwnerId::from_hex(&o.to_hex()), Some(o));
+        assert_ne!(OwnerId::random(), OwnerId::random());
+    }
+}

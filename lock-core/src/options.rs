@@ -1,0 +1,189 @@
+//! Acquire options (SPEC §3, §4).
+
+use std::time::Duration;
+
+use crate::{Capabilities, LockError};
+
+/// How long `acquire` waits for a lock that someone else holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WaitPolicy {
+    /// One attempt, like `try_acquire`, but a busy lock is `Timeout` instead of `None`.
+    NoWait,
+    /// Wait at most this long, then `Timeout`.
+    For(Duration),
+    /// Wait until granted.
+    Forever,
+}
+
+/// Options of one acquisition: lease time, how long to wait, and the renewal watchdog.
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_core::AcquireOptions;
+/// let opts = AcquireOptions::new(Duration::from_secs(10))
+///     .wait(Duration::from_secs(3))
+///     .renew_every(Duration::from_secs(2));
+/// assert_eq!(opts.ttl, Duration::from_secs(10));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AcquireOptions {
+    /// Lease time granted by the server for each acquisition or renewal.
+    pub ttl: Duration,
+    /// How long `acquire` waits.
+    pub wait: WaitPolicy,
+    /// Renew in the background while the `Lease` lives (default on).
+    pub auto_renew: bool,
+    /// Renewal cadence; `None` means `ttl / 3`.
+    pub renew_every: Option<Duration>,
+    /// Upper bound for one request to the server; never longer than the remaining wait.
+    pub request_timeout: Duration,
+    /// Stop auto-renewing after this long in total; `None` renews while the `Lease` lives.
+    pub max_hold: Option<Duration>,
+}
+
+/// The default lease time.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+
+impl Default for AcquireOptions {
+    fn default() -> Self {
+        AcquireOptions::new(DEFAULT_TTL)
+    }
+}
+
+impl AcquireOptions {
+    /// Options with this ttl, waiting forever, auto-renew every ttl/3.
+    pub fn new(ttl: Duration) -> Self {
+        AcquireOptions {
+            ttl,
+            wait: WaitPolicy::Forever,
+            auto_renew: true,
+            renew_every: None,
+            request_timeout: Duration::from_secs(5),
+            max_hold: None,
+        }
+    }
+
+    /// Sets the ttl.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// Waits at most `wait` in `acquire`.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = WaitPolicy::For(wait);
+        self
+    }
+
+    /// Sets the wait policy.
+    pub fn wait_policy(mut self, wait: WaitPolicy) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// Turns background renewal on or off.
+    pub fn auto_renew(mut self, on: bool) -> Self {
+        self.auto_renew = on;
+        self
+    }
+
+    /// Renews every `every` instead of every ttl/3.
+    pub fn renew_every(mut self, every: Duration) -> Self {
+        self.renew_every = Some(every);
+        self
+    }
+
+    /// Bounds each server request.
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Caps the total time the watchdog keeps renewing.
+    pub fn max_hold(mut self, max: Duration) -> Self {
+        self.max_hold = Some(max);
+        self
+    }
+
+    /// The renewal cadence in effect.
+    pub fn renew_interval(&self) -> Duration {
+        self.renew_every.unwrap_or(self.ttl / 3)
+    }
+
+    /// The clock-drift allowance subtracted from every lease: `ttl/100 + 2ms` (Redlock's rule).
+    pub fn drift(&self) -> Duration {
+        self.ttl / 100 + Duration::from_millis(2)
+    }
+
+    /// Checks the options against a backend's limits.
+    pub fn validate(&self, caps: &Capabilities) -> Result<(), LockError> {
+        if self.ttl.is_zero() {
+            return Err(LockError::invalid_options("ttl is zero; give the lease a positive time to live, e.g. 10s"));
+        }
+        if self.ttl < caps.min_ttl {
+            return Err(LockError::invalid_options(format!(
+                "ttl {:?} is below this backend's minimum {:?}",
+                self.ttl, caps.min_ttl
+            )));
+        }
+        if self.ttl > caps.max_ttl {
+            return Err(LockError::invalid_options(format!(
+                "ttl {:?} is above this backend's maximum {:?}; use a shorter ttl with auto-renew",
+                self.ttl, caps.max_ttl
+            )));
+        }
+        if self.ttl <= self.drift() {
+            return Err(LockError::invalid_options("ttl is shorter than the clock-drift allowance"));
+        }
+        if self.request_timeout.is_zero() {
+            return Err(LockError::invalid_options("request_timeout is zero"));
+        }
+        if let Some(every) = self.renew_every {
+            if every.is_zero() || every >= self.ttl {
+                return Err(LockError::invalid_options(format!(
+                    "renew_every {every:?} must be above zero and below the ttl {:?}",
+                    self.ttl
+                )));
+            }
+        }
+        if let WaitPolicy::For(w) = self.wait {
+            if tokio::time::Instant::now().checked_add(w).is_none() {
+                return Err(LockError::invalid_options("wait is too large; use WaitPolicy::Forever"));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validation() {
+        let caps = Capabilities::default();
+        assert!(AcquireOptions::new(Duration::from_secs(1)).validate(&caps).is_ok());
+        assert!(AcquireOptions::new(Duration::ZERO).validate(&caps).is_err());
+        assert!(AcquireOptions::new(Duration::from_secs(u64::MAX)).validate(&caps).is_err());
+        assert!(AcquireOptions::new(Duration::from_secs(1))
+            .renew_every(Duration::from_secs(2))
+            .validate(&caps)
+            .is_err());
+        assert!(AcquireOptions::new(Duration::from_millis(2)).validate(&caps).is_err());
+        assert!(AcquireOptions::new(Duration::from_secs(1))
+            .wait(Duration::from_secs(u64::MAX))
+            .validate(&caps)
+            .is_err());
+    }
+
+    #[test]
+    fn defaults() {
+        let o = AcquireOptions::new(Duration::from_secs(9));
+        assert_eq!(o.renew_interval(), Duration::from_secs(3));
+        assert!(o.auto_renew);
+        assert_eq!(o.wait, WaitPolicy::Forever);
+        assert_eq!(o.drift(), Duration::from_millis(92));
+    }
+}

@@ -1,0 +1,283 @@
+//! The shared acquire machinery for backends that keep one lease entry per lock name (Redis,
+//! SQL): a backend implements [`LeaseStore`] — one-shot try, renew, release, and optionally
+//! wake-up subscriptions — and [`StoreLock`] turns it into a [`DistributedLock`] with waiting,
+//! back-off, timeouts, cancel-safety and the [`Lease`] watchdog.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::time::{timeout, Instant};
+
+use crate::{
+    AcquireOptions, Backoff, Capabilities, DistributedLock, FencingToken, Lease, LeaseGrant, LeaseHandle, LockError,
+    LockName, OwnerId, ReleaseOutcome, RenewOutcome, WaitPolicy, WakeSubscription,
+};
+
+/// The answer of one acquire attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TryLock {
+    /// Granted (or already ours: attempts with the same owner are idempotent).
+    Acquired {
+        /// The new fencing token.
+        token: FencingToken,
+    },
+    /// Someone else holds it.
+    Held {
+        /// The holder's remaining lease, when the server says: waiters sleep no longer than this.
+        remaining: Option<Duration>,
+    },
+}
+
+/// The primitives of a lease-entry backend. Every method is one owner-checked, atomic server
+/// operation; none waits for the lock.
+#[async_trait]
+pub trait LeaseStore: Send + Sync + 'static {
+    /// The backend label (`redis`, `postgres`, …).
+    fn backend(&self) -> &str;
+
+    /// What the backend promises.
+    fn capabilities(&self) -> Capabilities;
+
+    /// One attempt: take the lock for `owner` if it is free, expired, or already `owner`'s.
+    async fn try_lock(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<TryLock, LockError>;
+
+    /// Extend `owner`'s lease to `now + ttl` if `owner` still holds it.
+    async fn renew(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<RenewOutcome, LockError>;
+
+    /// Free the lock if `owner` still holds it, and wake waiters.
+    async fn release(&self, name: &LockName, owner: OwnerId) -> Result<ReleaseOutcome, LockError>;
+
+    /// Subscribes to release hints for `name` (before the next attempt, so no release is
+    /// missed). `None` means the backend polls.
+    async fn subscribe(&self, _name: &LockName) -> Result<Option<WakeSubscription>, LockError> {
+        Ok(None)
+    }
+
+    /// Longest sleep between polls (and between fallback re-tries of notified waiters).
+    fn max_poll_interval(&self, ttl: Duration) -> Duration {
+        (ttl / 4).clamp(Duration::from_millis(20), Duration::from_millis(500))
+    }
+}
+
+/// Turns a [`LeaseStore`] into a [`DistributedLock`].
+pub struct StoreLock<S> {
+    store: Arc<S>,
+}
+
+impl<S> Clone for StoreLock<S> {
+    fn clone(&self) -> Self {
+        StoreLock { store: Arc::clone(&self.store) }
+    }
+}
+
+impl<S: LeaseStore> StoreLock<S> {
+    /// Wraps a store.
+    pub fn new(store: S) -> Self {
+        StoreLock { store: Arc::new(store) }
+    }
+
+    /// The wrapped store.
+    pub fn store(&self) -> &Arc<S> {
+        &self.store
+    }
+
+    fn lease(
+        &self,
+        name: &LockName,
+        owner: OwnerId,
+        token: FencingToken,
+        started: Instant,
+        opts: &AcquireOptions,
+    ) -> Lease {
+        let handle = Arc::new(StoreLeaseHandle { store: Arc::clone(&self.store), name: name.clone(), owner });
+        Lease::new(LeaseGrant::new(name.clone(), token, owner, started, handle), opts)
+    }
+
+    async fn attempt(
+        &self,
+        name: &LockName,
+        owner: OwnerId,
+        ttl: Duration,
+        bound: Duration,
+    ) -> Result<TryLock, LockError> {
+        match timeout(bound, self.store.try_lock(name, owner, ttl)).await {
+            Ok(r) => r,
+            Err(_) => Err(LockError::unavailable(
+                self.store.backend(),
+                format!("acquire attempt did not answer within {bound:?}"),
+            )),
+        }
+    }
+}
+
+struct StoreLeaseHandle<S> {
+    store: Arc<S>,
+    name: LockName,
+    owner: OwnerId,
+}
+
+#[async_trait]
+impl<S: LeaseStore> LeaseHandle for StoreLeaseHandle<S> {
+    async fn renew(&self, ttl: Duration) -> Result<RenewOutcome, LockError> {
+        self.store.renew(&self.name, self.owner, ttl).await
+    }
+    async fn release(&self) -> Result<ReleaseOutcome, LockError> {
+        self.store.release(&self.name, self.owner).await
+    }
+}
+
+/// Releases an attempt whose outcome is unknown (lost reply, cancelled future) in the background,
+/// so a grant nobody knows about never outlives its ttl by more than nothing.
+struct PendingRelease<S: LeaseStore> {
+    store: Arc<S>,
+    name: LockName,
+    owner: OwnerId,
+    armed: bool,
+    timeout: Duration,
+}
+
+impl<S: LeaseStore> Drop for PendingRelease<S> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let (store, name, owner, t) = (Arc::clone(&self.store), self.name.clone(), self.owner, self.timeout);
+            rt.spawn(async move {
+                let _ = timeout(t, store.release(&name, owner)).await;
+            });
+        }
+    }
+}
+
+#[async_trait]
+impl<S: LeaseStore> DistributedLock for StoreLock<S> {
+    fn backend(&self) -> &str {
+        self.store.backend()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.store.capabilities()
+    }
+
+    async fn try_acquire(&self, name: &LockName, opts: &AcquireOptions) -> Result<Option<Lease>, LockError> {
+        opts.validate(&self.store.capabilities())?;
+        let owner = OwnerId::random();
+        let mut pending = PendingRelease {
+            store: Arc::clone(&self.store),
+            name: name.clone(),
+            owner,
+            armed: true,
+            timeout: opts.request_timeout,
+        };
+        let started = Instant::now();
+        let result = self.attempt(name, owner, opts.ttl, opts.request_timeout).await;
+        match result {
+            Ok(TryLock::Acquired { token }) => {
+                pending.armed = false;
+                Ok(Some(self.lease(name, owner, token, started, opts)))
+            }
+            Ok(TryLock::Held { .. }) => {
+                pending.armed = false;
+                Ok(None)
+            }
+            Err(e) => {
+                // Outcome unknown: `pending` releases in the background on drop.
+                pending.armed = e.outcome_unknown();
+                Err(e)
+            }
+        }
+    }
+
+    async fn acquire(&self, name: &LockName, opts: &AcquireOptions) -> Result<Lease, LockError> {
+        let caps = self.store.capabilities();
+        opts.validate(&caps)?;
+        let begun = Instant::now();
+        let deadline = match opts.wait {
+            WaitPolicy::NoWait => Some(begun),
+            WaitPolicy::For(w) => Some(begun + w),
+            WaitPolicy::Forever => None,
+        };
+        // One owner id for the whole wait: attempts are idempotent for the same owner, so a
+        // retry after a lost reply gets the grant back instead of waiting on itself.
+        let owner = OwnerId::random();
+        let mut pending = PendingRelease {
+            store: Arc::clone(&self.store),
+            name: name.clone(),
+            owner,
+            armed: false,
+            timeout: opts.request_timeout,
+        };
+        let max_poll = self.store.max_poll_interval(opts.ttl);
+        let mut backoff = Backoff::new(Duration::from_millis(5), max_poll);
+        let mut subscription: Option<WakeSubscription> = None;
+        let mut subscribed = false;
+        let mut failures = 0u32;
+        loop {
+            if !subscribed {
+                // Subscribe before the attempt, so a release between attempt and wait is not missed.
+                subscription = match timeout(opts.request_timeout, self.store.subscribe(name)).await {
+                    Ok(Ok(s)) => s,
+                    Ok(Err(e)) => {
+                        tracing::debug!(lock = %name, error = %e, "subscribe failed; polling");
+                        None
+                    }
+                    Err(_) => None,
+                };
+                subscribed = true;
+            }
+            let now = Instant::now();
+            let bound = match deadline {
+                Some(d) if d > now => opts.request_timeout.min(d - now).max(Duration::from_millis(1)),
+                _ => opts.request_timeout,
+            };
+            pending.armed = true;
+            let started = Instant::now();
+            let remaining = match self.attempt(name, owner, opts.ttl, bound).await {
+                Ok(TryLock::Acquired { token }) => {
+                    pending.armed = false;
+                    return Ok(self.lease(name, owner, token, started, opts));
+                }
+                Ok(TryLock::Held { remaining }) => {
+                    pending.armed = false;
+                    failures = 0;
+                    remaining
+                }
+                Err(e) if e.is_retryable() && deadline.is_some_and(|d| Instant::now() < d) && failures < 3 => {
+                    failures += 1;
+                    tracing::debug!(lock = %name, error = %e, "acquire attempt failed; retrying");
+                    None
+                }
+                Err(e) => {
+                    pending.armed = e.outcome_unknown();
+                    return Err(e);
+                }
+            };
+            let now = Instant::now();
+            let left = match deadline {
+                Some(d) if now >= d => {
+                    return Err(LockError::Timeout { name: name.as_str().to_owned(), waited: now - begun });
+                }
+                Some(d) => d - now,
+                None => Duration::MAX,
+            };
+            // Sleep no longer than the holder's remaining lease (it may vanish without a word).
+            let until_expiry = remaining.map(|r| r + Duration::from_millis(1)).unwrap_or(Duration::MAX);
+            match &subscription {
+                Some(sub) => {
+                    let fallback = until_expiry.min(max_poll * 4).min(left);
+                    tokio::select! {
+                        _ = sub.woken() => backoff.reset(Duration::from_millis(5)),
+                        _ = tokio::time::sleep(fallback) => {}
+                    }
+                }
+                None => {
+                    let nap = backoff.next_delay().min(until_expiry).min(left);
+                    tokio::time::sleep(nap).await;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! Redis single-instance and Redlock backends for dlock. (not built yet).

@@ -1,0 +1,1 @@
+//! PostgreSQL, MySQL/MariaDB and SQLite backends for dlock (sqlx). (not built yet).

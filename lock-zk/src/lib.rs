@@ -1,0 +1,1 @@
+//! ZooKeeper backend for dlock. (not built yet).
