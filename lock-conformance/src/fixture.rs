@@ -1,0 +1,89 @@
+//! What a backend gives the suite: a factory of fresh clients, and optional fault hooks.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lock_core::{DistributedLock, LockError};
+
+/// A deployment under test. Every call to [`Fixture::client`] returns a new, independent client
+/// (its own connections, its own session), as a separate process would have.
+///
+/// ```
+/// use std::sync::Arc;
+/// use lock_conformance::{Fixture, async_trait};
+/// use lock_core::{DistributedLock, LockError, MemoryLock};
+///
+/// struct MyFixture(MemoryLock);
+///
+/// #[async_trait]
+/// impl Fixture for MyFixture {
+///     fn backend(&self) -> &str { "memory" }
+///     async fn client(&self) -> Result<Arc<dyn DistributedLock>, LockError> {
+///         Ok(Arc::new(self.0.client()))
+///     }
+/// }
+/// ```
+#[async_trait]
+pub trait Fixture: Send + Sync + 'static {
+    /// The label used in case names: `<backend>::<case>`.
+    fn backend(&self) -> &str;
+
+    /// A fresh, independent client of the deployment.
+    async fn client(&self) -> Result<Arc<dyn DistributedLock>, LockError>;
+
+    /// A fresh client whose network to the server the suite can break (through a fault proxy,
+    /// or a backend's own switch). `None` when the fixture cannot do that: the network fault
+    /// cases are then reported not_applicable, with this reason.
+    async fn linked_client(&self) -> Result<Option<LinkedClient>, LockError> {
+        Ok(None)
+    }
+
+    /// Control of the server process, when the fixture owns it. `None`: server fault cases are
+    /// not_applicable.
+    fn server(&self) -> Option<Arc<dyn ServerControl>> {
+        None
+    }
+
+    /// The base lease time of timing cases. Cases use multiples of it, with generous bounds.
+    fn base_ttl(&self) -> Duration {
+        Duration::from_millis(1500)
+    }
+
+    /// A prefix for every lock name this run uses, so runs against a shared server never meet.
+    fn name_prefix(&self) -> String {
+        String::new()
+    }
+}
+
+/// A client plus the switch board of its network path.
+pub struct LinkedClient {
+    /// The client, connected through the link.
+    pub client: Arc<dyn DistributedLock>,
+    /// The link's controls.
+    pub link: Arc<dyn ClientLink>,
+}
+
+/// Controls of one client's network path to the server.
+#[async_trait]
+pub trait ClientLink: Send + Sync + 'static {
+    /// Black-holes traffic in both directions (partition) while on; connections stay open.
+    async fn set_partitioned(&self, on: bool);
+    /// Adds this much latency to every chunk forwarded in each direction.
+    async fn set_latency(&self, latency: Duration);
+    /// Resets every open connection now (new connections are still accepted).
+    async fn reset_connections(&self);
+}
+
+/// Controls of a server process the fixture owns.
+#[async_trait]
+pub trait ServerControl: Send + Sync + 'static {
+    /// Stops the server (SIGKILL); clients see connections refused until `start`.
+    async fn stop(&self) -> Result<(), LockError>;
+    /// Starts it again on the same address, with the same data directory.
+    async fn start(&self) -> Result<(), LockError>;
+    /// Pauses the process (SIGSTOP) or resumes it (SIGCONT).
+    async fn pause(&self, paused: bool) -> Result<(), LockError>;
+    /// Whether the server keeps its data across `stop`/`start` (what `durable_*` capabilities rest on).
+    fn persistent(&self) -> bool;
+}

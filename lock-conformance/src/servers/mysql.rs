@@ -1,0 +1,1 @@
+//! Local mysql servers for tests (see servers/mod.rs for the provisioning order).

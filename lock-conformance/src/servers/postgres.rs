@@ -1,0 +1,1 @@
+//! Local postgres servers for tests (see servers/mod.rs for the provisioning order).
