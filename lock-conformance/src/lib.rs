@@ -2,6 +2,7 @@
 
 pub mod fixture;
 pub mod process;
+pub mod proxy;
 pub mod servers;
 
 pub use async_trait::async_trait;
