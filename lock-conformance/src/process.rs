@@ -19,10 +19,7 @@ pub fn free_port() -> Result<u16, LockError> {
 /// Finds an executable on `PATH` or in one of `extra` directories.
 pub fn find_binary(name: &str, extra: &[&str]) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(extra.iter().map(PathBuf::from))
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
+    std::env::split_paths(&path).chain(extra.iter().map(PathBuf::from)).map(|d| d.join(name)).find(|p| p.is_file())
 }
 
 /// Waits until something accepts TCP connections on `addr`.
