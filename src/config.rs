@@ -1,0 +1,280 @@
+//! Configuration: which backend (one URL) and its tuning keys, loaded with figment from
+//! defaults < `dlock.toml` < `DLOCK_*` environment variables.
+//!
+//! ```toml
+//! # dlock.toml
+//! url = "sqlite://dlock.db"   # or postgres://…, mysql://…, redis://…, redlock://h1:p1,h2:p2,…, zk://h1:p1/root, memory://
+//! ttl = "30s"                            # default lease time
+//! wait = "10s"                           # default wait in acquire (omit to wait forever)
+//!
+//! [sql]
+//! table = "dlock_leases"
+//!
+//! [redis]
+//! key_prefix = "dlock"
+//!
+//! [zk]
+//! session_timeout = "10s"
+//! ```
+//!
+//! Environment variables override the file: `DLOCK_URL`, `DLOCK_TTL`, `DLOCK_WAIT`, and nested
+//! keys with a double underscore (`DLOCK_SQL__TABLE=locks`). `DLOCK_CONFIG` names another file.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use figment::providers::{Env, Format, Toml};
+use figment::Figment;
+use lock_core::{AcquireOptions, LockError, WaitPolicy};
+use serde::Deserialize;
+
+/// The URL used when neither `dlock.toml` nor `DLOCK_URL` names one: an embedded SQLite file,
+/// so the quick start needs no server.
+pub const DEFAULT_URL: &str = "sqlite://dlock.db";
+
+/// The top-level keys `DLOCK_*` variables may set; other `DLOCK_*` variables (test knobs such as
+/// `DLOCK_TEST_REDIS_URL`) are not configuration and are left alone.
+const ENV_KEYS: &[&str] = &["url", "ttl", "wait", "sql", "redis", "zk"];
+
+/// Where the backend lives and how it is tuned. Unknown keys are errors, so typos fail loudly.
+#[derive(Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct Config {
+    /// The backend URL; its scheme picks the backend.
+    pub url: String,
+    /// Default lease time.
+    #[serde(with = "humantime_serde")]
+    pub ttl: Duration,
+    /// Default wait in `acquire`; `None` waits forever.
+    #[serde(with = "humantime_serde")]
+    pub wait: Option<Duration>,
+    /// SQL tuning (`[sql]`).
+    #[cfg(feature = "sql")]
+    pub sql: lock_sql::SqlOptions,
+    /// SQL tuning (`[sql]`): this build has no SQL backend.
+    #[cfg(not(feature = "sql"))]
+    pub sql: Option<serde::de::IgnoredAny>,
+    /// Redis and Redlock tuning (`[redis]`).
+    #[cfg(feature = "redis")]
+    pub redis: lock_redis::RedisOptions,
+    /// Redis tuning (`[redis]`): this build has no Redis backend.
+    #[cfg(not(feature = "redis"))]
+    pub redis: Option<serde::de::IgnoredAny>,
+    /// ZooKeeper tuning (`[zk]`).
+    #[cfg(feature = "zk")]
+    pub zk: lock_zk::ZkOptions,
+    /// ZooKeeper tuning (`[zk]`): this build has no ZooKeeper backend.
+    #[cfg(not(feature = "zk"))]
+    pub zk: Option<serde::de::IgnoredAny>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            url: DEFAULT_URL.to_owned(),
+            ttl: lock_core::DEFAULT_TTL,
+            wait: None,
+            sql: Default::default(),
+            redis: Default::default(),
+            zk: Default::default(),
+        }
+    }
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("Config");
+        d.field("url", &redact_url(&self.url)).field("ttl", &self.ttl).field("wait", &self.wait);
+        #[cfg(feature = "sql")]
+        d.field("sql", &self.sql);
+        #[cfg(feature = "redis")]
+        d.field("redis", &self.redis);
+        #[cfg(feature = "zk")]
+        d.field("zk", &self.zk);
+        d.finish()
+    }
+}
+
+impl Config {
+    /// Defaults with this backend URL.
+    ///
+    /// ```
+    /// let config = dlock::Config::from_url("memory://");
+    /// assert_eq!(config.url, "memory://");
+    /// ```
+    pub fn from_url(url: &str) -> Self {
+        Config { url: url.to_owned(), ..Config::default() }
+    }
+
+    /// Loads defaults < `dlock.toml` in the working directory (or the file named by
+    /// `DLOCK_CONFIG`) < `DLOCK_*` environment variables.
+    pub fn load() -> Result<Self, LockError> {
+        let file = std::env::var_os("DLOCK_CONFIG").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("dlock.toml"));
+        Self::figment(Some(&file)).and_then(Self::extract)
+    }
+
+    /// Loads defaults < the given file (which must exist) < `DLOCK_*` environment variables.
+    pub fn load_file(path: &Path) -> Result<Self, LockError> {
+        if !path.is_file() {
+            return Err(LockError::config(format!("config file {} does not exist", path.display())));
+        }
+        Self::figment(Some(path)).and_then(Self::extract)
+    }
+
+    /// The figment behind [`Config::load`], for applications that add their own layers.
+    pub fn figment(file: Option<&Path>) -> Result<Figment, LockError> {
+        let mut fig = Figment::new();
+        if let Some(file) = file {
+            fig = fig.merge(Toml::file(file));
+        }
+        let env = Env::prefixed("DLOCK_")
+            .split("__")
+            .filter(|k| ENV_KEYS.iter().any(|known| k.as_str() == *known || k.as_str().starts_with(&format!("{known}."))));
+        Ok(fig.merge(env))
+    }
+
+    /// Extracts and checks a [`Config`] from a figment.
+    pub fn extract(fig: Figment) -> Result<Self, LockError> {
+        let config: Config = fig.extract().map_err(|e| {
+            LockError::config(format!(
+                "{e}. Known keys: url, ttl, wait, [sql], [redis], [zk]; durations look like \"10s\" or \"500ms\""
+            ))
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks the values that do not need a server.
+    pub fn validate(&self) -> Result<(), LockError> {
+        crate::connect::Scheme::of(&self.url)?;
+        if self.ttl.is_zero() {
+            return Err(LockError::config("ttl is zero; give leases a positive time to live, e.g. ttl = \"30s\""));
+        }
+        Ok(())
+    }
+
+    /// Acquire options from the configured defaults.
+    pub fn acquire_options(&self) -> AcquireOptions {
+        let opts = AcquireOptions::new(self.ttl);
+        match self.wait {
+            Some(w) => opts.wait(w),
+            None => opts.wait_policy(WaitPolicy::Forever),
+        }
+    }
+
+    /// The URL with any password replaced by `***`, for logs and messages.
+    pub fn redacted_url(&self) -> String {
+        redact_url(&self.url)
+    }
+}
+
+/// Replaces the password of a `scheme://user:password@host…` URL (also multi-host ones) by `***`,
+/// and secret query parameters (`password=`, `pass=`, `token=`) too.
+///
+/// ```
+/// assert_eq!(dlock::config::redact_url("redis://u:secret@h:6379/0"), "redis://u:***@h:6379/0");
+/// assert_eq!(dlock::config::redact_url("redis://:secret@h"), "redis://:***@h");
+/// assert_eq!(dlock::config::redact_url("sqlite://x.db"), "sqlite://x.db");
+/// ```
+pub fn redact_url(url: &str) -> String {
+    let Some(start) = url.find("://").map(|i| i + 3) else { return url.to_owned() };
+    let rest = &url[start..];
+    let auth_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let authority = &rest[..auth_end];
+    let mut out = url[..start].to_owned();
+    match authority.rfind('@') {
+        Some(at) => {
+            let userinfo = &authority[..at];
+            match userinfo.find(':') {
+                Some(colon) => {
+                    out.push_str(&userinfo[..colon]);
+                    out.push_str(":***");
+                }
+                None => out.push_str(userinfo),
+            }
+            out.push_str(&authority[at..]);
+        }
+        None => out.push_str(authority),
+    }
+    let tail = &rest[auth_end..];
+    match tail.find('?') {
+        Some(q) => {
+            out.push_str(&tail[..=q]);
+            let params: Vec<String> = tail[q + 1..]
+                .split('&')
+                .map(|p| match p.split_once('=') {
+                    Some((k, _)) if ["password", "pass", "token", "secret"].contains(&k.to_ascii_lowercase().as_str()) => {
+                        format!("{k}=***")
+                    }
+                    _ => p.to_owned(),
+                })
+                .collect();
+            out.push_str(&params.join("&"));
+        }
+        None => out.push_str(tail),
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use figment::Jail;
+
+    #[test]
+    fn defaults_to_embedded_sqlite() {
+        Jail::expect_with(|_jail| {
+            let c = Config::load().map_err(|e| e.to_string())?;
+            assert_eq!(c.url, DEFAULT_URL);
+            assert_eq!(c.ttl, Duration::from_secs(30));
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn file_then_env() {
+        Jail::expect_with(|jail| {
+            jail.create_file("dlock.toml", "url = \"memory://a\"\nttl = \"5s\"\nwait = \"2s\"\n")?;
+            let c = Config::load().map_err(|e| e.to_string())?;
+            assert_eq!(c.url, "memory://a");
+            assert_eq!(c.ttl, Duration::from_secs(5));
+            assert_eq!(c.wait, Some(Duration::from_secs(2)));
+            jail.set_env("DLOCK_URL", "memory://b");
+            jail.set_env("DLOCK_TEST_REDIS_URL", "redis://ignored");
+            let c = Config::load().map_err(|e| e.to_string())?;
+            assert_eq!(c.url, "memory://b");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_errors() {
+        Jail::expect_with(|jail| {
+            jail.create_file("dlock.toml", "url = \"memory://\"\nttll = \"5s\"\n")?;
+            let e = Config::load().expect_err("typo must fail");
+            assert!(matches!(e, LockError::Config { .. }), "{e}");
+            assert!(e.to_string().contains("ttll"), "{e}");
+            jail.create_file("dlock.toml", "url = \"memory://\"\nttl = \"soon\"\n")?;
+            assert!(matches!(Config::load(), Err(LockError::Config { .. })));
+            jail.create_file("dlock.toml", "url = \"ftp://x\"\n")?;
+            let e = Config::load().expect_err("unknown scheme");
+            assert!(e.to_string().contains("ftp"), "{e}");
+            jail.create_file("dlock.toml", "this is not toml = = \n")?;
+            assert!(matches!(Config::load(), Err(LockError::Config { .. })));
+            jail.create_file("dlock.toml", "url = \"memory://\"\nttl = \"0s\"\n")?;
+            assert!(matches!(Config::load(), Err(LockError::Config { .. })));
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn secrets_are_redacted() {
+        let c = Config::from_url("redlock://admin:hunter2@h1:1,h2:2?password=hunter3");
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("hunter"), "{shown}");
+        assert_eq!(redact_url("postgres://u:p@h/db?sslmode=require"), "postgres://u:***@h/db?sslmode=require");
+        assert_eq!(redact_url("zk://u:p@h1:2181,h2:2181/root"), "zk://u:***@h1:2181,h2:2181/root");
+    }
+}

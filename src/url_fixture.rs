@@ -1,0 +1,154 @@
+//! The fixture behind `dlock conformance`: fresh clients of a configured deployment, and
+//! clients behind an in-process fault proxy for the network fault cases.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dlock::conformance::proxy::FaultProxy;
+use dlock::conformance::{async_trait, ClientLink, Fixture, LinkedClient};
+use dlock::{Config, DistributedLock, LockError, MemoryLock, Scheme};
+
+/// A deployment named by a URL. The suite's clients are made with [`dlock::connect_with`].
+pub(crate) struct UrlFixture {
+    config: Config,
+    scheme: Scheme,
+    backend: String,
+    prefix: String,
+    /// Keeps a `memory://` server alive for the whole run.
+    _first: Arc<dyn DistributedLock>,
+}
+
+impl UrlFixture {
+    pub(crate) async fn new(config: Config) -> Result<Self, LockError> {
+        let scheme = Scheme::of(&config.url)?;
+        let first = dlock::connect_with(&config).await?;
+        let prefix = format!("dlock-conformance-{:08x}/", rand_u32());
+        Ok(UrlFixture { backend: first.backend().to_owned(), config, scheme, prefix, _first: first })
+    }
+
+    fn default_port(&self) -> Option<u16> {
+        match self.scheme {
+            Scheme::Postgres => Some(5432),
+            Scheme::Mysql => Some(3306),
+            Scheme::Redis | Scheme::Redlock => Some(6379),
+            Scheme::ZooKeeper => Some(2181),
+            _ => None,
+        }
+    }
+}
+
+fn rand_u32() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
+    h.finish() as u32
+}
+
+/// Splits `scheme://[userinfo@]h1:p1,h2:p2[/rest]` into (prefix up to and including `@`, hosts, rest).
+fn split_hosts(url: &str) -> Option<(String, Vec<String>, String)> {
+    let start = url.find("://")? + 3;
+    let rest = &url[start..];
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let authority = &rest[..end];
+    let (userinfo, hosts) = match authority.rfind('@') {
+        Some(at) => (&authority[..=at], &authority[at + 1..]),
+        None => ("", authority),
+    };
+    let hosts = hosts.split(',').filter(|h| !h.is_empty()).map(str::to_owned).collect::<Vec<_>>();
+    Some((format!("{}{}", &url[..start], userinfo), hosts, rest[end..].to_owned()))
+}
+
+struct ProxyLinks(Vec<Arc<FaultProxy>>);
+
+#[async_trait]
+impl ClientLink for ProxyLinks {
+    async fn set_partitioned(&self, on: bool) {
+        for p in &self.0 {
+            p.set_partitioned(on).await;
+        }
+    }
+    async fn set_latency(&self, latency: Duration) {
+        for p in &self.0 {
+            p.set_latency(latency).await;
+        }
+    }
+    async fn reset_connections(&self) {
+        for p in &self.0 {
+            p.reset_connections().await;
+        }
+    }
+}
+
+/// The memory backend has no network: its per-client switch plays the partition.
+struct MemoryLink(MemoryLock);
+
+#[async_trait]
+impl ClientLink for MemoryLink {
+    async fn set_partitioned(&self, on: bool) {
+        self.0.set_partitioned(on);
+    }
+    async fn set_latency(&self, _latency: Duration) {}
+    async fn reset_connections(&self) {}
+}
+
+#[async_trait]
+impl Fixture for UrlFixture {
+    fn backend(&self) -> &str {
+        &self.backend
+    }
+
+    async fn client(&self) -> Result<Arc<dyn DistributedLock>, LockError> {
+        dlock::connect_with(&self.config).await
+    }
+
+    async fn linked_client(&self) -> Result<Option<LinkedClient>, LockError> {
+        if self.scheme == Scheme::Memory {
+            let name = self.config.url.split_once("://").map(|(_, n)| n).unwrap_or("");
+            let client = MemoryLock::named(name);
+            return Ok(Some(LinkedClient { client: Arc::new(client.clone()), link: Arc::new(MemoryLink(client)) }));
+        }
+        // TLS names the server's host, which a local proxy cannot present; SQLite has no network.
+        let Some(port) = self.default_port() else { return Ok(None) };
+        if self.config.url.starts_with("rediss:") || self.config.url.contains("sslmode=verify") {
+            return Ok(None);
+        }
+        let Some((head, hosts, tail)) = split_hosts(&self.config.url) else { return Ok(None) };
+        let mut proxies = Vec::new();
+        let mut rewritten = Vec::new();
+        for host in hosts {
+            let target = if host.contains(':') { host.clone() } else { format!("{host}:{port}") };
+            let addr: SocketAddr = tokio::net::lookup_host(&target)
+                .await
+                .map_err(|e| LockError::unavailable_from(&self.backend, format!("cannot resolve {target}"), e))?
+                .next()
+                .ok_or_else(|| LockError::unavailable(&self.backend, format!("{target} resolves to nothing")))?;
+            let proxy = FaultProxy::start(addr).await?;
+            rewritten.push(proxy.local_addr().to_string());
+            proxies.push(proxy);
+        }
+        let mut config = self.config.clone();
+        config.url = format!("{head}{}{tail}", rewritten.join(","));
+        let client = dlock::connect_with(&config).await?;
+        Ok(Some(LinkedClient { client, link: Arc::new(ProxyLinks(proxies)) }))
+    }
+
+    fn name_prefix(&self) -> String {
+        self.prefix.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_are_split_and_kept() {
+        let (head, hosts, tail) = split_hosts("redlock://u:p@a:1,b:2,c:3?x=1").expect("parse");
+        assert_eq!(head, "redlock://u:p@");
+        assert_eq!(hosts, vec!["a:1", "b:2", "c:3"]);
+        assert_eq!(tail, "?x=1");
+        let (head, hosts, tail) = split_hosts("zk://h:2181/root/x").expect("parse");
+        assert_eq!((head.as_str(), hosts, tail.as_str()), ("zk://", vec!["h:2181".to_owned()], "/root/x"));
+    }
+}
