@@ -1,1 +1,179 @@
-//! PostgreSQL, MySQL/MariaDB and SQLite backends for dlock (sqlx). (not built yet).
+//! # lock-sql: fenced leases in PostgreSQL, MySQL/MariaDB and SQLite
+//!
+//! One lease table per database, one row per lock name, and three short statements. The
+//! database you already run becomes a lock service with real fencing tokens.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), lock_core::LockError> {
+//! use std::time::Duration;
+//! use lock_core::{AcquireOptions, DistributedLock, LockName};
+//!
+//! // Also: "postgres://app@db/app?sslmode=verify-full", "mysql://app@db/app?ssl-mode=required",
+//! // "mariadb://…" (same as mysql://), "sqlite::memory:" (one process only).
+//! let lock = lock_sql::connect("sqlite://dlock.db", lock_sql::SqlOptions::default()).await?;
+//! let lease = lock.acquire(&LockName::new("nightly-report")?, &AcquireOptions::new(Duration::from_secs(30))).await?;
+//! println!("fencing token {}", lease.token());
+//! lease.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! ## The table
+//!
+//! `dlock_leases` by default ([`SqlOptions::table`], validated as a plain identifier), created if
+//! missing:
+//!
+//! | column       | meaning |
+//! |--------------|---------|
+//! | `name`       | the lock name, primary key (`TEXT COLLATE "C"` / `VARBINARY(255)` / `TEXT`: compared byte for byte, so distinct names never collide) |
+//! | `owner`      | 32 hex digits of the holder's random owner id, `NULL` once released |
+//! | `fence`      | the last fencing token issued for this name |
+//! | `expires_at` | end of the lease, milliseconds since 1970 **on the database's clock** |
+//!
+//! Rows are never deleted: the row *is* the fence counter, so it must outlive every lease.
+//!
+//! ## The algorithm
+//!
+//! * **Acquire** is one atomic upsert in autocommit: insert the row (fence 1), or update it when
+//!   it is free (`owner IS NULL`), expired (`expires_at <= now`) or already ours (a retry after a
+//!   lost reply gets the same grant back). The update bumps `fence`, sets `owner` and sets
+//!   `expires_at = now + ttl`. When the row is held by someone else the statement changes
+//!   nothing, and we report the holder's remaining lease, so a waiter sleeps no longer than that.
+//! * **Renew** is `UPDATE … SET expires_at = now + ttl WHERE name = ? AND owner = ? AND
+//!   expires_at > now`; one row changed means still ours.
+//! * **Release** is `UPDATE … SET owner = NULL, expires_at = now WHERE name = ? AND owner = ? AND
+//!   expires_at > now`: the row and its fence stay.
+//!
+//! No statement holds a transaction (or a row lock) open while the application works, unlike the
+//! classic `SELECT … FOR UPDATE` lock: a crashed or paused holder blocks nobody beyond its ttl,
+//! and there is no deadlock between lock holders. Each statement is bounded by
+//! [`SqlOptions::query_timeout`]; deadlock / busy conflicts between contenders are retried
+//! within that bound; connection failures become [`LockError::Unavailable`]. Lock names are
+//! always bound parameters, never spliced into SQL.
+//!
+//! ### PostgreSQL
+//!
+//! ```sql
+//! WITH granted AS (
+//!   INSERT INTO dlock_leases AS l (name, owner, fence, expires_at)
+//!   VALUES ($1, $2, 1, NOW_MS + $3)
+//!   ON CONFLICT (name) DO UPDATE SET
+//!     fence = CASE WHEN l.owner = EXCLUDED.owner THEN l.fence ELSE l.fence + 1 END,
+//!     owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at
+//!   WHERE l.owner IS NULL OR l.owner = EXCLUDED.owner OR l.expires_at <= NOW_MS
+//!   RETURNING fence)
+//! SELECT fence, NULL FROM granted
+//! UNION ALL SELECT NULL, expires_at - NOW_MS FROM dlock_leases
+//!   WHERE name = $1 AND NOT EXISTS (SELECT 1 FROM granted);
+//! -- NOW_MS = (extract(epoch from now()) * 1000)::bigint
+//!
+//! WITH freed AS (UPDATE dlock_leases SET owner = NULL, expires_at = NOW_MS
+//!                WHERE name = $1 AND owner = $2 AND expires_at > NOW_MS RETURNING name)
+//! SELECT pg_notify('dlock_leases', name) FROM freed;
+//! ```
+//!
+//! Waiters are woken by `LISTEN`/`NOTIFY`: release notifies on the channel named like the table,
+//! in the same statement (so only a committed release notifies). Each client keeps **one**
+//! listening connection and wakes one local waiter of the released name. While that connection
+//! is down notifications are lost, so after reconnecting it wakes every local waiter; and every
+//! waiter also re-tries on its own timer, never later than the holder's lease ends. Use READ
+//! COMMITTED (the default): the upsert never needs SERIALIZABLE. Behind PgBouncer, transaction
+//! pooling is fine for the statements but `LISTEN` needs a session: point the URL at the server
+//! or at a session-mode pool.
+//!
+//! ### MySQL / MariaDB
+//!
+//! ```sql
+//! INSERT INTO dlock_leases (name, owner, fence, expires_at) VALUES (?, ?, 1, NOW_MS + ?)
+//! ON DUPLICATE KEY UPDATE
+//!   fence      = IF(COND, IF(owner = ?, fence, fence + 1), fence),
+//!   owner      = IF(COND, ?, owner),
+//!   expires_at = IF(COND, NOW_MS + ?, expires_at);
+//! SELECT owner, fence, expires_at - NOW_MS FROM dlock_leases WHERE name = ?;
+//! -- COND   = (owner IS NULL OR owner = ? OR expires_at <= NOW_MS)
+//! -- NOW_MS = TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000
+//! ```
+//!
+//! Two traps, both handled: MySQL evaluates the assignments left to right (later ones see the
+//! new values of earlier ones) while MariaDB's `SIMULTANEOUS_ASSIGNMENT` evaluates them all at
+//! once, so every assignment repeats the full condition and they are ordered so that both modes
+//! agree; and sqlx sets `CLIENT_FOUND_ROWS`, so the affected-row count cannot tell a grant from a
+//! refusal: the row is read back (only our own statement can ever make our owner id the
+//! holder). Sessions use READ COMMITTED (no gap locks) and `innodb_lock_wait_timeout` tied to
+//! the query timeout; deadlocks (1213) and lock waits (1205) are retried. Names are stored as
+//! `VARBINARY(255)`: case and trailing spaces matter, as they must. Waiters poll with
+//! jittered, capped back-off that never sleeps past the holder's remaining lease.
+//!
+//! ### SQLite
+//!
+//! The same upsert as PostgreSQL (`ON CONFLICT … DO UPDATE … WHERE … RETURNING fence`; SQLite
+//! evaluates every `SET` against the old row), with `NOW_MS = CAST((julianday('now') -
+//! 2440587.5) * 86400000.0 AS INTEGER)`. The file is opened in WAL mode with
+//! `synchronous = FULL` (a fence once handed out survives a power cut) and a busy timeout
+//! equal to the query timeout, so several processes on **one host** can share it. Do not put it
+//! on a network file system. `sqlite::memory:` works inside one process and is not durable.
+//! Waiters poll, like MySQL's.
+//!
+//! ## Why the database clock
+//!
+//! Expiry is decided where the row lives, by one clock: every `now` above is the database
+//! server's. Client clocks never enter the comparison, so a client whose wall clock is minutes
+//! off can neither steal a live lease nor keep an expired one. The client keeps its own,
+//! conservative view ([`Lease::valid_until`](lock_core::Lease::valid_until) = start of the
+//! request + ttl − drift, on its monotonic clock), which ends before the server's lease does.
+//! SQLite's "server" clock is the host's wall clock: a large step of that clock (manual change,
+//! not NTP slewing) shortens or lengthens leases.
+//!
+//! ## Fencing: what the protected resource does with the token
+//!
+//! `fence` only ever grows for a name: every acquisition (including the takeover of an expired
+//! lease) increments it in the same statement that grants the lease, and the row is never
+//! deleted, so the token survives restarts of the database. A holder that was paused past its
+//! ttl (GC pause, VM migration) still believes it holds the lock; the token is what stops its
+//! late writes. Store the highest token seen next to the data, and make every write conditional
+//! on it — the optimistic "version column" lock, done right, because the version now comes from
+//! the lock service instead of each writer:
+//!
+//! ```sql
+//! -- once: ALTER TABLE accounts ADD COLUMN fence BIGINT NOT NULL DEFAULT 0;
+//! UPDATE accounts
+//!    SET balance = balance - 7, fence = $token
+//!  WHERE id = $id AND fence < $token;     -- 0 rows: a newer holder already wrote; stop.
+//! ```
+//!
+//! Use `fence <= $token` instead if one holder writes the same row several times. In Rust,
+//! [`FencedRegister`](lock_core::FencedRegister) does the same for in-memory state.
+//!
+//! Tokens are as durable as the database: after a failover to an *asynchronous* replica the
+//! last grants may be missing and tokens can repeat. Use synchronous replication if that matters.
+//!
+//! ## Operations
+//!
+//! * TLS comes from the URL, through rustls (no OpenSSL): PostgreSQL `sslmode=require |
+//!   verify-ca | verify-full` (`sslrootcert=…`), MySQL `ssl-mode=REQUIRED | VERIFY_CA |
+//!   VERIFY_IDENTITY` (`ssl-ca=…`).
+//! * Pools: [`SqlOptions::max_connections`] per client (plus one listening connection on
+//!   PostgreSQL); connections idle for a minute are closed.
+//! * The table needs `CREATE` once, then `SELECT, INSERT, UPDATE` only.
+
+mod error;
+mod listen;
+mod options;
+mod store;
+
+pub use options::{SqlOptions, DEFAULT_TABLE};
+pub use store::SqlStore;
+
+use lock_core::{LockError, StoreLock};
+
+/// The SQL lock: a [`lock_core::DistributedLock`] over a [`SqlStore`].
+pub type SqlLock = StoreLock<SqlStore>;
+
+/// Connects to the database named by `url` and returns the lock.
+///
+/// The scheme selects the database: `sqlite:` (the file is created if missing), `postgres:` /
+/// `postgresql:`, `mysql:` / `mariadb:`. A malformed URL, an unknown scheme or a bad table name
+/// is [`LockError::Config`]; a server that cannot be reached within
+/// [`SqlOptions::connect_timeout`] is [`LockError::Unavailable`].
+pub async fn connect(url: &str, options: SqlOptions) -> Result<SqlLock, LockError> {
+    SqlStore::connect(url, options).await.map(StoreLock::new)
+}

@@ -1,0 +1,111 @@
+//! PostgreSQL wake-ups: one LISTEN connection per client, fanned out to local waiters through a
+//! [`WakeHub`]. Releases run `pg_notify(<table>, <name>)` in the same statement that frees the
+//! row, so a notification is sent exactly when (and only if) the release commits.
+
+use std::time::Duration;
+
+use lock_core::{Backoff, LockError, WakeHub};
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
+use tokio::task::JoinHandle;
+use tokio::time::timeout;
+
+use crate::error::to_lock_error;
+use crate::store::Kind;
+
+/// How long the listener may hear nothing before it checks that its connection still answers:
+/// a half-open TCP connection would otherwise swallow notifications forever.
+const IDLE_PING: Duration = Duration::from_secs(15);
+
+/// The background listener; stopped when dropped (with the store that owns it).
+pub(crate) struct Listener {
+    task: JoinHandle<()>,
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Timeouts of the listener's own connection.
+#[derive(Clone, Copy)]
+pub(crate) struct Bounds {
+    pub(crate) connect: Duration,
+    pub(crate) query: Duration,
+}
+
+/// Opens the LISTEN connection now (so `connect` fails loudly when it cannot) and keeps it open
+/// in a background task, reconnecting with back-off.
+pub(crate) async fn start(
+    options: PgConnectOptions,
+    channel: String,
+    hub: WakeHub,
+    bounds: Bounds,
+) -> Result<Listener, LockError> {
+    // A pool of one just for the listener: its connection is held for good, and must not
+    // starve the statements of the main pool.
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .min_connections(0)
+        .acquire_timeout(bounds.connect)
+        .max_lifetime(None)
+        .idle_timeout(None)
+        .connect_lazy_with(options);
+    let listener = open(&pool, &channel, bounds).await?;
+    let task = tokio::spawn(run(pool, channel, hub, listener, bounds));
+    Ok(Listener { task })
+}
+
+async fn open(pool: &PgPool, channel: &str, bounds: Bounds) -> Result<PgListener, LockError> {
+    let work = async {
+        let mut l = PgListener::connect_with(pool).await?;
+        // We reconnect ourselves, so that we know when to wake everybody.
+        l.eager_reconnect(false);
+        l.listen(channel).await?;
+        Ok::<_, sqlx::Error>(l)
+    };
+    match timeout(bounds.connect + bounds.query, work).await {
+        Ok(Ok(l)) => Ok(l),
+        Ok(Err(e)) => Err(to_lock_error(Kind::Postgres, "LISTEN for release notifications", e)),
+        Err(_) => Err(LockError::unavailable(
+            Kind::Postgres.label(),
+            format!("LISTEN for release notifications did not answer within {:?}", bounds.connect + bounds.query),
+        )),
+    }
+}
+
+async fn run(pool: PgPool, channel: String, hub: WakeHub, mut listener: PgListener, bounds: Bounds) {
+    loop {
+        // `try_recv` is cancel-safe (sqlx keeps partial messages buffered), so a timeout here
+        // loses nothing.
+        let broken = match timeout(IDLE_PING, listener.try_recv()).await {
+            Ok(Ok(Some(n))) => {
+                hub.wake(n.payload());
+                continue;
+            }
+            Ok(Ok(None)) => "the connection was closed".to_owned(),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => match timeout(bounds.query, sqlx::query("SELECT 1").execute(&mut listener)).await {
+                Ok(Ok(_)) => continue,
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => format!("a ping did not answer within {:?}", bounds.query),
+            },
+        };
+        tracing::warn!(channel, reason = %broken, "postgres listener lost its connection; reconnecting");
+        drop(listener);
+        // Waiters also wake on their own timers (never later than the holder's lease ends), so
+        // a lost notification only costs latency.
+        hub.wake_all();
+        let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
+        listener = loop {
+            tokio::time::sleep(backoff.next_delay()).await;
+            match open(&pool, &channel, bounds).await {
+                Ok(l) => break l,
+                Err(e) => tracing::debug!(channel, error = %e, "postgres listener reconnect failed"),
+            }
+        };
+        tracing::info!(channel, "postgres listener reconnected");
+        // Releases sent while we were away are lost: let every waiter try again.
+        hub.wake_all();
+    }
+}
