@@ -40,13 +40,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 // A grab is random, at most a fifth of what is left, at least one cent.
                 let want = 1 + (server as u64 * 7919 + left) % (left / 5 + 1);
                 let take = want.min(left);
-                let wrote = budget.write(lease.token(), |cents| {
-                    let t = take.min(*cents);
-                    *cents -= t;
-                    t
-                });
-                if let Ok(t) = wrote {
-                    grabbed += t;
+                // Read-modify-write, as a real service would: only the lock keeps two servers
+                // from both spending the same `left`, and the token rejects a stale holder.
+                tokio::task::yield_now().await;
+                if budget.write(lease.token(), |cents| *cents = left - take).is_ok() {
+                    grabbed += take;
                 }
                 lease.release().await?;
             }
