@@ -1,1 +1,120 @@
-//! Redis single-instance and Redlock backends for dlock. (not built yet).
+//! # lock-redis
+//!
+//! Redis backends for dlock: a single Redis server ([`connect`], `redis://` / `rediss://`) and
+//! Redlock over N independent masters ([`connect_redlock`], `redlock://h1:p1,h2:p2,…`). Both
+//! implement [`lock_core::DistributedLock`]; waiting, time-outs, cancel-safety and the lease
+//! watchdog come from [`lock_core::StoreLock`].
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), lock_core::LockError> {
+//! use std::time::Duration;
+//! use lock_core::{AcquireOptions, DistributedLock, LockName};
+//! let lock = lock_redis::connect("redis://:secret@127.0.0.1:6379/0", Default::default()).await?;
+//! let lease = lock.acquire(&LockName::new("orders/42")?, &AcquireOptions::new(Duration::from_secs(10))).await?;
+//! // pass lease.token() with every write to the protected resource
+//! lease.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! ## Single instance
+//!
+//! - **Acquire** is one round trip: a Lua script that, when the lock key is absent, issues the
+//!   next fencing token, stores `{owner, token}` with `PX ttl` and returns the token; when the
+//!   key is ours already (a re-try after a lost reply) it refreshes the expiry and returns the
+//!   stored token; otherwise it returns the holder's `PTTL`, which bounds how long a waiter
+//!   sleeps. **Renew** and **release** are owner-checked scripts; release publishes to the
+//!   lock's channel. Scripts are called by SHA and re-loaded on `NOSCRIPT`.
+//! - **Keys**: `<prefix>:{<escaped name>}:lock`, `…:fence` and the channel `…:released`. The
+//!   name is percent-escaped (never stripped, so distinct names never collide) and is the hash
+//!   tag: both keys of a lock live in one Redis Cluster slot, and every key is passed in `KEYS`.
+//! - **Fencing tokens never go backwards**, also when Redis restarts without persistence or
+//!   evicts the counter: the script never issues less than the server's `TIME` in microseconds
+//!   (`token = max(counter + 1, TIME µs)`). What this still assumes: the server clock does not
+//!   jump backwards across a restart by more than the time between two acquisitions.
+//! - **Eviction**: run Redis with `maxmemory-policy noeviction`. Under `allkeys-*` policies a
+//!   held lock key can be evicted (two holders!); under `volatile-*` policies too, since lock
+//!   keys carry an expiry. The fence counter survives eviction thanks to the `TIME` floor.
+//! - **Restarts**: a Redis without persistence forgets every lease when it restarts
+//!   (`durable_leases` is false): holders find no entry at their next renewal and their lost
+//!   signal fires; tokens stay monotonic (`durable_fencing` is true).
+//! - **Waiting**: a waiter subscribes to the lock's channel before each attempt (one pub/sub
+//!   connection per client, shared by all its waiters, reference-counted channels), and a
+//!   release wakes one waiter per client. A vanished holder publishes nothing, so waiters also
+//!   re-try on a timer bounded by the holder's remaining ttl. After the pub/sub connection
+//!   reconnects, every waiter re-tries.
+//! - **Failures**: every command is bounded by `request_timeout` and every connect by
+//!   `connect_timeout`; an unreachable server is `LockError::Unavailable`, a bad URL
+//!   `LockError::Config`. A connection that failed or timed out is replaced, never reused.
+//!   TLS (`rediss://`) and AUTH / ACL users (`redis://user:password@host`) come from the URL;
+//!   passwords never appear in `Debug` output, logs or errors.
+//!
+//! ## Redlock
+//!
+//! `redlock://[user:password@]host1:port1,host2:port2,…[/db][?tls=true]` names N independent
+//! masters (not replicas of each other, not a cluster). Use an odd N ≥ 3 (typically 5): the
+//! quorum is ⌊N/2⌋ + 1, so 5 masters tolerate 2 down.
+//!
+//! - **Acquire**: the lease is taken on every master in parallel, each attempt bounded by a
+//!   per-master timeout (`min(request_timeout, max(ttl/10, 50ms))`). It is granted only if a
+//!   majority accepted and the whole round (including fencing, below) finished within the
+//!   validity time `ttl − elapsed − drift` (`drift = ttl/100 + 2ms`); otherwise it is released
+//!   on **all** masters, including those that did not answer, and re-tried after a random delay
+//!   (or, if a majority is held by someone else, when notified or when that lease ends).
+//! - **Renewal** extends the lease on every master and needs a majority; a majority of refusals
+//!   is a lost lease; anything else is retried by the watchdog until `valid_until`.
+//! - **Fencing across the quorum**: the acquire round also reads every granting master's
+//!   counter, floored by that master's `TIME` in µs; the token is `max + 1`, and a second round
+//!   stores it with set-if-greater on every master. The lock is returned only after a majority
+//!   stored it. Any two majorities intersect, so the next holder reads a value at least as high
+//!   — and a master that restarted empty still answers at least its clock, which is above any
+//!   earlier token as long as the masters' clocks roughly agree.
+//!
+//! ### What Redlock still assumes, and why the token is the real protection
+//!
+//! Redlock's exclusivity rests on timing: bounded network delay, bounded process pauses, and
+//! clocks that advance at about the same rate on clients and masters. A holder that pauses
+//! (GC, swap, SIGSTOP) past its validity, or a master whose clock jumps forward (an NTP step)
+//! and expires a key early, can let a second client acquire while the first still believes
+//! it holds the lock. dlock fires the lost signal at `valid_until` on the holder's monotonic
+//! clock, but a paused process cannot act on it. Therefore: pass [`lock_core::FencingToken`]
+//! with every write and make the protected resource reject tokens lower than the highest it
+//! has seen ([`lock_core::FencedRegister`]). The tokens stay monotonic even in the scenarios
+//! above; exclusivity alone does not. Masters should also run with `noeviction` and, ideally,
+//! restart only after a delay longer than the maximum ttl (Redlock's "delayed restart"), since
+//! a master that restarts empty can otherwise hand its vote to a second client.
+
+mod conn;
+mod options;
+mod pubsub;
+mod redlock;
+mod scripts;
+mod single;
+mod url;
+
+pub use options::RedisOptions;
+pub use redlock::RedlockStore;
+pub use single::RedisStore;
+
+use lock_core::{LockError, StoreLock};
+
+/// A lock client of one Redis server. Backend label `redis`.
+pub type RedisLock = StoreLock<RedisStore>;
+
+/// A lock client of N independent Redis masters (Redlock). Backend label `redlock`.
+pub type Redlock = StoreLock<RedlockStore>;
+
+/// Connects to one Redis server: `redis://[user:password@]host[:port][/db]`, or `rediss://…`
+/// for TLS. Checks the server answers within `connect_timeout + request_timeout`.
+///
+/// Errors: a malformed URL or bad options is `Config`; an unreachable server is `Unavailable`;
+/// rejected credentials are `Config`.
+pub async fn connect(url: &str, options: RedisOptions) -> Result<RedisLock, LockError> {
+    Ok(StoreLock::new(RedisStore::connect(url, &options).await?))
+}
+
+/// Connects to N independent masters:
+/// `redlock://[user:password@]host1:port1,host2:port2,…[/db][?tls=true]` (N odd, ≥ 3). A
+/// majority must answer now, else `Unavailable`; the others are reconnected when they return.
+pub async fn connect_redlock(url: &str, options: RedisOptions) -> Result<Redlock, LockError> {
+    Ok(StoreLock::new(RedlockStore::connect(url, &options).await?))
+}

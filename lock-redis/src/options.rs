@@ -1,0 +1,79 @@
+//! Options shared by the single-instance and the Redlock backend.
+
+use std::time::Duration;
+
+use lock_core::LockError;
+use serde::Deserialize;
+
+/// Options of a Redis or Redlock client. Credentials live in the URL, never here, so the
+/// derived `Debug` prints nothing secret.
+///
+/// ```
+/// let opts: lock_redis::RedisOptions =
+///     serde_json::from_str(r#"{ "key_prefix": "app", "request_timeout": "200ms" }"#).unwrap();
+/// assert_eq!(opts.request_timeout, std::time::Duration::from_millis(200));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RedisOptions {
+    /// Prefix of every key and channel (`<prefix>:{<escaped name>}:…`). Must not contain `{`,
+    /// `}` or control characters. Default `dlock`.
+    pub key_prefix: String,
+    /// Bound on establishing one connection (TCP, TLS, AUTH, SELECT). Default 2 s.
+    #[serde(with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    /// Bound on one command to one server. For Redlock this is the per-node timeout, and it is
+    /// further capped at a tenth of the lease ttl so that a slow node costs little of the
+    /// validity time. Keep it well below your ttls. Default 1 s.
+    #[serde(with = "humantime_serde")]
+    pub request_timeout: Duration,
+}
+
+impl Default for RedisOptions {
+    fn default() -> Self {
+        RedisOptions {
+            key_prefix: "dlock".to_owned(),
+            connect_timeout: Duration::from_secs(2),
+            request_timeout: Duration::from_secs(1),
+        }
+    }
+}
+
+impl RedisOptions {
+    /// Checks the options; every problem is a `Config` error saying what to change.
+    pub fn validate(&self) -> Result<(), LockError> {
+        if self.key_prefix.is_empty() {
+            return Err(LockError::config("redis key_prefix is empty; set it to e.g. \"dlock\""));
+        }
+        if self.key_prefix.chars().any(|c| c == '{' || c == '}' || c.is_control()) {
+            return Err(LockError::config(
+                "redis key_prefix must not contain '{', '}' or control characters (braces would change the \
+                 Redis Cluster hash tag); choose e.g. \"dlock\"",
+            ));
+        }
+        if self.connect_timeout.is_zero() {
+            return Err(LockError::config("redis connect_timeout is zero; use e.g. \"2s\""));
+        }
+        if self.request_timeout.is_zero() {
+            return Err(LockError::config("redis request_timeout is zero; use e.g. \"1s\""));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_serde() {
+        let d = RedisOptions::default();
+        assert!(d.validate().is_ok());
+        let o: RedisOptions = serde_json::from_str(r#"{"connect_timeout":"3s"}"#).unwrap();
+        assert_eq!(o.connect_timeout, Duration::from_secs(3));
+        assert_eq!(o.key_prefix, "dlock");
+        assert!(serde_json::from_str::<RedisOptions>(r#"{"bogus":1}"#).is_err());
+        let bad = RedisOptions { key_prefix: "a{b".into(), ..RedisOptions::default() };
+        assert!(matches!(bad.validate(), Err(LockError::Config { .. })));
+    }
+}

@@ -1,0 +1,303 @@
+//! Release notifications: one pub/sub connection per client and server, shared by all waiters
+//! of that client, with reference-counted channel subscriptions.
+//!
+//! A waiter registers a per-channel [`WakeHub`] entry and the channel is SUBSCRIBEd (and
+//! confirmed by the server) before `subscribe` returns, so a release published after that is
+//! never missed. A message wakes one local waiter of that channel. Channels nobody waits on any
+//! more are UNSUBSCRIBEd by a periodic sweep. After the connection drops (server restart,
+//! network cut, failed health ping) the listener reconnects, re-subscribes every live channel
+//! and wakes every waiter, because releases may have been published in between. Waiters also
+//! re-try on a timer bounded by the holder's remaining ttl, so notifications are only hints.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use futures::StreamExt;
+use lock_core::{LockError, WakeHub, WakeSubscription};
+use redis::aio::PubSubSink;
+use tokio::time::timeout;
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+/// How often channels without waiters are unsubscribed, and idle connections pinged.
+const SWEEP_EVERY: Duration = Duration::from_secs(2);
+
+struct Server {
+    client: redis::Client,
+    label: String,
+    /// The sink of the live connection and the channels it has confirmed.
+    state: Mutex<ServerState>,
+    /// Becomes true once the first connection attempt has ended, either way.
+    attempted: tokio::sync::watch::Sender<bool>,
+}
+
+#[derive(Default)]
+struct ServerState {
+    sink: Option<PubSubSink>,
+    subscribed: HashSet<String>,
+}
+
+struct Inner {
+    servers: Vec<Server>,
+    /// Per channel, the waiters of this client (a hub per channel: its emptiness is the
+    /// reference count).
+    hubs: Mutex<HashMap<String, WakeHub>>,
+    /// Serialises SUBSCRIBE/UNSUBSCRIBE decisions so that they reach each server in the order
+    /// they were made.
+    ops: tokio::sync::Mutex<()>,
+    connect_timeout: Duration,
+    request_timeout: Duration,
+    stop: CancellationToken,
+}
+
+/// The notification side of one client (one server for Redis, N for Redlock).
+pub(crate) struct Notifier {
+    inner: Arc<Inner>,
+    started: Mutex<bool>,
+    _stop: DropGuard,
+}
+
+impl Notifier {
+    pub(crate) fn new(
+        servers: Vec<(redis::Client, String)>,
+        connect_timeout: Duration,
+        request_timeout: Duration,
+    ) -> Self {
+        let stop = CancellationToken::new();
+        let inner = Arc::new(Inner {
+            servers: servers
+                .into_iter()
+                .map(|(client, label)| Server {
+                    client,
+                    label,
+                    state: Mutex::new(ServerState::default()),
+                    attempted: tokio::sync::watch::channel(false).0,
+                })
+                .collect(),
+            hubs: Mutex::new(HashMap::new()),
+            ops: tokio::sync::Mutex::new(()),
+            connect_timeout,
+            request_timeout,
+            stop: stop.clone(),
+        });
+        Notifier { inner, started: Mutex::new(false), _stop: stop.drop_guard() }
+    }
+
+    /// Starts the listeners on first use: clients that never wait open no pub/sub connection.
+    fn ensure_started(&self) {
+        let mut started = self.started.lock().unwrap_or_else(|e| e.into_inner());
+        if *started {
+            return;
+        }
+        *started = true;
+        for index in 0..self.inner.servers.len() {
+            tokio::spawn(listen(Arc::downgrade(&self.inner), index, self.inner.stop.clone()));
+        }
+        tokio::spawn(sweep(Arc::downgrade(&self.inner), self.inner.stop.clone()));
+    }
+
+    /// Registers a waiter of `channel`; returns once every connected server confirmed the
+    /// subscription (or gave up on it within the request timeout).
+    pub(crate) async fn subscribe(&self, channel: &str) -> Result<Option<WakeSubscription>, LockError> {
+        self.ensure_started();
+        let inner = &self.inner;
+        // The first waiter of this client waits for the first connection (bounded), so that
+        // its subscription is confirmed before its first attempt.
+        for server in &inner.servers {
+            let mut rx = server.attempted.subscribe();
+            let _ = timeout(inner.connect_timeout.min(inner.request_timeout), rx.wait_for(|done| *done)).await;
+        }
+        let _ops = inner.ops.lock().await;
+        let sub = {
+            let mut hubs = inner.hubs.lock().unwrap_or_else(|e| e.into_inner());
+            hubs.entry(channel.to_owned()).or_default().subscribe(channel)
+        };
+        let mut confirmations = Vec::new();
+        for server in &inner.servers {
+            let sink = {
+                let st = server.state.lock().unwrap_or_else(|e| e.into_inner());
+                match &st.sink {
+                    Some(s) if !st.subscribed.contains(channel) => Some(s.clone()),
+                    _ => None,
+                }
+            };
+            if let Some(mut sink) = sink {
+                let channel = channel.to_owned();
+                let bound = inner.request_timeout;
+                confirmations.push(async move {
+                    let ok = matches!(timeout(bound, sink.subscribe(&channel)).await, Ok(Ok(())));
+                    if ok {
+                        server.state.lock().unwrap_or_else(|e| e.into_inner()).subscribed.insert(channel);
+                    } else {
+                        tracing::debug!(server = %server.label, "SUBSCRIBE not confirmed; waiters fall back to timed re-tries");
+                    }
+                });
+            }
+        }
+        futures::future::join_all(confirmations).await;
+        // Not connected right now: the listener subscribes this channel when it reconnects and
+        // wakes every waiter then; until then the timed re-try covers.
+        Ok(Some(sub))
+    }
+}
+
+impl Inner {
+    fn wake(&self, channel: &str) -> bool {
+        let hubs = self.hubs.lock().unwrap_or_else(|e| e.into_inner());
+        hubs.get(channel).is_some_and(|h| h.wake(channel))
+    }
+
+    /// Wakes every waiter, and leaves a wake-up for a waiter that is between two waits.
+    fn wake_all(&self) {
+        let hubs = self.hubs.lock().unwrap_or_else(|e| e.into_inner());
+        for (channel, hub) in hubs.iter() {
+            hub.wake_all();
+            hub.wake(channel);
+        }
+    }
+
+    fn live_channels(&self) -> Vec<String> {
+        let hubs = self.hubs.lock().unwrap_or_else(|e| e.into_inner());
+        hubs.iter().filter(|(_, h)| !h.is_empty()).map(|(c, _)| c.clone()).collect()
+    }
+}
+
+/// Keeps one pub/sub connection to `servers[index]` alive and forwards its messages to the hubs.
+async fn listen(inner: Weak<Inner>, index: usize, stop: CancellationToken) {
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let Some(strong) = inner.upgrade() else { return };
+        let connected = tokio::select! {
+            _ = stop.cancelled() => return,
+            r = connect_and_resubscribe(&strong, index) => r,
+        };
+        strong.servers[index].attempted.send_replace(true);
+        match connected {
+            Ok((sink, stream)) => {
+                backoff = Duration::from_millis(50);
+                // Releases may have been published while we were not listening.
+                strong.wake_all();
+                drop(strong);
+                pump(&inner, index, sink, stream, &stop).await;
+                if let Some(strong) = inner.upgrade() {
+                    let server = &strong.servers[index];
+                    let mut st = server.state.lock().unwrap_or_else(|e| e.into_inner());
+                    st.sink = None;
+                    st.subscribed.clear();
+                    drop(st);
+                    tracing::debug!(server = %server.label, "pub/sub connection lost; reconnecting");
+                    strong.wake_all();
+                }
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "pub/sub connect failed; retrying");
+                drop(strong);
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
+}
+
+async fn connect_and_resubscribe(
+    inner: &Inner,
+    index: usize,
+) -> Result<(PubSubSink, redis::aio::PubSubStream), LockError> {
+    let server = &inner.servers[index];
+    let pubsub = match timeout(inner.connect_timeout, server.client.get_async_pubsub()).await {
+        Ok(Ok(p)) => p,
+        Ok(Err(e)) => return Err(LockError::unavailable("redis", format!("pub/sub to {}: {e}", server.label))),
+        Err(_) => return Err(LockError::unavailable("redis", format!("pub/sub to {} timed out", server.label))),
+    };
+    let (mut sink, stream) = pubsub.split();
+    let _ops = inner.ops.lock().await;
+    let channels = inner.live_channels();
+    if !channels.is_empty() {
+        match timeout(inner.request_timeout, sink.subscribe(&channels)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(LockError::unavailable("redis", format!("SUBSCRIBE on {}: {e}", server.label))),
+            Err(_) => return Err(LockError::unavailable("redis", format!("SUBSCRIBE on {} timed out", server.label))),
+        }
+    }
+    let mut st = server.state.lock().unwrap_or_else(|e| e.into_inner());
+    st.sink = Some(sink.clone());
+    st.subscribed = channels.into_iter().collect();
+    Ok((sink, stream))
+}
+
+/// Forwards messages until the connection ends or stops answering pings.
+async fn pump(
+    inner: &Weak<Inner>,
+    index: usize,
+    mut sink: PubSubSink,
+    mut stream: redis::aio::PubSubStream,
+    stop: &CancellationToken,
+) {
+    let mut tick = tokio::time::interval(SWEEP_EVERY);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            msg = stream.next() => {
+                let Some(msg) = msg else { return };
+                let Some(strong) = inner.upgrade() else { return };
+                let channel = msg.get_channel_name().to_owned();
+                if !strong.wake(&channel) {
+                    tracing::trace!(%channel, "release published with no local waiter");
+                }
+            }
+            _ = tick.tick() => {
+                let Some(strong) = inner.upgrade() else { return };
+                let bound = strong.request_timeout.max(Duration::from_millis(500));
+                drop(strong);
+                // A cut network leaves the socket open: only an unanswered ping tells.
+                let pong: Result<Result<String, _>, _> = timeout(bound, sink.ping()).await;
+                if !matches!(pong, Ok(Ok(_))) {
+                    if let Some(strong) = inner.upgrade() {
+                        tracing::debug!(server = %strong.servers[index].label, "pub/sub ping failed");
+                    }
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Unsubscribes channels that no waiter of this client needs any more.
+async fn sweep(inner: Weak<Inner>, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(SWEEP_EVERY);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let Some(strong) = inner.upgrade() else { return };
+        let _ops = strong.ops.lock().await;
+        let idle: Vec<String> = {
+            let mut hubs = strong.hubs.lock().unwrap_or_else(|e| e.into_inner());
+            let idle: Vec<String> = hubs.iter().filter(|(_, h)| h.is_empty()).map(|(c, _)| c.clone()).collect();
+            for c in &idle {
+                hubs.remove(c);
+            }
+            idle
+        };
+        if idle.is_empty() {
+            continue;
+        }
+        for server in &strong.servers {
+            let sink = {
+                let mut st = server.state.lock().unwrap_or_else(|e| e.into_inner());
+                for c in &idle {
+                    st.subscribed.remove(c);
+                }
+                st.sink.clone()
+            };
+            if let Some(mut sink) = sink {
+                let _ = timeout(strong.request_timeout, sink.unsubscribe(&idle)).await;
+            }
+        }
+    }
+}

@@ -1,0 +1,298 @@
+//! Redlock over N independent masters, with fencing tokens kept monotonic across quorums.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::future::join_all;
+use lock_core::{
+    Capabilities, FencingToken, LeaseModel, LeaseStore, LockError, LockName, OwnerId, ReleaseOutcome, RenewOutcome,
+    TryLock, WakeMethod, WakeSubscription,
+};
+use rand::Rng;
+use tokio::time::Instant;
+
+use crate::conn::Node;
+use crate::pubsub::Notifier;
+use crate::scripts::{Keys, REDLOCK_ACQUIRE, REDLOCK_FENCE, RELEASE, RENEW};
+use crate::single::{parse_pair, remaining_from, token_from, ttl_ms};
+use crate::RedisOptions;
+
+pub(crate) const BACKEND: &str = "redlock";
+
+/// N independent Redis masters as one [`LeaseStore`]; use it through [`Redlock`](crate::Redlock).
+pub struct RedlockStore {
+    nodes: Vec<Node>,
+    notifier: Notifier,
+    prefix: String,
+    quorum: usize,
+    request_timeout: Duration,
+}
+
+impl std::fmt::Debug for RedlockStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedlockStore")
+            .field("masters", &self.nodes.iter().map(|n| n.label.as_str()).collect::<Vec<_>>())
+            .field("quorum", &self.quorum)
+            .field("key_prefix", &self.prefix)
+            .finish()
+    }
+}
+
+/// One master's answer to an acquire.
+enum Vote {
+    Granted { floor: i64 },
+    Held { pttl: i64 },
+    Failed(LockError),
+}
+
+impl RedlockStore {
+    /// Opens a client per master and checks that a majority answers.
+    pub(crate) async fn connect(url: &str, options: &RedisOptions) -> Result<RedlockStore, LockError> {
+        options.validate()?;
+        let urls = crate::url::parse_redlock(url)?;
+        let mut nodes = Vec::with_capacity(urls.len());
+        let mut pubsub = Vec::with_capacity(urls.len());
+        for u in &urls {
+            let client = crate::url::open_client(u)?;
+            let node = Node::new(client.clone(), u, BACKEND, options.connect_timeout, options.request_timeout);
+            pubsub.push((client, node.label.clone()));
+            nodes.push(node);
+        }
+        let quorum = nodes.len() / 2 + 1;
+        if nodes.len() % 2 == 0 || nodes.len() < 3 {
+            tracing::warn!(
+                masters = nodes.len(),
+                "redlock works best with an odd number of at least 3 independent masters"
+            );
+        }
+        let bound = options.connect_timeout + options.request_timeout;
+        let pings = join_all(nodes.iter().map(|n| n.ping(bound))).await;
+        let up = pings.iter().filter(|r| r.is_ok()).count();
+        if up < quorum {
+            let reasons: Vec<String> = pings.into_iter().filter_map(|r| r.err()).map(|e| e.to_string()).collect();
+            if let Some(cfg) = reasons.iter().find(|r| r.starts_with("configuration error")) {
+                return Err(LockError::config(cfg.clone()));
+            }
+            return Err(LockError::unavailable(
+                BACKEND,
+                format!(
+                    "only {up} of {} masters answered, a majority of {quorum} is needed: {}",
+                    nodes.len(),
+                    reasons.join("; ")
+                ),
+            ));
+        }
+        let notifier = Notifier::new(pubsub, options.connect_timeout, options.request_timeout);
+        Ok(RedlockStore {
+            nodes,
+            notifier,
+            prefix: options.key_prefix.clone(),
+            quorum,
+            request_timeout: options.request_timeout,
+        })
+    }
+
+    /// How many masters must agree.
+    pub fn quorum(&self) -> usize {
+        self.quorum
+    }
+
+    /// How many masters there are.
+    pub fn masters(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// The per-master timeout: far below the ttl, so that slow masters eat little validity.
+    fn per_node(&self, ttl: Duration) -> Duration {
+        self.request_timeout.min((ttl / 10).max(Duration::from_millis(50)))
+    }
+
+    fn drift(ttl: Duration) -> Duration {
+        ttl / 100 + Duration::from_millis(2)
+    }
+
+    /// Owner-checked release on every master, including those that did not answer.
+    async fn release_everywhere(&self, keys: &Keys, owner: &str, bound: Duration) -> Vec<Result<i64, LockError>> {
+        join_all(self.nodes.iter().map(|n| async move {
+            n.run(bound, |mut c| async move {
+                RELEASE.key(&keys.lock).arg(owner).arg(&keys.channel).invoke_async(&mut c).await
+            })
+            .await
+        }))
+        .await
+    }
+
+    fn unavailable(&self, answered: usize, errors: &[LockError]) -> LockError {
+        let first = errors.first().map(|e| e.to_string()).unwrap_or_default();
+        LockError::unavailable(
+            BACKEND,
+            format!(
+                "only {answered} of {} masters answered, a majority of {} is needed (first error: {first})",
+                self.nodes.len(),
+                self.quorum
+            ),
+        )
+    }
+}
+
+#[async_trait]
+impl LeaseStore for RedlockStore {
+    fn backend(&self) -> &str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let mut caps = Capabilities::new();
+        caps.fifo = false;
+        caps.wake = WakeMethod::Notify;
+        caps.lease_model = LeaseModel::PerLock;
+        caps.durable_fencing = true;
+        caps.durable_leases = false;
+        caps.min_ttl = Duration::from_millis(50);
+        caps
+    }
+
+    async fn try_lock(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<TryLock, LockError> {
+        let keys = Keys::new(&self.prefix, name);
+        let owner = owner.to_hex();
+        let ms = ttl_ms(ttl);
+        let per_node = self.per_node(ttl);
+        let started = Instant::now();
+
+        // Round 1, in parallel: take the lease and read each master's fence floor.
+        let votes = join_all(self.nodes.iter().map(|n| {
+            let (keys, owner) = (&keys, &owner);
+            async move {
+                let reply: Result<Vec<i64>, LockError> = n
+                    .run(per_node, |mut c| async move {
+                        REDLOCK_ACQUIRE.key(&keys.lock).key(&keys.fence).arg(owner).arg(ms).invoke_async(&mut c).await
+                    })
+                    .await;
+                match reply.and_then(|r| parse_pair(BACKEND, r)) {
+                    Ok((true, floor)) => Vote::Granted { floor },
+                    Ok((false, pttl)) => Vote::Held { pttl },
+                    Err(e) => Vote::Failed(e),
+                }
+            }
+        }))
+        .await;
+        let mut floors = Vec::new();
+        let mut pttls = Vec::new();
+        let mut errors = Vec::new();
+        for v in votes {
+            match v {
+                Vote::Granted { floor } => floors.push(floor),
+                Vote::Held { pttl } => pttls.push(pttl),
+                Vote::Failed(e) => errors.push(e),
+            }
+        }
+
+        let mut outcome = None;
+        if floors.len() >= self.quorum {
+            // The quorum we hold intersects the quorum that stored every earlier token, and
+            // each floor is at least that master's clock in µs, so max + 1 is above all of them.
+            let max = floors.iter().copied().max().unwrap_or(0);
+            let token = token_from(BACKEND, max.saturating_add(1))?;
+            let wanted = token.0.to_string();
+            // Round 2: a majority must store the token before anyone relies on it.
+            let stored = join_all(self.nodes.iter().map(|n| {
+                let (keys, wanted) = (&keys, &wanted);
+                async move {
+                    n.run(per_node, |mut c| async move {
+                        REDLOCK_FENCE.key(&keys.fence).arg(wanted.as_str()).invoke_async::<i64>(&mut c).await
+                    })
+                    .await
+                }
+            }))
+            .await;
+            let stored_ok =
+                stored.iter().filter(|r| matches!(r, Ok(v) if u64::try_from(*v).ok() == Some(token.0))).count();
+            let elapsed = started.elapsed();
+            let within_validity = elapsed + Self::drift(ttl) < ttl;
+            if stored_ok >= self.quorum && within_validity {
+                return Ok(TryLock::Acquired { token: FencingToken(token.0) });
+            }
+            if !within_validity {
+                tracing::debug!(lock = %name, ?elapsed, "redlock majority came too late for the ttl; releasing");
+            }
+            let store_errors: Vec<LockError> = stored.into_iter().filter_map(Result::err).collect();
+            if stored_ok < self.quorum && store_errors.len() > self.nodes.len() - self.quorum {
+                outcome = Some(Err(self.unavailable(self.nodes.len() - store_errors.len(), &store_errors)));
+            }
+        }
+
+        // No grant: free whatever we took, on every master (a lost reply may have granted).
+        self.release_everywhere(&keys, &owner, per_node).await;
+        if let Some(o) = outcome {
+            return o;
+        }
+        let answered = self.nodes.len() - errors.len();
+        if answered < self.quorum {
+            return Err(self.unavailable(answered, &errors));
+        }
+        if pttls.len() >= self.quorum {
+            // Someone holds a majority: wait at most until the earliest of its leases ends.
+            let min = pttls.iter().copied().filter(|p| *p >= 0).min();
+            return Ok(TryLock::Held { remaining: min.and_then(remaining_from) });
+        }
+        // A split vote (contenders each took a few masters): re-try after a random delay so
+        // that they do not collide again.
+        let delay = rand::rng().random_range(5..=(per_node.as_millis().clamp(10, 100) as u64));
+        Ok(TryLock::Held { remaining: Some(Duration::from_millis(delay)) })
+    }
+
+    async fn renew(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<RenewOutcome, LockError> {
+        let keys = Keys::new(&self.prefix, name);
+        let owner = owner.to_hex();
+        let ms = ttl_ms(ttl);
+        let per_node = self.per_node(ttl);
+        let replies = join_all(self.nodes.iter().map(|n| {
+            let (keys, owner) = (&keys, &owner);
+            async move {
+                n.run(per_node, |mut c| async move {
+                    RENEW.key(&keys.lock).arg(owner).arg(ms).invoke_async::<i64>(&mut c).await
+                })
+                .await
+            }
+        }))
+        .await;
+        let renewed = replies.iter().filter(|r| matches!(r, Ok(1))).count();
+        let refused = replies.iter().filter(|r| matches!(r, Ok(v) if *v != 1)).count();
+        if renewed >= self.quorum {
+            return Ok(RenewOutcome::Renewed);
+        }
+        if refused > self.nodes.len() - self.quorum {
+            return Ok(RenewOutcome::NotOwner);
+        }
+        let errors: Vec<LockError> = replies.into_iter().filter_map(Result::err).collect();
+        Err(self.unavailable(renewed + refused, &errors))
+    }
+
+    async fn release(&self, name: &LockName, owner: OwnerId) -> Result<ReleaseOutcome, LockError> {
+        let keys = Keys::new(&self.prefix, name);
+        let owner = owner.to_hex();
+        let replies = self.release_everywhere(&keys, &owner, self.request_timeout).await;
+        let released = replies.iter().filter(|r| matches!(r, Ok(1))).count();
+        let errors = replies.iter().filter(|r| r.is_err()).count();
+        if released >= self.quorum {
+            return Ok(ReleaseOutcome::Released);
+        }
+        if released + errors < self.quorum {
+            return Ok(ReleaseOutcome::NotOwner);
+        }
+        let errors: Vec<LockError> = replies.into_iter().filter_map(Result::err).collect();
+        Err(LockError::unavailable(
+            BACKEND,
+            format!(
+                "only {released} of {} masters confirmed the release (first error: {}); the rest free themselves \
+                 when the ttl ends",
+                self.nodes.len(),
+                errors.first().map(|e| e.to_string()).unwrap_or_default()
+            ),
+        ))
+    }
+
+    async fn subscribe(&self, name: &LockName) -> Result<Option<WakeSubscription>, LockError> {
+        self.notifier.subscribe(&Keys::new(&self.prefix, name).channel).await
+    }
+}

@@ -1,0 +1,145 @@
+//! Key layout and the Lua scripts. Every key a script touches is passed in `KEYS` and all keys
+//! of one lock share the hash tag `{<escaped name>}`, so each script runs on one Redis Cluster
+//! slot.
+//!
+//! Numbers: Lua 5.1 numbers are doubles, exact below 2^53; tokens are microsecond timestamps
+//! (≈ 2^51 today) plus small increments. Numbers are passed *to* Redis as strings made with
+//! `string.format('%d')`, because Redis formats a Lua number argument in a way that may lose
+//! digits.
+
+use std::sync::LazyLock;
+
+use lock_core::LockName;
+use redis::Script;
+
+/// The keys and channel of one lock.
+pub(crate) struct Keys {
+    /// Hash `{o: owner, f: fence}` with a `PX` expiry: the lease.
+    pub(crate) lock: String,
+    /// Integer, no expiry: the highest token issued.
+    pub(crate) fence: String,
+    /// Pub/sub channel that a release publishes to.
+    pub(crate) channel: String,
+}
+
+impl Keys {
+    pub(crate) fn new(prefix: &str, name: &LockName) -> Keys {
+        // `escaped()` is injective and never contains braces, so the tag is exactly the name.
+        let tag = format!("{prefix}:{{{}}}", name.escaped());
+        Keys { lock: format!("{tag}:lock"), fence: format!("{tag}:fence"), channel: format!("{tag}:released") }
+    }
+}
+
+/// Single instance acquire. KEYS: lock, fence. ARGV: owner, ttl ms.
+/// Returns `{1, token}` when granted (or already ours: the stored token, lease refreshed),
+/// `{0, pttl}` when someone else holds it.
+pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+if redis.replicate_commands then pcall(redis.replicate_commands) end
+local holder = redis.call('HGET', KEYS[1], 'o')
+if holder then
+  if holder == ARGV[1] then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return {1, tonumber(redis.call('HGET', KEYS[1], 'f'))}
+  end
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+-- Never issue less than the server clock in microseconds: a restart without persistence or an
+-- evicted counter then still continues above every token issued before.
+local t = redis.call('TIME')
+local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local token = redis.call('INCR', KEYS[2])
+if token < floor then
+  token = floor
+  redis.call('SET', KEYS[2], string.format('%d', token))
+end
+redis.call('HSET', KEYS[1], 'o', ARGV[1], 'f', string.format('%d', token))
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return {1, token}
+"#,
+    )
+});
+
+/// Owner-checked renew. KEYS: lock. ARGV: owner, ttl ms. Returns 1 renewed, 0 not ours.
+pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+if redis.call('HGET', KEYS[1], 'o') == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+"#,
+    )
+});
+
+/// Owner-checked release that wakes waiters. KEYS: lock. ARGV: owner, channel.
+/// Returns 1 released, 0 not ours.
+pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+if redis.call('HGET', KEYS[1], 'o') == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[2], 'released')
+  return 1
+end
+return 0
+"#,
+    )
+});
+
+/// Redlock, per master: take the lease and read the fence floor. KEYS: lock, fence.
+/// ARGV: owner, ttl ms. Returns `{1, floor}` (floor = max(counter, server TIME in µs)) when
+/// granted or already ours, `{0, pttl}` when held by another owner.
+pub(crate) static REDLOCK_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+if redis.replicate_commands then pcall(redis.replicate_commands) end
+local holder = redis.call('HGET', KEYS[1], 'o')
+if holder and holder ~= ARGV[1] then
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+redis.call('HSET', KEYS[1], 'o', ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+local t = redis.call('TIME')
+local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local counter = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+if counter > floor then floor = counter end
+return {1, floor}
+"#,
+    )
+});
+
+/// Redlock, per master: store a token if it is greater (set-if-greater). KEYS: fence.
+/// ARGV: token (decimal string). Returns the stored value afterwards.
+pub(crate) static REDLOCK_FENCE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local want = tonumber(ARGV[1])
+local have = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+if want > have then
+  redis.call('SET', KEYS[1], ARGV[1])
+  return want
+end
+return have
+"#,
+    )
+});
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_share_a_tag_and_never_collide() {
+        let a = Keys::new("p", &LockName::new("a/b").unwrap());
+        let b = Keys::new("p", &LockName::new("a%2Fb").unwrap());
+        assert_ne!(a.lock, b.lock);
+        assert_eq!(a.lock, "p:{a%2Fb}:lock");
+        assert_eq!(a.fence, "p:{a%2Fb}:fence");
+        let braces = Keys::new("p", &LockName::new("x}{y").unwrap());
+        assert_eq!(braces.lock.matches('{').count(), 1);
+        assert_eq!(a.channel, "p:{a%2Fb}:released");
+    }
+}

@@ -1,0 +1,156 @@
+//! URL handling: validation, password redaction, and the `redlock://` list of masters.
+
+use lock_core::LockError;
+
+/// The URL with its password replaced by `***`, for logs, errors and `Debug`.
+pub(crate) fn redact(raw: &str) -> String {
+    match url::Url::parse(raw) {
+        Ok(mut u) => {
+            if u.password().is_some() {
+                let _ = u.set_password(Some("***"));
+            }
+            u.to_string()
+        }
+        // Not parseable: hide everything between "://" and the last '@', where a password could be.
+        Err(_) => match (raw.find("://"), raw.rfind('@')) {
+            (Some(s), Some(at)) if at > s => format!("{}***{}", &raw[..s + 3], &raw[at..]),
+            _ => raw.to_owned(),
+        },
+    }
+}
+
+/// Checks a `redis://` / `rediss://` URL and opens a (not yet connected) client for it.
+pub(crate) fn open_client(raw: &str) -> Result<redis::Client, LockError> {
+    let parsed = url::Url::parse(raw).map_err(|e| {
+        LockError::config(format!(
+            "invalid redis URL {}: {e}; use redis://[user:password@]host[:port][/db] or rediss://… for TLS",
+            redact(raw)
+        ))
+    })?;
+    match parsed.scheme() {
+        "redis" | "rediss" => {}
+        other => {
+            return Err(LockError::config(format!(
+                "unsupported scheme {other:?} in {}; use redis://, rediss:// (TLS) or redlock://h1:p1,h2:p2,…",
+                redact(raw)
+            )))
+        }
+    }
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return Err(LockError::config(format!("redis URL {} has no host; use redis://host:port", redact(raw))));
+    }
+    redis::Client::open(raw).map_err(|e| {
+        LockError::config(format!(
+            "invalid redis URL {}: {}; use redis://[user:password@]host[:port][/db]",
+            redact(raw),
+            redact_error(&e.to_string(), raw)
+        ))
+    })
+}
+
+/// Removes the URL's password from a client-library message that may quote it.
+pub(crate) fn redact_error(message: &str, raw: &str) -> String {
+    match url::Url::parse(raw).ok().and_then(|u| u.password().map(str::to_owned)) {
+        Some(p) if !p.is_empty() => message.replace(&p, "***"),
+        _ => message.to_owned(),
+    }
+}
+
+/// The masters of a `redlock://[user:password@]h1:p1,h2:p2,…[/db][?tls=true]` URL, each as a
+/// `redis://` (or `rediss://`) URL.
+pub(crate) fn parse_redlock(raw: &str) -> Result<Vec<String>, LockError> {
+    let usage = "use redlock://[user:password@]host1:port1,host2:port2,…[/db][?tls=true] (an odd number ≥ 3 of \
+                 independent masters)";
+    let rest = match raw.split_once("://") {
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("redlock") => rest,
+        _ => return Err(LockError::config(format!("{} is not a redlock:// URL; {usage}", redact(raw)))),
+    };
+    let (rest, query) = match rest.split_once('?') {
+        Some((r, q)) => (r, Some(q)),
+        None => (rest, None),
+    };
+    let mut tls = false;
+    for pair in query.into_iter().flat_map(|q| q.split('&')).filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("tls", "true" | "1")) => tls = true,
+            Some(("tls", "false" | "0")) => tls = false,
+            _ => {
+                return Err(LockError::config(format!(
+                    "unknown redlock URL parameter {pair:?}; the only parameter is tls=true|false"
+                )))
+            }
+        }
+    }
+    let (authority_and_userinfo, db) = match rest.split_once('/') {
+        Some((a, "")) => (a, None),
+        Some((a, d)) => match d.parse::<u32>() {
+            Ok(n) => (a, Some(n)),
+            Err(_) => return Err(LockError::config(format!("redlock database {d:?} is not a number; {usage}"))),
+        },
+        None => (rest, None),
+    };
+    let (userinfo, hosts) = match authority_and_userinfo.rsplit_once('@') {
+        Some((u, h)) => (Some(u), h),
+        None => (None, authority_and_userinfo),
+    };
+    let scheme = if tls { "rediss" } else { "redis" };
+    let mut nodes = Vec::new();
+    for host in hosts.split(',') {
+        let host = host.trim();
+        if host.is_empty() {
+            return Err(LockError::config(format!("empty host in {}; {usage}", redact(raw))));
+        }
+        let mut node = format!("{scheme}://");
+        if let Some(u) = userinfo {
+            node.push_str(u);
+            node.push('@');
+        }
+        node.push_str(host);
+        if let Some(db) = db {
+            node.push_str(&format!("/{db}"));
+        }
+        // Validate each node the same way as a single-instance URL.
+        open_client(&node).map_err(|e| LockError::config(format!("redlock master {}: {e}", redact(&node))))?;
+        nodes.push(node);
+    }
+    if nodes.is_empty() {
+        return Err(LockError::config(format!("no masters in {}; {usage}", redact(raw))));
+    }
+    Ok(nodes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redaction() {
+        assert_eq!(redact("redis://u:secret@h:1/0"), "redis://u:***@h:1/0");
+        assert_eq!(redact("redis://h:1"), "redis://h:1");
+        assert!(!redact("redlock://u:secret@a:1,b:2").contains("secret"));
+    }
+
+    #[test]
+    fn redlock_urls() {
+        let n = parse_redlock("redlock://a:1,b:2,c:3").unwrap();
+        assert_eq!(n, vec!["redis://a:1", "redis://b:2", "redis://c:3"]);
+        let n = parse_redlock("redlock://u:p@a:1,b:2/3?tls=true").unwrap();
+        assert_eq!(n, vec!["rediss://u:p@a:1/3", "rediss://u:p@b:2/3"]);
+        assert!(parse_redlock("redis://a:1").is_err());
+        assert!(parse_redlock("redlock://a:1,,b:2").is_err());
+        assert!(parse_redlock("redlock://").is_err());
+        assert!(parse_redlock("redlock://a:1?x=y").is_err());
+        assert!(parse_redlock("redlock://a:notaport").is_err());
+        let e = parse_redlock("redlock://u:topsecret@a:1,b:x").unwrap_err().to_string();
+        assert!(!e.contains("topsecret"), "{e}");
+    }
+
+    #[test]
+    fn single_urls() {
+        assert!(open_client("redis://127.0.0.1:6379/0").is_ok());
+        assert!(matches!(open_client("http://x"), Err(LockError::Config { .. })));
+        assert!(matches!(open_client("not a url"), Err(LockError::Config { .. })));
+        let e = open_client("postgres://u:hunter2@h/db").unwrap_err().to_string();
+        assert!(!e.contains("hunter2"), "{e}");
+    }
+}
