@@ -1,0 +1,377 @@
+//! The SQL fixtures of the conformance suite, and checks specific to the SQL backend shared by
+//! the three dialect test files.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_conformance::proxy::FaultProxy;
+use lock_conformance::{async_trait, Fixture, LinkedClient, ServerControl};
+use lock_core::{AcquireOptions, DistributedLock, LeaseStore, LockError, LockName, OwnerId, TryLock};
+use lock_sql::{SqlLock, SqlOptions};
+use sqlx::Executor;
+use tokio::time::Instant;
+
+/// Which database a fixture runs against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dialect {
+    Sqlite,
+    Postgres,
+    Mysql,
+}
+
+/// A lease table of its own (random name) in a database: SQLite in a fresh temp dir, or the
+/// PostgreSQL / MariaDB server named by `DLOCK_TEST_POSTGRES_URL` / `DLOCK_TEST_MYSQL_URL`.
+pub struct SqlFixture {
+    dialect: Dialect,
+    url: String,
+    options: SqlOptions,
+    upstream: Option<SocketAddr>,
+    server: Option<Arc<dyn ServerControl>>,
+    provenance: String,
+    // Keeps the SQLite file (and, for private servers, the data dir) until the fixture goes.
+    _keep: Option<Box<dyn std::any::Any + Send + Sync>>,
+}
+
+fn random_table() -> String {
+    format!("dlock_t_{}", &uuid::Uuid::new_v4().simple().to_string()[..16])
+}
+
+fn test_options(table: String) -> SqlOptions {
+    SqlOptions {
+        table,
+        max_connections: 4,
+        connect_timeout: Duration::from_secs(2),
+        query_timeout: Duration::from_secs(2),
+    }
+}
+
+async fn upstream_of(url: &str, default_port: u16) -> Result<SocketAddr, LockError> {
+    let parsed = url::Url::parse(url).map_err(|e| LockError::config(format!("bad test URL: {e}")))?;
+    let host = parsed.host_str().unwrap_or("127.0.0.1").to_owned();
+    let port = parsed.port().unwrap_or(default_port);
+    let addr = tokio::net::lookup_host((host.as_str(), port))
+        .await
+        .map_err(|e| LockError::unavailable_from("test", format!("cannot resolve {host}"), e))?
+        .next();
+    addr.ok_or_else(|| LockError::unavailable("test", format!("{host} has no address")))
+}
+
+impl SqlFixture {
+    /// SQLite: a fresh file in a temp dir.
+    pub async fn sqlite() -> Result<SqlFixture, LockError> {
+        let dir = tempfile::tempdir().map_err(|e| LockError::unavailable_from("test", "no temp dir", e))?;
+        let url = format!("sqlite://{}", dir.path().join("locks.db").display());
+        Ok(SqlFixture {
+            dialect: Dialect::Sqlite,
+            url,
+            options: test_options(random_table()),
+            upstream: None,
+            server: None,
+            provenance: "sqlite file in a temp dir".into(),
+            _keep: Some(Box::new(dir)),
+        })
+    }
+
+    /// PostgreSQL from `DLOCK_TEST_POSTGRES_URL` (default: the local test server).
+    pub async fn postgres() -> Result<SqlFixture, LockError> {
+        let url = std::env::var("DLOCK_TEST_POSTGRES_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+        let upstream = upstream_of(&url, 5432).await?;
+        Ok(SqlFixture {
+            dialect: Dialect::Postgres,
+            provenance: format!("env/default URL, server {upstream}"),
+            url,
+            options: test_options(random_table()),
+            upstream: Some(upstream),
+            server: None,
+            _keep: None,
+        })
+    }
+
+    /// MySQL/MariaDB from `DLOCK_TEST_MYSQL_URL` (default: the local test server).
+    pub async fn mysql() -> Result<SqlFixture, LockError> {
+        let url =
+            std::env::var("DLOCK_TEST_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned());
+        let upstream = upstream_of(&url, 3306).await?;
+        Ok(SqlFixture {
+            dialect: Dialect::Mysql,
+            provenance: format!("env/default URL, server {upstream}"),
+            url,
+            options: test_options(random_table()),
+            upstream: Some(upstream),
+            server: None,
+            _keep: None,
+        })
+    }
+
+    /// The dialect.
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    /// The direct URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The options every client of this fixture uses.
+    pub fn options(&self) -> SqlOptions {
+        self.options.clone()
+    }
+
+    /// A client with the concrete type (for store-level checks).
+    pub async fn sql_client(&self) -> Result<SqlLock, LockError> {
+        lock_sql::connect(&self.url, self.options.clone()).await
+    }
+}
+
+#[async_trait]
+impl Fixture for SqlFixture {
+    fn backend(&self) -> &str {
+        match self.dialect {
+            Dialect::Sqlite => "sqlite",
+            Dialect::Postgres => "postgres",
+            Dialect::Mysql => "mysql",
+        }
+    }
+
+    async fn client(&self) -> Result<Arc<dyn DistributedLock>, LockError> {
+        Ok(Arc::new(self.sql_client().await?))
+    }
+
+    /// Through a [`FaultProxy`] for PostgreSQL and MySQL. SQLite has no network between client
+    /// and database (it is a file), so it has no link to break: `None`.
+    async fn linked_client(&self) -> Result<Option<LinkedClient>, LockError> {
+        let Some(upstream) = self.upstream else { return Ok(None) };
+        let proxy = FaultProxy::start(upstream).await?;
+        let mut url = url::Url::parse(&self.url).map_err(|e| LockError::config(format!("bad test URL: {e}")))?;
+        let local = proxy.local_addr();
+        url.set_host(Some(&local.ip().to_string())).map_err(|e| LockError::config(format!("bad test URL: {e}")))?;
+        url.set_port(Some(local.port())).map_err(|_| LockError::config("bad test URL: cannot set port"))?;
+        let client = lock_sql::connect(url.as_str(), self.options.clone()).await?;
+        Ok(Some(LinkedClient { client: Arc::new(client), link: proxy }))
+    }
+
+    fn server(&self) -> Option<Arc<dyn ServerControl>> {
+        self.server.clone()
+    }
+
+    fn provenance(&self) -> String {
+        self.provenance.clone()
+    }
+}
+
+impl Drop for SqlFixture {
+    /// Drops this fixture's lease table from the shared server (best effort, bounded).
+    fn drop(&mut self) {
+        if self.dialect == Dialect::Sqlite {
+            return;
+        }
+        let (dialect, url, table) = (self.dialect, self.url.clone(), self.options.table.clone());
+        // A thread with its own runtime: Drop cannot await, and may run outside any runtime.
+        let t = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+            rt.block_on(async move {
+                let sql = match dialect {
+                    Dialect::Mysql => format!("DROP TABLE IF EXISTS `{table}`"),
+                    _ => format!("DROP TABLE IF EXISTS \"{table}\""),
+                };
+                let work = async {
+                    match dialect {
+                        Dialect::Postgres => {
+                            let pool = sqlx::PgPool::connect(&url).await?;
+                            pool.execute(sqlx::AssertSqlSafe(sql)).await?;
+                            pool.close().await;
+                        }
+                        Dialect::Mysql => {
+                            let pool = sqlx::MySqlPool::connect(&url).await?;
+                            pool.execute(sqlx::AssertSqlSafe(sql)).await?;
+                            pool.close().await;
+                        }
+                        Dialect::Sqlite => {}
+                    }
+                    Ok::<_, sqlx::Error>(())
+                };
+                let _ = tokio::time::timeout(Duration::from_secs(3), work).await;
+            });
+        });
+        let _ = t.join();
+    }
+}
+
+/// Names that must work as bound parameters, distinct from each other.
+pub fn hostile_names() -> Vec<String> {
+    vec![
+        "a/b".into(),
+        "../x".into(),
+        "'".into(),
+        "\"".into(),
+        "`".into(),
+        "it's \"quoted\" `twice`".into(),
+        "'; DROP TABLE x; --".into(),
+        "\\".into(),
+        "%_".into(),
+        "x".repeat(255),
+        "ключ 🔒 鍵".into(),
+        "a".into(),
+        "A".into(),
+        "a ".into(),
+        " a".into(),
+        "é".into(),
+        "e\u{301}".into(),
+    ]
+}
+
+fn opts(ttl_ms: u64) -> AcquireOptions {
+    AcquireOptions::new(Duration::from_millis(ttl_ms)).request_timeout(Duration::from_secs(2))
+}
+
+/// Every hostile name can be taken, is independent of every other (case, trailing blanks,
+/// Unicode normalisation), and the table survives.
+pub async fn check_hostile_names(fx: &SqlFixture) -> Result<(), LockError> {
+    let a = fx.client().await?;
+    let b = fx.client().await?;
+    let names = hostile_names();
+    let o = opts(5000);
+    let mut held = Vec::new();
+    for n in &names {
+        let name = LockName::new(n)?;
+        let lease = a.try_acquire(&name, &o).await?;
+        assert!(lease.is_some(), "{n:?} should be free (distinct from the names before it)");
+        assert!(b.try_acquire(&name, &o).await?.is_none(), "{n:?} is held by a");
+        held.push(lease);
+    }
+    for (n, lease) in names.iter().zip(held) {
+        let lease = lease.expect("checked above");
+        lease.release().await?;
+        let again = b.try_acquire(&LockName::new(n)?, &o).await?.expect("free after release");
+        assert!(again.token() > lease.token(), "{n:?}: token must grow");
+        again.release().await?;
+    }
+    Ok(())
+}
+
+/// After a holder stops renewing, another client takes over once the ttl passed, with a greater
+/// token; the stale holder's renew and release find another owner.
+pub async fn check_takeover_fence(fx: &SqlFixture) -> Result<(), LockError> {
+    let a = fx.client().await?;
+    let b = fx.client().await?;
+    let name = LockName::new("takeover")?;
+    let short = opts(400).auto_renew(false);
+    let mut last = 0;
+    for round in 0..3 {
+        let first = a.try_acquire(&name, &short).await?.expect("free");
+        assert!(first.token().get() > last, "round {round}: token regressed");
+        assert!(b.try_acquire(&name, &short).await?.is_none(), "live lease must block");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let second = b.try_acquire(&name, &short).await?.expect("expired lease must be taken over");
+        assert!(second.token() > first.token(), "takeover must bump the fence");
+        assert!(matches!(first.renew().await, Err(LockError::Lost { .. })), "stale renew must fail");
+        assert!(matches!(first.release().await, Err(LockError::Lost { .. })), "stale release must fail");
+        assert!(b.try_acquire(&name, &short).await?.is_none(), "stale release must not free it");
+        last = second.token().get();
+        second.release().await?;
+    }
+    Ok(())
+}
+
+/// Store level: an attempt by the same owner re-grants with the same token; a contender sees
+/// the holder's remaining lease.
+pub async fn check_idempotent_and_remaining(fx: &SqlFixture) -> Result<(), LockError> {
+    let lock = fx.sql_client().await?;
+    let store = lock.store();
+    let name = LockName::new("idempotent")?;
+    let me = OwnerId::random();
+    let ttl = Duration::from_secs(3);
+    let TryLock::Acquired { token: t1 } = store.try_lock(&name, me, ttl).await? else { panic!("free") };
+    let TryLock::Acquired { token: t2 } = store.try_lock(&name, me, ttl).await? else { panic!("same owner") };
+    assert_eq!(t1, t2, "a retry by the same owner gets the same grant");
+    match store.try_lock(&name, OwnerId::random(), ttl).await? {
+        TryLock::Held { remaining: Some(r) } => {
+            assert!(r <= ttl && r > Duration::from_millis(1500), "remaining {r:?} should be close to {ttl:?}")
+        }
+        other => panic!("expected Held with remaining, got {other:?}"),
+    }
+    assert_eq!(store.release(&name, OwnerId::random()).await?, lock_core::ReleaseOutcome::NotOwner);
+    assert_eq!(store.renew(&name, OwnerId::random(), ttl).await?, lock_core::RenewOutcome::NotOwner);
+    assert_eq!(store.renew(&name, me, ttl).await?, lock_core::RenewOutcome::Renewed);
+    assert_eq!(store.release(&name, me).await?, lock_core::ReleaseOutcome::Released);
+    assert_eq!(store.release(&name, me).await?, lock_core::ReleaseOutcome::NotOwner);
+    let TryLock::Acquired { token: t3 } = store.try_lock(&name, me, ttl).await? else { panic!("free") };
+    assert!(t3 > t1, "after release even the same owner gets a new token");
+    Ok(())
+}
+
+/// `tasks` clients (separate pools) each add 1 to a shared counter `rounds` times with
+/// read-sleep-write under the lock; the final count must be exact and tokens strictly grow.
+pub async fn check_counter(fx: &SqlFixture, tasks: usize, rounds: usize) -> Result<(), LockError> {
+    let counter = Arc::new(AtomicU64::new(0));
+    let last_token = Arc::new(AtomicU64::new(0));
+    let mut joins = Vec::new();
+    for _ in 0..tasks {
+        let client = fx.client().await?;
+        let (counter, last_token) = (Arc::clone(&counter), Arc::clone(&last_token));
+        joins.push(tokio::spawn(async move {
+            let name = LockName::new("counter")?;
+            let o = opts(3000).wait(Duration::from_secs(60));
+            for _ in 0..rounds {
+                let lease = client.acquire(&name, &o).await?;
+                let prev = last_token.swap(lease.token().get(), Ordering::SeqCst);
+                assert!(lease.token().get() > prev, "token {} after {prev}", lease.token());
+                let v = counter.load(Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                counter.store(v + 1, Ordering::SeqCst);
+                lease.release().await?;
+            }
+            Ok::<_, LockError>(())
+        }));
+    }
+    for j in joins {
+        j.await.expect("task panicked")?;
+    }
+    assert_eq!(counter.load(Ordering::SeqCst), (tasks * rounds) as u64, "lost updates: two holders at once");
+    Ok(())
+}
+
+/// A bad table name is a configuration error, before any connection is tried.
+pub async fn check_bad_table(url: &str) {
+    for bad in ["1x", "a-b", "x\"; DROP TABLE y; --", "", &"t".repeat(64)] {
+        let r = lock_sql::connect(url, SqlOptions::default().table(bad)).await;
+        assert!(matches!(r, Err(LockError::Config { .. })), "table {bad:?}: {:?}", r.err());
+    }
+}
+
+/// A server nobody listens on is `Unavailable`, quickly.
+pub async fn check_unreachable(url: &str) {
+    let started = Instant::now();
+    let o = SqlOptions { connect_timeout: Duration::from_secs(2), ..SqlOptions::default() };
+    let r = lock_sql::connect(url, o).await;
+    assert!(matches!(r, Err(LockError::Unavailable { .. })), "{:?}", r.err());
+    assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
+}
+
+/// Returns how long a waiter took to get the lock after the holder released it (ttl 10 s, so
+/// only a wake-up or a poll explains a fast grant).
+pub async fn measure_wake_latency(fx: &SqlFixture) -> Result<Duration, LockError> {
+    let a = fx.client().await?;
+    let b = fx.client().await?;
+    let name = LockName::new("wake")?;
+    let o = opts(10_000).wait(Duration::from_secs(20));
+    let held = a.try_acquire(&name, &o).await?.expect("free");
+    let waiter = tokio::spawn(async move {
+        let lease = b.acquire(&name, &o).await?;
+        let at = Instant::now();
+        lease.release().await?;
+        Ok::<_, LockError>(at)
+    });
+    // Let the waiter settle into its long sleep.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let released = Instant::now();
+    held.release().await?;
+    let got = waiter.await.expect("waiter panicked")?;
+    Ok(got - released)
+}

@@ -1,0 +1,49 @@
+//! The SQL backend on MySQL/MariaDB (`DLOCK_TEST_MYSQL_URL`, default the local test server): the
+//! conformance suite plus MySQL-specific checks.
+
+mod common;
+
+use std::time::Duration;
+
+use common::SqlFixture;
+
+#[tokio::test]
+async fn extra_hostile_names() {
+    common::check_hostile_names(&SqlFixture::mysql().await.unwrap()).await.unwrap();
+}
+
+#[tokio::test]
+async fn extra_takeover_bumps_fence() {
+    common::check_takeover_fence(&SqlFixture::mysql().await.unwrap()).await.unwrap();
+}
+
+#[tokio::test]
+async fn extra_idempotent_and_remaining() {
+    common::check_idempotent_and_remaining(&SqlFixture::mysql().await.unwrap()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extra_counter_is_exact() {
+    common::check_counter(&SqlFixture::mysql().await.unwrap(), 6, 15).await.unwrap();
+}
+
+#[tokio::test]
+async fn extra_bad_table_is_config_error() {
+    let fx = SqlFixture::mysql().await.unwrap();
+    common::check_bad_table(fx.url()).await;
+}
+
+#[tokio::test]
+async fn extra_unreachable_is_unavailable() {
+    common::check_unreachable("mysql://root@127.0.0.1:1/test").await;
+    common::check_unreachable("mariadb://root@127.0.0.1:1/test").await;
+}
+
+/// Polling: a waiter gets the lock within its capped back-off after the release.
+#[tokio::test]
+async fn extra_poll_wakes_waiter() {
+    let fx = SqlFixture::mysql().await.unwrap();
+    let latency = common::measure_wake_latency(&fx).await.unwrap();
+    eprintln!("mysql wake-up latency after release: {latency:?}");
+    assert!(latency < Duration::from_millis(1000), "{latency:?}");
+}
