@@ -1,0 +1,161 @@
+//! Fixtures shared by the Redis and Redlock test files: fresh local `redis-server`s per fixture.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_conformance::proxy::{FaultProxy, ProxyGroup};
+use lock_conformance::servers::redis::RedisServer;
+use lock_conformance::{async_trait, Fixture, LinkedClient, ServerControl};
+use lock_core::{DistributedLock, LockError};
+use lock_redis::RedisOptions;
+
+/// Options for tests: short timeouts, so fault cases finish quickly.
+pub fn test_options() -> RedisOptions {
+    RedisOptions {
+        connect_timeout: Duration::from_secs(1),
+        request_timeout: Duration::from_millis(400),
+        ..RedisOptions::default()
+    }
+}
+
+/// One fresh Redis server.
+pub struct RedisFixture {
+    pub server: RedisServer,
+    pub options: RedisOptions,
+}
+
+impl RedisFixture {
+    pub async fn start() -> Result<RedisFixture, LockError> {
+        Ok(RedisFixture { server: RedisServer::start().await?, options: test_options() })
+    }
+
+    pub async fn redis_client(&self) -> Result<lock_redis::RedisLock, LockError> {
+        lock_redis::connect(self.server.url(), self.options.clone()).await
+    }
+}
+
+#[async_trait]
+impl Fixture for RedisFixture {
+    fn backend(&self) -> &str {
+        "redis"
+    }
+
+    async fn client(&self) -> Result<Arc<dyn DistributedLock>, LockError> {
+        Ok(Arc::new(self.redis_client().await?))
+    }
+
+    async fn linked_client(&self) -> Result<Option<LinkedClient>, LockError> {
+        let Some(addr) = self.server.addr() else { return Ok(None) };
+        let proxy = FaultProxy::start(addr).await?;
+        let client = lock_redis::connect(&format!("redis://{}", proxy.local_addr()), self.options.clone()).await?;
+        Ok(Some(LinkedClient { client: Arc::new(client), link: proxy }))
+    }
+
+    fn server(&self) -> Option<Arc<dyn ServerControl>> {
+        self.server.control()
+    }
+
+    fn provenance(&self) -> String {
+        self.server.provenance().to_owned()
+    }
+}
+
+/// Five fresh, independent Redis masters.
+pub struct RedlockFixture {
+    pub servers: Vec<RedisServer>,
+    pub options: RedisOptions,
+}
+
+impl RedlockFixture {
+    pub async fn start() -> Result<RedlockFixture, LockError> {
+        Self::start_n(5).await
+    }
+
+    pub async fn start_n(n: usize) -> Result<RedlockFixture, LockError> {
+        let mut servers = Vec::with_capacity(n);
+        for _ in 0..n {
+            // Always local: Redlock needs N independent servers the test can stop.
+            servers.push(RedisServer::start_local().await?);
+        }
+        Ok(RedlockFixture { servers, options: test_options() })
+    }
+
+    fn addrs(&self) -> Vec<std::net::SocketAddr> {
+        self.servers.iter().filter_map(|s| s.addr()).collect()
+    }
+
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self.addrs().iter().map(|a| a.to_string()).collect();
+        format!("redlock://{}", hosts.join(","))
+    }
+
+    pub async fn redlock_client(&self) -> Result<lock_redis::Redlock, LockError> {
+        lock_redis::connect_redlock(&self.url(), self.options.clone()).await
+    }
+
+    /// Control of master `i`.
+    pub fn master(&self, i: usize) -> Arc<dyn ServerControl> {
+        self.servers[i].control().expect("local servers have control")
+    }
+}
+
+/// Stops, starts or pauses every master together: the deployment as a whole goes away.
+pub struct AllMasters(Vec<Arc<dyn ServerControl>>);
+
+#[async_trait]
+impl ServerControl for AllMasters {
+    async fn stop(&self) -> Result<(), LockError> {
+        for s in &self.0 {
+            s.stop().await?;
+        }
+        Ok(())
+    }
+
+    async fn start(&self) -> Result<(), LockError> {
+        for s in &self.0 {
+            s.start().await?;
+        }
+        Ok(())
+    }
+
+    async fn pause(&self, paused: bool) -> Result<(), LockError> {
+        for s in &self.0 {
+            s.pause(paused).await?;
+        }
+        Ok(())
+    }
+
+    fn persistent(&self) -> bool {
+        false
+    }
+}
+
+#[async_trait]
+impl Fixture for RedlockFixture {
+    fn backend(&self) -> &str {
+        "redlock"
+    }
+
+    async fn client(&self) -> Result<Arc<dyn DistributedLock>, LockError> {
+        Ok(Arc::new(self.redlock_client().await?))
+    }
+
+    async fn linked_client(&self) -> Result<Option<LinkedClient>, LockError> {
+        let group = ProxyGroup::start(&self.addrs()).await?;
+        let hosts: Vec<String> = group.local_addrs().iter().map(|a| a.to_string()).collect();
+        let client =
+            lock_redis::connect_redlock(&format!("redlock://{}", hosts.join(",")), self.options.clone()).await?;
+        Ok(Some(LinkedClient { client: Arc::new(client), link: Arc::new(group) }))
+    }
+
+    fn server(&self) -> Option<Arc<dyn ServerControl>> {
+        let controls: Option<Vec<_>> = self.servers.iter().map(|s| s.control()).collect();
+        controls.map(|c| Arc::new(AllMasters(c)) as Arc<dyn ServerControl>)
+    }
+
+    fn provenance(&self) -> String {
+        format!("{} × {}", self.servers.len(), self.servers.first().map(|s| s.provenance()).unwrap_or_default())
+    }
+}

@@ -1,0 +1,207 @@
+//! The single-instance backend against fresh local `redis-server`s: Redis-specific cases here;
+//! the shared conformance suite is invoked at the bottom.
+
+mod common;
+
+mod redis_extra {
+    use std::time::{Duration, Instant};
+
+    use lock_conformance::Fixture;
+    use lock_core::{AcquireOptions, DistributedLock, LockError, LockName};
+
+    use crate::common::RedisFixture;
+
+    fn opts(ttl_ms: u64) -> AcquireOptions {
+        AcquireOptions::new(Duration::from_millis(ttl_ms))
+            .wait(Duration::from_secs(5))
+            .request_timeout(Duration::from_secs(1))
+    }
+
+    async fn raw(fx: &RedisFixture) -> redis::aio::MultiplexedConnection {
+        let client = redis::Client::open(fx.server.url()).unwrap();
+        client.get_multiplexed_async_connection().await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn basics_tokens_and_capabilities() {
+        let fx = RedisFixture::start().await.unwrap();
+        let a = fx.redis_client().await.unwrap();
+        let b = fx.redis_client().await.unwrap();
+        assert_eq!(a.backend(), "redis");
+        let caps = a.capabilities();
+        assert!(caps.durable_fencing && !caps.durable_leases && !caps.fifo);
+        let name = LockName::new("basics").unwrap();
+        let l1 = a.try_acquire(&name, &opts(2000)).await.unwrap().expect("free");
+        assert!(b.try_acquire(&name, &opts(2000)).await.unwrap().is_none());
+        l1.release().await.unwrap();
+        let l2 = b.try_acquire(&name, &opts(2000)).await.unwrap().expect("free again");
+        assert!(l2.token() > l1.token(), "{} then {}", l1.token(), l2.token());
+        // Tokens are floored by the server clock in microseconds.
+        let now_us = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as u64;
+        assert!(l1.token().0 > now_us - 60_000_000, "token {} is not floored by TIME", l1.token());
+        l2.release().await.unwrap();
+    }
+
+    /// A Redis without persistence restarts empty: the next token is still greater.
+    #[tokio::test]
+    async fn restart_empty_keeps_tokens_monotonic() {
+        let fx = RedisFixture::start().await.unwrap();
+        let Some(server) = fx.server() else { return };
+        let c = fx.redis_client().await.unwrap();
+        let name = LockName::new("restart").unwrap();
+        let mut last = 0;
+        for _ in 0..5 {
+            let l = c.acquire(&name, &opts(1000)).await.unwrap();
+            assert!(l.token().0 > last);
+            last = l.token().0;
+            l.release().await.unwrap();
+        }
+        server.stop().await.unwrap();
+        server.start().await.unwrap();
+        let l = c.acquire(&name, &opts(1000)).await.unwrap();
+        assert!(l.token().0 > last, "token went from {last} to {} across an empty restart", l.token());
+        l.release().await.unwrap();
+    }
+
+    /// The fence counter evicted or deleted: the TIME floor keeps tokens increasing.
+    #[tokio::test]
+    async fn deleted_counter_keeps_tokens_monotonic() {
+        let fx = RedisFixture::start().await.unwrap();
+        let c = fx.redis_client().await.unwrap();
+        let name = LockName::new("evicted").unwrap();
+        let l1 = c.acquire(&name, &opts(1000)).await.unwrap();
+        l1.release().await.unwrap();
+        let mut conn = raw(&fx).await;
+        let _: i64 = redis::cmd("DEL").arg("dlock:{evicted}:fence").query_async(&mut conn).await.unwrap();
+        let l2 = c.acquire(&name, &opts(1000)).await.unwrap();
+        assert!(l2.token() > l1.token());
+        l2.release().await.unwrap();
+    }
+
+    /// SCRIPT FLUSH between calls: scripts are re-loaded on NOSCRIPT.
+    #[tokio::test]
+    async fn noscript_reload() {
+        let fx = RedisFixture::start().await.unwrap();
+        let c = fx.redis_client().await.unwrap();
+        let name = LockName::new("noscript").unwrap();
+        let l = c.acquire(&name, &opts(2000)).await.unwrap();
+        let mut conn = raw(&fx).await;
+        let _: () = redis::cmd("SCRIPT").arg("FLUSH").query_async(&mut conn).await.unwrap();
+        l.renew().await.unwrap();
+        let _: () = redis::cmd("SCRIPT").arg("FLUSH").query_async(&mut conn).await.unwrap();
+        l.release().await.unwrap();
+        let _: () = redis::cmd("SCRIPT").arg("FLUSH").query_async(&mut conn).await.unwrap();
+        let l = c.acquire(&name, &opts(2000)).await.unwrap();
+        l.release().await.unwrap();
+    }
+
+    /// Keys: one hash tag per lock, hostile names escaped, nothing collides.
+    #[tokio::test]
+    async fn hostile_names_and_hash_tags() {
+        let fx = RedisFixture::start().await.unwrap();
+        let c = fx.redis_client().await.unwrap();
+        let names =
+            ["a/b", "a%2Fb", "../x", "{tag}", "}{", "'; DROP TABLE locks; --", "ключ 🔒", "*", "a:b", &"x".repeat(255)];
+        let mut leases = Vec::new();
+        for n in names {
+            let name = LockName::new(n).unwrap();
+            leases.push(c.try_acquire(&name, &opts(5000)).await.unwrap().unwrap_or_else(|| panic!("{n:?} collided")));
+        }
+        let mut conn = raw(&fx).await;
+        let keys: Vec<String> = redis::cmd("KEYS").arg("dlock:*:lock").query_async(&mut conn).await.unwrap();
+        assert_eq!(keys.len(), names.len());
+        for k in &keys {
+            assert_eq!(k.matches('{').count(), 1, "{k}");
+            assert_eq!(k.matches('}').count(), 1, "{k}");
+        }
+        for l in leases {
+            l.release().await.unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn unreachable_server_is_unavailable_fast() {
+        let port = lock_conformance::process::free_port().unwrap();
+        let t = Instant::now();
+        let r = lock_redis::connect(&format!("redis://127.0.0.1:{port}"), crate::common::test_options()).await;
+        assert!(matches!(r, Err(LockError::Unavailable { .. })), "{:?}", r.err());
+        assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+        // A black hole (TEST-NET-1): bounded by the connect timeout.
+        let t = Instant::now();
+        let r = lock_redis::connect("redis://192.0.2.1:6379", crate::common::test_options()).await;
+        assert!(matches!(r, Err(LockError::Unavailable { .. })), "{:?}", r.err());
+        assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+    }
+
+    #[tokio::test]
+    async fn bad_urls_are_config_errors() {
+        for url in ["http://x", "redis://", "not a url", "redis://h:99999"] {
+            let r = lock_redis::connect(url, crate::common::test_options()).await;
+            assert!(matches!(r, Err(LockError::Config { .. })), "{url}: {:?}", r.err());
+        }
+        let r = lock_redis::connect("redis://u:sekrit@127.0.0.1:1", crate::common::test_options()).await;
+        let e = r.err().unwrap().to_string();
+        assert!(!e.contains("sekrit"), "{e}");
+    }
+
+    /// AUTH from the URL; wrong passwords are a Config error that does not echo the password.
+    #[tokio::test]
+    async fn auth_from_url() {
+        let fx = RedisFixture::start().await.unwrap();
+        let Some(addr) = fx.server.addr() else { return };
+        let mut conn = raw(&fx).await;
+        let _: () = redis::cmd("ACL")
+            .arg(&["SETUSER", "locker", "on", ">pw1", "~*", "&*", "+@all"])
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let ok =
+            lock_redis::connect(&format!("redis://locker:pw1@{addr}/0"), crate::common::test_options()).await.unwrap();
+        let l = ok.try_acquire(&LockName::new("auth").unwrap(), &opts(1000)).await.unwrap().unwrap();
+        l.release().await.unwrap();
+        let bad = lock_redis::connect(&format!("redis://locker:wrongpw@{addr}"), crate::common::test_options()).await;
+        let e = bad.err().unwrap();
+        assert!(matches!(e, LockError::Config { .. }), "{e}");
+        assert!(!e.to_string().contains("wrongpw"), "{e}");
+    }
+
+    /// A release wakes a waiter through pub/sub, long before the fallback re-try.
+    #[tokio::test]
+    async fn release_wakes_waiter_quickly() {
+        let fx = RedisFixture::start().await.unwrap();
+        let a = fx.redis_client().await.unwrap();
+        let b = fx.redis_client().await.unwrap();
+        let name = LockName::new("wake").unwrap();
+        let ttl = 10_000;
+        let held = a.acquire(&name, &opts(ttl)).await.unwrap();
+        let waiter = tokio::spawn({
+            let name = name.clone();
+            async move {
+                let l = b.acquire(&name, &opts(ttl).wait(Duration::from_secs(8))).await.unwrap();
+                let at = Instant::now();
+                l.release().await.unwrap();
+                at
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let released = Instant::now();
+        held.release().await.unwrap();
+        let got = waiter.await.unwrap();
+        let latency = got - released;
+        eprintln!("wake latency {latency:?}");
+        assert!(latency < Duration::from_millis(300), "waiter took {latency:?} after the release");
+    }
+
+    /// The holder is told when the server forgets its lease (restart without persistence).
+    #[tokio::test]
+    async fn restart_fires_lost_signal() {
+        let fx = RedisFixture::start().await.unwrap();
+        let Some(server) = fx.server() else { return };
+        let c = fx.redis_client().await.unwrap();
+        let lease = c.acquire(&LockName::new("lost").unwrap(), &opts(1000)).await.unwrap();
+        server.stop().await.unwrap();
+        server.start().await.unwrap();
+        tokio::time::timeout(Duration::from_secs(3), lease.lost().fired()).await.expect("lost signal fired");
+        assert!(!lease.is_valid());
+    }
+}
