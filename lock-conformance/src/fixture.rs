@@ -54,6 +54,20 @@ pub trait Fixture: Send + Sync + 'static {
     fn name_prefix(&self) -> String {
         String::new()
     }
+
+    /// How long after a holder vanishes (stops renewing a lease of [`Fixture::base_ttl`], or is
+    /// cut off from the server) its lock becomes free for others: the ttl for per-lock leases,
+    /// the session timeout for per-session backends (ZooKeeper). Cases wait a generous multiple
+    /// of it, never less.
+    fn expiry_bound(&self) -> Duration {
+        self.base_ttl()
+    }
+
+    /// Where the server came from (`env DLOCK_TEST_REDIS_URL`, `container redis:7`, `local
+    /// binary /usr/bin/redis-server`, …), for reports. Empty when not known.
+    fn provenance(&self) -> String {
+        String::new()
+    }
 }
 
 /// A client plus the switch board of its network path.
@@ -80,7 +94,8 @@ pub trait ClientLink: Send + Sync + 'static {
 pub trait ServerControl: Send + Sync + 'static {
     /// Stops the server (SIGKILL); clients see connections refused until `start`.
     async fn stop(&self) -> Result<(), LockError>;
-    /// Starts it again on the same address, with the same data directory.
+    /// Starts it again on the same address, with the same data directory, and returns once it
+    /// accepts connections.
     async fn start(&self) -> Result<(), LockError>;
     /// Pauses the process (SIGSTOP) or resumes it (SIGCONT).
     async fn pause(&self, paused: bool) -> Result<(), LockError>;

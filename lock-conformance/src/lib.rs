@@ -1,9 +1,182 @@
-//! The dlock conformance suite.
+//! # lock-conformance
+//!
+//! The dlock conformance suite (SPEC §7): the same safety cases for every backend, written once
+//! as plain `pub async fn case(fx: &dyn Fixture) -> CaseResult` checks ([`cases`]), plus test-server
+//! provisioning ([`servers`]), an in-process TCP fault proxy ([`proxy`]), and a runner that
+//! returns a report ([`runner`]).
+//!
+//! ## Certifying a backend (yours or ours)
+//!
+//! 1. Implement [`Fixture`]: a label, and a factory of **fresh, independent** clients (each its
+//!    own connections and session, as a separate process would have).
+//! 2. Call the macro once in a test file: one named test per case, `<module>::<case>`.
+//!
+//! ```ignore
+//! // tests/conformance.rs of your crate
+//! lock_conformance::conformance_tests!(mybackend, || async { MyFixture::start().await });
+//! ```
+//!
+//! The factory runs once per test, so every case gets a fresh fixture (and, if the fixture
+//! starts one, a fresh server): `cargo nextest run` runs them in parallel processes. A test
+//! fails on `failed` or `skipped` with the detail, and passes on `not_applicable` after
+//! printing `NOT APPLICABLE <backend>::<case>: <reason>` to stderr. The module also gets a guard
+//! test, `conformance_case_list_is_complete`, which fails if the macro's list and
+//! [`all_cases`] ever differ.
+//!
+//! Or run the suite yourself and read the report ([`runner::run_suite`]); that is what
+//! `dlock conformance --config FILE` does against a deployment:
+//!
+//! ```
+//! # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+//! # async fn main() {
+//! use std::sync::Arc;
+//! use lock_conformance::{memory::MemoryFixture, runner::{run_suite, RunOptions}};
+//! let report = run_suite(Arc::new(MemoryFixture::new()), &RunOptions {
+//!     filter: Some("fencing".into()),
+//!     parallelism: 2,
+//!     ..RunOptions::default()
+//! }).await;
+//! println!("{}", serde_json::to_string_pretty(&report).unwrap());
+//! assert!(report.ok());
+//! # }
+//! ```
+//!
+//! `examples/custom_backend.rs` of the `dlock` package is a complete third-party backend
+//! certified in a few lines (`cargo run --example custom_backend`).
+//!
+//! ## Fault hooks
+//!
+//! The `fault_*` cases and the `nemesis` need ways to hurt the deployment. A fixture offers
+//! what it can; for the rest the cases report `not_applicable` **with the reason** (never a
+//! silent pass):
+//!
+//! - [`Fixture::linked_client`]: a client whose network the suite can partition, slow down and
+//!   reset ([`ClientLink`]). The usual way: start a [`proxy::FaultProxy`] in front of the server
+//!   and connect that client through [`proxy::FaultProxy::local_addr`]; for several servers
+//!   (Redlock) use a [`proxy::ProxyGroup`].
+//! - [`Fixture::server`]: stop (SIGKILL), start, pause (SIGSTOP/SIGCONT) a server the fixture
+//!   owns ([`ServerControl`]); [`process::ChildServer`] does this for a local binary.
+//! - [`Fixture::expiry_bound`]: how long a vanished holder keeps a lock — the ttl for per-lock
+//!   leases, the session timeout for per-session ones (ZooKeeper).
+//! - [`Fixture::base_ttl`]: the lease time of timing cases; bounds are generous multiples of it.
+//!
+//! ## Capabilities decide what applies
+//!
+//! Every case reads the backend's [`lock_core::Capabilities`] and checks each promise made:
+//! `fifo` → `fifo_order`; `durable_fencing` → tokens rise across `fault_server_restart`;
+//! `durable_leases` → a holder keeps its lease across it (and otherwise must be told it lost
+//! it); `lease_model` → how a holder "vanishes" (stops renewing for per-lock leases; is cut off
+//! by its link for per-session ones); `wake` → the wake-up latency bound; `min_ttl`/`max_ttl` →
+//! option validation. A declared kind the suite cannot check yet (`rw_lock`, `semaphore`) is
+//! `skipped`, which is not ok.
+//!
+//! ## Servers for the bundled backends
+//!
+//! [`servers::provision`] gets a fresh server from, in order: a URL in
+//! `DLOCK_TEST_<BACKEND>_URL`; a container when this crate is built with the `containers`
+//! feature and `docker info` answers (official images through testcontainers); a local server
+//! binary started on a free port in a temp dir and stopped by PID. It prints which one it used.
+//! To run against Docker:
+//!
+//! ```text
+//! docker info                      # must answer
+//! cargo nextest run -p lock-redis --features lock-conformance/containers
+//! ```
+//!
+//! ## Knobs
+//!
+//! - `DLOCK_NEMESIS_SECS` (default 4): how long the nemesis runs; `DLOCK_NEMESIS_SEED` replays one.
+//! - `DLOCK_TEST_<BACKEND>_URL`: use an existing server (fault cases needing server control are
+//!   then `not_applicable`).
 
+pub mod cases;
 pub mod fixture;
+#[doc(hidden)]
+pub mod harness;
+pub mod memory;
 pub mod process;
 pub mod proxy;
+pub mod runner;
 pub mod servers;
 
 pub use async_trait::async_trait;
+pub use cases::{all_cases, Case, CaseError, CaseResult};
 pub use fixture::{ClientLink, Fixture, LinkedClient, ServerControl};
+
+/// Generates one test per conformance case, in a module named `$module`, each calling
+/// `$factory` (a closure returning a future of `Result<impl Fixture, LockError>`) for a fresh
+/// fixture. Each test runs on a multi-threaded tokio runtime with 2 workers (what
+/// `#[tokio::test(flavor = "multi_thread", worker_threads = 2)]` gives, without requiring the
+/// calling crate to enable tokio's macros). Also generates the guard test
+/// `conformance_case_list_is_complete`.
+///
+/// ```ignore
+/// lock_conformance::conformance_tests!(memory, || async {
+///     Ok::<_, lock_core::LockError>(lock_conformance::memory::MemoryFixture::new())
+/// });
+/// ```
+#[macro_export]
+macro_rules! conformance_tests {
+    ($module:ident, $factory:expr) => {
+        $crate::__conformance_module! {
+            $module, $factory,
+            [
+                mutual_exclusion,
+                counter_exact,
+                independent_names,
+                fencing_monotonic,
+                fenced_register_rejects_former_holder,
+                fencing_after_expiry,
+                lease_validity,
+                auto_renew_keeps_lock,
+                manual_renew_extends,
+                expiry_of_vanished_holder,
+                release_is_owner_checked,
+                renew_is_owner_checked,
+                lost_signal,
+                release_idempotent,
+                drop_releases,
+                run_locked,
+                try_acquire_semantics,
+                acquire_timeout,
+                cancel_safety,
+                wake_latency,
+                fifo_order,
+                hostile_names,
+                invalid_input,
+                declared_kinds,
+                fault_pause_past_ttl,
+                fault_connection_cut,
+                fault_partition,
+                fault_latency,
+                fault_server_pause,
+                fault_server_restart,
+                fault_unavailable,
+                nemesis,
+            ]
+        }
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_module {
+    ($module:ident, $factory:expr, [$($case:ident),* $(,)?]) => {
+        mod $module {
+            #[allow(unused_imports)]
+            use super::*;
+
+            $(
+                #[test]
+                fn $case() {
+                    $crate::harness::run_test(stringify!($case), $factory);
+                }
+            )*
+
+            #[test]
+            fn conformance_case_list_is_complete() {
+                $crate::harness::check_case_list(&[$(stringify!($case)),*]);
+            }
+        }
+    };
+}

@@ -1,1 +1,285 @@
 //! Local zookeeper servers for tests (see servers/mod.rs for the provisioning order).
+//!
+//! [`ZkServer::start`] uses `DLOCK_TEST_ZK_URL` when it is set (then there is no server
+//! control), and otherwise runs a standalone ZooKeeper (`QuorumPeerMain`) from the installed
+//! jars with `java`, on a free port of 127.0.0.1, with its data directory in a temp dir (kept
+//! across `stop`/`start`, so sessions, nodes and zxids survive a restart as in production).
+//! `tickTime` is 200 ms so that sessions as short as 400 ms are allowed; the JVM is kept small.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lock_core::LockError;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::process::{find_binary, free_port, wait_for_port, ChildServer};
+use crate::ServerControl;
+
+/// The environment variable naming an existing ZooKeeper ensemble to test against
+/// (`zk://host:port[,host:port]/root`).
+pub const ENV_URL: &str = "DLOCK_TEST_ZK_URL";
+
+/// The environment variable pointing at a ZooKeeper installation (a directory with `lib/*.jar`,
+/// as in the Apache tarball), when it is not the Debian package.
+pub const ENV_HOME: &str = "ZOOKEEPER_HOME";
+
+/// How long a fresh ZooKeeper may take to serve requests (a cold JVM on a busy 2-core machine).
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The tick of the test server: sessions may be as short as two ticks.
+pub const TICK: Duration = Duration::from_millis(200);
+
+/// A ZooKeeper server for one test: a local process the test owns, or an external URL.
+pub struct ZkServer {
+    url: String,
+    provenance: String,
+    addr: Option<SocketAddr>,
+    control: Option<Arc<LocalZk>>,
+}
+
+impl std::fmt::Debug for ZkServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZkServer").field("addr", &self.addr).field("local", &self.control.is_some()).finish()
+    }
+}
+
+/// A local ZooKeeper process and its temp dir (removed when dropped, after the process).
+struct LocalZk {
+    child: ChildServer,
+    addr: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+/// The class path of an installed ZooKeeper: the Debian package's `zookeeper.jar` (its manifest
+/// lists the dependencies) or `$ZOOKEEPER_HOME/lib/*`.
+fn classpath() -> Option<String> {
+    if let Some(home) = std::env::var_os(ENV_HOME).map(PathBuf::from) {
+        let lib = home.join("lib");
+        if lib.is_dir() {
+            return Some(format!("{}/*:{}/*", lib.display(), home.display()));
+        }
+    }
+    ["/usr/share/java/zookeeper.jar", "/usr/share/zookeeper/zookeeper.jar"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+        .map(|p| p.display().to_string())
+}
+
+fn java() -> Option<PathBuf> {
+    if let Some(home) = std::env::var_os("JAVA_HOME").map(PathBuf::from) {
+        let java = home.join("bin/java");
+        if java.is_file() {
+            return Some(java);
+        }
+    }
+    find_binary("java", &["/usr/lib/jvm/default-java/bin", "/usr/bin"])
+}
+
+impl ZkServer {
+    /// `DLOCK_TEST_ZK_URL` if set, else a fresh local ZooKeeper on a free port.
+    pub async fn start() -> Result<ZkServer, LockError> {
+        if let Ok(url) = std::env::var(ENV_URL) {
+            if !url.trim().is_empty() {
+                let provenance = format!("env {ENV_URL}");
+                let addr = first_addr(&url).await;
+                return Ok(ZkServer { url, provenance, addr, control: None });
+            }
+        }
+        Self::start_local().await
+    }
+
+    /// Always a fresh local ZooKeeper (ignores `DLOCK_TEST_ZK_URL`).
+    pub async fn start_local() -> Result<ZkServer, LockError> {
+        let missing = |what: &str| {
+            LockError::unavailable(
+                "test",
+                format!(
+                    "{what} not found; install ZooKeeper (apt-get install zookeeper, which brings Java), set \
+                     {ENV_HOME} to an Apache ZooKeeper directory, or set {ENV_URL}=zk://host:port/root to test \
+                     against a running ensemble"
+                ),
+            )
+        };
+        let cp = classpath().ok_or_else(|| missing("the ZooKeeper jars (/usr/share/java/zookeeper.jar)"))?;
+        let java = java().ok_or_else(|| missing("java"))?;
+        let dir = tempfile::Builder::new()
+            .prefix("dlock-zk-")
+            .tempdir()
+            .map_err(|e| LockError::unavailable_from("test", "cannot create a temp dir for ZooKeeper", e))?;
+        let port = free_port()?;
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let data = dir.path().join("data");
+        let cfg = dir.path().join("zoo.cfg");
+        let config = format!(
+            "tickTime={tick}\n\
+             initLimit=10\n\
+             syncLimit=5\n\
+             dataDir={data}\n\
+             clientPort={port}\n\
+             clientPortAddress=127.0.0.1\n\
+             minSessionTimeout={min}\n\
+             maxSessionTimeout=120000\n\
+             maxClientCnxns=0\n\
+             admin.enableServer=false\n\
+             4lw.commands.whitelist=*\n\
+             autopurge.purgeInterval=0\n",
+            tick = TICK.as_millis(),
+            min = (TICK * 2).as_millis(),
+            data = data.display(),
+        );
+        std::fs::create_dir_all(&data)
+            .and_then(|_| std::fs::write(&cfg, config))
+            .map_err(|e| LockError::unavailable_from("test", "cannot write zoo.cfg", e))?;
+        let args: Vec<String> = [
+            "-Xmx256m",
+            "-Xss512k",
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+            "-Xshare:auto",
+            "-Djava.awt.headless=true",
+            "-Dzookeeper.admin.enableServer=false",
+            "-Dzookeeper.jmx.log4j.disable=true",
+            // Empty container parents go away within a second instead of a minute.
+            "-Dznode.container.checkIntervalMs=1000",
+            "-cp",
+            &cp,
+            "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+            &cfg.to_string_lossy(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let provenance = format!("local java {} -cp {cp}", java.display());
+        let child = ChildServer::new(java, args, dir.path());
+        let local = Arc::new(LocalZk { child, addr, _dir: dir });
+        local.spawn().await?;
+        local.wait_ready().await?;
+        Ok(ZkServer { url: format!("zk://{addr}"), provenance, addr: Some(addr), control: Some(local) })
+    }
+
+    /// `zk://127.0.0.1:<port>` without a root path (or the external URL as given).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// `url()` with the root path `root` (replacing the path of an external URL).
+    pub fn url_with_root(&self, root: &str) -> String {
+        let root = root.trim_start_matches('/');
+        match self.url.strip_prefix("zk://") {
+            Some(rest) => {
+                let authority = rest.split('/').next().unwrap_or(rest);
+                format!("zk://{authority}/{root}")
+            }
+            None => format!("{}/{root}", self.url.trim_end_matches('/')),
+        }
+    }
+
+    /// Where the server came from, for reports.
+    pub fn provenance(&self) -> &str {
+        &self.provenance
+    }
+
+    /// The address of the (first) server; `None` when an external URL could not be resolved.
+    pub fn addr(&self) -> Option<SocketAddr> {
+        self.addr
+    }
+
+    /// Stop/start/pause of the local process; `None` for an external URL.
+    pub fn control(&self) -> Option<Arc<dyn ServerControl>> {
+        self.control.clone().map(|c| c as Arc<dyn ServerControl>)
+    }
+
+    /// The local server's log (JVM output), for failure reports.
+    pub fn log(&self) -> Option<String> {
+        self.control.as_ref().map(|c| std::fs::read_to_string(c.child.log_path()).unwrap_or_default())
+    }
+}
+
+/// Resolves the first host of a `zk://` URL (for a fault proxy in front of it).
+async fn first_addr(url: &str) -> Option<SocketAddr> {
+    let rest = url.split_once("://").map(|(_, r)| r).unwrap_or(url);
+    let authority = rest.split('/').next()?;
+    let hosts = authority.rsplit('@').next()?;
+    let first = hosts.split(',').next()?;
+    let with_port = if first.rsplit_once(':').is_some_and(|(_, p)| p.parse::<u16>().is_ok()) {
+        first.to_owned()
+    } else {
+        format!("{first}:2181")
+    };
+    let lookup = tokio::net::lookup_host(with_port);
+    tokio::time::timeout(Duration::from_secs(5), lookup).await.ok()?.ok()?.next()
+}
+
+/// Sends a four-letter command and returns the answer (empty on any failure).
+async fn four_letters(addr: SocketAddr, cmd: &str) -> String {
+    let talk = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await?;
+        s.write_all(cmd.as_bytes()).await?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).await?;
+        Ok::<_, std::io::Error>(out)
+    };
+    match tokio::time::timeout(Duration::from_secs(2), talk).await {
+        Ok(Ok(out)) => out,
+        _ => String::new(),
+    }
+}
+
+impl LocalZk {
+    async fn spawn(self: &Arc<Self>) -> Result<(), LockError> {
+        let me = Arc::clone(self);
+        // Spawning reads the supervisor's first line: keep that off the async workers.
+        tokio::task::spawn_blocking(move || me.child.start())
+            .await
+            .map_err(|e| LockError::unavailable("test", format!("ZooKeeper start task failed: {e}")))?
+    }
+
+    /// Waits until the server serves requests (`srvr` reports its mode), not merely listens.
+    async fn wait_ready(&self) -> Result<(), LockError> {
+        let fail = |e: String| {
+            let log = std::fs::read_to_string(self.child.log_path()).unwrap_or_default();
+            LockError::unavailable("test", format!("ZooKeeper did not start: {e}; its log:\n{log}"))
+        };
+        let end = tokio::time::Instant::now() + START_TIMEOUT;
+        wait_for_port(self.addr, START_TIMEOUT).await.map_err(|e| fail(e.to_string()))?;
+        loop {
+            if four_letters(self.addr, "srvr").await.contains("Mode:") {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= end {
+                return Err(fail(format!("{} answers but does not serve requests", self.addr)));
+            }
+            if self.child.pid().is_none() {
+                return Err(fail("the process is gone".into()));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+#[async_trait]
+impl ServerControl for LocalZk {
+    async fn stop(&self) -> Result<(), LockError> {
+        // `ChildServer::stop` waits for the process: fine, SIGKILL makes that immediate.
+        self.child.stop();
+        Ok(())
+    }
+
+    async fn start(&self) -> Result<(), LockError> {
+        self.child.start()?;
+        self.wait_ready().await
+    }
+
+    async fn pause(&self, paused: bool) -> Result<(), LockError> {
+        self.child.pause(paused);
+        Ok(())
+    }
+
+    fn persistent(&self) -> bool {
+        true
+    }
+}

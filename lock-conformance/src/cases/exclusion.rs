@@ -1,0 +1,129 @@
+//! Mutual exclusion: contention on one name, a read-sleep-write counter, independent names.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinSet;
+
+use super::{ensure, fail, CaseResult, Ctx};
+use crate::Fixture;
+
+const CLIENTS: usize = 4;
+const ROUNDS: usize = 4;
+
+/// Several clients take one lock in turns; a shared cell counts holders and must never see two.
+/// Each holder also checks its lease is still valid when it leaves the cell.
+pub async fn mutual_exclusion(fx: &dyn Fixture) -> CaseResult {
+    let cx = Ctx::new(fx, "mutual_exclusion").await?;
+    let name = cx.name("contended")?;
+    let inside = Arc::new(AtomicUsize::new(0));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let entries = Arc::new(AtomicUsize::new(0));
+    let opts = cx.opts(cx.ttl() * 20);
+    let mut tasks = JoinSet::new();
+    for _ in 0..CLIENTS {
+        let client = cx.client().await?;
+        let (name, opts, inside, overlaps, entries) =
+            (name.clone(), opts.clone(), inside.clone(), overlaps.clone(), entries.clone());
+        tasks.spawn(async move {
+            for _ in 0..ROUNDS {
+                let lease = client.acquire(&name, &opts).await?;
+                if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                    overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                entries.fetch_add(1, Ordering::SeqCst);
+                // Long enough for a second holder to be noticed, short against the ttl.
+                tokio::time::sleep(Duration::from_millis(15)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                lease.release().await?;
+            }
+            Ok::<_, lock_core::LockError>(())
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        match r {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => fail!("a contender failed: {e}"),
+            Err(e) => fail!("a contender panicked: {e}"),
+        }
+    }
+    let (n, o) = (entries.load(Ordering::SeqCst), overlaps.load(Ordering::SeqCst));
+    ensure!(o == 0, "two holders were inside the critical section at once {o} times out of {n} entries");
+    ensure!(n == CLIENTS * ROUNDS, "expected {} entries, saw {n}", CLIENTS * ROUNDS);
+    Ok(format!("{n} entries by {CLIENTS} clients, no overlap"))
+}
+
+/// Clients increment a shared counter by read, sleep, write under the lock (ShedLock's fuzz
+/// test); any lapse of exclusion loses an increment.
+pub async fn counter_exact(fx: &dyn Fixture) -> CaseResult {
+    let cx = Ctx::new(fx, "counter_exact").await?;
+    let name = cx.name("counter")?;
+    let counter = Arc::new(AtomicU64::new(0));
+    let opts = cx.opts(cx.ttl() * 20);
+    let mut tasks = JoinSet::new();
+    for _ in 0..CLIENTS {
+        let client = cx.client().await?;
+        let (name, opts, counter) = (name.clone(), opts.clone(), counter.clone());
+        tasks.spawn(async move {
+            for _ in 0..ROUNDS {
+                let lease = client.acquire(&name, &opts).await?;
+                let v = counter.load(Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                counter.store(v + 1, Ordering::SeqCst);
+                lease.release().await?;
+            }
+            Ok::<_, lock_core::LockError>(())
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        match r {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => fail!("a client failed: {e}"),
+            Err(e) => fail!("a client panicked: {e}"),
+        }
+    }
+    let total = counter.load(Ordering::SeqCst);
+    let want = (CLIENTS * ROUNDS) as u64;
+    ensure!(
+        total == want,
+        "the counter ended at {total}, expected {want}: increments were lost to a concurrent holder"
+    );
+    Ok(format!("counter exact at {total}"))
+}
+
+/// Distinct names never block each other, including lookalikes a careless key mapping would
+/// merge (`a/b`, `a%2Fb`, `a_b`, `A/B`, trailing space).
+pub async fn independent_names(fx: &dyn Fixture) -> CaseResult {
+    let cx = Ctx::new(fx, "independent_names").await?;
+    let a = cx.client().await?;
+    let b = cx.client().await?;
+    let opts = cx.opts(cx.ttl());
+    let x = a.acquire(&cx.name("x")?, &opts).await?;
+    let t = tokio::time::Instant::now();
+    let y = b.try_acquire(&cx.name("y")?, &opts).await?;
+    ensure!(y.is_some(), "holding name x blocked name y");
+    let lookalikes = ["a/b", "a%2Fb", "a_b", "A/B", "a/b ", "a:b", "a.b", "a-b", "a%2fb", "a\\b"];
+    let mut held = Vec::new();
+    for (i, n) in lookalikes.iter().enumerate() {
+        let name = cx.name(n)?;
+        // Alternate clients, so a collision shows up as a busy lock, not as re-entry.
+        let client = if i % 2 == 0 { &a } else { &b };
+        match client.try_acquire(&name, &opts).await? {
+            Some(l) => held.push(l),
+            None => fail!(
+                "name {n:?} was busy while only other names were held: it collides with one of {:?}",
+                &lookalikes[..i]
+            ),
+        }
+    }
+    let took = t.elapsed();
+    for l in held {
+        l.release().await?;
+    }
+    x.release().await?;
+    if let Some(y) = y {
+        y.release().await?;
+    }
+    Ok(format!("{} distinct names held at once ({} ms)", lookalikes.len() + 2, took.as_millis()))
+}

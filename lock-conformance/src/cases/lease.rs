@@ -1,0 +1,312 @@
+//! The lease: validity, renewal, expiry, owner checks, the lost signal, release and drop.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::{DistributedLockExt, LeaseModel, LockError};
+use tokio::time::Instant;
+
+use super::{ensure, eventually, fail, ms, CaseError, CaseResult, Ctx, Vanishing};
+use crate::Fixture;
+
+/// `valid_until` lies in `(now, t0 + ttl]` with `t0` taken before the call; a fresh lease is
+/// valid and not lost.
+pub async fn lease_validity(fx: &dyn Fixture) -> CaseResult {
+    let cx = Ctx::new(fx, "lease_validity").await?;
+    let c = cx.client().await?;
+    let opts = cx.opts(cx.ttl());
+    let t0 = Instant::now();
+    let lease = c.acquire(&cx.name("v")?, &opts).await?;
+    let t1 = Instant::now();
+    let vu = lease.valid_until();
+    ensure!(vu <= t0 + opts.ttl, "valid_until is {} ms past t0 + ttl", ms(vu - (t0 + opts.ttl)));
+    ensure!(vu > t1, "valid_until lies before the acquire returned");
+    ensure!(vu + opts.drift() + (t1 - t0) >= t0 + opts.ttl, "valid_until is far shorter than ttl − drift");
+    ensure!(lease.is_valid() && !lease.lost().is_fired(), "a fresh lease is not valid");
+    ensure!(lease.ttl() == opts.ttl, "lease ttl {:?} != asked {:?}", lease.ttl(), opts.ttl);
+    ensure!(lease.name() == &cx.name("v")?, "lease name {} differs", lease.name());
+    lease.release().await?;
+    ensure!(!lease.is_valid(), "a released lease still claims to be valid");
+    Ok(format!("valid for {} ms of a {} ms ttl", ms(vu - t1), ms(opts.ttl)))
+}
+
+/// With auto-renew on, the holder keeps the lock for four ttls: nobody else gets it, the lease
+/// stays valid and `valid_until` moves forward.
+pub async fn auto_renew_keeps_lock(fx: &dyn Fixture) -> CaseResult {
+    let cx = Ctx::new(fx, "auto_renew_keeps_lock").await?;
+    let name = cx.name("renewed")?;
+    let a = cx.client().await?;
+    let b = cx.client().await?;
+    let opts = cx.opts(cx.ttl());
+    let lease = a.acquire(&name, &opts).await?;
+    let first_vu = lease.valid_until();
+    let end = Instant::now() + cx.ttl() * 4;
+    let mut probes = 0;
+    while Instant::now() < end {
+        tokio::time::sleep(cx.ttl() / 4).await;
+        ensure!(lease.is_valid(), "the lease turned invalid after {probes} probes: {:?}", lease.lost().reason());
+        if let Some(other) = b.try_acquire(&name, &opts).await? {
+            let t = other.token();
+            drop(other);
+            fail!("another client acquired (token {t}) while auto-renewal should hold the lock");
+        }
+        probes += 1;
+    }
+    ensure!(lease.valid_until() > first_vu + cx.ttl(), "valid_until did not move forward by renewals");
+    lease.release().await?;
+    ensure!(b.try_acquire(&name, &opts).await?.is_some(), "the lock was not free after release");
+    Ok(format!("held {} ttls, {probes} probes", 4))
+}
+
+/// `renew()` with auto-renew off extends the lease on the server: past the original expiry the
+/// lock is still held.
+pub async fn manual_renew_extends(fx: &dyn Fixture) -> CaseResult {
+    let cx = Ctx::new(fx, "manual_renew_extends").await?;
+    let name = cx.name("manual")?;
+    let a = cx.client().await?;
+    let b = cx.client().await?;
+    let opts = cx.opts(cx.ttl()).auto_renew(false);
+    let t0 = Instant::now();
+    let lease = a.acquire(&name, &opts).await?;
+    let vu0 = lease.valid_until();
+    let mut renewals = 0;
+    // Renew at half-ttl steps until well past the first lease's end.
+    while Instant::now() < t0 + cx.ttl() * 2 {
+        tokio::time::sleep(cx.ttl() / 2).await;
+        lease.renew().await?;
+        renewals += 1;
+        ensure!(
+            b.try_acquire(&name, &opts).await?.is_none(),
+            "another client acquired right after renewal #{renewals}"
+        );
+    }
+    ensure!(lease.valid_until() > vu0 + cx.ttl(), "renew() did not move valid_until forward");
+    ensure!(lease.is_valid(), "the renewed lease is not valid");
+    lease.release().await?;
+    Ok(format!("{renewals} manual renewals held the lock for {} ms", ms(t0.elapsed())))
+}
+
+/// A holder vanishes; another client gets the lock after expiry — never while the first could
+/// still rely on it, and not much later than the expiry bound.
+pub async fn expiry_of_vanished_holder(fx: &dyn Fixture) -> CaseResult {
+    let cx = Ctx::new(fx, "expiry_of_vanished_holder").await?;
+    let name = cx.name("vanished")?;
+    let holder = cx.vanishing_holder(&name).await?;
+    holder.vanish().await;
+    let b = cx.client().await?;
+    let got = b.acquire(&name, &cx.opts(cx.expiry() * 4)).await;
+    let tb = Instant::now();
+    holder.heal().await;
+    let lease = got?;
+    let after = tb - holder.t0;
+    ensure!(
+        holder.lease.valid_until() <= tb,
+        "another client got the lock {} ms before the vanished holder's valid_until",
+        ms(holder.lease.valid_until() - tb)
+    );
+    let bound = cx.expiry() * 3 + Duration::from_secs(1);
+    ensure!(
+        after <= bound,
+        "the lock was freed only {} ms after the holder vanished (bound {} ms)",
+        ms(after),
+        ms(bound)
+    );
+    let fired = eventually(cx.ttl(), Duration::from_millis(10), || async { holder.lease.lost().is_fired() }).await;
+    ensure!(fired, "the vanished holder's lost signal never fired although another client holds the lock");
+    lease.release().await?;
+    Ok(format!("freed {} ms after the holder's t0 (ttl {} ms)", ms(after), ms(cx.ttl())))
+}
+
+/// Loses `holder`'s lease to a new holder on another client; returns the new lease.
+async fn take_over(
+    cx: &Ctx<'_>,
+    holder: &Vanishing,
+    name: &lock_core::LockName,
+) -> Result<lock_core::Lease, CaseError> {
+    holder.vanish().await;
+    let b = cx.client().await?;
+    let got = b.acquire(name, &cx.opts(cx.expiry() * 4)).await;
+    holder.heal().await;
+    Ok(got?)
+}
+
+/// Releasing a lease that was lost returns `Lost` and leaves the new holder's lock alone.
+pub async fn release_is_owner_checked(fx: &dyn Fixture) -> CaseResult {
+    let cx = Ctx::new(fx, "release_is_owner_checked").await?;
+    let name = cx.name("release")?;
+    let holder = cx.vanishing_holder(&name).await?;
+    let new = take_over(&cx, &holder, &name).await?;
+    match holder.lease.release().await {
+        Err(LockError::Lost { .. }) => {}
+        Ok(()) => fail!("releasing a lost lease returned Ok; it must return Lost"),
+        Err(e) => fail!("releasing a lost lease returned {e}; it must return Lost"),
+    }
+    let c = cx.client().await?;
+    ensure!(
+        c.try_acquire(&name, &cx.opts(cx.ttl())).await?.is_none(),
+        "the former holder's release freed the new holder's lock"
+    );
+    ensure!(new.is_valid(), "the new holder's lease turned invalid");
+    new.release().await?;
+    Ok(String::new())
+}
+
+/// `renew()` never frees the lock (py-sherlock #66 ran the release script); renewing a lost
+/// lease returns `Lost` and does not take the lock back.
+pub async fn renew_is_owner_checked(fx: &dyn Fixture) -> CaseResult {
+    let cx = Ctx::new(fx, "renew_is_owner_checked").await?;
+    let name = cx.name("renew")?;
+    let c = cx.client().await?;
+    let opts = cx.opts(cx.ttl());
+    let holder = cx.vanishing_holder(&name).await?;
+    holder.lease.renew().await?;
+    ensure!(c.try_acquire(&name, &opts).await?.is_none(), "renew() freed the lock");
+    let new = take_over(&cx, &holder, &name).await?;
+    match holder.lease.renew().await {
+        Err(LockError::Lost { .. }) => {}
+        Ok(()) => fail!("renewing a lost lease succeeded while another client holds the lock"),
+        Err(e) => fail!("renewing a lost lease returned {e}; it must return Lost"),
+    }
+    ensure!(!holder.lease.is_valid(), "the lost lease is valid again after renew()");
+    ensure!(c.try_acquire(&name, &opts).await?.is_none(), "the former holder's renew freed the new holder's lock");
+    new.renew().await?;
+    ensure!(new.is_valid(), "the new holder's lease turned invalid");
+    new.release().await?;
+    Ok(String::new())
+}
+
+/// The lost signal fires once, with a reason, `is_valid` turns false (for observers too), and
+/// later calls neither re-fire nor change it.
+pub async fn lost_signal(fx: &dyn Fixture) -> CaseResult {
+    let cx = Ctx::new(fx, "lost_signal").await?;
+    let name = cx.name("lost")?;
+    let holder = cx.vanishing_holder(&name).await?;
+    let lost = holder.lease.lost();
+    let observer = holder.lease.observer();
+    ensure!(!lost.is_fired() && lost.reason().is_none(), "the lost signal fired on a fresh lease");
+    let waiter = tokio::spawn(lost.fired());
+    holder.vanish().await;
+    let bound = cx.expiry() * 3 + Duration::from_secs(1);
+    let fired_in = tokio::time::timeout(bound, waiter).await;
+    holder.heal().await;
+    ensure!(fired_in.is_ok(), "the lost signal did not fire within {} ms of the holder vanishing", ms(bound));
+    ensure!(lost.is_fired(), "is_fired is false after the signal fired");
+    let reason = lost.reason().map(str::to_owned);
+    ensure!(reason.is_some(), "the lost signal carries no reason");
+    ensure!(!holder.lease.is_valid() && !observer.is_valid(), "is_valid is still true after loss");
+    ensure!(
+        matches!(holder.lease.renew().await, Err(LockError::Lost { .. })),
+        "renew() after loss did not return Lost"
+    );
+    ensure!(lost.reason().map(str::to_owned) == reason, "the loss reason changed: the signal fired twice");
+    // A fresh await resolves at once.
+    ensure!(
+        tokio::time::timeout(Duration::from_millis(100), lost.fired()).await.is_ok(),
+        "awaiting a fired signal again did not resolve at once"
+    );
+    Ok(format!("reason: {}", reason.unwrap_or_default()))
+}
+
+/// `release()` twice is `Ok`; a late third release after another client took the lock still
+/// leaves that client's lock alone.
+pub async fn release_idempotent(fx: &dyn Fixture) -> CaseResult {
+    let cx = Ctx::new(fx, "release_idempotent").await?;
+    let name = cx.name("idem")?;
+    let a = cx.client().await?;
+    let b = cx.client().await?;
+    let c = cx.client().await?;
+    let opts = cx.opts(cx.ttl() * 2);
+    let lease = a.acquire(&name, &opts).await?;
+    lease.release().await?;
+    if let Err(e) = lease.release().await {
+        fail!("a second release returned {e}; release must be idempotent");
+    }
+    let other = b.acquire(&name, &opts).await?;
+    if let Err(e) = lease.release().await {
+        fail!("a third release returned {e}");
+    }
+    ensure!(c.try_acquire(&name, &opts).await?.is_none(), "a repeated release freed another holder's lock");
+    other.release().await?;
+    Ok(String::new())
+}
+
+/// Dropping a lease without releasing it frees the lock in the background, long before its ttl.
+pub async fn drop_releases(fx: &dyn Fixture) -> CaseResult {
+    let cx = Ctx::new(fx, "drop_releases").await?;
+    let name = cx.name("dropped")?;
+    let a = cx.client().await?;
+    let b = cx.client().await?;
+    let long = (cx.ttl() * 20).min(cx.caps.max_ttl);
+    let lease = a.acquire(&name, &cx.opts(long).ttl(long)).await?;
+    let t = Instant::now();
+    drop(lease);
+    let wait = (cx.ttl() * 2).min(long / 2);
+    match b.acquire(&name, &cx.opts(wait)).await {
+        Ok(l) => {
+            let took = t.elapsed();
+            l.release().await?;
+            Ok(format!("free {} ms after the drop (ttl {} ms)", ms(took), ms(long)))
+        }
+        Err(LockError::Timeout { .. }) => {
+            fail!("a dropped lease still held the lock {} ms later (its ttl is {} ms)", ms(wait), ms(long))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `run_locked` returns the closure's value and releases; when the lease is lost mid-way it
+/// stops the closure and returns `Lost`.
+pub async fn run_locked(fx: &dyn Fixture) -> CaseResult {
+    let cx = Ctx::new(fx, "run_locked").await?;
+    let name = cx.name("run")?;
+    let a = cx.client().await?;
+    let b = cx.client().await?;
+    let opts = cx.opts(cx.ttl() * 2);
+    let v = a.run_locked(&name, &opts, |lease| async move { lease.token().get().wrapping_add(1) }).await?;
+    ensure!(v > 0, "run_locked returned a wrong value");
+    let free = b.try_acquire(&name, &opts).await?;
+    ensure!(free.is_some(), "run_locked did not release the lock");
+    drop(free);
+
+    // Loss while running: a holder that cannot keep its lease.
+    let lost_name = cx.name("run-lost")?;
+    let (client, link) = match cx.caps.lease_model {
+        LeaseModel::PerSession => {
+            let (c, l) = cx.linked().await.map_err(|e| match e {
+                CaseError::NotApplicable(r) => CaseError::NotApplicable(format!(
+                    "the success path passed; losing a per-session lease needs a link: {r}"
+                )),
+                o => o,
+            })?;
+            (c, Some(l))
+        }
+        _ => (cx.client().await?, None),
+    };
+    let opts = match link {
+        Some(_) => cx.opts(cx.expiry() * 2),
+        None => cx.opts(cx.expiry() * 2).auto_renew(false),
+    };
+    let finished = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (f2, link2) = (finished.clone(), link.clone());
+    let long = cx.expiry() * 10;
+    let t = Instant::now();
+    let r = client
+        .run_locked(&lost_name, &opts, move |_lease| async move {
+            if let Some(l) = link2 {
+                l.set_partitioned(true).await;
+            }
+            tokio::time::sleep(long).await;
+            f2.store(true, std::sync::atomic::Ordering::SeqCst);
+        })
+        .await;
+    if let Some(l) = &link {
+        l.set_partitioned(false).await;
+    }
+    match r {
+        Err(LockError::Lost { .. }) => {}
+        Ok(()) => fail!("run_locked ran its closure to the end although the lease was lost"),
+        Err(e) => fail!("run_locked returned {e} instead of Lost"),
+    }
+    ensure!(!finished.load(std::sync::atomic::Ordering::SeqCst), "the closure finished after loss");
+    Ok(format!("stopped {} ms after start on loss", ms(t.elapsed())))
+}

@@ -1,0 +1,161 @@
+//! Names and inputs: hostile names, invalid names and options, declared lock kinds.
+
+use std::time::Duration;
+
+use lock_core::{AcquireOptions, LockError, LockName, MAX_NAME_LEN};
+
+use super::{ensure, fail, CaseError, CaseResult, Ctx};
+use crate::Fixture;
+
+/// Names that break careless key, row or path mappings.
+const HOSTILE: &[&str] = &[
+    "a/b",
+    "../x",
+    "..",
+    ".",
+    "/",
+    "//",
+    "/abs/path",
+    "x/",
+    "'; DROP TABLE locks; --",
+    "\" OR \"1\"=\"1",
+    "'quoted'",
+    "back\\slash",
+    "%2F%00",
+    "{hashtag}",
+    "*?[]",
+    "a b",
+    "ünïcödé 名前 🔒",
+    "zookeeper",
+    "_c_00000000-0000-0000-0000-000000000000-lock-0000000001",
+    "$(echo pwned)",
+    "NUL",
+];
+
+/// Every hostile name can be acquired, excludes a second client, is released, and none of
+/// them collides with another (all are held at once); includes a name of exactly 255 bytes.
+pub async fn hostile_names(fx: &dyn Fixture) -> CaseResult {
+    let cx = Ctx::new(fx, "hostile_names").await?;
+    let a = cx.client().await?;
+    let b = cx.client().await?;
+    let opts = cx.opts(cx.ttl() * 2);
+    let prefix = cx.fx.name_prefix();
+    // The hostile part comes first (right after the run's prefix), where mappings are most
+    // fragile; the run id at the end keeps runs apart.
+    let mut names: Vec<String> = HOSTILE.iter().map(|h| format!("{prefix}{h}#{}", cx.run_id())).collect();
+    let mut long = format!("{prefix}{}-", cx.run_id());
+    while long.len() + "é".len() <= MAX_NAME_LEN {
+        long.push('é');
+    }
+    while long.len() < MAX_NAME_LEN {
+        long.push('x');
+    }
+    ensure!(long.len() == MAX_NAME_LEN, "the suite built a {}-byte name", long.len());
+    names.push(long);
+    let mut held = Vec::new();
+    for raw in &names {
+        let name = LockName::new(raw).map_err(|e| CaseError::Failed(format!("valid name {raw:?} rejected: {e}")))?;
+        let lease = match a.try_acquire(&name, &opts).await {
+            Ok(Some(l)) => l,
+            Ok(None) => fail!("name {raw:?} was busy: it collides with an earlier hostile name"),
+            Err(e) => fail!("name {raw:?} failed: {e}"),
+        };
+        match b.try_acquire(&name, &opts).await {
+            Ok(None) => {}
+            Ok(Some(_)) => fail!("name {raw:?} was granted to two clients at once"),
+            Err(e) => fail!("name {raw:?} failed for a second client: {e}"),
+        }
+        held.push((raw, lease));
+    }
+    let n = held.len();
+    let mut tokens = Vec::new();
+    for (raw, lease) in held {
+        lease.release().await.map_err(|e| CaseError::Failed(format!("releasing {raw:?}: {e}")))?;
+        let name = LockName::new(raw)?;
+        match b.try_acquire(&name, &opts).await {
+            Ok(Some(l)) => {
+                ensure!(l.token() > lease.token(), "name {raw:?}: token {} after {}", l.token(), lease.token());
+                tokens.push(l.token().get());
+                l.release().await?;
+            }
+            Ok(None) => fail!("name {raw:?} stayed busy after release"),
+            Err(e) => fail!("name {raw:?} failed after release: {e}"),
+        }
+    }
+    Ok(format!("{n} hostile names held at once, including one of {MAX_NAME_LEN} bytes"))
+}
+
+/// Invalid names and options are typed errors (`InvalidName`, `InvalidOptions`), never a panic
+/// and never a server round trip that hangs.
+pub async fn invalid_input(fx: &dyn Fixture) -> CaseResult {
+    let cx = Ctx::new(fx, "invalid_input").await?;
+    for bad in [String::new(), "x".repeat(MAX_NAME_LEN + 1), "a\0b".into(), "line\nbreak".into(), "\u{7f}".into()] {
+        match LockName::new(&bad) {
+            Err(LockError::InvalidName { .. }) => {}
+            Ok(_) => fail!("LockName accepted the invalid name {bad:?}"),
+            Err(e) => fail!("LockName gave {e} for {bad:?}, not InvalidName"),
+        }
+    }
+    let c = cx.client().await?;
+    let name = cx.name("opts")?;
+    let base = cx.opts(cx.ttl());
+    let mut bad: Vec<(&str, AcquireOptions)> = vec![
+        ("zero ttl", base.clone().ttl(Duration::ZERO)),
+        ("ttl of u64::MAX seconds", base.clone().ttl(Duration::from_secs(u64::MAX))),
+        ("renew_every >= ttl", base.clone().renew_every(cx.ttl() * 2)),
+        ("zero request_timeout", base.clone().request_timeout(Duration::ZERO)),
+        ("wait of u64::MAX seconds", base.clone().wait(Duration::from_secs(u64::MAX))),
+    ];
+    if cx.caps.max_ttl < Duration::from_secs(u64::MAX / 2) {
+        bad.push(("ttl above max_ttl", base.clone().ttl(cx.caps.max_ttl + Duration::from_secs(1))));
+    }
+    if cx.caps.min_ttl > Duration::from_millis(1) {
+        bad.push(("ttl below min_ttl", base.clone().ttl(cx.caps.min_ttl / 2)));
+    }
+    for (what, opts) in &bad {
+        let r = tokio::time::timeout(cx.request_timeout() * 2, c.acquire(&name, opts)).await;
+        match r {
+            Ok(Err(LockError::InvalidOptions { .. })) => {}
+            Ok(Ok(_)) => fail!("acquire accepted {what}"),
+            Ok(Err(e)) => fail!("acquire with {what} gave {e}, not InvalidOptions"),
+            Err(_) => fail!("acquire with {what} hung instead of failing"),
+        }
+        match tokio::time::timeout(cx.request_timeout() * 2, c.try_acquire(&name, opts)).await {
+            Ok(Err(LockError::InvalidOptions { .. })) => {}
+            Ok(Ok(_)) => fail!("try_acquire accepted {what}"),
+            Ok(Err(e)) => fail!("try_acquire with {what} gave {e}, not InvalidOptions"),
+            Err(_) => fail!("try_acquire with {what} hung instead of failing"),
+        }
+    }
+    // The lock must still work: nothing was left behind by the rejected calls.
+    let l = c.try_acquire(&name, &base).await?;
+    ensure!(l.is_some(), "the lock was busy after only rejected calls");
+    Ok(format!("{} bad options rejected", bad.len()))
+}
+
+/// Every lock kind the capabilities declare is checked. The suite has no read-write or
+/// semaphore cases yet (lock-core has no traits for them), so a backend declaring either is
+/// reported `Skipped` — not ok — rather than silently trusted.
+pub async fn declared_kinds(fx: &dyn Fixture) -> CaseResult {
+    let cx = Ctx::new(fx, "declared_kinds").await?;
+    let mut unchecked = Vec::new();
+    if cx.caps.rw_lock {
+        unchecked.push("rw_lock");
+    }
+    if cx.caps.semaphore {
+        unchecked.push("semaphore");
+    }
+    if !unchecked.is_empty() {
+        return Err(CaseError::Skipped(format!(
+            "the backend declares {unchecked:?}, which this suite version cannot check yet"
+        )));
+    }
+    ensure!(cx.caps.min_ttl <= cx.caps.max_ttl, "min_ttl {:?} > max_ttl {:?}", cx.caps.min_ttl, cx.caps.max_ttl);
+    ensure!(
+        cx.caps.min_ttl <= cx.fx.base_ttl(),
+        "the fixture's base_ttl {:?} is below the backend's min_ttl {:?}: raise Fixture::base_ttl",
+        cx.fx.base_ttl(),
+        cx.caps.min_ttl
+    );
+    Ok("exclusive lock only (rw_lock = false, semaphore = false)".into())
+}

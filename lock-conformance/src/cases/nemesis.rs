@@ -1,0 +1,294 @@
+//! The randomized nemesis: several clients contend for a few locks for a bounded time while
+//! faults are injected at random (seeded; the seed is printed). A checker then verifies that no
+//! two holders' lease windows overlapped — all clients share the test's monotonic clock — and
+//! that each lock's fenced register accepted only strictly increasing tokens.
+//!
+//! `DLOCK_NEMESIS_SECS` sets the duration (default 4 s, for CI; raise it for soak runs);
+//! `DLOCK_NEMESIS_SEED` replays a run.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lock_core::{DistributedLock, FencedRegister, LockName};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio::time::Instant;
+
+use super::{fail, ms, CaseError, CaseResult, Ctx};
+use crate::{ClientLink, Fixture};
+
+const LOCKS: usize = 2;
+const LINKED: usize = 3;
+const PLAIN: usize = 2;
+
+/// How long the nemesis runs: `DLOCK_NEMESIS_SECS` (fractions allowed), default 4 s.
+pub fn duration() -> Duration {
+    std::env::var("DLOCK_NEMESIS_SECS")
+        .ok()
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0 && *s < 86_400.0)
+        .map(Duration::from_secs_f64)
+        .unwrap_or(Duration::from_secs(4))
+}
+
+fn seed() -> u64 {
+    std::env::var("DLOCK_NEMESIS_SEED").ok().and_then(|s| s.trim().parse().ok()).unwrap_or_else(rand::random)
+}
+
+/// One holder's window of exclusivity: from `acquire` returning to the earlier of its release
+/// and its `valid_until`.
+#[derive(Clone, Debug)]
+struct Window {
+    lock: usize,
+    client: usize,
+    token: u64,
+    start: Instant,
+    end: Instant,
+}
+
+#[derive(Default)]
+struct Log {
+    windows: Mutex<Vec<Window>>,
+    violations: Mutex<Vec<String>>,
+    errors: AtomicU64,
+}
+
+impl Log {
+    fn violation(&self, v: String) {
+        self.violations.lock().unwrap_or_else(|e| e.into_inner()).push(v);
+    }
+}
+
+/// See the module docs.
+pub async fn nemesis(fx: &dyn Fixture) -> CaseResult {
+    let cx = Ctx::new(fx, "nemesis").await?;
+    let seed = seed();
+    eprintln!("nemesis on {}: seed {seed} (DLOCK_NEMESIS_SEED={seed} replays it)", fx.backend());
+    let mut rng = StdRng::seed_from_u64(seed);
+    let run_for = duration();
+    let ttl = cx.ttl();
+    let names: Vec<LockName> = (0..LOCKS).map(|i| cx.name(&format!("n{i}"))).collect::<Result<_, _>>()?;
+    let registers: Arc<Vec<FencedRegister<u64>>> = Arc::new((0..LOCKS).map(|_| FencedRegister::new(0)).collect());
+
+    let mut clients: Vec<Arc<dyn DistributedLock>> = Vec::new();
+    let mut links: Vec<Arc<dyn ClientLink>> = Vec::new();
+    for _ in 0..LINKED {
+        match cx.linked().await {
+            Ok((c, l)) => {
+                clients.push(c);
+                links.push(l);
+            }
+            Err(CaseError::NotApplicable(_)) => break,
+            Err(e) => return Err(e),
+        }
+    }
+    for _ in 0..PLAIN {
+        clients.push(cx.client().await?);
+    }
+    let server = fx.server();
+    let restarts_allowed =
+        server.as_ref().is_some_and(|s| s.persistent()) && cx.caps.durable_leases && cx.caps.durable_fencing;
+
+    let log = Arc::new(Log::default());
+    let deadline = Instant::now() + run_for;
+    let opts = cx.opts(ttl * 2);
+    let mut workers = Vec::new();
+    for (i, client) in clients.iter().enumerate() {
+        let (client, names, registers, log, opts) =
+            (client.clone(), names.clone(), registers.clone(), log.clone(), opts.clone());
+        let mut wrng = StdRng::seed_from_u64(seed.wrapping_add(1 + i as u64));
+        workers.push(tokio::spawn(async move {
+            while Instant::now() < deadline {
+                let lock = wrng.random_range(0..LOCKS);
+                let lease = match client.acquire(&names[lock], &opts).await {
+                    Ok(l) => l,
+                    Err(_) => {
+                        log.errors.fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    }
+                };
+                let start = Instant::now();
+                let token = lease.token().get();
+                match registers[lock].write(lease.token(), |v| std::mem::replace(v, token)) {
+                    Ok(prev) if prev >= token && prev != 0 => log.violation(format!(
+                        "lock {lock}: client {i} wrote token {token} after token {prev}: not strictly increasing"
+                    )),
+                    Ok(_) => {}
+                    Err(stale) if lease.is_valid() => log.violation(format!(
+                        "lock {lock}: client {i} held a valid lease with token {token} but the register had seen {}",
+                        stale.highest
+                    )),
+                    Err(_) => {}
+                }
+                let hold = Duration::from_millis(wrng.random_range(0..=(ttl.as_millis() as u64 / 2).max(1)));
+                tokio::select! {
+                    _ = tokio::time::sleep(hold) => {}
+                    _ = lease.lost().fired() => {}
+                }
+                let end = Instant::now().min(lease.valid_until());
+                if end > start {
+                    log.windows.lock().unwrap_or_else(|e| e.into_inner()).push(Window {
+                        lock,
+                        client: i,
+                        token,
+                        start,
+                        end,
+                    });
+                }
+                if lease.release().await.is_err() {
+                    log.errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+
+    let mut faults: Vec<String> = Vec::new();
+    while Instant::now() + ttl / 4 < deadline {
+        tokio::time::sleep(Duration::from_millis(
+            rng.random_range(ttl.as_millis() as u64 / 4..=ttl.as_millis() as u64),
+        ))
+        .await;
+        let mut kinds = vec!["none"];
+        if !links.is_empty() {
+            kinds.extend(["partition", "reset", "latency"]);
+        }
+        if server.is_some() {
+            kinds.push("pause");
+            if restarts_allowed {
+                kinds.push("restart");
+            }
+        }
+        let kind = kinds[rng.random_range(0..kinds.len())];
+        let span = Duration::from_millis(rng.random_range(ttl.as_millis() as u64 / 4..=ttl.as_millis() as u64 * 2));
+        let at = ms(run_for.saturating_sub(deadline.saturating_duration_since(Instant::now())));
+        match kind {
+            "partition" => {
+                let l = rng.random_range(0..links.len());
+                faults.push(format!("{at}ms partition link {l} for {} ms", ms(span)));
+                links[l].set_partitioned(true).await;
+                tokio::time::sleep(span).await;
+                links[l].set_partitioned(false).await;
+            }
+            "reset" => {
+                let l = rng.random_range(0..links.len());
+                faults.push(format!("{at}ms reset link {l}"));
+                links[l].reset_connections().await;
+            }
+            "latency" => {
+                let l = rng.random_range(0..links.len());
+                let d = Duration::from_millis(rng.random_range(1..=(ttl.as_millis() as u64 / 8).max(2)));
+                faults.push(format!("{at}ms latency {} ms on link {l} for {} ms", ms(d), ms(span)));
+                links[l].set_latency(d).await;
+                tokio::time::sleep(span).await;
+                links[l].set_latency(Duration::ZERO).await;
+            }
+            "pause" => {
+                if let Some(s) = &server {
+                    faults.push(format!("{at}ms pause server for {} ms", ms(span)));
+                    if s.pause(true).await.is_ok() {
+                        tokio::time::sleep(span).await;
+                    }
+                    if let Err(e) = s.pause(false).await {
+                        fail!("could not resume the server: {e}");
+                    }
+                }
+            }
+            "restart" => {
+                if let Some(s) = &server {
+                    faults.push(format!("{at}ms restart server"));
+                    s.stop().await?;
+                    s.start().await?;
+                }
+            }
+            _ => {}
+        }
+    }
+    for l in &links {
+        l.set_partitioned(false).await;
+        l.set_latency(Duration::ZERO).await;
+    }
+    let join_bound = ttl * 6 + cx.expiry() * 2 + cx.request_timeout() * 2;
+    for w in workers {
+        match tokio::time::timeout(join_bound, w).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => fail!("a nemesis client panicked: {e} (seed {seed})"),
+            Err(_) => fail!("a nemesis client did not stop within {} ms after the run (seed {seed})", ms(join_bound)),
+        }
+    }
+
+    let mut windows = log.windows.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let mut violations = log.violations.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    violations.extend(overlaps(&mut windows));
+    if !violations.is_empty() {
+        fail!(
+            "seed {seed}: {} violation(s): {}; faults: {}",
+            violations.len(),
+            violations.iter().take(5).cloned().collect::<Vec<_>>().join("; "),
+            faults.join(", ")
+        );
+    }
+    if windows.is_empty() {
+        fail!("seed {seed}: no client held any lock in {} ms: the run proves nothing", ms(run_for));
+    }
+    Ok(format!(
+        "seed {seed}: {} holds over {} clients, {} faults ({}), {} client errors, {} ms",
+        windows.len(),
+        clients.len(),
+        faults.len(),
+        faults.iter().take(6).cloned().collect::<Vec<_>>().join(", "),
+        log.errors.load(Ordering::Relaxed),
+        ms(run_for)
+    ))
+}
+
+/// Per lock, windows sorted by start must not overlap.
+fn overlaps(windows: &mut [Window]) -> Vec<String> {
+    windows.sort_by_key(|w| (w.lock, w.start));
+    let mut out = Vec::new();
+    let mut prev: Option<&Window> = None;
+    for w in windows.iter() {
+        if let Some(p) = prev.filter(|p| p.lock == w.lock) {
+            if w.start < p.end {
+                out.push(format!(
+                    "lock {}: client {} (token {}) held from +0 to +{} ms while client {} (token {}) held from +{} ms",
+                    w.lock,
+                    p.client,
+                    p.token,
+                    ms(p.end - p.start),
+                    w.client,
+                    w.token,
+                    ms(w.start - p.start)
+                ));
+            }
+            if w.end > p.end {
+                prev = Some(w);
+            }
+        } else {
+            prev = Some(w);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_overlap_checker_can_fail() {
+        let t = Instant::now();
+        let w = |lock, token, s: u64, e: u64| Window {
+            lock,
+            client: token as usize,
+            token,
+            start: t + Duration::from_millis(s),
+            end: t + Duration::from_millis(e),
+        };
+        assert!(overlaps(&mut [w(0, 1, 0, 10), w(0, 2, 10, 20), w(1, 3, 5, 15)]).is_empty());
+        assert_eq!(overlaps(&mut [w(0, 1, 0, 10), w(0, 2, 9, 20)]).len(), 1);
+        // A long window hides behind a short one only if the checker forgets the running max.
+        assert_eq!(overlaps(&mut [w(0, 1, 0, 100), w(0, 2, 10, 20), w(0, 3, 30, 40)]).len(), 2);
+    }
+}

@@ -1,0 +1,217 @@
+//! Waiting: try_acquire, timeouts, cancel-safety, wake-up latency, FIFO order.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lock_core::{LockError, WaitPolicy, WakeMethod};
+use rand::Rng;
+use tokio::time::Instant;
+
+use super::{ensure, fail, ms, CaseError, CaseResult, Ctx};
+use crate::Fixture;
+
+/// `try_acquire` on a free lock gives a lease, on a held one `None` (quickly, without waiting),
+/// and a lease again after release.
+pub async fn try_acquire_semantics(fx: &dyn Fixture) -> CaseResult {
+    let cx = Ctx::new(fx, "try_acquire_semantics").await?;
+    let name = cx.name("try")?;
+    let a = cx.client().await?;
+    let b = cx.client().await?;
+    // A long wait in the options must be ignored by try_acquire.
+    let opts = cx.opts(cx.ttl() * 50);
+    let held = match a.try_acquire(&name, &opts).await? {
+        Some(l) => l,
+        None => fail!("try_acquire on a free lock returned None"),
+    };
+    let t = Instant::now();
+    let second = b.try_acquire(&name, &opts).await?;
+    let took = t.elapsed();
+    ensure!(second.is_none(), "try_acquire on a held lock returned a lease");
+    ensure!(took < cx.ttl(), "try_acquire on a held lock took {} ms: it must not wait", ms(took));
+    ensure!(a.try_acquire(&name, &opts).await?.is_none(), "the holder's own client got the lock a second time");
+    held.release().await?;
+    let again = b.try_acquire(&name, &opts).await?;
+    ensure!(again.is_some(), "try_acquire after release returned None");
+    if let Some(l) = again {
+        l.release().await?;
+    }
+    Ok(format!("busy answer in {} ms", ms(took)))
+}
+
+/// `acquire` on a held lock gives `Timeout` after the caller's wait (not before, not much
+/// after); `WaitPolicy::NoWait` gives `Timeout` at once.
+pub async fn acquire_timeout(fx: &dyn Fixture) -> CaseResult {
+    let cx = Ctx::new(fx, "acquire_timeout").await?;
+    let name = cx.name("timeout")?;
+    let a = cx.client().await?;
+    let b = cx.client().await?;
+    let held = a.acquire(&name, &cx.opts(cx.ttl())).await?;
+    let wait = cx.ttl() / 2;
+    let t = Instant::now();
+    let r = b.acquire(&name, &cx.opts(wait)).await;
+    let took = t.elapsed();
+    match r {
+        Err(LockError::Timeout { .. }) => {}
+        Ok(_) => fail!("acquire got a lock that another client holds"),
+        Err(e) => fail!("acquire on a held lock returned {e} instead of Timeout"),
+    }
+    ensure!(
+        took + Duration::from_millis(5) >= wait,
+        "Timeout came after {} ms, before the wait of {} ms",
+        ms(took),
+        ms(wait)
+    );
+    let bound = wait + cx.ttl() + Duration::from_millis(500);
+    ensure!(took <= bound, "Timeout came after {} ms for a wait of {} ms", ms(took), ms(wait));
+    let t = Instant::now();
+    let r = b.acquire(&name, &cx.opts(wait).wait_policy(WaitPolicy::NoWait)).await;
+    let nowait = t.elapsed();
+    ensure!(matches!(r, Err(LockError::Timeout { .. })), "NoWait on a held lock did not return Timeout");
+    ensure!(nowait < cx.request_timeout() + Duration::from_millis(500), "NoWait took {} ms", ms(nowait));
+    held.release().await?;
+    let free = b.acquire(&name, &cx.opts(wait).wait_policy(WaitPolicy::NoWait)).await?;
+    free.release().await?;
+    Ok(format!("Timeout after {} ms for a {} ms wait; NoWait {} ms", ms(took), ms(wait), ms(nowait)))
+}
+
+/// Dropping `acquire` futures leaves nothing behind: a queued waiter cancelled before a release
+/// never receives the lock, and acquires cancelled at random points on a free lock hold it no
+/// longer than their ttl.
+pub async fn cancel_safety(fx: &dyn Fixture) -> CaseResult {
+    let cx = Ctx::new(fx, "cancel_safety").await?;
+    let name = cx.name("cancel")?;
+    let a = cx.client().await?;
+    let b = cx.client().await?;
+    let c = cx.client().await?;
+    let long = (cx.ttl() * 20).min(cx.caps.max_ttl);
+    // 1. A queued waiter, cancelled: a release must not hand it the lock (its ttl is long, so a
+    //    leaked grant or queue entry would block the next client far beyond the bound).
+    let held = a.acquire(&name, &cx.opts(cx.ttl())).await?;
+    let waiting = tokio::time::timeout(cx.ttl() / 3, b.acquire(&name, &cx.opts(long).ttl(long))).await;
+    if let Ok(r) = waiting {
+        fail!("the waiter returned while the lock was held: {:?}", r.map(|l| l.token()));
+    }
+    held.release().await?;
+    let t = Instant::now();
+    match c.acquire(&name, &cx.opts(cx.ttl() * 2)).await {
+        Ok(l) => l.release().await?,
+        Err(LockError::Timeout { .. }) => {
+            fail!("after a cancelled waiter, the released lock stayed unavailable for {} ms", ms(t.elapsed()))
+        }
+        Err(e) => return Err(e.into()),
+    }
+    let handoff = t.elapsed();
+
+    // 2. Acquires cancelled at random early points on a free lock.
+    let name2 = cx.name("cancel-free")?;
+    let mut completed = 0;
+    for _ in 0..10 {
+        let delay = Duration::from_micros(rand::rng().random_range(0..3000));
+        match tokio::time::timeout(delay, b.acquire(&name2, &cx.opts(cx.ttl()))).await {
+            Ok(Ok(l)) => {
+                completed += 1;
+                l.release().await?;
+            }
+            Ok(Err(e)) => fail!("an acquire on a free lock failed: {e}"),
+            Err(_) => {}
+        }
+    }
+    let t = Instant::now();
+    let wait = cx.ttl() * 3;
+    match c.acquire(&name2, &cx.opts(wait)).await {
+        Ok(l) => l.release().await?,
+        Err(LockError::Timeout { .. }) => {
+            fail!(
+                "acquires cancelled mid-way left the lock held for more than {} ms (ttl {} ms)",
+                ms(wait),
+                ms(cx.ttl())
+            )
+        }
+        Err(e) => return Err(e.into()),
+    }
+    Ok(format!(
+        "handoff after a cancelled waiter in {} ms; {completed}/10 racing acquires completed, free again after {} ms",
+        ms(handoff),
+        ms(t.elapsed())
+    ))
+}
+
+/// A waiter gets the lock soon after the holder releases: within half a ttl where the backend
+/// notifies or watches, within a ttl where it polls.
+pub async fn wake_latency(fx: &dyn Fixture) -> CaseResult {
+    let cx = Ctx::new(fx, "wake_latency").await?;
+    let a = cx.client().await?;
+    let b = cx.client().await?;
+    let bound = match cx.caps.wake {
+        WakeMethod::Poll => cx.ttl() + Duration::from_millis(300),
+        _ => cx.ttl() / 2 + Duration::from_millis(200),
+    };
+    let mut worst = Duration::ZERO;
+    let mut all = Vec::new();
+    for i in 0..3 {
+        let name = cx.name(&format!("wake-{i}"))?;
+        let held = a.acquire(&name, &cx.opts(cx.ttl())).await?;
+        let (b2, n2, o2) = (b.clone(), name.clone(), cx.opts(cx.ttl() * 10));
+        let waiter = tokio::spawn(async move {
+            let r = b2.acquire(&n2, &o2).await;
+            (r, Instant::now())
+        });
+        // Give the waiter time to start waiting; if it has not, it finds the lock free at
+        // once, which only makes the measured latency smaller, never a false failure.
+        tokio::time::sleep(cx.ttl() / 4).await;
+        let released = Instant::now();
+        held.release().await?;
+        let (r, got_at) = match waiter.await {
+            Ok(x) => x,
+            Err(e) => fail!("the waiter panicked: {e}"),
+        };
+        let lease = r?;
+        let lat = got_at.saturating_duration_since(released);
+        worst = worst.max(lat);
+        all.push(ms(lat));
+        lease.release().await?;
+    }
+    ensure!(
+        worst <= bound,
+        "a waiter got the lock {} ms after release (bound {} ms for {:?})",
+        ms(worst),
+        ms(bound),
+        cx.caps.wake
+    );
+    Ok(format!("wake-up latencies {all:?} ms ({:?})", cx.caps.wake))
+}
+
+/// Declared `fifo`: waiters that queued one after another are granted in that order.
+pub async fn fifo_order(fx: &dyn Fixture) -> CaseResult {
+    let cx = Ctx::new(fx, "fifo_order").await?;
+    if !cx.caps.fifo {
+        return Err(CaseError::NotApplicable("the backend declares fifo = false".into()));
+    }
+    let name = cx.name("fifo")?;
+    let a = cx.client().await?;
+    let held = a.acquire(&name, &cx.opts(cx.ttl())).await?;
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    let spacing = (cx.ttl() / 4).max(Duration::from_millis(200));
+    for i in 0..4usize {
+        let c = cx.client().await?;
+        let (n, o, order) = (name.clone(), cx.opts(cx.ttl() * 20), order.clone());
+        tasks.push(tokio::spawn(async move {
+            let l = c.acquire(&n, &o).await?;
+            order.lock().unwrap_or_else(|e| e.into_inner()).push(i);
+            l.release().await?;
+            Ok::<_, LockError>(())
+        }));
+        tokio::time::sleep(spacing).await;
+    }
+    held.release().await?;
+    for t in tasks {
+        match t.await {
+            Ok(r) => r?,
+            Err(e) => fail!("a waiter panicked: {e}"),
+        }
+    }
+    let got = order.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    ensure!(got == vec![0, 1, 2, 3], "grants came in order {got:?}, not arrival order [0, 1, 2, 3]");
+    Ok(format!("order {got:?}"))
+}

@@ -1,0 +1,109 @@
+//! A fixture over the in-memory reference backend ([`lock_core::MemoryLock`]): one server,
+//! one independent client per [`Fixture::client`] call, and its fault switches as a
+//! [`ClientLink`] (partition) and a [`ServerControl`] (down, restart without persistence).
+//! It is what the suite's own tests run, and a model for a new backend's fixture.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lock_core::{DistributedLock, LockError, MemoryLock};
+
+use crate::{ClientLink, Fixture, LinkedClient, ServerControl};
+
+/// The in-memory backend as a [`Fixture`].
+///
+/// ```
+/// use lock_conformance::{memory::MemoryFixture, Fixture};
+/// assert_eq!(MemoryFixture::new().backend(), "memory");
+/// ```
+#[derive(Clone)]
+pub struct MemoryFixture {
+    server: MemoryLock,
+    base_ttl: Duration,
+}
+
+impl Default for MemoryFixture {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryFixture {
+    /// A fresh in-memory server. The base ttl is short (500 ms): nothing but the scheduler
+    /// delays it.
+    pub fn new() -> Self {
+        MemoryFixture { server: MemoryLock::new(), base_ttl: Duration::from_millis(500) }
+    }
+
+    /// Uses another base ttl.
+    pub fn with_base_ttl(mut self, ttl: Duration) -> Self {
+        self.base_ttl = ttl;
+        self
+    }
+}
+
+#[async_trait]
+impl Fixture for MemoryFixture {
+    fn backend(&self) -> &str {
+        "memory"
+    }
+
+    async fn client(&self) -> Result<Arc<dyn DistributedLock>, LockError> {
+        Ok(Arc::new(self.server.client()))
+    }
+
+    async fn linked_client(&self) -> Result<Option<LinkedClient>, LockError> {
+        let client = self.server.client();
+        Ok(Some(LinkedClient { client: Arc::new(client.clone()), link: Arc::new(MemoryLink(client)) }))
+    }
+
+    fn server(&self) -> Option<Arc<dyn ServerControl>> {
+        Some(Arc::new(MemoryServer(self.server.clone())))
+    }
+
+    fn base_ttl(&self) -> Duration {
+        self.base_ttl
+    }
+
+    fn provenance(&self) -> String {
+        "in-process memory server".into()
+    }
+}
+
+/// A memory client's partition switch. Latency and resets have no in-memory counterpart: the
+/// first is ignored, the second is a no-op (there are no connections to cut).
+struct MemoryLink(MemoryLock);
+
+#[async_trait]
+impl ClientLink for MemoryLink {
+    async fn set_partitioned(&self, on: bool) {
+        self.0.set_partitioned(on);
+    }
+    async fn set_latency(&self, _latency: Duration) {}
+    async fn reset_connections(&self) {}
+}
+
+/// The memory server's down switch; `stop` also forgets every lease and counter, as a server
+/// without persistence would.
+struct MemoryServer(MemoryLock);
+
+#[async_trait]
+impl ServerControl for MemoryServer {
+    async fn stop(&self) -> Result<(), LockError> {
+        self.0.set_server_down(true);
+        self.0.restart_server();
+        Ok(())
+    }
+    async fn start(&self) -> Result<(), LockError> {
+        self.0.set_server_down(false);
+        Ok(())
+    }
+    async fn pause(&self, paused: bool) -> Result<(), LockError> {
+        self.0.set_server_down(paused);
+        Ok(())
+    }
+    fn persistent(&self) -> bool {
+        false
+    }
+}
