@@ -1,0 +1,888 @@
+//! The lock recipe: ephemeral sequential nodes, predecessor watches, czxid fencing, and the
+//! session-bound lease.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lock_core::{
+    AcquireOptions, Backoff, Capabilities, DistributedLock, FencingToken, Lease, LeaseGrant, LeaseHandle, LeaseModel,
+    LockError, LockName, LossTrigger, LostSignal, OwnerId, ReleaseOutcome, RenewOutcome, WaitPolicy, WakeMethod,
+};
+use tokio::time::{sleep, sleep_until, timeout, Instant};
+use zookeeper_client::{Acls, Client, CreateMode, EventType, SessionState};
+
+use crate::config::{ZkOptions, ZkUrl};
+
+type ZkError = zookeeper_client::Error;
+
+const BACKEND: &str = "zookeeper";
+
+/// Connects to a ZooKeeper ensemble and returns a lock client with its own session.
+///
+/// `url` is `zk://[user:password@]host1:port1,host2:port2/root`: the root path (default
+/// `/dlock`) is created when missing; with `user:password` the session authenticates with
+/// digest auth and every node it creates is readable and writable only by that user.
+/// A malformed URL is `LockError::Config`; a server that cannot be reached within
+/// `options.connect_timeout` is `LockError::Unavailable`.
+pub async fn connect(url: &str, options: ZkOptions) -> Result<ZkLock, LockError> {
+    options.validate()?;
+    let url = ZkUrl::parse(url)?;
+    let inner =
+        Arc::new(Inner { url, options, session: tokio::sync::Mutex::new(None), watch_events: AtomicU64::new(0) });
+    let lock = ZkLock { inner };
+    let deadline = Instant::now() + lock.inner.options.connect_timeout;
+    lock.session(deadline).await?;
+    Ok(lock)
+}
+
+/// A ZooKeeper lock client: one session at a time (a new one is made lazily if the previous
+/// one expired; leases of an expired session are lost). Cheap to clone; clones share the session.
+#[derive(Clone)]
+pub struct ZkLock {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    url: ZkUrl,
+    options: ZkOptions,
+    session: tokio::sync::Mutex<Option<Session>>,
+    watch_events: AtomicU64,
+}
+
+#[derive(Clone)]
+struct Session {
+    client: Client,
+    id: i64,
+}
+
+impl fmt::Debug for ZkLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZkLock").field("url", &self.inner.url).field("options", &self.inner.options).finish()
+    }
+}
+
+/// How one request failed, sorted by what the recipe does about it.
+enum Failure {
+    /// The outcome is unknown (connection lost, no answer in time): look, then retry.
+    Transient(LockError),
+    /// The session is over: its ephemeral nodes are gone; start again with a new session.
+    SessionGone,
+    /// A definite answer from the server (no node, node exists, not authorised, …).
+    Server(ZkError),
+}
+
+fn classify(e: ZkError) -> Failure {
+    match e {
+        ZkError::SessionExpired | ZkError::SessionMoved | ZkError::ClientClosed | ZkError::AuthFailed => {
+            Failure::SessionGone
+        }
+        ZkError::ConnectionLoss
+        | ZkError::Timeout
+        | ZkError::Throttled
+        | ZkError::NoHosts
+        | ZkError::Custom(_)
+        | ZkError::UnexpectedError(_) => {
+            Failure::Transient(LockError::unavailable_from(BACKEND, "the connection to ZooKeeper was lost", e))
+        }
+        other => Failure::Server(other),
+    }
+}
+
+/// Runs one request, bounded by `bound`.
+async fn call<T>(bound: Duration, what: &str, fut: impl Future<Output = Result<T, ZkError>>) -> Result<T, Failure> {
+    match timeout(bound, fut).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(classify(e)),
+        Err(_) => {
+            Err(Failure::Transient(LockError::unavailable(BACKEND, format!("{what} got no answer within {bound:?}"))))
+        }
+    }
+}
+
+fn server_error(e: ZkError, root: &str) -> LockError {
+    match e {
+        ZkError::NoAuth => LockError::config(format!(
+            "not authorised to create lock nodes under {root}; give the right user:password in the zk:// URL"
+        )),
+        ZkError::BadArguments(_) => LockError::config(format!("ZooKeeper rejected a path under {root}: {e}")),
+        other => LockError::backend(BACKEND, other),
+    }
+}
+
+fn connected(state: SessionState) -> bool {
+    matches!(state, SessionState::SyncConnected | SessionState::ConnectedReadOnly)
+}
+
+/// `_c_<uuid>-lock-`: Curator's layout, so Curator's `InterProcessMutex` on the same path
+/// takes part in the same queue.
+fn node_prefix(owner: OwnerId) -> String {
+    let h = owner.to_hex();
+    format!("_c_{}-{}-{}-{}-{}-lock-", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
+}
+
+/// The sequence number of a lock node (`…lock-0000000042`), or `None` for foreign nodes.
+fn sequence(child: &str) -> Option<i64> {
+    let (head, seq) = child.rsplit_once('-')?;
+    if !(head.ends_with("-lock") || head == "lock") || seq.len() < 10 || !seq.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    seq.parse().ok()
+}
+
+/// Lock nodes in queue order.
+fn queue(mut children: Vec<String>) -> Vec<String> {
+    children.retain(|c| sequence(c).is_some());
+    children.sort_by_key(|c| sequence(c));
+    children
+}
+
+/// What a request step found out.
+enum Step<T> {
+    Done(T),
+    /// The session ended or our node vanished: start over (with a new session).
+    Restart(&'static str),
+}
+
+/// The per-acquisition state of `acquire`/`try_acquire`.
+struct Attempt<'a> {
+    lock: &'a ZkLock,
+    name: &'a LockName,
+    opts: &'a AcquireOptions,
+    begun: Instant,
+    /// When waiting ends; `None` waits forever.
+    deadline: Option<Instant>,
+    /// Whether to queue at all (false for try_acquire and `WaitPolicy::NoWait`).
+    wait: bool,
+    unavailable_since: Option<Instant>,
+    backoff: Backoff,
+}
+
+impl Attempt<'_> {
+    fn remaining(&self) -> Option<Duration> {
+        self.deadline.map(|d| d.saturating_duration_since(Instant::now()))
+    }
+
+    /// The bound of one request: the request timeout, never beyond the caller's wait (but at
+    /// least a little, so that a single attempt with no wait still gets an answer).
+    fn bound(&self) -> Duration {
+        let per_request = self.opts.request_timeout.min(self.lock.inner.options.request_timeout);
+        match self.remaining() {
+            Some(r) if self.wait => per_request.min(r.max(Duration::from_millis(1))),
+            _ => per_request,
+        }
+    }
+
+    fn timeout_error(&self) -> LockError {
+        LockError::Timeout { name: self.name.as_str().to_owned(), waited: self.begun.elapsed() }
+    }
+
+    /// After a transient failure: waits a little and says whether to retry. Gives up with
+    /// `Unavailable` when the server has not answered for `connect_timeout`, or the wait is over.
+    async fn after_transient(&mut self, err: LockError) -> Result<(), LockError> {
+        let now = Instant::now();
+        let since = *self.unavailable_since.get_or_insert(now);
+        let budget = self.lock.inner.options.connect_timeout;
+        let delay = self.backoff.next_delay();
+        let past_wait = self.deadline.is_some_and(|d| now + delay >= d);
+        if now.duration_since(since) >= budget || past_wait || !self.wait && now.duration_since(since) >= self.bound() {
+            return Err(err);
+        }
+        tracing::debug!(lock = %self.name, error = %err, "zookeeper request failed; retrying");
+        sleep(delay).await;
+        Ok(())
+    }
+
+    fn answered(&mut self) {
+        self.unavailable_since = None;
+        self.backoff.reset(Duration::from_millis(20));
+    }
+
+    async fn run(mut self) -> Result<Option<Lease>, LockError> {
+        loop {
+            let session = {
+                let deadline = match self.deadline {
+                    Some(d) if self.wait => d.max(Instant::now() + Duration::from_millis(1)),
+                    _ => Instant::now() + self.lock.inner.options.connect_timeout,
+                };
+                self.lock.session(deadline).await?
+            };
+            match self.with_session(&session).await? {
+                Step::Done(lease) => return Ok(lease),
+                Step::Restart(why) => {
+                    tracing::info!(lock = %self.name, why, "zookeeper acquire starts over");
+                    if self.deadline.is_some_and(|d| Instant::now() >= d) {
+                        return Err(if self.wait {
+                            LockError::unavailable(BACKEND, format!("{why} and the wait ended before a new session"))
+                        } else {
+                            LockError::unavailable(BACKEND, why)
+                        });
+                    }
+                    sleep(self.backoff.next_delay()).await;
+                }
+            }
+        }
+    }
+
+    async fn with_session(&mut self, session: &Session) -> Result<Step<Option<Lease>>, LockError> {
+        let client = &session.client;
+        let parent = self.lock.parent(self.name);
+        let root = &self.lock.inner.url.root;
+
+        // try_acquire on a busy lock answers without creating (and deleting) a node, which
+        // would otherwise wake the waiter behind it for nothing.
+        if !self.wait {
+            loop {
+                match call(self.bound(), "listing lock nodes", client.list_children(&parent)).await {
+                    Ok(children) => {
+                        self.answered();
+                        if !queue(children).is_empty() {
+                            return Ok(Step::Done(None));
+                        }
+                        break;
+                    }
+                    Err(Failure::Server(ZkError::NoNode)) => break,
+                    Err(Failure::Server(e)) => return Err(server_error(e, root)),
+                    Err(Failure::SessionGone) => return Ok(Step::Restart("the ZooKeeper session ended")),
+                    Err(Failure::Transient(e)) => self.after_transient(e).await?,
+                }
+            }
+        }
+
+        let owner = OwnerId::random();
+        let prefix = format!("{parent}/{}", node_prefix(owner));
+        let mut guard = NodeGuard::new(client.clone(), parent.clone(), prefix.clone());
+        let (path, czxid) = match self.create(client, &parent, &prefix).await? {
+            Step::Done(created) => created,
+            Step::Restart(why) => return Ok(Step::Restart(why)),
+        };
+        guard.path = Some(path.clone());
+        let own = path.rsplit('/').next().unwrap_or_default().to_owned();
+
+        loop {
+            let sent = Instant::now();
+            let children = match call(self.bound(), "listing lock nodes", client.list_children(&parent)).await {
+                Ok(c) => {
+                    self.answered();
+                    queue(c)
+                }
+                Err(Failure::Server(ZkError::NoNode)) => return Ok(Step::Restart("our lock node vanished")),
+                Err(Failure::Server(e)) => return Err(server_error(e, root)),
+                Err(Failure::SessionGone) => return Ok(Step::Restart("the ZooKeeper session ended")),
+                Err(Failure::Transient(e)) => {
+                    self.after_transient(e).await?;
+                    continue;
+                }
+            };
+            let Some(index) = children.iter().position(|c| *c == own) else {
+                // Deleted by someone else, or the session expired under us.
+                return Ok(Step::Restart("our lock node vanished"));
+            };
+            if index == 0 {
+                guard.disarm();
+                return Ok(Step::Done(Some(self.lock.grant(session, self.name, owner, path, czxid, sent, self.opts))));
+            }
+            if !self.wait {
+                // `guard` deletes our node.
+                return match self.opts.wait {
+                    WaitPolicy::NoWait => Err(self.timeout_error()),
+                    _ => Ok(Step::Done(None)),
+                };
+            }
+            let predecessor = format!("{parent}/{}", children[index - 1]);
+            let watcher =
+                match call(self.bound(), "watching the predecessor", client.get_and_watch_data(&predecessor)).await {
+                    Ok((_, _, w)) => {
+                        self.answered();
+                        w
+                    }
+                    Err(Failure::Server(ZkError::NoNode)) => continue,
+                    Err(Failure::Server(e)) => return Err(server_error(e, root)),
+                    Err(Failure::SessionGone) => return Ok(Step::Restart("the ZooKeeper session ended")),
+                    Err(Failure::Transient(e)) => {
+                        self.after_transient(e).await?;
+                        continue;
+                    }
+                };
+            let changed = watcher.changed();
+            let event = match self.deadline {
+                Some(d) => tokio::select! {
+                    ev = changed => ev,
+                    _ = sleep_until(d) => {
+                        return Err(if connected(client.state()) {
+                            self.timeout_error()
+                        } else {
+                            LockError::unavailable(BACKEND, format!(
+                                "the connection to ZooKeeper was lost while waiting for {:?}", self.name.as_str()))
+                        });
+                    }
+                },
+                None => changed.await,
+            };
+            self.lock.inner.watch_events.fetch_add(1, Ordering::Relaxed);
+            tracing::trace!(lock = %self.name, event = ?event.event_type, "predecessor watch fired");
+            if event.event_type == EventType::Session {
+                return Ok(Step::Restart("the ZooKeeper session ended"));
+            }
+        }
+    }
+
+    /// Creates our ephemeral sequential node (and the container parent if missing). A create
+    /// whose outcome is unknown is looked for by its unique prefix before it is retried.
+    async fn create(&mut self, client: &Client, parent: &str, prefix: &str) -> Result<Step<(String, i64)>, LockError> {
+        let root = &self.lock.inner.url.root;
+        let acls = self.lock.acls();
+        let mut outcome_unknown = false;
+        loop {
+            if outcome_unknown {
+                match find_ours(client, parent, prefix, self.bound()).await {
+                    Ok(Some(found)) => {
+                        self.answered();
+                        return Ok(Step::Done(found));
+                    }
+                    Ok(None) => {
+                        self.answered();
+                        outcome_unknown = false;
+                    }
+                    Err(Failure::Server(e)) => return Err(server_error(e, root)),
+                    Err(Failure::SessionGone) => return Ok(Step::Restart("the ZooKeeper session ended")),
+                    Err(Failure::Transient(e)) => {
+                        self.after_transient(e).await?;
+                        continue;
+                    }
+                }
+            }
+            let options = CreateMode::EphemeralSequential.with_acls(acls);
+            match call(self.bound(), "creating the lock node", client.create(prefix, &[], &options)).await {
+                Ok((stat, seq)) => {
+                    self.answered();
+                    let path = format!("{prefix}{seq}");
+                    if stat.is_invalid() {
+                        // Servers before 3.5 return no stat with the create.
+                        match find_ours(client, parent, prefix, self.bound()).await {
+                            Ok(Some(found)) => return Ok(Step::Done(found)),
+                            Ok(None) => return Ok(Step::Restart("our lock node vanished")),
+                            Err(Failure::Server(e)) => return Err(server_error(e, root)),
+                            Err(Failure::SessionGone) => return Ok(Step::Restart("the ZooKeeper session ended")),
+                            Err(Failure::Transient(e)) => {
+                                self.after_transient(e).await?;
+                                outcome_unknown = true;
+                                continue;
+                            }
+                        }
+                    }
+                    return Ok(Step::Done((path, stat.czxid)));
+                }
+                Err(Failure::Server(ZkError::NoNode)) => {
+                    self.answered();
+                    let options = CreateMode::Container.with_acls(acls);
+                    match call(self.bound(), "creating the lock's parent node", client.create(parent, &[], &options))
+                        .await
+                    {
+                        Ok(_) | Err(Failure::Server(ZkError::NodeExists)) => {}
+                        Err(Failure::Server(ZkError::NoNode)) => {
+                            // The root itself is gone (deleted by an operator): recreate it.
+                            match call(self.bound(), "creating the root node", ensure_root(client, root, acls)).await {
+                                Ok(()) => {}
+                                Err(Failure::Server(e)) => return Err(server_error(e, root)),
+                                Err(Failure::SessionGone) => return Ok(Step::Restart("the ZooKeeper session ended")),
+                                Err(Failure::Transient(e)) => self.after_transient(e).await?,
+                            }
+                        }
+                        Err(Failure::Server(e)) => return Err(server_error(e, root)),
+                        Err(Failure::SessionGone) => return Ok(Step::Restart("the ZooKeeper session ended")),
+                        Err(Failure::Transient(e)) => self.after_transient(e).await?,
+                    }
+                }
+                Err(Failure::Server(e)) => return Err(server_error(e, root)),
+                Err(Failure::SessionGone) => return Ok(Step::Restart("the ZooKeeper session ended")),
+                Err(Failure::Transient(e)) => {
+                    self.after_transient(e).await?;
+                    outcome_unknown = true;
+                }
+            }
+        }
+    }
+}
+
+/// Finds the node created with `prefix` (unique per acquisition) and its czxid.
+async fn find_ours(
+    client: &Client,
+    parent: &str,
+    prefix: &str,
+    bound: Duration,
+) -> Result<Option<(String, i64)>, Failure> {
+    let name = prefix.rsplit('/').next().unwrap_or_default();
+    let children = match call(bound, "looking for our lock node", client.list_children(parent)).await {
+        Ok(c) => c,
+        Err(Failure::Server(ZkError::NoNode)) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let Some(child) = children.into_iter().find(|c| c.starts_with(name)) else { return Ok(None) };
+    let path = format!("{parent}/{child}");
+    match call(bound, "reading our lock node", client.check_stat(&path)).await? {
+        Some(stat) => Ok(Some((path, stat.czxid))),
+        None => Ok(None),
+    }
+}
+
+/// Deletes our node if an acquisition ends without a grant (error, timeout, or the future being
+/// dropped): in the background, retrying until the server answers or the session is over
+/// (which deletes the node anyway).
+struct NodeGuard {
+    client: Option<Client>,
+    parent: String,
+    prefix: String,
+    path: Option<String>,
+}
+
+impl NodeGuard {
+    fn new(client: Client, parent: String, prefix: String) -> Self {
+        NodeGuard { client: Some(client), parent, prefix, path: None }
+    }
+
+    fn disarm(&mut self) {
+        self.client = None;
+    }
+}
+
+impl Drop for NodeGuard {
+    fn drop(&mut self) {
+        let Some(client) = self.client.take() else { return };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+        let (parent, prefix, path) =
+            (std::mem::take(&mut self.parent), std::mem::take(&mut self.prefix), self.path.take());
+        rt.spawn(async move {
+            // Requests of one session are served in order, so this listing sees a create that
+            // was sent before the acquire was abandoned.
+            let path = match path {
+                Some(p) => Some(p),
+                None => find_with_retry(&client, &parent, &prefix).await,
+            };
+            if let Some(path) = path {
+                let _ = delete_with_retry(&client, &path).await;
+            }
+        });
+    }
+}
+
+/// How long background clean-ups keep trying: past this the session has expired anyway (the
+/// client gives up on a session after 7/5 of its timeout without contact).
+fn cleanup_budget(client: &Client) -> Duration {
+    client.session_timeout() * 2 + Duration::from_secs(5)
+}
+
+async fn find_with_retry(client: &Client, parent: &str, prefix: &str) -> Option<String> {
+    let end = Instant::now() + cleanup_budget(client);
+    let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
+    while Instant::now() < end && !client.state().is_terminated() {
+        match find_ours(client, parent, prefix, client.session_timeout()).await {
+            Ok(found) => return found.map(|(p, _)| p),
+            Err(Failure::Transient(_)) => sleep(backoff.next_delay()).await,
+            Err(_) => return None,
+        }
+    }
+    None
+}
+
+/// Deletes `path`: `Released` if it was there, `NotOwner` if it was gone (or the session is,
+/// which deleted it).
+async fn delete_with_retry(client: &Client, path: &str) -> Result<ReleaseOutcome, LockError> {
+    let end = Instant::now() + cleanup_budget(client);
+    let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
+    let mut last = LockError::unavailable(BACKEND, "the lock node could not be deleted");
+    while Instant::now() < end {
+        if client.state().is_terminated() {
+            return Ok(ReleaseOutcome::NotOwner);
+        }
+        match call(client.session_timeout(), "deleting the lock node", client.delete(path, None)).await {
+            Ok(()) => return Ok(ReleaseOutcome::Released),
+            Err(Failure::Server(ZkError::NoNode)) | Err(Failure::SessionGone) => return Ok(ReleaseOutcome::NotOwner),
+            Err(Failure::Server(e)) => return Err(LockError::backend(BACKEND, e)),
+            Err(Failure::Transient(e)) => {
+                last = e;
+                sleep(backoff.next_delay()).await;
+            }
+        }
+    }
+    Err(last)
+}
+
+impl ZkLock {
+    /// How many predecessor watches fired in this client's waits: each release wakes exactly
+    /// one waiter, so tests can count wake-ups per release.
+    pub fn watch_events(&self) -> u64 {
+        self.inner.watch_events.load(Ordering::Relaxed)
+    }
+
+    /// The znode under which the queue of `name` lives (`<root>/<escaped name>`).
+    pub fn parent_path(&self, name: &LockName) -> String {
+        self.parent(name)
+    }
+
+    /// The id of the current session, if one is established (ZooKeeper's `ephemeralOwner`).
+    pub async fn session_id(&self) -> Option<i64> {
+        self.inner.session.lock().await.as_ref().map(|s| s.id)
+    }
+
+    fn parent(&self, name: &LockName) -> String {
+        format!("{}/{}", self.inner.url.root, name.escaped())
+    }
+
+    fn acls(&self) -> Acls<'static> {
+        if self.inner.url.digest.is_some() {
+            Acls::creator_all()
+        } else {
+            Acls::anyone_all()
+        }
+    }
+
+    /// The current session, or a new one if there is none or it ended (expired, closed).
+    async fn session(&self, deadline: Instant) -> Result<Session, LockError> {
+        let mut current = self.inner.session.lock().await;
+        if let Some(s) = current.as_ref() {
+            if !s.client.state().is_terminated() {
+                return Ok(s.clone());
+            }
+            tracing::warn!(session = s.id, state = %s.client.state(), "zookeeper session ended; starting a new one");
+        }
+        let bound = self.inner.options.connect_timeout.min(deadline.saturating_duration_since(Instant::now()));
+        let session = self.new_session(bound).await?;
+        *current = Some(session.clone());
+        Ok(session)
+    }
+
+    async fn new_session(&self, bound: Duration) -> Result<Session, LockError> {
+        let url = &self.inner.url;
+        let started = Instant::now();
+        let mut connector = Client::connector().with_session_timeout(self.inner.options.session_timeout);
+        if let Some((user, pass)) = &url.digest {
+            connector = connector.with_auth("digest", format!("{user}:{pass}").as_bytes());
+        }
+        let client = match timeout(bound, connector.connect(&url.hosts)).await {
+            Err(_) => {
+                return Err(LockError::unavailable(
+                    BACKEND,
+                    format!("no session with {url} within {bound:?} (connect_timeout)"),
+                ))
+            }
+            Ok(Err(ZkError::AuthFailed)) => {
+                return Err(LockError::config(format!(
+                    "ZooKeeper authentication failed for {url}; check user:password in the URL"
+                )))
+            }
+            Ok(Err(e)) => return Err(LockError::unavailable_from(BACKEND, format!("cannot connect to {url}"), e)),
+            Ok(Ok(c)) => c,
+        };
+        let left = bound.saturating_sub(started.elapsed()).max(Duration::from_millis(1));
+        match timeout(left, ensure_root(&client, &url.root, self.acls())).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                return Err(match classify(e) {
+                    Failure::Server(e) => server_error(e, &url.root),
+                    Failure::Transient(e) => e,
+                    Failure::SessionGone => LockError::unavailable(BACKEND, "the new ZooKeeper session ended at once"),
+                })
+            }
+            Err(_) => {
+                return Err(LockError::unavailable(
+                    BACKEND,
+                    format!("creating the root {} took over {bound:?}", url.root),
+                ))
+            }
+        }
+        let id = client.session_id().0;
+        tracing::debug!(session = id, timeout = ?client.session_timeout(), "zookeeper session established");
+        Ok(Session { client, id })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn grant(
+        &self,
+        session: &Session,
+        name: &LockName,
+        owner: OwnerId,
+        path: String,
+        czxid: i64,
+        confirmed: Instant,
+        opts: &AcquireOptions,
+    ) -> Lease {
+        let released = Arc::new(AtomicBool::new(false));
+        let confirmed = Arc::new(Mutex::new(confirmed));
+        let handle = Arc::new(ZkHandle {
+            client: session.client.clone(),
+            session_id: session.id,
+            path: path.clone(),
+            released: Arc::clone(&released),
+            confirmed: Arc::clone(&confirmed),
+        });
+        // czxid is positive; the cast cannot change its order.
+        let token = FencingToken(czxid.max(0) as u64);
+        let lease = Lease::new(LeaseGrant::new(name.clone(), token, owner, confirmed_at(&confirmed), handle), opts);
+        let monitor = Monitor {
+            client: session.client.clone(),
+            session_id: session.id,
+            path,
+            trigger: lease.loss_trigger(),
+            lost: lease.lost(),
+            released,
+            confirmed,
+        };
+        tokio::spawn(monitor.run());
+        lease
+    }
+}
+
+/// Creates the root if missing. Only the root itself gets the credentials' ACL: the nodes above
+/// it are a namespace shared with others, so they stay open.
+async fn ensure_root(client: &Client, root: &str, acls: Acls<'static>) -> Result<(), ZkError> {
+    if let Some((above, _)) = root.rsplit_once('/').filter(|(above, _)| !above.is_empty()) {
+        client.mkdir(above, &CreateMode::Persistent.with_acls(Acls::anyone_all())).await?;
+    }
+    match client.create(root, &[], &CreateMode::Persistent.with_acls(acls)).await {
+        Ok(_) | Err(ZkError::NodeExists) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+fn confirmed_at(c: &Mutex<Instant>) -> Instant {
+    *c.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Renew and release of one granted node.
+struct ZkHandle {
+    client: Client,
+    session_id: i64,
+    path: String,
+    released: Arc<AtomicBool>,
+    /// When the last request that proved our node alive was sent (the server heard from our
+    /// session no earlier than this).
+    confirmed: Arc<Mutex<Instant>>,
+}
+
+#[async_trait]
+impl LeaseHandle for ZkHandle {
+    async fn renew(&self, _ttl: Duration) -> Result<RenewOutcome, LockError> {
+        let state = self.client.state();
+        if state.is_terminated() {
+            return Ok(RenewOutcome::NotOwner);
+        }
+        if !connected(state) {
+            // Requests would queue until the connection is back; answer now instead.
+            return Err(LockError::unavailable(BACKEND, "the connection to ZooKeeper is suspended"));
+        }
+        let sent = Instant::now();
+        match self.client.check_stat(&self.path).await {
+            Ok(Some(stat)) if stat.ephemeral_owner == self.session_id => {
+                let mut c = self.confirmed.lock().unwrap_or_else(|e| e.into_inner());
+                *c = (*c).max(sent);
+                Ok(RenewOutcome::Renewed)
+            }
+            Ok(_) => Ok(RenewOutcome::NotOwner),
+            Err(e) => match classify(e) {
+                Failure::SessionGone => Ok(RenewOutcome::NotOwner),
+                Failure::Transient(e) => Err(e),
+                Failure::Server(e) => Err(LockError::backend(BACKEND, e)),
+            },
+        }
+    }
+
+    async fn release(&self) -> Result<ReleaseOutcome, LockError> {
+        self.released.store(true, Ordering::SeqCst);
+        // In a task, so the deletion goes on if the caller stops waiting for it.
+        let (client, path) = (self.client.clone(), self.path.clone());
+        match tokio::spawn(async move { delete_with_retry(&client, &path).await }).await {
+            Ok(r) => r,
+            Err(e) => Err(LockError::backend(BACKEND, e)),
+        }
+    }
+}
+
+/// Fires a lease's lost signal when its session ends, its node is deleted, or the connection
+/// stays suspended until the server may have expired the session; and deletes the node of a
+/// lease that was lost but not released, so that nobody waits on a lock we no longer claim.
+struct Monitor {
+    client: Client,
+    session_id: i64,
+    path: String,
+    trigger: LossTrigger,
+    lost: LostSignal,
+    released: Arc<AtomicBool>,
+    confirmed: Arc<Mutex<Instant>>,
+}
+
+enum NodeEnd {
+    Deleted,
+    SessionEnded(SessionState),
+    NotOurs,
+}
+
+impl Monitor {
+    async fn run(self) {
+        let session_timeout = self.client.session_timeout();
+        // zookeeper-client declares a connection dead after 2/5 of the session timeout without
+        // a reply (plus a tick of 1/20): the server heard from us at most that long before the
+        // Disconnected event, assuming round trips far below the session timeout.
+        let heard_before_disconnect = session_timeout * 2 / 5 + session_timeout / 20;
+        let drift = session_timeout / 100 + Duration::from_millis(2);
+        let mut states = self.client.state_watcher();
+        let mut suspended_at = (!connected(self.client.state())).then(Instant::now);
+        let node_end = self.node_end();
+        tokio::pin!(node_end);
+        let lost = self.lost.fired();
+        tokio::pin!(lost);
+        loop {
+            let expiry_risk = suspended_at.map(|at| {
+                let by_disconnect = (at + session_timeout).checked_sub(heard_before_disconnect + drift).unwrap_or(at);
+                let by_confirmed = (confirmed_at(&self.confirmed) + session_timeout).checked_sub(drift).unwrap_or(at);
+                by_disconnect.max(by_confirmed)
+            });
+            tokio::select! {
+                _ = &mut lost => break,
+                end = &mut node_end => {
+                    if !self.released.load(Ordering::SeqCst) {
+                        let reason = match end {
+                            NodeEnd::Deleted => "our lock node was deleted".to_owned(),
+                            NodeEnd::NotOurs => "our lock node belongs to another session".to_owned(),
+                            NodeEnd::SessionEnded(s) => format!("the ZooKeeper session ended ({s})"),
+                        };
+                        self.trigger.fire(&reason);
+                    }
+                    return;
+                }
+                state = states.changed() => match state {
+                    SessionState::Disconnected => {
+                        suspended_at.get_or_insert_with(Instant::now);
+                    }
+                    SessionState::SyncConnected | SessionState::ConnectedReadOnly => suspended_at = None,
+                    ended => {
+                        if !self.released.load(Ordering::SeqCst) {
+                            self.trigger.fire(&format!("the ZooKeeper session ended ({ended})"));
+                        }
+                        return;
+                    }
+                },
+                _ = sleep_until(expiry_risk.unwrap_or_else(Instant::now)), if expiry_risk.is_some() => {
+                    if !self.released.load(Ordering::SeqCst) {
+                        self.trigger.fire(
+                            "the connection to ZooKeeper was suspended so long that the session may have expired",
+                        );
+                    }
+                    break;
+                }
+            }
+        }
+        if !self.released.load(Ordering::SeqCst) {
+            // A lost lease is dropped without a release: free the node ourselves once the
+            // server is reachable again (if the session survived).
+            let _ = delete_with_retry(&self.client, &self.path).await;
+        }
+    }
+
+    /// Resolves when our node is gone or no longer ours.
+    async fn node_end(&self) -> NodeEnd {
+        let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
+        loop {
+            match self.client.get_and_watch_data(&self.path).await {
+                Ok((_, stat, watcher)) => {
+                    if stat.ephemeral_owner != self.session_id {
+                        return NodeEnd::NotOurs;
+                    }
+                    let event = watcher.changed().await;
+                    match event.event_type {
+                        EventType::NodeDeleted => return NodeEnd::Deleted,
+                        EventType::Session => return NodeEnd::SessionEnded(event.session_state),
+                        _ => continue,
+                    }
+                }
+                Err(e) => match classify(e) {
+                    Failure::Server(ZkError::NoNode) => return NodeEnd::Deleted,
+                    Failure::SessionGone => return NodeEnd::SessionEnded(self.client.state()),
+                    _ => sleep(backoff.next_delay()).await,
+                },
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl DistributedLock for ZkLock {
+    fn backend(&self) -> &str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let mut caps = Capabilities::new();
+        caps.fifo = true;
+        caps.wake = WakeMethod::Watch;
+        caps.lease_model = LeaseModel::PerSession;
+        // czxid is persisted with the node and zxids only grow, across restarts too.
+        caps.durable_fencing = true;
+        // Sessions and their ephemeral nodes are persisted: a restart within the session
+        // timeout keeps the holder's lock.
+        caps.durable_leases = true;
+        caps
+    }
+
+    async fn try_acquire(&self, name: &LockName, options: &AcquireOptions) -> Result<Option<Lease>, LockError> {
+        options.validate(&self.capabilities())?;
+        let attempt = Attempt {
+            lock: self,
+            name,
+            opts: options,
+            begun: Instant::now(),
+            deadline: None,
+            wait: false,
+            unavailable_since: None,
+            backoff: Backoff::new(Duration::from_millis(20), Duration::from_millis(500)),
+        };
+        attempt.run().await
+    }
+
+    async fn acquire(&self, name: &LockName, options: &AcquireOptions) -> Result<Lease, LockError> {
+        options.validate(&self.capabilities())?;
+        let begun = Instant::now();
+        let (deadline, wait) = match options.wait {
+            WaitPolicy::NoWait => (None, false),
+            WaitPolicy::For(w) => (Some(begun + w), true),
+            // Forever, and any policy added later: wait until granted.
+            _ => (None, true),
+        };
+        let attempt = Attempt {
+            lock: self,
+            name,
+            opts: options,
+            begun,
+            deadline,
+            wait,
+            unavailable_since: None,
+            backoff: Backoff::new(Duration::from_millis(20), Duration::from_millis(500)),
+        };
+        match attempt.run().await? {
+            Some(lease) => Ok(lease),
+            None => Err(LockError::Timeout { name: name.as_str().to_owned(), waited: begun.elapsed() }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_names_sort_by_sequence() {
+        let p = node_prefix(OwnerId::random());
+        assert!(p.starts_with("_c_") && p.ends_with("-lock-") && p.len() == 3 + 36 + 6);
+        let q = queue(vec![
+            format!("{p}0000000010"),
+            "foreign".into(),
+            "_c_x-lock-0000000002".into(),
+            "x-lock-abc".into(),
+            "readlock-0000000001".into(),
+        ]);
+        assert_eq!(q, vec!["_c_x-lock-0000000002".to_owned(), format!("{p}0000000010")]);
+    }
+}

@@ -1,0 +1,103 @@
+//! The ZooKeeper test fixture: a fresh standalone server per test process (or
+//! `DLOCK_TEST_ZK_URL`), a unique root per fixture, short sessions, and clients behind a fault
+//! proxy for the network cases.
+#![allow(dead_code, unreachable_pub)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_conformance::proxy::FaultProxy;
+use lock_conformance::servers::zookeeper::ZkServer;
+use lock_conformance::{async_trait, Fixture, LinkedClient, ServerControl};
+use lock_core::{DistributedLock, LockError};
+use lock_zk::{ZkLock, ZkOptions};
+
+/// The session timeout of test clients: short, so that expiry cases run in seconds.
+pub const SESSION_TIMEOUT: Duration = Duration::from_secs(2);
+
+pub struct ZkFixture {
+    pub server: ZkServer,
+    pub root: String,
+    pub options: ZkOptions,
+}
+
+impl ZkFixture {
+    pub async fn start() -> Result<ZkFixture, LockError> {
+        Self::with_session_timeout(SESSION_TIMEOUT).await
+    }
+
+    pub async fn with_session_timeout(session_timeout: Duration) -> Result<ZkFixture, LockError> {
+        let server = ZkServer::start().await?;
+        let root = format!("/dlock-test/{}", uuid_like());
+        let options = ZkOptions {
+            session_timeout,
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(3),
+        };
+        Ok(ZkFixture { server, root, options })
+    }
+
+    pub fn url(&self) -> String {
+        self.server.url_with_root(&self.root)
+    }
+
+    pub async fn connect(&self) -> Result<ZkLock, LockError> {
+        lock_zk::connect(&self.url(), self.options.clone()).await
+    }
+
+    /// A client whose traffic goes through a fault proxy.
+    pub async fn connect_linked(&self) -> Result<(ZkLock, Arc<FaultProxy>), LockError> {
+        let upstream = self
+            .server
+            .addr()
+            .ok_or_else(|| LockError::config("the ZooKeeper test server's address is unknown; no fault proxy"))?;
+        let proxy = FaultProxy::start(upstream).await?;
+        let url = format!("zk://{}/{}", proxy.local_addr(), self.root.trim_start_matches('/'));
+        let lock = lock_zk::connect(&url, self.options.clone()).await?;
+        Ok((lock, proxy))
+    }
+
+    /// A raw zookeeper-client session (for looking at nodes).
+    pub async fn raw(&self) -> zookeeper_client::Client {
+        let addr = self.server.addr().expect("local server");
+        zookeeper_client::Client::connect(&addr.to_string()).await.expect("raw session")
+    }
+}
+
+fn uuid_like() -> String {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or_default();
+    format!("{:x}-{}", nanos, std::process::id())
+}
+
+#[async_trait]
+impl Fixture for ZkFixture {
+    fn backend(&self) -> &str {
+        "zookeeper"
+    }
+
+    async fn client(&self) -> Result<Arc<dyn DistributedLock>, LockError> {
+        Ok(Arc::new(self.connect().await?))
+    }
+
+    async fn linked_client(&self) -> Result<Option<LinkedClient>, LockError> {
+        if self.server.addr().is_none() {
+            return Ok(None);
+        }
+        let (client, proxy) = self.connect_linked().await?;
+        Ok(Some(LinkedClient { client: Arc::new(client), link: proxy }))
+    }
+
+    fn server(&self) -> Option<Arc<dyn ServerControl>> {
+        self.server.control()
+    }
+
+    fn expiry_bound(&self) -> Duration {
+        // The server expires a silent session after its timeout (rounded up to a tick).
+        self.options.session_timeout + Duration::from_millis(400)
+    }
+
+    fn provenance(&self) -> String {
+        self.server.provenance().to_owned()
+    }
+}

@@ -1,0 +1,342 @@
+//! ZooKeeper-specific behaviour on a real server: session expiry, restarts, one wake-up per
+//! release, FIFO, hostile names, cancel-safety, unreachable servers, ACLs.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{ZkFixture, SESSION_TIMEOUT};
+use lock_conformance::{ClientLink, Fixture};
+use lock_core::{AcquireOptions, DistributedLock, LockError, LockName};
+use lock_zk::{ZkLock, ZkOptions};
+use tokio::time::{sleep, timeout, Instant};
+
+fn name(s: &str) -> LockName {
+    LockName::new(s).expect("valid name")
+}
+
+fn opts(ttl_ms: u64) -> AcquireOptions {
+    AcquireOptions::new(Duration::from_millis(ttl_ms))
+}
+
+/// The lock nodes queued under `name`.
+async fn nodes(fx: &ZkFixture, lock: &ZkLock, name: &LockName) -> Vec<String> {
+    let raw = fx.raw().await;
+    match raw.list_children(&lock.parent_path(name)).await {
+        Ok(c) => c,
+        Err(zookeeper_client::Error::NoNode) => Vec::new(),
+        Err(e) => panic!("listing {}: {e}", lock.parent_path(name)),
+    }
+}
+
+/// Waits until `cond` holds, up to `within`.
+async fn eventually<F, Fut>(within: Duration, what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let end = Instant::now() + within;
+    while !cond().await {
+        assert!(Instant::now() < end, "not within {within:?}: {what}");
+        sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn acquire_release_and_czxid_tokens() {
+    let fx = ZkFixture::start().await.unwrap();
+    let (a, b) = (fx.connect().await.unwrap(), fx.connect().await.unwrap());
+    assert_eq!(a.backend(), "zookeeper");
+    let caps = a.capabilities();
+    assert!(caps.fifo && caps.durable_fencing && caps.durable_leases);
+    let n = name("orders/42");
+    let first = a.acquire(&n, &opts(2000)).await.unwrap();
+    assert!(b.try_acquire(&n, &opts(2000)).await.unwrap().is_none());
+    let raw = fx.raw().await;
+    let children = nodes(&fx, &a, &n).await;
+    assert_eq!(children.len(), 1, "{children:?}");
+    let (_, stat) = raw.get_data(&format!("{}/{}", a.parent_path(&n), children[0])).await.unwrap();
+    assert_eq!(stat.czxid as u64, first.token().get(), "the token is the node's czxid");
+    assert_eq!(stat.ephemeral_owner, a.session_id().await.unwrap());
+    first.release().await.unwrap();
+    assert!(nodes(&fx, &a, &n).await.is_empty(), "release deletes the node at once");
+    let second = b.try_acquire(&n, &opts(2000)).await.unwrap().expect("free after release");
+    assert!(second.token() > first.token());
+    // A different name gets its own parent and a token from the same global zxid order.
+    let other = a.try_acquire(&name("orders/43"), &opts(2000)).await.unwrap().expect("independent name");
+    assert!(other.token() > second.token());
+}
+
+#[tokio::test]
+async fn session_expiry_of_holder_frees_lock_for_next_waiter() {
+    let fx = ZkFixture::start().await.unwrap();
+    let (holder, link) = fx.connect_linked().await.unwrap();
+    let waiter = fx.connect().await.unwrap();
+    let n = name("expiring");
+    let lease = holder.acquire(&n, &opts(1500)).await.unwrap();
+    let lost = lease.lost();
+    let waiting = {
+        let waiter = waiter.clone();
+        let n = n.clone();
+        tokio::spawn(async move { waiter.acquire(&n, &opts(1500).wait(Duration::from_secs(15))).await })
+    };
+    eventually(Duration::from_secs(3), "waiter queued", || async { nodes(&fx, &waiter, &n).await.len() == 2 }).await;
+
+    let cut = Instant::now();
+    link.set_partitioned(true).await;
+    // The holder must give up before the server may hand the lock to someone else.
+    timeout(SESSION_TIMEOUT, lost.fired()).await.expect("holder's lost signal fires within the session timeout");
+    let lost_after = cut.elapsed();
+    let next = timeout(fx.expiry_bound() * 3, waiting).await.expect("waiter granted").unwrap().unwrap();
+    let granted_after = cut.elapsed();
+    assert!(lost_after < granted_after, "lost at {lost_after:?} must precede the next grant at {granted_after:?}");
+    assert!(next.token() > lease.token());
+    assert!(!lease.is_valid());
+    assert!(matches!(lease.renew().await, Err(LockError::Lost { .. })));
+
+    // Healed, the same client works again on a new session (kazoo #282: no hang, no stale state).
+    link.set_partitioned(false).await;
+    next.release().await.unwrap();
+    let again = holder.acquire(&n, &opts(1500).wait(Duration::from_secs(10))).await.unwrap();
+    assert!(again.token() > next.token());
+    assert!(matches!(lease.release().await, Err(LockError::Lost { .. })));
+    assert!(again.is_valid(), "releasing the old lost lease must not touch the new one");
+    again.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn server_restart_with_session_surviving_keeps_the_lock() {
+    let fx = ZkFixture::with_session_timeout(Duration::from_secs(12)).await.unwrap();
+    let server = fx.server().expect("a local server");
+    let holder = fx.connect().await.unwrap();
+    let other = fx.connect().await.unwrap();
+    let n = name("survivor");
+    let lease = holder.acquire(&n, &opts(12_000)).await.unwrap();
+    let token = lease.token();
+    let session = holder.session_id().await;
+
+    let down = Instant::now();
+    server.stop().await.unwrap();
+    sleep(Duration::from_millis(300)).await;
+    server.start().await.unwrap();
+    let restart = down.elapsed();
+    assert!(restart < Duration::from_secs(6), "restart took {restart:?}: too slow for this test's margins");
+
+    eventually(Duration::from_secs(8), "holder renews after the restart", || async { lease.renew().await.is_ok() })
+        .await;
+    assert!(lease.is_valid(), "lost: {:?}", lease.lost().reason());
+    assert!(!lease.lost().is_fired());
+    assert_eq!(lease.token(), token);
+    assert_eq!(holder.session_id().await, session, "the session survived the restart");
+    assert!(other.try_acquire(&n, &opts(2000)).await.unwrap().is_none(), "nobody else got it");
+    lease.release().await.unwrap();
+    let next = other.try_acquire(&n, &opts(2000)).await.unwrap().expect("free after release");
+    assert!(next.token() > token, "fencing stays monotonic across the restart");
+}
+
+async fn total_watch_events(clients: &[ZkLock]) -> u64 {
+    clients.iter().map(ZkLock::watch_events).sum()
+}
+
+#[tokio::test]
+async fn one_release_wakes_exactly_one_waiter_in_fifo_order() {
+    let fx = ZkFixture::start().await.unwrap();
+    let holder = fx.connect().await.unwrap();
+    let n = name("herd");
+    let first = holder.acquire(&n, &opts(3000)).await.unwrap();
+    let mut waiters = Vec::new();
+    let mut tasks = Vec::new();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for i in 0..4usize {
+        let w = fx.connect().await.unwrap();
+        waiters.push(w.clone());
+        let (n2, tx) = (n.clone(), tx.clone());
+        tasks.push(tokio::spawn(async move {
+            let lease = w.acquire(&n2, &opts(3000).wait(Duration::from_secs(30))).await.unwrap();
+            tx.send((i, lease.token())).unwrap();
+            lease
+        }));
+        // Queue them one after the other, so arrival order is known.
+        eventually(Duration::from_secs(3), "waiter queued", || async { nodes(&fx, &holder, &n).await.len() == i + 2 })
+            .await;
+    }
+    assert_eq!(total_watch_events(&waiters).await, 0, "nobody wakes while the holder holds");
+
+    first.release().await.unwrap();
+    let mut order = Vec::new();
+    let mut last_token = first.token();
+    for (k, task) in tasks.into_iter().enumerate() {
+        let (i, token) = timeout(Duration::from_secs(5), rx.recv()).await.unwrap().unwrap();
+        order.push(i);
+        assert!(token > last_token);
+        last_token = token;
+        sleep(Duration::from_millis(300)).await;
+        // Each release so far woke exactly one waiter: k+1 releases (the holder's, then k waiters').
+        assert_eq!(total_watch_events(&waiters).await, k as u64 + 1, "wake-ups after {} releases", k + 1);
+        let lease = task.await.unwrap();
+        lease.release().await.unwrap();
+    }
+    assert_eq!(order, vec![0, 1, 2, 3], "granted in arrival order");
+}
+
+#[tokio::test]
+async fn hostile_names_neither_collide_nor_escape_the_root() {
+    let fx = ZkFixture::start().await.unwrap();
+    let lock = fx.connect().await.unwrap();
+    let long = "é".repeat(127) + "x";
+    assert_eq!(long.len(), 255);
+    let names = [
+        "a/b",
+        "a%2Fb",
+        "a_b",
+        "..",
+        ".",
+        "%2E.",
+        "../x",
+        "/",
+        "zookeeper",
+        "ключ",
+        "🔒",
+        "a b",
+        "'; DROP TABLE x; --",
+        &long,
+    ];
+    let mut leases = Vec::new();
+    for s in names {
+        let lease = lock.try_acquire(&name(s), &opts(3000)).await.unwrap();
+        leases.push(lease.unwrap_or_else(|| panic!("{s:?} collided with an earlier name")));
+    }
+    let raw = fx.raw().await;
+    let under_root = raw.list_children(&fx.root).await.unwrap();
+    assert_eq!(under_root.len(), names.len(), "one parent per name, all directly under the root: {under_root:?}");
+    let mut top = raw.list_children("/").await.unwrap();
+    top.sort();
+    assert_eq!(top, vec!["dlock-test".to_owned(), "zookeeper".into()], "nothing outside the root");
+    for s in names {
+        assert_eq!(nodes(&fx, &lock, &name(s)).await.len(), 1, "{s:?}");
+    }
+}
+
+#[tokio::test]
+async fn cancelled_and_timed_out_waits_leave_no_node() {
+    let fx = ZkFixture::start().await.unwrap();
+    let holder = fx.connect().await.unwrap();
+    let waiter = fx.connect().await.unwrap();
+    let n = name("cancel");
+    let lease = holder.acquire(&n, &opts(3000)).await.unwrap();
+
+    // Dropped while waiting (no wait limit of its own).
+    let dropped = timeout(Duration::from_millis(500), waiter.acquire(&n, &opts(3000))).await;
+    assert!(dropped.is_err());
+    eventually(Duration::from_secs(3), "cancelled waiter's node deleted", || async {
+        nodes(&fx, &holder, &n).await.len() == 1
+    })
+    .await;
+
+    // Its own wait ran out.
+    let begun = Instant::now();
+    let err = waiter.acquire(&n, &opts(3000).wait(Duration::from_millis(400))).await.unwrap_err();
+    assert!(matches!(err, LockError::Timeout { .. }), "{err}");
+    assert!(begun.elapsed() < Duration::from_millis(1500), "{:?}", begun.elapsed());
+    eventually(Duration::from_secs(3), "timed-out waiter's node deleted", || async {
+        nodes(&fx, &holder, &n).await.len() == 1
+    })
+    .await;
+
+    // Dropped at every early await point as well: no node may stay behind.
+    for ms in [0u64, 1, 2, 5, 10, 20] {
+        let _ = timeout(Duration::from_millis(ms), waiter.acquire(&n, &opts(3000))).await;
+    }
+    eventually(Duration::from_secs(3), "no orphan nodes", || async { nodes(&fx, &holder, &n).await.len() == 1 }).await;
+
+    lease.release().await.unwrap();
+    assert!(waiter.try_acquire(&n, &opts(3000)).await.unwrap().is_some(), "nothing queued ahead");
+    assert_eq!(waiter.watch_events(), 0, "the holder never released while anyone waited");
+}
+
+#[tokio::test]
+async fn unreachable_server_is_unavailable_within_the_wait() {
+    let port = lock_conformance::process::free_port().unwrap();
+    let options = ZkOptions { connect_timeout: Duration::from_secs(1), ..ZkOptions::default() };
+    let begun = Instant::now();
+    let err = lock_zk::connect(&format!("zk://127.0.0.1:{port}/x"), options).await.unwrap_err();
+    assert!(matches!(err, LockError::Unavailable { .. }), "{err}");
+    assert!(begun.elapsed() < Duration::from_millis(1800), "{:?}", begun.elapsed());
+
+    let err = lock_zk::connect("zk://127.0.0.1:2181/x/../y", ZkOptions::default()).await.unwrap_err();
+    assert!(matches!(err, LockError::Config { .. }), "{err}");
+
+    // A connected client whose server goes away.
+    let fx = ZkFixture::start().await.unwrap();
+    let server = fx.server().expect("a local server");
+    let lock = fx.connect().await.unwrap();
+    server.stop().await.unwrap();
+    let begun = Instant::now();
+    let err = lock.acquire(&name("gone"), &opts(2000).wait(Duration::from_secs(1))).await.unwrap_err();
+    assert!(matches!(err, LockError::Unavailable { .. }), "{err}");
+    assert!(begun.elapsed() < Duration::from_millis(1800), "{:?}", begun.elapsed());
+    let begun = Instant::now();
+    let err = lock.try_acquire(&name("gone"), &opts(2000)).await.unwrap_err();
+    assert!(matches!(err, LockError::Unavailable { .. }), "{err}");
+    assert!(begun.elapsed() < Duration::from_secs(6), "{:?}", begun.elapsed());
+}
+
+#[tokio::test]
+async fn deleting_the_node_fires_lost_and_frees_the_lock() {
+    let fx = ZkFixture::start().await.unwrap();
+    let holder = fx.connect().await.unwrap();
+    let other = fx.connect().await.unwrap();
+    let n = name("deleted");
+    let lease = holder.acquire(&n, &opts(3000)).await.unwrap();
+    let children = nodes(&fx, &holder, &n).await;
+    fx.raw().await.delete(&format!("{}/{}", holder.parent_path(&n), children[0]), None).await.unwrap();
+    timeout(Duration::from_secs(2), lease.lost().fired()).await.expect("lost fires when the node is deleted");
+    assert!(other.try_acquire(&n, &opts(3000)).await.unwrap().is_some());
+    assert!(matches!(lease.release().await, Err(LockError::Lost { .. })));
+}
+
+#[tokio::test]
+async fn a_lost_lease_dropped_without_release_frees_its_node() {
+    let fx = ZkFixture::start().await.unwrap();
+    let holder = fx.connect().await.unwrap();
+    let other = fx.connect().await.unwrap();
+    let n = name("abandoned");
+    // No renewal: the lease ends after its ttl although the session lives on.
+    let lease = holder.acquire(&n, &opts(600).auto_renew(false)).await.unwrap();
+    timeout(Duration::from_secs(2), lease.lost().fired()).await.expect("lost after the ttl");
+    drop(lease);
+    let next = other.acquire(&n, &opts(600).wait(Duration::from_secs(3))).await;
+    assert!(next.is_ok(), "the lock must not stay taken by a lease nobody holds: {next:?}");
+}
+
+#[tokio::test]
+async fn digest_credentials_protect_the_nodes() {
+    let fx = ZkFixture::start().await.unwrap();
+    let root = format!("{}-acl", fx.root);
+    let url = |creds: &str| fx.server.url_with_root(&root).replacen("zk://", &format!("zk://{creds}"), 1);
+    let alice = lock_zk::connect(&url("alice:s3cret@"), fx.options.clone()).await.unwrap();
+    assert!(!format!("{alice:?}").contains("s3cret"));
+    let n = name("guarded");
+    let lease = alice.acquire(&n, &opts(3000)).await.unwrap();
+    let raw = fx.raw().await;
+    let (acls, _) = raw.get_acl(&alice.parent_path(&n)).await.unwrap();
+    assert!(acls.iter().all(|a| a.scheme() == "digest" && a.id().starts_with("alice:")), "{acls:?}");
+
+    // Without the credentials nobody can queue on (or delete) alice's locks.
+    let mallory = lock_zk::connect(&url("mallory:guess@"), fx.options.clone()).await.unwrap();
+    for n in [name("other"), n.clone()] {
+        let err = mallory.try_acquire(&n, &opts(3000)).await.unwrap_err();
+        assert!(matches!(err, LockError::Config { .. }), "{err}");
+    }
+    lease.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn capabilities_and_fixture() {
+    let fx = ZkFixture::start().await.unwrap();
+    let client: Arc<dyn DistributedLock> = fx.client().await.unwrap();
+    assert_eq!(client.backend(), "zookeeper");
+    assert!(fx.linked_client().await.unwrap().is_some());
+    assert!(fx.server().is_some_and(|s| s.persistent()));
+}
