@@ -36,20 +36,26 @@ pub async fn mutual_exclusion(fx: &dyn Fixture) -> CaseResult {
                 // Long enough for a second holder to be noticed, short against the ttl.
                 tokio::time::sleep(Duration::from_millis(15)).await;
                 inside.fetch_sub(1, Ordering::SeqCst);
-                lease.release().await?;
+                // A broken lock shows as an overlap; report that rather than the release error.
+                if let Err(e) = lease.release().await {
+                    return Ok(Some(e));
+                }
             }
-            Ok::<_, lock_core::LockError>(())
+            Ok::<_, lock_core::LockError>(None)
         });
     }
+    let mut release_errors = Vec::new();
     while let Some(r) = tasks.join_next().await {
         match r {
-            Ok(Ok(())) => {}
+            Ok(Ok(None)) => {}
+            Ok(Ok(Some(e))) => release_errors.push(e.to_string()),
             Ok(Err(e)) => fail!("a contender failed: {e}"),
             Err(e) => fail!("a contender panicked: {e}"),
         }
     }
     let (n, o) = (entries.load(Ordering::SeqCst), overlaps.load(Ordering::SeqCst));
     ensure!(o == 0, "two holders were inside the critical section at once {o} times out of {n} entries");
+    ensure!(release_errors.is_empty(), "releases failed: {release_errors:?}");
     ensure!(n == CLIENTS * ROUNDS, "expected {} entries, saw {n}", CLIENTS * ROUNDS);
     Ok(format!("{n} entries by {CLIENTS} clients, no overlap"))
 }
@@ -71,14 +77,18 @@ pub async fn counter_exact(fx: &dyn Fixture) -> CaseResult {
                 let v = counter.load(Ordering::SeqCst);
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 counter.store(v + 1, Ordering::SeqCst);
-                lease.release().await?;
+                if let Err(e) = lease.release().await {
+                    return Ok(Some(e));
+                }
             }
-            Ok::<_, lock_core::LockError>(())
+            Ok::<_, lock_core::LockError>(None)
         });
     }
+    let mut release_errors = Vec::new();
     while let Some(r) = tasks.join_next().await {
         match r {
-            Ok(Ok(())) => {}
+            Ok(Ok(None)) => {}
+            Ok(Ok(Some(e))) => release_errors.push(e.to_string()),
             Ok(Err(e)) => fail!("a client failed: {e}"),
             Err(e) => fail!("a client panicked: {e}"),
         }
@@ -89,6 +99,7 @@ pub async fn counter_exact(fx: &dyn Fixture) -> CaseResult {
         total == want,
         "the counter ended at {total}, expected {want}: increments were lost to a concurrent holder"
     );
+    ensure!(release_errors.is_empty(), "releases failed: {release_errors:?}");
     Ok(format!("counter exact at {total}"))
 }
 
