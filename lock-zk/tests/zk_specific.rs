@@ -319,7 +319,10 @@ async fn digest_credentials_protect_the_nodes() {
     assert!(!format!("{alice:?}").contains("s3cret"));
     let n = name("guarded");
     let lease = alice.acquire(&n, &opts(3000)).await.unwrap();
-    let raw = fx.raw().await;
+    let anonymous = fx.raw().await;
+    assert_eq!(anonymous.list_children(&alice.parent_path(&n)).await.unwrap_err(), zookeeper_client::Error::NoAuth);
+    let addr = fx.server.addr().unwrap().to_string();
+    let raw = zookeeper_client::Client::connector().with_auth("digest", b"alice:s3cret").connect(&addr).await.unwrap();
     let (acls, _) = raw.get_acl(&alice.parent_path(&n)).await.unwrap();
     assert!(acls.iter().all(|a| a.scheme() == "digest" && a.id().starts_with("alice:")), "{acls:?}");
 
