@@ -1,0 +1,89 @@
+//! The runner as the CLI uses it: the whole suite on one fixture, cases in parallel, a report
+//! with the agreed JSON shape, progress callbacks.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use lock_conformance::memory::MemoryFixture;
+use lock_conformance::runner::{run_suite, Outcome, RunOptions};
+use lock_conformance::{all_cases, Fixture};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn whole_suite_in_parallel_on_memory() {
+    let seen = Arc::new(AtomicUsize::new(0));
+    let seen2 = seen.clone();
+    let options = RunOptions {
+        filter: None,
+        parallelism: 4,
+        on_case: Some(Arc::new(move |_case| {
+            seen2.fetch_add(1, Ordering::SeqCst);
+        })),
+    };
+    let fixture: Arc<dyn Fixture> = Arc::new(MemoryFixture::new());
+    let report = run_suite(fixture, &options).await;
+    let json = serde_json::to_value(&report).unwrap();
+    assert!(report.ok(), "{}", serde_json::to_string_pretty(&json).unwrap());
+    assert_eq!(report.cases.len(), all_cases().len());
+    assert_eq!(seen.load(Ordering::SeqCst), all_cases().len());
+    // Suite order, `<backend>::<case>` names.
+    let names: Vec<String> = all_cases().iter().map(|c| format!("memory::{}", c.name)).collect();
+    assert_eq!(report.cases.iter().map(|c| c.name.clone()).collect::<Vec<_>>(), names);
+    // The agreed shape.
+    let mut keys: Vec<&str> = json.as_object().unwrap().keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["backend", "cases", "failed", "not_applicable", "passed", "skipped"]);
+    let case = json["cases"][0].as_object().unwrap();
+    let mut ckeys: Vec<&str> = case.keys().map(String::as_str).collect();
+    ckeys.sort_unstable();
+    assert_eq!(ckeys, ["detail", "ms", "name", "outcome"]);
+    assert_eq!(json["cases"][0]["outcome"], "passed");
+    assert_eq!(serde_json::to_value(Outcome::NotApplicable).unwrap(), "not_applicable");
+    assert_eq!(report.passed + report.failed + report.skipped + report.not_applicable, report.cases.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filter_selects_by_substring() {
+    let report = run_suite(
+        Arc::new(MemoryFixture::new()),
+        &RunOptions { filter: Some("fencing".into()), ..RunOptions::default() },
+    )
+    .await;
+    assert!(report.ok());
+    assert_eq!(report.cases.len(), 2, "fencing_monotonic and fencing_after_expiry");
+    assert!(report.cases.iter().all(|c| c.name.contains("fencing")));
+}
+
+/// A fixture with no fault hooks: fault cases are reported not_applicable, with a reason.
+struct Plain(MemoryFixture);
+
+#[lock_conformance::async_trait]
+impl Fixture for Plain {
+    fn backend(&self) -> &str {
+        "plain"
+    }
+    async fn client(&self) -> Result<Arc<dyn lock_core::DistributedLock>, lock_core::LockError> {
+        self.0.client().await
+    }
+    fn base_ttl(&self) -> std::time::Duration {
+        self.0.base_ttl()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_hooks_are_not_applicable_with_a_reason() {
+    let report = run_suite(
+        Arc::new(Plain(MemoryFixture::new())),
+        &RunOptions { filter: Some("fault_".into()), ..Default::default() },
+    )
+    .await;
+    assert!(report.ok(), "{report:#?}");
+    // fault_pause_past_ttl needs no hook for per-lock leases.
+    for c in &report.cases {
+        if c.name == "plain::fault_pause_past_ttl" {
+            assert_eq!(c.outcome, Outcome::Passed, "{c:?}");
+        } else {
+            assert_eq!(c.outcome, Outcome::NotApplicable, "{c:?}");
+            assert!(c.detail.contains("fixture"), "the reason names the missing hook: {c:?}");
+        }
+    }
+}
