@@ -1,16 +1,38 @@
 //! One Redis server as seen by a client: a multiplexed command connection that is replaced
 //! after any connection-level failure, with every wait bounded.
+//!
+//! Connecting runs in its own task, bounded by the connect timeout, and is shared by every
+//! request that needs it: a request that gives up (its own, shorter timeout) does not cancel
+//! the connect, so a slow link still ends up connected instead of restarting the handshake on
+//! every attempt.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use futures::future::{BoxFuture, FutureExt, Shared};
 use lock_core::LockError;
 use redis::aio::MultiplexedConnection;
 use redis::AsyncConnectionConfig;
 use tokio::time::timeout;
 
+use crate::scripts::ALL_SOURCES;
 use crate::url::redact;
+
+/// Why a connect failed, in a form every waiting request can rebuild a `LockError` from.
+#[derive(Clone, Debug)]
+enum ConnectError {
+    Config(String),
+    Unavailable(String),
+}
+
+type Connecting = Shared<BoxFuture<'static, Result<MultiplexedConnection, ConnectError>>>;
+
+enum Slot {
+    Empty,
+    Connecting(u64, Connecting),
+    Ready(u64, MultiplexedConnection),
+}
 
 /// A server and its shared command connection.
 pub(crate) struct Node {
@@ -20,9 +42,7 @@ pub(crate) struct Node {
     backend: &'static str,
     connect_timeout: Duration,
     request_timeout: Duration,
-    slot: Mutex<Option<(u64, MultiplexedConnection)>>,
-    /// Serialises reconnects so a burst of failing commands opens one connection, not many.
-    connecting: tokio::sync::Mutex<()>,
+    slot: Mutex<Slot>,
     generation: AtomicU64,
 }
 
@@ -40,8 +60,7 @@ impl Node {
             backend,
             connect_timeout,
             request_timeout,
-            slot: Mutex::new(None),
-            connecting: tokio::sync::Mutex::new(()),
+            slot: Mutex::new(Slot::Empty),
             generation: AtomicU64::new(0),
         }
     }
@@ -50,46 +69,87 @@ impl Node {
         self.request_timeout
     }
 
-    fn current(&self) -> Option<(u64, MultiplexedConnection)> {
-        self.slot.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    /// The live connection, opening one (bounded by the connect timeout) if there is none.
+    /// The live connection, or the shared connect in progress (started if there is none).
     async fn connection(&self) -> Result<(u64, MultiplexedConnection), LockError> {
-        if let Some(c) = self.current() {
-            return Ok(c);
-        }
-        let _guard = timeout(self.connect_timeout, self.connecting.lock()).await.map_err(|_| {
-            LockError::unavailable(
-                self.backend,
-                format!("connecting to {} took longer than {:?}", self.label, self.connect_timeout),
-            )
-        })?;
-        if let Some(c) = self.current() {
-            return Ok(c);
-        }
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.connect_timeout))
-            .set_response_timeout(Some(self.request_timeout));
-        let conn = match timeout(
-            self.connect_timeout,
-            self.client.get_multiplexed_async_connection_with_config(&config),
-        )
-        .await
-        {
-            Ok(Ok(c)) => c,
-            Ok(Err(e)) => return Err(self.map_error(e, "cannot connect to")),
-            Err(_) => {
-                return Err(LockError::unavailable(
-                    self.backend,
-                    format!("no connection to {} within the connect timeout {:?}", self.label, self.connect_timeout),
-                ))
+        let (generation, connecting) = {
+            let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
+            match &*slot {
+                Slot::Ready(g, c) => return Ok((*g, c.clone())),
+                Slot::Connecting(g, f) => (*g, f.clone()),
+                Slot::Empty => {
+                    let g = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
+                    let f = self.spawn_connect();
+                    *slot = Slot::Connecting(g, f.clone());
+                    (g, f)
+                }
             }
         };
-        let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
-        *self.slot.lock().unwrap_or_else(|e| e.into_inner()) = Some((generation, conn.clone()));
-        tracing::debug!(server = %self.label, "connected");
-        Ok((generation, conn))
+        let result = connecting.await;
+        let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
+        let ours = matches!(&*slot, Slot::Connecting(g, _) if *g == generation);
+        match result {
+            Ok(conn) => {
+                if ours {
+                    tracing::debug!(server = %self.label, "connected");
+                    *slot = Slot::Ready(generation, conn.clone());
+                }
+                Ok((generation, conn))
+            }
+            Err(e) => {
+                if ours {
+                    *slot = Slot::Empty;
+                }
+                Err(match e {
+                    ConnectError::Config(reason) => LockError::config(reason),
+                    ConnectError::Unavailable(reason) => LockError::unavailable(self.backend, reason),
+                })
+            }
+        }
+    }
+
+    fn spawn_connect(&self) -> Connecting {
+        let client = self.client.clone();
+        let label = self.label.clone();
+        let connect_timeout = self.connect_timeout;
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(connect_timeout))
+            .set_response_timeout(Some(self.request_timeout.max(connect_timeout)));
+        let password = client.get_connection_info().redis_settings().password().map(str::to_owned);
+        let task = tokio::spawn(async move {
+            let connected = timeout(connect_timeout, async {
+                let mut conn = client.get_multiplexed_async_connection_with_config(&config).await?;
+                // Load every script now, in one round trip, so calls by SHA succeed at once.
+                let mut pipe = redis::pipe();
+                for src in ALL_SOURCES {
+                    pipe.cmd("SCRIPT").arg("LOAD").arg(src);
+                }
+                let _: Vec<String> = pipe.query_async(&mut conn).await?;
+                Ok::<_, redis::RedisError>(conn)
+            })
+            .await;
+            match connected {
+                Ok(Ok(conn)) => Ok(conn),
+                Ok(Err(e)) => {
+                    let message = hide(&e.to_string(), password.as_deref());
+                    if is_auth_error(&e) {
+                        Err(ConnectError::Config(auth_message("cannot connect to", &label, &message)))
+                    } else {
+                        Err(ConnectError::Unavailable(format!("cannot connect to {label}: {message}")))
+                    }
+                }
+                Err(_) => Err(ConnectError::Unavailable(format!(
+                    "no connection to {label} within the connect timeout {connect_timeout:?}"
+                ))),
+            }
+        });
+        async move {
+            match task.await {
+                Ok(r) => r,
+                Err(e) => Err(ConnectError::Unavailable(format!("the connect task failed: {e}"))),
+            }
+        }
+        .boxed()
+        .shared()
     }
 
     /// Drops the connection of `generation` (not a newer one) so the next command reconnects.
@@ -97,59 +157,66 @@ impl Node {
     /// keeps every later reply unambiguous.
     fn discard(&self, generation: u64) {
         let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
-        if slot.as_ref().is_some_and(|(g, _)| *g == generation) {
-            *slot = None;
+        if matches!(&*slot, Slot::Ready(g, _) if *g == generation) {
+            *slot = Slot::Empty;
         }
     }
 
     /// Opens the connection now and checks it answers (PING).
     pub(crate) async fn ping(&self, within: Duration) -> Result<(), LockError> {
-        let cmd = redis::cmd("PING");
-        let _: String = self.run(within, |mut c| async move { cmd.query_async(&mut c).await }).await?;
+        let _: String = self.run(within, |mut c| async move { redis::cmd("PING").query_async(&mut c).await }).await?;
         Ok(())
     }
 
     /// Runs one command (or script invocation) on the shared connection, bounded by `within`
-    /// (and by the request timeout). Connection-level failures and timeouts are `Unavailable`.
+    /// (and, once connected, by the request timeout). Connection-level failures and time-outs
+    /// are `Unavailable`, and the connection is then replaced.
     pub(crate) async fn run<T, F, Fut>(&self, within: Duration, f: F) -> Result<T, LockError>
     where
         F: FnOnce(MultiplexedConnection) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
     {
-        let bound = within.min(self.request_timeout);
         let work = async {
             let (generation, conn) = self.connection().await?;
-            match f(conn).await {
-                Ok(v) => Ok(v),
-                Err(e) => {
+            match timeout(self.request_timeout, f(conn)).await {
+                Ok(Ok(v)) => Ok(v),
+                Ok(Err(e)) => {
                     if e.is_io_error() || e.is_unrecoverable_error() || e.is_timeout() || e.is_connection_dropped() {
                         self.discard(generation);
                     }
-                    Err(self.map_error(e, "request failed on"))
+                    Err(self.map_error(e))
+                }
+                Err(_) => {
+                    self.discard(generation);
+                    Err(LockError::unavailable(
+                        self.backend,
+                        format!("{} did not answer within {:?}", self.label, self.request_timeout),
+                    ))
                 }
             }
         };
-        match timeout(bound, work).await {
+        match timeout(within, work).await {
             Ok(r) => r,
             Err(_) => {
-                if let Some((g, _)) = self.current() {
+                // Still connecting, or the reply is late: either way the connection in use now
+                // cannot be trusted to be in step.
+                let current = match &*self.slot.lock().unwrap_or_else(|e| e.into_inner()) {
+                    Slot::Ready(g, _) => Some(*g),
+                    _ => None,
+                };
+                if let Some(g) = current {
                     self.discard(g);
                 }
-                Err(LockError::unavailable(self.backend, format!("{} did not answer within {bound:?}", self.label)))
+                Err(LockError::unavailable(self.backend, format!("{} did not answer within {within:?}", self.label)))
             }
         }
     }
 
-    fn map_error(&self, e: redis::RedisError, what: &str) -> LockError {
-        let message = hide_password(&e.to_string(), &self.client);
-        if e.kind() == redis::ErrorKind::AuthenticationFailed
-            || e.code().is_some_and(|c| matches!(c, "NOAUTH" | "WRONGPASS" | "NOPERM"))
-        {
-            return LockError::config(format!(
-                "{what} {}: authentication failed ({message}); check the user and password in the URL and the \
-                 ACL rules of that user",
-                self.label
-            ));
+    fn map_error(&self, e: redis::RedisError) -> LockError {
+        let password = self.client.get_connection_info().redis_settings().password();
+        let message = hide(&e.to_string(), password);
+        if is_auth_error(&e) {
+            return LockError::config(auth_message("request failed on", &self.label, &message));
         }
         if e.is_io_error()
             || e.is_connection_refusal()
@@ -158,21 +225,26 @@ impl Node {
             || e.is_unrecoverable_error()
             || e.code().is_some_and(|c| matches!(c, "LOADING" | "BUSY" | "TRYAGAIN" | "MASTERDOWN" | "READONLY"))
         {
-            return LockError::Unavailable {
-                backend: self.backend.to_owned(),
-                reason: format!("{what} {}: {message}", self.label),
-                source: None,
-            };
+            return LockError::unavailable(self.backend, format!("request failed on {}: {message}", self.label));
         }
-        LockError::Backend {
-            backend: self.backend.to_owned(),
-            source: format!("{what} {}: {message}", self.label).into(),
-        }
+        LockError::backend(self.backend, format!("request failed on {}: {message}", self.label))
     }
 }
 
-fn hide_password(message: &str, client: &redis::Client) -> String {
-    match client.get_connection_info().redis_settings().password() {
+fn is_auth_error(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::AuthenticationFailed
+        || e.code().is_some_and(|c| matches!(c, "NOAUTH" | "WRONGPASS" | "NOPERM"))
+}
+
+fn auth_message(what: &str, label: &str, message: &str) -> String {
+    format!(
+        "{what} {label}: authentication or permission failed ({message}); check the user and password in the URL \
+         and that user's ACL rules (it needs EVALSHA, SCRIPT, PUBLISH, SUBSCRIBE and the lock keys)"
+    )
+}
+
+fn hide(message: &str, password: Option<&str>) -> String {
+    match password {
         Some(p) if !p.is_empty() => message.replace(p, "***"),
         _ => message.to_owned(),
     }

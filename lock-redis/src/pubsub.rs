@@ -27,8 +27,6 @@ struct Server {
     label: String,
     /// The sink of the live connection and the channels it has confirmed.
     state: Mutex<ServerState>,
-    /// Becomes true once the first connection attempt has ended, either way.
-    attempted: tokio::sync::watch::Sender<bool>,
 }
 
 #[derive(Default)]
@@ -67,12 +65,7 @@ impl Notifier {
         let inner = Arc::new(Inner {
             servers: servers
                 .into_iter()
-                .map(|(client, label)| Server {
-                    client,
-                    label,
-                    state: Mutex::new(ServerState::default()),
-                    attempted: tokio::sync::watch::channel(false).0,
-                })
+                .map(|(client, label)| Server { client, label, state: Mutex::new(ServerState::default()) })
                 .collect(),
             hubs: Mutex::new(HashMap::new()),
             ops: tokio::sync::Mutex::new(()),
@@ -97,16 +90,10 @@ impl Notifier {
     }
 
     /// Registers a waiter of `channel`; returns once every connected server confirmed the
-    /// subscription (or gave up on it within the request timeout).
+    /// subscription (or gave up on it within the request timeout). Never waits for a connect.
     pub(crate) async fn subscribe(&self, channel: &str) -> Result<Option<WakeSubscription>, LockError> {
         self.ensure_started();
         let inner = &self.inner;
-        // The first waiter of this client waits for the first connection (bounded), so that
-        // its subscription is confirmed before its first attempt.
-        for server in &inner.servers {
-            let mut rx = server.attempted.subscribe();
-            let _ = timeout(inner.connect_timeout.min(inner.request_timeout), rx.wait_for(|done| *done)).await;
-        }
         let _ops = inner.ops.lock().await;
         let sub = {
             let mut hubs = inner.hubs.lock().unwrap_or_else(|e| e.into_inner());
@@ -135,8 +122,9 @@ impl Notifier {
             }
         }
         futures::future::join_all(confirmations).await;
-        // Not connected right now: the listener subscribes this channel when it reconnects and
-        // wakes every waiter then; until then the timed re-try covers.
+        // Not connected (yet): the listener subscribes this channel when it connects and then
+        // wakes every waiter and leaves each channel a wake-up permit, so a release published
+        // before that subscription was confirmed still makes the waiter re-try at once.
         Ok(Some(sub))
     }
 }
@@ -171,7 +159,6 @@ async fn listen(inner: Weak<Inner>, index: usize, stop: CancellationToken) {
             _ = stop.cancelled() => return,
             r = connect_and_resubscribe(&strong, index) => r,
         };
-        strong.servers[index].attempted.send_replace(true);
         match connected {
             Ok((sink, stream)) => {
                 backoff = Duration::from_millis(50);

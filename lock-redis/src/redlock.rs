@@ -102,9 +102,10 @@ impl RedlockStore {
         self.nodes.len()
     }
 
-    /// The per-master timeout: far below the ttl, so that slow masters eat little validity.
+    /// The per-master timeout: well below the ttl, so that a slow master eats little of the
+    /// validity time (two rounds take at most half the ttl), yet above a slow link's round trip.
     fn per_node(&self, ttl: Duration) -> Duration {
-        self.request_timeout.min((ttl / 10).max(Duration::from_millis(50)))
+        self.request_timeout.min((ttl / 4).max(Duration::from_millis(20)))
     }
 
     fn drift(ttl: Duration) -> Duration {

@@ -33,9 +33,7 @@ impl Keys {
 /// Single instance acquire. KEYS: lock, fence. ARGV: owner, ttl ms.
 /// Returns `{1, token}` when granted (or already ours: the stored token, lease refreshed),
 /// `{0, pttl}` when someone else holds it.
-pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
+const ACQUIRE_SRC: &str = r#"
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 local holder = redis.call('HGET', KEYS[1], 'o')
 if holder then
@@ -57,44 +55,35 @@ end
 redis.call('HSET', KEYS[1], 'o', ARGV[1], 'f', string.format('%d', token))
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return {1, token}
-"#,
-    )
-});
+"#;
+pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_SRC));
 
 /// Owner-checked renew. KEYS: lock. ARGV: owner, ttl ms. Returns 1 renewed, 0 not ours.
-pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
+const RENEW_SRC: &str = r#"
 if redis.call('HGET', KEYS[1], 'o') == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end
 return 0
-"#,
-    )
-});
+"#;
+pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW_SRC));
 
 /// Owner-checked release that wakes waiters. KEYS: lock. ARGV: owner, channel.
 /// Returns 1 released, 0 not ours.
-pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
+const RELEASE_SRC: &str = r#"
 if redis.call('HGET', KEYS[1], 'o') == ARGV[1] then
   redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', ARGV[2], 'released')
   return 1
 end
 return 0
-"#,
-    )
-});
+"#;
+pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SRC));
 
 /// Redlock, per master: take the lease and read the fence floor. KEYS: lock, fence.
 /// ARGV: owner, ttl ms. Returns `{1, floor}` (floor = max(counter, server TIME in µs)) when
 /// granted or already ours, `{0, pttl}` when held by another owner.
-pub(crate) static REDLOCK_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
+const REDLOCK_ACQUIRE_SRC: &str = r#"
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 local holder = redis.call('HGET', KEYS[1], 'o')
 if holder and holder ~= ARGV[1] then
@@ -107,15 +96,12 @@ local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local counter = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 if counter > floor then floor = counter end
 return {1, floor}
-"#,
-    )
-});
+"#;
+pub(crate) static REDLOCK_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(REDLOCK_ACQUIRE_SRC));
 
 /// Redlock, per master: store a token if it is greater (set-if-greater). KEYS: fence.
 /// ARGV: token (decimal string). Returns the stored value afterwards.
-pub(crate) static REDLOCK_FENCE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
+const REDLOCK_FENCE_SRC: &str = r#"
 local want = tonumber(ARGV[1])
 local have = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
 if want > have then
@@ -123,9 +109,12 @@ if want > have then
   return want
 end
 return have
-"#,
-    )
-});
+"#;
+pub(crate) static REDLOCK_FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(REDLOCK_FENCE_SRC));
+
+/// Every script's source, loaded on each new connection (one pipelined round trip) so the
+/// first call by SHA does not pay a `NOSCRIPT` round trip.
+pub(crate) const ALL_SOURCES: [&str; 5] = [ACQUIRE_SRC, RENEW_SRC, RELEASE_SRC, REDLOCK_ACQUIRE_SRC, REDLOCK_FENCE_SRC];
 
 #[cfg(test)]
 mod tests {

@@ -205,3 +205,5 @@ mod redis_extra {
         assert!(!lease.is_valid());
     }
 }
+
+lock_conformance::conformance_tests!(redis, || async { crate::common::RedisFixture::start().await });

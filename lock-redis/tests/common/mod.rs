@@ -15,7 +15,7 @@ use lock_redis::RedisOptions;
 pub fn test_options() -> RedisOptions {
     RedisOptions {
         connect_timeout: Duration::from_secs(1),
-        request_timeout: Duration::from_millis(400),
+        request_timeout: Duration::from_millis(750),
         ..RedisOptions::default()
     }
 }
@@ -58,7 +58,7 @@ impl Fixture for RedisFixture {
     }
 
     fn provenance(&self) -> String {
-        self.server.provenance().to_owned()
+        self.server.provenance()
     }
 }
 
@@ -156,6 +156,6 @@ impl Fixture for RedlockFixture {
     }
 
     fn provenance(&self) -> String {
-        format!("{} × {}", self.servers.len(), self.servers.first().map(|s| s.provenance()).unwrap_or_default())
+        format!("{} × {}", self.servers.len(), self.servers.first().map(RedisServer::provenance).unwrap_or_default())
     }
 }

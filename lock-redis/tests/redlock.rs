@@ -1,0 +1,186 @@
+//! Redlock over five fresh local `redis-server`s: Redlock-specific cases here; the shared
+//! conformance suite is invoked at the bottom.
+
+mod common;
+
+mod redlock_extra {
+    use std::time::{Duration, Instant};
+
+    use lock_core::{AcquireOptions, DistributedLock, LockError, LockName};
+
+    use crate::common::RedlockFixture;
+
+    fn opts(ttl_ms: u64) -> AcquireOptions {
+        AcquireOptions::new(Duration::from_millis(ttl_ms))
+            .wait(Duration::from_secs(5))
+            .request_timeout(Duration::from_secs(1))
+    }
+
+    async fn raw(fx: &RedlockFixture, i: usize) -> redis::aio::MultiplexedConnection {
+        let addr = fx.servers[i].addr().unwrap();
+        let client = redis::Client::open(format!("redis://{addr}")).unwrap();
+        client.get_multiplexed_async_connection().await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn basics() {
+        let fx = RedlockFixture::start().await.unwrap();
+        let a = fx.redlock_client().await.unwrap();
+        let b = fx.redlock_client().await.unwrap();
+        assert_eq!(a.backend(), "redlock");
+        assert_eq!(a.store().quorum(), 3);
+        let name = LockName::new("basics").unwrap();
+        let l1 = a.try_acquire(&name, &opts(2000)).await.unwrap().expect("free");
+        assert!(b.try_acquire(&name, &opts(2000)).await.unwrap().is_none());
+        // Every master holds the lease and stored the token.
+        for i in 0..5 {
+            let mut c = raw(&fx, i).await;
+            let fence: u64 = redis::cmd("GET").arg("dlock:{basics}:fence").query_async(&mut c).await.unwrap();
+            assert_eq!(fence, l1.token().0, "master {i}");
+        }
+        l1.release().await.unwrap();
+        let l2 = b.try_acquire(&name, &opts(2000)).await.unwrap().expect("free again");
+        assert!(l2.token() > l1.token());
+        l2.release().await.unwrap();
+    }
+
+    /// One and then two of five masters down: locks are still granted, tokens still increase,
+    /// and a held lease keeps renewing.
+    #[tokio::test]
+    async fn fault_minority_down() {
+        let fx = RedlockFixture::start().await.unwrap();
+        let c = fx.redlock_client().await.unwrap();
+        let name = LockName::new("minority").unwrap();
+        let held = c.acquire(&LockName::new("held").unwrap(), &opts(900)).await.unwrap();
+        let mut last = c.acquire(&name, &opts(1500)).await.unwrap().token().0;
+        for down in 0..2 {
+            fx.master(down).stop().await.unwrap();
+            let t = Instant::now();
+            let l = c.acquire(&name, &opts(1500)).await.unwrap_or_else(|e| panic!("{} down: {e}", down + 1));
+            eprintln!("{} of 5 down: granted in {:?}", down + 1, t.elapsed());
+            assert!(l.token().0 > last);
+            last = l.token().0;
+            l.release().await.unwrap();
+        }
+        // Two masters down for longer than the ttl: the majority renewal keeps the lease.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert!(held.is_valid(), "lease lost with only a minority down: {:?}", held.lost().reason());
+        held.release().await.unwrap();
+    }
+
+    /// Three of five down: no grant; `Unavailable` (or `Timeout`) within the caller's wait.
+    /// A held lease then loses its majority and its lost signal fires.
+    #[tokio::test]
+    async fn fault_majority_down() {
+        let fx = RedlockFixture::start().await.unwrap();
+        let c = fx.redlock_client().await.unwrap();
+        let held = c.acquire(&LockName::new("held").unwrap(), &opts(1000)).await.unwrap();
+        for i in 0..3 {
+            fx.master(i).stop().await.unwrap();
+        }
+        let wait = Duration::from_secs(2);
+        let t = Instant::now();
+        let r = c.acquire(&LockName::new("majority").unwrap(), &opts(1000).wait(wait)).await;
+        let took = t.elapsed();
+        match r {
+            Err(LockError::Unavailable { .. }) | Err(LockError::Timeout { .. }) => {}
+            other => panic!("3 of 5 down must not grant: {:?}", other.map(|l| l.token())),
+        }
+        assert!(took < wait + Duration::from_millis(800), "took {took:?} for a wait of {wait:?}");
+        eprintln!("3 of 5 down: refused in {took:?}");
+        let r = c.try_acquire(&LockName::new("majority2").unwrap(), &opts(1000)).await;
+        assert!(matches!(r, Err(LockError::Unavailable { .. })), "{:?}", r.map(|o| o.map(|l| l.token())));
+        tokio::time::timeout(Duration::from_secs(3), held.lost().fired()).await.expect("lost signal");
+        // Masters come back (empty): service resumes, and tokens keep increasing.
+        for i in 0..3 {
+            fx.master(i).start().await.unwrap();
+        }
+        let l = c.acquire(&LockName::new("held").unwrap(), &opts(1000)).await.unwrap();
+        assert!(l.token() > held.token());
+        l.release().await.unwrap();
+    }
+
+    /// A minority of masters restarts empty while the others hold counters ahead of every
+    /// clock: the quorum read still sees the highest token, so tokens strictly increase.
+    #[tokio::test]
+    async fn fencing_survives_minority_restart_empty() {
+        let fx = RedlockFixture::start().await.unwrap();
+        let c = fx.redlock_client().await.unwrap();
+        let name = LockName::new("fence").unwrap();
+        let l = c.acquire(&name, &opts(1000)).await.unwrap();
+        l.release().await.unwrap();
+        // Put the counters far ahead of the masters' clocks, so the TIME floor cannot help:
+        // only the quorum intersection can.
+        let ahead: u64 = l.token().0 + 1_000_000_000_000;
+        for i in 0..5 {
+            let mut m = raw(&fx, i).await;
+            let _: () = redis::cmd("SET").arg("dlock:{fence}:fence").arg(ahead).query_async(&mut m).await.unwrap();
+        }
+        let mut last = ahead;
+        for round in 0..3 {
+            // Restart two masters empty (a different pair each round).
+            for i in [round % 5, (round + 2) % 5] {
+                fx.master(i).stop().await.unwrap();
+                fx.master(i).start().await.unwrap();
+            }
+            let l = c.acquire(&name, &opts(1000)).await.unwrap();
+            assert!(l.token().0 > last, "round {round}: token {} after {last}", l.token());
+            last = l.token().0;
+            l.release().await.unwrap();
+        }
+    }
+
+    /// A minority holding the key for another owner (e.g. a split vote) does not block a grant.
+    #[tokio::test]
+    async fn split_minority_does_not_block() {
+        let fx = RedlockFixture::start().await.unwrap();
+        let c = fx.redlock_client().await.unwrap();
+        for i in 0..2 {
+            let mut m = raw(&fx, i).await;
+            let _: () = redis::cmd("HSET")
+                .arg("dlock:{split}:lock")
+                .arg("o")
+                .arg("someone-else")
+                .query_async(&mut m)
+                .await
+                .unwrap();
+            let _: () = redis::cmd("PEXPIRE").arg("dlock:{split}:lock").arg(60_000).query_async(&mut m).await.unwrap();
+        }
+        let l = c.try_acquire(&LockName::new("split").unwrap(), &opts(1000)).await.unwrap();
+        assert!(l.is_some(), "3 of 5 free masters must grant");
+        // And three held elsewhere: no grant.
+        let mut m = raw(&fx, 2).await;
+        drop(l);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let _: () = redis::cmd("HSET")
+            .arg("dlock:{split}:lock")
+            .arg("o")
+            .arg("someone-else")
+            .query_async(&mut m)
+            .await
+            .unwrap();
+        let _: () = redis::cmd("PEXPIRE").arg("dlock:{split}:lock").arg(60_000).query_async(&mut m).await.unwrap();
+        let l = c.try_acquire(&LockName::new("split").unwrap(), &opts(1000)).await.unwrap();
+        assert!(l.is_none(), "a majority held by another owner must not grant");
+    }
+
+    #[tokio::test]
+    async fn redlock_urls() {
+        for url in ["redlock://", "redlock://a:1,,b:2", "redlock://a:1?x=1", "redis://a:1"] {
+            let r = lock_redis::connect_redlock(url, crate::common::test_options()).await;
+            assert!(matches!(r, Err(LockError::Config { .. })), "{url}: {:?}", r.err());
+        }
+        let p1 = lock_conformance::process::free_port().unwrap();
+        let p2 = lock_conformance::process::free_port().unwrap();
+        let t = Instant::now();
+        let r = lock_redis::connect_redlock(
+            &format!("redlock://127.0.0.1:{p1},127.0.0.1:{p2},127.0.0.1:{p1}"),
+            crate::common::test_options(),
+        )
+        .await;
+        assert!(matches!(r, Err(LockError::Unavailable { .. })), "{:?}", r.err());
+        assert!(t.elapsed() < Duration::from_secs(3));
+    }
+}
+
+lock_conformance::conformance_tests!(redlock, || async { crate::common::RedlockFixture::start().await });
