@@ -162,17 +162,28 @@ struct Attempt<'a> {
 }
 
 impl Attempt<'_> {
-    fn remaining(&self) -> Option<Duration> {
-        self.deadline.map(|d| d.saturating_duration_since(Instant::now()))
+    fn per_request(&self) -> Duration {
+        self.opts.request_timeout.min(self.lock.inner.options.request_timeout)
     }
 
-    /// The bound of one request: the request timeout, never beyond the caller's wait (but at
-    /// least a little, so that a single attempt with no wait still gets an answer).
+    /// When this call must have answered: the end of the caller's wait, or for a single
+    /// attempt (try_acquire, `NoWait`) one request timeout; `None` when waiting forever.
+    fn limit(&self) -> Option<Instant> {
+        if self.wait {
+            self.deadline
+        } else {
+            Some(self.begun + self.per_request())
+        }
+    }
+
+    /// The bound of one request: the request timeout, never beyond the call's limit (but at
+    /// least a little, so that a request sent at the last moment can still be answered).
     fn bound(&self) -> Duration {
-        let per_request = self.opts.request_timeout.min(self.lock.inner.options.request_timeout);
-        match self.remaining() {
-            Some(r) if self.wait => per_request.min(r.max(Duration::from_millis(1))),
-            _ => per_request,
+        match self.limit() {
+            Some(l) => {
+                self.per_request().min(l.saturating_duration_since(Instant::now()).max(Duration::from_millis(1)))
+            }
+            None => self.per_request(),
         }
     }
 
@@ -181,14 +192,14 @@ impl Attempt<'_> {
     }
 
     /// After a transient failure: waits a little and says whether to retry. Gives up with
-    /// `Unavailable` when the server has not answered for `connect_timeout`, or the wait is over.
+    /// `Unavailable` when the call's limit would pass, or the server has not answered for
+    /// `connect_timeout` (which bounds an endless wait against a dead ensemble).
     async fn after_transient(&mut self, err: LockError) -> Result<(), LockError> {
         let now = Instant::now();
         let since = *self.unavailable_since.get_or_insert(now);
-        let budget = self.lock.inner.options.connect_timeout;
         let delay = self.backoff.next_delay();
-        let past_wait = self.deadline.is_some_and(|d| now + delay >= d);
-        if now.duration_since(since) >= budget || past_wait || !self.wait && now.duration_since(since) >= self.bound() {
+        let out_of_time = self.limit().is_some_and(|l| now + delay >= l);
+        if out_of_time || now.duration_since(since) >= self.lock.inner.options.connect_timeout {
             return Err(err);
         }
         tracing::debug!(lock = %self.name, error = %err, "zookeeper request failed; retrying");
@@ -204,9 +215,10 @@ impl Attempt<'_> {
     async fn run(mut self) -> Result<Option<Lease>, LockError> {
         loop {
             let session = {
-                let deadline = match self.deadline {
-                    Some(d) if self.wait => d.max(Instant::now() + Duration::from_millis(1)),
-                    _ => Instant::now() + self.lock.inner.options.connect_timeout,
+                let now = Instant::now();
+                let deadline = match self.limit() {
+                    Some(l) => l.max(now + Duration::from_millis(1)),
+                    None => now + self.lock.inner.options.connect_timeout,
                 };
                 self.lock.session(deadline).await?
             };
@@ -214,12 +226,11 @@ impl Attempt<'_> {
                 Step::Done(lease) => return Ok(lease),
                 Step::Restart(why) => {
                     tracing::info!(lock = %self.name, why, "zookeeper acquire starts over");
-                    if self.deadline.is_some_and(|d| Instant::now() >= d) {
-                        return Err(if self.wait {
-                            LockError::unavailable(BACKEND, format!("{why} and the wait ended before a new session"))
-                        } else {
-                            LockError::unavailable(BACKEND, why)
-                        });
+                    if self.limit().is_some_and(|l| Instant::now() >= l) {
+                        return Err(LockError::unavailable(
+                            BACKEND,
+                            format!("{why}, and no time is left for a new one"),
+                        ));
                     }
                     sleep(self.backoff.next_delay()).await;
                 }
@@ -255,6 +266,7 @@ impl Attempt<'_> {
         let owner = OwnerId::random();
         let prefix = format!("{parent}/{}", node_prefix(owner));
         let mut guard = NodeGuard::new(client.clone(), parent.clone(), prefix.clone());
+        let create_sent = Instant::now();
         let (path, czxid) = match self.create(client, &parent, &prefix).await? {
             Step::Done(created) => created,
             Step::Restart(why) => return Ok(Step::Restart(why)),
@@ -262,8 +274,12 @@ impl Attempt<'_> {
         guard.path = Some(path.clone());
         let own = path.rsplit('/').next().unwrap_or_default().to_owned();
 
+        // valid_until counts from the create when the lock was free at once, else from the
+        // listing that found us first after a wake-up: either way a request the server answered
+        // while our node held the lock.
+        let mut woken = false;
         loop {
-            let sent = Instant::now();
+            let sent = if woken { Instant::now() } else { create_sent };
             let children = match call(self.bound(), "listing lock nodes", client.list_children(&parent)).await {
                 Ok(c) => {
                     self.answered();
@@ -299,7 +315,11 @@ impl Attempt<'_> {
                         self.answered();
                         w
                     }
-                    Err(Failure::Server(ZkError::NoNode)) => continue,
+                    Err(Failure::Server(ZkError::NoNode)) => {
+                        // The predecessor left meanwhile: look again.
+                        woken = true;
+                        continue;
+                    }
                     Err(Failure::Server(e)) => return Err(server_error(e, root)),
                     Err(Failure::SessionGone) => return Ok(Step::Restart("the ZooKeeper session ended")),
                     Err(Failure::Transient(e)) => {
@@ -323,6 +343,7 @@ impl Attempt<'_> {
                 None => changed.await,
             };
             self.lock.inner.watch_events.fetch_add(1, Ordering::Relaxed);
+            woken = true;
             tracing::trace!(lock = %self.name, event = ?event.event_type, "predecessor watch fired");
             if event.event_type == EventType::Session {
                 return Ok(Step::Restart("the ZooKeeper session ended"));
