@@ -204,6 +204,15 @@ pub async fn fault_latency(fx: &dyn Fixture) -> CaseResult {
     let acquired_in = t0.elapsed();
     let result = async {
         let lease = r?;
+        // A request and its answer each cross the link once: at least two delays.
+        if acquired_in < delay * 2 {
+            let _ = lease.release().await;
+            return Err(CaseError::NotApplicable(format!(
+                "the fixture's link does not add latency (acquire took {} ms with {} ms set each way)",
+                ms(acquired_in),
+                ms(delay)
+            )));
+        }
         ensure!(lease.valid_until() <= t0 + cx.ttl(), "valid_until counts from after the request was sent");
         let end = Instant::now() + cx.ttl() * 2;
         while Instant::now() < end {
@@ -274,7 +283,7 @@ pub async fn fault_server_restart(fx: &dyn Fixture) -> CaseResult {
     let mut before = Vec::new();
     for _ in 0..3 {
         let l = c.acquire(&tokens_name, &cx.opts(cx.ttl() * 2)).await?;
-        before.push(l.token());
+        before.push(l.token().get());
         l.release().await?;
     }
     let held_name = cx.name("held")?;
@@ -291,8 +300,8 @@ pub async fn fault_server_restart(fx: &dyn Fixture) -> CaseResult {
     let after = c.acquire(&tokens_name, &cx.opts(recover)).await;
     let after =
         after.map_err(|e| CaseError::Failed(format!("a client made before the restart did not recover: {e}")))?;
-    let max_before = before.iter().max().copied().unwrap_or(lock_core::FencingToken(0));
-    let token_note = if after.token() > max_before {
+    let max_before = before.iter().max().copied().unwrap_or(0);
+    let token_note = if after.token().get() > max_before {
         format!("token {} after {before:?}", after.token())
     } else if cx.caps.durable_fencing {
         fail!(

@@ -12,7 +12,7 @@ pub async fn fencing_monotonic(fx: &dyn Fixture) -> CaseResult {
     let name = cx.name("tokens")?;
     let clients = [cx.client().await?, cx.client().await?, cx.client().await?];
     let opts = cx.opts(cx.ttl() * 4);
-    let mut tokens: Vec<FencingToken> = Vec::new();
+    let mut tokens: Vec<u64> = Vec::new();
     for i in 0..10 {
         let c = &clients[i % clients.len()];
         let lease = if i % 2 == 0 {
@@ -23,14 +23,14 @@ pub async fn fencing_monotonic(fx: &dyn Fixture) -> CaseResult {
                 None => fail!("try_acquire #{i} found the lock busy although every lease before was released"),
             }
         };
-        if let Some(prev) = tokens.last() {
+        if let Some(prev) = tokens.last().map(|t| FencingToken(*t)) {
             ensure!(
-                lease.token() > *prev,
+                lease.token() > prev,
                 "token {} after {prev}: tokens must strictly increase ({tokens:?})",
                 lease.token()
             );
         }
-        tokens.push(lease.token());
+        tokens.push(lease.token().get());
         lease.release().await?;
     }
     Ok(format!("tokens {tokens:?}"))

@@ -1,0 +1,212 @@
+//! A backend written outside the dlock crates, certified by the conformance suite.
+//!
+//! `ToyStore` is a tiny lease table in a shared map (stand-in for your server). Implementing
+//! `LeaseStore` (one atomic try / renew / release each) and wrapping it in `StoreLock` gives a
+//! full `DistributedLock`: waiting, timeouts, cancel-safety and the `Lease` watchdog come from
+//! lock-core. `ToyFixture` hands the suite fresh clients and fault hooks (a partition switch per
+//! client, and a server that can go down and lose its memory). Then one call runs every case.
+//!
+//! Run it: `cargo run --example custom_backend` (exit code 1 if any case fails).
+//!
+//! In your own crate, the same fixture gets one named test per case from a single line in
+//! `tests/conformance.rs`:
+//!
+//! ```ignore
+//! lock_conformance::conformance_tests!(toy, || async { Ok::<_, lock_core::LockError>(ToyFixture::new()) });
+//! ```
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lock_conformance::runner::{run_suite, Outcome, RunOptions};
+use lock_conformance::{async_trait, ClientLink, Fixture, LinkedClient, ServerControl};
+use lock_core::{
+    Capabilities, DistributedLock, FencingToken, LeaseStore, LockError, LockName, OwnerId, ReleaseOutcome,
+    RenewOutcome, StoreLock, TryLock,
+};
+use tokio::time::Instant;
+
+/// The "server": one row per name (owner, expiry) and a fence counter per name that is never
+/// reset — even when the server restarts — so tokens stay monotonic.
+#[derive(Default)]
+struct ToyServer {
+    rows: Mutex<HashMap<LockName, (OwnerId, Instant)>>,
+    fences: Mutex<HashMap<LockName, u64>>,
+    down: AtomicBool,
+}
+
+/// One client's connection to the server.
+struct ToyStore {
+    server: Arc<ToyServer>,
+    partitioned: Arc<AtomicBool>,
+}
+
+impl ToyStore {
+    fn reachable(&self) -> Result<(), LockError> {
+        if self.server.down.load(Ordering::SeqCst) || self.partitioned.load(Ordering::SeqCst) {
+            return Err(LockError::unavailable("toy", "the toy server cannot be reached"));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl LeaseStore for ToyStore {
+    fn backend(&self) -> &str {
+        "toy"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let mut caps = Capabilities::new();
+        caps.durable_fencing = true; // the fence map survives `ServerControl::stop`
+        caps
+    }
+
+    async fn try_lock(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<TryLock, LockError> {
+        self.reachable()?;
+        let now = Instant::now();
+        let mut rows = self.server.rows.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((holder, expires)) = rows.get(name) {
+            if *holder != owner && *expires > now {
+                return Ok(TryLock::Held { remaining: Some(*expires - now) });
+            }
+        }
+        rows.insert(name.clone(), (owner, now + ttl));
+        let mut fences = self.server.fences.lock().unwrap_or_else(|e| e.into_inner());
+        let fence = fences.entry(name.clone()).or_insert(0);
+        *fence += 1;
+        Ok(TryLock::Acquired { token: FencingToken(*fence) })
+    }
+
+    async fn renew(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<RenewOutcome, LockError> {
+        self.reachable()?;
+        let now = Instant::now();
+        let mut rows = self.server.rows.lock().unwrap_or_else(|e| e.into_inner());
+        match rows.get_mut(name) {
+            Some((holder, expires)) if *holder == owner && *expires > now => {
+                *expires = now + ttl;
+                Ok(RenewOutcome::Renewed)
+            }
+            _ => Ok(RenewOutcome::NotOwner),
+        }
+    }
+
+    async fn release(&self, name: &LockName, owner: OwnerId) -> Result<ReleaseOutcome, LockError> {
+        self.reachable()?;
+        let mut rows = self.server.rows.lock().unwrap_or_else(|e| e.into_inner());
+        match rows.get(name) {
+            Some((holder, expires)) if *holder == owner && *expires > Instant::now() => {
+                rows.remove(name);
+                Ok(ReleaseOutcome::Released)
+            }
+            _ => Ok(ReleaseOutcome::NotOwner),
+        }
+    }
+}
+
+/// What the suite needs: fresh clients, and fault hooks where the fixture can offer them.
+struct ToyFixture {
+    server: Arc<ToyServer>,
+}
+
+impl ToyFixture {
+    fn new() -> Self {
+        ToyFixture { server: Arc::default() }
+    }
+
+    fn store(&self) -> (ToyStore, Arc<AtomicBool>) {
+        let partitioned = Arc::new(AtomicBool::new(false));
+        (ToyStore { server: self.server.clone(), partitioned: partitioned.clone() }, partitioned)
+    }
+}
+
+#[async_trait]
+impl Fixture for ToyFixture {
+    fn backend(&self) -> &str {
+        "toy"
+    }
+
+    async fn client(&self) -> Result<Arc<dyn DistributedLock>, LockError> {
+        Ok(Arc::new(StoreLock::new(self.store().0)))
+    }
+
+    // Network fault hook. A networked backend would start a `lock_conformance::proxy::FaultProxy`
+    // in front of its server here and connect this client through `proxy.local_addr()`.
+    async fn linked_client(&self) -> Result<Option<LinkedClient>, LockError> {
+        let (store, partitioned) = self.store();
+        Ok(Some(LinkedClient { client: Arc::new(StoreLock::new(store)), link: Arc::new(ToyLink(partitioned)) }))
+    }
+
+    // Server fault hook. A real backend would return its `servers::LocalServer` here.
+    fn server(&self) -> Option<Arc<dyn ServerControl>> {
+        Some(Arc::new(ToyControl(self.server.clone())))
+    }
+
+    fn base_ttl(&self) -> Duration {
+        Duration::from_millis(600)
+    }
+}
+
+struct ToyLink(Arc<AtomicBool>);
+
+#[async_trait]
+impl ClientLink for ToyLink {
+    async fn set_partitioned(&self, on: bool) {
+        self.0.store(on, Ordering::SeqCst);
+    }
+    async fn set_latency(&self, _latency: Duration) {}
+    async fn reset_connections(&self) {}
+}
+
+struct ToyControl(Arc<ToyServer>);
+
+#[async_trait]
+impl ServerControl for ToyControl {
+    async fn stop(&self) -> Result<(), LockError> {
+        self.0.down.store(true, Ordering::SeqCst);
+        // Leases are lost with the process; the fence counters are "on disk".
+        self.0.rows.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        Ok(())
+    }
+    async fn start(&self) -> Result<(), LockError> {
+        self.0.down.store(false, Ordering::SeqCst);
+        Ok(())
+    }
+    async fn pause(&self, paused: bool) -> Result<(), LockError> {
+        self.0.down.store(paused, Ordering::SeqCst);
+        Ok(())
+    }
+    fn persistent(&self) -> bool {
+        false
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let options = RunOptions {
+        parallelism: 4,
+        on_case: Some(Arc::new(|case| eprintln!("{:<16} {}", format!("{:?}", case.outcome), case.name))),
+        ..RunOptions::default()
+    };
+    let report = run_suite(Arc::new(ToyFixture::new()), &options).await;
+    println!("\n{:<44} {:<15} {:>7}  detail", "case", "outcome", "ms");
+    for case in &report.cases {
+        let outcome = match case.outcome {
+            Outcome::Passed => "passed",
+            Outcome::Failed => "FAILED",
+            Outcome::Skipped => "SKIPPED",
+            Outcome::NotApplicable => "not applicable",
+        };
+        let detail: String = case.detail.chars().take(90).collect();
+        println!("{:<44} {:<15} {:>7}  {}", case.name, outcome, case.ms, detail);
+    }
+    println!(
+        "\n{}: {} passed, {} failed, {} skipped, {} not applicable",
+        report.backend, report.passed, report.failed, report.skipped, report.not_applicable
+    );
+    if !report.ok() {
+        std::process::exit(1);
+    }
+}
