@@ -55,7 +55,8 @@
 //! quorum is ⌊N/2⌋ + 1, so 5 masters tolerate 2 down.
 //!
 //! - **Acquire**: the lease is taken on every master in parallel, each attempt bounded by a
-//!   per-master timeout (`min(request_timeout, ttl/4)`). It is granted only if a
+//!   per-master timeout (`min(request_timeout, ttl/3)`); a round stops waiting as soon as its
+//!   outcome is decided, so a hung minority costs nothing. It is granted only if a
 //!   majority accepted and the whole round (including fencing, below) finished within the
 //!   validity time `ttl − elapsed − drift` (`drift = ttl/100 + 2ms`); otherwise it is released
 //!   on **all** masters, including those that did not answer, and re-tried after a random delay

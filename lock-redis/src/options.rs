@@ -23,7 +23,7 @@ pub struct RedisOptions {
     #[serde(with = "humantime_serde")]
     pub connect_timeout: Duration,
     /// Bound on one command to one server. For Redlock this is the per-node timeout, and it is
-    /// further capped at a quarter of the lease ttl so that a slow node costs little of the
+    /// further capped at a third of the lease ttl so that a slow node costs little of the
     /// validity time. Keep it well below your ttls. Default 1 s.
     #[serde(with = "humantime_serde")]
     pub request_timeout: Duration,

@@ -4,9 +4,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::future::join_all;
+use futures::stream::{FuturesUnordered, StreamExt};
 use lock_core::{
-    Capabilities, FencingToken, LeaseModel, LeaseStore, LockError, LockName, OwnerId, ReleaseOutcome, RenewOutcome,
-    TryLock, WakeMethod, WakeSubscription,
+    Capabilities, LeaseModel, LeaseStore, LockError, LockName, OwnerId, ReleaseOutcome, RenewOutcome, TryLock,
+    WakeMethod, WakeSubscription,
 };
 use rand::Rng;
 use tokio::time::Instant;
@@ -102,10 +103,10 @@ impl RedlockStore {
         self.nodes.len()
     }
 
-    /// The per-master timeout: well below the ttl, so that a slow master eats little of the
-    /// validity time (two rounds take at most half the ttl), yet above a slow link's round trip.
+    /// The per-master timeout: below the ttl, yet above a slow link's round trip. Rounds stop
+    /// waiting as soon as a majority answered, so a hung minority does not eat validity time.
     fn per_node(&self, ttl: Duration) -> Duration {
-        self.request_timeout.min((ttl / 4).max(Duration::from_millis(20)))
+        self.request_timeout.min((ttl / 3).max(Duration::from_millis(20)))
     }
 
     fn drift(ttl: Duration) -> Duration {
@@ -159,34 +160,49 @@ impl LeaseStore for RedlockStore {
         let ms = ttl_ms(ttl);
         let per_node = self.per_node(ttl);
         let started = Instant::now();
+        let n = self.nodes.len();
 
-        // Round 1, in parallel: take the lease and read each master's fence floor.
-        let votes = join_all(self.nodes.iter().map(|n| {
-            let (keys, owner) = (&keys, &owner);
-            async move {
-                let reply: Result<Vec<i64>, LockError> = n
-                    .run(per_node, |mut c| async move {
-                        REDLOCK_ACQUIRE.key(&keys.lock).key(&keys.fence).arg(owner).arg(ms).invoke_async(&mut c).await
-                    })
-                    .await;
-                match reply.and_then(|r| parse_pair(BACKEND, r)) {
-                    Ok((true, floor)) => Vote::Granted { floor },
-                    Ok((false, pttl)) => Vote::Held { pttl },
-                    Err(e) => Vote::Failed(e),
+        // Round 1, in parallel: take the lease and read each master's fence floor. Stop
+        // waiting as soon as the outcome is decided, so a hung minority costs no validity.
+        let mut round1: FuturesUnordered<_> = self
+            .nodes
+            .iter()
+            .map(|node| {
+                let (keys, owner) = (&keys, &owner);
+                async move {
+                    let reply: Result<Vec<i64>, LockError> = node
+                        .run(per_node, |mut c| async move {
+                            REDLOCK_ACQUIRE
+                                .key(&keys.lock)
+                                .key(&keys.fence)
+                                .arg(owner)
+                                .arg(ms)
+                                .invoke_async(&mut c)
+                                .await
+                        })
+                        .await;
+                    match reply.and_then(|r| parse_pair(BACKEND, r)) {
+                        Ok((true, floor)) => Vote::Granted { floor },
+                        Ok((false, pttl)) => Vote::Held { pttl },
+                        Err(e) => Vote::Failed(e),
+                    }
                 }
-            }
-        }))
-        .await;
+            })
+            .collect();
         let mut floors = Vec::new();
         let mut pttls = Vec::new();
         let mut errors = Vec::new();
-        for v in votes {
-            match v {
+        while let Some(vote) = round1.next().await {
+            match vote {
                 Vote::Granted { floor } => floors.push(floor),
                 Vote::Held { pttl } => pttls.push(pttl),
                 Vote::Failed(e) => errors.push(e),
             }
+            if floors.len() >= self.quorum || pttls.len() + errors.len() > n - self.quorum {
+                break;
+            }
         }
+        drop(round1);
 
         let mut outcome = None;
         if floors.len() >= self.quorum {
@@ -195,30 +211,45 @@ impl LeaseStore for RedlockStore {
             let max = floors.iter().copied().max().unwrap_or(0);
             let token = token_from(BACKEND, max.saturating_add(1))?;
             let wanted = token.0.to_string();
-            // Round 2: a majority must store the token before anyone relies on it.
-            let stored = join_all(self.nodes.iter().map(|n| {
-                let (keys, wanted) = (&keys, &wanted);
-                async move {
-                    n.run(per_node, |mut c| async move {
-                        REDLOCK_FENCE.key(&keys.fence).arg(wanted.as_str()).invoke_async::<i64>(&mut c).await
-                    })
-                    .await
+            // Round 2: a majority must store the token (set-if-greater) before anyone relies
+            // on it. A master answering a higher value holds a token we did not see: no grant.
+            let validity_left = ttl.saturating_sub(started.elapsed() + Self::drift(ttl));
+            let bound = per_node.min(validity_left).max(Duration::from_millis(1));
+            let mut round2: FuturesUnordered<_> = self
+                .nodes
+                .iter()
+                .map(|node| {
+                    let (keys, wanted) = (&keys, &wanted);
+                    async move {
+                        node.run(bound, |mut c| async move {
+                            REDLOCK_FENCE.key(&keys.fence).arg(wanted.as_str()).invoke_async::<i64>(&mut c).await
+                        })
+                        .await
+                    }
+                })
+                .collect();
+            let (mut stored, mut refused, mut store_errors) = (0usize, 0usize, Vec::new());
+            while let Some(r) = round2.next().await {
+                match r {
+                    Ok(v) if u64::try_from(v).ok() == Some(token.0) => stored += 1,
+                    Ok(_) => refused += 1,
+                    Err(e) => store_errors.push(e),
                 }
-            }))
-            .await;
-            let stored_ok =
-                stored.iter().filter(|r| matches!(r, Ok(v) if u64::try_from(*v).ok() == Some(token.0))).count();
+                if stored >= self.quorum || refused + store_errors.len() > n - self.quorum {
+                    break;
+                }
+            }
+            drop(round2);
             let elapsed = started.elapsed();
             let within_validity = elapsed + Self::drift(ttl) < ttl;
-            if stored_ok >= self.quorum && within_validity {
-                return Ok(TryLock::Acquired { token: FencingToken(token.0) });
+            if stored >= self.quorum && within_validity {
+                return Ok(TryLock::Acquired { token });
             }
             if !within_validity {
                 tracing::debug!(lock = %name, ?elapsed, "redlock majority came too late for the ttl; releasing");
             }
-            let store_errors: Vec<LockError> = stored.into_iter().filter_map(Result::err).collect();
-            if stored_ok < self.quorum && store_errors.len() > self.nodes.len() - self.quorum {
-                outcome = Some(Err(self.unavailable(self.nodes.len() - store_errors.len(), &store_errors)));
+            if stored < self.quorum && store_errors.len() > n - self.quorum {
+                outcome = Some(Err(self.unavailable(n - store_errors.len(), &store_errors)));
             }
         }
 
@@ -227,17 +258,16 @@ impl LeaseStore for RedlockStore {
         if let Some(o) = outcome {
             return o;
         }
-        let answered = self.nodes.len() - errors.len();
-        if answered < self.quorum {
-            return Err(self.unavailable(answered, &errors));
+        if errors.len() > n - self.quorum {
+            return Err(self.unavailable(n - errors.len(), &errors));
         }
-        if pttls.len() >= self.quorum {
+        if pttls.len() > n - self.quorum {
             // Someone holds a majority: wait at most until the earliest of its leases ends.
             let min = pttls.iter().copied().filter(|p| *p >= 0).min();
             return Ok(TryLock::Held { remaining: min.and_then(remaining_from) });
         }
-        // A split vote (contenders each took a few masters): re-try after a random delay so
-        // that they do not collide again.
+        // A split vote (contenders each took some masters) or a late round: re-try after a
+        // random delay so that contenders do not collide again.
         let delay = rand::rng().random_range(5..=(per_node.as_millis().clamp(10, 100) as u64));
         Ok(TryLock::Held { remaining: Some(Duration::from_millis(delay)) })
     }
