@@ -6,14 +6,26 @@ use std::sync::Arc;
 
 use lock_core::LockError;
 
-use crate::cases::all_cases;
+use crate::cases::{all_cases, MISSING_HOOK};
 use crate::runner::{run_case, Outcome};
 use crate::Fixture;
 
+/// How strictly a generated test treats `not_applicable`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Any `not_applicable` passes (loudly).
+    Lenient,
+    /// A `not_applicable` caused by a missing fault hook fails, unless the server came from a
+    /// URL in the environment ([`Fixture::provenance`] starts with `env `): a bundled backend
+    /// that provisions its own server must run every case its capabilities make applicable.
+    Strict,
+}
+
 /// Runs one case as a test: builds a multi-threaded runtime (2 workers), makes a fresh fixture,
 /// runs the case under its time limit. Panics on `Failed` or `Skipped` (with the detail);
-/// prints `NOT APPLICABLE <backend>::<case>: <reason>` to stderr and passes otherwise.
-pub fn run_test<F, Fut, X>(case: &str, factory: F)
+/// prints `NOT APPLICABLE <backend>::<case>: <reason>` to stderr and passes otherwise (in
+/// [`Mode::Strict`], only when the reason is not a missing fault hook).
+pub fn run_test<F, Fut, X>(case: &str, mode: Mode, factory: F)
 where
     F: FnOnce() -> Fut,
     Fut: Future<Output = Result<X, LockError>>,
@@ -36,8 +48,16 @@ where
             eprintln!("{}: server from {provenance}", fixture.backend());
         }
         let report = run_case(case, fixture).await;
+        let from_env = provenance.starts_with("env ");
         match report.outcome {
             Outcome::Passed => eprintln!("PASSED {} in {} ms: {}", report.name, report.ms, report.detail),
+            Outcome::NotApplicable if mode == Mode::Strict && report.detail.starts_with(MISSING_HOOK) && !from_env => {
+                panic!(
+                    "NOT RUN {}: {}. This backend's capabilities make the case applicable, so its fixture \
+                     must provide the hook (strict mode of conformance_tests!)",
+                    report.name, report.detail
+                )
+            }
             Outcome::NotApplicable => eprintln!("NOT APPLICABLE {}: {}", report.name, report.detail),
             Outcome::Failed => panic!("FAILED {} after {} ms: {}", report.name, report.ms, report.detail),
             Outcome::Skipped => panic!("SKIPPED {} (counts as a failure): {}", report.name, report.detail),

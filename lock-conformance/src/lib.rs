@@ -16,6 +16,9 @@
 //! lock_conformance::conformance_tests!(mybackend, || async { MyFixture::start().await });
 //! ```
 //!
+//! Add `, strict` as a third argument when your fixture provisions its own server: then a
+//! fault case that is `not_applicable` only because a hook is missing fails instead of passing.
+//!
 //! The factory runs once per test, so every case gets a fresh fixture (and, if the fixture
 //! starts one, a fresh server): `cargo nextest run` runs them in parallel processes. A test
 //! fails on `failed` or `skipped` with the detail, and passes on `not_applicable` after
@@ -110,16 +113,22 @@ pub use fixture::{ClientLink, Fixture, LinkedClient, ServerControl};
 /// calling crate to enable tokio's macros). Also generates the guard test
 /// `conformance_case_list_is_complete`.
 ///
+/// With a third argument `strict`, a case that is `not_applicable` only because the fixture
+/// lacks a fault hook ([`Fixture::linked_client`], [`Fixture::server`]) fails — unless the
+/// server came from `DLOCK_TEST_<BACKEND>_URL` ([`Fixture::provenance`] starting with `env `).
+/// The bundled backends use it, so none of them silently skips a case its capabilities allow.
+///
 /// ```ignore
 /// lock_conformance::conformance_tests!(memory, || async {
 ///     Ok::<_, lock_core::LockError>(lock_conformance::memory::MemoryFixture::new())
 /// });
+/// lock_conformance::conformance_tests!(redis, || async { RedisFixture::start().await }, strict);
 /// ```
 #[macro_export]
 macro_rules! conformance_tests {
-    ($module:ident, $factory:expr) => {
+    (@mode $mode:ident, $module:ident, $factory:expr) => {
         $crate::__conformance_module! {
-            $module, $factory,
+            $mode, $module, $factory,
             [
                 mutual_exclusion,
                 counter_exact,
@@ -156,12 +165,18 @@ macro_rules! conformance_tests {
             ]
         }
     };
+    ($module:ident, $factory:expr, strict) => {
+        $crate::conformance_tests!(@mode Strict, $module, $factory);
+    };
+    ($module:ident, $factory:expr $(,)?) => {
+        $crate::conformance_tests!(@mode Lenient, $module, $factory);
+    };
 }
 
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __conformance_module {
-    ($module:ident, $factory:expr, [$($case:ident),* $(,)?]) => {
+    ($mode:ident, $module:ident, $factory:expr, [$($case:ident),* $(,)?]) => {
         mod $module {
             #[allow(unused_imports)]
             use super::*;
@@ -169,7 +184,7 @@ macro_rules! __conformance_module {
             $(
                 #[test]
                 fn $case() {
-                    $crate::harness::run_test(stringify!($case), $factory);
+                    $crate::harness::run_test(stringify!($case), $crate::harness::Mode::$mode, $factory);
                 }
             )*
 

@@ -205,36 +205,55 @@ impl FaultProxy {
     }
 }
 
-/// Copies `from` to `to`, holding bytes while partitioned and delaying each chunk by the
-/// current latency. Returns when `from` reaches EOF or either side fails.
+/// Copies `from` to `to`, holding bytes while partitioned and delivering each chunk `latency`
+/// after it was read. The delay is a constant offset, not a per-chunk pause: a reader task
+/// stamps each chunk with its due time and a writer task waits for it, so chatty protocols
+/// (ZooKeeper pings) see the configured latency instead of a growing queue. Returns when
+/// `from` reaches EOF (after draining) or either side fails.
 async fn pump(
     from: &mut tokio::net::tcp::OwnedReadHalf,
     to: &mut tokio::net::tcp::OwnedWriteHalf,
-    mut partitioned: watch::Receiver<bool>,
+    partitioned: watch::Receiver<bool>,
     latency_us: Arc<AtomicU64>,
 ) {
-    let mut buf = vec![0u8; 16 * 1024];
-    loop {
-        if partitioned.wait_for(|cut| !*cut).await.is_err() {
-            break;
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<(tokio::time::Instant, Vec<u8>)>(64);
+    let mut cut_r = partitioned.clone();
+    let reader = async move {
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            if cut_r.wait_for(|cut| !*cut).await.is_err() {
+                break;
+            }
+            let n = match from.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            let due = tokio::time::Instant::now() + Duration::from_micros(latency_us.load(Ordering::SeqCst));
+            if tx.send((due, buf[..n].to_vec())).await.is_err() {
+                break;
+            }
         }
-        let n = match from.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        let lat = latency_us.load(Ordering::SeqCst);
-        if lat > 0 {
-            tokio::time::sleep(Duration::from_micros(lat)).await;
+    };
+    let mut cut_w = partitioned;
+    let writer = async move {
+        while let Some((due, chunk)) = rx.recv().await {
+            tokio::time::sleep_until(due).await;
+            // A partition that began while this chunk was in flight holds it too.
+            if cut_w.wait_for(|cut| !*cut).await.is_err() {
+                break;
+            }
+            if to.write_all(&chunk).await.is_err() {
+                break;
+            }
         }
-        // A partition that began while this chunk was in flight holds it too.
-        if partitioned.wait_for(|cut| !*cut).await.is_err() {
-            break;
-        }
-        if to.write_all(&buf[..n]).await.is_err() {
-            break;
-        }
+        let _ = to.shutdown().await;
+    };
+    tokio::pin!(writer);
+    tokio::select! {
+        _ = &mut writer => {}
+        // EOF from the source: deliver what is in flight, then half-close.
+        _ = reader => writer.await,
     }
-    let _ = to.shutdown().await;
 }
 
 impl Drop for FaultProxy {
@@ -383,6 +402,23 @@ mod tests {
         let mut s2 = TcpStream::connect(proxy.local_addr()).await.unwrap();
         assert!(roundtrip(&mut s2, Duration::from_secs(2)).await.is_some(), "new connections still work");
         assert_eq!(proxy.connections_accepted(), 2);
+    }
+
+    #[tokio::test]
+    async fn latency_is_an_offset_not_a_throughput_cap() {
+        let proxy = FaultProxy::start(echo_server().await).await.unwrap();
+        proxy.set_latency(Duration::from_millis(100)).await;
+        let mut s = TcpStream::connect(proxy.local_addr()).await.unwrap();
+        let t = std::time::Instant::now();
+        for _ in 0..10 {
+            s.write_all(b"ping").await.unwrap();
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let mut buf = [0u8; 40];
+        tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut buf)).await.unwrap().unwrap();
+        // 10 chunks, 100 ms each way: ~0.3 s as a delay line; 2 s if chunks queued behind each other.
+        assert!(t.elapsed() < Duration::from_millis(1000), "latency accumulated: {:?}", t.elapsed());
+        assert!(t.elapsed() >= Duration::from_millis(200), "latency missing: {:?}", t.elapsed());
     }
 
     #[tokio::test]

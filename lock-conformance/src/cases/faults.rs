@@ -8,14 +8,13 @@ use std::time::Duration;
 use lock_core::{DistributedLock, FencedRegister, LockError};
 use tokio::time::Instant;
 
-use super::{ensure, eventually, fail, ms, CaseError, CaseResult, Ctx};
+use super::{ensure, eventually, fail, missing_hook, ms, CaseError, CaseResult, Ctx};
 use crate::{Fixture, ServerControl};
 
 fn server_of(cx: &Ctx<'_>) -> Result<Arc<dyn ServerControl>, CaseError> {
     cx.fx.server().ok_or_else(|| {
-        CaseError::NotApplicable(
-            "the fixture does not control the server process (Fixture::server is None), e.g. a server given by URL"
-                .into(),
+        missing_hook(
+            "the fixture does not control the server process (Fixture::server is None), e.g. a server given by URL",
         )
     })
 }
@@ -412,9 +411,7 @@ pub async fn fault_unavailable(fx: &dyn Fixture) -> CaseResult {
         Err(e) => return Err(e),
     }
     if !applicable {
-        return Err(CaseError::NotApplicable(
-            "the fixture offers neither server control (Fixture::server) nor a linked client".into(),
-        ));
+        return Err(missing_hook("the fixture offers neither server control (Fixture::server) nor a linked client"));
     }
     Ok(notes.join("; "))
 }

@@ -273,8 +273,9 @@ pub async fn run_locked(fx: &dyn Fixture) -> CaseResult {
     let (client, link) = match cx.caps.lease_model {
         LeaseModel::PerSession => {
             let (c, l) = cx.linked().await.map_err(|e| match e {
-                CaseError::NotApplicable(r) => CaseError::NotApplicable(format!(
-                    "the success path passed; losing a per-session lease needs a link: {r}"
+                CaseError::NotApplicable(r) => super::missing_hook(format!(
+                    "the success path passed; losing a per-session lease needs a link ({})",
+                    r.trim_start_matches(super::MISSING_HOOK)
                 )),
                 o => o,
             })?;

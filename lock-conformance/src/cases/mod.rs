@@ -36,6 +36,16 @@ pub enum CaseError {
     Skipped(String),
 }
 
+/// How every `NotApplicable` reason that comes from a fault hook the fixture lacks begins (as
+/// opposed to a reason taken from the backend's capabilities). Strict mode of
+/// [`conformance_tests!`](crate::conformance_tests) fails on these.
+pub const MISSING_HOOK: &str = "missing fault hook: ";
+
+/// `NotApplicable` because the fixture lacks a fault hook.
+pub fn missing_hook(why: impl std::fmt::Display) -> CaseError {
+    CaseError::NotApplicable(format!("{MISSING_HOOK}{why}"))
+}
+
 /// The outcome of one case: `Ok(detail)` (measurements, may be empty) or why it did not pass.
 pub type CaseResult = Result<String, CaseError>;
 
@@ -187,10 +197,9 @@ impl<'a> Ctx<'a> {
     pub async fn linked(&self) -> Result<(Arc<dyn DistributedLock>, Arc<dyn ClientLink>), CaseError> {
         match self.fx.linked_client().await {
             Ok(Some(l)) => Ok((l.client, l.link)),
-            Ok(None) => Err(CaseError::NotApplicable(
+            Ok(None) => Err(missing_hook(
                 "the fixture offers no linked client (Fixture::linked_client), so the suite cannot break \
-                 a client's network"
-                    .into(),
+                 a client's network",
             )),
             Err(e) => Err(CaseError::Skipped(format!("the fixture could not make a linked client: {e}"))),
         }
@@ -233,8 +242,9 @@ impl<'a> Ctx<'a> {
         match self.caps.lease_model {
             LeaseModel::PerSession => {
                 let (client, link) = self.linked().await.map_err(|e| match e {
-                    CaseError::NotApplicable(r) => CaseError::NotApplicable(format!(
-                        "per-session leases: a holder only vanishes when its session is cut off, and {r}"
+                    CaseError::NotApplicable(r) => missing_hook(format!(
+                        "per-session leases: a holder only vanishes when its session is cut off ({})",
+                        r.trim_start_matches(MISSING_HOOK)
                     )),
                     other => other,
                 })?;
