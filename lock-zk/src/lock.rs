@@ -1,6 +1,7 @@
 //! The lock recipe: ephemeral sequential nodes, predecessor watches, czxid fencing, and the
 //! session-bound lease.
 
+use std::collections::HashSet;
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -31,8 +32,13 @@ const BACKEND: &str = "zookeeper";
 pub async fn connect(url: &str, options: ZkOptions) -> Result<ZkLock, LockError> {
     options.validate()?;
     let url = ZkUrl::parse(url)?;
-    let inner =
-        Arc::new(Inner { url, options, session: tokio::sync::Mutex::new(None), watch_events: AtomicU64::new(0) });
+    let inner = Arc::new(Inner {
+        url,
+        options,
+        session: tokio::sync::Mutex::new(None),
+        watch_events: AtomicU64::new(0),
+        parents: Mutex::new(HashSet::new()),
+    });
     let lock = ZkLock { inner };
     let deadline = Instant::now() + lock.inner.options.connect_timeout;
     lock.session(deadline).await?;
@@ -51,7 +57,12 @@ struct Inner {
     options: ZkOptions,
     session: tokio::sync::Mutex<Option<Session>>,
     watch_events: AtomicU64,
+    /// Parents known to exist, so that acquires skip creating them.
+    parents: Mutex<HashSet<String>>,
 }
+
+/// How many parents [`Inner::parents`] remembers.
+const MAX_KNOWN_PARENTS: usize = 10_000;
 
 #[derive(Clone)]
 struct Session {
@@ -267,7 +278,7 @@ impl Attempt<'_> {
         let prefix = format!("{parent}/{}", node_prefix(owner));
         let mut guard = NodeGuard::new(client.clone(), parent.clone(), prefix.clone());
         let create_sent = Instant::now();
-        let (path, czxid) = match self.create(client, &parent, &prefix).await? {
+        let (path, czxid, mut listed) = match self.create(client, &parent, &prefix).await? {
             Step::Done(created) => created,
             Step::Restart(why) => return Ok(Step::Restart(why)),
         };
@@ -280,7 +291,13 @@ impl Attempt<'_> {
         let mut woken = false;
         loop {
             let sent = if woken { Instant::now() } else { create_sent };
-            let children = match call(self.bound(), "listing lock nodes", client.list_children(&parent)).await {
+            let listing = async {
+                match listed.take() {
+                    Some(children) => Ok(children),
+                    None => client.list_children(&parent).await,
+                }
+            };
+            let children = match call(self.bound(), "listing lock nodes", listing).await {
                 Ok(c) => {
                     self.answered();
                     queue(c)
@@ -353,16 +370,23 @@ impl Attempt<'_> {
 
     /// Creates our ephemeral sequential node (and the container parent if missing). A create
     /// whose outcome is unknown is looked for by its unique prefix before it is retried.
-    async fn create(&mut self, client: &Client, parent: &str, prefix: &str) -> Result<Step<(String, i64)>, LockError> {
+    /// Returns our node's path and czxid, and the queue as listed right after the create (when
+    /// that listing succeeded).
+    async fn create(
+        &mut self,
+        client: &Client,
+        parent: &str,
+        prefix: &str,
+    ) -> Result<Step<(String, i64, Option<Vec<String>>)>, LockError> {
         let root = &self.lock.inner.url.root;
         let acls = self.lock.acls();
         let mut outcome_unknown = false;
         loop {
             if outcome_unknown {
                 match find_ours(client, parent, prefix, self.bound()).await {
-                    Ok(Some(found)) => {
+                    Ok(Some((path, czxid))) => {
                         self.answered();
-                        return Ok(Step::Done(found));
+                        return Ok(Step::Done((path, czxid, None)));
                     }
                     Ok(None) => {
                         self.answered();
@@ -377,14 +401,30 @@ impl Attempt<'_> {
                 }
             }
             let options = CreateMode::EphemeralSequential.with_acls(acls);
-            match call(self.bound(), "creating the lock node", client.create(prefix, &[], &options)).await {
-                Ok((stat, seq)) => {
+            // The listing is sent right behind the create and served after it (one session's
+            // requests are ordered): a free lock is granted in one round trip.
+            // Where the parent may be missing (first use of the name by this client, or the
+            // server removed the empty container), it is created in the same round trip.
+            let container = CreateMode::Container.with_acls(acls);
+            let make_parent = (!self.lock.knows_parent(parent)).then(|| client.create(parent, &[], &container));
+            let create = client.create(prefix, &[], &options);
+            let listing = client.list_children(parent);
+            let both = async {
+                if let Some(make_parent) = make_parent {
+                    // Its answer does not matter: the create below tells what happened.
+                    let _ = make_parent.await;
+                }
+                let (created, listed) = tokio::join!(create, listing);
+                created.map(|c| (c, listed.ok()))
+            };
+            match call(self.bound(), "creating the lock node", both).await {
+                Ok(((stat, seq), listed)) => {
                     self.answered();
                     let path = format!("{prefix}{seq}");
                     if stat.is_invalid() {
                         // Servers before 3.5 return no stat with the create.
                         match find_ours(client, parent, prefix, self.bound()).await {
-                            Ok(Some(found)) => return Ok(Step::Done(found)),
+                            Ok(Some((path, czxid))) => return Ok(Step::Done((path, czxid, None))),
                             Ok(None) => return Ok(Step::Restart("our lock node vanished")),
                             Err(Failure::Server(e)) => return Err(server_error(e, root)),
                             Err(Failure::SessionGone) => return Ok(Step::Restart("the ZooKeeper session ended")),
@@ -395,10 +435,12 @@ impl Attempt<'_> {
                             }
                         }
                     }
-                    return Ok(Step::Done((path, stat.czxid)));
+                    self.lock.remember_parent(parent, true);
+                    return Ok(Step::Done((path, stat.czxid, listed)));
                 }
                 Err(Failure::Server(ZkError::NoNode)) => {
                     self.answered();
+                    self.lock.remember_parent(parent, false);
                     let options = CreateMode::Container.with_acls(acls);
                     match call(self.bound(), "creating the lock's parent node", client.create(parent, &[], &options))
                         .await
@@ -547,6 +589,23 @@ impl ZkLock {
     /// The id of the current session, if one is established (ZooKeeper's `ephemeralOwner`).
     pub async fn session_id(&self) -> Option<i64> {
         self.inner.session.lock().await.as_ref().map(|s| s.id)
+    }
+
+    fn knows_parent(&self, parent: &str) -> bool {
+        self.inner.parents.lock().unwrap_or_else(|e| e.into_inner()).contains(parent)
+    }
+
+    fn remember_parent(&self, parent: &str, exists: bool) {
+        let mut known = self.inner.parents.lock().unwrap_or_else(|e| e.into_inner());
+        if !exists {
+            known.remove(parent);
+            return;
+        }
+        if known.len() >= MAX_KNOWN_PARENTS {
+            // Only a hint: forgetting costs one extra request per name.
+            known.clear();
+        }
+        known.insert(parent.to_owned());
     }
 
     fn parent(&self, name: &LockName) -> String {
