@@ -253,14 +253,16 @@ impl LeaseStore for RedlockStore {
             }
         }
 
-        // No grant: free whatever we took, on every master (a lost reply may have granted).
-        self.release_everywhere(&keys, &owner, per_node).await;
+        if outcome.is_none() && errors.len() > n - self.quorum {
+            outcome = Some(Err(self.unavailable(n - errors.len(), &errors)));
+        }
         if let Some(o) = outcome {
+            // `Unavailable` means "outcome unknown": StoreLock releases this owner on every
+            // master in the background, so the caller does not wait for unreachable masters.
             return o;
         }
-        if errors.len() > n - self.quorum {
-            return Err(self.unavailable(n - errors.len(), &errors));
-        }
+        // No grant: free whatever we took, on every master (a lost reply may have granted).
+        self.release_everywhere(&keys, &owner, per_node).await;
         if pttls.len() > n - self.quorum {
             // Someone holds a majority: wait at most until the earliest of its leases ends.
             let min = pttls.iter().copied().filter(|p| *p >= 0).min();
