@@ -129,9 +129,12 @@ impl Config {
         if let Some(file) = file {
             fig = fig.merge(Toml::file(file));
         }
-        let env = Env::prefixed("DLOCK_")
-            .split("__")
-            .filter(|k| ENV_KEYS.iter().any(|known| k.as_str() == *known || k.as_str().starts_with(&format!("{known}."))));
+        let env = Env::prefixed("DLOCK_").split("__").filter(|k| {
+            let key = k.as_str().to_ascii_lowercase();
+            let top = key.split(['.', '_']).next().unwrap_or("");
+            ENV_KEYS.contains(&top)
+                && (key == top || key[top.len()..].starts_with("__") || key[top.len()..].starts_with('.'))
+        });
         Ok(fig.merge(env))
     }
 
@@ -205,7 +208,9 @@ pub fn redact_url(url: &str) -> String {
             let params: Vec<String> = tail[q + 1..]
                 .split('&')
                 .map(|p| match p.split_once('=') {
-                    Some((k, _)) if ["password", "pass", "token", "secret"].contains(&k.to_ascii_lowercase().as_str()) => {
+                    Some((k, _))
+                        if ["password", "pass", "token", "secret"].contains(&k.to_ascii_lowercase().as_str()) =>
+                    {
                         format!("{k}=***")
                     }
                     _ => p.to_owned(),

@@ -9,12 +9,12 @@ pub use lock_core::*;
 
 /// The conformance suite, for certifying a backend (see the `lock-conformance` crate).
 pub use lock_conformance as conformance;
-/// The SQL backends (PostgreSQL, MySQL/MariaDB, SQLite).
-#[cfg(feature = "sql")]
-pub use lock_sql as sql;
 /// The Redis and Redlock backends.
 #[cfg(feature = "redis")]
 pub use lock_redis as redis;
+/// The SQL backends (PostgreSQL, MySQL/MariaDB, SQLite).
+#[cfg(feature = "sql")]
+pub use lock_sql as sql;
 /// The ZooKeeper backend.
 #[cfg(feature = "zk")]
 pub use lock_zk as zk;

@@ -86,7 +86,7 @@ struct AcquireArgs {
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("DLOCK_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("DLOCK_LOG").unwrap_or_else(|_| "error".into()))
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
@@ -147,7 +147,14 @@ async fn conformance(args: ConformanceArgs) -> Result<bool, LockError> {
         move |case: &CaseReport| {
             let n = done.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
             let mut err = std::io::stderr().lock();
-            let _ = writeln!(err, "[{n:>3}/{total}] {:<15} {:<40} {:>6} ms  {}", outcome_label(case.outcome), case.name, case.ms, first_line(&case.detail));
+            let _ = writeln!(
+                err,
+                "[{n:>3}/{total}] {:<15} {:<40} {:>6} ms  {}",
+                outcome_label(case.outcome),
+                case.name,
+                case.ms,
+                first_line(&case.detail)
+            );
         }
     };
     let options = RunOptions {
@@ -158,8 +165,7 @@ async fn conformance(args: ConformanceArgs) -> Result<bool, LockError> {
     };
     let report = run_suite(fixture, &options).await;
     if args.json {
-        let json = serde_json::to_string_pretty(&report)
-            .map_err(|e| LockError::backend("dlock", e))?;
+        let json = serde_json::to_string_pretty(&report).map_err(|e| LockError::backend("dlock", e))?;
         println!("{json}");
     } else {
         print_table(&report);

@@ -136,6 +136,19 @@ impl Fixture for UrlFixture {
     fn name_prefix(&self) -> String {
         self.prefix.clone()
     }
+
+    fn expiry_bound(&self) -> Duration {
+        // A ZooKeeper lock outlives its vanished holder until the session expires.
+        #[cfg(feature = "zk")]
+        if self.scheme == Scheme::ZooKeeper {
+            return self.config.zk.session_timeout.max(self.base_ttl());
+        }
+        self.base_ttl()
+    }
+
+    fn provenance(&self) -> String {
+        format!("configured deployment {}", self.config.redacted_url())
+    }
 }
 
 #[cfg(test)]

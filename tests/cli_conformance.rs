@@ -3,12 +3,19 @@
 
 use std::process::Command;
 
+use lock_conformance::servers::redis::RedisServer;
+use lock_conformance::servers::zookeeper::ZkServer;
 use serde_json::Value;
 
 fn run_conformance(url: &str) -> Value {
+    run_conformance_with(url, &[])
+}
+
+fn run_conformance_with(url: &str, envs: &[(&str, &str)]) -> Value {
     let out = Command::new(env!("CARGO_BIN_EXE_dlock"))
         .args(["conformance", "--json", "--url", url])
         .env_remove("DLOCK_URL")
+        .envs(envs.iter().copied())
         .output()
         .expect("the dlock binary runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -33,11 +40,7 @@ fn run_conformance(url: &str) -> Value {
         "the counts must add up to the listed cases"
     );
     assert!(out.status.success(), "{url}: exit status {:?} with a clean report", out.status);
-    eprintln!(
-        "{url}: {} passed, {} not applicable",
-        count("passed"),
-        count("not_applicable")
-    );
+    eprintln!("{url}: {} passed, {} not applicable", count("passed"), count("not_applicable"));
     report
 }
 
@@ -45,6 +48,65 @@ fn run_conformance(url: &str) -> Value {
 fn memory() {
     let report = run_conformance("memory://cli-test");
     assert_eq!(report["backend"], "memory");
+}
+
+#[test]
+fn sqlite() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite://{}", dir.path().join("cli.db").display());
+    assert_eq!(run_conformance(&url)["backend"], "sqlite");
+}
+
+fn env_or(key: &str, default: &str) -> String {
+    std::env::var(key).ok().filter(|v| !v.trim().is_empty()).unwrap_or_else(|| default.to_owned())
+}
+
+#[test]
+fn postgres() {
+    let url = env_or("DLOCK_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test");
+    assert_eq!(run_conformance(&url)["backend"], "postgres");
+}
+
+#[test]
+fn mysql() {
+    let url = env_or("DLOCK_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test");
+    assert_eq!(run_conformance(&url)["backend"], "mysql");
+}
+
+#[tokio::test]
+async fn redis() {
+    let server = RedisServer::start().await.expect("a Redis server for the test");
+    eprintln!("redis from {}", server.provenance());
+    let url = server.url().to_owned();
+    let report = tokio::task::spawn_blocking(move || run_conformance(&url)).await.expect("joined");
+    assert_eq!(report["backend"], "redis");
+}
+
+#[tokio::test]
+async fn redlock() {
+    let mut servers = Vec::new();
+    for _ in 0..5 {
+        servers.push(RedisServer::start_local().await.expect("a local redis-server"));
+    }
+    let hosts: Vec<String> =
+        servers.iter().map(|s| s.addr().expect("local servers have an address").to_string()).collect();
+    let url = format!("redlock://{}", hosts.join(","));
+    let report = tokio::task::spawn_blocking(move || run_conformance(&url)).await.expect("joined");
+    assert_eq!(report["backend"], "redlock");
+    drop(servers);
+}
+
+#[tokio::test]
+async fn zookeeper() {
+    let server = ZkServer::start().await.expect("a ZooKeeper server for the test");
+    eprintln!("zookeeper from {}", server.provenance());
+    let url = server.url_with_root("/dlock-cli");
+    // A short session keeps the vanished-holder cases short.
+    let report =
+        tokio::task::spawn_blocking(move || run_conformance_with(&url, &[("DLOCK_ZK__SESSION_TIMEOUT", "2s")]))
+            .await
+            .expect("joined");
+    assert_eq!(report["backend"], "zookeeper");
 }
 
 #[test]
