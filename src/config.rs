@@ -226,6 +226,7 @@ pub fn redact_url(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #![allow(clippy::result_large_err)] // figment::Jail closures return figment::Error
     use figment::Jail;
 
     #[test]
