@@ -224,9 +224,9 @@ pub fn redact_url(url: &str) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::result_large_err)] // figment::Jail closures return figment::Error
 mod tests {
     use super::*;
-    #![allow(clippy::result_large_err)] // figment::Jail closures return figment::Error
     use figment::Jail;
 
     #[test]
