@@ -622,7 +622,16 @@ impl ZkLock {
 
     /// The current session, or a new one if there is none or it ended (expired, closed).
     async fn session(&self, deadline: Instant) -> Result<Session, LockError> {
-        let mut current = self.inner.session.lock().await;
+        // Another call may be establishing a session right now: wait for it, within our limit.
+        let mut current = match tokio::time::timeout_at(deadline, self.inner.session.lock()).await {
+            Ok(guard) => guard,
+            Err(_) => {
+                return Err(LockError::unavailable(
+                    BACKEND,
+                    format!("no ZooKeeper session with {} in time (another call is still connecting)", self.inner.url),
+                ))
+            }
+        };
         if let Some(s) = current.as_ref() {
             if !s.client.state().is_terminated() {
                 return Ok(s.clone());
