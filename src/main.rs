@@ -161,7 +161,6 @@ async fn conformance(args: ConformanceArgs) -> Result<bool, LockError> {
         filter: args.filter.clone(),
         parallelism: args.parallel.max(1),
         on_case: Some(Arc::new(progress)),
-        ..RunOptions::default()
     };
     let report = run_suite(fixture, &options).await;
     if args.json {
