@@ -1,5 +1,6 @@
 //! Options shared by the single-instance and the Redlock backend.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use lock_core::LockError;
@@ -27,6 +28,9 @@ pub struct RedisOptions {
     /// validity time. Keep it well below your ttls. Default 1 s.
     #[serde(with = "humantime_serde")]
     pub request_timeout: Duration,
+    /// For `rediss://` (and `redlock://…?tls=true`) servers whose certificates a private CA
+    /// signed: that CA's certificate, a PEM file. Default: the webpki (Mozilla) roots.
+    pub tls_ca_file: Option<PathBuf>,
 }
 
 impl Default for RedisOptions {
@@ -35,6 +39,7 @@ impl Default for RedisOptions {
             key_prefix: "dlock".to_owned(),
             connect_timeout: Duration::from_secs(2),
             request_timeout: Duration::from_secs(1),
+            tls_ca_file: None,
         }
     }
 }
@@ -58,6 +63,19 @@ impl RedisOptions {
             return Err(LockError::config("redis request_timeout is zero; use e.g. \"1s\""));
         }
         Ok(())
+    }
+
+    /// Reads `tls_ca_file`, if set.
+    pub(crate) async fn read_ca(&self) -> Result<Option<Vec<u8>>, LockError> {
+        let Some(path) = &self.tls_ca_file else { return Ok(None) };
+        match tokio::fs::read(path).await {
+            Ok(pem) => Ok(Some(pem)),
+            Err(e) => Err(LockError::config(format!(
+                "cannot read redis tls_ca_file {}: {e}; point it at the PEM certificate of the CA that signed \
+                 the servers' certificates",
+                path.display()
+            ))),
+        }
     }
 }
 

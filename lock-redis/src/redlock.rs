@@ -51,10 +51,11 @@ impl RedlockStore {
     pub(crate) async fn connect(url: &str, options: &RedisOptions) -> Result<RedlockStore, LockError> {
         options.validate()?;
         let urls = crate::url::parse_redlock(url)?;
+        let ca = options.read_ca().await?;
         let mut nodes = Vec::with_capacity(urls.len());
         let mut pubsub = Vec::with_capacity(urls.len());
         for u in &urls {
-            let client = crate::url::open_client(u)?;
+            let client = crate::url::open_client_with_ca(u, ca.as_deref())?;
             let node = Node::new(client.clone(), u, BACKEND, options.connect_timeout, options.request_timeout);
             pubsub.push((client, node.label.clone()));
             nodes.push(node);

@@ -33,7 +33,8 @@ impl RedisStore {
     /// Opens the client and checks the server answers (bounded by `connect_timeout`).
     pub(crate) async fn connect(url: &str, options: &RedisOptions) -> Result<RedisStore, LockError> {
         options.validate()?;
-        let client = crate::url::open_client(url)?;
+        let ca = options.read_ca().await?;
+        let client = crate::url::open_client_with_ca(url, ca.as_deref())?;
         let node = Node::new(client.clone(), url, BACKEND, options.connect_timeout, options.request_timeout);
         node.ping(options.connect_timeout + options.request_timeout).await?;
         let notifier =

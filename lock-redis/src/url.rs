@@ -21,6 +21,12 @@ pub(crate) fn redact(raw: &str) -> String {
 
 /// Checks a `redis://` / `rediss://` URL and opens a (not yet connected) client for it.
 pub(crate) fn open_client(raw: &str) -> Result<redis::Client, LockError> {
+    open_client_with_ca(raw, None)
+}
+
+/// Like [`open_client`]; with `ca` (PEM), `rediss://` servers are verified against that CA
+/// instead of the webpki (Mozilla) roots.
+pub(crate) fn open_client_with_ca(raw: &str, ca: Option<&[u8]>) -> Result<redis::Client, LockError> {
     let parsed = url::Url::parse(raw).map_err(|e| {
         LockError::config(format!(
             "invalid redis URL {}: {e}; use redis://[user:password@]host[:port][/db] or rediss://… for TLS",
@@ -39,6 +45,9 @@ pub(crate) fn open_client(raw: &str) -> Result<redis::Client, LockError> {
     if parsed.host_str().is_none_or(str::is_empty) {
         return Err(LockError::config(format!("redis URL {} has no host; use redis://host:port", redact(raw))));
     }
+    if parsed.scheme() == "rediss" {
+        install_crypto_provider();
+    }
     let info = redis::IntoConnectionInfo::into_connection_info(raw).map_err(|e| {
         LockError::config(format!(
             "invalid redis URL {}: {}; use redis://[user:password@]host[:port][/db]",
@@ -48,13 +57,28 @@ pub(crate) fn open_client(raw: &str) -> Result<redis::Client, LockError> {
     })?;
     // No `CLIENT SETINFO` on connect: one round trip less, which matters on slow links.
     let settings = info.redis_settings().clone().set_skip_set_lib_name();
-    redis::Client::open(info.set_redis_settings(settings)).map_err(|e| {
+    let info = info.set_redis_settings(settings);
+    let client = match ca {
+        Some(pem) if parsed.scheme() == "rediss" => redis::Client::build_with_tls(
+            info,
+            redis::TlsCertificates { client_tls: None, root_cert: Some(pem.to_vec()) },
+        ),
+        _ => redis::Client::open(info),
+    };
+    client.map_err(|e| {
         LockError::config(format!(
             "invalid redis URL {}: {}; use redis://[user:password@]host[:port][/db]",
             redact(raw),
             redact_error(&e.to_string(), raw)
         ))
     })
+}
+
+/// rustls panics when it cannot pick a process-wide crypto provider (none, or several, compiled
+/// in). Installing ring up front makes `rediss://` work in every build; if the application
+/// installed a provider already, that one stays.
+fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 /// Removes the URL's password from a client-library message that may quote it.

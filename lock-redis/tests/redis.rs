@@ -165,6 +165,66 @@ mod redis_extra {
         assert!(!e.to_string().contains("wrongpw"), "{e}");
     }
 
+    /// `rediss://`: TLS with a private CA (`tls_ca_file`) works; without it the unknown issuer
+    /// is `Unavailable`, fast, and nothing panics (rustls crypto provider installed).
+    #[tokio::test]
+    async fn tls_from_url() {
+        use lock_conformance::process::{find_binary, free_port, wait_for_port, ChildServer};
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let sh = |script: &str| {
+            let out = std::process::Command::new("/bin/sh").arg("-c").arg(script).current_dir(d).output().unwrap();
+            assert!(out.status.success(), "{script}: {}", String::from_utf8_lossy(&out.stderr));
+        };
+        assert!(find_binary("openssl", &[]).is_some(), "this test needs the openssl command (apt-get install openssl)");
+        sh("openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=dlock-test-ca");
+        sh("openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=localhost");
+        sh("printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\nbasicConstraints=CA:FALSE\\n' > ext.cnf");
+        sh("openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 -extfile ext.cnf");
+        let port = free_port().unwrap();
+        let p = |f: &str| d.join(f).to_string_lossy().into_owned();
+        let args: Vec<String> = [
+            "--port",
+            "0",
+            "--tls-port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--tls-cert-file",
+            &p("server.pem"),
+            "--tls-key-file",
+            &p("server.key"),
+            "--tls-ca-cert-file",
+            &p("ca.pem"),
+            "--tls-auth-clients",
+            "no",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let server = ChildServer::new(find_binary("redis-server", &[]).unwrap(), args, d);
+        server.start().unwrap();
+        wait_for_port(std::net::SocketAddr::from(([127, 0, 0, 1], port)), Duration::from_secs(10)).await.unwrap();
+        let url = format!("rediss://127.0.0.1:{port}");
+
+        let options = lock_redis::RedisOptions { tls_ca_file: Some(d.join("ca.pem")), ..crate::common::test_options() };
+        let c = lock_redis::connect(&url, options).await.unwrap();
+        let l = c.try_acquire(&LockName::new("tls").unwrap(), &opts(1000)).await.unwrap().expect("free");
+        l.release().await.unwrap();
+
+        let t = Instant::now();
+        let r = lock_redis::connect(&url, crate::common::test_options()).await;
+        assert!(matches!(r, Err(LockError::Unavailable { .. })), "{:?}", r.err());
+        assert!(t.elapsed() < Duration::from_secs(3));
+        let missing =
+            lock_redis::RedisOptions { tls_ca_file: Some(d.join("nope.pem")), ..crate::common::test_options() };
+        assert!(matches!(lock_redis::connect(&url, missing).await, Err(LockError::Config { .. })));
+    }
+
     /// A release wakes a waiter through pub/sub, long before the fallback re-try.
     #[tokio::test]
     async fn release_wakes_waiter_quickly() {
