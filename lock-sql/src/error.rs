@@ -9,6 +9,9 @@ use crate::store::Kind;
 pub(crate) enum Class {
     /// A conflict the database resolved by aborting us (deadlock, busy file): run it again.
     Transient,
+    /// The connection we used died (server restart, reset, killed session): a fresh pooled
+    /// connection may work, so run it again, a few times.
+    Broken,
     /// The server or the network is gone or refuses work.
     Unavailable,
     /// The URL or the account is wrong.
@@ -20,12 +23,10 @@ pub(crate) enum Class {
 pub(crate) fn classify(kind: Kind, e: &sqlx::Error) -> Class {
     match e {
         sqlx::Error::Configuration(_) => Class::Config,
-        sqlx::Error::Io(_)
-        | sqlx::Error::Tls(_)
-        | sqlx::Error::Protocol(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed => Class::Unavailable,
+        sqlx::Error::Io(_) | sqlx::Error::Protocol(_) => Class::Broken,
+        sqlx::Error::Tls(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::WorkerCrashed => {
+            Class::Unavailable
+        }
         sqlx::Error::Database(db) => {
             if kind == Kind::Mysql {
                 let Some(my) = db.try_downcast_ref::<MySqlDatabaseError>() else { return Class::Other };
@@ -55,8 +56,10 @@ pub(crate) fn classify(kind: Kind, e: &sqlx::Error) -> Class {
             // PostgreSQL SQLSTATE.
             match code.as_str() {
                 "40001" | "40P01" | "55P03" => Class::Transient,
-                "57P01" | "57P02" | "57P03" | "57014" | "53300" | "25006" | "53100" | "53200" => Class::Unavailable,
-                c if c.starts_with("08") => Class::Unavailable,
+                // the session was terminated (restart, pg_terminate_backend)
+                "57P01" | "57P02" => Class::Broken,
+                c if c.starts_with("08") => Class::Broken,
+                "57P03" | "57014" | "53300" | "25006" | "53100" | "53200" => Class::Unavailable,
                 c if c.starts_with("28") || c == "3D000" => Class::Config,
                 _ => Class::Other,
             }
@@ -69,7 +72,9 @@ pub(crate) fn classify(kind: Kind, e: &sqlx::Error) -> Class {
 pub(crate) fn to_lock_error(kind: Kind, what: &str, e: sqlx::Error) -> LockError {
     let backend = kind.label();
     match classify(kind, &e) {
-        Class::Transient | Class::Unavailable => LockError::unavailable_from(backend, format!("{what} failed: {e}"), e),
+        Class::Transient | Class::Broken | Class::Unavailable => {
+            LockError::unavailable_from(backend, format!("{what} failed: {e}"), e)
+        }
         Class::Config => LockError::config(format!(
             "{backend} rejected the connection settings during {what}: {e}; check user, password, database \
              and ssl-mode in the URL"

@@ -158,6 +158,7 @@
 mod error;
 mod listen;
 mod options;
+mod pool;
 mod store;
 
 pub use options::{SqlOptions, DEFAULT_TABLE};

@@ -10,14 +10,15 @@ use lock_core::{
     Backoff, Capabilities, FencingToken, LeaseModel, LeaseStore, LockError, LockName, OwnerId, ReleaseOutcome,
     RenewOutcome, TryLock, WakeHub, WakeMethod, WakeSubscription,
 };
-use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
+use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{AssertSqlSafe, Executor};
+use sqlx::{AssertSqlSafe, Connection, Executor, SqlSafeStr};
 use tokio::time::timeout;
 
 use crate::error::{classify, to_lock_error, Class};
 use crate::listen::{self, Listener};
+use crate::pool::{ConnPool, Setup};
 use crate::SqlOptions;
 
 /// Which database a store talks to.
@@ -40,8 +41,22 @@ impl Kind {
 
 enum Db {
     Sqlite(SqlitePool),
-    Postgres(PgPool),
-    Mysql(MySqlPool),
+    Postgres(ConnPool<PgConnection>),
+    Mysql(ConnPool<MySqlConnection>),
+}
+
+/// Runs one statement on a connection of a [`ConnPool`], which goes back to the pool only if
+/// the statement completed in an orderly way.
+macro_rules! pooled {
+    ($pool:expr, |$c:ident| $body:expr) => {{
+        let mut guard = $pool.get().await?;
+        let result = {
+            let $c = guard.conn()?;
+            $body.await
+        };
+        guard.reusable(&result);
+        result
+    }};
 }
 
 /// The statements of one dialect, with the (validated) table name spliced in once.
@@ -52,6 +67,8 @@ struct Statements {
     read_back: Arc<str>,
     renew: Arc<str>,
     release: Arc<str>,
+    /// MariaDB: the acquire upsert ends in `RETURNING owner, fence, remaining`, no read-back.
+    returning: bool,
 }
 
 /// Milliseconds since the Unix epoch, on the database's clock.
@@ -60,6 +77,15 @@ const MY_NOW: &str = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIM
 const LITE_NOW: &str = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)";
 
 impl Statements {
+    /// The statements worth preparing on every connection.
+    fn hot(&self) -> Vec<Arc<str>> {
+        let mut v = vec![Arc::clone(&self.acquire), Arc::clone(&self.renew), Arc::clone(&self.release)];
+        if !self.read_back.is_empty() && !self.returning {
+            v.push(Arc::clone(&self.read_back));
+        }
+        v
+    }
+
     fn postgres(t: &str) -> Self {
         let now = PG_NOW;
         Statements {
@@ -101,10 +127,11 @@ impl Statements {
                  SELECT pg_notify($3, name) FROM freed"
             )
             .into(),
+            returning: false,
         }
     }
 
-    fn mysql(t: &str) -> Self {
+    fn mysql(t: &str, returning: bool) -> Self {
         let now = MY_NOW;
         // MySQL assigns ON DUPLICATE KEY UPDATE columns left to right (later ones see earlier
         // new values), MariaDB with SIMULTANEOUS_ASSIGNMENT all at once. Every assignment repeats
@@ -123,7 +150,12 @@ impl Statements {
                  ON DUPLICATE KEY UPDATE \
                    fence = IF({cond}, IF(owner = ?, fence, fence + 1), fence), \
                    owner = IF({cond}, ?, owner), \
-                   expires_at = IF({cond}, {now} + ?, expires_at)"
+                   expires_at = IF({cond}, {now} + ?, expires_at){}",
+                if returning {
+                    format!(" RETURNING owner, fence, CAST(expires_at - {now} AS SIGNED)")
+                } else {
+                    String::new()
+                }
             )
             .into(),
             read_back: format!("SELECT owner, fence, CAST(expires_at - {now} AS SIGNED) FROM `{t}` WHERE name = ?")
@@ -137,6 +169,7 @@ impl Statements {
                  WHERE name = ? AND owner = ? AND expires_at > {now}"
             )
             .into(),
+            returning,
         }
     }
 
@@ -169,6 +202,7 @@ impl Statements {
                  WHERE name = ?1 AND owner = ?2 AND expires_at > {now}"
             )
             .into(),
+            returning: false,
         }
     }
 }
@@ -230,34 +264,23 @@ impl SqlStore {
             Kind::Postgres => {
                 let opts = PgConnectOptions::from_str(&url).map_err(|e| bad_url(kind, e))?.application_name("dlock");
                 listener_options = Some(opts.clone());
-                let pool = PgPoolOptions::new()
-                    .max_connections(options.max_connections)
-                    .min_connections(0)
-                    .acquire_timeout(bound)
-                    .idle_timeout(Duration::from_secs(60))
-                    .connect_with(opts);
-                Db::Postgres(timeout(bound, pool).await.map_err(|_| too_slow())?.map_err(unreachable)?)
+                Db::Postgres(ConnPool::new(opts, options.max_connections, bound, None))
             }
             Kind::Mysql => {
                 let opts = MySqlConnectOptions::from_str(&url).map_err(|e| bad_url(kind, e))?;
                 // Row-lock waits end on the server too, not only in our timeout.
                 let lock_wait = options.query_timeout.as_secs().clamp(1, 3600);
-                let pool = MySqlPoolOptions::new()
-                    .max_connections(options.max_connections)
-                    .min_connections(0)
-                    .acquire_timeout(bound)
-                    .idle_timeout(Duration::from_secs(60))
-                    .after_connect(move |conn, _meta| {
-                        Box::pin(async move {
-                            // READ COMMITTED: no gap locks, fewer deadlocks between contenders.
-                            conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED").await?;
-                            conn.execute(AssertSqlSafe(format!("SET SESSION innodb_lock_wait_timeout = {lock_wait}")))
-                                .await?;
-                            Ok(())
-                        })
-                    })
-                    .connect_with(opts);
-                Db::Mysql(timeout(bound, pool).await.map_err(|_| too_slow())?.map_err(unreachable)?)
+                // READ COMMITTED: no gap locks, fewer deadlocks between contenders. One text
+                // query (sqlx enables multi-statements): one round trip per new connection.
+                let session = format!(
+                    "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED; \
+                     SET SESSION innodb_lock_wait_timeout = {lock_wait}"
+                );
+                let setup: Setup<MySqlConnection> = Arc::new(move |c| {
+                    let session = session.clone();
+                    Box::pin(async move { c.execute(AssertSqlSafe(session)).await.map(drop) })
+                });
+                Db::Mysql(ConnPool::new(opts, options.max_connections, bound, Some(setup)))
             }
             Kind::Sqlite => {
                 let lower = url.to_ascii_lowercase();
@@ -281,10 +304,18 @@ impl SqlStore {
                 Db::Sqlite(timeout(bound, pool).await.map_err(|_| too_slow())?.map_err(unreachable)?)
             }
         };
-        let sql = match kind {
-            Kind::Postgres => Statements::postgres(&options.table),
-            Kind::Mysql => Statements::mysql(&options.table),
-            Kind::Sqlite => Statements::sqlite(&options.table),
+        // Connect once now, so that a wrong URL or a dead server fails here, clearly.
+        let version = match &db {
+            Db::Postgres(p) => {
+                Some(timeout(bound, first_contact(p)).await.map_err(|_| too_slow())?.map_err(unreachable)?)
+            }
+            Db::Mysql(p) => Some(timeout(bound, first_contact(p)).await.map_err(|_| too_slow())?.map_err(unreachable)?),
+            Db::Sqlite(_) => None,
+        };
+        let sql = match &db {
+            Db::Postgres(_) => Statements::postgres(&options.table),
+            Db::Mysql(_) => Statements::mysql(&options.table, version.as_deref().is_some_and(supports_returning)),
+            Db::Sqlite(_) => Statements::sqlite(&options.table),
         };
         let hub = WakeHub::new();
         let mut store = SqlStore {
@@ -298,6 +329,7 @@ impl SqlStore {
             listener: None,
         };
         store.create_table().await?;
+        store.warm_up().await;
         if let Some(opts) = listener_options {
             let bounds = listen::Bounds { connect: bound, query: options.query_timeout };
             store.listener = Some(listen::start(opts, options.table.clone(), hub, bounds).await?);
@@ -317,8 +349,8 @@ impl SqlStore {
             let r = self
                 .run("create the lease table", || async {
                     match &self.db {
-                        Db::Postgres(p) => p.execute(AssertSqlSafe(sql.clone())).await.map(drop),
-                        Db::Mysql(p) => p.execute(AssertSqlSafe(sql.clone())).await.map(drop),
+                        Db::Postgres(p) => pooled!(p, |c| c.execute(AssertSqlSafe(sql.clone()))).map(drop),
+                        Db::Mysql(p) => pooled!(p, |c| c.execute(AssertSqlSafe(sql.clone()))).map(drop),
                         Db::Sqlite(p) => p.execute(AssertSqlSafe(sql.clone())).await.map(drop),
                     }
                 })
@@ -336,6 +368,38 @@ impl SqlStore {
         }
     }
 
+    /// Opens a second connection and prepares the lock statements on both. Statements are
+    /// prepared per connection, so later each costs one round trip, not two; and the spare
+    /// connection serves a release while a renewal that the release cancelled takes the other
+    /// one down with it. Best effort, bounded by the query timeout.
+    async fn warm_up(&self) {
+        let hot = self.sql.hot();
+        let _ = timeout(self.query_timeout, async {
+            match &self.db {
+                Db::Postgres(p) => {
+                    let (mut a, mut b) = (p.get().await, p.get().await);
+                    for g in [&mut a, &mut b].into_iter().flatten() {
+                        if let Ok(c) = g.conn() {
+                            prepare_all(c, &hot).await;
+                            g.reusable(&Ok::<(), sqlx::Error>(()));
+                        }
+                    }
+                }
+                Db::Mysql(p) => {
+                    let (mut a, mut b) = (p.get().await, p.get().await);
+                    for g in [&mut a, &mut b].into_iter().flatten() {
+                        if let Ok(c) = g.conn() {
+                            prepare_all(c, &hot).await;
+                            g.reusable(&Ok::<(), sqlx::Error>(()));
+                        }
+                    }
+                }
+                Db::Sqlite(_) => {}
+            }
+        })
+        .await;
+    }
+
     /// Runs `op`, re-running it on transient conflicts (deadlock, busy), all within
     /// `query_timeout`.
     async fn run<T, F, Fut>(&self, what: &str, mut op: F) -> Result<T, LockError>
@@ -346,9 +410,16 @@ impl SqlStore {
         let kind = self.kind;
         let work = async {
             let mut backoff = Backoff::new(Duration::from_millis(2), Duration::from_millis(100));
+            let mut broken = 0;
             loop {
                 match op().await {
                     Ok(v) => return Ok(v),
+                    // Every statement is safe to repeat: acquire and renew are idempotent for one
+                    // owner, and a repeated release at worst reports NotOwner for a lock it freed.
+                    Err(e) if broken < 2 && matches!(classify(kind, &e), Class::Broken) => {
+                        broken += 1;
+                        tracing::debug!(backend = kind.label(), error = %e, "{what}: connection broken; retrying on another");
+                    }
                     Err(e) if matches!(classify(kind, &e), Class::Transient) => {
                         tracing::debug!(backend = kind.label(), error = %e, "{what}: transient conflict; retrying");
                         tokio::time::sleep(backoff.next_delay()).await;
@@ -365,6 +436,48 @@ impl SqlStore {
             )),
         }
     }
+}
+
+/// Opens the first connection and reads the server version.
+async fn first_contact<C>(pool: &ConnPool<C>) -> Result<String, sqlx::Error>
+where
+    C: Connection,
+    for<'c> &'c mut C: Executor<'c, Database = C::Database>,
+    for<'r> String: sqlx::Decode<'r, C::Database> + sqlx::Type<C::Database>,
+    for<'q> <C::Database as sqlx::Database>::Arguments: sqlx::IntoArguments<C::Database>,
+    usize: sqlx::ColumnIndex<<C::Database as sqlx::Database>::Row>,
+{
+    pooled!(pool, |c| sqlx::query_scalar::<C::Database, String>("SELECT VERSION()").fetch_one(c))
+}
+
+/// Prepares (and so caches on the connection) every statement. Best effort: a
+/// failure here resurfaces, with its real error, when the statement runs.
+async fn prepare_all<C>(c: &mut C, statements: &[Arc<str>])
+where
+    C: Connection,
+    for<'c> &'c mut C: Executor<'c, Database = C::Database>,
+{
+    for sql in statements {
+        if let Err(e) = (&mut *c).prepare(AssertSqlSafe(Arc::clone(sql)).into_sql_str()).await {
+            tracing::debug!(error = %e, "could not prepare a lock statement ahead");
+        }
+    }
+}
+
+/// Whether the server is MariaDB 10.5 or later, whose `INSERT … ON DUPLICATE KEY UPDATE …
+/// RETURNING` returns the row as it is after the statement: acquire then takes one round trip
+/// instead of two. `DLOCK_SQL_MYSQL_RETURNING=0` turns it off (diagnostics, and tests of the
+/// MySQL path on MariaDB).
+fn supports_returning(version: &str) -> bool {
+    if std::env::var("DLOCK_SQL_MYSQL_RETURNING").is_ok_and(|v| v.trim() == "0") || !version.contains("MariaDB") {
+        return false;
+    }
+    // Some proxies report MariaDB as "5.5.5-10.x.y-MariaDB".
+    let version = version.strip_prefix("5.5.5-").unwrap_or(version);
+    let mut parts = version.split(|c: char| !c.is_ascii_digit()).filter(|s| !s.is_empty());
+    let major = parts.next().and_then(|s| s.parse::<u32>().ok()).unwrap_or(0);
+    let minor = parts.next().and_then(|s| s.parse::<u32>().ok()).unwrap_or(0);
+    (major, minor) >= (10, 5)
 }
 
 fn ttl_ms(ttl: Duration) -> i64 {
@@ -412,12 +525,14 @@ impl LeaseStore for SqlStore {
             Db::Postgres(p) => {
                 let row = self
                     .run("acquire", || async {
-                        sqlx::query_as::<_, (Option<i64>, Option<i64>)>(AssertSqlSafe(sql.acquire.clone()))
-                            .bind(n)
-                            .bind(o)
-                            .bind(ms)
-                            .fetch_optional(p)
-                            .await
+                        pooled!(p, |c| sqlx::query_as::<_, (Option<i64>, Option<i64>)>(AssertSqlSafe(
+                            sql.acquire.clone()
+                        ))
+                        .bind(n)
+                        .bind(o)
+                        .bind(ms)
+                        .fetch_all(c))
+                        .map(|v| v.into_iter().next())
                     })
                     .await?;
                 match row {
@@ -429,24 +544,39 @@ impl LeaseStore for SqlStore {
             Db::Mysql(p) => {
                 let row = self
                     .run("acquire", || async {
-                        sqlx::query(AssertSqlSafe(sql.acquire.clone()))
-                            .bind(n.as_bytes())
-                            .bind(o.as_bytes())
-                            .bind(ms)
-                            .bind(o.as_bytes())
-                            .bind(o.as_bytes())
-                            .bind(o.as_bytes())
-                            .bind(o.as_bytes())
-                            .bind(o.as_bytes())
-                            .bind(ms)
-                            .execute(p)
-                            .await?;
-                        // sqlx sets CLIENT_FOUND_ROWS: rows_affected cannot tell a grant from a
-                        // refusal. Read the row back; only our own attempt can make us the owner.
-                        sqlx::query_as::<_, (Option<Vec<u8>>, i64, i64)>(AssertSqlSafe(sql.read_back.clone()))
-                            .bind(n.as_bytes())
-                            .fetch_optional(p)
-                            .await
+                        let upsert =
+                            sqlx::query_as::<_, (Option<Vec<u8>>, i64, i64)>(AssertSqlSafe(sql.acquire.clone()))
+                                .bind(n.as_bytes())
+                                .bind(o.as_bytes())
+                                .bind(ms)
+                                .bind(o.as_bytes())
+                                .bind(o.as_bytes())
+                                .bind(o.as_bytes())
+                                .bind(o.as_bytes())
+                                .bind(o.as_bytes())
+                                .bind(ms);
+                        let mut guard = p.get().await?;
+                        let c = guard.conn()?;
+                        let result = if sql.returning {
+                            upsert.fetch_all(&mut *c).await
+                        } else {
+                            // sqlx sets CLIENT_FOUND_ROWS: rows_affected cannot tell a grant from
+                            // a refusal. Read the row back; only our own attempt can make us the
+                            // owner.
+                            match upsert.fetch_all(&mut *c).await {
+                                Ok(_) => {
+                                    sqlx::query_as::<_, (Option<Vec<u8>>, i64, i64)>(AssertSqlSafe(
+                                        sql.read_back.clone(),
+                                    ))
+                                    .bind(n.as_bytes())
+                                    .fetch_all(&mut *c)
+                                    .await
+                                }
+                                Err(e) => Err(e),
+                            }
+                        };
+                        guard.reusable(&result);
+                        result.map(|v| v.into_iter().next())
                     })
                     .await?;
                 match row {
@@ -462,8 +592,9 @@ impl LeaseStore for SqlStore {
                             .bind(n)
                             .bind(o)
                             .bind(ms)
-                            .fetch_optional(p)
+                            .fetch_all(p)
                             .await
+                            .map(|v| v.into_iter().next())
                     })
                     .await?;
                 if let Some(fence) = fence {
@@ -473,8 +604,9 @@ impl LeaseStore for SqlStore {
                     .run("read the holder's lease", || async {
                         sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql.read_back.clone()))
                             .bind(n)
-                            .fetch_optional(p)
+                            .fetch_all(p)
                             .await
+                            .map(|v| v.into_iter().next())
                     })
                     .await?;
                 Ok(TryLock::Held { remaining: remaining(rem) })
@@ -489,19 +621,18 @@ impl LeaseStore for SqlStore {
         let rows = match &self.db {
             Db::Postgres(p) => self
                 .run("renew", || async {
-                    sqlx::query(AssertSqlSafe(sql.clone())).bind(n).bind(o).bind(ms).execute(p).await
+                    pooled!(p, |c| sqlx::query(AssertSqlSafe(sql.clone())).bind(n).bind(o).bind(ms).execute(c))
                 })
                 .await?
                 .rows_affected(),
             Db::Mysql(p) => {
                 // CLIENT_FOUND_ROWS makes this "rows matched", which is what we ask.
                 self.run("renew", || async {
-                    sqlx::query(AssertSqlSafe(sql.clone()))
+                    pooled!(p, |c| sqlx::query(AssertSqlSafe(sql.clone()))
                         .bind(ms)
                         .bind(n.as_bytes())
                         .bind(o.as_bytes())
-                        .execute(p)
-                        .await
+                        .execute(c))
                 })
                 .await?
                 .rows_affected()
@@ -524,14 +655,17 @@ impl LeaseStore for SqlStore {
             Db::Postgres(p) => {
                 let channel = self.table.as_str();
                 self.run("release", || async {
-                    sqlx::query(AssertSqlSafe(sql.clone())).bind(n).bind(o).bind(channel).fetch_optional(p).await
+                    pooled!(p, |c| sqlx::query(AssertSqlSafe(sql.clone())).bind(n).bind(o).bind(channel).fetch_all(c))
+                        .map(|v| !v.is_empty())
                 })
                 .await?
-                .is_some()
             }
             Db::Mysql(p) => {
                 self.run("release", || async {
-                    sqlx::query(AssertSqlSafe(sql.clone())).bind(n.as_bytes()).bind(o.as_bytes()).execute(p).await
+                    pooled!(p, |c| sqlx::query(AssertSqlSafe(sql.clone()))
+                        .bind(n.as_bytes())
+                        .bind(o.as_bytes())
+                        .execute(c))
                 })
                 .await?
                 .rows_affected()
@@ -557,6 +691,16 @@ impl LeaseStore for SqlStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mariadb_versions() {
+        assert!(supports_returning("10.11.19-MariaDB-0+deb12u1"));
+        assert!(supports_returning("11.4.2-MariaDB"));
+        assert!(supports_returning("5.5.5-10.6.12-MariaDB"));
+        assert!(!supports_returning("10.4.30-MariaDB"));
+        assert!(!supports_returning("8.0.36"));
+        assert!(!supports_returning("8.4.0-commercial"));
+    }
 
     #[test]
     fn schemes() {

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use common::SqlFixture;
 
+lock_conformance::conformance_tests!(mysql, || async { crate::common::SqlFixture::mysql().await });
+
 #[tokio::test]
 async fn extra_hostile_names() {
     common::check_hostile_names(&SqlFixture::mysql().await.unwrap()).await.unwrap();

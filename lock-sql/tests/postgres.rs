@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use common::SqlFixture;
 
+lock_conformance::conformance_tests!(postgres, || async { crate::common::SqlFixture::postgres().await });
+
 #[tokio::test]
 async fn extra_hostile_names() {
     common::check_hostile_names(&SqlFixture::postgres().await.unwrap()).await.unwrap();

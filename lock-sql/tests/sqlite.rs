@@ -5,6 +5,8 @@ mod common;
 use std::time::Duration;
 
 use common::SqlFixture;
+
+lock_conformance::conformance_tests!(sqlite, || async { crate::common::SqlFixture::sqlite().await });
 use lock_core::{AcquireOptions, DistributedLock, LockError, LockName};
 
 #[tokio::test]

@@ -1,0 +1,120 @@
+//! A small connection pool for the network databases.
+//!
+//! sqlx's pool pings every connection when it is returned, in a background task: each lock
+//! operation then costs two round trips, and the next operation, finding no idle connection
+//! yet, opens a new one (several more round trips, each statement prepared again). On a slow
+//! link that makes renewals miss their lease. Lock statements are short and never leave a
+//! transaction open, so this pool simply keeps connections that finished cleanly, hands them
+//! out again at once, and drops any connection whose statement failed or was cancelled
+//! mid-flight. Connections idle for a while are pinged before reuse, and closed after a minute.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sqlx::{ConnectOptions, Connection};
+use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio::time::{timeout, Instant};
+
+/// Connections idle at least this long are pinged before use (a dead one is replaced).
+const PING_IF_IDLE: Duration = Duration::from_secs(2);
+/// Connections idle this long are closed instead of reused.
+const CLOSE_IF_IDLE: Duration = Duration::from_secs(60);
+
+/// Runs on every new connection (session settings, statement warm-up).
+pub(crate) type Setup<C> =
+    Arc<dyn for<'c> Fn(&'c mut C) -> Pin<Box<dyn Future<Output = Result<(), sqlx::Error>> + Send + 'c>> + Send + Sync>;
+
+pub(crate) struct ConnPool<C: Connection> {
+    options: C::Options,
+    idle: Mutex<Vec<(C, Instant)>>,
+    permits: Semaphore,
+    connect_timeout: Duration,
+    setup: Option<Setup<C>>,
+}
+
+impl<C: Connection> ConnPool<C> {
+    pub(crate) fn new(options: C::Options, max: u32, connect_timeout: Duration, setup: Option<Setup<C>>) -> Self {
+        ConnPool {
+            options,
+            idle: Mutex::new(Vec::new()),
+            permits: Semaphore::new(max.max(1) as usize),
+            connect_timeout,
+            setup,
+        }
+    }
+
+    /// An idle connection, or a new one; waits at most `connect_timeout` for either.
+    pub(crate) async fn get(&self) -> Result<PooledConn<'_, C>, sqlx::Error> {
+        let permit = match timeout(self.connect_timeout, self.permits.acquire()).await {
+            Ok(Ok(p)) => p,
+            Ok(Err(_)) => return Err(sqlx::Error::PoolClosed),
+            Err(_) => return Err(sqlx::Error::PoolTimedOut),
+        };
+        while let Some((mut conn, since)) = self.pop() {
+            let idle = since.elapsed();
+            if idle >= CLOSE_IF_IDLE {
+                continue;
+            }
+            if idle >= PING_IF_IDLE && !matches!(timeout(self.connect_timeout, conn.ping()).await, Ok(Ok(()))) {
+                continue;
+            }
+            return Ok(PooledConn { conn: Some(conn), pool: self, reuse: false, _permit: permit });
+        }
+        let fresh = async {
+            let mut conn = self.options.connect().await?;
+            if let Some(setup) = &self.setup {
+                setup(&mut conn).await?;
+            }
+            Ok::<_, sqlx::Error>(conn)
+        };
+        match timeout(self.connect_timeout, fresh).await {
+            Ok(Ok(conn)) => Ok(PooledConn { conn: Some(conn), pool: self, reuse: false, _permit: permit }),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(sqlx::Error::PoolTimedOut),
+        }
+    }
+
+    fn pop(&self) -> Option<(C, Instant)> {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop()
+    }
+
+    fn put(&self, conn: C) {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        idle.retain(|(_, since)| since.elapsed() < CLOSE_IF_IDLE);
+        idle.push((conn, Instant::now()));
+    }
+}
+
+/// A connection on loan. Returned to the pool on drop only if [`PooledConn::reusable`] was
+/// called: a statement that failed or was cancelled half-way may have left it mid-protocol.
+pub(crate) struct PooledConn<'a, C: Connection> {
+    conn: Option<C>,
+    pool: &'a ConnPool<C>,
+    reuse: bool,
+    _permit: SemaphorePermit<'a>,
+}
+
+impl<C: Connection> PooledConn<'_, C> {
+    /// The connection (only `Drop` takes it out, so this never fails in practice).
+    pub(crate) fn conn(&mut self) -> Result<&mut C, sqlx::Error> {
+        self.conn.as_mut().ok_or(sqlx::Error::PoolClosed)
+    }
+
+    /// Marks the connection fit for reuse after `result`: success, or an error the server
+    /// reported in an orderly way (the session is still in sync).
+    pub(crate) fn reusable<T>(&mut self, result: &Result<T, sqlx::Error>) {
+        self.reuse = matches!(result, Ok(_) | Err(sqlx::Error::Database(_)));
+    }
+}
+
+impl<C: Connection> Drop for PooledConn<'_, C> {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            if self.reuse {
+                self.pool.put(conn);
+            }
+        }
+    }
+}
