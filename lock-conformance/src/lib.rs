@@ -63,6 +63,51 @@
 //!   leases, the session timeout for per-session ones (ZooKeeper).
 //! - [`Fixture::base_ttl`]: the lease time of timing cases; bounds are generous multiples of it.
 //!
+//! A fixture for a networked backend, with both hooks:
+//!
+//! ```ignore
+//! use std::sync::Arc;
+//! use lock_conformance::{async_trait, proxy::FaultProxy, servers::TestServer, ClientLink, Fixture, LinkedClient, ServerControl};
+//! use lock_core::{DistributedLock, LockError};
+//!
+//! struct MyFixture { server: TestServer }
+//!
+//! #[async_trait]
+//! impl Fixture for MyFixture {
+//!     fn backend(&self) -> &str { "mybackend" }
+//!     async fn client(&self) -> Result<Arc<dyn DistributedLock>, LockError> {
+//!         Ok(Arc::new(MyLock::connect(&self.server.url).await?))
+//!     }
+//!     async fn linked_client(&self) -> Result<Option<LinkedClient>, LockError> {
+//!         let Some(addr) = self.server.addr else { return Ok(None) };
+//!         let proxy = FaultProxy::start(addr).await?;          // one proxy per linked client
+//!         let client = MyLock::connect(&format!("my://{}", proxy.local_addr())).await?;
+//!         Ok(Some(LinkedClient { client: Arc::new(client), link: proxy }))
+//!     }
+//!     fn server(&self) -> Option<Arc<dyn ServerControl>> { self.server.control() }
+//!     fn provenance(&self) -> String { self.server.provenance() }
+//! }
+//! ```
+//!
+//! ## The cases
+//!
+//! [`all_cases`] lists them (name, one line each). By theme: exclusion (`mutual_exclusion`,
+//! `counter_exact`, `independent_names`), fencing (`fencing_monotonic`,
+//! `fenced_register_rejects_former_holder`, `fencing_after_expiry`), the lease (`lease_validity`,
+//! `auto_renew_keeps_lock`, `manual_renew_extends`, `expiry_of_vanished_holder`,
+//! `release_is_owner_checked`, `renew_is_owner_checked`, `lost_signal`, `release_idempotent`,
+//! `drop_releases`, `run_locked`), waiting (`try_acquire_semantics`, `acquire_timeout`,
+//! `cancel_safety`, `wake_latency`, `fifo_order`), names and inputs (`hostile_names`,
+//! `invalid_input`, `declared_kinds`), faults (`fault_pause_past_ttl`, `fault_connection_cut`,
+//! `fault_partition`, `fault_latency`, `fault_server_pause`, `fault_server_restart`,
+//! `fault_unavailable`) and the randomized `nemesis`. Each runs under an overall time limit
+//! ([`Case::time_limit`]): a hang is a failure with a clear detail, never a stuck test.
+//!
+//! Every checker can fail: `tests/mutants.rs` runs cases against lease stores with one
+//! deliberate bug each (no exclusion, a renew that releases, a release without owner check,
+//! repeated tokens, leases that never or too early expire, colliding names, false `fifo` and
+//! `durable_fencing` claims) and asserts the cases report `failed`.
+//!
 //! ## Capabilities decide what applies
 //!
 //! Every case reads the backend's [`lock_core::Capabilities`] and checks each promise made:
