@@ -18,6 +18,29 @@
 //!   the lost signal fires when the session expires, our node is deleted, or the connection
 //!   stays suspended for so long that the server may have expired the session.
 //!
+//! ## When a lease counts as lost
+//!
+//! The server expires a session `session_timeout` after it last heard from the client, and
+//! then deletes the session's nodes, so another client may get the lock. The holder therefore
+//! gives up first. Its lost signal fires when:
+//!
+//! - the session expires or is closed, or the lock node is deleted (watch events);
+//! - the connection stays suspended (`Disconnected`) until the server *may* have expired the
+//!   session: `zookeeper-client` notices a dead connection after 2/5 of the session timeout
+//!   without a reply, so the client stops claiming the lock about 0.55 × `session_timeout`
+//!   after the disconnect (and never before `session_timeout` after the last request the
+//!   server answered). This assumes round trips far below the session timeout and clocks that
+//!   run at about the same rate;
+//! - `valid_until` passes without a successful renewal (the `Lease` watchdog, as for every
+//!   backend). Renewal asks the server whether our node still exists under our session.
+//!
+//! A lease that is lost but not released (for example dropped) still has its node deleted in
+//! the background once the server is reachable, so nobody waits for a lock no one claims.
+//! A client whose session expired makes a new session on its next call.
+//!
+//! Lock nodes and the per-name parent nodes (containers, removed by the server when empty) get
+//! `CREATOR_ALL` ACLs when the URL carries credentials; the nodes above the root stay open.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), lock_core::LockError> {
 //! use std::time::Duration;

@@ -343,3 +343,40 @@ async fn capabilities_and_fixture() {
     assert!(fx.linked_client().await.unwrap().is_some());
     assert!(fx.server().is_some_and(|s| s.persistent()));
 }
+
+#[tokio::test]
+async fn a_create_whose_reply_is_lost_leaves_no_orphan_node() {
+    let fx = ZkFixture::start().await.unwrap();
+    let (client, link) = fx.connect_linked().await.unwrap();
+    let other = fx.connect().await.unwrap();
+    let n = name("lost-reply");
+    // 100 ms each way: a reset 100–200 ms after the call lets the create reach the server and
+    // drops its reply; earlier resets drop the request itself.
+    link.set_latency(Duration::from_millis(100)).await;
+    let mut granted = 0;
+    for cut_ms in (0..=300).step_by(30) {
+        let acquiring = {
+            let (client, n) = (client.clone(), n.clone());
+            tokio::spawn(async move { client.acquire(&n, &opts(4000).wait(Duration::from_secs(8))).await })
+        };
+        sleep(Duration::from_millis(cut_ms)).await;
+        link.reset_connections().await;
+        match acquiring.await.unwrap() {
+            Ok(lease) => {
+                granted += 1;
+                let children = nodes(&fx, &other, &n).await;
+                assert_eq!(children.len(), 1, "cut at {cut_ms} ms: exactly our node, no orphan: {children:?}");
+                lease.release().await.unwrap();
+            }
+            // A reset may also end the call (e.g. the session could not be confirmed in time);
+            // then nothing of it may stay behind either.
+            Err(e) => assert!(e.is_retryable(), "cut at {cut_ms} ms: {e}"),
+        }
+        eventually(Duration::from_secs(5), "no node left behind", || async { nodes(&fx, &other, &n).await.is_empty() })
+            .await;
+    }
+    assert!(granted > 0);
+    link.set_latency(Duration::ZERO).await;
+    let lease = other.try_acquire(&n, &opts(2000)).await.unwrap();
+    assert!(lease.is_some(), "the lock is free after all the cut attempts");
+}
