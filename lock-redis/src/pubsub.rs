@@ -1,15 +1,17 @@
 //! Release notifications: one pub/sub connection per client and server, shared by all waiters
 //! of that client, with reference-counted channel subscriptions.
 //!
-//! A waiter registers a per-channel [`WakeHub`] entry and the channel is SUBSCRIBEd (and
-//! confirmed by the server) before `subscribe` returns, so a release published after that is
-//! never missed. A message wakes one local waiter of that channel. Channels nobody waits on any
-//! more are UNSUBSCRIBEd by a periodic sweep. After the connection drops (server restart,
+//! A waiter registers a per-channel [`WakeHub`] entry and the channel is SUBSCRIBEd; when the
+//! server confirms, the channel gets a wake-up permit, so a release published between the
+//! waiter's attempt and the confirmation is never missed (the waiter re-tries once more). A
+//! message wakes one local waiter of that channel. Channels nobody waits on any more are
+//! UNSUBSCRIBEd by a periodic sweep. After the connection drops (server restart,
 //! network cut, failed health ping) the listener reconnects, re-subscribes every live channel
 //! and wakes every waiter, because releases may have been published in between. Waiters also
 //! re-try on a timer bounded by the holder's remaining ttl, so notifications are only hints.
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -89,8 +91,12 @@ impl Notifier {
         tokio::spawn(sweep(Arc::downgrade(&self.inner), self.inner.stop.clone()));
     }
 
-    /// Registers a waiter of `channel`; returns once every connected server confirmed the
-    /// subscription (or gave up on it within the request timeout). Never waits for a connect.
+    /// Registers a waiter of `channel` and sends SUBSCRIBE to every connected server that has
+    /// not subscribed it yet. Returns at once: it neither waits for a connect nor for the
+    /// confirmation, so an uncontended acquire costs no extra round trip. Releases published
+    /// before the server confirmed are still not missed: on confirmation (and after every
+    /// reconnect) the channel gets a wake-up permit, so a waiter that already tried and failed
+    /// re-tries once more.
     pub(crate) async fn subscribe(&self, channel: &str) -> Result<Option<WakeSubscription>, LockError> {
         self.ensure_started();
         let inner = &self.inner;
@@ -99,32 +105,50 @@ impl Notifier {
             let mut hubs = inner.hubs.lock().unwrap_or_else(|e| e.into_inner());
             hubs.entry(channel.to_owned()).or_default().subscribe(channel)
         };
-        let mut confirmations = Vec::new();
-        for server in &inner.servers {
+        for (index, server) in inner.servers.iter().enumerate() {
             let sink = {
-                let st = server.state.lock().unwrap_or_else(|e| e.into_inner());
+                let mut st = server.state.lock().unwrap_or_else(|e| e.into_inner());
                 match &st.sink {
-                    Some(s) if !st.subscribed.contains(channel) => Some(s.clone()),
+                    Some(s) if !st.subscribed.contains(channel) => {
+                        let s = s.clone();
+                        st.subscribed.insert(channel.to_owned());
+                        Some(s)
+                    }
                     _ => None,
                 }
             };
-            if let Some(mut sink) = sink {
-                let channel = channel.to_owned();
-                let bound = inner.request_timeout;
-                confirmations.push(async move {
-                    let ok = matches!(timeout(bound, sink.subscribe(&channel)).await, Ok(Ok(())));
-                    if ok {
-                        server.state.lock().unwrap_or_else(|e| e.into_inner()).subscribed.insert(channel);
-                    } else {
-                        tracing::debug!(server = %server.label, "SUBSCRIBE not confirmed; waiters fall back to timed re-tries");
-                    }
-                });
+            let Some(mut sink) = sink else { continue };
+            let (owned, bound) = (channel.to_owned(), inner.request_timeout);
+            let mut confirm =
+                Box::pin(async move { matches!(timeout(bound, sink.subscribe(&owned)).await, Ok(Ok(()))) });
+            // The first poll puts SUBSCRIBE on the connection's queue; doing it here, under
+            // `ops`, keeps SUBSCRIBE and a sweep's UNSUBSCRIBE in the order they were decided.
+            let first = confirm.as_mut().poll(&mut std::task::Context::from_waker(futures::task::noop_waker_ref()));
+            let weak = Arc::downgrade(inner);
+            let owned = channel.to_owned();
+            let finish = move |ok: bool| {
+                let Some(inner) = weak.upgrade() else { return };
+                if ok {
+                    inner.wake(&owned);
+                } else {
+                    // Treat the connection as broken so later waiters do not each wait on it;
+                    // the listener notices, reconnects and re-subscribes every live channel.
+                    let server = &inner.servers[index];
+                    let mut st = server.state.lock().unwrap_or_else(|e| e.into_inner());
+                    st.sink = None;
+                    st.subscribed.remove(&owned);
+                    tracing::debug!(server = %server.label, "SUBSCRIBE not confirmed; waiters fall back to timed re-tries");
+                }
+            };
+            match first {
+                std::task::Poll::Ready(ok) => finish(ok),
+                std::task::Poll::Pending => {
+                    tokio::spawn(async move { finish(confirm.await) });
+                }
             }
         }
-        futures::future::join_all(confirmations).await;
-        // Not connected (yet): the listener subscribes this channel when it connects and then
-        // wakes every waiter and leaves each channel a wake-up permit, so a release published
-        // before that subscription was confirmed still makes the waiter re-try at once.
+        // Not connected (yet): the listener subscribes this channel when it connects, then
+        // wakes every waiter and leaves each channel a permit, as above.
         Ok(Some(sub))
     }
 }
@@ -239,7 +263,12 @@ async fn pump(
             _ = tick.tick() => {
                 let Some(strong) = inner.upgrade() else { return };
                 let bound = strong.request_timeout.max(Duration::from_millis(500));
+                let given_up = strong.servers[index].state.lock().unwrap_or_else(|e| e.into_inner()).sink.is_none();
                 drop(strong);
+                if given_up {
+                    // A SUBSCRIBE on this connection failed: start afresh.
+                    return;
+                }
                 // A cut network leaves the socket open: only an unanswered ping tells.
                 let pong: Result<Result<String, _>, _> = timeout(bound, sink.ping()).await;
                 if !matches!(pong, Ok(Ok(_))) {
