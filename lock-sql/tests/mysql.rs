@@ -9,6 +9,25 @@ use common::SqlFixture;
 
 lock_conformance::conformance_tests!(mysql, || async { crate::common::SqlFixture::mysql().await });
 
+/// The cases that need control of the server process, against a private MariaDB per test
+/// (the shared system server cannot be stopped): durability of fences and leases across a
+/// SIGKILL and restart, a paused (SIGSTOP) server, a stopped one, and the nemesis.
+mod mysql_server {
+    macro_rules! server_cases {
+        ($($case:ident),*) => {$(
+            #[test]
+            fn $case() {
+                lock_conformance::harness::run_test(
+                    stringify!($case),
+                    lock_conformance::harness::Mode::Strict,
+                    || async { crate::common::SqlFixture::mysql_private().await },
+                );
+            }
+        )*};
+    }
+    server_cases!(fault_server_restart, fault_server_pause, fault_unavailable, nemesis);
+}
+
 #[tokio::test]
 async fn extra_hostile_names() {
     common::check_hostile_names(&SqlFixture::mysql().await.unwrap()).await.unwrap();

@@ -77,6 +77,8 @@ impl PostgresServer {
             )
         };
         let postgres = find_binary("postgres", &extra).ok_or_else(not_found)?;
+        // `/usr/local/bin/postgres` may be a symlink into the real bin dir, where the tools are.
+        let postgres = std::fs::canonicalize(&postgres).unwrap_or(postgres);
         let bin = postgres.parent().map(Path::to_path_buf).unwrap_or_default();
         let initdb = Some(bin.join("initdb")).filter(|p| p.is_file()).ok_or_else(not_found)?;
         let pg_isready = Some(bin.join("pg_isready")).filter(|p| p.is_file());

@@ -92,6 +92,38 @@ impl SqlFixture {
         })
     }
 
+    /// A private PostgreSQL server for this fixture alone (initdb in a temp dir, free port),
+    /// which the suite may stop, restart and pause.
+    pub async fn postgres_private() -> Result<SqlFixture, LockError> {
+        let server = lock_conformance::servers::postgres::PostgresServer::start_local().await?;
+        let upstream = server.addr().ok_or_else(|| LockError::unavailable("test", "private server has no address"))?;
+        Ok(SqlFixture {
+            dialect: Dialect::Postgres,
+            provenance: server.provenance().to_owned(),
+            url: server.url().to_owned(),
+            options: test_options(random_table()),
+            upstream: Some(upstream),
+            server: server.control(),
+            _keep: Some(Box::new(server)),
+        })
+    }
+
+    /// A private MariaDB server for this fixture alone (temp dir, free port), which the suite
+    /// may stop, restart and pause.
+    pub async fn mysql_private() -> Result<SqlFixture, LockError> {
+        let server = lock_conformance::servers::mysql::MysqlServer::start_local().await?;
+        let upstream = server.addr().ok_or_else(|| LockError::unavailable("test", "private server has no address"))?;
+        Ok(SqlFixture {
+            dialect: Dialect::Mysql,
+            provenance: server.provenance().to_owned(),
+            url: server.url().to_owned(),
+            options: test_options(random_table()),
+            upstream: Some(upstream),
+            server: server.control(),
+            _keep: Some(Box::new(server)),
+        })
+    }
+
     /// MySQL/MariaDB from `DLOCK_TEST_MYSQL_URL` (default: the local test server).
     pub async fn mysql() -> Result<SqlFixture, LockError> {
         let url =
@@ -168,7 +200,8 @@ impl Fixture for SqlFixture {
 impl Drop for SqlFixture {
     /// Drops this fixture's lease table from the shared server (best effort, bounded).
     fn drop(&mut self) {
-        if self.dialect == Dialect::Sqlite {
+        // SQLite files and private servers go away with the fixture.
+        if self.dialect == Dialect::Sqlite || self.server.is_some() {
             return;
         }
         let (dialect, url, table) = (self.dialect, self.url.clone(), self.options.table.clone());
