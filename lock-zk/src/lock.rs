@@ -319,11 +319,8 @@ impl Attempt<'_> {
                 return Ok(Step::Done(Some(self.lock.grant(session, self.name, owner, path, czxid, sent, self.opts))));
             }
             if !self.wait {
-                // `guard` deletes our node.
-                return match self.opts.wait {
-                    WaitPolicy::NoWait => Err(self.timeout_error()),
-                    _ => Ok(Step::Done(None)),
-                };
+                // Busy: `guard` deletes our node; acquire turns this into Timeout.
+                return Ok(Step::Done(None));
             }
             let predecessor = format!("{parent}/{}", children[index - 1]);
             let watcher =
@@ -935,7 +932,9 @@ impl DistributedLock for ZkLock {
         options.validate(&self.capabilities())?;
         let begun = Instant::now();
         let (deadline, wait) = match options.wait {
+            // A zero wait is one attempt, like NoWait (busy → Timeout), not an instant Unavailable.
             WaitPolicy::NoWait => (None, false),
+            WaitPolicy::For(w) if w.is_zero() => (None, false),
             WaitPolicy::For(w) => (Some(begun + w), true),
             // Forever, and any policy added later: wait until granted.
             _ => (None, true),
