@@ -235,8 +235,9 @@ pub async fn nemesis(fx: &dyn Fixture) -> CaseResult {
     if windows.is_empty() {
         fail!("seed {seed}: no client held any lock in {} ms: the run proves nothing", ms(run_for));
     }
+    let hooks = if links.is_empty() && server.is_none() { " (no fault hooks: contention only)" } else { "" };
     Ok(format!(
-        "seed {seed}: {} holds over {} clients, {} faults ({}), {} client errors, {} ms",
+        "seed {seed}: {} holds over {} clients, {} faults{hooks} ({}), {} client errors, {} ms",
         windows.len(),
         clients.len(),
         faults.len(),
