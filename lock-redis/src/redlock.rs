@@ -280,25 +280,39 @@ impl LeaseStore for RedlockStore {
         let owner = owner.to_hex();
         let ms = ttl_ms(ttl);
         let per_node = self.per_node(ttl);
-        let replies = join_all(self.nodes.iter().map(|n| {
-            let (keys, owner) = (&keys, &owner);
-            async move {
-                n.run(per_node, |mut c| async move {
-                    RENEW.key(&keys.lock).arg(owner).arg(ms).invoke_async::<i64>(&mut c).await
-                })
-                .await
+        // Stop waiting once the answer is decided: requests already sent still reach the
+        // slower masters, and a hung minority does not delay the renewal.
+        let mut replies: FuturesUnordered<_> = self
+            .nodes
+            .iter()
+            .map(|node| {
+                let (keys, owner) = (&keys, &owner);
+                async move {
+                    node.run(per_node, |mut c| async move {
+                        RENEW.key(&keys.lock).arg(owner).arg(ms).invoke_async::<i64>(&mut c).await
+                    })
+                    .await
+                }
+            })
+            .collect();
+        let n = self.nodes.len();
+        let (mut renewed, mut refused, mut errors) = (0usize, 0usize, Vec::new());
+        while let Some(r) = replies.next().await {
+            match r {
+                Ok(1) => renewed += 1,
+                Ok(_) => refused += 1,
+                Err(e) => errors.push(e),
             }
-        }))
-        .await;
-        let renewed = replies.iter().filter(|r| matches!(r, Ok(1))).count();
-        let refused = replies.iter().filter(|r| matches!(r, Ok(v) if *v != 1)).count();
+            if renewed >= self.quorum || refused > n - self.quorum || refused + errors.len() > n - self.quorum {
+                break;
+            }
+        }
         if renewed >= self.quorum {
             return Ok(RenewOutcome::Renewed);
         }
-        if refused > self.nodes.len() - self.quorum {
+        if refused > n - self.quorum {
             return Ok(RenewOutcome::NotOwner);
         }
-        let errors: Vec<LockError> = replies.into_iter().filter_map(Result::err).collect();
         Err(self.unavailable(renewed + refused, &errors))
     }
 

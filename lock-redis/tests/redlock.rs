@@ -68,6 +68,30 @@ mod redlock_extra {
         held.release().await.unwrap();
     }
 
+    /// Two of five masters hang (SIGSTOP): rounds stop at the majority, so a grant costs no
+    /// more than the fast masters' round trips, and renewals keep the lease.
+    #[tokio::test]
+    async fn fault_minority_paused() {
+        let fx = RedlockFixture::start().await.unwrap();
+        let c = fx.redlock_client().await.unwrap();
+        // Connect to every master before they hang.
+        c.acquire(&LockName::new("warm").unwrap(), &opts(1000)).await.unwrap().release().await.unwrap();
+        for i in 0..2 {
+            fx.master(i).pause(true).await.unwrap();
+        }
+        let t = Instant::now();
+        let l = c.acquire(&LockName::new("paused").unwrap(), &opts(900)).await.unwrap();
+        let granted_in = t.elapsed();
+        eprintln!("2 of 5 paused: granted in {granted_in:?}");
+        assert!(granted_in < Duration::from_millis(250), "a hung minority delayed the grant: {granted_in:?}");
+        tokio::time::sleep(Duration::from_millis(2000)).await;
+        assert!(l.is_valid(), "lease lost with a hung minority: {:?}", l.lost().reason());
+        l.release().await.unwrap();
+        for i in 0..2 {
+            fx.master(i).pause(false).await.unwrap();
+        }
+    }
+
     /// Three of five down: no grant; `Unavailable` (or `Timeout`) within the caller's wait.
     /// A held lease then loses its majority and its lost signal fires.
     #[tokio::test]
