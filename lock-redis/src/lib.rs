@@ -24,9 +24,12 @@
 //!   stored token; otherwise it returns the holder's `PTTL`, which bounds how long a waiter
 //!   sleeps. **Renew** and **release** are owner-checked scripts; release publishes to the
 //!   lock's channel. Scripts are called by SHA and re-loaded on `NOSCRIPT`.
+//!   Scripts are also loaded once per new connection (one pipelined round trip), so the
+//!   first call by SHA does not pay a `NOSCRIPT` round trip.
 //! - **Keys**: `<prefix>:{<escaped name>}:lock`, `…:fence` and the channel `…:released`. The
 //!   name is percent-escaped (never stripped, so distinct names never collide) and is the hash
 //!   tag: both keys of a lock live in one Redis Cluster slot, and every key is passed in `KEYS`.
+//!   (This client talks to one endpoint; the layout is what a cluster-aware client needs.)
 //! - **Fencing tokens never go backwards**, also when Redis restarts without persistence or
 //!   evicts the counter: the script never issues less than the server's `TIME` in microseconds
 //!   (`token = max(counter + 1, TIME µs)`). What this still assumes: the server clock does not
@@ -37,16 +40,22 @@
 //! - **Restarts**: a Redis without persistence forgets every lease when it restarts
 //!   (`durable_leases` is false): holders find no entry at their next renewal and their lost
 //!   signal fires; tokens stay monotonic (`durable_fencing` is true).
-//! - **Waiting**: a waiter subscribes to the lock's channel before each attempt (one pub/sub
-//!   connection per client, shared by all its waiters, reference-counted channels), and a
-//!   release wakes one waiter per client. A vanished holder publishes nothing, so waiters also
-//!   re-try on a timer bounded by the holder's remaining ttl. After the pub/sub connection
-//!   reconnects, every waiter re-tries.
+//! - **Waiting**: before each attempt a waiter registers for the lock's channel (one pub/sub
+//!   connection per client and server, shared by all its waiters, channels reference-counted
+//!   and unsubscribed when unused). SUBSCRIBE is queued without waiting for its confirmation,
+//!   so an uncontended acquire is still one round trip; the confirmation leaves the waiter a
+//!   wake-up permit, so a release published before it is not missed. A release wakes one
+//!   waiter per client. A vanished holder publishes nothing, so waiters also re-try on a
+//!   timer bounded by the holder's remaining ttl. The pub/sub connection is health-checked
+//!   with PING; after it reconnects, every channel is re-subscribed and every waiter re-tries.
 //! - **Failures**: every command is bounded by `request_timeout` and every connect by
 //!   `connect_timeout`; an unreachable server is `LockError::Unavailable`, a bad URL
 //!   `LockError::Config`. A connection that failed or timed out is replaced, never reused.
-//!   TLS (`rediss://`) and AUTH / ACL users (`redis://user:password@host`) come from the URL;
-//!   passwords never appear in `Debug` output, logs or errors.
+//!   TLS (`rediss://`) and AUTH / ACL users (`redis://user:password@host`) come from the URL
+//!   (servers are verified against the webpki roots, or against `tls_ca_file`); passwords never
+//!   appear in `Debug` output, logs or errors. The least an ACL user needs (tested):
+//!   `~dlock:* &dlock:* +evalsha +script|load +ping +subscribe +unsubscribe +publish +hget
+//!   +hset +pexpire +pttl +time +incr +get +set +del` (with your `key_prefix`).
 //!
 //! ## Redlock
 //!

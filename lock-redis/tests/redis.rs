@@ -159,6 +159,25 @@ mod redis_extra {
             lock_redis::connect(&format!("redis://locker:pw1@{addr}/0"), crate::common::test_options()).await.unwrap();
         let l = ok.try_acquire(&LockName::new("auth").unwrap(), &opts(1000)).await.unwrap().unwrap();
         l.release().await.unwrap();
+        // The least an ACL user needs (as documented in the crate docs).
+        let _: () = redis::cmd("ACL")
+            .arg(&["SETUSER", "minimal", "on", ">pw2", "~dlock:*", "&dlock:*", "-@all"])
+            .arg(&["+evalsha", "+script|load", "+ping", "+subscribe", "+unsubscribe", "+publish"])
+            .arg(&["+hget", "+hset", "+pexpire", "+pttl", "+time", "+incr", "+get", "+set", "+del"])
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let min =
+            lock_redis::connect(&format!("redis://minimal:pw2@{addr}"), crate::common::test_options()).await.unwrap();
+        let other = fx.redis_client().await.unwrap();
+        let name = LockName::new("acl").unwrap();
+        let held = other.try_acquire(&name, &opts(5000)).await.unwrap().unwrap();
+        let waiter = tokio::spawn(async move { min.acquire(&LockName::new("acl").unwrap(), &opts(5000)).await });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        held.release().await.unwrap();
+        let got = waiter.await.unwrap().unwrap();
+        got.renew().await.unwrap();
+        got.release().await.unwrap();
         let bad = lock_redis::connect(&format!("redis://locker:wrongpw@{addr}"), crate::common::test_options()).await;
         let e = bad.err().unwrap();
         assert!(matches!(e, LockError::Config { .. }), "{e}");
