@@ -157,6 +157,8 @@ mod redis_extra {
             .unwrap();
         let ok =
             lock_redis::connect(&format!("redis://locker:pw1@{addr}/0"), crate::common::test_options()).await.unwrap();
+        let shown = format!("{:?}", ok.store());
+        assert!(!shown.contains("pw1") && shown.contains("***"), "{shown}");
         let l = ok.try_acquire(&LockName::new("auth").unwrap(), &opts(1000)).await.unwrap().unwrap();
         l.release().await.unwrap();
         // The least an ACL user needs (as documented in the crate docs).
