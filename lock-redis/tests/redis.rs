@@ -46,7 +46,10 @@ mod redis_extra {
     #[tokio::test]
     async fn restart_empty_keeps_tokens_monotonic() {
         let fx = RedisFixture::start().await.unwrap();
-        let Some(server) = fx.server() else { return };
+        let Some(server) = fx.server() else {
+            eprintln!("NOT APPLICABLE restart_empty_keeps_tokens_monotonic: the server is external");
+            return;
+        };
         let c = fx.redis_client().await.unwrap();
         let name = LockName::new("restart").unwrap();
         let mut last = 0;
@@ -72,7 +75,7 @@ mod redis_extra {
         let l1 = c.acquire(&name, &opts(1000)).await.unwrap();
         l1.release().await.unwrap();
         let mut conn = raw(&fx).await;
-        let _: i64 = redis::cmd("DEL").arg("dlock:{evicted}:fence").query_async(&mut conn).await.unwrap();
+        let _: i64 = redis::cmd("DEL").arg(fx.key("evicted", "fence")).query_async(&mut conn).await.unwrap();
         let l2 = c.acquire(&name, &opts(1000)).await.unwrap();
         assert!(l2.token() > l1.token());
         l2.release().await.unwrap();
@@ -108,7 +111,8 @@ mod redis_extra {
             leases.push(c.try_acquire(&name, &opts(5000)).await.unwrap().unwrap_or_else(|| panic!("{n:?} collided")));
         }
         let mut conn = raw(&fx).await;
-        let keys: Vec<String> = redis::cmd("KEYS").arg("dlock:*:lock").query_async(&mut conn).await.unwrap();
+        let keys: Vec<String> =
+            redis::cmd("KEYS").arg(fx.key("*", "lock").replace("{*}", "*")).query_async(&mut conn).await.unwrap();
         assert_eq!(keys.len(), names.len());
         for k in &keys {
             assert_eq!(k.matches('{').count(), 1, "{k}");
@@ -148,7 +152,11 @@ mod redis_extra {
     #[tokio::test]
     async fn auth_from_url() {
         let fx = RedisFixture::start().await.unwrap();
-        let Some(addr) = fx.server.addr() else { return };
+        let Some(addr) = fx.server.addr().filter(|_| fx.owned()) else {
+            eprintln!("NOT APPLICABLE auth_from_url: the server is external (the test changes its ACLs)");
+            return;
+        };
+        let prefix = fx.options.key_prefix.clone();
         let mut conn = raw(&fx).await;
         let _: () = redis::cmd("ACL")
             .arg(&["SETUSER", "locker", "on", ">pw1", "~*", "&*", "+@all"])
@@ -163,14 +171,13 @@ mod redis_extra {
         l.release().await.unwrap();
         // The least an ACL user needs (as documented in the crate docs).
         let _: () = redis::cmd("ACL")
-            .arg(&["SETUSER", "minimal", "on", ">pw2", "~dlock:*", "&dlock:*", "-@all"])
+            .arg(&["SETUSER", "minimal", "on", ">pw2", &format!("~{prefix}:*"), &format!("&{prefix}:*"), "-@all"])
             .arg(&["+evalsha", "+script|load", "+ping", "+subscribe", "+unsubscribe", "+publish"])
             .arg(&["+hget", "+hset", "+pexpire", "+pttl", "+time", "+incr", "+get", "+set", "+del"])
             .query_async(&mut conn)
             .await
             .unwrap();
-        let min =
-            lock_redis::connect(&format!("redis://minimal:pw2@{addr}"), crate::common::test_options()).await.unwrap();
+        let min = lock_redis::connect(&format!("redis://minimal:pw2@{addr}"), fx.options.clone()).await.unwrap();
         let other = fx.redis_client().await.unwrap();
         let name = LockName::new("acl").unwrap();
         let held = other.try_acquire(&name, &opts(5000)).await.unwrap().unwrap();
@@ -277,7 +284,10 @@ mod redis_extra {
     #[tokio::test]
     async fn restart_fires_lost_signal() {
         let fx = RedisFixture::start().await.unwrap();
-        let Some(server) = fx.server() else { return };
+        let Some(server) = fx.server() else {
+            eprintln!("NOT APPLICABLE restart_fires_lost_signal: the server is external");
+            return;
+        };
         let c = fx.redis_client().await.unwrap();
         let lease = c.acquire(&LockName::new("lost").unwrap(), &opts(1000)).await.unwrap();
         server.stop().await.unwrap();

@@ -28,7 +28,19 @@ pub struct RedisFixture {
 
 impl RedisFixture {
     pub async fn start() -> Result<RedisFixture, LockError> {
-        Ok(RedisFixture { server: RedisServer::start().await?, options: test_options() })
+        // A prefix of its own, so runs against a shared server (DLOCK_TEST_REDIS_URL) never meet.
+        let options = RedisOptions { key_prefix: format!("dlock-t{:08x}", rand::random::<u32>()), ..test_options() };
+        Ok(RedisFixture { server: RedisServer::start().await?, options })
+    }
+
+    /// The Redis key (or channel) `suffix` of the lock named by the already escaped `escaped`.
+    pub fn key(&self, escaped: &str, suffix: &str) -> String {
+        format!("{}:{{{escaped}}}:{suffix}", self.options.key_prefix)
+    }
+
+    /// Whether the test owns the server (it may stop it, change its ACLs, …).
+    pub fn owned(&self) -> bool {
+        self.server.control().is_some()
     }
 
     pub async fn redis_client(&self) -> Result<lock_redis::RedisLock, LockError> {
