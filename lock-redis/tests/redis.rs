@@ -280,6 +280,34 @@ mod redis_extra {
         assert!(latency < Duration::from_millis(300), "waiter took {latency:?} after the release");
     }
 
+    /// The pub/sub connection comes back after a server restart and wakes its waiters: a waiter
+    /// on a lock the restart freed gets it well before its fallback re-try (2 s here).
+    #[tokio::test]
+    async fn pubsub_reconnect_wakes_waiters() {
+        let fx = RedisFixture::start().await.unwrap();
+        let Some(server) = fx.server() else {
+            eprintln!("NOT APPLICABLE pubsub_reconnect_wakes_waiters: the server is external");
+            return;
+        };
+        let a = fx.redis_client().await.unwrap();
+        let b = fx.redis_client().await.unwrap();
+        let name = LockName::new("reconnect").unwrap();
+        let _held = a.acquire(&name, &opts(10_000)).await.unwrap();
+        let waiter = tokio::spawn({
+            let name = name.clone();
+            async move { b.acquire(&name, &opts(10_000).wait(Duration::from_secs(8))).await.map(|l| (Instant::now(), l)) }
+        });
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        server.stop().await.unwrap();
+        server.start().await.unwrap();
+        let back = Instant::now();
+        let (got, lease) = waiter.await.unwrap().unwrap();
+        let after = got - back;
+        eprintln!("waiter got the lock {after:?} after the restart");
+        assert!(after < Duration::from_millis(1200), "waiter took {after:?} after the restart");
+        lease.release().await.unwrap();
+    }
+
     /// The holder is told when the server forgets its lease (restart without persistence).
     #[tokio::test]
     async fn restart_fires_lost_signal() {
