@@ -16,13 +16,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures::StreamExt;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::cases::{all_cases, Case, CaseError};
 use crate::Fixture;
 
 /// How a case ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
     /// Every check of the case held.
@@ -36,7 +36,7 @@ pub enum Outcome {
 }
 
 /// The result of one case.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct CaseReport {
     /// `<backend>::<case>`.
     pub name: String,
@@ -49,7 +49,7 @@ pub struct CaseReport {
 }
 
 /// The result of a run.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Report {
     /// The fixture's backend label.
     pub backend: String,

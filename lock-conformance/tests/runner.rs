@@ -39,6 +39,9 @@ async fn whole_suite_in_parallel_on_memory() {
     assert_eq!(json["cases"][0]["outcome"], "passed");
     assert_eq!(serde_json::to_value(Outcome::NotApplicable).unwrap(), "not_applicable");
     assert_eq!(report.passed + report.failed + report.skipped + report.not_applicable, report.cases.len());
+    // Reports read back (e.g. a CI step comparing runs).
+    let back: lock_conformance::runner::Report = serde_json::from_value(json).unwrap();
+    assert_eq!(back.cases.len(), report.cases.len());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
