@@ -25,12 +25,13 @@
 //! gives up first. Its lost signal fires when:
 //!
 //! - the session expires or is closed, or the lock node is deleted (watch events);
-//! - the connection stays suspended (`Disconnected`) until the server *may* have expired the
-//!   session: `zookeeper-client` notices a dead connection after 2/5 of the session timeout
-//!   without a reply, so the client stops claiming the lock about 0.55 × `session_timeout`
-//!   after the disconnect (and never before `session_timeout` after the last request the
-//!   server answered). This assumes round trips far below the session timeout and clocks that
-//!   run at about the same rate;
+//! - the server may have expired the session: the server keeps a session at least
+//!   `session_timeout` after it last heard from the client, and it heard from us no earlier
+//!   than when we sent a request it answered. Each held lease probes its node every fifth of
+//!   the session timeout, and its lost signal fires at `last answered request's send time +
+//!   session_timeout − drift` (drift: 1 % + 2 ms) unless a newer answer came in. A suspended
+//!   connection or a paused server therefore ends the lease before the server can hand the lock
+//!   to someone else, assuming only that both clocks run at about the same rate;
 //! - `valid_until` passes without a successful renewal (the `Lease` watchdog, as for every
 //!   backend). Renewal asks the server whether our node still exists under our session.
 //!

@@ -809,55 +809,72 @@ enum NodeEnd {
 impl Monitor {
     async fn run(self) {
         let session_timeout = self.client.session_timeout();
-        // zookeeper-client declares a connection dead after 2/5 of the session timeout without
-        // a reply (plus a tick of 1/20): the server heard from us at most that long before the
-        // Disconnected event, assuming round trips far below the session timeout.
-        let heard_before_disconnect = session_timeout * 2 / 5 + session_timeout / 20;
         let drift = session_timeout / 100 + Duration::from_millis(2);
+        // The server keeps the session at least `session_timeout` after it last heard from us,
+        // and it heard from us no earlier than when we sent a request it answered. Probing a few
+        // times per session timeout keeps that instant fresh, and stopping to claim the lock at
+        // `confirmed + session_timeout - drift` needs no assumption about round trips or about
+        // when the client library notices a dead connection.
+        let probe_every = (session_timeout / 5).max(Duration::from_millis(20));
+        let mut next_probe = Instant::now() + probe_every;
         let mut states = self.client.state_watcher();
-        let mut suspended_at = (!connected(self.client.state())).then(Instant::now);
         let node_end = self.node_end();
         tokio::pin!(node_end);
         let lost = self.lost.fired();
         tokio::pin!(lost);
         loop {
-            let expiry_risk = suspended_at.map(|at| {
-                let by_disconnect = (at + session_timeout).checked_sub(heard_before_disconnect + drift).unwrap_or(at);
-                let by_confirmed = (confirmed_at(&self.confirmed) + session_timeout).checked_sub(drift).unwrap_or(at);
-                by_disconnect.max(by_confirmed)
-            });
+            let expiry_risk =
+                (confirmed_at(&self.confirmed) + session_timeout).checked_sub(drift).unwrap_or_else(Instant::now);
             tokio::select! {
                 _ = &mut lost => break,
                 end = &mut node_end => {
-                    if !self.released.load(Ordering::SeqCst) {
-                        let reason = match end {
-                            NodeEnd::Deleted => "our lock node was deleted".to_owned(),
-                            NodeEnd::NotOurs => "our lock node belongs to another session".to_owned(),
-                            NodeEnd::SessionEnded(s) => format!("the ZooKeeper session ended ({s})"),
-                        };
-                        self.trigger.fire(&reason);
-                    }
+                    let reason = match end {
+                        NodeEnd::Deleted => "our lock node was deleted".to_owned(),
+                        NodeEnd::NotOurs => "our lock node belongs to another session".to_owned(),
+                        NodeEnd::SessionEnded(s) => format!("the ZooKeeper session ended ({s})"),
+                    };
+                    self.fire(&reason);
                     return;
                 }
-                state = states.changed() => match state {
-                    SessionState::Disconnected => {
-                        suspended_at.get_or_insert_with(Instant::now);
-                    }
-                    SessionState::SyncConnected | SessionState::ConnectedReadOnly => suspended_at = None,
-                    ended => {
-                        if !self.released.load(Ordering::SeqCst) {
-                            self.trigger.fire(&format!("the ZooKeeper session ended ({ended})"));
-                        }
+                state = states.changed() => {
+                    if state.is_terminated() {
+                        self.fire(&format!("the ZooKeeper session ended ({state})"));
                         return;
                     }
-                },
-                _ = sleep_until(expiry_risk.unwrap_or_else(Instant::now)), if expiry_risk.is_some() => {
-                    if !self.released.load(Ordering::SeqCst) {
-                        self.trigger.fire(
-                            "the connection to ZooKeeper was suspended so long that the session may have expired",
-                        );
+                }
+                _ = sleep_until(next_probe) => {
+                    next_probe = Instant::now() + probe_every;
+                    if !connected(self.client.state()) {
+                        // The request would only queue until the connection is back.
+                        continue;
                     }
-                    break;
+                    let sent = Instant::now();
+                    let probe = tokio::select! {
+                        r = self.client.check_stat(&self.path) => Some(r),
+                        _ = sleep_until(expiry_risk.min(sent + probe_every)) => None,
+                    };
+                    match probe.map(|r| r.map_err(classify)) {
+                        Some(Ok(Some(stat))) if stat.ephemeral_owner == self.session_id => {
+                            let mut c = self.confirmed.lock().unwrap_or_else(|e| e.into_inner());
+                            *c = (*c).max(sent);
+                        }
+                        Some(Ok(_)) => {
+                            self.fire("our lock node is gone or belongs to another session");
+                            break;
+                        }
+                        Some(Err(Failure::SessionGone)) => {
+                            self.fire("the ZooKeeper session ended");
+                            return;
+                        }
+                        // No answer (yet): the deadline below decides.
+                        _ => {}
+                    }
+                }
+                _ = sleep_until(expiry_risk) => {
+                    if Instant::now() >= (confirmed_at(&self.confirmed) + session_timeout).checked_sub(drift).unwrap_or_else(Instant::now) {
+                        self.fire("ZooKeeper has not answered for so long that the session may have expired");
+                        break;
+                    }
                 }
             }
         }
@@ -865,6 +882,13 @@ impl Monitor {
             // A lost lease is dropped without a release: free the node ourselves once the
             // server is reachable again (if the session survived).
             let _ = delete_with_retry(&self.client, &self.path).await;
+        }
+    }
+
+    fn fire(&self, reason: &str) {
+        // A release deletes the node itself: that is no loss.
+        if !self.released.load(Ordering::SeqCst) {
+            self.trigger.fire(reason);
         }
     }
 

@@ -91,6 +91,7 @@ async fn session_expiry_of_holder_frees_lock_for_next_waiter() {
     let next = timeout(fx.expiry_bound() * 3, waiting).await.expect("waiter granted").unwrap().unwrap();
     let granted_after = cut.elapsed();
     assert!(lost_after < granted_after, "lost at {lost_after:?} must precede the next grant at {granted_after:?}");
+    eprintln!("partitioned holder: lost after {lost_after:?}, waiter granted after {granted_after:?}");
     assert!(next.token() > lease.token());
     assert!(!lease.is_valid());
     assert!(matches!(lease.renew().await, Err(LockError::Lost { .. })));
@@ -379,4 +380,47 @@ async fn a_create_whose_reply_is_lost_leaves_no_orphan_node() {
     link.set_latency(Duration::ZERO).await;
     let lease = other.try_acquire(&n, &opts(2000)).await.unwrap();
     assert!(lease.is_some(), "the lock is free after all the cut attempts");
+}
+
+#[tokio::test]
+async fn a_suspended_holder_gives_up_before_its_session_can_expire_even_with_a_long_ttl() {
+    let fx = ZkFixture::start().await.unwrap();
+    let (holder, link) = fx.connect_linked().await.unwrap();
+    let waiter = fx.connect().await.unwrap();
+    let n = name("long-ttl");
+    // A ttl far beyond the session timeout: only the session rules can stop the holder in time.
+    let lease = holder.acquire(&n, &opts(20_000)).await.unwrap();
+    let waiting = {
+        let (waiter, n) = (waiter.clone(), n.clone());
+        tokio::spawn(async move { waiter.acquire(&n, &opts(2000).wait(Duration::from_secs(15))).await })
+    };
+    eventually(Duration::from_secs(3), "waiter queued", || async { nodes(&fx, &waiter, &n).await.len() == 2 }).await;
+    let cut = Instant::now();
+    link.set_partitioned(true).await;
+    timeout(SESSION_TIMEOUT * 2, lease.lost().fired()).await.expect("lost fires");
+    let lost_after = cut.elapsed();
+    let reason = lease.lost().reason().unwrap_or_default().to_owned();
+    let next = timeout(Duration::from_secs(10), waiting).await.unwrap().unwrap().unwrap();
+    let granted_after = cut.elapsed();
+    assert!(
+        // Safety: the holder stops claiming before anyone else is granted. Liveness: about one
+        // session timeout after the last answer (plus scheduling slack on a busy machine).
+        lost_after < granted_after && lost_after < SESSION_TIMEOUT + Duration::from_millis(300),
+        "lost after {lost_after:?} ({reason}), next grant after {granted_after:?}"
+    );
+    assert!(reason.contains("may have expired"), "{reason}");
+    eprintln!("partitioned holder: lost after {lost_after:?}, waiter granted after {granted_after:?}");
+    link.set_partitioned(false).await;
+    next.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_ensemble_url_with_a_dead_member_works() {
+    let fx = ZkFixture::start().await.unwrap();
+    let dead = lock_conformance::process::free_port().unwrap();
+    let live = fx.server.addr().unwrap();
+    let url = format!("zk://127.0.0.1:{dead},{live}{}", fx.root);
+    let lock = lock_zk::connect(&url, fx.options.clone()).await.unwrap();
+    let lease = lock.acquire(&name("ensemble"), &opts(2000).wait(Duration::from_secs(5))).await.unwrap();
+    lease.release().await.unwrap();
 }
