@@ -164,7 +164,8 @@ impl Node {
 
     /// Opens the connection now and checks it answers (PING).
     pub(crate) async fn ping(&self, within: Duration) -> Result<(), LockError> {
-        let _: String = self.run(within, |mut c| async move { redis::cmd("PING").query_async(&mut c).await }).await?;
+        let _: String =
+            self.run_idempotent(within, |mut c| async move { redis::cmd("PING").query_async(&mut c).await }).await?;
         Ok(())
     }
 
@@ -173,25 +174,54 @@ impl Node {
     /// are `Unavailable`, and the connection is then replaced.
     pub(crate) async fn run<T, F, Fut>(&self, within: Duration, f: F) -> Result<T, LockError>
     where
-        F: FnOnce(MultiplexedConnection) -> Fut,
+        F: Fn(MultiplexedConnection) -> Fut,
+        Fut: std::future::Future<Output = redis::RedisResult<T>>,
+    {
+        self.run_inner(within, false, f).await
+    }
+
+    /// Like [`Node::run`], for operations that may run twice with the same effect (acquire by
+    /// the same owner, renew, set-if-greater, PING): when the connection turns out to be dead
+    /// (a server restart or reset while it was idle), it is retried once on a fresh one, within
+    /// the same bound.
+    pub(crate) async fn run_idempotent<T, F, Fut>(&self, within: Duration, f: F) -> Result<T, LockError>
+    where
+        F: Fn(MultiplexedConnection) -> Fut,
+        Fut: std::future::Future<Output = redis::RedisResult<T>>,
+    {
+        self.run_inner(within, true, f).await
+    }
+
+    async fn run_inner<T, F, Fut>(&self, within: Duration, idempotent: bool, f: F) -> Result<T, LockError>
+    where
+        F: Fn(MultiplexedConnection) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
     {
         let work = async {
-            let (generation, conn) = self.connection().await?;
-            match timeout(self.request_timeout, f(conn)).await {
-                Ok(Ok(v)) => Ok(v),
-                Ok(Err(e)) => {
-                    if e.is_io_error() || e.is_unrecoverable_error() || e.is_timeout() || e.is_connection_dropped() {
-                        self.discard(generation);
+            let mut retried = !idempotent;
+            loop {
+                let (generation, conn) = self.connection().await?;
+                match timeout(self.request_timeout, f(conn)).await {
+                    Ok(Ok(v)) => return Ok(v),
+                    Ok(Err(e)) => {
+                        let broken = e.is_io_error() || e.is_unrecoverable_error() || e.is_connection_dropped();
+                        if broken || e.is_timeout() {
+                            self.discard(generation);
+                        }
+                        if broken && !e.is_timeout() && !retried {
+                            retried = true;
+                            tracing::debug!(server = %self.label, error = %e, "connection was dead; retrying once");
+                            continue;
+                        }
+                        return Err(self.map_error(e));
                     }
-                    Err(self.map_error(e))
-                }
-                Err(_) => {
-                    self.discard(generation);
-                    Err(LockError::unavailable(
-                        self.backend,
-                        format!("{} did not answer within {:?}", self.label, self.request_timeout),
-                    ))
+                    Err(_) => {
+                        self.discard(generation);
+                        return Err(LockError::unavailable(
+                            self.backend,
+                            format!("{} did not answer within {:?}", self.label, self.request_timeout),
+                        ));
+                    }
                 }
             }
         };

@@ -172,7 +172,7 @@ impl LeaseStore for RedlockStore {
                 let (keys, owner) = (&keys, &owner);
                 async move {
                     let reply: Result<Vec<i64>, LockError> = node
-                        .run(per_node, |mut c| async move {
+                        .run_idempotent(per_node, |mut c| async move {
                             REDLOCK_ACQUIRE
                                 .key(&keys.lock)
                                 .key(&keys.fence)
@@ -222,7 +222,7 @@ impl LeaseStore for RedlockStore {
                 .map(|node| {
                     let (keys, wanted) = (&keys, &wanted);
                     async move {
-                        node.run(bound, |mut c| async move {
+                        node.run_idempotent(bound, |mut c| async move {
                             REDLOCK_FENCE.key(&keys.fence).arg(wanted.as_str()).invoke_async::<i64>(&mut c).await
                         })
                         .await
@@ -288,7 +288,7 @@ impl LeaseStore for RedlockStore {
             .map(|node| {
                 let (keys, owner) = (&keys, &owner);
                 async move {
-                    node.run(per_node, |mut c| async move {
+                    node.run_idempotent(per_node, |mut c| async move {
                         RENEW.key(&keys.lock).arg(owner).arg(ms).invoke_async::<i64>(&mut c).await
                     })
                     .await

@@ -94,10 +94,11 @@ impl LeaseStore for RedisStore {
         let keys = self.keys(name);
         let owner = owner.to_hex();
         let ms = ttl_ms(ttl);
+        let (keys, owner) = (&keys, &owner);
         let reply: Vec<i64> = self
             .node
-            .run(self.node.request_timeout(), |mut c| async move {
-                ACQUIRE.key(&keys.lock).key(&keys.fence).arg(&owner).arg(ms).invoke_async(&mut c).await
+            .run_idempotent(self.node.request_timeout(), |mut c| async move {
+                ACQUIRE.key(&keys.lock).key(&keys.fence).arg(owner).arg(ms).invoke_async(&mut c).await
             })
             .await?;
         match parse_pair(BACKEND, reply)? {
@@ -110,10 +111,11 @@ impl LeaseStore for RedisStore {
         let keys = self.keys(name);
         let owner = owner.to_hex();
         let ms = ttl_ms(ttl);
+        let (keys, owner) = (&keys, &owner);
         let renewed: i64 = self
             .node
-            .run(self.node.request_timeout(), |mut c| async move {
-                RENEW.key(&keys.lock).arg(&owner).arg(ms).invoke_async(&mut c).await
+            .run_idempotent(self.node.request_timeout(), |mut c| async move {
+                RENEW.key(&keys.lock).arg(owner).arg(ms).invoke_async(&mut c).await
             })
             .await?;
         Ok(if renewed == 1 { RenewOutcome::Renewed } else { RenewOutcome::NotOwner })
@@ -122,10 +124,11 @@ impl LeaseStore for RedisStore {
     async fn release(&self, name: &LockName, owner: OwnerId) -> Result<ReleaseOutcome, LockError> {
         let keys = self.keys(name);
         let owner = owner.to_hex();
+        let (keys, owner) = (&keys, &owner);
         let released: i64 = self
             .node
             .run(self.node.request_timeout(), |mut c| async move {
-                RELEASE.key(&keys.lock).arg(&owner).arg(&keys.channel).invoke_async(&mut c).await
+                RELEASE.key(&keys.lock).arg(owner).arg(&keys.channel).invoke_async(&mut c).await
             })
             .await?;
         Ok(if released == 1 { ReleaseOutcome::Released } else { ReleaseOutcome::NotOwner })
