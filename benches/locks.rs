@@ -87,7 +87,11 @@ async fn acquire_latency(lock: &dyn DistributedLock, tag: &str) -> Result<Durati
 }
 
 /// Median time from release to the blocked waiter's grant.
-async fn handoff_latency(holder: &dyn DistributedLock, waiter: Arc<dyn DistributedLock>, tag: &str) -> Result<Duration, LockError> {
+async fn handoff_latency(
+    holder: &dyn DistributedLock,
+    waiter: Arc<dyn DistributedLock>,
+    tag: &str,
+) -> Result<Duration, LockError> {
     let opts = AcquireOptions::new(Duration::from_secs(10)).wait(Duration::from_secs(10));
     let mut v = Vec::with_capacity(HANDOFFS);
     for i in 0..HANDOFFS {
@@ -126,7 +130,16 @@ fn print(rows: &[Row], failures: &[String]) {
             Some(p) => (ms(p), format!("{:.1}×", p.as_secs_f64() / r.handoff.as_secs_f64().max(1e-9))),
             None => ("—".into(), "—".into()),
         };
-        println!("| {} | {} | {} | {:.2} | {} | {} | {} |", r.backend, ms(r.rtt), ms(r.acquire), ratio, ms(r.handoff), polled, speedup);
+        println!(
+            "| {} | {} | {} | {:.2} | {} | {} | {} |",
+            r.backend,
+            ms(r.rtt),
+            ms(r.acquire),
+            ratio,
+            ms(r.handoff),
+            polled,
+            speedup
+        );
     }
     for f in failures {
         println!("\nNOT MEASURED: {f}");
@@ -164,7 +177,8 @@ async fn sql_row(backend: &'static str, url: &str, table: &str) -> Result<Row, S
         }
     };
     let acquire = acquire_latency(&lock, backend).await.map_err(|e| e.to_string())?;
-    let waiter: Arc<dyn DistributedLock> = Arc::new(lock_sql::connect(url, opts.clone()).await.map_err(|e| e.to_string())?);
+    let waiter: Arc<dyn DistributedLock> =
+        Arc::new(lock_sql::connect(url, opts.clone()).await.map_err(|e| e.to_string())?);
     let handoff = handoff_latency(&lock, waiter, backend).await.map_err(|e| e.to_string())?;
     let handoff_polled = if backend == "postgres" {
         let polled = lock_sql::connect(url, opts).await.map_err(|e| e.to_string())?;
@@ -187,7 +201,8 @@ async fn redis_row(url: &str) -> Result<Row, String> {
     let opts = lock_redis::RedisOptions::default();
     let lock = lock_redis::connect(url, opts.clone()).await.map_err(|e| e.to_string())?;
     let acquire = acquire_latency(&lock, "redis").await.map_err(|e| e.to_string())?;
-    let waiter: Arc<dyn DistributedLock> = Arc::new(lock_redis::connect(url, opts.clone()).await.map_err(|e| e.to_string())?);
+    let waiter: Arc<dyn DistributedLock> =
+        Arc::new(lock_redis::connect(url, opts.clone()).await.map_err(|e| e.to_string())?);
     let handoff = handoff_latency(&lock, waiter, "redis").await.map_err(|e| e.to_string())?;
     let polled = lock_redis::connect(url, opts).await.map_err(|e| e.to_string())?;
     let polled: Arc<dyn DistributedLock> = Arc::new(StoreLock::new(PollOnly(Arc::clone(polled.store()))));
