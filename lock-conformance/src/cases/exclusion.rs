@@ -114,7 +114,28 @@ pub async fn independent_names(fx: &dyn Fixture) -> CaseResult {
     let t = tokio::time::Instant::now();
     let y = b.try_acquire(&cx.name("y")?, &opts).await?;
     ensure!(y.is_some(), "holding name x blocked name y");
-    let lookalikes = ["a/b", "a%2Fb", "a_b", "A/B", "a/b ", "a:b", "a.b", "a-b", "a%2fb", "a\\b"];
+    // Pairs a careless mapping merges: escapes, case, trailing space (MySQL PAD SPACE),
+    // accents and Unicode forms (accent- or width-insensitive collations, normalization).
+    let lookalikes = [
+        "a/b",
+        "a%2Fb",
+        "a_b",
+        "A/B",
+        "a/b ",
+        "a:b",
+        "a.b",
+        "a-b",
+        "a%2fb",
+        "a\\b",
+        "caf\u{e9}",
+        "cafe\u{301}",
+        "cafe",
+        "stra\u{df}e",
+        "strasse",
+        "A",
+        "\u{ff21}",
+        "A\u{200b}",
+    ];
     let mut held = Vec::new();
     for (i, n) in lookalikes.iter().enumerate() {
         let name = cx.name(n)?;
