@@ -59,13 +59,10 @@ pub async fn fenced_register_rejects_former_holder(fx: &dyn Fixture) -> CaseResu
             ensure!(stale.highest == new.token(), "register reports highest {} not {}", stale.highest, new.token())
         }
     }
+    let new_token = new.token();
     new.release().await?;
     ensure!(reg.read() == vec!["a", "b"], "register content {:?}", reg.read());
-    Ok(format!("stale token {old_token} rejected after {}", new_token_str(&reg)))
-}
-
-fn new_token_str<T: Clone>(reg: &FencedRegister<T>) -> String {
-    reg.highest().map(|t| t.to_string()).unwrap_or_default()
+    Ok(format!("stale token {old_token} rejected after {new_token}"))
 }
 
 /// A lease that expires (its holder vanished) is taken over with a strictly greater token.

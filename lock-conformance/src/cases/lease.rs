@@ -262,10 +262,10 @@ pub async fn run_locked(fx: &dyn Fixture) -> CaseResult {
     let a = cx.client().await?;
     let b = cx.client().await?;
     let opts = cx.opts(cx.ttl() * 2);
-    let v = a.run_locked(&name, &opts, |lease| async move { lease.token().get().wrapping_add(1) }).await?;
-    ensure!(v > 0, "run_locked returned a wrong value");
+    let (token, valid) = a.run_locked(&name, &opts, |lease| async move { (lease.token(), lease.is_valid()) }).await?;
+    ensure!(valid, "the lease handed to run_locked's closure was not valid");
     let free = b.try_acquire(&name, &opts).await?;
-    ensure!(free.is_some(), "run_locked did not release the lock");
+    ensure!(free.is_some(), "run_locked did not release the lock (token {token})");
     drop(free);
 
     // Loss while running: a holder that cannot keep its lease.
