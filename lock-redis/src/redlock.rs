@@ -1,5 +1,6 @@
 //! Redlock over N independent masters, with fencing tokens kept monotonic across quorums.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -14,7 +15,7 @@ use tokio::time::Instant;
 
 use crate::conn::Node;
 use crate::pubsub::Notifier;
-use crate::scripts::{Keys, REDLOCK_ACQUIRE, REDLOCK_FENCE, RELEASE, RENEW};
+use crate::scripts::{Keys, REDLOCK_ABANDON, REDLOCK_ACQUIRE, REDLOCK_FENCE, RELEASE, RENEW};
 use crate::single::{parse_pair, remaining_from, token_from, ttl_ms};
 use crate::RedisOptions;
 
@@ -22,7 +23,7 @@ pub(crate) const BACKEND: &str = "redlock";
 
 /// N independent Redis masters as one [`LeaseStore`]; use it through [`Redlock`](crate::Redlock).
 pub struct RedlockStore {
-    nodes: Vec<Node>,
+    nodes: Vec<Arc<Node>>,
     notifier: Notifier,
     prefix: String,
     quorum: usize,
@@ -58,7 +59,7 @@ impl RedlockStore {
             let client = crate::url::open_client_with_ca(u, ca.as_deref())?;
             let node = Node::new(client.clone(), u, BACKEND, options.connect_timeout, options.request_timeout);
             pubsub.push((client, node.label.clone()));
-            nodes.push(node);
+            nodes.push(Arc::new(node));
         }
         let quorum = nodes.len() / 2 + 1;
         if nodes.len() % 2 == 0 || nodes.len() < 3 {
@@ -162,6 +163,7 @@ impl LeaseStore for RedlockStore {
         let per_node = self.per_node(ttl);
         let started = Instant::now();
         let n = self.nodes.len();
+        let attempt = format!("{:016x}", rand::random::<u64>());
 
         // Round 1, in parallel: take the lease and read each master's fence floor. Stop
         // waiting as soon as the outcome is decided, so a hung minority costs no validity.
@@ -169,7 +171,7 @@ impl LeaseStore for RedlockStore {
             .nodes
             .iter()
             .map(|node| {
-                let (keys, owner) = (&keys, &owner);
+                let (keys, owner, attempt) = (&keys, &owner, &attempt);
                 async move {
                     let reply: Result<Vec<i64>, LockError> = node
                         .run_idempotent(per_node, |mut c| async move {
@@ -178,6 +180,7 @@ impl LeaseStore for RedlockStore {
                                 .key(&keys.fence)
                                 .arg(owner)
                                 .arg(ms)
+                                .arg(attempt)
                                 .invoke_async(&mut c)
                                 .await
                         })
@@ -262,8 +265,24 @@ impl LeaseStore for RedlockStore {
             // master in the background, so the caller does not wait for unreachable masters.
             return o;
         }
-        // No grant: free whatever we took, on every master (a lost reply may have granted).
-        self.release_everywhere(&keys, &owner, per_node).await;
+        // No grant: free whatever this attempt took, on every master (a lost reply may have
+        // granted), in the background so that a hung master does not delay the re-try. Only
+        // this attempt: the owner's next attempt may reach a master before this undo does.
+        for node in &self.nodes {
+            let (node, lock, channel) = (Arc::clone(node), keys.lock.clone(), keys.channel.clone());
+            let (owner, attempt) = (owner.clone(), attempt.clone());
+            tokio::spawn(async move {
+                let (lock, owner, attempt, channel) = (&lock, &owner, &attempt, &channel);
+                let undone = node
+                    .run(per_node, |mut c| async move {
+                        REDLOCK_ABANDON.key(lock).arg(owner).arg(attempt).arg(channel).invoke_async::<i64>(&mut c).await
+                    })
+                    .await;
+                if let Err(e) = undone {
+                    tracing::debug!(error = %e, "undo of a failed redlock attempt failed; the ttl frees it");
+                }
+            });
+        }
         if pttls.len() > n - self.quorum {
             // Someone holds a majority: wait at most until the earliest of its leases ends.
             let min = pttls.iter().copied().filter(|p| *p >= 0).min();

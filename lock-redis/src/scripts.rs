@@ -81,15 +81,16 @@ return 0
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SRC));
 
 /// Redlock, per master: take the lease and read the fence floor. KEYS: lock, fence.
-/// ARGV: owner, ttl ms. Returns `{1, floor}` (floor = max(counter, server TIME in µs)) when
-/// granted or already ours, `{0, pttl}` when held by another owner.
+/// ARGV: owner, ttl ms, attempt id. Returns `{1, floor}` (floor = max(counter, server TIME in
+/// µs)) when granted or already ours, `{0, pttl}` when held by another owner. The attempt id
+/// lets [`REDLOCK_ABANDON`] free exactly one failed attempt.
 const REDLOCK_ACQUIRE_SRC: &str = r#"
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 local holder = redis.call('HGET', KEYS[1], 'o')
 if holder and holder ~= ARGV[1] then
   return {0, redis.call('PTTL', KEYS[1])}
 end
-redis.call('HSET', KEYS[1], 'o', ARGV[1])
+redis.call('HSET', KEYS[1], 'o', ARGV[1], 'a', ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 local t = redis.call('TIME')
 local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -112,9 +113,24 @@ return have
 "#;
 pub(crate) static REDLOCK_FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(REDLOCK_FENCE_SRC));
 
+/// Redlock, per master: undo one failed attempt. KEYS: lock. ARGV: owner, attempt id, channel.
+/// Deletes the entry only if it still belongs to this owner **and** this attempt: a late
+/// undo of an earlier attempt (delayed on a slow link or a reconnected socket) must not free
+/// the grant of a later attempt by the same owner. Returns 1 deleted, 0 not.
+const REDLOCK_ABANDON_SRC: &str = r#"
+if redis.call('HGET', KEYS[1], 'o') == ARGV[1] and redis.call('HGET', KEYS[1], 'a') == ARGV[2] then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[3], 'released')
+  return 1
+end
+return 0
+"#;
+pub(crate) static REDLOCK_ABANDON: LazyLock<Script> = LazyLock::new(|| Script::new(REDLOCK_ABANDON_SRC));
+
 /// Every script's source, loaded on each new connection (one pipelined round trip) so the
 /// first call by SHA does not pay a `NOSCRIPT` round trip.
-pub(crate) const ALL_SOURCES: [&str; 5] = [ACQUIRE_SRC, RENEW_SRC, RELEASE_SRC, REDLOCK_ACQUIRE_SRC, REDLOCK_FENCE_SRC];
+pub(crate) const ALL_SOURCES: [&str; 6] =
+    [ACQUIRE_SRC, RENEW_SRC, RELEASE_SRC, REDLOCK_ACQUIRE_SRC, REDLOCK_FENCE_SRC, REDLOCK_ABANDON_SRC];
 
 #[cfg(test)]
 mod tests {
@@ -130,5 +146,65 @@ mod tests {
         let braces = Keys::new("p", &LockName::new("x}{y").unwrap());
         assert_eq!(braces.lock.matches('{').count(), 1);
         assert_eq!(a.channel, "p:{a%2Fb}:released");
+    }
+
+    /// The scripts themselves, against a fresh local server.
+    #[tokio::test]
+    async fn scripts_against_a_server() {
+        let server = lock_conformance::servers::redis::RedisServer::start_local().await.unwrap();
+        let client = redis::Client::open(server.url()).unwrap();
+        let mut c = client.get_multiplexed_async_connection().await.unwrap();
+        let k = Keys::new("t", &LockName::new("s").unwrap());
+
+        // Single instance: same owner re-attempt returns the stored token; others see the PTTL.
+        let first: Vec<i64> =
+            ACQUIRE.key(&k.lock).key(&k.fence).arg("o1").arg(5000).invoke_async(&mut c).await.unwrap();
+        let again: Vec<i64> =
+            ACQUIRE.key(&k.lock).key(&k.fence).arg("o1").arg(5000).invoke_async(&mut c).await.unwrap();
+        assert_eq!(first[0], 1);
+        assert_eq!(first, again, "a re-attempt by the same owner returns the same grant");
+        let other: Vec<i64> =
+            ACQUIRE.key(&k.lock).key(&k.fence).arg("o2").arg(5000).invoke_async(&mut c).await.unwrap();
+        assert_eq!(other[0], 0);
+        assert!(other[1] > 4000 && other[1] <= 5000, "PTTL {}", other[1]);
+        let not_ours: i64 = RELEASE.key(&k.lock).arg("o2").arg(&k.channel).invoke_async(&mut c).await.unwrap();
+        assert_eq!(not_ours, 0);
+        let renewed: i64 = RENEW.key(&k.lock).arg("o2").arg(5000).invoke_async(&mut c).await.unwrap();
+        assert_eq!(renewed, 0);
+        let released: i64 = RELEASE.key(&k.lock).arg("o1").arg(&k.channel).invoke_async(&mut c).await.unwrap();
+        assert_eq!(released, 1);
+        let next: Vec<i64> = ACQUIRE.key(&k.lock).key(&k.fence).arg("o2").arg(5000).invoke_async(&mut c).await.unwrap();
+        assert!(next[1] > first[1]);
+
+        // Redlock: an undo of an earlier attempt leaves a later attempt's grant alone.
+        let r = Keys::new("t", &LockName::new("r").unwrap());
+        for attempt in ["a1", "a2"] {
+            let g: Vec<i64> = REDLOCK_ACQUIRE
+                .key(&r.lock)
+                .key(&r.fence)
+                .arg("o1")
+                .arg(5000)
+                .arg(attempt)
+                .invoke_async(&mut c)
+                .await
+                .unwrap();
+            assert_eq!(g[0], 1);
+        }
+        let stale: i64 =
+            REDLOCK_ABANDON.key(&r.lock).arg("o1").arg("a1").arg(&r.channel).invoke_async(&mut c).await.unwrap();
+        assert_eq!(stale, 0, "a stale undo must not free a later attempt's grant");
+        let undone: i64 =
+            REDLOCK_ABANDON.key(&r.lock).arg("o1").arg("a2").arg(&r.channel).invoke_async(&mut c).await.unwrap();
+        assert_eq!(undone, 1);
+
+        // Set-if-greater.
+        let big = "9000000000000001";
+        let v: i64 = REDLOCK_FENCE.key(&r.fence).arg(big).invoke_async(&mut c).await.unwrap();
+        assert_eq!(v.to_string(), big);
+        let v: i64 = REDLOCK_FENCE.key(&r.fence).arg("5").invoke_async(&mut c).await.unwrap();
+        assert_eq!(v.to_string(), big, "a lower token never overwrites");
+        let g: Vec<i64> =
+            REDLOCK_ACQUIRE.key(&r.lock).key(&r.fence).arg("o3").arg(5000).arg("a").invoke_async(&mut c).await.unwrap();
+        assert_eq!(g[1].to_string(), big, "the floor is the stored counter when it is ahead of the clock");
     }
 }
