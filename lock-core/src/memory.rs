@@ -161,6 +161,20 @@ impl MemoryLock {
         self.partitioned.store(cut, Ordering::SeqCst);
     }
 
+    /// Fault switch: forgets the holder of `name` (its fence counter stays), as an operator or
+    /// an eviction deleting the entry behind the holder's back would. The holder's next renewal
+    /// finds no entry and its lost signal fires; waiters are served. Returns whether there was
+    /// a live holder.
+    pub fn evict(&self, name: &LockName) -> bool {
+        let now = Instant::now();
+        self.with_entry(name, |e| {
+            let had = e.live_holder(now).is_some();
+            e.holder = None;
+            e.promote(now);
+            had
+        })
+    }
+
     /// Forgets every lease and counter, as a server restart without persistence would.
     pub fn restart_server(&self) {
         self.server.locks.lock().unwrap_or_else(|e| e.into_inner()).clear();
