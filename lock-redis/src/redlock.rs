@@ -115,15 +115,28 @@ impl RedlockStore {
         ttl / 100 + Duration::from_millis(2)
     }
 
-    /// Owner-checked release on every master, including those that did not answer.
+    /// Owner-checked release on every master, including those that did not answer. Stops
+    /// waiting once a majority confirmed (the others got the request too, unless their
+    /// connection is down, and then the ttl frees them).
     async fn release_everywhere(&self, keys: &Keys, owner: &str, bound: Duration) -> Vec<Result<i64, LockError>> {
-        join_all(self.nodes.iter().map(|n| async move {
-            n.run(bound, |mut c| async move {
-                RELEASE.key(&keys.lock).arg(owner).arg(&keys.channel).invoke_async(&mut c).await
+        let mut pending: FuturesUnordered<_> = self
+            .nodes
+            .iter()
+            .map(|n| async move {
+                n.run(bound, |mut c| async move {
+                    RELEASE.key(&keys.lock).arg(owner).arg(&keys.channel).invoke_async(&mut c).await
+                })
+                .await
             })
-            .await
-        }))
-        .await
+            .collect();
+        let mut replies = Vec::with_capacity(self.nodes.len());
+        while let Some(r) = pending.next().await {
+            replies.push(r);
+            if replies.iter().filter(|r| matches!(r, Ok(1))).count() >= self.quorum {
+                break;
+            }
+        }
+        replies
     }
 
     fn unavailable(&self, answered: usize, errors: &[LockError]) -> LockError {

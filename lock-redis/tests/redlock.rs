@@ -86,7 +86,9 @@ mod redlock_extra {
         assert!(granted_in < Duration::from_millis(250), "a hung minority delayed the grant: {granted_in:?}");
         tokio::time::sleep(Duration::from_millis(2000)).await;
         assert!(l.is_valid(), "lease lost with a hung minority: {:?}", l.lost().reason());
+        let t = Instant::now();
         l.release().await.unwrap();
+        assert!(t.elapsed() < Duration::from_millis(250), "a hung minority delayed the release: {:?}", t.elapsed());
         for i in 0..2 {
             fx.master(i).pause(false).await.unwrap();
         }
