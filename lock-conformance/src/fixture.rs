@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::{DistributedLock, LockError};
+use lock_core::{DistributedLock, LockError, LockName};
 
 /// A deployment under test. Every call to [`Fixture::client`] returns a new, independent client
 /// (its own connections, its own session), as a separate process would have.
@@ -61,6 +61,14 @@ pub trait Fixture: Send + Sync + 'static {
     /// of it, never less.
     fn expiry_bound(&self) -> Duration {
         self.base_ttl()
+    }
+
+    /// Deletes the server-side entry of lock `name` behind its holder's back — what an
+    /// operator, a key eviction, a killed database session or a deleted ZooKeeper node does —
+    /// keeping the name's fencing state (the next token must still be higher). `Ok(false)`
+    /// (the default) means the fixture cannot; `fault_entry_deleted` is then not_applicable.
+    async fn delete_entry(&self, _name: &LockName) -> Result<bool, LockError> {
+        Ok(false)
     }
 
     /// Where the server came from (`env DLOCK_TEST_REDIS_URL`, `container redis:7`, `local

@@ -59,6 +59,9 @@
 //!   (Redlock) use a [`proxy::ProxyGroup`].
 //! - [`Fixture::server`]: stop (SIGKILL), start, pause (SIGSTOP/SIGCONT) a server the fixture
 //!   owns ([`ServerControl`]); [`process::ChildServer`] does this for a local binary.
+//! - [`Fixture::delete_entry`]: delete a held lock's server-side entry behind the holder's
+//!   back (Redis `DEL`, a SQL `UPDATE … SET owner = NULL`, deleting the ZooKeeper node),
+//!   keeping the fencing state.
 //! - [`Fixture::expiry_bound`]: how long a vanished holder keeps a lock — the ttl for per-lock
 //!   leases, the session timeout for per-session ones (ZooKeeper).
 //! - [`Fixture::base_ttl`]: the lease time of timing cases; bounds are generous multiples of it.
@@ -100,8 +103,9 @@
 //! `cancel_safety`, `wake_latency`, `fifo_order`), names and inputs (`hostile_names`,
 //! `invalid_input`, `declared_kinds`), faults (`fault_pause_past_ttl`, `fault_connection_cut`,
 //! `fault_partition`, `fault_latency`, `fault_server_pause`, `fault_server_restart`,
-//! `fault_unavailable`) and the randomized `nemesis`. Each runs under an overall time limit
-//! ([`Case::time_limit`]): a hang is a failure with a clear detail, never a stuck test.
+//! `fault_unavailable`, `fault_entry_deleted`) and the randomized `nemesis`. Each runs under
+//! an overall time limit ([`Case::time_limit`]): a hang is a failure with a clear detail, never
+//! a stuck test.
 //!
 //! Every checker can fail: `tests/mutants.rs` runs cases against lease stores with one
 //! deliberate bug each (no exclusion, a renew that releases, a release without owner check,
@@ -206,6 +210,7 @@ macro_rules! conformance_tests {
                 fault_server_pause,
                 fault_server_restart,
                 fault_unavailable,
+                fault_entry_deleted,
                 nemesis,
             ]
         }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::{DistributedLock, LockError, MemoryLock};
+use lock_core::{DistributedLock, LockError, LockName, MemoryLock};
 
 use crate::{ClientLink, Fixture, LinkedClient, ServerControl};
 
@@ -64,6 +64,11 @@ impl Fixture for MemoryFixture {
 
     fn base_ttl(&self) -> Duration {
         self.base_ttl
+    }
+
+    async fn delete_entry(&self, name: &LockName) -> Result<bool, LockError> {
+        self.server.evict(name);
+        Ok(true)
     }
 
     fn provenance(&self) -> String {

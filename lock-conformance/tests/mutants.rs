@@ -27,6 +27,7 @@ enum Bug {
     ClaimsDurableFencing,
     ClaimsFifo,
     StripsNames,
+    RenewUpserts,
 }
 
 #[derive(Default)]
@@ -108,6 +109,11 @@ impl LeaseStore for Store {
                 }
                 Ok(RenewOutcome::Renewed)
             }
+            // A renewal that re-creates a missing entry (an upsert without the owner check).
+            None if bug == Bug::RenewUpserts => {
+                s.entries.insert(name.clone(), (owner, now + ttl));
+                Ok(RenewOutcome::Renewed)
+            }
             _ => Ok(RenewOutcome::NotOwner),
         }
     }
@@ -179,6 +185,10 @@ impl Fixture for Mutant {
     fn base_ttl(&self) -> Duration {
         Duration::from_millis(500)
     }
+    async fn delete_entry(&self, name: &LockName) -> Result<bool, LockError> {
+        self.0.state.lock().unwrap_or_else(|e| e.into_inner()).entries.remove(name);
+        Ok(true)
+    }
 }
 
 async fn outcomes(bug: Bug, cases: &[&str]) -> Vec<(String, Outcome, String)> {
@@ -214,6 +224,7 @@ async fn a_correct_store_passes_the_cases_the_mutants_fail() {
         "expiry_of_vanished_holder",
         "fault_server_restart",
         "fault_partition",
+        "fault_entry_deleted",
     ];
     for (name, outcome, detail) in outcomes(Bug::None, &cases).await {
         assert_eq!(outcome, Outcome::Passed, "{name}: {detail}");
@@ -279,4 +290,9 @@ async fn a_false_fifo_claim_is_caught_or_lucky() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn colliding_names_are_caught() {
     assert_fails(Bug::StripsNames, &["independent_names", "hostile_names"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_that_recreates_a_deleted_entry_is_caught() {
+    assert_fails(Bug::RenewUpserts, &["fault_entry_deleted"]).await;
 }

@@ -416,3 +416,42 @@ pub async fn fault_unavailable(fx: &dyn Fixture) -> CaseResult {
     }
     Ok(notes.join("; "))
 }
+
+/// The server-side entry of a held lock is deleted behind the holder's back (madelson's
+/// `PrepareForHandleLost`): the holder's lost signal fires within a renewal round, another
+/// client acquires with a higher token, and the former holder's release frees nothing.
+pub async fn fault_entry_deleted(fx: &dyn Fixture) -> CaseResult {
+    let cx = Ctx::new(fx, "fault_entry_deleted").await?;
+    let name = cx.name("deleted")?;
+    let a = cx.client().await?;
+    let lease = a.acquire(&name, &cx.opts(cx.ttl() * 2)).await?;
+    if !cx.fx.delete_entry(&name).await? {
+        let _ = lease.release().await;
+        return Err(missing_hook("the fixture cannot delete a lock's server-side entry (Fixture::delete_entry)"));
+    }
+    let t = Instant::now();
+    let bound = cx.expiry() + cx.request_timeout() + Duration::from_secs(1);
+    let fired = tokio::time::timeout(bound, lease.lost().fired()).await.is_ok();
+    ensure!(fired, "the holder still believed it held the lock {} ms after its entry was deleted", ms(t.elapsed()));
+    let noticed = t.elapsed();
+    ensure!(!lease.is_valid(), "the lease is valid after its lost signal fired");
+    let b = cx.client().await?;
+    let next = b.acquire(&name, &cx.opts(cx.expiry() * 2)).await?;
+    ensure!(
+        next.token() > lease.token(),
+        "token {} after the deleted holder's {}: fencing state was lost with the entry",
+        next.token(),
+        lease.token()
+    );
+    match lease.release().await {
+        Err(LockError::Lost { .. }) => {}
+        other => fail!("releasing the deleted lease returned {other:?}; it must return Lost"),
+    }
+    let c = cx.client().await?;
+    ensure!(
+        c.try_acquire(&name, &cx.opts(cx.ttl())).await?.is_none(),
+        "the former holder's release freed the new holder's lock"
+    );
+    next.release().await?;
+    Ok(format!("loss noticed {} ms after the delete", ms(noticed)))
+}

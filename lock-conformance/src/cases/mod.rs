@@ -160,6 +160,7 @@ registry! {
     faults::fault_server_pause, 12, "a paused server makes holders lose their leases on time, not hang";
     faults::fault_server_restart, 16, "fencing stays monotonic and declared durability holds across a restart";
     faults::fault_unavailable, 10, "a server that is down gives Unavailable within the caller's wait";
+    faults::fault_entry_deleted, 8, "a lock entry deleted behind the holder's back: loss signalled, fencing kept";
     nemesis::nemesis, 10, "random faults while clients contend: no overlapping windows, increasing tokens";
 }
 
