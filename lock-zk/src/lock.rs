@@ -128,8 +128,9 @@ fn connected(state: SessionState) -> bool {
     matches!(state, SessionState::SyncConnected | SessionState::ConnectedReadOnly)
 }
 
-/// `_c_<uuid>-lock-`: Curator's layout, so Curator's `InterProcessMutex` on the same path
-/// takes part in the same queue.
+/// `_c_<uuid>-lock-`, the naming of Curator's protected lock nodes: the unique part lets a
+/// create whose reply was lost be found again, and the queue sorts on the sequence alone.
+/// (Interoperation with Curator clients on the same path is plausible but untested.)
 fn node_prefix(owner: OwnerId) -> String {
     let h = owner.to_hex();
     format!("_c_{}-{}-{}-{}-{}-lock-", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])

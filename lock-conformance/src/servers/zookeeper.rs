@@ -48,7 +48,7 @@ impl std::fmt::Debug for ZkServer {
 
 /// A local ZooKeeper process and its temp dir (removed when dropped, after the process).
 struct LocalZk {
-    child: ChildServer,
+    child: Arc<ChildServer>,
     addr: SocketAddr,
     _dir: tempfile::TempDir,
 }
@@ -154,7 +154,7 @@ impl ZkServer {
         .map(|s| s.to_string())
         .collect();
         let provenance = format!("local java {} -cp {cp}", java.display());
-        let child = ChildServer::new(java, args, dir.path());
+        let child = Arc::new(ChildServer::new(java, args, dir.path()));
         let local = Arc::new(LocalZk { child, addr, _dir: dir });
         local.spawn().await?;
         local.wait_ready().await?;
@@ -230,10 +230,10 @@ async fn four_letters(addr: SocketAddr, cmd: &str) -> String {
 }
 
 impl LocalZk {
-    async fn spawn(self: &Arc<Self>) -> Result<(), LockError> {
-        let me = Arc::clone(self);
+    async fn spawn(&self) -> Result<(), LockError> {
+        let child = Arc::clone(&self.child);
         // Spawning reads the supervisor's first line: keep that off the async workers.
-        tokio::task::spawn_blocking(move || me.child.start())
+        tokio::task::spawn_blocking(move || child.start())
             .await
             .map_err(|e| LockError::unavailable("test", format!("ZooKeeper start task failed: {e}")))?
     }
@@ -264,19 +264,24 @@ impl LocalZk {
 #[async_trait]
 impl ServerControl for LocalZk {
     async fn stop(&self) -> Result<(), LockError> {
-        // `ChildServer::stop` waits for the process: fine, SIGKILL makes that immediate.
-        self.child.stop();
-        Ok(())
+        // `ChildServer::stop` waits for the process to go: off the async workers.
+        let child = Arc::clone(&self.child);
+        tokio::task::spawn_blocking(move || child.stop())
+            .await
+            .map_err(|e| LockError::unavailable("test", format!("ZooKeeper stop task failed: {e}")))
     }
 
     async fn start(&self) -> Result<(), LockError> {
-        self.child.start()?;
+        self.spawn().await?;
         self.wait_ready().await
     }
 
     async fn pause(&self, paused: bool) -> Result<(), LockError> {
-        self.child.pause(paused);
-        Ok(())
+        // Signals are sent by running `kill`: off the async workers too.
+        let child = Arc::clone(&self.child);
+        tokio::task::spawn_blocking(move || child.pause(paused))
+            .await
+            .map_err(|e| LockError::unavailable("test", format!("ZooKeeper pause task failed: {e}")))
     }
 
     fn persistent(&self) -> bool {
