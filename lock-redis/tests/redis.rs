@@ -326,4 +326,4 @@ mod redis_extra {
     }
 }
 
-lock_conformance::conformance_tests!(redis, || async { crate::common::RedisFixture::start().await });
+lock_conformance::conformance_tests!(redis, || async { crate::common::RedisFixture::start().await }, strict);

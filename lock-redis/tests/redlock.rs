@@ -214,4 +214,4 @@ mod redlock_extra {
     }
 }
 
-lock_conformance::conformance_tests!(redlock, || async { crate::common::RedlockFixture::start().await });
+lock_conformance::conformance_tests!(redlock, || async { crate::common::RedlockFixture::start().await }, strict);

@@ -8,7 +8,7 @@ use std::time::Duration;
 use lock_conformance::proxy::{FaultProxy, ProxyGroup};
 use lock_conformance::servers::redis::RedisServer;
 use lock_conformance::{async_trait, Fixture, LinkedClient, ServerControl};
-use lock_core::{DistributedLock, LockError};
+use lock_core::{DistributedLock, LockError, LockName};
 use lock_redis::RedisOptions;
 
 /// Options for tests: short timeouts, so fault cases finish quickly.
@@ -69,9 +69,25 @@ impl Fixture for RedisFixture {
         self.server.control()
     }
 
+    async fn delete_entry(&self, name: &LockName) -> Result<bool, LockError> {
+        delete_key(self.server.url(), &self.key(&name.escaped(), "lock")).await?;
+        Ok(true)
+    }
+
     fn provenance(&self) -> String {
         self.server.provenance()
     }
+}
+
+/// Deletes `key` on the server at `url` with a one-off connection.
+async fn delete_key(url: &str, key: &str) -> Result<(), LockError> {
+    let client = redis::Client::open(url).map_err(|e| LockError::backend("test", e))?;
+    let mut c = tokio::time::timeout(Duration::from_secs(5), client.get_multiplexed_async_connection())
+        .await
+        .map_err(|_| LockError::unavailable("test", "connecting to delete a key timed out"))?
+        .map_err(|e| LockError::backend("test", e))?;
+    let _: i64 = redis::cmd("DEL").arg(key).query_async(&mut c).await.map_err(|e| LockError::backend("test", e))?;
+    Ok(())
 }
 
 /// Five fresh, independent Redis masters.
@@ -160,6 +176,15 @@ impl Fixture for RedlockFixture {
         let client =
             lock_redis::connect_redlock(&format!("redlock://{}", hosts.join(",")), self.options.clone()).await?;
         Ok(Some(LinkedClient { client: Arc::new(client), link: Arc::new(group) }))
+    }
+
+    /// Deletes the lease on every master (the fence counters stay).
+    async fn delete_entry(&self, name: &LockName) -> Result<bool, LockError> {
+        let key = format!("{}:{{{}}}:lock", self.options.key_prefix, name.escaped());
+        for s in &self.servers {
+            delete_key(s.url(), &key).await?;
+        }
+        Ok(true)
     }
 
     fn server(&self) -> Option<Arc<dyn ServerControl>> {
