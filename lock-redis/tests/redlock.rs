@@ -94,6 +94,29 @@ mod redlock_extra {
         }
     }
 
+    /// A client made while two masters are down works, and uses them once they are back.
+    #[tokio::test]
+    async fn connect_with_minority_down() {
+        let fx = RedlockFixture::start().await.unwrap();
+        for i in 0..2 {
+            fx.master(i).stop().await.unwrap();
+        }
+        let c = fx.redlock_client().await.unwrap();
+        let name = LockName::new("late").unwrap();
+        let l = c.acquire(&name, &opts(1000)).await.unwrap();
+        l.release().await.unwrap();
+        for i in 0..2 {
+            fx.master(i).start().await.unwrap();
+        }
+        // Now stop two others: the two that came back and the fifth make the majority.
+        for i in 2..4 {
+            fx.master(i).stop().await.unwrap();
+        }
+        let l2 = c.acquire(&name, &opts(1000)).await.unwrap();
+        assert!(l2.token() > l.token());
+        l2.release().await.unwrap();
+    }
+
     /// Three of five down: no grant; `Unavailable` (or `Timeout`) within the caller's wait.
     /// A held lease then loses its majority and its lost signal fires.
     #[tokio::test]
