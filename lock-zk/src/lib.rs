@@ -39,6 +39,8 @@
 //! the background once the server is reachable, so nobody waits for a lock no one claims.
 //! A client whose session expired makes a new session on its next call.
 //!
+//! Needs ZooKeeper 3.5 or later (container nodes, create with stat); tested with 3.8.
+//!
 //! Lock nodes and the per-name parent nodes (containers, removed by the server when empty) get
 //! `CREATOR_ALL` ACLs when the URL carries credentials; the nodes above the root stay open.
 //!

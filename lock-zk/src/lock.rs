@@ -137,12 +137,24 @@ fn node_prefix(owner: OwnerId) -> String {
 }
 
 /// The sequence number of a lock node (`…lock-0000000042`), or `None` for foreign nodes.
+///
+/// The server's per-parent counter is a signed 32-bit number: after 2^31 creates under one
+/// parent it continues at `-2147483648`, which is read as 2^31 so the queue order holds.
 fn sequence(child: &str) -> Option<i64> {
     let (head, seq) = child.rsplit_once('-')?;
-    if !(head.ends_with("-lock") || head == "lock") || seq.len() < 10 || !seq.bytes().all(|b| b.is_ascii_digit()) {
+    let digits = |s: &str| s.len() >= 10 && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(seq) {
         return None;
     }
-    seq.parse().ok()
+    let n: i64 = seq.parse().ok()?;
+    if head.ends_with("-lock") || head == "lock" {
+        Some(n)
+    } else if head.ends_with("-lock-") || head == "lock-" {
+        // Wrapped past i32::MAX: "-2147483648" follows 2147483647.
+        Some((1i64 << 32) - n)
+    } else {
+        None
+    }
 }
 
 /// Lock nodes in queue order.
@@ -997,5 +1009,11 @@ mod tests {
             "readlock-0000000001".into(),
         ]);
         assert_eq!(q, vec!["_c_x-lock-0000000002".to_owned(), format!("{p}0000000010")]);
+        let wrapped =
+            queue(vec!["_c_b-lock--2147483647".into(), "_c_a-lock-2147483647".into(), "_c_c-lock--2147483648".into()]);
+        assert_eq!(
+            wrapped,
+            vec!["_c_a-lock-2147483647".to_owned(), "_c_c-lock--2147483648".into(), "_c_b-lock--2147483647".into()]
+        );
     }
 }
