@@ -9,7 +9,7 @@ use std::time::Duration;
 use lock_conformance::proxy::FaultProxy;
 use lock_conformance::servers::zookeeper::ZkServer;
 use lock_conformance::{async_trait, Fixture, LinkedClient, ServerControl};
-use lock_core::{DistributedLock, LockError};
+use lock_core::{DistributedLock, LockError, LockName};
 use lock_zk::{ZkLock, ZkOptions};
 
 /// The session timeout of test clients: short, so that expiry cases run in seconds.
@@ -95,6 +95,26 @@ impl Fixture for ZkFixture {
     fn expiry_bound(&self) -> Duration {
         // The server expires a silent session after its timeout (rounded up to a tick).
         self.options.session_timeout + Duration::from_millis(400)
+    }
+
+    async fn delete_entry(&self, name: &LockName) -> Result<bool, LockError> {
+        // What an operator's `delete` does: remove the holder's node (the lowest sequence).
+        let Some(addr) = self.server.addr() else { return Ok(false) };
+        let zk = |e: zookeeper_client::Error| LockError::backend("zookeeper", e);
+        let addr = addr.to_string();
+        let connect = zookeeper_client::Client::connect(&addr);
+        let raw = tokio::time::timeout(Duration::from_secs(10), connect)
+            .await
+            .map_err(|_| LockError::unavailable("test", "no raw ZooKeeper session in 10s"))?
+            .map_err(zk)?;
+        let parent = format!("{}/{}", self.root, name.escaped());
+        let mut children = raw.list_children(&parent).await.map_err(zk)?;
+        children.sort_by_key(|c| c.rsplit('-').next().and_then(|s| s.parse::<i64>().ok()));
+        let Some(holder) = children.first() else {
+            return Err(LockError::config(format!("no lock node under {parent} to delete")));
+        };
+        raw.delete(&format!("{parent}/{holder}"), None).await.map_err(zk)?;
+        Ok(true)
     }
 
     fn provenance(&self) -> String {
