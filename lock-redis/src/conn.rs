@@ -197,10 +197,13 @@ impl Node {
         F: Fn(MultiplexedConnection) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
     {
+        // The connection this request was sent on, if it got that far (generations start at 1).
+        let used = AtomicU64::new(0);
         let work = async {
             let mut retried = !idempotent;
             loop {
                 let (generation, conn) = self.connection().await?;
+                used.store(generation, Ordering::SeqCst);
                 match timeout(self.request_timeout, f(conn)).await {
                     Ok(Ok(v)) => return Ok(v),
                     Ok(Err(e)) => {
@@ -228,14 +231,11 @@ impl Node {
         match timeout(within, work).await {
             Ok(r) => r,
             Err(_) => {
-                // Still connecting, or the reply is late: either way the connection in use now
-                // cannot be trusted to be in step.
-                let current = match &*self.slot.lock().unwrap_or_else(|e| e.into_inner()) {
-                    Slot::Ready(g, _) => Some(*g),
-                    _ => None,
-                };
-                if let Some(g) = current {
-                    self.discard(g);
+                // A late reply: that connection may be stuck, replace it. Still connecting: keep
+                // the connect going (it runs on its own), so the next request finds it ready.
+                match used.load(Ordering::SeqCst) {
+                    0 => {}
+                    g => self.discard(g),
                 }
                 Err(LockError::unavailable(self.backend, format!("{} did not answer within {within:?}", self.label)))
             }

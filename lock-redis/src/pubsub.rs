@@ -119,14 +119,11 @@ impl Notifier {
             };
             let Some(mut sink) = sink else { continue };
             let (owned, bound) = (channel.to_owned(), inner.request_timeout);
-            let mut confirm =
-                Box::pin(async move { matches!(timeout(bound, sink.subscribe(&owned)).await, Ok(Ok(()))) });
-            // The first poll puts SUBSCRIBE on the connection's queue; doing it here, under
-            // `ops`, keeps SUBSCRIBE and a sweep's UNSUBSCRIBE in the order they were decided.
-            let first = confirm.as_mut().poll(&mut std::task::Context::from_waker(futures::task::noop_waker_ref()));
+            let confirm = enqueue(async move { matches!(timeout(bound, sink.subscribe(&owned)).await, Ok(Ok(()))) });
             let weak = Arc::downgrade(inner);
             let owned = channel.to_owned();
-            let finish = move |ok: bool| {
+            tokio::spawn(async move {
+                let ok = confirm.finish().await;
                 let Some(inner) = weak.upgrade() else { return };
                 if ok {
                     inner.wake(&owned);
@@ -139,13 +136,7 @@ impl Notifier {
                     st.subscribed.remove(&owned);
                     tracing::debug!(server = %server.label, "SUBSCRIBE not confirmed; waiters fall back to timed re-tries");
                 }
-            };
-            match first {
-                std::task::Poll::Ready(ok) => finish(ok),
-                std::task::Poll::Pending => {
-                    tokio::spawn(async move { finish(confirm.await) });
-                }
-            }
+            });
         }
         // Not connected (yet): the listener subscribes this channel when it connects, then
         // wakes every waiter and leaves each channel a permit, as above.
@@ -171,6 +162,33 @@ impl Inner {
     fn live_channels(&self) -> Vec<String> {
         let hubs = self.hubs.lock().unwrap_or_else(|e| e.into_inner());
         hubs.iter().filter(|(_, h)| !h.is_empty()).map(|(c, _)| c.clone()).collect()
+    }
+}
+
+/// A future polled once already (see [`enqueue`]).
+enum Enqueued<F: Future> {
+    Done(F::Output),
+    Pending(std::pin::Pin<Box<F>>),
+}
+
+impl<F: Future> Enqueued<F> {
+    /// The output, awaiting the rest if needed (a finished future is never polled again).
+    async fn finish(self) -> F::Output {
+        match self {
+            Enqueued::Done(out) => out,
+            Enqueued::Pending(fut) => fut.await,
+        }
+    }
+}
+
+/// Polls `fut` once, right now: a sink command's first poll puts it on the connection's queue.
+/// Doing that while holding `ops` keeps SUBSCRIBE and UNSUBSCRIBE in the order they were
+/// decided, without holding `ops` while the server answers.
+fn enqueue<F: Future>(fut: F) -> Enqueued<F> {
+    let mut fut = Box::pin(fut);
+    match fut.as_mut().poll(&mut std::task::Context::from_waker(futures::task::noop_waker_ref())) {
+        std::task::Poll::Ready(out) => Enqueued::Done(out),
+        std::task::Poll::Pending => Enqueued::Pending(fut),
     }
 }
 
@@ -223,19 +241,32 @@ async fn connect_and_resubscribe(
         Ok(Err(e)) => return Err(LockError::unavailable("redis", format!("pub/sub to {}: {e}", server.label))),
         Err(_) => return Err(LockError::unavailable("redis", format!("pub/sub to {} timed out", server.label))),
     };
-    let (mut sink, stream) = pubsub.split();
-    let _ops = inner.ops.lock().await;
-    let channels = inner.live_channels();
-    if !channels.is_empty() {
-        match timeout(inner.request_timeout, sink.subscribe(&channels)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(LockError::unavailable("redis", format!("SUBSCRIBE on {}: {e}", server.label))),
-            Err(_) => return Err(LockError::unavailable("redis", format!("SUBSCRIBE on {} timed out", server.label))),
+    let (sink, stream) = pubsub.split();
+    let confirm = {
+        let _ops = inner.ops.lock().await;
+        let channels = inner.live_channels();
+        let mut st = server.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.sink = Some(sink.clone());
+        st.subscribed = channels.iter().cloned().collect();
+        drop(st);
+        (!channels.is_empty()).then(|| {
+            let (bound, mut sink) = (inner.request_timeout, sink.clone());
+            enqueue(async move { timeout(bound, sink.subscribe(&channels)).await })
+        })
+    };
+    if let Some(confirm) = confirm {
+        let failed = match confirm.finish().await {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(format!("SUBSCRIBE on {}: {e}", server.label)),
+            Err(_) => Some(format!("SUBSCRIBE on {} timed out", server.label)),
+        };
+        if let Some(reason) = failed {
+            let mut st = server.state.lock().unwrap_or_else(|e| e.into_inner());
+            st.sink = None;
+            st.subscribed.clear();
+            return Err(LockError::unavailable("redis", reason));
         }
     }
-    let mut st = server.state.lock().unwrap_or_else(|e| e.into_inner());
-    st.sink = Some(sink.clone());
-    st.subscribed = channels.into_iter().collect();
     Ok((sink, stream))
 }
 
@@ -312,7 +343,10 @@ async fn sweep(inner: Weak<Inner>, stop: CancellationToken) {
                 st.sink.clone()
             };
             if let Some(mut sink) = sink {
-                let _ = timeout(strong.request_timeout, sink.unsubscribe(&idle)).await;
+                let (idle, bound) = (idle.clone(), strong.request_timeout);
+                let confirm = enqueue(async move { timeout(bound, sink.unsubscribe(&idle)).await });
+                // Whatever the answer: a channel left subscribed only costs a message nobody reads.
+                tokio::spawn(confirm.finish());
             }
         }
     }

@@ -311,9 +311,11 @@ impl LeaseStore for RedlockStore {
         let keys = Keys::new(&self.prefix, name);
         let owner = owner.to_hex();
         let ms = ttl_ms(ttl);
-        let per_node = self.per_node(ttl);
-        // Stop waiting once the answer is decided: requests already sent still reach the
-        // slower masters, and a hung minority does not delay the renewal.
+        // A renewal counts from when it was sent, so a slow answer costs no validity: give each
+        // master the full request timeout (the lease still bounds the whole renewal by its
+        // validity). Stop waiting once the answer is decided: requests already sent still
+        // reach the slower masters, and a hung minority does not delay the renewal.
+        let per_node = self.request_timeout;
         let mut replies: FuturesUnordered<_> = self
             .nodes
             .iter()
