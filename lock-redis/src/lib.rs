@@ -72,12 +72,19 @@
 //!   (or, if a majority is held by someone else, when notified or when that lease ends).
 //! - **Renewal** extends the lease on every master and needs a majority; a majority of refusals
 //!   is a lost lease; anything else is retried by the watchdog until `valid_until`.
-//! - **Fencing across the quorum**: the acquire round also reads every granting master's
-//!   counter, floored by that master's `TIME` in µs; the token is `max + 1`, and a second round
-//!   stores it with set-if-greater on every master. The lock is returned only after a majority
-//!   stored it. Any two majorities intersect, so the next holder reads a value at least as high
-//!   — and a master that restarted empty still answers at least its clock, which is above any
-//!   earlier token as long as the masters' clocks roughly agree.
+//! - **Fencing across the quorum**: the acquire round also reads the counter of each master
+//!   that grants (a majority), floored by that master's `TIME` in µs; the token is `max + 1`,
+//!   and a second round sends it with set-if-greater to every master. The lock is returned
+//!   only after a majority confirmed that it stored exactly this token (a master answering a
+//!   higher value means an unseen token: no grant, re-try). Reads and writes each reach a
+//!   majority, so any read meets the last write; with all masters up the write reaches all N,
+//!   so even two of five masters restarting empty cannot hide the highest token (tested with
+//!   counters set far ahead of every clock). Beyond that, a master that restarted empty still
+//!   answers at least its clock, which is above any earlier token while the masters' clocks
+//!   roughly agree.
+//! - **Failed attempts** are undone in the background on every master, scoped to that attempt
+//!   (an attempt id stored with the owner), so a late undo never frees the same owner's next,
+//!   successful attempt.
 //!
 //! ### What Redlock still assumes, and why the token is the real protection
 //!
