@@ -48,8 +48,10 @@ pub(crate) fn classify(kind: Kind, e: &sqlx::Error) -> Class {
                 // SQLite (extended) result codes: BUSY and LOCKED families.
                 return match n & 0xff {
                     5 | 6 => Class::Transient,
-                    // CANTOPEN, NOTADB, READONLY, IOERR, FULL
-                    14 | 26 | 8 | 10 | 13 => Class::Unavailable,
+                    // CANTOPEN: the path is wrong (a missing directory, no permission)
+                    14 => Class::Config,
+                    // NOTADB, READONLY, IOERR, FULL
+                    26 | 8 | 10 | 13 => Class::Unavailable,
                     _ => Class::Other,
                 };
             }
@@ -71,13 +73,23 @@ pub(crate) fn classify(kind: Kind, e: &sqlx::Error) -> Class {
 /// Converts a failed statement (`what` says which, e.g. "acquire") into a [`LockError`].
 pub(crate) fn to_lock_error(kind: Kind, what: &str, e: sqlx::Error) -> LockError {
     let backend = kind.label();
+    if matches!(e, sqlx::Error::PoolTimedOut) {
+        return LockError::unavailable_from(
+            backend,
+            format!(
+                "{what}: no database connection within connect_timeout (the server does not answer, or all \
+                 max_connections are busy)"
+            ),
+            e,
+        );
+    }
     match classify(kind, &e) {
         Class::Transient | Class::Broken | Class::Unavailable => {
             LockError::unavailable_from(backend, format!("{what} failed: {e}"), e)
         }
         Class::Config => LockError::config(format!(
-            "{backend} rejected the connection settings during {what}: {e}; check user, password, database \
-             and ssl-mode in the URL"
+            "{backend} rejected the connection settings during {what}: {e}; check the URL (user, password, \
+             database, ssl-mode; for SQLite, that the file's directory exists and is writable)"
         )),
         Class::Other => LockError::backend(backend, e),
     }

@@ -34,17 +34,33 @@ pub(crate) struct ConnPool<C: Connection> {
     setup: Option<Setup<C>>,
 }
 
-impl<C: Connection> ConnPool<C> {
-    pub(crate) fn new(options: C::Options, max: u32, connect_timeout: Duration, setup: Option<Setup<C>>) -> Self {
-        ConnPool {
+impl<C: Connection + 'static> ConnPool<C> {
+    /// A pool of at most `max` connections; a background task closes connections idle for a
+    /// minute, and ends with the pool.
+    pub(crate) fn new(options: C::Options, max: u32, connect_timeout: Duration, setup: Option<Setup<C>>) -> Arc<Self> {
+        let pool = Arc::new(ConnPool {
             options,
             idle: Mutex::new(Vec::new()),
             permits: Semaphore::new(max.max(1) as usize),
             connect_timeout,
             setup,
-        }
+        });
+        let weak = Arc::downgrade(&pool);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(CLOSE_IF_IDLE / 2).await;
+                let Some(pool) = weak.upgrade() else { return };
+                pool.idle
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .retain(|(_, since)| since.elapsed() < CLOSE_IF_IDLE);
+            }
+        });
+        pool
     }
+}
 
+impl<C: Connection> ConnPool<C> {
     /// An idle connection, or a new one; waits at most `connect_timeout` for either.
     pub(crate) async fn get(&self) -> Result<PooledConn<'_, C>, sqlx::Error> {
         let permit = match timeout(self.connect_timeout, self.permits.acquire()).await {

@@ -41,8 +41,8 @@ impl Kind {
 
 enum Db {
     Sqlite(SqlitePool),
-    Postgres(ConnPool<PgConnection>),
-    Mysql(ConnPool<MySqlConnection>),
+    Postgres(Arc<ConnPool<PgConnection>>),
+    Mysql(Arc<ConnPool<MySqlConnection>>),
 }
 
 /// Runs one statement on a connection of a [`ConnPool`], which goes back to the pool only if

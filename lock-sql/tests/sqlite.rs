@@ -42,9 +42,9 @@ async fn extra_bad_urls() {
         let r = lock_sql::connect(url, lock_sql::SqlOptions::default()).await;
         assert!(matches!(r, Err(LockError::Config { .. })), "{url}: {:?}", r.err());
     }
-    // A file in a directory that does not exist cannot be created: an error, not a panic.
+    // A file in a directory that does not exist cannot be created: a configuration error.
     let r = lock_sql::connect("sqlite:///nonexistent-dir-dlock/x/locks.db", lock_sql::SqlOptions::default()).await;
-    assert!(r.is_err());
+    assert!(matches!(r, Err(LockError::Config { .. })), "{:?}", r.err());
 }
 
 #[tokio::test]
@@ -73,4 +73,65 @@ async fn extra_fence_survives_reopen() {
     let lock = fx.sql_client().await.unwrap();
     let l = lock.try_acquire(&name, &o).await.unwrap().expect("free");
     assert!(l.token() > first);
+}
+
+const CHILD_DB: &str = "DLOCK_SQLITE_CHILD_DB";
+const CHILD_COUNTER: &str = "DLOCK_SQLITE_CHILD_COUNTER";
+const CHILD_ROUNDS: u64 = 12;
+const CHILDREN: u64 = 4;
+
+/// Separate OS processes (this test binary, re-run in worker mode) share one SQLite file: each
+/// adds 1 to a counter kept in a plain file, read-sleep-write under the lock, and checks that the
+/// fencing token it got is above the last one written. The final count must be exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extra_processes_share_one_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("locks.db").display());
+    let counter = dir.path().join("counter");
+    tokio::fs::write(&counter, "0 0").await.unwrap();
+    // Create the table before the race, as a deployment would.
+    drop(lock_sql::connect(&db, lock_sql::SqlOptions::default()).await.unwrap());
+    let exe = std::env::current_exe().unwrap();
+    let mut children = Vec::new();
+    for _ in 0..CHILDREN {
+        children.push(
+            tokio::process::Command::new(&exe)
+                .args(["--exact", "child_worker", "--ignored", "--nocapture", "--test-threads=1"])
+                .env(CHILD_DB, &db)
+                .env(CHILD_COUNTER, &counter)
+                .kill_on_drop(true)
+                .spawn()
+                .unwrap(),
+        );
+    }
+    for c in children {
+        let out = tokio::time::timeout(Duration::from_secs(120), c.wait_with_output()).await.expect("worker hung");
+        assert!(out.unwrap().status.success(), "a worker failed");
+    }
+    let text = tokio::fs::read_to_string(&counter).await.unwrap();
+    let count: u64 = text.split_whitespace().next().unwrap().parse().unwrap();
+    assert_eq!(count, CHILDREN * CHILD_ROUNDS, "lost updates across processes: two holders at once");
+}
+
+/// The worker of `extra_processes_share_one_file` (does nothing when run on its own).
+#[test]
+#[ignore = "worker process of extra_processes_share_one_file"]
+fn child_worker() {
+    let (Ok(db), Ok(counter)) = (std::env::var(CHILD_DB), std::env::var(CHILD_COUNTER)) else { return };
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async move {
+        let lock = lock_sql::connect(&db, lock_sql::SqlOptions::default()).await.unwrap();
+        let name = LockName::new("cross-process").unwrap();
+        let opts = AcquireOptions::new(Duration::from_secs(5)).wait(Duration::from_secs(100));
+        for _ in 0..CHILD_ROUNDS {
+            let lease = lock.acquire(&name, &opts).await.unwrap();
+            let text = tokio::fs::read_to_string(&counter).await.unwrap();
+            let mut it = text.split_whitespace().map(|v| v.parse::<u64>().unwrap());
+            let (count, last) = (it.next().unwrap(), it.next().unwrap());
+            assert!(lease.token().get() > last, "token {} after {last}", lease.token());
+            tokio::time::sleep(Duration::from_millis(3)).await;
+            tokio::fs::write(&counter, format!("{} {}", count + 1, lease.token())).await.unwrap();
+            lease.release().await.unwrap();
+        }
+    });
 }

@@ -86,29 +86,37 @@ impl MysqlServer {
         let user: Vec<String> = if is_root() { vec!["--user=root".into()] } else { Vec::new() };
         let tuning = ["--innodb-buffer-pool-size=16M", "--innodb-log-file-size=8M"];
 
-        let mut init = tokio::process::Command::new(&install);
-        init.arg("--no-defaults")
-            .arg(format!("--datadir={data_s}"))
-            .arg("--auth-root-authentication-method=normal")
-            .arg("--skip-test-db")
-            .args(&user)
-            .args(tuning)
-            .current_dir(dir.path());
-        let out = init
-            .output()
-            .await
-            .map_err(|e| LockError::unavailable_from("test", format!("cannot run {}", install.display()), e))?;
-        if !out.status.success() {
-            return Err(LockError::unavailable(
-                "test",
-                format!(
-                    "{} failed ({}): {}{}",
-                    install.display(),
-                    out.status,
-                    String::from_utf8_lossy(&out.stdout),
-                    String::from_utf8_lossy(&out.stderr)
-                ),
+        // Seen once on a loaded machine: the bootstrap failed without a clear reason. A second
+        // try in a clean data dir is cheap; the error keeps both outputs.
+        let mut failures = Vec::new();
+        for _ in 0..2 {
+            let _ = std::fs::remove_dir_all(&data);
+            let mut init = tokio::process::Command::new(&install);
+            init.arg("--no-defaults")
+                .arg(format!("--datadir={data_s}"))
+                .arg("--auth-root-authentication-method=normal")
+                .arg("--skip-test-db")
+                .args(&user)
+                .args(tuning)
+                .current_dir(dir.path());
+            let out = init
+                .output()
+                .await
+                .map_err(|e| LockError::unavailable_from("test", format!("cannot run {}", install.display()), e))?;
+            if out.status.success() {
+                failures.clear();
+                break;
+            }
+            failures.push(format!(
+                "{} failed ({}): {}{}",
+                install.display(),
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
             ));
+        }
+        if !failures.is_empty() {
+            return Err(LockError::unavailable("test", failures.join("\n---\n")));
         }
         // A directory in the data dir is a database to MariaDB: `test`, as on the shared server.
         std::fs::create_dir_all(data.join("test"))
@@ -188,13 +196,45 @@ impl ServerControl for LocalMysql {
     }
 
     async fn pause(&self, paused: bool) -> Result<(), LockError> {
-        // One process (threads inside): stopping it stops every connection.
         self.child.pause(paused);
+        if paused {
+            if let Some(pid) = self.child.pid() {
+                wait_all_threads_stopped(pid).await?;
+            }
+        }
         Ok(())
     }
 
     fn persistent(&self) -> bool {
         true
+    }
+}
+
+/// `kill -STOP` returns once the signal is queued; the kernel then stops the threads one by
+/// one as they get a CPU. Until the last one stops, a connection thread can still answer a
+/// query (seen on a busy 2-core machine): wait until every thread is stopped.
+async fn wait_all_threads_stopped(pid: u32) -> Result<(), LockError> {
+    let end = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let all_stopped = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|tasks| {
+                tasks.filter_map(|t| t.ok()).all(|t| {
+                    std::fs::read_to_string(t.path().join("stat")).ok().is_some_and(|stat| {
+                        stat.rsplit_once(')')
+                            .and_then(|(_, rest)| rest.split_whitespace().next())
+                            .is_some_and(|state| state == "T" || state == "t")
+                    })
+                })
+            })
+            // Without /proc there is nothing to wait on.
+            .unwrap_or(true);
+        if all_stopped {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= end {
+            return Err(LockError::unavailable("test", format!("mariadbd {pid} did not stop within 5 s of SIGSTOP")));
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }
 

@@ -247,8 +247,19 @@ impl ServerControl for LocalPostgres {
         if let Some(pid) = self.child.pid() {
             let mut pids = vec![pid];
             pids.extend(children_of(pid));
-            for p in pids {
-                signal(p, if paused { "STOP" } else { "CONT" }).await;
+            for p in &pids {
+                signal(*p, if paused { "STOP" } else { "CONT" }).await;
+            }
+            // `kill -STOP` returns once the signal is queued; a process stops when it next gets
+            // a CPU. Until then it can still answer: wait until all have stopped.
+            if paused {
+                let end = tokio::time::Instant::now() + Duration::from_secs(5);
+                while !pids.iter().all(|p| proc_state(*p).is_none_or(|s| s == "T" || s == "t")) {
+                    if tokio::time::Instant::now() >= end {
+                        return Err(LockError::unavailable("test", "postgres did not stop within 5 s of SIGSTOP"));
+                    }
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
             }
         }
         Ok(())
@@ -279,14 +290,15 @@ async fn signal(pid: u32, sig: &str) {
     let _ = tokio::process::Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status().await;
 }
 
+/// The state letter of a process (`R`, `S`, `T`, `Z`, …), `None` when it is gone.
+fn proc_state(pid: u32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next().map(str::to_owned))
+}
+
 /// A live, non-zombie process.
 fn pid_alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => {
-            stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()).is_some_and(|s| s != "Z")
-        }
-        Err(_) => false,
-    }
+    proc_state(pid).is_some_and(|s| s != "Z")
 }
 
 /// Direct children of `pid` (the postmaster's backends and workers), from /proc.

@@ -36,7 +36,18 @@ pub struct SqlFixture {
     _keep: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
+/// Logs to stderr when `DLOCK_TEST_LOG` is set (an `EnvFilter`, e.g. `lock_sql=debug`).
+fn init_log() {
+    if let Ok(filter) = std::env::var("DLOCK_TEST_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
+}
+
 fn random_table() -> String {
+    init_log();
     format!("dlock_t_{}", &uuid::Uuid::new_v4().simple().to_string()[..16])
 }
 
@@ -249,6 +260,7 @@ pub fn hostile_names() -> Vec<String> {
         "\\".into(),
         "%_".into(),
         "x".repeat(255),
+        format!("{}x", "é".repeat(127)),
         "ключ 🔒 鍵".into(),
         "a".into(),
         "A".into(),
