@@ -68,3 +68,17 @@ async fn extra_poll_wakes_waiter() {
     eprintln!("mysql wake-up latency after release: {latency:?}");
     assert!(latency < Duration::from_millis(1000), "{latency:?}");
 }
+
+/// MySQL proper has no `INSERT … RETURNING`; on MariaDB the same two-statement path (upsert,
+/// then read the row back) is forced by `DLOCK_SQL_MYSQL_RETURNING=0`. Run under nextest, this
+/// test has its process to itself; under `cargo test` other tests of this binary may take the
+/// same path meanwhile, which is equally correct.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extra_mysql_path_without_returning() {
+    std::env::set_var("DLOCK_SQL_MYSQL_RETURNING", "0");
+    let fx = SqlFixture::mysql().await.unwrap();
+    common::check_idempotent_and_remaining(&fx).await.unwrap();
+    common::check_hostile_names(&fx).await.unwrap();
+    common::check_counter(&fx, 5, 10).await.unwrap();
+    common::check_takeover_fence(&fx).await.unwrap();
+}
