@@ -66,3 +66,87 @@ async fn extra_notify_wakes_waiter_fast() {
     eprintln!("postgres wake-up latency after release: {latency:?}");
     assert!(latency < Duration::from_millis(300), "{latency:?}");
 }
+
+/// TLS comes from the URL (rustls): `sslmode=require` encrypts (the server's own pg_stat_ssl
+/// says so), and `sslmode=verify-full` refuses this server's self-signed certificate instead of
+/// silently connecting in the clear. Needs a server with `ssl = on` (Debian's default).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extra_tls_from_url() {
+    use lock_core::{AcquireOptions, DistributedLock, LockName};
+    use sqlx::Executor;
+    let fx = SqlFixture::postgres().await.unwrap();
+    let admin = sqlx::PgPool::connect(fx.url()).await.unwrap();
+    let ssl_on: String = sqlx::query_scalar("SHOW ssl").fetch_one(&admin).await.unwrap();
+    if ssl_on != "on" {
+        eprintln!("NOT RUN: the server has ssl = {ssl_on}");
+        return;
+    }
+    let sep = if fx.url().contains('?') { '&' } else { '?' };
+    let url = format!("{}{sep}sslmode=require", fx.url());
+    // Sessions of dlock clients are named "dlock": count the encrypted ones before and during.
+    let count_ssl = "SELECT count(*) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) \
+                     WHERE s.ssl AND a.application_name = 'dlock'";
+    let before: i64 = sqlx::query_scalar(count_ssl).fetch_one(&admin).await.unwrap();
+    let lock = lock_sql::connect(&url, fx.options()).await.unwrap();
+    let name = LockName::new("tls").unwrap();
+    let lease = lock.try_acquire(&name, &AcquireOptions::new(Duration::from_secs(2))).await.unwrap().expect("free");
+    let during: i64 = sqlx::query_scalar(count_ssl).fetch_one(&admin).await.unwrap();
+    assert!(during > before, "no TLS session appeared ({before} before, {during} during)");
+    lease.release().await.unwrap();
+
+    let strict = format!("{}{sep}sslmode=verify-full", fx.url());
+    let r = lock_sql::connect(&strict, fx.options()).await;
+    assert!(matches!(r, Err(lock_core::LockError::Unavailable { .. })), "{:?}", r.err());
+    admin.execute("SELECT 1").await.unwrap();
+}
+
+/// The LISTEN connection is killed on the server (`pg_terminate_backend`): the client reconnects
+/// on its own and waiters are again woken by NOTIFY, not by their fallback timers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extra_listener_reconnects() {
+    use lock_conformance::Fixture;
+    use lock_core::{AcquireOptions, LockName};
+    use tokio::time::Instant;
+    let fx = SqlFixture::postgres().await.unwrap();
+    let admin = sqlx::PgPool::connect(fx.url()).await.unwrap();
+    let listen = format!("LISTEN \"{}\"", fx.options().table);
+    let a = fx.client().await.unwrap();
+    let b = fx.client().await.unwrap();
+    let killed: Vec<bool> =
+        sqlx::query_scalar("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = $1")
+            .bind(&listen)
+            .fetch_all(&admin)
+            .await
+            .unwrap();
+    assert_eq!(killed.len(), 2, "each client keeps one LISTEN connection");
+    let back = async {
+        loop {
+            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE query = $1")
+                .bind(&listen)
+                .fetch_one(&admin)
+                .await
+                .unwrap();
+            if n == 2 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), back).await.expect("listeners did not reconnect");
+
+    let name = LockName::new("relisten").unwrap();
+    let o = AcquireOptions::new(Duration::from_secs(10)).wait(Duration::from_secs(20));
+    let held = a.try_acquire(&name, &o).await.unwrap().expect("free");
+    let waiter = tokio::spawn(async move {
+        let lease = b.acquire(&name, &o).await.unwrap();
+        let at = Instant::now();
+        lease.release().await.unwrap();
+        at
+    });
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let latency = waiter.await.unwrap() - released;
+    eprintln!("wake-up latency after the listeners reconnected: {latency:?}");
+    assert!(latency < Duration::from_millis(300), "{latency:?}: woken by a timer, not by NOTIFY");
+}
