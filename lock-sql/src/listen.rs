@@ -51,8 +51,10 @@ pub(crate) async fn start(
         .max_lifetime(None)
         .idle_timeout(None)
         .connect_lazy_with(options);
+    let rt = tokio::runtime::Handle::try_current()
+        .map_err(|_| LockError::config("lock-sql needs a Tokio runtime: connect from within one"))?;
     let listener = open(&pool, &channel, bounds).await?;
-    let task = tokio::spawn(run(pool, channel, hub, listener, bounds));
+    let task = rt.spawn(run(pool, channel, hub, listener, bounds));
     Ok(Listener { task })
 }
 

@@ -46,7 +46,9 @@ impl<C: Connection + 'static> ConnPool<C> {
             setup,
         });
         let weak = Arc::downgrade(&pool);
-        tokio::spawn(async move {
+        // Without a Tokio runtime (sqlx needs one anyway) idle connections are pruned on use.
+        let Ok(rt) = tokio::runtime::Handle::try_current() else { return pool };
+        rt.spawn(async move {
             loop {
                 tokio::time::sleep(CLOSE_IF_IDLE / 2).await;
                 let Some(pool) = weak.upgrade() else { return };
