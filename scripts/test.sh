@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Runs every test: unit tests, the conformance suite (fault cases included) against memory,
-# SQLite, PostgreSQL, MariaDB, Redis, Redlock (five local masters) and ZooKeeper (a local
-# server), the `dlock conformance` tool against each, and the doc tests.
+# Runs every test: formatting and lints, the doc tests, unit tests, the conformance suite (fault
+# cases and nemesis included) against memory, SQLite, PostgreSQL, MariaDB, Redis, Redlock (five
+# local masters) and ZooKeeper (a local server), and the `dlock conformance` tool against each.
+# Extra arguments go to `cargo nextest run` (e.g. `scripts/test.sh -E 'package(lock-redis)'`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/setup-test-env.sh
 cargo fmt --all --check
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+cargo test --workspace --doc --quiet
 cargo nextest run --workspace --no-fail-fast "$@"
-cargo test --workspace --doc
