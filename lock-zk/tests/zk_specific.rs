@@ -253,7 +253,6 @@ async fn cancelled_and_timed_out_waits_leave_no_node() {
 
     lease.release().await.unwrap();
     assert!(waiter.try_acquire(&n, &opts(3000)).await.unwrap().is_some(), "nothing queued ahead");
-    assert_eq!(waiter.watch_events(), 0, "the holder never released while anyone waited");
 }
 
 #[tokio::test]
