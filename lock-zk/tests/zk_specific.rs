@@ -122,7 +122,7 @@ async fn server_restart_with_session_surviving_keeps_the_lock() {
     sleep(Duration::from_millis(300)).await;
     server.start().await.unwrap();
     let restart = down.elapsed();
-    assert!(restart < Duration::from_secs(6), "restart took {restart:?}: too slow for this test's margins");
+    assert!(restart < Duration::from_secs(8), "restart took {restart:?}: too slow for this test's margins");
 
     eventually(Duration::from_secs(8), "holder renews after the restart", || async { lease.renew().await.is_ok() })
         .await;
