@@ -147,8 +147,7 @@ fn print(rows: &[Row], failures: &[String]) {
 }
 
 async fn sql_row(backend: &'static str, url: &str, table: &str) -> Result<Row, String> {
-    let mut opts = lock_sql::SqlOptions::default();
-    opts.table = table.to_owned();
+    let opts = lock_sql::SqlOptions { table: table.to_owned(), ..Default::default() };
     let lock = lock_sql::connect(url, opts.clone()).await.map_err(|e| e.to_string())?;
     let rtt = match backend {
         "postgres" => {

@@ -12,7 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use dlock::conformance::memory::MemoryFixture;
 use dlock::conformance::runner::{run_suite, CaseReport, Outcome, Report, RunOptions};
+use dlock::conformance::Fixture;
 use dlock::{Config, LockError, LockName};
 
 mod url_fixture;
@@ -139,7 +141,14 @@ async fn acquire(args: AcquireArgs) -> Result<bool, LockError> {
 async fn conformance(args: ConformanceArgs) -> Result<bool, LockError> {
     let config = args.target.load()?;
     eprintln!("dlock conformance against {}", config.redacted_url());
-    let fixture = Arc::new(url_fixture::UrlFixture::new(config).await?);
+    let fixture: Arc<dyn Fixture> = match dlock::Scheme::of(&config.url)? {
+        // The in-process server offers every fault hook; keep it alive for the whole run.
+        dlock::Scheme::Memory => {
+            let name = config.url.split_once("://").map(|(_, n)| n).unwrap_or("");
+            Arc::new(MemoryFixture::with_server(dlock::MemoryLock::named(name)))
+        }
+        _ => Arc::new(url_fixture::UrlFixture::new(config).await?),
+    };
     let total = dlock::conformance::all_cases().len();
     let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let progress = {

@@ -5,9 +5,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock::conformance::proxy::FaultProxy;
-use dlock::conformance::{async_trait, ClientLink, Fixture, LinkedClient};
-use dlock::{Config, DistributedLock, LockError, MemoryLock, Scheme};
+use dlock::conformance::proxy::ProxyGroup;
+use dlock::conformance::{async_trait, Fixture, LinkedClient};
+use dlock::{Config, DistributedLock, LockError, Scheme};
 
 /// A deployment named by a URL. The suite's clients are made with [`dlock::connect_with`].
 pub(crate) struct UrlFixture {
@@ -59,39 +59,6 @@ fn split_hosts(url: &str) -> Option<(String, Vec<String>, String)> {
     Some((format!("{}{}", &url[..start], userinfo), hosts, rest[end..].to_owned()))
 }
 
-struct ProxyLinks(Vec<Arc<FaultProxy>>);
-
-#[async_trait]
-impl ClientLink for ProxyLinks {
-    async fn set_partitioned(&self, on: bool) {
-        for p in &self.0 {
-            p.set_partitioned(on).await;
-        }
-    }
-    async fn set_latency(&self, latency: Duration) {
-        for p in &self.0 {
-            p.set_latency(latency).await;
-        }
-    }
-    async fn reset_connections(&self) {
-        for p in &self.0 {
-            p.reset_connections().await;
-        }
-    }
-}
-
-/// The memory backend has no network: its per-client switch plays the partition.
-struct MemoryLink(MemoryLock);
-
-#[async_trait]
-impl ClientLink for MemoryLink {
-    async fn set_partitioned(&self, on: bool) {
-        self.0.set_partitioned(on);
-    }
-    async fn set_latency(&self, _latency: Duration) {}
-    async fn reset_connections(&self) {}
-}
-
 #[async_trait]
 impl Fixture for UrlFixture {
     fn backend(&self) -> &str {
@@ -103,19 +70,14 @@ impl Fixture for UrlFixture {
     }
 
     async fn linked_client(&self) -> Result<Option<LinkedClient>, LockError> {
-        if self.scheme == Scheme::Memory {
-            let name = self.config.url.split_once("://").map(|(_, n)| n).unwrap_or("");
-            let client = MemoryLock::named(name);
-            return Ok(Some(LinkedClient { client: Arc::new(client.clone()), link: Arc::new(MemoryLink(client)) }));
-        }
-        // TLS names the server's host, which a local proxy cannot present; SQLite has no network.
+        // TLS names the server's host, which a local proxy cannot present; SQLite has no network;
+        // `memory://` runs through `MemoryFixture` instead.
         let Some(port) = self.default_port() else { return Ok(None) };
         if self.config.url.starts_with("rediss:") || self.config.url.contains("sslmode=verify") {
             return Ok(None);
         }
         let Some((head, hosts, tail)) = split_hosts(&self.config.url) else { return Ok(None) };
-        let mut proxies = Vec::new();
-        let mut rewritten = Vec::new();
+        let mut upstreams = Vec::new();
         for host in hosts {
             let target = if host.contains(':') { host.clone() } else { format!("{host}:{port}") };
             let addr: SocketAddr = tokio::net::lookup_host(&target)
@@ -123,14 +85,14 @@ impl Fixture for UrlFixture {
                 .map_err(|e| LockError::unavailable_from(&self.backend, format!("cannot resolve {target}"), e))?
                 .next()
                 .ok_or_else(|| LockError::unavailable(&self.backend, format!("{target} resolves to nothing")))?;
-            let proxy = FaultProxy::start(addr).await?;
-            rewritten.push(proxy.local_addr().to_string());
-            proxies.push(proxy);
+            upstreams.push(addr);
         }
+        let group = ProxyGroup::start(&upstreams).await?;
+        let rewritten: Vec<String> = group.proxies().iter().map(|p| p.local_addr().to_string()).collect();
         let mut config = self.config.clone();
         config.url = format!("{head}{}{tail}", rewritten.join(","));
         let client = dlock::connect_with(&config).await?;
-        Ok(Some(LinkedClient { client, link: Arc::new(ProxyLinks(proxies)) }))
+        Ok(Some(LinkedClient { client, link: Arc::new(group) }))
     }
 
     fn name_prefix(&self) -> String {

@@ -36,6 +36,12 @@ impl MemoryFixture {
         MemoryFixture { server: MemoryLock::new(), base_ttl: Duration::from_millis(500) }
     }
 
+    /// A fixture over an existing server: its clients are [`MemoryLock::client`]s of `server`
+    /// (e.g. `MemoryLock::named(..)`, the server behind a `memory://name` URL).
+    pub fn with_server(server: MemoryLock) -> Self {
+        MemoryFixture { server, base_ttl: Duration::from_millis(500) }
+    }
+
     /// Uses another base ttl.
     pub fn with_base_ttl(mut self, ttl: Duration) -> Self {
         self.base_ttl = ttl;
