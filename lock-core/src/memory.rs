@@ -17,7 +17,7 @@ use tokio::time::{sleep_until, Instant};
 
 use crate::{
     AcquireOptions, Capabilities, DistributedLock, FencingToken, Lease, LeaseGrant, LeaseHandle, LeaseModel, LockError,
-    LockName, OwnerId, ReleaseOutcome, RenewOutcome, WaitPolicy, WakeMethod,
+    LockName, OwnerId, ReleaseOutcome, RenewOutcome, WakeMethod,
 };
 
 const BACKEND: &str = "memory";
@@ -293,11 +293,7 @@ impl DistributedLock for MemoryLock {
         opts.validate(&self.capabilities())?;
         self.reachable()?;
         let begun = Instant::now();
-        let deadline = match opts.wait {
-            WaitPolicy::NoWait => Some(begun),
-            WaitPolicy::For(w) => Some(begun + w),
-            WaitPolicy::Forever => None,
-        };
+        let deadline = opts.wait.deadline(begun);
         let owner = OwnerId::random();
         let (tx, rx) = oneshot::channel();
         let queued = self.with_entry(name, |e| {

@@ -16,6 +16,17 @@ pub enum WaitPolicy {
     Forever,
 }
 
+impl WaitPolicy {
+    /// When a wait that starts at `begun` ends; `None` for [`WaitPolicy::Forever`].
+    pub fn deadline(self, begun: tokio::time::Instant) -> Option<tokio::time::Instant> {
+        match self {
+            WaitPolicy::NoWait => Some(begun),
+            WaitPolicy::For(w) => begun.checked_add(w),
+            WaitPolicy::Forever => None,
+        }
+    }
+}
+
 /// Options of one acquisition: lease time, how long to wait, and the renewal watchdog.
 ///
 /// ```

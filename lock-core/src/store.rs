@@ -11,7 +11,7 @@ use tokio::time::{timeout, Instant};
 
 use crate::{
     AcquireOptions, Backoff, Capabilities, DistributedLock, FencingToken, Lease, LeaseGrant, LeaseHandle, LockError,
-    LockName, OwnerId, ReleaseOutcome, RenewOutcome, WaitPolicy, WakeSubscription,
+    LockName, OwnerId, ReleaseOutcome, RenewOutcome, WakeSubscription,
 };
 
 /// The answer of one acquire attempt.
@@ -195,11 +195,7 @@ impl<S: LeaseStore> DistributedLock for StoreLock<S> {
         let caps = self.store.capabilities();
         opts.validate(&caps)?;
         let begun = Instant::now();
-        let deadline = match opts.wait {
-            WaitPolicy::NoWait => Some(begun),
-            WaitPolicy::For(w) => Some(begun + w),
-            WaitPolicy::Forever => None,
-        };
+        let deadline = opts.wait.deadline(begun);
         // One owner id for the whole wait: attempts are idempotent for the same owner, so a
         // retry after a lost reply gets the grant back instead of waiting on itself.
         let owner = OwnerId::random();
