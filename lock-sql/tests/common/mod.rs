@@ -60,6 +60,14 @@ fn test_options(table: String) -> SqlOptions {
     }
 }
 
+/// The URL of a shared server, and where it came from (`env …` when from the environment).
+fn shared_url(var: &str, default: &str) -> (String, String) {
+    match std::env::var(var) {
+        Ok(url) if !url.trim().is_empty() => (url, format!("env {var}")),
+        _ => (default.to_owned(), format!("the shared local server at {default} (default; set {var} to change)")),
+    }
+}
+
 async fn upstream_of(url: &str, default_port: u16) -> Result<SocketAddr, LockError> {
     let parsed = url::Url::parse(url).map_err(|e| LockError::config(format!("bad test URL: {e}")))?;
     let host = parsed.host_str().unwrap_or("127.0.0.1").to_owned();
@@ -89,12 +97,11 @@ impl SqlFixture {
 
     /// PostgreSQL from `DLOCK_TEST_POSTGRES_URL` (default: the local test server).
     pub async fn postgres() -> Result<SqlFixture, LockError> {
-        let url = std::env::var("DLOCK_TEST_POSTGRES_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+        let (url, provenance) = shared_url("DLOCK_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test");
         let upstream = upstream_of(&url, 5432).await?;
         Ok(SqlFixture {
             dialect: Dialect::Postgres,
-            provenance: format!("env/default URL, server {upstream}"),
+            provenance,
             url,
             options: test_options(random_table()),
             upstream: Some(upstream),
@@ -137,12 +144,11 @@ impl SqlFixture {
 
     /// MySQL/MariaDB from `DLOCK_TEST_MYSQL_URL` (default: the local test server).
     pub async fn mysql() -> Result<SqlFixture, LockError> {
-        let url =
-            std::env::var("DLOCK_TEST_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned());
+        let (url, provenance) = shared_url("DLOCK_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test");
         let upstream = upstream_of(&url, 3306).await?;
         Ok(SqlFixture {
             dialect: Dialect::Mysql,
-            provenance: format!("env/default URL, server {upstream}"),
+            provenance,
             url,
             options: test_options(random_table()),
             upstream: Some(upstream),
