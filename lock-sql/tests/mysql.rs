@@ -82,3 +82,15 @@ async fn extra_mysql_path_without_returning() {
     common::check_counter(&fx, 5, 10).await.unwrap();
     common::check_takeover_fence(&fx).await.unwrap();
 }
+
+/// `lock_conformance::servers::mysql::mysql()` (env URL, else a private local server) gives a
+/// server this backend works against.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extra_provisioned_server() {
+    use lock_core::{AcquireOptions, DistributedLock, LockName};
+    let server = lock_conformance::servers::mysql::mysql().await.unwrap();
+    let lock = lock_sql::connect(&server.url, lock_sql::SqlOptions::default()).await.unwrap();
+    let name = LockName::new("provisioned").unwrap();
+    let lease = lock.try_acquire(&name, &AcquireOptions::new(Duration::from_secs(2))).await.unwrap().expect("free");
+    lease.release().await.unwrap();
+}

@@ -150,3 +150,15 @@ async fn extra_listener_reconnects() {
     eprintln!("wake-up latency after the listeners reconnected: {latency:?}");
     assert!(latency < Duration::from_millis(300), "{latency:?}: woken by a timer, not by NOTIFY");
 }
+
+/// `lock_conformance::servers::postgres::postgres()` (env URL, else a private local server) gives a
+/// server this backend works against.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extra_provisioned_server() {
+    use lock_core::{AcquireOptions, DistributedLock, LockName};
+    let server = lock_conformance::servers::postgres::postgres().await.unwrap();
+    let lock = lock_sql::connect(&server.url, lock_sql::SqlOptions::default()).await.unwrap();
+    let name = LockName::new("provisioned").unwrap();
+    let lease = lock.try_acquire(&name, &AcquireOptions::new(Duration::from_secs(2))).await.unwrap().expect("free");
+    lease.release().await.unwrap();
+}

@@ -10,6 +10,7 @@
 //! process crash, which is what the restart cases play.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,6 +18,7 @@ use async_trait::async_trait;
 use lock_core::LockError;
 
 use crate::process::{find_binary, free_port, wait_for_port, ChildServer};
+use crate::servers::{provision, Source, TestServer};
 use crate::ServerControl;
 
 /// The environment variable naming an existing MySQL/MariaDB database to test against.
@@ -33,6 +35,7 @@ pub struct MysqlServer {
     url: String,
     provenance: String,
     addr: Option<SocketAddr>,
+    program: Option<PathBuf>,
     control: Option<Arc<LocalMysql>>,
 }
 
@@ -49,13 +52,26 @@ struct LocalMysql {
     _dir: tempfile::TempDir,
 }
 
+/// A server through [`provision`]: `DLOCK_TEST_MYSQL_URL` if set, else a fresh private local server.
+/// There is no container path for SQL yet (no Docker engine to test one against here); the
+/// local servers start in about a second.
+pub async fn mysql() -> Result<TestServer, LockError> {
+    provision(
+        "mysql",
+        None,
+        |addr| format!("mysql://root@{addr}/test"),
+        || async { MysqlServer::start_local().await.map(MysqlServer::into_test_server) },
+    )
+    .await
+}
+
 impl MysqlServer {
     /// `DLOCK_TEST_MYSQL_URL` if set, else a fresh private MariaDB.
     pub async fn start() -> Result<MysqlServer, LockError> {
         if let Ok(url) = std::env::var(ENV_URL) {
             if !url.trim().is_empty() {
                 let provenance = format!("env {ENV_URL}");
-                return Ok(MysqlServer { url, provenance, addr: None, control: None });
+                return Ok(MysqlServer { url, provenance, addr: None, program: None, control: None });
             }
         }
         Self::start_local().await
@@ -139,10 +155,17 @@ impl MysqlServer {
         args.extend(user);
         args.extend(tuning.map(String::from));
         let provenance = format!("local binary {}", server.display());
+        let program = Some(server.clone());
         let child = Arc::new(ChildServer::new(server, args, dir.path()));
         let local = Arc::new(LocalMysql { child, addr, _dir: dir });
         local.start_and_wait().await?;
-        Ok(MysqlServer { url: format!("mysql://root@{addr}/test"), provenance, addr: Some(addr), control: Some(local) })
+        Ok(MysqlServer {
+            url: format!("mysql://root@{addr}/test"),
+            provenance,
+            addr: Some(addr),
+            program,
+            control: Some(local),
+        })
     }
 
     /// `mysql://root@127.0.0.1:<port>/test` (or the external URL).
@@ -153,6 +176,20 @@ impl MysqlServer {
     /// Where the server came from, for reports.
     pub fn provenance(&self) -> &str {
         &self.provenance
+    }
+
+    /// The same server as a [`TestServer`] (which keeps it alive).
+    pub fn into_test_server(self) -> TestServer {
+        let url = self.url.clone();
+        match (self.addr, self.control(), self.program.clone()) {
+            (Some(addr), Some(control), Some(program)) => {
+                TestServer::owned(Source::Local { program }, url, addr, control, vec![Box::new(self)])
+            }
+            _ => {
+                let var = ENV_URL.to_owned();
+                TestServer::external(Source::Env { var }, url, self.addr)
+            }
+        }
     }
 
     /// The local server's address; `None` for an external URL.

@@ -21,6 +21,7 @@ use async_trait::async_trait;
 use lock_core::LockError;
 
 use crate::process::{find_binary, free_port, wait_for_port, ChildServer};
+use crate::servers::{provision, Source, TestServer};
 use crate::ServerControl;
 
 /// The environment variable naming an existing PostgreSQL database to test against.
@@ -34,6 +35,7 @@ pub struct PostgresServer {
     url: String,
     provenance: String,
     addr: Option<SocketAddr>,
+    program: Option<PathBuf>,
     control: Option<Arc<LocalPostgres>>,
 }
 
@@ -51,13 +53,26 @@ struct LocalPostgres {
     _dir: tempfile::TempDir,
 }
 
+/// A server through [`provision`]: `DLOCK_TEST_POSTGRES_URL` if set, else a fresh private local server.
+/// There is no container path for SQL yet (no Docker engine to test one against here); the
+/// local servers start in about a second.
+pub async fn postgres() -> Result<TestServer, LockError> {
+    provision(
+        "postgres",
+        None,
+        |addr| format!("postgres://postgres@{addr}/postgres"),
+        || async { PostgresServer::start_local().await.map(PostgresServer::into_test_server) },
+    )
+    .await
+}
+
 impl PostgresServer {
     /// `DLOCK_TEST_POSTGRES_URL` if set, else a fresh private server.
     pub async fn start() -> Result<PostgresServer, LockError> {
         if let Ok(url) = std::env::var(ENV_URL) {
             if !url.trim().is_empty() {
                 let provenance = format!("env {ENV_URL}");
-                return Ok(PostgresServer { url, provenance, addr: None, control: None });
+                return Ok(PostgresServer { url, provenance, addr: None, program: None, control: None });
             }
         }
         Self::start_local().await
@@ -145,6 +160,7 @@ impl PostgresServer {
             ],
         );
         let provenance = format!("local binary {}", postgres.display());
+        let program = Some(postgres.clone());
         let child = Arc::new(ChildServer::new(prog, args, dir.path()));
         let local = Arc::new(LocalPostgres { child, addr, pg_isready, _dir: dir });
         local.start_and_wait().await?;
@@ -152,6 +168,7 @@ impl PostgresServer {
             url: format!("postgres://postgres@{addr}/postgres"),
             provenance,
             addr: Some(addr),
+            program,
             control: Some(local),
         })
     }
@@ -164,6 +181,20 @@ impl PostgresServer {
     /// Where the server came from, for reports.
     pub fn provenance(&self) -> &str {
         &self.provenance
+    }
+
+    /// The same server as a [`TestServer`] (which keeps it alive).
+    pub fn into_test_server(self) -> TestServer {
+        let url = self.url.clone();
+        match (self.addr, self.control(), self.program.clone()) {
+            (Some(addr), Some(control), Some(program)) => {
+                TestServer::owned(Source::Local { program }, url, addr, control, vec![Box::new(self)])
+            }
+            _ => {
+                let var = ENV_URL.to_owned();
+                TestServer::external(Source::Env { var }, url, self.addr)
+            }
+        }
     }
 
     /// The local server's address; `None` for an external URL.
