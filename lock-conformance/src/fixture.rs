@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::{DistributedLock, LockError, LockName};
+use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockName};
 
 /// A deployment under test. Every call to [`Fixture::client`] returns a new, independent client
 /// (its own connections, its own session), as a separate process would have.
@@ -31,6 +31,17 @@ pub trait Fixture: Send + Sync + 'static {
 
     /// A fresh, independent client of the deployment.
     async fn client(&self) -> Result<Arc<dyn DistributedLock>, LockError>;
+
+    /// A fresh, independent read-write lock client, for backends whose capabilities declare
+    /// `rw_lock`. A backend that declares it while its fixture returns `None` fails the suite.
+    async fn rw_client(&self) -> Result<Option<Arc<dyn DistributedRwLock>>, LockError> {
+        Ok(None)
+    }
+
+    /// A fresh, independent semaphore client, for backends that declare `semaphore`.
+    async fn semaphore_client(&self) -> Result<Option<Arc<dyn DistributedSemaphore>>, LockError> {
+        Ok(None)
+    }
 
     /// A fresh client whose network to the server the suite can break (through a fault proxy,
     /// or a backend's own switch). `None` when the fixture cannot do that: the network fault

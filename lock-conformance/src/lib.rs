@@ -203,6 +203,8 @@ macro_rules! conformance_tests {
                 hostile_names,
                 invalid_input,
                 declared_kinds,
+                rw_lock,
+                semaphore,
                 fault_pause_past_ttl,
                 fault_connection_cut,
                 fault_partition,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::{DistributedLock, LockError, LockName, MemoryLock};
+use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockName, MemoryLock};
 
 use crate::{ClientLink, Fixture, LinkedClient, ServerControl};
 
@@ -57,6 +57,14 @@ impl Fixture for MemoryFixture {
 
     async fn client(&self) -> Result<Arc<dyn DistributedLock>, LockError> {
         Ok(Arc::new(self.server.client()))
+    }
+
+    async fn rw_client(&self) -> Result<Option<Arc<dyn DistributedRwLock>>, LockError> {
+        Ok(Some(Arc::new(self.server.client())))
+    }
+
+    async fn semaphore_client(&self) -> Result<Option<Arc<dyn DistributedSemaphore>>, LockError> {
+        Ok(Some(Arc::new(self.server.client())))
     }
 
     async fn linked_client(&self) -> Result<Option<LinkedClient>, LockError> {

@@ -43,7 +43,7 @@ pub use capabilities::{Capabilities, LeaseModel, WakeMethod};
 pub use error::{BoxError, LockError};
 pub use fenced::{FencedRegister, StaleToken};
 pub use lease::{Lease, LeaseGrant, LeaseHandle, LeaseObserver, LossTrigger, LostSignal, ReleaseOutcome, RenewOutcome};
-pub use lock::{DistributedLock, DistributedLockExt};
+pub use lock::{DistributedLock, DistributedLockExt, DistributedRwLock, DistributedSemaphore};
 pub use memory::MemoryLock;
 pub use name::{FencingToken, LockName, OwnerId, MAX_NAME_LEN};
 pub use options::{AcquireOptions, WaitPolicy, DEFAULT_TTL};

@@ -37,6 +37,50 @@ pub trait DistributedLock: Send + Sync + 'static {
     async fn acquire(&self, name: &LockName, options: &AcquireOptions) -> Result<Lease, LockError>;
 }
 
+/// A read-write lock service (SPEC §5.2): many readers or one writer. Waiters are served in
+/// arrival order where the backend declares `fifo`, so writers are not starved by readers that
+/// arrive after them. Every grant, read or write, carries its own lease and fencing token; a
+/// writer's token is greater than every token issued before it for that name.
+///
+/// A name used as a read-write lock is a different lock from the same name used with
+/// [`DistributedLock`] or [`DistributedSemaphore`].
+#[async_trait]
+pub trait DistributedRwLock: Send + Sync + 'static {
+    /// The backend label.
+    fn backend(&self) -> &str;
+    /// What this backend promises (`rw_lock` is true).
+    fn capabilities(&self) -> Capabilities;
+    /// One attempt at a shared (read) lease.
+    async fn try_acquire_read(&self, name: &LockName, options: &AcquireOptions) -> Result<Option<Lease>, LockError>;
+    /// Waits for a shared (read) lease.
+    async fn acquire_read(&self, name: &LockName, options: &AcquireOptions) -> Result<Lease, LockError>;
+    /// One attempt at the exclusive (write) lease.
+    async fn try_acquire_write(&self, name: &LockName, options: &AcquireOptions) -> Result<Option<Lease>, LockError>;
+    /// Waits for the exclusive (write) lease.
+    async fn acquire_write(&self, name: &LockName, options: &AcquireOptions) -> Result<Lease, LockError>;
+}
+
+/// A counting semaphore service (SPEC §5.3): up to `permits` holders of one name at once, each
+/// with its own lease and fencing token. Every user of a name must ask for the same number of
+/// permits (`InvalidOptions` otherwise).
+#[async_trait]
+pub trait DistributedSemaphore: Send + Sync + 'static {
+    /// The backend label.
+    fn backend(&self) -> &str;
+    /// What this backend promises (`semaphore` is true).
+    fn capabilities(&self) -> Capabilities;
+    /// One attempt at one of `permits` places.
+    async fn try_acquire_permit(
+        &self,
+        name: &LockName,
+        permits: u32,
+        options: &AcquireOptions,
+    ) -> Result<Option<Lease>, LockError>;
+    /// Waits for one of `permits` places.
+    async fn acquire_permit(&self, name: &LockName, permits: u32, options: &AcquireOptions)
+        -> Result<Lease, LockError>;
+}
+
 /// Helpers on every [`DistributedLock`].
 pub trait DistributedLockExt: DistributedLock {
     /// Runs `f` under the lock and releases it afterwards. If the lease is lost first, `f` is

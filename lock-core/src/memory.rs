@@ -1,10 +1,13 @@
-//! The in-memory reference backend: every promise of the contract, in one process.
+//! The in-memory reference backend: every promise of the contract, in one process, for all three
+//! lock kinds (exclusive, read-write, semaphore).
 //!
-//! Each lock keeps a holder, a fence counter that never goes backwards, and a FIFO queue of
-//! waiters. A release (or the expiry of a vanished holder) hands the lock directly to the first
-//! waiter that is still waiting: exactly one waiter is woken, in arrival order. Fault switches
-//! ([`MemoryLock::set_server_down`], [`MemoryLock::set_partitioned`]) let tests play server loss
-//! and network partitions without a network.
+//! Each lock keeps its holders, a fence counter that never goes backwards, and a FIFO queue of
+//! waiters. A release (or the expiry of a vanished holder) hands the lock directly to the
+//! waiters at the head of the queue that fit: one writer, a run of readers, or as many permits
+//! as are free. Waiters are served in arrival order, so a queued writer is never starved by
+//! readers that come after it. Fault switches ([`MemoryLock::set_server_down`],
+//! [`MemoryLock::set_partitioned`], [`MemoryLock::evict`]) let tests play server loss, network
+//! partitions and deleted entries without a network.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,32 +19,54 @@ use tokio::sync::oneshot;
 use tokio::time::{sleep_until, Instant};
 
 use crate::{
-    AcquireOptions, Capabilities, DistributedLock, FencingToken, Lease, LeaseGrant, LeaseHandle, LeaseModel, LockError,
-    LockName, OwnerId, ReleaseOutcome, RenewOutcome, WakeMethod,
+    AcquireOptions, Capabilities, DistributedLock, DistributedRwLock, DistributedSemaphore, FencingToken, Lease,
+    LeaseGrant, LeaseHandle, LeaseModel, LockError, LockName, OwnerId, ReleaseOutcome, RenewOutcome, WakeMethod,
 };
 
 const BACKEND: &str = "memory";
 
+/// Which family a name belongs to: the same name used as a lock, a read-write lock and a
+/// semaphore names three different things, as it does on every backend.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+enum Family {
+    Lock,
+    Rw,
+    Semaphore,
+}
+
+/// What a holder or waiter asks for.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Mode {
+    /// Alone: the exclusive lock, or a writer.
+    Exclusive,
+    /// Shared with other readers.
+    Read,
+    /// One of `n` permits.
+    Permit(u32),
+}
+
 #[derive(Default)]
 struct Server {
-    locks: Mutex<HashMap<LockName, Entry>>,
+    locks: Mutex<HashMap<(Family, LockName), Entry>>,
     down: AtomicBool,
 }
 
 #[derive(Default)]
 struct Entry {
-    holder: Option<Holder>,
+    holders: Vec<Holder>,
     fence: u64,
     queue: VecDeque<Waiter>,
 }
 
 struct Holder {
     owner: OwnerId,
+    mode: Mode,
     expires: Instant,
 }
 
 struct Waiter {
     owner: OwnerId,
+    mode: Mode,
     ttl: Duration,
     tx: oneshot::Sender<Granted>,
 }
@@ -52,33 +77,47 @@ struct Granted {
 }
 
 impl Entry {
-    fn live_holder(&mut self, now: Instant) -> Option<&Holder> {
-        if self.holder.as_ref().is_some_and(|h| h.expires <= now) {
-            self.holder = None;
-        }
-        self.holder.as_ref()
+    fn expire(&mut self, now: Instant) {
+        self.holders.retain(|h| h.expires > now);
     }
 
-    fn grant(&mut self, owner: OwnerId, ttl: Duration, now: Instant) -> FencingToken {
+    fn holder(&mut self, owner: OwnerId, now: Instant) -> Option<&mut Holder> {
+        self.expire(now);
+        self.holders.iter_mut().find(|h| h.owner == owner)
+    }
+
+    /// Whether `mode` fits next to the current (live) holders.
+    fn fits(&self, mode: Mode) -> bool {
+        match mode {
+            Mode::Exclusive => self.holders.is_empty(),
+            Mode::Read => self.holders.iter().all(|h| h.mode == Mode::Read),
+            Mode::Permit(n) => self.holders.len() < n as usize,
+        }
+    }
+
+    fn grant(&mut self, owner: OwnerId, mode: Mode, ttl: Duration, now: Instant) -> FencingToken {
         self.fence += 1;
-        self.holder = Some(Holder { owner, expires: now + ttl });
+        self.holders.push(Holder { owner, mode, expires: now + ttl });
         FencingToken(self.fence)
     }
 
-    /// If the lock is free, hands it to the first waiter still waiting.
+    /// Serves the head of the queue while it fits: FIFO, so a waiting writer holds back the
+    /// readers behind it.
     fn promote(&mut self, now: Instant) {
-        if self.live_holder(now).is_some() {
-            return;
-        }
-        while let Some(w) = self.queue.pop_front() {
+        self.expire(now);
+        while let Some(w) = self.queue.front() {
             if w.tx.is_closed() {
+                self.queue.pop_front();
                 continue;
             }
-            let token = self.grant(w.owner, w.ttl, now);
-            if w.tx.send(Granted { token, at: now }).is_ok() {
+            if !self.fits(w.mode) {
                 return;
             }
-            self.holder = None;
+            let Some(w) = self.queue.pop_front() else { return };
+            let token = self.grant(w.owner, w.mode, w.ttl, now);
+            if w.tx.send(Granted { token, at: now }).is_err() {
+                self.holders.retain(|h| h.owner != w.owner);
+            }
         }
     }
 
@@ -86,11 +125,29 @@ impl Entry {
         self.queue.retain(|w| !w.tx.is_closed());
         !self.queue.is_empty()
     }
+
+    /// All users of one semaphore must agree on its number of permits.
+    fn check_permits(&self, mode: Mode) -> Result<(), LockError> {
+        let Mode::Permit(n) = mode else { return Ok(()) };
+        let other = self
+            .holders
+            .iter()
+            .map(|h| h.mode)
+            .chain(self.queue.iter().map(|w| w.mode))
+            .find(|m| *m != Mode::Permit(n));
+        match other {
+            Some(Mode::Permit(m)) => Err(LockError::invalid_options(format!(
+                "this semaphore is in use with {m} permits, not {n}; every user must ask for the same number"
+            ))),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// A client of an in-memory lock server. [`MemoryLock::new`] starts a fresh server;
 /// [`MemoryLock::client`] makes another independent client of the same server;
 /// [`MemoryLock::named`] shares one server per name across the process (`memory://name`).
+/// It implements all three lock kinds.
 ///
 /// ```
 /// # async fn demo() -> Result<(), lock_core::LockError> {
@@ -161,15 +218,16 @@ impl MemoryLock {
         self.partitioned.store(cut, Ordering::SeqCst);
     }
 
-    /// Fault switch: forgets the holder of `name` (its fence counter stays), as an operator or
-    /// an eviction deleting the entry behind the holder's back would. The holder's next renewal
-    /// finds no entry and its lost signal fires; waiters are served. Returns whether there was
-    /// a live holder.
+    /// Fault switch: forgets the holder of the exclusive lock `name` (its fence counter stays),
+    /// as an operator or an eviction deleting the entry behind the holder's back would. The
+    /// holder's next renewal finds no entry and its lost signal fires; waiters are served.
+    /// Returns whether there was a live holder.
     pub fn evict(&self, name: &LockName) -> bool {
         let now = Instant::now();
-        self.with_entry(name, |e| {
-            let had = e.live_holder(now).is_some();
-            e.holder = None;
+        self.with_entry(Family::Lock, name, |e| {
+            e.expire(now);
+            let had = !e.holders.is_empty();
+            e.holders.clear();
             e.promote(now);
             had
         })
@@ -190,19 +248,133 @@ impl MemoryLock {
         Ok(())
     }
 
-    fn with_entry<R>(&self, name: &LockName, f: impl FnOnce(&mut Entry) -> R) -> R {
+    fn with_entry<R>(&self, family: Family, name: &LockName, f: impl FnOnce(&mut Entry) -> R) -> R {
         let mut locks = self.server.locks.lock().unwrap_or_else(|e| e.into_inner());
-        f(locks.entry(name.clone()).or_default())
+        f(locks.entry((family, name.clone())).or_default())
     }
 
-    fn lease(&self, name: &LockName, owner: OwnerId, token: FencingToken, at: Instant, opts: &AcquireOptions) -> Lease {
-        let handle = Arc::new(MemoryHandle { client: self.clone(), name: name.clone(), owner });
+    fn lease(
+        &self,
+        family: Family,
+        name: &LockName,
+        owner: OwnerId,
+        token: FencingToken,
+        at: Instant,
+        opts: &AcquireOptions,
+    ) -> Lease {
+        let handle = Arc::new(MemoryHandle { client: self.clone(), family, name: name.clone(), owner });
         Lease::new(LeaseGrant::new(name.clone(), token, owner, at, handle), opts)
     }
+
+    fn caps() -> Capabilities {
+        Capabilities {
+            rw_lock: true,
+            semaphore: true,
+            fifo: true,
+            wake: WakeMethod::Notify,
+            lease_model: LeaseModel::PerLock,
+            durable_fencing: false,
+            durable_leases: false,
+            min_ttl: Duration::from_millis(1),
+            ..Capabilities::default()
+        }
+    }
+
+    /// One attempt: granted only if `mode` fits and nobody is queued ahead.
+    fn try_once(
+        &self,
+        family: Family,
+        mode: Mode,
+        name: &LockName,
+        opts: &AcquireOptions,
+    ) -> Result<Option<Lease>, LockError> {
+        opts.validate(&Self::caps())?;
+        self.reachable()?;
+        let owner = OwnerId::random();
+        let now = Instant::now();
+        let token = self.with_entry(family, name, |e| {
+            e.check_permits(mode)?;
+            e.expire(now);
+            Ok::<_, LockError>((e.fits(mode) && !e.has_waiters()).then(|| e.grant(owner, mode, opts.ttl, now)))
+        })?;
+        Ok(token.map(|t| self.lease(family, name, owner, t, now, opts)))
+    }
+
+    /// Waits in the FIFO queue until granted or until `opts.wait` ends.
+    async fn wait_for(
+        &self,
+        family: Family,
+        mode: Mode,
+        name: &LockName,
+        opts: &AcquireOptions,
+    ) -> Result<Lease, LockError> {
+        opts.validate(&Self::caps())?;
+        self.reachable()?;
+        let begun = Instant::now();
+        let deadline = opts.wait.deadline(begun);
+        let owner = OwnerId::random();
+        let (tx, rx) = oneshot::channel();
+        let queued = self.with_entry(family, name, |e| {
+            e.check_permits(mode)?;
+            e.expire(begun);
+            if e.fits(mode) && !e.has_waiters() {
+                return Ok(Err(e.grant(owner, mode, opts.ttl, begun)));
+            }
+            if deadline.is_some_and(|d| d <= begun) {
+                return Ok(Ok(false));
+            }
+            e.queue.push_back(Waiter { owner, mode, ttl: opts.ttl, tx });
+            Ok(Ok(true))
+        })?;
+        match queued {
+            Err(token) => return Ok(self.lease(family, name, owner, token, begun, opts)),
+            Ok(false) => return Err(LockError::Timeout { name: name.as_str().to_owned(), waited: Duration::ZERO }),
+            Ok(true) => {}
+        }
+        let mut guard = QueueGuard { client: self, family, name, owner, rx: Some(rx) };
+        loop {
+            // Wake when the first holder's lease ends: a vanished holder frees its place then.
+            let next_expiry = self.with_entry(family, name, |e| e.holders.iter().map(|h| h.expires).min());
+            let wake_at = match (next_expiry, deadline) {
+                (Some(h), Some(d)) => Some(h.min(d)),
+                (h, d) => h.or(d),
+            };
+            let Some(rx) = guard.rx.as_mut() else { break };
+            tokio::select! {
+                granted = rx => {
+                    guard.rx = None;
+                    return match granted {
+                        Ok(g) => Ok(self.lease(family, name, owner, g.token, g.at, opts)),
+                        Err(_) => Err(LockError::unavailable(BACKEND, "the in-memory server dropped the queue")),
+                    };
+                }
+                _ = sleep_until(wake_at.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600))) => {
+                    let now = Instant::now();
+                    self.with_entry(family, name, |e| e.promote(now));
+                    if let Some(Ok(g)) = guard.rx.as_mut().map(|rx| rx.try_recv()) {
+                        guard.rx = None;
+                        return Ok(self.lease(family, name, owner, g.token, g.at, opts));
+                    }
+                    if deadline.is_some_and(|d| now >= d) {
+                        return Err(LockError::Timeout { name: name.as_str().to_owned(), waited: now - begun });
+                    }
+                }
+            }
+        }
+        Err(LockError::unavailable(BACKEND, "the in-memory wait ended without a grant"))
+    }
+}
+
+fn permits(n: u32) -> Result<Mode, LockError> {
+    if n == 0 {
+        return Err(LockError::invalid_options("a semaphore needs at least one permit"));
+    }
+    Ok(Mode::Permit(n))
 }
 
 struct MemoryHandle {
     client: MemoryLock,
+    family: Family,
     name: LockName,
     owner: OwnerId,
 }
@@ -212,25 +384,25 @@ impl LeaseHandle for MemoryHandle {
     async fn renew(&self, ttl: Duration) -> Result<RenewOutcome, LockError> {
         self.client.reachable()?;
         let now = Instant::now();
-        Ok(self.client.with_entry(&self.name, |e| match e.live_holder(now) {
-            Some(h) if h.owner == self.owner => {
-                e.holder = Some(Holder { owner: self.owner, expires: now + ttl });
+        Ok(self.client.with_entry(self.family, &self.name, |e| match e.holder(self.owner, now) {
+            Some(h) => {
+                h.expires = now + ttl;
                 RenewOutcome::Renewed
             }
-            _ => RenewOutcome::NotOwner,
+            None => RenewOutcome::NotOwner,
         }))
     }
 
     async fn release(&self) -> Result<ReleaseOutcome, LockError> {
         self.client.reachable()?;
         let now = Instant::now();
-        Ok(self.client.with_entry(&self.name, |e| match e.live_holder(now) {
-            Some(h) if h.owner == self.owner => {
-                e.holder = None;
-                e.promote(now);
-                ReleaseOutcome::Released
+        Ok(self.client.with_entry(self.family, &self.name, |e| {
+            if e.holder(self.owner, now).is_none() {
+                return ReleaseOutcome::NotOwner;
             }
-            _ => ReleaseOutcome::NotOwner,
+            e.holders.retain(|h| h.owner != self.owner);
+            e.promote(now);
+            ReleaseOutcome::Released
         }))
     }
 }
@@ -239,6 +411,7 @@ impl LeaseHandle for MemoryHandle {
 /// arrived after the caller stopped waiting (cancel-safety).
 struct QueueGuard<'a> {
     client: &'a MemoryLock,
+    family: Family,
     name: &'a LockName,
     owner: OwnerId,
     rx: Option<oneshot::Receiver<Granted>>,
@@ -250,10 +423,10 @@ impl Drop for QueueGuard<'_> {
         let granted = rx.try_recv().is_ok();
         drop(rx);
         let now = Instant::now();
-        self.client.with_entry(self.name, |e| {
+        self.client.with_entry(self.family, self.name, |e| {
             e.queue.retain(|w| w.owner != self.owner);
-            if granted && e.holder.as_ref().is_some_and(|h| h.owner == self.owner) {
-                e.holder = None;
+            if granted {
+                e.holders.retain(|h| h.owner != self.owner);
             }
             e.promote(now);
         });
@@ -267,79 +440,119 @@ impl DistributedLock for MemoryLock {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            fifo: true,
-            wake: WakeMethod::Notify,
-            lease_model: LeaseModel::PerLock,
-            durable_fencing: false,
-            durable_leases: false,
-            min_ttl: Duration::from_millis(1),
-            ..Capabilities::default()
-        }
+        Self::caps()
     }
 
     async fn try_acquire(&self, name: &LockName, opts: &AcquireOptions) -> Result<Option<Lease>, LockError> {
-        opts.validate(&self.capabilities())?;
-        self.reachable()?;
-        let owner = OwnerId::random();
-        let now = Instant::now();
-        let token = self.with_entry(name, |e| {
-            (e.live_holder(now).is_none() && !e.has_waiters()).then(|| e.grant(owner, opts.ttl, now))
-        });
-        Ok(token.map(|t| self.lease(name, owner, t, now, opts)))
+        self.try_once(Family::Lock, Mode::Exclusive, name, opts)
     }
 
     async fn acquire(&self, name: &LockName, opts: &AcquireOptions) -> Result<Lease, LockError> {
-        opts.validate(&self.capabilities())?;
-        self.reachable()?;
-        let begun = Instant::now();
-        let deadline = opts.wait.deadline(begun);
-        let owner = OwnerId::random();
-        let (tx, rx) = oneshot::channel();
-        let queued = self.with_entry(name, |e| {
-            if e.live_holder(begun).is_none() && !e.has_waiters() {
-                return Err(e.grant(owner, opts.ttl, begun));
-            }
-            if deadline.is_some_and(|d| d <= begun) {
-                return Ok(false);
-            }
-            e.queue.push_back(Waiter { owner, ttl: opts.ttl, tx });
-            Ok(true)
+        self.wait_for(Family::Lock, Mode::Exclusive, name, opts).await
+    }
+}
+
+#[async_trait]
+impl DistributedRwLock for MemoryLock {
+    fn backend(&self) -> &str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Self::caps()
+    }
+
+    async fn try_acquire_read(&self, name: &LockName, opts: &AcquireOptions) -> Result<Option<Lease>, LockError> {
+        self.try_once(Family::Rw, Mode::Read, name, opts)
+    }
+
+    async fn acquire_read(&self, name: &LockName, opts: &AcquireOptions) -> Result<Lease, LockError> {
+        self.wait_for(Family::Rw, Mode::Read, name, opts).await
+    }
+
+    async fn try_acquire_write(&self, name: &LockName, opts: &AcquireOptions) -> Result<Option<Lease>, LockError> {
+        self.try_once(Family::Rw, Mode::Exclusive, name, opts)
+    }
+
+    async fn acquire_write(&self, name: &LockName, opts: &AcquireOptions) -> Result<Lease, LockError> {
+        self.wait_for(Family::Rw, Mode::Exclusive, name, opts).await
+    }
+}
+
+#[async_trait]
+impl DistributedSemaphore for MemoryLock {
+    fn backend(&self) -> &str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Self::caps()
+    }
+
+    async fn try_acquire_permit(
+        &self,
+        name: &LockName,
+        permits_total: u32,
+        opts: &AcquireOptions,
+    ) -> Result<Option<Lease>, LockError> {
+        self.try_once(Family::Semaphore, permits(permits_total)?, name, opts)
+    }
+
+    async fn acquire_permit(
+        &self,
+        name: &LockName,
+        permits_total: u32,
+        opts: &AcquireOptions,
+    ) -> Result<Lease, LockError> {
+        self.wait_for(Family::Semaphore, permits(permits_total)?, name, opts).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts() -> AcquireOptions {
+        AcquireOptions::new(Duration::from_secs(10)).wait(Duration::from_secs(5))
+    }
+
+    #[tokio::test]
+    async fn readers_share_writers_wait_and_are_not_starved() {
+        let lock = MemoryLock::new();
+        let name = LockName::new("rw").expect("valid");
+        let r1 = lock.acquire_read(&name, &opts()).await.expect("r1");
+        let r2 = lock.acquire_read(&name, &opts()).await.expect("r2 shares");
+        assert!(lock.try_acquire_write(&name, &opts()).await.expect("ok").is_none());
+        let writer = tokio::spawn({
+            let (l, n) = (lock.client(), name.clone());
+            async move { l.acquire_write(&n, &opts()).await }
         });
-        match queued {
-            Err(token) => return Ok(self.lease(name, owner, token, begun, opts)),
-            Ok(false) => return Err(LockError::Timeout { name: name.as_str().to_owned(), waited: Duration::ZERO }),
-            Ok(true) => {}
-        }
-        let mut guard = QueueGuard { client: self, name, owner, rx: Some(rx) };
-        loop {
-            let holder_expiry = self.with_entry(name, |e| e.holder.as_ref().map(|h| h.expires));
-            let wake_at = match (holder_expiry, deadline) {
-                (Some(h), Some(d)) => Some(h.min(d)),
-                (h, d) => h.or(d),
-            };
-            let Some(rx) = guard.rx.as_mut() else { break };
-            tokio::select! {
-                granted = rx => {
-                    guard.rx = None;
-                    return match granted {
-                        Ok(g) => Ok(self.lease(name, owner, g.token, g.at, opts)),
-                        Err(_) => Err(LockError::unavailable(BACKEND, "the in-memory server dropped the queue")),
-                    };
-                }
-                _ = sleep_until(wake_at.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600))) => {
-                    let now = Instant::now();
-                    self.with_entry(name, |e| e.promote(now));
-                    if let Some(Ok(g)) = guard.rx.as_mut().map(|rx| rx.try_recv()) {
-                        guard.rx = None;
-                        return Ok(self.lease(name, owner, g.token, g.at, opts));
-                    }
-                    if deadline.is_some_and(|d| now >= d) {
-                        return Err(LockError::Timeout { name: name.as_str().to_owned(), waited: now - begun });
-                    }
-                }
-            }
-        }
-        Err(LockError::unavailable(BACKEND, "the in-memory wait ended without a grant"))
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        // A reader arriving after the queued writer waits behind it.
+        assert!(lock.try_acquire_read(&name, &opts()).await.expect("ok").is_none());
+        r1.release().await.expect("release");
+        r2.release().await.expect("release");
+        let w = writer.await.expect("joined").expect("writer granted");
+        assert!(w.token() > r2.token());
+        assert!(lock.try_acquire_read(&name, &opts()).await.expect("ok").is_none());
+        w.release().await.expect("release");
+        assert!(lock.try_acquire_read(&name, &opts()).await.expect("ok").is_some());
+    }
+
+    #[tokio::test]
+    async fn semaphore_counts_permits() {
+        let lock = MemoryLock::new();
+        let name = LockName::new("sem").expect("valid");
+        let a = lock.acquire_permit(&name, 2, &opts()).await.expect("a");
+        let b = lock.acquire_permit(&name, 2, &opts()).await.expect("b");
+        assert!(b.token() > a.token());
+        assert!(lock.try_acquire_permit(&name, 2, &opts()).await.expect("ok").is_none());
+        assert!(matches!(lock.try_acquire_permit(&name, 3, &opts()).await, Err(LockError::InvalidOptions { .. })));
+        assert!(matches!(lock.try_acquire_permit(&name, 0, &opts()).await, Err(LockError::InvalidOptions { .. })));
+        a.release().await.expect("release");
+        let c = lock.try_acquire_permit(&name, 2, &opts()).await.expect("ok").expect("a permit is free");
+        assert!(c.token() > b.token());
+        // The three kinds are separate name spaces.
+        assert!(lock.try_acquire(&name, &opts()).await.expect("ok").is_some());
     }
 }

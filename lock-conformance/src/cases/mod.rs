@@ -20,6 +20,7 @@ use crate::{ClientLink, Fixture};
 pub mod exclusion;
 pub mod faults;
 pub mod fencing;
+pub mod kinds;
 pub mod lease;
 pub mod names;
 pub mod nemesis;
@@ -153,6 +154,8 @@ registry! {
     names::hostile_names, 12, "hostile names work and never collide";
     names::invalid_input, 4, "invalid names and options give typed errors, never a panic";
     names::declared_kinds, 1, "every lock kind the capabilities declare is checked";
+    kinds::rw_lock, 16, "read-write lock: readers share, writers alone and not starved, tokens increase";
+    kinds::semaphore, 16, "semaphore: at most n holders, each with its own lease and increasing token";
     faults::fault_pause_past_ttl, 10, "a holder stops renewing past its ttl: another acquires, the old one is fenced off";
     faults::fault_connection_cut, 12, "resetting a client's connections neither breaks a held lease unnoticed nor a waiter";
     faults::fault_partition, 12, "a holder cut off longer than its ttl loses the lock safely";

@@ -133,22 +133,24 @@ pub async fn invalid_input(fx: &dyn Fixture) -> CaseResult {
     Ok(format!("{} bad options rejected", bad.len()))
 }
 
-/// Every lock kind the capabilities declare is checked. The suite has no read-write or
-/// semaphore cases yet (lock-core has no traits for them), so a backend declaring either is
-/// reported `Skipped` — not ok — rather than silently trusted.
+/// The declaration is coherent: every declared kind comes with a client of that kind (the
+/// `rw_lock` and `semaphore` cases then check the kind itself), and the ttl range is sane.
 pub async fn declared_kinds(fx: &dyn Fixture) -> CaseResult {
     let cx = Ctx::new(fx, "declared_kinds").await?;
-    let mut unchecked = Vec::new();
+    let mut kinds = vec!["exclusive"];
     if cx.caps.rw_lock {
-        unchecked.push("rw_lock");
+        ensure!(
+            matches!(fx.rw_client().await, Ok(Some(_))),
+            "the backend declares rw_lock = true but the fixture offers no rw client (Fixture::rw_client)"
+        );
+        kinds.push("read-write");
     }
     if cx.caps.semaphore {
-        unchecked.push("semaphore");
-    }
-    if !unchecked.is_empty() {
-        return Err(CaseError::Skipped(format!(
-            "the backend declares {unchecked:?}, which this suite version cannot check yet"
-        )));
+        ensure!(
+            matches!(fx.semaphore_client().await, Ok(Some(_))),
+            "the backend declares semaphore = true but the fixture offers no semaphore client (Fixture::semaphore_client)"
+        );
+        kinds.push("semaphore");
     }
     ensure!(cx.caps.min_ttl <= cx.caps.max_ttl, "min_ttl {:?} > max_ttl {:?}", cx.caps.min_ttl, cx.caps.max_ttl);
     ensure!(
@@ -157,5 +159,5 @@ pub async fn declared_kinds(fx: &dyn Fixture) -> CaseResult {
         cx.fx.base_ttl(),
         cx.caps.min_ttl
     );
-    Ok("exclusive lock only (rw_lock = false, semaphore = false)".into())
+    Ok(format!("declared kinds: {}", kinds.join(", ")))
 }

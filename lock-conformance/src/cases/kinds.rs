@@ -1,0 +1,209 @@
+//! The other lock kinds of SPEC §5: read-write locks and semaphores. Each case runs only for a
+//! backend whose capabilities declare the kind (and fails if the fixture then offers no client
+//! of that kind); otherwise it is not_applicable, with the capability as the reason.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::{DistributedRwLock, DistributedSemaphore, FencingToken, LockError};
+use tokio::time::{timeout, Instant};
+
+use super::{ensure, fail, ms, CaseError, CaseResult, Ctx};
+use crate::Fixture;
+
+async fn rw_client(cx: &Ctx<'_>) -> Result<Arc<dyn DistributedRwLock>, CaseError> {
+    match cx.fx.rw_client().await {
+        Ok(Some(c)) => Ok(c),
+        Ok(None) => {
+            fail!("the backend declares rw_lock = true but the fixture offers no rw client (Fixture::rw_client)")
+        }
+        Err(e) => Err(CaseError::Skipped(format!("the fixture could not make an rw client: {e}"))),
+    }
+}
+
+async fn semaphore_client(cx: &Ctx<'_>) -> Result<Arc<dyn DistributedSemaphore>, CaseError> {
+    match cx.fx.semaphore_client().await {
+        Ok(Some(c)) => Ok(c),
+        Ok(None) => {
+            fail!("the backend declares semaphore = true but the fixture offers no semaphore client (Fixture::semaphore_client)")
+        }
+        Err(e) => Err(CaseError::Skipped(format!("the fixture could not make a semaphore client: {e}"))),
+    }
+}
+
+/// Readers share, a writer is alone, a queued writer is not starved by later readers, and a
+/// writer's token exceeds every earlier token; then several clients mix reads and writes while
+/// a shared cell checks that no writer ever overlaps anyone.
+pub async fn rw_lock(fx: &dyn Fixture) -> CaseResult {
+    let cx = Ctx::new(fx, "rw_lock").await?;
+    if !cx.caps.rw_lock {
+        return Err(CaseError::NotApplicable("the backend declares rw_lock = false".into()));
+    }
+    let (a, b, w) = (rw_client(&cx).await?, rw_client(&cx).await?, rw_client(&cx).await?);
+    let name = cx.name("rw")?;
+    let wait = cx.ttl() * 4;
+    let r1 = a.acquire_read(&name, &cx.opts(wait)).await?;
+    let r2 = timeout(wait, b.acquire_read(&name, &cx.opts(wait)))
+        .await
+        .map_err(|_| CaseError::Failed("a second reader waited although only a reader held the lock".into()))??;
+    ensure!(r1.is_valid() && r2.is_valid(), "two readers should hold at once");
+    ensure!(w.try_acquire_write(&name, &cx.opts(wait)).await?.is_none(), "a writer got in while two readers held");
+
+    let writer = {
+        let (w, name, opts) = (Arc::clone(&w), name.clone(), cx.opts(wait * 2));
+        tokio::spawn(async move { w.acquire_write(&name, &opts).await })
+    };
+    // Give the writer time to queue, then a later reader must not overtake it.
+    tokio::time::sleep(cx.ttl() / 5).await;
+    if let Some(late) = a.try_acquire_read(&name, &cx.opts(wait)).await? {
+        let _ = late.release().await;
+        fail!("a reader arriving after a waiting writer got in first: writers can be starved");
+    }
+    r1.release().await?;
+    r2.release().await?;
+    let released = Instant::now();
+    let wl = match timeout(wait * 2, writer).await {
+        Ok(Ok(r)) => r?,
+        Ok(Err(e)) => fail!("the writer task failed: {e}"),
+        Err(_) => fail!("the writer was not granted within {:?} of the readers' release", wait * 2),
+    };
+    let handoff = released.elapsed();
+    ensure!(
+        wl.token() > r1.token() && wl.token() > r2.token(),
+        "writer token {} not above readers' {} / {}",
+        wl.token(),
+        r1.token(),
+        r2.token()
+    );
+    ensure!(a.try_acquire_read(&name, &cx.opts(wait)).await?.is_none(), "a reader got in while the writer held");
+    ensure!(b.try_acquire_write(&name, &cx.opts(wait)).await?.is_none(), "a second writer got in");
+    wl.release().await?;
+
+    // Mixed load: readers count up, a writer must find the cell empty and stay alone.
+    let readers = Arc::new(AtomicUsize::new(0));
+    let writers = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..4 {
+        let c = rw_client(&cx).await?;
+        let (readers, writers, name, opts) =
+            (Arc::clone(&readers), Arc::clone(&writers), name.clone(), cx.opts(wait * 3));
+        tasks.push(tokio::spawn(async move {
+            let mut violations = Vec::new();
+            for round in 0..4 {
+                let write = (i + round) % 3 == 0;
+                let lease =
+                    if write { c.acquire_write(&name, &opts).await? } else { c.acquire_read(&name, &opts).await? };
+                if write {
+                    if writers.fetch_add(1, Ordering::SeqCst) != 0 || readers.load(Ordering::SeqCst) != 0 {
+                        violations.push(format!("writer {i} overlapped another holder"));
+                    }
+                    tokio::time::sleep(Duration::from_millis(15)).await;
+                    writers.fetch_sub(1, Ordering::SeqCst);
+                } else {
+                    readers.fetch_add(1, Ordering::SeqCst);
+                    if writers.load(Ordering::SeqCst) != 0 {
+                        violations.push(format!("reader {i} overlapped a writer"));
+                    }
+                    tokio::time::sleep(Duration::from_millis(15)).await;
+                    readers.fetch_sub(1, Ordering::SeqCst);
+                }
+                lease.release().await?;
+            }
+            Ok::<_, LockError>(violations)
+        }));
+    }
+    let mut violations = Vec::new();
+    for t in tasks {
+        match timeout(wait * 6, t).await {
+            Ok(Ok(Ok(v))) => violations.extend(v),
+            Ok(Ok(Err(e))) => return Err(e.into()),
+            Ok(Err(e)) => fail!("a mixed-load task failed: {e}"),
+            Err(_) => fail!("the mixed read/write load did not finish within {:?}", wait * 6),
+        }
+    }
+    ensure!(violations.is_empty(), "exclusion broken: {violations:?}");
+    Ok(format!(
+        "readers shared, writer not starved, handed over {} ms after the readers left; 16 mixed holds clean",
+        ms(handoff)
+    ))
+}
+
+/// At most `n` holders at once, each with its own lease and a fresh, increasing token; a
+/// waiter gets a permit when one is released; a vanished holder's permit frees after its ttl;
+/// users must agree on `n`.
+pub async fn semaphore(fx: &dyn Fixture) -> CaseResult {
+    let cx = Ctx::new(fx, "semaphore").await?;
+    if !cx.caps.semaphore {
+        return Err(CaseError::NotApplicable("the backend declares semaphore = false".into()));
+    }
+    const N: u32 = 3;
+    let name = cx.name("sem")?;
+    let wait = cx.ttl() * 4;
+    let mut clients = Vec::new();
+    for _ in 0..=N {
+        clients.push(semaphore_client(&cx).await?);
+    }
+    let mut held = Vec::new();
+    let mut tokens: Vec<FencingToken> = Vec::new();
+    for c in clients.iter().take(N as usize) {
+        let l = c.try_acquire_permit(&name, N, &cx.opts(wait)).await?;
+        let Some(l) = l else { fail!("permit {} of {N} was refused", held.len() + 1) };
+        ensure!(tokens.last().is_none_or(|t| l.token() > *t), "tokens not increasing: {tokens:?} then {}", l.token());
+        tokens.push(l.token());
+        held.push(l);
+    }
+    let extra = &clients[N as usize];
+    ensure!(extra.try_acquire_permit(&name, N, &cx.opts(wait)).await?.is_none(), "a permit beyond {N} was granted");
+    match extra.try_acquire_permit(&name, N + 1, &cx.opts(wait)).await {
+        Err(LockError::InvalidOptions { .. }) => {}
+        Ok(Some(l)) => {
+            let _ = l.release().await;
+            fail!("a client asking for {} permits got one while {N} are in use", N + 1);
+        }
+        other => fail!("disagreeing on the number of permits should be InvalidOptions, got {other:?}"),
+    }
+    let waiter = {
+        let (c, name, opts) = (Arc::clone(extra), name.clone(), cx.opts(wait * 2));
+        tokio::spawn(async move { c.acquire_permit(&name, N, &opts).await })
+    };
+    tokio::time::sleep(cx.ttl() / 5).await;
+    let first = held.remove(0);
+    first.release().await?;
+    let released = Instant::now();
+    let got = match timeout(wait * 2, waiter).await {
+        Ok(Ok(r)) => r?,
+        Ok(Err(e)) => fail!("the waiting task failed: {e}"),
+        Err(_) => fail!("a waiter got no permit within {:?} of a release", wait * 2),
+    };
+    let handoff = released.elapsed();
+    ensure!(tokens.iter().all(|t| got.token() > *t), "the new permit's token {} is not above {tokens:?}", got.token());
+    ensure!(
+        clients[0].try_acquire_permit(&name, N, &cx.opts(wait)).await?.is_none(),
+        "a permit beyond {N} after the hand-off"
+    );
+    held.push(got);
+
+    // A holder that stops renewing loses its permit after the ttl; the others keep theirs.
+    let name2 = cx.name("sem-expiry")?;
+    let vanishing = clients[0].acquire_permit(&name2, 1, &cx.opts(wait).auto_renew(false)).await?;
+    let t0 = Instant::now();
+    let next = clients[1].acquire_permit(&name2, 1, &cx.opts(cx.expiry() * 3)).await?;
+    let freed = t0.elapsed();
+    ensure!(next.token() > vanishing.token(), "token after expiry {} not above {}", next.token(), vanishing.token());
+    ensure!(
+        freed + Duration::from_millis(5) >= cx.ttl() / 2,
+        "a vanished permit was taken after only {} ms (ttl {} ms)",
+        ms(freed),
+        ms(cx.ttl())
+    );
+    next.release().await?;
+    for l in held {
+        l.release().await?;
+    }
+    Ok(format!(
+        "{N} permits, tokens {tokens:?}, hand-off {} ms, vanished permit freed after {} ms",
+        ms(handoff),
+        ms(freed)
+    ))
+}
