@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use lock_core::{DistributedLock, LockError, MemoryLock};
+use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, MemoryLock};
 
 use crate::Config;
 
@@ -85,10 +85,7 @@ pub async fn connect_with(config: &Config) -> Result<Arc<dyn DistributedLock>, L
     let scheme = Scheme::of(&config.url)?;
     let url = config.url.as_str();
     match scheme {
-        Scheme::Memory => {
-            let name = url.split_once("://").map(|(_, n)| n).unwrap_or("");
-            Ok(Arc::new(MemoryLock::named(name)))
-        }
+        Scheme::Memory => Ok(Arc::new(memory_server(url))),
         #[cfg(feature = "sql")]
         Scheme::Sqlite | Scheme::Postgres | Scheme::Mysql => {
             Ok(Arc::new(lock_sql::connect(url, config.sql.clone()).await?))
@@ -104,6 +101,43 @@ pub async fn connect_with(config: &Config) -> Result<Arc<dyn DistributedLock>, L
             "the {other:?} backend is not compiled into this build; enable dlock's cargo feature {:?}",
             other.feature().unwrap_or("default")
         ))),
+    }
+}
+
+fn memory_server(url: &str) -> MemoryLock {
+    MemoryLock::named(url.split_once("://").map(|(_, n)| n).unwrap_or(""))
+}
+
+/// Connects a read-write lock client (SPEC §5.2) to the backend named by `config.url`.
+/// Backends whose capabilities do not declare `rw_lock` answer `Unsupported`.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), dlock::LockError> {
+/// use std::time::Duration;
+/// use dlock::{AcquireOptions, LockName};
+/// let rw = dlock::connect_rw_with(&dlock::Config::from_url("memory://docs")).await?;
+/// let name = LockName::new("catalog")?;
+/// let opts = AcquireOptions::new(Duration::from_secs(5));
+/// let (a, b) = (rw.acquire_read(&name, &opts).await?, rw.acquire_read(&name, &opts).await?);
+/// assert!(rw.try_acquire_write(&name, &opts).await?.is_none());
+/// # a.release().await?; b.release().await?; Ok(()) }
+/// ```
+pub async fn connect_rw_with(config: &Config) -> Result<Arc<dyn DistributedRwLock>, LockError> {
+    match Scheme::of(&config.url)? {
+        Scheme::Memory => Ok(Arc::new(memory_server(&config.url))),
+        other => {
+            Err(LockError::Unsupported { backend: format!("{other:?}").to_lowercase(), feature: "read-write locks" })
+        }
+    }
+}
+
+/// Connects a semaphore client (SPEC §5.3) to the backend named by `config.url`. Backends
+/// whose capabilities do not declare `semaphore` answer `Unsupported`.
+pub async fn connect_semaphore_with(config: &Config) -> Result<Arc<dyn DistributedSemaphore>, LockError> {
+    match Scheme::of(&config.url)? {
+        Scheme::Memory => Ok(Arc::new(memory_server(&config.url))),
+        other => Err(LockError::Unsupported { backend: format!("{other:?}").to_lowercase(), feature: "semaphores" }),
     }
 }
 
@@ -137,5 +171,14 @@ mod tests {
         assert!(b.try_acquire(&name, &opts).await.expect("ok").is_none());
         assert!(c.try_acquire(&name, &opts).await.expect("ok").is_some());
         held.release().await.expect("release");
+    }
+
+    #[tokio::test]
+    async fn other_kinds_are_typed_errors_where_unsupported() {
+        let e = connect_rw_with(&Config::from_url("sqlite://x.db")).await.err().expect("unsupported");
+        assert!(matches!(e, LockError::Unsupported { .. }), "{e}");
+        let e = connect_semaphore_with(&Config::from_url("redis://127.0.0.1:1")).await.err().expect("unsupported");
+        assert!(matches!(e, LockError::Unsupported { .. }), "{e}");
+        assert!(connect_semaphore_with(&Config::from_url("memory://k")).await.is_ok());
     }
 }

@@ -4,7 +4,7 @@ pub mod config;
 pub mod connect;
 
 pub use config::Config;
-pub use connect::{connect, connect_with, Scheme};
+pub use connect::{connect, connect_rw_with, connect_semaphore_with, connect_with, Scheme};
 pub use lock_core::*;
 
 /// The conformance suite, for certifying a backend (see the `lock-conformance` crate).
