@@ -35,8 +35,8 @@
 //!
 //! * **Acquire** is one atomic upsert in autocommit: insert the row (fence 1), or update it when
 //!   it is free (`owner IS NULL`), expired (`expires_at <= now`) or already ours (a retry after a
-//!   lost reply gets the same grant back). The update bumps `fence`, sets `owner` and sets
-//!   `expires_at = now + ttl`. When the row is held by someone else the statement changes
+//!   lost reply gets the same grant back, with the same token). The update bumps `fence` (unless
+//!   the row was already ours), sets `owner` and sets `expires_at = now + ttl`. When the row is held by someone else the statement changes
 //!   nothing, and we report the holder's remaining lease, so a waiter sleeps no longer than that.
 //! * **Renew** is `UPDATE … SET expires_at = now + ttl WHERE name = ? AND owner = ? AND
 //!   expires_at > now`; one row changed means still ours.
@@ -76,9 +76,10 @@
 //! listening connection and wakes one local waiter of the released name. While that connection
 //! is down notifications are lost, so after reconnecting it wakes every local waiter; and every
 //! waiter also re-tries on its own timer, never later than the holder's lease ends. Use READ
-//! COMMITTED (the default): the upsert never needs SERIALIZABLE. Behind PgBouncer, transaction
-//! pooling is fine for the statements but `LISTEN` needs a session: point the URL at the server
-//! or at a session-mode pool.
+//! COMMITTED (the default): the upsert never needs SERIALIZABLE. Behind PgBouncer, `LISTEN` needs
+//! a session and the statements are prepared per connection: use a session-mode pool, or
+//! transaction mode with `max_prepared_statements` (PgBouncer 1.21+) and accept that waiters
+//! then fall back to polling.
 //!
 //! ### MySQL / MariaDB
 //!
