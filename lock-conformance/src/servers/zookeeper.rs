@@ -1,7 +1,9 @@
 //! Local zookeeper servers for tests (see servers/mod.rs for the provisioning order).
 //!
-//! [`ZkServer::start`] uses `DLOCK_TEST_ZK_URL` when it is set (then there is no server
-//! control), and otherwise runs a standalone ZooKeeper (`QuorumPeerMain`) from the installed
+//! [`ZkServer::start`] uses `DLOCK_TEST_ZK_URL` (or `DLOCK_TEST_ZOOKEEPER_URL`) when it is set
+//! (then there is no server control), else the official `zookeeper:3.8` image where the
+//! `containers` feature is on and a Docker engine answers, and otherwise runs a standalone
+//! ZooKeeper (`QuorumPeerMain`) from the installed
 //! jars with `java`, on a free port of 127.0.0.1, with its data directory in a temp dir (kept
 //! across `stop`/`start`, so sessions, nodes and zxids survive a restart as in production).
 //! `tickTime` is 200 ms so that sessions as short as 400 ms are allowed; the JVM is kept small.
@@ -15,6 +17,7 @@ use async_trait::async_trait;
 use lock_core::LockError;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use super::{provision, ContainerSpec, TestServer};
 use crate::process::{find_binary, free_port, wait_for_port, ChildServer};
 use crate::ServerControl;
 
@@ -37,12 +40,16 @@ pub struct ZkServer {
     url: String,
     provenance: String,
     addr: Option<SocketAddr>,
-    control: Option<Arc<LocalZk>>,
+    control: Option<Arc<dyn ServerControl>>,
+    /// The local process, when it is one (for its log).
+    local: Option<Arc<LocalZk>>,
+    /// A container server, kept alive as long as this value.
+    _container: Option<TestServer>,
 }
 
 impl std::fmt::Debug for ZkServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ZkServer").field("addr", &self.addr).field("local", &self.control.is_some()).finish()
+        f.debug_struct("ZkServer").field("addr", &self.addr).field("provenance", &self.provenance).finish()
     }
 }
 
@@ -80,16 +87,56 @@ fn java() -> Option<PathBuf> {
 }
 
 impl ZkServer {
-    /// `DLOCK_TEST_ZK_URL` if set, else a fresh local ZooKeeper on a free port.
+    /// `DLOCK_TEST_ZK_URL` (or `DLOCK_TEST_ZOOKEEPER_URL`) if set, else a container (feature
+    /// `containers` and a Docker engine), else a fresh local ZooKeeper on a free port.
     pub async fn start() -> Result<ZkServer, LockError> {
         if let Ok(url) = std::env::var(ENV_URL) {
             if !url.trim().is_empty() {
                 let provenance = format!("env {ENV_URL}");
                 let addr = first_addr(&url).await;
-                return Ok(ZkServer { url, provenance, addr, control: None });
+                eprintln!("zookeeper: using the server from {ENV_URL}");
+                return Ok(ZkServer { url, provenance, addr, control: None, local: None, _container: None });
             }
         }
-        Self::start_local().await
+        // The official image honours ZOO_TICK_TIME: a short tick allows the tests' short sessions.
+        let spec = ContainerSpec::new("zookeeper", "3.8", 2181)
+            .env("ZOO_TICK_TIME", &TICK.as_millis().to_string())
+            .env("ZOO_4LW_COMMANDS_WHITELIST", "*")
+            .env("ZOO_ADMINSERVER_ENABLED", "false")
+            .ready_on("binding to port")
+            .persistent(true);
+        // The local path keeps its richer handle (log, typed control) aside; `provision` only
+        // needs to know which path won.
+        let slot = std::sync::Mutex::new(None);
+        let slot_ref = &slot;
+        let server = provision(
+            "zookeeper",
+            Some(spec),
+            |addr| format!("zk://{addr}"),
+            || async move {
+                let zk = ZkServer::start_local().await?;
+                let marker = TestServer::external(
+                    super::Source::Local { program: PathBuf::from("java") },
+                    zk.url.clone(),
+                    zk.addr,
+                );
+                *slot_ref.lock().unwrap_or_else(|e| e.into_inner()) = Some(zk);
+                Ok(marker)
+            },
+        )
+        .await?;
+        if let Some(zk) = slot.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            return Ok(zk);
+        }
+        let provenance = server.provenance();
+        Ok(ZkServer {
+            url: server.url.clone(),
+            addr: server.addr,
+            control: server.control(),
+            provenance,
+            local: None,
+            _container: Some(server),
+        })
     }
 
     /// Always a fresh local ZooKeeper (ignores `DLOCK_TEST_ZK_URL`).
@@ -158,7 +205,15 @@ impl ZkServer {
         let local = Arc::new(LocalZk { child, addr, _dir: dir });
         local.spawn().await?;
         local.wait_ready().await?;
-        Ok(ZkServer { url: format!("zk://{addr}"), provenance, addr: Some(addr), control: Some(local) })
+        let control: Arc<dyn ServerControl> = local.clone();
+        Ok(ZkServer {
+            url: format!("zk://{addr}"),
+            provenance,
+            addr: Some(addr),
+            control: Some(control),
+            local: Some(local),
+            _container: None,
+        })
     }
 
     /// `zk://127.0.0.1:<port>` without a root path (or the external URL as given).
@@ -190,12 +245,12 @@ impl ZkServer {
 
     /// Stop/start/pause of the local process; `None` for an external URL.
     pub fn control(&self) -> Option<Arc<dyn ServerControl>> {
-        self.control.clone().map(|c| c as Arc<dyn ServerControl>)
+        self.control.clone()
     }
 
     /// The local server's log (JVM output), for failure reports.
     pub fn log(&self) -> Option<String> {
-        self.control.as_ref().map(|c| std::fs::read_to_string(c.child.log_path()).unwrap_or_default())
+        self.local.as_ref().map(|c| std::fs::read_to_string(c.child.log_path()).unwrap_or_default())
     }
 }
 
