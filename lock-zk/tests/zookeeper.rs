@@ -3,4 +3,4 @@
 
 mod common;
 
-lock_conformance::conformance_tests!(zookeeper, || async { common::ZkFixture::start().await });
+lock_conformance::conformance_tests!(zookeeper, || async { common::ZkFixture::start().await }, strict);
