@@ -101,6 +101,7 @@
 //! a master that restarts empty can otherwise hand its vote to a second client.
 
 mod conn;
+mod kinds;
 mod options;
 mod pubsub;
 mod redlock;
@@ -108,6 +109,7 @@ mod scripts;
 mod single;
 mod url;
 
+pub use kinds::{PermitSide, ReadSide, RedisRwLock, RedisSemaphore, WriteSide};
 pub use options::RedisOptions;
 pub use redlock::RedlockStore;
 pub use single::RedisStore;
@@ -134,4 +136,17 @@ pub async fn connect(url: &str, options: RedisOptions) -> Result<RedisLock, Lock
 /// majority must answer now, else `Unavailable`; the others are reconnected when they return.
 pub async fn connect_redlock(url: &str, options: RedisOptions) -> Result<Redlock, LockError> {
     Ok(StoreLock::new(RedlockStore::connect(url, &options).await?))
+}
+
+/// Connects a read-write lock client (SPEC §5.2) to one Redis server; same URLs, options and
+/// errors as [`connect`]. Shares nothing with other clients: each call opens its own
+/// connection (and, when it first waits, its own pub/sub connection).
+pub async fn connect_rw(url: &str, options: RedisOptions) -> Result<RedisRwLock, LockError> {
+    kinds::connect_rw(url, &options).await
+}
+
+/// Connects a semaphore client (SPEC §5.3) to one Redis server; same URLs, options and errors
+/// as [`connect`].
+pub async fn connect_semaphore(url: &str, options: RedisOptions) -> Result<RedisSemaphore, LockError> {
+    kinds::connect_semaphore(url, &options).await
 }

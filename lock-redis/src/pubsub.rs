@@ -5,7 +5,9 @@
 //! server confirms, the channel gets a wake-up permit, so a release published between the
 //! waiter's attempt and the confirmation is never missed (the waiter re-tries once more). A
 //! message wakes one local waiter of that channel. Channels nobody waits on any more are
-//! UNSUBSCRIBEd by a periodic sweep. After the connection drops (server restart,
+//! UNSUBSCRIBEd by a periodic sweep. A message whose payload is `all` (a writer left a
+//! read-write lock and no writer waits) wakes every local waiter of that channel instead: they
+//! are readers, and all of them may go ahead. After the connection drops (server restart,
 //! network cut, failed health ping) the listener reconnects, re-subscribes every live channel
 //! and wakes every waiter, because releases may have been published in between. Waiters also
 //! re-try on a timer bounded by the holder's remaining ttl, so notifications are only hints.
@@ -150,6 +152,15 @@ impl Inner {
         hubs.get(channel).is_some_and(|h| h.wake(channel))
     }
 
+    /// Wakes every waiter of `channel`, and leaves a wake-up for one that is between two waits.
+    fn wake_every(&self, channel: &str) {
+        let hubs = self.hubs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(hub) = hubs.get(channel) {
+            hub.wake_all();
+            hub.wake(channel);
+        }
+    }
+
     /// Wakes every waiter, and leaves a wake-up for a waiter that is between two waits.
     fn wake_all(&self) {
         let hubs = self.hubs.lock().unwrap_or_else(|e| e.into_inner());
@@ -287,7 +298,11 @@ async fn pump(
                 let Some(msg) = msg else { return };
                 let Some(strong) = inner.upgrade() else { return };
                 let channel = msg.get_channel_name().to_owned();
-                if !strong.wake(&channel) {
+                // `all` (a writer left a read-write lock): every local waiter of the channel
+                // may go ahead (they are readers). Anything else wakes one waiter.
+                if msg.get_payload_bytes() == b"all" {
+                    strong.wake_every(&channel);
+                } else if !strong.wake(&channel) {
                     tracing::trace!(%channel, "release published with no local waiter");
                 }
             }

@@ -18,9 +18,9 @@ pub(crate) const BACKEND: &str = "redis";
 /// One Redis server (or a Redis Cluster node set reached through one endpoint) as a
 /// [`LeaseStore`]; use it through [`RedisLock`](crate::RedisLock).
 pub struct RedisStore {
-    node: Node,
-    notifier: Notifier,
-    prefix: String,
+    pub(crate) node: Node,
+    pub(crate) notifier: Notifier,
+    pub(crate) prefix: String,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -81,6 +81,9 @@ impl LeaseStore for RedisStore {
 
     fn capabilities(&self) -> Capabilities {
         let mut caps = Capabilities::new();
+        // Read-write locks and semaphores: `RedisRwLock` / `RedisSemaphore` (crate::kinds).
+        caps.rw_lock = true;
+        caps.semaphore = true;
         caps.fifo = false;
         caps.wake = WakeMethod::Notify;
         caps.lease_model = LeaseModel::PerLock;

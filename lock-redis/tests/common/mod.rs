@@ -8,7 +8,7 @@ use std::time::Duration;
 use lock_conformance::proxy::{FaultProxy, ProxyGroup};
 use lock_conformance::servers::redis::RedisServer;
 use lock_conformance::{async_trait, Fixture, LinkedClient, ServerControl};
-use lock_core::{DistributedLock, LockError, LockName};
+use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockName};
 use lock_redis::RedisOptions;
 
 /// Options for tests: short timeouts, so fault cases finish quickly.
@@ -46,6 +46,16 @@ impl RedisFixture {
     pub async fn redis_client(&self) -> Result<lock_redis::RedisLock, LockError> {
         lock_redis::connect(self.server.url(), self.options.clone()).await
     }
+
+    /// A fresh read-write lock client.
+    pub async fn rw(&self) -> Result<lock_redis::RedisRwLock, LockError> {
+        lock_redis::connect_rw(self.server.url(), self.options.clone()).await
+    }
+
+    /// A fresh semaphore client.
+    pub async fn semaphore(&self) -> Result<lock_redis::RedisSemaphore, LockError> {
+        lock_redis::connect_semaphore(self.server.url(), self.options.clone()).await
+    }
 }
 
 #[async_trait]
@@ -56,6 +66,14 @@ impl Fixture for RedisFixture {
 
     async fn client(&self) -> Result<Arc<dyn DistributedLock>, LockError> {
         Ok(Arc::new(self.redis_client().await?))
+    }
+
+    async fn rw_client(&self) -> Result<Option<Arc<dyn DistributedRwLock>>, LockError> {
+        Ok(Some(Arc::new(self.rw().await?)))
+    }
+
+    async fn semaphore_client(&self) -> Result<Option<Arc<dyn DistributedSemaphore>>, LockError> {
+        Ok(Some(Arc::new(self.semaphore().await?)))
     }
 
     async fn linked_client(&self) -> Result<Option<LinkedClient>, LockError> {
