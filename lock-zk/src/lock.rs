@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::{
-    AcquireOptions, Backoff, Capabilities, DistributedLock, FencingToken, Lease, LeaseGrant, LeaseHandle, LeaseModel,
-    LockError, LockName, LossTrigger, LostSignal, OwnerId, ReleaseOutcome, RenewOutcome, WaitPolicy, WakeMethod,
+    AcquireOptions, Backoff, Capabilities, DistributedLock, DistributedRwLock, DistributedSemaphore, FencingToken,
+    Lease, LeaseGrant, LeaseHandle, LeaseModel, LockError, LockName, LossTrigger, LostSignal, OwnerId, ReleaseOutcome,
+    RenewOutcome, WaitPolicy, WakeMethod,
 };
 use tokio::time::{sleep, sleep_until, timeout, Instant};
 use zookeeper_client::{Acls, Client, CreateMode, EventType, SessionState};
@@ -128,39 +129,146 @@ fn connected(state: SessionState) -> bool {
     matches!(state, SessionState::SyncConnected | SessionState::ConnectedReadOnly)
 }
 
-/// `_c_<uuid>-lock-`, the naming of Curator's protected lock nodes: the unique part lets a
-/// create whose reply was lost be found again, and the queue sorts on the sequence alone.
-/// (Interoperation with Curator clients on the same path is plausible but untested.)
-fn node_prefix(owner: OwnerId) -> String {
-    let h = owner.to_hex();
-    format!("_c_{}-{}-{}-{}-{}-lock-", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
+/// Which lock kind, and in it which side, an acquisition is for. The three kinds live under
+/// different parents, so one name used as a lock, a read-write lock and a semaphore names three
+/// independent things.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Recipe {
+    /// The exclusive lock: the lowest node holds.
+    Exclusive,
+    /// A reader: holds while no write node precedes it.
+    Read,
+    /// A writer: holds when it is the lowest node.
+    Write,
+    /// One of `n` permits: holds while fewer than `n` nodes precede it.
+    Permit(u32),
 }
 
-/// The sequence number of a lock node (`…lock-0000000042`), or `None` for foreign nodes.
+/// What a node should do, given the queue.
+enum Verdict {
+    Hold,
+    /// Wait for any of these nodes to change (be deleted).
+    Wait(Vec<String>),
+}
+
+impl Recipe {
+    /// The parent segment's kind marker. Escaped names never contain `~`, so `rw~x` and `sem~x`
+    /// can never be the parent of an exclusive lock (whose segment is the bare escaped name).
+    fn marker(self) -> &'static str {
+        match self {
+            Recipe::Exclusive => "",
+            Recipe::Read | Recipe::Write => "rw~",
+            Recipe::Permit(_) => "sem~",
+        }
+    }
+
+    /// The word between the owner and the sequence in our node names.
+    fn role(self) -> String {
+        match self {
+            Recipe::Exclusive => "lock".to_owned(),
+            Recipe::Read => "read".to_owned(),
+            Recipe::Write => "write".to_owned(),
+            Recipe::Permit(n) => format!("permits{n}"),
+        }
+    }
+
+    /// Whether a node with this role takes part in this kind's queue (foreign nodes do not).
+    fn member(self, role: &str) -> bool {
+        match self {
+            Recipe::Exclusive => role == "lock",
+            Recipe::Read | Recipe::Write => role == "read" || role == "write",
+            Recipe::Permit(_) => permits_of(role).is_some(),
+        }
+    }
+
+    /// The data stored in our node (the semaphore's permits, for operators to read).
+    fn data(self) -> Vec<u8> {
+        match self {
+            Recipe::Permit(n) => n.to_string().into_bytes(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Whether the node at `index` of `queue` holds, or which nodes it waits for. An `index`
+    /// of `queue.len()` asks whether a newcomer would hold at once. `InvalidOptions` when a
+    /// semaphore node ahead of us was made with another number of permits.
+    fn verdict(self, name: &LockName, queue: &[String], index: usize) -> Result<Verdict, LockError> {
+        let ahead = &queue[..index.min(queue.len())];
+        match self {
+            Recipe::Exclusive | Recipe::Write => Ok(match ahead.last() {
+                None => Verdict::Hold,
+                Some(predecessor) => Verdict::Wait(vec![predecessor.clone()]),
+            }),
+            Recipe::Read => Ok(match ahead.iter().rev().find(|c| role_of(c) == Some("write")) {
+                None => Verdict::Hold,
+                Some(writer) => Verdict::Wait(vec![writer.clone()]),
+            }),
+            Recipe::Permit(n) => {
+                if let Some(m) = ahead.iter().filter_map(|c| role_of(c).and_then(permits_of)).find(|m| *m != n) {
+                    return Err(LockError::invalid_options(format!(
+                        "the semaphore {:?} is in use with {m} permits, not {n}; every user of a semaphore must ask for the same number of permits",
+                        name.as_str()
+                    )));
+                }
+                let n = usize::try_from(n).unwrap_or(usize::MAX);
+                Ok(if ahead.len() < n {
+                    Verdict::Hold
+                } else {
+                    // Any deletion among our `n` nearest predecessors may free a place for us;
+                    // deletions further ahead leave us at `n` or more predecessors.
+                    Verdict::Wait(ahead[ahead.len() - n..].to_vec())
+                })
+            }
+        }
+    }
+}
+
+/// The permits of a semaphore node's role (`permits3` → 3).
+fn permits_of(role: &str) -> Option<u32> {
+    let digits = role.strip_prefix("permits")?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok().filter(|n| *n > 0)
+}
+
+/// `_c_<uuid>-<role>-`, the naming of Curator's protected lock nodes: the unique part lets a
+/// create whose reply was lost be found again, and the queue sorts on the sequence alone.
+/// (Interoperation of the exclusive lock with Curator clients on the same path is plausible but
+/// untested.)
+fn node_prefix(owner: OwnerId, role: &str) -> String {
+    let h = owner.to_hex();
+    format!("_c_{}-{}-{}-{}-{}-{role}-", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
+}
+
+/// The role and sequence number of a node (`…-lock-0000000042` → `("lock", 42)`), or `None`
+/// for nodes that are not queue nodes.
 ///
 /// The server's per-parent counter is a signed 32-bit number: after 2^31 creates under one
 /// parent it continues at `-2147483648`, which is read as 2^31 so the queue order holds.
-fn sequence(child: &str) -> Option<i64> {
+fn parse_node(child: &str) -> Option<(&str, i64)> {
     let (head, seq) = child.rsplit_once('-')?;
-    let digits = |s: &str| s.len() >= 10 && s.bytes().all(|b| b.is_ascii_digit());
-    if !digits(seq) {
+    if seq.len() < 10 || !seq.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
     let n: i64 = seq.parse().ok()?;
-    if head.ends_with("-lock") || head == "lock" {
-        Some(n)
-    } else if head.ends_with("-lock-") || head == "lock-" {
+    let (head, n) = match head.strip_suffix('-') {
         // Wrapped past i32::MAX: "-2147483648" follows 2147483647.
-        Some((1i64 << 32) - n)
-    } else {
-        None
-    }
+        Some(head) => (head, (1i64 << 32) - n),
+        None => (head, n),
+    };
+    let role = head.rsplit('-').next().unwrap_or(head);
+    Some((role, n))
 }
 
-/// Lock nodes in queue order.
-fn queue(mut children: Vec<String>) -> Vec<String> {
-    children.retain(|c| sequence(c).is_some());
-    children.sort_by_key(|c| sequence(c));
+fn role_of(child: &str) -> Option<&str> {
+    parse_node(child).map(|(role, _)| role)
+}
+
+/// The nodes of `recipe`'s kind, in queue order.
+fn queue(recipe: Recipe, mut children: Vec<String>) -> Vec<String> {
+    children.retain(|c| parse_node(c).is_some_and(|(role, _)| recipe.member(role)));
+    children.sort_by_key(|c| parse_node(c).map(|(_, seq)| seq));
     children
 }
 
@@ -174,6 +282,7 @@ enum Step<T> {
 /// The per-acquisition state of `acquire`/`try_acquire`.
 struct Attempt<'a> {
     lock: &'a ZkLock,
+    recipe: Recipe,
     name: &'a LockName,
     opts: &'a AcquireOptions,
     begun: Instant,
@@ -264,7 +373,8 @@ impl Attempt<'_> {
 
     async fn with_session(&mut self, session: &Session) -> Result<Step<Option<Lease>>, LockError> {
         let client = &session.client;
-        let parent = self.lock.parent(self.name);
+        let recipe = self.recipe;
+        let parent = self.lock.parent(recipe, self.name);
         let root = &self.lock.inner.url.root;
 
         // try_acquire on a busy lock answers without creating (and deleting) a node, which
@@ -274,7 +384,8 @@ impl Attempt<'_> {
                 match call(self.bound(), "listing lock nodes", client.list_children(&parent)).await {
                     Ok(children) => {
                         self.answered();
-                        if !queue(children).is_empty() {
+                        let children = queue(recipe, children);
+                        if let Verdict::Wait(_) = recipe.verdict(self.name, &children, children.len())? {
                             return Ok(Step::Done(None));
                         }
                         break;
@@ -288,7 +399,7 @@ impl Attempt<'_> {
         }
 
         let owner = OwnerId::random();
-        let prefix = format!("{parent}/{}", node_prefix(owner));
+        let prefix = format!("{parent}/{}", node_prefix(owner, &recipe.role()));
         let mut guard = NodeGuard::new(client.clone(), parent.clone(), prefix.clone());
         let create_sent = Instant::now();
         let (path, czxid, mut listed) = match self.create(client, &parent, &prefix).await? {
@@ -313,7 +424,7 @@ impl Attempt<'_> {
             let children = match call(self.bound(), "listing lock nodes", listing).await {
                 Ok(c) => {
                     self.answered();
-                    queue(c)
+                    queue(recipe, c)
                 }
                 Err(Failure::Server(ZkError::NoNode)) => return Ok(Step::Restart("our lock node vanished")),
                 Err(Failure::Server(e)) => return Err(server_error(e, root)),
@@ -327,34 +438,57 @@ impl Attempt<'_> {
                 // Deleted by someone else, or the session expired under us.
                 return Ok(Step::Restart("our lock node vanished"));
             };
-            if index == 0 {
-                guard.disarm();
-                return Ok(Step::Done(Some(self.lock.grant(session, self.name, owner, path, czxid, sent, self.opts))));
-            }
+            let watched = match recipe.verdict(self.name, &children, index)? {
+                Verdict::Hold => {
+                    guard.disarm();
+                    let lease = self.lock.grant(session, self.name, owner, path, czxid, sent, self.opts);
+                    return Ok(Step::Done(Some(lease)));
+                }
+                Verdict::Wait(watched) => watched,
+            };
             if !self.wait {
                 // Busy: `guard` deletes our node; acquire turns this into Timeout.
                 return Ok(Step::Done(None));
             }
-            let predecessor = format!("{parent}/{}", children[index - 1]);
-            let watcher =
-                match call(self.bound(), "watching the predecessor", client.get_and_watch_data(&predecessor)).await {
-                    Ok((_, _, w)) => {
-                        self.answered();
-                        w
+            // All watch requests go out before the first answer is awaited (one round trip).
+            let paths: Vec<String> = watched.iter().map(|c| format!("{parent}/{c}")).collect();
+            let requests: Vec<_> = paths.iter().map(|p| client.get_and_watch_data(p)).collect();
+            let mut watchers = Vec::with_capacity(requests.len());
+            let mut relist = false;
+            let mut failure = None;
+            for request in requests {
+                match call(self.bound(), "watching the node we wait for", request).await {
+                    Ok((_, _, w)) => watchers.push(w),
+                    // That node left meanwhile: look again.
+                    Err(Failure::Server(ZkError::NoNode)) => relist = true,
+                    Err(f) => {
+                        failure = Some(f);
+                        break;
                     }
-                    Err(Failure::Server(ZkError::NoNode)) => {
-                        // The predecessor left meanwhile: look again.
-                        woken = true;
-                        continue;
+                }
+            }
+            match failure {
+                None => self.answered(),
+                Some(Failure::Server(e)) => return Err(server_error(e, root)),
+                Some(Failure::SessionGone) => return Ok(Step::Restart("the ZooKeeper session ended")),
+                Some(Failure::Transient(e)) => {
+                    self.after_transient(e).await?;
+                    continue;
+                }
+            }
+            if relist || watchers.is_empty() {
+                woken = true;
+                continue;
+            }
+            let mut pending: Vec<_> = watchers.into_iter().map(|w| Box::pin(w.changed())).collect();
+            let changed = std::future::poll_fn(|cx| {
+                for w in pending.iter_mut() {
+                    if let std::task::Poll::Ready(event) = w.as_mut().poll(cx) {
+                        return std::task::Poll::Ready(event);
                     }
-                    Err(Failure::Server(e)) => return Err(server_error(e, root)),
-                    Err(Failure::SessionGone) => return Ok(Step::Restart("the ZooKeeper session ended")),
-                    Err(Failure::Transient(e)) => {
-                        self.after_transient(e).await?;
-                        continue;
-                    }
-                };
-            let changed = watcher.changed();
+                }
+                std::task::Poll::Pending
+            });
             let event = match self.deadline {
                 Some(d) => tokio::select! {
                     ev = changed => ev,
@@ -371,7 +505,7 @@ impl Attempt<'_> {
             };
             self.lock.inner.watch_events.fetch_add(1, Ordering::Relaxed);
             woken = true;
-            tracing::trace!(lock = %self.name, event = ?event.event_type, "predecessor watch fired");
+            tracing::trace!(lock = %self.name, event = ?event.event_type, path = %event.path, "watch fired");
             if event.event_type == EventType::Session {
                 return Ok(Step::Restart("the ZooKeeper session ended"));
             }
@@ -417,7 +551,8 @@ impl Attempt<'_> {
             // server removed the empty container), it is created in the same round trip.
             let container = CreateMode::Container.with_acls(acls);
             let make_parent = (!self.lock.knows_parent(parent)).then(|| client.create(parent, &[], &container));
-            let create = client.create(prefix, &[], &options);
+            let data = self.recipe.data();
+            let create = client.create(prefix, &data, &options);
             let listing = client.list_children(parent);
             let both = async {
                 if let Some(make_parent) = make_parent {
@@ -591,9 +726,22 @@ impl ZkLock {
         self.inner.watch_events.load(Ordering::Relaxed)
     }
 
-    /// The znode under which the queue of `name` lives (`<root>/<escaped name>`).
+    /// The znode under which the queue of the exclusive lock `name` lives
+    /// (`<root>/<escaped name>`).
     pub fn parent_path(&self, name: &LockName) -> String {
-        self.parent(name)
+        self.parent(Recipe::Exclusive, name)
+    }
+
+    /// The znode under which the readers and writers of the read-write lock `name` queue
+    /// (`<root>/rw~<escaped name>`).
+    pub fn rw_parent_path(&self, name: &LockName) -> String {
+        self.parent(Recipe::Read, name)
+    }
+
+    /// The znode under which the permit nodes of the semaphore `name` queue
+    /// (`<root>/sem~<escaped name>`).
+    pub fn semaphore_parent_path(&self, name: &LockName) -> String {
+        self.parent(Recipe::Permit(1), name)
     }
 
     /// The id of the current session, if one is established (ZooKeeper's `ephemeralOwner`).
@@ -618,8 +766,8 @@ impl ZkLock {
         known.insert(parent.to_owned());
     }
 
-    fn parent(&self, name: &LockName) -> String {
-        format!("{}/{}", self.inner.url.root, name.escaped())
+    fn parent(&self, recipe: Recipe, name: &LockName) -> String {
+        format!("{}/{}{}", self.inner.url.root, recipe.marker(), name.escaped())
     }
 
     fn acls(&self) -> Acls<'static> {
@@ -931,29 +1079,40 @@ impl Monitor {
     }
 }
 
-#[async_trait]
-impl DistributedLock for ZkLock {
-    fn backend(&self) -> &str {
-        BACKEND
-    }
+fn capabilities() -> Capabilities {
+    let mut caps = Capabilities::new();
+    caps.rw_lock = true;
+    caps.semaphore = true;
+    caps.fifo = true;
+    caps.wake = WakeMethod::Watch;
+    caps.lease_model = LeaseModel::PerSession;
+    // czxid is persisted with the node and zxids only grow, across restarts too.
+    caps.durable_fencing = true;
+    // Sessions and their ephemeral nodes are persisted: a restart within the session
+    // timeout keeps the holder's lock.
+    caps.durable_leases = true;
+    caps
+}
 
-    fn capabilities(&self) -> Capabilities {
-        let mut caps = Capabilities::new();
-        caps.fifo = true;
-        caps.wake = WakeMethod::Watch;
-        caps.lease_model = LeaseModel::PerSession;
-        // czxid is persisted with the node and zxids only grow, across restarts too.
-        caps.durable_fencing = true;
-        // Sessions and their ephemeral nodes are persisted: a restart within the session
-        // timeout keeps the holder's lock.
-        caps.durable_leases = true;
-        caps
+fn permits(n: u32) -> Result<Recipe, LockError> {
+    if n == 0 {
+        return Err(LockError::invalid_options("a semaphore needs at least one permit; ask for permits >= 1"));
     }
+    Ok(Recipe::Permit(n))
+}
 
-    async fn try_acquire(&self, name: &LockName, options: &AcquireOptions) -> Result<Option<Lease>, LockError> {
-        options.validate(&self.capabilities())?;
+impl ZkLock {
+    /// One attempt (try_acquire*): `Ok(None)` when busy.
+    async fn try_once(
+        &self,
+        recipe: Recipe,
+        name: &LockName,
+        options: &AcquireOptions,
+    ) -> Result<Option<Lease>, LockError> {
+        options.validate(&capabilities())?;
         let attempt = Attempt {
             lock: self,
+            recipe,
             name,
             opts: options,
             begun: Instant::now(),
@@ -965,8 +1124,9 @@ impl DistributedLock for ZkLock {
         attempt.run().await
     }
 
-    async fn acquire(&self, name: &LockName, options: &AcquireOptions) -> Result<Lease, LockError> {
-        options.validate(&self.capabilities())?;
+    /// Queues and waits (acquire*) until granted or `options.wait` ends (`Timeout`).
+    async fn wait_for(&self, recipe: Recipe, name: &LockName, options: &AcquireOptions) -> Result<Lease, LockError> {
+        options.validate(&capabilities())?;
         let begun = Instant::now();
         let (deadline, wait) = match options.wait {
             // A zero wait is one attempt, like NoWait (busy → Timeout), not an instant Unavailable.
@@ -978,6 +1138,7 @@ impl DistributedLock for ZkLock {
         };
         let attempt = Attempt {
             lock: self,
+            recipe,
             name,
             opts: options,
             begun,
@@ -993,27 +1154,193 @@ impl DistributedLock for ZkLock {
     }
 }
 
+#[async_trait]
+impl DistributedLock for ZkLock {
+    fn backend(&self) -> &str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        capabilities()
+    }
+
+    async fn try_acquire(&self, name: &LockName, options: &AcquireOptions) -> Result<Option<Lease>, LockError> {
+        self.try_once(Recipe::Exclusive, name, options).await
+    }
+
+    async fn acquire(&self, name: &LockName, options: &AcquireOptions) -> Result<Lease, LockError> {
+        self.wait_for(Recipe::Exclusive, name, options).await
+    }
+}
+
+#[async_trait]
+impl DistributedRwLock for ZkLock {
+    fn backend(&self) -> &str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        capabilities()
+    }
+
+    async fn try_acquire_read(&self, name: &LockName, options: &AcquireOptions) -> Result<Option<Lease>, LockError> {
+        self.try_once(Recipe::Read, name, options).await
+    }
+
+    async fn acquire_read(&self, name: &LockName, options: &AcquireOptions) -> Result<Lease, LockError> {
+        self.wait_for(Recipe::Read, name, options).await
+    }
+
+    async fn try_acquire_write(&self, name: &LockName, options: &AcquireOptions) -> Result<Option<Lease>, LockError> {
+        self.try_once(Recipe::Write, name, options).await
+    }
+
+    async fn acquire_write(&self, name: &LockName, options: &AcquireOptions) -> Result<Lease, LockError> {
+        self.wait_for(Recipe::Write, name, options).await
+    }
+}
+
+#[async_trait]
+impl DistributedSemaphore for ZkLock {
+    fn backend(&self) -> &str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        capabilities()
+    }
+
+    async fn try_acquire_permit(
+        &self,
+        name: &LockName,
+        permits_total: u32,
+        options: &AcquireOptions,
+    ) -> Result<Option<Lease>, LockError> {
+        self.try_once(permits(permits_total)?, name, options).await
+    }
+
+    async fn acquire_permit(
+        &self,
+        name: &LockName,
+        permits_total: u32,
+        options: &AcquireOptions,
+    ) -> Result<Lease, LockError> {
+        self.wait_for(permits(permits_total)?, name, options).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn node_names_sort_by_sequence() {
-        let p = node_prefix(OwnerId::random());
+        let p = node_prefix(OwnerId::random(), "lock");
         assert!(p.starts_with("_c_") && p.ends_with("-lock-") && p.len() == 3 + 36 + 6);
-        let q = queue(vec![
-            format!("{p}0000000010"),
-            "foreign".into(),
-            "_c_x-lock-0000000002".into(),
-            "x-lock-abc".into(),
-            "readlock-0000000001".into(),
-        ]);
+        let q = queue(
+            Recipe::Exclusive,
+            vec![
+                format!("{p}0000000010"),
+                "foreign".into(),
+                "_c_x-lock-0000000002".into(),
+                "x-lock-abc".into(),
+                "readlock-0000000001".into(),
+                "_c_y-read-0000000003".into(),
+                "_c_y-permits2-0000000004".into(),
+            ],
+        );
         assert_eq!(q, vec!["_c_x-lock-0000000002".to_owned(), format!("{p}0000000010")]);
-        let wrapped =
-            queue(vec!["_c_b-lock--2147483647".into(), "_c_a-lock-2147483647".into(), "_c_c-lock--2147483648".into()]);
+        let wrapped = queue(
+            Recipe::Exclusive,
+            vec!["_c_b-lock--2147483647".into(), "_c_a-lock-2147483647".into(), "_c_c-lock--2147483648".into()],
+        );
         assert_eq!(
             wrapped,
             vec!["_c_a-lock-2147483647".to_owned(), "_c_c-lock--2147483648".into(), "_c_b-lock--2147483647".into()]
         );
+    }
+
+    fn names(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    fn waits_for(v: Result<Verdict, LockError>) -> Option<Vec<String>> {
+        match v.expect("no error") {
+            Verdict::Hold => None,
+            Verdict::Wait(w) => Some(w),
+        }
+    }
+
+    #[test]
+    fn rw_verdicts_follow_the_recipe() {
+        let n = LockName::new("rw").expect("valid");
+        let all = vec![
+            "_c_a-read-0000000001".to_owned(),
+            "_c_b-foreign-0000000000".into(),
+            "_c_c-write-0000000002".into(),
+            "_c_d-read-0000000003".into(),
+            "_c_e-read-0000000004".into(),
+            "_c_f-write-0000000005".into(),
+            "_c_g-read-0000000006".into(),
+        ];
+        let q = queue(Recipe::Read, all);
+        assert_eq!(q.len(), 6, "the foreign node is not in the queue");
+        // The first reader holds; the writer waits for its predecessor only.
+        assert!(waits_for(Recipe::Read.verdict(&n, &q, 0)).is_none());
+        assert_eq!(waits_for(Recipe::Write.verdict(&n, &q, 1)), Some(names(&["_c_a-read-0000000001"])));
+        // Readers behind the writer wait for that writer only, not for the readers between.
+        assert_eq!(waits_for(Recipe::Read.verdict(&n, &q, 3)), Some(names(&["_c_c-write-0000000002"])));
+        assert_eq!(waits_for(Recipe::Write.verdict(&n, &q, 4)), Some(names(&["_c_e-read-0000000004"])));
+        // The last reader waits for the nearest earlier writer.
+        assert_eq!(waits_for(Recipe::Read.verdict(&n, &q, 5)), Some(names(&["_c_f-write-0000000005"])));
+        // A newcomer: a reader is busy while any writer is queued, a writer while anyone is.
+        assert!(waits_for(Recipe::Read.verdict(&n, &q[..1], 1)).is_none());
+        assert!(waits_for(Recipe::Write.verdict(&n, &q[..1], 1)).is_some());
+        assert!(waits_for(Recipe::Write.verdict(&n, &[], 0)).is_none());
+    }
+
+    #[test]
+    fn permit_verdicts_count_and_agree() {
+        let n = LockName::new("sem").expect("valid");
+        let q = queue(
+            Recipe::Permit(2),
+            names(&[
+                "_c_a-permits2-0000000001",
+                "_c_b-permits2-0000000002",
+                "_c_c-permits2-0000000003",
+                "_c_d-permits2-0000000004",
+                "_c_e-read-0000000000",
+            ]),
+        );
+        assert_eq!(q.len(), 4);
+        assert!(waits_for(Recipe::Permit(2).verdict(&n, &q, 1)).is_none());
+        // A waiter watches its `permits` nearest predecessors.
+        assert_eq!(
+            waits_for(Recipe::Permit(2).verdict(&n, &q, 2)),
+            Some(names(&["_c_a-permits2-0000000001", "_c_b-permits2-0000000002"]))
+        );
+        assert_eq!(
+            waits_for(Recipe::Permit(2).verdict(&n, &q, 3)),
+            Some(names(&["_c_b-permits2-0000000002", "_c_c-permits2-0000000003"]))
+        );
+        assert!(matches!(Recipe::Permit(3).verdict(&n, &q, 4), Err(LockError::InvalidOptions { .. })));
+        // Nodes behind us are not our business: they check against us.
+        assert!(Recipe::Permit(3).verdict(&n, &q, 0).is_ok());
+        assert_eq!(permits_of("permits"), None);
+        assert_eq!(permits_of("permits0"), None);
+        assert_eq!(permits_of("permits12"), Some(12));
+        assert!(matches!(permits(0), Err(LockError::InvalidOptions { .. })));
+    }
+
+    #[test]
+    fn kinds_never_share_a_parent() {
+        // Escaped names never contain '~', so the kind markers cannot be forged by a name.
+        for raw in ["rw~x", "sem~x", "~", "rw%7Ex"] {
+            let escaped = LockName::new(raw).expect("valid").escaped();
+            assert!(!escaped.contains('~'), "{escaped}");
+        }
+        assert_ne!(Recipe::Read.marker(), Recipe::Permit(1).marker());
+        assert_eq!(Recipe::Read.marker(), Recipe::Write.marker());
+        assert_eq!(Recipe::Exclusive.marker(), "");
     }
 }

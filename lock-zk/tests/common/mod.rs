@@ -9,7 +9,7 @@ use std::time::Duration;
 use lock_conformance::proxy::FaultProxy;
 use lock_conformance::servers::zookeeper::ZkServer;
 use lock_conformance::{async_trait, Fixture, LinkedClient, ServerControl};
-use lock_core::{DistributedLock, LockError, LockName};
+use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockName};
 use lock_zk::{ZkLock, ZkOptions};
 
 /// The session timeout of test clients: short, so that expiry cases run in seconds.
@@ -78,6 +78,14 @@ impl Fixture for ZkFixture {
 
     async fn client(&self) -> Result<Arc<dyn DistributedLock>, LockError> {
         Ok(Arc::new(self.connect().await?))
+    }
+
+    async fn rw_client(&self) -> Result<Option<Arc<dyn DistributedRwLock>>, LockError> {
+        Ok(Some(Arc::new(self.connect().await?)))
+    }
+
+    async fn semaphore_client(&self) -> Result<Option<Arc<dyn DistributedSemaphore>>, LockError> {
+        Ok(Some(Arc::new(self.connect().await?)))
     }
 
     async fn linked_client(&self) -> Result<Option<LinkedClient>, LockError> {
