@@ -154,7 +154,10 @@
 //!
 //! * TLS comes from the URL, through rustls (no OpenSSL): PostgreSQL `sslmode=require |
 //!   verify-ca | verify-full` (`sslrootcert=…`), MySQL `ssl-mode=REQUIRED | VERIFY_CA |
-//!   VERIFY_IDENTITY` (`ssl-ca=…`).
+//!   VERIFY_IDENTITY` (`ssl-ca=…`). Without a mode, sqlx *prefers* TLS when the server offers
+//!   it but does not verify the certificate: name a verifying mode in production.
+//! * PostgreSQL sessions are named `dlock` in `pg_stat_activity` unless the URL sets
+//!   `application_name`.
 //! * Connections: at most [`SqlOptions::max_connections`] per client, plus one listening
 //!   connection on PostgreSQL. PostgreSQL and MySQL use a small pool of this crate rather than
 //!   sqlx's, whose ping on every return doubles the round trips of each operation and makes the

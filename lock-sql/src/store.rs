@@ -262,7 +262,11 @@ impl SqlStore {
         let mut listener_options = None;
         let db = match kind {
             Kind::Postgres => {
-                let opts = PgConnectOptions::from_str(&url).map_err(|e| bad_url(kind, e))?.application_name("dlock");
+                let mut opts = PgConnectOptions::from_str(&url).map_err(|e| bad_url(kind, e))?;
+                // Name our sessions in pg_stat_activity, unless the URL already does.
+                if opts.get_application_name().is_none() {
+                    opts = opts.application_name("dlock");
+                }
                 listener_options = Some(opts.clone());
                 Db::Postgres(ConnPool::new(opts, options.max_connections, bound, None))
             }

@@ -82,16 +82,21 @@ async fn extra_tls_from_url() {
         return;
     }
     let sep = if fx.url().contains('?') { '&' } else { '?' };
-    let url = format!("{}{sep}sslmode=require", fx.url());
-    // Sessions of dlock clients are named "dlock": count the encrypted ones before and during.
-    let count_ssl = "SELECT count(*) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) \
-                     WHERE s.ssl AND a.application_name = 'dlock'";
-    let before: i64 = sqlx::query_scalar(count_ssl).fetch_one(&admin).await.unwrap();
+    // A session name of our own, to find exactly this client's sessions.
+    let app = format!("dlock_tls_{}", std::process::id());
+    let url = format!("{}{sep}sslmode=require&application_name={app}", fx.url());
     let lock = lock_sql::connect(&url, fx.options()).await.unwrap();
     let name = LockName::new("tls").unwrap();
     let lease = lock.try_acquire(&name, &AcquireOptions::new(Duration::from_secs(2))).await.unwrap().expect("free");
-    let during: i64 = sqlx::query_scalar(count_ssl).fetch_one(&admin).await.unwrap();
-    assert!(during > before, "no TLS session appeared ({before} before, {during} during)");
+    let (plain, encrypted): (i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE NOT s.ssl), count(*) FILTER (WHERE s.ssl) \
+         FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) WHERE a.application_name = $1",
+    )
+    .bind(&app)
+    .fetch_one(&admin)
+    .await
+    .unwrap();
+    assert!(encrypted >= 2 && plain == 0, "sessions of the client: {encrypted} encrypted, {plain} plain");
     lease.release().await.unwrap();
 
     let strict = format!("{}{sep}sslmode=verify-full", fx.url());
