@@ -423,3 +423,250 @@ async fn an_ensemble_url_with_a_dead_member_works() {
     let lease = lock.acquire(&name("ensemble"), &opts(2000).wait(Duration::from_secs(5))).await.unwrap();
     lease.release().await.unwrap();
 }
+
+// ---- Read-write lock and semaphore (SPEC §5.2, §5.3) ----
+
+/// The nodes queued under the read-write lock `name`.
+async fn rw_nodes(fx: &ZkFixture, lock: &ZkLock, name: &LockName) -> Vec<String> {
+    children_of(fx, &lock.rw_parent_path(name)).await
+}
+
+/// The nodes queued under the semaphore `name`.
+async fn sem_nodes(fx: &ZkFixture, lock: &ZkLock, name: &LockName) -> Vec<String> {
+    children_of(fx, &lock.semaphore_parent_path(name)).await
+}
+
+async fn children_of(fx: &ZkFixture, parent: &str) -> Vec<String> {
+    let raw = fx.raw().await;
+    match raw.list_children(parent).await {
+        Ok(c) => c,
+        Err(zookeeper_client::Error::NoNode) => Vec::new(),
+        Err(e) => panic!("listing {parent}: {e}"),
+    }
+}
+
+fn long_wait(ttl_ms: u64) -> AcquireOptions {
+    opts(ttl_ms).wait(Duration::from_secs(30))
+}
+
+#[tokio::test]
+async fn readers_wake_only_on_their_writer() {
+    use lock_core::DistributedRwLock;
+    let fx = ZkFixture::start().await.unwrap();
+    let n = name("rw-herd");
+    let w1c = fx.connect().await.unwrap();
+    let w1 = w1c.acquire_write(&n, &opts(3000)).await.unwrap();
+
+    // Queue: W1 (holds), R1 R2 R3, W2, R4 R5 — each on its own client, in a known order.
+    let plan = [false, false, false, true, false, false]; // true = writer
+    let mut clients = Vec::new();
+    let mut tasks = Vec::new();
+    for (i, write) in plan.into_iter().enumerate() {
+        let c = fx.connect().await.unwrap();
+        clients.push(c.clone());
+        let n2 = n.clone();
+        tasks.push(tokio::spawn(async move {
+            if write {
+                c.acquire_write(&n2, &long_wait(3000)).await
+            } else {
+                c.acquire_read(&n2, &long_wait(3000)).await
+            }
+        }));
+        eventually(Duration::from_secs(3), "queued", || async { rw_nodes(&fx, &w1c, &n).await.len() == i + 2 }).await;
+    }
+    let events = |k: usize| clients[k].watch_events();
+    assert_eq!(total_watch_events(&clients).await, 0, "nobody wakes while W1 holds");
+
+    // W1 leaves: exactly the three readers that wait on it wake; W2 and the readers behind W2
+    // sleep on.
+    w1.release().await.unwrap();
+    let mut r123 = Vec::new();
+    for t in tasks.drain(..3) {
+        r123.push(timeout(Duration::from_secs(5), t).await.unwrap().unwrap().unwrap());
+    }
+    sleep(Duration::from_millis(300)).await;
+    assert_eq!((events(0), events(1), events(2)), (1, 1, 1), "each of R1..R3 woke once");
+    assert_eq!(total_watch_events(&clients).await, 3, "W2, R4 and R5 did not wake");
+    assert!(r123.iter().all(|r| r.token() > w1.token()));
+
+    // Two of the three readers leave: W2 waits on R3 only, so nobody wakes.
+    let r3 = r123.pop().unwrap();
+    for r in r123 {
+        r.release().await.unwrap();
+    }
+    sleep(Duration::from_millis(300)).await;
+    assert_eq!(total_watch_events(&clients).await, 3, "releasing R1, R2 woke nobody");
+
+    // R3 leaves: W2 (and only W2) wakes and holds.
+    r3.release().await.unwrap();
+    let w2 = timeout(Duration::from_secs(5), tasks.remove(0)).await.unwrap().unwrap().unwrap();
+    sleep(Duration::from_millis(300)).await;
+    assert_eq!(events(3), 1);
+    assert_eq!(total_watch_events(&clients).await, 4, "only W2 woke");
+    assert!(w2.token() > r3.token());
+
+    // W2 leaves: R4 and R5 wake once each and share the lock.
+    w2.release().await.unwrap();
+    let mut last = Vec::new();
+    for t in tasks {
+        last.push(timeout(Duration::from_secs(5), t).await.unwrap().unwrap().unwrap());
+    }
+    sleep(Duration::from_millis(300)).await;
+    assert_eq!((events(4), events(5)), (1, 1));
+    assert_eq!(total_watch_events(&clients).await, 6, "one wake-up per waiter in all");
+    assert!(last.iter().all(|l| l.is_valid() && l.token() > w2.token()));
+    for l in last {
+        l.release().await.unwrap();
+    }
+    assert!(rw_nodes(&fx, &w1c, &n).await.is_empty());
+}
+
+#[tokio::test]
+async fn cancelled_reader_writer_and_permit_waits_leave_no_node() {
+    use lock_core::{DistributedRwLock, DistributedSemaphore};
+    let fx = ZkFixture::start().await.unwrap();
+    let holder = fx.connect().await.unwrap();
+    let waiter = fx.connect().await.unwrap();
+    let n = name("cancel-kinds");
+
+    // A writer holds: a reader and a writer queue, and are dropped while waiting.
+    let w = holder.acquire_write(&n, &opts(3000)).await.unwrap();
+    let dropped = timeout(Duration::from_millis(500), waiter.acquire_read(&n, &opts(3000))).await;
+    assert!(dropped.is_err());
+    let dropped = timeout(Duration::from_millis(500), waiter.acquire_write(&n, &opts(3000))).await;
+    assert!(dropped.is_err());
+    // Timed out by their own wait.
+    let err = waiter.acquire_read(&n, &opts(3000).wait(Duration::from_millis(300))).await.unwrap_err();
+    assert!(matches!(err, LockError::Timeout { .. }), "{err}");
+    // And dropped at every early await point.
+    for ms in [0u64, 1, 2, 5, 10, 20] {
+        let _ = timeout(Duration::from_millis(ms), waiter.acquire_read(&n, &opts(3000))).await;
+        let _ = timeout(Duration::from_millis(ms), waiter.acquire_write(&n, &opts(3000))).await;
+    }
+    eventually(Duration::from_secs(3), "only the writer's node is left", || async {
+        rw_nodes(&fx, &holder, &n).await.len() == 1
+    })
+    .await;
+    w.release().await.unwrap();
+    let r = waiter.try_acquire_read(&n, &opts(3000)).await.unwrap().expect("nothing queued ahead of a reader");
+    r.release().await.unwrap();
+
+    // A full semaphore: permit waits dropped, timed out, and rejected for another count.
+    let p = holder.acquire_permit(&n, 1, &opts(3000)).await.unwrap();
+    let dropped = timeout(Duration::from_millis(500), waiter.acquire_permit(&n, 1, &opts(3000))).await;
+    assert!(dropped.is_err());
+    let err = waiter.acquire_permit(&n, 1, &opts(3000).wait(Duration::from_millis(300))).await.unwrap_err();
+    assert!(matches!(err, LockError::Timeout { .. }), "{err}");
+    let err = waiter.acquire_permit(&n, 2, &opts(3000).wait(Duration::from_millis(300))).await.unwrap_err();
+    assert!(matches!(err, LockError::InvalidOptions { .. }), "{err}");
+    for ms in [0u64, 1, 2, 5, 10, 20] {
+        let _ = timeout(Duration::from_millis(ms), waiter.acquire_permit(&n, 1, &opts(3000))).await;
+    }
+    eventually(Duration::from_secs(3), "only the holder's permit node is left", || async {
+        sem_nodes(&fx, &holder, &n).await.len() == 1
+    })
+    .await;
+    p.release().await.unwrap();
+    let q = waiter.try_acquire_permit(&n, 1, &opts(3000)).await.unwrap().expect("nothing queued ahead");
+    q.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn session_expiry_of_a_reader_frees_a_waiting_writer() {
+    use lock_core::DistributedRwLock;
+    let fx = ZkFixture::start().await.unwrap();
+    let (reader, link) = fx.connect_linked().await.unwrap();
+    let other_reader = fx.connect().await.unwrap();
+    let writer = fx.connect().await.unwrap();
+    let n = name("rw-expiry");
+    let r1 = other_reader.acquire_read(&n, &opts(1500)).await.unwrap();
+    let r2 = reader.acquire_read(&n, &opts(1500)).await.unwrap();
+    let lost = r2.lost();
+    r1.release().await.unwrap();
+    let waiting = {
+        let (writer, n) = (writer.clone(), n.clone());
+        tokio::spawn(async move { writer.acquire_write(&n, &long_wait(1500)).await })
+    };
+    eventually(Duration::from_secs(3), "writer queued", || async { rw_nodes(&fx, &writer, &n).await.len() == 2 }).await;
+
+    let cut = Instant::now();
+    link.set_partitioned(true).await;
+    timeout(SESSION_TIMEOUT, lost.fired()).await.expect("the cut-off reader's lost signal fires");
+    let lost_after = cut.elapsed();
+    let w = timeout(fx.expiry_bound() * 3, waiting).await.expect("writer granted").unwrap().unwrap();
+    let granted_after = cut.elapsed();
+    eprintln!("partitioned reader: lost after {lost_after:?}, writer granted after {granted_after:?}");
+    assert!(lost_after < granted_after, "the reader gives up before the writer gets in");
+    assert!(w.token() > r2.token());
+    assert_eq!(writer.watch_events(), 1, "the writer woke once, when the reader's node went");
+    link.set_partitioned(false).await;
+    w.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_semaphore_waiter_is_woken_by_any_release() {
+    use lock_core::DistributedSemaphore;
+    let fx = ZkFixture::start().await.unwrap();
+    let n = name("sem-wake");
+    let (a, b, c, d) = (
+        fx.connect().await.unwrap(),
+        fx.connect().await.unwrap(),
+        fx.connect().await.unwrap(),
+        fx.connect().await.unwrap(),
+    );
+    let pa = a.acquire_permit(&n, 2, &opts(3000)).await.unwrap();
+    let pb = b.acquire_permit(&n, 2, &opts(3000)).await.unwrap();
+    assert!(c.try_acquire_permit(&n, 2, &opts(3000)).await.unwrap().is_none());
+    let mut tasks = Vec::new();
+    for (i, w) in [c.clone(), d.clone()].into_iter().enumerate() {
+        let n2 = n.clone();
+        tasks.push(tokio::spawn(async move { w.acquire_permit(&n2, 2, &long_wait(3000)).await }));
+        eventually(Duration::from_secs(3), "waiter queued", || async { sem_nodes(&fx, &a, &n).await.len() == i + 3 })
+            .await;
+    }
+    let data = fx.raw().await.get_data(&format!("{}/{}", a.semaphore_parent_path(&n), sem_nodes(&fx, &a, &n).await[0]));
+    assert_eq!(data.await.unwrap().0, b"2", "the permits are stored with the node");
+
+    // The *second* holder leaves (not the one the first waiter is queued right behind).
+    let released = Instant::now();
+    pb.release().await.unwrap();
+    let pc = timeout(Duration::from_secs(5), tasks.remove(0)).await.unwrap().unwrap().unwrap();
+    let handoff = released.elapsed();
+    eprintln!("semaphore hand-off after {handoff:?}");
+    assert!(handoff < Duration::from_secs(1), "the waiter was woken by the release, not by a timer: {handoff:?}");
+    assert!(pc.token() > pb.token());
+    assert_eq!(c.watch_events(), 1, "the first waiter woke once");
+    sleep(Duration::from_millis(300)).await;
+    assert_eq!(d.watch_events(), 1, "the second waiter woke once (its window lost B) and waits on");
+    assert!(!tasks[0].is_finished(), "two permits are in use: A and C");
+
+    // The first holder leaves: the last waiter gets in.
+    pa.release().await.unwrap();
+    let pd = timeout(Duration::from_secs(5), tasks.remove(0)).await.unwrap().unwrap().unwrap();
+    assert!(pd.token() > pc.token());
+    assert_eq!(c.watch_events() + d.watch_events(), 3);
+    pc.release().await.unwrap();
+    pd.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn one_name_in_three_kinds_is_three_locks() {
+    use lock_core::{DistributedRwLock, DistributedSemaphore};
+    let fx = ZkFixture::start().await.unwrap();
+    let a = fx.connect().await.unwrap();
+    let n = name("rw~x");
+    let lock = a.try_acquire(&n, &opts(3000)).await.unwrap().expect("exclusive");
+    let write = a.try_acquire_write(&n, &opts(3000)).await.unwrap().expect("write lock of the same name");
+    let permit = a.try_acquire_permit(&n, 1, &opts(3000)).await.unwrap().expect("permit of the same name");
+    let parents = [a.parent_path(&n), a.rw_parent_path(&n), a.semaphore_parent_path(&n)];
+    for p in &parents {
+        assert_eq!(children_of(&fx, p).await.len(), 1, "{p}");
+        assert!(p.starts_with(&format!("{}/", fx.root)) && p[fx.root.len() + 1..].find('/').is_none(), "{p}");
+    }
+    assert!(parents[0] != parents[1] && parents[1] != parents[2] && parents[0] != parents[2]);
+    // A name that looks like a marked parent stays an exclusive lock of its own.
+    assert_ne!(a.parent_path(&name("rw~x")), a.rw_parent_path(&name("x")));
+    for l in [lock, write, permit] {
+        l.release().await.unwrap();
+    }
+}
