@@ -136,6 +136,8 @@ macro_rules! kinds_prelude {
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- Numbers go to Redis as decimal strings (a Lua number argument may be cut to 14 digits).
+local function ms(n) return string.format('%d', n) end
 -- The next fencing token: never less than the server clock in microseconds.
 local function next_token(key)
   local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -148,18 +150,18 @@ local function next_token(key)
 end
 -- Drops holders whose lease ended (and their tokens, when `tokens` is given).
 local function purge(zset, tokens)
-  local gone = redis.call('ZRANGEBYSCORE', zset, '-inf', now)
+  local gone = redis.call('ZRANGEBYSCORE', zset, '-inf', ms(now))
   for _, member in ipairs(gone) do
     if tokens then redis.call('HDEL', tokens, member) end
   end
-  if #gone > 0 then redis.call('ZREMRANGEBYSCORE', zset, '-inf', now) end
+  if #gone > 0 then redis.call('ZREMRANGEBYSCORE', zset, '-inf', ms(now)) end
 end
 -- Gives `keys` the expiry of the longest lease in `zset`, or deletes them when it is empty.
 local function expire_with(zset, keys)
   local last = redis.call('ZRANGE', zset, -1, -1, 'WITHSCORES')
   for _, k in ipairs(keys) do
     if last[2] then
-      redis.call('PEXPIRE', k, string.format('%d', math.max(1, tonumber(last[2]) - now)))
+      redis.call('PEXPIRE', k, ms(math.max(1, tonumber(last[2]) - now)))
     else
       redis.call('DEL', k)
     end
@@ -248,19 +250,19 @@ purge(KEYS[1], KEYS[2])
 local mine = redis.call('ZSCORE', KEYS[1], ARGV[1])
 local token = redis.call('HGET', KEYS[2], ARGV[1])
 if mine and token then
-  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+  redis.call('ZADD', KEYS[1], ms(now + tonumber(ARGV[2])), ARGV[1])
   expire_with(KEYS[1], {KEYS[1], KEYS[2]})
   return {1, tonumber(token)}
 end
 if redis.call('EXISTS', KEYS[3]) == 1 then
   return {0, redis.call('PTTL', KEYS[3])}
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', ms(now))
 if redis.call('ZCARD', KEYS[4]) > 0 then
   return {0, left(KEYS[4], true)}
 end
 token = next_token(KEYS[5])
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+redis.call('ZADD', KEYS[1], ms(now + tonumber(ARGV[2])), ARGV[1])
 redis.call('HSET', KEYS[2], ARGV[1], string.format('%d', token))
 expire_with(KEYS[1], {KEYS[1], KEYS[2]})
 return {1, token}
@@ -289,8 +291,8 @@ elseif redis.call('ZCARD', KEYS[1]) > 0 then
   busy = left(KEYS[1], false)
 end
 if busy ~= -2 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
-  redis.call('ZADD', KEYS[4], now + tonumber(ARGV[3]), ARGV[1])
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', ms(now))
+  redis.call('ZADD', KEYS[4], ms(now + tonumber(ARGV[3])), ARGV[1])
   expire_with(KEYS[4], {KEYS[4]})
   return {0, busy}
 end
@@ -313,7 +315,7 @@ local mine = redis.call('HGET', KEYS[1], 'o') == ARGV[1]
 local claimed = redis.call('ZREM', KEYS[2], ARGV[1]) == 1
 if mine then redis.call('DEL', KEYS[1]) end
 if mine or claimed then
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ms(now))
   if redis.call('ZCARD', KEYS[2]) > 0 then
     if mine then redis.call('PUBLISH', ARGV[3], 'one') end
   elseif redis.call('EXISTS', KEYS[1]) == 0 then
@@ -343,7 +345,7 @@ end
 local mine = redis.call('ZSCORE', KEYS[1], ARGV[1])
 local token = redis.call('HGET', KEYS[2], ARGV[1])
 if mine and token then
-  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+  redis.call('ZADD', KEYS[1], ms(now + tonumber(ARGV[2])), ARGV[1])
   expire_with(KEYS[1], {KEYS[1], KEYS[2], KEYS[3]})
   return {1, tonumber(token)}
 end
@@ -351,7 +353,7 @@ if redis.call('ZCARD', KEYS[1]) >= n then
   return {0, left(KEYS[1], true)}
 end
 token = next_token(KEYS[4])
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+redis.call('ZADD', KEYS[1], ms(now + tonumber(ARGV[2])), ARGV[1])
 redis.call('HSET', KEYS[2], ARGV[1], string.format('%d', token))
 redis.call('SET', KEYS[3], ARGV[3])
 expire_with(KEYS[1], {KEYS[1], KEYS[2], KEYS[3]})
@@ -367,7 +369,7 @@ const ZSET_RENEW_SRC: &str = concat!(
     r#"
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if score and tonumber(score) > now then
-  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+  redis.call('ZADD', KEYS[1], ms(now + tonumber(ARGV[2])), ARGV[1])
   expire_with(KEYS[1], KEYS)
   return 1
 end
