@@ -71,6 +71,9 @@ struct Statements {
     returning: bool,
 }
 
+/// Lock stripes for [`SqlStore::one_at_a_time`]: enough that unrelated leases rarely share one.
+const STRIPES: usize = 64;
+
 /// Milliseconds since the Unix epoch, on the database's clock.
 const PG_NOW: &str = "(extract(epoch from now()) * 1000)::bigint";
 const MY_NOW: &str = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)";
@@ -218,6 +221,8 @@ pub struct SqlStore {
     durable: bool,
     hub: WakeHub,
     listener: Option<Listener>,
+    /// Renew and release of one owner run one at a time (see [`SqlStore::one_at_a_time`]).
+    stripes: Box<[tokio::sync::Mutex<()>; STRIPES]>,
 }
 
 impl std::fmt::Debug for SqlStore {
@@ -331,6 +336,7 @@ impl SqlStore {
             durable,
             hub: hub.clone(),
             listener: None,
+            stripes: Box::new(std::array::from_fn(|_| tokio::sync::Mutex::new(()))),
         };
         store.create_table().await?;
         store.warm_up().await;
@@ -339,6 +345,16 @@ impl SqlStore {
             store.listener = Some(listen::start(opts, options.table.clone(), hub, bounds).await?);
         }
         Ok(store)
+    }
+
+    /// Serializes renew and release of one owner. A release sent while that owner's renewal
+    /// is still in flight could be applied first; the renewal then finds the row freed and
+    /// answers NotOwner, which the lease watchdog would report as a lost lease although the
+    /// holder itself released it. Waiting here lets the renewal finish first (or be cancelled
+    /// by the release, before its answer is read).
+    async fn one_at_a_time(&self, owner: OwnerId) -> tokio::sync::MutexGuard<'_, ()> {
+        // The remainder is below STRIPES, so the index is always in range.
+        self.stripes[(owner.as_u128() % STRIPES as u128) as usize].lock().await
     }
 
     /// The lease table's name.
@@ -619,6 +635,7 @@ impl LeaseStore for SqlStore {
     }
 
     async fn renew(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<RenewOutcome, LockError> {
+        let _serial = self.one_at_a_time(owner).await;
         let (n, o, ms) = (name.as_str(), owner.to_hex(), ttl_ms(ttl));
         let o = o.as_str();
         let sql = &self.sql.renew;
@@ -652,6 +669,7 @@ impl LeaseStore for SqlStore {
     }
 
     async fn release(&self, name: &LockName, owner: OwnerId) -> Result<ReleaseOutcome, LockError> {
+        let _serial = self.one_at_a_time(owner).await;
         let (n, o) = (name.as_str(), owner.to_hex());
         let o = o.as_str();
         let sql = &self.sql.release;
