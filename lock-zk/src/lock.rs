@@ -147,8 +147,11 @@ enum Recipe {
 /// What a node should do, given the queue.
 enum Verdict {
     Hold,
-    /// Wait for any of these nodes to change (be deleted).
+    /// Wait for any of these nodes to be deleted.
     Wait(Vec<String>),
+    /// Wait for this semaphore node to be deleted or granted: a permit node's data is
+    /// rewritten when it is granted (its version turns 1).
+    WaitGranted(String),
 }
 
 impl Recipe {
@@ -211,12 +214,14 @@ impl Recipe {
                     )));
                 }
                 let n = usize::try_from(n).unwrap_or(usize::MAX);
-                Ok(if ahead.len() < n {
-                    Verdict::Hold
-                } else {
-                    // Any deletion among our `n` nearest predecessors may free a place for us;
-                    // deletions further ahead leave us at `n` or more predecessors.
-                    Verdict::Wait(ahead[ahead.len() - n..].to_vec())
+                Ok(match ahead.len() {
+                    k if k < n => Verdict::Hold,
+                    // The first waiter: all `n` nodes ahead hold, and any of them leaving
+                    // frees a place for us.
+                    k if k == n => Verdict::Wait(ahead.to_vec()),
+                    // Further back: we can only become the first waiter once our predecessor
+                    // has left or been granted (which rewrites its data).
+                    _ => Verdict::WaitGranted(ahead[ahead.len() - 1].clone()),
                 })
             }
         }
@@ -438,13 +443,31 @@ impl Attempt<'_> {
                 // Deleted by someone else, or the session expired under us.
                 return Ok(Step::Restart("our lock node vanished"));
             };
-            let watched = match recipe.verdict(self.name, &children, index)? {
+            let (watched, until_granted) = match recipe.verdict(self.name, &children, index)? {
                 Verdict::Hold => {
+                    if let Recipe::Permit(_) = recipe {
+                        // Mark our node granted, which wakes the waiter right behind us (it
+                        // becomes the first waiter and must watch the holders, us included).
+                        let mark = client.set_data(&path, &recipe.data(), None);
+                        match call(self.bound(), "marking our permit node granted", mark).await {
+                            Ok(_) => self.answered(),
+                            Err(Failure::Server(ZkError::NoNode)) => {
+                                return Ok(Step::Restart("our lock node vanished"))
+                            }
+                            Err(Failure::Server(e)) => return Err(server_error(e, root)),
+                            Err(Failure::SessionGone) => return Ok(Step::Restart("the ZooKeeper session ended")),
+                            Err(Failure::Transient(e)) => {
+                                self.after_transient(e).await?;
+                                continue;
+                            }
+                        }
+                    }
                     guard.disarm();
                     let lease = self.lock.grant(session, self.name, owner, path, czxid, sent, self.opts);
                     return Ok(Step::Done(Some(lease)));
                 }
-                Verdict::Wait(watched) => watched,
+                Verdict::Wait(watched) => (watched, false),
+                Verdict::WaitGranted(predecessor) => (vec![predecessor], true),
             };
             if !self.wait {
                 // Busy: `guard` deletes our node; acquire turns this into Timeout.
@@ -458,6 +481,8 @@ impl Attempt<'_> {
             let mut failure = None;
             for request in requests {
                 match call(self.bound(), "watching the node we wait for", request).await {
+                    // Granted already: we may be the first waiter now.
+                    Ok((_, stat, _)) if until_granted && stat.version > 0 => relist = true,
                     Ok((_, _, w)) => watchers.push(w),
                     // That node left meanwhile: look again.
                     Err(Failure::Server(ZkError::NoNode)) => relist = true,
@@ -1268,6 +1293,7 @@ mod tests {
         match v.expect("no error") {
             Verdict::Hold => None,
             Verdict::Wait(w) => Some(w),
+            Verdict::WaitGranted(p) => Some(vec![format!("granted {p}")]),
         }
     }
 
@@ -1314,15 +1340,12 @@ mod tests {
         );
         assert_eq!(q.len(), 4);
         assert!(waits_for(Recipe::Permit(2).verdict(&n, &q, 1)).is_none());
-        // A waiter watches its `permits` nearest predecessors.
+        // The first waiter watches the holders; the next its predecessor's grant.
         assert_eq!(
             waits_for(Recipe::Permit(2).verdict(&n, &q, 2)),
             Some(names(&["_c_a-permits2-0000000001", "_c_b-permits2-0000000002"]))
         );
-        assert_eq!(
-            waits_for(Recipe::Permit(2).verdict(&n, &q, 3)),
-            Some(names(&["_c_b-permits2-0000000002", "_c_c-permits2-0000000003"]))
-        );
+        assert_eq!(waits_for(Recipe::Permit(2).verdict(&n, &q, 3)), Some(names(&["granted _c_c-permits2-0000000003"])));
         assert!(matches!(Recipe::Permit(3).verdict(&n, &q, 4), Err(LockError::InvalidOptions { .. })));
         // Nodes behind us are not our business: they check against us.
         assert!(Recipe::Permit(3).verdict(&n, &q, 0).is_ok());
