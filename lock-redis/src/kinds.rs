@@ -5,7 +5,7 @@
 //! cancel-safety and the lease watchdog. The scripts are in [`crate::scripts`]; the key layout
 //! is in the crate docs.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -22,9 +22,50 @@ use crate::{RedisOptions, RedisStore};
 
 /// How long a refused writer's claim holds back new readers: long enough to outlast the
 /// writer's re-try interval (a third of it, see [`WriteSide::try_lock`]), short enough that a
-/// writer that gave up (a dropped `acquire`, a time-out) delays readers only briefly.
+/// writer that vanished (a crashed process) delays readers only briefly. A write wait that
+/// ends without a grant in a live process withdraws its claim at once ([`ClaimGuard`]).
 pub(crate) fn writer_claim(ttl: Duration) -> Duration {
     (ttl / 2).clamp(Duration::from_millis(300), Duration::from_secs(2))
+}
+
+tokio::task_local! {
+    /// Set while `RedisRwLock::acquire_write` waits: the owner id its attempts used, so that a
+    /// wait that ends without a grant (time-out, error, dropped future) withdraws its claim at
+    /// once instead of holding readers back until the claim lapses.
+    static WRITE_WAIT: Arc<WriteWait>;
+}
+
+/// What a write attempt knows about the call it belongs to.
+struct WriteWait {
+    /// Whether a refused attempt leaves a claim: yes while waiting, no for a single try.
+    claim: bool,
+    /// The owner id of the attempts.
+    owner: Mutex<Option<OwnerId>>,
+}
+
+/// Withdraws the claim of a write wait that ended without a grant, in the background.
+struct ClaimGuard {
+    side: Arc<WriteSide>,
+    name: LockName,
+    wait: Arc<WriteWait>,
+    armed: bool,
+    timeout: Duration,
+}
+
+impl Drop for ClaimGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Some(owner) = *self.wait.owner.lock().unwrap_or_else(|e| e.into_inner()) else { return };
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let (side, name, t) = (Arc::clone(&self.side), self.name.clone(), self.timeout);
+            rt.spawn(async move {
+                // Owner-checked: removes the claim, and the grant too if one raced in.
+                let _ = tokio::time::timeout(t, side.release(&name, owner)).await;
+            });
+        }
+    }
 }
 
 /// The read side of a read-write lock.
@@ -163,9 +204,15 @@ impl LeaseStore for WriteSide {
     }
 
     async fn try_lock(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<TryLock, LockError> {
+        let claiming = WRITE_WAIT
+            .try_with(|w| {
+                *w.owner.lock().unwrap_or_else(|e| e.into_inner()) = Some(owner);
+                w.claim
+            })
+            .unwrap_or(true);
         let (k, owner, ms) = (&RwKeys::new(&self.base.prefix, name), &owner.to_hex(), ttl_ms(ttl));
         let claim = writer_claim(ttl);
-        let claim_ms = ttl_ms(claim);
+        let claim_ms = if claiming { ttl_ms(claim) } else { 0 };
         let node = &self.base.node;
         let reply: Vec<i64> = node
             .run_idempotent(node.request_timeout(), |mut c| async move {
@@ -345,11 +392,23 @@ impl DistributedRwLock for RedisRwLock {
     }
 
     async fn try_acquire_write(&self, name: &LockName, options: &AcquireOptions) -> Result<Option<Lease>, LockError> {
-        self.write.try_acquire(name, options).await
+        // A single try does not wait, so it leaves no claim that would hold readers back.
+        let wait = Arc::new(WriteWait { claim: false, owner: Mutex::new(None) });
+        WRITE_WAIT.scope(wait, self.write.try_acquire(name, options)).await
     }
 
     async fn acquire_write(&self, name: &LockName, options: &AcquireOptions) -> Result<Lease, LockError> {
-        self.write.acquire(name, options).await
+        let wait = Arc::new(WriteWait { claim: true, owner: Mutex::new(None) });
+        let mut guard = ClaimGuard {
+            side: Arc::clone(self.write.store()),
+            name: name.clone(),
+            wait: Arc::clone(&wait),
+            armed: true,
+            timeout: options.request_timeout,
+        };
+        let result = WRITE_WAIT.scope(wait, self.write.acquire(name, options)).await;
+        guard.armed = result.is_err();
+        result
     }
 }
 

@@ -271,9 +271,9 @@ return {1, token}
 pub(crate) static RW_READ: LazyLock<Script> = LazyLock::new(|| Script::new(RW_READ_SRC));
 
 /// Write acquire. KEYS: readers, tokens, writer, waiting, fence. ARGV: owner, ttl ms, claim ms.
-/// `{1, token}` granted (or already ours); `{0, ms}` refused: then the writer's claim in
-/// `waiting` is (re)set to `claim ms`, which holds back new readers, and ms is how long the
-/// current holders' leases last at most.
+/// `{1, token}` granted (or already ours; its claim is dropped); `{0, ms}` refused: then, unless
+/// `claim ms` is 0 (a single try), the writer's claim in `waiting` is (re)set to end in `claim
+/// ms`, which holds back new readers; ms is how long the current holders' leases last at most.
 const RW_WRITE_SRC: &str = concat!(
     kinds_prelude!(),
     r#"
@@ -291,9 +291,11 @@ elseif redis.call('ZCARD', KEYS[1]) > 0 then
   busy = left(KEYS[1], false)
 end
 if busy ~= -2 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', ms(now))
-  redis.call('ZADD', KEYS[4], ms(now + tonumber(ARGV[3])), ARGV[1])
-  expire_with(KEYS[4], {KEYS[4]})
+  if tonumber(ARGV[3]) > 0 then
+    redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', ms(now))
+    redis.call('ZADD', KEYS[4], ms(now + tonumber(ARGV[3])), ARGV[1])
+    expire_with(KEYS[4], {KEYS[4]})
+  end
   return {0, busy}
 end
 local token = next_token(KEYS[5])

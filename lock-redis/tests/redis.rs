@@ -580,24 +580,56 @@ mod redis_kinds {
         lease.release().await.unwrap();
     }
 
-    /// A writer that tried once and gave up holds new readers back only for its short claim;
-    /// a writer that acquires later clears it.
+    /// A refused single try leaves no claim; a write wait that times out or is dropped
+    /// withdraws its claim at once; the claim of a writer that vanished (a crashed process)
+    /// holds readers back only until it lapses.
     #[tokio::test]
-    async fn abandoned_writer_claim_lapses() {
+    async fn writer_claims_end_with_the_wait() {
         let fx = RedisFixture::start().await.unwrap();
         let (a, b) = (fx.rw().await.unwrap(), fx.rw().await.unwrap());
         let name = LockName::new("claim").unwrap();
-        let ttl = 600; // claim: 300 ms
         let r = a.acquire_read(&name, &opts(5000)).await.unwrap();
-        assert!(b.try_acquire_write(&name, &opts(ttl)).await.unwrap().is_none());
+        assert!(b.try_acquire_write(&name, &opts(5000)).await.unwrap().is_none());
+        let r2 = a.try_acquire_read(&name, &opts(5000)).await.unwrap();
+        assert!(r2.is_some(), "a refused try_acquire_write left a claim behind");
+
+        // A wait that times out.
+        let t = b.acquire_write(&name, &opts(5000).wait(Duration::from_millis(300))).await;
+        assert!(matches!(t, Err(LockError::Timeout { .. })), "{t:?}");
         let t0 = Instant::now();
-        assert!(a.try_acquire_read(&name, &opts(5000)).await.unwrap().is_none(), "the claim holds readers back");
-        let r2 = a.acquire_read(&name, &opts(5000)).await.unwrap();
-        let waited = t0.elapsed();
-        eprintln!("reader waited {waited:?} for an abandoned claim");
-        assert!(waited < Duration::from_millis(1000), "an abandoned claim held readers back for {waited:?}");
-        r.release().await.unwrap();
-        r2.release().await.unwrap();
+        let r3 = a.acquire_read(&name, &opts(5000)).await.unwrap();
+        let after_timeout = t0.elapsed();
+
+        // A wait whose future is dropped.
+        let dropped = tokio::time::timeout(
+            Duration::from_millis(300),
+            b.acquire_write(&name, &opts(5000).wait(Duration::from_secs(5))),
+        )
+        .await;
+        assert!(dropped.is_err(), "the writer should still be waiting");
+        let t0 = Instant::now();
+        let r4 = a.acquire_read(&name, &opts(5000)).await.unwrap();
+        let after_drop = t0.elapsed();
+        eprintln!("a reader got in {after_timeout:?} after a timed-out write wait, {after_drop:?} after a dropped one");
+        // The claim of a 5 s ttl lasts 2 s: these are withdrawals, not lapses.
+        assert!(after_timeout < Duration::from_millis(500), "{after_timeout:?}");
+        assert!(after_drop < Duration::from_millis(500), "{after_drop:?}");
+
+        // A vanished writer's claim (written as the script does, ending 400 ms from now).
+        let mut conn = raw(&fx).await;
+        let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await.unwrap();
+        let ends = secs * 1000 + micros / 1000 + 400;
+        let waiting = fx.key(&name.escaped(), "rw:waiting");
+        let _: i64 = redis::cmd("ZADD").arg(&waiting).arg(ends).arg("ghost").query_async(&mut conn).await.unwrap();
+        assert!(a.try_acquire_read(&name, &opts(5000)).await.unwrap().is_none(), "a claim holds readers back");
+        let t0 = Instant::now();
+        let r5 = a.acquire_read(&name, &opts(5000)).await.unwrap();
+        let lapsed = t0.elapsed();
+        eprintln!("a vanished writer's claim held a reader back {lapsed:?}");
+        assert!(lapsed >= Duration::from_millis(250) && lapsed < Duration::from_millis(1000), "{lapsed:?}");
+        for l in [Some(r), r2, Some(r3), Some(r4), Some(r5)].into_iter().flatten() {
+            l.release().await.unwrap();
+        }
     }
 
     /// Every holder's lease is its own: renewing keeps a reader (or a permit) past its ttl,
