@@ -3,7 +3,8 @@
 //! Redis backends for dlock: a single Redis server ([`connect`], `redis://` / `rediss://`) and
 //! Redlock over N independent masters ([`connect_redlock`], `redlock://h1:p1,h2:p2,…`). Both
 //! implement [`lock_core::DistributedLock`]; waiting, time-outs, cancel-safety and the lease
-//! watchdog come from [`lock_core::StoreLock`].
+//! watchdog come from [`lock_core::StoreLock`]. On a single server there are also read-write
+//! locks ([`connect_rw`]) and semaphores ([`connect_semaphore`]).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), lock_core::LockError> {
@@ -55,7 +56,70 @@
 //!   (servers are verified against the webpki roots, or against `tls_ca_file`); passwords never
 //!   appear in `Debug` output, logs or errors. The least an ACL user needs (tested):
 //!   `~dlock:* &dlock:* +evalsha +script|load +ping +subscribe +unsubscribe +publish +hget
-//!   +hset +pexpire +pttl +time +incr +get +set +del` (with your `key_prefix`).
+//!   +hset +pexpire +pttl +time +incr +get +set +del` (with your `key_prefix`); read-write
+//!   locks and semaphores also need `+zadd +zrange +zrangebyscore +zremrangebyscore +zscore
+//!   +zrem +zcard +hdel +exists` (tested).
+//!
+//! ## Read-write locks and semaphores (single instance)
+//!
+//! [`connect_rw`] gives a [`RedisRwLock`] ([`lock_core::DistributedRwLock`]) and
+//! [`connect_semaphore`] a [`RedisSemaphore`] ([`lock_core::DistributedSemaphore`]). They use
+//! the same connection, pub/sub and script machinery as the exclusive lock; each side (read,
+//! write, permit) is a small [`lock_core::LeaseStore`], so waiting, time-outs, cancel-safety
+//! and the lease watchdog are [`lock_core::StoreLock`]'s. Redlock does not offer them (its
+//! capabilities say `rw_lock: false, semaphore: false`).
+//!
+//! **Keys.** A name used as an exclusive lock, a read-write lock and a semaphore is three
+//! different locks: each kind has its own key space under the same hash tag (so one Redis
+//! Cluster slot per name), and every script gets all its keys in `KEYS`:
+//!
+//! | key | type | content |
+//! |---|---|---|
+//! | `<prefix>:{<name>}:rw:readers` | sorted set | reader owner → server time (ms) its lease ends |
+//! | `<prefix>:{<name>}:rw:tokens` | hash | reader owner → its fencing token |
+//! | `<prefix>:{<name>}:rw:writer` | hash, `PX ttl` | `{o: owner, f: token}` of the writer |
+//! | `<prefix>:{<name>}:rw:waiting` | sorted set | waiting writer owner → server time (ms) its claim ends |
+//! | `<prefix>:{<name>}:rw:fence` | integer | highest token issued for the read-write lock |
+//! | `<prefix>:{<name>}:sem:holders` | sorted set | permit owner → server time (ms) its lease ends |
+//! | `<prefix>:{<name>}:sem:tokens` | hash | permit owner → its fencing token |
+//! | `<prefix>:{<name>}:sem:permits` | string | the number of permits its users agreed on |
+//! | `<prefix>:{<name>}:sem:fence` | integer | highest token issued for the semaphore |
+//!
+//! Channels: `…:rw:to-readers`, `…:rw:to-writers`, `…:sem:released`. The sorted sets, the
+//! token hashes and `sem:permits` carry the expiry of their longest lease, so nothing is left
+//! behind when holders vanish; the fence counters have no expiry.
+//!
+//! **Scripts** (one round trip each; expiries are decided by the server's `TIME`, never by a
+//! client clock; every script first drops the holders whose lease ended):
+//! - *read acquire*: already ours → extend, same token. Else refused while a writer holds
+//!   (answer: its `PTTL`) or while any writer's claim in `rw:waiting` is live (answer: until the
+//!   first claim ends); else the next token, the reader added with `now + ttl`.
+//! - *write acquire*: already ours → extend, same token. Else refused while a writer or a reader
+//!   holds; a refused **waiting** writer (re)sets its claim, which makes new readers wait, so a
+//!   stream of readers cannot starve it (readers already in keep their leases). The claim lasts
+//!   `clamp(ttl/2, 300 ms, 2 s)` and the writer re-tries at least every third of it, so it stays
+//!   up while the writer waits. A wait that ends without a grant (time-out, error, dropped
+//!   future) withdraws it at once; a crashed writer's claim lapses on its own; a single
+//!   `try_acquire_write` sets none. Granted: next token, `rw:writer` with `PX ttl`, claim removed.
+//! - *permit acquire*: `sem:permits` different from the caller's `permits` while anyone holds →
+//!   `InvalidOptions` (when the semaphore is empty any number starts afresh); already ours →
+//!   extend; all permits taken → refused (answer: until the first lease ends); else the next
+//!   token and the holder added.
+//! - *renew* (owner-checked): readers and permits move their score to `now + ttl` if their
+//!   lease has not ended; the writer uses the exclusive lock's renew on `rw:writer`.
+//! - *release* (owner-checked): a reader leaving last publishes to `rw:to-writers` (one waiter
+//!   per client wakes); a permit publishes to `sem:released` (one per client); the writer
+//!   publishes to `rw:to-writers` when other writers wait, else `all` to `rw:to-readers`, which
+//!   wakes **every** waiting reader of each client, as they may all go in together.
+//!
+//! **Tokens** come from the exclusive lock's scheme, per name and kind: `max(counter + 1, TIME
+//! in µs)`, so every grant of a read-write lock (readers included) or of a semaphore gets a
+//! token above every earlier one of that name and kind, also after an empty restart. A
+//! writer's token is above every reader's before it.
+//!
+//! **Not promised**: arrival order among waiters (`fifo` is false): writers compete among
+//! themselves, and while writers keep arriving, waiting readers can wait long (the writer
+//! preference is the point); permits go to whichever waiter asks first after a release.
 //!
 //! ## Redlock
 //!
@@ -141,6 +205,21 @@ pub async fn connect_redlock(url: &str, options: RedisOptions) -> Result<Redlock
 /// Connects a read-write lock client (SPEC §5.2) to one Redis server; same URLs, options and
 /// errors as [`connect`]. Shares nothing with other clients: each call opens its own
 /// connection (and, when it first waits, its own pub/sub connection).
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), lock_core::LockError> {
+/// use std::time::Duration;
+/// use lock_core::{AcquireOptions, DistributedRwLock, DistributedSemaphore, LockName};
+/// let opts = AcquireOptions::new(Duration::from_secs(10)).wait(Duration::from_secs(5));
+/// let rw = lock_redis::connect_rw("redis://127.0.0.1:6379", Default::default()).await?;
+/// let name = LockName::new("catalog")?;
+/// let read = rw.acquire_read(&name, &opts).await?; // other readers may hold it too
+/// read.release().await?;
+/// let sem = lock_redis::connect_semaphore("redis://127.0.0.1:6379", Default::default()).await?;
+/// let slot = sem.acquire_permit(&LockName::new("encoders")?, 4, &opts).await?; // one of 4
+/// slot.release().await?;
+/// # Ok(()) }
+/// ```
 pub async fn connect_rw(url: &str, options: RedisOptions) -> Result<RedisRwLock, LockError> {
     kinds::connect_rw(url, &options).await
 }

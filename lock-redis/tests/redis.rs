@@ -632,6 +632,49 @@ mod redis_kinds {
         }
     }
 
+    /// The least ACL user the crate docs name for read-write locks and semaphores suffices.
+    #[tokio::test]
+    async fn least_acl_user() {
+        let fx = RedisFixture::start().await.unwrap();
+        let Some(addr) = fx.server.addr().filter(|_| fx.owned()) else {
+            eprintln!("NOT APPLICABLE least_acl_user: the server is external (the test changes its ACLs)");
+            return;
+        };
+        let prefix = fx.options.key_prefix.clone();
+        let mut conn = raw(&fx).await;
+        let _: () = redis::cmd("ACL")
+            .arg(&["SETUSER", "kinds", "on", ">pw3", &format!("~{prefix}:*"), &format!("&{prefix}:*"), "-@all"])
+            .arg(&["+evalsha", "+script|load", "+ping", "+subscribe", "+unsubscribe", "+publish"])
+            .arg(&["+hget", "+hset", "+pexpire", "+pttl", "+time", "+incr", "+get", "+set", "+del"])
+            .arg(&["+zadd", "+zrange", "+zrangebyscore", "+zremrangebyscore", "+zscore", "+zrem", "+zcard"])
+            .arg(&["+hdel", "+exists"])
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let url = format!("redis://kinds:pw3@{addr}");
+        let rw = lock_redis::connect_rw(&url, fx.options.clone()).await.unwrap();
+        let sem = lock_redis::connect_semaphore(&url, fx.options.clone()).await.unwrap();
+        let other = fx.rw().await.unwrap();
+        let name = LockName::new("acl-kinds").unwrap();
+        let r = other.acquire_read(&name, &opts(5000)).await.unwrap();
+        let waiter = tokio::spawn({
+            let (rw, name) = (rw.clone(), name.clone());
+            async move { rw.acquire_write(&name, &opts(5000)).await }
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        r.release().await.unwrap();
+        let w = waiter.await.unwrap().unwrap();
+        w.renew().await.unwrap();
+        w.release().await.unwrap();
+        let r = rw.acquire_read(&name, &opts(5000)).await.unwrap();
+        r.renew().await.unwrap();
+        r.release().await.unwrap();
+        let p = sem.acquire_permit(&name, 2, &opts(5000)).await.unwrap();
+        p.renew().await.unwrap();
+        assert!(matches!(sem.try_acquire_permit(&name, 3, &opts(5000)).await, Err(LockError::InvalidOptions { .. })));
+        p.release().await.unwrap();
+    }
+
     /// Every holder's lease is its own: renewing keeps a reader (or a permit) past its ttl,
     /// and releasing twice is `NotOwner`-safe (`Lost` never frees someone else).
     #[tokio::test]
