@@ -1,7 +1,7 @@
 //! # lock-zk
 //!
-//! The ZooKeeper backend of dlock (SPEC §6): the classic lock recipe on
-//! [`zookeeper-client`](https://docs.rs/zookeeper-client).
+//! The ZooKeeper backend of dlock (SPEC §6): the classic lock, read-write lock and semaphore
+//! recipes on [`zookeeper-client`](https://docs.rs/zookeeper-client).
 //!
 //! - A lock is a queue of **ephemeral sequential** znodes under a per-name parent
 //!   (`<root>/<escaped name>/_c_<owner uuid>-lock-<sequence>`). The lowest sequence holds the
@@ -17,6 +17,56 @@
 //! - The **lease is the session**. Renewal checks that our node still exists under our session;
 //!   the lost signal fires when the session expires, our node is deleted, or the connection
 //!   stays suspended for so long that the server may have expired the session.
+//!
+//! ## Read-write locks and semaphores
+//!
+//! [`ZkLock`] also implements [`DistributedRwLock`](lock_core::DistributedRwLock) and
+//! [`DistributedSemaphore`](lock_core::DistributedSemaphore) (SPEC §5.2, §5.3) with the same
+//! machinery: the same session-bound lease and loss detection, lost-create recovery, cancel-safe
+//! waits, and zxid tokens. Each kind has its own parent, so one name used as a lock, a read-write
+//! lock and a semaphore names three independent things: `<root>/<escaped name>`,
+//! `<root>/rw~<escaped name>` and `<root>/sem~<escaped name>` (escaped names never contain `~`).
+//!
+//! - **Read-write lock** (the ZooKeeper docs' recipe, as in kazoo): readers create
+//!   `_c_<owner>-read-<seq>`, writers `_c_<owner>-write-<seq>` under one parent. A reader holds
+//!   when no write node has a lower sequence, and otherwise watches only the **nearest earlier
+//!   write node**; a writer holds when it is the lowest node and otherwise watches only its
+//!   **predecessor**. The queue is FIFO, so a waiting writer holds back the readers that come
+//!   after it (writers are not starved), and a release wakes only the nodes waiting on it: a
+//!   writer's release wakes the readers right behind it (they all get in) or, if a writer comes
+//!   next, that writer; a reader's release at most the one writer right behind it. (Curator's
+//!   readers watch the *first* writer and wake more than needed.)
+//! - **Semaphore** of `n` permits: nodes `_c_<owner>-permits<n>-<seq>`. A node holds while
+//!   fewer than `n` nodes precede it. The first waiter (exactly `n` nodes ahead, all holding)
+//!   watches those `n` holders, and any of them leaving lets it in. A waiter further back
+//!   watches only its predecessor, which rewrites its data when it is granted: that wakes the
+//!   waiter, now the first one, to watch the holders. So a release wakes one waiter and each
+//!   grant the one behind it, never the whole queue. (Watching only the node `n` places ahead
+//!   is not enough: when another holder leaves, the waiter that could go in would sleep on.)
+//!   Every node's name carries its `n`, so all users of a semaphore are checked to agree:
+//!   a node ahead of us with another count makes our call fail with `InvalidOptions`
+//!   (`try_acquire_permit` checks every node), and `n = 0` is `InvalidOptions` too.
+//! - **Tokens.** A reader's or writer's token is its node's `czxid` (arrival order; a writer's
+//!   is above every reader's before it). A permit's token is the `mzxid` of its grant mark, so
+//!   permit tokens grow in the order grants complete. Readers that share the lock may learn of
+//!   their grants in another order than their czxids: tokens fence writers, not co-readers.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), lock_core::LockError> {
+//! use std::time::Duration;
+//! use lock_core::{AcquireOptions, DistributedRwLock, DistributedSemaphore, LockName};
+//! let zk = lock_zk::connect("zk://zk1:2181/myapp/locks", lock_zk::ZkOptions::default()).await?;
+//! let opts = AcquireOptions::new(Duration::from_secs(10)).wait(Duration::from_secs(30));
+//! let catalog = LockName::new("catalog")?;
+//! let read = zk.acquire_read(&catalog, &opts).await?; // shared with other readers
+//! read.release().await?;
+//! let write = zk.acquire_write(&catalog, &opts).await?; // alone
+//! write.release().await?;
+//! // At most 4 exports at once; every user of "exports" must say 4.
+//! let permit = zk.acquire_permit(&LockName::new("exports")?, 4, &opts).await?;
+//! permit.release().await?;
+//! # Ok(()) }
+//! ```
 //!
 //! ## When a lease counts as lost
 //!
@@ -41,7 +91,7 @@
 //!
 //! Needs ZooKeeper 3.5 or later (container nodes, create with stat); tested with 3.8.
 //!
-//! Lock nodes and the per-name parent nodes (containers, removed by the server when empty) get
+//! Lock nodes and the per-name parent nodes of every kind (containers, removed by the server when empty) get
 //! `CREATOR_ALL` ACLs when the URL carries credentials; the nodes above the root stay open.
 //!
 //! ```no_run

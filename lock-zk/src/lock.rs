@@ -1,5 +1,6 @@
-//! The lock recipe: ephemeral sequential nodes, predecessor watches, czxid fencing, and the
-//! session-bound lease.
+//! The lock recipes: ephemeral sequential nodes, herd-free watches, zxid fencing, and the
+//! session-bound lease. One [`Attempt`] drives all three kinds; a [`Recipe`] only decides, from
+//! a listing of the queue, whether our node holds or which nodes it waits for.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -445,12 +446,19 @@ impl Attempt<'_> {
             };
             let (watched, until_granted) = match recipe.verdict(self.name, &children, index)? {
                 Verdict::Hold => {
+                    let mut token = czxid;
                     if let Recipe::Permit(_) = recipe {
                         // Mark our node granted, which wakes the waiter right behind us (it
                         // becomes the first waiter and must watch the holders, us included).
+                        // The mark's zxid is the token: it follows the order in which grants
+                        // complete, even where an earlier waiter learns of its permit after a
+                        // later one (the nodes' czxids follow arrival order only).
                         let mark = client.set_data(&path, &recipe.data(), None);
                         match call(self.bound(), "marking our permit node granted", mark).await {
-                            Ok(_) => self.answered(),
+                            Ok(stat) => {
+                                self.answered();
+                                token = stat.mzxid;
+                            }
                             Err(Failure::Server(ZkError::NoNode)) => {
                                 return Ok(Step::Restart("our lock node vanished"))
                             }
@@ -463,7 +471,7 @@ impl Attempt<'_> {
                         }
                     }
                     guard.disarm();
-                    let lease = self.lock.grant(session, self.name, owner, path, czxid, sent, self.opts);
+                    let lease = self.lock.grant(session, self.name, owner, path, token, sent, self.opts);
                     return Ok(Step::Done(Some(lease)));
                 }
                 Verdict::Wait(watched) => (watched, false),
@@ -745,8 +753,9 @@ async fn delete_with_retry(client: &Client, path: &str) -> Result<ReleaseOutcome
 }
 
 impl ZkLock {
-    /// How many predecessor watches fired in this client's waits: each release wakes exactly
-    /// one waiter, so tests can count wake-ups per release.
+    /// How many watches fired in this client's waits (any lock kind), so that tests can count
+    /// wake-ups: an exclusive-lock release wakes exactly one waiter, a writer's release the
+    /// readers right behind it, a permit's release one waiter.
     pub fn watch_events(&self) -> u64 {
         self.inner.watch_events.load(Ordering::Relaxed)
     }
@@ -878,7 +887,7 @@ impl ZkLock {
         name: &LockName,
         owner: OwnerId,
         path: String,
-        czxid: i64,
+        zxid: i64,
         confirmed: Instant,
         opts: &AcquireOptions,
     ) -> Lease {
@@ -891,8 +900,8 @@ impl ZkLock {
             released: Arc::clone(&released),
             confirmed: Arc::clone(&confirmed),
         });
-        // czxid is positive; the cast cannot change its order.
-        let token = FencingToken(czxid.max(0) as u64);
+        // zxids are positive; the cast cannot change their order.
+        let token = FencingToken(zxid.max(0) as u64);
         let lease = Lease::new(LeaseGrant::new(name.clone(), token, owner, confirmed_at(&confirmed), handle), opts);
         let monitor = Monitor {
             client: session.client.clone(),
