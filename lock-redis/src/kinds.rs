@@ -69,17 +69,17 @@ impl Drop for ClaimGuard {
 }
 
 /// The read side of a read-write lock.
-pub struct ReadSide {
+pub(crate) struct ReadSide {
     base: Arc<RedisStore>,
 }
 
 /// The write side of a read-write lock.
-pub struct WriteSide {
+pub(crate) struct WriteSide {
     base: Arc<RedisStore>,
 }
 
 /// One semaphore size: every call names its `permits`, so each call gets a (cheap) side.
-pub struct PermitSide {
+pub(crate) struct PermitSide {
     base: Arc<RedisStore>,
     permits: u32,
 }

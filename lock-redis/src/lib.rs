@@ -173,7 +173,7 @@ mod scripts;
 mod single;
 mod url;
 
-pub use kinds::{PermitSide, ReadSide, RedisRwLock, RedisSemaphore, WriteSide};
+pub use kinds::{RedisRwLock, RedisSemaphore};
 pub use options::RedisOptions;
 pub use redlock::RedlockStore;
 pub use single::RedisStore;

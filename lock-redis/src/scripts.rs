@@ -463,6 +463,127 @@ mod tests {
         let next: Vec<i64> = ACQUIRE.key(&k.lock).key(&k.fence).arg("o2").arg(5000).invoke_async(&mut c).await.unwrap();
         assert!(next[1] > first[1]);
 
+        // Read-write lock: a reader's re-attempt returns its token; a refused waiting writer's
+        // claim holds new readers back (not the readers already in); the writer's token is
+        // above the readers'; a single try (claim 0) leaves no claim.
+        let rw = RwKeys::new("t", &LockName::new("s").unwrap());
+        let conn = c.clone();
+        let read = |owner: &'static str| {
+            let mut c = conn.clone();
+            let k = RwKeys::new("t", &LockName::new("s").unwrap());
+            async move {
+                let r: Vec<i64> = RW_READ
+                    .key(&k.readers)
+                    .key(&k.tokens)
+                    .key(&k.writer)
+                    .key(&k.waiting)
+                    .key(&k.fence)
+                    .arg(owner)
+                    .arg(5000)
+                    .invoke_async(&mut c)
+                    .await
+                    .unwrap();
+                r
+            }
+        };
+        let write = |owner: &'static str, claim: u64| {
+            let mut c = conn.clone();
+            let k = RwKeys::new("t", &LockName::new("s").unwrap());
+            async move {
+                let r: Vec<i64> = RW_WRITE
+                    .key(&k.readers)
+                    .key(&k.tokens)
+                    .key(&k.writer)
+                    .key(&k.waiting)
+                    .key(&k.fence)
+                    .arg(owner)
+                    .arg(5000)
+                    .arg(claim)
+                    .invoke_async(&mut c)
+                    .await
+                    .unwrap();
+                r
+            }
+        };
+        let r1 = read("r1").await;
+        assert_eq!(r1[0], 1);
+        assert_eq!(read("r1").await, r1, "a reader's re-attempt returns the same grant");
+        assert_eq!(write("w1", 0).await[0], 0);
+        assert_eq!(read("r2").await[0], 1, "a single try leaves no claim");
+        let refused = write("w1", 3000).await;
+        assert_eq!(refused[0], 0);
+        assert!(refused[1] > 4000 && refused[1] <= 5000, "the readers' remaining lease: {}", refused[1]);
+        assert_eq!(read("r3").await[0], 0, "a waiting writer's claim holds new readers back");
+        assert_eq!(read("r1").await, r1, "a reader already in keeps its grant");
+        for owner in ["r1", "r2"] {
+            let done: i64 = ZSET_RELEASE
+                .key(&rw.readers)
+                .key(&rw.tokens)
+                .arg(owner)
+                .arg(&rw.to_writers)
+                .arg("1")
+                .invoke_async(&mut c)
+                .await
+                .unwrap();
+            assert_eq!(done, 1);
+        }
+        let w = write("w1", 3000).await;
+        assert_eq!(w[0], 1);
+        assert!(w[1] > r1[1]);
+        assert_eq!(write("w1", 3000).await, w, "a writer's re-attempt returns the same grant");
+        let claims: i64 = redis::cmd("EXISTS").arg(&rw.waiting).query_async(&mut c).await.unwrap();
+        assert_eq!(claims, 0, "the granted writer's claim is gone");
+        let not_ours: i64 = RW_WRITE_RELEASE
+            .key(&rw.writer)
+            .key(&rw.waiting)
+            .arg("w2")
+            .arg(&rw.to_readers)
+            .arg(&rw.to_writers)
+            .invoke_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(not_ours, 0);
+
+        // Semaphore: permits must agree while held; an empty semaphore starts afresh.
+        let sk = SemKeys::new("t", &LockName::new("s").unwrap());
+        let permit = |owner: &'static str, n: u32| {
+            let mut c = conn.clone();
+            let k = SemKeys::new("t", &LockName::new("s").unwrap());
+            async move {
+                let r: Vec<i64> = SEM_ACQUIRE
+                    .key(&k.holders)
+                    .key(&k.tokens)
+                    .key(&k.permits)
+                    .key(&k.fence)
+                    .arg(owner)
+                    .arg(5000)
+                    .arg(n)
+                    .invoke_async(&mut c)
+                    .await
+                    .unwrap();
+                r
+            }
+        };
+        let p1 = permit("p1", 1).await;
+        assert_eq!(p1[0], 1);
+        assert_eq!(permit("p1", 1).await, p1, "a re-attempt returns the same grant");
+        assert_eq!(permit("p2", 1).await[0], 0);
+        assert_eq!(permit("p2", 2).await, vec![-1, 1], "in use with 1 permit");
+        let done: i64 = ZSET_RELEASE
+            .key(&sk.holders)
+            .key(&sk.tokens)
+            .key(&sk.permits)
+            .arg("p1")
+            .arg(&sk.channel)
+            .arg("0")
+            .invoke_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(done, 1);
+        let p2 = permit("p2", 2).await;
+        assert_eq!(p2[0], 1, "an empty semaphore takes a new number of permits");
+        assert!(p2[1] > p1[1]);
+
         // Redlock: an undo of an earlier attempt leaves a later attempt's grant alone.
         let r = Keys::new("t", &LockName::new("r").unwrap());
         for attempt in ["a1", "a2"] {
