@@ -22,7 +22,7 @@ const PING_IF_IDLE: Duration = Duration::from_secs(2);
 /// Connections idle this long are closed instead of reused.
 const CLOSE_IF_IDLE: Duration = Duration::from_secs(60);
 
-/// Runs on every new connection (session settings, statement warm-up).
+/// Runs on every new connection (session settings).
 pub(crate) type Setup<C> =
     Arc<dyn for<'c> Fn(&'c mut C) -> Pin<Box<dyn Future<Output = Result<(), sqlx::Error>> + Send + 'c>> + Send + Sync>;
 
