@@ -713,3 +713,54 @@ async fn semaphore_under_churn_never_exceeds_its_permits_and_wakes_few() {
     assert!(wakes <= 3 * acquisitions, "{wakes} wake-ups for {acquisitions} acquisitions");
     assert!(sem_nodes(&fx, &clients[0], &n).await.is_empty());
 }
+
+#[tokio::test]
+async fn lost_replies_in_read_write_and_permit_acquires_leave_no_orphan_node() {
+    use lock_core::{DistributedRwLock, DistributedSemaphore};
+    let fx = ZkFixture::start().await.unwrap();
+    let (client, link) = fx.connect_linked().await.unwrap();
+    let other = fx.connect().await.unwrap();
+    let n = name("lost-reply-kinds");
+    // 100 ms each way: resets land before, during and after the create (and, for a permit,
+    // the grant mark that follows it).
+    link.set_latency(Duration::from_millis(100)).await;
+    for kind in ["read", "write", "permit"] {
+        let mut granted = 0;
+        for cut_ms in (0..=400).step_by(100) {
+            let acquiring = {
+                let (client, n) = (client.clone(), n.clone());
+                let o = opts(4000).wait(Duration::from_secs(8));
+                tokio::spawn(async move {
+                    match kind {
+                        "read" => client.acquire_read(&n, &o).await,
+                        "write" => client.acquire_write(&n, &o).await,
+                        _ => client.acquire_permit(&n, 1, &o).await,
+                    }
+                })
+            };
+            sleep(Duration::from_millis(cut_ms)).await;
+            link.reset_connections().await;
+            let queued = || async {
+                if kind == "permit" {
+                    sem_nodes(&fx, &other, &n).await
+                } else {
+                    rw_nodes(&fx, &other, &n).await
+                }
+            };
+            match acquiring.await.unwrap() {
+                Ok(lease) => {
+                    granted += 1;
+                    let children = queued().await;
+                    assert_eq!(children.len(), 1, "{kind}, cut at {cut_ms} ms: exactly our node: {children:?}");
+                    lease.release().await.unwrap();
+                }
+                Err(e) => assert!(e.is_retryable(), "{kind}, cut at {cut_ms} ms: {e}"),
+            }
+            eventually(Duration::from_secs(5), "no node left behind", || async { queued().await.is_empty() }).await;
+        }
+        assert!(granted > 0, "{kind}: never granted");
+    }
+    link.set_latency(Duration::ZERO).await;
+    assert!(other.try_acquire_write(&n, &opts(2000)).await.unwrap().is_some(), "the rw lock is free");
+    assert!(other.try_acquire_permit(&n, 1, &opts(2000)).await.unwrap().is_some(), "the semaphore is free");
+}
