@@ -233,7 +233,9 @@ impl ServerControl for LocalMysql {
     }
 
     async fn pause(&self, paused: bool) -> Result<(), LockError> {
-        self.child.pause(paused);
+        let child = Arc::clone(&self.child);
+        // `ChildServer::pause` runs `kill` and waits for it: off the async workers.
+        let _ = tokio::task::spawn_blocking(move || child.pause(paused)).await;
         if paused {
             if let Some(pid) = self.child.pid() {
                 wait_all_threads_stopped(pid).await?;
