@@ -109,7 +109,7 @@ fn memory_server(url: &str) -> MemoryLock {
 }
 
 /// Connects a read-write lock client (SPEC §5.2) to the backend named by `config.url`.
-/// Backends whose capabilities do not declare `rw_lock` answer `Unsupported`.
+/// Memory, Redis (single instance) and ZooKeeper offer it; the others answer `Unsupported`.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -126,18 +126,43 @@ fn memory_server(url: &str) -> MemoryLock {
 pub async fn connect_rw_with(config: &Config) -> Result<Arc<dyn DistributedRwLock>, LockError> {
     match Scheme::of(&config.url)? {
         Scheme::Memory => Ok(Arc::new(memory_server(&config.url))),
-        other => {
-            Err(LockError::Unsupported { backend: format!("{other:?}").to_lowercase(), feature: "read-write locks" })
-        }
+        #[cfg(feature = "redis")]
+        Scheme::Redis => Ok(Arc::new(lock_redis::connect_rw(&config.url, config.redis.clone()).await?)),
+        #[cfg(feature = "zk")]
+        Scheme::ZooKeeper => Ok(Arc::new(lock_zk::connect(&config.url, config.zk.clone()).await?)),
+        other => Err(unsupported(other, "read-write locks")),
     }
 }
 
 /// Connects a semaphore client (SPEC §5.3) to the backend named by `config.url`. Backends
-/// whose capabilities do not declare `semaphore` answer `Unsupported`.
+/// Memory, Redis (single instance) and ZooKeeper offer it; the others answer `Unsupported`.
 pub async fn connect_semaphore_with(config: &Config) -> Result<Arc<dyn DistributedSemaphore>, LockError> {
     match Scheme::of(&config.url)? {
         Scheme::Memory => Ok(Arc::new(memory_server(&config.url))),
-        other => Err(LockError::Unsupported { backend: format!("{other:?}").to_lowercase(), feature: "semaphores" }),
+        #[cfg(feature = "redis")]
+        Scheme::Redis => Ok(Arc::new(lock_redis::connect_semaphore(&config.url, config.redis.clone()).await?)),
+        #[cfg(feature = "zk")]
+        Scheme::ZooKeeper => Ok(Arc::new(lock_zk::connect(&config.url, config.zk.clone()).await?)),
+        other => Err(unsupported(other, "semaphores")),
+    }
+}
+
+/// `Unsupported` for a backend without this lock kind, or `Config` when the backend itself is
+/// not compiled in.
+fn unsupported(scheme: Scheme, feature: &'static str) -> LockError {
+    let compiled = match scheme.feature() {
+        Some("sql") => cfg!(feature = "sql"),
+        Some("redis") => cfg!(feature = "redis"),
+        Some("zk") => cfg!(feature = "zk"),
+        _ => true,
+    };
+    if compiled {
+        LockError::Unsupported { backend: format!("{scheme:?}").to_lowercase(), feature }
+    } else {
+        LockError::config(format!(
+            "the {scheme:?} backend is not compiled into this build; enable dlock's cargo feature {:?}",
+            scheme.feature().unwrap_or("default")
+        ))
     }
 }
 
@@ -177,7 +202,10 @@ mod tests {
     async fn other_kinds_are_typed_errors_where_unsupported() {
         let e = connect_rw_with(&Config::from_url("sqlite://x.db")).await.err().expect("unsupported");
         assert!(matches!(e, LockError::Unsupported { .. }), "{e}");
-        let e = connect_semaphore_with(&Config::from_url("redis://127.0.0.1:1")).await.err().expect("unsupported");
+        let e = connect_semaphore_with(&Config::from_url("redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3"))
+            .await
+            .err()
+            .expect("unsupported");
         assert!(matches!(e, LockError::Unsupported { .. }), "{e}");
         assert!(connect_semaphore_with(&Config::from_url("memory://k")).await.is_ok());
     }
