@@ -391,7 +391,7 @@ impl Attempt<'_> {
                     Ok(children) => {
                         self.answered();
                         let children = queue(recipe, children);
-                        if let Verdict::Wait(_) = recipe.verdict(self.name, &children, children.len())? {
+                        if !matches!(recipe.verdict(self.name, &children, children.len())?, Verdict::Hold) {
                             return Ok(Step::Done(None));
                         }
                         break;

@@ -764,3 +764,42 @@ async fn lost_replies_in_read_write_and_permit_acquires_leave_no_orphan_node() {
     assert!(other.try_acquire_write(&n, &opts(2000)).await.unwrap().is_some(), "the rw lock is free");
     assert!(other.try_acquire_permit(&n, 1, &opts(2000)).await.unwrap().is_some(), "the semaphore is free");
 }
+
+#[tokio::test]
+async fn busy_try_acquires_of_every_kind_create_no_node() {
+    use lock_core::{DistributedRwLock, DistributedSemaphore};
+    let fx = ZkFixture::start().await.unwrap();
+    let (holder, waiter, prober) =
+        (fx.connect().await.unwrap(), fx.connect().await.unwrap(), fx.connect().await.unwrap());
+    let n = name("busy-try");
+    let w = holder.acquire_write(&n, &opts(3000)).await.unwrap();
+    let p = holder.acquire_permit(&n, 1, &opts(3000)).await.unwrap();
+    // Waiters queue behind both, so a busy try would be the third node (second waiter).
+    let (w2, n2) = (waiter.clone(), n.clone());
+    let queued_rw = tokio::spawn(async move { w2.acquire_write(&n2, &long_wait(3000)).await });
+    let (w3, n3) = (waiter.clone(), n.clone());
+    let queued_sem = tokio::spawn(async move { w3.acquire_permit(&n3, 1, &long_wait(3000)).await });
+    eventually(Duration::from_secs(3), "waiters queued", || async {
+        rw_nodes(&fx, &holder, &n).await.len() == 2 && sem_nodes(&fx, &holder, &n).await.len() == 2
+    })
+    .await;
+
+    // A child watch on both parents would see any node created and deleted by a busy try.
+    let raw = fx.raw().await;
+    let (_, rw_watch) = raw.list_and_watch_children(&holder.rw_parent_path(&n)).await.unwrap();
+    let (_, sem_watch) = raw.list_and_watch_children(&holder.semaphore_parent_path(&n)).await.unwrap();
+    assert!(prober.try_acquire_read(&n, &opts(3000)).await.unwrap().is_none());
+    assert!(prober.try_acquire_write(&n, &opts(3000)).await.unwrap().is_none());
+    assert!(prober.try_acquire_permit(&n, 1, &opts(3000)).await.unwrap().is_none());
+    let err = prober.try_acquire_permit(&n, 2, &opts(3000)).await.unwrap_err();
+    assert!(matches!(err, LockError::InvalidOptions { .. }), "{err}");
+    assert!(timeout(Duration::from_millis(300), rw_watch.changed()).await.is_err(), "a busy rw try made a node");
+    assert!(timeout(Duration::from_millis(300), sem_watch.changed()).await.is_err(), "a busy permit try made a node");
+    assert_eq!(waiter.watch_events(), 0, "nobody woke");
+
+    w.release().await.unwrap();
+    p.release().await.unwrap();
+    for l in [queued_rw.await.unwrap().unwrap(), queued_sem.await.unwrap().unwrap()] {
+        l.release().await.unwrap();
+    }
+}
