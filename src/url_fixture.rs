@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use dlock::conformance::proxy::ProxyGroup;
 use dlock::conformance::{async_trait, Fixture, LinkedClient};
-use dlock::{Config, DistributedLock, LockError, Scheme};
+use dlock::{Config, DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, Scheme};
 
 /// A deployment named by a URL. The suite's clients are made with [`dlock::connect_with`].
 pub(crate) struct UrlFixture {
@@ -67,6 +67,22 @@ impl Fixture for UrlFixture {
 
     async fn client(&self) -> Result<Arc<dyn DistributedLock>, LockError> {
         dlock::connect_with(&self.config).await
+    }
+
+    async fn rw_client(&self) -> Result<Option<Arc<dyn DistributedRwLock>>, LockError> {
+        match dlock::connect_rw_with(&self.config).await {
+            Ok(c) => Ok(Some(c)),
+            Err(LockError::Unsupported { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn semaphore_client(&self) -> Result<Option<Arc<dyn DistributedSemaphore>>, LockError> {
+        match dlock::connect_semaphore_with(&self.config).await {
+            Ok(c) => Ok(Some(c)),
+            Err(LockError::Unsupported { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     async fn linked_client(&self) -> Result<Option<LinkedClient>, LockError> {
