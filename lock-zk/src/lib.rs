@@ -41,7 +41,9 @@
 //!   watches those `n` holders, and any of them leaving lets it in. A waiter further back
 //!   watches only its predecessor, which rewrites its data when it is granted: that wakes the
 //!   waiter, now the first one, to watch the holders. So a release wakes one waiter and each
-//!   grant the one behind it, never the whole queue. (Watching only the node `n` places ahead
+//!   grant the one behind it, never the whole queue (the first waiter may also wake once for
+//!   a holder whose grant mark lands after it began to watch, since a node watch fires on a
+//!   data change as well as on deletion). (Watching only the node `n` places ahead
 //!   is not enough: when another holder leaves, the waiter that could go in would sleep on.)
 //!   Every node's name carries its `n`, so all users of a semaphore are checked to agree:
 //!   a node ahead of us with another count makes our call fail with `InvalidOptions`
