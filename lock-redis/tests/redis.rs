@@ -445,6 +445,33 @@ mod redis_kinds {
         }
     }
 
+    /// Holders of every kind are told when an empty restart forgets their leases.
+    #[tokio::test]
+    async fn restart_fires_lost_signal_for_every_kind() {
+        let fx = RedisFixture::start().await.unwrap();
+        let Some(server) = fx.server() else {
+            eprintln!("NOT APPLICABLE restart_fires_lost_signal_for_every_kind: the server is external");
+            return;
+        };
+        let (rw, sem) = (fx.rw().await.unwrap(), fx.semaphore().await.unwrap());
+        let (a, b) = (LockName::new("lost-r").unwrap(), LockName::new("lost-w").unwrap());
+        let reader = rw.acquire_read(&a, &opts(1000)).await.unwrap();
+        let writer = rw.acquire_write(&b, &opts(1000)).await.unwrap();
+        let permit = sem.acquire_permit(&a, 2, &opts(1000)).await.unwrap();
+        server.stop().await.unwrap();
+        server.start().await.unwrap();
+        for (what, lease) in [("reader", &reader), ("writer", &writer), ("permit", &permit)] {
+            tokio::time::timeout(Duration::from_secs(3), lease.lost().fired())
+                .await
+                .unwrap_or_else(|_| panic!("the {what}'s lost signal did not fire"));
+            assert!(!lease.is_valid());
+        }
+        // And the names are free again, with higher tokens.
+        let w = rw.try_acquire_write(&a, &opts(1000)).await.unwrap().expect("free after the restart");
+        assert!(w.token() > reader.token());
+        w.release().await.unwrap();
+    }
+
     /// Hostile names: escaped, one hash tag per key, no collisions, and the three kinds of one
     /// name are three different locks.
     #[tokio::test]
