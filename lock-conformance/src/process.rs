@@ -131,6 +131,36 @@ impl ChildServer {
     pub fn pause(&self, paused: bool) {
         if let Some(pid) = self.pid() {
             signal(pid, if paused { "STOP" } else { "CONT" });
+            if paused {
+                wait_all_threads_stopped(pid, Duration::from_secs(2));
+            }
+        }
+    }
+}
+
+/// `kill -STOP` returns before every thread of a multi-threaded server has stopped (MariaDB
+/// answered queries "while paused" under load): wait until each task in `/proc/<pid>/task`
+/// shows the stopped state, so a pause is a pause when this returns.
+fn wait_all_threads_stopped(pid: u32, within: Duration) {
+    let end = Instant::now() + within;
+    let all_stopped = || -> Option<bool> {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+        let mut any = false;
+        for task in tasks.flatten() {
+            let stat = std::fs::read_to_string(task.path().join("stat")).ok()?;
+            // The state follows the parenthesised command name, which may contain spaces.
+            let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next())?;
+            if state != "T" && state != "t" {
+                return Some(false);
+            }
+            any = true;
+        }
+        Some(any)
+    };
+    while Instant::now() < end {
+        match all_stopped() {
+            Some(true) | None => return,
+            Some(false) => std::thread::sleep(Duration::from_millis(5)),
         }
     }
 }

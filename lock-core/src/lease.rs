@@ -192,7 +192,10 @@ impl Shared {
                 Ok(())
             }
             Ok(Ok(RenewOutcome::NotOwner)) => {
-                self.declare_lost("renewal found another owner or no entry");
+                // A renewal overtaken by our own release finds no entry: that is not a loss.
+                if !self.released.load(Ordering::SeqCst) {
+                    self.declare_lost("renewal found another owner or no entry");
+                }
                 Err(self.lost_error())
             }
             Ok(Err(e)) => Err(e),
@@ -405,6 +408,9 @@ async fn watchdog(shared: Arc<Shared>, renew_every: Option<Duration>, hold_until
             _ = shared.stop.cancelled() => return,
             _ = shared.lost.fired() => return,
             _ = sleep_until(deadline) => {
+                if shared.released.load(Ordering::SeqCst) {
+                    return;
+                }
                 if Instant::now() >= shared.valid_until() {
                     shared.declare_lost("valid_until passed without a successful renewal");
                     return;
@@ -426,5 +432,73 @@ async fn watchdog(shared: Arc<Shared>, renew_every: Option<Duration>, hold_until
                 };
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+
+    use super::*;
+
+    /// A server whose renewals are slow: a renewal that arrives after the release finds no entry.
+    struct SlowRenew {
+        released: AtomicBool,
+    }
+
+    #[async_trait]
+    impl LeaseHandle for SlowRenew {
+        async fn renew(&self, _ttl: Duration) -> Result<RenewOutcome, LockError> {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            Ok(if self.released.load(Ordering::SeqCst) { RenewOutcome::NotOwner } else { RenewOutcome::Renewed })
+        }
+        async fn release(&self) -> Result<ReleaseOutcome, LockError> {
+            self.released.store(true, Ordering::SeqCst);
+            Ok(ReleaseOutcome::Released)
+        }
+    }
+
+    #[tokio::test]
+    async fn release_overtaking_an_inflight_renewal_is_not_a_loss() {
+        for _ in 0..20 {
+            let handle = Arc::new(SlowRenew { released: AtomicBool::new(false) });
+            let opts = AcquireOptions::new(Duration::from_secs(3)).renew_every(Duration::from_millis(5));
+            let name = LockName::new("race").expect("valid");
+            let lease =
+                Lease::new(LeaseGrant::new(name, FencingToken(1), OwnerId::random(), Instant::now(), handle), &opts);
+            // Let a background renewal start, and a manual one too, then release while both
+            // are in flight.
+            tokio::time::sleep(Duration::from_millis(12)).await;
+            let lost = lease.lost();
+            let (renewed, released) = tokio::join!(lease.renew(), async {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                lease.release().await
+            });
+            released.expect("a release of our own lease is not Lost");
+            assert!(matches!(renewed, Err(LockError::Lost { .. })), "a renewal after release answers Lost");
+            tokio::time::sleep(Duration::from_millis(40)).await;
+            assert!(!lost.is_fired(), "the lost signal fired after a clean release: {:?}", lost.reason());
+        }
+    }
+
+    #[tokio::test]
+    async fn lost_fires_once_at_valid_until_without_renewal() {
+        let handle = Arc::new(SlowRenew { released: AtomicBool::new(false) });
+        let opts = AcquireOptions::new(Duration::from_millis(100)).auto_renew(false);
+        let lease = Lease::new(
+            LeaseGrant::new(
+                LockName::new("x").expect("valid"),
+                FencingToken(7),
+                OwnerId::random(),
+                Instant::now(),
+                handle,
+            ),
+            &opts,
+        );
+        assert!(lease.is_valid());
+        tokio::time::timeout(Duration::from_secs(2), lease.lost().fired()).await.expect("fired");
+        assert!(!lease.is_valid());
+        assert!(matches!(lease.renew().await, Err(LockError::Lost { .. })));
+        assert!(matches!(lease.release().await, Err(LockError::Lost { .. })));
     }
 }
