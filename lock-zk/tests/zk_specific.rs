@@ -803,3 +803,35 @@ async fn busy_try_acquires_of_every_kind_create_no_node() {
         l.release().await.unwrap();
     }
 }
+
+#[tokio::test]
+async fn session_expiry_of_a_permit_holder_frees_its_place() {
+    use lock_core::DistributedSemaphore;
+    let fx = ZkFixture::start().await.unwrap();
+    let (cut_holder, link) = fx.connect_linked().await.unwrap();
+    let (holder, waiter) = (fx.connect().await.unwrap(), fx.connect().await.unwrap());
+    let n = name("sem-expiry");
+    let kept = holder.acquire_permit(&n, 2, &opts(1500)).await.unwrap();
+    let doomed = cut_holder.acquire_permit(&n, 2, &opts(1500)).await.unwrap();
+    let lost = doomed.lost();
+    let waiting = {
+        let (waiter, n) = (waiter.clone(), n.clone());
+        tokio::spawn(async move { waiter.acquire_permit(&n, 2, &long_wait(1500)).await })
+    };
+    eventually(Duration::from_secs(3), "waiter queued", || async { sem_nodes(&fx, &waiter, &n).await.len() == 3 })
+        .await;
+    let cut = Instant::now();
+    link.set_partitioned(true).await;
+    timeout(SESSION_TIMEOUT, lost.fired()).await.expect("the cut-off holder's lost signal fires");
+    let lost_after = cut.elapsed();
+    let got = timeout(fx.expiry_bound() * 3, waiting).await.expect("waiter granted").unwrap().unwrap();
+    let granted_after = cut.elapsed();
+    eprintln!("partitioned permit holder: lost after {lost_after:?}, waiter granted after {granted_after:?}");
+    assert!(lost_after < granted_after);
+    assert!(kept.is_valid(), "the other holder keeps its permit");
+    assert!(got.token() > doomed.token() && got.token() > kept.token());
+    assert_eq!(waiter.watch_events(), 1, "the waiter woke once, when the expired node went");
+    link.set_partitioned(false).await;
+    got.release().await.unwrap();
+    kept.release().await.unwrap();
+}
