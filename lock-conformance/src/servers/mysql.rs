@@ -18,7 +18,7 @@ use async_trait::async_trait;
 use lock_core::LockError;
 
 use crate::process::{find_binary, free_port, wait_for_port, ChildServer};
-use crate::servers::{provision, Source, TestServer};
+use crate::servers::{provision, ContainerSpec, Source, TestServer};
 use crate::ServerControl;
 
 /// The environment variable naming an existing MySQL/MariaDB database to test against.
@@ -52,13 +52,19 @@ struct LocalMysql {
     _dir: tempfile::TempDir,
 }
 
-/// A server through [`provision`]: `DLOCK_TEST_MYSQL_URL` if set, else a fresh private local server.
-/// There is no container path for SQL yet (no Docker engine to test one against here); the
-/// local servers start in about a second.
+/// A server through [`provision`]: `DLOCK_TEST_MYSQL_URL` if set, else the official `mariadb`
+/// image where the `containers` feature is on and Docker answers, else a fresh private local
+/// server (about a second to start).
 pub async fn mysql() -> Result<TestServer, LockError> {
+    // The image's init phase runs a server on port 0 first; only the final one reports port 3306.
+    let spec = ContainerSpec::new("mariadb", "10.11", 3306)
+        .env("MARIADB_ALLOW_EMPTY_ROOT_PASSWORD", "1")
+        .env("MARIADB_DATABASE", "test")
+        .ready_on("port: 3306")
+        .persistent(true);
     provision(
         "mysql",
-        None,
+        Some(spec),
         |addr| format!("mysql://root@{addr}/test"),
         || async { MysqlServer::start_local().await.map(MysqlServer::into_test_server) },
     )

@@ -21,7 +21,7 @@ use async_trait::async_trait;
 use lock_core::LockError;
 
 use crate::process::{find_binary, free_port, wait_for_port, ChildServer};
-use crate::servers::{provision, Source, TestServer};
+use crate::servers::{provision, ContainerSpec, Source, TestServer};
 use crate::ServerControl;
 
 /// The environment variable naming an existing PostgreSQL database to test against.
@@ -53,13 +53,18 @@ struct LocalPostgres {
     _dir: tempfile::TempDir,
 }
 
-/// A server through [`provision`]: `DLOCK_TEST_POSTGRES_URL` if set, else a fresh private local server.
-/// There is no container path for SQL yet (no Docker engine to test one against here); the
-/// local servers start in about a second.
+/// A server through [`provision`]: `DLOCK_TEST_POSTGRES_URL` if set, else the official
+/// `postgres` image where the `containers` feature is on and Docker answers, else a fresh
+/// private local server (about a second to start).
 pub async fn postgres() -> Result<TestServer, LockError> {
+    // The image's init phase runs a socket-only server first; only the final one listens on TCP.
+    let spec = ContainerSpec::new("postgres", "16", 5432)
+        .env("POSTGRES_HOST_AUTH_METHOD", "trust")
+        .ready_on("listening on IPv4 address")
+        .persistent(true);
     provision(
         "postgres",
-        None,
+        Some(spec),
         |addr| format!("postgres://postgres@{addr}/postgres"),
         || async { PostgresServer::start_local().await.map(PostgresServer::into_test_server) },
     )
