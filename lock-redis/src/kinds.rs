@@ -109,6 +109,49 @@ fn reply_pair(reply: Vec<i64>) -> Result<(i64, i64), LockError> {
     }
 }
 
+/// Owner-checked renewal of a member of a holders sorted set (readers, permits): the same
+/// script for both kinds, given their keys.
+async fn zset_renew(
+    base: &RedisStore,
+    keys: &[&str],
+    owner: OwnerId,
+    ttl: Duration,
+) -> Result<RenewOutcome, LockError> {
+    let (owner, ms, node) = (&owner.to_hex(), ttl_ms(ttl), &base.node);
+    let r: i64 = node
+        .run_idempotent(node.request_timeout(), |mut c| async move {
+            let mut call = ZSET_RENEW.prepare_invoke();
+            for key in keys {
+                call.key(*key);
+            }
+            call.arg(owner).arg(ms).invoke_async(&mut c).await
+        })
+        .await?;
+    Ok(renewed(r))
+}
+
+/// Owner-checked release of a member of a holders sorted set; publishes on `channel` (to all of
+/// its waiters when `wake_all` is "1").
+async fn zset_release(
+    base: &RedisStore,
+    keys: &[&str],
+    owner: OwnerId,
+    channel: &str,
+    wake_all: &str,
+) -> Result<ReleaseOutcome, LockError> {
+    let (owner, node) = (&owner.to_hex(), &base.node);
+    let r: i64 = node
+        .run(node.request_timeout(), |mut c| async move {
+            let mut call = ZSET_RELEASE.prepare_invoke();
+            for key in keys {
+                call.key(*key);
+            }
+            call.arg(owner).arg(channel).arg(wake_all).invoke_async(&mut c).await
+        })
+        .await?;
+    Ok(released(r))
+}
+
 fn renewed(r: i64) -> RenewOutcome {
     if r == 1 {
         RenewOutcome::Renewed
@@ -159,33 +202,14 @@ impl LeaseStore for ReadSide {
     }
 
     async fn renew(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<RenewOutcome, LockError> {
-        let (k, owner, ms) = (&RwKeys::new(&self.base.prefix, name), &owner.to_hex(), ttl_ms(ttl));
-        let node = &self.base.node;
-        let r: i64 = node
-            .run_idempotent(node.request_timeout(), |mut c| async move {
-                ZSET_RENEW.key(&k.readers).key(&k.tokens).arg(owner).arg(ms).invoke_async(&mut c).await
-            })
-            .await?;
-        Ok(renewed(r))
+        let k = RwKeys::new(&self.base.prefix, name);
+        zset_renew(&self.base, &[&k.readers, &k.tokens], owner, ttl).await
     }
 
     async fn release(&self, name: &LockName, owner: OwnerId) -> Result<ReleaseOutcome, LockError> {
-        let (k, owner) = (&RwKeys::new(&self.base.prefix, name), &owner.to_hex());
-        let node = &self.base.node;
+        let k = RwKeys::new(&self.base.prefix, name);
         // The last reader out wakes a waiting writer.
-        let r: i64 = node
-            .run(node.request_timeout(), |mut c| async move {
-                ZSET_RELEASE
-                    .key(&k.readers)
-                    .key(&k.tokens)
-                    .arg(owner)
-                    .arg(&k.to_writers)
-                    .arg("1")
-                    .invoke_async(&mut c)
-                    .await
-            })
-            .await?;
-        Ok(released(r))
+        zset_release(&self.base, &[&k.readers, &k.tokens], owner, &k.to_writers, "1").await
     }
 
     async fn subscribe(&self, name: &LockName) -> Result<Option<WakeSubscription>, LockError> {
@@ -311,33 +335,13 @@ impl LeaseStore for PermitSide {
     }
 
     async fn renew(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<RenewOutcome, LockError> {
-        let (k, owner, ms) = (&SemKeys::new(&self.base.prefix, name), &owner.to_hex(), ttl_ms(ttl));
-        let node = &self.base.node;
-        let r: i64 = node
-            .run_idempotent(node.request_timeout(), |mut c| async move {
-                ZSET_RENEW.key(&k.holders).key(&k.tokens).key(&k.permits).arg(owner).arg(ms).invoke_async(&mut c).await
-            })
-            .await?;
-        Ok(renewed(r))
+        let k = SemKeys::new(&self.base.prefix, name);
+        zset_renew(&self.base, &[&k.holders, &k.tokens, &k.permits], owner, ttl).await
     }
 
     async fn release(&self, name: &LockName, owner: OwnerId) -> Result<ReleaseOutcome, LockError> {
-        let (k, owner) = (&SemKeys::new(&self.base.prefix, name), &owner.to_hex());
-        let node = &self.base.node;
-        let r: i64 = node
-            .run(node.request_timeout(), |mut c| async move {
-                ZSET_RELEASE
-                    .key(&k.holders)
-                    .key(&k.tokens)
-                    .key(&k.permits)
-                    .arg(owner)
-                    .arg(&k.channel)
-                    .arg("0")
-                    .invoke_async(&mut c)
-                    .await
-            })
-            .await?;
-        Ok(released(r))
+        let k = SemKeys::new(&self.base.prefix, name);
+        zset_release(&self.base, &[&k.holders, &k.tokens, &k.permits], owner, &k.channel, "0").await
     }
 
     async fn subscribe(&self, name: &LockName) -> Result<Option<WakeSubscription>, LockError> {
