@@ -40,6 +40,11 @@ impl RedisServer {
         Ok(RedisServer { server })
     }
 
+    /// A fresh local `redis-server` with extra arguments (e.g. `--cluster-enabled yes`).
+    pub async fn start_local_with(extra: &[&str]) -> Result<RedisServer, LockError> {
+        Ok(RedisServer { server: start_local_server_with(extra).await? })
+    }
+
     /// Always a fresh local `redis-server` (ignores `DLOCK_TEST_REDIS_URL` and containers).
     pub async fn start_local() -> Result<RedisServer, LockError> {
         Ok(RedisServer { server: start_local_server().await? })
@@ -72,6 +77,10 @@ impl RedisServer {
 }
 
 async fn start_local_server() -> Result<TestServer, LockError> {
+    start_local_server_with(&[]).await
+}
+
+async fn start_local_server_with(extra: &[&str]) -> Result<TestServer, LockError> {
     let program =
         find_binary("redis-server", &["/usr/local/bin", "/usr/bin", "/opt/homebrew/bin"]).ok_or_else(|| {
             LockError::unavailable(
@@ -97,6 +106,7 @@ async fn start_local_server() -> Result<TestServer, LockError> {
             .collect();
     args.extend(NO_PERSISTENCE.iter().map(|s| s.to_string()));
     args.extend(["--dir".to_owned(), dir_arg]);
+    args.extend(extra.iter().map(|s| s.to_string()));
     let child = ChildServer::new(&program, args, dir.path());
     let local = LocalServer::start(child, addr, false).await?;
     Ok(local.into_test_server(&program, format!("redis://{addr}"), vec![Box::new(dir)]))
