@@ -162,6 +162,7 @@ impl<S: LeaseStore> DistributedLock for StoreLock<S> {
         self.store.capabilities()
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = self.store.backend(), lock = %name))]
     async fn try_acquire(&self, name: &LockName, opts: &AcquireOptions) -> Result<Option<Lease>, LockError> {
         opts.validate(&self.store.capabilities())?;
         let owner = OwnerId::random();
@@ -191,6 +192,7 @@ impl<S: LeaseStore> DistributedLock for StoreLock<S> {
         }
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = self.store.backend(), lock = %name))]
     async fn acquire(&self, name: &LockName, opts: &AcquireOptions) -> Result<Lease, LockError> {
         let caps = self.store.capabilities();
         opts.validate(&caps)?;
@@ -234,6 +236,7 @@ impl<S: LeaseStore> DistributedLock for StoreLock<S> {
             let remaining = match self.attempt(name, owner, opts.ttl, bound).await {
                 Ok(TryLock::Acquired { token }) => {
                     pending.armed = false;
+                    tracing::debug!(token = token.0, waited_ms = begun.elapsed().as_millis() as u64, "acquired");
                     return Ok(self.lease(name, owner, token, started, opts));
                 }
                 Ok(TryLock::Held { remaining }) => {
