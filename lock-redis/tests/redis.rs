@@ -11,13 +11,13 @@ mod redis_extra {
 
     use crate::common::RedisFixture;
 
-    fn opts(ttl_ms: u64) -> AcquireOptions {
+    pub(crate) fn opts(ttl_ms: u64) -> AcquireOptions {
         AcquireOptions::new(Duration::from_millis(ttl_ms))
             .wait(Duration::from_secs(5))
             .request_timeout(Duration::from_secs(1))
     }
 
-    async fn raw(fx: &RedisFixture) -> redis::aio::MultiplexedConnection {
+    pub(crate) async fn raw(fx: &RedisFixture) -> redis::aio::MultiplexedConnection {
         let client = redis::Client::open(fx.server.url()).unwrap();
         client.get_multiplexed_async_connection().await.unwrap()
     }
@@ -332,20 +332,11 @@ mod redis_kinds {
     use std::time::{Duration, Instant};
 
     use lock_conformance::Fixture;
-    use lock_core::{AcquireOptions, DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockName};
+    use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockName};
 
     use crate::common::RedisFixture;
 
-    fn opts(ttl_ms: u64) -> AcquireOptions {
-        AcquireOptions::new(Duration::from_millis(ttl_ms))
-            .wait(Duration::from_secs(5))
-            .request_timeout(Duration::from_secs(1))
-    }
-
-    async fn raw(fx: &RedisFixture) -> redis::aio::MultiplexedConnection {
-        let client = redis::Client::open(fx.server.url()).unwrap();
-        client.get_multiplexed_async_connection().await.unwrap()
-    }
+    use crate::redis_extra::{opts, raw};
 
     #[tokio::test]
     async fn capabilities_and_labels() {
