@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::task::JoinSet;
 
-use super::{ensure, fail, CaseResult, Ctx};
+use super::{ensure, fail, CaseError, CaseResult, Ctx};
 use crate::Fixture;
 
 const CLIENTS: usize = 4;
@@ -44,15 +44,7 @@ pub async fn mutual_exclusion(fx: &dyn Fixture) -> CaseResult {
             Ok::<_, lock_core::LockError>(None)
         });
     }
-    let mut release_errors = Vec::new();
-    while let Some(r) = tasks.join_next().await {
-        match r {
-            Ok(Ok(None)) => {}
-            Ok(Ok(Some(e))) => release_errors.push(e.to_string()),
-            Ok(Err(e)) => fail!("a contender failed: {e}"),
-            Err(e) => fail!("a contender panicked: {e}"),
-        }
-    }
+    let release_errors = join_clients(tasks).await?;
     let (n, o) = (entries.load(Ordering::SeqCst), overlaps.load(Ordering::SeqCst));
     ensure!(o == 0, "two holders were inside the critical section at once {o} times out of {n} entries");
     ensure!(release_errors.is_empty(), "releases failed: {release_errors:?}");
@@ -84,15 +76,7 @@ pub async fn counter_exact(fx: &dyn Fixture) -> CaseResult {
             Ok::<_, lock_core::LockError>(None)
         });
     }
-    let mut release_errors = Vec::new();
-    while let Some(r) = tasks.join_next().await {
-        match r {
-            Ok(Ok(None)) => {}
-            Ok(Ok(Some(e))) => release_errors.push(e.to_string()),
-            Ok(Err(e)) => fail!("a client failed: {e}"),
-            Err(e) => fail!("a client panicked: {e}"),
-        }
-    }
+    let release_errors = join_clients(tasks).await?;
     let total = counter.load(Ordering::SeqCst);
     let want = (CLIENTS * ROUNDS) as u64;
     ensure!(
@@ -158,4 +142,22 @@ pub async fn independent_names(fx: &dyn Fixture) -> CaseResult {
         y.release().await?;
     }
     Ok(format!("{} distinct names held at once ({} ms)", lookalikes.len() + 2, took.as_millis()))
+}
+
+/// Waits for every client task; a task's release error is collected (a broken lock should be
+/// reported as the overlap it causes, not as the release error that follows), any other error
+/// or panic fails the case.
+async fn join_clients(
+    mut tasks: JoinSet<Result<Option<lock_core::LockError>, lock_core::LockError>>,
+) -> Result<Vec<String>, CaseError> {
+    let mut release_errors = Vec::new();
+    while let Some(r) = tasks.join_next().await {
+        match r {
+            Ok(Ok(None)) => {}
+            Ok(Ok(Some(e))) => release_errors.push(e.to_string()),
+            Ok(Err(e)) => fail!("a client failed: {e}"),
+            Err(e) => fail!("a client panicked: {e}"),
+        }
+    }
+    Ok(release_errors)
 }
