@@ -117,6 +117,67 @@
 //! on a network file system. `sqlite::memory:` works inside one process and is not durable.
 //! Waiters poll, like MySQL's.
 //!
+//! ## Read-write locks and semaphores
+//!
+//! [`connect_rw`] and [`connect_semaphore`] share the pools (and, on PostgreSQL, the listening
+//! connection) of the exclusive lock's store, and add two tables next to the lease table, which
+//! is left untouched (`<table>_counters`, `<table>_holders`, created if missing):
+//!
+//! | `<table>_counters` | meaning |
+//! |--------------------|---------|
+//! | `kind`, `name`     | primary key; `kind` is `rw` or `sem`, so one name as exclusive lock, rw lock and semaphore is three locks |
+//! | `fence`            | the last token issued for (kind, name), to any holder (readers included); never deleted |
+//! | `permits`          | semaphores: the number of permits of the current holders |
+//! | `claim_owner`, `claim_until` | a refused, waiting writer's short claim (ttl/2, 0.3–2 s) that holds new readers back |
+//!
+//! | `<table>_holders`  | meaning |
+//! |--------------------|---------|
+//! | `kind`, `name`, `owner` | primary key: one row per grant |
+//! | `mode`             | 1 for a writer, 0 for a reader or a permit |
+//! | `fence`, `expires_at` | the grant's token and the end of its lease (ms, database clock) |
+//!
+//! **Acquire** is one short transaction (PostgreSQL `BEGIN`, MySQL `START TRANSACTION`, SQLite
+//! `BEGIN IMMEDIATE`), never held while the application works:
+//!
+//! ```sql
+//! INSERT INTO t_counters (kind, name, fence, permits, claim_owner, claim_until)
+//!   VALUES (?, ?, 0, 0, NULL, 0) ON CONFLICT DO NOTHING;
+//!   -- MySQL: ON DUPLICATE KEY UPDATE fence = fence; SQLite: INSERT OR IGNORE
+//! SELECT fence, permits, CASE WHEN claim_owner IS NOT NULL AND claim_owner <> ? AND claim_until > NOW_MS
+//!                             THEN claim_until - NOW_MS ELSE -1 END
+//!   FROM t_counters WHERE kind = ? AND name = ? FOR UPDATE;    -- SQLite: no FOR UPDATE (file lock)
+//! DELETE FROM t_holders WHERE kind = ? AND name = ? AND expires_at <= NOW_MS;
+//! SELECT owner, mode, fence, expires_at - NOW_MS FROM t_holders WHERE kind = ? AND name = ?;
+//! -- granted: (a row of our own owner id is a retried grant: its token comes back unchanged)
+//! UPDATE t_counters SET fence = ?, permits = ?,
+//!        claim_owner = CASE WHEN claim_owner = ? THEN NULL ELSE claim_owner END WHERE kind = ? AND name = ?;
+//! INSERT INTO t_holders (kind, name, owner, mode, fence, expires_at) VALUES (?, ?, ?, ?, ?, NOW_MS + ?);
+//! -- a waiting writer refused by holders, when no other writer's claim is live:
+//! UPDATE t_counters SET claim_owner = ?, claim_until = NOW_MS + ? WHERE kind = ? AND name = ?;
+//! COMMIT;
+//! ```
+//!
+//! A reader is granted when no writer holds and no other writer's claim is live; a writer when
+//! nobody else holds; a permit when fewer than `permits` hold, and every holder agreed on
+//! `permits` (otherwise `InvalidOptions`). The counter row's lock serialises the acquires of
+//! one (kind, name) and the new token is its `fence + 1`. Deadlocks and lock waits (MySQL
+//! 1213/1205, PostgreSQL 40001/40P01, SQLite busy) roll the transaction back and re-run it,
+//! all within [`SqlOptions::query_timeout`].
+//!
+//! **Renew** and **release** are one owner-checked autocommit statement each:
+//!
+//! ```sql
+//! UPDATE t_holders SET expires_at = NOW_MS + ? WHERE kind = ? AND name = ? AND owner = ? AND expires_at > NOW_MS;
+//! DELETE FROM t_holders WHERE kind = ? AND name = ? AND owner = ? AND expires_at > NOW_MS;
+//! -- a writer's release (or a write wait that ended without a grant) also withdraws its claim:
+//! UPDATE t_counters SET claim_owner = NULL WHERE kind = ? AND name = ? AND claim_owner = ?;
+//! ```
+//!
+//! On PostgreSQL a release then `pg_notify`s the table's channel (payload `dlock-rw-read:<name>`,
+//! `dlock-rw-write:<name>` or `dlock-sem:<name>`), which wakes one local waiter of that side in
+//! each client; every waiter also polls, never sleeping past the holders' remaining lease.
+//! MySQL and SQLite poll.
+//!
 //! ## Why the database clock
 //!
 //! Expiry is decided where the row lives, by one clock: every `now` above is the database
@@ -173,11 +234,13 @@
 //!   (diagnostics; the tests run both).
 
 mod error;
+mod kinds;
 mod listen;
 mod options;
 mod pool;
 mod store;
 
+pub use kinds::{SqlRwLock, SqlSemaphore};
 pub use options::{SqlOptions, DEFAULT_TABLE};
 pub use store::SqlStore;
 
@@ -194,4 +257,15 @@ pub type SqlLock = StoreLock<SqlStore>;
 /// [`SqlOptions::connect_timeout`] is [`LockError::Unavailable`].
 pub async fn connect(url: &str, options: SqlOptions) -> Result<SqlLock, LockError> {
     SqlStore::connect(url, options).await.map(StoreLock::new)
+}
+
+/// Connects a read-write lock client (SPEC §5.2): the same URL, options and lease table name as
+/// [`connect`], plus the tables `<table>_counters` and `<table>_holders` (created if missing).
+pub async fn connect_rw(url: &str, options: SqlOptions) -> Result<SqlRwLock, LockError> {
+    kinds::connect_rw(url, options).await
+}
+
+/// Connects a semaphore client (SPEC §5.3): the same URL, options and tables as [`connect_rw`].
+pub async fn connect_semaphore(url: &str, options: SqlOptions) -> Result<SqlSemaphore, LockError> {
+    kinds::connect_semaphore(url, options).await
 }

@@ -39,7 +39,7 @@ impl Kind {
     }
 }
 
-enum Db {
+pub(crate) enum Db {
     Sqlite(SqlitePool),
     Postgres(Arc<ConnPool<PgConnection>>),
     Mysql(Arc<ConnPool<MySqlConnection>>),
@@ -75,9 +75,9 @@ struct Statements {
 const STRIPES: usize = 64;
 
 /// Milliseconds since the Unix epoch, on the database's clock.
-const PG_NOW: &str = "(extract(epoch from now()) * 1000)::bigint";
-const MY_NOW: &str = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)";
-const LITE_NOW: &str = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)";
+pub(crate) const PG_NOW: &str = "(extract(epoch from now()) * 1000)::bigint";
+pub(crate) const MY_NOW: &str = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)";
+pub(crate) const LITE_NOW: &str = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)";
 
 impl Statements {
     /// The statements worth preparing on every connection.
@@ -213,14 +213,14 @@ impl Statements {
 /// A lease table in PostgreSQL, MySQL/MariaDB or SQLite: the [`LeaseStore`] behind
 /// [`SqlLock`](crate::SqlLock). See the crate docs for the algorithm.
 pub struct SqlStore {
-    kind: Kind,
-    db: Db,
-    table: String,
+    pub(crate) kind: Kind,
+    pub(crate) db: Db,
+    pub(crate) table: String,
     sql: Statements,
-    query_timeout: Duration,
+    pub(crate) query_timeout: Duration,
     durable: bool,
-    hub: WakeHub,
-    listener: Option<Listener>,
+    pub(crate) hub: WakeHub,
+    pub(crate) listener: Option<Listener>,
     /// Renew and release of one owner run one at a time (see [`SqlStore::one_at_a_time`]).
     stripes: Box<[tokio::sync::Mutex<()>; STRIPES]>,
 }
@@ -352,7 +352,7 @@ impl SqlStore {
     /// answers NotOwner, which the lease watchdog would report as a lost lease although the
     /// holder itself released it. Waiting here lets the renewal finish first (or be cancelled
     /// by the release, before its answer is read).
-    async fn one_at_a_time(&self, owner: OwnerId) -> tokio::sync::MutexGuard<'_, ()> {
+    pub(crate) async fn one_at_a_time(&self, owner: OwnerId) -> tokio::sync::MutexGuard<'_, ()> {
         // The remainder is below STRIPES, so the index is always in range.
         self.stripes[(owner.as_u128() % STRIPES as u128) as usize].lock().await
     }
@@ -422,7 +422,7 @@ impl SqlStore {
 
     /// Runs `op`, re-running it on transient conflicts (deadlock, busy), all within
     /// `query_timeout`.
-    async fn run<T, F, Fut>(&self, what: &str, mut op: F) -> Result<T, LockError>
+    pub(crate) async fn run<T, F, Fut>(&self, what: &str, mut op: F) -> Result<T, LockError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, sqlx::Error>>,
@@ -500,15 +500,15 @@ fn supports_returning(version: &str) -> bool {
     (major, minor) >= (10, 5)
 }
 
-fn ttl_ms(ttl: Duration) -> i64 {
+pub(crate) fn ttl_ms(ttl: Duration) -> i64 {
     i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX).max(1)
 }
 
-fn remaining(ms: Option<i64>) -> Option<Duration> {
+pub(crate) fn remaining(ms: Option<i64>) -> Option<Duration> {
     ms.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0)))
 }
 
-fn token(kind: Kind, fence: i64) -> Result<TryLock, LockError> {
+pub(crate) fn token(kind: Kind, fence: i64) -> Result<TryLock, LockError> {
     match u64::try_from(fence) {
         Ok(t) => Ok(TryLock::Acquired { token: FencingToken(t) }),
         Err(_) => Err(LockError::backend(
@@ -530,6 +530,8 @@ impl LeaseStore for SqlStore {
         caps.lease_model = LeaseModel::PerLock;
         caps.durable_fencing = self.durable;
         caps.durable_leases = self.durable;
+        caps.rw_lock = true;
+        caps.semaphore = true;
         // Expiry is stored in whole milliseconds of the database clock.
         caps.min_ttl = Duration::from_millis(10);
         caps.max_ttl = Duration::from_secs(365 * 24 * 3600);

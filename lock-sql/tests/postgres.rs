@@ -167,3 +167,13 @@ async fn extra_provisioned_server() {
     let lease = lock.try_acquire(&name, &AcquireOptions::new(Duration::from_secs(2))).await.unwrap().expect("free");
     lease.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn extra_kinds_hostile_names() {
+    common::check_kinds_hostile_names(&SqlFixture::postgres().await.unwrap()).await.unwrap();
+}
+
+#[tokio::test]
+async fn extra_kinds_expiry_and_takeover() {
+    common::check_kinds_expiry_and_takeover(&SqlFixture::postgres().await.unwrap()).await.unwrap();
+}

@@ -135,3 +135,13 @@ fn child_worker() {
         }
     });
 }
+
+#[tokio::test]
+async fn extra_kinds_hostile_names() {
+    common::check_kinds_hostile_names(&SqlFixture::sqlite().await.unwrap()).await.unwrap();
+}
+
+#[tokio::test]
+async fn extra_kinds_expiry_and_takeover() {
+    common::check_kinds_expiry_and_takeover(&SqlFixture::sqlite().await.unwrap()).await.unwrap();
+}

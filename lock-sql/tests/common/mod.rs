@@ -10,7 +10,10 @@ use std::time::Duration;
 
 use lock_conformance::proxy::FaultProxy;
 use lock_conformance::{async_trait, Fixture, LinkedClient, ServerControl};
-use lock_core::{AcquireOptions, DistributedLock, LeaseStore, LockError, LockName, OwnerId, TryLock};
+use lock_core::{
+    AcquireOptions, DistributedLock, DistributedRwLock, DistributedSemaphore, LeaseStore, LockError, LockName, OwnerId,
+    TryLock,
+};
 use lock_sql::{SqlLock, SqlOptions};
 use sqlx::Executor;
 use tokio::time::Instant;
@@ -190,6 +193,14 @@ impl Fixture for SqlFixture {
 
     async fn client(&self) -> Result<Arc<dyn DistributedLock>, LockError> {
         Ok(Arc::new(self.sql_client().await?))
+    }
+
+    async fn rw_client(&self) -> Result<Option<Arc<dyn DistributedRwLock>>, LockError> {
+        Ok(Some(Arc::new(lock_sql::connect_rw(&self.url, self.options.clone()).await?)))
+    }
+
+    async fn semaphore_client(&self) -> Result<Option<Arc<dyn DistributedSemaphore>>, LockError> {
+        Ok(Some(Arc::new(lock_sql::connect_semaphore(&self.url, self.options.clone()).await?)))
     }
 
     /// Through a [`FaultProxy`] for PostgreSQL and MySQL. SQLite has no network between client
@@ -425,4 +436,75 @@ pub async fn measure_wake_latency(fx: &SqlFixture) -> Result<Duration, LockError
     held.release().await?;
     let got = waiter.await.expect("waiter panicked")?;
     Ok(got - released)
+}
+
+/// Read-write locks and semaphores: every hostile name works for both kinds, distinct from
+/// every other name, and the same name as exclusive lock, rw lock and semaphore are three locks.
+pub async fn check_kinds_hostile_names(fx: &SqlFixture) -> Result<(), LockError> {
+    let rw = lock_sql::connect_rw(fx.url(), fx.options()).await?;
+    let sem = lock_sql::connect_semaphore(fx.url(), fx.options()).await?;
+    let lock = fx.client().await?;
+    let o = opts(5000);
+    let mut held = Vec::new();
+    for n in &hostile_names() {
+        let name = LockName::new(n)?;
+        let w = rw.try_acquire_write(&name, &o).await?.unwrap_or_else(|| panic!("{n:?}: rw should be free"));
+        assert!(rw.try_acquire_read(&name, &o).await?.is_none(), "{n:?}: written, no reader");
+        let p = sem.try_acquire_permit(&name, 1, &o).await?.unwrap_or_else(|| panic!("{n:?}: sem should be free"));
+        assert!(sem.try_acquire_permit(&name, 1, &o).await?.is_none(), "{n:?}: one permit only");
+        let l = lock.try_acquire(&name, &o).await?.unwrap_or_else(|| panic!("{n:?}: lock should be free"));
+        held.push((n.clone(), w, p, l));
+    }
+    for (n, w, p, l) in held {
+        let name = LockName::new(&n)?;
+        w.release().await?;
+        p.release().await?;
+        l.release().await?;
+        let r = rw.try_acquire_read(&name, &o).await?.expect("free after release");
+        assert!(r.token() > w.token(), "{n:?}: rw token must grow");
+        r.release().await?;
+        let q = sem.try_acquire_permit(&name, 1, &o).await?.expect("free after release");
+        assert!(q.token() > p.token(), "{n:?}: semaphore token must grow");
+        q.release().await?;
+    }
+    Ok(())
+}
+
+/// A reader and a permit holder that stop renewing are freed after their ttl; the takeover gets
+/// a greater token, and the stale holder's renew and release fail. Repeated, tokens keep rising.
+pub async fn check_kinds_expiry_and_takeover(fx: &SqlFixture) -> Result<(), LockError> {
+    let rw = lock_sql::connect_rw(fx.url(), fx.options()).await?;
+    let rw2 = lock_sql::connect_rw(fx.url(), fx.options()).await?;
+    let sem = lock_sql::connect_semaphore(fx.url(), fx.options()).await?;
+    let sem2 = lock_sql::connect_semaphore(fx.url(), fx.options()).await?;
+    let name = LockName::new("kinds-takeover")?;
+    let short = opts(400).auto_renew(false);
+    let mut last = (0, 0);
+    for round in 0..3 {
+        let reader = rw.try_acquire_read(&name, &short).await?.expect("free");
+        assert!(reader.token().get() > last.0, "round {round}: rw token regressed");
+        assert!(rw2.try_acquire_write(&name, &short).await?.is_none(), "a live reader must block a writer");
+        let permit = sem.try_acquire_permit(&name, 1, &short).await?.expect("free");
+        assert!(permit.token().get() > last.1, "round {round}: semaphore token regressed");
+        assert!(sem2.try_acquire_permit(&name, 1, &short).await?.is_none(), "a live permit must block");
+        assert!(
+            matches!(sem2.try_acquire_permit(&name, 2, &short).await, Err(LockError::InvalidOptions { .. })),
+            "disagreeing permits must be InvalidOptions"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let writer = rw2.try_acquire_write(&name, &short).await?.expect("an expired reader must be freed");
+        assert!(writer.token() > reader.token(), "takeover must bump the rw fence");
+        let taken = sem2.try_acquire_permit(&name, 1, &short).await?.expect("an expired permit must be freed");
+        assert!(taken.token() > permit.token(), "takeover must bump the semaphore fence");
+        assert!(matches!(reader.renew().await, Err(LockError::Lost { .. })), "stale reader renew must fail");
+        assert!(matches!(reader.release().await, Err(LockError::Lost { .. })), "stale reader release must fail");
+        assert!(matches!(permit.renew().await, Err(LockError::Lost { .. })), "stale permit renew must fail");
+        assert!(matches!(permit.release().await, Err(LockError::Lost { .. })), "stale permit release must fail");
+        assert!(rw.try_acquire_read(&name, &short).await?.is_none(), "the writer still holds");
+        assert!(sem.try_acquire_permit(&name, 1, &short).await?.is_none(), "the taker still holds");
+        last = (writer.token().get(), taken.token().get());
+        writer.release().await?;
+        taken.release().await?;
+    }
+    Ok(())
 }
