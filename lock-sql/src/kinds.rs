@@ -170,6 +170,22 @@ impl KindStatements {
     }
 }
 
+/// The longest suffix added to the lease table's name (`_counters`).
+const SUFFIX_LEN: usize = "_counters".len();
+
+/// PostgreSQL silently truncates identifiers past 63 bytes (the two tables could then collide
+/// with each other or the lease table) and MySQL refuses names past 64: refuse them here, clearly.
+fn check_table_len(table: &str) -> Result<(), LockError> {
+    if table.len() + SUFFIX_LEN > 63 {
+        return Err(LockError::config(format!(
+            "lease table name {table:?} is too long for read-write locks and semaphores, which add the tables \
+             {table}_counters and {table}_holders; use a table name of at most {} characters",
+            63 - SUFFIX_LEN
+        )));
+    }
+    Ok(())
+}
+
 /// Which side of which kind an attempt is for.
 #[derive(Clone, Copy, Debug)]
 enum Side {
@@ -334,6 +350,7 @@ pub(crate) struct Base {
 
 impl Base {
     async fn connect(url: &str, options: SqlOptions) -> Result<Arc<Base>, LockError> {
+        check_table_len(&options.table)?;
         let store = SqlStore::connect(url, options).await?;
         let sql = KindStatements::new(store.kind, &store.table);
         let base = Base { store: Arc::new(store), sql };
@@ -815,4 +832,44 @@ pub(crate) async fn connect_rw(url: &str, options: SqlOptions) -> Result<SqlRwLo
 /// See [`crate::connect_semaphore`].
 pub(crate) async fn connect_semaphore(url: &str, options: SqlOptions) -> Result<SqlSemaphore, LockError> {
     Ok(SqlSemaphore { base: Base::connect(url, options).await? })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_names_leave_room_for_the_suffixes() {
+        assert!(check_table_len("dlock_leases").is_ok());
+        assert!(check_table_len(&"a".repeat(54)).is_ok());
+        assert!(matches!(check_table_len(&"a".repeat(55)), Err(LockError::Config { .. })));
+    }
+
+    #[test]
+    fn placeholders_are_numbered_for_postgres() {
+        assert_eq!(numbered("a = ? AND b = ?"), "a = $1 AND b = $2");
+    }
+
+    #[test]
+    fn writers_hold_back_readers_and_permits_must_agree() {
+        let holder = |o: &str, mode, fence, rem| (o.to_string(), mode, fence, rem);
+        // A live claim of another writer refuses a reader.
+        assert!(matches!(decide(Side::Read, "r", (5, 0, 100), &[], false), Plan::Refuse { .. }));
+        // Readers refuse a writer, which then claims when waiting.
+        let readers = [holder("a", 0, 4, 50), holder("b", 0, 5, 70)];
+        assert!(matches!(
+            decide(Side::Write, "w", (5, 0, -1), &readers, true),
+            Plan::Refuse { remaining: Some(70), claim: true }
+        ));
+        assert!(matches!(decide(Side::Write, "w", (5, 0, -1), &readers, false), Plan::Refuse { claim: false, .. }));
+        // A retry of one's own grant returns the same token.
+        assert!(matches!(decide(Side::Read, "a", (5, 0, -1), &readers, false), Plan::Again(4)));
+        assert!(matches!(decide(Side::Read, "c", (5, 0, -1), &readers, false), Plan::Grant(6)));
+        assert!(matches!(decide(Side::Permit(3), "c", (5, 2, -1), &readers, false), Plan::BadPermits(2)));
+        assert!(matches!(
+            decide(Side::Permit(2), "c", (5, 2, -1), &readers, false),
+            Plan::Refuse { remaining: Some(50), .. }
+        ));
+        assert!(matches!(decide(Side::Permit(3), "c", (5, 3, -1), &readers, false), Plan::Grant(6)));
+    }
 }

@@ -121,7 +121,8 @@
 //!
 //! [`connect_rw`] and [`connect_semaphore`] share the pools (and, on PostgreSQL, the listening
 //! connection) of the exclusive lock's store, and add two tables next to the lease table, which
-//! is left untouched (`<table>_counters`, `<table>_holders`, created if missing):
+//! is left untouched (`<table>_counters`, `<table>_holders`, created if missing; so the table
+//! name may have at most 54 characters here, else [`LockError::Config`]):
 //!
 //! | `<table>_counters` | meaning |
 //! |--------------------|---------|
