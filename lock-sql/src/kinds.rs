@@ -170,6 +170,10 @@ impl KindStatements {
     }
 }
 
+/// How often an acquire transaction is re-run after a deadlock or lock-wait time-out (MySQL
+/// 1213/1205, PostgreSQL 40001/40P01, SQLite busy) before the caller gets `Unavailable`.
+const CONFLICT_RETRIES: usize = 8;
+
 /// The longest suffix added to the lease table's name (`_counters`).
 const SUFFIX_LEN: usize = "_counters".len();
 
@@ -425,7 +429,7 @@ impl Base {
         let plan = match &self.store.db {
             Db::Postgres(p) => {
                 self.store
-                    .run("acquire", || async {
+                    .run_bounded("acquire", CONFLICT_RETRIES, || async {
                         let mut g = p.get().await?;
                         let r = match g.conn() {
                             Ok(c) => acquire_tx!(c, st, side, n, o, ms, claim_ms, claiming).await,
@@ -438,7 +442,7 @@ impl Base {
             }
             Db::Mysql(p) => {
                 self.store
-                    .run("acquire", || async {
+                    .run_bounded("acquire", CONFLICT_RETRIES, || async {
                         let nb = n.as_bytes();
                         let mut g = p.get().await?;
                         let r = match g.conn() {
@@ -452,7 +456,7 @@ impl Base {
             }
             Db::Sqlite(p) => {
                 self.store
-                    .run("acquire", || async {
+                    .run_bounded("acquire", CONFLICT_RETRIES, || async {
                         // IMMEDIATE: the write lock of the file first, so two acquires never
                         // both read and then both write. Dropped without commit = rolled back.
                         let mut tx = p.begin_with("BEGIN IMMEDIATE").await?;

@@ -162,8 +162,8 @@
 //! nobody else holds; a permit when fewer than `permits` hold, and every holder agreed on
 //! `permits` (otherwise `InvalidOptions`). The counter row's lock serialises the acquires of
 //! one (kind, name) and the new token is its `fence + 1`. Deadlocks and lock waits (MySQL
-//! 1213/1205, PostgreSQL 40001/40P01, SQLite busy) roll the transaction back and re-run it,
-//! all within [`SqlOptions::query_timeout`].
+//! 1213/1205, PostgreSQL 40001/40P01, SQLite busy) roll the transaction back and re-run it, at
+//! most 8 times and all within [`SqlOptions::query_timeout`], then `Unavailable`.
 //!
 //! **Renew** and **release** are one owner-checked autocommit statement each:
 //!

@@ -422,12 +422,22 @@ impl SqlStore {
 
     /// Runs `op`, re-running it on transient conflicts (deadlock, busy), all within
     /// `query_timeout`.
-    pub(crate) async fn run<T, F, Fut>(&self, what: &str, mut op: F) -> Result<T, LockError>
+    pub(crate) async fn run<T, F, Fut>(&self, what: &str, op: F) -> Result<T, LockError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, sqlx::Error>>,
+    {
+        self.run_bounded(what, usize::MAX, op).await
+    }
+
+    /// [`SqlStore::run`], re-running at most `conflicts` times on transient conflicts.
+    pub(crate) async fn run_bounded<T, F, Fut>(&self, what: &str, conflicts: usize, mut op: F) -> Result<T, LockError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, sqlx::Error>>,
     {
         let kind = self.kind;
+        let mut conflicted = 0;
         let work = async {
             let mut backoff = Backoff::new(Duration::from_millis(2), Duration::from_millis(100));
             let mut broken = 0;
@@ -440,7 +450,8 @@ impl SqlStore {
                         broken += 1;
                         tracing::debug!(backend = kind.label(), error = %e, "{what}: connection broken; retrying on another");
                     }
-                    Err(e) if matches!(classify(kind, &e), Class::Transient) => {
+                    Err(e) if conflicted < conflicts && matches!(classify(kind, &e), Class::Transient) => {
+                        conflicted += 1;
                         tracing::debug!(backend = kind.label(), error = %e, "{what}: transient conflict; retrying");
                         tokio::time::sleep(backoff.next_delay()).await;
                     }
