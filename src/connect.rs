@@ -109,7 +109,7 @@ fn memory_server(url: &str) -> MemoryLock {
 }
 
 /// Connects a read-write lock client (SPEC §5.2) to the backend named by `config.url`.
-/// Memory, Redis (single instance) and ZooKeeper offer it; the others answer `Unsupported`.
+/// Every backend but Redlock offers it; Redlock answers `Unsupported`.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -126,6 +126,10 @@ fn memory_server(url: &str) -> MemoryLock {
 pub async fn connect_rw_with(config: &Config) -> Result<Arc<dyn DistributedRwLock>, LockError> {
     match Scheme::of(&config.url)? {
         Scheme::Memory => Ok(Arc::new(memory_server(&config.url))),
+        #[cfg(feature = "sql")]
+        Scheme::Sqlite | Scheme::Postgres | Scheme::Mysql => {
+            Ok(Arc::new(lock_sql::connect_rw(&config.url, config.sql.clone()).await?))
+        }
         #[cfg(feature = "redis")]
         Scheme::Redis => Ok(Arc::new(lock_redis::connect_rw(&config.url, config.redis.clone()).await?)),
         #[cfg(feature = "zk")]
@@ -135,10 +139,14 @@ pub async fn connect_rw_with(config: &Config) -> Result<Arc<dyn DistributedRwLoc
 }
 
 /// Connects a semaphore client (SPEC §5.3) to the backend named by `config.url`. Backends
-/// Memory, Redis (single instance) and ZooKeeper offer it; the others answer `Unsupported`.
+/// Every backend but Redlock offers it; Redlock answers `Unsupported`.
 pub async fn connect_semaphore_with(config: &Config) -> Result<Arc<dyn DistributedSemaphore>, LockError> {
     match Scheme::of(&config.url)? {
         Scheme::Memory => Ok(Arc::new(memory_server(&config.url))),
+        #[cfg(feature = "sql")]
+        Scheme::Sqlite | Scheme::Postgres | Scheme::Mysql => {
+            Ok(Arc::new(lock_sql::connect_semaphore(&config.url, config.sql.clone()).await?))
+        }
         #[cfg(feature = "redis")]
         Scheme::Redis => Ok(Arc::new(lock_redis::connect_semaphore(&config.url, config.redis.clone()).await?)),
         #[cfg(feature = "zk")]
@@ -200,8 +208,6 @@ mod tests {
 
     #[tokio::test]
     async fn other_kinds_are_typed_errors_where_unsupported() {
-        let e = connect_rw_with(&Config::from_url("sqlite://x.db")).await.err().expect("unsupported");
-        assert!(matches!(e, LockError::Unsupported { .. }), "{e}");
         let e = connect_semaphore_with(&Config::from_url("redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3"))
             .await
             .err()

@@ -48,10 +48,31 @@ async fn zookeeper() {
     exercise(&server.url_with_root("/dlock-kinds")).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    exercise(&format!("sqlite://{}", dir.path().join("kinds.db").display())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres() {
+    exercise(&env_or("DLOCK_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql() {
+    exercise(&env_or("DLOCK_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")).await;
+}
+
+fn env_or(key: &str, default: &str) -> String {
+    std::env::var(key).ok().filter(|v| !v.trim().is_empty()).unwrap_or_else(|| default.to_owned())
+}
+
 #[tokio::test]
-async fn sql_and_redlock_say_unsupported() {
-    for url in ["sqlite::memory:", "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3"] {
-        let e = dlock::connect_rw_with(&Config::from_url(url)).await.err().expect("unsupported");
-        assert!(matches!(e, dlock::LockError::Unsupported { .. }), "{url}: {e}");
-    }
+async fn redlock_says_unsupported() {
+    let url = "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3";
+    let e = dlock::connect_rw_with(&Config::from_url(url)).await.err().expect("unsupported");
+    assert!(matches!(e, dlock::LockError::Unsupported { .. }), "{url}: {e}");
+    let e = dlock::connect_semaphore_with(&Config::from_url(url)).await.err().expect("unsupported");
+    assert!(matches!(e, dlock::LockError::Unsupported { .. }), "{url}: {e}");
 }
