@@ -49,6 +49,20 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// Free the lock if `owner` still holds it, and wake waiters.
     async fn release(&self, name: &LockName, owner: OwnerId) -> Result<ReleaseOutcome, LockError>;
 
+    /// One attempt made while `acquire` waits (the same owner re-tries until granted or the
+    /// wait ends). A store may leave something behind here that its next attempts refresh —
+    /// e.g. a writer's claim that holds back new readers so writers are not starved — and take
+    /// it back in [`LeaseStore::abandon`]. By default the same as [`LeaseStore::try_lock`].
+    async fn try_lock_waiting(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<TryLock, LockError> {
+        self.try_lock(name, owner, ttl).await
+    }
+
+    /// A wait by `owner` ended without a grant (time-out, error, dropped future): withdraw what
+    /// its attempts left behind (owner-checked). Runs in the background; by default nothing.
+    async fn abandon(&self, _name: &LockName, _owner: OwnerId) -> Result<(), LockError> {
+        Ok(())
+    }
+
     /// Subscribes to release hints for `name` (before the next attempt, so no release is
     /// missed). `None` means the backend polls.
     async fn subscribe(&self, _name: &LockName) -> Result<Option<WakeSubscription>, LockError> {
@@ -101,8 +115,16 @@ impl<S: LeaseStore> StoreLock<S> {
         owner: OwnerId,
         ttl: Duration,
         bound: Duration,
+        waiting: bool,
     ) -> Result<TryLock, LockError> {
-        match timeout(bound, self.store.try_lock(name, owner, ttl)).await {
+        let attempt = async {
+            if waiting {
+                self.store.try_lock_waiting(name, owner, ttl).await
+            } else {
+                self.store.try_lock(name, owner, ttl).await
+            }
+        };
+        match timeout(bound, attempt).await {
             Ok(r) => r,
             Err(_) => Err(LockError::unavailable(
                 self.store.backend(),
@@ -128,25 +150,36 @@ impl<S: LeaseStore> LeaseHandle for StoreLeaseHandle<S> {
     }
 }
 
-/// Releases an attempt whose outcome is unknown (lost reply, cancelled future) in the background,
-/// so a grant nobody knows about never outlives its ttl by more than nothing.
+/// Cleans up in the background after an attempt or a wait that did not end in a lease: an
+/// attempt whose outcome is unknown (lost reply, cancelled future) is released, so a grant
+/// nobody knows about never outlives its ttl; a wait that ended without a grant is abandoned
+/// ([`LeaseStore::abandon`]).
 struct PendingRelease<S: LeaseStore> {
     store: Arc<S>,
     name: LockName,
     owner: OwnerId,
+    /// An attempt is in flight, or its outcome is unknown.
     armed: bool,
+    /// A wait is in progress and has no grant yet.
+    waiting: bool,
     timeout: Duration,
 }
 
 impl<S: LeaseStore> Drop for PendingRelease<S> {
     fn drop(&mut self) {
-        if !self.armed {
+        if !self.armed && !self.waiting {
             return;
         }
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             let (store, name, owner, t) = (Arc::clone(&self.store), self.name.clone(), self.owner, self.timeout);
+            let (release, abandon) = (self.armed, self.waiting);
             rt.spawn(async move {
-                let _ = timeout(t, store.release(&name, owner)).await;
+                if release {
+                    let _ = timeout(t, store.release(&name, owner)).await;
+                }
+                if abandon {
+                    let _ = timeout(t, store.abandon(&name, owner)).await;
+                }
             });
         }
     }
@@ -171,10 +204,11 @@ impl<S: LeaseStore> DistributedLock for StoreLock<S> {
             name: name.clone(),
             owner,
             armed: true,
+            waiting: false,
             timeout: opts.request_timeout,
         };
         let started = Instant::now();
-        let result = self.attempt(name, owner, opts.ttl, opts.request_timeout).await;
+        let result = self.attempt(name, owner, opts.ttl, opts.request_timeout, false).await;
         match result {
             Ok(TryLock::Acquired { token }) => {
                 pending.armed = false;
@@ -206,6 +240,7 @@ impl<S: LeaseStore> DistributedLock for StoreLock<S> {
             name: name.clone(),
             owner,
             armed: false,
+            waiting: true,
             timeout: opts.request_timeout,
         };
         let max_poll = self.store.max_poll_interval(opts.ttl);
@@ -233,9 +268,10 @@ impl<S: LeaseStore> DistributedLock for StoreLock<S> {
             };
             pending.armed = true;
             let started = Instant::now();
-            let remaining = match self.attempt(name, owner, opts.ttl, bound).await {
+            let remaining = match self.attempt(name, owner, opts.ttl, bound, true).await {
                 Ok(TryLock::Acquired { token }) => {
                     pending.armed = false;
+                    pending.waiting = false;
                     tracing::debug!(token = token.0, waited_ms = begun.elapsed().as_millis() as u64, "acquired");
                     return Ok(self.lease(name, owner, token, started, opts));
                 }

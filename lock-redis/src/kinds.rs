@@ -5,7 +5,7 @@
 //! cancel-safety and the lease watchdog. The scripts are in [`crate::scripts`]; the key layout
 //! is in the crate docs.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -23,49 +23,9 @@ use crate::{RedisOptions, RedisStore};
 /// How long a refused writer's claim holds back new readers: long enough to outlast the
 /// writer's re-try interval (a third of it, see [`WriteSide::try_lock`]), short enough that a
 /// writer that vanished (a crashed process) delays readers only briefly. A write wait that
-/// ends without a grant in a live process withdraws its claim at once ([`ClaimGuard`]).
+/// ends without a grant in a live process withdraws its claim at once (`LeaseStore::abandon`).
 pub(crate) fn writer_claim(ttl: Duration) -> Duration {
     (ttl / 2).clamp(Duration::from_millis(300), Duration::from_secs(2))
-}
-
-tokio::task_local! {
-    /// Set while `RedisRwLock::acquire_write` waits: the owner id its attempts used, so that a
-    /// wait that ends without a grant (time-out, error, dropped future) withdraws its claim at
-    /// once instead of holding readers back until the claim lapses.
-    static WRITE_WAIT: Arc<WriteWait>;
-}
-
-/// What a write attempt knows about the call it belongs to.
-struct WriteWait {
-    /// Whether a refused attempt leaves a claim: yes while waiting, no for a single try.
-    claim: bool,
-    /// The owner id of the attempts.
-    owner: Mutex<Option<OwnerId>>,
-}
-
-/// Withdraws the claim of a write wait that ended without a grant, in the background.
-struct ClaimGuard {
-    side: Arc<WriteSide>,
-    name: LockName,
-    wait: Arc<WriteWait>,
-    armed: bool,
-    timeout: Duration,
-}
-
-impl Drop for ClaimGuard {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let Some(owner) = *self.wait.owner.lock().unwrap_or_else(|e| e.into_inner()) else { return };
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let (side, name, t) = (Arc::clone(&self.side), self.name.clone(), self.timeout);
-            rt.spawn(async move {
-                // Owner-checked: removes the claim, and the grant too if one raced in.
-                let _ = tokio::time::timeout(t, side.release(&name, owner)).await;
-            });
-        }
-    }
 }
 
 /// The read side of a read-write lock.
@@ -217,23 +177,15 @@ impl LeaseStore for ReadSide {
     }
 }
 
-#[async_trait]
-impl LeaseStore for WriteSide {
-    fn backend(&self) -> &str {
-        BACKEND
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.base.capabilities()
-    }
-
-    async fn try_lock(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<TryLock, LockError> {
-        let claiming = WRITE_WAIT
-            .try_with(|w| {
-                *w.owner.lock().unwrap_or_else(|e| e.into_inner()) = Some(owner);
-                w.claim
-            })
-            .unwrap_or(true);
+impl WriteSide {
+    /// One write attempt; `claiming` says whether a refusal leaves a writer's claim.
+    async fn attempt(
+        &self,
+        name: &LockName,
+        owner: OwnerId,
+        ttl: Duration,
+        claiming: bool,
+    ) -> Result<TryLock, LockError> {
         let (k, owner, ms) = (&RwKeys::new(&self.base.prefix, name), &owner.to_hex(), ttl_ms(ttl));
         let claim = writer_claim(ttl);
         let claim_ms = if claiming { ttl_ms(claim) } else { 0 };
@@ -260,6 +212,33 @@ impl LeaseStore for WriteSide {
                 Ok(TryLock::Held { remaining: Some(remaining_from(ms).map_or(claim / 3, |r| r.min(claim / 3))) })
             }
         }
+    }
+}
+
+#[async_trait]
+impl LeaseStore for WriteSide {
+    fn backend(&self) -> &str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.base.capabilities()
+    }
+
+    /// A single try does not wait, so it leaves no claim that would hold readers back.
+    async fn try_lock(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<TryLock, LockError> {
+        self.attempt(name, owner, ttl, false).await
+    }
+
+    /// A waiting writer's refused attempt leaves a short claim that holds back new readers.
+    async fn try_lock_waiting(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<TryLock, LockError> {
+        self.attempt(name, owner, ttl, true).await
+    }
+
+    /// A write wait that ended without a grant withdraws its claim at once (owner-checked: the
+    /// grant too, if one raced in) instead of holding readers back until the claim lapses.
+    async fn abandon(&self, name: &LockName, owner: OwnerId) -> Result<(), LockError> {
+        self.release(name, owner).await.map(|_| ())
     }
 
     async fn renew(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<RenewOutcome, LockError> {
@@ -396,23 +375,11 @@ impl DistributedRwLock for RedisRwLock {
     }
 
     async fn try_acquire_write(&self, name: &LockName, options: &AcquireOptions) -> Result<Option<Lease>, LockError> {
-        // A single try does not wait, so it leaves no claim that would hold readers back.
-        let wait = Arc::new(WriteWait { claim: false, owner: Mutex::new(None) });
-        WRITE_WAIT.scope(wait, self.write.try_acquire(name, options)).await
+        self.write.try_acquire(name, options).await
     }
 
     async fn acquire_write(&self, name: &LockName, options: &AcquireOptions) -> Result<Lease, LockError> {
-        let wait = Arc::new(WriteWait { claim: true, owner: Mutex::new(None) });
-        let mut guard = ClaimGuard {
-            side: Arc::clone(self.write.store()),
-            name: name.clone(),
-            wait: Arc::clone(&wait),
-            armed: true,
-            timeout: options.request_timeout,
-        };
-        let result = WRITE_WAIT.scope(wait, self.write.acquire(name, options)).await;
-        guard.armed = result.is_err();
-        result
+        self.write.acquire(name, options).await
     }
 }
 

@@ -4,7 +4,7 @@
 //! exclusive [`SqlStore`], so [`StoreLock`] gives waiting, back-off, time-outs, cancel-safety
 //! and the lease watchdog. The tables and statements are in the crate docs.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -22,16 +22,6 @@ use crate::SqlOptions;
 /// delays readers only briefly.
 fn writer_claim(ttl: Duration) -> Duration {
     (ttl / 2).clamp(Duration::from_millis(300), Duration::from_secs(2))
-}
-
-tokio::task_local! {
-    /// Set while `SqlRwLock::acquire_write` / `try_acquire_write` runs.
-    static WRITE_WAIT: Arc<WriteWait>;
-}
-
-struct WriteWait {
-    claim: bool,
-    owner: Mutex<Option<OwnerId>>,
 }
 
 /// The statements of the two kinds, for one dialect, with the table names spliced in once.
@@ -648,14 +638,20 @@ impl LeaseStore for WriteSide {
     fn capabilities(&self) -> Capabilities {
         self.0.capabilities()
     }
+    /// A single try does not wait, so it leaves no claim that would hold readers back.
     async fn try_lock(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<TryLock, LockError> {
-        let claiming = WRITE_WAIT
-            .try_with(|w| {
-                *w.owner.lock().unwrap_or_else(|e| e.into_inner()) = Some(owner);
-                w.claim
-            })
-            .unwrap_or(true);
-        self.0.try_lock(Side::Write, name, owner, ttl, claiming).await
+        self.0.try_lock(Side::Write, name, owner, ttl, false).await
+    }
+
+    /// A waiting writer's refused attempt leaves a short claim that holds back new readers.
+    async fn try_lock_waiting(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<TryLock, LockError> {
+        self.0.try_lock(Side::Write, name, owner, ttl, true).await
+    }
+
+    /// A write wait that ended without a grant withdraws its claim at once (owner-checked: the
+    /// grant too, if one raced in) instead of holding readers back until the claim lapses.
+    async fn abandon(&self, name: &LockName, owner: OwnerId) -> Result<(), LockError> {
+        self.release(name, owner).await.map(|_| ())
     }
     async fn renew(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<RenewOutcome, LockError> {
         self.0.renew(Side::Write, name, owner, ttl).await
@@ -687,31 +683,6 @@ impl LeaseStore for PermitSide {
     }
     async fn subscribe(&self, name: &LockName) -> Result<Option<WakeSubscription>, LockError> {
         Ok(self.0.subscribe(Side::Permit(self.1), name))
-    }
-}
-
-/// Withdraws the claim of a write wait that ended without a grant, in the background.
-struct ClaimGuard {
-    side: Arc<WriteSide>,
-    name: LockName,
-    wait: Arc<WriteWait>,
-    armed: bool,
-    timeout: Duration,
-}
-
-impl Drop for ClaimGuard {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let Some(owner) = *self.wait.owner.lock().unwrap_or_else(|e| e.into_inner()) else { return };
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let (side, name, t) = (Arc::clone(&self.side), self.name.clone(), self.timeout);
-            rt.spawn(async move {
-                // Owner-checked: removes the claim, and the grant too if one raced in.
-                let _ = tokio::time::timeout(t, side.release(&name, owner)).await;
-            });
-        }
     }
 }
 
@@ -752,23 +723,11 @@ impl DistributedRwLock for SqlRwLock {
     }
 
     async fn try_acquire_write(&self, name: &LockName, options: &AcquireOptions) -> Result<Option<Lease>, LockError> {
-        // A single try does not wait, so it leaves no claim that would hold readers back.
-        let wait = Arc::new(WriteWait { claim: false, owner: Mutex::new(None) });
-        WRITE_WAIT.scope(wait, self.write.try_acquire(name, options)).await
+        self.write.try_acquire(name, options).await
     }
 
     async fn acquire_write(&self, name: &LockName, options: &AcquireOptions) -> Result<Lease, LockError> {
-        let wait = Arc::new(WriteWait { claim: true, owner: Mutex::new(None) });
-        let mut guard = ClaimGuard {
-            side: Arc::clone(self.write.store()),
-            name: name.clone(),
-            wait: Arc::clone(&wait),
-            armed: true,
-            timeout: options.request_timeout,
-        };
-        let result = WRITE_WAIT.scope(wait, self.write.acquire(name, options)).await;
-        guard.armed = result.is_err();
-        result
+        self.write.acquire(name, options).await
     }
 }
 
