@@ -108,7 +108,7 @@ fn memory_server(url: &str) -> MemoryLock {
     MemoryLock::named(url.split_once("://").map(|(_, n)| n).unwrap_or(""))
 }
 
-/// Connects a read-write lock client (SPEC §5.2) to the backend named by `config.url`.
+/// Connects a read-write lock client (docs/contract.md §5.2) to the backend named by `config.url`.
 /// Every backend but Redlock offers it; Redlock answers `Unsupported`.
 ///
 /// ```
@@ -138,7 +138,7 @@ pub async fn connect_rw_with(config: &Config) -> Result<Arc<dyn DistributedRwLoc
     }
 }
 
-/// Connects a semaphore client (SPEC §5.3) to the backend named by `config.url`. Backends
+/// Connects a semaphore client (docs/contract.md §5.3) to the backend named by `config.url`.
 /// Every backend but Redlock offers it; Redlock answers `Unsupported`.
 pub async fn connect_semaphore_with(config: &Config) -> Result<Arc<dyn DistributedSemaphore>, LockError> {
     match Scheme::of(&config.url)? {

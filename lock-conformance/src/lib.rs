@@ -1,6 +1,6 @@
 //! # lock-conformance
 //!
-//! The dlock conformance suite (SPEC §7): the same safety cases for every backend, written once
+//! The dlock conformance suite (docs/contract.md §7): the same safety cases for every backend, written once
 //! as plain `pub async fn case(fx: &dyn Fixture) -> CaseResult` checks ([`cases`]), plus test-server
 //! provisioning ([`servers`]), an in-process TCP fault proxy ([`proxy`]), and a runner that
 //! returns a report ([`runner`]).
@@ -101,8 +101,9 @@
 //! `release_is_owner_checked`, `renew_is_owner_checked`, `lost_signal`, `release_idempotent`,
 //! `drop_releases`, `run_locked`), waiting (`try_acquire_semantics`, `acquire_timeout`,
 //! `cancel_safety`, `wake_latency`, `fifo_order`), names and inputs (`hostile_names`,
-//! `invalid_input`, `declared_kinds`), faults (`fault_pause_past_ttl`, `fault_connection_cut`,
-//! `fault_partition`, `fault_latency`, `fault_server_pause`, `fault_server_restart`,
+//! `invalid_input`, `declared_kinds`), the other kinds (`rw_lock`, `semaphore`), faults
+//! (`fault_pause_past_ttl`, `fault_connection_cut`, `fault_partition`, `fault_latency`,
+//! `fault_server_pause`, `fault_server_restart`,
 //! `fault_unavailable`, `fault_entry_deleted`) and the randomized `nemesis`. Each runs under
 //! an overall time limit ([`Case::time_limit`]): a hang is a failure with a clear detail, never
 //! a stuck test.
@@ -119,8 +120,8 @@
 //! `durable_leases` → a holder keeps its lease across it (and otherwise must be told it lost
 //! it); `lease_model` → how a holder "vanishes" (stops renewing for per-lock leases; is cut off
 //! by its link for per-session ones); `wake` → the wake-up latency bound; `min_ttl`/`max_ttl` →
-//! option validation. A declared kind the suite cannot check yet (`rw_lock`, `semaphore`) is
-//! `skipped`, which is not ok.
+//! option validation; `rw_lock` / `semaphore` → the `rw_lock` and `semaphore` cases, which fail
+//! when a declared kind's fixture offers no client of that kind.
 //!
 //! ## Servers for the bundled backends
 //!

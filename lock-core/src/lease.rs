@@ -1,5 +1,5 @@
 //! The `Lease` guard: fencing token, validity, renewal watchdog, lost signal, release on drop
-//! (SPEC §3). Backends only supply a [`LeaseHandle`]; everything else lives here, once.
+//! (docs/contract.md §3). Backends only supply a [`LeaseHandle`]; everything else lives here, once.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -15,7 +15,7 @@ use crate::{AcquireOptions, FencingToken, LockError, LockName, OwnerId};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum RenewOutcome {
-    /// Still ours; the lease now runs until `now + ttl` on the server's clock.
+    /// Still ours (on per-lock backends the lease now runs until `now + ttl`, server clock).
     Renewed,
     /// Another owner holds it, or no entry exists: the lease is lost.
     NotOwner,
@@ -34,7 +34,9 @@ pub enum ReleaseOutcome {
 /// The backend-specific part of a lease: an owner-checked renew and release of one grant.
 #[async_trait]
 pub trait LeaseHandle: Send + Sync + 'static {
-    /// Extends the lease to `now + ttl` (server clock) if this grant still owns it.
+    /// Confirms this grant still owns the lock and, on per-lock backends, extends its server-side
+    /// lease to `now + ttl` (server clock). Per-session backends (ZooKeeper) ignore `ttl`: the
+    /// session, kept alive by the client, is the lease (docs/contract.md §3).
     async fn renew(&self, ttl: Duration) -> Result<RenewOutcome, LockError>;
     /// Frees the lock if this grant still owns it.
     async fn release(&self) -> Result<ReleaseOutcome, LockError>;

@@ -1,4 +1,4 @@
-//! Read-write locks and semaphores on one Redis server (SPEC §5.2, §5.3).
+//! Read-write locks and semaphores on one Redis server (docs/contract.md §5.2, §5.3).
 //!
 //! Each side (read, write, permit) is a small [`LeaseStore`] over the connection, pub/sub and
 //! scripts of the exclusive [`RedisStore`], so [`StoreLock`] gives waiting, back-off, time-outs,
@@ -90,8 +90,8 @@ async fn zset_renew(
     Ok(renewed(r))
 }
 
-/// Owner-checked release of a member of a holders sorted set; publishes on `channel` (to all of
-/// its waiters when `wake_all` is "1").
+/// Owner-checked release of a member of a holders sorted set; publishes `one` on `channel` (one waiter
+/// per client wakes): always when `wake_all` is "0", only when the set is left empty when it is "1".
 async fn zset_release(
     base: &RedisStore,
     keys: &[&str],
@@ -328,7 +328,7 @@ impl LeaseStore for PermitSide {
     }
 }
 
-/// A read-write lock client of one Redis server (SPEC §5.2). Backend label `redis`. Made by
+/// A read-write lock client of one Redis server (docs/contract.md §5.2). Backend label `redis`. Made by
 /// [`connect_rw`](crate::connect_rw).
 ///
 /// Many readers or one writer. A writer that is refused leaves a short claim that makes new
@@ -383,7 +383,7 @@ impl DistributedRwLock for RedisRwLock {
     }
 }
 
-/// A semaphore client of one Redis server (SPEC §5.3). Backend label `redis`. Made by
+/// A semaphore client of one Redis server (docs/contract.md §5.3). Backend label `redis`. Made by
 /// [`connect_semaphore`](crate::connect_semaphore).
 ///
 /// Up to `permits` holders of one name at once, each with its own lease and a fencing token
