@@ -1,4 +1,4 @@
-//! What a backend promises (SPEC §5). The conformance suite checks every promise made here.
+//! What a backend promises (docs/contract.md §5). The conformance suite checks every promise made here.
 
 use std::time::Duration;
 

@@ -13,7 +13,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LockError {
-    /// The lock name breaks the rules of SPEC §2 (1..=255 bytes of UTF-8, no control characters).
+    /// The lock name breaks the rules of docs/contract.md §2 (1..=255 bytes of UTF-8, no control characters).
     #[error("invalid lock name {name:?}: {reason}; use 1 to 255 bytes of UTF-8 without control characters")]
     InvalidName {
         /// The rejected name, shortened and escaped for display.

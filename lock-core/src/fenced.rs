@@ -5,7 +5,7 @@ use std::sync::Mutex;
 use crate::FencingToken;
 
 /// An in-memory resource that accepts a write only with a token at least as high as every token
-/// it has seen (SPEC §2). Tests and examples use it to show that a paused former holder's
+/// it has seen (docs/contract.md §2). Tests and examples use it to show that a paused former holder's
 /// write is rejected; real resources do the same with `UPDATE … WHERE fence <= $token`.
 ///
 /// ```

@@ -1,6 +1,6 @@
 //! # lock-core
 //!
-//! The contract of dlock (see SPEC §2–§5) as types:
+//! The contract of dlock (see docs/contract.md §2–§5) as types:
 //!
 //! - [`DistributedLock`]: the object-safe trait every backend implements (`Arc<dyn DistributedLock>`).
 //! - [`Lease`]: a held lock — [`FencingToken`], `valid_until`, renewal watchdog, [`LostSignal`],

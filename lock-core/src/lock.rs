@@ -6,7 +6,7 @@ use async_trait::async_trait;
 
 use crate::{AcquireOptions, Capabilities, Lease, LeaseObserver, LockError, LockName};
 
-/// An exclusive distributed lock service (SPEC §4). Object safe: the facade hands out
+/// An exclusive distributed lock service (docs/contract.md §4). Object safe: the facade hands out
 /// `Arc<dyn DistributedLock>`.
 ///
 /// ```
@@ -37,7 +37,7 @@ pub trait DistributedLock: Send + Sync + 'static {
     async fn acquire(&self, name: &LockName, options: &AcquireOptions) -> Result<Lease, LockError>;
 }
 
-/// A read-write lock service (SPEC §5.2): many readers or one writer. Waiters are served in
+/// A read-write lock service (docs/contract.md §5.2): many readers or one writer. Waiters are served in
 /// arrival order where the backend declares `fifo`, so writers are not starved by readers that
 /// arrive after them. Every grant, read or write, carries its own lease and fencing token; a
 /// writer's token is greater than every token issued before it for that name.
@@ -60,7 +60,7 @@ pub trait DistributedRwLock: Send + Sync + 'static {
     async fn acquire_write(&self, name: &LockName, options: &AcquireOptions) -> Result<Lease, LockError>;
 }
 
-/// A counting semaphore service (SPEC §5.3): up to `permits` holders of one name at once, each
+/// A counting semaphore service (docs/contract.md §5.3): up to `permits` holders of one name at once, each
 /// with its own lease and fencing token. Every user of a name must ask for the same number of
 /// permits (`InvalidOptions` otherwise).
 #[async_trait]

@@ -1,4 +1,4 @@
-//! Lock names, fencing tokens and owner ids (SPEC §2).
+//! Lock names, fencing tokens and owner ids (docs/contract.md §2).
 
 use std::fmt;
 use std::str::FromStr;

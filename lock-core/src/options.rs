@@ -1,4 +1,4 @@
-//! Acquire options (SPEC §3, §4).
+//! Acquire options (docs/contract.md §3, §4).
 
 use std::time::Duration;
 

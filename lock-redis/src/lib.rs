@@ -202,7 +202,7 @@ pub async fn connect_redlock(url: &str, options: RedisOptions) -> Result<Redlock
     Ok(StoreLock::new(RedlockStore::connect(url, &options).await?))
 }
 
-/// Connects a read-write lock client (SPEC §5.2) to one Redis server; same URLs, options and
+/// Connects a read-write lock client (docs/contract.md §5.2) to one Redis server; same URLs, options and
 /// errors as [`connect`]. Shares nothing with other clients: each call opens its own
 /// connection (and, when it first waits, its own pub/sub connection).
 ///
@@ -224,7 +224,7 @@ pub async fn connect_rw(url: &str, options: RedisOptions) -> Result<RedisRwLock,
     kinds::connect_rw(url, &options).await
 }
 
-/// Connects a semaphore client (SPEC §5.3) to one Redis server; same URLs, options and errors
+/// Connects a semaphore client (docs/contract.md §5.3) to one Redis server; same URLs, options and errors
 /// as [`connect`].
 pub async fn connect_semaphore(url: &str, options: RedisOptions) -> Result<RedisSemaphore, LockError> {
     kinds::connect_semaphore(url, &options).await

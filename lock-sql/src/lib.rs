@@ -260,13 +260,13 @@ pub async fn connect(url: &str, options: SqlOptions) -> Result<SqlLock, LockErro
     SqlStore::connect(url, options).await.map(StoreLock::new)
 }
 
-/// Connects a read-write lock client (SPEC §5.2): the same URL, options and lease table name as
+/// Connects a read-write lock client (docs/contract.md §5.2): the same URL, options and lease table name as
 /// [`connect`], plus the tables `<table>_counters` and `<table>_holders` (created if missing).
 pub async fn connect_rw(url: &str, options: SqlOptions) -> Result<SqlRwLock, LockError> {
     kinds::connect_rw(url, options).await
 }
 
-/// Connects a semaphore client (SPEC §5.3): the same URL, options and tables as [`connect_rw`].
+/// Connects a semaphore client (docs/contract.md §5.3): the same URL, options and tables as [`connect_rw`].
 pub async fn connect_semaphore(url: &str, options: SqlOptions) -> Result<SqlSemaphore, LockError> {
     kinds::connect_semaphore(url, options).await
 }

@@ -1,6 +1,6 @@
 //! # lock-zk
 //!
-//! The ZooKeeper backend of dlock (SPEC §6): the classic lock, read-write lock and semaphore
+//! The ZooKeeper backend of dlock (docs/contract.md §6): the classic lock, read-write lock and semaphore
 //! recipes on [`zookeeper-client`](https://docs.rs/zookeeper-client).
 //!
 //! - A lock is a queue of **ephemeral sequential** znodes under a per-name parent
@@ -21,7 +21,7 @@
 //! ## Read-write locks and semaphores
 //!
 //! [`ZkLock`] also implements [`DistributedRwLock`](lock_core::DistributedRwLock) and
-//! [`DistributedSemaphore`](lock_core::DistributedSemaphore) (SPEC §5.2, §5.3) with the same
+//! [`DistributedSemaphore`](lock_core::DistributedSemaphore) (docs/contract.md §5.2, §5.3) with the same
 //! machinery: the same session-bound lease and loss detection, lost-create recovery, cancel-safe
 //! waits, and zxid tokens. Each kind has its own parent, so one name used as a lock, a read-write
 //! lock and a semaphore names three independent things: `<root>/<escaped name>`,

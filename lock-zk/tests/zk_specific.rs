@@ -424,7 +424,7 @@ async fn an_ensemble_url_with_a_dead_member_works() {
     lease.release().await.unwrap();
 }
 
-// ---- Read-write lock and semaphore (SPEC §5.2, §5.3) ----
+// ---- Read-write lock and semaphore (docs/contract.md §5.2, §5.3) ----
 
 /// The nodes queued under the read-write lock `name`.
 async fn rw_nodes(fx: &ZkFixture, lock: &ZkLock, name: &LockName) -> Vec<String> {

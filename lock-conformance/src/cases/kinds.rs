@@ -1,4 +1,4 @@
-//! The other lock kinds of SPEC §5: read-write locks and semaphores. Each case runs only for a
+//! The other lock kinds of docs/contract.md §5: read-write locks and semaphores. Each case runs only for a
 //! backend whose capabilities declare the kind (and fails if the fixture then offers no client
 //! of that kind); otherwise it is not_applicable, with the capability as the reason.
 

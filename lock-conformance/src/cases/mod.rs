@@ -1,4 +1,4 @@
-//! The cases of the suite (SPEC §7), each a plain `pub async fn case(fx: &dyn Fixture) -> CaseResult`,
+//! The cases of the suite (docs/contract.md §7), each a plain `pub async fn case(fx: &dyn Fixture) -> CaseResult`,
 //! grouped by theme. [`all_cases`] lists them in report order.
 //!
 //! Rules every case follows:
