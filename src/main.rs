@@ -4,6 +4,8 @@
 //!   deployment; exit status 0 only when nothing failed and nothing was skipped.
 //! - `dlock acquire NAME [--hold 5s]`: takes a lock, prints its fencing token, holds, releases.
 //! - `dlock config`: shows the effective configuration (secrets redacted).
+//! - `dlock bench --url URL [--duration 5s] [--clients 8] [--json]`: measures the deployment next to
+//!   a baseline taken in the same run with the same client library.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -17,6 +19,7 @@ use dlock::conformance::runner::{run_suite, CaseReport, Outcome, Report, RunOpti
 use dlock::conformance::Fixture;
 use dlock::{Config, LockError, LockName};
 
+mod bench;
 mod url_fixture;
 
 #[derive(Parser)]
@@ -34,6 +37,8 @@ enum Command {
     Acquire(AcquireArgs),
     /// Print the effective configuration (secrets redacted).
     Config(Target),
+    /// Measure the deployment next to a baseline taken in the same run (see BENCHMARKS.md).
+    Bench(bench::BenchArgs),
 }
 
 #[derive(Args)]
@@ -103,6 +108,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Conformance(args) => conformance(args).await,
             Command::Acquire(args) => acquire(args).await,
+            Command::Bench(args) => bench::run(args).await,
             Command::Config(target) => {
                 let config = target.load()?;
                 println!("{config:#?}");

@@ -1,0 +1,297 @@
+//! The `baseline` case: the least the server must do for one acquire + release, with the client
+//! library the backend itself uses, so `uncontended / baseline` is what dlock adds on top.
+//!
+//! - Redis: `SET key owner NX PX ttl` + an owner-checked scripted delete (`EVALSHA`).
+//! - Redlock: the same on every master, in parallel.
+//! - PostgreSQL, MySQL/MariaDB, SQLite: one upsert that takes a free row and bumps its fence,
+//!   one owner-checked update that frees it (sqlx, one connection).
+//! - ZooKeeper: create an ephemeral node, delete it.
+
+use std::time::Duration;
+
+use dlock::{LockError, Scheme};
+use tokio::time::Instant;
+
+use super::cases::Plan;
+use super::{from_latencies, CaseResult};
+
+/// Runs the baseline loop for the plan's backend.
+pub(crate) async fn run(plan: &Plan) -> Result<CaseResult, LockError> {
+    let url = plan.config.url.as_str();
+    match Scheme::of(url)? {
+        Scheme::Redis => redis_baseline(std::slice::from_ref(&url.to_owned()), plan).await,
+        Scheme::Redlock => redis_baseline(&redlock_masters(url)?, plan).await,
+        Scheme::Postgres | Scheme::Mysql | Scheme::Sqlite => sql_baseline(url, plan).await,
+        Scheme::ZooKeeper => zk_baseline(url, plan).await,
+        _ => Ok(CaseResult {
+            name: "baseline".into(),
+            note: Some("no server: the memory backend has no baseline".into()),
+            ..Default::default()
+        }),
+    }
+}
+
+/// Times `op` back to back for the plan's duration.
+async fn timed<F, Fut>(plan: &Plan, mut op: F) -> Result<CaseResult, LockError>
+where
+    F: FnMut(u64) -> Fut,
+    Fut: std::future::Future<Output = Result<(), LockError>>,
+{
+    let begun = Instant::now();
+    let end = begun + plan.duration;
+    let (mut lat, mut errors, mut i) = (Vec::new(), 0u64, 0u64);
+    while Instant::now() < end {
+        i += 1;
+        let t = Instant::now();
+        match op(i).await {
+            Ok(()) => lat.push(t.elapsed()),
+            Err(e) if lat.is_empty() && errors == 0 => return Err(e),
+            Err(_) => errors += 1,
+        }
+    }
+    let mut r = from_latencies("baseline", lat, begun.elapsed(), 1);
+    r.errors = errors;
+    Ok(r)
+}
+
+fn ttl_ms(ttl: Duration) -> u64 {
+    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(feature = "redis")]
+fn redlock_masters(url: &str) -> Result<Vec<String>, LockError> {
+    let rest = url.split_once("://").map(|(_, r)| r).unwrap_or_default();
+    let (auth, hosts) = match rest.rsplit_once('@') {
+        Some((a, h)) => (format!("{a}@"), h),
+        None => (String::new(), rest),
+    };
+    let hosts = hosts.split(['/', '?']).next().unwrap_or_default();
+    let masters: Vec<String> =
+        hosts.split(',').filter(|h| !h.is_empty()).map(|h| format!("redis://{auth}{h}")).collect();
+    if masters.is_empty() {
+        return Err(LockError::config("the redlock URL names no masters"));
+    }
+    Ok(masters)
+}
+
+#[cfg(not(feature = "redis"))]
+fn redlock_masters(_url: &str) -> Result<Vec<String>, LockError> {
+    Err(LockError::config("dlock was built without the redis feature"))
+}
+
+#[cfg(feature = "redis")]
+async fn redis_baseline(urls: &[String], plan: &Plan) -> Result<CaseResult, LockError> {
+    let err = |e: redis::RedisError| LockError::backend("redis", e);
+    let mut conns = Vec::new();
+    for url in urls {
+        let client = redis::Client::open(url.as_str()).map_err(err)?;
+        conns.push(client.get_multiplexed_async_connection().await.map_err(err)?);
+    }
+    let release = redis::Script::new(
+        "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end",
+    );
+    let key = format!("{}/baseline", plan.run_id);
+    let (ttl, owner) = (ttl_ms(plan.ttl), format!("baseline-{}", std::process::id()));
+    timed(plan, |_| {
+        let (conns, key, owner, release) = (conns.clone(), key.clone(), owner.clone(), release.clone());
+        async move {
+            let attempts = conns.into_iter().map(|mut c| {
+                let (key, owner, release) = (key.clone(), owner.clone(), release.clone());
+                async move {
+                    let set: Option<String> = redis::cmd("SET")
+                        .arg(&key)
+                        .arg(&owner)
+                        .arg("NX")
+                        .arg("PX")
+                        .arg(ttl)
+                        .query_async(&mut c)
+                        .await
+                        .map_err(err)?;
+                    if set.is_none() {
+                        return Err(LockError::unavailable("redis", "the baseline key was taken"));
+                    }
+                    let _: i64 = release.key(&key).arg(&owner).invoke_async(&mut c).await.map_err(err)?;
+                    Ok(())
+                }
+            });
+            futures::future::try_join_all(attempts).await.map(|_| ())
+        }
+    })
+    .await
+}
+
+#[cfg(not(feature = "redis"))]
+async fn redis_baseline(_urls: &[String], _plan: &Plan) -> Result<CaseResult, LockError> {
+    Err(LockError::config("dlock was built without the redis feature"))
+}
+
+#[cfg(feature = "sql")]
+async fn sql_baseline(url: &str, plan: &Plan) -> Result<CaseResult, LockError> {
+    use sqlx::Connection;
+    let err = |e: sqlx::Error| LockError::backend("sql", e);
+    let name = format!("{}/baseline", plan.run_id);
+    let owner = format!("baseline-{}", std::process::id());
+    let ttl = i64::try_from(ttl_ms(plan.ttl)).unwrap_or(i64::MAX);
+    match Scheme::of(url)? {
+        Scheme::Postgres => {
+            let mut c = sqlx::PgConnection::connect(url).await.map_err(err)?;
+            sqlx::query(
+                "CREATE TABLE IF NOT EXISTS dlock_bench_baseline (name TEXT PRIMARY KEY, owner TEXT, \
+                 fence BIGINT NOT NULL, expires_at BIGINT NOT NULL)",
+            )
+            .execute(&mut c)
+            .await
+            .map_err(err)?;
+            let c = tokio::sync::Mutex::new(c);
+            timed(plan, |_| {
+                let (c, name, owner) = (&c, name.clone(), owner.clone());
+                async move {
+                    let mut c = c.lock().await;
+                    let _: (i64,) = sqlx::query_as(
+                        "INSERT INTO dlock_bench_baseline AS t (name, owner, fence, expires_at) \
+                         VALUES ($1, $2, 1, (extract(epoch from clock_timestamp()) * 1000)::bigint + $3) \
+                         ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, fence = t.fence + 1, \
+                         expires_at = excluded.expires_at \
+                         WHERE t.owner IS NULL OR t.expires_at <= (extract(epoch from clock_timestamp()) * 1000)::bigint \
+                         RETURNING fence",
+                    )
+                    .bind(&name)
+                    .bind(&owner)
+                    .bind(ttl)
+                    .fetch_one(&mut *c)
+                    .await
+                    .map_err(err)?;
+                    sqlx::query("UPDATE dlock_bench_baseline SET owner = NULL WHERE name = $1 AND owner = $2")
+                        .bind(&name)
+                        .bind(&owner)
+                        .execute(&mut *c)
+                        .await
+                        .map_err(err)?;
+                    Ok(())
+                }
+            })
+            .await
+        }
+        Scheme::Mysql => {
+            let mut c = sqlx::MySqlConnection::connect(url).await.map_err(err)?;
+            sqlx::query(
+                "CREATE TABLE IF NOT EXISTS dlock_bench_baseline (name VARCHAR(255) PRIMARY KEY, owner VARCHAR(64), \
+                 fence BIGINT NOT NULL, expires_at BIGINT NOT NULL)",
+            )
+            .execute(&mut c)
+            .await
+            .map_err(err)?;
+            let c = tokio::sync::Mutex::new(c);
+            timed(plan, |_| {
+                let (c, name, owner) = (&c, name.clone(), owner.clone());
+                async move {
+                    let mut c = c.lock().await;
+                    // One client: no race to guard, so the simplest upsert is the floor.
+                    sqlx::query(
+                        "INSERT INTO dlock_bench_baseline (name, owner, fence, expires_at) \
+                         VALUES (?, ?, 1, CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED) + ?) \
+                         ON DUPLICATE KEY UPDATE \
+                         fence = IF(owner IS NULL, fence + 1, fence), \
+                         owner = IF(owner IS NULL, VALUES(owner), owner)",
+                    )
+                    .bind(&name)
+                    .bind(&owner)
+                    .bind(ttl)
+                    .execute(&mut *c)
+                    .await
+                    .map_err(err)?;
+                    sqlx::query("UPDATE dlock_bench_baseline SET owner = NULL WHERE name = ? AND owner = ?")
+                        .bind(&name)
+                        .bind(&owner)
+                        .execute(&mut *c)
+                        .await
+                        .map_err(err)?;
+                    Ok(())
+                }
+            })
+            .await
+        }
+        _ => {
+            let mut c = sqlx::SqliteConnection::connect(url).await.map_err(err)?;
+            sqlx::query("PRAGMA journal_mode = WAL").execute(&mut c).await.map_err(err)?;
+            sqlx::query(
+                "CREATE TABLE IF NOT EXISTS dlock_bench_baseline (name TEXT PRIMARY KEY, owner TEXT, \
+                 fence INTEGER NOT NULL, expires_at INTEGER NOT NULL)",
+            )
+            .execute(&mut c)
+            .await
+            .map_err(err)?;
+            let c = tokio::sync::Mutex::new(c);
+            timed(plan, |_| {
+                let (c, name, owner) = (&c, name.clone(), owner.clone());
+                async move {
+                    let mut c = c.lock().await;
+                    let _: (i64,) = sqlx::query_as(
+                        "INSERT INTO dlock_bench_baseline AS t (name, owner, fence, expires_at) \
+                         VALUES (?1, ?2, 1, CAST(unixepoch('subsec') * 1000 AS INTEGER) + ?3) \
+                         ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, fence = t.fence + 1, \
+                         expires_at = excluded.expires_at \
+                         WHERE t.owner IS NULL OR t.expires_at <= CAST(unixepoch('subsec') * 1000 AS INTEGER) \
+                         RETURNING fence",
+                    )
+                    .bind(&name)
+                    .bind(&owner)
+                    .bind(ttl)
+                    .fetch_one(&mut *c)
+                    .await
+                    .map_err(err)?;
+                    sqlx::query("UPDATE dlock_bench_baseline SET owner = NULL WHERE name = ?1 AND owner = ?2")
+                        .bind(&name)
+                        .bind(&owner)
+                        .execute(&mut *c)
+                        .await
+                        .map_err(err)?;
+                    Ok(())
+                }
+            })
+            .await
+        }
+    }
+}
+
+#[cfg(not(feature = "sql"))]
+async fn sql_baseline(_url: &str, _plan: &Plan) -> Result<CaseResult, LockError> {
+    Err(LockError::config("dlock was built without the SQL features"))
+}
+
+#[cfg(feature = "zk")]
+async fn zk_baseline(url: &str, plan: &Plan) -> Result<CaseResult, LockError> {
+    use zookeeper_client::{Acls, Client, CreateMode};
+    let err = |e: zookeeper_client::Error| LockError::backend("zookeeper", e);
+    let rest = url.split_once("://").map(|(_, r)| r).unwrap_or_default();
+    let (auth, rest) = match rest.rsplit_once('@') {
+        Some((a, r)) => (Some(a.to_owned()), r),
+        None => (None, rest),
+    };
+    let hosts = rest.split(['/', '?']).next().unwrap_or_default();
+    let mut connector = Client::connector();
+    connector = connector.with_session_timeout(Duration::from_secs(10));
+    if let Some(auth) = auth {
+        connector = connector.with_auth("digest", auth.as_bytes());
+    }
+    let client = tokio::time::timeout(Duration::from_secs(10), connector.connect(hosts))
+        .await
+        .map_err(|_| LockError::unavailable("zookeeper", "no session within 10s"))?
+        .map_err(err)?;
+    let path = format!("/dlock-bench-baseline-{}", std::process::id());
+    let mode = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
+    timed(plan, |_| {
+        let (client, path, mode) = (&client, path.clone(), &mode);
+        async move {
+            client.create(&path, &[], mode).await.map_err(err)?;
+            client.delete(&path, None).await.map_err(err)?;
+            Ok(())
+        }
+    })
+    .await
+}
+
+#[cfg(not(feature = "zk"))]
+async fn zk_baseline(_url: &str, _plan: &Plan) -> Result<CaseResult, LockError> {
+    Err(LockError::config("dlock was built without the zk feature"))
+}

@@ -1,0 +1,127 @@
+//! `dlock bench --json` in its smoke form against every bundled backend: every case runs, the
+//! report has the documented shape, the contended case proves exclusion, and the exit status is 0.
+//! No ratio is asserted here: ratios are measured in release builds and go in BENCHMARKS.md.
+
+use std::process::Command;
+
+use lock_conformance::servers::redis::RedisServer;
+use lock_conformance::servers::zookeeper::ZkServer;
+use serde_json::Value;
+
+const CASES: [&str; 5] = ["baseline", "uncontended", "contended", "spread", "held"];
+
+fn bench(url: &str) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_dlock"))
+        .args(["bench", "--json", "--duration", "800ms", "--clients", "3", "--held", "40", "--ttl", "3s", "--url", url])
+        .env_remove("DLOCK_URL")
+        .output()
+        .expect("the dlock binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{url}: exit {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    let report: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("no JSON report for {url}: {e}\nstdout:\n{stdout}\nstderr:\n{stderr}"));
+    let cases = report["cases"].as_array().expect("cases array");
+    let names: Vec<&str> = cases.iter().filter_map(|c| c["name"].as_str()).collect();
+    assert_eq!(names, CASES, "{url}: every case, in order");
+    for case in cases {
+        assert_eq!(case["errors"], 0, "{url}: a case had errors: {case}");
+        assert!(case.get("ops_per_s").is_some_and(Value::is_number), "{url}: ops_per_s missing: {case}");
+    }
+    let case = |n: &str| cases.iter().find(|c| c["name"] == n).expect("case present");
+    for n in ["uncontended", "contended", "spread", "held"] {
+        assert!(case(n)["ops"].as_u64().unwrap_or(0) > 0, "{url}: {n} did nothing: {}", case(n));
+    }
+    let contended = case("contended");
+    assert_eq!(contended["exclusion_ok"], true, "{url}: {contended}");
+    // A hand-off needs two grants; a slow backend (Redlock's random retry delay) may manage one.
+    if contended["ops"].as_u64().unwrap_or(0) >= 2 {
+        for key in ["handoff_p50_us", "handoff_p99_us", "other_client_pct", "p50_us", "p99_us"] {
+            assert!(contended[key].is_number(), "{url}: contended lacks {key}: {contended}");
+        }
+    }
+    let held = case("held");
+    assert_eq!(held["ops"], 40, "{url}: every held lease acquired: {held}");
+    assert_eq!(held["leases_lost"], 0, "{url}: {held}");
+    assert!(held["cpu_pct_of_one_core"].is_number() && held["bytes_per_lease"].is_number(), "{url}: {held}");
+    eprintln!("{url}: {}", serde_json::to_string(&report["ratios"]).unwrap_or_default());
+    report
+}
+
+fn with_baseline(url: &str) -> Value {
+    let report = bench(url);
+    let base = report["cases"].as_array().and_then(|c| c.first()).cloned().unwrap_or_default();
+    assert!(base["ops"].as_u64().unwrap_or(0) > 0, "{url}: the baseline ran: {base}");
+    assert!(report["ratios"]["uncontended_vs_baseline"].is_number(), "{url}: {}", report["ratios"]);
+    report
+}
+
+fn env_or(key: &str, default: &str) -> String {
+    std::env::var(key).ok().filter(|v| !v.trim().is_empty()).unwrap_or_else(|| default.to_owned())
+}
+
+#[test]
+fn memory_has_no_baseline_and_says_why() {
+    let report = bench("memory://bench-test");
+    assert_eq!(report["backend"], "memory");
+    let note = report["cases"][0]["note"].as_str().unwrap_or_default();
+    assert!(note.contains("no server"), "the skipped baseline says why: {note}");
+}
+
+#[test]
+fn sqlite() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite://{}", dir.path().join("bench.db").display());
+    assert_eq!(with_baseline(&url)["backend"], "sqlite");
+}
+
+#[test]
+fn postgres() {
+    let url = env_or("DLOCK_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test");
+    assert_eq!(with_baseline(&url)["backend"], "postgres");
+}
+
+#[test]
+fn mysql() {
+    let url = env_or("DLOCK_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test");
+    assert_eq!(with_baseline(&url)["backend"], "mysql");
+}
+
+#[tokio::test]
+async fn redis() {
+    let server = RedisServer::start().await.expect("a Redis server for the test");
+    let url = server.url().to_owned();
+    let report = tokio::task::spawn_blocking(move || with_baseline(&url)).await.expect("joined");
+    assert_eq!(report["backend"], "redis");
+}
+
+#[tokio::test]
+async fn redlock() {
+    let mut servers = Vec::new();
+    for _ in 0..3 {
+        servers.push(RedisServer::start_local().await.expect("a local redis-server"));
+    }
+    let hosts: Vec<String> = servers.iter().map(|s| s.addr().expect("local address").to_string()).collect();
+    let url = format!("redlock://{}", hosts.join(","));
+    let report = tokio::task::spawn_blocking(move || with_baseline(&url)).await.expect("joined");
+    assert_eq!(report["backend"], "redlock");
+    drop(servers);
+}
+
+#[tokio::test]
+async fn zookeeper() {
+    let server = ZkServer::start().await.expect("a ZooKeeper server for the test");
+    let url = server.url_with_root("/dlock-bench");
+    let report = tokio::task::spawn_blocking(move || with_baseline(&url)).await.expect("joined");
+    assert_eq!(report["backend"], "zookeeper");
+}
+
+#[test]
+fn unknown_case_is_a_usage_error() {
+    let out = Command::new(env!("CARGO_BIN_EXE_dlock"))
+        .args(["bench", "--url", "memory://x", "--cases", "nope"])
+        .output()
+        .expect("the dlock binary runs");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown bench case"));
+}
