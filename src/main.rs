@@ -3,6 +3,8 @@
 //! - `dlock conformance --url URL | --config FILE [--json]`: runs the conformance suite against a
 //!   deployment; exit status 0 only when nothing failed and nothing was skipped.
 //! - `dlock acquire NAME [--hold 5s]`: takes a lock, prints its fencing token, holds, releases.
+//! - `dlock run --name NAME [--ttl 30s] [--wait 0s|10s|forever] -- CMD ARGS…`: runs a command under
+//!   a lock (exit codes in `exit.rs`).
 //! - `dlock config`: shows the effective configuration (secrets redacted).
 //! - `dlock bench --url URL [--duration 5s] [--clients 8] [--json]`: measures the deployment next to
 //!   a baseline taken in the same run with the same client library.
@@ -20,6 +22,8 @@ use dlock::conformance::Fixture;
 use dlock::{Config, LockError, LockName};
 
 mod bench;
+mod exit;
+mod run;
 mod url_fixture;
 
 #[derive(Parser)]
@@ -39,6 +43,9 @@ enum Command {
     Config(Target),
     /// Measure the deployment next to a baseline taken in the same run (see BENCHMARKS.md).
     Bench(bench::BenchArgs),
+    /// Run a command while holding a lock (exit codes: 1 busy, 2 usage, 3 lease lost,
+    /// 69 backend unavailable, 78 configuration error; otherwise the command's own status).
+    Run(run::RunArgs),
 }
 
 #[derive(Args)]
@@ -101,29 +108,31 @@ fn main() -> ExitCode {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("dlock: cannot start the async runtime: {e}");
-            return ExitCode::from(2);
+            return exit::code(exit::UNAVAILABLE);
         }
     };
-    let result = runtime.block_on(async move {
-        match cli.command {
+    let code = runtime.block_on(async move {
+        let result = match cli.command {
+            Command::Run(args) => return run::run(args).await,
             Command::Conformance(args) => conformance(args).await,
             Command::Acquire(args) => acquire(args).await,
             Command::Bench(args) => bench::run(args).await,
-            Command::Config(target) => {
-                let config = target.load()?;
+            Command::Config(target) => target.load().map(|config| {
                 println!("{config:#?}");
-                Ok(true)
+                true
+            }),
+        };
+        match result {
+            Ok(true) => exit::SUCCESS,
+            // A conformance run with failures, a bench case that broke exclusion.
+            Ok(false) => exit::BUSY,
+            Err(e) => {
+                eprintln!("dlock: {e}");
+                exit::of_error(&e)
             }
         }
     });
-    match result {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("dlock: {e}");
-            ExitCode::from(2)
-        }
-    }
+    exit::code(code)
 }
 
 async fn acquire(args: AcquireArgs) -> Result<bool, LockError> {
@@ -136,7 +145,7 @@ async fn acquire(args: AcquireArgs) -> Result<bool, LockError> {
         _ = tokio::time::sleep(args.hold) => {}
         _ = lease.lost().fired() => {
             eprintln!("lease lost: {}", lease.lost().reason().unwrap_or("unknown"));
-            return Ok(false);
+            return Err(LockError::Lost { name: name.as_str().to_owned() });
         }
     }
     lease.release().await?;
