@@ -215,6 +215,9 @@ macro_rules! conformance_tests {
                 fault_unavailable,
                 fault_entry_deleted,
                 nemesis,
+                acquire_all_holds_every_name,
+                acquire_all_releases_on_failure,
+                acquire_all_opposite_orders,
             ]
         }
     };

@@ -22,6 +22,7 @@ pub mod faults;
 pub mod fencing;
 pub mod kinds;
 pub mod lease;
+pub mod multi;
 pub mod names;
 pub mod nemesis;
 pub mod waiting;
@@ -165,6 +166,9 @@ registry! {
     faults::fault_unavailable, 10, "a server that is down gives Unavailable within the caller's wait";
     faults::fault_entry_deleted, 8, "a lock entry deleted behind the holder's back: loss signalled, fencing kept";
     nemesis::nemesis, 10, "random faults while clients contend: no overlapping windows, increasing tokens";
+    multi::acquire_all_holds_every_name, 6, "acquire_all holds every name of the set until released";
+    multi::acquire_all_releases_on_failure, 6, "acquire_all that fails leaves none of the names held";
+    multi::acquire_all_opposite_orders, 12, "acquire_all in opposite orders from two clients never deadlocks";
 }
 
 /// Every case of the suite, in report order.
