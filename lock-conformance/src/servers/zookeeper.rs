@@ -62,7 +62,7 @@ struct LocalZk {
 
 /// The class path of an installed ZooKeeper: the Debian package's `zookeeper.jar` (its manifest
 /// lists the dependencies) or `$ZOOKEEPER_HOME/lib/*`.
-fn classpath() -> Option<String> {
+pub(super) fn classpath() -> Option<String> {
     if let Some(home) = std::env::var_os(ENV_HOME).map(PathBuf::from) {
         let lib = home.join("lib");
         if lib.is_dir() {
@@ -76,7 +76,7 @@ fn classpath() -> Option<String> {
         .map(|p| p.display().to_string())
 }
 
-fn java() -> Option<PathBuf> {
+pub(super) fn java() -> Option<PathBuf> {
     if let Some(home) = std::env::var_os("JAVA_HOME").map(PathBuf::from) {
         let java = home.join("bin/java");
         if java.is_file() {
@@ -181,25 +181,7 @@ impl ZkServer {
         std::fs::create_dir_all(&data)
             .and_then(|_| std::fs::write(&cfg, config))
             .map_err(|e| LockError::unavailable_from("test", "cannot write zoo.cfg", e))?;
-        let args: Vec<String> = [
-            "-Xmx256m",
-            "-Xss512k",
-            "-XX:+UseSerialGC",
-            "-XX:TieredStopAtLevel=1",
-            "-Xshare:auto",
-            "-Djava.awt.headless=true",
-            "-Dzookeeper.admin.enableServer=false",
-            "-Dzookeeper.jmx.log4j.disable=true",
-            // Empty container parents go away within a second instead of a minute.
-            "-Dznode.container.checkIntervalMs=1000",
-            "-cp",
-            &cp,
-            "org.apache.zookeeper.server.quorum.QuorumPeerMain",
-            &cfg.to_string_lossy(),
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        let args = quorum_peer_args(&cp, &cfg);
         let provenance = format!("local java {} -cp {cp}", java.display());
         let child = Arc::new(ChildServer::new(java, args, dir.path()));
         let local = Arc::new(LocalZk { child, addr, _dir: dir });
@@ -254,6 +236,29 @@ impl ZkServer {
     }
 }
 
+/// The JVM arguments of a `QuorumPeerMain` with config file `cfg`: a small, quickly started JVM.
+pub(super) fn quorum_peer_args(cp: &str, cfg: &std::path::Path) -> Vec<String> {
+    [
+        "-Xmx256m",
+        "-Xss512k",
+        "-XX:+UseSerialGC",
+        "-XX:TieredStopAtLevel=1",
+        "-Xshare:auto",
+        "-Djava.awt.headless=true",
+        "-Dzookeeper.admin.enableServer=false",
+        "-Dzookeeper.jmx.log4j.disable=true",
+        // Empty container parents go away within a second instead of a minute.
+        "-Dznode.container.checkIntervalMs=1000",
+        "-cp",
+        cp,
+        "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+        &cfg.to_string_lossy(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
 /// Resolves the first host of a `zk://` URL (for a fault proxy in front of it).
 async fn first_addr(url: &str) -> Option<SocketAddr> {
     let rest = url.split_once("://").map(|(_, r)| r).unwrap_or(url);
@@ -270,7 +275,7 @@ async fn first_addr(url: &str) -> Option<SocketAddr> {
 }
 
 /// Sends a four-letter command and returns the answer (empty on any failure).
-async fn four_letters(addr: SocketAddr, cmd: &str) -> String {
+pub(super) async fn four_letters(addr: SocketAddr, cmd: &str) -> String {
     let talk = async {
         let mut s = tokio::net::TcpStream::connect(addr).await?;
         s.write_all(cmd.as_bytes()).await?;

@@ -1,0 +1,309 @@
+//! A local ZooKeeper ensemble (`QuorumPeerMain` × n from the installed jars) whose peer links can
+//! be cut: every member names each other member through its own [`FaultProxy`] (one for the
+//! quorum port, one for the election port, per direction), so a member can be partitioned from
+//! the rest while its clients still reach it — the follower that keeps answering reads for a
+//! session the leader already expired (CURATOR-498).
+//!
+//! `syncLimit × tickTime` is how long a follower cut off from the leader keeps serving; it is
+//! [`EnsembleOptions::sync_limit`] × [`TICK`]. Members are stopped by PID when dropped.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lock_core::LockError;
+
+use super::zookeeper::{classpath, four_letters, java, quorum_peer_args, TICK};
+use crate::process::{free_port, wait_for_port, ChildServer};
+use crate::proxy::FaultProxy;
+use crate::{ClientLink, ServerControl};
+
+/// How long a fresh ensemble may take to elect a leader (three cold JVMs on two busy cores).
+const START_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Shape of the ensemble.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct EnsembleOptions {
+    /// Members (3 or 5).
+    pub members: usize,
+    /// Ticks a follower may lag or be cut off from the leader before it gives up.
+    pub sync_limit: u32,
+}
+
+impl Default for EnsembleOptions {
+    fn default() -> Self {
+        EnsembleOptions { members: 3, sync_limit: 5 }
+    }
+}
+
+impl EnsembleOptions {
+    /// With `sync_limit` ticks.
+    pub fn sync_limit(mut self, ticks: u32) -> Self {
+        self.sync_limit = ticks;
+        self
+    }
+}
+
+/// One member: its process, its ports, and the proxies through which it reaches the others.
+struct Member {
+    client: SocketAddr,
+    child: Arc<ChildServer>,
+    /// Proxies this member dials to reach the others (quorum and election of each), with the
+    /// index of the member each one leads to.
+    outgoing: Vec<(usize, Arc<FaultProxy>)>,
+}
+
+/// A running ensemble.
+pub struct ZkEnsemble {
+    members: Vec<Member>,
+    _dir: tempfile::TempDir,
+}
+
+impl std::fmt::Debug for ZkEnsemble {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZkEnsemble").field("clients", &self.client_addrs()).finish()
+    }
+}
+
+impl ZkEnsemble {
+    /// Starts `options.members` members on free ports and waits until one leads and the others
+    /// follow.
+    pub async fn start(options: EnsembleOptions) -> Result<ZkEnsemble, LockError> {
+        let n = options.members;
+        if !(1..=7).contains(&n) {
+            return Err(LockError::config(format!("an ensemble of {n} members; use 3 or 5")));
+        }
+        let missing = |what: &str| {
+            LockError::unavailable("test", format!("{what} not found; install ZooKeeper (apt-get install zookeeper)"))
+        };
+        let cp = classpath().ok_or_else(|| missing("the ZooKeeper jars"))?;
+        let java = java().ok_or_else(|| missing("java"))?;
+        let dir = tempfile::Builder::new()
+            .prefix("dlock-zk-ensemble-")
+            .tempdir()
+            .map_err(|e| LockError::unavailable_from("test", "cannot create a temp dir", e))?;
+        let local = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
+        let mut ports = Vec::new();
+        for _ in 0..n {
+            ports.push((free_port()?, free_port()?, free_port()?));
+        }
+        let mut members = Vec::new();
+        for i in 0..n {
+            let mut outgoing = Vec::new();
+            let mut servers = String::new();
+            for (j, &(_, quorum, election)) in ports.iter().enumerate() {
+                let (q, e) = if i == j {
+                    (quorum, election)
+                } else {
+                    let pq = FaultProxy::start(local(quorum)).await?;
+                    let pe = FaultProxy::start(local(election)).await?;
+                    let addrs = (pq.local_addr().port(), pe.local_addr().port());
+                    outgoing.push((j, pq));
+                    outgoing.push((j, pe));
+                    addrs
+                };
+                servers += &format!("server.{}=127.0.0.1:{q}:{e}\n", j + 1);
+            }
+            let home = dir.path().join(format!("m{}", i + 1));
+            let data = home.join("data");
+            let cfg = home.join("zoo.cfg");
+            let config = format!(
+                "tickTime={tick}\ninitLimit=50\nsyncLimit={sync}\ndataDir={data}\nclientPort={client}\n\
+                 clientPortAddress=127.0.0.1\nminSessionTimeout={min}\nmaxSessionTimeout=120000\nmaxClientCnxns=0\n\
+                 admin.enableServer=false\n4lw.commands.whitelist=*\nautopurge.purgeInterval=0\n\
+                 reconfigEnabled=false\ncnxTimeout=1000\n{servers}",
+                tick = TICK.as_millis(),
+                sync = options.sync_limit,
+                data = data.display(),
+                client = ports[i].0,
+                min = (TICK * 2).as_millis(),
+            );
+            std::fs::create_dir_all(&data)
+                .and_then(|_| std::fs::write(data.join("myid"), format!("{}\n", i + 1)))
+                .and_then(|_| std::fs::write(&cfg, config))
+                .map_err(|e| LockError::unavailable_from("test", "cannot write the member's config", e))?;
+            let mut args = quorum_peer_args(&cp, &cfg);
+            // Re-elect within a second or two after a member dies (the default back-off between
+            // election notifications grows to 60 s).
+            args.splice(
+                0..0,
+                [
+                    "-Dzookeeper.fastleader.minNotificationInterval=100".to_owned(),
+                    "-Dzookeeper.fastleader.maxNotificationInterval=800".to_owned(),
+                ],
+            );
+            let child = Arc::new(ChildServer::new(java.clone(), args, &home));
+            members.push(Member { client: local(ports[i].0), child, outgoing });
+        }
+        let ensemble = ZkEnsemble { members, _dir: dir };
+        for i in 0..n {
+            ensemble.spawn(i).await?;
+        }
+        ensemble.wait_quorum(START_TIMEOUT).await?;
+        Ok(ensemble)
+    }
+
+    /// `zk://h1:p1,h2:p2,…` naming every member.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self.client_addrs().iter().map(|a| a.to_string()).collect();
+        format!("zk://{}", hosts.join(","))
+    }
+
+    /// `zk://<member i>` alone (a client pinned to one member), with `root` as its root path.
+    pub fn member_url(&self, i: usize, root: &str) -> String {
+        let addr = self.members.get(i).map(|m| m.client.to_string()).unwrap_or_default();
+        format!("zk://{addr}/{}", root.trim_start_matches('/'))
+    }
+
+    /// Every member but `i`, as a URL with `root`.
+    pub fn others_url(&self, i: usize, root: &str) -> String {
+        let hosts: Vec<String> =
+            self.members.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, m)| m.client.to_string()).collect();
+        format!("zk://{}/{}", hosts.join(","), root.trim_start_matches('/'))
+    }
+
+    /// The members' client addresses.
+    pub fn client_addrs(&self) -> Vec<SocketAddr> {
+        self.members.iter().map(|m| m.client).collect()
+    }
+
+    /// Which member leads now (by `srvr`), if any.
+    pub async fn leader(&self) -> Option<usize> {
+        for (i, m) in self.members.iter().enumerate() {
+            if four_letters(m.client, "srvr").await.contains("Mode: leader") {
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    /// A member that follows now.
+    pub async fn follower(&self) -> Option<usize> {
+        for (i, m) in self.members.iter().enumerate() {
+            if four_letters(m.client, "srvr").await.contains("Mode: follower") {
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    /// Cuts (or heals) member `i`'s links to every other member, both directions; its clients
+    /// still reach it.
+    pub async fn partition(&self, i: usize, on: bool) {
+        for (j, m) in self.members.iter().enumerate() {
+            for (to, p) in &m.outgoing {
+                if j == i || *to == i {
+                    p.set_partitioned(on).await;
+                }
+            }
+        }
+    }
+
+    /// Stop / start / pause of member `i`.
+    pub fn control(&self, i: usize) -> Option<Arc<dyn ServerControl>> {
+        self.members.get(i).map(|m| Arc::new(MemberControl { child: Arc::clone(&m.child), client: m.client }) as _)
+    }
+
+    /// The member's server log, for failure reports.
+    pub fn log(&self, i: usize) -> String {
+        self.members.get(i).map(|m| std::fs::read_to_string(m.child.log_path()).unwrap_or_default()).unwrap_or_default()
+    }
+
+    async fn spawn(&self, i: usize) -> Result<(), LockError> {
+        let child = Arc::clone(&self.members[i].child);
+        tokio::task::spawn_blocking(move || child.start())
+            .await
+            .map_err(|e| LockError::unavailable("test", format!("member start task failed: {e}")))?
+    }
+
+    /// Waits until one member leads and every member serves.
+    pub async fn wait_quorum(&self, within: Duration) -> Result<(), LockError> {
+        for m in &self.members {
+            wait_for_port(m.client, within).await?;
+        }
+        self.wait_serving(within, self.members.len()).await
+    }
+
+    /// Waits until one member leads and a majority serves (after a member was stopped).
+    pub async fn wait_leader(&self, within: Duration) -> Result<(), LockError> {
+        self.wait_serving(within, self.members.len() / 2 + 1).await
+    }
+
+    async fn wait_serving(&self, within: Duration, needed: usize) -> Result<(), LockError> {
+        let end = tokio::time::Instant::now() + within;
+        loop {
+            let mut modes = Vec::new();
+            for m in &self.members {
+                modes.push(four_letters(m.client, "srvr").await);
+            }
+            let leaders = modes.iter().filter(|s| s.contains("Mode: leader")).count();
+            let serving = modes.iter().filter(|s| s.contains("Mode:")).count();
+            if leaders == 1 && serving >= needed {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= end {
+                let logs: Vec<String> = (0..self.members.len()).map(|i| self.log(i)).collect();
+                return Err(LockError::unavailable(
+                    "test",
+                    format!("the ensemble had no leader within {within:?}; logs:\n{}", logs.join("\n----\n")),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+impl Drop for ZkEnsemble {
+    fn drop(&mut self) {
+        for m in &self.members {
+            m.child.stop();
+            for (_, p) in &m.outgoing {
+                p.shutdown();
+            }
+        }
+    }
+}
+
+struct MemberControl {
+    child: Arc<ChildServer>,
+    client: SocketAddr,
+}
+
+#[async_trait]
+impl ServerControl for MemberControl {
+    async fn stop(&self) -> Result<(), LockError> {
+        let child = Arc::clone(&self.child);
+        tokio::task::spawn_blocking(move || child.stop())
+            .await
+            .map_err(|e| LockError::unavailable("test", format!("member stop task failed: {e}")))
+    }
+
+    async fn start(&self) -> Result<(), LockError> {
+        let child = Arc::clone(&self.child);
+        tokio::task::spawn_blocking(move || child.start())
+            .await
+            .map_err(|e| LockError::unavailable("test", format!("member start task failed: {e}")))??;
+        wait_for_port(self.client, START_TIMEOUT).await?;
+        let end = tokio::time::Instant::now() + START_TIMEOUT;
+        while !four_letters(self.client, "srvr").await.contains("Mode:") {
+            if tokio::time::Instant::now() >= end {
+                return Err(LockError::unavailable("test", "the restarted member did not rejoin"));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(())
+    }
+
+    async fn pause(&self, paused: bool) -> Result<(), LockError> {
+        let child = Arc::clone(&self.child);
+        tokio::task::spawn_blocking(move || child.pause(paused))
+            .await
+            .map_err(|e| LockError::unavailable("test", format!("member pause task failed: {e}")))
+    }
+
+    fn persistent(&self) -> bool {
+        true
+    }
+}
