@@ -107,8 +107,13 @@
 //! # Ok(()) }
 //! ```
 
+mod acquire;
+mod client;
 mod config;
-mod lock;
+mod kinds;
+mod lease;
+mod recipe;
+mod session;
 
+pub use client::{connect, ZkLock};
 pub use config::ZkOptions;
-pub use lock::{connect, ZkLock};

@@ -1,0 +1,191 @@
+//! The session layer, what Curator's framework gives its recipes: every request bounded in time
+//! and sorted by what to do about its failure, the protected create's lookup (a node found again
+//! by its unique prefix), and guaranteed deletes that go on in the background.
+
+use std::future::Future;
+use std::time::Duration;
+
+use lock_core::{Backoff, LockError, ReleaseOutcome};
+use tokio::time::{sleep, timeout, Instant};
+use zookeeper_client::{Acls, Client, CreateMode, SessionState};
+
+pub(crate) type ZkError = zookeeper_client::Error;
+
+pub(crate) const BACKEND: &str = "zookeeper";
+
+#[derive(Clone)]
+pub(crate) struct Session {
+    pub(crate) client: Client,
+    pub(crate) id: i64,
+}
+
+/// How one request failed, sorted by what the recipe does about it.
+pub(crate) enum Failure {
+    /// The outcome is unknown (connection lost, no answer in time): look, then retry.
+    Transient(LockError),
+    /// The session is over: its ephemeral nodes are gone; start again with a new session.
+    SessionGone,
+    /// A definite answer from the server (no node, node exists, not authorised, …).
+    Server(ZkError),
+}
+
+pub(crate) fn classify(e: ZkError) -> Failure {
+    match e {
+        ZkError::SessionExpired | ZkError::SessionMoved | ZkError::ClientClosed | ZkError::AuthFailed => {
+            Failure::SessionGone
+        }
+        ZkError::ConnectionLoss
+        | ZkError::Timeout
+        | ZkError::Throttled
+        | ZkError::NoHosts
+        | ZkError::Custom(_)
+        | ZkError::UnexpectedError(_) => {
+            Failure::Transient(LockError::unavailable_from(BACKEND, "the connection to ZooKeeper was lost", e))
+        }
+        other => Failure::Server(other),
+    }
+}
+
+/// Runs one request, bounded by `bound`.
+pub(crate) async fn call<T>(
+    bound: Duration,
+    what: &str,
+    fut: impl Future<Output = Result<T, ZkError>>,
+) -> Result<T, Failure> {
+    match timeout(bound, fut).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(classify(e)),
+        Err(_) => {
+            Err(Failure::Transient(LockError::unavailable(BACKEND, format!("{what} got no answer within {bound:?}"))))
+        }
+    }
+}
+
+pub(crate) fn server_error(e: ZkError, root: &str) -> LockError {
+    match e {
+        ZkError::NoAuth => LockError::config(format!(
+            "not authorised to create lock nodes under {root}; give the right user:password in the zk:// URL"
+        )),
+        ZkError::BadArguments(_) => LockError::config(format!("ZooKeeper rejected a path under {root}: {e}")),
+        other => LockError::backend(BACKEND, other),
+    }
+}
+
+pub(crate) fn connected(state: SessionState) -> bool {
+    matches!(state, SessionState::SyncConnected | SessionState::ConnectedReadOnly)
+}
+
+/// Creates the root if missing. Only the root itself gets the credentials' ACL: the nodes above
+/// it are a namespace shared with others, so they stay open.
+pub(crate) async fn ensure_root(client: &Client, root: &str, acls: Acls<'static>) -> Result<(), ZkError> {
+    if let Some((above, _)) = root.rsplit_once('/').filter(|(above, _)| !above.is_empty()) {
+        client.mkdir(above, &CreateMode::Persistent.with_acls(Acls::anyone_all())).await?;
+    }
+    match client.create(root, &[], &CreateMode::Persistent.with_acls(acls)).await {
+        Ok(_) | Err(ZkError::NodeExists) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Finds the node created with `prefix` (unique per acquisition) and its czxid.
+pub(crate) async fn find_ours(
+    client: &Client,
+    parent: &str,
+    prefix: &str,
+    bound: Duration,
+) -> Result<Option<(String, i64)>, Failure> {
+    let name = prefix.rsplit('/').next().unwrap_or_default();
+    let children = match call(bound, "looking for our lock node", client.list_children(parent)).await {
+        Ok(c) => c,
+        Err(Failure::Server(ZkError::NoNode)) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let Some(child) = children.into_iter().find(|c| c.starts_with(name)) else { return Ok(None) };
+    let path = format!("{parent}/{child}");
+    match call(bound, "reading our lock node", client.check_stat(&path)).await? {
+        Some(stat) => Ok(Some((path, stat.czxid))),
+        None => Ok(None),
+    }
+}
+
+/// Deletes our node if an acquisition ends without a grant (error, timeout, or the future being
+/// dropped): in the background, retrying until the server answers or the session is over
+/// (which deletes the node anyway).
+pub(crate) struct NodeGuard {
+    client: Option<Client>,
+    parent: String,
+    prefix: String,
+    pub(crate) path: Option<String>,
+}
+
+impl NodeGuard {
+    pub(crate) fn new(client: Client, parent: String, prefix: String) -> Self {
+        NodeGuard { client: Some(client), parent, prefix, path: None }
+    }
+
+    pub(crate) fn disarm(&mut self) {
+        self.client = None;
+    }
+}
+
+impl Drop for NodeGuard {
+    fn drop(&mut self) {
+        let Some(client) = self.client.take() else { return };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+        let (parent, prefix, path) =
+            (std::mem::take(&mut self.parent), std::mem::take(&mut self.prefix), self.path.take());
+        rt.spawn(async move {
+            // Requests of one session are served in order, so this listing sees a create that
+            // was sent before the acquire was abandoned.
+            let path = match path {
+                Some(p) => Some(p),
+                None => find_with_retry(&client, &parent, &prefix).await,
+            };
+            if let Some(path) = path {
+                let _ = delete_with_retry(&client, &path).await;
+            }
+        });
+    }
+}
+
+/// How long background clean-ups keep trying: past this the session has expired anyway (the
+/// client gives up on a session after 7/5 of its timeout without contact).
+pub(crate) fn cleanup_budget(client: &Client) -> Duration {
+    client.session_timeout() * 2 + Duration::from_secs(5)
+}
+
+pub(crate) async fn find_with_retry(client: &Client, parent: &str, prefix: &str) -> Option<String> {
+    let end = Instant::now() + cleanup_budget(client);
+    let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
+    while Instant::now() < end && !client.state().is_terminated() {
+        match find_ours(client, parent, prefix, client.session_timeout()).await {
+            Ok(found) => return found.map(|(p, _)| p),
+            Err(Failure::Transient(_)) => sleep(backoff.next_delay()).await,
+            Err(_) => return None,
+        }
+    }
+    None
+}
+
+/// Deletes `path`: `Released` if it was there, `NotOwner` if it was gone (or the session is,
+/// which deleted it).
+pub(crate) async fn delete_with_retry(client: &Client, path: &str) -> Result<ReleaseOutcome, LockError> {
+    let end = Instant::now() + cleanup_budget(client);
+    let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
+    let mut last = LockError::unavailable(BACKEND, "the lock node could not be deleted");
+    while Instant::now() < end {
+        if client.state().is_terminated() {
+            return Ok(ReleaseOutcome::NotOwner);
+        }
+        match call(client.session_timeout(), "deleting the lock node", client.delete(path, None)).await {
+            Ok(()) => return Ok(ReleaseOutcome::Released),
+            Err(Failure::Server(ZkError::NoNode)) | Err(Failure::SessionGone) => return Ok(ReleaseOutcome::NotOwner),
+            Err(Failure::Server(e)) => return Err(LockError::backend(BACKEND, e)),
+            Err(Failure::Transient(e)) => {
+                last = e;
+                sleep(backoff.next_delay()).await;
+            }
+        }
+    }
+    Err(last)
+}
