@@ -103,7 +103,8 @@
 //! `cancel_safety`, `wake_latency`, `fifo_order`), names and inputs (`hostile_names`,
 //! `invalid_input`, `declared_kinds`), faults (`fault_pause_past_ttl`, `fault_connection_cut`,
 //! `fault_partition`, `fault_latency`, `fault_server_pause`, `fault_server_restart`,
-//! `fault_unavailable`, `fault_entry_deleted`) and the randomized `nemesis`. Each runs under
+//! `fault_unavailable`, `fault_entry_deleted`), the randomized `nemesis`, and the server's bound
+//! on validity (`validity_within_server_bound`). Each runs under
 //! an overall time limit ([`Case::time_limit`]): a hang is a failure with a clear detail, never
 //! a stuck test.
 //!
@@ -214,6 +215,7 @@ macro_rules! conformance_tests {
                 fault_unavailable,
                 fault_entry_deleted,
                 nemesis,
+                validity_within_server_bound,
             ]
         }
     };

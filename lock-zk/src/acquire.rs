@@ -220,15 +220,20 @@ impl Attempt<'_> {
         let own = path.rsplit('/').next().unwrap_or_default().to_owned();
 
         // valid_until counts from the create when the lock was free at once, else from the
-        // listing that found us first after a wake-up: either way a request the server answered
-        // while our node held the lock.
+        // listing that found us first after a wake-up: either way a request answered while our
+        // node held the lock. The create is a write, so the leader has heard from our session;
+        // a later listing is a follower's local read and proves that only behind a `sync`
+        // (sent in the same round trip: one session's requests are served in order).
         let mut woken = false;
         loop {
             let sent = if woken { Instant::now() } else { create_sent };
             let listing = async {
                 match listed.take() {
                     Some(children) => Ok(children),
-                    None => client.list_children(&parent).await,
+                    None => {
+                        let (synced, children) = tokio::join!(client.sync(&parent), client.list_children(&parent));
+                        synced.and(children)
+                    }
                 }
             };
             let children = match self.ask("listing lock nodes", listing).await? {

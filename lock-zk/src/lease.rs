@@ -39,7 +39,8 @@ impl ZkLock {
         });
         // zxids are positive; the cast cannot change their order.
         let token = FencingToken(zxid.max(0) as u64);
-        let lease = Lease::new(LeaseGrant::new(name.clone(), token, owner, confirmed_at(&confirmed), handle), opts);
+        let opts = session_bound(opts, session.client.session_timeout());
+        let lease = Lease::new(LeaseGrant::new(name.clone(), token, owner, confirmed_at(&confirmed), handle), &opts);
         let monitor = Monitor {
             client: session.client.clone(),
             session_id: session.id,
@@ -52,6 +53,34 @@ impl ZkLock {
         tokio::spawn(monitor.run());
         lease
     }
+}
+
+/// The options the `Lease` runs on: the caller's, with the ttl cut to the negotiated session
+/// timeout (SPEC §3). The server keeps our node only while it keeps the session, and it may
+/// expire a session it has not heard from for `session_timeout`: counting `valid_until` from the
+/// caller's longer ttl would let `is_valid()` claim a lock the server already gave away, for
+/// instance after a process stall during which no task ran. Renewals extend by the same bound.
+/// A renewal interval the shorter lease could not survive is cut to a third of it.
+fn session_bound(opts: &AcquireOptions, session_timeout: Duration) -> AcquireOptions {
+    let mut bounded = opts.clone();
+    if bounded.ttl > session_timeout {
+        bounded.ttl = session_timeout;
+        bounded.renew_every = bounded.renew_every.map(|every| every.min(session_timeout / 3));
+    }
+    bounded
+}
+
+/// Whether our node is still ours, asked through the leader: `sync` goes first, so that the
+/// answer is not the stale memory of a follower cut off from the leader (which keeps answering
+/// reads after the leader stopped hearing from our session). Both requests leave at once; one
+/// session's requests are served in order.
+async fn confirm(client: &Client, path: &str, session_id: i64) -> Result<bool, ZkError> {
+    let (synced, stat) = tokio::join!(client.sync(path), client.check_stat(path));
+    match synced {
+        Ok(()) | Err(ZkError::NoNode) => {}
+        Err(e) => return Err(e),
+    }
+    Ok(stat?.is_some_and(|s| s.ephemeral_owner == session_id))
 }
 
 fn confirmed_at(c: &Mutex<Instant>) -> Instant {
@@ -81,13 +110,13 @@ impl LeaseHandle for ZkHandle {
             return Err(LockError::unavailable(BACKEND, "the connection to ZooKeeper is suspended"));
         }
         let sent = Instant::now();
-        match self.client.check_stat(&self.path).await {
-            Ok(Some(stat)) if stat.ephemeral_owner == self.session_id => {
+        match confirm(&self.client, &self.path, self.session_id).await {
+            Ok(true) => {
                 let mut c = self.confirmed.lock().unwrap_or_else(|e| e.into_inner());
                 *c = (*c).max(sent);
                 Ok(RenewOutcome::Renewed)
             }
-            Ok(_) => Ok(RenewOutcome::NotOwner),
+            Ok(false) => Ok(RenewOutcome::NotOwner),
             Err(e) => match classify(e) {
                 Failure::SessionGone => Ok(RenewOutcome::NotOwner),
                 Failure::Transient(e) => Err(e),
@@ -170,15 +199,15 @@ impl Monitor {
                     }
                     let sent = Instant::now();
                     let probe = tokio::select! {
-                        r = self.client.check_stat(&self.path) => Some(r),
+                        r = confirm(&self.client, &self.path, self.session_id) => Some(r),
                         _ = sleep_until(expiry_risk.min(sent + probe_every)) => None,
                     };
                     match probe.map(|r| r.map_err(classify)) {
-                        Some(Ok(Some(stat))) if stat.ephemeral_owner == self.session_id => {
+                        Some(Ok(true)) => {
                             let mut c = self.confirmed.lock().unwrap_or_else(|e| e.into_inner());
                             *c = (*c).max(sent);
                         }
-                        Some(Ok(_)) => {
+                        Some(Ok(false)) => {
                             self.fire("our lock node is gone or belongs to another session");
                             break;
                         }
@@ -234,6 +263,33 @@ impl Monitor {
                     _ => sleep(backoff.next_delay()).await,
                 },
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lease_never_outlasts_the_session() {
+        let session = Duration::from_secs(10);
+        // (asked ttl, asked renew_every) → (ttl, renew_every) the Lease runs on.
+        let table = [
+            ((30, None), (10, None)),
+            ((30, Some(20)), (10, Some(3))),
+            ((30, Some(2)), (10, Some(2))),
+            ((10, Some(5)), (10, Some(5))),
+            ((4, Some(1)), (4, Some(1))),
+        ];
+        for ((ttl, every), (want_ttl, want_every)) in table {
+            let mut opts = AcquireOptions::new(Duration::from_secs(ttl));
+            opts.renew_every = every.map(Duration::from_secs);
+            let got = session_bound(&opts, session);
+            assert_eq!(got.ttl, Duration::from_secs(want_ttl), "ttl {ttl}");
+            let want_every = want_every.map(|e| if e == 3 { session / 3 } else { Duration::from_secs(e) });
+            assert_eq!(got.renew_every, want_every, "ttl {ttl}, renew_every {every:?}");
+            assert_eq!((got.wait, got.auto_renew, got.max_hold), (opts.wait, opts.auto_renew, opts.max_hold));
         }
     }
 }

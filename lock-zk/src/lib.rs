@@ -85,7 +85,19 @@
 //!   connection or a paused server therefore ends the lease before the server can hand the lock
 //!   to someone else, assuming only that both clocks run at about the same rate;
 //! - `valid_until` passes without a successful renewal (the `Lease` watchdog, as for every
-//!   backend). Renewal asks the server whether our node still exists under our session.
+//!   backend). Renewal asks the server, behind a `sync` through the leader, whether our node
+//!   still exists under our session.
+//!
+//! `valid_until` never exceeds what the server keeps for us (SPEC §3): the lease runs on the
+//! **negotiated session timeout** whenever the asked ttl is longer (then [`Lease::ttl`] reports
+//! the session timeout, and a `renew_every` the shorter lease could not survive is cut to a
+//! third of it). It counts from the create (a write, so the leader heard from us) or from a
+//! listing sent behind a `sync`, and each renewal moves it to `sent + session_timeout − drift`.
+//! So `is_valid()` is right by the clock alone, even after a process stall during which no
+//! task ran. With `auto_renew(false)` a lease therefore ends one session timeout after the
+//! grant unless you call `renew()`.
+//!
+//! [`Lease::ttl`]: lock_core::Lease::ttl
 //!
 //! A lease that is lost but not released (for example dropped) still has its node deleted in
 //! the background once the server is reachable, so nobody waits for a lock no one claims.
