@@ -10,7 +10,7 @@ use tokio::time::{sleep, sleep_until, Instant};
 use zookeeper_client::{Client, CreateMode, EventType};
 
 use crate::client::ZkLock;
-use crate::recipe::{node_prefix, queue, Recipe, Verdict};
+use crate::recipe::{node_prefix, queue, sort_out, Recipe, Verdict};
 use crate::session::{
     call, connected, ensure_root, find_ours, server_error, Failure, NodeGuard, Session, ZkError, BACKEND,
 };
@@ -218,6 +218,7 @@ impl Attempt<'_> {
         let Created { path, czxid, mut listed } = self.create(client, &parent, &prefix).await?;
         guard.path = Some(path.clone());
         let own = path.rsplit('/').next().unwrap_or_default().to_owned();
+        let ours = prefix.rsplit('/').next().unwrap_or_default();
 
         // valid_until counts from the create when the lock was free at once, else from the
         // listing that found us first after a wake-up: either way a request answered while our
@@ -236,11 +237,14 @@ impl Attempt<'_> {
                     }
                 }
             };
-            let children = match self.ask("listing lock nodes", listing).await? {
-                Ok(c) => queue(recipe, c),
+            let (children, strays) = match self.ask("listing lock nodes", listing).await? {
+                Ok(c) => sort_out(recipe, c, ours, &own),
                 Err(Settled::NoNode) => return Err(Stop::Restart(NODE_VANISHED)),
                 Err(Settled::Retry) => continue,
             };
+            if !strays.is_empty() && !self.delete_strays(client, &parent, &strays).await? {
+                continue;
+            }
             let Some(index) = children.iter().position(|c| *c == own) else {
                 // Deleted by someone else, or the session expired under us.
                 return Err(Stop::Restart(NODE_VANISHED));
@@ -262,7 +266,16 @@ impl Attempt<'_> {
                         }
                     }
                     guard.disarm();
-                    return Ok(Some(self.lock.grant(session, self.name, owner, path, token, sent, self.opts)));
+                    return Ok(Some(self.lock.grant(
+                        session,
+                        self.name,
+                        owner,
+                        prefix.clone(),
+                        path,
+                        token,
+                        sent,
+                        self.opts,
+                    )));
                 }
                 Verdict::Wait(watched) => (watched, false),
                 Verdict::WaitGranted(predecessor) => (vec![predecessor], true),
@@ -331,6 +344,21 @@ impl Attempt<'_> {
                 return Err(Stop::Restart(SESSION_ENDED));
             }
         }
+    }
+
+    /// Deletes nodes of this acquisition other than our own (see [`sort_out`]); false when a
+    /// delete's outcome is unknown, so the caller lists again.
+    async fn delete_strays(&mut self, client: &Client, parent: &str, strays: &[String]) -> Result<bool, Stop> {
+        tracing::info!(lock = %self.name, ?strays, "deleting earlier nodes of this acquisition");
+        for stray in strays {
+            let path = format!("{parent}/{stray}");
+            if let Err(Settled::Retry) =
+                self.ask("deleting an earlier node of ours", client.delete(&path, None)).await?
+            {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// Creates our ephemeral sequential node (and the container parent if missing). A create

@@ -14,7 +14,7 @@ use tokio::time::{sleep, sleep_until, Instant};
 use zookeeper_client::{Client, EventType, SessionState};
 
 use crate::client::ZkLock;
-use crate::session::{classify, connected, delete_with_retry, Failure, Session, ZkError, BACKEND};
+use crate::session::{classify, connected, delete_every, Failure, Session, ZkError, BACKEND};
 
 impl ZkLock {
     #[allow(clippy::too_many_arguments)]
@@ -23,6 +23,7 @@ impl ZkLock {
         session: &Session,
         name: &LockName,
         owner: OwnerId,
+        prefix: String,
         path: String,
         zxid: i64,
         confirmed: Instant,
@@ -33,6 +34,7 @@ impl ZkLock {
         let handle = Arc::new(ZkHandle {
             client: session.client.clone(),
             session_id: session.id,
+            prefix: prefix.clone(),
             path: path.clone(),
             released: Arc::clone(&released),
             confirmed: Arc::clone(&confirmed),
@@ -44,6 +46,7 @@ impl ZkLock {
         let monitor = Monitor {
             client: session.client.clone(),
             session_id: session.id,
+            prefix,
             path,
             trigger: lease.loss_trigger(),
             lost: lease.lost(),
@@ -83,6 +86,12 @@ async fn confirm(client: &Client, path: &str, session_id: i64) -> Result<bool, Z
     Ok(stat?.is_some_and(|s| s.ephemeral_owner == session_id))
 }
 
+/// Deletes a granted node and every other node of its acquisition (see [`delete_every`]).
+async fn delete_node_of(client: &Client, prefix: &str, path: &str) -> Result<ReleaseOutcome, LockError> {
+    let parent = path.rsplit_once('/').map_or("", |(parent, _)| parent);
+    delete_every(client, parent, prefix, Some(path)).await
+}
+
 fn confirmed_at(c: &Mutex<Instant>) -> Instant {
     *c.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -91,6 +100,8 @@ fn confirmed_at(c: &Mutex<Instant>) -> Instant {
 struct ZkHandle {
     client: Client,
     session_id: i64,
+    /// Our acquisition's unique node prefix (a full path): release deletes every node with it.
+    prefix: String,
     path: String,
     released: Arc<AtomicBool>,
     /// When the last request that proved our node alive was sent (the server heard from our
@@ -128,8 +139,8 @@ impl LeaseHandle for ZkHandle {
     async fn release(&self) -> Result<ReleaseOutcome, LockError> {
         self.released.store(true, Ordering::SeqCst);
         // In a task, so the deletion goes on if the caller stops waiting for it.
-        let (client, path) = (self.client.clone(), self.path.clone());
-        match tokio::spawn(async move { delete_with_retry(&client, &path).await }).await {
+        let (client, prefix, path) = (self.client.clone(), self.prefix.clone(), self.path.clone());
+        match tokio::spawn(async move { delete_node_of(&client, &prefix, &path).await }).await {
             Ok(r) => r,
             Err(e) => Err(LockError::backend(BACKEND, e)),
         }
@@ -142,6 +153,7 @@ impl LeaseHandle for ZkHandle {
 struct Monitor {
     client: Client,
     session_id: i64,
+    prefix: String,
     path: String,
     trigger: LossTrigger,
     lost: LostSignal,
@@ -230,7 +242,7 @@ impl Monitor {
         if !self.released.load(Ordering::SeqCst) {
             // A lost lease is dropped without a release: free the node ourselves once the
             // server is reachable again (if the session survived).
-            let _ = delete_with_retry(&self.client, &self.path).await;
+            let _ = delete_node_of(&self.client, &self.prefix, &self.path).await;
         }
     }
 

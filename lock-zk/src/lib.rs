@@ -10,7 +10,10 @@
 //! - Because the nodes are **ephemeral**, a holder that crashes or is cut off cannot deadlock
 //!   the lock: the server deletes its nodes when its session expires.
 //! - The owner id in the node name is unique per acquisition, so a create whose reply was lost
-//!   is recognised on retry, and a cancelled or timed-out wait deletes exactly its own node.
+//!   is recognised on retry (looked for behind a `sync`, so a lagging follower cannot hide it),
+//!   and a cancelled or timed-out wait deletes exactly its own nodes. Should a second node of
+//!   the same acquisition exist anyway, it is deleted, never waited on, and release deletes
+//!   every node with the acquisition's prefix.
 //! - The **fencing token** is the created node's `czxid`, which grows strictly for the whole
 //!   ensemble and survives restarts (the per-parent sequence number does not: it is 32-bit
 //!   and restarts when the container parent is removed).

@@ -145,6 +145,24 @@ fn role_of(child: &str) -> Option<&str> {
     parse_node(child).map(|(role, _)| role)
 }
 
+/// The children named with our unique prefix `ours` (`_c_<owner>-<role>-`), earliest first.
+pub(crate) fn ours(mut children: Vec<String>, ours: &str) -> Vec<String> {
+    children.retain(|c| c.starts_with(ours) && parse_node(c).is_some());
+    children.sort_by_key(|c| parse_node(c).map(|(_, seq)| seq));
+    children
+}
+
+/// Splits a listing into the queue of `recipe`'s kind, without our strays, and the strays:
+/// nodes with our unique prefix `ours` other than our node `own`. A stray is a create whose reply
+/// was lost and that a lagging server did not show us when we looked for it, so we created
+/// again: it is ours to delete, never a node to wait on (it would block us, and every later
+/// waiter, for the life of the session).
+pub(crate) fn sort_out(recipe: Recipe, children: Vec<String>, ours: &str, own: &str) -> (Vec<String>, Vec<String>) {
+    let (strays, others): (Vec<String>, Vec<String>) =
+        children.into_iter().partition(|c| c.starts_with(ours) && c != own && parse_node(c).is_some());
+    (queue(recipe, others), strays)
+}
+
 /// The nodes of `recipe`'s kind, in queue order.
 pub(crate) fn queue(recipe: Recipe, mut children: Vec<String>) -> Vec<String> {
     children.retain(|c| parse_node(c).is_some_and(|(role, _)| recipe.member(role)));
@@ -188,6 +206,41 @@ mod tests {
             wrapped,
             vec!["_c_a-lock-2147483647".to_owned(), "_c_c-lock--2147483648".into(), "_c_b-lock--2147483647".into()]
         );
+    }
+
+    #[test]
+    fn strays_of_ours_are_sorted_out_never_waited_on() {
+        let ours = "_c_aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee-lock-";
+        let own = format!("{ours}0000000005");
+        // (listing, queue left, strays)
+        let table: [(Vec<String>, Vec<String>, Vec<String>); 4] = [
+            // No stray: the queue is the plain queue.
+            (names(&["_c_x-lock-0000000001", &own]), names(&["_c_x-lock-0000000001", &own]), vec![]),
+            // A lost create ahead of us (lagging server): not waited on, deleted.
+            (
+                names(&[&format!("{ours}0000000002"), "_c_x-lock-0000000001", &own]),
+                names(&["_c_x-lock-0000000001", &own]),
+                names(&[&format!("{ours}0000000002")]),
+            ),
+            // Behind us too: it would block every later waiter.
+            (names(&[&own, &format!("{ours}0000000009")]), names(&[&own]), names(&[&format!("{ours}0000000009")])),
+            // Another owner's prefix that merely starts alike is not ours.
+            (
+                names(&["_c_aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeef-lock-0000000003", &own]),
+                names(&["_c_aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeef-lock-0000000003", &own]),
+                vec![],
+            ),
+        ];
+        for (listing, want_queue, want_strays) in table {
+            let (q, strays) = sort_out(Recipe::Exclusive, listing.clone(), ours, &own);
+            assert_eq!((q, strays), (want_queue, want_strays), "{listing:?}");
+        }
+        let found = ours_of(names(&[&format!("{ours}0000000009"), "_c_x-lock-0000000001", &own]), ours);
+        assert_eq!(found, names(&[&own, &format!("{ours}0000000009")]), "earliest first");
+    }
+
+    fn ours_of(children: Vec<String>, prefix: &str) -> Vec<String> {
+        super::ours(children, prefix)
     }
 
     fn names(v: &[&str]) -> Vec<String> {

@@ -9,6 +9,8 @@ use lock_core::{Backoff, LockError, ReleaseOutcome};
 use tokio::time::{sleep, timeout, Instant};
 use zookeeper_client::{Acls, Client, CreateMode, SessionState};
 
+use crate::recipe;
+
 pub(crate) type ZkError = zookeeper_client::Error;
 
 pub(crate) const BACKEND: &str = "zookeeper";
@@ -87,20 +89,37 @@ pub(crate) async fn ensure_root(client: &Client, root: &str, acls: Acls<'static>
     }
 }
 
-/// Finds the node created with `prefix` (unique per acquisition) and its czxid.
+/// The children of `parent` that carry our unique `prefix` (a full path prefix), earliest
+/// first, read behind a `sync`: a server that has not yet applied a create of ours (we may have
+/// reconnected to a lagging follower) must not hide it, or we would create a second node and
+/// leave the first in the queue.
+pub(crate) async fn list_ours(
+    client: &Client,
+    parent: &str,
+    prefix: &str,
+    bound: Duration,
+) -> Result<Vec<String>, Failure> {
+    let name = prefix.rsplit('/').next().unwrap_or_default();
+    let listing = async {
+        let (synced, children) = tokio::join!(client.sync(parent), client.list_children(parent));
+        synced.and(children)
+    };
+    match call(bound, "looking for our lock node", listing).await {
+        Ok(children) => Ok(recipe::ours(children, name)),
+        Err(Failure::Server(ZkError::NoNode)) => Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Finds the node created with `prefix` (unique per acquisition) and its czxid. With several
+/// (an earlier create whose reply was lost), the earliest is adopted; the acquire deletes the others.
 pub(crate) async fn find_ours(
     client: &Client,
     parent: &str,
     prefix: &str,
     bound: Duration,
 ) -> Result<Option<(String, i64)>, Failure> {
-    let name = prefix.rsplit('/').next().unwrap_or_default();
-    let children = match call(bound, "looking for our lock node", client.list_children(parent)).await {
-        Ok(c) => c,
-        Err(Failure::Server(ZkError::NoNode)) => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    let Some(child) = children.into_iter().find(|c| c.starts_with(name)) else { return Ok(None) };
+    let Some(child) = list_ours(client, parent, prefix, bound).await?.into_iter().next() else { return Ok(None) };
     let path = format!("{parent}/{child}");
     match call(bound, "reading our lock node", client.check_stat(&path)).await? {
         Some(stat) => Ok(Some((path, stat.czxid))),
@@ -135,15 +154,7 @@ impl Drop for NodeGuard {
         let (parent, prefix, path) =
             (std::mem::take(&mut self.parent), std::mem::take(&mut self.prefix), self.path.take());
         rt.spawn(async move {
-            // Requests of one session are served in order, so this listing sees a create that
-            // was sent before the acquire was abandoned.
-            let path = match path {
-                Some(p) => Some(p),
-                None => find_with_retry(&client, &parent, &prefix).await,
-            };
-            if let Some(path) = path {
-                let _ = delete_with_retry(&client, &path).await;
-            }
+            let _ = delete_every(&client, &parent, &prefix, path.as_deref()).await;
         });
     }
 }
@@ -154,17 +165,45 @@ pub(crate) fn cleanup_budget(client: &Client) -> Duration {
     client.session_timeout() * 2 + Duration::from_secs(5)
 }
 
-pub(crate) async fn find_with_retry(client: &Client, parent: &str, prefix: &str) -> Option<String> {
+/// Every node with our `prefix` under `parent`, retried until the server answers or the
+/// session is over.
+async fn find_all_with_retry(client: &Client, parent: &str, prefix: &str) -> Vec<String> {
     let end = Instant::now() + cleanup_budget(client);
     let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
     while Instant::now() < end && !client.state().is_terminated() {
-        match find_ours(client, parent, prefix, client.session_timeout()).await {
-            Ok(found) => return found.map(|(p, _)| p),
+        match list_ours(client, parent, prefix, client.session_timeout()).await {
+            Ok(found) => return found.into_iter().map(|c| format!("{parent}/{c}")).collect(),
             Err(Failure::Transient(_)) => sleep(backoff.next_delay()).await,
-            Err(_) => return None,
+            Err(_) => return Vec::new(),
         }
     }
-    None
+    Vec::new()
+}
+
+/// The guaranteed delete of everything one acquisition created: its node `path` (when known)
+/// and every other node with its `prefix`, such as a create whose reply was lost and that a
+/// lagging server did not show us; left behind, it would sit in the queue for the life of the
+/// session. The answer is `path`'s (`NotOwner` when no path was known).
+pub(crate) async fn delete_every(
+    client: &Client,
+    parent: &str,
+    prefix: &str,
+    path: Option<&str>,
+) -> Result<ReleaseOutcome, LockError> {
+    // Our node's delete goes out first and the lookup right behind it (one round trip); one
+    // session's requests are served in order, so the lookup also sees any create that was sent
+    // before the acquisition ended.
+    let own = async {
+        match path {
+            Some(p) => delete_with_retry(client, p).await,
+            None => Ok(ReleaseOutcome::NotOwner),
+        }
+    };
+    let (outcome, found) = tokio::join!(own, find_all_with_retry(client, parent, prefix));
+    for other in found.iter().filter(|o| Some(o.as_str()) != path) {
+        let _ = delete_with_retry(client, other).await;
+    }
+    outcome
 }
 
 /// Deletes `path`: `Released` if it was there, `NotOwner` if it was gone (or the session is,

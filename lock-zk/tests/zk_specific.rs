@@ -430,6 +430,50 @@ async fn after_a_process_stall_is_valid_is_false_by_the_clock_alone() {
     assert!(!lease.is_valid(), "after a stall longer than the session, is_valid() still reads true");
 }
 
+/// What a create whose reply was lost leaves behind when the server we looked on had not applied
+/// it yet: a node with the acquisition's own prefix. Injected by hand, ahead of the waiting node
+/// and then behind the holding one; neither may block anyone nor outlive the acquisition.
+#[tokio::test]
+async fn stray_nodes_of_our_own_prefix_neither_block_nor_outlive_the_acquisition() {
+    let fx = ZkFixture::start().await.unwrap();
+    let (holder, acquirer, other) =
+        (fx.connect().await.unwrap(), fx.connect().await.unwrap(), fx.connect().await.unwrap());
+    let raw = fx.raw().await;
+    let n = name("stray");
+    let parent = holder.parent_path(&n);
+    let seq = |c: &String| c.rsplit('-').next().and_then(|s| s.parse::<i64>().ok());
+    // Move the parent's counter past 0, so that a stray named with sequence 0 sorts first.
+    holder.acquire(&n, &opts(2000)).await.unwrap().release().await.unwrap();
+    let held = holder.acquire(&n, &opts(2000)).await.unwrap();
+    let waiting = {
+        let (acquirer, n) = (acquirer.clone(), n.clone());
+        tokio::spawn(async move { acquirer.acquire(&n, &opts(2000).wait(Duration::from_secs(6))).await })
+    };
+    eventually(Duration::from_secs(3), "waiter queued", || async { nodes(&fx, &other, &n).await.len() == 2 }).await;
+    let children = nodes(&fx, &other, &n).await;
+    let theirs = children.iter().max_by_key(|c| seq(c)).unwrap().clone();
+    let prefix = &theirs[..theirs.len() - 10];
+    let stray = |s: &str| format!("{parent}/{prefix}{s}");
+    let open = zookeeper_client::CreateMode::Ephemeral.with_acls(zookeeper_client::Acls::anyone_all());
+    raw.create(&stray("0000000000"), &[], &open).await.unwrap();
+    held.release().await.unwrap();
+    let lease = timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the acquire hangs behind a stray node of its own prefix")
+        .unwrap()
+        .unwrap();
+    assert_eq!(nodes(&fx, &other, &n).await, vec![theirs.clone()], "the stray ahead was deleted");
+    // A stray behind the holder: the release must take it too, or every later waiter hangs.
+    raw.create(&stray("0000000099"), &[], &open).await.unwrap();
+    lease.release().await.unwrap();
+    eventually(Duration::from_secs(3), "no node of the acquisition left", || async {
+        nodes(&fx, &other, &n).await.is_empty()
+    })
+    .await;
+    let next = other.try_acquire(&n, &opts(2000)).await.unwrap();
+    assert!(next.is_some(), "the lock is free after the acquisition ended");
+}
+
 #[tokio::test]
 async fn an_ensemble_url_with_a_dead_member_works() {
     let fx = ZkFixture::start().await.unwrap();
