@@ -51,10 +51,16 @@
 //!   Every node's name carries its `n`, so all users of a semaphore are checked to agree:
 //!   a node ahead of us with another count makes our call fail with `InvalidOptions`
 //!   (`try_acquire_permit` checks every node), and `n = 0` is `InvalidOptions` too.
-//! - **Tokens.** A reader's or writer's token is its node's `czxid` (arrival order; a writer's
-//!   is above every reader's before it). A permit's token is the `mzxid` of its grant mark, so
-//!   permit tokens grow in the order grants complete. Readers that share the lock may learn of
-//!   their grants in another order than their czxids: tokens fence writers, not co-readers.
+//! - **Tokens** (what SPEC §2 asks of shared holders, and what the suite's `rw_lock` and
+//!   `semaphore` cases check on every backend): no two grants of a name share a token, and a
+//!   writer's token exceeds every token granted before it. A reader's or writer's token is its
+//!   node's `czxid`, so read-write tokens follow **arrival** (queue) order; every holder granted
+//!   before a writer queued ahead of it, hence the writer's token is above theirs. Co-readers'
+//!   tokens do **not** follow the order of their grants: of two readers holding together, the
+//!   one with the lower token may learn of its grant later. A resource fenced by read-write
+//!   tokens must therefore reject only tokens below the highest *writer* token it has seen, not
+//!   a co-reader's lower token. A permit's token is the `mzxid` of its grant mark, so permit
+//!   tokens grow in the order grants complete.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), lock_core::LockError> {
