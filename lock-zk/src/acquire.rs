@@ -9,11 +9,10 @@ use lock_core::{AcquireOptions, Backoff, Lease, LockError, LockName, OwnerId};
 use tokio::time::{sleep, sleep_until, Instant};
 use zookeeper_client::{Client, CreateMode, EventType};
 
+use crate::acl::ensure_root;
 use crate::client::ZkLock;
 use crate::recipe::{node_prefix, queue, sort_out, Recipe, Verdict};
-use crate::session::{
-    call, connected, ensure_root, find_ours, server_error, Failure, NodeGuard, Session, ZkError, BACKEND,
-};
+use crate::session::{call, connected, find_ours, server_error, Failure, NodeGuard, Session, ZkError, BACKEND};
 
 const SESSION_ENDED: &str = "the ZooKeeper session ended";
 const NODE_VANISHED: &str = "our lock node vanished";
@@ -430,9 +429,14 @@ impl Attempt<'_> {
                         Err(f) => {
                             if let Settled::NoNode = self.settle(f).await? {
                                 // The root itself is gone (deleted by an operator): recreate it.
-                                let make_root = ensure_root(client, root, acls);
-                                if let Err(f) = call(self.bound(), "creating the root node", make_root).await {
-                                    self.settle(f).await?;
+                                let ours = lock.digest_id();
+                                let make_root = ensure_root(client, root, ours.as_deref());
+                                match call(self.bound(), "creating the root node", make_root).await {
+                                    Ok(Ok(())) => {}
+                                    Ok(Err(refused)) => return Err(Stop::Fail(refused)),
+                                    Err(f) => {
+                                        self.settle(f).await?;
+                                    }
                                 }
                             }
                         }

@@ -11,16 +11,18 @@ use lock_core::{AcquireOptions, Capabilities, Lease, LeaseModel, LockError, Lock
 use tokio::time::{timeout, Instant};
 use zookeeper_client::{Acls, Client};
 
+use crate::acl::{digest_id, ensure_root};
 use crate::acquire::Attempt;
 use crate::config::{ZkOptions, ZkUrl};
 use crate::recipe::Recipe;
-use crate::session::{classify, ensure_root, server_error, Failure, Session, ZkError, BACKEND};
+use crate::session::{classify, server_error, Failure, Session, ZkError, BACKEND};
 
 /// Connects to a ZooKeeper ensemble and returns a lock client with its own session.
 ///
 /// `url` is `zk://[user:password@]host1:port1,host2:port2/root`: the root path (default
 /// `/dlock`) is created when missing; with `user:password` the session authenticates with
-/// digest auth and every node it creates is readable and writable only by that user.
+/// digest auth, every node it creates is readable and writable only by that user, and an
+/// existing root that others may change is refused (`LockError::Config`; see the crate docs).
 /// A malformed URL is `LockError::Config`; a server that cannot be reached within
 /// `options.connect_timeout` is `LockError::Unavailable`.
 pub async fn connect(url: &str, options: ZkOptions) -> Result<ZkLock, LockError> {
@@ -116,6 +118,11 @@ impl ZkLock {
         format!("{}/{}{}", self.inner.url.root, recipe.marker(), name.escaped())
     }
 
+    /// Our digest id when the URL carries credentials (see [`crate::acl`]).
+    pub(crate) fn digest_id(&self) -> Option<String> {
+        self.inner.url.digest.as_ref().map(|(user, password)| digest_id(user, password))
+    }
+
     pub(crate) fn acls(&self) -> Acls<'static> {
         if self.inner.url.digest.is_some() {
             Acls::creator_all()
@@ -171,8 +178,10 @@ impl ZkLock {
             Ok(Ok(c)) => c,
         };
         let left = bound.saturating_sub(started.elapsed()).max(Duration::from_millis(1));
-        match timeout(left, ensure_root(&client, &url.root, self.acls())).await {
-            Ok(Ok(())) => {}
+        let ours = self.digest_id();
+        match timeout(left, ensure_root(&client, &url.root, ours.as_deref())).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(refused))) => return Err(refused),
             Ok(Err(e)) => {
                 return Err(match classify(e) {
                     Failure::Server(e) => server_error(e, &url.root),

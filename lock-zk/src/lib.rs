@@ -114,8 +114,22 @@
 //!
 //! Needs ZooKeeper 3.5 or later (container nodes, create with stat); tested with 3.8.
 //!
-//! Lock nodes and the per-name parent nodes of every kind (containers, removed by the server when empty) get
-//! `CREATOR_ALL` ACLs when the URL carries credentials; the nodes above the root stay open.
+//! ## ACLs
+//!
+//! Without credentials in the URL every node is open to everyone (anyone who can reach the
+//! ensemble can then delete or plant lock nodes). With `user:password@` (digest auth),
+//! everything dlock creates carries `CREATOR_ALL` (readable and writable by that user only): the
+//! root, the nodes above it that were missing, the per-name parents of every kind (containers,
+//! removed by the server when empty) and the lock nodes. ZooKeeper checks ACLs per node, so:
+//!
+//! - an **existing root** whose ACL lets anyone else write, create, delete or administer is
+//!   refused at connect with a `Config` error naming the entries (reading by others is
+//!   allowed); so is a root of another user;
+//! - the root keeps a persistent child `~dlock`, so it is never empty: an empty root under a
+//!   parent others may change (`/`, say) could be deleted and recreated open.
+//!
+//! Tested: an unauthenticated client can neither list, read, plant nor delete anything under a
+//! protected root, held or idle.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), lock_core::LockError> {
@@ -128,6 +142,7 @@
 //! # Ok(()) }
 //! ```
 
+mod acl;
 mod acquire;
 mod client;
 mod config;

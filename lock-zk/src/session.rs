@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use lock_core::{Backoff, LockError, ReleaseOutcome};
 use tokio::time::{sleep, timeout, Instant};
-use zookeeper_client::{Acls, Client, CreateMode, SessionState};
+use zookeeper_client::{Client, SessionState};
 
 use crate::recipe;
 
@@ -75,18 +75,6 @@ pub(crate) fn server_error(e: ZkError, root: &str) -> LockError {
 
 pub(crate) fn connected(state: SessionState) -> bool {
     matches!(state, SessionState::SyncConnected | SessionState::ConnectedReadOnly)
-}
-
-/// Creates the root if missing. Only the root itself gets the credentials' ACL: the nodes above
-/// it are a namespace shared with others, so they stay open.
-pub(crate) async fn ensure_root(client: &Client, root: &str, acls: Acls<'static>) -> Result<(), ZkError> {
-    if let Some((above, _)) = root.rsplit_once('/').filter(|(above, _)| !above.is_empty()) {
-        client.mkdir(above, &CreateMode::Persistent.with_acls(Acls::anyone_all())).await?;
-    }
-    match client.create(root, &[], &CreateMode::Persistent.with_acls(acls)).await {
-        Ok(_) | Err(ZkError::NodeExists) => Ok(()),
-        Err(e) => Err(e),
-    }
 }
 
 /// The children of `parent` that carry our unique `prefix` (a full path prefix), earliest

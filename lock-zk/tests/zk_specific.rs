@@ -326,13 +326,68 @@ async fn digest_credentials_protect_the_nodes() {
     let (acls, _) = raw.get_acl(&alice.parent_path(&n)).await.unwrap();
     assert!(acls.iter().all(|a| a.scheme() == "digest" && a.id().starts_with("alice:")), "{acls:?}");
 
-    // Without the credentials nobody can queue on (or delete) alice's locks.
-    let mallory = lock_zk::connect(&url("mallory:guess@"), fx.options.clone()).await.unwrap();
-    for n in [name("other"), n.clone()] {
-        let err = mallory.try_acquire(&n, &opts(3000)).await.unwrap_err();
-        assert!(matches!(err, LockError::Config { .. }), "{err}");
-    }
+    // Without the credentials nobody can queue on (or delete) alice's locks: another user is
+    // refused at connect, since alice's root is not theirs.
+    let err = lock_zk::connect(&url("mallory:guess@"), fx.options.clone()).await.unwrap_err();
+    assert!(matches!(err, LockError::Config { .. }), "{err}");
     lease.release().await.unwrap();
+}
+
+/// Issue 15.3: with credentials, an unauthenticated client can neither read, plant nor delete
+/// anything under the root, held or idle, even where the root's parent is open to everyone; and
+/// a root that others may change is refused.
+#[tokio::test]
+async fn an_unauthenticated_client_can_neither_read_plant_nor_delete_under_a_protected_root() {
+    use zookeeper_client::{Acls, CreateMode, Error::NoAuth};
+    let fx = ZkFixture::start().await.unwrap();
+    let anon = fx.raw().await;
+    let open = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    // One root whose ancestors dlock creates, one under a parent open to everyone.
+    let open_parent = format!("{}-open-parent", fx.root);
+    anon.mkdir(&open_parent, &open).await.unwrap();
+    for root in [format!("{}-made/a/locks", fx.root), format!("{open_parent}/locks")] {
+        let url = fx.server.url_with_root(&root).replacen("zk://", "zk://alice:s3cret@", 1);
+        let alice = lock_zk::connect(&url, fx.options.clone()).await.unwrap();
+        let n = name("guarded");
+        let lease = alice.acquire(&n, &opts(3000)).await.unwrap();
+        let parent = alice.parent_path(&n);
+        let addr = fx.server.addr().unwrap().to_string();
+        let authed =
+            zookeeper_client::Client::connector().with_auth("digest", b"alice:s3cret").connect(&addr).await.unwrap();
+        let holder = format!("{parent}/{}", authed.list_children(&parent).await.unwrap()[0]);
+
+        // Read.
+        assert_eq!(anon.list_children(&root).await.unwrap_err(), NoAuth, "{root}");
+        assert_eq!(anon.list_children(&parent).await.unwrap_err(), NoAuth, "{root}");
+        assert_eq!(anon.get_data(&holder).await.unwrap_err(), NoAuth, "{root}");
+        // Plant: a fake node every waiter would queue behind, or a fake parent.
+        let fake = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+        assert_eq!(anon.create(&format!("{parent}/_c_fake-lock-"), &[], &fake).await.unwrap_err(), NoAuth);
+        assert_eq!(anon.create(&format!("{root}/planted"), &[], &open).await.unwrap_err(), NoAuth);
+        // Delete the holder's node, or the root and what is above it.
+        assert_eq!(anon.delete(&holder, None).await.unwrap_err(), NoAuth, "{root}");
+        assert!(lease.is_valid());
+        lease.release().await.unwrap();
+        // Idle (the server removes empty container parents; here we do it at once), the root
+        // still cannot be deleted, and so not recreated open, by anyone else.
+        authed.delete(&parent, None).await.unwrap();
+        for path in [root.clone(), root.rsplit_once('/').unwrap().0.to_owned()] {
+            if path == open_parent {
+                continue;
+            }
+            assert!(anon.delete(&path, None).await.is_err(), "{path} could be deleted without credentials");
+        }
+        assert!(anon.check_stat(&root).await.unwrap().is_some());
+        assert!(alice.try_acquire(&n, &opts(3000)).await.unwrap().is_some());
+    }
+
+    // A root others may change is refused, with a Config error that says so.
+    let open_root = format!("{}-open-root", fx.root);
+    anon.mkdir(&open_root, &open).await.unwrap();
+    let url = fx.server.url_with_root(&open_root).replacen("zk://", "zk://alice:s3cret@", 1);
+    let err = lock_zk::connect(&url, fx.options.clone()).await.unwrap_err();
+    assert!(matches!(err, LockError::Config { .. }) && err.to_string().contains("can be changed by others"), "{err}");
+    assert!(!err.to_string().contains("s3cret"), "{err}");
 }
 
 #[tokio::test]
