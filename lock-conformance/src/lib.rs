@@ -104,7 +104,8 @@
 //! `invalid_input`, `declared_kinds`), the other kinds (`rw_lock`, `semaphore`), faults
 //! (`fault_pause_past_ttl`, `fault_connection_cut`, `fault_partition`, `fault_latency`,
 //! `fault_server_pause`, `fault_server_restart`,
-//! `fault_unavailable`, `fault_entry_deleted`) and the randomized `nemesis`. Each runs under
+//! `fault_unavailable`, `fault_entry_deleted`), the randomized `nemesis`, the server's bound on
+//! validity (`validity_within_server_bound`) and several locks at once (`acquire_all_*`). Each runs under
 //! an overall time limit ([`Case::time_limit`]): a hang is a failure with a clear detail, never
 //! a stuck test.
 //!
@@ -218,6 +219,7 @@ macro_rules! conformance_tests {
                 acquire_all_holds_every_name,
                 acquire_all_releases_on_failure,
                 acquire_all_opposite_orders,
+                validity_within_server_bound,
             ]
         }
     };

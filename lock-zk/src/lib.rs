@@ -10,7 +10,10 @@
 //! - Because the nodes are **ephemeral**, a holder that crashes or is cut off cannot deadlock
 //!   the lock: the server deletes its nodes when its session expires.
 //! - The owner id in the node name is unique per acquisition, so a create whose reply was lost
-//!   is recognised on retry, and a cancelled or timed-out wait deletes exactly its own node.
+//!   is recognised on retry (looked for behind a `sync`, so a lagging follower cannot hide it),
+//!   and a cancelled or timed-out wait deletes exactly its own nodes. Should a second node of
+//!   the same acquisition exist anyway, it is deleted, never waited on, and release deletes
+//!   every node with the acquisition's prefix.
 //! - The **fencing token** is the created node's `czxid`, which grows strictly for the whole
 //!   ensemble and survives restarts (the per-parent sequence number does not: it is 32-bit
 //!   and restarts when the container parent is removed).
@@ -48,10 +51,16 @@
 //!   Every node's name carries its `n`, so all users of a semaphore are checked to agree:
 //!   a node ahead of us with another count makes our call fail with `InvalidOptions`
 //!   (`try_acquire_permit` checks every node), and `n = 0` is `InvalidOptions` too.
-//! - **Tokens.** A reader's or writer's token is its node's `czxid` (arrival order; a writer's
-//!   is above every reader's before it). A permit's token is the `mzxid` of its grant mark, so
-//!   permit tokens grow in the order grants complete. Readers that share the lock may learn of
-//!   their grants in another order than their czxids: tokens fence writers, not co-readers.
+//! - **Tokens** (what SPEC §2 asks of shared holders, and what the suite's `rw_lock` and
+//!   `semaphore` cases check on every backend): no two grants of a name share a token, and a
+//!   writer's token exceeds every token granted before it. A reader's or writer's token is its
+//!   node's `czxid`, so read-write tokens follow **arrival** (queue) order; every holder granted
+//!   before a writer queued ahead of it, hence the writer's token is above theirs. Co-readers'
+//!   tokens do **not** follow the order of their grants: of two readers holding together, the
+//!   one with the lower token may learn of its grant later. A resource fenced by read-write
+//!   tokens must therefore reject only tokens below the highest *writer* token it has seen, not
+//!   a co-reader's lower token. A permit's token is the `mzxid` of its grant mark, so permit
+//!   tokens grow in the order grants complete.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), lock_core::LockError> {
@@ -85,7 +94,19 @@
 //!   connection or a paused server therefore ends the lease before the server can hand the lock
 //!   to someone else, assuming only that both clocks run at about the same rate;
 //! - `valid_until` passes without a successful renewal (the `Lease` watchdog, as for every
-//!   backend). Renewal asks the server whether our node still exists under our session.
+//!   backend). Renewal asks the server, behind a `sync` through the leader, whether our node
+//!   still exists under our session.
+//!
+//! `valid_until` never exceeds what the server keeps for us (SPEC §3): the lease runs on the
+//! **negotiated session timeout** whenever the asked ttl is longer (then [`Lease::ttl`] reports
+//! the session timeout, and a `renew_every` the shorter lease could not survive is cut to a
+//! third of it). It counts from the create (a write, so the leader heard from us) or from a
+//! listing sent behind a `sync`, and each renewal moves it to `sent + session_timeout − drift`.
+//! So `is_valid()` is right by the clock alone, even after a process stall during which no
+//! task ran. With `auto_renew(false)` a lease therefore ends one session timeout after the
+//! grant unless you call `renew()`.
+//!
+//! [`Lease::ttl`]: lock_core::Lease::ttl
 //!
 //! A lease that is lost but not released (for example dropped) still has its node deleted in
 //! the background once the server is reachable, so nobody waits for a lock no one claims.
@@ -93,8 +114,22 @@
 //!
 //! Needs ZooKeeper 3.5 or later (container nodes, create with stat); tested with 3.8.
 //!
-//! Lock nodes and the per-name parent nodes of every kind (containers, removed by the server when empty) get
-//! `CREATOR_ALL` ACLs when the URL carries credentials; the nodes above the root stay open.
+//! ## ACLs
+//!
+//! Without credentials in the URL every node is open to everyone (anyone who can reach the
+//! ensemble can then delete or plant lock nodes). With `user:password@` (digest auth),
+//! everything dlock creates carries `CREATOR_ALL` (readable and writable by that user only): the
+//! root, the nodes above it that were missing, the per-name parents of every kind (containers,
+//! removed by the server when empty) and the lock nodes. ZooKeeper checks ACLs per node, so:
+//!
+//! - an **existing root** whose ACL lets anyone else write, create, delete or administer is
+//!   refused at connect with a `Config` error naming the entries (reading by others is
+//!   allowed); so is a root of another user;
+//! - the root keeps a persistent child `~dlock`, so it is never empty: an empty root under a
+//!   parent others may change (`/`, say) could be deleted and recreated open.
+//!
+//! Tested: an unauthenticated client can neither list, read, plant nor delete anything under a
+//! protected root, held or idle.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), lock_core::LockError> {
@@ -107,8 +142,14 @@
 //! # Ok(()) }
 //! ```
 
+mod acl;
+mod acquire;
+mod client;
 mod config;
-mod lock;
+mod kinds;
+mod lease;
+mod recipe;
+mod session;
 
+pub use client::{connect, ZkLock};
 pub use config::ZkOptions;
-pub use lock::{connect, ZkLock};

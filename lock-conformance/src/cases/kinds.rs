@@ -3,7 +3,7 @@
 //! of that kind); otherwise it is not_applicable, with the capability as the reason.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lock_core::{DistributedRwLock, DistributedSemaphore, FencingToken, LockError};
@@ -80,20 +80,28 @@ pub async fn rw_lock(fx: &dyn Fixture) -> CaseResult {
     ensure!(b.try_acquire_write(&name, &cx.opts(wait)).await?.is_none(), "a second writer got in");
     wl.release().await?;
 
-    // Mixed load: readers count up, a writer must find the cell empty and stay alone.
+    // Mixed load: readers count up, a writer must find the cell empty and stay alone. Tokens
+    // (SPEC §2, shared holders): every writer's token exceeds every token granted before it, and
+    // no token repeats; co-readers' tokens need not follow the order of their grants.
     let readers = Arc::new(AtomicUsize::new(0));
     let writers = Arc::new(AtomicUsize::new(0));
+    let granted = Arc::new(Mutex::new(Vec::<FencingToken>::new()));
     let mut tasks = Vec::new();
     for i in 0..4 {
         let c = rw_client(&cx).await?;
-        let (readers, writers, name, opts) =
-            (Arc::clone(&readers), Arc::clone(&writers), name.clone(), cx.opts(wait * 3));
+        let (readers, writers, granted, name, opts) =
+            (Arc::clone(&readers), Arc::clone(&writers), Arc::clone(&granted), name.clone(), cx.opts(wait * 3));
         tasks.push(tokio::spawn(async move {
             let mut violations = Vec::new();
             for round in 0..4 {
                 let write = (i + round) % 3 == 0;
                 let lease =
                     if write { c.acquire_write(&name, &opts).await? } else { c.acquire_read(&name, &opts).await? };
+                // Recorded while held: every grant before a writer's has been recorded, since
+                // its holder recorded before releasing and the writer waited for that release.
+                if let Some(v) = record_grant(&granted, lease.token(), write) {
+                    violations.push(format!("{} {i}: {v}", if write { "writer" } else { "reader" }));
+                }
                 if write {
                     if writers.fetch_add(1, Ordering::SeqCst) != 0 || readers.load(Ordering::SeqCst) != 0 {
                         violations.push(format!("writer {i} overlapped another holder"));
@@ -122,11 +130,29 @@ pub async fn rw_lock(fx: &dyn Fixture) -> CaseResult {
             Err(_) => fail!("the mixed read/write load did not finish within {:?}", wait * 6),
         }
     }
-    ensure!(violations.is_empty(), "exclusion broken: {violations:?}");
+    ensure!(violations.is_empty(), "exclusion or token order broken: {violations:?}");
+    let tokens = granted.lock().map(|g| g.len()).unwrap_or_default();
+    ensure!(tokens == 16, "{tokens} grants recorded, expected 16");
     Ok(format!(
-        "readers shared, writer not starved, handed over {} ms after the readers left; 16 mixed holds clean",
+        "readers shared, writer not starved, handed over {} ms after the readers left; 16 mixed holds clean, \
+         distinct tokens, each writer's above all earlier",
         ms(handoff)
     ))
+}
+
+/// Records a grant's token; says what is wrong when the token repeats an earlier one, or when a
+/// writer's token (`exclusive`) is not above every token granted before it (SPEC §2).
+fn record_grant(granted: &Mutex<Vec<FencingToken>>, token: FencingToken, exclusive: bool) -> Option<String> {
+    let mut granted = granted.lock().unwrap_or_else(|e| e.into_inner());
+    let problem = if granted.contains(&token) {
+        Some(format!("token {token} was already granted"))
+    } else if exclusive && granted.iter().any(|t| *t >= token) {
+        Some(format!("token {token} is not above every earlier token (max {:?})", granted.iter().max()))
+    } else {
+        None
+    };
+    granted.push(token);
+    problem
 }
 
 /// At most `n` holders at once, each with its own lease and a fresh, increasing token; a
@@ -201,9 +227,47 @@ pub async fn semaphore(fx: &dyn Fixture) -> CaseResult {
     for l in held {
         l.release().await?;
     }
+
+    // Churn: clients take and return permits at once; never more than N holders, and no token
+    // repeats (SPEC §2: tokens of shared holders never repeat).
+    let name3 = cx.name("sem-churn")?;
+    let holders = Arc::new(AtomicUsize::new(0));
+    let granted = Arc::new(Mutex::new(Vec::<FencingToken>::new()));
+    let mut tasks = Vec::new();
+    for (i, c) in clients.iter().enumerate() {
+        let (c, holders, granted, name, opts) =
+            (Arc::clone(c), Arc::clone(&holders), Arc::clone(&granted), name3.clone(), cx.opts(wait * 3));
+        tasks.push(tokio::spawn(async move {
+            let mut violations = Vec::new();
+            for _ in 0..3 {
+                let lease = c.acquire_permit(&name, N - 1, &opts).await?;
+                if holders.fetch_add(1, Ordering::SeqCst) >= (N - 1) as usize {
+                    violations.push(format!("client {i} was a holder beyond the {} permits", N - 1));
+                }
+                if let Some(v) = record_grant(&granted, lease.token(), false) {
+                    violations.push(format!("client {i}: {v}"));
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                holders.fetch_sub(1, Ordering::SeqCst);
+                lease.release().await?;
+            }
+            Ok::<_, LockError>(violations)
+        }));
+    }
+    let mut violations = Vec::new();
+    for t in tasks {
+        match timeout(wait * 6, t).await {
+            Ok(Ok(Ok(v))) => violations.extend(v),
+            Ok(Ok(Err(e))) => return Err(e.into()),
+            Ok(Err(e)) => fail!("a churn task failed: {e}"),
+            Err(_) => fail!("the permit churn did not finish within {:?}", wait * 6),
+        }
+    }
+    ensure!(violations.is_empty(), "permit churn broken: {violations:?}");
     Ok(format!(
-        "{N} permits, tokens {tokens:?}, hand-off {} ms, vanished permit freed after {} ms",
+        "{N} permits, tokens {tokens:?}, hand-off {} ms, vanished permit freed after {} ms; churn of {} grants clean",
         ms(handoff),
-        ms(freed)
+        ms(freed),
+        clients.len() * 3
     ))
 }

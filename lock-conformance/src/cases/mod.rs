@@ -25,6 +25,7 @@ pub mod lease;
 pub mod multi;
 pub mod names;
 pub mod nemesis;
+pub mod validity;
 pub mod waiting;
 
 /// Why a case did not pass.
@@ -169,6 +170,7 @@ registry! {
     multi::acquire_all_holds_every_name, 6, "acquire_all holds every name of the set until released";
     multi::acquire_all_releases_on_failure, 6, "acquire_all that fails leaves none of the names held";
     multi::acquire_all_opposite_orders, 12, "acquire_all in opposite orders from two clients never deadlocks";
+    validity::validity_within_server_bound, 6, "valid_until never exceeds what the server keeps (ttl, or the session for per-session leases)";
 }
 
 /// Every case of the suite, in report order.

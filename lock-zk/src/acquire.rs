@@ -1,0 +1,449 @@
+//! The acquire state machine: create our node, list the queue, hold or watch what the recipe
+//! says, start over with a new session when the old one ended.
+
+use std::future::Future;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use lock_core::{AcquireOptions, Backoff, Lease, LockError, LockName, OwnerId};
+use tokio::time::{sleep, sleep_until, Instant};
+use zookeeper_client::{Client, CreateMode, EventType};
+
+use crate::acl::ensure_root;
+use crate::client::ZkLock;
+use crate::recipe::{node_prefix, queue, sort_out, Recipe, Verdict};
+use crate::session::{call, connected, find_ours, server_error, Failure, NodeGuard, Session, ZkError, BACKEND};
+
+const SESSION_ENDED: &str = "the ZooKeeper session ended";
+const NODE_VANISHED: &str = "our lock node vanished";
+
+/// Why a pass with one session ends without an answer for the caller.
+enum Stop {
+    /// The session ended or our node vanished: start over (with a new session).
+    Restart(&'static str),
+    /// The caller's answer is this error.
+    Fail(LockError),
+}
+
+impl From<LockError> for Stop {
+    fn from(e: LockError) -> Self {
+        Stop::Fail(e)
+    }
+}
+
+/// A failed request the pass goes on from.
+enum Settled {
+    /// The server said the node is not there.
+    NoNode,
+    /// The outcome is unknown; we waited a little: look again.
+    Retry,
+}
+
+/// Our node, once created: its path, its czxid, and the queue as listed right behind the create.
+struct Created {
+    path: String,
+    czxid: i64,
+    listed: Option<Vec<String>>,
+}
+
+/// The per-acquisition state of `acquire`/`try_acquire`.
+pub(crate) struct Attempt<'a> {
+    lock: &'a ZkLock,
+    recipe: Recipe,
+    name: &'a LockName,
+    opts: &'a AcquireOptions,
+    begun: Instant,
+    /// When waiting ends; `None` waits forever.
+    deadline: Option<Instant>,
+    /// Whether to queue at all (false for try_acquire and `WaitPolicy::NoWait`).
+    wait: bool,
+    unavailable_since: Option<Instant>,
+    backoff: Backoff,
+}
+
+impl<'a> Attempt<'a> {
+    pub(crate) fn new(
+        lock: &'a ZkLock,
+        recipe: Recipe,
+        name: &'a LockName,
+        opts: &'a AcquireOptions,
+        begun: Instant,
+        deadline: Option<Instant>,
+        wait: bool,
+    ) -> Self {
+        let backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
+        Attempt { lock, recipe, name, opts, begun, deadline, wait, unavailable_since: None, backoff }
+    }
+}
+
+impl Attempt<'_> {
+    fn per_request(&self) -> Duration {
+        self.opts.request_timeout.min(self.lock.inner.options.request_timeout)
+    }
+
+    /// When this call must have answered: the end of the caller's wait, or for a single
+    /// attempt (try_acquire, `NoWait`) one request timeout; `None` when waiting forever.
+    fn limit(&self) -> Option<Instant> {
+        if self.wait {
+            self.deadline
+        } else {
+            Some(self.begun + self.per_request())
+        }
+    }
+
+    /// The bound of one request: the request timeout, never beyond the call's limit (but at
+    /// least a little, so that a request sent at the last moment can still be answered).
+    fn bound(&self) -> Duration {
+        match self.limit() {
+            Some(l) => {
+                self.per_request().min(l.saturating_duration_since(Instant::now()).max(Duration::from_millis(1)))
+            }
+            None => self.per_request(),
+        }
+    }
+
+    fn timeout_error(&self) -> LockError {
+        LockError::Timeout { name: self.name.as_str().to_owned(), waited: self.begun.elapsed() }
+    }
+
+    /// After a transient failure: waits a little and says whether to retry. Gives up with
+    /// `Unavailable` when the call's limit would pass, or the server has not answered for
+    /// `connect_timeout` (which bounds an endless wait against a dead ensemble).
+    async fn after_transient(&mut self, err: LockError) -> Result<(), LockError> {
+        let now = Instant::now();
+        let since = *self.unavailable_since.get_or_insert(now);
+        let delay = self.backoff.next_delay();
+        let out_of_time = self.limit().is_some_and(|l| now + delay >= l);
+        if out_of_time || now.duration_since(since) >= self.lock.inner.options.connect_timeout {
+            return Err(err);
+        }
+        tracing::debug!(lock = %self.name, error = %err, "zookeeper request failed; retrying");
+        sleep(delay).await;
+        Ok(())
+    }
+
+    fn answered(&mut self) {
+        self.unavailable_since = None;
+        self.backoff.reset(Duration::from_millis(20));
+    }
+
+    /// The failure ladder, written once: a definite "no node" is for the caller to judge, any
+    /// other server answer is the caller's error, an ended session starts over, and an unknown
+    /// outcome waits a little before the caller looks again.
+    async fn settle(&mut self, failure: Failure) -> Result<Settled, Stop> {
+        match failure {
+            Failure::Server(ZkError::NoNode) => {
+                self.answered();
+                Ok(Settled::NoNode)
+            }
+            Failure::Server(e) => Err(Stop::Fail(server_error(e, &self.lock.inner.url.root))),
+            Failure::SessionGone => Err(Stop::Restart(SESSION_ENDED)),
+            Failure::Transient(e) => {
+                self.after_transient(e).await?;
+                Ok(Settled::Retry)
+            }
+        }
+    }
+
+    /// One bounded request through the ladder.
+    async fn ask<T>(
+        &mut self,
+        what: &str,
+        request: impl Future<Output = Result<T, ZkError>>,
+    ) -> Result<Result<T, Settled>, Stop> {
+        match call(self.bound(), what, request).await {
+            Ok(v) => {
+                self.answered();
+                Ok(Ok(v))
+            }
+            Err(f) => self.settle(f).await.map(Err),
+        }
+    }
+
+    pub(crate) async fn run(mut self) -> Result<Option<Lease>, LockError> {
+        loop {
+            let session = {
+                let now = Instant::now();
+                let deadline = match self.limit() {
+                    Some(l) => l.max(now + Duration::from_millis(1)),
+                    None => now + self.lock.inner.options.connect_timeout,
+                };
+                self.lock.session(deadline).await?
+            };
+            match self.with_session(&session).await {
+                Ok(lease) => return Ok(lease),
+                Err(Stop::Fail(e)) => return Err(e),
+                Err(Stop::Restart(why)) => {
+                    tracing::info!(lock = %self.name, why, "zookeeper acquire starts over");
+                    if self.limit().is_some_and(|l| Instant::now() >= l) {
+                        return Err(LockError::unavailable(
+                            BACKEND,
+                            format!("{why}, and no time is left for a new one"),
+                        ));
+                    }
+                    sleep(self.backoff.next_delay()).await;
+                }
+            }
+        }
+    }
+
+    async fn with_session(&mut self, session: &Session) -> Result<Option<Lease>, Stop> {
+        let client = &session.client;
+        let recipe = self.recipe;
+        let parent = self.lock.parent(recipe, self.name);
+
+        // try_acquire on a busy lock answers without creating (and deleting) a node, which
+        // would otherwise wake the waiter behind it for nothing.
+        if !self.wait {
+            loop {
+                match self.ask("listing lock nodes", client.list_children(&parent)).await? {
+                    Ok(children) => {
+                        let children = queue(recipe, children);
+                        if !matches!(recipe.verdict(self.name, &children, children.len())?, Verdict::Hold) {
+                            return Ok(None);
+                        }
+                        break;
+                    }
+                    Err(Settled::NoNode) => break,
+                    Err(Settled::Retry) => {}
+                }
+            }
+        }
+
+        let owner = OwnerId::random();
+        let prefix = format!("{parent}/{}", node_prefix(owner, &recipe.role()));
+        let mut guard = NodeGuard::new(client.clone(), parent.clone(), prefix.clone());
+        let create_sent = Instant::now();
+        let Created { path, czxid, mut listed } = self.create(client, &parent, &prefix).await?;
+        guard.path = Some(path.clone());
+        let own = path.rsplit('/').next().unwrap_or_default().to_owned();
+        let ours = prefix.rsplit('/').next().unwrap_or_default();
+
+        // valid_until counts from the create when the lock was free at once, else from the
+        // listing that found us first after a wake-up: either way a request answered while our
+        // node held the lock. The create is a write, so the leader has heard from our session;
+        // a later listing is a follower's local read and proves that only behind a `sync`
+        // (sent in the same round trip: one session's requests are served in order).
+        let mut woken = false;
+        loop {
+            let sent = if woken { Instant::now() } else { create_sent };
+            let listing = async {
+                match listed.take() {
+                    Some(children) => Ok(children),
+                    None => {
+                        let (synced, children) = tokio::join!(client.sync(&parent), client.list_children(&parent));
+                        synced.and(children)
+                    }
+                }
+            };
+            let (children, strays) = match self.ask("listing lock nodes", listing).await? {
+                Ok(c) => sort_out(recipe, c, ours, &own),
+                Err(Settled::NoNode) => return Err(Stop::Restart(NODE_VANISHED)),
+                Err(Settled::Retry) => continue,
+            };
+            if !strays.is_empty() && !self.delete_strays(client, &parent, &strays).await? {
+                continue;
+            }
+            let Some(index) = children.iter().position(|c| *c == own) else {
+                // Deleted by someone else, or the session expired under us.
+                return Err(Stop::Restart(NODE_VANISHED));
+            };
+            let (watched, until_granted) = match recipe.verdict(self.name, &children, index)? {
+                Verdict::Hold => {
+                    let mut token = czxid;
+                    if let Recipe::Permit(_) = recipe {
+                        // Mark our node granted, which wakes the waiter right behind us (it
+                        // becomes the first waiter and must watch the holders, us included).
+                        // The mark's zxid is the token: it follows the order in which grants
+                        // complete, even where an earlier waiter learns of its permit after a
+                        // later one (the nodes' czxids follow arrival order only).
+                        let mark = client.set_data(&path, &recipe.data(), None);
+                        match self.ask("marking our permit node granted", mark).await? {
+                            Ok(stat) => token = stat.mzxid,
+                            Err(Settled::NoNode) => return Err(Stop::Restart(NODE_VANISHED)),
+                            Err(Settled::Retry) => continue,
+                        }
+                    }
+                    guard.disarm();
+                    return Ok(Some(self.lock.grant(
+                        session,
+                        self.name,
+                        owner,
+                        prefix.clone(),
+                        path,
+                        token,
+                        sent,
+                        self.opts,
+                    )));
+                }
+                Verdict::Wait(watched) => (watched, false),
+                Verdict::WaitGranted(predecessor) => (vec![predecessor], true),
+            };
+            if !self.wait {
+                // Busy: `guard` deletes our node; acquire turns this into Timeout.
+                return Ok(None);
+            }
+            // All watch requests go out before the first answer is awaited (one round trip).
+            let paths: Vec<String> = watched.iter().map(|c| format!("{parent}/{c}")).collect();
+            let requests: Vec<_> = paths.iter().map(|p| client.get_and_watch_data(p)).collect();
+            let mut watchers = Vec::with_capacity(requests.len());
+            let mut relist = false;
+            let mut failure = None;
+            for request in requests {
+                match call(self.bound(), "watching the node we wait for", request).await {
+                    // Granted already: we may be the first waiter now.
+                    Ok((_, stat, _)) if until_granted && stat.version > 0 => relist = true,
+                    Ok((_, _, w)) => watchers.push(w),
+                    // That node left meanwhile: look again.
+                    Err(Failure::Server(ZkError::NoNode)) => relist = true,
+                    Err(f) => {
+                        failure = Some(f);
+                        break;
+                    }
+                }
+            }
+            match failure {
+                None => self.answered(),
+                Some(f) => {
+                    self.settle(f).await?;
+                    continue;
+                }
+            }
+            if relist || watchers.is_empty() {
+                woken = true;
+                continue;
+            }
+            let mut pending: Vec<_> = watchers.into_iter().map(|w| Box::pin(w.changed())).collect();
+            let changed = std::future::poll_fn(|cx| {
+                for w in pending.iter_mut() {
+                    if let std::task::Poll::Ready(event) = w.as_mut().poll(cx) {
+                        return std::task::Poll::Ready(event);
+                    }
+                }
+                std::task::Poll::Pending
+            });
+            let event = match self.deadline {
+                Some(d) => tokio::select! {
+                    ev = changed => ev,
+                    _ = sleep_until(d) => {
+                        return Err(Stop::Fail(if connected(client.state()) {
+                            self.timeout_error()
+                        } else {
+                            LockError::unavailable(BACKEND, format!(
+                                "the connection to ZooKeeper was lost while waiting for {:?}", self.name.as_str()))
+                        }));
+                    }
+                },
+                None => changed.await,
+            };
+            self.lock.inner.watch_events.fetch_add(1, Ordering::Relaxed);
+            woken = true;
+            tracing::trace!(lock = %self.name, event = ?event.event_type, path = %event.path, "watch fired");
+            if event.event_type == EventType::Session {
+                return Err(Stop::Restart(SESSION_ENDED));
+            }
+        }
+    }
+
+    /// Deletes nodes of this acquisition other than our own (see [`sort_out`]); false when a
+    /// delete's outcome is unknown, so the caller lists again.
+    async fn delete_strays(&mut self, client: &Client, parent: &str, strays: &[String]) -> Result<bool, Stop> {
+        tracing::info!(lock = %self.name, ?strays, "deleting earlier nodes of this acquisition");
+        for stray in strays {
+            let path = format!("{parent}/{stray}");
+            if let Err(Settled::Retry) =
+                self.ask("deleting an earlier node of ours", client.delete(&path, None)).await?
+            {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Creates our ephemeral sequential node (and the container parent if missing). A create
+    /// whose outcome is unknown is looked for by its unique prefix before it is retried.
+    async fn create(&mut self, client: &Client, parent: &str, prefix: &str) -> Result<Created, Stop> {
+        let lock = self.lock;
+        let root = &lock.inner.url.root;
+        let acls = lock.acls();
+        let mut outcome_unknown = false;
+        loop {
+            if outcome_unknown {
+                match find_ours(client, parent, prefix, self.bound()).await {
+                    Ok(Some((path, czxid))) => {
+                        self.answered();
+                        return Ok(Created { path, czxid, listed: None });
+                    }
+                    Ok(None) => {
+                        self.answered();
+                        outcome_unknown = false;
+                    }
+                    Err(f) => {
+                        self.settle(f).await?;
+                        continue;
+                    }
+                }
+            }
+            let options = CreateMode::EphemeralSequential.with_acls(acls);
+            // The listing is sent right behind the create and served after it (one session's
+            // requests are ordered): a free lock is granted in one round trip.
+            // Where the parent may be missing (first use of the name by this client, or the
+            // server removed the empty container), it is created in the same round trip.
+            let container = CreateMode::Container.with_acls(acls);
+            let make_parent = (!self.lock.knows_parent(parent)).then(|| client.create(parent, &[], &container));
+            let data = self.recipe.data();
+            let create = client.create(prefix, &data, &options);
+            let listing = client.list_children(parent);
+            let both = async {
+                if let Some(make_parent) = make_parent {
+                    // Its answer does not matter: the create below tells what happened.
+                    let _ = make_parent.await;
+                }
+                let (created, listed) = tokio::join!(create, listing);
+                created.map(|c| (c, listed.ok()))
+            };
+            match self.ask("creating the lock node", both).await? {
+                Ok(((stat, seq), listed)) => {
+                    let path = format!("{prefix}{seq}");
+                    if stat.is_invalid() {
+                        // Servers before 3.5 return no stat with the create.
+                        match find_ours(client, parent, prefix, self.bound()).await {
+                            Ok(Some((path, czxid))) => return Ok(Created { path, czxid, listed: None }),
+                            Ok(None) => return Err(Stop::Restart(NODE_VANISHED)),
+                            Err(f) => {
+                                self.settle(f).await?;
+                                outcome_unknown = true;
+                                continue;
+                            }
+                        }
+                    }
+                    self.lock.remember_parent(parent, true);
+                    return Ok(Created { path, czxid: stat.czxid, listed });
+                }
+                Err(Settled::NoNode) => {
+                    self.lock.remember_parent(parent, false);
+                    let options = CreateMode::Container.with_acls(acls);
+                    let make_parent = client.create(parent, &[], &options);
+                    match call(self.bound(), "creating the lock's parent node", make_parent).await {
+                        Ok(_) | Err(Failure::Server(ZkError::NodeExists)) => self.answered(),
+                        Err(f) => {
+                            if let Settled::NoNode = self.settle(f).await? {
+                                // The root itself is gone (deleted by an operator): recreate it.
+                                let ours = lock.digest_id();
+                                let make_root = ensure_root(client, root, ours.as_deref());
+                                match call(self.bound(), "creating the root node", make_root).await {
+                                    Ok(Ok(())) => {}
+                                    Ok(Err(refused)) => return Err(Stop::Fail(refused)),
+                                    Err(f) => {
+                                        self.settle(f).await?;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                Err(Settled::Retry) => outcome_unknown = true,
+            }
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! The client: connection, the session it keeps (re-made after an expiry), where each kind's
+//! queue lives, and the entry points every lock kind goes through.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lock_core::{AcquireOptions, Capabilities, Lease, LeaseModel, LockError, LockName, WaitPolicy, WakeMethod};
+use tokio::time::{timeout, Instant};
+use zookeeper_client::{Acls, Client};
+
+use crate::acl::{digest_id, ensure_root};
+use crate::acquire::Attempt;
+use crate::config::{ZkOptions, ZkUrl};
+use crate::recipe::Recipe;
+use crate::session::{classify, server_error, Failure, Session, ZkError, BACKEND};
+
+/// Connects to a ZooKeeper ensemble and returns a lock client with its own session.
+///
+/// `url` is `zk://[user:password@]host1:port1,host2:port2/root`: the root path (default
+/// `/dlock`) is created when missing; with `user:password` the session authenticates with
+/// digest auth, every node it creates is readable and writable only by that user, and an
+/// existing root that others may change is refused (`LockError::Config`; see the crate docs).
+/// A malformed URL is `LockError::Config`; a server that cannot be reached within
+/// `options.connect_timeout` is `LockError::Unavailable`.
+pub async fn connect(url: &str, options: ZkOptions) -> Result<ZkLock, LockError> {
+    options.validate()?;
+    let url = ZkUrl::parse(url)?;
+    let inner = Arc::new(Inner {
+        url,
+        options,
+        session: tokio::sync::Mutex::new(None),
+        watch_events: AtomicU64::new(0),
+        parents: Mutex::new(HashSet::new()),
+    });
+    let lock = ZkLock { inner };
+    let deadline = Instant::now() + lock.inner.options.connect_timeout;
+    lock.session(deadline).await?;
+    Ok(lock)
+}
+
+/// A ZooKeeper lock client: one session at a time (a new one is made lazily if the previous
+/// one expired; leases of an expired session are lost). Cheap to clone; clones share the session.
+#[derive(Clone)]
+pub struct ZkLock {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) url: ZkUrl,
+    pub(crate) options: ZkOptions,
+    session: tokio::sync::Mutex<Option<Session>>,
+    pub(crate) watch_events: AtomicU64,
+    /// Parents known to exist, so that acquires skip creating them.
+    parents: Mutex<HashSet<String>>,
+}
+
+/// How many parents [`Inner::parents`] remembers.
+const MAX_KNOWN_PARENTS: usize = 10_000;
+
+impl fmt::Debug for ZkLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZkLock").field("url", &self.inner.url).field("options", &self.inner.options).finish()
+    }
+}
+
+impl ZkLock {
+    /// How many watches fired in this client's waits (any lock kind), so that tests can count
+    /// wake-ups: an exclusive-lock release wakes exactly one waiter, a writer's release the
+    /// readers right behind it, a permit's release one waiter.
+    pub fn watch_events(&self) -> u64 {
+        self.inner.watch_events.load(Ordering::Relaxed)
+    }
+
+    /// The znode under which the queue of the exclusive lock `name` lives
+    /// (`<root>/<escaped name>`).
+    pub fn parent_path(&self, name: &LockName) -> String {
+        self.parent(Recipe::Exclusive, name)
+    }
+
+    /// The znode under which the readers and writers of the read-write lock `name` queue
+    /// (`<root>/rw~<escaped name>`).
+    pub fn rw_parent_path(&self, name: &LockName) -> String {
+        self.parent(Recipe::Read, name)
+    }
+
+    /// The znode under which the permit nodes of the semaphore `name` queue
+    /// (`<root>/sem~<escaped name>`).
+    pub fn semaphore_parent_path(&self, name: &LockName) -> String {
+        self.parent(Recipe::Permit(1), name)
+    }
+
+    /// The id of the current session, if one is established (ZooKeeper's `ephemeralOwner`).
+    pub async fn session_id(&self) -> Option<i64> {
+        self.inner.session.lock().await.as_ref().map(|s| s.id)
+    }
+
+    pub(crate) fn knows_parent(&self, parent: &str) -> bool {
+        self.inner.parents.lock().unwrap_or_else(|e| e.into_inner()).contains(parent)
+    }
+
+    pub(crate) fn remember_parent(&self, parent: &str, exists: bool) {
+        let mut known = self.inner.parents.lock().unwrap_or_else(|e| e.into_inner());
+        if !exists {
+            known.remove(parent);
+            return;
+        }
+        if known.len() >= MAX_KNOWN_PARENTS {
+            // Only a hint: forgetting costs one extra request per name.
+            known.clear();
+        }
+        known.insert(parent.to_owned());
+    }
+
+    pub(crate) fn parent(&self, recipe: Recipe, name: &LockName) -> String {
+        format!("{}/{}{}", self.inner.url.root, recipe.marker(), name.escaped())
+    }
+
+    /// Our digest id when the URL carries credentials (see [`crate::acl`]).
+    pub(crate) fn digest_id(&self) -> Option<String> {
+        self.inner.url.digest.as_ref().map(|(user, password)| digest_id(user, password))
+    }
+
+    pub(crate) fn acls(&self) -> Acls<'static> {
+        if self.inner.url.digest.is_some() {
+            Acls::creator_all()
+        } else {
+            Acls::anyone_all()
+        }
+    }
+
+    /// The current session, or a new one if there is none or it ended (expired, closed).
+    pub(crate) async fn session(&self, deadline: Instant) -> Result<Session, LockError> {
+        // Another call may be establishing a session right now: wait for it, within our limit.
+        let mut current = match tokio::time::timeout_at(deadline, self.inner.session.lock()).await {
+            Ok(guard) => guard,
+            Err(_) => {
+                return Err(LockError::unavailable(
+                    BACKEND,
+                    format!("no ZooKeeper session with {} in time (another call is still connecting)", self.inner.url),
+                ))
+            }
+        };
+        if let Some(s) = current.as_ref() {
+            if !s.client.state().is_terminated() {
+                return Ok(s.clone());
+            }
+            tracing::warn!(session = s.id, state = %s.client.state(), "zookeeper session ended; starting a new one");
+        }
+        let bound = self.inner.options.connect_timeout.min(deadline.saturating_duration_since(Instant::now()));
+        let session = self.new_session(bound).await?;
+        *current = Some(session.clone());
+        Ok(session)
+    }
+
+    async fn new_session(&self, bound: Duration) -> Result<Session, LockError> {
+        let url = &self.inner.url;
+        let started = Instant::now();
+        let mut connector = Client::connector().with_session_timeout(self.inner.options.session_timeout);
+        if let Some((user, pass)) = &url.digest {
+            connector = connector.with_auth("digest", format!("{user}:{pass}").as_bytes());
+        }
+        let client = match timeout(bound, connector.connect(&url.hosts)).await {
+            Err(_) => {
+                return Err(LockError::unavailable(
+                    BACKEND,
+                    format!("no session with {url} within {bound:?} (connect_timeout)"),
+                ))
+            }
+            Ok(Err(ZkError::AuthFailed)) => {
+                return Err(LockError::config(format!(
+                    "ZooKeeper authentication failed for {url}; check user:password in the URL"
+                )))
+            }
+            Ok(Err(e)) => return Err(LockError::unavailable_from(BACKEND, format!("cannot connect to {url}"), e)),
+            Ok(Ok(c)) => c,
+        };
+        let left = bound.saturating_sub(started.elapsed()).max(Duration::from_millis(1));
+        let ours = self.digest_id();
+        match timeout(left, ensure_root(&client, &url.root, ours.as_deref())).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(refused))) => return Err(refused),
+            Ok(Err(e)) => {
+                return Err(match classify(e) {
+                    Failure::Server(e) => server_error(e, &url.root),
+                    Failure::Transient(e) => e,
+                    Failure::SessionGone => LockError::unavailable(BACKEND, "the new ZooKeeper session ended at once"),
+                })
+            }
+            Err(_) => {
+                return Err(LockError::unavailable(
+                    BACKEND,
+                    format!("creating the root {} took over {bound:?}", url.root),
+                ))
+            }
+        }
+        let id = client.session_id().0;
+        tracing::debug!(session = id, timeout = ?client.session_timeout(), "zookeeper session established");
+        Ok(Session { client, id })
+    }
+}
+
+pub(crate) fn capabilities() -> Capabilities {
+    let mut caps = Capabilities::new();
+    caps.rw_lock = true;
+    caps.semaphore = true;
+    caps.fifo = true;
+    caps.wake = WakeMethod::Watch;
+    caps.lease_model = LeaseModel::PerSession;
+    // czxid is persisted with the node and zxids only grow, across restarts too.
+    caps.durable_fencing = true;
+    // Sessions and their ephemeral nodes are persisted: a restart within the session
+    // timeout keeps the holder's lock.
+    caps.durable_leases = true;
+    caps
+}
+
+impl ZkLock {
+    /// One attempt (try_acquire*): `Ok(None)` when busy.
+    pub(crate) async fn try_once(
+        &self,
+        recipe: Recipe,
+        name: &LockName,
+        options: &AcquireOptions,
+    ) -> Result<Option<Lease>, LockError> {
+        options.validate(&capabilities())?;
+        Attempt::new(self, recipe, name, options, Instant::now(), None, false).run().await
+    }
+
+    /// Queues and waits (acquire*) until granted or `options.wait` ends (`Timeout`).
+    pub(crate) async fn wait_for(
+        &self,
+        recipe: Recipe,
+        name: &LockName,
+        options: &AcquireOptions,
+    ) -> Result<Lease, LockError> {
+        options.validate(&capabilities())?;
+        let begun = Instant::now();
+        let (deadline, wait) = match options.wait {
+            // A zero wait is one attempt, like NoWait (busy → Timeout), not an instant Unavailable.
+            WaitPolicy::NoWait => (None, false),
+            WaitPolicy::For(w) if w.is_zero() => (None, false),
+            WaitPolicy::For(w) => (Some(begun + w), true),
+            // Forever, and any policy added later: wait until granted.
+            _ => (None, true),
+        };
+        match Attempt::new(self, recipe, name, options, begun, deadline, wait).run().await? {
+            Some(lease) => Ok(lease),
+            None => Err(LockError::Timeout { name: name.as_str().to_owned(), waited: begun.elapsed() }),
+        }
+    }
+}

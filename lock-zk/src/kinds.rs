@@ -1,0 +1,85 @@
+//! The trait impls: each lock kind is a [`Recipe`] run through the same acquire machinery.
+
+use async_trait::async_trait;
+use lock_core::{
+    AcquireOptions, Capabilities, DistributedLock, DistributedRwLock, DistributedSemaphore, Lease, LockError, LockName,
+};
+
+use crate::client::{capabilities, ZkLock};
+use crate::recipe::{permits, Recipe};
+use crate::session::BACKEND;
+
+#[async_trait]
+impl DistributedLock for ZkLock {
+    fn backend(&self) -> &str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        capabilities()
+    }
+
+    async fn try_acquire(&self, name: &LockName, options: &AcquireOptions) -> Result<Option<Lease>, LockError> {
+        self.try_once(Recipe::Exclusive, name, options).await
+    }
+
+    async fn acquire(&self, name: &LockName, options: &AcquireOptions) -> Result<Lease, LockError> {
+        self.wait_for(Recipe::Exclusive, name, options).await
+    }
+}
+
+#[async_trait]
+impl DistributedRwLock for ZkLock {
+    fn backend(&self) -> &str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        capabilities()
+    }
+
+    async fn try_acquire_read(&self, name: &LockName, options: &AcquireOptions) -> Result<Option<Lease>, LockError> {
+        self.try_once(Recipe::Read, name, options).await
+    }
+
+    async fn acquire_read(&self, name: &LockName, options: &AcquireOptions) -> Result<Lease, LockError> {
+        self.wait_for(Recipe::Read, name, options).await
+    }
+
+    async fn try_acquire_write(&self, name: &LockName, options: &AcquireOptions) -> Result<Option<Lease>, LockError> {
+        self.try_once(Recipe::Write, name, options).await
+    }
+
+    async fn acquire_write(&self, name: &LockName, options: &AcquireOptions) -> Result<Lease, LockError> {
+        self.wait_for(Recipe::Write, name, options).await
+    }
+}
+
+#[async_trait]
+impl DistributedSemaphore for ZkLock {
+    fn backend(&self) -> &str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        capabilities()
+    }
+
+    async fn try_acquire_permit(
+        &self,
+        name: &LockName,
+        permits_total: u32,
+        options: &AcquireOptions,
+    ) -> Result<Option<Lease>, LockError> {
+        self.try_once(permits(permits_total)?, name, options).await
+    }
+
+    async fn acquire_permit(
+        &self,
+        name: &LockName,
+        permits_total: u32,
+        options: &AcquireOptions,
+    ) -> Result<Lease, LockError> {
+        self.wait_for(permits(permits_total)?, name, options).await
+    }
+}
