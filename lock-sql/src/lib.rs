@@ -234,6 +234,8 @@
 //! * `DLOCK_SQL_MYSQL_RETURNING=0` makes MariaDB use MySQL's two-statement acquire
 //!   (diagnostics; the tests run both).
 
+mod decide;
+mod dialect;
 mod error;
 mod kinds;
 mod listen;

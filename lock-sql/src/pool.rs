@@ -13,7 +13,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sqlx::{ConnectOptions, Connection};
+use sqlx::{AssertSqlSafe, ConnectOptions, Connection, Executor, SqlSafeStr};
 use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::time::{timeout, Instant};
 
@@ -21,6 +21,9 @@ use tokio::time::{timeout, Instant};
 const PING_IF_IDLE: Duration = Duration::from_secs(2);
 /// Connections idle this long are closed instead of reused.
 const CLOSE_IF_IDLE: Duration = Duration::from_secs(60);
+
+/// A boxed future borrowing a pooled connection for `'c`.
+pub(crate) type ConnFuture<'c, T> = Pin<Box<dyn Future<Output = Result<T, sqlx::Error>> + Send + 'c>>;
 
 /// Runs on every new connection (session settings).
 pub(crate) type Setup<C> =
@@ -63,8 +66,49 @@ impl<C: Connection + 'static> ConnPool<C> {
 }
 
 impl<C: Connection> ConnPool<C> {
+    /// Runs `op` on a pooled connection with `arg` (what the statement binds). The connection
+    /// goes back to the pool only if `op` ended in an orderly way: success, or an error the
+    /// server reported while the session stayed in sync. An `op` that opens a transaction must
+    /// end it (commit or roll back) before it returns, whatever happened.
+    pub(crate) async fn with<A, T>(
+        &self,
+        arg: &A,
+        op: impl for<'c> FnOnce(&'c mut C, &'c A) -> ConnFuture<'c, T>,
+    ) -> Result<T, sqlx::Error>
+    where
+        A: Sync + ?Sized,
+    {
+        let mut guard = self.get().await?;
+        let result = match guard.conn.as_mut() {
+            Some(c) => op(c, arg).await,
+            None => Err(sqlx::Error::PoolClosed),
+        };
+        guard.reuse = matches!(result, Ok(_) | Err(sqlx::Error::Database(_)));
+        result
+    }
+
+    /// Opens a second connection and prepares `statements` on both (best effort: a failure
+    /// resurfaces, with its real error, when the statement runs). Statements are prepared per
+    /// connection, so later each costs one round trip, not two; and the spare connection serves
+    /// a release while a renewal that the release cancelled takes the other one down with it.
+    pub(crate) async fn prepare_on_two(&self, statements: &[Arc<str>])
+    where
+        for<'c> &'c mut C: Executor<'c, Database = C::Database>,
+    {
+        let (mut a, mut b) = (self.get().await, self.get().await);
+        for guard in [&mut a, &mut b].into_iter().flatten() {
+            let Some(c) = guard.conn.as_mut() else { continue };
+            for sql in statements {
+                if let Err(e) = (&mut *c).prepare(AssertSqlSafe(Arc::clone(sql)).into_sql_str()).await {
+                    tracing::debug!(error = %e, "could not prepare a lock statement ahead");
+                }
+            }
+            guard.reuse = true;
+        }
+    }
+
     /// An idle connection, or a new one; waits at most `connect_timeout` for either.
-    pub(crate) async fn get(&self) -> Result<PooledConn<'_, C>, sqlx::Error> {
+    async fn get(&self) -> Result<PooledConn<'_, C>, sqlx::Error> {
         let permit = match timeout(self.connect_timeout, self.permits.acquire()).await {
             Ok(Ok(p)) => p,
             Ok(Err(_)) => return Err(sqlx::Error::PoolClosed),
@@ -105,26 +149,13 @@ impl<C: Connection> ConnPool<C> {
     }
 }
 
-/// A connection on loan. Returned to the pool on drop only if [`PooledConn::reusable`] was
-/// called: a statement that failed or was cancelled half-way may have left it mid-protocol.
-pub(crate) struct PooledConn<'a, C: Connection> {
+/// A connection on loan. Returned to the pool on drop only if marked reusable: a statement
+/// that failed or was cancelled half-way may have left it mid-protocol.
+struct PooledConn<'a, C: Connection> {
     conn: Option<C>,
     pool: &'a ConnPool<C>,
     reuse: bool,
     _permit: SemaphorePermit<'a>,
-}
-
-impl<C: Connection> PooledConn<'_, C> {
-    /// The connection (only `Drop` takes it out, so this never fails in practice).
-    pub(crate) fn conn(&mut self) -> Result<&mut C, sqlx::Error> {
-        self.conn.as_mut().ok_or(sqlx::Error::PoolClosed)
-    }
-
-    /// Marks the connection fit for reuse after `result`: success, or an error the server
-    /// reported in an orderly way (the session is still in sync).
-    pub(crate) fn reusable<T>(&mut self, result: &Result<T, sqlx::Error>) {
-        self.reuse = matches!(result, Ok(_) | Err(sqlx::Error::Database(_)));
-    }
 }
 
 impl<C: Connection> Drop for PooledConn<'_, C> {
