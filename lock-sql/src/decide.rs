@@ -36,7 +36,8 @@ impl Side {
 /// What one acquire transaction decided.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Plan {
-    /// Already ours (a retry after a lost reply): the same grant back.
+    /// Already ours (a retry after a lost reply): the same grant back, with the lease extended
+    /// exactly as a fresh grant's, since the caller's new lease counts from the retry.
     Again(i64),
     Grant(i64),
     Refuse {
@@ -44,6 +45,31 @@ pub(crate) enum Plan {
         claim: bool,
     },
     BadPermits(i64),
+}
+
+/// What an acquire transaction writes to carry out a [`Plan`].
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Write {
+    /// The counter row takes the new fence (and the permits; our own claim is cleared), and a
+    /// holder row is inserted with that fence and `expires_at = now + ttl`.
+    Grant(i64),
+    /// Our holder row gets `expires_at = now + ttl` (token unchanged).
+    Extend,
+    /// A waiting writer's claim on the counter row.
+    Claim,
+    Nothing,
+}
+
+impl Plan {
+    /// The writes this plan needs.
+    pub(crate) fn write(&self) -> Write {
+        match *self {
+            Plan::Grant(fence) => Write::Grant(fence),
+            Plan::Again(_) => Write::Extend,
+            Plan::Refuse { claim: true, .. } => Write::Claim,
+            Plan::Refuse { claim: false, .. } | Plan::BadPermits(_) => Write::Nothing,
+        }
+    }
 }
 
 /// A live holder as the transaction read it: `(owner, mode, fence, remaining ms)`.
@@ -111,5 +137,28 @@ mod tests {
             Plan::Refuse { remaining: Some(50), .. }
         ));
         assert!(matches!(decide(Side::Permit(3), "c", (5, 3, -1), &readers, false), Plan::Grant(6)));
+    }
+
+    /// A retry by the holder itself (its reply was lost) gets its token back and extends its
+    /// lease, on every side, even where a stranger would now be refused.
+    #[test]
+    fn a_regrant_extends_the_lease() {
+        let holder = |o: &str, mode, fence, rem| (o.to_string(), mode, fence, rem);
+        let cases = [
+            (Side::Read, vec![holder("a", 0, 4, 10), holder("b", 0, 5, 900)], (5, 0, 300)),
+            (Side::Write, vec![holder("a", 1, 7, 10)], (7, 0, -1)),
+            (Side::Permit(1), vec![holder("a", 0, 9, 10)], (9, 1, -1)),
+            (Side::Permit(2), vec![holder("x", 0, 8, 500), holder("a", 0, 9, 10)], (9, 2, -1)),
+        ];
+        for (side, holders, counter) in cases {
+            let plan = decide(side, "a", counter, &holders, true);
+            let token = holders.iter().find(|h| h.0 == "a").map(|h| h.2).unwrap_or_default();
+            assert_eq!(plan, Plan::Again(token), "{side:?}");
+            assert_eq!(plan.write(), Write::Extend, "{side:?}: a re-grant must write the new expiry");
+        }
+        assert_eq!(Plan::Grant(3).write(), Write::Grant(3));
+        assert_eq!(Plan::Refuse { remaining: None, claim: true }.write(), Write::Claim);
+        assert_eq!(Plan::Refuse { remaining: None, claim: false }.write(), Write::Nothing);
+        assert_eq!(Plan::BadPermits(2).write(), Write::Nothing);
     }
 }

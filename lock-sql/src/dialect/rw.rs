@@ -3,7 +3,7 @@
 
 use sqlx::{AssertSqlSafe, Database, Decode, Encode, Executor, Type};
 
-use crate::decide::{decide, Holder, Plan, Side};
+use crate::decide::{decide, Holder, Plan, Side, Write};
 
 /// What a dialect brings to the kinds' statements.
 pub(crate) struct Flavor {
@@ -34,6 +34,7 @@ pub(crate) struct KindSql {
     holders: String,
     grant_counter: String,
     grant_holder: String,
+    extend_holder: String,
     set_claim: String,
     pub(crate) clear_claim: String,
     pub(crate) renew: String,
@@ -83,6 +84,9 @@ impl KindSql {
             )),
             grant_holder: fix(format!(
                 "INSERT INTO {h} (kind, name, owner, mode, fence, expires_at) VALUES (?, ?, ?, ?, ?, {now} + ?)"
+            )),
+            extend_holder: fix(format!(
+                "UPDATE {h} SET expires_at = {now} + ? WHERE kind = ? AND name = ? AND owner = ?"
             )),
             set_claim: fix(format!(
                 "UPDATE {c} SET claim_owner = ?, claim_until = {now} + ? WHERE kind = ? AND name = ?"
@@ -168,14 +172,14 @@ where
     let holders =
         sqlx::query_as::<DB, Holder>(AssertSqlSafe(sql.holders.as_str())).bind(kind).bind(n).fetch_all(&mut *c).await?;
     let plan = decide(side, o, counter, &holders, a.claiming);
-    match &plan {
-        Plan::Grant(fence) => {
+    match plan.write() {
+        Write::Grant(fence) => {
             let permits = match side {
                 Side::Permit(p) => i64::from(p),
                 _ => counter.1,
             };
             sqlx::query(AssertSqlSafe(sql.grant_counter.as_str()))
-                .bind(*fence)
+                .bind(fence)
                 .bind(permits)
                 .bind(o)
                 .bind(kind)
@@ -187,12 +191,21 @@ where
                 .bind(n)
                 .bind(o)
                 .bind(side.mode())
-                .bind(*fence)
+                .bind(fence)
                 .bind(a.ttl_ms)
                 .execute(&mut *c)
                 .await?;
         }
-        Plan::Refuse { claim: true, .. } => {
+        Write::Extend => {
+            sqlx::query(AssertSqlSafe(sql.extend_holder.as_str()))
+                .bind(a.ttl_ms)
+                .bind(kind)
+                .bind(n)
+                .bind(o)
+                .execute(&mut *c)
+                .await?;
+        }
+        Write::Claim => {
             sqlx::query(AssertSqlSafe(sql.set_claim.as_str()))
                 .bind(o)
                 .bind(a.claim_ms)
@@ -201,7 +214,7 @@ where
                 .execute(&mut *c)
                 .await?;
         }
-        _ => {}
+        Write::Nothing => {}
     }
     Ok(plan)
 }

@@ -136,6 +136,17 @@ impl std::fmt::Debug for SqlRwLock {
     }
 }
 
+impl SqlRwLock {
+    /// The stores behind the read and the write side (labelled "read" and "write"), for checks
+    /// at the store level (the conformance suite's `Fixture::lease_stores`).
+    pub fn lease_stores(&self) -> [(&'static str, Arc<dyn LeaseStore>); 2] {
+        [
+            ("read", Arc::clone(self.read.store()) as Arc<dyn LeaseStore>),
+            ("write", Arc::clone(self.write.store()) as Arc<dyn LeaseStore>),
+        ]
+    }
+}
+
 #[async_trait]
 impl DistributedRwLock for SqlRwLock {
     fn backend(&self) -> &str {
@@ -181,6 +192,12 @@ impl std::fmt::Debug for SqlSemaphore {
 }
 
 impl SqlSemaphore {
+    /// The store behind the permits of a semaphore of `permits`, for checks at the store level
+    /// (the conformance suite's `Fixture::lease_stores`).
+    pub fn lease_store(&self, permits: u32) -> Result<Arc<dyn LeaseStore>, LockError> {
+        Ok(Arc::clone(self.side(permits)?.store()) as Arc<dyn LeaseStore>)
+    }
+
     fn side(&self, permits: u32) -> Result<StoreLock<PermitSide>, LockError> {
         if permits == 0 {
             return Err(LockError::invalid_options("a semaphore needs at least one permit; ask for permits >= 1"));

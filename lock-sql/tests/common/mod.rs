@@ -220,6 +220,17 @@ impl Fixture for SqlFixture {
         self.server.clone()
     }
 
+    /// The exclusive lock, both sides of the read-write lock and a one-permit semaphore.
+    async fn lease_stores(&self) -> Result<Vec<(&'static str, Arc<dyn LeaseStore>)>, LockError> {
+        let exclusive = self.sql_client().await?;
+        let rw = lock_sql::connect_rw(&self.url, self.options.clone()).await?;
+        let sem = lock_sql::connect_semaphore(&self.url, self.options.clone()).await?;
+        let mut stores = vec![("exclusive", Arc::clone(exclusive.store()) as Arc<dyn LeaseStore>)];
+        stores.extend(rw.lease_stores());
+        stores.push(("permit", sem.lease_store(1)?));
+        Ok(stores)
+    }
+
     fn provenance(&self) -> String {
         self.provenance.clone()
     }
