@@ -229,7 +229,8 @@
 //!   cancelled half-way is closed, never reused; one idle for 2 s is pinged before reuse; one
 //!   idle for a minute is closed. A connection that breaks under a statement (server restart,
 //!   killed session) is replaced and the statement re-run, which is safe because every
-//!   statement is idempotent for its owner id.
+//!   statement is idempotent for its owner id. A release re-run that way and finding nothing of
+//!   ours counts as released: the lost attempt may have committed.
 //! * The table needs `CREATE` once, then `SELECT, INSERT, UPDATE` only.
 //! * `DLOCK_SQL_MYSQL_RETURNING=0` makes MariaDB use MySQL's two-statement acquire
 //!   (diagnostics; the tests run both).

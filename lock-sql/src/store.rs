@@ -103,7 +103,35 @@ impl SqlStore {
     }
 
     /// [`SqlStore::run`], re-running at most `conflicts` times on transient conflicts.
-    pub(crate) async fn run_bounded<T, F, Fut>(&self, what: &str, conflicts: usize, mut op: F) -> Result<T, LockError>
+    pub(crate) async fn run_bounded<T, F, Fut>(&self, what: &str, conflicts: usize, op: F) -> Result<T, LockError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, sqlx::Error>>,
+    {
+        self.run_tracked(what, conflicts, op).await.map(|(v, _)| v)
+    }
+
+    /// Runs an owner-checked release; whether it freed a live lease of ours. A release whose
+    /// connection broke may have committed before the reply was lost: the re-run then finds
+    /// nothing of ours, because we freed it. That is a release, not a lost lease.
+    pub(crate) async fn run_release<F, Fut>(&self, what: &str, op: F) -> Result<bool, LockError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<bool, sqlx::Error>>,
+    {
+        let (freed, unknown) = self.run_tracked(what, usize::MAX, op).await?;
+        if !freed && unknown {
+            tracing::debug!(
+                backend = self.label(),
+                "{what}: an earlier attempt may have committed; counted as released"
+            );
+        }
+        Ok(freed || unknown)
+    }
+
+    /// The retry loop: also says whether an attempt before the last one ended with its outcome
+    /// unknown (the connection broke under it).
+    async fn run_tracked<T, F, Fut>(&self, what: &str, conflicts: usize, mut op: F) -> Result<(T, bool), LockError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, sqlx::Error>>,
@@ -115,9 +143,9 @@ impl SqlStore {
             let mut broken = 0;
             loop {
                 match op().await {
-                    Ok(v) => return Ok(v),
+                    Ok(v) => return Ok((v, broken > 0)),
                     // Every statement is safe to repeat: acquire and renew are idempotent for one
-                    // owner, and a repeated release at worst reports NotOwner for a lock it freed.
+                    // owner, and a repeated release is told apart by `run_release`.
                     Err(e) if broken < 2 && classify(codes, &e) == Class::Broken => {
                         broken += 1;
                         tracing::debug!(backend = codes.label, error = %e, "{what}: connection broken; retrying on another");
@@ -203,7 +231,7 @@ impl LeaseStore for SqlStore {
     async fn release(&self, name: &LockName, owner: OwnerId) -> Result<ReleaseOutcome, LockError> {
         let _serial = self.one_at_a_time(owner).await;
         let (n, o) = (name.as_str(), owner.to_hex());
-        let freed = self.run("release", || self.dialect.release(n, &o)).await?;
+        let freed = self.run_release("release", || self.dialect.release(n, &o)).await?;
         Ok(if freed { ReleaseOutcome::Released } else { ReleaseOutcome::NotOwner })
     }
 

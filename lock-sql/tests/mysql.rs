@@ -34,6 +34,11 @@ async fn extra_hostile_names() {
 }
 
 #[tokio::test]
+async fn extra_release_after_lost_reply() {
+    common::check_release_after_lost_reply(&SqlFixture::mysql().await.unwrap()).await.unwrap();
+}
+
+#[tokio::test]
 async fn extra_takeover_bumps_fence() {
     common::check_takeover_fence(&SqlFixture::mysql().await.unwrap()).await.unwrap();
 }

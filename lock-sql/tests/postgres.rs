@@ -32,6 +32,11 @@ async fn extra_hostile_names() {
 }
 
 #[tokio::test]
+async fn extra_release_after_lost_reply() {
+    common::check_release_after_lost_reply(&SqlFixture::postgres().await.unwrap()).await.unwrap();
+}
+
+#[tokio::test]
 async fn extra_takeover_bumps_fence() {
     common::check_takeover_fence(&SqlFixture::postgres().await.unwrap()).await.unwrap();
 }

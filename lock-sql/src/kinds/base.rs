@@ -132,15 +132,19 @@ impl Base {
         owner: OwnerId,
     ) -> Result<ReleaseOutcome, LockError> {
         let _serial = self.store.one_at_a_time(owner).await;
-        let rows = self.owner_stmt("release", &self.sql.release, None, side.kind(), name, owner).await?;
+        let o = owner.to_hex();
+        let stmt =
+            OwnerStmt { sql: &self.sql.release, ttl_ms: None, kind: side.kind(), name: name.as_str(), owner: &o };
+        let dialect = &self.store.dialect;
+        let freed = self.store.run_release("release", || async { Ok(dialect.kind_owner(&stmt).await? > 0) }).await?;
         if matches!(side, Side::Write) {
             // A writer's claim (if it left one) goes with it.
             self.owner_stmt("withdraw the writer's claim", &self.sql.clear_claim, None, "rw", name, owner).await?;
         }
-        if rows > 0 || matches!(side, Side::Write) {
+        if freed || matches!(side, Side::Write) {
             self.notify(side, name).await;
         }
-        Ok(if rows > 0 { ReleaseOutcome::Released } else { ReleaseOutcome::NotOwner })
+        Ok(if freed { ReleaseOutcome::Released } else { ReleaseOutcome::NotOwner })
     }
 
     /// Wakes waiters of other clients, where the dialect can (best effort: they also poll).

@@ -175,6 +175,17 @@ impl SqlFixture {
         self.options.clone()
     }
 
+    /// A URL through a fresh [`FaultProxy`] in front of the server (`None` for SQLite).
+    pub async fn linked_url(&self) -> Result<Option<(String, Arc<FaultProxy>)>, LockError> {
+        let Some(upstream) = self.upstream else { return Ok(None) };
+        let proxy = FaultProxy::start(upstream).await?;
+        let mut url = url::Url::parse(&self.url).map_err(|e| LockError::config(format!("bad test URL: {e}")))?;
+        let local = proxy.local_addr();
+        url.set_host(Some(&local.ip().to_string())).map_err(|e| LockError::config(format!("bad test URL: {e}")))?;
+        url.set_port(Some(local.port())).map_err(|_| LockError::config("bad test URL: cannot set port"))?;
+        Ok(Some((url.to_string(), proxy)))
+    }
+
     /// A client with the concrete type (for store-level checks).
     pub async fn sql_client(&self) -> Result<SqlLock, LockError> {
         lock_sql::connect(&self.url, self.options.clone()).await
@@ -206,13 +217,8 @@ impl Fixture for SqlFixture {
     /// Through a [`FaultProxy`] for PostgreSQL and MySQL. SQLite has no network between client
     /// and database (it is a file), so it has no link to break: `None`.
     async fn linked_client(&self) -> Result<Option<LinkedClient>, LockError> {
-        let Some(upstream) = self.upstream else { return Ok(None) };
-        let proxy = FaultProxy::start(upstream).await?;
-        let mut url = url::Url::parse(&self.url).map_err(|e| LockError::config(format!("bad test URL: {e}")))?;
-        let local = proxy.local_addr();
-        url.set_host(Some(&local.ip().to_string())).map_err(|e| LockError::config(format!("bad test URL: {e}")))?;
-        url.set_port(Some(local.port())).map_err(|_| LockError::config("bad test URL: cannot set port"))?;
-        let client = lock_sql::connect(url.as_str(), self.options.clone()).await?;
+        let Some((url, proxy)) = self.linked_url().await? else { return Ok(None) };
+        let client = lock_sql::connect(&url, self.options.clone()).await?;
         Ok(Some(LinkedClient { client: Arc::new(client), link: proxy }))
     }
 
@@ -516,6 +522,50 @@ pub async fn check_kinds_expiry_and_takeover(fx: &SqlFixture) -> Result<(), Lock
         last = (writer.token().get(), taken.token().get());
         writer.release().await?;
         taken.release().await?;
+    }
+    Ok(())
+}
+
+/// A release whose UPDATE/DELETE commits while the reply is lost (the connection is reset while
+/// the answer is on its way back) is re-run on another connection; that re-run finds nothing of
+/// ours, because we freed it: it must answer `Released`, not `NotOwner` (which the lease reports
+/// as lost). For the exclusive lock, the write side and a permit.
+pub async fn check_release_after_lost_reply(fx: &SqlFixture) -> Result<(), LockError> {
+    use lock_conformance::ClientLink;
+    let Some((url, proxy)) = fx.linked_url().await? else { panic!("needs a network fixture") };
+    let exclusive = lock_sql::connect(&url, fx.options()).await?;
+    let rw = lock_sql::connect_rw(&url, fx.options()).await?;
+    let sem = lock_sql::connect_semaphore(&url, fx.options()).await?;
+    let [_, (_, write)] = rw.lease_stores();
+    let stores: [(&str, Arc<dyn LeaseStore>); 3] = [
+        ("exclusive", Arc::clone(exclusive.store()) as Arc<dyn LeaseStore>),
+        ("write", write),
+        ("permit", sem.lease_store(1)?),
+    ];
+    let latency = Duration::from_millis(300);
+    let ttl = Duration::from_secs(20);
+    for (label, store) in stores {
+        let name = LockName::new(format!("lost-reply-{label}"))?;
+        let me = OwnerId::random();
+        assert!(matches!(store.try_lock(&name, me, ttl).await?, TryLock::Acquired { .. }), "{label}: free");
+        proxy.set_latency(latency).await;
+        let release = {
+            let (store, name) = (Arc::clone(&store), name.clone());
+            tokio::spawn(async move { store.release(&name, me).await })
+        };
+        // The request reaches the server after `latency` and commits; the reply would take as
+        // long again: reset the connection while it is on its way.
+        tokio::time::sleep(latency * 3 / 2).await;
+        proxy.reset_connections().await;
+        proxy.set_latency(Duration::ZERO).await;
+        let outcome = release.await.expect("release task")?;
+        assert_eq!(outcome, lock_core::ReleaseOutcome::Released, "{label}: a committed release whose reply was lost");
+        let other = OwnerId::random();
+        assert!(
+            matches!(store.try_lock(&name, other, ttl).await?, TryLock::Acquired { .. }),
+            "{label}: the lock must really be free"
+        );
+        store.release(&name, other).await?;
     }
     Ok(())
 }
