@@ -212,6 +212,19 @@
 //! Tokens are as durable as the database: after a failover to an *asynchronous* replica the
 //! last grants may be missing and tokens can repeat. Use synchronous replication if that matters.
 //!
+//! Durable commits are what durable fencing rests on:
+//!
+//! * **PostgreSQL**: every session of this crate runs `SET synchronous_commit = on`, so a server
+//!   configured with `synchronous_commit = off` still writes each grant before acknowledging it
+//!   (tested: such a server killed with SIGKILL right after several grants hands out a higher
+//!   token after its restart). The server's `fsync` is the operator's: with `fsync = off` a
+//!   crash of the host (not of PostgreSQL) can still lose grants.
+//! * **MySQL / MariaDB**: `innodb_flush_log_at_trx_commit` is global, so it is checked at
+//!   connect, not set. Anything but `1` (`0` loses about a second of commits when mysqld
+//!   crashes, `2` when the host does) makes [`Capabilities::durable_fencing`] and
+//!   `durable_leases` false, and logs a warning that names the setting.
+//! * **SQLite**: `synchronous = FULL` in WAL mode (see above); `sqlite::memory:` is not durable.
+//!
 //! ## Operations
 //!
 //! * TLS comes from the URL, through rustls (no OpenSSL): PostgreSQL `sslmode=require |
@@ -248,6 +261,8 @@ pub use kinds::{SqlRwLock, SqlSemaphore};
 pub use options::{SqlOptions, DEFAULT_TABLE};
 pub use store::SqlStore;
 
+#[cfg(doc)]
+use lock_core::Capabilities;
 use lock_core::{LockError, StoreLock};
 
 /// The SQL lock: a [`lock_core::DistributedLock`] over a [`SqlStore`].

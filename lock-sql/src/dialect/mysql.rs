@@ -76,6 +76,8 @@ pub(crate) struct Mysql {
     release: Arc<str>,
     /// MariaDB: the acquire upsert ends in `RETURNING owner, fence, remaining`, no read-back.
     returning: bool,
+    /// `innodb_flush_log_at_trx_commit = 1`: an acknowledged commit survives a crash.
+    durable: bool,
 }
 
 pub(crate) async fn connect(url: &str, options: &SqlOptions) -> Result<Arc<dyn Dialect>, LockError> {
@@ -93,17 +95,32 @@ pub(crate) async fn connect(url: &str, options: &SqlOptions) -> Result<Arc<dyn D
     });
     let bound = options.connect_timeout;
     let pool = ConnPool::new(opts, options.max_connections, bound, Some(setup));
-    // Connect once now, so that a wrong URL or a dead server fails here, clearly.
-    let version = pool.with(&(), |c: &mut MySqlConnection, _: &()| {
-        Box::pin(async move { sqlx::query_scalar::<_, String>("SELECT VERSION()").fetch_one(c).await })
+    // Connect once now, so that a wrong URL or a dead server fails here, clearly. Fences are
+    // durable only when InnoDB writes its log at every commit: the setting is global, so it is
+    // checked, not set (0 loses about a second of commits when mysqld crashes, 2 when the host
+    // does).
+    let first = pool.with(&(), |c: &mut MySqlConnection, _: &()| {
+        Box::pin(async move {
+            sqlx::query_as::<_, (String, i64)>("SELECT VERSION(), CAST(@@innodb_flush_log_at_trx_commit AS SIGNED)")
+                .fetch_one(c)
+                .await
+        })
     });
-    let version =
-        timeout(bound, version).await.map_err(|_| too_slow(CODES, bound))?.map_err(|e| unreachable(CODES, e))?;
-    Ok(Arc::new(Mysql::new(pool, &options.table, supports_returning(&version))))
+    let (version, flush) =
+        timeout(bound, first).await.map_err(|_| too_slow(CODES, bound))?.map_err(|e| unreachable(CODES, e))?;
+    let durable = flush == 1;
+    if !durable {
+        tracing::warn!(
+            innodb_flush_log_at_trx_commit = flush,
+            "the server may lose acknowledged commits in a crash, so fencing tokens may repeat after one: \
+             durable_fencing = false; set innodb_flush_log_at_trx_commit = 1 on the server"
+        );
+    }
+    Ok(Arc::new(Mysql::new(pool, &options.table, supports_returning(&version), durable)))
 }
 
 impl Mysql {
-    fn new(pool: Arc<ConnPool<MySqlConnection>>, t: &str, returning: bool) -> Mysql {
+    fn new(pool: Arc<ConnPool<MySqlConnection>>, t: &str, returning: bool, durable: bool) -> Mysql {
         // MySQL assigns ON DUPLICATE KEY UPDATE columns left to right (later ones see earlier
         // new values), MariaDB with SIMULTANEOUS_ASSIGNMENT all at once. Every assignment repeats
         // the full condition, and the order (fence, owner, expires_at) gives the same result
@@ -141,6 +158,7 @@ impl Mysql {
             )
             .into(),
             returning,
+            durable,
         }
     }
 }
@@ -179,7 +197,7 @@ impl Dialect for Mysql {
     }
 
     fn durable(&self) -> bool {
-        true
+        self.durable
     }
 
     fn listens(&self) -> bool {

@@ -16,7 +16,7 @@ use super::{bad_url, too_slow, unreachable, Dialect, Upsert};
 use crate::decide::Plan;
 use crate::error::{Class, Codes};
 use crate::listen::{self, Listener};
-use crate::pool::ConnPool;
+use crate::pool::{ConnPool, Setup};
 use crate::SqlOptions;
 
 /// Milliseconds since the Unix epoch, on the database's clock.
@@ -81,7 +81,12 @@ pub(crate) async fn connect(url: &str, options: &SqlOptions, hub: WakeHub) -> Re
         opts = opts.application_name("dlock");
     }
     let bound = options.connect_timeout;
-    let pool = ConnPool::new(opts.clone(), options.max_connections, bound, None);
+    // Fences must survive a crash of the server: a server configured with
+    // `synchronous_commit = off` acknowledges commits it may still lose, and a lost fence lets
+    // a token repeat. The setting is the session's to choose; one round trip per new connection.
+    let setup: Setup<PgConnection> =
+        Arc::new(|c| Box::pin(async move { c.execute("SET synchronous_commit = on").await.map(drop) }));
+    let pool = ConnPool::new(opts.clone(), options.max_connections, bound, Some(setup));
     // Connect once now, so that a wrong URL or a dead server fails here, clearly.
     let ping =
         pool.with(&(), |c: &mut PgConnection, _: &()| Box::pin(async move { c.execute("SELECT 1").await.map(drop) }));
