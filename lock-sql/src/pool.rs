@@ -25,6 +25,20 @@ const CLOSE_IF_IDLE: Duration = Duration::from_secs(60);
 /// A boxed future borrowing a pooled connection for `'c`.
 pub(crate) type ConnFuture<'c, T> = Pin<Box<dyn Future<Output = Result<T, sqlx::Error>> + Send + 'c>>;
 
+/// Connections beyond `max` kept for renew and release.
+pub(crate) const RESERVED: usize = 2;
+
+/// What a statement is for, which decides the connections it may use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Use {
+    /// Acquire attempts and everything else: the `max` shared connections.
+    Take,
+    /// Renew and release of a lease held now: a shared connection when one is free, else one
+    /// of [`RESERVED`] more. Waiters' acquires (a burst of them can occupy every shared
+    /// connection, each blocked on a row lock) then never delay a lease past its validity.
+    Keep,
+}
+
 /// Runs on every new connection (session settings).
 pub(crate) type Setup<C> =
     Arc<dyn for<'c> Fn(&'c mut C) -> Pin<Box<dyn Future<Output = Result<(), sqlx::Error>> + Send + 'c>> + Send + Sync>;
@@ -33,6 +47,8 @@ pub(crate) struct ConnPool<C: Connection> {
     options: C::Options,
     idle: Mutex<Vec<(C, Instant)>>,
     permits: Semaphore,
+    /// Connections only renew and release may use (see [`Use::Keep`]).
+    reserved: Semaphore,
     connect_timeout: Duration,
     setup: Option<Setup<C>>,
 }
@@ -45,6 +61,7 @@ impl<C: Connection + 'static> ConnPool<C> {
             options,
             idle: Mutex::new(Vec::new()),
             permits: Semaphore::new(max.max(1) as usize),
+            reserved: Semaphore::new(RESERVED),
             connect_timeout,
             setup,
         });
@@ -72,13 +89,14 @@ impl<C: Connection> ConnPool<C> {
     /// end it (commit or roll back) before it returns, whatever happened.
     pub(crate) async fn with<A, T>(
         &self,
+        purpose: Use,
         arg: &A,
         op: impl for<'c> FnOnce(&'c mut C, &'c A) -> ConnFuture<'c, T>,
     ) -> Result<T, sqlx::Error>
     where
         A: Sync + ?Sized,
     {
-        let mut guard = self.get().await?;
+        let mut guard = self.get(purpose).await?;
         let result = match guard.conn.as_mut() {
             Some(c) => op(c, arg).await,
             None => Err(sqlx::Error::PoolClosed),
@@ -95,7 +113,7 @@ impl<C: Connection> ConnPool<C> {
     where
         for<'c> &'c mut C: Executor<'c, Database = C::Database>,
     {
-        let (mut a, mut b) = (self.get().await, self.get().await);
+        let (mut a, mut b) = (self.get(Use::Take).await, self.get(Use::Take).await);
         for guard in [&mut a, &mut b].into_iter().flatten() {
             let Some(c) = guard.conn.as_mut() else { continue };
             for sql in statements {
@@ -108,8 +126,20 @@ impl<C: Connection> ConnPool<C> {
     }
 
     /// An idle connection, or a new one; waits at most `connect_timeout` for either.
-    async fn get(&self) -> Result<PooledConn<'_, C>, sqlx::Error> {
-        let permit = match timeout(self.connect_timeout, self.permits.acquire()).await {
+    async fn get(&self, purpose: Use) -> Result<PooledConn<'_, C>, sqlx::Error> {
+        let wait = async {
+            if purpose == Use::Take {
+                return self.permits.acquire().await;
+            }
+            if let Ok(p) = self.permits.try_acquire() {
+                return Ok(p);
+            }
+            tokio::select! {
+                p = self.permits.acquire() => p,
+                p = self.reserved.acquire() => p,
+            }
+        };
+        let permit = match timeout(self.connect_timeout, wait).await {
             Ok(Ok(p)) => p,
             Ok(Err(_)) => return Err(sqlx::Error::PoolClosed),
             Err(_) => return Err(sqlx::Error::PoolTimedOut),

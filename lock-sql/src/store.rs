@@ -13,10 +13,8 @@ use tokio::time::timeout;
 
 use crate::dialect::{self, Dialect, Upsert};
 use crate::error::{classify, to_lock_error, Class};
+use crate::serial::{OwnerGuard, OwnerLocks};
 use crate::SqlOptions;
-
-/// Lock stripes for [`SqlStore::one_at_a_time`]: enough that unrelated leases rarely share one.
-const STRIPES: usize = 64;
 
 /// A lease table in PostgreSQL, MySQL/MariaDB or SQLite: the [`LeaseStore`] behind
 /// [`SqlLock`](crate::SqlLock). See the crate docs for the algorithm.
@@ -25,8 +23,8 @@ pub struct SqlStore {
     table: String,
     query_timeout: Duration,
     hub: WakeHub,
-    /// Renew and release of one owner run one at a time (see [`SqlStore::one_at_a_time`]).
-    stripes: Box<[tokio::sync::Mutex<()>; STRIPES]>,
+    /// Renew and release of one lease run one at a time.
+    serial: OwnerLocks,
 }
 
 impl std::fmt::Debug for SqlStore {
@@ -47,7 +45,7 @@ impl SqlStore {
             table: options.table.clone(),
             query_timeout: options.query_timeout,
             hub,
-            stripes: Box::new(std::array::from_fn(|_| tokio::sync::Mutex::new(()))),
+            serial: OwnerLocks::default(),
         };
         let ddl = store.dialect.lease_ddl().to_owned();
         store.create("create the lease table", &ddl).await?;
@@ -60,14 +58,9 @@ impl SqlStore {
         self.dialect.codes().label
     }
 
-    /// Serializes renew and release of one owner. A release sent while that owner's renewal
-    /// is still in flight could be applied first; the renewal then finds the row freed and
-    /// answers NotOwner, which the lease watchdog would report as a lost lease although the
-    /// holder itself released it. Waiting here lets the renewal finish first (or be cancelled
-    /// by the release, before its answer is read).
-    pub(crate) async fn one_at_a_time(&self, owner: OwnerId) -> tokio::sync::MutexGuard<'_, ()> {
-        // The remainder is below STRIPES, so the index is always in range.
-        self.stripes[(owner.as_u128() % STRIPES as u128) as usize].lock().await
+    /// Serializes renew and release of one lease (see [`OwnerLocks`]).
+    pub(crate) async fn one_at_a_time(&self, owner: OwnerId) -> OwnerGuard<'_> {
+        self.serial.lock(owner).await
     }
 
     /// The lease table's name.

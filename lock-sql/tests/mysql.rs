@@ -38,6 +38,11 @@ async fn extra_release_after_lost_reply() {
     common::check_release_after_lost_reply(&SqlFixture::mysql().await.unwrap()).await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extra_renewals_not_starved() {
+    common::check_renewals_not_starved(&SqlFixture::mysql().await.unwrap()).await.unwrap();
+}
+
 #[tokio::test]
 async fn extra_takeover_bumps_fence() {
     common::check_takeover_fence(&SqlFixture::mysql().await.unwrap()).await.unwrap();

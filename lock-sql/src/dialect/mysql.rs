@@ -15,7 +15,7 @@ use super::rw::{acquire_tx, owner_stmt, Attempt, Flavor, KindSql, OwnerStmt};
 use super::{bad_url, too_slow, unreachable, Dialect, Upsert};
 use crate::decide::Plan;
 use crate::error::{Class, Codes};
-use crate::pool::{ConnPool, Setup};
+use crate::pool::{ConnPool, Setup, Use};
 use crate::SqlOptions;
 
 /// Milliseconds since the Unix epoch, on the database's clock.
@@ -99,7 +99,7 @@ pub(crate) async fn connect(url: &str, options: &SqlOptions) -> Result<Arc<dyn D
     // durable only when InnoDB writes its log at every commit: the setting is global, so it is
     // checked, not set (0 loses about a second of commits when mysqld crashes, 2 when the host
     // does).
-    let first = pool.with(&(), |c: &mut MySqlConnection, _: &()| {
+    let first = pool.with(Use::Take, &(), |c: &mut MySqlConnection, _: &()| {
         Box::pin(async move {
             sqlx::query_as::<_, (String, i64)>("SELECT VERSION(), CAST(@@innodb_flush_log_at_trx_commit AS SIGNED)")
                 .fetch_one(c)
@@ -209,7 +209,9 @@ impl Dialect for Mysql {
     }
 
     async fn execute(&self, sql: &str) -> Result<(), sqlx::Error> {
-        self.pool.with(sql, |c, sql| Box::pin(async move { c.execute(AssertSqlSafe(sql)).await.map(drop) })).await
+        self.pool
+            .with(Use::Take, sql, |c, sql| Box::pin(async move { c.execute(AssertSqlSafe(sql)).await.map(drop) }))
+            .await
     }
 
     async fn warm_up(&self) {
@@ -224,7 +226,7 @@ impl Dialect for Mysql {
         let args = Args { dialect: self, name: name.as_bytes(), owner: owner.as_bytes(), ms: ttl_ms };
         let row = self
             .pool
-            .with(&args, |c, a| {
+            .with(Use::Take, &args, |c, a| {
                 Box::pin(async move {
                     let (d, o) = (a.dialect, a.owner);
                     let upsert = sqlx::query_as::<_, Row>(AssertSqlSafe(d.acquire.clone()))
@@ -259,7 +261,7 @@ impl Dialect for Mysql {
         // CLIENT_FOUND_ROWS makes this "rows matched", which is what we ask.
         let done = self
             .pool
-            .with(&args, |c, a| {
+            .with(Use::Keep, &args, |c, a| {
                 Box::pin(
                     sqlx::query(AssertSqlSafe(a.dialect.renew.clone()))
                         .bind(a.ms)
@@ -276,7 +278,7 @@ impl Dialect for Mysql {
         let args = Args { dialect: self, name: name.as_bytes(), owner: owner.as_bytes(), ms: 0 };
         let done = self
             .pool
-            .with(&args, |c, a| {
+            .with(Use::Keep, &args, |c, a| {
                 Box::pin(sqlx::query(AssertSqlSafe(a.dialect.release.clone())).bind(a.name).bind(a.owner).execute(c))
             })
             .await?;
@@ -289,13 +291,17 @@ impl Dialect for Mysql {
 
     async fn kind_acquire(&self, sql: &KindSql, attempt: &Attempt<'_>) -> Result<Plan, sqlx::Error> {
         self.pool
-            .with(&(sql, attempt), |c, (sql, a)| Box::pin(acquire_tx::<MySql, &[u8]>(c, sql, a, a.name.as_bytes())))
+            .with(Use::Take, &(sql, attempt), |c, (sql, a)| {
+                Box::pin(acquire_tx::<MySql, &[u8]>(c, sql, a, a.name.as_bytes()))
+            })
             .await
     }
 
     async fn kind_owner(&self, stmt: &OwnerStmt<'_>) -> Result<u64, sqlx::Error> {
-        let done =
-            self.pool.with(stmt, |c, s| Box::pin(owner_stmt::<MySql, _, &[u8]>(c, s, s.name.as_bytes()))).await?;
+        let done = self
+            .pool
+            .with(Use::Keep, stmt, |c, s| Box::pin(owner_stmt::<MySql, _, &[u8]>(c, s, s.name.as_bytes())))
+            .await?;
         Ok(done.rows_affected())
     }
 

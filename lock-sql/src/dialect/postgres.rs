@@ -16,7 +16,7 @@ use super::{bad_url, too_slow, unreachable, Dialect, Upsert};
 use crate::decide::Plan;
 use crate::error::{Class, Codes};
 use crate::listen::{self, Listener};
-use crate::pool::{ConnPool, Setup};
+use crate::pool::{ConnPool, Setup, Use};
 use crate::SqlOptions;
 
 /// Milliseconds since the Unix epoch, on the database's clock.
@@ -88,8 +88,9 @@ pub(crate) async fn connect(url: &str, options: &SqlOptions, hub: WakeHub) -> Re
         Arc::new(|c| Box::pin(async move { c.execute("SET synchronous_commit = on").await.map(drop) }));
     let pool = ConnPool::new(opts.clone(), options.max_connections, bound, Some(setup));
     // Connect once now, so that a wrong URL or a dead server fails here, clearly.
-    let ping =
-        pool.with(&(), |c: &mut PgConnection, _: &()| Box::pin(async move { c.execute("SELECT 1").await.map(drop) }));
+    let ping = pool.with(Use::Take, &(), |c: &mut PgConnection, _: &()| {
+        Box::pin(async move { c.execute("SELECT 1").await.map(drop) })
+    });
     timeout(bound, ping).await.map_err(|_| too_slow(CODES, bound))?.map_err(|e| unreachable(CODES, e))?;
     let bounds = listen::Bounds { connect: bound, query: options.query_timeout, codes: CODES };
     let listener = listen::start(opts, options.table.clone(), hub, bounds).await?;
@@ -171,7 +172,9 @@ impl Dialect for Postgres {
     }
 
     async fn execute(&self, sql: &str) -> Result<(), sqlx::Error> {
-        self.pool.with(sql, |c, sql| Box::pin(async move { c.execute(AssertSqlSafe(sql)).await.map(drop) })).await
+        self.pool
+            .with(Use::Take, sql, |c, sql| Box::pin(async move { c.execute(AssertSqlSafe(sql)).await.map(drop) }))
+            .await
     }
 
     async fn warm_up(&self) {
@@ -183,7 +186,7 @@ impl Dialect for Postgres {
         let args = Args { sql: &self.acquire, name, owner, ms: ttl_ms, channel: "" };
         let row = self
             .pool
-            .with(&args, |c, a| {
+            .with(Use::Take, &args, |c, a| {
                 Box::pin(async move {
                     sqlx::query_as::<_, (Option<i64>, Option<i64>)>(AssertSqlSafe(Arc::clone(a.sql)))
                         .bind(a.name)
@@ -205,7 +208,7 @@ impl Dialect for Postgres {
         let args = Args { sql: &self.renew, name, owner, ms: ttl_ms, channel: "" };
         let done = self
             .pool
-            .with(&args, |c, a| {
+            .with(Use::Keep, &args, |c, a| {
                 Box::pin(sqlx::query(AssertSqlSafe(Arc::clone(a.sql))).bind(a.name).bind(a.owner).bind(a.ms).execute(c))
             })
             .await?;
@@ -216,7 +219,7 @@ impl Dialect for Postgres {
         let args = Args { sql: &self.release, name, owner, ms: 0, channel: &self.channel };
         let rows = self
             .pool
-            .with(&args, |c, a| {
+            .with(Use::Keep, &args, |c, a| {
                 Box::pin(
                     sqlx::query(AssertSqlSafe(Arc::clone(a.sql)))
                         .bind(a.name)
@@ -234,18 +237,20 @@ impl Dialect for Postgres {
     }
 
     async fn kind_acquire(&self, sql: &KindSql, attempt: &Attempt<'_>) -> Result<Plan, sqlx::Error> {
-        self.pool.with(&(sql, attempt), |c, (sql, a)| Box::pin(acquire_tx::<Pg, &str>(c, sql, a, a.name))).await
+        self.pool
+            .with(Use::Take, &(sql, attempt), |c, (sql, a)| Box::pin(acquire_tx::<Pg, &str>(c, sql, a, a.name)))
+            .await
     }
 
     async fn kind_owner(&self, stmt: &OwnerStmt<'_>) -> Result<u64, sqlx::Error> {
-        let done = self.pool.with(stmt, |c, s| Box::pin(owner_stmt::<Pg, _, &str>(c, s, s.name))).await?;
+        let done = self.pool.with(Use::Keep, stmt, |c, s| Box::pin(owner_stmt::<Pg, _, &str>(c, s, s.name))).await?;
         Ok(done.rows_affected())
     }
 
     async fn notify(&self, payload: &str) -> Result<(), sqlx::Error> {
         let args = (self.channel.as_str(), payload);
         self.pool
-            .with(&args, |c, (channel, payload)| {
+            .with(Use::Take, &args, |c, (channel, payload)| {
                 Box::pin(async move {
                     sqlx::query("SELECT pg_notify($1, $2)::text")
                         .bind(*channel)

@@ -569,3 +569,102 @@ pub async fn check_release_after_lost_reply(fx: &SqlFixture) -> Result<(), LockE
     }
     Ok(())
 }
+
+/// A plain connection of the test itself, holding row locks in an open transaction.
+pub enum Admin {
+    Postgres(sqlx::PgConnection),
+    Mysql(sqlx::MySqlConnection),
+}
+
+impl Admin {
+    pub async fn connect(fx: &SqlFixture) -> Admin {
+        use sqlx::Connection;
+        match fx.dialect() {
+            Dialect::Postgres => {
+                Admin::Postgres(sqlx::PgConnection::connect(fx.url()).await.expect("admin connection"))
+            }
+            Dialect::Mysql => Admin::Mysql(sqlx::MySqlConnection::connect(fx.url()).await.expect("admin connection")),
+            Dialect::Sqlite => panic!("needs a server"),
+        }
+    }
+
+    /// Runs `sql` with the table's quote characters written as `"`.
+    pub async fn run(&mut self, sql: &str) {
+        match self {
+            Admin::Postgres(c) => c.execute(sqlx::AssertSqlSafe(sql.to_owned())).await.map(drop),
+            Admin::Mysql(c) => c.execute(sqlx::AssertSqlSafe(sql.replace('"', "`"))).await.map(drop),
+        }
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
+    /// Opens a transaction that locks the rows of `table` matching `cond` (plain test names).
+    pub async fn lock_rows(&mut self, table: &str, cond: &str) {
+        let begin = match self {
+            Admin::Postgres(_) => "BEGIN",
+            Admin::Mysql(_) => "START TRANSACTION",
+        };
+        self.run(begin).await;
+        self.run(&format!("SELECT * FROM \"{table}\" WHERE {cond} FOR UPDATE")).await;
+    }
+}
+
+/// Renew and release of one lease never wait behind another lease (issue 10.14): a renewal
+/// that hangs on a row locked by another transaction does not delay the renewal of a lease
+/// whose owner id shared one of the 64 stripes of old; and a burst of acquires that occupy
+/// every pooled connection (each blocked on a locked row) does not delay a renewal either.
+pub async fn check_renewals_not_starved(fx: &SqlFixture) -> Result<(), LockError> {
+    let table = fx.options().table;
+    let ttl = Duration::from_secs(5);
+    let quick = Duration::from_millis(700);
+    let mut admin = Admin::connect(fx).await;
+
+    // One hung renewal.
+    let lock = fx.sql_client().await?;
+    let store = Arc::clone(lock.store());
+    let owner = |n: u128| OwnerId::from_hex(&format!("{n:032x}")).expect("32 hex digits");
+    let (a, b) = (owner(0x1_0000_0001), owner(0x1_0000_0041));
+    let (na, nb) = (LockName::new("hung-a")?, LockName::new("hung-b")?);
+    assert!(matches!(store.try_lock(&na, a, ttl).await?, TryLock::Acquired { .. }));
+    assert!(matches!(store.try_lock(&nb, b, ttl).await?, TryLock::Acquired { .. }));
+    admin.lock_rows(&table, "name = 'hung-a'").await;
+    let hung = {
+        let (store, na) = (Arc::clone(&store), na.clone());
+        tokio::spawn(async move { store.renew(&na, a, ttl).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let t = Instant::now();
+    let renewed = store.renew(&nb, b, ttl).await;
+    let took = t.elapsed();
+    admin.run("ROLLBACK").await;
+    let _ = hung.await;
+    assert_eq!(renewed?, lock_core::RenewOutcome::Renewed);
+    assert!(took < quick, "a renewal waited {took:?} behind another lease's hung renewal");
+
+    // A burst of acquires, each holding a pooled connection while it waits for a row lock.
+    let rw = lock_sql::connect_rw(fx.url(), fx.options()).await?;
+    let [(_, read), (_, write)] = rw.lease_stores();
+    let (w, nw, nx) = (OwnerId::random(), LockName::new("burst-held")?, LockName::new("burst-busy")?);
+    assert!(matches!(write.try_lock(&nw, w, ttl).await?, TryLock::Acquired { .. }));
+    let r0 = OwnerId::random();
+    assert!(matches!(read.try_lock(&nx, r0, ttl).await?, TryLock::Acquired { .. }));
+    read.release(&nx, r0).await?;
+    admin.lock_rows(&format!("{table}_counters"), "kind = 'rw' AND name = 'burst-busy'").await;
+    let burst: Vec<_> = (0..2 * fx.options().max_connections)
+        .map(|_| {
+            let (read, nx) = (Arc::clone(&read), nx.clone());
+            tokio::spawn(async move { read.try_lock(&nx, OwnerId::random(), ttl).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let t = Instant::now();
+    let renewed = write.renew(&nw, w, ttl).await;
+    let took = t.elapsed();
+    admin.run("ROLLBACK").await;
+    for b in burst {
+        let _ = b.await;
+    }
+    assert_eq!(renewed?, lock_core::RenewOutcome::Renewed, "renewal behind a burst of waiting acquires");
+    assert!(took < quick, "a renewal waited {took:?} behind a burst of waiting acquires");
+    assert_eq!(write.release(&nw, w).await?, lock_core::ReleaseOutcome::Released);
+    Ok(())
+}
