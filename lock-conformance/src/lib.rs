@@ -220,6 +220,7 @@ macro_rules! conformance_tests {
                 acquire_all_releases_on_failure,
                 acquire_all_opposite_orders,
                 validity_within_server_bound,
+                regrant_extends_lease,
             ]
         }
     };

@@ -1,11 +1,11 @@
-//! Mapping of sqlx errors to [`LockError`]: what the caller can do about each.
+//! Mapping of sqlx errors to [`LockError`]: what the caller can do about each. The error codes
+//! of each database live with its dialect, as a [`Codes`] table.
 
 use lock_core::LockError;
-use sqlx::mysql::MySqlDatabaseError;
-
-use crate::store::Kind;
+use sqlx::error::DatabaseError;
 
 /// What to do with a failed statement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Class {
     /// A conflict the database resolved by aborting us (deadlock, busy file): run it again.
     Transient,
@@ -20,59 +20,28 @@ pub(crate) enum Class {
     Other,
 }
 
-pub(crate) fn classify(kind: Kind, e: &sqlx::Error) -> Class {
+/// A database's name in errors and its server error codes.
+#[derive(Clone, Copy)]
+pub(crate) struct Codes {
+    pub(crate) label: &'static str,
+    pub(crate) database: fn(&dyn DatabaseError) -> Class,
+}
+
+pub(crate) fn classify(codes: Codes, e: &sqlx::Error) -> Class {
     match e {
         sqlx::Error::Configuration(_) => Class::Config,
         sqlx::Error::Io(_) | sqlx::Error::Protocol(_) => Class::Broken,
         sqlx::Error::Tls(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::WorkerCrashed => {
             Class::Unavailable
         }
-        sqlx::Error::Database(db) => {
-            if kind == Kind::Mysql {
-                let Some(my) = db.try_downcast_ref::<MySqlDatabaseError>() else { return Class::Other };
-                return match my.number() {
-                    // ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT
-                    1213 | 1205 => Class::Transient,
-                    // too many connections, shutdown in progress, killed/interrupted, read-only
-                    // server (a replica after failover), MariaDB connection killed
-                    1040 | 1053 | 1077 | 1078 | 1079 | 1152 | 1153 | 1158 | 1159 | 1160 | 1161 | 1290 | 1317 | 1836
-                    | 1927 | 4031 => Class::Unavailable,
-                    // access denied, unknown database
-                    1044 | 1045 | 1049 | 1698 => Class::Config,
-                    _ => Class::Other,
-                };
-            }
-            let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
-            if kind == Kind::Sqlite {
-                let Ok(n) = code.parse::<u32>() else { return Class::Other };
-                // SQLite (extended) result codes: BUSY and LOCKED families.
-                return match n & 0xff {
-                    5 | 6 => Class::Transient,
-                    // CANTOPEN: the path is wrong (a missing directory, no permission)
-                    14 => Class::Config,
-                    // NOTADB, READONLY, IOERR, FULL
-                    26 | 8 | 10 | 13 => Class::Unavailable,
-                    _ => Class::Other,
-                };
-            }
-            // PostgreSQL SQLSTATE.
-            match code.as_str() {
-                "40001" | "40P01" | "55P03" => Class::Transient,
-                // the session was terminated (restart, pg_terminate_backend)
-                "57P01" | "57P02" => Class::Broken,
-                c if c.starts_with("08") => Class::Broken,
-                "57P03" | "57014" | "53300" | "25006" | "53100" | "53200" => Class::Unavailable,
-                c if c.starts_with("28") || c == "3D000" => Class::Config,
-                _ => Class::Other,
-            }
-        }
+        sqlx::Error::Database(db) => (codes.database)(db.as_ref()),
         _ => Class::Other,
     }
 }
 
 /// Converts a failed statement (`what` says which, e.g. "acquire") into a [`LockError`].
-pub(crate) fn to_lock_error(kind: Kind, what: &str, e: sqlx::Error) -> LockError {
-    let backend = kind.label();
+pub(crate) fn to_lock_error(codes: Codes, what: &str, e: sqlx::Error) -> LockError {
+    let backend = codes.label;
     if matches!(e, sqlx::Error::PoolTimedOut) {
         return LockError::unavailable_from(
             backend,
@@ -83,7 +52,7 @@ pub(crate) fn to_lock_error(kind: Kind, what: &str, e: sqlx::Error) -> LockError
             e,
         );
     }
-    match classify(kind, &e) {
+    match classify(codes, &e) {
         Class::Transient | Class::Broken | Class::Unavailable => {
             LockError::unavailable_from(backend, format!("{what} failed: {e}"), e)
         }

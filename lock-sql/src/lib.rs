@@ -212,6 +212,19 @@
 //! Tokens are as durable as the database: after a failover to an *asynchronous* replica the
 //! last grants may be missing and tokens can repeat. Use synchronous replication if that matters.
 //!
+//! Durable commits are what durable fencing rests on:
+//!
+//! * **PostgreSQL**: every session of this crate runs `SET synchronous_commit = on`, so a server
+//!   configured with `synchronous_commit = off` still writes each grant before acknowledging it
+//!   (tested: such a server killed with SIGKILL right after several grants hands out a higher
+//!   token after its restart). The server's `fsync` is the operator's: with `fsync = off` a
+//!   crash of the host (not of PostgreSQL) can still lose grants.
+//! * **MySQL / MariaDB**: `innodb_flush_log_at_trx_commit` is global, so it is checked at
+//!   connect, not set. Anything but `1` (`0` loses about a second of commits when mysqld
+//!   crashes, `2` when the host does) makes [`Capabilities::durable_fencing`] and
+//!   `durable_leases` false, and logs a warning that names the setting.
+//! * **SQLite**: `synchronous = FULL` in WAL mode (see above); `sqlite::memory:` is not durable.
+//!
 //! ## Operations
 //!
 //! * TLS comes from the URL, through rustls (no OpenSSL): PostgreSQL `sslmode=require |
@@ -220,8 +233,10 @@
 //!   it but does not verify the certificate: name a verifying mode in production.
 //! * PostgreSQL sessions are named `dlock` in `pg_stat_activity` unless the URL sets
 //!   `application_name`.
-//! * Connections: at most [`SqlOptions::max_connections`] per client, plus one listening
-//!   connection on PostgreSQL. PostgreSQL and MySQL use a small pool of this crate rather than
+//! * Connections: at most [`SqlOptions::max_connections`] per client, plus two that only
+//!   renew and release may use (so that waiters' acquires, each possibly blocked on a row lock,
+//!   never delay a held lease's renewal), plus one listening connection on PostgreSQL. Renew
+//!   and release of one lease run one at a time; different leases never wait for each other. PostgreSQL and MySQL use a small pool of this crate rather than
 //!   sqlx's, whose ping on every return doubles the round trips of each operation and makes the
 //!   next one open a new connection: here every acquire, renew and release is **one round
 //!   trip** on a connection where the statements are already prepared (measured: 303 ms per
@@ -229,22 +244,28 @@
 //!   cancelled half-way is closed, never reused; one idle for 2 s is pinged before reuse; one
 //!   idle for a minute is closed. A connection that breaks under a statement (server restart,
 //!   killed session) is replaced and the statement re-run, which is safe because every
-//!   statement is idempotent for its owner id.
+//!   statement is idempotent for its owner id. A release re-run that way and finding nothing of
+//!   ours counts as released: the lost attempt may have committed.
 //! * The table needs `CREATE` once, then `SELECT, INSERT, UPDATE` only.
 //! * `DLOCK_SQL_MYSQL_RETURNING=0` makes MariaDB use MySQL's two-statement acquire
 //!   (diagnostics; the tests run both).
 
+mod decide;
+mod dialect;
 mod error;
 mod kinds;
 mod listen;
 mod options;
 mod pool;
+mod serial;
 mod store;
 
 pub use kinds::{SqlRwLock, SqlSemaphore};
 pub use options::{SqlOptions, DEFAULT_TABLE};
 pub use store::SqlStore;
 
+#[cfg(doc)]
+use lock_core::Capabilities;
 use lock_core::{LockError, StoreLock};
 
 /// The SQL lock: a [`lock_core::DistributedLock`] over a [`SqlStore`].

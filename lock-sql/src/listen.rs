@@ -9,8 +9,7 @@ use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 use tokio::task::JoinHandle;
 use tokio::time::timeout;
 
-use crate::error::to_lock_error;
-use crate::store::Kind;
+use crate::error::{to_lock_error, Codes};
 
 /// How long the listener may hear nothing before it checks that its connection still answers:
 /// a half-open TCP connection would otherwise swallow notifications forever.
@@ -32,6 +31,8 @@ impl Drop for Listener {
 pub(crate) struct Bounds {
     pub(crate) connect: Duration,
     pub(crate) query: Duration,
+    /// PostgreSQL's error codes, for the errors of the first LISTEN.
+    pub(crate) codes: Codes,
 }
 
 /// Opens the LISTEN connection now (so `connect` fails loudly when it cannot) and keeps it open
@@ -68,9 +69,9 @@ async fn open(pool: &PgPool, channel: &str, bounds: Bounds) -> Result<PgListener
     };
     match timeout(bounds.connect + bounds.query, work).await {
         Ok(Ok(l)) => Ok(l),
-        Ok(Err(e)) => Err(to_lock_error(Kind::Postgres, "LISTEN for release notifications", e)),
+        Ok(Err(e)) => Err(to_lock_error(bounds.codes, "LISTEN for release notifications", e)),
         Err(_) => Err(LockError::unavailable(
-            Kind::Postgres.label(),
+            bounds.codes.label,
             format!("LISTEN for release notifications did not answer within {:?}", bounds.connect + bounds.query),
         )),
     }

@@ -25,7 +25,8 @@ pub const DEFAULT_TABLE: &str = "dlock_leases";
 pub struct SqlOptions {
     /// The lease table (created if missing). A plain identifier: `[A-Za-z_][A-Za-z0-9_]{0,62}`.
     pub table: String,
-    /// Connections of this client's pool (PostgreSQL uses one more, for LISTEN).
+    /// Connections of this client's pool, plus two kept for renew and release (PostgreSQL
+    /// uses one more, for LISTEN).
     pub max_connections: u32,
     /// Bound for opening one connection (and for waiting for a free pooled one).
     #[serde(with = "humantime_serde")]

@@ -13,7 +13,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sqlx::{ConnectOptions, Connection};
+use sqlx::{AssertSqlSafe, ConnectOptions, Connection, Executor, SqlSafeStr};
 use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::time::{timeout, Instant};
 
@@ -21,6 +21,23 @@ use tokio::time::{timeout, Instant};
 const PING_IF_IDLE: Duration = Duration::from_secs(2);
 /// Connections idle this long are closed instead of reused.
 const CLOSE_IF_IDLE: Duration = Duration::from_secs(60);
+
+/// A boxed future borrowing a pooled connection for `'c`.
+pub(crate) type ConnFuture<'c, T> = Pin<Box<dyn Future<Output = Result<T, sqlx::Error>> + Send + 'c>>;
+
+/// Connections beyond `max` kept for renew and release.
+pub(crate) const RESERVED: usize = 2;
+
+/// What a statement is for, which decides the connections it may use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Use {
+    /// Acquire attempts and everything else: the `max` shared connections.
+    Take,
+    /// Renew and release of a lease held now: a shared connection when one is free, else one
+    /// of [`RESERVED`] more. Waiters' acquires (a burst of them can occupy every shared
+    /// connection, each blocked on a row lock) then never delay a lease past its validity.
+    Keep,
+}
 
 /// Runs on every new connection (session settings).
 pub(crate) type Setup<C> =
@@ -30,6 +47,8 @@ pub(crate) struct ConnPool<C: Connection> {
     options: C::Options,
     idle: Mutex<Vec<(C, Instant)>>,
     permits: Semaphore,
+    /// Connections only renew and release may use (see [`Use::Keep`]).
+    reserved: Semaphore,
     connect_timeout: Duration,
     setup: Option<Setup<C>>,
 }
@@ -42,6 +61,7 @@ impl<C: Connection + 'static> ConnPool<C> {
             options,
             idle: Mutex::new(Vec::new()),
             permits: Semaphore::new(max.max(1) as usize),
+            reserved: Semaphore::new(RESERVED),
             connect_timeout,
             setup,
         });
@@ -63,9 +83,63 @@ impl<C: Connection + 'static> ConnPool<C> {
 }
 
 impl<C: Connection> ConnPool<C> {
+    /// Runs `op` on a pooled connection with `arg` (what the statement binds). The connection
+    /// goes back to the pool only if `op` ended in an orderly way: success, or an error the
+    /// server reported while the session stayed in sync. An `op` that opens a transaction must
+    /// end it (commit or roll back) before it returns, whatever happened.
+    pub(crate) async fn with<A, T>(
+        &self,
+        purpose: Use,
+        arg: &A,
+        op: impl for<'c> FnOnce(&'c mut C, &'c A) -> ConnFuture<'c, T>,
+    ) -> Result<T, sqlx::Error>
+    where
+        A: Sync + ?Sized,
+    {
+        let mut guard = self.get(purpose).await?;
+        let result = match guard.conn.as_mut() {
+            Some(c) => op(c, arg).await,
+            None => Err(sqlx::Error::PoolClosed),
+        };
+        guard.reuse = matches!(result, Ok(_) | Err(sqlx::Error::Database(_)));
+        result
+    }
+
+    /// Opens a second connection and prepares `statements` on both (best effort: a failure
+    /// resurfaces, with its real error, when the statement runs). Statements are prepared per
+    /// connection, so later each costs one round trip, not two; and the spare connection serves
+    /// a release while a renewal that the release cancelled takes the other one down with it.
+    pub(crate) async fn prepare_on_two(&self, statements: &[Arc<str>])
+    where
+        for<'c> &'c mut C: Executor<'c, Database = C::Database>,
+    {
+        let (mut a, mut b) = (self.get(Use::Take).await, self.get(Use::Take).await);
+        for guard in [&mut a, &mut b].into_iter().flatten() {
+            let Some(c) = guard.conn.as_mut() else { continue };
+            for sql in statements {
+                if let Err(e) = (&mut *c).prepare(AssertSqlSafe(Arc::clone(sql)).into_sql_str()).await {
+                    tracing::debug!(error = %e, "could not prepare a lock statement ahead");
+                }
+            }
+            guard.reuse = true;
+        }
+    }
+
     /// An idle connection, or a new one; waits at most `connect_timeout` for either.
-    pub(crate) async fn get(&self) -> Result<PooledConn<'_, C>, sqlx::Error> {
-        let permit = match timeout(self.connect_timeout, self.permits.acquire()).await {
+    async fn get(&self, purpose: Use) -> Result<PooledConn<'_, C>, sqlx::Error> {
+        let wait = async {
+            if purpose == Use::Take {
+                return self.permits.acquire().await;
+            }
+            if let Ok(p) = self.permits.try_acquire() {
+                return Ok(p);
+            }
+            tokio::select! {
+                p = self.permits.acquire() => p,
+                p = self.reserved.acquire() => p,
+            }
+        };
+        let permit = match timeout(self.connect_timeout, wait).await {
             Ok(Ok(p)) => p,
             Ok(Err(_)) => return Err(sqlx::Error::PoolClosed),
             Err(_) => return Err(sqlx::Error::PoolTimedOut),
@@ -105,26 +179,13 @@ impl<C: Connection> ConnPool<C> {
     }
 }
 
-/// A connection on loan. Returned to the pool on drop only if [`PooledConn::reusable`] was
-/// called: a statement that failed or was cancelled half-way may have left it mid-protocol.
-pub(crate) struct PooledConn<'a, C: Connection> {
+/// A connection on loan. Returned to the pool on drop only if marked reusable: a statement
+/// that failed or was cancelled half-way may have left it mid-protocol.
+struct PooledConn<'a, C: Connection> {
     conn: Option<C>,
     pool: &'a ConnPool<C>,
     reuse: bool,
     _permit: SemaphorePermit<'a>,
-}
-
-impl<C: Connection> PooledConn<'_, C> {
-    /// The connection (only `Drop` takes it out, so this never fails in practice).
-    pub(crate) fn conn(&mut self) -> Result<&mut C, sqlx::Error> {
-        self.conn.as_mut().ok_or(sqlx::Error::PoolClosed)
-    }
-
-    /// Marks the connection fit for reuse after `result`: success, or an error the server
-    /// reported in an orderly way (the session is still in sync).
-    pub(crate) fn reusable<T>(&mut self, result: &Result<T, sqlx::Error>) {
-        self.reuse = matches!(result, Ok(_) | Err(sqlx::Error::Database(_)));
-    }
 }
 
 impl<C: Connection> Drop for PooledConn<'_, C> {

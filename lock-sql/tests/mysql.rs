@@ -34,6 +34,16 @@ async fn extra_hostile_names() {
 }
 
 #[tokio::test]
+async fn extra_release_after_lost_reply() {
+    common::check_release_after_lost_reply(&SqlFixture::mysql().await.unwrap()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extra_renewals_not_starved() {
+    common::check_renewals_not_starved(&SqlFixture::mysql().await.unwrap()).await.unwrap();
+}
+
+#[tokio::test]
 async fn extra_takeover_bumps_fence() {
     common::check_takeover_fence(&SqlFixture::mysql().await.unwrap()).await.unwrap();
 }
@@ -103,4 +113,27 @@ async fn extra_kinds_hostile_names() {
 #[tokio::test]
 async fn extra_kinds_expiry_and_takeover() {
     common::check_kinds_expiry_and_takeover(&SqlFixture::mysql().await.unwrap()).await.unwrap();
+}
+
+/// Durable fencing is declared only when InnoDB writes its log at every commit (issue 10.13):
+/// the setting is global, so lock-sql checks it at connect. A private server, switched to 2
+/// (commits survive a crash of mysqld but not of the host) and back to 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extra_durable_fencing_follows_innodb_flush_setting() {
+    use lock_conformance::servers::mysql::MysqlServer;
+    use lock_core::{DistributedLock, DistributedSemaphore};
+    use sqlx::{Connection, Executor};
+    let server = MysqlServer::start_local().await.expect("a private mariadb server");
+    let mut admin = sqlx::MySqlConnection::connect(server.url()).await.unwrap();
+    let options = lock_sql::SqlOptions::default();
+    for (flush, durable) in [(2, false), (0, false), (1, true)] {
+        admin
+            .execute(sqlx::AssertSqlSafe(format!("SET GLOBAL innodb_flush_log_at_trx_commit = {flush}")))
+            .await
+            .unwrap();
+        let lock = lock_sql::connect(server.url(), options.clone()).await.unwrap();
+        assert_eq!(lock.capabilities().durable_fencing, durable, "innodb_flush_log_at_trx_commit = {flush}");
+        let sem = lock_sql::connect_semaphore(server.url(), options.clone()).await.unwrap();
+        assert_eq!(sem.capabilities().durable_fencing, durable, "semaphore, innodb_flush_log_at_trx_commit = {flush}");
+    }
 }

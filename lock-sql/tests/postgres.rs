@@ -32,6 +32,16 @@ async fn extra_hostile_names() {
 }
 
 #[tokio::test]
+async fn extra_release_after_lost_reply() {
+    common::check_release_after_lost_reply(&SqlFixture::postgres().await.unwrap()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extra_renewals_not_starved() {
+    common::check_renewals_not_starved(&SqlFixture::postgres().await.unwrap()).await.unwrap();
+}
+
+#[tokio::test]
 async fn extra_takeover_bumps_fence() {
     common::check_takeover_fence(&SqlFixture::postgres().await.unwrap()).await.unwrap();
 }
@@ -176,4 +186,46 @@ async fn extra_kinds_hostile_names() {
 #[tokio::test]
 async fn extra_kinds_expiry_and_takeover() {
     common::check_kinds_expiry_and_takeover(&SqlFixture::postgres().await.unwrap()).await.unwrap();
+}
+
+/// Durable fencing rests on durable commits (issue 10.13). The server acknowledges commits
+/// before they are written (`synchronous_commit = off`, WAL writer every 10 s), and is killed
+/// (SIGKILL) right after several grants: our sessions set `synchronous_commit = on` themselves,
+/// so after the restart the next token of the lock and of the semaphore is above the last one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extra_fences_survive_a_crash_of_an_async_commit_server() {
+    use lock_conformance::servers::postgres::PostgresServer;
+    use lock_core::{AcquireOptions, DistributedLock, DistributedSemaphore, LockName};
+    use sqlx::Connection;
+    let server = PostgresServer::start_local_with(&["synchronous_commit=off", "wal_writer_delay=10000ms"])
+        .await
+        .expect("a private postgres server");
+    let control = server.control().expect("a local server");
+    let mut plain = sqlx::PgConnection::connect(server.url()).await.unwrap();
+    let setting: String = sqlx::query_scalar("SHOW synchronous_commit").fetch_one(&mut plain).await.unwrap();
+    assert_eq!(setting, "off", "the server must default to asynchronous commits, or this test proves nothing");
+    drop(plain);
+    let options = lock_sql::SqlOptions::default();
+    let opts = AcquireOptions::new(Duration::from_secs(30)).request_timeout(Duration::from_secs(5));
+    let name = LockName::new("fences-survive-a-crash").unwrap();
+    let lock = lock_sql::connect(server.url(), options.clone()).await.unwrap();
+    let sem = lock_sql::connect_semaphore(server.url(), options.clone()).await.unwrap();
+    let (mut last, mut last_permit) = (0, 0);
+    for _ in 0..5 {
+        let lease = lock.acquire(&name, &opts).await.unwrap();
+        last = lease.token().get();
+        lease.release().await.unwrap();
+        let permit = sem.acquire_permit(&name, 1, &opts).await.unwrap();
+        last_permit = permit.token().get();
+        permit.release().await.unwrap();
+    }
+    control.stop().await.unwrap();
+    drop((lock, sem));
+    control.start().await.unwrap();
+    let lock = lock_sql::connect(server.url(), options.clone()).await.unwrap();
+    let sem = lock_sql::connect_semaphore(server.url(), options).await.unwrap();
+    let next = lock.acquire(&name, &opts).await.unwrap().token().get();
+    let next_permit = sem.acquire_permit(&name, 1, &opts).await.unwrap().token().get();
+    assert!(next > last, "lock token {next} after the crash, {last} before it: a fence was lost");
+    assert!(next_permit > last_permit, "permit token {next_permit} after the crash, {last_permit} before it");
 }

@@ -26,6 +26,7 @@ pub mod multi;
 pub mod names;
 pub mod nemesis;
 pub mod validity;
+pub mod regrant;
 pub mod waiting;
 
 /// Why a case did not pass.
@@ -171,6 +172,7 @@ registry! {
     multi::acquire_all_releases_on_failure, 6, "acquire_all that fails leaves none of the names held";
     multi::acquire_all_opposite_orders, 12, "acquire_all in opposite orders from two clients never deadlocks";
     validity::validity_within_server_bound, 6, "valid_until never exceeds what the server keeps (ttl, or the session for per-session leases)";
+    regrant::regrant_extends_lease, 12, "a re-grant to the same owner extends the server-side lease like a fresh grant";
 }
 
 /// Every case of the suite, in report order.

@@ -5,9 +5,10 @@
 //! port of 127.0.0.1 with its data directory in a temp dir, `root` without a password and a
 //! `test` database. Only MariaDB is provisioned locally; for Oracle MySQL set the URL.
 //!
-//! InnoDB writes its log to the kernel at every commit (`innodb_flush_log_at_trx_commit=2`,
-//! no fsync: fast), so what a client saw committed survives `stop` (SIGKILL) and `start` — a
-//! process crash, which is what the restart cases play.
+//! InnoDB writes its log at every commit (`innodb_flush_log_at_trx_commit=1`, which lock-sql
+//! checks before it declares durable fencing) but skips the fsync (`innodb_flush_method=nosync`:
+//! fast), so what a client saw committed survives `stop` (SIGKILL) and `start` — a process
+//! crash, which is what the restart cases play.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -153,7 +154,8 @@ impl MysqlServer {
             "--bind-address=127.0.0.1".into(),
             format!("--socket={}", dir.path().join("mysqld.sock").display()),
             format!("--pid-file={}", dir.path().join("mysqld.pid").display()),
-            "--innodb-flush-log-at-trx-commit=2".into(),
+            "--innodb-flush-log-at-trx-commit=1".into(),
+            "--innodb-flush-method=nosync".into(),
             "--skip-log-bin".into(),
             "--skip-name-resolve".into(),
             "--max-connections=200".into(),

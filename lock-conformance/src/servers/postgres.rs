@@ -85,6 +85,13 @@ impl PostgresServer {
 
     /// Always a fresh private server (ignores `DLOCK_TEST_POSTGRES_URL`).
     pub async fn start_local() -> Result<PostgresServer, LockError> {
+        Self::start_local_with(&[]).await
+    }
+
+    /// A fresh private server with extra settings (`name=value`, as `postgres -c` takes them),
+    /// applied after the defaults above, so they win: e.g. `synchronous_commit=off` to check
+    /// that a client makes its own commits durable.
+    pub async fn start_local_with(settings: &[&str]) -> Result<PostgresServer, LockError> {
         let bin_dirs = postgres_bin_dirs();
         let extra: Vec<&str> = bin_dirs.iter().map(String::as_str).collect();
         let not_found = || {
@@ -162,7 +169,10 @@ impl PostgresServer {
                 "max_connections=80",
                 "-c",
                 "log_min_messages=warning",
-            ],
+            ]
+            .into_iter()
+            .chain(settings.iter().flat_map(|kv| ["-c", kv]))
+            .collect::<Vec<&str>>(),
         );
         let provenance = format!("local binary {}", postgres.display());
         let program = Some(postgres.clone());

@@ -1,0 +1,130 @@
+//! The three databases behind one [`Dialect`] trait: each dialect owns its SQL text, the order
+//! in which its statements bind their values, how it encodes a name, and its error codes. The
+//! store and the lock kinds above never ask which database they talk to.
+
+pub(crate) mod mysql;
+pub(crate) mod postgres;
+pub(crate) mod rw;
+pub(crate) mod sqlite;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use lock_core::{LockError, WakeHub};
+
+use crate::decide::Plan;
+use crate::error::{classify, to_lock_error, Class, Codes};
+use crate::SqlOptions;
+use rw::{Attempt, KindSql, OwnerStmt};
+
+/// What the exclusive lock's acquire statement found.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Upsert {
+    /// Granted (or re-granted to the same owner) with this fence.
+    Granted(i64),
+    /// Held by another owner, for about this many more ms (`None`: unknown).
+    Held(Option<i64>),
+}
+
+/// One database. Every method runs one operation (a statement, or one short transaction) and
+/// leaves retries and time limits to the caller (the store's `run`).
+#[async_trait]
+pub(crate) trait Dialect: Send + Sync + 'static {
+    /// Error codes and the backend label.
+    fn codes(&self) -> Codes;
+    /// Whether a fence once handed out survives a crash of the database.
+    fn durable(&self) -> bool;
+    /// Whether releases notify waiters, so that they may wait on the [`WakeHub`].
+    fn listens(&self) -> bool;
+    /// The lease table's `CREATE TABLE IF NOT EXISTS`.
+    fn lease_ddl(&self) -> &str;
+    /// Runs a statement that returns nothing (DDL).
+    async fn execute(&self, sql: &str) -> Result<(), sqlx::Error>;
+    /// Prepares the hot statements on a couple of connections (best effort).
+    async fn warm_up(&self);
+
+    /// The exclusive lock's grant: insert, take over a free or expired row, or re-grant our own.
+    async fn acquire(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<Upsert, sqlx::Error>;
+    /// The exclusive lock's owner-checked renewal; whether the row is still ours.
+    async fn renew(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<bool, sqlx::Error>;
+    /// The exclusive lock's owner-checked release; whether it freed a live lease of ours.
+    async fn release(&self, name: &str, owner: &str) -> Result<bool, sqlx::Error>;
+
+    /// The statements of the read-write lock and the semaphore next to lease table `table`.
+    fn kind_sql(&self, table: &str) -> KindSql;
+    /// One acquire transaction of a read-write lock or semaphore side.
+    async fn kind_acquire(&self, sql: &KindSql, attempt: &Attempt<'_>) -> Result<Plan, sqlx::Error>;
+    /// One owner-checked autocommit statement of a side; the rows it changed.
+    async fn kind_owner(&self, stmt: &OwnerStmt<'_>) -> Result<u64, sqlx::Error>;
+    /// Sends a wake-up with `payload` to the listeners of every client (no-op unless
+    /// [`Dialect::listens`]).
+    async fn notify(&self, payload: &str) -> Result<(), sqlx::Error>;
+}
+
+/// The databases a URL can name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Db {
+    Sqlite,
+    Postgres,
+    Mysql,
+}
+
+/// Splits off the scheme and maps `mariadb:` to sqlx's `mysql:`.
+fn parse_url(url: &str) -> Result<(Db, String), LockError> {
+    let scheme = url.split_once(':').map(|(s, _)| s.to_ascii_lowercase());
+    match scheme.as_deref() {
+        Some("sqlite") => Ok((Db::Sqlite, url.to_owned())),
+        Some("postgres") | Some("postgresql") => Ok((Db::Postgres, url.to_owned())),
+        Some("mysql") => Ok((Db::Mysql, url.to_owned())),
+        Some("mariadb") => Ok((Db::Mysql, format!("mysql{}", &url["mariadb".len()..]))),
+        _ => Err(LockError::config(
+            "sql URL must start with sqlite:, postgres:, postgresql:, mysql: or mariadb: \
+             (e.g. sqlite://dlock.db or postgres://user@host/db)",
+        )),
+    }
+}
+
+/// Connects the dialect the URL's scheme names: the one place that tells the databases apart.
+pub(crate) async fn connect(url: &str, options: &SqlOptions, hub: WakeHub) -> Result<Arc<dyn Dialect>, LockError> {
+    let (db, url) = parse_url(url)?;
+    match db {
+        Db::Sqlite => sqlite::connect(&url, options).await,
+        Db::Postgres => postgres::connect(&url, options, hub).await,
+        Db::Mysql => mysql::connect(&url, options).await,
+    }
+}
+
+/// A URL sqlx could not parse.
+pub(crate) fn bad_url(codes: Codes, e: sqlx::Error) -> LockError {
+    LockError::config(format!("invalid {} URL: {e}; see the lock-sql docs for the URL format", codes.label))
+}
+
+/// The first contact with a server failed: a wrong URL or account is `Config`, anything else
+/// `Unavailable`.
+pub(crate) fn unreachable(codes: Codes, e: sqlx::Error) -> LockError {
+    match classify(codes, &e) {
+        Class::Config => to_lock_error(codes, "connect", e),
+        _ => LockError::unavailable_from(codes.label, format!("cannot connect: {e}"), e),
+    }
+}
+
+/// The first contact did not finish within `connect_timeout`.
+pub(crate) fn too_slow(codes: Codes, bound: std::time::Duration) -> LockError {
+    LockError::unavailable(codes.label, format!("no connection within {bound:?} (connect_timeout)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schemes() {
+        assert_eq!(parse_url("sqlite://x.db").unwrap().0, Db::Sqlite);
+        assert_eq!(parse_url("postgresql://h/db").unwrap().0, Db::Postgres);
+        assert_eq!(parse_url("POSTGRES://h/db").unwrap().0, Db::Postgres);
+        assert_eq!(parse_url("mariadb://root@h:3306/test").unwrap(), (Db::Mysql, "mysql://root@h:3306/test".into()));
+        for bad in ["redis://h", "nocolon", "", "mssql://h"] {
+            assert!(matches!(parse_url(bad), Err(LockError::Config { .. })), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,326 @@
+//! MySQL and MariaDB: an `ON DUPLICATE KEY UPDATE` upsert whose every assignment repeats the
+//! full condition, the row read back (or `RETURNING` on MariaDB 10.5+), names as bytes.
+
+use std::str::FromStr;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use lock_core::LockError;
+use sqlx::error::DatabaseError;
+use sqlx::mysql::{MySql, MySqlConnectOptions, MySqlConnection, MySqlDatabaseError};
+use sqlx::{AssertSqlSafe, Executor};
+use tokio::time::timeout;
+
+use super::rw::{acquire_tx, owner_stmt, Attempt, Flavor, KindSql, OwnerStmt};
+use super::{bad_url, too_slow, unreachable, Dialect, Upsert};
+use crate::decide::Plan;
+use crate::error::{Class, Codes};
+use crate::pool::{ConnPool, Setup, Use};
+use crate::SqlOptions;
+
+/// Milliseconds since the Unix epoch, on the database's clock.
+const NOW: &str = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)";
+
+pub(crate) const CODES: Codes = Codes { label: "mysql", database: server_error };
+
+fn server_error(db: &(dyn DatabaseError + 'static)) -> Class {
+    let Some(my) = db.try_downcast_ref::<MySqlDatabaseError>() else { return Class::Other };
+    match my.number() {
+        // ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT
+        1213 | 1205 => Class::Transient,
+        // too many connections, shutdown in progress, killed/interrupted, read-only
+        // server (a replica after failover), MariaDB connection killed
+        1040 | 1053 | 1077 | 1078 | 1079 | 1152 | 1153 | 1158 | 1159 | 1160 | 1161 | 1290 | 1317 | 1836 | 1927
+        | 4031 => Class::Unavailable,
+        // access denied, unknown database
+        1044 | 1045 | 1049 | 1698 => Class::Config,
+        _ => Class::Other,
+    }
+}
+
+const FLAVOR: Flavor = Flavor {
+    quote: '`',
+    now: NOW,
+    create: |c, h| {
+        [
+            format!(
+                "CREATE TABLE IF NOT EXISTS {c} (kind VARCHAR(8) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, \
+                 name VARBINARY(255) NOT NULL, fence BIGINT NOT NULL, permits BIGINT NOT NULL, \
+                 claim_owner VARCHAR(32) CHARACTER SET ascii COLLATE ascii_bin NULL, claim_until BIGINT NOT NULL, \
+                 PRIMARY KEY (kind, name)) ENGINE=InnoDB"
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {h} (kind VARCHAR(8) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, \
+                 name VARBINARY(255) NOT NULL, owner VARCHAR(32) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, \
+                 mode BIGINT NOT NULL, fence BIGINT NOT NULL, expires_at BIGINT NOT NULL, \
+                 PRIMARY KEY (kind, name, owner)) ENGINE=InnoDB"
+            ),
+        ]
+    },
+    insert: "INSERT",
+    // Not MySQL's INSERT IGNORE: it would turn real errors into warnings.
+    on_conflict: " ON DUPLICATE KEY UPDATE fence = fence",
+    for_update: " FOR UPDATE",
+    numbered: false,
+    begin: Some("START TRANSACTION"),
+};
+
+/// A MySQL or MariaDB database: its pool and its statements.
+pub(crate) struct Mysql {
+    pool: Arc<ConnPool<MySqlConnection>>,
+    create: String,
+    acquire: Arc<str>,
+    /// Owner, fence and the remaining lease, after an upsert without `RETURNING`.
+    read_back: Arc<str>,
+    renew: Arc<str>,
+    release: Arc<str>,
+    /// MariaDB: the acquire upsert ends in `RETURNING owner, fence, remaining`, no read-back.
+    returning: bool,
+    /// `innodb_flush_log_at_trx_commit = 1`: an acknowledged commit survives a crash.
+    durable: bool,
+}
+
+pub(crate) async fn connect(url: &str, options: &SqlOptions) -> Result<Arc<dyn Dialect>, LockError> {
+    let opts = MySqlConnectOptions::from_str(url).map_err(|e| bad_url(CODES, e))?;
+    // Row-lock waits end on the server too, not only in our timeout.
+    let lock_wait = options.query_timeout.as_secs().clamp(1, 3600);
+    // READ COMMITTED: no gap locks, fewer deadlocks between contenders. One text query (sqlx
+    // enables multi-statements): one round trip per new connection.
+    let session = format!(
+        "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED; SET SESSION innodb_lock_wait_timeout = {lock_wait}"
+    );
+    let setup: Setup<MySqlConnection> = Arc::new(move |c| {
+        let session = session.clone();
+        Box::pin(async move { c.execute(AssertSqlSafe(session)).await.map(drop) })
+    });
+    let bound = options.connect_timeout;
+    let pool = ConnPool::new(opts, options.max_connections, bound, Some(setup));
+    // Connect once now, so that a wrong URL or a dead server fails here, clearly. Fences are
+    // durable only when InnoDB writes its log at every commit: the setting is global, so it is
+    // checked, not set (0 loses about a second of commits when mysqld crashes, 2 when the host
+    // does).
+    let first = pool.with(Use::Take, &(), |c: &mut MySqlConnection, _: &()| {
+        Box::pin(async move {
+            sqlx::query_as::<_, (String, i64)>("SELECT VERSION(), CAST(@@innodb_flush_log_at_trx_commit AS SIGNED)")
+                .fetch_one(c)
+                .await
+        })
+    });
+    let (version, flush) =
+        timeout(bound, first).await.map_err(|_| too_slow(CODES, bound))?.map_err(|e| unreachable(CODES, e))?;
+    let durable = flush == 1;
+    if !durable {
+        tracing::warn!(
+            innodb_flush_log_at_trx_commit = flush,
+            "the server may lose acknowledged commits in a crash, so fencing tokens may repeat after one: \
+             durable_fencing = false; set innodb_flush_log_at_trx_commit = 1 on the server"
+        );
+    }
+    Ok(Arc::new(Mysql::new(pool, &options.table, supports_returning(&version), durable)))
+}
+
+impl Mysql {
+    fn new(pool: Arc<ConnPool<MySqlConnection>>, t: &str, returning: bool, durable: bool) -> Mysql {
+        // MySQL assigns ON DUPLICATE KEY UPDATE columns left to right (later ones see earlier
+        // new values), MariaDB with SIMULTANEOUS_ASSIGNMENT all at once. Every assignment repeats
+        // the full condition, and the order (fence, owner, expires_at) gives the same result
+        // both ways: fence reads the old owner; once owner is ours the condition stays true,
+        // and when the condition was false nothing it reads has changed.
+        let cond = format!("(owner IS NULL OR owner = ? OR expires_at <= {NOW})");
+        let returning_clause = if returning {
+            format!(" RETURNING owner, fence, CAST(expires_at - {NOW} AS SIGNED)")
+        } else {
+            String::new()
+        };
+        Mysql {
+            pool,
+            create: format!(
+                "CREATE TABLE IF NOT EXISTS `{t}` (name VARBINARY(255) NOT NULL PRIMARY KEY, \
+                 owner VARBINARY(32) NULL, fence BIGINT NOT NULL, expires_at BIGINT NOT NULL) ENGINE=InnoDB"
+            ),
+            acquire: format!(
+                "INSERT INTO `{t}` (name, owner, fence, expires_at) VALUES (?, ?, 1, {NOW} + ?) \
+                 ON DUPLICATE KEY UPDATE \
+                   fence = IF({cond}, IF(owner = ?, fence, fence + 1), fence), \
+                   owner = IF({cond}, ?, owner), \
+                   expires_at = IF({cond}, {NOW} + ?, expires_at){returning_clause}"
+            )
+            .into(),
+            read_back: format!("SELECT owner, fence, CAST(expires_at - {NOW} AS SIGNED) FROM `{t}` WHERE name = ?")
+                .into(),
+            renew: format!(
+                "UPDATE `{t}` SET expires_at = {NOW} + ? WHERE name = ? AND owner = ? AND expires_at > {NOW}"
+            )
+            .into(),
+            release: format!(
+                "UPDATE `{t}` SET owner = NULL, expires_at = {NOW} \
+                 WHERE name = ? AND owner = ? AND expires_at > {NOW}"
+            )
+            .into(),
+            returning,
+            durable,
+        }
+    }
+}
+
+/// Whether the server is MariaDB 10.5 or later, whose `INSERT … ON DUPLICATE KEY UPDATE …
+/// RETURNING` returns the row as it is after the statement: acquire then takes one round trip
+/// instead of two. `DLOCK_SQL_MYSQL_RETURNING=0` turns it off (diagnostics, and tests of the
+/// MySQL path on MariaDB).
+fn supports_returning(version: &str) -> bool {
+    if std::env::var("DLOCK_SQL_MYSQL_RETURNING").is_ok_and(|v| v.trim() == "0") || !version.contains("MariaDB") {
+        return false;
+    }
+    // Some proxies report MariaDB as "5.5.5-10.x.y-MariaDB".
+    let version = version.strip_prefix("5.5.5-").unwrap_or(version);
+    let mut parts = version.split(|c: char| !c.is_ascii_digit()).filter(|s| !s.is_empty());
+    let major = parts.next().and_then(|s| s.parse::<u32>().ok()).unwrap_or(0);
+    let minor = parts.next().and_then(|s| s.parse::<u32>().ok()).unwrap_or(0);
+    (major, minor) >= (10, 5)
+}
+
+/// The values the exclusive lock's statements bind: names and owner ids as bytes.
+struct Args<'a> {
+    dialect: &'a Mysql,
+    name: &'a [u8],
+    owner: &'a [u8],
+    ms: i64,
+}
+
+/// The row after an upsert: owner, fence, remaining ms.
+type Row = (Option<Vec<u8>>, i64, i64);
+
+#[async_trait]
+impl Dialect for Mysql {
+    fn codes(&self) -> Codes {
+        CODES
+    }
+
+    fn durable(&self) -> bool {
+        self.durable
+    }
+
+    fn listens(&self) -> bool {
+        false
+    }
+
+    fn lease_ddl(&self) -> &str {
+        &self.create
+    }
+
+    async fn execute(&self, sql: &str) -> Result<(), sqlx::Error> {
+        self.pool
+            .with(Use::Take, sql, |c, sql| Box::pin(async move { c.execute(AssertSqlSafe(sql)).await.map(drop) }))
+            .await
+    }
+
+    async fn warm_up(&self) {
+        let mut hot = vec![Arc::clone(&self.acquire), Arc::clone(&self.renew), Arc::clone(&self.release)];
+        if !self.returning {
+            hot.push(Arc::clone(&self.read_back));
+        }
+        self.pool.prepare_on_two(&hot).await;
+    }
+
+    async fn acquire(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<Upsert, sqlx::Error> {
+        let args = Args { dialect: self, name: name.as_bytes(), owner: owner.as_bytes(), ms: ttl_ms };
+        let row = self
+            .pool
+            .with(Use::Take, &args, |c, a| {
+                Box::pin(async move {
+                    let (d, o) = (a.dialect, a.owner);
+                    let upsert = sqlx::query_as::<_, Row>(AssertSqlSafe(d.acquire.clone()))
+                        .bind(a.name)
+                        .bind(o)
+                        .bind(a.ms)
+                        .bind(o)
+                        .bind(o)
+                        .bind(o)
+                        .bind(o)
+                        .bind(o)
+                        .bind(a.ms);
+                    if d.returning {
+                        return upsert.fetch_all(&mut *c).await;
+                    }
+                    // sqlx sets CLIENT_FOUND_ROWS: rows_affected cannot tell a grant from a
+                    // refusal. Read the row back; only our own attempt can make us the owner.
+                    upsert.fetch_all(&mut *c).await?;
+                    sqlx::query_as::<_, Row>(AssertSqlSafe(d.read_back.clone())).bind(a.name).fetch_all(&mut *c).await
+                })
+            })
+            .await?;
+        Ok(match row.into_iter().next() {
+            Some((Some(holder), fence, _)) if holder == owner.as_bytes() => Upsert::Granted(fence),
+            Some((_, _, rem)) => Upsert::Held(Some(rem)),
+            None => Upsert::Held(None),
+        })
+    }
+
+    async fn renew(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<bool, sqlx::Error> {
+        let args = Args { dialect: self, name: name.as_bytes(), owner: owner.as_bytes(), ms: ttl_ms };
+        // CLIENT_FOUND_ROWS makes this "rows matched", which is what we ask.
+        let done = self
+            .pool
+            .with(Use::Keep, &args, |c, a| {
+                Box::pin(
+                    sqlx::query(AssertSqlSafe(a.dialect.renew.clone()))
+                        .bind(a.ms)
+                        .bind(a.name)
+                        .bind(a.owner)
+                        .execute(c),
+                )
+            })
+            .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn release(&self, name: &str, owner: &str) -> Result<bool, sqlx::Error> {
+        let args = Args { dialect: self, name: name.as_bytes(), owner: owner.as_bytes(), ms: 0 };
+        let done = self
+            .pool
+            .with(Use::Keep, &args, |c, a| {
+                Box::pin(sqlx::query(AssertSqlSafe(a.dialect.release.clone())).bind(a.name).bind(a.owner).execute(c))
+            })
+            .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    fn kind_sql(&self, table: &str) -> KindSql {
+        KindSql::build(table, &FLAVOR)
+    }
+
+    async fn kind_acquire(&self, sql: &KindSql, attempt: &Attempt<'_>) -> Result<Plan, sqlx::Error> {
+        self.pool
+            .with(Use::Take, &(sql, attempt), |c, (sql, a)| {
+                Box::pin(acquire_tx::<MySql, &[u8]>(c, sql, a, a.name.as_bytes()))
+            })
+            .await
+    }
+
+    async fn kind_owner(&self, stmt: &OwnerStmt<'_>) -> Result<u64, sqlx::Error> {
+        let done = self
+            .pool
+            .with(Use::Keep, stmt, |c, s| Box::pin(owner_stmt::<MySql, _, &[u8]>(c, s, s.name.as_bytes())))
+            .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn notify(&self, _payload: &str) -> Result<(), sqlx::Error> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mariadb_versions() {
+        assert!(supports_returning("10.11.19-MariaDB-0+deb12u1"));
+        assert!(supports_returning("11.4.2-MariaDB"));
+        assert!(supports_returning("5.5.5-10.6.12-MariaDB"));
+        assert!(!supports_returning("10.4.30-MariaDB"));
+        assert!(!supports_returning("8.0.36"));
+        assert!(!supports_returning("8.4.0-commercial"));
+    }
+}

@@ -1,0 +1,265 @@
+//! PostgreSQL: one upsert with a CTE per acquire, releases that notify in the same statement,
+//! and one LISTEN connection per client (see the crate docs).
+
+use std::str::FromStr;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use lock_core::{LockError, WakeHub};
+use sqlx::error::DatabaseError;
+use sqlx::postgres::{PgConnectOptions, PgConnection, Postgres as Pg};
+use sqlx::{AssertSqlSafe, Executor};
+use tokio::time::timeout;
+
+use super::rw::{acquire_tx, owner_stmt, Attempt, Flavor, KindSql, OwnerStmt};
+use super::{bad_url, too_slow, unreachable, Dialect, Upsert};
+use crate::decide::Plan;
+use crate::error::{Class, Codes};
+use crate::listen::{self, Listener};
+use crate::pool::{ConnPool, Setup, Use};
+use crate::SqlOptions;
+
+/// Milliseconds since the Unix epoch, on the database's clock.
+const NOW: &str = "(extract(epoch from now()) * 1000)::bigint";
+
+pub(crate) const CODES: Codes = Codes { label: "postgres", database: sqlstate };
+
+/// PostgreSQL SQLSTATEs.
+fn sqlstate(db: &(dyn DatabaseError + 'static)) -> Class {
+    let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
+    match code.as_str() {
+        "40001" | "40P01" | "55P03" => Class::Transient,
+        // the session was terminated (restart, pg_terminate_backend)
+        "57P01" | "57P02" => Class::Broken,
+        c if c.starts_with("08") => Class::Broken,
+        "57P03" | "57014" | "53300" | "25006" | "53100" | "53200" => Class::Unavailable,
+        c if c.starts_with("28") || c == "3D000" => Class::Config,
+        _ => Class::Other,
+    }
+}
+
+const FLAVOR: Flavor = Flavor {
+    quote: '"',
+    now: NOW,
+    create: |c, h| {
+        [
+            format!(
+                "CREATE TABLE IF NOT EXISTS {c} (kind TEXT NOT NULL, name TEXT COLLATE \"C\" NOT NULL, \
+                 fence BIGINT NOT NULL, permits BIGINT NOT NULL, claim_owner TEXT, claim_until BIGINT NOT NULL, \
+                 PRIMARY KEY (kind, name))"
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {h} (kind TEXT NOT NULL, name TEXT COLLATE \"C\" NOT NULL, \
+                 owner TEXT NOT NULL, mode BIGINT NOT NULL, fence BIGINT NOT NULL, expires_at BIGINT NOT NULL, \
+                 PRIMARY KEY (kind, name, owner))"
+            ),
+        ]
+    },
+    insert: "INSERT",
+    on_conflict: " ON CONFLICT DO NOTHING",
+    for_update: " FOR UPDATE",
+    numbered: true,
+    begin: Some("BEGIN"),
+};
+
+/// A PostgreSQL database: its pool, its statements and its listener.
+pub(crate) struct Postgres {
+    pool: Arc<ConnPool<PgConnection>>,
+    channel: String,
+    create: String,
+    acquire: Arc<str>,
+    renew: Arc<str>,
+    release: Arc<str>,
+    /// Stops with the dialect (and so with the store).
+    _listener: Listener,
+}
+
+pub(crate) async fn connect(url: &str, options: &SqlOptions, hub: WakeHub) -> Result<Arc<dyn Dialect>, LockError> {
+    let mut opts = PgConnectOptions::from_str(url).map_err(|e| bad_url(CODES, e))?;
+    // Name our sessions in pg_stat_activity, unless the URL already does.
+    if opts.get_application_name().is_none() {
+        opts = opts.application_name("dlock");
+    }
+    let bound = options.connect_timeout;
+    // Fences must survive a crash of the server: a server configured with
+    // `synchronous_commit = off` acknowledges commits it may still lose, and a lost fence lets
+    // a token repeat. The setting is the session's to choose; one round trip per new connection.
+    let setup: Setup<PgConnection> =
+        Arc::new(|c| Box::pin(async move { c.execute("SET synchronous_commit = on").await.map(drop) }));
+    let pool = ConnPool::new(opts.clone(), options.max_connections, bound, Some(setup));
+    // Connect once now, so that a wrong URL or a dead server fails here, clearly.
+    let ping = pool.with(Use::Take, &(), |c: &mut PgConnection, _: &()| {
+        Box::pin(async move { c.execute("SELECT 1").await.map(drop) })
+    });
+    timeout(bound, ping).await.map_err(|_| too_slow(CODES, bound))?.map_err(|e| unreachable(CODES, e))?;
+    let bounds = listen::Bounds { connect: bound, query: options.query_timeout, codes: CODES };
+    let listener = listen::start(opts, options.table.clone(), hub, bounds).await?;
+    Ok(Arc::new(Postgres::new(pool, &options.table, listener)))
+}
+
+impl Postgres {
+    fn new(pool: Arc<ConnPool<PgConnection>>, t: &str, listener: Listener) -> Postgres {
+        Postgres {
+            pool,
+            channel: t.to_owned(),
+            create: format!(
+                "CREATE TABLE IF NOT EXISTS \"{t}\" (name TEXT COLLATE \"C\" NOT NULL PRIMARY KEY, owner TEXT, \
+                 fence BIGINT NOT NULL, expires_at BIGINT NOT NULL)"
+            ),
+            // One statement: insert or take over a free/expired/own row, and when that did not
+            // happen, report the holder's remaining lease (the CTE's snapshot may miss a row
+            // committed meanwhile: then no row comes back, and the waiter just polls).
+            acquire: format!(
+                "WITH granted AS ( \
+                   INSERT INTO \"{t}\" AS l (name, owner, fence, expires_at) \
+                   VALUES ($1, $2, 1, {NOW} + $3::bigint) \
+                   ON CONFLICT (name) DO UPDATE SET \
+                     fence = CASE WHEN l.owner = EXCLUDED.owner THEN l.fence ELSE l.fence + 1 END, \
+                     owner = EXCLUDED.owner, \
+                     expires_at = EXCLUDED.expires_at \
+                   WHERE l.owner IS NULL OR l.owner = EXCLUDED.owner OR l.expires_at <= {NOW} \
+                   RETURNING fence) \
+                 SELECT fence, NULL::bigint AS remaining FROM granted \
+                 UNION ALL \
+                 SELECT NULL::bigint, h.expires_at - {NOW} FROM \"{t}\" h \
+                 WHERE h.name = $1 AND NOT EXISTS (SELECT 1 FROM granted)"
+            )
+            .into(),
+            renew: format!(
+                "UPDATE \"{t}\" SET expires_at = {NOW} + $3::bigint \
+                 WHERE name = $1 AND owner = $2 AND expires_at > {NOW}"
+            )
+            .into(),
+            // Free and notify in one statement: the notification is delivered on commit.
+            release: format!(
+                "WITH freed AS ( \
+                   UPDATE \"{t}\" SET owner = NULL, expires_at = {NOW} \
+                   WHERE name = $1 AND owner = $2 AND expires_at > {NOW} RETURNING name) \
+                 SELECT pg_notify($3, name) FROM freed"
+            )
+            .into(),
+            _listener: listener,
+        }
+    }
+}
+
+/// The values the exclusive lock's statements bind.
+struct Args<'a> {
+    sql: &'a Arc<str>,
+    name: &'a str,
+    owner: &'a str,
+    ms: i64,
+    /// The NOTIFY channel (release only).
+    channel: &'a str,
+}
+
+#[async_trait]
+impl Dialect for Postgres {
+    fn codes(&self) -> Codes {
+        CODES
+    }
+
+    fn durable(&self) -> bool {
+        true
+    }
+
+    fn listens(&self) -> bool {
+        true
+    }
+
+    fn lease_ddl(&self) -> &str {
+        &self.create
+    }
+
+    async fn execute(&self, sql: &str) -> Result<(), sqlx::Error> {
+        self.pool
+            .with(Use::Take, sql, |c, sql| Box::pin(async move { c.execute(AssertSqlSafe(sql)).await.map(drop) }))
+            .await
+    }
+
+    async fn warm_up(&self) {
+        let hot = [Arc::clone(&self.acquire), Arc::clone(&self.renew), Arc::clone(&self.release)];
+        self.pool.prepare_on_two(&hot).await;
+    }
+
+    async fn acquire(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<Upsert, sqlx::Error> {
+        let args = Args { sql: &self.acquire, name, owner, ms: ttl_ms, channel: "" };
+        let row = self
+            .pool
+            .with(Use::Take, &args, |c, a| {
+                Box::pin(async move {
+                    sqlx::query_as::<_, (Option<i64>, Option<i64>)>(AssertSqlSafe(Arc::clone(a.sql)))
+                        .bind(a.name)
+                        .bind(a.owner)
+                        .bind(a.ms)
+                        .fetch_all(c)
+                        .await
+                })
+            })
+            .await?;
+        Ok(match row.into_iter().next() {
+            Some((Some(fence), _)) => Upsert::Granted(fence),
+            Some((None, rem)) => Upsert::Held(rem),
+            None => Upsert::Held(None),
+        })
+    }
+
+    async fn renew(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<bool, sqlx::Error> {
+        let args = Args { sql: &self.renew, name, owner, ms: ttl_ms, channel: "" };
+        let done = self
+            .pool
+            .with(Use::Keep, &args, |c, a| {
+                Box::pin(sqlx::query(AssertSqlSafe(Arc::clone(a.sql))).bind(a.name).bind(a.owner).bind(a.ms).execute(c))
+            })
+            .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn release(&self, name: &str, owner: &str) -> Result<bool, sqlx::Error> {
+        let args = Args { sql: &self.release, name, owner, ms: 0, channel: &self.channel };
+        let rows = self
+            .pool
+            .with(Use::Keep, &args, |c, a| {
+                Box::pin(
+                    sqlx::query(AssertSqlSafe(Arc::clone(a.sql)))
+                        .bind(a.name)
+                        .bind(a.owner)
+                        .bind(a.channel)
+                        .fetch_all(c),
+                )
+            })
+            .await?;
+        Ok(!rows.is_empty())
+    }
+
+    fn kind_sql(&self, table: &str) -> KindSql {
+        KindSql::build(table, &FLAVOR)
+    }
+
+    async fn kind_acquire(&self, sql: &KindSql, attempt: &Attempt<'_>) -> Result<Plan, sqlx::Error> {
+        self.pool
+            .with(Use::Take, &(sql, attempt), |c, (sql, a)| Box::pin(acquire_tx::<Pg, &str>(c, sql, a, a.name)))
+            .await
+    }
+
+    async fn kind_owner(&self, stmt: &OwnerStmt<'_>) -> Result<u64, sqlx::Error> {
+        let done = self.pool.with(Use::Keep, stmt, |c, s| Box::pin(owner_stmt::<Pg, _, &str>(c, s, s.name))).await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn notify(&self, payload: &str) -> Result<(), sqlx::Error> {
+        let args = (self.channel.as_str(), payload);
+        self.pool
+            .with(Use::Take, &args, |c, (channel, payload)| {
+                Box::pin(async move {
+                    sqlx::query("SELECT pg_notify($1, $2)::text")
+                        .bind(*channel)
+                        .bind(*payload)
+                        .fetch_all(c)
+                        .await
+                        .map(drop)
+                })
+            })
+            .await
+    }
+}

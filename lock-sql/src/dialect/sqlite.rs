@@ -1,0 +1,210 @@
+//! SQLite: the PostgreSQL-style upsert on a WAL file with `synchronous = FULL`, through sqlx's
+//! own pool (no network, so no round trips to save), one writer at a time (`BEGIN IMMEDIATE`).
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lock_core::LockError;
+use sqlx::error::DatabaseError;
+use sqlx::sqlite::{Sqlite, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{AssertSqlSafe, Executor};
+use tokio::time::timeout;
+
+use super::rw::{acquire_tx, owner_stmt, Attempt, Flavor, KindSql, OwnerStmt};
+use super::{bad_url, too_slow, unreachable, Dialect, Upsert};
+use crate::decide::Plan;
+use crate::error::{Class, Codes};
+use crate::SqlOptions;
+
+/// Milliseconds since the Unix epoch, on the host's clock.
+const NOW: &str = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)";
+
+pub(crate) const CODES: Codes = Codes { label: "sqlite", database: result_code };
+
+/// SQLite (extended) result codes.
+fn result_code(db: &(dyn DatabaseError + 'static)) -> Class {
+    let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
+    let Ok(n) = code.parse::<u32>() else { return Class::Other };
+    match n & 0xff {
+        // BUSY and LOCKED families
+        5 | 6 => Class::Transient,
+        // CANTOPEN: the path is wrong (a missing directory, no permission)
+        14 => Class::Config,
+        // NOTADB, READONLY, IOERR, FULL
+        26 | 8 | 10 | 13 => Class::Unavailable,
+        _ => Class::Other,
+    }
+}
+
+const FLAVOR: Flavor = Flavor {
+    quote: '"',
+    now: NOW,
+    create: |c, h| {
+        [
+            format!(
+                "CREATE TABLE IF NOT EXISTS {c} (kind TEXT NOT NULL, name TEXT NOT NULL, fence INTEGER NOT NULL, \
+                 permits INTEGER NOT NULL, claim_owner TEXT, claim_until INTEGER NOT NULL, \
+                 PRIMARY KEY (kind, name))"
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {h} (kind TEXT NOT NULL, name TEXT NOT NULL, owner TEXT NOT NULL, \
+                 mode INTEGER NOT NULL, fence INTEGER NOT NULL, expires_at INTEGER NOT NULL, \
+                 PRIMARY KEY (kind, name, owner))"
+            ),
+        ]
+    },
+    insert: "INSERT OR IGNORE",
+    on_conflict: "",
+    // The transaction holds the file's write lock instead (BEGIN IMMEDIATE).
+    for_update: "",
+    numbered: false,
+    begin: None,
+};
+
+/// A SQLite file (or in-memory database): its pool and its statements.
+pub(crate) struct Lite {
+    pool: SqlitePool,
+    durable: bool,
+    create: String,
+    acquire: String,
+    /// The holder's remaining lease in ms, after a refused upsert.
+    read_back: String,
+    renew: String,
+    release: String,
+}
+
+pub(crate) async fn connect(url: &str, options: &SqlOptions) -> Result<Arc<dyn Dialect>, LockError> {
+    let lower = url.to_ascii_lowercase();
+    let in_memory = lower.contains(":memory:") || lower.contains("mode=memory");
+    let opts = SqliteConnectOptions::from_str(url)
+        .map_err(|e| bad_url(CODES, e))?
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        // FULL: a fence that was handed out survives a power cut too.
+        .synchronous(SqliteSynchronous::Full)
+        .busy_timeout(options.query_timeout);
+    let bound = options.connect_timeout;
+    let mut pool = SqlitePoolOptions::new().max_connections(options.max_connections).acquire_timeout(bound);
+    if in_memory {
+        // The database lives only while a connection to it is open.
+        pool = pool.min_connections(1).idle_timeout(None).max_lifetime(None);
+    } else {
+        pool = pool.min_connections(0).idle_timeout(Duration::from_secs(60));
+    }
+    let pool = timeout(bound, pool.connect_with(opts))
+        .await
+        .map_err(|_| too_slow(CODES, bound))?
+        .map_err(|e| unreachable(CODES, e))?;
+    Ok(Arc::new(Lite::new(pool, &options.table, !in_memory)))
+}
+
+impl Lite {
+    fn new(pool: SqlitePool, t: &str, durable: bool) -> Lite {
+        Lite {
+            pool,
+            durable,
+            create: format!(
+                "CREATE TABLE IF NOT EXISTS \"{t}\" (name TEXT NOT NULL PRIMARY KEY, owner TEXT, \
+                 fence INTEGER NOT NULL, expires_at INTEGER NOT NULL)"
+            ),
+            // SQLite evaluates every SET expression against the old row.
+            acquire: format!(
+                "INSERT INTO \"{t}\" (name, owner, fence, expires_at) VALUES (?1, ?2, 1, {NOW} + ?3) \
+                 ON CONFLICT (name) DO UPDATE SET \
+                   fence = CASE WHEN owner = excluded.owner THEN fence ELSE fence + 1 END, \
+                   owner = excluded.owner, \
+                   expires_at = excluded.expires_at \
+                 WHERE owner IS NULL OR owner = excluded.owner OR expires_at <= {NOW} \
+                 RETURNING fence"
+            ),
+            read_back: format!("SELECT expires_at - {NOW} FROM \"{t}\" WHERE name = ?1"),
+            renew: format!(
+                "UPDATE \"{t}\" SET expires_at = {NOW} + ?3 WHERE name = ?1 AND owner = ?2 AND expires_at > {NOW}"
+            ),
+            release: format!(
+                "UPDATE \"{t}\" SET owner = NULL, expires_at = {NOW} \
+                 WHERE name = ?1 AND owner = ?2 AND expires_at > {NOW}"
+            ),
+        }
+    }
+}
+
+#[async_trait]
+impl Dialect for Lite {
+    fn codes(&self) -> Codes {
+        CODES
+    }
+
+    fn durable(&self) -> bool {
+        self.durable
+    }
+
+    fn listens(&self) -> bool {
+        false
+    }
+
+    fn lease_ddl(&self) -> &str {
+        &self.create
+    }
+
+    async fn execute(&self, sql: &str) -> Result<(), sqlx::Error> {
+        self.pool.execute(AssertSqlSafe(sql)).await.map(drop)
+    }
+
+    async fn warm_up(&self) {}
+
+    async fn acquire(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<Upsert, sqlx::Error> {
+        let fence = sqlx::query_scalar::<_, i64>(AssertSqlSafe(self.acquire.as_str()))
+            .bind(name)
+            .bind(owner)
+            .bind(ttl_ms)
+            .fetch_all(&self.pool)
+            .await?;
+        if let Some(fence) = fence.into_iter().next() {
+            return Ok(Upsert::Granted(fence));
+        }
+        let rem = sqlx::query_scalar::<_, i64>(AssertSqlSafe(self.read_back.as_str()))
+            .bind(name)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(Upsert::Held(rem.into_iter().next()))
+    }
+
+    async fn renew(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<bool, sqlx::Error> {
+        let done = sqlx::query(AssertSqlSafe(self.renew.as_str()))
+            .bind(name)
+            .bind(owner)
+            .bind(ttl_ms)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn release(&self, name: &str, owner: &str) -> Result<bool, sqlx::Error> {
+        let done = sqlx::query(AssertSqlSafe(self.release.as_str())).bind(name).bind(owner).execute(&self.pool).await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    fn kind_sql(&self, table: &str) -> KindSql {
+        KindSql::build(table, &FLAVOR)
+    }
+
+    async fn kind_acquire(&self, sql: &KindSql, attempt: &Attempt<'_>) -> Result<Plan, sqlx::Error> {
+        // IMMEDIATE: the write lock of the file first, so two acquires never both read and then
+        // both write. Dropped without commit = rolled back.
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let plan = acquire_tx::<Sqlite, &str>(&mut tx, sql, attempt, attempt.name).await?;
+        tx.commit().await?;
+        Ok(plan)
+    }
+
+    async fn kind_owner(&self, stmt: &OwnerStmt<'_>) -> Result<u64, sqlx::Error> {
+        Ok(owner_stmt::<Sqlite, _, &str>(&self.pool, stmt, stmt.name).await?.rows_affected())
+    }
+
+    async fn notify(&self, _payload: &str) -> Result<(), sqlx::Error> {
+        Ok(())
+    }
+}
