@@ -229,26 +229,35 @@ impl LeaseStore for RedlockStore {
             let token = token_from(BACKEND, max.saturating_add(1))?;
             let wanted = token.0.to_string();
             // Round 2: a majority must store the token (set-if-greater) before anyone relies
-            // on it. A master answering a higher value holds a token we did not see: no grant.
+            // on it. A master answering an equal or higher value holds a token we did not see:
+            // it does not count towards the majority.
             let validity_left = ttl.saturating_sub(started.elapsed() + Self::drift(ttl));
             let bound = per_node.min(validity_left).max(Duration::from_millis(1));
             let mut round2: FuturesUnordered<_> = self
                 .nodes
                 .iter()
                 .map(|node| {
-                    let (keys, wanted) = (&keys, &wanted);
+                    let (keys, wanted, attempt) = (&keys, &wanted, &attempt);
                     async move {
                         node.run_idempotent(bound, |mut c| async move {
-                            REDLOCK_FENCE.key(&keys.fence).arg(wanted.as_str()).invoke_async::<i64>(&mut c).await
+                            REDLOCK_FENCE
+                                .key(&keys.fence)
+                                .key(&keys.fence_by)
+                                .arg(wanted.as_str())
+                                .arg(attempt)
+                                .invoke_async::<Vec<i64>>(&mut c)
+                                .await
                         })
                         .await
+                        .and_then(|r| parse_pair(BACKEND, r))
                     }
                 })
                 .collect();
             let (mut stored, mut refused, mut store_errors) = (0usize, 0usize, Vec::new());
             while let Some(r) = round2.next().await {
                 match r {
-                    Ok(v) if u64::try_from(v).ok() == Some(token.0) => stored += 1,
+                    // Only a store by this attempt counts: an equal counter is another grant's.
+                    Ok((true, v)) if u64::try_from(v).ok() == Some(token.0) => stored += 1,
                     Ok(_) => refused += 1,
                     Err(e) => store_errors.push(e),
                 }
