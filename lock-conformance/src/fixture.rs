@@ -87,6 +87,14 @@ pub trait Fixture: Send + Sync + 'static {
     fn provenance(&self) -> String {
         String::new()
     }
+
+    /// Every lock kind of this backend that is built on a `LeaseStore` (label: "exclusive", "read", "write",
+    /// "permit"), for cases that drive the store directly. Empty (default): those cases are not_applicable.
+    async fn lease_stores(
+        &self,
+    ) -> Result<Vec<(&'static str, std::sync::Arc<dyn lock_core::LeaseStore>)>, lock_core::LockError> {
+        Ok(Vec::new())
+    }
 }
 
 /// A client plus the switch board of its network path.

@@ -214,6 +214,7 @@ macro_rules! conformance_tests {
                 fault_unavailable,
                 fault_entry_deleted,
                 nemesis,
+                fault_restart_quiet_period,
             ]
         }
     };

@@ -40,7 +40,21 @@
 //!   keys carry an expiry. The fence counter survives eviction thanks to the `TIME` floor.
 //! - **Restarts**: a Redis without persistence forgets every lease when it restarts
 //!   (`durable_leases` is false): holders find no entry at their next renewal and their lost
-//!   signal fires; tokens stay monotonic (`durable_fencing` is true).
+//!   signal fires; tokens stay monotonic (`durable_fencing` is true). Until that renewal a
+//!   holder still believes its lease, so a server that lost its state **grants nothing for a
+//!   quiet period** (SPEC §3): every acquire script checks the boot marker `<prefix>:boot`; the
+//!   first one to find it missing writes "quiet until" = server `TIME` +
+//!   [`RedisOptions::restart_quiet_period`] (default [`RedisOptions::max_ttl`], 60 s, the
+//!   longest ttl a client accepts) and every fresh grant of every kind is refused until then,
+//!   answered like a busy lock with the time left (waiters sleep exactly that long). A missing
+//!   marker also means `FLUSHALL`, a failover to an empty replica, or the first use of a key
+//!   prefix on a server: a brand-new deployment waits the quiet period once, unless the operator
+//!   writes `SET <prefix>:boot 0` (saying no lease can have been forgotten). Keep every client's
+//!   ttl at or below the quiet period; `0s` turns it off, which is only safe on a server that
+//!   never loses acknowledged writes. On a Redis Cluster node a script may touch one slot only,
+//!   so there the marker is per name (`<prefix>:{<name>}:boot`) and each name waits once after a
+//!   restart. Redlock masters do the same each, so a majority restarting empty grants nothing
+//!   while a lease may still be believed.
 //! - **Waiting**: before each attempt a waiter registers for the lock's channel (one pub/sub
 //!   connection per client and server, shared by all its waiters, channels reference-counted
 //!   and unsubscribed when unused). SUBSCRIBE is queued without waiting for its confirmation,
@@ -160,10 +174,12 @@
 //! clock, but a paused process cannot act on it. Therefore: pass [`lock_core::FencingToken`]
 //! with every write and make the protected resource reject tokens lower than the highest it
 //! has seen ([`lock_core::FencedRegister`]). The tokens stay monotonic even in the scenarios
-//! above; exclusivity alone does not. Masters should also run with `noeviction` and, ideally,
-//! restart only after a delay longer than the maximum ttl (Redlock's "delayed restart"), since
-//! a master that restarts empty can otherwise hand its vote to a second client.
+//! above; exclusivity alone does not. Masters should also run with `noeviction`. Redlock's
+//! "delayed restart" (a master that restarts empty must not vote before the longest ttl has
+//! passed) is built in: the restart quiet period (see "Restarts" above) keeps such a master
+//! from granting until then.
 
+mod boot;
 mod conn;
 mod kinds;
 mod options;

@@ -31,6 +31,19 @@ pub struct RedisOptions {
     /// For `rediss://` (and `redlock://…?tls=true`) servers whose certificates a private CA
     /// signed: that CA's certificate, a PEM file. Default: the webpki (Mozilla) roots.
     pub tls_ca_file: Option<PathBuf>,
+    /// The longest lease ttl this client accepts (a longer one is `InvalidOptions`), and so the
+    /// longest a forgotten lease may be believed after the server lost its state. Every client
+    /// of one server should agree on it. Default 60 s.
+    #[serde(with = "humantime_serde")]
+    pub max_ttl: Duration,
+    /// After the server lost its state (a restart without persistence, `FLUSHALL`, a failover to
+    /// an empty replica), or on the first use of a key prefix on a server, nothing is granted
+    /// for this long, so that no lease the server forgot is still believed valid when the lock
+    /// goes to someone else (SPEC §3). Default (`None`): `max_ttl`. `0s` turns it off: only for a
+    /// server that never loses acknowledged writes (AOF with `appendfsync always`). See the crate
+    /// docs, "Restarts".
+    #[serde(with = "humantime_serde")]
+    pub restart_quiet_period: Option<Duration>,
 }
 
 impl Default for RedisOptions {
@@ -40,6 +53,8 @@ impl Default for RedisOptions {
             connect_timeout: Duration::from_secs(2),
             request_timeout: Duration::from_secs(1),
             tls_ca_file: None,
+            max_ttl: Duration::from_secs(60),
+            restart_quiet_period: None,
         }
     }
 }
@@ -62,7 +77,16 @@ impl RedisOptions {
         if self.request_timeout.is_zero() {
             return Err(LockError::config("redis request_timeout is zero; use e.g. \"1s\""));
         }
+        if self.max_ttl.is_zero() {
+            return Err(LockError::config("redis max_ttl is zero; use the longest lease ttl you need, e.g. \"60s\""));
+        }
         Ok(())
+    }
+
+    /// How long a server that lost its state grants nothing: `restart_quiet_period`, by
+    /// default `max_ttl`.
+    pub fn quiet_period(&self) -> Duration {
+        self.restart_quiet_period.unwrap_or(self.max_ttl)
     }
 
     /// Reads `tls_ca_file`, if set.
@@ -91,6 +115,9 @@ mod tests {
         assert_eq!(o.connect_timeout, Duration::from_secs(3));
         assert_eq!(o.key_prefix, "dlock");
         assert!(serde_json::from_str::<RedisOptions>(r#"{"bogus":1}"#).is_err());
+        assert_eq!(d.quiet_period(), d.max_ttl, "the quiet period defaults to the longest ttl");
+        let o: RedisOptions = serde_json::from_str(r#"{"max_ttl":"2m","restart_quiet_period":"0s"}"#).unwrap();
+        assert_eq!((o.max_ttl, o.quiet_period()), (Duration::from_secs(120), Duration::ZERO));
         let bad = RedisOptions { key_prefix: "a{b".into(), ..RedisOptions::default() };
         assert!(matches!(bad.validate(), Err(LockError::Config { .. })));
     }

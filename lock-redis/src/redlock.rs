@@ -13,6 +13,7 @@ use lock_core::{
 use rand::Rng;
 use tokio::time::Instant;
 
+use crate::boot::Boot;
 use crate::conn::Node;
 use crate::pubsub::Notifier;
 use crate::scripts::{Keys, REDLOCK_ABANDON, REDLOCK_ACQUIRE, REDLOCK_FENCE, RELEASE, RENEW};
@@ -28,6 +29,8 @@ pub struct RedlockStore {
     prefix: String,
     quorum: usize,
     request_timeout: Duration,
+    boot: Boot,
+    max_ttl: Duration,
 }
 
 impl std::fmt::Debug for RedlockStore {
@@ -92,6 +95,8 @@ impl RedlockStore {
             prefix: options.key_prefix.clone(),
             quorum,
             request_timeout: options.request_timeout,
+            boot: Boot::new(&options.key_prefix, options.quiet_period()),
+            max_ttl: options.max_ttl,
         })
     }
 
@@ -166,6 +171,7 @@ impl LeaseStore for RedlockStore {
         caps.durable_fencing = true;
         caps.durable_leases = false;
         caps.min_ttl = Duration::from_millis(50);
+        caps.max_ttl = self.max_ttl;
         caps
     }
 
@@ -184,18 +190,26 @@ impl LeaseStore for RedlockStore {
             .nodes
             .iter()
             .map(|node| {
-                let (keys, owner, attempt) = (&keys, &owner, &attempt);
+                let (keys, owner, attempt, boot) = (&keys, &owner, &attempt, &self.boot);
                 async move {
                     let reply: Result<Vec<i64>, LockError> = node
-                        .run_idempotent(per_node, |mut c| async move {
-                            REDLOCK_ACQUIRE
-                                .key(&keys.lock)
-                                .key(&keys.fence)
-                                .arg(owner)
-                                .arg(ms)
-                                .arg(attempt)
-                                .invoke_async(&mut c)
-                                .await
+                        .run_idempotent(per_node, |c| async move {
+                            boot.with_marker(name, |marker| {
+                                let mut c = c.clone();
+                                async move {
+                                    REDLOCK_ACQUIRE
+                                        .key(&keys.lock)
+                                        .key(&keys.fence)
+                                        .key(marker)
+                                        .arg(owner)
+                                        .arg(ms)
+                                        .arg(attempt)
+                                        .arg(boot.quiet_ms())
+                                        .invoke_async(&mut c)
+                                        .await
+                                }
+                            })
+                            .await
                         })
                         .await;
                     match reply.and_then(|r| parse_pair(BACKEND, r)) {

@@ -223,6 +223,33 @@ mod redlock_extra {
         }
     }
 
+    /// A majority of masters restarts empty while a lease is held (not renewing, so its holder
+    /// believes it until `valid_until`): the restarted masters grant nothing for their quiet
+    /// period, so another client gets no majority while that lease may still be believed
+    /// (issue 10 item 3).
+    #[tokio::test]
+    async fn majority_restarted_empty_grants_nothing_while_a_lease_may_be_believed() {
+        let fx = RedlockFixture::start().await.unwrap();
+        let (a, b) = (fx.redlock_client().await.unwrap(), fx.redlock_client().await.unwrap());
+        b.acquire(&LockName::new("warm").unwrap(), &opts(1000)).await.unwrap().release().await.unwrap();
+        let name = LockName::new("restarted").unwrap();
+        let held = a.acquire(&name, &opts(2000).auto_renew(false)).await.unwrap();
+        for i in 0..3 {
+            fx.master(i).stop().await.unwrap();
+            fx.master(i).start().await.unwrap();
+        }
+        let restarted = Instant::now();
+        let got = b.acquire(&name, &opts(2000).wait(Duration::from_secs(15))).await.unwrap();
+        let at = Instant::now();
+        eprintln!("granted {:?} after the restart of 3 of 5 masters", at - restarted);
+        assert!(
+            at >= held.valid_until().into_std(),
+            "granted while the first lease was still valid for {:?}",
+            held.valid_until().into_std() - at
+        );
+        assert!(got.token() > held.token());
+    }
+
     /// A minority holding the key for another owner (e.g. a split vote) does not block a grant.
     #[tokio::test]
     async fn split_minority_does_not_block() {

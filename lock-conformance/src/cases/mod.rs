@@ -24,6 +24,7 @@ pub mod kinds;
 pub mod lease;
 pub mod names;
 pub mod nemesis;
+pub mod restart;
 pub mod waiting;
 
 /// Why a case did not pass.
@@ -165,6 +166,7 @@ registry! {
     faults::fault_unavailable, 10, "a server that is down gives Unavailable within the caller's wait";
     faults::fault_entry_deleted, 8, "a lock entry deleted behind the holder's back: loss signalled, fencing kept";
     nemesis::nemesis, 10, "random faults while clients contend: no overlapping windows, increasing tokens";
+    restart::fault_restart_quiet_period, 14, "after an empty restart nothing is granted while a forgotten lease may be believed";
 }
 
 /// Every case of the suite, in report order.

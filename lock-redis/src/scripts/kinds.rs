@@ -5,13 +5,17 @@ use std::sync::LazyLock;
 use lock_core::LockName;
 use redis::Script;
 
+use crate::boot::quiet_lua;
+
 /// Lua shared by the scripts of the read-write lock and the semaphore (prepended to each):
 /// the server clock, the TIME-floored fence counter, and sorted sets of holders scored by the
 /// server time (ms) at which each holder's lease ends.
 macro_rules! kinds_prelude {
     () => {
-        r#"
-if redis.replicate_commands then pcall(redis.replicate_commands) end
+        concat!(
+            "if redis.replicate_commands then pcall(redis.replicate_commands) end\n",
+            quiet_lua!(),
+            r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- Numbers go to Redis as decimal strings (a Lua number argument may be cut to 14 digits).
@@ -54,6 +58,7 @@ local function left(zset, first)
   return -1
 end
 "#
+        )
     };
 }
 
@@ -118,7 +123,8 @@ impl SemKeys {
     }
 }
 
-/// Read acquire. KEYS: readers, tokens, writer, waiting, fence. ARGV: owner, ttl ms.
+/// Read acquire. KEYS: readers, tokens, writer, waiting, fence, boot marker. ARGV: owner, ttl
+/// ms, quiet ms (`{0, ms}` also in the quiet period after the server lost its state).
 /// `{1, token}` granted (or already ours: lease refreshed, same token); `{0, ms}` refused
 /// because a writer holds (ms = its PTTL) or writers wait (ms = until the first claim ends).
 pub(super) const RW_READ_SRC: &str = concat!(
@@ -132,6 +138,8 @@ if mine and token then
   expire_with(KEYS[1], {KEYS[1], KEYS[2]})
   return {1, tonumber(token)}
 end
+local quiet = quiet_left(KEYS[6], ARGV[3], now)
+if quiet > 0 then return {0, quiet} end
 if redis.call('EXISTS', KEYS[3]) == 1 then
   return {0, redis.call('PTTL', KEYS[3])}
 end
@@ -148,7 +156,8 @@ return {1, token}
 );
 pub(crate) static RW_READ: LazyLock<Script> = LazyLock::new(|| Script::new(RW_READ_SRC));
 
-/// Write acquire. KEYS: readers, tokens, writer, waiting, fence. ARGV: owner, ttl ms, claim ms.
+/// Write acquire. KEYS: readers, tokens, writer, waiting, fence, boot marker. ARGV: owner, ttl
+/// ms, claim ms, quiet ms (`{0, ms}` also in the quiet period after the server lost its state).
 /// `{1, token}` granted (or already ours; its claim is dropped); `{0, ms}` refused: then, unless
 /// `claim ms` is 0 (a single try), the writer's claim in `waiting` is (re)set to end in `claim
 /// ms`, which holds back new readers; ms is how long the current holders' leases last at most.
@@ -162,6 +171,8 @@ if holder == ARGV[1] then
   redis.call('ZREM', KEYS[4], ARGV[1])
   return {1, tonumber(redis.call('HGET', KEYS[3], 'f'))}
 end
+local quiet = quiet_left(KEYS[6], ARGV[4], now)
+if quiet > 0 then return {0, quiet} end
 local busy = -2
 if holder then
   busy = redis.call('PTTL', KEYS[3])
@@ -208,7 +219,8 @@ return 0
 );
 pub(crate) static RW_WRITE_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_WRITE_RELEASE_SRC));
 
-/// Semaphore acquire. KEYS: holders, tokens, permits, fence. ARGV: owner, ttl ms, permits.
+/// Semaphore acquire. KEYS: holders, tokens, permits, fence, boot marker. ARGV: owner, ttl ms,
+/// permits, quiet ms (`{0, ms}` also in the quiet period after the server lost its state).
 /// `{1, token}` granted (or already ours); `{0, ms}` all permits taken (ms until the first
 /// lease ends); `{-1, n}` the semaphore is in use with `n` permits, not `permits`.
 pub(super) const SEM_ACQUIRE_SRC: &str = concat!(
@@ -229,6 +241,8 @@ if mine and token then
   expire_with(KEYS[1], {KEYS[1], KEYS[2], KEYS[3]})
   return {1, tonumber(token)}
 end
+local quiet = quiet_left(KEYS[5], ARGV[4], now)
+if quiet > 0 then return {0, quiet} end
 if redis.call('ZCARD', KEYS[1]) >= n then
   return {0, left(KEYS[1], true)}
 end

@@ -12,6 +12,8 @@ use std::sync::LazyLock;
 use lock_core::LockName;
 use redis::Script;
 
+use crate::boot::quiet_lua;
+
 /// The keys and channel of one lock.
 pub(crate) struct Keys {
     /// Hash `{o: owner, f: fence}` with a `PX` expiry: the lease.
@@ -38,11 +40,14 @@ impl Keys {
     }
 }
 
-/// Single instance acquire. KEYS: lock, fence. ARGV: owner, ttl ms.
+/// Single instance acquire. KEYS: lock, fence, boot marker. ARGV: owner, ttl ms, quiet ms.
 /// Returns `{1, token}` when granted (or already ours: the stored token, lease refreshed),
-/// `{0, pttl}` when someone else holds it.
-const ACQUIRE_SRC: &str = r#"
-if redis.replicate_commands then pcall(redis.replicate_commands) end
+/// `{0, ms}` when someone else holds it (ms: its PTTL) or the server is in its quiet period
+/// after losing its state (ms: the quiet time left; see `crate::boot`).
+const ACQUIRE_SRC: &str = concat!(
+    "if redis.replicate_commands then pcall(redis.replicate_commands) end\n",
+    quiet_lua!(),
+    r#"
 local holder = redis.call('HGET', KEYS[1], 'o')
 if holder then
   if holder == ARGV[1] then
@@ -51,9 +56,11 @@ if holder then
   end
   return {0, redis.call('PTTL', KEYS[1])}
 end
+local t = redis.call('TIME')
+local quiet = quiet_left(KEYS[3], ARGV[3], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+if quiet > 0 then return {0, quiet} end
 -- Never issue less than the server clock in microseconds: a restart without persistence or an
 -- evicted counter then still continues above every token issued before.
-local t = redis.call('TIME')
 local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local token = redis.call('INCR', KEYS[2])
 if token < floor then
@@ -63,7 +70,8 @@ end
 redis.call('HSET', KEYS[1], 'o', ARGV[1], 'f', string.format('%d', token))
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return {1, token}
-"#;
+"#
+);
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_SRC));
 
 /// Owner-checked renew. KEYS: lock. ARGV: owner, ttl ms. Returns 1 renewed, 0 not ours.
@@ -88,24 +96,32 @@ return 0
 "#;
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SRC));
 
-/// Redlock, per master: take the lease and read the fence floor. KEYS: lock, fence.
-/// ARGV: owner, ttl ms, attempt id. Returns `{1, floor}` (floor = max(counter, server TIME in
-/// µs)) when granted or already ours, `{0, pttl}` when held by another owner. The attempt id
-/// lets [`REDLOCK_ABANDON`] free exactly one failed attempt.
-const REDLOCK_ACQUIRE_SRC: &str = r#"
-if redis.replicate_commands then pcall(redis.replicate_commands) end
+/// Redlock, per master: take the lease and read the fence floor. KEYS: lock, fence, boot marker.
+/// ARGV: owner, ttl ms, attempt id, quiet ms. Returns `{1, floor}` (floor = max(counter, server
+/// TIME in µs)) when granted or already ours, `{0, ms}` when held by another owner (its PTTL) or
+/// in the quiet period after the master lost its state (the time left). The attempt id lets
+/// [`REDLOCK_ABANDON`] free exactly one failed attempt.
+const REDLOCK_ACQUIRE_SRC: &str = concat!(
+    "if redis.replicate_commands then pcall(redis.replicate_commands) end\n",
+    quiet_lua!(),
+    r#"
 local holder = redis.call('HGET', KEYS[1], 'o')
 if holder and holder ~= ARGV[1] then
   return {0, redis.call('PTTL', KEYS[1])}
 end
+local t = redis.call('TIME')
+if not holder then
+  local quiet = quiet_left(KEYS[3], ARGV[4], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+  if quiet > 0 then return {0, quiet} end
+end
 redis.call('HSET', KEYS[1], 'o', ARGV[1], 'a', ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-local t = redis.call('TIME')
 local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local counter = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 if counter > floor then floor = counter end
 return {1, floor}
-"#;
+"#
+);
 pub(crate) static REDLOCK_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(REDLOCK_ACQUIRE_SRC));
 
 /// Redlock, per master: store a token if it is greater (set-if-greater). KEYS: fence, fence-by.

@@ -4,6 +4,9 @@ use lock_core::LockName;
 
 use super::*;
 
+/// The boot marker of these tests; quiet period 0 except where the quiet period is the point.
+const BOOT: &str = "t:boot";
+
 #[test]
 fn keys_share_a_tag_and_never_collide() {
     let a = Keys::new("p", &LockName::new("a/b").unwrap());
@@ -25,11 +28,14 @@ async fn scripts_against_a_server() {
     let k = Keys::new("t", &LockName::new("s").unwrap());
 
     // Single instance: same owner re-attempt returns the stored token; others see the PTTL.
-    let first: Vec<i64> = ACQUIRE.key(&k.lock).key(&k.fence).arg("o1").arg(5000).invoke_async(&mut c).await.unwrap();
-    let again: Vec<i64> = ACQUIRE.key(&k.lock).key(&k.fence).arg("o1").arg(5000).invoke_async(&mut c).await.unwrap();
+    let first: Vec<i64> =
+        ACQUIRE.key(&k.lock).key(&k.fence).key(BOOT).arg("o1").arg(5000).arg(0).invoke_async(&mut c).await.unwrap();
+    let again: Vec<i64> =
+        ACQUIRE.key(&k.lock).key(&k.fence).key(BOOT).arg("o1").arg(5000).arg(0).invoke_async(&mut c).await.unwrap();
     assert_eq!(first[0], 1);
     assert_eq!(first, again, "a re-attempt by the same owner returns the same grant");
-    let other: Vec<i64> = ACQUIRE.key(&k.lock).key(&k.fence).arg("o2").arg(5000).invoke_async(&mut c).await.unwrap();
+    let other: Vec<i64> =
+        ACQUIRE.key(&k.lock).key(&k.fence).key(BOOT).arg("o2").arg(5000).arg(0).invoke_async(&mut c).await.unwrap();
     assert_eq!(other[0], 0);
     assert!(other[1] > 4000 && other[1] <= 5000, "PTTL {}", other[1]);
     let not_ours: i64 = RELEASE.key(&k.lock).arg("o2").arg(&k.channel).invoke_async(&mut c).await.unwrap();
@@ -38,7 +44,8 @@ async fn scripts_against_a_server() {
     assert_eq!(renewed, 0);
     let released: i64 = RELEASE.key(&k.lock).arg("o1").arg(&k.channel).invoke_async(&mut c).await.unwrap();
     assert_eq!(released, 1);
-    let next: Vec<i64> = ACQUIRE.key(&k.lock).key(&k.fence).arg("o2").arg(5000).invoke_async(&mut c).await.unwrap();
+    let next: Vec<i64> =
+        ACQUIRE.key(&k.lock).key(&k.fence).key(BOOT).arg("o2").arg(5000).arg(0).invoke_async(&mut c).await.unwrap();
     assert!(next[1] > first[1]);
 
     // Read-write lock: a reader's re-attempt returns its token; a refused waiting writer's
@@ -56,8 +63,10 @@ async fn scripts_against_a_server() {
                 .key(&k.writer)
                 .key(&k.waiting)
                 .key(&k.fence)
+                .key(BOOT)
                 .arg(owner)
                 .arg(5000)
+                .arg(0)
                 .invoke_async(&mut c)
                 .await
                 .unwrap();
@@ -74,9 +83,11 @@ async fn scripts_against_a_server() {
                 .key(&k.writer)
                 .key(&k.waiting)
                 .key(&k.fence)
+                .key(BOOT)
                 .arg(owner)
                 .arg(5000)
                 .arg(claim)
+                .arg(0)
                 .invoke_async(&mut c)
                 .await
                 .unwrap();
@@ -133,9 +144,11 @@ async fn scripts_against_a_server() {
                 .key(&k.tokens)
                 .key(&k.permits)
                 .key(&k.fence)
+                .key(BOOT)
                 .arg(owner)
                 .arg(5000)
                 .arg(n)
+                .arg(0)
                 .invoke_async(&mut c)
                 .await
                 .unwrap();
@@ -168,9 +181,11 @@ async fn scripts_against_a_server() {
         let g: Vec<i64> = REDLOCK_ACQUIRE
             .key(&r.lock)
             .key(&r.fence)
+            .key(BOOT)
             .arg("o1")
             .arg(5000)
             .arg(attempt)
+            .arg(0)
             .invoke_async(&mut c)
             .await
             .unwrap();
@@ -193,6 +208,7 @@ async fn scripts_against_a_server() {
         async move {
             let v: Vec<i64> = REDLOCK_FENCE
                 .key(&r.fence)
+                .key(BOOT)
                 .key(&r.fence_by)
                 .arg(token)
                 .arg(attempt)
@@ -206,7 +222,107 @@ async fn scripts_against_a_server() {
     assert_eq!(fence(big, "f1").await, vec![1, big_n], "a re-delivery of the same attempt still counts");
     assert_eq!(fence(big, "f2").await, vec![0, big_n], "an equal counter stored by another attempt is not ours");
     assert_eq!(fence("5", "f3").await, vec![0, big_n], "a lower token never overwrites");
-    let g: Vec<i64> =
-        REDLOCK_ACQUIRE.key(&r.lock).key(&r.fence).arg("o3").arg(5000).arg("a").invoke_async(&mut c).await.unwrap();
+    let g: Vec<i64> = REDLOCK_ACQUIRE
+        .key(&r.lock)
+        .key(&r.fence)
+        .key(BOOT)
+        .arg("o3")
+        .arg(5000)
+        .arg("a")
+        .arg(0)
+        .invoke_async(&mut c)
+        .await
+        .unwrap();
     assert_eq!(g[1].to_string(), big, "the floor is the stored counter when it is ahead of the clock");
+}
+
+/// A server that lost its state (no boot marker) refuses every fresh grant, of every kind, for
+/// the quiet period, answering the time left; a marker whose quiet time has passed lets grants
+/// through; losing the data again (FLUSHALL) starts a new quiet period.
+#[tokio::test]
+async fn quiet_period_after_lost_state() {
+    let server = lock_conformance::servers::redis::RedisServer::start_local().await.unwrap();
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let conn = c.clone();
+    let name = LockName::new("q").unwrap();
+    let (k, rw, sk) = (Keys::new("q", &name), RwKeys::new("q", &name), SemKeys::new("q", &name));
+    // The writer on a name of its own: the reader granted on `q` would refuse it.
+    let rw2 = RwKeys::new("q", &LockName::new("qw").unwrap());
+    let quiet = 4000;
+    let attempts = |owner: &'static str| {
+        let mut c = conn.clone();
+        let (k, rw, rw2, sk) = (&k, &rw, &rw2, &sk);
+        async move {
+            let mut replies = Vec::new();
+            let r: Vec<i64> = ACQUIRE
+                .key(&k.lock)
+                .key(&k.fence)
+                .key("q:boot")
+                .arg(owner)
+                .arg(5000)
+                .arg(quiet)
+                .invoke_async(&mut c)
+                .await
+                .unwrap();
+            replies.push(("exclusive", r));
+            fn rw_keys<'a>(s: &'a Script, rw: &'a RwKeys) -> redis::ScriptInvocation<'a> {
+                let mut call = s.prepare_invoke();
+                call.key(&rw.readers).key(&rw.tokens).key(&rw.writer).key(&rw.waiting).key(&rw.fence).key("q:boot");
+                call
+            }
+            let r: Vec<i64> = rw_keys(&RW_READ, rw).arg(owner).arg(5000).arg(quiet).invoke_async(&mut c).await.unwrap();
+            replies.push(("read", r));
+            let r: Vec<i64> = rw_keys(&RW_WRITE, rw2)
+                .arg(format!("{owner}w"))
+                .arg(5000)
+                .arg(0)
+                .arg(quiet)
+                .invoke_async(&mut c)
+                .await
+                .unwrap();
+            replies.push(("write", r));
+            let r: Vec<i64> = SEM_ACQUIRE
+                .key(&sk.holders)
+                .key(&sk.tokens)
+                .key(&sk.permits)
+                .key(&sk.fence)
+                .key("q:boot")
+                .arg(owner)
+                .arg(5000)
+                .arg(2)
+                .arg(quiet)
+                .invoke_async(&mut c)
+                .await
+                .unwrap();
+            replies.push(("permit", r));
+            let r: Vec<i64> = REDLOCK_ACQUIRE
+                .key(format!("{}-redlock", k.lock))
+                .key(&k.fence)
+                .key("q:boot")
+                .arg(owner)
+                .arg(5000)
+                .arg("a")
+                .arg(quiet)
+                .invoke_async(&mut c)
+                .await
+                .unwrap();
+            replies.push(("redlock", r));
+            replies
+        }
+    };
+    for (kind, r) in attempts("o1").await {
+        assert_eq!(r[0], 0, "{kind}: no grant right after the state was lost: {r:?}");
+        assert!(r[1] > quiet - 1000 && r[1] <= quiet, "{kind}: answers the quiet time left: {r:?}");
+    }
+    let marker: i64 = redis::cmd("GET").arg("q:boot").query_async(&mut c).await.unwrap();
+    assert!(marker > 0, "the first script wrote the quiet-until marker");
+    let _: () = redis::cmd("SET").arg("q:boot").arg(marker - quiet).query_async(&mut c).await.unwrap();
+    for (kind, r) in attempts("o2").await {
+        assert_eq!(r[0], 1, "{kind}: granted once the quiet period is over: {r:?}");
+    }
+    let _: () = redis::cmd("FLUSHALL").query_async(&mut c).await.unwrap();
+    for (kind, r) in attempts("o3").await {
+        assert_eq!(r[0], 0, "{kind}: losing the data again starts a new quiet period: {r:?}");
+    }
 }
