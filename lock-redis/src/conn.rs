@@ -69,6 +69,11 @@ impl Node {
         self.request_timeout
     }
 
+    /// The database number the connections select.
+    pub(crate) fn db(&self) -> i64 {
+        self.client.get_connection_info().redis_settings().db()
+    }
+
     /// The live connection, or the shared connect in progress (started if there is none).
     async fn connection(&self) -> Result<(u64, MultiplexedConnection), LockError> {
         let (generation, connecting) = {
@@ -264,12 +269,16 @@ impl Node {
 fn is_auth_error(e: &redis::RedisError) -> bool {
     e.kind() == redis::ErrorKind::AuthenticationFailed
         || e.code().is_some_and(|c| matches!(c, "NOAUTH" | "WRONGPASS" | "NOPERM"))
+        // redis-rs reports a refused SELECT at connect as a plain response error: a user
+        // without `+select` (or a database the server does not have) is configuration too.
+        || e.to_string().contains("refused to switch database")
 }
 
 fn auth_message(what: &str, label: &str, message: &str) -> String {
     format!(
         "{what} {label}: authentication or permission failed ({message}); check the user and password in the URL \
-         and that user's ACL rules (it needs EVALSHA, SCRIPT, PUBLISH, SUBSCRIBE and the lock keys)"
+         and that user's ACL rules (it needs EVALSHA, SCRIPT LOAD, PUBLISH, SUBSCRIBE, SELECT for a database \
+         other than 0, and the lock keys; see the lock-redis docs for the exact least ACL)"
     )
 }
 

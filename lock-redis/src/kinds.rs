@@ -14,6 +14,7 @@ use lock_core::{
     LockError, LockName, OwnerId, ReleaseOutcome, RenewOutcome, StoreLock, TryLock, WakeSubscription,
 };
 
+use crate::acl::Needs;
 use crate::scripts::{
     RwKeys, SemKeys, RENEW, RW_READ, RW_WRITE, RW_WRITE_RELEASE, SEM_ACQUIRE, ZSET_RELEASE, ZSET_RENEW,
 };
@@ -484,10 +485,10 @@ impl DistributedSemaphore for RedisSemaphore {
 
 /// Connects a read-write lock client; see [`crate::connect_rw`].
 pub(crate) async fn connect_rw(url: &str, options: &RedisOptions) -> Result<RedisRwLock, LockError> {
-    Ok(RedisRwLock::new(Arc::new(RedisStore::connect(url, options).await?)))
+    Ok(RedisRwLock::new(Arc::new(RedisStore::connect(url, options, Needs::Kinds).await?)))
 }
 
 /// Connects a semaphore client; see [`crate::connect_semaphore`].
 pub(crate) async fn connect_semaphore(url: &str, options: &RedisOptions) -> Result<RedisSemaphore, LockError> {
-    Ok(RedisSemaphore::new(Arc::new(RedisStore::connect(url, options).await?)))
+    Ok(RedisSemaphore::new(Arc::new(RedisStore::connect(url, options, Needs::Kinds).await?)))
 }

@@ -68,12 +68,23 @@
 //!   `LockError::Config`. A connection that failed or timed out is replaced, never reused.
 //!   TLS (`rediss://`) and AUTH / ACL users (`redis://user:password@host`) come from the URL
 //!   (servers are verified against the webpki roots, or against `tls_ca_file`); passwords never
-//!   appear in `Debug` output, logs or errors. The least an ACL user needs (tested):
-//!   `~dlock:* &dlock:* +evalsha +script|load +ping +subscribe +unsubscribe +publish +hget
-//!   +hset +pexpire +pttl +time +incr +get +set +del` (with your `key_prefix`); read-write
-//!   locks and semaphores also need `+zadd +zrange +zrangebyscore +zremrangebyscore +zscore
-//!   +zrem +zcard +hdel +exists` (tested).
-//!
+//!   appear in `Debug` output, logs or errors. A URL parameter other than `protocol` (e.g. a
+//!   misspelt `?tls=true`) is a `Config` error, never silently ignored; `rediss://…#insecure`
+//!   (no certificate check) logs a warning at connect.
+//! - **Least privilege** (tested with such a user): for the exclusive lock and Redlock,
+//!   `ACL SETUSER <user> on >… ~<prefix>:* &<prefix>:* -@all +evalsha +script|load +ping
+//!   +subscribe +unsubscribe +publish +hget +hset +pexpire +pttl +time +incr +get +set +del`;
+//!   read-write locks and semaphores add `+zadd +zrange +zrangebyscore +zremrangebyscore
+//!   +zscore +zrem +zcard +hdel +exists`; a database other than 0 in the URL adds `+select`.
+//!   Every one of them is checked **once at connect** (on Redis ≥ 7, through
+//!   `redis.acl_check_cmd`, on this client's own keys and channels): a missing one is a
+//!   `Config` error naming it, instead of a script failing half-way (Redis scripts do not roll
+//!   back: a release could delete the key and then fail to `PUBLISH`). The `key_prefix` is 1–64
+//!   ASCII letters, digits and `- _ . : /`, so `~<prefix>:*` means exactly this client's keys.
+//! - **What the channels reveal**: lock names appear (escaped) in key and channel names, so a
+//!   user allowed to `PSUBSCRIBE` to `<prefix>:*` or to run `KEYS`/`SCAN` there sees which locks
+//!   are used and when they are released. Give other users no access to the prefix.
+
 //! ## Read-write locks and semaphores (single instance)
 //!
 //! [`connect_rw`] gives a [`RedisRwLock`] ([`lock_core::DistributedRwLock`]) and
@@ -179,6 +190,7 @@
 //! passed) is built in: the restart quiet period (see "Restarts" above) keeps such a master
 //! from granting until then.
 
+mod acl;
 mod boot;
 mod conn;
 mod kinds;
@@ -208,7 +220,7 @@ pub type Redlock = StoreLock<RedlockStore>;
 /// Errors: a malformed URL or bad options is `Config`; an unreachable server is `Unavailable`;
 /// rejected credentials are `Config`.
 pub async fn connect(url: &str, options: RedisOptions) -> Result<RedisLock, LockError> {
-    Ok(StoreLock::new(RedisStore::connect(url, &options).await?))
+    Ok(StoreLock::new(RedisStore::connect(url, &options, acl::Needs::Exclusive).await?))
 }
 
 /// Connects to N independent masters:

@@ -88,6 +88,14 @@ impl RedlockStore {
                 ),
             ));
         }
+        // The masters that answered must let this user run everything (the others are checked
+        // by their first refusal, which the watchdog reports).
+        for (node, ping) in nodes.iter().zip(&pings) {
+            if ping.is_ok() {
+                let db = node.db();
+                crate::acl::check(node, &options.key_prefix, db, crate::acl::Needs::Exclusive).await?;
+            }
+        }
         let notifier = Notifier::new(pubsub, options.connect_timeout, options.request_timeout);
         Ok(RedlockStore {
             nodes,

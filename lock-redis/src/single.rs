@@ -8,6 +8,7 @@ use lock_core::{
     TryLock, WakeMethod, WakeSubscription,
 };
 
+use crate::acl::Needs;
 use crate::boot::Boot;
 use crate::conn::Node;
 use crate::pubsub::Notifier;
@@ -33,13 +34,16 @@ impl std::fmt::Debug for RedisStore {
 }
 
 impl RedisStore {
-    /// Opens the client and checks the server answers (bounded by `connect_timeout`).
-    pub(crate) async fn connect(url: &str, options: &RedisOptions) -> Result<RedisStore, LockError> {
+    /// Opens the client, checks the server answers (bounded by `connect_timeout`) and that
+    /// its user may run everything `needs` will run.
+    pub(crate) async fn connect(url: &str, options: &RedisOptions, needs: Needs) -> Result<RedisStore, LockError> {
         options.validate()?;
         let ca = options.read_ca().await?;
         let client = crate::url::open_client_with_ca(url, ca.as_deref())?;
+        let db = client.get_connection_info().redis_settings().db();
         let node = Node::new(client.clone(), url, BACKEND, options.connect_timeout, options.request_timeout);
         node.ping(options.connect_timeout + options.request_timeout).await?;
+        crate::acl::check(&node, &options.key_prefix, db, needs).await?;
         let notifier =
             Notifier::new(vec![(client, node.label.clone())], options.connect_timeout, options.request_timeout);
         Ok(RedisStore {

@@ -7,7 +7,7 @@ mod redis_extra {
     use std::time::{Duration, Instant};
 
     use lock_conformance::Fixture;
-    use lock_core::{AcquireOptions, DistributedLock, LockError, LockName};
+    use lock_core::{AcquireOptions, DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockName};
 
     use crate::common::RedisFixture;
 
@@ -195,6 +195,96 @@ mod redis_extra {
         let e = bad.err().unwrap();
         assert!(matches!(e, LockError::Config { .. }), "{e}");
         assert!(!e.to_string().contains("wrongpw"), "{e}");
+    }
+
+    /// The documented least ACL works for every kind, on database 1 with `+select`; a user
+    /// missing one permission (`+publish`, `+select`, a sorted-set command) is refused at
+    /// connect with a `Config` error naming it, before any script could run half-way.
+    #[tokio::test]
+    async fn least_acl_is_checked_at_connect() {
+        let fx = RedisFixture::start().await.unwrap();
+        let Some(addr) = fx.server.addr().filter(|_| fx.owned()) else {
+            eprintln!(
+                "NOT APPLICABLE least_acl_is_checked_at_connect: the server is external (the test changes its ACLs)"
+            );
+            return;
+        };
+        let prefix = fx.options.key_prefix.clone();
+        let mut conn = raw(&fx).await;
+        const EXCLUSIVE: &[&str] = &[
+            "+evalsha",
+            "+script|load",
+            "+ping",
+            "+subscribe",
+            "+unsubscribe",
+            "+publish",
+            "+hget",
+            "+hset",
+            "+pexpire",
+            "+pttl",
+            "+time",
+            "+incr",
+            "+get",
+            "+set",
+            "+del",
+        ];
+        const KINDS: &[&str] = &[
+            "+zadd",
+            "+zrange",
+            "+zrangebyscore",
+            "+zremrangebyscore",
+            "+zscore",
+            "+zrem",
+            "+zcard",
+            "+hdel",
+            "+exists",
+        ];
+        let user = |name: &str, rules: Vec<&str>| {
+            let mut c = conn.clone();
+            let mut cmd = redis::cmd("ACL");
+            cmd.arg("SETUSER").arg(name).arg("on").arg(">pw").arg(format!("~{prefix}:*")).arg(format!("&{prefix}:*"));
+            cmd.arg("-@all").arg(rules);
+            async move {
+                let _: () = cmd.query_async(&mut c).await.unwrap();
+            }
+        };
+        let all: Vec<&str> = EXCLUSIVE.iter().chain(KINDS).copied().chain(["+select"]).collect();
+        user("least", all.clone()).await;
+        user("nopublish", all.iter().copied().filter(|r| *r != "+publish").collect()).await;
+        user("noselect", all.iter().copied().filter(|r| *r != "+select").collect()).await;
+        user("exclusiveonly", EXCLUSIVE.to_vec()).await;
+        // Database 1 must be fresh for this prefix too.
+        let _: () = redis::cmd("SELECT").arg(1).query_async(&mut conn).await.unwrap();
+        let _: () = redis::cmd("SET").arg(format!("{prefix}:boot")).arg(0).query_async(&mut conn).await.unwrap();
+        let _: () = redis::cmd("SELECT").arg(0).query_async(&mut conn).await.unwrap();
+
+        let url = |user: &str, db: u32| format!("redis://{user}:pw@{addr}/{db}");
+        let o = || fx.options.clone();
+        let lock = lock_redis::connect(&url("least", 1), o()).await.unwrap();
+        let rw = lock_redis::connect_rw(&url("least", 1), o()).await.unwrap();
+        let sem = lock_redis::connect_semaphore(&url("least", 1), o()).await.unwrap();
+        let name = LockName::new("least").unwrap();
+        let l = lock.acquire(&name, &opts(2000)).await.unwrap();
+        l.renew().await.unwrap();
+        l.release().await.unwrap();
+        let r = rw.acquire_read(&name, &opts(2000)).await.unwrap();
+        r.release().await.unwrap();
+        let w = rw.acquire_write(&name, &opts(2000)).await.unwrap();
+        w.release().await.unwrap();
+        let p = sem.acquire_permit(&name, 2, &opts(2000)).await.unwrap();
+        p.release().await.unwrap();
+
+        let refused = |r: Result<(), LockError>, what: &str| {
+            let e = r.expect_err(what);
+            assert!(matches!(e, LockError::Config { .. }), "{what}: {e}");
+            assert!(e.to_string().contains(what), "the error names {what}: {e}");
+            assert!(!e.to_string().contains(":pw@"), "no password in {e}");
+        };
+        refused(lock_redis::connect(&url("nopublish", 0), o()).await.map(|_| ()), "publish");
+        refused(lock_redis::connect_rw(&url("nopublish", 0), o()).await.map(|_| ()), "publish");
+        refused(lock_redis::connect(&url("noselect", 1), o()).await.map(|_| ()), "select");
+        refused(lock_redis::connect_semaphore(&url("exclusiveonly", 0), o()).await.map(|_| ()), "zadd");
+        lock_redis::connect(&url("exclusiveonly", 0), o()).await.expect("the exclusive lock needs no more");
     }
 
     /// `rediss://`: TLS with a private CA (`tls_ca_file`) works; without it the unknown issuer
