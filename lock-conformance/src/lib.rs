@@ -221,6 +221,7 @@ macro_rules! conformance_tests {
                 acquire_all_opposite_orders,
                 validity_within_server_bound,
                 regrant_extends_lease,
+                fault_restart_quiet_period,
             ]
         }
     };

@@ -73,7 +73,12 @@ impl Fixture for MemoryFixture {
     }
 
     fn server(&self) -> Option<Arc<dyn ServerControl>> {
-        Some(Arc::new(MemoryServer(self.server.clone())))
+        // Every case's leases last at most twice the base ttl.
+        Some(Arc::new(MemoryServer {
+            lock: self.server.clone(),
+            quiet: self.base_ttl * 2,
+            stopped: Default::default(),
+        }))
     }
 
     fn base_ttl(&self) -> Duration {
@@ -104,22 +109,33 @@ impl ClientLink for MemoryLink {
 }
 
 /// The memory server's down switch; `stop` also forgets every lease and counter, as a server
-/// without persistence would.
-struct MemoryServer(MemoryLock);
+/// without persistence would. Having lost its state, it comes back only once every lease it
+/// forgot has ended (`quiet` after the stop: a delayed restart), so it grants nothing while a
+/// forgotten lease may still be believed (SPEC §3).
+struct MemoryServer {
+    lock: MemoryLock,
+    quiet: Duration,
+    stopped: std::sync::Mutex<Option<tokio::time::Instant>>,
+}
 
 #[async_trait]
 impl ServerControl for MemoryServer {
     async fn stop(&self) -> Result<(), LockError> {
-        self.0.set_server_down(true);
-        self.0.restart_server();
+        self.lock.set_server_down(true);
+        self.lock.restart_server();
+        *self.stopped.lock().unwrap_or_else(|e| e.into_inner()) = Some(tokio::time::Instant::now());
         Ok(())
     }
     async fn start(&self) -> Result<(), LockError> {
-        self.0.set_server_down(false);
+        let stopped = self.stopped.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(at) = stopped {
+            tokio::time::sleep_until(at + self.quiet).await;
+        }
+        self.lock.set_server_down(false);
         Ok(())
     }
     async fn pause(&self, paused: bool) -> Result<(), LockError> {
-        self.0.set_server_down(paused);
+        self.lock.set_server_down(paused);
         Ok(())
     }
     fn persistent(&self) -> bool {

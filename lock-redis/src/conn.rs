@@ -35,6 +35,12 @@ enum Slot {
 }
 
 /// A server and its shared command connection.
+///
+/// Why not redis-rs's `ConnectionManager`: it fails the first command after a server restart
+/// (measured on redis 7.0: `broken pipe`, success only on the caller's retry ~5 ms later) and
+/// keeps a connection whose request timed out, while `Node` retries idempotent scripts once on a
+/// fresh connection, replaces a connection after any time-out, shares one connect bounded by
+/// `connect_timeout` among the requests waiting for it, and loads every script on it.
 pub(crate) struct Node {
     client: redis::Client,
     /// The URL with its password hidden: the only form that reaches logs and errors.
@@ -67,6 +73,11 @@ impl Node {
 
     pub(crate) fn request_timeout(&self) -> Duration {
         self.request_timeout
+    }
+
+    /// The database number the connections select.
+    pub(crate) fn db(&self) -> i64 {
+        self.client.get_connection_info().redis_settings().db()
     }
 
     /// The live connection, or the shared connect in progress (started if there is none).
@@ -264,12 +275,16 @@ impl Node {
 fn is_auth_error(e: &redis::RedisError) -> bool {
     e.kind() == redis::ErrorKind::AuthenticationFailed
         || e.code().is_some_and(|c| matches!(c, "NOAUTH" | "WRONGPASS" | "NOPERM"))
+        // redis-rs reports a refused SELECT at connect as a plain response error: a user
+        // without `+select` (or a database the server does not have) is configuration too.
+        || e.to_string().contains("refused to switch database")
 }
 
 fn auth_message(what: &str, label: &str, message: &str) -> String {
     format!(
         "{what} {label}: authentication or permission failed ({message}); check the user and password in the URL \
-         and that user's ACL rules (it needs EVALSHA, SCRIPT, PUBLISH, SUBSCRIBE and the lock keys)"
+         and that user's ACL rules (it needs EVALSHA, SCRIPT LOAD, PUBLISH, SUBSCRIBE, SELECT for a database \
+         other than 0, and the lock keys; see the lock-redis docs for the exact least ACL)"
     )
 }
 

@@ -14,6 +14,7 @@ use lock_core::{
     LockError, LockName, OwnerId, ReleaseOutcome, RenewOutcome, StoreLock, TryLock, WakeSubscription,
 };
 
+use crate::acl::Needs;
 use crate::scripts::{
     RwKeys, SemKeys, RENEW, RW_READ, RW_WRITE, RW_WRITE_RELEASE, SEM_ACQUIRE, ZSET_RELEASE, ZSET_RENEW,
 };
@@ -141,18 +142,27 @@ impl LeaseStore for ReadSide {
     async fn try_lock(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<TryLock, LockError> {
         let (k, owner, ms) = (&RwKeys::new(&self.base.prefix, name), &owner.to_hex(), ttl_ms(ttl));
         let node = &self.base.node;
+        let boot = &self.base.boot;
         let reply: Vec<i64> = node
-            .run_idempotent(node.request_timeout(), |mut c| async move {
-                RW_READ
-                    .key(&k.readers)
-                    .key(&k.tokens)
-                    .key(&k.writer)
-                    .key(&k.waiting)
-                    .key(&k.fence)
-                    .arg(owner)
-                    .arg(ms)
-                    .invoke_async(&mut c)
-                    .await
+            .run_idempotent(node.request_timeout(), |c| async move {
+                boot.with_marker(name, |marker| {
+                    let mut c = c.clone();
+                    async move {
+                        RW_READ
+                            .key(&k.readers)
+                            .key(&k.tokens)
+                            .key(&k.writer)
+                            .key(&k.waiting)
+                            .key(&k.fence)
+                            .key(marker)
+                            .arg(owner)
+                            .arg(ms)
+                            .arg(boot.quiet_ms())
+                            .invoke_async(&mut c)
+                            .await
+                    }
+                })
+                .await
             })
             .await?;
         match parse_pair(BACKEND, reply)? {
@@ -190,19 +200,28 @@ impl WriteSide {
         let claim = writer_claim(ttl);
         let claim_ms = if claiming { ttl_ms(claim) } else { 0 };
         let node = &self.base.node;
+        let boot = &self.base.boot;
         let reply: Vec<i64> = node
-            .run_idempotent(node.request_timeout(), |mut c| async move {
-                RW_WRITE
-                    .key(&k.readers)
-                    .key(&k.tokens)
-                    .key(&k.writer)
-                    .key(&k.waiting)
-                    .key(&k.fence)
-                    .arg(owner)
-                    .arg(ms)
-                    .arg(claim_ms)
-                    .invoke_async(&mut c)
-                    .await
+            .run_idempotent(node.request_timeout(), |c| async move {
+                boot.with_marker(name, |marker| {
+                    let mut c = c.clone();
+                    async move {
+                        RW_WRITE
+                            .key(&k.readers)
+                            .key(&k.tokens)
+                            .key(&k.writer)
+                            .key(&k.waiting)
+                            .key(&k.fence)
+                            .key(marker)
+                            .arg(owner)
+                            .arg(ms)
+                            .arg(claim_ms)
+                            .arg(boot.quiet_ms())
+                            .invoke_async(&mut c)
+                            .await
+                    }
+                })
+                .await
             })
             .await?;
         match parse_pair(BACKEND, reply)? {
@@ -289,18 +308,27 @@ impl LeaseStore for PermitSide {
         let (k, owner, ms) = (&SemKeys::new(&self.base.prefix, name), &owner.to_hex(), ttl_ms(ttl));
         let permits = self.permits;
         let node = &self.base.node;
+        let boot = &self.base.boot;
         let reply: Vec<i64> = node
-            .run_idempotent(node.request_timeout(), |mut c| async move {
-                SEM_ACQUIRE
-                    .key(&k.holders)
-                    .key(&k.tokens)
-                    .key(&k.permits)
-                    .key(&k.fence)
-                    .arg(owner)
-                    .arg(ms)
-                    .arg(permits)
-                    .invoke_async(&mut c)
-                    .await
+            .run_idempotent(node.request_timeout(), |c| async move {
+                boot.with_marker(name, |marker| {
+                    let mut c = c.clone();
+                    async move {
+                        SEM_ACQUIRE
+                            .key(&k.holders)
+                            .key(&k.tokens)
+                            .key(&k.permits)
+                            .key(&k.fence)
+                            .key(marker)
+                            .arg(owner)
+                            .arg(ms)
+                            .arg(permits)
+                            .arg(boot.quiet_ms())
+                            .invoke_async(&mut c)
+                            .await
+                    }
+                })
+                .await
             })
             .await?;
         match reply_pair(reply)? {
@@ -354,6 +382,12 @@ impl RedisRwLock {
             write: StoreLock::new(WriteSide { base }),
         }
     }
+
+    /// The read and the write side as [`LeaseStore`]s (labels `"read"`, `"write"`), for tests
+    /// and tools that drive the store directly.
+    pub fn lease_stores(&self) -> [(&'static str, Arc<dyn LeaseStore>); 2] {
+        [("read", Arc::clone(self.read.store()) as _), ("write", Arc::clone(self.write.store()) as _)]
+    }
 }
 
 #[async_trait]
@@ -406,6 +440,12 @@ impl RedisSemaphore {
         RedisSemaphore { base }
     }
 
+    /// The side of this semaphore with `permits` permits as a [`LeaseStore`], for tests and
+    /// tools that drive the store directly.
+    pub fn lease_store(&self, permits: u32) -> Result<Arc<dyn LeaseStore>, LockError> {
+        Ok(Arc::clone(self.side(permits)?.store()) as _)
+    }
+
     fn side(&self, permits: u32) -> Result<StoreLock<PermitSide>, LockError> {
         if permits == 0 {
             return Err(LockError::invalid_options("a semaphore needs at least one permit; ask for permits >= 1"));
@@ -445,10 +485,10 @@ impl DistributedSemaphore for RedisSemaphore {
 
 /// Connects a read-write lock client; see [`crate::connect_rw`].
 pub(crate) async fn connect_rw(url: &str, options: &RedisOptions) -> Result<RedisRwLock, LockError> {
-    Ok(RedisRwLock::new(Arc::new(RedisStore::connect(url, options).await?)))
+    Ok(RedisRwLock::new(Arc::new(RedisStore::connect(url, options, Needs::Kinds).await?)))
 }
 
 /// Connects a semaphore client; see [`crate::connect_semaphore`].
 pub(crate) async fn connect_semaphore(url: &str, options: &RedisOptions) -> Result<RedisSemaphore, LockError> {
-    Ok(RedisSemaphore::new(Arc::new(RedisStore::connect(url, options).await?)))
+    Ok(RedisSemaphore::new(Arc::new(RedisStore::connect(url, options, Needs::Kinds).await?)))
 }

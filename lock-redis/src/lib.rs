@@ -40,7 +40,21 @@
 //!   keys carry an expiry. The fence counter survives eviction thanks to the `TIME` floor.
 //! - **Restarts**: a Redis without persistence forgets every lease when it restarts
 //!   (`durable_leases` is false): holders find no entry at their next renewal and their lost
-//!   signal fires; tokens stay monotonic (`durable_fencing` is true).
+//!   signal fires; tokens stay monotonic (`durable_fencing` is true). Until that renewal a
+//!   holder still believes its lease, so a server that lost its state **grants nothing for a
+//!   quiet period** (SPEC §3): every acquire script checks the boot marker `<prefix>:boot`; the
+//!   first one to find it missing writes "quiet until" = server `TIME` +
+//!   [`RedisOptions::restart_quiet_period`] (default [`RedisOptions::max_ttl`], 60 s, the
+//!   longest ttl a client accepts) and every fresh grant of every kind is refused until then,
+//!   answered like a busy lock with the time left (waiters sleep exactly that long). A missing
+//!   marker also means `FLUSHALL`, a failover to an empty replica, or the first use of a key
+//!   prefix on a server: a brand-new deployment waits the quiet period once, unless the operator
+//!   writes `SET <prefix>:boot 0` (saying no lease can have been forgotten). Keep every client's
+//!   ttl at or below the quiet period; `0s` turns it off, which is only safe on a server that
+//!   never loses acknowledged writes. On a Redis Cluster node a script may touch one slot only,
+//!   so there the marker is per name (`<prefix>:{<name>}:boot`) and each name waits once after a
+//!   restart. Redlock masters do the same each, so a majority restarting empty grants nothing
+//!   while a lease may still be believed.
 //! - **Waiting**: before each attempt a waiter registers for the lock's channel (one pub/sub
 //!   connection per client and server, shared by all its waiters, channels reference-counted
 //!   and unsubscribed when unused). SUBSCRIBE is queued without waiting for its confirmation,
@@ -54,12 +68,23 @@
 //!   `LockError::Config`. A connection that failed or timed out is replaced, never reused.
 //!   TLS (`rediss://`) and AUTH / ACL users (`redis://user:password@host`) come from the URL
 //!   (servers are verified against the webpki roots, or against `tls_ca_file`); passwords never
-//!   appear in `Debug` output, logs or errors. The least an ACL user needs (tested):
-//!   `~dlock:* &dlock:* +evalsha +script|load +ping +subscribe +unsubscribe +publish +hget
-//!   +hset +pexpire +pttl +time +incr +get +set +del` (with your `key_prefix`); read-write
-//!   locks and semaphores also need `+zadd +zrange +zrangebyscore +zremrangebyscore +zscore
-//!   +zrem +zcard +hdel +exists` (tested).
-//!
+//!   appear in `Debug` output, logs or errors. A URL parameter other than `protocol` (e.g. a
+//!   misspelt `?tls=true`) is a `Config` error, never silently ignored; `rediss://…#insecure`
+//!   (no certificate check) logs a warning at connect.
+//! - **Least privilege** (tested with such a user): for the exclusive lock and Redlock,
+//!   `ACL SETUSER <user> on >… ~<prefix>:* &<prefix>:* -@all +evalsha +script|load +ping
+//!   +subscribe +unsubscribe +publish +hget +hset +pexpire +pttl +time +incr +get +set +del`;
+//!   read-write locks and semaphores add `+zadd +zrange +zrangebyscore +zremrangebyscore
+//!   +zscore +zrem +zcard +hdel +exists`; a database other than 0 in the URL adds `+select`.
+//!   Every one of them is checked **once at connect** (on Redis ≥ 7, through
+//!   `redis.acl_check_cmd`, on this client's own keys and channels): a missing one is a
+//!   `Config` error naming it, instead of a script failing half-way (Redis scripts do not roll
+//!   back: a release could delete the key and then fail to `PUBLISH`). The `key_prefix` is 1–64
+//!   ASCII letters, digits and `- _ . : /`, so `~<prefix>:*` means exactly this client's keys.
+//! - **What the channels reveal**: lock names appear (escaped) in key and channel names, so a
+//!   user allowed to `PSUBSCRIBE` to `<prefix>:*` or to run `KEYS`/`SCAN` there sees which locks
+//!   are used and when they are released. Give other users no access to the prefix.
+
 //! ## Read-write locks and semaphores (single instance)
 //!
 //! [`connect_rw`] gives a [`RedisRwLock`] ([`lock_core::DistributedRwLock`]) and
@@ -160,10 +185,13 @@
 //! clock, but a paused process cannot act on it. Therefore: pass [`lock_core::FencingToken`]
 //! with every write and make the protected resource reject tokens lower than the highest it
 //! has seen ([`lock_core::FencedRegister`]). The tokens stay monotonic even in the scenarios
-//! above; exclusivity alone does not. Masters should also run with `noeviction` and, ideally,
-//! restart only after a delay longer than the maximum ttl (Redlock's "delayed restart"), since
-//! a master that restarts empty can otherwise hand its vote to a second client.
+//! above; exclusivity alone does not. Masters should also run with `noeviction`. Redlock's
+//! "delayed restart" (a master that restarts empty must not vote before the longest ttl has
+//! passed) is built in: the restart quiet period (see "Restarts" above) keeps such a master
+//! from granting until then.
 
+mod acl;
+mod boot;
 mod conn;
 mod kinds;
 mod options;
@@ -192,7 +220,7 @@ pub type Redlock = StoreLock<RedlockStore>;
 /// Errors: a malformed URL or bad options is `Config`; an unreachable server is `Unavailable`;
 /// rejected credentials are `Config`.
 pub async fn connect(url: &str, options: RedisOptions) -> Result<RedisLock, LockError> {
-    Ok(StoreLock::new(RedisStore::connect(url, &options).await?))
+    Ok(StoreLock::new(RedisStore::connect(url, &options, acl::Needs::Exclusive).await?))
 }
 
 /// Connects to N independent masters:

@@ -17,8 +17,10 @@ use serde::Deserialize;
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RedisOptions {
-    /// Prefix of every key and channel (`<prefix>:{<escaped name>}:…`). Must not contain `{`,
-    /// `}` or control characters. Default `dlock`.
+    /// Prefix of every key and channel (`<prefix>:{<escaped name>}:…`): 1 to
+    /// 64 ASCII letters, digits and `- _ . : /`, so that it is also a literal in ACL key and
+    /// channel patterns (`~<prefix>:*`) and never changes the Redis Cluster hash tag. Default
+    /// `dlock`.
     pub key_prefix: String,
     /// Bound on establishing one connection (TCP, TLS, AUTH, SELECT). Default 2 s.
     #[serde(with = "humantime_serde")]
@@ -31,6 +33,19 @@ pub struct RedisOptions {
     /// For `rediss://` (and `redlock://…?tls=true`) servers whose certificates a private CA
     /// signed: that CA's certificate, a PEM file. Default: the webpki (Mozilla) roots.
     pub tls_ca_file: Option<PathBuf>,
+    /// The longest lease ttl this client accepts (a longer one is `InvalidOptions`), and so the
+    /// longest a forgotten lease may be believed after the server lost its state. Every client
+    /// of one server should agree on it. Default 60 s.
+    #[serde(with = "humantime_serde")]
+    pub max_ttl: Duration,
+    /// After the server lost its state (a restart without persistence, `FLUSHALL`, a failover to
+    /// an empty replica), or on the first use of a key prefix on a server, nothing is granted
+    /// for this long, so that no lease the server forgot is still believed valid when the lock
+    /// goes to someone else (SPEC §3). Default (`None`): `max_ttl`. `0s` turns it off: only for a
+    /// server that never loses acknowledged writes (AOF with `appendfsync always`). See the crate
+    /// docs, "Restarts".
+    #[serde(with = "humantime_serde")]
+    pub restart_quiet_period: Option<Duration>,
 }
 
 impl Default for RedisOptions {
@@ -40,6 +55,8 @@ impl Default for RedisOptions {
             connect_timeout: Duration::from_secs(2),
             request_timeout: Duration::from_secs(1),
             tls_ca_file: None,
+            max_ttl: Duration::from_secs(60),
+            restart_quiet_period: None,
         }
     }
 }
@@ -47,22 +64,23 @@ impl Default for RedisOptions {
 impl RedisOptions {
     /// Checks the options; every problem is a `Config` error saying what to change.
     pub fn validate(&self) -> Result<(), LockError> {
-        if self.key_prefix.is_empty() {
-            return Err(LockError::config("redis key_prefix is empty; set it to e.g. \"dlock\""));
-        }
-        if self.key_prefix.chars().any(|c| c == '{' || c == '}' || c.is_control()) {
-            return Err(LockError::config(
-                "redis key_prefix must not contain '{', '}' or control characters (braces would change the \
-                 Redis Cluster hash tag); choose e.g. \"dlock\"",
-            ));
-        }
+        validate_prefix(&self.key_prefix)?;
         if self.connect_timeout.is_zero() {
             return Err(LockError::config("redis connect_timeout is zero; use e.g. \"2s\""));
         }
         if self.request_timeout.is_zero() {
             return Err(LockError::config("redis request_timeout is zero; use e.g. \"1s\""));
         }
+        if self.max_ttl.is_zero() {
+            return Err(LockError::config("redis max_ttl is zero; use the longest lease ttl you need, e.g. \"60s\""));
+        }
         Ok(())
+    }
+
+    /// How long a server that lost its state grants nothing: `restart_quiet_period`, by
+    /// default `max_ttl`.
+    pub fn quiet_period(&self) -> Duration {
+        self.restart_quiet_period.unwrap_or(self.max_ttl)
     }
 
     /// Reads `tls_ca_file`, if set.
@@ -79,6 +97,30 @@ impl RedisOptions {
     }
 }
 
+/// The longest key prefix accepted.
+const MAX_PREFIX: usize = 64;
+
+/// A key prefix is validated like a table name: it ends up in every key, in ACL patterns (where
+/// `* ? [ ] \` are glob syntax) and next to the hash tag (where `{ }` would change the slot).
+fn validate_prefix(prefix: &str) -> Result<(), LockError> {
+    let shown: String = prefix.chars().take(MAX_PREFIX).flat_map(char::escape_default).collect();
+    if prefix.is_empty() || prefix.len() > MAX_PREFIX {
+        return Err(LockError::config(format!(
+            "redis key_prefix must be 1 to {MAX_PREFIX} bytes long (it is {}); choose e.g. \"dlock\" or \"myapp-locks\"",
+            prefix.len()
+        )));
+    }
+    if let Some(bad) = prefix.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':' | '/')))
+    {
+        return Err(LockError::config(format!(
+            "redis key_prefix \"{shown}\" contains {:?}; use only ASCII letters, digits and - _ . : / (glob characters \
+             would widen ACL patterns, braces would change the Redis Cluster hash tag), e.g. \"myapp-locks\"",
+            bad
+        )));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,7 +133,19 @@ mod tests {
         assert_eq!(o.connect_timeout, Duration::from_secs(3));
         assert_eq!(o.key_prefix, "dlock");
         assert!(serde_json::from_str::<RedisOptions>(r#"{"bogus":1}"#).is_err());
-        let bad = RedisOptions { key_prefix: "a{b".into(), ..RedisOptions::default() };
-        assert!(matches!(bad.validate(), Err(LockError::Config { .. })));
+        assert_eq!(d.quiet_period(), d.max_ttl, "the quiet period defaults to the longest ttl");
+        let o: RedisOptions = serde_json::from_str(r#"{"max_ttl":"2m","restart_quiet_period":"0s"}"#).unwrap();
+        assert_eq!((o.max_ttl, o.quiet_period()), (Duration::from_secs(120), Duration::ZERO));
+        for bad in ["", "a{b", "a}", "lock*", "a?b", "x[ab]", "a b", "a\tb", "a\\b", "é", &"p".repeat(65)] {
+            let o = RedisOptions { key_prefix: bad.into(), ..RedisOptions::default() };
+            assert!(matches!(o.validate(), Err(LockError::Config { .. })), "{bad:?} must be refused");
+        }
+        let huge = RedisOptions { key_prefix: "x".repeat(100_000), ..RedisOptions::default() };
+        let e = huge.validate().unwrap_err().to_string();
+        assert!(e.len() < 400, "the error does not echo a huge prefix: {} bytes", e.len());
+        for good in ["dlock", "myapp-locks", "a.b_c:d/e", &"p".repeat(64)] {
+            let o = RedisOptions { key_prefix: good.into(), ..RedisOptions::default() };
+            assert!(o.validate().is_ok(), "{good:?} must be accepted");
+        }
     }
 }

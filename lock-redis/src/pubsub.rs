@@ -53,6 +53,11 @@ struct Inner {
 }
 
 /// The notification side of one client (one server for Redis, N for Redlock).
+///
+/// Why not `ConnectionManager`'s pub/sub: it needs RESP3 and re-subscribes after a reconnect
+/// without telling anyone, while releases published during the outage are lost, so every waiter
+/// must be woken then; waiters also need channels reference-counted and a wake-up permit per
+/// confirmed SUBSCRIBE.
 pub(crate) struct Notifier {
     inner: Arc<Inner>,
     started: Mutex<bool>,

@@ -13,6 +13,7 @@ use lock_core::{
 use rand::Rng;
 use tokio::time::Instant;
 
+use crate::boot::Boot;
 use crate::conn::Node;
 use crate::pubsub::Notifier;
 use crate::scripts::{Keys, REDLOCK_ABANDON, REDLOCK_ACQUIRE, REDLOCK_FENCE, RELEASE, RENEW};
@@ -28,6 +29,8 @@ pub struct RedlockStore {
     prefix: String,
     quorum: usize,
     request_timeout: Duration,
+    boot: Boot,
+    max_ttl: Duration,
 }
 
 impl std::fmt::Debug for RedlockStore {
@@ -85,6 +88,14 @@ impl RedlockStore {
                 ),
             ));
         }
+        // The masters that answered must let this user run everything (the others are checked
+        // by their first refusal, which the watchdog reports).
+        for (node, ping) in nodes.iter().zip(&pings) {
+            if ping.is_ok() {
+                let db = node.db();
+                crate::acl::check(node, &options.key_prefix, db, crate::acl::Needs::Exclusive).await?;
+            }
+        }
         let notifier = Notifier::new(pubsub, options.connect_timeout, options.request_timeout);
         Ok(RedlockStore {
             nodes,
@@ -92,6 +103,8 @@ impl RedlockStore {
             prefix: options.key_prefix.clone(),
             quorum,
             request_timeout: options.request_timeout,
+            boot: Boot::new(&options.key_prefix, options.quiet_period()),
+            max_ttl: options.max_ttl,
         })
     }
 
@@ -166,6 +179,7 @@ impl LeaseStore for RedlockStore {
         caps.durable_fencing = true;
         caps.durable_leases = false;
         caps.min_ttl = Duration::from_millis(50);
+        caps.max_ttl = self.max_ttl;
         caps
     }
 
@@ -184,18 +198,26 @@ impl LeaseStore for RedlockStore {
             .nodes
             .iter()
             .map(|node| {
-                let (keys, owner, attempt) = (&keys, &owner, &attempt);
+                let (keys, owner, attempt, boot) = (&keys, &owner, &attempt, &self.boot);
                 async move {
                     let reply: Result<Vec<i64>, LockError> = node
-                        .run_idempotent(per_node, |mut c| async move {
-                            REDLOCK_ACQUIRE
-                                .key(&keys.lock)
-                                .key(&keys.fence)
-                                .arg(owner)
-                                .arg(ms)
-                                .arg(attempt)
-                                .invoke_async(&mut c)
-                                .await
+                        .run_idempotent(per_node, |c| async move {
+                            boot.with_marker(name, |marker| {
+                                let mut c = c.clone();
+                                async move {
+                                    REDLOCK_ACQUIRE
+                                        .key(&keys.lock)
+                                        .key(&keys.fence)
+                                        .key(marker)
+                                        .arg(owner)
+                                        .arg(ms)
+                                        .arg(attempt)
+                                        .arg(boot.quiet_ms())
+                                        .invoke_async(&mut c)
+                                        .await
+                                }
+                            })
+                            .await
                         })
                         .await;
                     match reply.and_then(|r| parse_pair(BACKEND, r)) {
@@ -229,26 +251,35 @@ impl LeaseStore for RedlockStore {
             let token = token_from(BACKEND, max.saturating_add(1))?;
             let wanted = token.0.to_string();
             // Round 2: a majority must store the token (set-if-greater) before anyone relies
-            // on it. A master answering a higher value holds a token we did not see: no grant.
+            // on it. A master answering an equal or higher value holds a token we did not see:
+            // it does not count towards the majority.
             let validity_left = ttl.saturating_sub(started.elapsed() + Self::drift(ttl));
             let bound = per_node.min(validity_left).max(Duration::from_millis(1));
             let mut round2: FuturesUnordered<_> = self
                 .nodes
                 .iter()
                 .map(|node| {
-                    let (keys, wanted) = (&keys, &wanted);
+                    let (keys, wanted, attempt) = (&keys, &wanted, &attempt);
                     async move {
                         node.run_idempotent(bound, |mut c| async move {
-                            REDLOCK_FENCE.key(&keys.fence).arg(wanted.as_str()).invoke_async::<i64>(&mut c).await
+                            REDLOCK_FENCE
+                                .key(&keys.fence)
+                                .key(&keys.fence_by)
+                                .arg(wanted.as_str())
+                                .arg(attempt)
+                                .invoke_async::<Vec<i64>>(&mut c)
+                                .await
                         })
                         .await
+                        .and_then(|r| parse_pair(BACKEND, r))
                     }
                 })
                 .collect();
             let (mut stored, mut refused, mut store_errors) = (0usize, 0usize, Vec::new());
             while let Some(r) = round2.next().await {
                 match r {
-                    Ok(v) if u64::try_from(v).ok() == Some(token.0) => stored += 1,
+                    // Only a store by this attempt counts: an equal counter is another grant's.
+                    Ok((true, v)) if u64::try_from(v).ok() == Some(token.0) => stored += 1,
                     Ok(_) => refused += 1,
                     Err(e) => store_errors.push(e),
                 }

@@ -8,6 +8,8 @@ use lock_core::{
     TryLock, WakeMethod, WakeSubscription,
 };
 
+use crate::acl::Needs;
+use crate::boot::Boot;
 use crate::conn::Node;
 use crate::pubsub::Notifier;
 use crate::scripts::{Keys, ACQUIRE, RELEASE, RENEW};
@@ -21,6 +23,8 @@ pub struct RedisStore {
     pub(crate) node: Node,
     pub(crate) notifier: Notifier,
     pub(crate) prefix: String,
+    pub(crate) boot: Boot,
+    max_ttl: Duration,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -30,16 +34,25 @@ impl std::fmt::Debug for RedisStore {
 }
 
 impl RedisStore {
-    /// Opens the client and checks the server answers (bounded by `connect_timeout`).
-    pub(crate) async fn connect(url: &str, options: &RedisOptions) -> Result<RedisStore, LockError> {
+    /// Opens the client, checks the server answers (bounded by `connect_timeout`) and that
+    /// its user may run everything `needs` will run.
+    pub(crate) async fn connect(url: &str, options: &RedisOptions, needs: Needs) -> Result<RedisStore, LockError> {
         options.validate()?;
         let ca = options.read_ca().await?;
         let client = crate::url::open_client_with_ca(url, ca.as_deref())?;
+        let db = client.get_connection_info().redis_settings().db();
         let node = Node::new(client.clone(), url, BACKEND, options.connect_timeout, options.request_timeout);
         node.ping(options.connect_timeout + options.request_timeout).await?;
+        crate::acl::check(&node, &options.key_prefix, db, needs).await?;
         let notifier =
             Notifier::new(vec![(client, node.label.clone())], options.connect_timeout, options.request_timeout);
-        Ok(RedisStore { node, notifier, prefix: options.key_prefix.clone() })
+        Ok(RedisStore {
+            node,
+            notifier,
+            prefix: options.key_prefix.clone(),
+            boot: Boot::new(&options.key_prefix, options.quiet_period()),
+            max_ttl: options.max_ttl,
+        })
     }
 
     fn keys(&self, name: &LockName) -> Keys {
@@ -90,6 +103,7 @@ impl LeaseStore for RedisStore {
         caps.durable_fencing = true;
         caps.durable_leases = false;
         caps.min_ttl = Duration::from_millis(10);
+        caps.max_ttl = self.max_ttl;
         caps
     }
 
@@ -98,10 +112,25 @@ impl LeaseStore for RedisStore {
         let owner = owner.to_hex();
         let ms = ttl_ms(ttl);
         let (keys, owner) = (&keys, &owner);
+        let (boot, quiet) = (&self.boot, self.boot.quiet_ms());
         let reply: Vec<i64> = self
             .node
-            .run_idempotent(self.node.request_timeout(), |mut c| async move {
-                ACQUIRE.key(&keys.lock).key(&keys.fence).arg(owner).arg(ms).invoke_async(&mut c).await
+            .run_idempotent(self.node.request_timeout(), |c| async move {
+                boot.with_marker(name, |marker| {
+                    let mut c = c.clone();
+                    async move {
+                        ACQUIRE
+                            .key(&keys.lock)
+                            .key(&keys.fence)
+                            .key(marker)
+                            .arg(owner)
+                            .arg(ms)
+                            .arg(quiet)
+                            .invoke_async(&mut c)
+                            .await
+                    }
+                })
+                .await
             })
             .await?;
         match parse_pair(BACKEND, reply)? {

@@ -45,6 +45,24 @@ pub(crate) fn open_client_with_ca(raw: &str, ca: Option<&[u8]>) -> Result<redis:
     if parsed.host_str().is_none_or(str::is_empty) {
         return Err(LockError::config(format!("redis URL {} has no host; use redis://host:port", redact(raw))));
     }
+    // A misspelt or unknown parameter (`?tls=true`) would otherwise be ignored silently and the
+    // connection would not be what the URL seems to ask for.
+    for (key, _) in parsed.query_pairs() {
+        if key != "protocol" {
+            return Err(LockError::config(format!(
+                "unknown redis URL parameter {key:?} in {}; the only parameter is protocol=resp2|resp3 (for TLS use \
+                 rediss://, for a database the path: redis://host:port/1)",
+                redact(raw)
+            )));
+        }
+    }
+    if parsed.scheme() == "rediss" && parsed.fragment() == Some("insecure") {
+        tracing::warn!(
+            server = %redact(raw),
+            "rediss://…#insecure encrypts without verifying the server's certificate: anyone on the path can \
+             impersonate the server and read the password; give the CA with tls_ca_file instead"
+        );
+    }
     if parsed.scheme() == "rediss" {
         install_crypto_provider();
     }
@@ -183,6 +201,12 @@ mod tests {
         assert!(open_client("redis://127.0.0.1:6379/0").is_ok());
         assert!(matches!(open_client("http://x"), Err(LockError::Config { .. })));
         assert!(matches!(open_client("not a url"), Err(LockError::Config { .. })));
+        for url in ["redis://h?tls=true", "rediss://h:1/0?ssl=1", "redis://u:pw@h?Protocol=resp3", "redis://h?db=2"] {
+            let e = open_client(url).unwrap_err();
+            assert!(matches!(e, LockError::Config { .. }), "{url}: {e}");
+            assert!(e.to_string().contains("unknown redis URL parameter") && !e.to_string().contains("pw@"), "{e}");
+        }
+        assert!(open_client("redis://h?protocol=resp3").is_ok());
         let e = open_client("postgres://u:hunter2@h/db").unwrap_err().to_string();
         assert!(!e.contains("hunter2"), "{e}");
     }

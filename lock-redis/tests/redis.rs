@@ -7,7 +7,7 @@ mod redis_extra {
     use std::time::{Duration, Instant};
 
     use lock_conformance::Fixture;
-    use lock_core::{AcquireOptions, DistributedLock, LockError, LockName};
+    use lock_core::{AcquireOptions, DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockName};
 
     use crate::common::RedisFixture;
 
@@ -61,8 +61,12 @@ mod redis_extra {
         }
         server.stop().await.unwrap();
         server.start().await.unwrap();
-        // One attempt, no waiting: the dead idle connection is replaced transparently.
-        let l = c.try_acquire(&name, &opts(1000)).await.unwrap().expect("free after the restart");
+        // One attempt, no waiting: the dead idle connection is replaced transparently (an
+        // answer, not an error), and the server that lost its state grants nothing during its
+        // quiet period.
+        let quiet = c.try_acquire(&name, &opts(1000)).await.unwrap();
+        assert!(quiet.is_none(), "granted right after an empty restart");
+        let l = c.acquire(&name, &opts(1000)).await.unwrap();
         assert!(l.token().0 > last, "token went from {last} to {} across an empty restart", l.token());
         l.release().await.unwrap();
     }
@@ -164,8 +168,7 @@ mod redis_extra {
             .query_async(&mut conn)
             .await
             .unwrap();
-        let ok =
-            lock_redis::connect(&format!("redis://locker:pw1@{addr}/0"), crate::common::test_options()).await.unwrap();
+        let ok = lock_redis::connect(&format!("redis://locker:pw1@{addr}/0"), fx.options.clone()).await.unwrap();
         let shown = format!("{:?}", ok.store());
         assert!(!shown.contains("pw1") && shown.contains("***"), "{shown}");
         let l = ok.try_acquire(&LockName::new("auth").unwrap(), &opts(1000)).await.unwrap().unwrap();
@@ -192,6 +195,96 @@ mod redis_extra {
         let e = bad.err().unwrap();
         assert!(matches!(e, LockError::Config { .. }), "{e}");
         assert!(!e.to_string().contains("wrongpw"), "{e}");
+    }
+
+    /// The documented least ACL works for every kind, on database 1 with `+select`; a user
+    /// missing one permission (`+publish`, `+select`, a sorted-set command) is refused at
+    /// connect with a `Config` error naming it, before any script could run half-way.
+    #[tokio::test]
+    async fn least_acl_is_checked_at_connect() {
+        let fx = RedisFixture::start().await.unwrap();
+        let Some(addr) = fx.server.addr().filter(|_| fx.owned()) else {
+            eprintln!(
+                "NOT APPLICABLE least_acl_is_checked_at_connect: the server is external (the test changes its ACLs)"
+            );
+            return;
+        };
+        let prefix = fx.options.key_prefix.clone();
+        let mut conn = raw(&fx).await;
+        const EXCLUSIVE: &[&str] = &[
+            "+evalsha",
+            "+script|load",
+            "+ping",
+            "+subscribe",
+            "+unsubscribe",
+            "+publish",
+            "+hget",
+            "+hset",
+            "+pexpire",
+            "+pttl",
+            "+time",
+            "+incr",
+            "+get",
+            "+set",
+            "+del",
+        ];
+        const KINDS: &[&str] = &[
+            "+zadd",
+            "+zrange",
+            "+zrangebyscore",
+            "+zremrangebyscore",
+            "+zscore",
+            "+zrem",
+            "+zcard",
+            "+hdel",
+            "+exists",
+        ];
+        let user = |name: &str, rules: Vec<&str>| {
+            let mut c = conn.clone();
+            let mut cmd = redis::cmd("ACL");
+            cmd.arg("SETUSER").arg(name).arg("on").arg(">pw").arg(format!("~{prefix}:*")).arg(format!("&{prefix}:*"));
+            cmd.arg("-@all").arg(rules);
+            async move {
+                let _: () = cmd.query_async(&mut c).await.unwrap();
+            }
+        };
+        let all: Vec<&str> = EXCLUSIVE.iter().chain(KINDS).copied().chain(["+select"]).collect();
+        user("least", all.clone()).await;
+        user("nopublish", all.iter().copied().filter(|r| *r != "+publish").collect()).await;
+        user("noselect", all.iter().copied().filter(|r| *r != "+select").collect()).await;
+        user("exclusiveonly", EXCLUSIVE.to_vec()).await;
+        // Database 1 must be fresh for this prefix too.
+        let _: () = redis::cmd("SELECT").arg(1).query_async(&mut conn).await.unwrap();
+        let _: () = redis::cmd("SET").arg(format!("{prefix}:boot")).arg(0).query_async(&mut conn).await.unwrap();
+        let _: () = redis::cmd("SELECT").arg(0).query_async(&mut conn).await.unwrap();
+
+        let url = |user: &str, db: u32| format!("redis://{user}:pw@{addr}/{db}");
+        let o = || fx.options.clone();
+        let lock = lock_redis::connect(&url("least", 1), o()).await.unwrap();
+        let rw = lock_redis::connect_rw(&url("least", 1), o()).await.unwrap();
+        let sem = lock_redis::connect_semaphore(&url("least", 1), o()).await.unwrap();
+        let name = LockName::new("least").unwrap();
+        let l = lock.acquire(&name, &opts(2000)).await.unwrap();
+        l.renew().await.unwrap();
+        l.release().await.unwrap();
+        let r = rw.acquire_read(&name, &opts(2000)).await.unwrap();
+        r.release().await.unwrap();
+        let w = rw.acquire_write(&name, &opts(2000)).await.unwrap();
+        w.release().await.unwrap();
+        let p = sem.acquire_permit(&name, 2, &opts(2000)).await.unwrap();
+        p.release().await.unwrap();
+
+        let refused = |r: Result<(), LockError>, what: &str| {
+            let e = r.expect_err(what);
+            assert!(matches!(e, LockError::Config { .. }), "{what}: {e}");
+            assert!(e.to_string().contains(what), "the error names {what}: {e}");
+            assert!(!e.to_string().contains(":pw@"), "no password in {e}");
+        };
+        refused(lock_redis::connect(&url("nopublish", 0), o()).await.map(|_| ()), "publish");
+        refused(lock_redis::connect_rw(&url("nopublish", 0), o()).await.map(|_| ()), "publish");
+        refused(lock_redis::connect(&url("noselect", 1), o()).await.map(|_| ()), "select");
+        refused(lock_redis::connect_semaphore(&url("exclusiveonly", 0), o()).await.map(|_| ()), "zadd");
+        lock_redis::connect(&url("exclusiveonly", 0), o()).await.expect("the exclusive lock needs no more");
     }
 
     /// `rediss://`: TLS with a private CA (`tls_ca_file`) works; without it the unknown issuer
@@ -240,7 +333,12 @@ mod redis_extra {
         wait_for_port(std::net::SocketAddr::from(([127, 0, 0, 1], port)), Duration::from_secs(10)).await.unwrap();
         let url = format!("rediss://127.0.0.1:{port}");
 
-        let options = lock_redis::RedisOptions { tls_ca_file: Some(d.join("ca.pem")), ..crate::common::test_options() };
+        // A fresh server: no restart quiet period to wait for.
+        let options = lock_redis::RedisOptions {
+            tls_ca_file: Some(d.join("ca.pem")),
+            restart_quiet_period: Some(Duration::ZERO),
+            ..crate::common::test_options()
+        };
         let c = lock_redis::connect(&url, options).await.unwrap();
         let l = c.try_acquire(&LockName::new("tls").unwrap(), &opts(1000)).await.unwrap().expect("free");
         l.release().await.unwrap();
@@ -282,7 +380,8 @@ mod redis_extra {
     }
 
     /// The pub/sub connection comes back after a server restart and wakes its waiters: a waiter
-    /// on a lock the restart freed gets it well before its fallback re-try (2 s here).
+    /// on a lock the restart freed gets it as soon as the restart quiet period (3 s here) ends,
+    /// not at its fallback re-try.
     #[tokio::test]
     async fn pubsub_reconnect_wakes_waiters() {
         let fx = RedisFixture::start().await.unwrap();
@@ -305,7 +404,12 @@ mod redis_extra {
         let (got, lease) = waiter.await.unwrap().unwrap();
         let after = got - back;
         eprintln!("waiter got the lock {after:?} after the restart");
-        assert!(after < Duration::from_millis(1200), "waiter took {after:?} after the restart");
+        let quiet = fx.options.quiet_period();
+        assert!(
+            after >= quiet - Duration::from_millis(500),
+            "granted {after:?} after an empty restart, quiet {quiet:?}"
+        );
+        assert!(after < quiet + Duration::from_millis(1200), "waiter took {after:?} after the restart");
         lease.release().await.unwrap();
     }
 
@@ -457,8 +561,8 @@ mod redis_kinds {
                 .unwrap_or_else(|_| panic!("the {what}'s lost signal did not fire"));
             assert!(!lease.is_valid());
         }
-        // And the names are free again, with higher tokens.
-        let w = rw.try_acquire_write(&a, &opts(1000)).await.unwrap().expect("free after the restart");
+        // And the names are free again once the quiet period is over, with higher tokens.
+        let w = rw.acquire_write(&a, &opts(1000)).await.unwrap();
         assert!(w.token() > reader.token());
         w.release().await.unwrap();
     }
@@ -508,7 +612,8 @@ mod redis_kinds {
         // Released: no lease keys are left behind (fence counters stay).
         let left: Vec<String> =
             redis::cmd("KEYS").arg(format!("{}:*", fx.options.key_prefix)).query_async(&mut conn).await.unwrap();
-        assert!(left.iter().all(|k| k.ends_with(":fence")), "{left:?}");
+        let boot = format!("{}:boot", fx.options.key_prefix);
+        assert!(left.iter().all(|k| k.ends_with(":fence") || *k == boot), "{left:?}");
     }
 
     /// The last reader's release wakes a waiting writer through pub/sub: well before its timed

@@ -184,6 +184,72 @@ mod redlock_extra {
         }
     }
 
+    /// Round 2 counts only masters where this attempt stored its token. Here the quorum read
+    /// (masters 0–2) sees M, so the token is M + 1, which masters 3–4 already recorded for
+    /// another grant; masters 1–2 cannot store anything (their user lost `+set`). Counting the
+    /// equal counters of 3–4 as stored would grant a second M + 1 (issue 10 item 11).
+    #[tokio::test]
+    async fn equal_counter_from_another_grant_is_not_stored() {
+        let fx = RedlockFixture::start().await.unwrap();
+        let c = fx.redlock_client().await.unwrap();
+        // Connect to every master first: the ACL change below must not hit the connect.
+        c.acquire(&LockName::new("warm").unwrap(), &opts(1000)).await.unwrap().release().await.unwrap();
+        let m: u64 = 1 << 52;
+        for i in 0..5 {
+            let mut r = raw(&fx, i).await;
+            let counter = if i < 3 { m } else { m + 1 };
+            let _: () = redis::cmd("SET").arg("dlock:{equal}:fence").arg(counter).query_async(&mut r).await.unwrap();
+            if i >= 3 {
+                let _: () =
+                    redis::cmd("SET").arg("dlock:{equal}:fence-by").arg("another").query_async(&mut r).await.unwrap();
+                let _: () = redis::cmd("HSET")
+                    .arg("dlock:{equal}:lock")
+                    .arg("o")
+                    .arg("another-owner")
+                    .query_async(&mut r)
+                    .await
+                    .unwrap();
+                let _: () =
+                    redis::cmd("PEXPIRE").arg("dlock:{equal}:lock").arg(60_000).query_async(&mut r).await.unwrap();
+            }
+        }
+        for i in 1..3 {
+            let mut r = raw(&fx, i).await;
+            let _: () = redis::cmd("ACL").arg("SETUSER").arg("default").arg("-set").query_async(&mut r).await.unwrap();
+        }
+        let got = c.try_acquire(&LockName::new("equal").unwrap(), &opts(2000)).await.unwrap();
+        if let Some(l) = &got {
+            assert!(l.token().0 > m + 1, "granted token {} although another grant holds {}", l.token(), m + 1);
+        }
+    }
+
+    /// A majority of masters restarts empty while a lease is held (not renewing, so its holder
+    /// believes it until `valid_until`): the restarted masters grant nothing for their quiet
+    /// period, so another client gets no majority while that lease may still be believed
+    /// (issue 10 item 3).
+    #[tokio::test]
+    async fn majority_restarted_empty_grants_nothing_while_a_lease_may_be_believed() {
+        let fx = RedlockFixture::start().await.unwrap();
+        let (a, b) = (fx.redlock_client().await.unwrap(), fx.redlock_client().await.unwrap());
+        b.acquire(&LockName::new("warm").unwrap(), &opts(1000)).await.unwrap().release().await.unwrap();
+        let name = LockName::new("restarted").unwrap();
+        let held = a.acquire(&name, &opts(2000).auto_renew(false)).await.unwrap();
+        for i in 0..3 {
+            fx.master(i).stop().await.unwrap();
+            fx.master(i).start().await.unwrap();
+        }
+        let restarted = Instant::now();
+        let got = b.acquire(&name, &opts(2000).wait(Duration::from_secs(15))).await.unwrap();
+        let at = Instant::now();
+        eprintln!("granted {:?} after the restart of 3 of 5 masters", at - restarted);
+        assert!(
+            at >= held.valid_until().into_std(),
+            "granted while the first lease was still valid for {:?}",
+            held.valid_until().into_std() - at
+        );
+        assert!(got.token() > held.token());
+    }
+
     /// A minority holding the key for another owner (e.g. a split vote) does not block a grant.
     #[tokio::test]
     async fn split_minority_does_not_block() {

@@ -27,6 +27,7 @@ pub mod names;
 pub mod nemesis;
 pub mod validity;
 pub mod regrant;
+pub mod restart;
 pub mod waiting;
 
 /// Why a case did not pass.
@@ -173,6 +174,7 @@ registry! {
     multi::acquire_all_opposite_orders, 12, "acquire_all in opposite orders from two clients never deadlocks";
     validity::validity_within_server_bound, 6, "valid_until never exceeds what the server keeps (ttl, or the session for per-session leases)";
     regrant::regrant_extends_lease, 12, "a re-grant to the same owner extends the server-side lease like a fresh grant";
+    restart::fault_restart_quiet_period, 14, "after an empty restart nothing is granted while a forgotten lease may be believed";
 }
 
 /// Every case of the suite, in report order.

@@ -6,9 +6,15 @@
 //! persistence (`--save "" --appendonly no`): a restart comes back empty, the worst case for
 //! fencing tokens. [`RedisServer::start_local`] always starts a local process (Redlock tests
 //! need several independent masters they can stop one by one).
+//!
+//! A server that lost its state grants nothing for a quiet period (lock-redis, "Restarts"), and
+//! a server it never saw counts as one that lost its state. A server started here is fresh, so
+//! it is marked as such for the default key prefix `dlock` ([`RedisServer::mark_fresh`]); a
+//! restart through [`ServerControl`] is not, so restarts keep their quiet period.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use lock_core::LockError;
 
@@ -18,6 +24,9 @@ use crate::ServerControl;
 
 /// The environment variable naming an existing Redis server to test against.
 pub const ENV_URL: &str = "DLOCK_TEST_REDIS_URL";
+
+/// The key prefix lock-redis uses unless configured otherwise.
+pub const DEFAULT_PREFIX: &str = "dlock";
 
 /// Arguments that make a restart come back empty.
 const NO_PERSISTENCE: [&str; 4] = ["--save", "", "--appendonly", "no"];
@@ -37,17 +46,57 @@ impl RedisServer {
         let spec =
             ContainerSpec::new("redis", "7", 6379).cmd(&cmd).ready_on("Ready to accept connections").persistent(false);
         let server = provision("redis", Some(spec), |addr| format!("redis://{addr}"), start_local_server).await?;
-        Ok(RedisServer { server })
+        RedisServer { server }.fresh().await
     }
 
     /// A fresh local `redis-server` with extra arguments (e.g. `--cluster-enabled yes`).
     pub async fn start_local_with(extra: &[&str]) -> Result<RedisServer, LockError> {
-        Ok(RedisServer { server: start_local_server_with(extra).await? })
+        RedisServer { server: start_local_server_with(extra).await? }.fresh().await
     }
 
     /// Always a fresh local `redis-server` (ignores `DLOCK_TEST_REDIS_URL` and containers).
     pub async fn start_local() -> Result<RedisServer, LockError> {
-        Ok(RedisServer { server: start_local_server().await? })
+        RedisServer { server: start_local_server().await? }.fresh().await
+    }
+
+    /// Marks a server this process started (not one given by URL) as fresh for the default
+    /// prefix. A cluster-mode node refuses the key unless it owns its slot yet: then nothing
+    /// is marked (its markers are per lock name anyway).
+    async fn fresh(self) -> Result<RedisServer, LockError> {
+        if self.control().is_some() {
+            if let Err(e) = self.mark_fresh(DEFAULT_PREFIX).await {
+                if !e.to_string().contains("CLUSTERDOWN") {
+                    return Err(e);
+                }
+            }
+        }
+        Ok(self)
+    }
+
+    /// Tells the server that no lease under `prefix` can have been forgotten (what an operator
+    /// does for a new deployment: `SET <prefix>:boot 0`), so lock-redis skips its restart
+    /// quiet period there. Needs the server's address and no password.
+    pub async fn mark_fresh(&self, prefix: &str) -> Result<(), LockError> {
+        let addr = self.addr().ok_or_else(|| {
+            LockError::config("the Redis server's address is not known; mark it fresh with SET <prefix>:boot 0")
+        })?;
+        let key = format!("{prefix}:boot");
+        let command = format!("*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n$1\r\n0\r\n", key.len());
+        let reply = tokio::time::timeout(Duration::from_secs(5), async {
+            let mut stream = tokio::net::TcpStream::connect(addr).await?;
+            tokio::io::AsyncWriteExt::write_all(&mut stream, command.as_bytes()).await?;
+            let mut buf = vec![0u8; 512];
+            let n = tokio::io::AsyncReadExt::read(&mut stream, &mut buf).await?;
+            Ok::<_, std::io::Error>(String::from_utf8_lossy(&buf[..n]).into_owned())
+        })
+        .await
+        .map_err(|_| LockError::unavailable("test", format!("redis at {addr} did not answer SET {key} in 5 s")))?
+        .map_err(|e| LockError::unavailable_from("test", format!("cannot mark redis at {addr} fresh"), e))?;
+        if reply.starts_with("+OK") {
+            Ok(())
+        } else {
+            Err(LockError::unavailable("test", format!("redis at {addr} refused SET {key}: {}", reply.trim())))
+        }
     }
 
     /// `redis://127.0.0.1:<port>` (or the external URL).

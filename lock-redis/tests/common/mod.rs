@@ -8,7 +8,7 @@ use std::time::Duration;
 use lock_conformance::proxy::{FaultProxy, ProxyGroup};
 use lock_conformance::servers::redis::RedisServer;
 use lock_conformance::{async_trait, Fixture, LinkedClient, ServerControl};
-use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockName};
+use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LeaseStore, LockError, LockName};
 use lock_redis::RedisOptions;
 
 /// Options for tests: short timeouts, so fault cases finish quickly.
@@ -16,8 +16,32 @@ pub fn test_options() -> RedisOptions {
     RedisOptions {
         connect_timeout: Duration::from_secs(1),
         request_timeout: Duration::from_millis(750),
+        // Above every lease the suite's cases take (their base ttl is 1.5 s) and short enough
+        // for the restart cases; fresh servers skip it (`mark_fresh`).
+        restart_quiet_period: Some(Duration::from_secs(3)),
         ..RedisOptions::default()
     }
+}
+
+/// Tells the server at `url` that it is fresh for `prefix`: no lease can have been forgotten,
+/// so no restart quiet period (what an operator does for a new, empty deployment).
+pub async fn mark_fresh(url: &str, prefix: &str) -> Result<(), LockError> {
+    let mut c = raw_connection(url).await?;
+    let _: () = redis::cmd("SET")
+        .arg(format!("{prefix}:boot"))
+        .arg(0)
+        .query_async(&mut c)
+        .await
+        .map_err(|e| LockError::backend("test", e))?;
+    Ok(())
+}
+
+async fn raw_connection(url: &str) -> Result<redis::aio::MultiplexedConnection, LockError> {
+    let client = redis::Client::open(url).map_err(|e| LockError::backend("test", e))?;
+    tokio::time::timeout(Duration::from_secs(5), client.get_multiplexed_async_connection())
+        .await
+        .map_err(|_| LockError::unavailable("test", "connecting to the test server timed out"))?
+        .map_err(|e| LockError::backend("test", e))
 }
 
 /// One fresh Redis server.
@@ -30,7 +54,9 @@ impl RedisFixture {
     pub async fn start() -> Result<RedisFixture, LockError> {
         // A prefix of its own, so runs against a shared server (DLOCK_TEST_REDIS_URL) never meet.
         let options = RedisOptions { key_prefix: format!("dlock-t{:08x}", rand::random::<u32>()), ..test_options() };
-        Ok(RedisFixture { server: RedisServer::start().await?, options })
+        let server = RedisServer::start().await?;
+        mark_fresh(server.url(), &options.key_prefix).await?;
+        Ok(RedisFixture { server, options })
     }
 
     /// The Redis key (or channel) `suffix` of the lock named by the already escaped `escaped`.
@@ -92,6 +118,14 @@ impl Fixture for RedisFixture {
         Ok(true)
     }
 
+    async fn lease_stores(&self) -> Result<Vec<(&'static str, Arc<dyn LeaseStore>)>, LockError> {
+        let mut stores: Vec<(&'static str, Arc<dyn LeaseStore>)> =
+            vec![("exclusive", Arc::clone(self.redis_client().await?.store()) as _)];
+        stores.extend(self.rw().await?.lease_stores());
+        stores.push(("permit", self.semaphore().await?.lease_store(1)?));
+        Ok(stores)
+    }
+
     fn provenance(&self) -> String {
         self.server.provenance()
     }
@@ -99,11 +133,7 @@ impl Fixture for RedisFixture {
 
 /// Deletes `key` on the server at `url` with a one-off connection.
 async fn delete_key(url: &str, key: &str) -> Result<(), LockError> {
-    let client = redis::Client::open(url).map_err(|e| LockError::backend("test", e))?;
-    let mut c = tokio::time::timeout(Duration::from_secs(5), client.get_multiplexed_async_connection())
-        .await
-        .map_err(|_| LockError::unavailable("test", "connecting to delete a key timed out"))?
-        .map_err(|e| LockError::backend("test", e))?;
+    let mut c = raw_connection(url).await?;
     let _: i64 = redis::cmd("DEL").arg(key).query_async(&mut c).await.map_err(|e| LockError::backend("test", e))?;
     Ok(())
 }
@@ -123,7 +153,9 @@ impl RedlockFixture {
         let mut servers = Vec::with_capacity(n);
         for _ in 0..n {
             // Always local: Redlock needs N independent servers the test can stop.
-            servers.push(RedisServer::start_local().await?);
+            let server = RedisServer::start_local().await?;
+            mark_fresh(server.url(), &test_options().key_prefix).await?;
+            servers.push(server);
         }
         Ok(RedlockFixture { servers, options: test_options() })
     }
@@ -203,6 +235,10 @@ impl Fixture for RedlockFixture {
             delete_key(s.url(), &key).await?;
         }
         Ok(true)
+    }
+
+    async fn lease_stores(&self) -> Result<Vec<(&'static str, Arc<dyn LeaseStore>)>, LockError> {
+        Ok(vec![("exclusive", Arc::clone(self.redlock_client().await?.store()) as _)])
     }
 
     fn server(&self) -> Option<Arc<dyn ServerControl>> {

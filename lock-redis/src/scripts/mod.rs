@@ -1,0 +1,182 @@
+//! Key layout and the Lua scripts. Every key a script touches is passed in `KEYS` and all keys
+//! of one lock share the hash tag `{<escaped name>}`, so each script runs on one Redis Cluster
+//! slot.
+//!
+//! Numbers: Lua 5.1 numbers are doubles, exact below 2^53; tokens are microsecond timestamps
+//! (≈ 2^51 today) plus small increments. Numbers are passed *to* Redis as strings made with
+//! `string.format('%d')`, because Redis formats a Lua number argument in a way that may lose
+//! digits.
+
+use std::sync::LazyLock;
+
+use lock_core::LockName;
+use redis::Script;
+
+use crate::boot::quiet_lua;
+
+/// The keys and channel of one lock.
+pub(crate) struct Keys {
+    /// Hash `{o: owner, f: fence}` with a `PX` expiry: the lease.
+    pub(crate) lock: String,
+    /// Integer, no expiry: the highest token issued.
+    pub(crate) fence: String,
+    /// Redlock: the attempt id that stored `fence`, so that only that attempt counts an equal
+    /// counter as its own store.
+    pub(crate) fence_by: String,
+    /// Pub/sub channel that a release publishes to.
+    pub(crate) channel: String,
+}
+
+impl Keys {
+    pub(crate) fn new(prefix: &str, name: &LockName) -> Keys {
+        // `escaped()` is injective and never contains braces, so the tag is exactly the name.
+        let tag = format!("{prefix}:{{{}}}", name.escaped());
+        Keys {
+            lock: format!("{tag}:lock"),
+            fence: format!("{tag}:fence"),
+            fence_by: format!("{tag}:fence-by"),
+            channel: format!("{tag}:released"),
+        }
+    }
+}
+
+/// Single instance acquire. KEYS: lock, fence, boot marker. ARGV: owner, ttl ms, quiet ms.
+/// Returns `{1, token}` when granted (or already ours: the stored token, lease refreshed),
+/// `{0, ms}` when someone else holds it (ms: its PTTL) or the server is in its quiet period
+/// after losing its state (ms: the quiet time left; see `crate::boot`).
+const ACQUIRE_SRC: &str = concat!(
+    "if redis.replicate_commands then pcall(redis.replicate_commands) end\n",
+    quiet_lua!(),
+    r#"
+local holder = redis.call('HGET', KEYS[1], 'o')
+if holder then
+  if holder == ARGV[1] then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return {1, tonumber(redis.call('HGET', KEYS[1], 'f'))}
+  end
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+local t = redis.call('TIME')
+local quiet = quiet_left(KEYS[3], ARGV[3], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+if quiet > 0 then return {0, quiet} end
+-- Never issue less than the server clock in microseconds: a restart without persistence or an
+-- evicted counter then still continues above every token issued before.
+local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local token = redis.call('INCR', KEYS[2])
+if token < floor then
+  token = floor
+  redis.call('SET', KEYS[2], string.format('%d', token))
+end
+redis.call('HSET', KEYS[1], 'o', ARGV[1], 'f', string.format('%d', token))
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return {1, token}
+"#
+);
+pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_SRC));
+
+/// Owner-checked renew. KEYS: lock. ARGV: owner, ttl ms. Returns 1 renewed, 0 not ours.
+const RENEW_SRC: &str = r#"
+if redis.call('HGET', KEYS[1], 'o') == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+"#;
+pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW_SRC));
+
+/// Owner-checked release that wakes waiters. KEYS: lock. ARGV: owner, channel.
+/// Returns 1 released, 0 not ours.
+const RELEASE_SRC: &str = r#"
+if redis.call('HGET', KEYS[1], 'o') == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[2], 'released')
+  return 1
+end
+return 0
+"#;
+pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SRC));
+
+/// Redlock, per master: take the lease and read the fence floor. KEYS: lock, fence, boot marker.
+/// ARGV: owner, ttl ms, attempt id, quiet ms. Returns `{1, floor}` (floor = max(counter, server
+/// TIME in µs)) when granted or already ours, `{0, ms}` when held by another owner (its PTTL) or
+/// in the quiet period after the master lost its state (the time left). The attempt id lets
+/// [`REDLOCK_ABANDON`] free exactly one failed attempt.
+const REDLOCK_ACQUIRE_SRC: &str = concat!(
+    "if redis.replicate_commands then pcall(redis.replicate_commands) end\n",
+    quiet_lua!(),
+    r#"
+local holder = redis.call('HGET', KEYS[1], 'o')
+if holder and holder ~= ARGV[1] then
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+local t = redis.call('TIME')
+if not holder then
+  local quiet = quiet_left(KEYS[3], ARGV[4], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+  if quiet > 0 then return {0, quiet} end
+end
+redis.call('HSET', KEYS[1], 'o', ARGV[1], 'a', ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local counter = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+if counter > floor then floor = counter end
+return {1, floor}
+"#
+);
+pub(crate) static REDLOCK_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(REDLOCK_ACQUIRE_SRC));
+
+/// Redlock, per master: store a token if it is greater (set-if-greater). KEYS: fence, fence-by.
+/// ARGV: token (decimal string), attempt id. Returns `{1, token}` when this attempt stored it
+/// (now, or on an earlier delivery of the same call), `{0, counter}` otherwise. A counter that
+/// already *equals* the token was stored by another grant: that token is taken, so counting it
+/// as stored would hand out the same token twice.
+const REDLOCK_FENCE_SRC: &str = r#"
+local want = tonumber(ARGV[1])
+local have = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+if want > have then
+  redis.call('SET', KEYS[1], ARGV[1])
+  redis.call('SET', KEYS[2], ARGV[2])
+  return {1, want}
+end
+if want == have and redis.call('GET', KEYS[2]) == ARGV[2] then
+  return {1, want}
+end
+return {0, have}
+"#;
+pub(crate) static REDLOCK_FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(REDLOCK_FENCE_SRC));
+
+/// Redlock, per master: undo one failed attempt. KEYS: lock. ARGV: owner, attempt id, channel.
+/// Deletes the entry only if it still belongs to this owner **and** this attempt: a late
+/// undo of an earlier attempt (delayed on a slow link or a reconnected socket) must not free
+/// the grant of a later attempt by the same owner. Returns 1 deleted, 0 not.
+const REDLOCK_ABANDON_SRC: &str = r#"
+if redis.call('HGET', KEYS[1], 'o') == ARGV[1] and redis.call('HGET', KEYS[1], 'a') == ARGV[2] then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[3], 'released')
+  return 1
+end
+return 0
+"#;
+pub(crate) static REDLOCK_ABANDON: LazyLock<Script> = LazyLock::new(|| Script::new(REDLOCK_ABANDON_SRC));
+
+/// Every script's source, loaded on each new connection (one pipelined round trip) so the
+/// first call by SHA does not pay a `NOSCRIPT` round trip.
+pub(crate) const ALL_SOURCES: [&str; 12] = [
+    ACQUIRE_SRC,
+    RENEW_SRC,
+    RELEASE_SRC,
+    REDLOCK_ACQUIRE_SRC,
+    REDLOCK_FENCE_SRC,
+    REDLOCK_ABANDON_SRC,
+    RW_READ_SRC,
+    RW_WRITE_SRC,
+    RW_WRITE_RELEASE_SRC,
+    SEM_ACQUIRE_SRC,
+    ZSET_RENEW_SRC,
+    ZSET_RELEASE_SRC,
+];
+
+mod kinds;
+pub(crate) use kinds::*;
+
+#[cfg(test)]
+mod tests;
