@@ -35,8 +35,10 @@ mod lock;
 mod memory;
 mod name;
 mod options;
+mod release;
 mod store;
 mod wake;
+mod watchdog;
 
 pub use backoff::Backoff;
 pub use capabilities::{Capabilities, LeaseModel, WakeMethod};
