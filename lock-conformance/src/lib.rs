@@ -214,6 +214,11 @@ macro_rules! conformance_tests {
                 fault_unavailable,
                 fault_entry_deleted,
                 nemesis,
+                release_cancelled,
+                release_retried_after_failure,
+                busy_at_deadline_is_timeout,
+                forever_survives_transient_errors,
+                long_name_prefixes,
             ]
         }
     };

@@ -165,6 +165,11 @@ registry! {
     faults::fault_unavailable, 10, "a server that is down gives Unavailable within the caller's wait";
     faults::fault_entry_deleted, 8, "a lock entry deleted behind the holder's back: loss signalled, fencing kept";
     nemesis::nemesis, 10, "random faults while clients contend: no overlapping windows, increasing tokens";
+    lease::release_cancelled, 12, "a release() dropped at any await point still frees the lock well before its ttl";
+    lease::release_retried_after_failure, 10, "a release after a failed release reaches the server; Ok means freed";
+    waiting::busy_at_deadline_is_timeout, 10, "a lock busy at the deadline is Timeout, never Unavailable, over a slow link";
+    waiting::forever_survives_transient_errors, 12, "WaitPolicy::Forever retries transient errors until granted";
+    names::long_name_prefixes, 6, "long names differing only in their last byte or character are independent locks";
 }
 
 /// Every case of the suite, in report order.
