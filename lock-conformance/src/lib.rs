@@ -219,6 +219,9 @@ macro_rules! conformance_tests {
                 busy_at_deadline_is_timeout,
                 forever_survives_transient_errors,
                 long_name_prefixes,
+                kinds_pause_past_ttl,
+                kinds_server_pause,
+                kinds_nemesis,
             ]
         }
     };
