@@ -222,6 +222,14 @@ macro_rules! conformance_tests {
                 validity_within_server_bound,
                 regrant_extends_lease,
                 fault_restart_quiet_period,
+                release_cancelled,
+                release_retried_after_failure,
+                busy_at_deadline_is_timeout,
+                forever_survives_transient_errors,
+                long_name_prefixes,
+                kinds_pause_past_ttl,
+                kinds_server_pause,
+                kinds_nemesis,
             ]
         }
     };

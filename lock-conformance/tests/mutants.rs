@@ -28,6 +28,10 @@ enum Bug {
     ClaimsFifo,
     StripsNames,
     RenewUpserts,
+    /// Keeps only the first 100 bytes of a name.
+    TruncatesNames,
+    /// Taking over an expired lease reuses the expired holder's token.
+    RepeatsStolenToken,
 }
 
 #[derive(Default)]
@@ -45,16 +49,33 @@ struct Server {
 struct Store {
     server: Arc<Server>,
     cut: Arc<AtomicBool>,
+    /// One-way delay of this client's link: each request reaches the server after it and its
+    /// answer comes back after it again (a request dropped on the way is never applied).
+    latency: Arc<Mutex<Duration>>,
 }
 
 impl Store {
     /// The careless key mapping of `Bug::StripsNames`: drops everything but letters and digits.
     fn key(&self, name: &LockName) -> LockName {
+        if self.server.bug == Bug::TruncatesNames {
+            let mut end = name.as_str().len().min(100);
+            while !name.as_str().is_char_boundary(end) {
+                end -= 1;
+            }
+            return LockName::new(&name.as_str()[..end]).unwrap_or_else(|_| name.clone());
+        }
         if self.server.bug != Bug::StripsNames {
             return name.clone();
         }
         let k: String = name.as_str().chars().filter(|c| c.is_alphanumeric()).collect();
         LockName::new(if k.is_empty() { "x".to_owned() } else { k }).unwrap_or_else(|_| name.clone())
+    }
+
+    async fn delay(&self) {
+        let latency = *self.latency.lock().unwrap_or_else(|e| e.into_inner());
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
     }
 
     fn check(&self) -> Result<std::sync::MutexGuard<'_, State>, LockError> {
@@ -77,25 +98,49 @@ impl LeaseStore for Store {
         c
     }
     async fn try_lock(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<TryLock, LockError> {
+        self.delay().await;
+        let answer = self.try_lock_now(name, owner, ttl);
+        self.delay().await;
+        answer
+    }
+    async fn renew(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<RenewOutcome, LockError> {
+        self.delay().await;
+        let answer = self.renew_now(name, owner, ttl);
+        self.delay().await;
+        answer
+    }
+    async fn release(&self, name: &LockName, owner: OwnerId) -> Result<ReleaseOutcome, LockError> {
+        self.delay().await;
+        let answer = self.release_now(name, owner);
+        self.delay().await;
+        answer
+    }
+}
+
+impl Store {
+    fn try_lock_now(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<TryLock, LockError> {
         let bug = self.server.bug;
         let name = &self.key(name);
         let mut s = self.check()?;
         let now = Instant::now();
-        let live = s.entries.get(name).filter(|(_, exp)| *exp > now || bug == Bug::NeverExpires).copied();
+        let entry = s.entries.get(name).copied();
+        let live = entry.filter(|(_, exp)| *exp > now || bug == Bug::NeverExpires);
         if let Some((o, exp)) = live {
             if o != owner && bug != Bug::NoExclusion {
                 return Ok(TryLock::Held { remaining: Some(exp.saturating_duration_since(now)) });
             }
         }
+        let stolen = entry.is_some_and(|(o, _)| o != owner) && live.is_none();
         let ttl = if bug == Bug::ExpiresEarly { ttl / 3 } else { ttl };
         s.entries.insert(name.clone(), (owner, now + ttl));
         let f = s.fences.entry(name.clone()).or_insert(0);
-        if bug != Bug::TokensRepeat {
+        if bug != Bug::TokensRepeat && !(bug == Bug::RepeatsStolenToken && stolen) {
             *f += 1;
         }
         Ok(TryLock::Acquired { token: FencingToken(*f) })
     }
-    async fn renew(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<RenewOutcome, LockError> {
+
+    fn renew_now(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<RenewOutcome, LockError> {
         let bug = self.server.bug;
         let name = &self.key(name);
         let mut s = self.check()?;
@@ -117,7 +162,7 @@ impl LeaseStore for Store {
             _ => Ok(RenewOutcome::NotOwner),
         }
     }
-    async fn release(&self, name: &LockName, owner: OwnerId) -> Result<ReleaseOutcome, LockError> {
+    fn release_now(&self, name: &LockName, owner: OwnerId) -> Result<ReleaseOutcome, LockError> {
         let bug = self.server.bug;
         let name = &self.key(name);
         let mut s = self.check()?;
@@ -133,14 +178,16 @@ impl LeaseStore for Store {
 
 struct Mutant(Arc<Server>);
 
-struct Cut(Arc<AtomicBool>);
+struct Cut(Arc<AtomicBool>, Arc<Mutex<Duration>>);
 
 #[async_trait]
 impl ClientLink for Cut {
     async fn set_partitioned(&self, on: bool) {
         self.0.store(on, Ordering::SeqCst);
     }
-    async fn set_latency(&self, _: Duration) {}
+    async fn set_latency(&self, latency: Duration) {
+        *self.1.lock().unwrap_or_else(|e| e.into_inner()) = latency;
+    }
     async fn reset_connections(&self) {}
 }
 
@@ -172,12 +219,18 @@ impl Fixture for Mutant {
         "mutant"
     }
     async fn client(&self) -> Result<Arc<dyn DistributedLock>, LockError> {
-        Ok(Arc::new(StoreLock::new(Store { server: self.0.clone(), cut: Arc::new(AtomicBool::new(false)) })))
+        Ok(Arc::new(StoreLock::new(Store {
+            server: self.0.clone(),
+            cut: Arc::new(AtomicBool::new(false)),
+            latency: Arc::default(),
+        })))
     }
     async fn linked_client(&self) -> Result<Option<LinkedClient>, LockError> {
         let cut = Arc::new(AtomicBool::new(false));
-        let client = Arc::new(StoreLock::new(Store { server: self.0.clone(), cut: cut.clone() }));
-        Ok(Some(LinkedClient { client, link: Arc::new(Cut(cut)) }))
+        let latency: Arc<Mutex<Duration>> = Arc::default();
+        let client =
+            Arc::new(StoreLock::new(Store { server: self.0.clone(), cut: cut.clone(), latency: latency.clone() }));
+        Ok(Some(LinkedClient { client, link: Arc::new(Cut(cut, latency)) }))
     }
     fn server(&self) -> Option<Arc<dyn ServerControl>> {
         Some(Arc::new(Control(self.0.clone())))
@@ -225,10 +278,22 @@ async fn a_correct_store_passes_the_cases_the_mutants_fail() {
         "fault_server_restart",
         "fault_partition",
         "fault_entry_deleted",
+        // Each of these fails on a lease or a StoreLock without its fix (issue 10 items 5, 6, 8, 9):
+        // the store's link latency keeps a release in flight when its caller goes away, and cuts
+        // the last attempt before a deadline short.
+        "release_cancelled",
+        "release_retried_after_failure",
+        "busy_at_deadline_is_timeout",
+        "forever_survives_transient_errors",
+        "long_name_prefixes",
     ];
-    for (name, outcome, detail) in outcomes(Bug::None, &cases).await {
-        assert_eq!(outcome, Outcome::Passed, "{name}: {detail}");
-    }
+    let not_passed: Vec<String> = outcomes(Bug::None, &cases)
+        .await
+        .into_iter()
+        .filter(|(_, outcome, _)| *outcome != Outcome::Passed)
+        .map(|(name, outcome, detail)| format!("{name}: {outcome:?}: {detail}"))
+        .collect();
+    assert!(not_passed.is_empty(), "a correct store must pass:\n{}", not_passed.join("\n"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -295,4 +360,14 @@ async fn colliding_names_are_caught() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewal_that_recreates_a_deleted_entry_is_caught() {
     assert_fails(Bug::RenewUpserts, &["fault_entry_deleted"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn truncated_names_are_caught() {
+    assert_fails(Bug::TruncatesNames, &["long_name_prefixes"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_handed_out_twice_is_caught() {
+    assert_fails(Bug::RepeatsStolenToken, &["fencing_after_expiry", "fault_pause_past_ttl", "fault_partition"]).await;
 }

@@ -6,9 +6,11 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tokio::time::{sleep_until, timeout, Instant};
+use tokio::time::{timeout, Instant};
 use tokio_util::sync::CancellationToken;
 
+use crate::release::{self, ReleaseState};
+use crate::watchdog;
 use crate::{AcquireOptions, FencingToken, LockError, LockName, OwnerId};
 
 /// The answer of a renewal on the server.
@@ -134,28 +136,34 @@ impl LossTrigger {
     }
 }
 
-struct Shared {
-    name: LockName,
-    token: FencingToken,
+pub(crate) struct Shared {
+    pub(crate) name: LockName,
+    pub(crate) token: FencingToken,
     owner: OwnerId,
-    ttl: Duration,
-    drift: Duration,
-    request_timeout: Duration,
+    pub(crate) ttl: Duration,
+    pub(crate) drift: Duration,
+    pub(crate) request_timeout: Duration,
     valid_until: Mutex<Instant>,
-    released: AtomicBool,
-    lost: LostSignal,
-    stop: CancellationToken,
-    handle: Arc<dyn LeaseHandle>,
+    /// The holder asked for a release (or dropped the lease): stop renewing, no longer valid.
+    pub(crate) released: AtomicBool,
+    pub(crate) lost: LostSignal,
+    pub(crate) stop: CancellationToken,
+    pub(crate) handle: Arc<dyn LeaseHandle>,
+    /// Where the owner-checked release stands on the server; held across each attempt so
+    /// attempts (a caller's, a cancelled caller's, `Drop`'s, the loss-by-time one) never overlap.
+    pub(crate) release_state: tokio::sync::Mutex<ReleaseState>,
+    /// A renewal went unanswered: the server may hold the lease beyond our `valid_until`.
+    renew_unanswered: AtomicBool,
 }
 
 impl Shared {
-    fn valid_until(&self) -> Instant {
+    pub(crate) fn valid_until(&self) -> Instant {
         *self.valid_until.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn extend(&self, sent: Instant) {
         let mut vu = self.valid_until.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(new) = (sent + self.ttl).checked_sub(self.drift) {
+        if let Some(new) = sent.checked_add(self.ttl).and_then(|t| t.checked_sub(self.drift)) {
             if new > *vu {
                 *vu = new;
             }
@@ -166,21 +174,37 @@ impl Shared {
         !self.lost.is_fired() && !self.released.load(Ordering::SeqCst) && Instant::now() < self.valid_until()
     }
 
-    fn declare_lost(&self, reason: &str) {
+    pub(crate) fn declare_lost(&self, reason: &str) {
         if self.lost.fire(reason) {
             tracing::warn!(lock = %self.name, token = self.token.0, reason, "lease lost");
         }
     }
 
+    /// The lease ran out by the clock without a successful renewal. When a renewal went
+    /// unanswered the server may still hold it (the renewal was applied, its answer lost), so
+    /// the owner-checked release is sent in the background until the server answers (SPEC §3).
+    /// A holder that simply stopped renewing sends nothing: its lease ends on the server too.
+    pub(crate) fn expire_by_time(self: &Arc<Self>) {
+        if self.lost.fire("valid_until passed without a successful renewal") {
+            tracing::warn!(lock = %self.name, token = self.token.0, "lease lost: valid_until passed without a successful renewal");
+            if !self.renew_unanswered.load(Ordering::SeqCst) {
+                return;
+            }
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(release::release_until_answered(Arc::clone(self)));
+            }
+        }
+    }
+
     /// One renewal: bounded by the request timeout and by the lease's own validity.
-    async fn renew_once(&self) -> Result<(), LockError> {
+    pub(crate) async fn renew_once(self: &Arc<Self>) -> Result<(), LockError> {
         if self.lost.is_fired() || self.released.load(Ordering::SeqCst) {
             return Err(self.lost_error());
         }
         let sent = Instant::now();
         let vu = self.valid_until();
         if sent >= vu {
-            self.declare_lost("valid_until passed without a successful renewal");
+            self.expire_by_time();
             return Err(self.lost_error());
         }
         let bound = self.request_timeout.min(vu - sent);
@@ -200,12 +224,20 @@ impl Shared {
                 }
                 Err(self.lost_error())
             }
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(LockError::unavailable("lease", format!("renewal did not answer within {bound:?}"))),
+            Ok(Err(e)) => {
+                if e.outcome_unknown() {
+                    self.renew_unanswered.store(true, Ordering::SeqCst);
+                }
+                Err(e)
+            }
+            Err(_) => {
+                self.renew_unanswered.store(true, Ordering::SeqCst);
+                Err(LockError::unavailable("lease", format!("renewal did not answer within {bound:?}")))
+            }
         }
     }
 
-    fn lost_error(&self) -> LockError {
+    pub(crate) fn lost_error(&self) -> LockError {
         LockError::Lost { name: self.name.as_str().to_owned() }
     }
 }
@@ -237,7 +269,8 @@ impl Lease {
     /// `options.auto_renew`, and in every case the loss timer at `valid_until`).
     pub fn new(grant: LeaseGrant, options: &AcquireOptions) -> Lease {
         let drift = options.drift();
-        let valid_until = (grant.started + options.ttl).checked_sub(drift).unwrap_or(grant.started);
+        let valid_until =
+            grant.started.checked_add(options.ttl).and_then(|t| t.checked_sub(drift)).unwrap_or(grant.started);
         let shared = Arc::new(Shared {
             name: grant.name,
             token: grant.token,
@@ -250,12 +283,14 @@ impl Lease {
             lost: LostSignal::new(),
             stop: CancellationToken::new(),
             handle: grant.handle,
+            release_state: tokio::sync::Mutex::new(ReleaseState::NotSent),
+            renew_unanswered: AtomicBool::new(false),
         });
         let runtime = tokio::runtime::Handle::try_current().ok();
         if let Some(rt) = &runtime {
             let renew_every = options.auto_renew.then(|| options.renew_interval());
             let hold_until = options.max_hold.and_then(|m| grant.started.checked_add(m));
-            rt.spawn(watchdog(Arc::clone(&shared), renew_every, hold_until));
+            rt.spawn(watchdog::watchdog(Arc::clone(&shared), renew_every, hold_until));
         }
         Lease { shared, runtime }
     }
@@ -311,32 +346,30 @@ impl Lease {
         self.shared.renew_once().await
     }
 
-    /// Releases the lock if it is still ours. Idempotent: a second call returns `Ok(())`.
-    /// Releasing a lost lease returns `Err(Lost)` and never frees someone else's lock.
+    /// Releases the lock if it is still ours. Idempotent: once the server has answered, later
+    /// calls return the same (`Ok(())`, or `Err(Lost)` for a lost lease). Releasing a lost lease
+    /// never frees someone else's lock.
+    ///
+    /// A release that failed (`Unavailable`: the server did not answer) is tried again by the
+    /// next call, and by `Drop`: `Ok` only once the server no longer holds the lock for us.
+    /// Cancel-safe: once polled, the release runs to its end on the runtime the lease was made
+    /// on, even if this future is dropped (a `select!`, an aborted task).
     pub async fn release(&self) -> Result<(), LockError> {
-        let shared = &self.shared;
-        if shared.released.swap(true, Ordering::SeqCst) {
-            return Ok(());
-        }
+        let shared = Arc::clone(&self.shared);
+        shared.released.store(true, Ordering::SeqCst);
         shared.stop.cancel();
-        let result = timeout(shared.request_timeout, shared.handle.release()).await;
-        if shared.lost.is_fired() {
-            return Err(shared.lost_error());
-        }
-        match result {
-            Ok(Ok(ReleaseOutcome::Released)) => Ok(()),
-            Ok(Ok(ReleaseOutcome::NotOwner)) => {
-                shared.declare_lost("release found another owner or no entry");
-                Err(shared.lost_error())
-            }
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(LockError::unavailable(
-                "lease",
-                format!(
-                    "release did not answer within {:?}; the lock frees itself when its ttl ends",
-                    shared.request_timeout
-                ),
-            )),
+        let runtime = self.runtime.clone().or_else(|| tokio::runtime::Handle::try_current().ok());
+        match runtime {
+            // Spawned, not awaited in place: a caller dropped mid-request must not take the
+            // request with it (clients drop a queued command whose caller is gone).
+            Some(rt) => match rt.spawn(release::release_once(shared)).await {
+                Ok(result) => result,
+                Err(e) => Err(LockError::unavailable(
+                    "lease",
+                    format!("the release task ended early ({e}); call release() again or let the ttl free the lock"),
+                )),
+            },
+            None => release::release_once(shared).await,
         }
     }
 }
@@ -355,14 +388,20 @@ impl Drop for Lease {
     fn drop(&mut self) {
         let shared = Arc::clone(&self.shared);
         shared.stop.cancel();
-        if shared.released.swap(true, Ordering::SeqCst) || shared.lost.is_fired() {
+        shared.released.store(true, Ordering::SeqCst);
+        // A lost lease needs nothing here: the server said it is not ours, the backend saw the
+        // session end, or (lost by time) the watchdog already sends the release.
+        if shared.lost.is_fired() {
             return;
         }
-        // Release in the background; without a runtime the lock simply expires after its ttl.
-        if let Some(rt) = &self.runtime {
-            rt.spawn(async move {
-                let _ = timeout(shared.request_timeout, shared.handle.release()).await;
-            });
+        if shared.release_state.try_lock().is_ok_and(|s| *s == ReleaseState::Done) {
+            return;
+        }
+        // Release in the background (retrying until the server answers); without a runtime
+        // the lock simply expires after its ttl.
+        let runtime = self.runtime.clone().or_else(|| tokio::runtime::Handle::try_current().ok());
+        if let Some(rt) = runtime {
+            rt.spawn(release::release_until_answered(shared));
         }
     }
 }
@@ -396,47 +435,6 @@ impl LeaseObserver {
     }
 }
 
-/// Renews every `renew_every` (if set) until stopped; declares the lease lost when a renewal
-/// finds another owner or when `valid_until` passes without a successful renewal.
-async fn watchdog(shared: Arc<Shared>, renew_every: Option<Duration>, hold_until: Option<Instant>) {
-    let mut next_renew = renew_every.map(|every| Instant::now() + every);
-    loop {
-        let deadline = shared.valid_until();
-        let renew_at = match (next_renew, hold_until) {
-            (Some(at), Some(cap)) if at >= cap => None,
-            (at, _) => at,
-        };
-        tokio::select! {
-            _ = shared.stop.cancelled() => return,
-            _ = shared.lost.fired() => return,
-            _ = sleep_until(deadline) => {
-                if shared.released.load(Ordering::SeqCst) {
-                    return;
-                }
-                if Instant::now() >= shared.valid_until() {
-                    shared.declare_lost("valid_until passed without a successful renewal");
-                    return;
-                }
-            }
-            _ = sleep_until(renew_at.unwrap_or(deadline)), if renew_at.is_some() => {
-                let every = renew_every.unwrap_or(shared.ttl / 3);
-                let result = tokio::select! {
-                    _ = shared.stop.cancelled() => return,
-                    r = shared.renew_once() => r,
-                };
-                next_renew = match result {
-                    Ok(()) => Some(Instant::now() + every),
-                    Err(LockError::Lost { .. }) => return,
-                    Err(e) => {
-                        tracing::warn!(lock = %shared.name, error = %e, "renewal failed; retrying until valid_until");
-                        Some(Instant::now() + (every / 4).clamp(Duration::from_millis(5), Duration::from_millis(250)))
-                    }
-                };
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::AtomicBool;
@@ -451,7 +449,8 @@ mod tests {
     #[async_trait]
     impl LeaseHandle for SlowRenew {
         async fn renew(&self, _ttl: Duration) -> Result<RenewOutcome, LockError> {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            // Long against the 5 ms before the release, so a loaded machine keeps the overlap.
+            tokio::time::sleep(Duration::from_millis(60)).await;
             Ok(if self.released.load(Ordering::SeqCst) { RenewOutcome::NotOwner } else { RenewOutcome::Renewed })
         }
         async fn release(&self) -> Result<ReleaseOutcome, LockError> {
@@ -462,7 +461,7 @@ mod tests {
 
     #[tokio::test]
     async fn release_overtaking_an_inflight_renewal_is_not_a_loss() {
-        for _ in 0..20 {
+        for _ in 0..10 {
             let handle = Arc::new(SlowRenew { released: AtomicBool::new(false) });
             let opts = AcquireOptions::new(Duration::from_secs(3)).renew_every(Duration::from_millis(5));
             let name = LockName::new("race").expect("valid");
@@ -478,7 +477,7 @@ mod tests {
             });
             released.expect("a release of our own lease is not Lost");
             assert!(matches!(renewed, Err(LockError::Lost { .. })), "a renewal after release answers Lost");
-            tokio::time::sleep(Duration::from_millis(40)).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
             assert!(!lost.is_fired(), "the lost signal fired after a clean release: {:?}", lost.reason());
         }
     }

@@ -36,8 +36,10 @@ mod memory;
 mod multi;
 mod name;
 mod options;
+mod release;
 mod store;
 mod wake;
+mod watchdog;
 
 pub use backoff::Backoff;
 pub use capabilities::{Capabilities, LeaseModel, WakeMethod};

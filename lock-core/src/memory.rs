@@ -300,6 +300,21 @@ impl MemoryLock {
         Ok(token.map(|t| self.lease(family, name, owner, t, now, opts)))
     }
 
+    /// Waiting forever means forever (SPEC §4): while the server is out of reach, try again
+    /// with capped back-off. With a deadline, the first failure is the answer.
+    async fn until_reachable(&self, deadline: Option<Instant>) -> Result<(), LockError> {
+        let mut backoff = crate::Backoff::new(Duration::from_millis(5), Duration::from_millis(250));
+        loop {
+            match self.reachable() {
+                Err(e) if deadline.is_none() => {
+                    tracing::debug!(error = %e, "memory server out of reach; waiting forever retries");
+                    tokio::time::sleep(backoff.next_delay()).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// Waits in the FIFO queue until granted or until `opts.wait` ends.
     async fn wait_for(
         &self,
@@ -309,25 +324,26 @@ impl MemoryLock {
         opts: &AcquireOptions,
     ) -> Result<Lease, LockError> {
         opts.validate(&Self::caps())?;
-        self.reachable()?;
         let begun = Instant::now();
         let deadline = opts.wait.deadline(begun);
+        self.until_reachable(deadline).await?;
+        let at = Instant::now();
         let owner = OwnerId::random();
         let (tx, rx) = oneshot::channel();
         let queued = self.with_entry(family, name, |e| {
             e.check_permits(mode)?;
-            e.expire(begun);
+            e.expire(at);
             if e.fits(mode) && !e.has_waiters() {
-                return Ok(Err(e.grant(owner, mode, opts.ttl, begun)));
+                return Ok(Err(e.grant(owner, mode, opts.ttl, at)));
             }
-            if deadline.is_some_and(|d| d <= begun) {
+            if deadline.is_some_and(|d| d <= at) {
                 return Ok(Ok(false));
             }
             e.queue.push_back(Waiter { owner, mode, ttl: opts.ttl, tx });
             Ok(Ok(true))
         })?;
         match queued {
-            Err(token) => return Ok(self.lease(family, name, owner, token, begun, opts)),
+            Err(token) => return Ok(self.lease(family, name, owner, token, at, opts)),
             Ok(false) => return Err(LockError::Timeout { name: name.as_str().to_owned(), waited: Duration::ZERO }),
             Ok(true) => {}
         }

@@ -46,7 +46,9 @@ pub struct AcquireOptions {
     pub wait: WaitPolicy,
     /// Renew in the background while the `Lease` lives (default on).
     pub auto_renew: bool,
-    /// Renewal cadence; `None` means `ttl / 3`.
+    /// Renewal cadence; `None` means `ttl / 3`. At most `ttl / 2` (`InvalidOptions` above), so a
+    /// failed renewal can be retried before the lease ends; the first renewal is due this long
+    /// after the grant's request was sent, never later than halfway through the validity left.
     pub renew_every: Option<Duration>,
     /// Upper bound for one request to the server; never longer than the remaining wait.
     pub request_timeout: Duration,
@@ -56,6 +58,13 @@ pub struct AcquireOptions {
 
 /// The default lease time.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+
+/// The longest `request_timeout` accepted.
+const MAX_REQUEST_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// The longest `wait` or `max_hold` accepted (about 100 years): beyond it, use
+/// `WaitPolicy::Forever` or no `max_hold`.
+const MAX_SPAN: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 impl Default for AcquireOptions {
     fn default() -> Self {
@@ -151,18 +160,46 @@ impl AcquireOptions {
         if self.request_timeout.is_zero() {
             return Err(LockError::invalid_options("request_timeout is zero"));
         }
+        if self.request_timeout > MAX_REQUEST_TIMEOUT {
+            return Err(LockError::invalid_options(format!(
+                "request_timeout {:?} is above {MAX_REQUEST_TIMEOUT:?}; a request that may take that long is a hang, \
+                 use a few seconds",
+                self.request_timeout
+            )));
+        }
         if let Some(every) = self.renew_every {
-            if every.is_zero() || every >= self.ttl {
+            // Above half the ttl a single slow or failed renewal loses the lease.
+            if every.is_zero() || every > self.ttl / 2 {
                 return Err(LockError::invalid_options(format!(
-                    "renew_every {every:?} must be above zero and below the ttl {:?}",
+                    "renew_every {every:?} must be above zero and at most half the ttl {:?}, so a failed renewal \
+                     can be retried before the lease ends",
                     self.ttl
                 )));
             }
         }
         if let WaitPolicy::For(w) = self.wait {
-            if tokio::time::Instant::now().checked_add(w).is_none() {
+            if w > MAX_SPAN {
                 return Err(LockError::invalid_options("wait is too large; use WaitPolicy::Forever"));
             }
+        }
+        if let Some(m) = self.max_hold {
+            if m > MAX_SPAN {
+                return Err(LockError::invalid_options(
+                    "max_hold is too large; leave it unset to renew for as long as the lease lives",
+                ));
+            }
+        }
+        // Every instant the lease computes must exist (no `Instant + Duration` overflow).
+        let now = tokio::time::Instant::now();
+        let longest = [self.ttl, self.request_timeout, self.max_hold.unwrap_or_default()]
+            .into_iter()
+            .chain(match self.wait {
+                WaitPolicy::For(w) => Some(w),
+                _ => None,
+            })
+            .try_fold(Duration::ZERO, |acc, d| acc.checked_add(d));
+        if longest.and_then(|d| now.checked_add(d.saturating_mul(2))).is_none() {
+            return Err(LockError::invalid_options("the durations are too large to compute deadlines with"));
         }
         Ok(())
     }
@@ -187,6 +224,54 @@ mod tests {
             .wait(Duration::from_secs(u64::MAX))
             .validate(&caps)
             .is_err());
+    }
+
+    #[test]
+    fn extreme_durations_are_invalid_options() {
+        let caps = Capabilities::default();
+        let base = AcquireOptions::new(Duration::from_secs(10)).wait(Duration::from_secs(1));
+        let huge = [Duration::MAX, Duration::MAX - Duration::from_nanos(1), Duration::from_secs(u64::MAX / 4)];
+        for d in huge {
+            let table: Vec<(&str, AcquireOptions)> = vec![
+                ("ttl", base.clone().ttl(d)),
+                ("wait", base.clone().wait(d)),
+                ("renew_every", base.clone().renew_every(d)),
+                ("request_timeout", base.clone().request_timeout(d)),
+                ("max_hold", base.clone().max_hold(d)),
+            ];
+            for (field, o) in table {
+                assert!(
+                    matches!(o.validate(&caps), Err(LockError::InvalidOptions { .. })),
+                    "{field} = {d:?} was not InvalidOptions"
+                );
+            }
+        }
+        // The boundaries that stay valid.
+        assert!(base.clone().renew_every(Duration::from_secs(5)).validate(&caps).is_ok());
+        assert!(base.clone().renew_every(Duration::from_millis(5001)).validate(&caps).is_err());
+        assert!(base.clone().max_hold(Duration::from_secs(3600 * 24 * 365)).validate(&caps).is_ok());
+        assert!(base.clone().request_timeout(Duration::from_secs(3600)).validate(&caps).is_ok());
+        assert!(base.clone().wait_policy(WaitPolicy::Forever).validate(&caps).is_ok());
+    }
+
+    #[tokio::test]
+    async fn extreme_durations_never_panic_in_acquire() {
+        use crate::{DistributedLock, LockName, MemoryLock};
+        let lock = MemoryLock::new();
+        let name = LockName::new("extreme").expect("valid");
+        let base = AcquireOptions::new(Duration::from_secs(10)).wait(Duration::from_millis(10));
+        for d in [Duration::MAX, Duration::from_secs(u64::MAX / 4)] {
+            for o in [
+                base.clone().ttl(d),
+                base.clone().wait(d),
+                base.clone().renew_every(d),
+                base.clone().request_timeout(d),
+                base.clone().max_hold(d),
+            ] {
+                assert!(matches!(lock.acquire(&name, &o).await, Err(LockError::InvalidOptions { .. })), "{o:?}");
+                assert!(matches!(lock.try_acquire(&name, &o).await, Err(LockError::InvalidOptions { .. })), "{o:?}");
+            }
+        }
     }
 
     #[test]

@@ -109,6 +109,8 @@ impl<S: LeaseStore> StoreLock<S> {
         Lease::new(LeaseGrant::new(name.clone(), token, owner, started, handle), opts)
     }
 
+    /// One attempt bounded by `bound`; `None` when the server did not answer within it (the
+    /// outcome is then unknown: the attempt may have been applied).
     async fn attempt(
         &self,
         name: &LockName,
@@ -116,7 +118,7 @@ impl<S: LeaseStore> StoreLock<S> {
         ttl: Duration,
         bound: Duration,
         waiting: bool,
-    ) -> Result<TryLock, LockError> {
+    ) -> Option<Result<TryLock, LockError>> {
         let attempt = async {
             if waiting {
                 self.store.try_lock_waiting(name, owner, ttl).await
@@ -124,15 +126,46 @@ impl<S: LeaseStore> StoreLock<S> {
                 self.store.try_lock(name, owner, ttl).await
             }
         };
-        match timeout(bound, attempt).await {
-            Ok(r) => r,
-            Err(_) => Err(LockError::unavailable(
-                self.store.backend(),
-                format!("acquire attempt did not answer within {bound:?}"),
-            )),
+        timeout(bound, attempt).await.ok()
+    }
+
+    /// Subscribes to release hints; `None` (poll) when the backend has none or the subscription fails.
+    async fn subscribe(&self, name: &LockName, opts: &AcquireOptions) -> Option<WakeSubscription> {
+        match timeout(opts.request_timeout, self.store.subscribe(name)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                tracing::debug!(lock = %name, error = %e, "subscribe failed; polling");
+                None
+            }
+            Err(_) => None,
         }
     }
+
+    fn no_answer(&self, bound: Duration) -> LockError {
+        LockError::unavailable(self.store.backend(), format!("acquire attempt did not answer within {bound:?}"))
+    }
 }
+
+/// The longest sleep between two polls of a waiter that has waited `waited`: `max_poll` at
+/// first, falling linearly to [`MIN_POLL`] once it has waited `STARVATION_BOUND × max_poll`.
+/// A long waiter thus ends up polling as often as any newcomer, so newcomers' quick polls stop
+/// winning every release after at most `STARVATION_BOUND × max_poll` of waiting (4 s with the
+/// 500 ms maximum). Strict arrival order needs a backend that declares `fifo`.
+pub(crate) fn poll_cap(waited: Duration, max_poll: Duration) -> Duration {
+    let horizon = max_poll.saturating_mul(STARVATION_BOUND);
+    if horizon.is_zero() || waited >= horizon {
+        return MIN_POLL.min(max_poll);
+    }
+    let left = (horizon - waited).as_secs_f64() / horizon.as_secs_f64();
+    max_poll.mul_f64(left).max(MIN_POLL).min(max_poll)
+}
+
+/// The first (and shortest) poll interval, the one a newcomer uses.
+const MIN_POLL: Duration = Duration::from_millis(5);
+
+/// How many `max_poll` intervals of waiting it takes for a polling waiter to poll as often as a
+/// newcomer (see [`poll_cap`]).
+const STARVATION_BOUND: u32 = 8;
 
 struct StoreLeaseHandle<S> {
     store: Arc<S>,
@@ -208,7 +241,10 @@ impl<S: LeaseStore> DistributedLock for StoreLock<S> {
             timeout: opts.request_timeout,
         };
         let started = Instant::now();
-        let result = self.attempt(name, owner, opts.ttl, opts.request_timeout, false).await;
+        let result = self
+            .attempt(name, owner, opts.ttl, opts.request_timeout, false)
+            .await
+            .unwrap_or_else(|| Err(self.no_answer(opts.request_timeout)));
         match result {
             Ok(TryLock::Acquired { token }) => {
                 pending.armed = false;
@@ -244,52 +280,84 @@ impl<S: LeaseStore> DistributedLock for StoreLock<S> {
             timeout: opts.request_timeout,
         };
         let max_poll = self.store.max_poll_interval(opts.ttl);
-        let mut backoff = Backoff::new(Duration::from_millis(5), max_poll);
+        let mut backoff = Backoff::new(MIN_POLL, max_poll);
+        let mut error_backoff = Backoff::new(Duration::from_millis(10), Duration::from_secs(1));
         let mut subscription: Option<WakeSubscription> = None;
         let mut subscribed = false;
         let mut failures = 0u32;
+        // Whether the server answered "busy" during this wait: at the deadline that makes the
+        // answer `Timeout`, even when the last attempt was cut short (SPEC §4).
+        let mut seen_busy = false;
+        let mut first = true;
         loop {
-            if !subscribed {
-                // Subscribe before the attempt, so a release between attempt and wait is not missed.
-                subscription = match timeout(opts.request_timeout, self.store.subscribe(name)).await {
-                    Ok(Ok(s)) => s,
-                    Ok(Err(e)) => {
-                        tracing::debug!(lock = %name, error = %e, "subscribe failed; polling");
-                        None
-                    }
-                    Err(_) => None,
-                };
-                subscribed = true;
-            }
             let now = Instant::now();
+            let timed_out = || LockError::Timeout { name: name.as_str().to_owned(), waited: now - begun };
             let bound = match deadline {
                 Some(d) if d > now => opts.request_timeout.min(d - now).max(Duration::from_millis(1)),
+                // Past the deadline only the first attempt (NoWait) is made.
+                Some(_) if !first => return Err(timed_out()),
                 _ => opts.request_timeout,
             };
+            first = false;
             pending.armed = true;
             let started = Instant::now();
-            let remaining = match self.attempt(name, owner, opts.ttl, bound, true).await {
-                Ok(TryLock::Acquired { token }) => {
+            let answer = self.attempt(name, owner, opts.ttl, bound, true).await;
+            let remaining = match answer {
+                Some(Ok(TryLock::Acquired { token })) => {
                     pending.armed = false;
                     pending.waiting = false;
                     tracing::debug!(token = token.0, waited_ms = begun.elapsed().as_millis() as u64, "acquired");
                     return Ok(self.lease(name, owner, token, started, opts));
                 }
-                Ok(TryLock::Held { remaining }) => {
+                Some(Ok(TryLock::Held { remaining })) => {
                     pending.armed = false;
                     failures = 0;
+                    seen_busy = true;
+                    if !subscribed {
+                        // Free locks cost one round trip: subscribe only once the lock is busy,
+                        // then try again before waiting, so a release in between is not missed.
+                        subscribed = true;
+                        subscription = self.subscribe(name, opts).await;
+                        if subscription.is_some() {
+                            continue;
+                        }
+                    }
                     remaining
                 }
-                Err(e) if e.is_retryable() && deadline.is_some_and(|d| Instant::now() < d) && failures < 3 => {
-                    failures += 1;
-                    tracing::debug!(lock = %name, error = %e, "acquire attempt failed; retrying");
-                    None
+                // No answer within the bound; the attempt may have been applied (`pending` stays
+                // armed and releases it unless a later attempt answers).
+                None if deadline.is_some_and(|d| Instant::now() >= d) => {
+                    return Err(if seen_busy { timed_out() } else { self.no_answer(bound) });
                 }
-                Err(e) => {
+                Some(Err(e)) if !e.is_retryable() => {
                     pending.armed = e.outcome_unknown();
                     return Err(e);
                 }
+                other => {
+                    let e = match other {
+                        Some(Err(e)) => e,
+                        _ => self.no_answer(bound),
+                    };
+                    let retry = match deadline {
+                        // Waiting forever means forever: transient errors are retried with back-off.
+                        None => true,
+                        Some(d) => Instant::now() < d && failures < 3,
+                    };
+                    if !retry {
+                        return Err(if seen_busy && deadline.is_some_and(|d| Instant::now() >= d) {
+                            timed_out()
+                        } else {
+                            e
+                        });
+                    }
+                    failures = failures.saturating_add(1);
+                    tracing::debug!(lock = %name, error = %e, failures, "acquire attempt failed; retrying");
+                    let left = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(Instant::now()));
+                    tokio::time::sleep(error_backoff.next_delay().min(left)).await;
+                    continue;
+                }
             };
+            error_backoff.reset(Duration::from_millis(10));
             let now = Instant::now();
             let left = match deadline {
                 Some(d) if now >= d => {
@@ -299,20 +367,41 @@ impl<S: LeaseStore> DistributedLock for StoreLock<S> {
                 None => Duration::MAX,
             };
             // Sleep no longer than the holder's remaining lease (it may vanish without a word).
-            let until_expiry = remaining.map(|r| r + Duration::from_millis(1)).unwrap_or(Duration::MAX);
+            let until_expiry = remaining.map(|r| r.saturating_add(Duration::from_millis(1))).unwrap_or(Duration::MAX);
             match &subscription {
                 Some(sub) => {
-                    let fallback = until_expiry.min(max_poll * 4).min(left);
+                    let fallback = until_expiry.min(max_poll.saturating_mul(4)).min(left);
                     tokio::select! {
-                        _ = sub.woken() => backoff.reset(Duration::from_millis(5)),
+                        _ = sub.woken() => backoff.reset(MIN_POLL),
                         _ = tokio::time::sleep(fallback) => {}
                     }
                 }
                 None => {
-                    let nap = backoff.next_delay().min(until_expiry).min(left);
+                    let cap = poll_cap(now - begun, max_poll);
+                    let nap = backoff.next_delay().min(cap).min(until_expiry).min(left);
                     tokio::time::sleep(nap).await;
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn poll_cap_shrinks_to_a_newcomers_interval() {
+        let ms = Duration::from_millis;
+        let max = ms(500);
+        // (waited, cap)
+        let table =
+            [(ms(0), ms(500)), (ms(2000), ms(250)), (ms(3000), ms(125)), (ms(4000), ms(5)), (ms(60_000), ms(5))];
+        for (waited, want) in table {
+            assert_eq!(poll_cap(waited, max), want, "waited {waited:?}");
+        }
+        assert_eq!(poll_cap(Duration::MAX, Duration::MAX), MIN_POLL);
+        assert_eq!(poll_cap(Duration::ZERO, ms(2)), ms(2));
+        assert!(poll_cap(ms(3999), max) >= MIN_POLL);
     }
 }

@@ -49,7 +49,7 @@ pub async fn fault_pause_past_ttl(fx: &dyn Fixture) -> CaseResult {
     let reg = FencedRegister::new(0u32);
     let holder = cx.vanishing_holder(&name).await?;
     let old = holder.lease.token();
-    ensure!(reg.write(old, |v| *v += 1).is_ok(), "the holder's first write was rejected");
+    ensure!(reg.write_as(holder.lease.owner(), old, |v| *v += 1).is_ok(), "the holder's first write was rejected");
     holder.vanish().await;
     let b = cx.client().await?;
     let got = b.acquire(&name, &cx.opts(cx.expiry() * 4)).await;
@@ -58,13 +58,13 @@ pub async fn fault_pause_past_ttl(fx: &dyn Fixture) -> CaseResult {
     let new = got?;
     ensure!(holder.lease.valid_until() <= tb, "another client acquired while the paused holder was still valid");
     ensure!(new.token() > old, "new token {} is not above the paused holder's {old}", new.token());
-    ensure!(reg.write(new.token(), |v| *v += 10).is_ok(), "the new holder's write was rejected");
+    ensure!(reg.write_as(new.owner(), new.token(), |v| *v += 10).is_ok(), "the new holder's write was rejected");
     let fired = eventually(cx.ttl(), Duration::from_millis(10), || async { holder.lease.lost().is_fired() }).await;
     ensure!(fired, "the paused holder's lost signal had not fired after another client acquired");
     ensure!(!holder.lease.is_valid(), "the paused holder still claims a valid lease");
     // The holder resumes and writes with the token it still has.
     ensure!(
-        reg.write(holder.lease.token(), |v| *v += 100).is_err(),
+        reg.write_as(holder.lease.owner(), holder.lease.token(), |v| *v += 100).is_err(),
         "the register accepted the paused holder's stale token"
     );
     ensure!(reg.read() == 11, "register value {} != 11", reg.read());
@@ -151,7 +151,7 @@ pub async fn fault_partition(fx: &dyn Fixture) -> CaseResult {
     let name = cx.name("partitioned")?;
     let reg = FencedRegister::new(0u32);
     let lease = client.acquire(&name, &cx.opts(cx.expiry() * 2)).await?;
-    ensure!(reg.write(lease.token(), |v| *v += 1).is_ok(), "first write rejected");
+    ensure!(reg.write_as(lease.owner(), lease.token(), |v| *v += 1).is_ok(), "first write rejected");
     link.set_partitioned(true).await;
     let cut_at = Instant::now();
     let b = cx.client().await?;
@@ -166,9 +166,9 @@ pub async fn fault_partition(fx: &dyn Fixture) -> CaseResult {
         ms(lease.valid_until() - tb)
     );
     ensure!(fired, "the partitioned holder's lost signal did not fire");
-    ensure!(reg.write(new.token(), |v| *v += 10).is_ok(), "the new holder's write was rejected");
+    ensure!(reg.write_as(new.owner(), new.token(), |v| *v += 10).is_ok(), "the new holder's write was rejected");
     ensure!(
-        reg.write(lease.token(), |v| *v += 100).is_err(),
+        reg.write_as(lease.owner(), lease.token(), |v| *v += 100).is_err(),
         "the register accepted the partitioned holder's stale token"
     );
     match lease.release().await {

@@ -46,14 +46,14 @@ pub async fn fenced_register_rejects_former_holder(fx: &dyn Fixture) -> CaseResu
     let reg = FencedRegister::new(Vec::<&'static str>::new());
     let opts = cx.opts(cx.ttl() * 4);
     let old = a.acquire(&name, &opts).await?;
-    let old_token = old.token();
-    ensure!(reg.write(old_token, |v| v.push("a")).is_ok(), "the first holder's write was rejected");
+    let (old_token, old_owner) = (old.token(), old.owner());
+    ensure!(reg.write_as(old_owner, old_token, |v| v.push("a")).is_ok(), "the first holder's write was rejected");
     old.release().await?;
     let new = b.acquire(&name, &opts).await?;
     ensure!(new.token() > old_token, "new token {} is not above the former holder's {old_token}", new.token());
-    ensure!(reg.write(new.token(), |v| v.push("b")).is_ok(), "the new holder's write was rejected");
+    ensure!(reg.write_as(new.owner(), new.token(), |v| v.push("b")).is_ok(), "the new holder's write was rejected");
     // The former holder wakes up from its pause and writes with what it still has.
-    match reg.write(old_token, |v| v.push("stale a")) {
+    match reg.write_as(old_owner, old_token, |v| v.push("stale a")) {
         Ok(()) => fail!("the register accepted the former holder's token {old_token} after {}", new.token()),
         Err(stale) => {
             ensure!(stale.highest == new.token(), "register reports highest {} not {}", stale.highest, new.token())

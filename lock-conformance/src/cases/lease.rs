@@ -311,3 +311,111 @@ pub async fn run_locked(fx: &dyn Fixture) -> CaseResult {
     ensure!(!finished.load(std::sync::atomic::Ordering::SeqCst), "the closure finished after loss");
     Ok(format!("stopped {} ms after start on loss", ms(t.elapsed())))
 }
+
+/// A `release()` cancelled at each of its first await points (polled `k` times, then dropped
+/// together with the lease, as a `select!` or an aborted task does) still frees the lock: another
+/// client gets it well before the lease's ttl. The holder's link adds a little latency, so the
+/// release request is in flight when the caller goes away. The same for `run_locked` dropped
+/// while it releases.
+pub async fn release_cancelled(fx: &dyn Fixture) -> CaseResult {
+    let cx = Ctx::new(fx, "release_cancelled").await?;
+    let (holder, link) = cx.linked().await?;
+    let other = cx.client().await?;
+    let long = (cx.expiry() * 6).min(cx.caps.max_ttl);
+    let bound = cx.expiry() * 2;
+    let opts = cx.opts(cx.ttl() * 4).ttl(long);
+    let mut freed_after = Vec::new();
+    for polls in 0..8u32 {
+        let name = cx.name(&format!("cancelled-{polls}"))?;
+        let lease = holder.acquire(&name, &opts).await?;
+        link.set_latency(Duration::from_millis(5)).await;
+        {
+            let mut release = Box::pin(lease.release());
+            for i in 0..polls {
+                if futures::poll!(&mut release).is_ready() {
+                    break;
+                }
+                // Alternate: let the runtime run other tasks, or let the request travel a bit.
+                if i % 2 == 0 {
+                    tokio::task::yield_now().await;
+                } else {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            }
+        }
+        drop(lease);
+        link.set_latency(Duration::ZERO).await;
+        let t = Instant::now();
+        match other.acquire(&name, &cx.opts(bound)).await {
+            Ok(l) => {
+                freed_after.push(ms(t.elapsed()));
+                l.release().await?;
+            }
+            Err(LockError::Timeout { .. }) => fail!(
+                "release() dropped after {polls} polls left the lock held for {} ms (its ttl is {} ms): a release, \
+                 once begun, must complete in the background",
+                ms(bound),
+                ms(long)
+            ),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    // run_locked dropped while it releases.
+    let name = cx.name("run-locked")?;
+    link.set_latency(Duration::from_millis(5)).await;
+    let run = holder.run_locked(&name, &opts, |_| async {});
+    let _ = tokio::time::timeout(Duration::from_millis(12), run).await;
+    link.set_latency(Duration::ZERO).await;
+    match other.acquire(&name, &cx.opts(bound)).await {
+        Ok(l) => l.release().await?,
+        Err(LockError::Timeout { .. }) => {
+            fail!("run_locked dropped mid-way left the lock held for {} ms (ttl {} ms)", ms(bound), ms(long))
+        }
+        Err(e) => return Err(e.into()),
+    }
+    Ok(format!("free again after {freed_after:?} ms (ttl {} ms)", ms(long)))
+}
+
+/// A `release()` that failed because the server was out of reach is retried by the next
+/// `release()`, which answers `Ok` only once the server freed the lock: another client then
+/// gets it at once, long before the ttl.
+pub async fn release_retried_after_failure(fx: &dyn Fixture) -> CaseResult {
+    let cx = Ctx::new(fx, "release_retried_after_failure").await?;
+    let (holder, link) = cx.linked().await?;
+    let other = cx.client().await?;
+    let name = cx.name("retried")?;
+    let long = (cx.expiry() * 6).min(cx.caps.max_ttl);
+    let lease = holder.acquire(&name, &cx.opts(cx.ttl() * 4).ttl(long)).await?;
+    link.set_partitioned(true).await;
+    let first = lease.release().await;
+    link.set_partitioned(false).await;
+    if first.is_ok() {
+        fail!("release() answered Ok while the holder was cut off from the server");
+    }
+    let second = lease.release().await;
+    match second {
+        Ok(()) => {}
+        // A per-session backend may have ended the session meanwhile: the lock is free then too.
+        Err(LockError::Lost { .. }) if lease.lost().is_fired() => {}
+        Err(e) => fail!("the retried release failed after healing: {e}"),
+    }
+    let t = Instant::now();
+    let bound = cx.expiry() * 2;
+    match other.acquire(&name, &cx.opts(bound)).await {
+        Ok(l) => {
+            let took = t.elapsed();
+            l.release().await?;
+            Ok(format!(
+                "first release: {}; free {} ms after the retried one",
+                first.err().map(|e| e.to_string()).unwrap_or_default(),
+                ms(took)
+            ))
+        }
+        Err(LockError::Timeout { .. }) => fail!(
+            "release() answered {second:?} after a failed release, but the lock stayed held for {} ms (ttl {} ms)",
+            ms(bound),
+            ms(long)
+        ),
+        Err(e) => Err(e.into()),
+    }
+}

@@ -21,13 +21,14 @@ pub mod exclusion;
 pub mod faults;
 pub mod fencing;
 pub mod kinds;
+pub mod kinds_faults;
 pub mod lease;
 pub mod multi;
 pub mod names;
 pub mod nemesis;
-pub mod validity;
 pub mod regrant;
 pub mod restart;
+pub mod validity;
 pub mod waiting;
 
 /// Why a case did not pass.
@@ -115,7 +116,8 @@ impl Case {
     /// The overall limit the runner puts on this case for `fixture`.
     pub fn time_limit(&self, fixture: &dyn Fixture) -> Duration {
         let unit = fixture.base_ttl().max(fixture.expiry_bound());
-        let extra = if self.name == "nemesis" { nemesis::duration() } else { Duration::ZERO };
+        let extra =
+            if self.name == "nemesis" || self.name == "kinds_nemesis" { nemesis::duration() } else { Duration::ZERO };
         unit.saturating_mul(self.budget).saturating_add(extra).saturating_add(Duration::from_secs(20))
     }
 }
@@ -175,6 +177,14 @@ registry! {
     validity::validity_within_server_bound, 6, "valid_until never exceeds what the server keeps (ttl, or the session for per-session leases)";
     regrant::regrant_extends_lease, 12, "a re-grant to the same owner extends the server-side lease like a fresh grant";
     restart::fault_restart_quiet_period, 14, "after an empty restart nothing is granted while a forgotten lease may be believed";
+    lease::release_cancelled, 12, "a release() dropped at any await point still frees the lock well before its ttl";
+    lease::release_retried_after_failure, 10, "a release after a failed release reaches the server; Ok means freed";
+    waiting::busy_at_deadline_is_timeout, 10, "a lock busy at the deadline is Timeout, never Unavailable, over a slow link";
+    waiting::forever_survives_transient_errors, 12, "WaitPolicy::Forever retries transient errors until granted";
+    names::long_name_prefixes, 6, "long names differing only in their last byte or character are independent locks";
+    kinds_faults::kinds_pause_past_ttl, 12, "rw and semaphore holders that stop renewing: successors only after expiry, greater tokens";
+    kinds_faults::kinds_server_pause, 12, "a paused server: writers and permit holders lose their leases on time";
+    kinds_faults::kinds_nemesis, 10, "random server faults while rw and semaphore clients contend: the kind checkers hold";
 }
 
 /// Every case of the suite, in report order.

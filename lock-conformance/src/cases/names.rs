@@ -105,6 +105,14 @@ pub async fn invalid_input(fx: &dyn Fixture) -> CaseResult {
         ("renew_every >= ttl", base.clone().renew_every(cx.ttl() * 2)),
         ("zero request_timeout", base.clone().request_timeout(Duration::ZERO)),
         ("wait of u64::MAX seconds", base.clone().wait(Duration::from_secs(u64::MAX))),
+        // Durations near the maximum must be refused, never overflow an `Instant` (a panic).
+        ("ttl of Duration::MAX", base.clone().ttl(Duration::MAX)),
+        ("wait of Duration::MAX", base.clone().wait(Duration::MAX)),
+        ("renew_every of Duration::MAX", base.clone().renew_every(Duration::MAX)),
+        ("request_timeout of Duration::MAX", base.clone().request_timeout(Duration::MAX)),
+        ("request_timeout of u64::MAX / 4 seconds", base.clone().request_timeout(Duration::from_secs(u64::MAX / 4))),
+        ("max_hold of Duration::MAX", base.clone().max_hold(Duration::MAX)),
+        ("renew_every above half the ttl", base.clone().renew_every(cx.ttl() * 3 / 4)),
     ];
     if cx.caps.max_ttl < Duration::from_secs(u64::MAX / 2) {
         bad.push(("ttl above max_ttl", base.clone().ttl(cx.caps.max_ttl + Duration::from_secs(1))));
@@ -160,4 +168,49 @@ pub async fn declared_kinds(fx: &dyn Fixture) -> CaseResult {
         cx.caps.min_ttl
     );
     Ok(format!("declared kinds: {}", kinds.join(", ")))
+}
+
+/// Long names that share a long prefix are independent locks: names of 200 to 255 bytes that
+/// differ only in their last byte, or only in a multibyte character at the end, never collide
+/// (a backend that truncates, hashes carelessly or normalises names fails here).
+pub async fn long_name_prefixes(fx: &dyn Fixture) -> CaseResult {
+    let cx = Ctx::new(fx, "long_name_prefixes").await?;
+    let c = cx.client().await?;
+    let opts = cx.opts(cx.ttl()).ttl(cx.ttl() * 4);
+    let stem = cx.name("")?.as_str().to_owned();
+    // Endings that differ in one byte: ASCII, a 2-byte, a 3-byte and a 4-byte character.
+    let endings: &[(&str, &str)] =
+        &[("a", "b"), ("\u{e9}", "\u{e8}"), ("\u{4e2d}", "\u{4e2c}"), ("\u{1f512}", "\u{1f513}")];
+    let mut pairs = 0;
+    for total in [200usize, 230, MAX_NAME_LEN] {
+        for (x, y) in endings {
+            let pad = total.saturating_sub(stem.len() + x.len());
+            let make = |end: &str| LockName::new(format!("{stem}{}{end}", "p".repeat(pad)));
+            let (a, b) = match (make(x), make(y)) {
+                (Ok(a), Ok(b)) => (a, b),
+                (Err(e), _) | (_, Err(e)) => fail!("the suite built an invalid {total}-byte name: {e}"),
+            };
+            ensure!(a.as_str().len() == total.max(stem.len() + x.len()), "name length {} != {total}", a.as_str().len());
+            let first = match c.try_acquire(&a, &opts).await? {
+                Some(l) => l,
+                None => fail!("a fresh {total}-byte name ending in {x:?} was busy"),
+            };
+            match c.try_acquire(&b, &opts).await? {
+                Some(second) => {
+                    ensure!(
+                        c.try_acquire(&a, &opts).await?.is_none(),
+                        "the {total}-byte name ending in {x:?} was free while held"
+                    );
+                    second.release().await?;
+                }
+                None => fail!(
+                    "two {total}-byte names sharing their first {} bytes, ending in {x:?} and {y:?}, are the same lock",
+                    total - x.len()
+                ),
+            }
+            first.release().await?;
+            pairs += 1;
+        }
+    }
+    Ok(format!("{pairs} pairs of long look-alike names independent"))
 }

@@ -111,7 +111,7 @@ pub async fn nemesis(fx: &dyn Fixture) -> CaseResult {
                 };
                 let start = Instant::now();
                 let token = lease.token().get();
-                match registers[lock].write(lease.token(), |v| std::mem::replace(v, token)) {
+                match registers[lock].write_as(lease.owner(), lease.token(), |v| std::mem::replace(v, token)) {
                     Ok(prev) if prev >= token && prev != 0 => log.violation(format!(
                         "lock {lock}: client {i} wrote token {token} after token {prev}: not strictly increasing"
                     )),

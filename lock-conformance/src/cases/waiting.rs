@@ -215,3 +215,85 @@ pub async fn fifo_order(fx: &dyn Fixture) -> CaseResult {
     ensure!(got == vec![0, 1, 2, 3], "grants came in order {got:?}, not arrival order [0, 1, 2, 3]");
     Ok(format!("order {got:?}"))
 }
+
+/// A lock that stays busy until the caller's deadline gives `Timeout`, never `Unavailable`,
+/// even when the network is slow enough that the last attempt before the deadline is cut
+/// short (`Unavailable` means the backend did not answer).
+pub async fn busy_at_deadline_is_timeout(fx: &dyn Fixture) -> CaseResult {
+    let cx = Ctx::new(fx, "busy_at_deadline_is_timeout").await?;
+    let (waiter, link) = cx.linked().await?;
+    let name = cx.name("busy")?;
+    let holder = cx.client().await?;
+    let held = holder.acquire(&name, &cx.opts(cx.ttl())).await?;
+    // Round trips of about a tenth of the ttl; waits of 3 to 8 round trips, so the server
+    // always answers "busy" at least once before the deadline.
+    let latency = (cx.ttl() / 20).clamp(Duration::from_millis(5), Duration::from_millis(100));
+    link.set_latency(latency).await;
+    let spread = (latency * 2 * 5).as_micros() as u64;
+    let jitter: Vec<u64> = (0..8).map(|_| rand::rng().random_range(0..spread.max(1))).collect();
+    let mut outcome = Ok(());
+    let mut waits = Vec::new();
+    for j in jitter {
+        let wait = latency * 2 * 3 + Duration::from_micros(j);
+        waits.push(ms(wait));
+        match waiter.acquire(&name, &cx.opts(wait)).await {
+            Err(LockError::Timeout { .. }) => {}
+            Ok(_) => {
+                outcome = Err(CaseError::Failed("a waiter got a lock that another client holds".into()));
+                break;
+            }
+            Err(e) => {
+                outcome = Err(CaseError::Failed(format!(
+                    "acquire with a {} ms wait on a busy lock, over a link with {} ms latency, returned {e} \
+                     instead of Timeout",
+                    ms(wait),
+                    ms(latency)
+                )));
+                break;
+            }
+        }
+    }
+    link.set_latency(Duration::ZERO).await;
+    held.release().await?;
+    outcome?;
+    Ok(format!("Timeout for waits {waits:?} ms at {} ms latency", ms(latency)))
+}
+
+/// `WaitPolicy::Forever` means forever: a waiter whose server is out of reach for a while keeps
+/// trying (with back-off) and gets the lock once the server is back and the lock is free.
+pub async fn forever_survives_transient_errors(fx: &dyn Fixture) -> CaseResult {
+    let cx = Ctx::new(fx, "forever_survives_transient_errors").await?;
+    let (waiter, link) = cx.linked().await?;
+    let name = cx.name("forever")?;
+    let holder = cx.client().await?;
+    let held = holder.acquire(&name, &cx.opts(cx.ttl())).await?;
+    link.set_partitioned(true).await;
+    let opts = cx.opts(cx.ttl()).wait_policy(WaitPolicy::Forever);
+    let task = tokio::spawn({
+        let (waiter, name) = (Arc::clone(&waiter), name.clone());
+        async move { waiter.acquire(&name, &opts).await }
+    });
+    // Long enough for several attempts to fail (each ends at the request timeout at the latest).
+    tokio::time::sleep(cx.request_timeout() * 2 + Duration::from_millis(200)).await;
+    link.set_partitioned(false).await;
+    if task.is_finished() {
+        let r = task.await.map_err(|e| CaseError::Failed(format!("the waiter panicked: {e}")))?;
+        fail!(
+            "a waiter with WaitPolicy::Forever gave up while the server was out of reach: {:?}",
+            r.map(|l| l.token())
+        );
+    }
+    held.release().await?;
+    let t = Instant::now();
+    let bound = cx.expiry() * 4;
+    match tokio::time::timeout(bound, task).await {
+        Ok(Ok(Ok(lease))) => {
+            let took = t.elapsed();
+            lease.release().await?;
+            Ok(format!("granted {} ms after the release", ms(took)))
+        }
+        Ok(Ok(Err(e))) => fail!("a waiter with WaitPolicy::Forever returned {e} after the server came back"),
+        Ok(Err(e)) => fail!("the waiter panicked: {e}"),
+        Err(_) => fail!("a waiter with WaitPolicy::Forever was not granted within {} ms of the release", ms(bound)),
+    }
+}
