@@ -86,7 +86,7 @@ impl Default for Config {
 impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("Config");
-        d.field("url", &redact_url(&self.url)).field("ttl", &self.ttl).field("wait", &self.wait);
+        d.field("url", &crate::url::redact_url(&self.url)).field("ttl", &self.ttl).field("wait", &self.wait);
         #[cfg(feature = "sql")]
         d.field("sql", &self.sql);
         #[cfg(feature = "redis")]
@@ -151,7 +151,7 @@ impl Config {
 
     /// Checks the values that do not need a server.
     pub fn validate(&self) -> Result<(), LockError> {
-        crate::connect::Scheme::of(&self.url)?;
+        crate::url::Scheme::of(&self.url)?;
         if self.ttl.is_zero() {
             return Err(LockError::config("ttl is zero; give leases a positive time to live, e.g. ttl = \"30s\""));
         }
@@ -167,60 +167,10 @@ impl Config {
         }
     }
 
-    /// The URL with any password replaced by `***`, for logs and messages.
+    /// The URL with every secret replaced by `***`, for logs and messages.
     pub fn redacted_url(&self) -> String {
-        redact_url(&self.url)
+        crate::url::redact_url(&self.url)
     }
-}
-
-/// Replaces the password of a `scheme://user:password@host…` URL (also multi-host ones) by `***`,
-/// and secret query parameters (`password=`, `pass=`, `token=`) too.
-///
-/// ```
-/// assert_eq!(dlock::config::redact_url("redis://u:secret@h:6379/0"), "redis://u:***@h:6379/0");
-/// assert_eq!(dlock::config::redact_url("redis://:secret@h"), "redis://:***@h");
-/// assert_eq!(dlock::config::redact_url("sqlite://x.db"), "sqlite://x.db");
-/// ```
-pub fn redact_url(url: &str) -> String {
-    let Some(start) = url.find("://").map(|i| i + 3) else { return url.to_owned() };
-    let rest = &url[start..];
-    let auth_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let authority = &rest[..auth_end];
-    let mut out = url[..start].to_owned();
-    match authority.rfind('@') {
-        Some(at) => {
-            let userinfo = &authority[..at];
-            match userinfo.find(':') {
-                Some(colon) => {
-                    out.push_str(&userinfo[..colon]);
-                    out.push_str(":***");
-                }
-                None => out.push_str(userinfo),
-            }
-            out.push_str(&authority[at..]);
-        }
-        None => out.push_str(authority),
-    }
-    let tail = &rest[auth_end..];
-    match tail.find('?') {
-        Some(q) => {
-            out.push_str(&tail[..=q]);
-            let params: Vec<String> = tail[q + 1..]
-                .split('&')
-                .map(|p| match p.split_once('=') {
-                    Some((k, _))
-                        if ["password", "pass", "token", "secret"].contains(&k.to_ascii_lowercase().as_str()) =>
-                    {
-                        format!("{k}=***")
-                    }
-                    _ => p.to_owned(),
-                })
-                .collect();
-            out.push_str(&params.join("&"));
-        }
-        None => out.push_str(tail),
-    }
-    out
 }
 
 #[cfg(test)]
@@ -280,7 +230,10 @@ mod tests {
         let c = Config::from_url("redlock://admin:hunter2@h1:1,h2:2?password=hunter3");
         let shown = format!("{c:?}");
         assert!(!shown.contains("hunter"), "{shown}");
-        assert_eq!(redact_url("postgres://u:p@h/db?sslmode=require"), "postgres://u:***@h/db?sslmode=require");
-        assert_eq!(redact_url("zk://u:p@h1:2181,h2:2181/root"), "zk://u:***@h1:2181,h2:2181/root");
+        let c = Config::from_url("postgres://u:pa/ss?w#rd@h/db?sslpassword=k3y-secret&sslmode=verify-full");
+        let shown = format!("{c:?} {}", c.redacted_url());
+        for secret in ["pa/ss?w#rd", "k3y-secret"] {
+            assert!(!shown.contains(secret), "{shown}");
+        }
     }
 }

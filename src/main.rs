@@ -5,19 +5,24 @@
 //! - `dlock acquire NAME [--hold 5s]`: takes a lock, prints its fencing token, holds, releases.
 //! - `dlock config`: shows the effective configuration (secrets redacted).
 
-use std::io::Write;
+use std::fmt::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use dlock::conformance::memory::MemoryFixture;
-use dlock::conformance::runner::{run_suite, CaseReport, Outcome, Report, RunOptions};
-use dlock::conformance::Fixture;
 use dlock::{Config, LockError, LockName};
+use lock_conformance::memory::MemoryFixture;
+use lock_conformance::runner::{run_suite, CaseReport, Outcome, Report, RunOptions};
+use lock_conformance::Fixture;
 
-mod url_fixture;
+mod cli {
+    pub(crate) mod fixture;
+    pub(crate) mod redactor;
+}
+
+use cli::redactor::Redactor;
 
 #[derive(Parser)]
 #[command(name = "dlock", version, about = "One distributed-lock API over Redis, Redlock, SQL and ZooKeeper")]
@@ -47,7 +52,9 @@ struct Target {
 }
 
 impl Target {
-    fn load(&self) -> Result<Config, LockError> {
+    /// The configuration, its URL handed to the redactor before anything may print it.
+    fn load(&self, redactor: &Redactor) -> Result<Config, LockError> {
+        redactor.add(self.url.clone());
         let mut config = match &self.config {
             Some(path) => Config::load_file(path)?,
             None => Config::load()?,
@@ -56,6 +63,7 @@ impl Target {
             config.url = url.clone();
             config.validate()?;
         }
+        redactor.add(Some(config.url.clone()));
         Ok(config)
     }
 }
@@ -87,11 +95,20 @@ struct AcquireArgs {
 }
 
 fn main() -> ExitCode {
+    // Every line this tool writes, its own and the backends' logs, passes the redactor: a client
+    // library may log or echo the URL with its password.
+    let redactor = Redactor::default();
+    let filter = ["DLOCK_LOG", "RUST_LOG"]
+        .iter()
+        .find_map(|var| tracing_subscriber::EnvFilter::try_from_env(var).ok())
+        .unwrap_or_else(|| "error".into());
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("DLOCK_LOG").unwrap_or_else(|_| "error".into()))
-        .with_writer(std::io::stderr)
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(redactor.clone())
         .init();
     let cli = Cli::parse();
+    redactor.add(std::env::var("DLOCK_URL").ok());
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -99,13 +116,14 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let out = redactor.clone();
     let result = runtime.block_on(async move {
         match cli.command {
-            Command::Conformance(args) => conformance(args).await,
-            Command::Acquire(args) => acquire(args).await,
+            Command::Conformance(args) => conformance(args, &out).await,
+            Command::Acquire(args) => acquire(args, &out).await,
             Command::Config(target) => {
-                let config = target.load()?;
-                println!("{config:#?}");
+                let config = target.load(&out)?;
+                out.println(&format!("{config:#?}"));
                 Ok(true)
             }
         }
@@ -114,56 +132,55 @@ fn main() -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(e) => {
-            eprintln!("dlock: {e}");
+            redactor.eprintln(&format!("dlock: {e}"));
             ExitCode::from(2)
         }
     }
 }
 
-async fn acquire(args: AcquireArgs) -> Result<bool, LockError> {
-    let config = args.target.load()?;
+async fn acquire(args: AcquireArgs, out: &Redactor) -> Result<bool, LockError> {
+    let config = args.target.load(out)?;
     let lock = dlock::connect_with(&config).await?;
     let name = LockName::new(&args.name)?;
     let lease = lock.acquire(&name, &config.acquire_options()).await?;
-    println!("acquired {:?} on {} with fencing token {}", name.as_str(), lock.backend(), lease.token());
+    out.println(&format!("acquired {:?} on {} with fencing token {}", name.as_str(), lock.backend(), lease.token()));
     tokio::select! {
         _ = tokio::time::sleep(args.hold) => {}
         _ = lease.lost().fired() => {
-            eprintln!("lease lost: {}", lease.lost().reason().unwrap_or("unknown"));
+            out.eprintln(&format!("lease lost: {}", lease.lost().reason().unwrap_or("unknown")));
             return Ok(false);
         }
     }
     lease.release().await?;
-    println!("released");
+    out.println("released");
     Ok(true)
 }
 
-async fn conformance(args: ConformanceArgs) -> Result<bool, LockError> {
-    let config = args.target.load()?;
-    eprintln!("dlock conformance against {}", config.redacted_url());
+async fn conformance(args: ConformanceArgs, out: &Redactor) -> Result<bool, LockError> {
+    let config = args.target.load(out)?;
+    out.eprintln(&format!("dlock conformance against {}", config.redacted_url()));
     let fixture: Arc<dyn Fixture> = match dlock::Scheme::of(&config.url)? {
         // The in-process server offers every fault hook; keep it alive for the whole run.
         dlock::Scheme::Memory => {
             let name = config.url.split_once("://").map(|(_, n)| n).unwrap_or("");
             Arc::new(MemoryFixture::with_server(dlock::MemoryLock::named(name)))
         }
-        _ => Arc::new(url_fixture::UrlFixture::new(config).await?),
+        _ => Arc::new(cli::fixture::UrlFixture::new(config).await?),
     };
-    let total = dlock::conformance::all_cases().len();
+    let total = lock_conformance::all_cases().len();
     let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let progress = {
         let done = Arc::clone(&done);
+        let out = out.clone();
         move |case: &CaseReport| {
             let n = done.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-            let mut err = std::io::stderr().lock();
-            let _ = writeln!(
-                err,
+            out.eprintln(&format!(
                 "[{n:>3}/{total}] {:<15} {:<40} {:>6} ms  {}",
                 outcome_label(case.outcome),
                 case.name,
                 case.ms,
                 first_line(&case.detail)
-            );
+            ));
         }
     };
     let options = RunOptions {
@@ -174,9 +191,9 @@ async fn conformance(args: ConformanceArgs) -> Result<bool, LockError> {
     let report = run_suite(fixture, &options).await;
     if args.json {
         let json = serde_json::to_string_pretty(&report).map_err(|e| LockError::backend("dlock", e))?;
-        println!("{json}");
+        out.println(&json);
     } else {
-        print_table(&report);
+        out.println(&table(&report));
     }
     Ok(report.ok())
 }
@@ -196,14 +213,23 @@ fn first_line(s: &str) -> &str {
     s.lines().next().unwrap_or("")
 }
 
-fn print_table(report: &Report) {
+fn table(report: &Report) -> String {
     let width = report.cases.iter().map(|c| c.name.len()).max().unwrap_or(4).max(4);
-    println!("{:<width$}  {:<15} {:>8}  detail", "case", "outcome", "ms");
+    let mut text = format!("{:<width$}  {:<15} {:>8}  detail\n", "case", "outcome", "ms");
     for c in &report.cases {
-        println!("{:<width$}  {:<15} {:>8}  {}", c.name, outcome_label(c.outcome), c.ms, first_line(&c.detail));
+        let _ = writeln!(
+            text,
+            "{:<width$}  {:<15} {:>8}  {}",
+            c.name,
+            outcome_label(c.outcome),
+            c.ms,
+            first_line(&c.detail)
+        );
     }
-    println!(
+    let _ = write!(
+        text,
         "\n{}: {} passed, {} failed, {} skipped, {} not applicable",
         report.backend, report.passed, report.failed, report.skipped, report.not_applicable
     );
+    text
 }

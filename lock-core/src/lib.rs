@@ -35,6 +35,7 @@ mod lock;
 mod memory;
 mod name;
 mod options;
+pub mod redact;
 mod store;
 mod wake;
 
