@@ -33,6 +33,16 @@ use serde::Deserialize;
 /// so the quick start needs no server.
 pub const DEFAULT_URL: &str = "sqlite://dlock.db";
 
+/// The longest `ttl` or `wait` (a year, the longest lease a backend promises). Durations near
+/// `Duration::MAX` overflow the instant arithmetic of every backend; a clear error beats an
+/// abort. Wait forever by leaving `wait` out.
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// The longest value of any `*_timeout` key: a day. Client libraries keep timeouts in 32-bit
+/// milliseconds (at most 24.8 days; sqlx's SQLite panics above that) and ZooKeeper refuses
+/// sessions longer than a day.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+
 /// The top-level keys `DLOCK_*` variables may set; other `DLOCK_*` variables (test knobs such as
 /// `DLOCK_TEST_REDIS_URL`) are not configuration and are left alone.
 const ENV_KEYS: &[&str] = &["url", "ttl", "wait", "sql", "redis", "zk"];
@@ -140,6 +150,11 @@ impl Config {
 
     /// Extracts and checks a [`Config`] from a figment.
     pub fn extract(fig: Figment) -> Result<Self, LockError> {
+        // Before the typed extraction: nested backend keys are checked here too, by path, so a
+        // huge timeout from the file or the environment never reaches a backend.
+        if let Ok(tree) = fig.extract::<figment::value::Value>() {
+            check_durations(&tree, "")?;
+        }
         let config: Config = fig.extract().map_err(|e| {
             LockError::config(format!(
                 "{e}. Known keys: url, ttl, wait, [sql], [redis], [zk]; durations look like \"10s\" or \"500ms\""
@@ -154,6 +169,10 @@ impl Config {
         crate::url::Scheme::of(&self.url)?;
         if self.ttl.is_zero() {
             return Err(LockError::config("ttl is zero; give leases a positive time to live, e.g. ttl = \"30s\""));
+        }
+        check_duration("ttl", self.ttl)?;
+        if let Some(wait) = self.wait {
+            check_duration("wait", wait)?;
         }
         Ok(())
     }
@@ -170,6 +189,40 @@ impl Config {
     /// The URL with every secret replaced by `***`, for logs and messages.
     pub fn redacted_url(&self) -> String {
         crate::url::redact_url(&self.url)
+    }
+}
+
+fn check_duration(key: &str, value: Duration) -> Result<(), LockError> {
+    let max = if key.ends_with("timeout") { MAX_TIMEOUT } else { MAX_DURATION };
+    if value > max {
+        return Err(LockError::config(format!(
+            "{key} = {} is longer than the {} it may be; use a shorter one{}",
+            humantime::format_duration(value),
+            humantime::format_duration(max),
+            if key == "wait" { " or leave wait out to wait forever" } else { "" }
+        )));
+    }
+    Ok(())
+}
+
+/// Every string in the tree that reads as a duration is at most [`MAX_DURATION`] (a timeout: at
+/// most [`MAX_TIMEOUT`]).
+fn check_durations(value: &figment::value::Value, path: &str) -> Result<(), LockError> {
+    use figment::value::Value;
+    match value {
+        Value::Dict(_, dict) => dict.iter().try_for_each(|(k, v)| {
+            check_durations(v, &if path.is_empty() { k.clone() } else { format!("{path}.{k}") })
+        }),
+        Value::Array(_, items) => items.iter().try_for_each(|v| check_durations(v, path)),
+        Value::String(_, text) => match humantime::parse_duration(text) {
+            Ok(d) => check_duration(path, d),
+            Err(humantime::DurationError::NumberOverflow) => Err(LockError::config(format!(
+                "{path} = {text:?} overflows; durations may be at most {}",
+                humantime::format_duration(if path.ends_with("timeout") { MAX_TIMEOUT } else { MAX_DURATION })
+            ))),
+            Err(_) => Ok(()),
+        },
+        _ => Ok(()),
     }
 }
 
