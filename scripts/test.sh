@@ -8,6 +8,13 @@ cd "$(dirname "$0")/.."
 
 bash scripts/setup-test-env.sh
 cargo fmt --all --check
+# The library compiles neither the conformance suite nor its test servers; only the CLI (the
+# `cli` feature) does.
+if cargo tree -p dlock -e normal --no-default-features --features redis --prefix none \
+    | grep -E '^(lock-conformance|testcontainers|tempfile) '; then
+  echo "the dlock library depends on the test suite again (see the cargo tree above)" >&2
+  exit 1
+fi
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 # The Docker provisioning path cannot run here (no engine); keep it compiling.
 cargo check -p lock-conformance --features containers --quiet

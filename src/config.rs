@@ -33,6 +33,16 @@ use serde::Deserialize;
 /// so the quick start needs no server.
 pub const DEFAULT_URL: &str = "sqlite://dlock.db";
 
+/// The longest `ttl` or `wait` (a year, the longest lease a backend promises). Durations near
+/// `Duration::MAX` overflow the instant arithmetic of every backend; a clear error beats an
+/// abort. Wait forever by leaving `wait` out.
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// The longest value of any `*_timeout` key: a day. Client libraries keep timeouts in 32-bit
+/// milliseconds (at most 24.8 days; sqlx's SQLite panics above that) and ZooKeeper refuses
+/// sessions longer than a day.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+
 /// The top-level keys `DLOCK_*` variables may set; other `DLOCK_*` variables (test knobs such as
 /// `DLOCK_TEST_REDIS_URL`) are not configuration and are left alone.
 const ENV_KEYS: &[&str] = &["url", "ttl", "wait", "sql", "redis", "zk"];
@@ -86,7 +96,7 @@ impl Default for Config {
 impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("Config");
-        d.field("url", &redact_url(&self.url)).field("ttl", &self.ttl).field("wait", &self.wait);
+        d.field("url", &crate::url::redact_url(&self.url)).field("ttl", &self.ttl).field("wait", &self.wait);
         #[cfg(feature = "sql")]
         d.field("sql", &self.sql);
         #[cfg(feature = "redis")]
@@ -140,6 +150,11 @@ impl Config {
 
     /// Extracts and checks a [`Config`] from a figment.
     pub fn extract(fig: Figment) -> Result<Self, LockError> {
+        // Before the typed extraction: nested backend keys are checked here too, by path, so a
+        // huge timeout from the file or the environment never reaches a backend.
+        if let Ok(tree) = fig.extract::<figment::value::Value>() {
+            check_durations(&tree, "")?;
+        }
         let config: Config = fig.extract().map_err(|e| {
             LockError::config(format!(
                 "{e}. Known keys: url, ttl, wait, [sql], [redis], [zk]; durations look like \"10s\" or \"500ms\""
@@ -151,9 +166,13 @@ impl Config {
 
     /// Checks the values that do not need a server.
     pub fn validate(&self) -> Result<(), LockError> {
-        crate::connect::Scheme::of(&self.url)?;
+        crate::url::Scheme::of(&self.url)?;
         if self.ttl.is_zero() {
             return Err(LockError::config("ttl is zero; give leases a positive time to live, e.g. ttl = \"30s\""));
+        }
+        check_duration("ttl", self.ttl)?;
+        if let Some(wait) = self.wait {
+            check_duration("wait", wait)?;
         }
         Ok(())
     }
@@ -167,60 +186,44 @@ impl Config {
         }
     }
 
-    /// The URL with any password replaced by `***`, for logs and messages.
+    /// The URL with every secret replaced by `***`, for logs and messages.
     pub fn redacted_url(&self) -> String {
-        redact_url(&self.url)
+        crate::url::redact_url(&self.url)
     }
 }
 
-/// Replaces the password of a `scheme://user:password@host…` URL (also multi-host ones) by `***`,
-/// and secret query parameters (`password=`, `pass=`, `token=`) too.
-///
-/// ```
-/// assert_eq!(dlock::config::redact_url("redis://u:secret@h:6379/0"), "redis://u:***@h:6379/0");
-/// assert_eq!(dlock::config::redact_url("redis://:secret@h"), "redis://:***@h");
-/// assert_eq!(dlock::config::redact_url("sqlite://x.db"), "sqlite://x.db");
-/// ```
-pub fn redact_url(url: &str) -> String {
-    let Some(start) = url.find("://").map(|i| i + 3) else { return url.to_owned() };
-    let rest = &url[start..];
-    let auth_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let authority = &rest[..auth_end];
-    let mut out = url[..start].to_owned();
-    match authority.rfind('@') {
-        Some(at) => {
-            let userinfo = &authority[..at];
-            match userinfo.find(':') {
-                Some(colon) => {
-                    out.push_str(&userinfo[..colon]);
-                    out.push_str(":***");
-                }
-                None => out.push_str(userinfo),
-            }
-            out.push_str(&authority[at..]);
-        }
-        None => out.push_str(authority),
+fn check_duration(key: &str, value: Duration) -> Result<(), LockError> {
+    let max = if key.ends_with("timeout") { MAX_TIMEOUT } else { MAX_DURATION };
+    if value > max {
+        return Err(LockError::config(format!(
+            "{key} = {} is longer than the {} it may be; use a shorter one{}",
+            humantime::format_duration(value),
+            humantime::format_duration(max),
+            if key == "wait" { " or leave wait out to wait forever" } else { "" }
+        )));
     }
-    let tail = &rest[auth_end..];
-    match tail.find('?') {
-        Some(q) => {
-            out.push_str(&tail[..=q]);
-            let params: Vec<String> = tail[q + 1..]
-                .split('&')
-                .map(|p| match p.split_once('=') {
-                    Some((k, _))
-                        if ["password", "pass", "token", "secret"].contains(&k.to_ascii_lowercase().as_str()) =>
-                    {
-                        format!("{k}=***")
-                    }
-                    _ => p.to_owned(),
-                })
-                .collect();
-            out.push_str(&params.join("&"));
-        }
-        None => out.push_str(tail),
+    Ok(())
+}
+
+/// Every string in the tree that reads as a duration is at most [`MAX_DURATION`] (a timeout: at
+/// most [`MAX_TIMEOUT`]).
+fn check_durations(value: &figment::value::Value, path: &str) -> Result<(), LockError> {
+    use figment::value::Value;
+    match value {
+        Value::Dict(_, dict) => dict.iter().try_for_each(|(k, v)| {
+            check_durations(v, &if path.is_empty() { k.clone() } else { format!("{path}.{k}") })
+        }),
+        Value::Array(_, items) => items.iter().try_for_each(|v| check_durations(v, path)),
+        Value::String(_, text) => match humantime::parse_duration(text) {
+            Ok(d) => check_duration(path, d),
+            Err(humantime::DurationError::NumberOverflow) => Err(LockError::config(format!(
+                "{path} = {text:?} overflows; durations may be at most {}",
+                humantime::format_duration(if path.ends_with("timeout") { MAX_TIMEOUT } else { MAX_DURATION })
+            ))),
+            Err(_) => Ok(()),
+        },
+        _ => Ok(()),
     }
-    out
 }
 
 #[cfg(test)]
@@ -280,7 +283,10 @@ mod tests {
         let c = Config::from_url("redlock://admin:hunter2@h1:1,h2:2?password=hunter3");
         let shown = format!("{c:?}");
         assert!(!shown.contains("hunter"), "{shown}");
-        assert_eq!(redact_url("postgres://u:p@h/db?sslmode=require"), "postgres://u:***@h/db?sslmode=require");
-        assert_eq!(redact_url("zk://u:p@h1:2181,h2:2181/root"), "zk://u:***@h1:2181,h2:2181/root");
+        let c = Config::from_url("postgres://u:pa/ss?w#rd@h/db?sslpassword=k3y-secret&sslmode=verify-full");
+        let shown = format!("{c:?} {}", c.redacted_url());
+        for secret in ["pa/ss?w#rd", "k3y-secret"] {
+            assert!(!shown.contains(secret), "{shown}");
+        }
     }
 }

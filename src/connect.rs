@@ -1,71 +1,12 @@
-//! Picking a backend from a URL.
+//! Connecting to the backend a URL names (the scheme table is in [`crate::url`]). Errors pass
+//! through the one redactor: a client library's message may quote the URL.
 
 use std::sync::Arc;
 
 use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, MemoryLock};
 
+use crate::url::{redact_error, Scheme};
 use crate::Config;
-
-/// The backend a URL names.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Scheme {
-    /// `memory://[name]`: the in-process reference backend.
-    Memory,
-    /// `sqlite://path` or `sqlite::memory:`.
-    Sqlite,
-    /// `postgres://` or `postgresql://`.
-    Postgres,
-    /// `mysql://` or `mariadb://`.
-    Mysql,
-    /// `redis://` or `rediss://` (TLS).
-    Redis,
-    /// `redlock://h1:p1,h2:p2,…`.
-    Redlock,
-    /// `zk://h1:p1,h2:p2/root`.
-    ZooKeeper,
-}
-
-const SUPPORTED: &str =
-    "memory://, sqlite://, postgres://, mysql:// (mariadb://), redis:// (rediss://), redlock://h1:p1,h2:p2,…, zk://h1:p1/root";
-
-impl Scheme {
-    /// The scheme of `url`, or a `Config` error naming the supported ones.
-    pub fn of(url: &str) -> Result<Scheme, LockError> {
-        let scheme = url.split_once(':').map(|(s, _)| s.to_ascii_lowercase()).unwrap_or_default();
-        Ok(match scheme.as_str() {
-            "memory" => Scheme::Memory,
-            "sqlite" => Scheme::Sqlite,
-            "postgres" | "postgresql" => Scheme::Postgres,
-            "mysql" | "mariadb" => Scheme::Mysql,
-            "redis" | "rediss" => Scheme::Redis,
-            "redlock" => Scheme::Redlock,
-            "zk" | "zookeeper" => Scheme::ZooKeeper,
-            "" => {
-                return Err(LockError::config(format!(
-                    "the backend URL {:?} has no scheme; use one of {SUPPORTED}",
-                    crate::config::redact_url(url)
-                )))
-            }
-            other => {
-                return Err(LockError::config(format!(
-                    "unknown backend scheme {other:?} in {:?}; use one of {SUPPORTED}",
-                    crate::config::redact_url(url)
-                )))
-            }
-        })
-    }
-
-    /// The cargo feature of `dlock` that compiles this backend in.
-    pub fn feature(self) -> Option<&'static str> {
-        match self {
-            Scheme::Memory => None,
-            Scheme::Sqlite | Scheme::Postgres | Scheme::Mysql => Some("sql"),
-            Scheme::Redis | Scheme::Redlock => Some("redis"),
-            Scheme::ZooKeeper => Some("zk"),
-        }
-    }
-}
 
 /// Connects to the backend named by `url`, with default tuning.
 ///
@@ -82,9 +23,13 @@ pub async fn connect(url: &str) -> Result<Arc<dyn DistributedLock>, LockError> {
 
 /// Connects to the backend named by `config.url`, with the config's tuning keys.
 pub async fn connect_with(config: &Config) -> Result<Arc<dyn DistributedLock>, LockError> {
-    let scheme = Scheme::of(&config.url)?;
+    config.validate()?;
+    exclusive(config).await.map_err(|e| redact_error(e, &config.url))
+}
+
+async fn exclusive(config: &Config) -> Result<Arc<dyn DistributedLock>, LockError> {
     let url = config.url.as_str();
-    match scheme {
+    match Scheme::of(url)? {
         Scheme::Memory => Ok(Arc::new(memory_server(url))),
         #[cfg(feature = "sql")]
         Scheme::Sqlite | Scheme::Postgres | Scheme::Mysql => {
@@ -97,10 +42,7 @@ pub async fn connect_with(config: &Config) -> Result<Arc<dyn DistributedLock>, L
         #[cfg(feature = "zk")]
         Scheme::ZooKeeper => Ok(Arc::new(lock_zk::connect(url, config.zk.clone()).await?)),
         #[allow(unreachable_patterns)]
-        other => Err(LockError::config(format!(
-            "the {other:?} backend is not compiled into this build; enable dlock's cargo feature {:?}",
-            other.feature().unwrap_or("default")
-        ))),
+        other => Err(other.not_compiled()),
     }
 }
 
@@ -124,6 +66,11 @@ fn memory_server(url: &str) -> MemoryLock {
 /// # a.release().await?; b.release().await?; Ok(()) }
 /// ```
 pub async fn connect_rw_with(config: &Config) -> Result<Arc<dyn DistributedRwLock>, LockError> {
+    config.validate()?;
+    rw(config).await.map_err(|e| redact_error(e, &config.url))
+}
+
+async fn rw(config: &Config) -> Result<Arc<dyn DistributedRwLock>, LockError> {
     match Scheme::of(&config.url)? {
         Scheme::Memory => Ok(Arc::new(memory_server(&config.url))),
         #[cfg(feature = "sql")]
@@ -141,6 +88,11 @@ pub async fn connect_rw_with(config: &Config) -> Result<Arc<dyn DistributedRwLoc
 /// Connects a semaphore client (docs/contract.md §5.3) to the backend named by `config.url`.
 /// Every backend but Redlock offers it; Redlock answers `Unsupported`.
 pub async fn connect_semaphore_with(config: &Config) -> Result<Arc<dyn DistributedSemaphore>, LockError> {
+    config.validate()?;
+    semaphore(config).await.map_err(|e| redact_error(e, &config.url))
+}
+
+async fn semaphore(config: &Config) -> Result<Arc<dyn DistributedSemaphore>, LockError> {
     match Scheme::of(&config.url)? {
         Scheme::Memory => Ok(Arc::new(memory_server(&config.url))),
         #[cfg(feature = "sql")]
@@ -158,40 +110,16 @@ pub async fn connect_semaphore_with(config: &Config) -> Result<Arc<dyn Distribut
 /// `Unsupported` for a backend without this lock kind, or `Config` when the backend itself is
 /// not compiled in.
 fn unsupported(scheme: Scheme, feature: &'static str) -> LockError {
-    let compiled = match scheme.feature() {
-        Some("sql") => cfg!(feature = "sql"),
-        Some("redis") => cfg!(feature = "redis"),
-        Some("zk") => cfg!(feature = "zk"),
-        _ => true,
-    };
-    if compiled {
+    if scheme.is_compiled() {
         LockError::Unsupported { backend: format!("{scheme:?}").to_lowercase(), feature }
     } else {
-        LockError::config(format!(
-            "the {scheme:?} backend is not compiled into this build; enable dlock's cargo feature {:?}",
-            scheme.feature().unwrap_or("default")
-        ))
+        scheme.not_compiled()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn schemes() {
-        assert_eq!(Scheme::of("sqlite://x.db").ok(), Some(Scheme::Sqlite));
-        assert_eq!(Scheme::of("sqlite::memory:").ok(), Some(Scheme::Sqlite));
-        assert_eq!(Scheme::of("MariaDB://h/db").ok(), Some(Scheme::Mysql));
-        assert_eq!(Scheme::of("rediss://h").ok(), Some(Scheme::Redis));
-        assert_eq!(Scheme::of("redlock://a:1,b:2,c:3").ok(), Some(Scheme::Redlock));
-        assert_eq!(Scheme::of("zk://h:2181/r").ok(), Some(Scheme::ZooKeeper));
-        for bad in ["", "nothing", "ftp://x", "://x"] {
-            assert!(matches!(Scheme::of(bad), Err(LockError::Config { .. })), "{bad}");
-        }
-        let e = Scheme::of("ftp://u:pw@x").expect_err("unknown");
-        assert!(!e.to_string().contains("pw"), "{e}");
-    }
 
     #[tokio::test]
     async fn memory_urls_share_a_server_per_name() {

@@ -2,13 +2,13 @@
 
 pub mod config;
 pub mod connect;
+pub mod url;
 
 pub use config::Config;
-pub use connect::{connect, connect_rw_with, connect_semaphore_with, connect_with, Scheme};
+pub use connect::{connect, connect_rw_with, connect_semaphore_with, connect_with};
 pub use lock_core::*;
+pub use url::Scheme;
 
-/// The conformance suite, for certifying a backend (see the `lock-conformance` crate).
-pub use lock_conformance as conformance;
 /// The Redis and Redlock backends.
 #[cfg(feature = "redis")]
 pub use lock_redis as redis;

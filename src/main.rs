@@ -4,27 +4,33 @@
 //!   deployment; exit status 0 only when nothing failed and nothing was skipped.
 //! - `dlock acquire NAME [--hold 5s]`: takes a lock, prints its fencing token, holds, releases.
 //! - `dlock run --name NAME [--ttl 30s] [--wait 0s|10s|forever] -- CMD ARGS…`: runs a command under
-//!   a lock (exit codes in `exit.rs`).
+//!   a lock (exit codes in `cli/exit.rs`).
 //! - `dlock config`: shows the effective configuration (secrets redacted).
 //! - `dlock bench --url URL [--duration 5s] [--clients 8] [--json]`: measures the deployment next to
 //!   a baseline taken in the same run with the same client library.
 
-use std::io::Write;
+use std::fmt::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use dlock::conformance::memory::MemoryFixture;
-use dlock::conformance::runner::{run_suite, CaseReport, Outcome, Report, RunOptions};
-use dlock::conformance::Fixture;
 use dlock::{Config, LockError, LockName};
+use lock_conformance::memory::MemoryFixture;
+use lock_conformance::runner::{run_suite, CaseReport, Outcome, Report, RunOptions};
+use lock_conformance::Fixture;
 
-mod bench;
-mod exit;
-mod run;
-mod url_fixture;
+mod cli {
+    pub(crate) mod bench;
+    pub(crate) mod exit;
+    pub(crate) mod fixture;
+    pub(crate) mod redactor;
+    pub(crate) mod run;
+}
+
+use cli::exit;
+use cli::redactor::Redactor;
 
 #[derive(Parser)]
 #[command(name = "dlock", version, about = "One distributed-lock API over Redis, Redlock, SQL and ZooKeeper")]
@@ -42,10 +48,10 @@ enum Command {
     /// Print the effective configuration (secrets redacted).
     Config(Target),
     /// Measure the deployment next to a baseline taken in the same run (see BENCHMARKS.md).
-    Bench(bench::BenchArgs),
+    Bench(cli::bench::BenchArgs),
     /// Run a command while holding a lock (exit codes: 1 busy, 2 usage, 3 lease lost,
     /// 69 backend unavailable, 78 configuration error; otherwise the command's own status).
-    Run(run::RunArgs),
+    Run(cli::run::RunArgs),
 }
 
 #[derive(Args)]
@@ -59,7 +65,9 @@ struct Target {
 }
 
 impl Target {
-    fn load(&self) -> Result<Config, LockError> {
+    /// The configuration, its URL handed to the redactor before anything may print it.
+    fn load(&self, redactor: &Redactor) -> Result<Config, LockError> {
+        redactor.add(self.url.clone());
         let mut config = match &self.config {
             Some(path) => Config::load_file(path)?,
             None => Config::load()?,
@@ -68,6 +76,7 @@ impl Target {
             config.url = url.clone();
             config.validate()?;
         }
+        redactor.add(Some(config.url.clone()));
         Ok(config)
     }
 }
@@ -99,11 +108,20 @@ struct AcquireArgs {
 }
 
 fn main() -> ExitCode {
+    // Every line this tool writes, its own and the backends' logs, passes the redactor: a client
+    // library may log or echo the URL with its password.
+    let redactor = Redactor::default();
+    let filter = ["DLOCK_LOG", "RUST_LOG"]
+        .iter()
+        .find_map(|var| tracing_subscriber::EnvFilter::try_from_env(var).ok())
+        .unwrap_or_else(|| "error".into());
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("DLOCK_LOG").unwrap_or_else(|_| "error".into()))
-        .with_writer(std::io::stderr)
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(redactor.clone())
         .init();
     let cli = Cli::parse();
+    redactor.add(std::env::var("DLOCK_URL").ok());
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -111,14 +129,15 @@ fn main() -> ExitCode {
             return exit::code(exit::UNAVAILABLE);
         }
     };
+    let out = redactor.clone();
     let code = runtime.block_on(async move {
         let result = match cli.command {
-            Command::Run(args) => return run::run(args).await,
-            Command::Conformance(args) => conformance(args).await,
-            Command::Acquire(args) => acquire(args).await,
-            Command::Bench(args) => bench::run(args).await,
-            Command::Config(target) => target.load().map(|config| {
-                println!("{config:#?}");
+            Command::Run(args) => return cli::run::run(args, &out).await,
+            Command::Conformance(args) => conformance(args, &out).await,
+            Command::Acquire(args) => acquire(args, &out).await,
+            Command::Bench(args) => cli::bench::run(args, &out).await,
+            Command::Config(target) => target.load(&out).map(|config| {
+                out.println(&format!("{config:#?}"));
                 true
             }),
         };
@@ -127,7 +146,7 @@ fn main() -> ExitCode {
             // A conformance run with failures, a bench case that broke exclusion.
             Ok(false) => exit::BUSY,
             Err(e) => {
-                eprintln!("dlock: {e}");
+                out.eprintln(&format!("dlock: {e}"));
                 exit::of_error(&e)
             }
         }
@@ -135,50 +154,49 @@ fn main() -> ExitCode {
     exit::code(code)
 }
 
-async fn acquire(args: AcquireArgs) -> Result<bool, LockError> {
-    let config = args.target.load()?;
+async fn acquire(args: AcquireArgs, out: &Redactor) -> Result<bool, LockError> {
+    let config = args.target.load(out)?;
     let lock = dlock::connect_with(&config).await?;
     let name = LockName::new(&args.name)?;
     let lease = lock.acquire(&name, &config.acquire_options()).await?;
-    println!("acquired {:?} on {} with fencing token {}", name.as_str(), lock.backend(), lease.token());
+    out.println(&format!("acquired {:?} on {} with fencing token {}", name.as_str(), lock.backend(), lease.token()));
     tokio::select! {
         _ = tokio::time::sleep(args.hold) => {}
         _ = lease.lost().fired() => {
-            eprintln!("lease lost: {}", lease.lost().reason().unwrap_or("unknown"));
+            out.eprintln(&format!("lease lost: {}", lease.lost().reason().unwrap_or("unknown")));
             return Err(LockError::Lost { name: name.as_str().to_owned() });
         }
     }
     lease.release().await?;
-    println!("released");
+    out.println("released");
     Ok(true)
 }
 
-async fn conformance(args: ConformanceArgs) -> Result<bool, LockError> {
-    let config = args.target.load()?;
-    eprintln!("dlock conformance against {}", config.redacted_url());
+async fn conformance(args: ConformanceArgs, out: &Redactor) -> Result<bool, LockError> {
+    let config = args.target.load(out)?;
+    out.eprintln(&format!("dlock conformance against {}", config.redacted_url()));
     let fixture: Arc<dyn Fixture> = match dlock::Scheme::of(&config.url)? {
         // The in-process server offers every fault hook; keep it alive for the whole run.
         dlock::Scheme::Memory => {
             let name = config.url.split_once("://").map(|(_, n)| n).unwrap_or("");
             Arc::new(MemoryFixture::with_server(dlock::MemoryLock::named(name)))
         }
-        _ => Arc::new(url_fixture::UrlFixture::new(config).await?),
+        _ => Arc::new(cli::fixture::UrlFixture::new(config).await?),
     };
-    let total = dlock::conformance::all_cases().len();
+    let total = lock_conformance::all_cases().len();
     let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let progress = {
         let done = Arc::clone(&done);
+        let out = out.clone();
         move |case: &CaseReport| {
             let n = done.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-            let mut err = std::io::stderr().lock();
-            let _ = writeln!(
-                err,
+            out.eprintln(&format!(
                 "[{n:>3}/{total}] {:<15} {:<40} {:>6} ms  {}",
                 outcome_label(case.outcome),
                 case.name,
                 case.ms,
                 first_line(&case.detail)
-            );
+            ));
         }
     };
     let options = RunOptions {
@@ -189,9 +207,9 @@ async fn conformance(args: ConformanceArgs) -> Result<bool, LockError> {
     let report = run_suite(fixture, &options).await;
     if args.json {
         let json = serde_json::to_string_pretty(&report).map_err(|e| LockError::backend("dlock", e))?;
-        println!("{json}");
+        out.println(&json);
     } else {
-        print_table(&report);
+        out.println(&table(&report));
     }
     Ok(report.ok())
 }
@@ -211,14 +229,23 @@ fn first_line(s: &str) -> &str {
     s.lines().next().unwrap_or("")
 }
 
-fn print_table(report: &Report) {
+fn table(report: &Report) -> String {
     let width = report.cases.iter().map(|c| c.name.len()).max().unwrap_or(4).max(4);
-    println!("{:<width$}  {:<15} {:>8}  detail", "case", "outcome", "ms");
+    let mut text = format!("{:<width$}  {:<15} {:>8}  detail\n", "case", "outcome", "ms");
     for c in &report.cases {
-        println!("{:<width$}  {:<15} {:>8}  {}", c.name, outcome_label(c.outcome), c.ms, first_line(&c.detail));
+        let _ = writeln!(
+            text,
+            "{:<width$}  {:<15} {:>8}  {}",
+            c.name,
+            outcome_label(c.outcome),
+            c.ms,
+            first_line(&c.detail)
+        );
     }
-    println!(
+    let _ = write!(
+        text,
         "\n{}: {} passed, {} failed, {} skipped, {} not applicable",
         report.backend, report.passed, report.failed, report.skipped, report.not_applicable
     );
+    text
 }

@@ -36,6 +36,7 @@ mod memory;
 mod multi;
 mod name;
 mod options;
+pub mod redact;
 mod release;
 mod store;
 mod wake;

@@ -5,9 +5,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock::conformance::proxy::ProxyGroup;
-use dlock::conformance::{async_trait, Fixture, LinkedClient};
+use dlock::url::UrlParts;
 use dlock::{Config, DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, Scheme};
+use lock_conformance::proxy::ProxyGroup;
+use lock_conformance::{async_trait, Fixture, LinkedClient};
 
 /// A deployment named by a URL. The suite's clients are made with [`dlock::connect_with`].
 pub(crate) struct UrlFixture {
@@ -26,16 +27,6 @@ impl UrlFixture {
         let prefix = format!("dlock-conformance-{:08x}/", rand_u32());
         Ok(UrlFixture { backend: first.backend().to_owned(), config, scheme, prefix, _first: first })
     }
-
-    fn default_port(&self) -> Option<u16> {
-        match self.scheme {
-            Scheme::Postgres => Some(5432),
-            Scheme::Mysql => Some(3306),
-            Scheme::Redis | Scheme::Redlock => Some(6379),
-            Scheme::ZooKeeper => Some(2181),
-            _ => None,
-        }
-    }
 }
 
 fn rand_u32() -> u32 {
@@ -43,20 +34,6 @@ fn rand_u32() -> u32 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
     h.finish() as u32
-}
-
-/// Splits `scheme://[userinfo@]h1:p1,h2:p2[/rest]` into (prefix up to and including `@`, hosts, rest).
-fn split_hosts(url: &str) -> Option<(String, Vec<String>, String)> {
-    let start = url.find("://")? + 3;
-    let rest = &url[start..];
-    let end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let authority = &rest[..end];
-    let (userinfo, hosts) = match authority.rfind('@') {
-        Some(at) => (&authority[..=at], &authority[at + 1..]),
-        None => ("", authority),
-    };
-    let hosts = hosts.split(',').filter(|h| !h.is_empty()).map(str::to_owned).collect::<Vec<_>>();
-    Some((format!("{}{}", &url[..start], userinfo), hosts, rest[end..].to_owned()))
 }
 
 #[async_trait]
@@ -88,14 +65,14 @@ impl Fixture for UrlFixture {
     async fn linked_client(&self) -> Result<Option<LinkedClient>, LockError> {
         // TLS names the server's host, which a local proxy cannot present; SQLite has no network;
         // `memory://` runs through `MemoryFixture` instead.
-        let Some(port) = self.default_port() else { return Ok(None) };
+        let Some(port) = self.scheme.default_port() else { return Ok(None) };
         if self.config.url.starts_with("rediss:") || self.config.url.contains("sslmode=verify") {
             return Ok(None);
         }
-        let Some((head, hosts, tail)) = split_hosts(&self.config.url) else { return Ok(None) };
+        let Some(parts) = UrlParts::parse(&self.config.url) else { return Ok(None) };
         let mut upstreams = Vec::new();
-        for host in hosts {
-            let target = if host.contains(':') { host.clone() } else { format!("{host}:{port}") };
+        for host in &parts.hosts {
+            let target = if host.contains(':') { host.to_string() } else { format!("{host}:{port}") };
             let addr: SocketAddr = tokio::net::lookup_host(&target)
                 .await
                 .map_err(|e| LockError::unavailable_from(&self.backend, format!("cannot resolve {target}"), e))?
@@ -106,7 +83,7 @@ impl Fixture for UrlFixture {
         let group = ProxyGroup::start(&upstreams).await?;
         let rewritten: Vec<String> = group.proxies().iter().map(|p| p.local_addr().to_string()).collect();
         let mut config = self.config.clone();
-        config.url = format!("{head}{}{tail}", rewritten.join(","));
+        config.url = format!("{}{}{}", parts.head(), rewritten.join(","), parts.tail());
         let client = dlock::connect_with(&config).await?;
         Ok(Some(LinkedClient { client, link: Arc::new(group) }))
     }
@@ -126,20 +103,5 @@ impl Fixture for UrlFixture {
 
     fn provenance(&self) -> String {
         format!("configured deployment {}", self.config.redacted_url())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn hosts_are_split_and_kept() {
-        let (head, hosts, tail) = split_hosts("redlock://u:p@a:1,b:2,c:3?x=1").expect("parse");
-        assert_eq!(head, "redlock://u:p@");
-        assert_eq!(hosts, vec!["a:1", "b:2", "c:3"]);
-        assert_eq!(tail, "?x=1");
-        let (head, hosts, tail) = split_hosts("zk://h:2181/root/x").expect("parse");
-        assert_eq!((head.as_str(), hosts, tail.as_str()), ("zk://", vec!["h:2181".to_owned()], "/root/x"));
     }
 }

@@ -108,7 +108,7 @@ pub(crate) struct BenchReport {
 const KNOWN: [&str; 5] = ["baseline", "uncontended", "contended", "spread", "held"];
 
 /// Runs the selected cases; `Ok(false)` when a case failed its exclusion check or errored.
-pub(crate) async fn run(args: BenchArgs) -> Result<bool, LockError> {
+pub(crate) async fn run(args: BenchArgs, out: &crate::Redactor) -> Result<bool, LockError> {
     for c in &args.cases {
         if !KNOWN.contains(&c.as_str()) {
             return Err(LockError::config(format!("unknown bench case {c:?}; the cases are {}", KNOWN.join(", "))));
@@ -117,7 +117,7 @@ pub(crate) async fn run(args: BenchArgs) -> Result<bool, LockError> {
     if args.clients == 0 || args.duration.is_zero() {
         return Err(LockError::config("--clients and --duration must be above zero"));
     }
-    let config: Config = args.target.load()?;
+    let config: Config = args.target.load(out)?;
     let lock = dlock::connect_with(&config).await?;
     let backend = lock.backend().to_owned();
     let plan = cases::Plan {

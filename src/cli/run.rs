@@ -17,7 +17,8 @@ use nix::unistd::Pid;
 use tokio::process::Command;
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::exit::{self, Exit};
+use crate::cli::exit::{self, Exit};
+use crate::Redactor;
 
 /// Arguments of `dlock run`.
 #[derive(Args)]
@@ -51,18 +52,18 @@ fn parse_wait(s: &str) -> Result<WaitPolicy, String> {
 }
 
 /// Runs the command under the lock; the outcome is the process exit code.
-pub(crate) async fn run(args: RunArgs) -> Exit {
-    match run_inner(args).await {
+pub(crate) async fn run(args: RunArgs, out: &Redactor) -> Exit {
+    match run_inner(args, out).await {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("dlock run: {e}");
+            out.eprintln(&format!("dlock run: {e}"));
             exit::of_error(&e)
         }
     }
 }
 
-async fn run_inner(args: RunArgs) -> Result<Exit, LockError> {
-    let config = args.target.load()?;
+async fn run_inner(args: RunArgs, out: &Redactor) -> Result<Exit, LockError> {
+    let config = args.target.load(out)?;
     let name = LockName::new(&args.name)?;
     let mut opts = config.acquire_options();
     if let Some(ttl) = args.ttl {
@@ -86,7 +87,7 @@ async fn run_inner(args: RunArgs) -> Result<Exit, LockError> {
     let mut child = match spawned {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("dlock run: cannot start {program:?}: {e}");
+            out.eprintln(&format!("dlock run: cannot start {program:?}: {e}"));
             let _ = lease.release().await;
             return Ok(if e.kind() == std::io::ErrorKind::NotFound { exit::NOT_FOUND } else { exit::NOT_EXECUTABLE });
         }
@@ -99,14 +100,14 @@ async fn run_inner(args: RunArgs) -> Result<Exit, LockError> {
             _ = sigint.recv() => forward(pid, Signal::SIGINT),
             _ = sigterm.recv() => forward(pid, Signal::SIGTERM),
             _ = lost.fired() => {
-                eprintln!(
+                out.eprintln(&format!(
                     "dlock run: lease on {:?} lost ({}); stopping the command",
                     name.as_str(),
                     lost.reason().unwrap_or("unknown")
-                );
+                ));
                 forward(pid, Signal::SIGTERM);
                 if tokio::time::timeout(args.grace, child.wait()).await.is_err() {
-                    eprintln!("dlock run: the command outlived its {:?} grace; killing it", args.grace);
+                    out.eprintln(&format!("dlock run: the command outlived its {:?} grace; killing it", args.grace));
                     let _ = child.start_kill();
                     let _ = child.wait().await;
                 }
@@ -117,12 +118,12 @@ async fn run_inner(args: RunArgs) -> Result<Exit, LockError> {
     match lease.release().await {
         Ok(()) => Ok(exit::of_status(status)),
         Err(e @ LockError::Lost { .. }) => {
-            eprintln!("dlock run: {e}: the command may have finished without the lock");
+            out.eprintln(&format!("dlock run: {e}: the command may have finished without the lock"));
             Ok(exit::LOST)
         }
         Err(e) => {
             // The command ran under a valid lease; the lock frees itself when its ttl ends.
-            eprintln!("dlock run: release failed: {e}");
+            out.eprintln(&format!("dlock run: release failed: {e}"));
             Ok(exit::of_status(status))
         }
     }

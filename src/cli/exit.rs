@@ -40,7 +40,7 @@ pub(crate) fn of_error(e: &LockError) -> Exit {
 
 /// A command's status as a shell reports it (128 + N for a signal N), clamped to a byte.
 pub(crate) fn of_status(status: ExitStatus) -> Exit {
-    u8::try_from(crate::run::status_code(status).clamp(0, 255)).unwrap_or(u8::MAX)
+    u8::try_from(crate::cli::run::status_code(status).clamp(0, 255)).unwrap_or(u8::MAX)
 }
 
 /// For `main`.
