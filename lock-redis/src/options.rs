@@ -71,8 +71,19 @@ impl RedisOptions {
         if self.request_timeout.is_zero() {
             return Err(LockError::config("redis request_timeout is zero; use e.g. \"1s\""));
         }
-        if self.max_ttl.is_zero() {
-            return Err(LockError::config("redis max_ttl is zero; use the longest lease ttl you need, e.g. \"60s\""));
+        if self.max_ttl.is_zero() || self.max_ttl > MAX_DURATION {
+            return Err(LockError::config(format!(
+                "redis max_ttl {:?} is out of range; use the longest lease ttl you need, e.g. \"60s\" (at most {} days)",
+                self.max_ttl,
+                MAX_DURATION.as_secs() / 86_400
+            )));
+        }
+        if self.quiet_period() > MAX_DURATION {
+            return Err(LockError::config(format!(
+                "redis restart_quiet_period {:?} is out of range; leave it unset (= max_ttl) or at most {} days",
+                self.quiet_period(),
+                MAX_DURATION.as_secs() / 86_400
+            )));
         }
         Ok(())
     }
@@ -96,6 +107,10 @@ impl RedisOptions {
         }
     }
 }
+
+/// The longest `max_ttl` and quiet period accepted: the scripts compute with them in Lua
+/// numbers (doubles), exact far beyond this.
+const MAX_DURATION: Duration = Duration::from_secs(365 * 86_400);
 
 /// The longest key prefix accepted.
 const MAX_PREFIX: usize = 64;
@@ -139,6 +154,13 @@ mod tests {
         for bad in ["", "a{b", "a}", "lock*", "a?b", "x[ab]", "a b", "a\tb", "a\\b", "é", &"p".repeat(65)] {
             let o = RedisOptions { key_prefix: bad.into(), ..RedisOptions::default() };
             assert!(matches!(o.validate(), Err(LockError::Config { .. })), "{bad:?} must be refused");
+        }
+        for bad in [
+            RedisOptions { max_ttl: Duration::ZERO, ..RedisOptions::default() },
+            RedisOptions { max_ttl: Duration::MAX, ..RedisOptions::default() },
+            RedisOptions { restart_quiet_period: Some(Duration::MAX), ..RedisOptions::default() },
+        ] {
+            assert!(matches!(bad.validate(), Err(LockError::Config { .. })), "{bad:?}");
         }
         let huge = RedisOptions { key_prefix: "x".repeat(100_000), ..RedisOptions::default() };
         let e = huge.validate().unwrap_err().to_string();
