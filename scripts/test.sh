@@ -10,11 +10,14 @@ bash scripts/setup-test-env.sh
 cargo fmt --all --check
 # The library compiles neither the conformance suite nor its test servers; only the CLI (the
 # `cli` feature) does.
-if cargo tree -p dlock -e normal --no-default-features --features redis --prefix none \
+if cargo tree -p dlock-rs -e normal --no-default-features --features redis --prefix none \
     | grep -E '^(lock-conformance|testcontainers|tempfile) '; then
   echo "the dlock library depends on the test suite again (see the cargo tree above)" >&2
   exit 1
 fi
+# Every published crate packages with the metadata crates.io needs, in dependency order (reads
+# the registry index, uploads nothing; the builds it would verify are the ones below).
+cargo publish --workspace --dry-run --no-verify --allow-dirty --quiet
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 # The Docker provisioning path cannot run here (no engine); keep it compiling.
 cargo check -p lock-conformance --features containers --quiet

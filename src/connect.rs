@@ -29,6 +29,7 @@ pub async fn connect_with(config: &Config) -> Result<Arc<dyn DistributedLock>, L
 
 async fn exclusive(config: &Config) -> Result<Arc<dyn DistributedLock>, LockError> {
     let url = config.url.as_str();
+    warn_weak_tls(url);
     match Scheme::of(url)? {
         Scheme::Memory => Ok(Arc::new(memory_server(url))),
         #[cfg(feature = "sql")]
@@ -43,6 +44,12 @@ async fn exclusive(config: &Config) -> Result<Arc<dyn DistributedLock>, LockErro
         Scheme::ZooKeeper => Ok(Arc::new(lock_zk::connect(url, config.zk.clone()).await?)),
         #[allow(unreachable_patterns)]
         other => Err(other.not_compiled()),
+    }
+}
+
+fn warn_weak_tls(url: &str) {
+    if let Some(warning) = crate::tls::weak_tls_warning(url) {
+        tracing::warn!("{warning}");
     }
 }
 
@@ -71,6 +78,7 @@ pub async fn connect_rw_with(config: &Config) -> Result<Arc<dyn DistributedRwLoc
 }
 
 async fn rw(config: &Config) -> Result<Arc<dyn DistributedRwLock>, LockError> {
+    warn_weak_tls(&config.url);
     match Scheme::of(&config.url)? {
         Scheme::Memory => Ok(Arc::new(memory_server(&config.url))),
         #[cfg(feature = "sql")]
@@ -93,6 +101,7 @@ pub async fn connect_semaphore_with(config: &Config) -> Result<Arc<dyn Distribut
 }
 
 async fn semaphore(config: &Config) -> Result<Arc<dyn DistributedSemaphore>, LockError> {
+    warn_weak_tls(&config.url);
     match Scheme::of(&config.url)? {
         Scheme::Memory => Ok(Arc::new(memory_server(&config.url))),
         #[cfg(feature = "sql")]

@@ -2,6 +2,7 @@
 
 pub mod config;
 pub mod connect;
+pub mod tls;
 pub mod url;
 
 pub use config::Config;

@@ -66,7 +66,8 @@ impl Fixture for UrlFixture {
         // TLS names the server's host, which a local proxy cannot present; SQLite has no network;
         // `memory://` runs through `MemoryFixture` instead.
         let Some(port) = self.scheme.default_port() else { return Ok(None) };
-        if self.config.url.starts_with("rediss:") || self.config.url.contains("sslmode=verify") {
+        let url = self.config.url.to_ascii_lowercase();
+        if url.starts_with("rediss:") || url.contains("mode=verify") {
             return Ok(None);
         }
         let Some(parts) = UrlParts::parse(&self.config.url) else { return Ok(None) };
