@@ -16,6 +16,7 @@ use crate::acquire::Attempt;
 use crate::config::{ZkOptions, ZkUrl};
 use crate::recipe::Recipe;
 use crate::session::{classify, server_error, Failure, Session, ZkError, BACKEND};
+use crate::tls::Tls;
 
 /// Connects to a ZooKeeper ensemble and returns a lock client with its own session.
 ///
@@ -28,9 +29,11 @@ use crate::session::{classify, server_error, Failure, Session, ZkError, BACKEND}
 pub async fn connect(url: &str, options: ZkOptions) -> Result<ZkLock, LockError> {
     options.validate()?;
     let url = ZkUrl::parse(url)?;
+    let tls = Tls::load(&options).await?;
     let inner = Arc::new(Inner {
         url,
         options,
+        tls,
         session: tokio::sync::Mutex::new(None),
         watch_events: AtomicU64::new(0),
         parents: Mutex::new(HashSet::new()),
@@ -51,6 +54,7 @@ pub struct ZkLock {
 pub(crate) struct Inner {
     pub(crate) url: ZkUrl,
     pub(crate) options: ZkOptions,
+    tls: Tls,
     session: tokio::sync::Mutex<Option<Session>>,
     pub(crate) watch_events: AtomicU64,
     /// Parents known to exist, so that acquires skip creating them.
@@ -162,7 +166,7 @@ impl ZkLock {
         if let Some((user, pass)) = &url.digest {
             connector = connector.with_auth("digest", format!("{user}:{pass}").as_bytes());
         }
-        let client = match timeout(bound, connector.connect(&url.hosts)).await {
+        let client = match timeout(bound, self.inner.tls.connect(connector, &url.hosts)).await {
             Err(_) => {
                 return Err(LockError::unavailable(
                     BACKEND,

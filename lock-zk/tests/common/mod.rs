@@ -33,6 +33,7 @@ impl ZkFixture {
             session_timeout,
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(3),
+            ..ZkOptions::default()
         };
         Ok(ZkFixture { server, root, options })
     }
