@@ -166,19 +166,28 @@ impl ZkLock {
         if let Some((user, pass)) = &url.digest {
             connector = connector.with_auth("digest", format!("{user}:{pass}").as_bytes());
         }
+        // A refused certificate looks like a server that does not answer: say where to look.
+        let hint = if self.inner.tls.on() {
+            "; with TLS, check that the URL names the secureClientPort and that tls_ca_file signed the \
+             server's certificate for this host"
+        } else {
+            ""
+        };
         let client = match timeout(bound, self.inner.tls.connect(connector, &url.hosts)).await {
             Err(_) => {
                 return Err(LockError::unavailable(
                     BACKEND,
-                    format!("no session with {url} within {bound:?} (connect_timeout)"),
-                ))
+                    format!("no session with {url} within {bound:?} (connect_timeout){hint}"),
+                ));
             }
             Ok(Err(ZkError::AuthFailed)) => {
                 return Err(LockError::config(format!(
                     "ZooKeeper authentication failed for {url}; check user:password in the URL"
                 )))
             }
-            Ok(Err(e)) => return Err(LockError::unavailable_from(BACKEND, format!("cannot connect to {url}"), e)),
+            Ok(Err(e)) => {
+                return Err(LockError::unavailable_from(BACKEND, format!("cannot connect to {url}{hint}"), e))
+            }
             Ok(Ok(c)) => c,
         };
         let left = bound.saturating_sub(started.elapsed()).max(Duration::from_millis(1));

@@ -44,6 +44,14 @@ impl Tls {
         ))
     }
 
+    /// Whether connections use TLS.
+    pub(crate) fn on(&self) -> bool {
+        #[cfg(feature = "tls")]
+        return self.options.is_some();
+        #[cfg(not(feature = "tls"))]
+        false
+    }
+
     /// Opens a session to `hosts` (every host over TLS when it is on).
     #[cfg(feature = "tls")]
     pub(crate) async fn connect(&self, connector: Connector, hosts: &str) -> Result<Client, ZkError> {
