@@ -111,31 +111,6 @@ fn exclusive(case: &Case) -> bool {
     )
 }
 
-#[cfg(test)]
-mod tests {
-    /// A case that takes the fixture's server hook stops, pauses or restarts the one server every
-    /// other case of a `dlock conformance` run shares: it must be listed in `exclusive`.
-    #[test]
-    fn every_case_that_controls_the_server_runs_alone() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/cases");
-        for case in crate::cases::all_cases() {
-            let uses_server = std::fs::read_dir(dir)
-                .expect("cases dir")
-                .filter_map(Result::ok)
-                .filter_map(|f| std::fs::read_to_string(f.path()).ok())
-                .any(|src| case_body(&src, case.name).is_some_and(|b| b.contains("fx.server()") || b.contains("server_of(")));
-            assert!(!uses_server || super::exclusive(case), "{} controls the server but is not exclusive", case.name);
-        }
-    }
-
-    /// The text of `pub async fn <name>` up to the next `pub async fn`.
-    fn case_body<'a>(src: &'a str, name: &str) -> Option<&'a str> {
-        let start = src.find(&format!("pub async fn {name}("))?;
-        let rest = &src[start + 1..];
-        Some(rest.find("pub async fn ").map_or(rest, |end| &rest[..end]))
-    }
-}
-
 /// Runs one case under its time limit, catching panics.
 pub async fn run_case(case: &Case, fixture: Arc<dyn Fixture>) -> CaseReport {
     let name = format!("{}::{}", fixture.backend(), case.name);
@@ -210,5 +185,32 @@ pub async fn run_suite(fixture: Arc<dyn Fixture>, options: &RunOptions) -> Repor
         skipped: count(Outcome::Skipped),
         not_applicable: count(Outcome::NotApplicable),
         cases: reports,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A case that takes the fixture's server hook stops, pauses or restarts the one server every
+    /// other case of a `dlock conformance` run shares: it must be listed in `exclusive`.
+    #[test]
+    fn every_case_that_controls_the_server_runs_alone() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/cases");
+        for case in crate::cases::all_cases() {
+            let uses_server = std::fs::read_dir(dir)
+                .expect("cases dir")
+                .filter_map(Result::ok)
+                .filter_map(|f| std::fs::read_to_string(f.path()).ok())
+                .any(|src| {
+                    case_body(&src, case.name).is_some_and(|b| b.contains("fx.server()") || b.contains("server_of("))
+                });
+            assert!(!uses_server || super::exclusive(case), "{} controls the server but is not exclusive", case.name);
+        }
+    }
+
+    /// The text of `pub async fn <name>` up to the next `pub async fn`.
+    fn case_body<'a>(src: &'a str, name: &str) -> Option<&'a str> {
+        let start = src.find(&format!("pub async fn {name}("))?;
+        let rest = &src[start + 1..];
+        Some(rest.find("pub async fn ").map_or(rest, |end| &rest[..end]))
     }
 }

@@ -16,6 +16,7 @@ use crate::acquire::Attempt;
 use crate::config::{ZkOptions, ZkUrl};
 use crate::recipe::Recipe;
 use crate::session::{classify, server_error, Failure, Session, ZkError, BACKEND};
+use crate::tls::Tls;
 
 /// Connects to a ZooKeeper ensemble and returns a lock client with its own session.
 ///
@@ -28,9 +29,11 @@ use crate::session::{classify, server_error, Failure, Session, ZkError, BACKEND}
 pub async fn connect(url: &str, options: ZkOptions) -> Result<ZkLock, LockError> {
     options.validate()?;
     let url = ZkUrl::parse(url)?;
+    let tls = Tls::load(&options).await?;
     let inner = Arc::new(Inner {
         url,
         options,
+        tls,
         session: tokio::sync::Mutex::new(None),
         watch_events: AtomicU64::new(0),
         parents: Mutex::new(HashSet::new()),
@@ -51,6 +54,7 @@ pub struct ZkLock {
 pub(crate) struct Inner {
     pub(crate) url: ZkUrl,
     pub(crate) options: ZkOptions,
+    tls: Tls,
     session: tokio::sync::Mutex<Option<Session>>,
     pub(crate) watch_events: AtomicU64,
     /// Parents known to exist, so that acquires skip creating them.
@@ -162,19 +166,28 @@ impl ZkLock {
         if let Some((user, pass)) = &url.digest {
             connector = connector.with_auth("digest", format!("{user}:{pass}").as_bytes());
         }
-        let client = match timeout(bound, connector.connect(&url.hosts)).await {
+        // A refused certificate looks like a server that does not answer: say where to look.
+        let hint = if self.inner.tls.on() {
+            "; with TLS, check that the URL names the secureClientPort and that tls_ca_file signed the \
+             server's certificate for this host"
+        } else {
+            ""
+        };
+        let client = match timeout(bound, self.inner.tls.connect(connector, &url.hosts)).await {
             Err(_) => {
                 return Err(LockError::unavailable(
                     BACKEND,
-                    format!("no session with {url} within {bound:?} (connect_timeout)"),
-                ))
+                    format!("no session with {url} within {bound:?} (connect_timeout){hint}"),
+                ));
             }
             Ok(Err(ZkError::AuthFailed)) => {
                 return Err(LockError::config(format!(
                     "ZooKeeper authentication failed for {url}; check user:password in the URL"
                 )))
             }
-            Ok(Err(e)) => return Err(LockError::unavailable_from(BACKEND, format!("cannot connect to {url}"), e)),
+            Ok(Err(e)) => {
+                return Err(LockError::unavailable_from(BACKEND, format!("cannot connect to {url}{hint}"), e))
+            }
             Ok(Ok(c)) => c,
         };
         let left = bound.saturating_sub(started.elapsed()).max(Duration::from_millis(1));

@@ -29,6 +29,11 @@ pub struct ZkOptions {
     /// Upper bound for one request to the server; never longer than the caller's remaining wait.
     #[serde(with = "humantime_serde")]
     pub request_timeout: Duration,
+    /// A PEM file with the CA certificate(s) that sign the servers' certificates. When set,
+    /// every connection uses TLS (point the URL at ZooKeeper's `secureClientPort`), verifying
+    /// the chain and that the certificate names the host or IP of the URL; digest credentials
+    /// then no longer cross the wire in clear. Needs lock-zk's `tls` feature.
+    pub tls_ca_file: Option<std::path::PathBuf>,
 }
 
 impl Default for ZkOptions {
@@ -37,6 +42,7 @@ impl Default for ZkOptions {
             session_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(5),
+            tls_ca_file: None,
         }
     }
 }

@@ -114,6 +114,18 @@
 //!
 //! Needs ZooKeeper 3.5 or later (container nodes, create with stat); tested with 3.8.
 //!
+//! ## TLS
+//!
+//! With the crate's `tls` feature, [`ZkOptions::tls_ca_file`] names a PEM file of the CA(s)
+//! that sign the servers' certificates; every connection then uses TLS (point the URL at
+//! ZooKeeper's `secureClientPort`), verifying the chain and that the certificate names the
+//! URL's host or IP, so digest credentials no longer cross the wire in clear. The feature is
+//! off by default because the client crate's TLS brings `aws-lc-rs`, a C library built from
+//! source. A server whose certificate the CA did not sign, a plaintext port, or a plaintext
+//! client on the TLS port gives no session: `Unavailable` after `connect_timeout`. Servers
+//! need `serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory`, a keystore,
+//! and `ssl.clientAuth=none` (client certificates are not supported yet).
+//!
 //! ## ACLs
 //!
 //! Without credentials in the URL every node is open to everyone (anyone who can reach the
@@ -150,6 +162,7 @@ mod kinds;
 mod lease;
 mod recipe;
 mod session;
+mod tls;
 
 pub use client::{connect, ZkLock};
 pub use config::ZkOptions;

@@ -14,6 +14,7 @@ fn options(session: Duration) -> ZkOptions {
         session_timeout: session,
         connect_timeout: Duration::from_secs(10),
         request_timeout: Duration::from_secs(3),
+        ..ZkOptions::default()
     }
 }
 

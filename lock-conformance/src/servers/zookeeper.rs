@@ -45,6 +45,8 @@ pub struct ZkServer {
     local: Option<Arc<LocalZk>>,
     /// A container server, kept alive as long as this value.
     _container: Option<TestServer>,
+    /// With [`ZkServer::start_local_tls`]: the TLS port and the CA file that signed its certificate.
+    tls: Option<(SocketAddr, PathBuf)>,
 }
 
 impl std::fmt::Debug for ZkServer {
@@ -95,7 +97,7 @@ impl ZkServer {
                 let provenance = format!("env {ENV_URL}");
                 let addr = first_addr(&url).await;
                 eprintln!("zookeeper: using the server from {ENV_URL}");
-                return Ok(ZkServer { url, provenance, addr, control: None, local: None, _container: None });
+                return Ok(ZkServer { url, provenance, addr, control: None, local: None, _container: None, tls: None });
             }
         }
         // The official image honours ZOO_TICK_TIME: a short tick allows the tests' short sessions.
@@ -136,11 +138,30 @@ impl ZkServer {
             provenance,
             local: None,
             _container: Some(server),
+            tls: None,
         })
     }
 
     /// Always a fresh local ZooKeeper (ignores `DLOCK_TEST_ZK_URL`).
     pub async fn start_local() -> Result<ZkServer, LockError> {
+        Self::start_local_with(false).await
+    }
+
+    /// A fresh local ZooKeeper that also listens with TLS (`secureClientPort`, Netty) on
+    /// [`ZkServer::tls`], with a certificate for `127.0.0.1`/`localhost` signed by a CA made for
+    /// this server (`openssl`; the server's PKCS#12 keystore is made from it). The plain port
+    /// stays open for the readiness check and for looking at nodes.
+    pub async fn start_local_tls() -> Result<ZkServer, LockError> {
+        Self::start_local_with(true).await
+    }
+
+    /// The TLS address and the PEM file of the CA that signed the server's certificate (for
+    /// servers from [`ZkServer::start_local_tls`]).
+    pub fn tls(&self) -> Option<(SocketAddr, PathBuf)> {
+        self.tls.clone()
+    }
+
+    async fn start_local_with(tls: bool) -> Result<ZkServer, LockError> {
         let missing = |what: &str| {
             LockError::unavailable(
                 "test",
@@ -151,7 +172,11 @@ impl ZkServer {
                 ),
             )
         };
-        let cp = classpath().ok_or_else(|| missing("the ZooKeeper jars (/usr/share/java/zookeeper.jar)"))?;
+        let mut cp = classpath().ok_or_else(|| missing("the ZooKeeper jars (/usr/share/java/zookeeper.jar)"))?;
+        // TLS needs the Netty server, whose codec the Debian jar's manifest does not list.
+        if tls && std::path::Path::new(DEBIAN_NETTY_CODEC).is_file() {
+            cp = format!("{cp}:{DEBIAN_NETTY_CODEC}");
+        }
         let java = java().ok_or_else(|| missing("java"))?;
         let dir = tempfile::Builder::new()
             .prefix("dlock-zk-")
@@ -178,6 +203,27 @@ impl ZkServer {
             min = (TICK * 2).as_millis(),
             data = data.display(),
         );
+        let (config, tls) = if tls {
+            let secure = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+            let dir_path = dir.path().to_owned();
+            let keystore = tokio::task::spawn_blocking(move || make_certificates(&dir_path))
+                .await
+                .map_err(|e| LockError::unavailable("test", format!("certificate task failed: {e}")))??;
+            let config = format!(
+                "{config}secureClientPort={port}\n\
+                 secureClientPortAddress=127.0.0.1\n\
+                 serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\n\
+                 ssl.keyStore.location={keystore}\n\
+                 ssl.keyStore.password={KEYSTORE_PASSWORD}\n\
+                 ssl.keyStore.type=PKCS12\n\
+                 ssl.clientAuth=none\n",
+                port = secure.port(),
+                keystore = keystore.display(),
+            );
+            (config, Some((secure, dir.path().join("ca.pem"))))
+        } else {
+            (config, None)
+        };
         std::fs::create_dir_all(&data)
             .and_then(|_| std::fs::write(&cfg, config))
             .map_err(|e| LockError::unavailable_from("test", "cannot write zoo.cfg", e))?;
@@ -195,6 +241,7 @@ impl ZkServer {
             control: Some(control),
             local: Some(local),
             _container: None,
+            tls,
         })
     }
 
@@ -234,6 +281,85 @@ impl ZkServer {
     pub fn log(&self) -> Option<String> {
         self.local.as_ref().map(|c| std::fs::read_to_string(c.child.log_path()).unwrap_or_default())
     }
+}
+
+/// Netty's codec jar where the Debian package installs it.
+const DEBIAN_NETTY_CODEC: &str = "/usr/share/java/netty-codec.jar";
+
+/// The password of the test server's keystore (a throwaway, like the keys in it).
+const KEYSTORE_PASSWORD: &str = "dlock-test";
+
+/// Makes `ca.pem` (a CA for this server only) and `server.p12` (the server's key and a
+/// certificate for `127.0.0.1`/`localhost` signed by it) in `dir`; returns the keystore's path.
+fn make_certificates(dir: &std::path::Path) -> Result<PathBuf, LockError> {
+    let run = |args: &[&str]| -> Result<(), LockError> {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .map_err(|e| LockError::unavailable_from("test", "openssl is needed for the TLS test server", e))?;
+        if !out.status.success() {
+            return Err(LockError::unavailable(
+                "test",
+                format!("openssl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr)),
+            ));
+        }
+        Ok(())
+    };
+    let ext = "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n\
+               keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n";
+    std::fs::write(dir.join("server.ext"), ext)
+        .map_err(|e| LockError::unavailable_from("test", "cannot write server.ext", e))?;
+    let subj_ca = "/CN=dlock test CA";
+    run(&[
+        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj",
+        subj_ca,
+    ])?;
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=localhost",
+    ])?;
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "server.ext",
+    ])?;
+    let pass = format!("pass:{KEYSTORE_PASSWORD}");
+    run(&[
+        "pkcs12",
+        "-export",
+        "-in",
+        "server.pem",
+        "-inkey",
+        "server.key",
+        "-certfile",
+        "ca.pem",
+        "-out",
+        "server.p12",
+        "-passout",
+        &pass,
+    ])?;
+    Ok(dir.join("server.p12"))
 }
 
 /// The JVM arguments of a `QuorumPeerMain` with config file `cfg`: a small, quickly started JVM.

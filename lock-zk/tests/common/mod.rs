@@ -9,8 +9,10 @@ use std::time::Duration;
 use lock_conformance::proxy::FaultProxy;
 use lock_conformance::servers::zookeeper::ZkServer;
 use lock_conformance::{async_trait, Fixture, LinkedClient, ServerControl};
+use lock_core::AcquireOptions;
 use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockName};
 use lock_zk::{ZkLock, ZkOptions};
+use tokio::time::{sleep, Instant};
 
 /// The session timeout of test clients: short, so that expiry cases run in seconds.
 pub const SESSION_TIMEOUT: Duration = Duration::from_secs(2);
@@ -33,6 +35,7 @@ impl ZkFixture {
             session_timeout,
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(3),
+            ..ZkOptions::default()
         };
         Ok(ZkFixture { server, root, options })
     }
@@ -128,4 +131,64 @@ impl Fixture for ZkFixture {
     fn provenance(&self) -> String {
         self.server.provenance().to_owned()
     }
+}
+
+// ---- Helpers of the ZooKeeper-specific tests ----
+
+pub fn name(s: &str) -> LockName {
+    LockName::new(s).expect("valid name")
+}
+
+pub fn opts(ttl_ms: u64) -> AcquireOptions {
+    AcquireOptions::new(Duration::from_millis(ttl_ms))
+}
+
+/// The lock nodes queued under `name`.
+pub async fn nodes(fx: &ZkFixture, lock: &ZkLock, name: &LockName) -> Vec<String> {
+    let raw = fx.raw().await;
+    match raw.list_children(&lock.parent_path(name)).await {
+        Ok(c) => c,
+        Err(zookeeper_client::Error::NoNode) => Vec::new(),
+        Err(e) => panic!("listing {}: {e}", lock.parent_path(name)),
+    }
+}
+
+/// Waits until `cond` holds, up to `within`.
+pub async fn eventually<F, Fut>(within: Duration, what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let end = Instant::now() + within;
+    while !cond().await {
+        assert!(Instant::now() < end, "not within {within:?}: {what}");
+        sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The nodes queued under the read-write lock `name`.
+pub async fn rw_nodes(fx: &ZkFixture, lock: &ZkLock, name: &LockName) -> Vec<String> {
+    children_of(fx, &lock.rw_parent_path(name)).await
+}
+
+/// The nodes queued under the semaphore `name`.
+pub async fn sem_nodes(fx: &ZkFixture, lock: &ZkLock, name: &LockName) -> Vec<String> {
+    children_of(fx, &lock.semaphore_parent_path(name)).await
+}
+
+pub async fn children_of(fx: &ZkFixture, parent: &str) -> Vec<String> {
+    let raw = fx.raw().await;
+    match raw.list_children(parent).await {
+        Ok(c) => c,
+        Err(zookeeper_client::Error::NoNode) => Vec::new(),
+        Err(e) => panic!("listing {parent}: {e}"),
+    }
+}
+
+pub fn long_wait(ttl_ms: u64) -> AcquireOptions {
+    opts(ttl_ms).wait(Duration::from_secs(30))
+}
+
+pub async fn total_watch_events(clients: &[ZkLock]) -> u64 {
+    clients.iter().map(ZkLock::watch_events).sum()
 }
