@@ -57,6 +57,9 @@ pub(crate) struct Attempt<'a> {
     deadline: Option<Instant>,
     /// Whether to queue at all (false for try_acquire and `WaitPolicy::NoWait`).
     wait: bool,
+    /// The lock was seen held by someone else during this wait: at the deadline the answer is
+    /// `Timeout`, even when the last request was cut short by it (contract §4).
+    seen_busy: bool,
     unavailable_since: Option<Instant>,
     backoff: Backoff,
 }
@@ -72,7 +75,7 @@ impl<'a> Attempt<'a> {
         wait: bool,
     ) -> Self {
         let backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
-        Attempt { lock, recipe, name, opts, begun, deadline, wait, unavailable_since: None, backoff }
+        Attempt { lock, recipe, name, opts, begun, deadline, wait, seen_busy: false, unavailable_since: None, backoff }
     }
 }
 
@@ -114,6 +117,9 @@ impl Attempt<'_> {
         let since = *self.unavailable_since.get_or_insert(now);
         let delay = self.backoff.next_delay();
         let out_of_time = self.limit().is_some_and(|l| now + delay >= l);
+        if out_of_time && self.wait && self.seen_busy {
+            return Err(self.timeout_error());
+        }
         if out_of_time || now.duration_since(since) >= self.lock.inner.options.connect_timeout {
             return Err(err);
         }
@@ -176,6 +182,9 @@ impl Attempt<'_> {
                 Err(Stop::Restart(why)) => {
                     tracing::info!(lock = %self.name, why, "zookeeper acquire starts over");
                     if self.limit().is_some_and(|l| Instant::now() >= l) {
+                        if self.wait && self.seen_busy {
+                            return Err(self.timeout_error());
+                        }
                         return Err(LockError::unavailable(
                             BACKEND,
                             format!("{why}, and no time is left for a new one"),
@@ -279,6 +288,7 @@ impl Attempt<'_> {
                 Verdict::Wait(watched) => (watched, false),
                 Verdict::WaitGranted(predecessor) => (vec![predecessor], true),
             };
+            self.seen_busy = true;
             if !self.wait {
                 // Busy: `guard` deletes our node; acquire turns this into Timeout.
                 return Ok(None);
