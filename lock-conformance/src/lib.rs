@@ -103,16 +103,25 @@
 //! `cancel_safety`, `wake_latency`, `fifo_order`), names and inputs (`hostile_names`,
 //! `invalid_input`, `declared_kinds`), the other kinds (`rw_lock`, `semaphore`), faults
 //! (`fault_pause_past_ttl`, `fault_connection_cut`, `fault_partition`, `fault_latency`,
-//! `fault_server_pause`, `fault_server_restart`,
-//! `fault_unavailable`, `fault_entry_deleted`), the randomized `nemesis`, the server's bound on
-//! validity (`validity_within_server_bound`) and several locks at once (`acquire_all_*`). Each runs under
+//! `fault_server_pause`, `fault_server_restart`, `fault_unavailable`, `fault_entry_deleted`) and
+//! the randomized `nemesis`; then, appended: several locks at once (`acquire_all_*`), the server's
+//! bound on validity (`validity_within_server_bound`), re-grants (`regrant_extends_lease`), the
+//! quiet period after an empty restart (`fault_restart_quiet_period`), release cancelled at each
+//! await point (`release_cancelled`), retried after a failure (`release_retried_after_failure`),
+//! a slow grant renewed in time (`slow_grant_renewed_in_time`), busy at the deadline is `Timeout`
+//! (`busy_at_deadline_is_timeout`), `WaitPolicy::Forever` outlasting transient errors
+//! (`forever_survives_transient_errors`), long look-alike names (`long_name_prefixes`), and the
+//! read-write lock and semaphore under faults (`kinds_pause_past_ttl`, `kinds_server_pause`,
+//! `kinds_nemesis`). Each runs under
 //! an overall time limit ([`Case::time_limit`]): a hang is a failure with a clear detail, never
 //! a stuck test.
 //!
 //! Every checker can fail: `tests/mutants.rs` runs cases against lease stores with one
 //! deliberate bug each (no exclusion, a renew that releases, a release without owner check,
-//! repeated tokens, leases that never or too early expire, colliding names, false `fifo` and
-//! `durable_fencing` claims) and asserts the cases report `failed`.
+//! repeated tokens, a token handed out twice after a takeover, leases that never or too early
+//! expire, colliding or truncated names, false `fifo` and `durable_fencing` claims) and asserts
+//! the cases report `failed`; its correct store, with link latency, must pass the release,
+//! deadline and renewal cases that fail on a `Lease`/`StoreLock` without their fixes.
 //!
 //! ## Capabilities decide what applies
 //!
@@ -230,6 +239,7 @@ macro_rules! conformance_tests {
                 kinds_pause_past_ttl,
                 kinds_server_pause,
                 kinds_nemesis,
+                slow_grant_renewed_in_time,
             ]
         }
     };

@@ -419,3 +419,66 @@ pub async fn release_retried_after_failure(fx: &dyn Fixture) -> CaseResult {
         Err(e) => Err(e.into()),
     }
 }
+
+/// A grant that took long to arrive (a slow link: each round trip about 0.36 ttl) is renewed in
+/// time: renewals are due relative to when the request was sent (`valid_until`), not to when
+/// the answer came, so the holder keeps its lease for several ttls and nobody else gets in.
+pub async fn slow_grant_renewed_in_time(fx: &dyn Fixture) -> CaseResult {
+    let cx = Ctx::new(fx, "slow_grant_renewed_in_time").await?;
+    if cx.caps.lease_model == LeaseModel::PerSession {
+        return Err(CaseError::NotApplicable(
+            "per-session leases: validity follows the session's heartbeats, not per-lock renewals".into(),
+        ));
+    }
+    let (holder, link) = cx.linked().await?;
+    let other = cx.client().await?;
+    let name = cx.name("slow")?;
+    let ttl = cx.ttl();
+    let opts = cx.opts(ttl * 4).request_timeout(ttl);
+    link.set_latency(ttl * 18 / 100).await;
+    let t0 = Instant::now();
+    let lease = holder.acquire(&name, &opts).await;
+    let took = t0.elapsed();
+    let lease = match lease {
+        Ok(l) => l,
+        Err(e) => {
+            link.set_latency(Duration::ZERO).await;
+            // A backend whose own per-request timeout is below this round trip (Redlock's
+            // per-node timeout is a small share of the ttl) never makes a grant this slow.
+            if let LockError::Unavailable { .. } = e {
+                return Err(CaseError::NotApplicable(format!(
+                    "the backend gives up on requests slower than about {} ms, so a grant this slow cannot \
+                     happen ({e})",
+                    ms(ttl * 36 / 100)
+                )));
+            }
+            return Err(e.into());
+        }
+    };
+    let end = Instant::now() + ttl * 3;
+    let mut outcome = Ok(());
+    while Instant::now() < end {
+        tokio::time::sleep(ttl / 4).await;
+        if lease.lost().is_fired() {
+            outcome = Err(CaseError::Failed(format!(
+                "a grant that took {} ms (ttl {} ms) was lost {} ms after it came: {:?}",
+                ms(took),
+                ms(ttl),
+                ms(t0.elapsed().saturating_sub(took)),
+                lease.lost().reason()
+            )));
+            break;
+        }
+        if let Some(stolen) = other.try_acquire(&name, &cx.opts(ttl)).await? {
+            outcome = Err(CaseError::Failed(format!(
+                "another client acquired (token {}) while the slow holder renewed",
+                stolen.token()
+            )));
+            break;
+        }
+    }
+    link.set_latency(Duration::ZERO).await;
+    let _ = lease.release().await;
+    outcome?;
+    Ok(format!("grant took {} ms of a {} ms ttl; held 3 ttls", ms(took), ms(ttl)))
+}

@@ -185,6 +185,7 @@ registry! {
     kinds_faults::kinds_pause_past_ttl, 12, "rw and semaphore holders that stop renewing: successors only after expiry, greater tokens";
     kinds_faults::kinds_server_pause, 12, "a paused server: writers and permit holders lose their leases on time";
     kinds_faults::kinds_nemesis, 10, "random server faults while rw and semaphore clients contend: the kind checkers hold";
+    lease::slow_grant_renewed_in_time, 8, "a grant that took a third of its ttl to arrive is renewed in time, not lost";
 }
 
 /// Every case of the suite, in report order.

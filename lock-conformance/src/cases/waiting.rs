@@ -225,16 +225,30 @@ pub async fn busy_at_deadline_is_timeout(fx: &dyn Fixture) -> CaseResult {
     let name = cx.name("busy")?;
     let holder = cx.client().await?;
     let held = holder.acquire(&name, &cx.opts(cx.ttl())).await?;
-    // Round trips of about a tenth of the ttl; waits of 3 to 8 round trips, so the server
-    // always answers "busy" at least once before the deadline.
-    let latency = (cx.ttl() / 20).clamp(Duration::from_millis(5), Duration::from_millis(100));
+    // Connect before the link slows down: a first connection through a slow link is several
+    // round trips, and a server that never answered before the deadline is `Unavailable`.
+    let no_wait = cx.opts(cx.ttl()).wait_policy(WaitPolicy::NoWait);
+    match waiter.acquire(&name, &no_wait).await {
+        Err(LockError::Timeout { .. }) => {}
+        other => fail!("acquire with NoWait on a held lock gave {:?}, not Timeout", other.map(|l| l.token())),
+    }
+    let latency = (cx.ttl() / 40).clamp(Duration::from_millis(5), Duration::from_millis(50));
     link.set_latency(latency).await;
-    let spread = (latency * 2 * 5).as_micros() as u64;
-    let jitter: Vec<u64> = (0..8).map(|_| rand::rng().random_range(0..spread.max(1))).collect();
+    // One attempt over the slow link (a backend may need several round trips per attempt);
+    // waits of 3 to 8 attempts, so the server answers "busy" before each deadline.
+    let t = Instant::now();
+    let probe = waiter.acquire(&name, &no_wait).await;
+    let attempt = t.elapsed().max(latency * 2);
+    if !matches!(probe, Err(LockError::Timeout { .. })) {
+        link.set_latency(Duration::ZERO).await;
+        fail!("acquire with NoWait of a held lock over a slow link gave {:?}, not Timeout", probe.map(|l| l.token()));
+    }
+    let spread = (attempt * 5).as_micros() as u64;
+    let jitter: Vec<u64> = (0..5).map(|_| rand::rng().random_range(0..spread.max(1))).collect();
     let mut outcome = Ok(());
     let mut waits = Vec::new();
     for j in jitter {
-        let wait = latency * 2 * 3 + Duration::from_micros(j);
+        let wait = attempt * 3 + Duration::from_micros(j);
         waits.push(ms(wait));
         match waiter.acquire(&name, &cx.opts(wait)).await {
             Err(LockError::Timeout { .. }) => {}
@@ -244,10 +258,11 @@ pub async fn busy_at_deadline_is_timeout(fx: &dyn Fixture) -> CaseResult {
             }
             Err(e) => {
                 outcome = Err(CaseError::Failed(format!(
-                    "acquire with a {} ms wait on a busy lock, over a link with {} ms latency, returned {e} \
-                     instead of Timeout",
+                    "acquire with a {} ms wait on a busy lock, over a link with {} ms latency (one attempt {} ms), \
+                     returned {e} instead of Timeout",
                     ms(wait),
-                    ms(latency)
+                    ms(latency),
+                    ms(attempt)
                 )));
                 break;
             }
@@ -256,7 +271,7 @@ pub async fn busy_at_deadline_is_timeout(fx: &dyn Fixture) -> CaseResult {
     link.set_latency(Duration::ZERO).await;
     held.release().await?;
     outcome?;
-    Ok(format!("Timeout for waits {waits:?} ms at {} ms latency", ms(latency)))
+    Ok(format!("Timeout for waits {waits:?} ms at {} ms latency ({} ms per attempt)", ms(latency), ms(attempt)))
 }
 
 /// `WaitPolicy::Forever` means forever: a waiter whose server is out of reach for a while keeps
