@@ -229,3 +229,34 @@ async fn extra_fences_survive_a_crash_of_an_async_commit_server() {
     assert!(next > last, "lock token {next} after the crash, {last} before it: a fence was lost");
     assert!(next_permit > last_permit, "permit token {next_permit} after the crash, {last_permit} before it");
 }
+
+/// A conflict inside an acquire transaction (here PostgreSQL's `lock_timeout`, set through the
+/// URL, firing while a test transaction holds the counter row) rolls the transaction back
+/// before the connection is reused (issue 15.6): the re-run really runs, and the acquire is
+/// granted once the row is free, instead of failing with "current transaction is aborted".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extra_conflict_rolls_back_before_reuse() {
+    use lock_core::{LockName, OwnerId, TryLock};
+    let fx = SqlFixture::postgres().await.unwrap();
+    let url = format!("{}?options[lock_timeout]=100", fx.url());
+    let options = lock_sql::SqlOptions { max_connections: 1, ..fx.options() };
+    let rw = lock_sql::connect_rw(&url, options).await.unwrap();
+    let [(_, read), _] = rw.lease_stores();
+    let name = LockName::new("conflict").unwrap();
+    let ttl = Duration::from_secs(5);
+    let first = OwnerId::random();
+    assert!(matches!(read.try_lock(&name, first, ttl).await.unwrap(), TryLock::Acquired { .. }));
+    let mut admin = common::Admin::connect(&fx).await;
+    admin.lock_rows(&format!("{}_counters", fx.options().table), "kind = 'rw' AND name = 'conflict'").await;
+    let unlock = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        admin.run("ROLLBACK").await;
+        admin
+    });
+    let second = OwnerId::random();
+    let got = read.try_lock(&name, second, ttl).await;
+    let _admin = unlock.await.unwrap();
+    assert!(matches!(got, Ok(TryLock::Acquired { .. })), "after lock-timeout conflicts: {got:?}");
+    // The one pooled connection is usable for plain statements too.
+    assert_eq!(read.renew(&name, first, ttl).await.unwrap(), lock_core::RenewOutcome::Renewed);
+}
