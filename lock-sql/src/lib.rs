@@ -68,11 +68,13 @@
 //!
 //! WITH freed AS (UPDATE dlock_leases SET owner = NULL, expires_at = NOW_MS
 //!                WHERE name = $1 AND owner = $2 AND expires_at > NOW_MS RETURNING name)
-//! SELECT pg_notify('dlock_leases', name) FROM freed;
+//! SELECT pg_notify('dlock_leases', 'dlock:' || name) FROM freed;
 //! ```
 //!
 //! Waiters are woken by `LISTEN`/`NOTIFY`: release notifies on the channel named like the table,
-//! in the same statement (so only a committed release notifies). Each client keeps **one**
+//! in the same statement (so only a committed release notifies), with the payload
+//! `dlock:<name>`; every kind has its own payload prefix, none the start of another, so an
+//! exclusive lock named like a read-write lock's payload never wakes that lock's waiters. Each client keeps **one**
 //! listening connection and wakes one local waiter of the released name. While that connection
 //! is down notifications are lost, so after reconnecting it wakes every local waiter; and every
 //! waiter also re-tries on its own timer, never later than the holder's lease ends. Use READ
@@ -259,6 +261,7 @@ mod options;
 mod pool;
 mod serial;
 mod store;
+mod wake;
 
 pub use kinds::{SqlRwLock, SqlSemaphore};
 pub use options::{SqlOptions, DEFAULT_TABLE};

@@ -229,6 +229,6 @@ impl LeaseStore for SqlStore {
     }
 
     async fn subscribe(&self, name: &LockName) -> Result<Option<WakeSubscription>, LockError> {
-        Ok(self.subscribe_key(name.as_str()))
+        Ok(self.subscribe_key(&crate::wake::exclusive(name.as_str())))
     }
 }

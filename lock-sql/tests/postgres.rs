@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::SqlFixture;
@@ -259,4 +260,60 @@ async fn extra_conflict_rolls_back_before_reuse() {
     assert!(matches!(got, Ok(TryLock::Acquired { .. })), "after lock-timeout conflicts: {got:?}");
     // The one pooled connection is usable for plain statements too.
     assert_eq!(read.renew(&name, first, ttl).await.unwrap(), lock_core::RenewOutcome::Renewed);
+}
+
+/// Wake-up keys are per kind (issue 10.16): releasing an exclusive lock whose name looks like a
+/// read-write lock's or semaphore's key wakes none of their waiters, and a permit or writer
+/// released wakes no exclusive waiter named like its key; the right release does wake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extra_wake_keys_are_per_kind() {
+    use lock_core::{LeaseStore, LockName, OwnerId, TryLock};
+    let fx = SqlFixture::postgres().await.unwrap();
+    let exclusive = Arc::clone(fx.sql_client().await.unwrap().store()) as Arc<dyn LeaseStore>;
+    let rw = lock_sql::connect_rw(fx.url(), fx.options()).await.unwrap();
+    let sem = lock_sql::connect_semaphore(fx.url(), fx.options()).await.unwrap();
+    let [(_, read), (_, write)] = rw.lease_stores();
+    let permit = sem.lease_store(1).unwrap();
+    let ttl = Duration::from_secs(5);
+    let name = |s: &str| LockName::new(s).unwrap();
+    let cycle = |store: Arc<dyn LeaseStore>, n: LockName| async move {
+        let o = OwnerId::random();
+        assert!(matches!(store.try_lock(&n, o, ttl).await.unwrap(), TryLock::Acquired { .. }), "{n}");
+        store.release(&n, o).await.unwrap();
+    };
+    let quiet = Duration::from_millis(500);
+
+    let kinds = [&read, &write, &permit];
+    let mut subs = Vec::new();
+    for s in kinds {
+        subs.push(s.subscribe(&name("x")).await.unwrap().expect("postgres listens"));
+    }
+    for key in ["dlock-rw-read:x", "dlock-rw-write:x", "dlock-sem:x"] {
+        cycle(Arc::clone(&exclusive), name(key)).await;
+    }
+    for (sub, kind) in subs.iter().zip(["read", "write", "permit"]) {
+        assert!(
+            tokio::time::timeout(quiet, sub.woken()).await.is_err(),
+            "{kind} waiter of x woken by an exclusive lock"
+        );
+    }
+
+    let ex_subs = [
+        exclusive.subscribe(&name("dlock-sem:y")).await.unwrap().expect("postgres listens"),
+        exclusive.subscribe(&name("dlock-rw-write:y")).await.unwrap().expect("postgres listens"),
+        exclusive.subscribe(&name("dlock-rw-read:y")).await.unwrap().expect("postgres listens"),
+    ];
+    cycle(Arc::clone(&permit), name("y")).await;
+    cycle(Arc::clone(&write), name("y")).await;
+    for sub in &ex_subs {
+        assert!(tokio::time::timeout(quiet, sub.woken()).await.is_err(), "an exclusive waiter woken by another kind");
+    }
+
+    // The check can fail: the right release does wake.
+    let own = permit.subscribe(&name("z")).await.unwrap().expect("postgres listens");
+    cycle(Arc::clone(&permit), name("z")).await;
+    assert!(tokio::time::timeout(Duration::from_secs(2), own.woken()).await.is_ok(), "a permit release wakes");
+    let own = exclusive.subscribe(&name("z")).await.unwrap().expect("postgres listens");
+    cycle(Arc::clone(&exclusive), name("z")).await;
+    assert!(tokio::time::timeout(Duration::from_secs(2), own.woken()).await.is_ok(), "an exclusive release wakes");
 }

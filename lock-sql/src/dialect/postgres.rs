@@ -17,6 +17,7 @@ use crate::decide::Plan;
 use crate::error::{Class, Codes};
 use crate::listen::{self, Listener};
 use crate::pool::{ConnPool, Setup, Use};
+use crate::wake;
 use crate::SqlOptions;
 
 /// Milliseconds since the Unix epoch, on the database's clock.
@@ -135,7 +136,7 @@ impl Postgres {
                 "WITH freed AS ( \
                    UPDATE \"{t}\" SET owner = NULL, expires_at = {NOW} \
                    WHERE name = $1 AND owner = $2 AND expires_at > {NOW} RETURNING name) \
-                 SELECT pg_notify($3, name) FROM freed"
+                 SELECT pg_notify($3, $4 || name) FROM freed"
             )
             .into(),
             _listener: listener,
@@ -225,6 +226,7 @@ impl Dialect for Postgres {
                         .bind(a.name)
                         .bind(a.owner)
                         .bind(a.channel)
+                        .bind(wake::EXCLUSIVE)
                         .fetch_all(c),
                 )
             })

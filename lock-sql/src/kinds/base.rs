@@ -9,6 +9,7 @@ use lock_core::{Capabilities, LockError, LockName, OwnerId, ReleaseOutcome, Rene
 use crate::decide::{writer_claim, Plan, Side};
 use crate::dialect::rw::{Attempt, KindSql, OwnerStmt};
 use crate::store::{remaining, ttl_ms, SqlStore};
+use crate::wake;
 use crate::SqlOptions;
 
 /// How often an acquire transaction is re-run after a deadlock or lock-wait time-out (MySQL
@@ -50,14 +51,6 @@ impl Base {
 
     pub(crate) fn capabilities(&self) -> Capabilities {
         lock_core::LeaseStore::capabilities(&*self.store)
-    }
-
-    fn wake_key(side: Side, name: &LockName) -> String {
-        match side {
-            Side::Read => format!("dlock-rw-read:{}", name.as_str()),
-            Side::Write => format!("dlock-rw-write:{}", name.as_str()),
-            Side::Permit(_) => format!("dlock-sem:{}", name.as_str()),
-        }
     }
 
     pub(crate) async fn try_lock(
@@ -154,9 +147,9 @@ impl Base {
         }
         let keys = match side {
             // The last reader out lets a writer in; a writer out lets readers and writers in.
-            Side::Read => vec![Base::wake_key(Side::Write, name)],
-            Side::Write => vec![Base::wake_key(Side::Write, name), Base::wake_key(Side::Read, name)],
-            Side::Permit(_) => vec![Base::wake_key(side, name)],
+            Side::Read => vec![wake::side(Side::Write, name.as_str())],
+            Side::Write => vec![wake::side(Side::Write, name.as_str()), wake::side(Side::Read, name.as_str())],
+            Side::Permit(_) => vec![wake::side(side, name.as_str())],
         };
         for key in keys {
             if let Err(e) = self.store.run("notify waiters", || self.store.dialect.notify(&key)).await {
@@ -166,7 +159,7 @@ impl Base {
     }
 
     pub(crate) fn subscribe(&self, side: Side, name: &LockName) -> Option<WakeSubscription> {
-        self.store.subscribe_key(&Base::wake_key(side, name))
+        self.store.subscribe_key(&wake::side(side, name.as_str()))
     }
 }
 
