@@ -248,6 +248,11 @@
 //!   killed session) is replaced and the statement re-run, which is safe because every
 //!   statement is idempotent for its owner id. A release re-run that way and finding nothing of
 //!   ours counts as released: the lost attempt may have committed.
+//! * An acquire that was cancelled (or timed out) may still be running on the server, e.g.
+//!   waiting for a row lock, and commit its grant after the clean-up release ran. The server
+//!   bounds every statement (PostgreSQL sessions set `statement_timeout` to the query timeout;
+//!   MySQL waits for row locks at most `innodb_lock_wait_timeout`; SQLite at most its busy
+//!   timeout), and the release of such an owner is repeated once twice that bound has passed.
 //! * The table needs `CREATE` once, then `SELECT, INSERT, UPDATE` only.
 //! * `DLOCK_SQL_MYSQL_RETURNING=0` makes MariaDB use MySQL's two-statement acquire
 //!   (diagnostics; the tests run both).
@@ -255,6 +260,7 @@
 mod decide;
 mod dialect;
 mod error;
+mod inflight;
 mod kinds;
 mod listen;
 mod options;

@@ -13,6 +13,7 @@ use tokio::time::timeout;
 
 use crate::dialect::{self, Dialect, Upsert};
 use crate::error::{classify, to_lock_error, Class};
+use crate::inflight::Inflight;
 use crate::serial::{OwnerGuard, OwnerLocks};
 use crate::SqlOptions;
 
@@ -25,6 +26,8 @@ pub struct SqlStore {
     hub: WakeHub,
     /// Renew and release of one lease run one at a time.
     serial: OwnerLocks,
+    /// Acquire attempts whose statement may still commit.
+    pub(crate) inflight: Inflight,
 }
 
 impl std::fmt::Debug for SqlStore {
@@ -46,6 +49,7 @@ impl SqlStore {
             query_timeout: options.query_timeout,
             hub,
             serial: OwnerLocks::default(),
+            inflight: Inflight::default(),
         };
         let ddl = store.dialect.lease_ddl().to_owned();
         store.create("create the lease table", &ddl).await?;
@@ -161,6 +165,32 @@ impl SqlStore {
         }
     }
 
+    /// Starts tracking an acquire attempt of `owner` (see [`Inflight`]); the server ends its
+    /// statements within the dialect's bound, doubled for a statement still on its way there.
+    pub(crate) fn attempt(&self, owner: OwnerId) -> crate::inflight::Attempt<'_> {
+        self.inflight.begin(owner, self.dialect.statement_bound().saturating_mul(2))
+    }
+
+    /// When an attempt of `owner` may still commit, runs `release` again once it no longer can
+    /// (in the background, bounded by the query timeout).
+    pub(crate) fn release_again_later<F>(&self, owner: OwnerId, release: F)
+    where
+        F: Future<Output = Result<bool, sqlx::Error>> + Send + 'static,
+    {
+        let Some(until) = self.inflight.take(owner) else { return };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+        let (bound, label) = (self.query_timeout, self.label());
+        rt.spawn(async move {
+            tokio::time::sleep_until(until).await;
+            match timeout(bound, release).await {
+                Ok(Ok(true)) => tracing::debug!(backend = label, "freed a grant that committed after its acquire was abandoned"),
+                Ok(Ok(false)) => {}
+                Ok(Err(e)) => tracing::debug!(backend = label, error = %e, "repeated release failed; the grant expires with its ttl"),
+                Err(_) => tracing::debug!(backend = label, "repeated release timed out; the grant expires with its ttl"),
+            }
+        });
+    }
+
     /// A subscription to wake-ups under `key`, when the dialect sends any.
     pub(crate) fn subscribe_key(&self, key: &str) -> Option<WakeSubscription> {
         self.dialect.listens().then(|| self.hub.subscribe(key))
@@ -208,7 +238,10 @@ impl LeaseStore for SqlStore {
 
     async fn try_lock(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<TryLock, LockError> {
         let (n, o, ms) = (name.as_str(), owner.to_hex(), ttl_ms(ttl));
-        match self.run("acquire", || self.dialect.acquire(n, &o, ms)).await? {
+        let attempt = self.attempt(owner);
+        let upsert = self.run("acquire", || self.dialect.acquire(n, &o, ms)).await?;
+        attempt.finished();
+        match upsert {
             Upsert::Granted(fence) => self.token(fence),
             Upsert::Held(rem) => Ok(TryLock::Held { remaining: remaining(rem) }),
         }
@@ -224,7 +257,10 @@ impl LeaseStore for SqlStore {
     async fn release(&self, name: &LockName, owner: OwnerId) -> Result<ReleaseOutcome, LockError> {
         let _serial = self.one_at_a_time(owner).await;
         let (n, o) = (name.as_str(), owner.to_hex());
-        let freed = self.run_release("release", || self.dialect.release(n, &o)).await?;
+        let freed = self.run_release("release", || self.dialect.release(n, &o)).await;
+        let (dialect, name, again) = (Arc::clone(&self.dialect), n.to_owned(), o.clone());
+        self.release_again_later(owner, async move { dialect.release(&name, &again).await });
+        let freed = freed?;
         Ok(if freed { ReleaseOutcome::Released } else { ReleaseOutcome::NotOwner })
     }
 

@@ -317,3 +317,49 @@ async fn extra_wake_keys_are_per_kind() {
     cycle(Arc::clone(&exclusive), name("z")).await;
     assert!(tokio::time::timeout(Duration::from_secs(2), own.woken()).await.is_ok(), "an exclusive release wakes");
 }
+
+/// A cancelled acquire leaves no grant behind (issue 10.7). Its upsert waits for a row another
+/// transaction inserted and has not committed; the acquire is cancelled meanwhile, and its
+/// background release finds nothing of ours (the row is not visible yet). Then the row commits
+/// and the cancelled upsert, still running on the server, takes the lock for an owner nobody
+/// has. The release is repeated once that statement can no longer commit, so another client
+/// gets the lock within a few seconds, not after the 30 s ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extra_cancelled_acquire_leaves_no_grant() {
+    use lock_core::{AcquireOptions, DistributedLock, LockName};
+    let fx = SqlFixture::postgres().await.unwrap();
+    let lock = fx.sql_client().await.unwrap();
+    let other = fx.sql_client().await.unwrap();
+    let table = fx.options().table;
+    let mut admin = common::Admin::connect(&fx).await;
+    admin.run("BEGIN").await;
+    admin
+        .run(&format!("INSERT INTO \"{table}\" (name, owner, fence, expires_at) VALUES ('cancelled', NULL, 1, 0)"))
+        .await;
+    let name = LockName::new("cancelled").unwrap();
+    let opts = AcquireOptions::new(Duration::from_secs(30)).request_timeout(Duration::from_secs(2));
+    let cancelled = tokio::time::timeout(Duration::from_millis(300), lock.acquire(&name, &opts)).await;
+    assert!(cancelled.is_err(), "the acquire should still wait for the uncommitted row: {cancelled:?}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    admin.run("COMMIT").await;
+    // The cancelled upsert's late grant: the row gets an owner nobody knows.
+    let owned = format!("SELECT count(*) FROM \"{table}\" WHERE name = 'cancelled' AND owner IS NOT NULL");
+    let mut granted = false;
+    for _ in 0..100 {
+        let common::Admin::Postgres(c) = &mut admin else { unreachable!("postgres") };
+        let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(owned.clone())).fetch_one(&mut *c).await.unwrap();
+        if n > 0 {
+            granted = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(granted, "the cancelled upsert did not take the row: the scenario did not happen");
+    let t = tokio::time::Instant::now();
+    let wait = opts.clone().wait(Duration::from_secs(12));
+    let lease = other.acquire(&name, &wait).await;
+    let took = t.elapsed();
+    assert!(lease.is_ok(), "the lock stayed taken by the cancelled acquire: {lease:?} after {took:?}");
+    assert!(took < Duration::from_secs(8), "free only after {took:?}");
+    eprintln!("a cancelled acquire's late grant was freed after {took:?}");
+}

@@ -36,6 +36,9 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     fn durable(&self) -> bool;
     /// Whether releases notify waiters, so that they may wait on the [`WakeHub`].
     fn listens(&self) -> bool;
+    /// How long the server lets one statement run (waits for row locks included): after that,
+    /// a statement whose caller went away can no longer commit.
+    fn statement_bound(&self) -> std::time::Duration;
     /// The lease table's `CREATE TABLE IF NOT EXISTS`.
     fn lease_ddl(&self) -> &str;
     /// Runs a statement that returns nothing (DDL).

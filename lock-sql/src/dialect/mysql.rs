@@ -3,6 +3,7 @@
 
 use std::str::FromStr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::LockError;
@@ -78,6 +79,8 @@ pub(crate) struct Mysql {
     returning: bool,
     /// `innodb_flush_log_at_trx_commit = 1`: an acknowledged commit survives a crash.
     durable: bool,
+    /// The longest a statement may run on the server.
+    statement_bound: Duration,
 }
 
 pub(crate) async fn connect(url: &str, options: &SqlOptions) -> Result<Arc<dyn Dialect>, LockError> {
@@ -116,7 +119,10 @@ pub(crate) async fn connect(url: &str, options: &SqlOptions) -> Result<Arc<dyn D
              durable_fencing = false; set innodb_flush_log_at_trx_commit = 1 on the server"
         );
     }
-    Ok(Arc::new(Mysql::new(pool, &options.table, supports_returning(&version), durable)))
+    let mut dialect = Mysql::new(pool, &options.table, supports_returning(&version), durable);
+    // Row-lock waits end after innodb_lock_wait_timeout; the statement itself is short.
+    dialect.statement_bound = options.query_timeout.max(Duration::from_secs(lock_wait));
+    Ok(Arc::new(dialect))
 }
 
 impl Mysql {
@@ -159,6 +165,7 @@ impl Mysql {
             .into(),
             returning,
             durable,
+            statement_bound: Duration::ZERO,
         }
     }
 }
@@ -202,6 +209,10 @@ impl Dialect for Mysql {
 
     fn listens(&self) -> bool {
         false
+    }
+
+    fn statement_bound(&self) -> Duration {
+        self.statement_bound
     }
 
     fn lease_ddl(&self) -> &str {

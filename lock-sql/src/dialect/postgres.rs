@@ -67,6 +67,8 @@ const FLAVOR: Flavor = Flavor {
 pub(crate) struct Postgres {
     pool: Arc<ConnPool<PgConnection>>,
     channel: String,
+    /// `statement_timeout` of every session.
+    statement_bound: std::time::Duration,
     create: String,
     acquire: Arc<str>,
     renew: Arc<str>,
@@ -85,8 +87,14 @@ pub(crate) async fn connect(url: &str, options: &SqlOptions, hub: WakeHub) -> Re
     // Fences must survive a crash of the server: a server configured with
     // `synchronous_commit = off` acknowledges commits it may still lose, and a lost fence lets
     // a token repeat. The setting is the session's to choose; one round trip per new connection.
-    let setup: Setup<PgConnection> =
-        Arc::new(|c| Box::pin(async move { c.execute("SET synchronous_commit = on").await.map(drop) }));
+    // And the server ends every statement within the query timeout, so that one whose caller
+    // was cancelled cannot commit a grant long after its clean-up ran (see inflight.rs).
+    let session =
+        format!("SET synchronous_commit = on; SET statement_timeout = {}", options.query_timeout.as_millis().max(1));
+    let setup: Setup<PgConnection> = Arc::new(move |c| {
+        let session = session.clone();
+        Box::pin(async move { c.execute(AssertSqlSafe(session)).await.map(drop) })
+    });
     let pool = ConnPool::new(opts.clone(), options.max_connections, bound, Some(setup));
     // Connect once now, so that a wrong URL or a dead server fails here, clearly.
     let ping = pool.with(Use::Take, &(), |c: &mut PgConnection, _: &()| {
@@ -95,14 +103,20 @@ pub(crate) async fn connect(url: &str, options: &SqlOptions, hub: WakeHub) -> Re
     timeout(bound, ping).await.map_err(|_| too_slow(CODES, bound))?.map_err(|e| unreachable(CODES, e))?;
     let bounds = listen::Bounds { connect: bound, query: options.query_timeout, codes: CODES };
     let listener = listen::start(opts, options.table.clone(), hub, bounds).await?;
-    Ok(Arc::new(Postgres::new(pool, &options.table, listener)))
+    Ok(Arc::new(Postgres::new(pool, &options.table, listener, options.query_timeout)))
 }
 
 impl Postgres {
-    fn new(pool: Arc<ConnPool<PgConnection>>, t: &str, listener: Listener) -> Postgres {
+    fn new(
+        pool: Arc<ConnPool<PgConnection>>,
+        t: &str,
+        listener: Listener,
+        statement_bound: std::time::Duration,
+    ) -> Postgres {
         Postgres {
             pool,
             channel: t.to_owned(),
+            statement_bound,
             create: format!(
                 "CREATE TABLE IF NOT EXISTS \"{t}\" (name TEXT COLLATE \"C\" NOT NULL PRIMARY KEY, owner TEXT, \
                  fence BIGINT NOT NULL, expires_at BIGINT NOT NULL)"
@@ -166,6 +180,10 @@ impl Dialect for Postgres {
 
     fn listens(&self) -> bool {
         true
+    }
+
+    fn statement_bound(&self) -> std::time::Duration {
+        self.statement_bound
     }
 
     fn lease_ddl(&self) -> &str {

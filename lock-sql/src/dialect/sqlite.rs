@@ -67,6 +67,8 @@ const FLAVOR: Flavor = Flavor {
 pub(crate) struct Lite {
     pool: SqlitePool,
     durable: bool,
+    /// `busy_timeout`: the longest a statement waits for the file.
+    statement_bound: Duration,
     create: String,
     acquire: String,
     /// The holder's remaining lease in ms, after a refused upsert.
@@ -97,7 +99,10 @@ pub(crate) async fn connect(url: &str, options: &SqlOptions) -> Result<Arc<dyn D
         .await
         .map_err(|_| too_slow(CODES, bound))?
         .map_err(|e| unreachable(CODES, e))?;
-    Ok(Arc::new(Lite::new(pool, &options.table, !in_memory)))
+    let mut dialect = Lite::new(pool, &options.table, !in_memory);
+    // Statements wait for the file lock at most busy_timeout.
+    dialect.statement_bound = options.query_timeout;
+    Ok(Arc::new(dialect))
 }
 
 impl Lite {
@@ -105,6 +110,7 @@ impl Lite {
         Lite {
             pool,
             durable,
+            statement_bound: Duration::ZERO,
             create: format!(
                 "CREATE TABLE IF NOT EXISTS \"{t}\" (name TEXT NOT NULL PRIMARY KEY, owner TEXT, \
                  fence INTEGER NOT NULL, expires_at INTEGER NOT NULL)"
@@ -143,6 +149,10 @@ impl Dialect for Lite {
 
     fn listens(&self) -> bool {
         false
+    }
+
+    fn statement_bound(&self) -> Duration {
+        self.statement_bound
     }
 
     fn lease_ddl(&self) -> &str {

@@ -66,8 +66,10 @@ impl Base {
         let attempt =
             Attempt { side, name: name.as_str(), owner: &o, ttl_ms: ttl_ms(ttl), claim_ms: ttl_ms(claim), claiming };
         let dialect = &self.store.dialect;
+        let inflight = self.store.attempt(owner);
         let plan =
             self.store.run_bounded("acquire", CONFLICT_RETRIES, || dialect.kind_acquire(&self.sql, &attempt)).await?;
+        inflight.finished();
         match plan {
             Plan::Again(fence) | Plan::Grant(fence) => self.store.token(fence),
             Plan::Refuse { remaining: rem, .. } => {
@@ -129,7 +131,14 @@ impl Base {
         let stmt =
             OwnerStmt { sql: &self.sql.release, ttl_ms: None, kind: side.kind(), name: name.as_str(), owner: &o };
         let dialect = &self.store.dialect;
-        let freed = self.store.run_release("release", || async { Ok(dialect.kind_owner(&stmt).await? > 0) }).await?;
+        let freed = self.store.run_release("release", || async { Ok(dialect.kind_owner(&stmt).await? > 0) }).await;
+        let (d, sql, kind, n) = (Arc::clone(dialect), self.sql.release.clone(), side.kind(), name.as_str().to_owned());
+        let again = o.clone();
+        self.store.release_again_later(owner, async move {
+            let stmt = OwnerStmt { sql: &sql, ttl_ms: None, kind, name: &n, owner: &again };
+            Ok(d.kind_owner(&stmt).await? > 0)
+        });
+        let freed = freed?;
         if matches!(side, Side::Write) {
             // A writer's claim (if it left one) goes with it.
             self.owner_stmt("withdraw the writer's claim", &self.sql.clear_claim, None, "rw", name, owner).await?;
