@@ -253,7 +253,12 @@
 //!   bounds every statement (PostgreSQL sessions set `statement_timeout` to the query timeout;
 //!   MySQL waits for row locks at most `innodb_lock_wait_timeout`; SQLite at most its busy
 //!   timeout), and the release of such an owner is repeated once twice that bound has passed.
-//! * The table needs `CREATE` once, then `SELECT, INSERT, UPDATE` only.
+//! * Privileges: `CREATE` only while a table is missing (each is looked for first, then
+//!   created if absent). After that the lock user needs `SELECT, INSERT, UPDATE` on the lease
+//!   table, and for read-write locks and semaphores `SELECT, INSERT, UPDATE, DELETE` on
+//!   `<table>_counters` and `<table>_holders` (tested on PostgreSQL and MariaDB with a user that
+//!   has exactly these). A missing privilege is [`LockError::Config`], whose message carries the
+//!   server's (MySQL names the command, PostgreSQL the table) and this list.
 //! * `DLOCK_SQL_MYSQL_RETURNING=0` makes MariaDB use MySQL's two-statement acquire
 //!   (diagnostics; the tests run both).
 

@@ -52,7 +52,7 @@ impl SqlStore {
             inflight: Inflight::default(),
         };
         let ddl = store.dialect.lease_ddl().to_owned();
-        store.create("create the lease table", &ddl).await?;
+        store.create("create the lease table", &options.table, &ddl).await?;
         // Best effort, bounded: a failure resurfaces, with its real error, when a statement runs.
         let _ = timeout(store.query_timeout, store.dialect.warm_up()).await;
         Ok(store)
@@ -72,8 +72,12 @@ impl SqlStore {
         &self.table
     }
 
-    /// Runs a `CREATE TABLE IF NOT EXISTS`.
-    pub(crate) async fn create(&self, what: &str, ddl: &str) -> Result<(), LockError> {
+    /// Creates `table` with `ddl` (a `CREATE TABLE IF NOT EXISTS`) unless it exists: a user
+    /// with only the documented privileges then works once someone else made the tables.
+    pub(crate) async fn create(&self, what: &str, table: &str, ddl: &str) -> Result<(), LockError> {
+        if self.run("look for the lock tables", || self.dialect.table_exists(table)).await? {
+            return Ok(());
+        }
         let mut tries = 0;
         loop {
             match self.run(what, || self.dialect.execute(ddl)).await {

@@ -41,6 +41,9 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     fn statement_bound(&self) -> std::time::Duration;
     /// The lease table's `CREATE TABLE IF NOT EXISTS`.
     fn lease_ddl(&self) -> &str;
+    /// Whether `table` exists (where the session would find it), so that a user without
+    /// `CREATE` can use tables made by someone else.
+    async fn table_exists(&self, table: &str) -> Result<bool, sqlx::Error>;
     /// Runs a statement that returns nothing (DDL).
     async fn execute(&self, sql: &str) -> Result<(), sqlx::Error>;
     /// Prepares the hot statements on a couple of connections (best effort).

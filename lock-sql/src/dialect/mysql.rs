@@ -35,6 +35,8 @@ fn server_error(db: &(dyn DatabaseError + 'static)) -> Class {
         | 4031 => Class::Unavailable,
         // access denied, unknown database
         1044 | 1045 | 1049 | 1698 => Class::Config,
+        // command denied on a table or column, missing privilege
+        1142 | 1143 | 1227 => Class::Denied,
         _ => Class::Other,
     }
 }
@@ -217,6 +219,22 @@ impl Dialect for Mysql {
 
     fn lease_ddl(&self) -> &str {
         &self.create
+    }
+
+    async fn table_exists(&self, table: &str) -> Result<bool, sqlx::Error> {
+        let n = self
+            .pool
+            .with(Use::Take, table, |c, t| {
+                Box::pin(
+                    sqlx::query_scalar::<_, i64>(
+                        "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?",
+                    )
+                    .bind(t)
+                    .fetch_one(c),
+                )
+            })
+            .await?;
+        Ok(n > 0)
     }
 
     async fn execute(&self, sql: &str) -> Result<(), sqlx::Error> {

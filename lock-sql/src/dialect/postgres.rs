@@ -35,6 +35,8 @@ fn sqlstate(db: &(dyn DatabaseError + 'static)) -> Class {
         c if c.starts_with("08") => Class::Broken,
         "57P03" | "57014" | "53300" | "25006" | "53100" | "53200" => Class::Unavailable,
         c if c.starts_with("28") || c == "3D000" => Class::Config,
+        // insufficient_privilege
+        "42501" => Class::Denied,
         _ => Class::Other,
     }
 }
@@ -188,6 +190,15 @@ impl Dialect for Postgres {
 
     fn lease_ddl(&self) -> &str {
         &self.create
+    }
+
+    async fn table_exists(&self, table: &str) -> Result<bool, sqlx::Error> {
+        let quoted = format!("\"{table}\"");
+        self.pool
+            .with(Use::Take, quoted.as_str(), |c, t| {
+                Box::pin(sqlx::query_scalar::<_, bool>("SELECT to_regclass($1) IS NOT NULL").bind(t).fetch_one(c))
+            })
+            .await
     }
 
     async fn execute(&self, sql: &str) -> Result<(), sqlx::Error> {

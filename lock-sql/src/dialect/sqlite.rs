@@ -159,6 +159,14 @@ impl Dialect for Lite {
         &self.create
     }
 
+    async fn table_exists(&self, table: &str) -> Result<bool, sqlx::Error> {
+        let n = sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?1")
+            .bind(table)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(n > 0)
+    }
+
     async fn execute(&self, sql: &str) -> Result<(), sqlx::Error> {
         self.pool.execute(AssertSqlSafe(sql)).await.map(drop)
     }

@@ -43,8 +43,9 @@ impl Base {
         check_table_len(&options.table)?;
         let store = SqlStore::connect(url, options).await?;
         let sql = store.dialect.kind_sql(store.table());
-        for ddl in &sql.create {
-            store.create("create the tables of the read-write locks and semaphores", ddl).await?;
+        for (suffix, ddl) in ["_counters", "_holders"].into_iter().zip(&sql.create) {
+            let table = format!("{}{suffix}", store.table());
+            store.create("create the tables of the read-write locks and semaphores", &table, ddl).await?;
         }
         Ok(Arc::new(Base { store: Arc::new(store), sql }))
     }

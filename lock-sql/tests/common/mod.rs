@@ -668,3 +668,63 @@ pub async fn check_renewals_not_starved(fx: &SqlFixture) -> Result<(), LockError
     assert_eq!(write.release(&nw, w).await?, lock_core::ReleaseOutcome::Released);
     Ok(())
 }
+
+/// The documented privileges are enough once the tables exist, and a missing one is a `Config`
+/// error that names what the user needs (issue 15.5). A fresh database user gets exactly
+/// SELECT, INSERT, UPDATE on the lease table and SELECT, INSERT, UPDATE, DELETE on the two
+/// tables of the kinds (no CREATE): every kind acquires, renews and releases; without DELETE
+/// on the holders table, a read acquire is a `Config` error naming DELETE.
+pub async fn check_least_privilege(fx: &SqlFixture) -> Result<(), LockError> {
+    let t = fx.options().table;
+    let user = format!("dlock_u_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let mut admin = Admin::connect(fx).await;
+    // The tables, made by a user who may.
+    drop(lock_sql::connect_rw(fx.url(), fx.options()).await?);
+    let (grantee, create) = match fx.dialect() {
+        Dialect::Postgres => (user.clone(), format!("CREATE ROLE {user} LOGIN")),
+        _ => (format!("'{user}'@'%'"), format!("CREATE USER '{user}'@'%'")),
+    };
+    admin.run(&create).await;
+    admin.run(&format!("GRANT SELECT, INSERT, UPDATE ON \"{t}\" TO {grantee}")).await;
+    for kind_table in [format!("{t}_counters"), format!("{t}_holders")] {
+        admin.run(&format!("GRANT SELECT, INSERT, UPDATE, DELETE ON \"{kind_table}\" TO {grantee}")).await;
+    }
+    let mut url = url::Url::parse(fx.url()).map_err(|e| LockError::config(format!("bad test URL: {e}")))?;
+    url.set_username(&user).map_err(|_| LockError::config("bad test URL: cannot set the user"))?;
+    url.set_password(None).map_err(|_| LockError::config("bad test URL: cannot clear the password"))?;
+    let url = url.to_string();
+
+    let result = async {
+        let exclusive = lock_sql::connect(&url, fx.options()).await?;
+        let rw = lock_sql::connect_rw(&url, fx.options()).await?;
+        let sem = lock_sql::connect_semaphore(&url, fx.options()).await?;
+        let mut stores = vec![("exclusive", Arc::clone(exclusive.store()) as Arc<dyn LeaseStore>)];
+        stores.extend(rw.lease_stores());
+        stores.push(("permit", sem.lease_store(1)?));
+        let ttl = Duration::from_secs(5);
+        for (label, store) in &stores {
+            let (name, me) = (LockName::new(format!("least-{label}"))?, OwnerId::random());
+            assert!(matches!(store.try_lock(&name, me, ttl).await?, TryLock::Acquired { .. }), "{label}");
+            assert_eq!(store.renew(&name, me, ttl).await?, lock_core::RenewOutcome::Renewed, "{label}");
+            assert_eq!(store.release(&name, me).await?, lock_core::ReleaseOutcome::Released, "{label}");
+        }
+        admin.run(&format!("REVOKE DELETE ON \"{t}_holders\" FROM {grantee}")).await;
+        let read = &stores[1].1;
+        match read.try_lock(&LockName::new("least-denied")?, OwnerId::random(), ttl).await {
+            Err(LockError::Config { reason: message, .. }) => {
+                assert!(message.contains("DELETE") && message.contains("denied"), "{message}");
+            }
+            other => panic!("a missing DELETE privilege must be a Config error naming it, got {other:?}"),
+        }
+        Ok::<(), LockError>(())
+    }
+    .await;
+    let drop_user = match fx.dialect() {
+        Dialect::Postgres => vec![format!("DROP OWNED BY {user}"), format!("DROP ROLE {user}")],
+        _ => vec![format!("DROP USER {grantee}")],
+    };
+    for sql in drop_user {
+        admin.run(&sql).await;
+    }
+    result
+}
