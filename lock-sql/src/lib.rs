@@ -17,6 +17,11 @@
 //! # Ok(()) }
 //! ```
 //!
+//! ## Features
+//!
+//! `postgres`, `mysql` and `sqlite` (all on by default) each bring one database; a build
+//! without one answers its URLs with [`LockError::Config`] naming the feature.
+//!
 //! ## The table
 //!
 //! `dlock_leases` by default ([`SqlOptions::table`], validated as a plain identifier), created if
@@ -267,8 +272,10 @@ mod dialect;
 mod error;
 mod inflight;
 mod kinds;
+#[cfg(feature = "postgres")]
 mod listen;
 mod options;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 mod pool;
 mod serial;
 mod store;

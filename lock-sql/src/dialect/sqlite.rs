@@ -30,6 +30,8 @@ fn result_code(db: &(dyn DatabaseError + 'static)) -> Class {
     match n & 0xff {
         // BUSY and LOCKED families
         5 | 6 => Class::Transient,
+        // AUTH: an authorizer refused the statement
+        23 => Class::Denied,
         // CANTOPEN: the path is wrong (a missing directory, no permission)
         14 => Class::Config,
         // NOTADB, READONLY, IOERR, FULL
