@@ -55,6 +55,10 @@ impl Drop for Attempt<'_> {
             return;
         }
         let mut map = self.inflight.map.lock().unwrap_or_else(|e| e.into_inner());
+        // Owners whose attempt ended with an error the caller does not clean up after are
+        // never taken: forget every entry whose statement can no longer commit anyway.
+        let now = Instant::now();
+        map.retain(|_, until| *until > now);
         let until = map.entry(self.owner).or_insert(self.until);
         *until = (*until).max(self.until);
     }
@@ -75,5 +79,8 @@ mod tests {
         assert_eq!(inflight.take(b), None, "taken once");
         drop(inflight.begin(b, Duration::ZERO));
         assert_eq!(inflight.take(b), None, "already past its bound");
+        drop(inflight.begin(a, Duration::ZERO));
+        drop(inflight.begin(b, Duration::from_secs(5)));
+        assert_eq!(inflight.map.lock().unwrap().len(), 1, "entries past their bound are pruned");
     }
 }
