@@ -4,6 +4,10 @@
 use lock_core::LockError;
 use sqlx::error::DatabaseError;
 
+/// The privileges the lock user needs, as the crate docs list them.
+pub(crate) const PRIVILEGES: &str = "SELECT, INSERT, UPDATE on the lease table, and SELECT, INSERT, UPDATE, DELETE \
+     on <table>_counters and <table>_holders for read-write locks and semaphores";
+
 /// What to do with a failed statement.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Class {
@@ -16,6 +20,8 @@ pub(crate) enum Class {
     Unavailable,
     /// The URL or the account is wrong.
     Config,
+    /// The account lacks a privilege on the tables.
+    Denied,
     /// Anything else.
     Other,
 }
@@ -56,6 +62,10 @@ pub(crate) fn to_lock_error(codes: Codes, what: &str, e: sqlx::Error) -> LockErr
         Class::Transient | Class::Broken | Class::Unavailable => {
             LockError::unavailable_from(backend, format!("{what} failed: {e}"), e)
         }
+        Class::Denied => LockError::config(format!(
+            "{backend} denied {what} to this user: {e}; the lock user needs {PRIVILEGES} (once the tables \
+             exist; creating them needs CREATE)"
+        )),
         Class::Config => LockError::config(format!(
             "{backend} rejected the connection settings during {what}: {e}; check the URL (user, password, \
              database, ssl-mode; for SQLite, that the file's directory exists and is writable)"

@@ -17,6 +17,11 @@
 //! # Ok(()) }
 //! ```
 //!
+//! ## Features
+//!
+//! `postgres`, `mysql` and `sqlite` (all on by default) each bring one database; a build
+//! without one answers its URLs with [`LockError::Config`] naming the feature.
+//!
 //! ## The table
 //!
 //! `dlock_leases` by default ([`SqlOptions::table`], validated as a plain identifier), created if
@@ -68,11 +73,13 @@
 //!
 //! WITH freed AS (UPDATE dlock_leases SET owner = NULL, expires_at = NOW_MS
 //!                WHERE name = $1 AND owner = $2 AND expires_at > NOW_MS RETURNING name)
-//! SELECT pg_notify('dlock_leases', name) FROM freed;
+//! SELECT pg_notify('dlock_leases', 'dlock:' || name) FROM freed;
 //! ```
 //!
 //! Waiters are woken by `LISTEN`/`NOTIFY`: release notifies on the channel named like the table,
-//! in the same statement (so only a committed release notifies). Each client keeps **one**
+//! in the same statement (so only a committed release notifies), with the payload
+//! `dlock:<name>`; every kind has its own payload prefix, none the start of another, so an
+//! exclusive lock named like a read-write lock's payload never wakes that lock's waiters. Each client keeps **one**
 //! listening connection and wakes one local waiter of the released name. While that connection
 //! is down notifications are lost, so after reconnecting it wakes every local waiter; and every
 //! waiter also re-tries on its own timer, never later than the holder's lease ends. Use READ
@@ -246,19 +253,33 @@
 //!   killed session) is replaced and the statement re-run, which is safe because every
 //!   statement is idempotent for its owner id. A release re-run that way and finding nothing of
 //!   ours counts as released: the lost attempt may have committed.
-//! * The table needs `CREATE` once, then `SELECT, INSERT, UPDATE` only.
+//! * An acquire that was cancelled (or timed out) may still be running on the server, e.g.
+//!   waiting for a row lock, and commit its grant after the clean-up release ran. The server
+//!   bounds every statement (PostgreSQL sessions set `statement_timeout` to the query timeout;
+//!   MySQL waits for row locks at most `innodb_lock_wait_timeout`; SQLite at most its busy
+//!   timeout), and the release of such an owner is repeated once twice that bound has passed.
+//! * Privileges: `CREATE` only while a table is missing (each is looked for first, then
+//!   created if absent). After that the lock user needs `SELECT, INSERT, UPDATE` on the lease
+//!   table, and for read-write locks and semaphores `SELECT, INSERT, UPDATE, DELETE` on
+//!   `<table>_counters` and `<table>_holders` (tested on PostgreSQL and MariaDB with a user that
+//!   has exactly these). A missing privilege is [`LockError::Config`], whose message carries the
+//!   server's (MySQL names the command, PostgreSQL the table) and this list.
 //! * `DLOCK_SQL_MYSQL_RETURNING=0` makes MariaDB use MySQL's two-statement acquire
 //!   (diagnostics; the tests run both).
 
 mod decide;
 mod dialect;
 mod error;
+mod inflight;
 mod kinds;
+#[cfg(feature = "postgres")]
 mod listen;
 mod options;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 mod pool;
 mod serial;
 mod store;
+mod wake;
 
 pub use kinds::{SqlRwLock, SqlSemaphore};
 pub use options::{SqlOptions, DEFAULT_TABLE};

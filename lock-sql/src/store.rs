@@ -13,6 +13,7 @@ use tokio::time::timeout;
 
 use crate::dialect::{self, Dialect, Upsert};
 use crate::error::{classify, to_lock_error, Class};
+use crate::inflight::Inflight;
 use crate::serial::{OwnerGuard, OwnerLocks};
 use crate::SqlOptions;
 
@@ -25,6 +26,8 @@ pub struct SqlStore {
     hub: WakeHub,
     /// Renew and release of one lease run one at a time.
     serial: OwnerLocks,
+    /// Acquire attempts whose statement may still commit.
+    pub(crate) inflight: Inflight,
 }
 
 impl std::fmt::Debug for SqlStore {
@@ -46,9 +49,10 @@ impl SqlStore {
             query_timeout: options.query_timeout,
             hub,
             serial: OwnerLocks::default(),
+            inflight: Inflight::default(),
         };
         let ddl = store.dialect.lease_ddl().to_owned();
-        store.create("create the lease table", &ddl).await?;
+        store.create("create the lease table", &options.table, &ddl).await?;
         // Best effort, bounded: a failure resurfaces, with its real error, when a statement runs.
         let _ = timeout(store.query_timeout, store.dialect.warm_up()).await;
         Ok(store)
@@ -68,8 +72,12 @@ impl SqlStore {
         &self.table
     }
 
-    /// Runs a `CREATE TABLE IF NOT EXISTS`.
-    pub(crate) async fn create(&self, what: &str, ddl: &str) -> Result<(), LockError> {
+    /// Creates `table` with `ddl` (a `CREATE TABLE IF NOT EXISTS`) unless it exists: a user
+    /// with only the documented privileges then works once someone else made the tables.
+    pub(crate) async fn create(&self, what: &str, table: &str, ddl: &str) -> Result<(), LockError> {
+        if self.run("look for the lock tables", || self.dialect.table_exists(table)).await? {
+            return Ok(());
+        }
         let mut tries = 0;
         loop {
             match self.run(what, || self.dialect.execute(ddl)).await {
@@ -161,6 +169,32 @@ impl SqlStore {
         }
     }
 
+    /// Starts tracking an acquire attempt of `owner` (see [`Inflight`]); the server ends its
+    /// statements within the dialect's bound, doubled for a statement still on its way there.
+    pub(crate) fn attempt(&self, owner: OwnerId) -> crate::inflight::Attempt<'_> {
+        self.inflight.begin(owner, self.dialect.statement_bound().saturating_mul(2))
+    }
+
+    /// When an attempt of `owner` may still commit, runs `release` again once it no longer can
+    /// (in the background, bounded by the query timeout).
+    pub(crate) fn release_again_later<F>(&self, owner: OwnerId, release: F)
+    where
+        F: Future<Output = Result<bool, sqlx::Error>> + Send + 'static,
+    {
+        let Some(until) = self.inflight.take(owner) else { return };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+        let (bound, label) = (self.query_timeout, self.label());
+        rt.spawn(async move {
+            tokio::time::sleep_until(until).await;
+            match timeout(bound, release).await {
+                Ok(Ok(true)) => tracing::debug!(backend = label, "freed a grant that committed after its acquire was abandoned"),
+                Ok(Ok(false)) => {}
+                Ok(Err(e)) => tracing::debug!(backend = label, error = %e, "repeated release failed; the grant expires with its ttl"),
+                Err(_) => tracing::debug!(backend = label, "repeated release timed out; the grant expires with its ttl"),
+            }
+        });
+    }
+
     /// A subscription to wake-ups under `key`, when the dialect sends any.
     pub(crate) fn subscribe_key(&self, key: &str) -> Option<WakeSubscription> {
         self.dialect.listens().then(|| self.hub.subscribe(key))
@@ -208,7 +242,10 @@ impl LeaseStore for SqlStore {
 
     async fn try_lock(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<TryLock, LockError> {
         let (n, o, ms) = (name.as_str(), owner.to_hex(), ttl_ms(ttl));
-        match self.run("acquire", || self.dialect.acquire(n, &o, ms)).await? {
+        let attempt = self.attempt(owner);
+        let upsert = self.run("acquire", || self.dialect.acquire(n, &o, ms)).await?;
+        attempt.finished();
+        match upsert {
             Upsert::Granted(fence) => self.token(fence),
             Upsert::Held(rem) => Ok(TryLock::Held { remaining: remaining(rem) }),
         }
@@ -224,11 +261,14 @@ impl LeaseStore for SqlStore {
     async fn release(&self, name: &LockName, owner: OwnerId) -> Result<ReleaseOutcome, LockError> {
         let _serial = self.one_at_a_time(owner).await;
         let (n, o) = (name.as_str(), owner.to_hex());
-        let freed = self.run_release("release", || self.dialect.release(n, &o)).await?;
+        let freed = self.run_release("release", || self.dialect.release(n, &o)).await;
+        let (dialect, name, again) = (Arc::clone(&self.dialect), n.to_owned(), o.clone());
+        self.release_again_later(owner, async move { dialect.release(&name, &again).await });
+        let freed = freed?;
         Ok(if freed { ReleaseOutcome::Released } else { ReleaseOutcome::NotOwner })
     }
 
     async fn subscribe(&self, name: &LockName) -> Result<Option<WakeSubscription>, LockError> {
-        Ok(self.subscribe_key(name.as_str()))
+        Ok(self.subscribe_key(&crate::wake::exclusive(name.as_str())))
     }
 }

@@ -43,6 +43,11 @@ async fn extra_renewals_not_starved() {
     common::check_renewals_not_starved(&SqlFixture::mysql().await.unwrap()).await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extra_least_privilege() {
+    common::check_least_privilege(&SqlFixture::mysql().await.unwrap()).await.unwrap();
+}
+
 #[tokio::test]
 async fn extra_takeover_bumps_fence() {
     common::check_takeover_fence(&SqlFixture::mysql().await.unwrap()).await.unwrap();

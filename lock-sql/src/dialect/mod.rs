@@ -2,9 +2,12 @@
 //! in which its statements bind their values, how it encodes a name, and its error codes. The
 //! store and the lock kinds above never ask which database they talk to.
 
+#[cfg(feature = "mysql")]
 pub(crate) mod mysql;
+#[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 pub(crate) mod rw;
+#[cfg(feature = "sqlite")]
 pub(crate) mod sqlite;
 
 use std::sync::Arc;
@@ -36,8 +39,14 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     fn durable(&self) -> bool;
     /// Whether releases notify waiters, so that they may wait on the [`WakeHub`].
     fn listens(&self) -> bool;
+    /// How long the server lets one statement run (waits for row locks included): after that,
+    /// a statement whose caller went away can no longer commit.
+    fn statement_bound(&self) -> std::time::Duration;
     /// The lease table's `CREATE TABLE IF NOT EXISTS`.
     fn lease_ddl(&self) -> &str;
+    /// Whether `table` exists (where the session would find it), so that a user without
+    /// `CREATE` can use tables made by someone else.
+    async fn table_exists(&self, table: &str) -> Result<bool, sqlx::Error>;
     /// Runs a statement that returns nothing (DDL).
     async fn execute(&self, sql: &str) -> Result<(), sqlx::Error>;
     /// Prepares the hot statements on a couple of connections (best effort).
@@ -69,6 +78,17 @@ enum Db {
     Mysql,
 }
 
+impl Db {
+    /// The crate feature that brings the dialect.
+    fn feature(self) -> &'static str {
+        match self {
+            Db::Sqlite => "sqlite",
+            Db::Postgres => "postgres",
+            Db::Mysql => "mysql",
+        }
+    }
+}
+
 /// Splits off the scheme and maps `mariadb:` to sqlx's `mysql:`.
 fn parse_url(url: &str) -> Result<(Db, String), LockError> {
     let scheme = url.split_once(':').map(|(s, _)| s.to_ascii_lowercase());
@@ -87,10 +107,21 @@ fn parse_url(url: &str) -> Result<(Db, String), LockError> {
 /// Connects the dialect the URL's scheme names: the one place that tells the databases apart.
 pub(crate) async fn connect(url: &str, options: &SqlOptions, hub: WakeHub) -> Result<Arc<dyn Dialect>, LockError> {
     let (db, url) = parse_url(url)?;
+    // Silences "unused" in builds without PostgreSQL, the only dialect that wakes waiters.
+    let _ = &hub;
     match db {
+        #[cfg(feature = "sqlite")]
         Db::Sqlite => sqlite::connect(&url, options).await,
+        #[cfg(feature = "postgres")]
         Db::Postgres => postgres::connect(&url, options, hub).await,
+        #[cfg(feature = "mysql")]
         Db::Mysql => mysql::connect(&url, options).await,
+        #[allow(unreachable_patterns)]
+        missing => Err(LockError::config(format!(
+            "this build of lock-sql has no {} support: enable the crate feature \"{}\" (on by default)",
+            missing.feature(),
+            missing.feature()
+        ))),
     }
 }
 
@@ -126,5 +157,16 @@ mod tests {
         for bad in ["redis://h", "nocolon", "", "mssql://h"] {
             assert!(matches!(parse_url(bad), Err(LockError::Config { .. })), "{bad}");
         }
+    }
+
+    /// A build without a dialect's feature refuses its URLs with a Config error that names the
+    /// feature (runs in such builds: `--no-default-features --features sqlite`).
+    #[cfg(not(feature = "postgres"))]
+    #[tokio::test]
+    async fn a_dialect_left_out_is_a_config_error() {
+        let Err(e) = connect("postgres://u@h/db", &SqlOptions::default(), WakeHub::new()).await else {
+            panic!("connected without postgres support")
+        };
+        assert!(matches!(&e, LockError::Config { reason } if reason.contains("\"postgres\"")), "{e}");
     }
 }

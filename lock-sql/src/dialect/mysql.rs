@@ -3,6 +3,7 @@
 
 use std::str::FromStr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::LockError;
@@ -34,6 +35,8 @@ fn server_error(db: &(dyn DatabaseError + 'static)) -> Class {
         | 4031 => Class::Unavailable,
         // access denied, unknown database
         1044 | 1045 | 1049 | 1698 => Class::Config,
+        // command denied on a table or column, missing privilege
+        1142 | 1143 | 1227 => Class::Denied,
         _ => Class::Other,
     }
 }
@@ -78,6 +81,8 @@ pub(crate) struct Mysql {
     returning: bool,
     /// `innodb_flush_log_at_trx_commit = 1`: an acknowledged commit survives a crash.
     durable: bool,
+    /// The longest a statement may run on the server.
+    statement_bound: Duration,
 }
 
 pub(crate) async fn connect(url: &str, options: &SqlOptions) -> Result<Arc<dyn Dialect>, LockError> {
@@ -116,7 +121,10 @@ pub(crate) async fn connect(url: &str, options: &SqlOptions) -> Result<Arc<dyn D
              durable_fencing = false; set innodb_flush_log_at_trx_commit = 1 on the server"
         );
     }
-    Ok(Arc::new(Mysql::new(pool, &options.table, supports_returning(&version), durable)))
+    let mut dialect = Mysql::new(pool, &options.table, supports_returning(&version), durable);
+    // Row-lock waits end after innodb_lock_wait_timeout; the statement itself is short.
+    dialect.statement_bound = options.query_timeout.max(Duration::from_secs(lock_wait));
+    Ok(Arc::new(dialect))
 }
 
 impl Mysql {
@@ -159,6 +167,7 @@ impl Mysql {
             .into(),
             returning,
             durable,
+            statement_bound: Duration::ZERO,
         }
     }
 }
@@ -204,8 +213,28 @@ impl Dialect for Mysql {
         false
     }
 
+    fn statement_bound(&self) -> Duration {
+        self.statement_bound
+    }
+
     fn lease_ddl(&self) -> &str {
         &self.create
+    }
+
+    async fn table_exists(&self, table: &str) -> Result<bool, sqlx::Error> {
+        let n = self
+            .pool
+            .with(Use::Take, table, |c, t| {
+                Box::pin(
+                    sqlx::query_scalar::<_, i64>(
+                        "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?",
+                    )
+                    .bind(t)
+                    .fetch_one(c),
+                )
+            })
+            .await?;
+        Ok(n > 0)
     }
 
     async fn execute(&self, sql: &str) -> Result<(), sqlx::Error> {

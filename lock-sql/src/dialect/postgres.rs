@@ -17,6 +17,7 @@ use crate::decide::Plan;
 use crate::error::{Class, Codes};
 use crate::listen::{self, Listener};
 use crate::pool::{ConnPool, Setup, Use};
+use crate::wake;
 use crate::SqlOptions;
 
 /// Milliseconds since the Unix epoch, on the database's clock.
@@ -34,6 +35,8 @@ fn sqlstate(db: &(dyn DatabaseError + 'static)) -> Class {
         c if c.starts_with("08") => Class::Broken,
         "57P03" | "57014" | "53300" | "25006" | "53100" | "53200" => Class::Unavailable,
         c if c.starts_with("28") || c == "3D000" => Class::Config,
+        // insufficient_privilege
+        "42501" => Class::Denied,
         _ => Class::Other,
     }
 }
@@ -66,6 +69,8 @@ const FLAVOR: Flavor = Flavor {
 pub(crate) struct Postgres {
     pool: Arc<ConnPool<PgConnection>>,
     channel: String,
+    /// `statement_timeout` of every session.
+    statement_bound: std::time::Duration,
     create: String,
     acquire: Arc<str>,
     renew: Arc<str>,
@@ -84,8 +89,14 @@ pub(crate) async fn connect(url: &str, options: &SqlOptions, hub: WakeHub) -> Re
     // Fences must survive a crash of the server: a server configured with
     // `synchronous_commit = off` acknowledges commits it may still lose, and a lost fence lets
     // a token repeat. The setting is the session's to choose; one round trip per new connection.
-    let setup: Setup<PgConnection> =
-        Arc::new(|c| Box::pin(async move { c.execute("SET synchronous_commit = on").await.map(drop) }));
+    // And the server ends every statement within the query timeout, so that one whose caller
+    // was cancelled cannot commit a grant long after its clean-up ran (see inflight.rs).
+    let session =
+        format!("SET synchronous_commit = on; SET statement_timeout = {}", options.query_timeout.as_millis().max(1));
+    let setup: Setup<PgConnection> = Arc::new(move |c| {
+        let session = session.clone();
+        Box::pin(async move { c.execute(AssertSqlSafe(session)).await.map(drop) })
+    });
     let pool = ConnPool::new(opts.clone(), options.max_connections, bound, Some(setup));
     // Connect once now, so that a wrong URL or a dead server fails here, clearly.
     let ping = pool.with(Use::Take, &(), |c: &mut PgConnection, _: &()| {
@@ -94,14 +105,20 @@ pub(crate) async fn connect(url: &str, options: &SqlOptions, hub: WakeHub) -> Re
     timeout(bound, ping).await.map_err(|_| too_slow(CODES, bound))?.map_err(|e| unreachable(CODES, e))?;
     let bounds = listen::Bounds { connect: bound, query: options.query_timeout, codes: CODES };
     let listener = listen::start(opts, options.table.clone(), hub, bounds).await?;
-    Ok(Arc::new(Postgres::new(pool, &options.table, listener)))
+    Ok(Arc::new(Postgres::new(pool, &options.table, listener, options.query_timeout)))
 }
 
 impl Postgres {
-    fn new(pool: Arc<ConnPool<PgConnection>>, t: &str, listener: Listener) -> Postgres {
+    fn new(
+        pool: Arc<ConnPool<PgConnection>>,
+        t: &str,
+        listener: Listener,
+        statement_bound: std::time::Duration,
+    ) -> Postgres {
         Postgres {
             pool,
             channel: t.to_owned(),
+            statement_bound,
             create: format!(
                 "CREATE TABLE IF NOT EXISTS \"{t}\" (name TEXT COLLATE \"C\" NOT NULL PRIMARY KEY, owner TEXT, \
                  fence BIGINT NOT NULL, expires_at BIGINT NOT NULL)"
@@ -135,7 +152,7 @@ impl Postgres {
                 "WITH freed AS ( \
                    UPDATE \"{t}\" SET owner = NULL, expires_at = {NOW} \
                    WHERE name = $1 AND owner = $2 AND expires_at > {NOW} RETURNING name) \
-                 SELECT pg_notify($3, name) FROM freed"
+                 SELECT pg_notify($3, $4 || name) FROM freed"
             )
             .into(),
             _listener: listener,
@@ -167,8 +184,21 @@ impl Dialect for Postgres {
         true
     }
 
+    fn statement_bound(&self) -> std::time::Duration {
+        self.statement_bound
+    }
+
     fn lease_ddl(&self) -> &str {
         &self.create
+    }
+
+    async fn table_exists(&self, table: &str) -> Result<bool, sqlx::Error> {
+        let quoted = format!("\"{table}\"");
+        self.pool
+            .with(Use::Take, quoted.as_str(), |c, t| {
+                Box::pin(sqlx::query_scalar::<_, bool>("SELECT to_regclass($1) IS NOT NULL").bind(t).fetch_one(c))
+            })
+            .await
     }
 
     async fn execute(&self, sql: &str) -> Result<(), sqlx::Error> {
@@ -225,6 +255,7 @@ impl Dialect for Postgres {
                         .bind(a.name)
                         .bind(a.owner)
                         .bind(a.channel)
+                        .bind(wake::EXCLUSIVE)
                         .fetch_all(c),
                 )
             })

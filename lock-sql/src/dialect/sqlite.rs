@@ -30,6 +30,8 @@ fn result_code(db: &(dyn DatabaseError + 'static)) -> Class {
     match n & 0xff {
         // BUSY and LOCKED families
         5 | 6 => Class::Transient,
+        // AUTH: an authorizer refused the statement
+        23 => Class::Denied,
         // CANTOPEN: the path is wrong (a missing directory, no permission)
         14 => Class::Config,
         // NOTADB, READONLY, IOERR, FULL
@@ -67,6 +69,8 @@ const FLAVOR: Flavor = Flavor {
 pub(crate) struct Lite {
     pool: SqlitePool,
     durable: bool,
+    /// `busy_timeout`: the longest a statement waits for the file.
+    statement_bound: Duration,
     create: String,
     acquire: String,
     /// The holder's remaining lease in ms, after a refused upsert.
@@ -97,7 +101,10 @@ pub(crate) async fn connect(url: &str, options: &SqlOptions) -> Result<Arc<dyn D
         .await
         .map_err(|_| too_slow(CODES, bound))?
         .map_err(|e| unreachable(CODES, e))?;
-    Ok(Arc::new(Lite::new(pool, &options.table, !in_memory)))
+    let mut dialect = Lite::new(pool, &options.table, !in_memory);
+    // Statements wait for the file lock at most busy_timeout.
+    dialect.statement_bound = options.query_timeout;
+    Ok(Arc::new(dialect))
 }
 
 impl Lite {
@@ -105,6 +112,7 @@ impl Lite {
         Lite {
             pool,
             durable,
+            statement_bound: Duration::ZERO,
             create: format!(
                 "CREATE TABLE IF NOT EXISTS \"{t}\" (name TEXT NOT NULL PRIMARY KEY, owner TEXT, \
                  fence INTEGER NOT NULL, expires_at INTEGER NOT NULL)"
@@ -145,8 +153,20 @@ impl Dialect for Lite {
         false
     }
 
+    fn statement_bound(&self) -> Duration {
+        self.statement_bound
+    }
+
     fn lease_ddl(&self) -> &str {
         &self.create
+    }
+
+    async fn table_exists(&self, table: &str) -> Result<bool, sqlx::Error> {
+        let n = sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?1")
+            .bind(table)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(n > 0)
     }
 
     async fn execute(&self, sql: &str) -> Result<(), sqlx::Error> {

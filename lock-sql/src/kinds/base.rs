@@ -9,6 +9,7 @@ use lock_core::{Capabilities, LockError, LockName, OwnerId, ReleaseOutcome, Rene
 use crate::decide::{writer_claim, Plan, Side};
 use crate::dialect::rw::{Attempt, KindSql, OwnerStmt};
 use crate::store::{remaining, ttl_ms, SqlStore};
+use crate::wake;
 use crate::SqlOptions;
 
 /// How often an acquire transaction is re-run after a deadlock or lock-wait time-out (MySQL
@@ -42,22 +43,15 @@ impl Base {
         check_table_len(&options.table)?;
         let store = SqlStore::connect(url, options).await?;
         let sql = store.dialect.kind_sql(store.table());
-        for ddl in &sql.create {
-            store.create("create the tables of the read-write locks and semaphores", ddl).await?;
+        for (suffix, ddl) in ["_counters", "_holders"].into_iter().zip(&sql.create) {
+            let table = format!("{}{suffix}", store.table());
+            store.create("create the tables of the read-write locks and semaphores", &table, ddl).await?;
         }
         Ok(Arc::new(Base { store: Arc::new(store), sql }))
     }
 
     pub(crate) fn capabilities(&self) -> Capabilities {
         lock_core::LeaseStore::capabilities(&*self.store)
-    }
-
-    fn wake_key(side: Side, name: &LockName) -> String {
-        match side {
-            Side::Read => format!("dlock-rw-read:{}", name.as_str()),
-            Side::Write => format!("dlock-rw-write:{}", name.as_str()),
-            Side::Permit(_) => format!("dlock-sem:{}", name.as_str()),
-        }
     }
 
     pub(crate) async fn try_lock(
@@ -73,8 +67,10 @@ impl Base {
         let attempt =
             Attempt { side, name: name.as_str(), owner: &o, ttl_ms: ttl_ms(ttl), claim_ms: ttl_ms(claim), claiming };
         let dialect = &self.store.dialect;
+        let inflight = self.store.attempt(owner);
         let plan =
             self.store.run_bounded("acquire", CONFLICT_RETRIES, || dialect.kind_acquire(&self.sql, &attempt)).await?;
+        inflight.finished();
         match plan {
             Plan::Again(fence) | Plan::Grant(fence) => self.store.token(fence),
             Plan::Refuse { remaining: rem, .. } => {
@@ -136,7 +132,14 @@ impl Base {
         let stmt =
             OwnerStmt { sql: &self.sql.release, ttl_ms: None, kind: side.kind(), name: name.as_str(), owner: &o };
         let dialect = &self.store.dialect;
-        let freed = self.store.run_release("release", || async { Ok(dialect.kind_owner(&stmt).await? > 0) }).await?;
+        let freed = self.store.run_release("release", || async { Ok(dialect.kind_owner(&stmt).await? > 0) }).await;
+        let (d, sql, kind, n) = (Arc::clone(dialect), self.sql.release.clone(), side.kind(), name.as_str().to_owned());
+        let again = o.clone();
+        self.store.release_again_later(owner, async move {
+            let stmt = OwnerStmt { sql: &sql, ttl_ms: None, kind, name: &n, owner: &again };
+            Ok(d.kind_owner(&stmt).await? > 0)
+        });
+        let freed = freed?;
         if matches!(side, Side::Write) {
             // A writer's claim (if it left one) goes with it.
             self.owner_stmt("withdraw the writer's claim", &self.sql.clear_claim, None, "rw", name, owner).await?;
@@ -154,9 +157,9 @@ impl Base {
         }
         let keys = match side {
             // The last reader out lets a writer in; a writer out lets readers and writers in.
-            Side::Read => vec![Base::wake_key(Side::Write, name)],
-            Side::Write => vec![Base::wake_key(Side::Write, name), Base::wake_key(Side::Read, name)],
-            Side::Permit(_) => vec![Base::wake_key(side, name)],
+            Side::Read => vec![wake::side(Side::Write, name.as_str())],
+            Side::Write => vec![wake::side(Side::Write, name.as_str()), wake::side(Side::Read, name.as_str())],
+            Side::Permit(_) => vec![wake::side(side, name.as_str())],
         };
         for key in keys {
             if let Err(e) = self.store.run("notify waiters", || self.store.dialect.notify(&key)).await {
@@ -166,7 +169,7 @@ impl Base {
     }
 
     pub(crate) fn subscribe(&self, side: Side, name: &LockName) -> Option<WakeSubscription> {
-        self.store.subscribe_key(&Base::wake_key(side, name))
+        self.store.subscribe_key(&wake::side(side, name.as_str()))
     }
 }
 

@@ -1,0 +1,214 @@
+//! Backend checks of the SQL safety fixes (issue 10: lost replies, starved renewals; issue
+//! 15: least privilege), shared by the PostgreSQL and MySQL test files.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::{LeaseStore, LockError, LockName, OwnerId, TryLock};
+use sqlx::Executor;
+use tokio::time::Instant;
+
+use super::{Dialect, SqlFixture};
+
+/// A release whose UPDATE/DELETE commits while the reply is lost (the connection is reset while
+/// the answer is on its way back) is re-run on another connection; that re-run finds nothing of
+/// ours, because we freed it: it must answer `Released`, not `NotOwner` (which the lease reports
+/// as lost). For the exclusive lock, the write side and a permit.
+pub async fn check_release_after_lost_reply(fx: &SqlFixture) -> Result<(), LockError> {
+    use lock_conformance::ClientLink;
+    let Some((url, proxy)) = fx.linked_url().await? else { panic!("needs a network fixture") };
+    let exclusive = lock_sql::connect(&url, fx.options()).await?;
+    let rw = lock_sql::connect_rw(&url, fx.options()).await?;
+    let sem = lock_sql::connect_semaphore(&url, fx.options()).await?;
+    let [_, (_, write)] = rw.lease_stores();
+    let stores: [(&str, Arc<dyn LeaseStore>); 3] = [
+        ("exclusive", Arc::clone(exclusive.store()) as Arc<dyn LeaseStore>),
+        ("write", write),
+        ("permit", sem.lease_store(1)?),
+    ];
+    let latency = Duration::from_millis(300);
+    let ttl = Duration::from_secs(20);
+    for (label, store) in stores {
+        let name = LockName::new(format!("lost-reply-{label}"))?;
+        let me = OwnerId::random();
+        assert!(matches!(store.try_lock(&name, me, ttl).await?, TryLock::Acquired { .. }), "{label}: free");
+        proxy.set_latency(latency).await;
+        let release = {
+            let (store, name) = (Arc::clone(&store), name.clone());
+            tokio::spawn(async move { store.release(&name, me).await })
+        };
+        // The request reaches the server after `latency` and commits; the reply would take as
+        // long again: reset the connection while it is on its way.
+        tokio::time::sleep(latency * 3 / 2).await;
+        proxy.reset_connections().await;
+        proxy.set_latency(Duration::ZERO).await;
+        let outcome = release.await.expect("release task")?;
+        assert_eq!(outcome, lock_core::ReleaseOutcome::Released, "{label}: a committed release whose reply was lost");
+        let other = OwnerId::random();
+        assert!(
+            matches!(store.try_lock(&name, other, ttl).await?, TryLock::Acquired { .. }),
+            "{label}: the lock must really be free"
+        );
+        store.release(&name, other).await?;
+    }
+    Ok(())
+}
+
+/// A plain connection of the test itself, holding row locks in an open transaction.
+pub enum Admin {
+    Postgres(sqlx::PgConnection),
+    Mysql(sqlx::MySqlConnection),
+}
+
+impl Admin {
+    pub async fn connect(fx: &SqlFixture) -> Admin {
+        use sqlx::Connection;
+        match fx.dialect() {
+            Dialect::Postgres => {
+                Admin::Postgres(sqlx::PgConnection::connect(fx.url()).await.expect("admin connection"))
+            }
+            Dialect::Mysql => Admin::Mysql(sqlx::MySqlConnection::connect(fx.url()).await.expect("admin connection")),
+            Dialect::Sqlite => panic!("needs a server"),
+        }
+    }
+
+    /// Runs `sql` with the table's quote characters written as `"`.
+    pub async fn run(&mut self, sql: &str) {
+        match self {
+            Admin::Postgres(c) => c.execute(sqlx::AssertSqlSafe(sql.to_owned())).await.map(drop),
+            Admin::Mysql(c) => c.execute(sqlx::AssertSqlSafe(sql.replace('"', "`"))).await.map(drop),
+        }
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
+    /// Opens a transaction that locks the rows of `table` matching `cond` (plain test names).
+    pub async fn lock_rows(&mut self, table: &str, cond: &str) {
+        let begin = match self {
+            Admin::Postgres(_) => "BEGIN",
+            Admin::Mysql(_) => "START TRANSACTION",
+        };
+        self.run(begin).await;
+        self.run(&format!("SELECT * FROM \"{table}\" WHERE {cond} FOR UPDATE")).await;
+    }
+}
+
+/// Renew and release of one lease never wait behind another lease (issue 10.14): a renewal
+/// that hangs on a row locked by another transaction does not delay the renewal of a lease
+/// whose owner id shared one of the 64 stripes of old; and a burst of acquires that occupy
+/// every pooled connection (each blocked on a locked row) does not delay a renewal either.
+pub async fn check_renewals_not_starved(fx: &SqlFixture) -> Result<(), LockError> {
+    let table = fx.options().table;
+    let ttl = Duration::from_secs(5);
+    let quick = Duration::from_millis(700);
+    let mut admin = Admin::connect(fx).await;
+
+    // One hung renewal.
+    let lock = fx.sql_client().await?;
+    let store = Arc::clone(lock.store());
+    let owner = |n: u128| OwnerId::from_hex(&format!("{n:032x}")).expect("32 hex digits");
+    let (a, b) = (owner(0x1_0000_0001), owner(0x1_0000_0041));
+    let (na, nb) = (LockName::new("hung-a")?, LockName::new("hung-b")?);
+    assert!(matches!(store.try_lock(&na, a, ttl).await?, TryLock::Acquired { .. }));
+    assert!(matches!(store.try_lock(&nb, b, ttl).await?, TryLock::Acquired { .. }));
+    admin.lock_rows(&table, "name = 'hung-a'").await;
+    let hung = {
+        let (store, na) = (Arc::clone(&store), na.clone());
+        tokio::spawn(async move { store.renew(&na, a, ttl).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let t = Instant::now();
+    let renewed = store.renew(&nb, b, ttl).await;
+    let took = t.elapsed();
+    admin.run("ROLLBACK").await;
+    let _ = hung.await;
+    assert_eq!(renewed?, lock_core::RenewOutcome::Renewed);
+    assert!(took < quick, "a renewal waited {took:?} behind another lease's hung renewal");
+
+    // A burst of acquires, each holding a pooled connection while it waits for a row lock.
+    let rw = lock_sql::connect_rw(fx.url(), fx.options()).await?;
+    let [(_, read), (_, write)] = rw.lease_stores();
+    let (w, nw, nx) = (OwnerId::random(), LockName::new("burst-held")?, LockName::new("burst-busy")?);
+    assert!(matches!(write.try_lock(&nw, w, ttl).await?, TryLock::Acquired { .. }));
+    let r0 = OwnerId::random();
+    assert!(matches!(read.try_lock(&nx, r0, ttl).await?, TryLock::Acquired { .. }));
+    read.release(&nx, r0).await?;
+    admin.lock_rows(&format!("{table}_counters"), "kind = 'rw' AND name = 'burst-busy'").await;
+    let burst: Vec<_> = (0..2 * fx.options().max_connections)
+        .map(|_| {
+            let (read, nx) = (Arc::clone(&read), nx.clone());
+            tokio::spawn(async move { read.try_lock(&nx, OwnerId::random(), ttl).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let t = Instant::now();
+    let renewed = write.renew(&nw, w, ttl).await;
+    let took = t.elapsed();
+    admin.run("ROLLBACK").await;
+    for b in burst {
+        let _ = b.await;
+    }
+    assert_eq!(renewed?, lock_core::RenewOutcome::Renewed, "renewal behind a burst of waiting acquires");
+    assert!(took < quick, "a renewal waited {took:?} behind a burst of waiting acquires");
+    assert_eq!(write.release(&nw, w).await?, lock_core::ReleaseOutcome::Released);
+    Ok(())
+}
+
+/// The documented privileges are enough once the tables exist, and a missing one is a `Config`
+/// error that names what the user needs (issue 15.5). A fresh database user gets exactly
+/// SELECT, INSERT, UPDATE on the lease table and SELECT, INSERT, UPDATE, DELETE on the two
+/// tables of the kinds (no CREATE): every kind acquires, renews and releases; without DELETE
+/// on the holders table, a read acquire is a `Config` error naming DELETE.
+pub async fn check_least_privilege(fx: &SqlFixture) -> Result<(), LockError> {
+    let t = fx.options().table;
+    let user = format!("dlock_u_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let mut admin = Admin::connect(fx).await;
+    // The tables, made by a user who may.
+    drop(lock_sql::connect_rw(fx.url(), fx.options()).await?);
+    let (grantee, create) = match fx.dialect() {
+        Dialect::Postgres => (user.clone(), format!("CREATE ROLE {user} LOGIN")),
+        _ => (format!("'{user}'@'%'"), format!("CREATE USER '{user}'@'%'")),
+    };
+    admin.run(&create).await;
+    admin.run(&format!("GRANT SELECT, INSERT, UPDATE ON \"{t}\" TO {grantee}")).await;
+    for kind_table in [format!("{t}_counters"), format!("{t}_holders")] {
+        admin.run(&format!("GRANT SELECT, INSERT, UPDATE, DELETE ON \"{kind_table}\" TO {grantee}")).await;
+    }
+    let mut url = url::Url::parse(fx.url()).map_err(|e| LockError::config(format!("bad test URL: {e}")))?;
+    url.set_username(&user).map_err(|_| LockError::config("bad test URL: cannot set the user"))?;
+    url.set_password(None).map_err(|_| LockError::config("bad test URL: cannot clear the password"))?;
+    let url = url.to_string();
+
+    let result = async {
+        let exclusive = lock_sql::connect(&url, fx.options()).await?;
+        let rw = lock_sql::connect_rw(&url, fx.options()).await?;
+        let sem = lock_sql::connect_semaphore(&url, fx.options()).await?;
+        let mut stores = vec![("exclusive", Arc::clone(exclusive.store()) as Arc<dyn LeaseStore>)];
+        stores.extend(rw.lease_stores());
+        stores.push(("permit", sem.lease_store(1)?));
+        let ttl = Duration::from_secs(5);
+        for (label, store) in &stores {
+            let (name, me) = (LockName::new(format!("least-{label}"))?, OwnerId::random());
+            assert!(matches!(store.try_lock(&name, me, ttl).await?, TryLock::Acquired { .. }), "{label}");
+            assert_eq!(store.renew(&name, me, ttl).await?, lock_core::RenewOutcome::Renewed, "{label}");
+            assert_eq!(store.release(&name, me).await?, lock_core::ReleaseOutcome::Released, "{label}");
+        }
+        admin.run(&format!("REVOKE DELETE ON \"{t}_holders\" FROM {grantee}")).await;
+        let read = &stores[1].1;
+        match read.try_lock(&LockName::new("least-denied")?, OwnerId::random(), ttl).await {
+            Err(LockError::Config { reason: message, .. }) => {
+                assert!(message.contains("DELETE") && message.contains("denied"), "{message}");
+            }
+            other => panic!("a missing DELETE privilege must be a Config error naming it, got {other:?}"),
+        }
+        Ok::<(), LockError>(())
+    }
+    .await;
+    let drop_user = match fx.dialect() {
+        Dialect::Postgres => vec![format!("DROP OWNED BY {user}"), format!("DROP ROLE {user}")],
+        _ => vec![format!("DROP USER {grantee}")],
+    };
+    for sql in drop_user {
+        admin.run(&sql).await;
+    }
+    result
+}
