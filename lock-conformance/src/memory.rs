@@ -111,7 +111,7 @@ impl ClientLink for MemoryLink {
 /// The memory server's down switch; `stop` also forgets every lease and counter, as a server
 /// without persistence would. Having lost its state, it comes back only once every lease it
 /// forgot has ended (`quiet` after the stop: a delayed restart), so it grants nothing while a
-/// forgotten lease may still be believed (SPEC §3).
+/// forgotten lease may still be believed (docs/contract.md §3).
 struct MemoryServer {
     lock: MemoryLock,
     quiet: Duration,

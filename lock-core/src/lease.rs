@@ -182,7 +182,7 @@ impl Shared {
 
     /// The lease ran out by the clock without a successful renewal. When a renewal went
     /// unanswered the server may still hold it (the renewal was applied, its answer lost), so
-    /// the owner-checked release is sent in the background until the server answers (SPEC §3).
+    /// the owner-checked release is sent in the background until the server answers (docs/contract.md §3).
     /// A holder that simply stopped renewing sends nothing: its lease ends on the server too.
     pub(crate) fn expire_by_time(self: &Arc<Self>) {
         if self.lost.fire("valid_until passed without a successful renewal") {

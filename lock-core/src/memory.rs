@@ -300,7 +300,7 @@ impl MemoryLock {
         Ok(token.map(|t| self.lease(family, name, owner, t, now, opts)))
     }
 
-    /// Waiting forever means forever (SPEC §4): while the server is out of reach, try again
+    /// Waiting forever means forever (docs/contract.md §4): while the server is out of reach, try again
     /// with capped back-off. With a deadline, the first failure is the answer.
     async fn until_reachable(&self, deadline: Option<Instant>) -> Result<(), LockError> {
         let mut backoff = crate::Backoff::new(Duration::from_millis(5), Duration::from_millis(250));

@@ -1,4 +1,4 @@
-//! Releasing a lease on the server (SPEC §3): attempts never overlap, a failed one is tried
+//! Releasing a lease on the server (docs/contract.md §3): attempts never overlap, a failed one is tried
 //! again (by the next `release()`, by `Drop`, or in the background after a loss by time), and
 //! `Ok` means the server no longer holds the lock for us.
 

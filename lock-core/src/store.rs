@@ -286,7 +286,7 @@ impl<S: LeaseStore> DistributedLock for StoreLock<S> {
         let mut subscribed = false;
         let mut failures = 0u32;
         // Whether the server answered "busy" during this wait: at the deadline that makes the
-        // answer `Timeout`, even when the last attempt was cut short (SPEC §4).
+        // answer `Timeout`, even when the last attempt was cut short (docs/contract.md §4).
         let mut seen_busy = false;
         let mut first = true;
         loop {

@@ -1,4 +1,4 @@
-//! The restart quiet period (SPEC §3): a server that lost its state grants nothing while a lease
+//! The restart quiet period (docs/contract.md §3): a server that lost its state grants nothing while a lease
 //! it forgot may still be believed valid by its holder.
 //!
 //! Every acquire script checks a boot marker key. A missing marker means the server lost its

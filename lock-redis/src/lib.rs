@@ -42,7 +42,7 @@
 //!   (`durable_leases` is false): holders find no entry at their next renewal and their lost
 //!   signal fires; tokens stay monotonic (`durable_fencing` is true). Until that renewal a
 //!   holder still believes its lease, so a server that lost its state **grants nothing for a
-//!   quiet period** (SPEC §3): every acquire script checks the boot marker `<prefix>:boot`; the
+//!   quiet period** (docs/contract.md §3): every acquire script checks the boot marker `<prefix>:boot`; the
 //!   first one to find it missing writes "quiet until" = server `TIME` +
 //!   [`RedisOptions::restart_quiet_period`] (default [`RedisOptions::max_ttl`], 60 s, the
 //!   longest ttl a client accepts) and every fresh grant of every kind is refused until then,

@@ -41,7 +41,7 @@ pub struct RedisOptions {
     /// After the server lost its state (a restart without persistence, `FLUSHALL`, a failover to
     /// an empty replica), or on the first use of a key prefix on a server, nothing is granted
     /// for this long, so that no lease the server forgot is still believed valid when the lock
-    /// goes to someone else (SPEC §3). Default (`None`): `max_ttl`. `0s` turns it off: only for a
+    /// goes to someone else (docs/contract.md §3). Default (`None`): `max_ttl`. `0s` turns it off: only for a
     /// server that never loses acknowledged writes (AOF with `appendfsync always`). See the crate
     /// docs, "Restarts".
     #[serde(with = "humantime_serde")]

@@ -59,7 +59,7 @@ impl ZkLock {
 }
 
 /// The options the `Lease` runs on: the caller's, with the ttl cut to the negotiated session
-/// timeout (SPEC §3). The server keeps our node only while it keeps the session, and it may
+/// timeout (docs/contract.md §3). The server keeps our node only while it keeps the session, and it may
 /// expire a session it has not heard from for `session_timeout`: counting `valid_until` from the
 /// caller's longer ttl would let `is_valid()` claim a lock the server already gave away, for
 /// instance after a process stall during which no task ran. Renewals extend by the same bound.

@@ -51,7 +51,7 @@
 //!   Every node's name carries its `n`, so all users of a semaphore are checked to agree:
 //!   a node ahead of us with another count makes our call fail with `InvalidOptions`
 //!   (`try_acquire_permit` checks every node), and `n = 0` is `InvalidOptions` too.
-//! - **Tokens** (what SPEC §2 asks of shared holders, and what the suite's `rw_lock` and
+//! - **Tokens** (what docs/contract.md §2 asks of shared holders, and what the suite's `rw_lock` and
 //!   `semaphore` cases check on every backend): no two grants of a name share a token, and a
 //!   writer's token exceeds every token granted before it. A reader's or writer's token is its
 //!   node's `czxid`, so read-write tokens follow **arrival** (queue) order; every holder granted
@@ -97,7 +97,7 @@
 //!   backend). Renewal asks the server, behind a `sync` through the leader, whether our node
 //!   still exists under our session.
 //!
-//! `valid_until` never exceeds what the server keeps for us (SPEC §3): the lease runs on the
+//! `valid_until` never exceeds what the server keeps for us (docs/contract.md §3): the lease runs on the
 //! **negotiated session timeout** whenever the asked ttl is longer (then [`Lease::ttl`] reports
 //! the session timeout, and a `renew_every` the shorter lease could not survive is cut to a
 //! third of it). It counts from the create (a write, so the leader heard from us) or from a

@@ -1,4 +1,4 @@
-//! ZooKeeper-specific behaviour of the read-write lock and the semaphore (SPEC §5.2, §5.3) on a
+//! ZooKeeper-specific behaviour of the read-write lock and the semaphore (docs/contract.md §5.2, §5.3) on a
 //! real server: herd-free wake-ups, cancel-safety, session expiry, lost replies, agreement on
 //! the number of permits.
 

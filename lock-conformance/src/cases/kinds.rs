@@ -81,7 +81,7 @@ pub async fn rw_lock(fx: &dyn Fixture) -> CaseResult {
     wl.release().await?;
 
     // Mixed load: readers count up, a writer must find the cell empty and stay alone. Tokens
-    // (SPEC §2, shared holders): every writer's token exceeds every token granted before it, and
+    // (docs/contract.md §2, shared holders): every writer's token exceeds every token granted before it, and
     // no token repeats; co-readers' tokens need not follow the order of their grants.
     let readers = Arc::new(AtomicUsize::new(0));
     let writers = Arc::new(AtomicUsize::new(0));
@@ -141,7 +141,7 @@ pub async fn rw_lock(fx: &dyn Fixture) -> CaseResult {
 }
 
 /// Records a grant's token; says what is wrong when the token repeats an earlier one, or when a
-/// writer's token (`exclusive`) is not above every token granted before it (SPEC §2).
+/// writer's token (`exclusive`) is not above every token granted before it (docs/contract.md §2).
 fn record_grant(granted: &Mutex<Vec<FencingToken>>, token: FencingToken, exclusive: bool) -> Option<String> {
     let mut granted = granted.lock().unwrap_or_else(|e| e.into_inner());
     let problem = if granted.contains(&token) {
@@ -229,7 +229,7 @@ pub async fn semaphore(fx: &dyn Fixture) -> CaseResult {
     }
 
     // Churn: clients take and return permits at once; never more than N holders, and no token
-    // repeats (SPEC §2: tokens of shared holders never repeat).
+    // repeats (docs/contract.md §2: tokens of shared holders never repeat).
     let name3 = cx.name("sem-churn")?;
     let holders = Arc::new(AtomicUsize::new(0));
     let granted = Arc::new(Mutex::new(Vec::<FencingToken>::new()));

@@ -1,5 +1,5 @@
 //! A server that lost its state grants nothing while a lease it forgot may still be believed
-//! valid by its holder (SPEC §3): the window right after an empty restart, when every waiter
+//! valid by its holder (docs/contract.md §3): the window right after an empty restart, when every waiter
 //! retries at once and the old holder has not renewed yet.
 
 use lock_core::{Lease, LockError};

@@ -1,4 +1,4 @@
-//! SPEC §3: `valid_until` never exceeds what the server keeps for us. For per-lock leases that
+//! docs/contract.md §3: `valid_until` never exceeds what the server keeps for us. For per-lock leases that
 //! is the ttl the server stores; for per-session leases (ZooKeeper) it is the session timeout
 //! after the last confirmed contact, whatever ttl the caller asked for. Because `is_valid()`
 //! compares the clock with `valid_until`, this bound is also what makes `is_valid()` right

@@ -1,5 +1,5 @@
 //! What the read, write and permit sides share: the store, the kinds' statements, and the
-//! acquire, renew and release of one side (SPEC §5.2, §5.3).
+//! acquire, renew and release of one side (docs/contract.md §5.2, §5.3).
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! Read-write locks and semaphores in the database (SPEC §5.2, §5.3).
+//! Read-write locks and semaphores in the database (docs/contract.md §5.2, §5.3).
 //!
 //! Each side (read, write, permit) is a small [`LeaseStore`] over the pools and listener of the
 //! exclusive [`SqlStore`](crate::SqlStore), so [`StoreLock`] gives waiting, back-off,
@@ -118,7 +118,7 @@ impl LeaseStore for PermitSide {
     }
 }
 
-/// A read-write lock in the database (SPEC §5.2), made by [`connect_rw`](crate::connect_rw).
+/// A read-write lock in the database (docs/contract.md §5.2), made by [`connect_rw`](crate::connect_rw).
 ///
 /// Many readers or one writer. A writer that is refused leaves a short claim that makes new
 /// readers wait, so readers arriving after a waiting writer do not starve it; waiters are not
@@ -174,7 +174,7 @@ impl DistributedRwLock for SqlRwLock {
     }
 }
 
-/// A semaphore in the database (SPEC §5.3), made by [`connect_semaphore`](crate::connect_semaphore).
+/// A semaphore in the database (docs/contract.md §5.3), made by [`connect_semaphore`](crate::connect_semaphore).
 ///
 /// Up to `permits` holders of one name at once, each with its own lease and a fencing token
 /// above every token issued before for this semaphore. The number of permits is stored with the
