@@ -111,7 +111,7 @@ impl Attempt<'_> {
 
     /// After a transient failure: waits a little and says whether to retry. Gives up with
     /// `Unavailable` when the call's limit would pass, or the server has not answered for
-    /// `connect_timeout` (which bounds an endless wait against a dead ensemble).
+    /// `connect_timeout` — unless the caller waits forever, which outlasts any outage.
     async fn after_transient(&mut self, err: LockError) -> Result<(), LockError> {
         let now = Instant::now();
         let since = *self.unavailable_since.get_or_insert(now);
@@ -120,7 +120,10 @@ impl Attempt<'_> {
         if out_of_time && self.wait && self.seen_busy {
             return Err(self.timeout_error());
         }
-        if out_of_time || now.duration_since(since) >= self.lock.inner.options.connect_timeout {
+        // Waiting forever means forever (contract §4): only a bounded call gives up on a server
+        // that stopped answering.
+        let forever = self.wait && self.deadline.is_none();
+        if out_of_time || (!forever && now.duration_since(since) >= self.lock.inner.options.connect_timeout) {
             return Err(err);
         }
         tracing::debug!(lock = %self.name, error = %err, "zookeeper request failed; retrying");
@@ -174,7 +177,15 @@ impl Attempt<'_> {
                     Some(l) => l.max(now + Duration::from_millis(1)),
                     None => now + self.lock.inner.options.connect_timeout,
                 };
-                self.lock.session(deadline).await?
+                match self.lock.session(deadline).await {
+                    Ok(session) => session,
+                    Err(e) if self.wait && self.deadline.is_none() && e.is_retryable() => {
+                        tracing::debug!(lock = %self.name, error = %e, "no zookeeper session yet; waiting forever");
+                        sleep(self.backoff.next_delay()).await;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                }
             };
             match self.with_session(&session).await {
                 Ok(lease) => return Ok(lease),

@@ -504,3 +504,32 @@ async fn an_ensemble_url_with_a_dead_member_works() {
     let lease = lock.acquire(&name("ensemble"), &opts(2000).wait(Duration::from_secs(5))).await.unwrap();
     lease.release().await.unwrap();
 }
+
+/// `WaitPolicy::Forever` outlasts an outage longer than `connect_timeout` and the session: the
+/// waiter keeps trying with back-off, gets a new session once the server is back, and is granted
+/// the lock when the holder releases it (contract §4), instead of giving up with `Unavailable`.
+#[tokio::test]
+async fn a_forever_wait_outlasts_connect_timeout_and_its_session() {
+    let mut fx = ZkFixture::start().await.unwrap();
+    fx.options.connect_timeout = Duration::from_secs(1);
+    let holder = fx.connect().await.unwrap();
+    let (waiter, link) = fx.connect_linked().await.unwrap();
+    let n = name("forever-outage");
+    let held = holder.acquire(&n, &opts(2000)).await.unwrap();
+    let task = tokio::spawn({
+        let (waiter, n) = (waiter.clone(), n.clone());
+        async move { waiter.acquire(&n, &opts(2000).wait_policy(lock_core::WaitPolicy::Forever)).await }
+    });
+    sleep(Duration::from_millis(300)).await;
+    link.set_partitioned(true).await;
+    // Longer than connect_timeout (1 s) and the session (2 s).
+    sleep(SESSION_TIMEOUT + Duration::from_millis(1500)).await;
+    assert!(!task.is_finished(), "the forever wait gave up during the outage: {:?}", task.await);
+    link.set_partitioned(false).await;
+    sleep(Duration::from_millis(500)).await;
+    held.release().await.unwrap();
+    let lease =
+        timeout(Duration::from_secs(20), task).await.expect("granted after the outage").expect("joined").unwrap();
+    assert!(lease.token() > held.token());
+    lease.release().await.unwrap();
+}
