@@ -76,7 +76,9 @@ async fn check(cx: &Ctx<'_>, label: &str, store: Arc<dyn LeaseStore>, rival: Arc
     let TryLock::Acquired { token: again } = store.try_lock(&name, a, ttl).await? else {
         fail!("{label}: a retry by the holder itself (same owner) was refused");
     };
-    ensure!(again == first, "{label}: a retry by the same owner got token {again}, the grant had {first}");
+    // The same grant comes back (SQL, Redis), or a fresh one with a greater token (Redlock draws
+    // every grant's token from a majority's counters): never a lower one.
+    ensure!(again >= first, "{label}: a retry by the same owner got token {again}, lower than the grant's {first}");
     // The re-grant's lease ends no earlier than this: it started after the request was sent.
     let regrant_ends = t_re + ttl;
     // Past the first grant's expiry, well before the re-grant's.
