@@ -63,7 +63,9 @@ async fn follower_partitioned_from_the_quorum_leaves_no_overlap() -> Result<(), 
 /// moves to a surviving member and keeps the lock and token; the waiter is served after release.
 #[tokio::test]
 async fn leader_killed_while_held_keeps_locks_and_serves_waiters() -> Result<(), LockError> {
-    let session = Duration::from_secs(8);
+    // Re-election can take up to initLimit × tick (10 s) when a follower first dials the dead
+    // leader; the session outlasts it, as a production session outlasts its ensemble's elections.
+    let session = Duration::from_secs(20);
     let ensemble = ZkEnsemble::start(EnsembleOptions::default()).await?;
     let root = "/dlock-ensemble-leader";
     let a = lock_zk::connect(&format!("{}{root}", ensemble.url()), options(session)).await?;
