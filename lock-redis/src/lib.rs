@@ -193,6 +193,7 @@
 mod acl;
 mod boot;
 mod conn;
+mod endpoint;
 mod kinds;
 mod options;
 mod pubsub;

@@ -1,0 +1,122 @@
+//! The single-instance backend through Redis Sentinel (`redis+sentinel://`), against a local
+//! primary + 2 replicas + 3 Sentinels: failovers, `min_replicas_ack`, and the conformance suite.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use lock_conformance::servers::redis_sentinel::{RedisSentinelDeployment, SentinelNode};
+use lock_core::{AcquireOptions, DistributedLock, LockError, LockName};
+use lock_redis::RedisOptions;
+
+fn options(acks: u32) -> RedisOptions {
+    RedisOptions { key_prefix: "dlock".to_owned(), min_replicas_ack: acks, ..common::test_options() }
+}
+
+fn opts(ttl_ms: u64) -> AcquireOptions {
+    AcquireOptions::new(Duration::from_millis(ttl_ms))
+        .wait(Duration::from_secs(1))
+        .request_timeout(Duration::from_secs(1))
+}
+
+/// With `min_replicas_ack = 1`: a holder keeps its lease across a SIGKILL of the primary (the
+/// promoted replica acknowledged the grant), nobody else gets the lock meanwhile, the clients
+/// follow the new primary, and tokens keep rising. Prints the measured windows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failover_keeps_acknowledged_lease() {
+    let d = RedisSentinelDeployment::start().await.unwrap();
+    let holder = lock_redis::connect(&d.url(), options(1)).await.unwrap();
+    let other = lock_redis::connect(&d.url(), options(1)).await.unwrap();
+    let name = LockName::new("sentinel-failover").unwrap();
+    let free = LockName::new("sentinel-free").unwrap();
+    let lease = holder.acquire(&name, &opts(3000)).await.unwrap();
+    let t1 = lease.token();
+    let before = other.acquire(&free, &opts(3000)).await.unwrap();
+    before.release().await.unwrap();
+
+    let failover = tokio::spawn(async move {
+        let f = d.failover().await;
+        (d, f)
+    });
+    // Meanwhile a contender tries without pause; it must never get in while the lease is valid,
+    // and a free name shows how long nobody could acquire anything.
+    let started = Instant::now();
+    let (mut last_ok, mut longest_gap, mut i) = (Instant::now(), Duration::ZERO, 0);
+    let mut last_token = before.token();
+    while !failover.is_finished() || started.elapsed() < Duration::from_secs(8) {
+        if let Ok(Some(l)) = other.try_acquire(&name, &opts(3000)).await {
+            assert!(!lease.is_valid(), "a second holder got in while the first lease was valid ({l:?})");
+            break;
+        }
+        i += 1;
+        let fresh = LockName::new(format!("sentinel-free-{i}")).unwrap();
+        if let Ok(Some(l)) = other.try_acquire(&fresh, &opts(3000)).await {
+            longest_gap = longest_gap.max(last_ok.elapsed());
+            last_ok = Instant::now();
+            assert!(l.token() > last_token, "token went from {last_token} to {}", l.token());
+            last_token = l.token();
+            let _ = l.release().await;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (d, f) = failover.await.unwrap();
+    let f = f.unwrap();
+    assert!(lease.is_valid(), "the acknowledged lease was lost across the failover: {:?}", lease.lost().reason());
+    assert_ne!(d.primary_index().await.unwrap(), f.old);
+    lease.release().await.unwrap();
+    let next = other.acquire(&name, &opts(3000)).await.unwrap();
+    assert!(next.token() > t1, "token went from {t1} to {} across the failover", next.token());
+    next.release().await.unwrap();
+    eprintln!(
+        "MEASURED sentinel failover: promoted {:?} after the SIGKILL; longest time no free name could be acquired: \
+         {longest_gap:?}",
+        f.promoted_after
+    );
+    assert!(last_ok > started + f.promoted_after, "nothing could be acquired after the promotion");
+}
+
+/// Both replicas paused: a grant cannot be acknowledged, so with `min_replicas_ack = 1` it is
+/// given back and answered `Unavailable` (without the `WAIT` it would stand on the primary
+/// alone, and a failover to a replica that never received it would forget it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unacknowledged_grant_is_refused() {
+    let d = RedisSentinelDeployment::start().await.unwrap();
+    let acked = lock_redis::connect(&d.url(), options(1)).await.unwrap();
+    let plain = lock_redis::connect(&d.url(), options(0)).await.unwrap();
+    let name = LockName::new("sentinel-unacked").unwrap();
+    d.pause(SentinelNode::Data(1), true);
+    d.pause(SentinelNode::Data(2), true);
+    let started = Instant::now();
+    let refused = acked.try_acquire(&name, &opts(5000)).await;
+    let refused_after = started.elapsed();
+    d.pause(SentinelNode::Data(1), false);
+    d.pause(SentinelNode::Data(2), false);
+    assert!(
+        matches!(refused, Err(LockError::Unavailable { .. })),
+        "a grant no replica acknowledged was answered {refused:?}"
+    );
+    // The refused grant was given back: the lock is free.
+    let l = plain.try_acquire(&name, &opts(5000)).await.unwrap().expect("the refused grant was released");
+    l.release().await.unwrap();
+    // Replicas back: the same client is granted, acknowledged.
+    let l = acked.try_acquire(&name, &opts(5000)).await.unwrap().expect("acknowledged grant");
+    l.release().await.unwrap();
+    eprintln!("MEASURED unacknowledged grant refused after {refused_after:?}");
+}
+
+/// Acquire latency with and without `min_replicas_ack` (healthy replicas).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn measure_ack_cost() {
+    let d = RedisSentinelDeployment::start().await.unwrap();
+    for acks in [0, 1, 2] {
+        let c = lock_redis::connect(&d.url(), options(acks)).await.unwrap();
+        let n = 200;
+        let started = Instant::now();
+        for i in 0..n {
+            let name = LockName::new(format!("cost-{acks}-{i}")).unwrap();
+            let l = c.try_acquire(&name, &opts(2000)).await.unwrap().expect("free");
+            l.release().await.unwrap();
+        }
+        eprintln!("MEASURED min_replicas_ack={acks}: acquire+release {:?} per pair", started.elapsed() / n);
+    }
+}
