@@ -100,7 +100,12 @@ pub(crate) fn parse_sentinel(raw: &str) -> Result<SentinelUrl, LockError> {
         if host.is_empty() {
             return Err(LockError::config(format!("empty sentinel address in {}; {USAGE}", redact(raw))));
         }
-        let url = format!("redis://{host}");
+        // Sentinels listen on 26379 unless told otherwise.
+        let url = if host.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && !p.contains(']')) {
+            format!("redis://{host}")
+        } else {
+            format!("redis://{host}:26379")
+        };
         open_client(&url).map_err(|e| LockError::config(format!("sentinel {host}: {e}")))?;
         sentinels.push(url);
     }
@@ -141,6 +146,8 @@ mod tests {
         let u = parse_sentinel("redis+sentinel://u:p/w@a:1,b:2/m/3").unwrap();
         assert_eq!((u.master.as_str(), u.db, u.userinfo.as_deref()), ("m", Some(3), Some("u:p/w")));
         assert_eq!(parse_sentinel("redis+sentinel://a:1/m/").unwrap().db, None);
+        let u = parse_sentinel("redis+sentinel://a,[::1],b:5/m").unwrap();
+        assert_eq!(u.sentinels, vec!["redis://a:26379", "redis://[::1]:26379", "redis://b:5"]);
         for bad in [
             "redis://a:1/m",
             "redis+sentinel://a:1",

@@ -63,13 +63,30 @@ async fn failover_keeps_acknowledged_lease() {
     let f = f.unwrap();
     assert!(lease.is_valid(), "the acknowledged lease was lost across the failover: {:?}", lease.lost().reason());
     assert_ne!(d.primary_index().await.unwrap(), f.old);
+    // A waiter on the new primary is woken by the release's message: the subscriber followed.
+    let other = std::sync::Arc::new(other);
+    let waiter = {
+        let (other, name) = (other.clone(), name.clone());
+        tokio::spawn(async move {
+            let l = other.acquire(&name, &opts(3000).wait(Duration::from_secs(10))).await;
+            (l, Instant::now())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let released = Instant::now();
     lease.release().await.unwrap();
-    let next = other.acquire(&name, &opts(3000)).await.unwrap();
+    let (next, got) = waiter.await.unwrap();
+    let next = next.unwrap();
+    let woken_after = got - released;
     assert!(next.token() > t1, "token went from {t1} to {} across the failover", next.token());
+    assert!(
+        woken_after < Duration::from_millis(1000),
+        "the waiter was not notified, it re-tried after {woken_after:?}"
+    );
     next.release().await.unwrap();
     eprintln!(
         "MEASURED sentinel failover: promoted {:?} after the SIGKILL; longest time no free name could be acquired: \
-         {longest_gap:?}",
+         {longest_gap:?}; a waiter got the lock {woken_after:?} after the release",
         f.promoted_after
     );
     assert!(last_ok > started + f.promoted_after, "nothing could be acquired after the promotion");
@@ -120,3 +137,66 @@ async fn measure_ack_cost() {
         eprintln!("MEASURED min_replicas_ack={acks}: acquire+release {:?} per pair", started.elapsed() / n);
     }
 }
+
+/// The conformance suite through `redis+sentinel://` (a fresh deployment per case, with a key
+/// prefix of its own). No server or link hooks: a stop/start of "the server" has no single
+/// meaning here (the failover tests above cover the primary's death), so those fault cases are
+/// not applicable (lenient mode).
+struct SentinelFixture {
+    deployment: RedisSentinelDeployment,
+    options: RedisOptions,
+}
+
+impl SentinelFixture {
+    async fn start() -> Result<SentinelFixture, LockError> {
+        let deployment = RedisSentinelDeployment::start().await?;
+        let options =
+            RedisOptions { key_prefix: format!("dlock-s{:08x}", rand::random::<u32>()), ..common::test_options() };
+        common::mark_fresh(&format!("redis://{}", deployment.primary().await?), &options.key_prefix).await?;
+        Ok(SentinelFixture { deployment, options })
+    }
+}
+
+#[lock_conformance::async_trait]
+impl lock_conformance::Fixture for SentinelFixture {
+    fn backend(&self) -> &str {
+        "redis"
+    }
+
+    async fn client(&self) -> Result<std::sync::Arc<dyn DistributedLock>, LockError> {
+        Ok(std::sync::Arc::new(lock_redis::connect(&self.deployment.url(), self.options.clone()).await?))
+    }
+
+    async fn rw_client(&self) -> Result<Option<std::sync::Arc<dyn lock_core::DistributedRwLock>>, LockError> {
+        Ok(Some(std::sync::Arc::new(lock_redis::connect_rw(&self.deployment.url(), self.options.clone()).await?)))
+    }
+
+    async fn semaphore_client(&self) -> Result<Option<std::sync::Arc<dyn lock_core::DistributedSemaphore>>, LockError> {
+        Ok(Some(std::sync::Arc::new(
+            lock_redis::connect_semaphore(&self.deployment.url(), self.options.clone()).await?,
+        )))
+    }
+
+    async fn delete_entry(&self, name: &LockName) -> Result<bool, LockError> {
+        let key = format!("{}:{{{}}}:lock", self.options.key_prefix, name.escaped());
+        common::delete_key(&format!("redis://{}", self.deployment.primary().await?), &key).await?;
+        Ok(true)
+    }
+
+    async fn lease_stores(&self) -> Result<Vec<(&'static str, std::sync::Arc<dyn lock_core::LeaseStore>)>, LockError> {
+        let url = self.deployment.url();
+        let mut stores: Vec<(&'static str, std::sync::Arc<dyn lock_core::LeaseStore>)> = vec![(
+            "exclusive",
+            std::sync::Arc::clone(lock_redis::connect(&url, self.options.clone()).await?.store()) as _,
+        )];
+        stores.extend(lock_redis::connect_rw(&url, self.options.clone()).await?.lease_stores());
+        stores.push(("permit", lock_redis::connect_semaphore(&url, self.options.clone()).await?.lease_store(1)?));
+        Ok(stores)
+    }
+
+    fn provenance(&self) -> String {
+        format!("local redis-server primary + 2 replicas + 3 sentinels ({:?})", self.deployment)
+    }
+}
+
+lock_conformance::conformance_tests!(sentinel_suite, || async { SentinelFixture::start().await });
