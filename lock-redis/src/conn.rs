@@ -16,6 +16,7 @@ use redis::aio::MultiplexedConnection;
 use redis::AsyncConnectionConfig;
 use tokio::time::timeout;
 
+use crate::endpoint::Endpoint;
 use crate::scripts::ALL_SOURCES;
 use crate::url::redact;
 
@@ -42,7 +43,7 @@ enum Slot {
 /// fresh connection, replaces a connection after any time-out, shares one connect bounded by
 /// `connect_timeout` among the requests waiting for it, and loads every script on it.
 pub(crate) struct Node {
-    client: redis::Client,
+    endpoint: Endpoint,
     /// The URL with its password hidden: the only form that reaches logs and errors.
     pub(crate) label: String,
     backend: &'static str,
@@ -54,14 +55,14 @@ pub(crate) struct Node {
 
 impl Node {
     pub(crate) fn new(
-        client: redis::Client,
+        endpoint: Endpoint,
         url: &str,
         backend: &'static str,
         connect_timeout: Duration,
         request_timeout: Duration,
     ) -> Self {
         Node {
-            client,
+            endpoint,
             label: redact(url),
             backend,
             connect_timeout,
@@ -77,7 +78,7 @@ impl Node {
 
     /// The database number the connections select.
     pub(crate) fn db(&self) -> i64 {
-        self.client.get_connection_info().redis_settings().db()
+        self.endpoint.settings().db()
     }
 
     /// The live connection, or the shared connect in progress (started if there is none).
@@ -119,15 +120,17 @@ impl Node {
     }
 
     fn spawn_connect(&self) -> Connecting {
-        let client = self.client.clone();
+        let endpoint = self.endpoint.clone();
         let label = self.label.clone();
         let connect_timeout = self.connect_timeout;
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(connect_timeout))
             .set_response_timeout(Some(self.request_timeout.max(connect_timeout)));
-        let password = client.get_connection_info().redis_settings().password().map(str::to_owned);
+        let password = endpoint.settings().password().map(str::to_owned);
         let task = tokio::spawn(async move {
             let connected = timeout(connect_timeout, async {
+                // A Sentinel endpoint asks for the primary again on every (re)connect.
+                let client = endpoint.resolve().await?;
                 let mut conn = client.get_multiplexed_async_connection_with_config(&config).await?;
                 // Load every script now, in one round trip, so calls by SHA succeed at once.
                 let mut pipe = redis::pipe();
@@ -219,7 +222,9 @@ impl Node {
                     Ok(Ok(v)) => return Ok(v),
                     Ok(Err(e)) => {
                         let broken = e.is_io_error() || e.is_unrecoverable_error() || e.is_connection_dropped();
-                        if broken || e.is_timeout() {
+                        // READONLY: the server was demoted (a Sentinel failover); reconnecting
+                        // asks the Sentinels for the new primary.
+                        if broken || e.is_timeout() || e.code() == Some("READONLY") {
                             self.discard(generation);
                         }
                         if broken && !e.is_timeout() && !retried {
@@ -254,7 +259,7 @@ impl Node {
     }
 
     fn map_error(&self, e: redis::RedisError) -> LockError {
-        let password = self.client.get_connection_info().redis_settings().password();
+        let password = self.endpoint.settings().password();
         let message = hide(&e.to_string(), password);
         if is_auth_error(&e) {
             return LockError::config(auth_message("request failed on", &self.label, &message));

@@ -85,6 +85,28 @@
 //!   user allowed to `PSUBSCRIBE` to `<prefix>:*` or to run `KEYS`/`SCAN` there sees which locks
 //!   are used and when they are released. Give other users no access to the prefix.
 
+//! ## Redis Sentinel
+//!
+//! `redis+sentinel://[user:password@]s1:p1,s2:p2,s3:p3/<master>[/<db>]` (Sentinel port default
+//! 26379) is the single-instance backend on the primary the Sentinels name: every connect and
+//! reconnect (command and pub/sub connection) asks them again, and the redis crate checks the
+//! named server answers `ROLE` as master. A dropped connection, a time-out or a `READONLY`
+//! reply (a demoted primary) replaces the connection, so after a failover the client follows
+//! the new primary. Credentials and database are the data nodes'; Sentinels are asked without
+//! AUTH. The URL takes no parameters (any is a `Config` error).
+//!
+//! **Failover.** Replication is asynchronous: a grant or renewal the promoted replica never
+//! received is forgotten, and another client can get the lock while the holder still believes
+//! its lease (until its next renewal answers "not owner"). The restart quiet period does not
+//! help here, because the boot marker was replicated long before. [`RedisOptions::min_replicas_ack`]
+//! `= n` closes that window: each grant and renewal is followed by `WAIT n` on the same
+//! connection; a grant fewer than `n` replicas acknowledged is released and answered
+//! `Unavailable`. This holds when the promoted replica acknowledged: always with `n` = all
+//! replicas; with fewer, it rests on Sentinel choosing the replica with the largest
+//! replication offset (equal `replica-priority`). Tokens keep rising across a failover
+//! because they are floored by the promoted server's `TIME`: this assumes the servers' clocks
+//! agree to within the time between two grants of a name.
+//!
 //! ## Read-write locks and semaphores (single instance)
 //!
 //! [`connect_rw`] gives a [`RedisRwLock`] ([`lock_core::DistributedRwLock`]) and
@@ -193,6 +215,7 @@
 mod acl;
 mod boot;
 mod conn;
+mod endpoint;
 mod kinds;
 mod options;
 mod pubsub;

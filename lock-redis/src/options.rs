@@ -46,6 +46,12 @@ pub struct RedisOptions {
     /// docs, "Restarts".
     #[serde(with = "humantime_serde")]
     pub restart_quiet_period: Option<Duration>,
+    /// For a primary with replicas (Redis Sentinel): every grant and renewal is followed by
+    /// `WAIT <n> <request_timeout / 2>`; a grant fewer than `n` replicas acknowledged in that
+    /// time is released and answered `Unavailable`, a renewal likewise fails (the watchdog
+    /// tries again while the lease is valid). Then a failover to an acknowledging replica keeps
+    /// the lease. `0` (default) turns it off. Needs `+wait` in the user's ACL.
+    pub min_replicas_ack: u32,
 }
 
 impl Default for RedisOptions {
@@ -57,6 +63,7 @@ impl Default for RedisOptions {
             tls_ca_file: None,
             max_ttl: Duration::from_secs(60),
             restart_quiet_period: None,
+            min_replicas_ack: 0,
         }
     }
 }
@@ -92,6 +99,11 @@ impl RedisOptions {
     /// default `max_ttl`.
     pub fn quiet_period(&self) -> Duration {
         self.restart_quiet_period.unwrap_or(self.max_ttl)
+    }
+
+    /// How long the server may wait for replica acknowledgements (`WAIT`), in ms.
+    pub(crate) fn replica_ack_wait_ms(&self) -> u64 {
+        u64::try_from((self.request_timeout / 2).as_millis()).unwrap_or(u64::MAX).max(1)
     }
 
     /// Reads `tls_ca_file`, if set.

@@ -19,6 +19,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use lock_core::{LockError, WakeHub, WakeSubscription};
+
+use crate::endpoint::Endpoint;
 use redis::aio::PubSubSink;
 use tokio::time::timeout;
 use tokio_util::sync::{CancellationToken, DropGuard};
@@ -27,7 +29,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 const SWEEP_EVERY: Duration = Duration::from_secs(2);
 
 struct Server {
-    client: redis::Client,
+    endpoint: Endpoint,
     label: String,
     /// The sink of the live connection and the channels it has confirmed.
     state: Mutex<ServerState>,
@@ -65,16 +67,12 @@ pub(crate) struct Notifier {
 }
 
 impl Notifier {
-    pub(crate) fn new(
-        servers: Vec<(redis::Client, String)>,
-        connect_timeout: Duration,
-        request_timeout: Duration,
-    ) -> Self {
+    pub(crate) fn new(servers: Vec<(Endpoint, String)>, connect_timeout: Duration, request_timeout: Duration) -> Self {
         let stop = CancellationToken::new();
         let inner = Arc::new(Inner {
             servers: servers
                 .into_iter()
-                .map(|(client, label)| Server { client, label, state: Mutex::new(ServerState::default()) })
+                .map(|(endpoint, label)| Server { endpoint, label, state: Mutex::new(ServerState::default()) })
                 .collect(),
             hubs: Mutex::new(HashMap::new()),
             ops: tokio::sync::Mutex::new(()),
@@ -252,7 +250,9 @@ async fn connect_and_resubscribe(
     index: usize,
 ) -> Result<(PubSubSink, redis::aio::PubSubStream), LockError> {
     let server = &inner.servers[index];
-    let pubsub = match timeout(inner.connect_timeout, server.client.get_async_pubsub()).await {
+    // A Sentinel endpoint names the current primary: after a failover the subscriber follows it.
+    let connect = async { server.endpoint.resolve().await?.get_async_pubsub().await };
+    let pubsub = match timeout(inner.connect_timeout, connect).await {
         Ok(Ok(p)) => p,
         Ok(Err(e)) => return Err(LockError::unavailable("redis", format!("pub/sub to {}: {e}", server.label))),
         Err(_) => return Err(LockError::unavailable("redis", format!("pub/sub to {} timed out", server.label))),

@@ -15,6 +15,7 @@ use tokio::time::Instant;
 
 use crate::boot::Boot;
 use crate::conn::Node;
+use crate::endpoint::Endpoint;
 use crate::pubsub::Notifier;
 use crate::scripts::{Keys, REDLOCK_ABANDON, REDLOCK_ACQUIRE, REDLOCK_FENCE, RELEASE, RENEW};
 use crate::single::{parse_pair, remaining_from, token_from, ttl_ms};
@@ -60,8 +61,9 @@ impl RedlockStore {
         let mut pubsub = Vec::with_capacity(urls.len());
         for u in &urls {
             let client = crate::url::open_client_with_ca(u, ca.as_deref())?;
-            let node = Node::new(client.clone(), u, BACKEND, options.connect_timeout, options.request_timeout);
-            pubsub.push((client, node.label.clone()));
+            let endpoint = Endpoint::Fixed(client);
+            let node = Node::new(endpoint.clone(), u, BACKEND, options.connect_timeout, options.request_timeout);
+            pubsub.push((endpoint, node.label.clone()));
             nodes.push(Arc::new(node));
         }
         let quorum = nodes.len() / 2 + 1;

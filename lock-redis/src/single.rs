@@ -11,6 +11,7 @@ use lock_core::{
 use crate::acl::Needs;
 use crate::boot::Boot;
 use crate::conn::Node;
+use crate::endpoint::{parse_sentinel, Endpoint, SCHEME};
 use crate::pubsub::Notifier;
 use crate::scripts::{Keys, ACQUIRE, RELEASE, RENEW};
 use crate::RedisOptions;
@@ -25,6 +26,9 @@ pub struct RedisStore {
     pub(crate) prefix: String,
     pub(crate) boot: Boot,
     max_ttl: Duration,
+    /// `RedisOptions::min_replicas_ack` and the `WAIT` bound in ms.
+    min_replicas_ack: u32,
+    ack_wait_ms: u64,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -39,24 +43,41 @@ impl RedisStore {
     pub(crate) async fn connect(url: &str, options: &RedisOptions, needs: Needs) -> Result<RedisStore, LockError> {
         options.validate()?;
         let ca = options.read_ca().await?;
-        let client = crate::url::open_client_with_ca(url, ca.as_deref())?;
-        let db = client.get_connection_info().redis_settings().db();
-        let node = Node::new(client.clone(), url, BACKEND, options.connect_timeout, options.request_timeout);
+        let endpoint = if url.get(..SCHEME.len() + 3).is_some_and(|s| s.eq_ignore_ascii_case(&format!("{SCHEME}://"))) {
+            parse_sentinel(url)?.endpoint()?
+        } else {
+            Endpoint::Fixed(crate::url::open_client_with_ca(url, ca.as_deref())?)
+        };
+        let db = endpoint.settings().db();
+        let node = Node::new(endpoint.clone(), url, BACKEND, options.connect_timeout, options.request_timeout);
         node.ping(options.connect_timeout + options.request_timeout).await?;
         crate::acl::check(&node, &options.key_prefix, db, needs).await?;
         let notifier =
-            Notifier::new(vec![(client, node.label.clone())], options.connect_timeout, options.request_timeout);
+            Notifier::new(vec![(endpoint, node.label.clone())], options.connect_timeout, options.request_timeout);
         Ok(RedisStore {
             node,
             notifier,
             prefix: options.key_prefix.clone(),
             boot: Boot::new(&options.key_prefix, options.quiet_period()),
             max_ttl: options.max_ttl,
+            min_replicas_ack: options.min_replicas_ack,
+            ack_wait_ms: options.replica_ack_wait_ms(),
         })
     }
 
     fn keys(&self, name: &LockName) -> Keys {
         Keys::new(&self.prefix, name)
+    }
+
+    fn not_acknowledged(&self, acked: i64, what: &str) -> LockError {
+        LockError::unavailable(
+            BACKEND,
+            format!(
+                "the {what} reached {} but only {acked} of the {} replicas min_replicas_ack asks for acknowledged it \
+                 within {} ms; check the replicas' link to the primary (INFO replication) or lower min_replicas_ack",
+                self.node.label, self.min_replicas_ack, self.ack_wait_ms
+            ),
+        )
     }
 }
 
@@ -109,31 +130,46 @@ impl LeaseStore for RedisStore {
 
     async fn try_lock(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<TryLock, LockError> {
         let keys = self.keys(name);
+        let owner_id = owner;
         let owner = owner.to_hex();
         let ms = ttl_ms(ttl);
         let (keys, owner) = (&keys, &owner);
         let (boot, quiet) = (&self.boot, self.boot.quiet_ms());
-        let reply: Vec<i64> = self
+        let (acks, ack_ms) = (self.min_replicas_ack, self.ack_wait_ms);
+        let (reply, acked): (Vec<i64>, i64) = self
             .node
             .run_idempotent(self.node.request_timeout(), |c| async move {
-                boot.with_marker(name, |marker| {
-                    let mut c = c.clone();
-                    async move {
-                        ACQUIRE
-                            .key(&keys.lock)
-                            .key(&keys.fence)
-                            .key(marker)
-                            .arg(owner)
-                            .arg(ms)
-                            .arg(quiet)
-                            .invoke_async(&mut c)
-                            .await
-                    }
-                })
-                .await
+                let reply: Vec<i64> = boot
+                    .with_marker(name, |marker| {
+                        let mut c = c.clone();
+                        async move {
+                            ACQUIRE
+                                .key(&keys.lock)
+                                .key(&keys.fence)
+                                .key(marker)
+                                .arg(owner)
+                                .arg(ms)
+                                .arg(quiet)
+                                .invoke_async(&mut c)
+                                .await
+                        }
+                    })
+                    .await?;
+                // WAIT on the connection that wrote: it counts the replicas that have this write.
+                let acked = if acks > 0 && reply.first() == Some(&1) {
+                    redis::cmd("WAIT").arg(acks).arg(ack_ms).query_async(&mut c.clone()).await?
+                } else {
+                    i64::MAX
+                };
+                Ok((reply, acked))
             })
             .await?;
         match parse_pair(BACKEND, reply)? {
+            (true, _) if acked < i64::from(acks) => {
+                // Not on enough replicas: a failover now could forget this grant. Give it back.
+                let _ = self.release(name, owner_id).await;
+                Err(self.not_acknowledged(acked, "grant"))
+            }
             (true, token) => Ok(TryLock::Acquired { token: token_from(BACKEND, token)? }),
             (false, pttl) => Ok(TryLock::Held { remaining: remaining_from(pttl) }),
         }
@@ -144,12 +180,22 @@ impl LeaseStore for RedisStore {
         let owner = owner.to_hex();
         let ms = ttl_ms(ttl);
         let (keys, owner) = (&keys, &owner);
-        let renewed: i64 = self
+        let (acks, ack_ms) = (self.min_replicas_ack, self.ack_wait_ms);
+        let (renewed, acked): (i64, i64) = self
             .node
             .run_idempotent(self.node.request_timeout(), |mut c| async move {
-                RENEW.key(&keys.lock).arg(owner).arg(ms).invoke_async(&mut c).await
+                let renewed: i64 = RENEW.key(&keys.lock).arg(owner).arg(ms).invoke_async(&mut c).await?;
+                let acked = if acks > 0 && renewed == 1 {
+                    redis::cmd("WAIT").arg(acks).arg(ack_ms).query_async(&mut c).await?
+                } else {
+                    i64::MAX
+                };
+                Ok((renewed, acked))
             })
             .await?;
+        if renewed == 1 && acked < i64::from(acks) {
+            return Err(self.not_acknowledged(acked, "renewal"));
+        }
         Ok(if renewed == 1 { RenewOutcome::Renewed } else { RenewOutcome::NotOwner })
     }
 

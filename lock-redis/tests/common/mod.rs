@@ -132,7 +132,7 @@ impl Fixture for RedisFixture {
 }
 
 /// Deletes `key` on the server at `url` with a one-off connection.
-async fn delete_key(url: &str, key: &str) -> Result<(), LockError> {
+pub async fn delete_key(url: &str, key: &str) -> Result<(), LockError> {
     let mut c = raw_connection(url).await?;
     let _: i64 = redis::cmd("DEL").arg(key).query_async(&mut c).await.map_err(|e| LockError::backend("test", e))?;
     Ok(())

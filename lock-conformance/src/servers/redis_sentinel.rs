@@ -1,0 +1,308 @@
+//! A local Redis Sentinel deployment: one primary, two replicas (`--replicaof`) and three
+//! Sentinels (`sentinel monitor <name> 127.0.0.1 <port> 2`), all child processes on free
+//! 127.0.0.1 ports in one temp dir, stopped by PID when dropped.
+//!
+//! Sentinel timings are short (`down-after-milliseconds` [`DOWN_AFTER_MS`], `failover-timeout`
+//! [`FAILOVER_TIMEOUT_MS`]) so a failover takes seconds, not minutes. No node persists anything:
+//! a node restarted by [`RedisSentinelDeployment::restart`] comes back empty and Sentinel turns it
+//! into a replica of the current primary.
+//!
+//! lock-conformance does not depend on the redis crate, so Sentinels are asked with raw RESP
+//! over TCP.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lock_core::LockError;
+
+use crate::process::{find_binary, free_port, wait_for_port, ChildServer};
+
+/// The master name the Sentinels monitor.
+pub const MASTER_NAME: &str = "dlockprimary";
+/// How long a node must not answer before a Sentinel calls it down.
+pub const DOWN_AFTER_MS: u64 = 1000;
+/// Sentinel's failover timeout (also the pause between two failovers of the same master).
+pub const FAILOVER_TIMEOUT_MS: u64 = 3000;
+/// How long a failover may take here before it counts as failed.
+const FAILOVER_WAIT: Duration = Duration::from_secs(30);
+/// How long a fresh deployment may take to replicate and be seen by every Sentinel.
+const START_WAIT: Duration = Duration::from_secs(30);
+
+/// Which process of the deployment a fault hook acts on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SentinelNode {
+    /// Data node `i` (0 is the first primary, 1 and 2 its replicas); after a failover any of
+    /// them may be the primary ([`RedisSentinelDeployment::primary_index`]).
+    Data(usize),
+    /// Sentinel `i` (0..3).
+    Sentinel(usize),
+}
+
+/// A running primary + 2 replicas + 3 Sentinels.
+pub struct RedisSentinelDeployment {
+    data: Vec<(SocketAddr, Arc<ChildServer>)>,
+    sentinels: Vec<(SocketAddr, Arc<ChildServer>)>,
+    _dir: tempfile::TempDir,
+}
+
+impl std::fmt::Debug for RedisSentinelDeployment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisSentinelDeployment")
+            .field("data", &self.data.iter().map(|(a, _)| a).collect::<Vec<_>>())
+            .field("sentinels", &self.sentinels.iter().map(|(a, _)| a).collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl RedisSentinelDeployment {
+    /// Starts the deployment and returns once both replicas are in sync and every Sentinel
+    /// knows the primary and both replicas. The primary is marked fresh for the default key
+    /// prefix (`SET dlock:boot 0`), like a single test server.
+    pub async fn start() -> Result<RedisSentinelDeployment, LockError> {
+        let program =
+            find_binary("redis-server", &["/usr/local/bin", "/usr/bin", "/opt/homebrew/bin"]).ok_or_else(|| {
+                LockError::unavailable(
+                    "test",
+                    "redis-server not found on PATH; install it (apt-get install redis-server)",
+                )
+            })?;
+        let dir = tempfile::Builder::new().prefix("dlock-sentinel-").tempdir().map_err(|e| {
+            LockError::unavailable_from("test", "cannot create a temp dir for the sentinel deployment", e)
+        })?;
+        let mut data = Vec::new();
+        for i in 0..3 {
+            let port = free_port()?;
+            let addr = SocketAddr::from(([127, 0, 0, 1], port));
+            let node_dir = subdir(dir.path(), &format!("data{i}"))?;
+            let mut args: Vec<String> = [
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--protected-mode",
+                "no",
+                "--maxmemory-policy",
+                "noeviction",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            args.extend(["--dir".to_owned(), node_dir.to_string_lossy().into_owned()]);
+            if let Some((primary, _)) = data.first() {
+                let primary: &SocketAddr = primary;
+                args.extend(["--replicaof".to_owned(), "127.0.0.1".to_owned(), primary.port().to_string()]);
+            }
+            let child = Arc::new(ChildServer::new(&program, args, &node_dir));
+            child.start()?;
+            wait_for_port(addr, Duration::from_secs(10)).await?;
+            data.push((addr, child));
+        }
+        let primary = data[0].0;
+        let mut sentinels = Vec::new();
+        for i in 0..3 {
+            let port = free_port()?;
+            let addr = SocketAddr::from(([127, 0, 0, 1], port));
+            let node_dir = subdir(dir.path(), &format!("sentinel{i}"))?;
+            let conf = node_dir.join("sentinel.conf");
+            let text = format!(
+                "port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {}\n\
+                 sentinel monitor {MASTER_NAME} 127.0.0.1 {} 2\n\
+                 sentinel down-after-milliseconds {MASTER_NAME} {DOWN_AFTER_MS}\n\
+                 sentinel failover-timeout {MASTER_NAME} {FAILOVER_TIMEOUT_MS}\n\
+                 sentinel parallel-syncs {MASTER_NAME} 2\n",
+                node_dir.display(),
+                primary.port()
+            );
+            std::fs::write(&conf, text)
+                .map_err(|e| LockError::unavailable_from("test", "cannot write sentinel.conf", e))?;
+            let args = vec![conf.to_string_lossy().into_owned(), "--sentinel".to_owned()];
+            let child = Arc::new(ChildServer::new(&program, args, &node_dir));
+            child.start()?;
+            wait_for_port(addr, Duration::from_secs(10)).await?;
+            sentinels.push((addr, child));
+        }
+        let deployment = RedisSentinelDeployment { data, sentinels, _dir: dir };
+        deployment.wait_ready().await?;
+        let reply = command(primary, &["SET", "dlock:boot", "0"]).await?;
+        if !reply.starts_with("+OK") {
+            return Err(LockError::unavailable("test", format!("the primary refused SET dlock:boot 0: {reply}")));
+        }
+        Ok(deployment)
+    }
+
+    async fn wait_ready(&self) -> Result<(), LockError> {
+        let end = Instant::now() + START_WAIT;
+        loop {
+            let mut ready = true;
+            for (addr, _) in &self.sentinels {
+                let reply = command(*addr, &["SENTINEL", "REPLICAS", MASTER_NAME]).await.unwrap_or_default();
+                // Each replica's entry carries its flags; two entries flagged plain "slave" = both seen and up.
+                ready &= reply.matches("flags\r\n$5\r\nslave\r\n").count() >= 2;
+            }
+            let info = command(self.data[0].0, &["INFO", "replication"]).await.unwrap_or_default();
+            ready &= info.contains("connected_slaves:2") && info.matches("state=online").count() >= 2;
+            if ready {
+                return Ok(());
+            }
+            if Instant::now() >= end {
+                return Err(LockError::unavailable(
+                    "test",
+                    format!("the sentinel deployment was not ready after {START_WAIT:?}; last primary info: {info}"),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// `redis+sentinel://s1:p1,s2:p2,s3:p3/<master>`.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self.sentinels.iter().map(|(a, _)| a.to_string()).collect();
+        format!("redis+sentinel://{}/{MASTER_NAME}", hosts.join(","))
+    }
+
+    /// The address of data node `i`.
+    pub fn data_addr(&self, i: usize) -> SocketAddr {
+        self.data[i].0
+    }
+
+    /// The primary the Sentinels report now (the first one that answers).
+    pub async fn primary(&self) -> Result<SocketAddr, LockError> {
+        let mut last = String::new();
+        for (addr, _) in &self.sentinels {
+            match command(*addr, &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER_NAME]).await {
+                Ok(reply) => match parse_addr(&reply) {
+                    Some(a) => return Ok(a),
+                    None => last = reply,
+                },
+                Err(e) => last = e.to_string(),
+            }
+        }
+        Err(LockError::unavailable("test", format!("no sentinel reported the primary: {last}")))
+    }
+
+    /// The index of the data node the Sentinels report as primary.
+    pub async fn primary_index(&self) -> Result<usize, LockError> {
+        let p = self.primary().await?;
+        self.data.iter().position(|(a, _)| *a == p).ok_or_else(|| {
+            LockError::unavailable("test", format!("the sentinels name {p}, not a node of this deployment"))
+        })
+    }
+
+    fn child(&self, node: SentinelNode) -> &Arc<ChildServer> {
+        match node {
+            SentinelNode::Data(i) => &self.data[i].1,
+            SentinelNode::Sentinel(i) => &self.sentinels[i].1,
+        }
+    }
+
+    /// SIGKILLs a node.
+    pub fn kill(&self, node: SentinelNode) {
+        self.child(node).stop();
+    }
+
+    /// SIGSTOPs (`true`) or SIGCONTs a node.
+    pub fn pause(&self, node: SentinelNode, paused: bool) {
+        self.child(node).pause(paused);
+    }
+
+    /// Starts a killed node again (empty: nothing persists); a data node comes back with its
+    /// original arguments and Sentinel reconfigures it as a replica of the current primary.
+    pub async fn restart(&self, node: SentinelNode) -> Result<(), LockError> {
+        self.child(node).start()?;
+        let addr = match node {
+            SentinelNode::Data(i) => self.data[i].0,
+            SentinelNode::Sentinel(i) => self.sentinels[i].0,
+        };
+        wait_for_port(addr, Duration::from_secs(10)).await
+    }
+
+    /// SIGKILLs the primary and waits until a Sentinel reports a different one that answers
+    /// `ROLE` as master. Returns the old and the new primary's indexes and how long the
+    /// promotion took after the kill.
+    pub async fn failover(&self) -> Result<Failover, LockError> {
+        let old = self.primary_index().await?;
+        let killed_at = Instant::now();
+        self.kill(SentinelNode::Data(old));
+        let end = killed_at + FAILOVER_WAIT;
+        loop {
+            if let Ok(new) = self.primary_index().await {
+                if new != old {
+                    let role = command(self.data[new].0, &["ROLE"]).await.unwrap_or_default();
+                    if role.contains("master") {
+                        return Ok(Failover { old, new, promoted_after: killed_at.elapsed() });
+                    }
+                }
+            }
+            if Instant::now() >= end {
+                return Err(LockError::unavailable(
+                    "test",
+                    format!("no replica was promoted within {FAILOVER_WAIT:?}"),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// What [`RedisSentinelDeployment::failover`] observed.
+#[derive(Clone, Copy, Debug)]
+pub struct Failover {
+    /// The data node that was primary (now killed).
+    pub old: usize,
+    /// The promoted data node.
+    pub new: usize,
+    /// From the SIGKILL until the Sentinels reported the new primary and it answered as master.
+    pub promoted_after: Duration,
+}
+
+fn subdir(base: &std::path::Path, name: &str) -> Result<std::path::PathBuf, LockError> {
+    let d = base.join(name);
+    std::fs::create_dir_all(&d).map_err(|e| LockError::unavailable_from("test", "cannot create a node dir", e))?;
+    Ok(d)
+}
+
+/// Sends one command in RESP and returns the raw reply (read until it stops arriving).
+pub async fn command(addr: SocketAddr, args: &[&str]) -> Result<String, LockError> {
+    let mut req = format!("*{}\r\n", args.len());
+    for a in args {
+        req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+    }
+    tokio::time::timeout(Duration::from_secs(2), async {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(addr).await?;
+        stream.write_all(req.as_bytes()).await?;
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; 16384];
+        loop {
+            // A reply is complete when no more bytes follow shortly after the last ones.
+            match tokio::time::timeout(Duration::from_millis(30), stream.read(&mut buf)).await {
+                Ok(Ok(0)) => break,
+                Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
+                Ok(Err(e)) => return Err(e),
+                Err(_) if !out.is_empty() => break,
+                Err(_) => continue,
+            }
+        }
+        Ok(String::from_utf8_lossy(&out).into_owned())
+    })
+    .await
+    .map_err(|_| LockError::unavailable("test", format!("{addr} did not answer {args:?} in 2 s")))?
+    .map_err(|e| LockError::unavailable_from("test", format!("cannot send {args:?} to {addr}"), e))
+}
+
+/// Parses the two-bulk-string reply `[host, port]` of `SENTINEL GET-MASTER-ADDR-BY-NAME`.
+fn parse_addr(reply: &str) -> Option<SocketAddr> {
+    let parts: Vec<&str> = reply.split("\r\n").collect();
+    // *2, $len, host, $len, port
+    if parts.first() != Some(&"*2") {
+        return None;
+    }
+    let host = parts.get(2)?;
+    let port: u16 = parts.get(4)?.parse().ok()?;
+    format!("{host}:{port}").parse().ok()
+}

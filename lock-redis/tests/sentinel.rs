@@ -1,0 +1,247 @@
+//! The single-instance backend through Redis Sentinel (`redis+sentinel://`), against a local
+//! primary + 2 replicas + 3 Sentinels: failovers, `min_replicas_ack`, and the conformance suite.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use lock_conformance::servers::redis_sentinel::{RedisSentinelDeployment, SentinelNode};
+use lock_core::{AcquireOptions, DistributedLock, LockError, LockName};
+use lock_redis::RedisOptions;
+
+fn options(acks: u32) -> RedisOptions {
+    RedisOptions { key_prefix: "dlock".to_owned(), min_replicas_ack: acks, ..common::test_options() }
+}
+
+fn opts(ttl_ms: u64) -> AcquireOptions {
+    AcquireOptions::new(Duration::from_millis(ttl_ms))
+        .wait(Duration::from_secs(1))
+        .request_timeout(Duration::from_secs(1))
+}
+
+/// With `min_replicas_ack = 1`: a holder keeps its lease across a SIGKILL of the primary (the
+/// promoted replica acknowledged the grant), nobody else gets the lock meanwhile, the clients
+/// follow the new primary, and tokens keep rising. Prints the measured windows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failover_keeps_acknowledged_lease() {
+    let d = RedisSentinelDeployment::start().await.unwrap();
+    let holder = lock_redis::connect(&d.url(), options(1)).await.unwrap();
+    let other = lock_redis::connect(&d.url(), options(1)).await.unwrap();
+    let name = LockName::new("sentinel-failover").unwrap();
+    let free = LockName::new("sentinel-free").unwrap();
+    let lease = holder.acquire(&name, &opts(3000)).await.unwrap();
+    let t1 = lease.token();
+    let before = other.acquire(&free, &opts(3000)).await.unwrap();
+    before.release().await.unwrap();
+
+    let failover = tokio::spawn(async move {
+        let f = d.failover().await;
+        (d, f)
+    });
+    // Meanwhile a contender tries without pause; it must never get in while the lease is valid,
+    // and a free name shows how long nobody could acquire anything.
+    let started = Instant::now();
+    let (mut last_ok, mut longest_gap, mut i) = (Instant::now(), Duration::ZERO, 0);
+    let mut last_token = before.token();
+    while !failover.is_finished() || started.elapsed() < Duration::from_secs(8) {
+        if let Ok(Some(l)) = other.try_acquire(&name, &opts(3000)).await {
+            assert!(!lease.is_valid(), "a second holder got in while the first lease was valid ({l:?})");
+            break;
+        }
+        i += 1;
+        let fresh = LockName::new(format!("sentinel-free-{i}")).unwrap();
+        if let Ok(Some(l)) = other.try_acquire(&fresh, &opts(3000)).await {
+            longest_gap = longest_gap.max(last_ok.elapsed());
+            last_ok = Instant::now();
+            assert!(l.token() > last_token, "token went from {last_token} to {}", l.token());
+            last_token = l.token();
+            let _ = l.release().await;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (d, f) = failover.await.unwrap();
+    let f = f.unwrap();
+    assert!(lease.is_valid(), "the acknowledged lease was lost across the failover: {:?}", lease.lost().reason());
+    assert_ne!(d.primary_index().await.unwrap(), f.old);
+    // A waiter on the new primary is woken by the release's message: the subscriber followed.
+    let other = std::sync::Arc::new(other);
+    let waiter = {
+        let (other, name) = (other.clone(), name.clone());
+        tokio::spawn(async move {
+            let l = other.acquire(&name, &opts(3000).wait(Duration::from_secs(10))).await;
+            (l, Instant::now())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let released = Instant::now();
+    lease.release().await.unwrap();
+    let (next, got) = waiter.await.unwrap();
+    let next = next.unwrap();
+    let woken_after = got - released;
+    assert!(next.token() > t1, "token went from {t1} to {} across the failover", next.token());
+    assert!(
+        woken_after < Duration::from_millis(1000),
+        "the waiter was not notified, it re-tried after {woken_after:?}"
+    );
+    next.release().await.unwrap();
+    eprintln!(
+        "MEASURED sentinel failover: promoted {:?} after the SIGKILL; longest time no free name could be acquired: \
+         {longest_gap:?}; a waiter got the lock {woken_after:?} after the release",
+        f.promoted_after
+    );
+    assert!(last_ok > started + f.promoted_after, "nothing could be acquired after the promotion");
+}
+
+/// Both replicas paused: a grant cannot be acknowledged, so with `min_replicas_ack = 1` it is
+/// given back and answered `Unavailable` (without the `WAIT` it would stand on the primary
+/// alone, and a failover to a replica that never received it would forget it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unacknowledged_grant_is_refused() {
+    let d = RedisSentinelDeployment::start().await.unwrap();
+    let acked = lock_redis::connect(&d.url(), options(1)).await.unwrap();
+    let plain = lock_redis::connect(&d.url(), options(0)).await.unwrap();
+    let name = LockName::new("sentinel-unacked").unwrap();
+    d.pause(SentinelNode::Data(1), true);
+    d.pause(SentinelNode::Data(2), true);
+    let started = Instant::now();
+    let refused = acked.try_acquire(&name, &opts(5000)).await;
+    let refused_after = started.elapsed();
+    d.pause(SentinelNode::Data(1), false);
+    d.pause(SentinelNode::Data(2), false);
+    assert!(
+        matches!(refused, Err(LockError::Unavailable { .. })),
+        "a grant no replica acknowledged was answered {refused:?}"
+    );
+    // The refused grant was given back: the lock is free.
+    let l = plain.try_acquire(&name, &opts(5000)).await.unwrap().expect("the refused grant was released");
+    l.release().await.unwrap();
+    // Replicas back: the same client is granted, acknowledged.
+    let l = acked.try_acquire(&name, &opts(5000)).await.unwrap().expect("acknowledged grant");
+    l.release().await.unwrap();
+    eprintln!("MEASURED unacknowledged grant refused after {refused_after:?}");
+}
+
+/// Acquire latency with and without `min_replicas_ack` (healthy replicas): rounds interleaved so
+/// that load from other processes hits every setting alike; the median round is printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn measure_ack_cost() {
+    let d = RedisSentinelDeployment::start().await.unwrap();
+    let mut clients = Vec::new();
+    for acks in [0, 1, 2] {
+        clients.push((acks, lock_redis::connect(&d.url(), options(acks)).await.unwrap(), Vec::new()));
+    }
+    let n = 200u32;
+    for round in 0..5 {
+        for (acks, c, rounds) in clients.iter_mut() {
+            let mut spent = Duration::ZERO;
+            for i in 0..n {
+                let name = LockName::new(format!("cost-{acks}-{round}-{i}")).unwrap();
+                let started = Instant::now();
+                let l = c.try_acquire(&name, &opts(2000)).await.unwrap().expect("free");
+                spent += started.elapsed();
+                l.release().await.unwrap();
+            }
+            rounds.push(spent / n);
+        }
+    }
+    for (acks, _, mut rounds) in clients {
+        rounds.sort();
+        eprintln!(
+            "MEASURED min_replicas_ack={acks}: acquire {:?} (median of 5 rounds of {n}; rounds {rounds:?})",
+            rounds[2]
+        );
+    }
+}
+
+/// The conformance suite through `redis+sentinel://` (a fresh deployment per case, with a key
+/// prefix of its own). No server or link hooks: a stop/start of "the server" has no single
+/// meaning here (the failover tests above cover the primary's death), so those fault cases are
+/// not applicable (lenient mode).
+struct SentinelFixture {
+    deployment: RedisSentinelDeployment,
+    options: RedisOptions,
+}
+
+impl SentinelFixture {
+    async fn start() -> Result<SentinelFixture, LockError> {
+        let deployment = RedisSentinelDeployment::start().await?;
+        let options =
+            RedisOptions { key_prefix: format!("dlock-s{:08x}", rand::random::<u32>()), ..common::test_options() };
+        common::mark_fresh(&format!("redis://{}", deployment.primary().await?), &options.key_prefix).await?;
+        Ok(SentinelFixture { deployment, options })
+    }
+}
+
+#[lock_conformance::async_trait]
+impl lock_conformance::Fixture for SentinelFixture {
+    fn backend(&self) -> &str {
+        "redis"
+    }
+
+    async fn client(&self) -> Result<std::sync::Arc<dyn DistributedLock>, LockError> {
+        Ok(std::sync::Arc::new(lock_redis::connect(&self.deployment.url(), self.options.clone()).await?))
+    }
+
+    async fn rw_client(&self) -> Result<Option<std::sync::Arc<dyn lock_core::DistributedRwLock>>, LockError> {
+        Ok(Some(std::sync::Arc::new(lock_redis::connect_rw(&self.deployment.url(), self.options.clone()).await?)))
+    }
+
+    async fn semaphore_client(&self) -> Result<Option<std::sync::Arc<dyn lock_core::DistributedSemaphore>>, LockError> {
+        Ok(Some(std::sync::Arc::new(
+            lock_redis::connect_semaphore(&self.deployment.url(), self.options.clone()).await?,
+        )))
+    }
+
+    async fn delete_entry(&self, name: &LockName) -> Result<bool, LockError> {
+        let key = format!("{}:{{{}}}:lock", self.options.key_prefix, name.escaped());
+        common::delete_key(&format!("redis://{}", self.deployment.primary().await?), &key).await?;
+        Ok(true)
+    }
+
+    async fn lease_stores(&self) -> Result<Vec<(&'static str, std::sync::Arc<dyn lock_core::LeaseStore>)>, LockError> {
+        let url = self.deployment.url();
+        let mut stores: Vec<(&'static str, std::sync::Arc<dyn lock_core::LeaseStore>)> = vec![(
+            "exclusive",
+            std::sync::Arc::clone(lock_redis::connect(&url, self.options.clone()).await?.store()) as _,
+        )];
+        stores.extend(lock_redis::connect_rw(&url, self.options.clone()).await?.lease_stores());
+        stores.push(("permit", lock_redis::connect_semaphore(&url, self.options.clone()).await?.lease_store(1)?));
+        Ok(stores)
+    }
+
+    fn provenance(&self) -> String {
+        format!("local redis-server primary + 2 replicas + 3 sentinels ({:?})", self.deployment)
+    }
+}
+
+lock_conformance::conformance_tests!(sentinel_suite, || async { SentinelFixture::start().await });
+
+/// The primary restarts empty before Sentinel calls it down (no persistence, no failover): the
+/// replicas resync from it and lose the lease too. The boot marker is gone with it, so no lease
+/// is granted during the restart quiet period (3 s here), which outlasts the holder's lease
+/// (2 s): no second holder while the first lease is valid, and tokens still rise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_restart_of_the_primary_waits_the_quiet_period() {
+    let d = RedisSentinelDeployment::start().await.unwrap();
+    let holder = lock_redis::connect(&d.url(), options(1)).await.unwrap();
+    let contender = lock_redis::connect(&d.url(), options(0)).await.unwrap();
+    let name = LockName::new("sentinel-restart").unwrap();
+    let lease = holder.acquire(&name, &opts(2000)).await.unwrap();
+    let primary = d.primary_index().await.unwrap();
+    d.kill(SentinelNode::Data(primary));
+    d.restart(SentinelNode::Data(primary)).await.unwrap();
+    let restarted = Instant::now();
+    let end = restarted + Duration::from_secs(30);
+    let (l, left) = loop {
+        if let Ok(Some(l)) = contender.try_acquire(&name, &opts(2000)).await {
+            break (l, lease.valid_until().saturating_duration_since(tokio::time::Instant::now()));
+        }
+        assert!(Instant::now() < end, "nothing was granted within 30 s of the restart");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let window = restarted.elapsed();
+    assert_eq!(d.primary_index().await.unwrap(), primary, "no failover was expected");
+    assert!(left.is_zero(), "a second holder got in while the first lease was valid for {left:?} more");
+    assert!(l.token() > lease.token(), "token went from {} to {}", lease.token(), l.token());
+    eprintln!("MEASURED empty restart of the primary: the next grant came {window:?} after the restart");
+}
