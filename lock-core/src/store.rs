@@ -326,11 +326,12 @@ impl<S: LeaseStore> DistributedLock for StoreLock<S> {
                 }
                 // No answer within the bound; the attempt may have been applied (`pending` stays
                 // armed and releases it unless a later attempt answers). An attempt the caller's
-                // deadline cut well short of its request timeout is the wait ending: `Timeout`.
-                // `Unavailable` is for a backend that did not answer within (about) a whole
-                // request timeout; the tenth of slack absorbs the time spent before the attempt.
+                // deadline cut well short of its request timeout, with no failure before it, is the
+                // wait ending: `Timeout`. `Unavailable` is for a backend that failed during this
+                // wait or did not answer within (about) a whole request timeout; the tenth of
+                // slack absorbs the time spent before the attempt.
                 None if deadline.is_some_and(|d| Instant::now() >= d) => {
-                    let cut_short = bound < opts.request_timeout.mul_f64(0.9);
+                    let cut_short = bound < opts.request_timeout.mul_f64(0.9) && failures == 0;
                     return Err(if seen_busy || cut_short { timed_out() } else { self.no_answer(bound) });
                 }
                 Some(Err(e)) if !e.is_retryable() => {
