@@ -125,133 +125,99 @@ async fn redis_baseline(_urls: &[String], _plan: &Plan) -> Result<CaseResult, Lo
     Err(LockError::config("dlock was built without the redis feature"))
 }
 
+/// One dialect's baseline statements: the table, one upsert that takes a free row and bumps its
+/// fence, one owner-checked update that frees it (binds: name, owner[, ttl in ms]).
+#[cfg(feature = "sql")]
+struct SqlText {
+    create: &'static str,
+    acquire: &'static str,
+    release: &'static str,
+}
+
+#[cfg(feature = "sql")]
+const POSTGRES: SqlText = SqlText {
+    create: "CREATE TABLE IF NOT EXISTS dlock_bench_baseline (name TEXT PRIMARY KEY, owner TEXT, \
+             fence BIGINT NOT NULL, expires_at BIGINT NOT NULL)",
+    acquire: "INSERT INTO dlock_bench_baseline AS t (name, owner, fence, expires_at) \
+              VALUES ($1, $2, 1, (extract(epoch from clock_timestamp()) * 1000)::bigint + $3) \
+              ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, fence = t.fence + 1, \
+              expires_at = excluded.expires_at \
+              WHERE t.owner IS NULL OR t.expires_at <= (extract(epoch from clock_timestamp()) * 1000)::bigint \
+              RETURNING fence",
+    release: "UPDATE dlock_bench_baseline SET owner = NULL WHERE name = $1 AND owner = $2",
+};
+
+// One client: no race to guard, so the simplest upsert is the floor.
+#[cfg(feature = "sql")]
+const MYSQL: SqlText = SqlText {
+    create: "CREATE TABLE IF NOT EXISTS dlock_bench_baseline (name VARCHAR(255) PRIMARY KEY, owner VARCHAR(64), \
+             fence BIGINT NOT NULL, expires_at BIGINT NOT NULL)",
+    acquire: "INSERT INTO dlock_bench_baseline (name, owner, fence, expires_at) \
+              VALUES (?, ?, 1, CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED) + ?) \
+              ON DUPLICATE KEY UPDATE \
+              fence = IF(owner IS NULL, fence + 1, fence), \
+              owner = IF(owner IS NULL, VALUES(owner), owner)",
+    release: "UPDATE dlock_bench_baseline SET owner = NULL WHERE name = ? AND owner = ?",
+};
+
+#[cfg(feature = "sql")]
+const SQLITE: SqlText = SqlText {
+    create: "CREATE TABLE IF NOT EXISTS dlock_bench_baseline (name TEXT PRIMARY KEY, owner TEXT, \
+             fence INTEGER NOT NULL, expires_at INTEGER NOT NULL)",
+    acquire: "INSERT INTO dlock_bench_baseline AS t (name, owner, fence, expires_at) \
+              VALUES (?1, ?2, 1, CAST(unixepoch('subsec') * 1000 AS INTEGER) + ?3) \
+              ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, fence = t.fence + 1, \
+              expires_at = excluded.expires_at \
+              WHERE t.owner IS NULL OR t.expires_at <= CAST(unixepoch('subsec') * 1000 AS INTEGER) \
+              RETURNING fence",
+    release: "UPDATE dlock_bench_baseline SET owner = NULL WHERE name = ?1 AND owner = ?2",
+};
+
 #[cfg(feature = "sql")]
 async fn sql_baseline(url: &str, plan: &Plan) -> Result<CaseResult, LockError> {
     use sqlx::Connection;
     let err = |e: sqlx::Error| LockError::backend("sql", e);
-    let name = format!("{}/baseline", plan.run_id);
-    let owner = format!("baseline-{}", std::process::id());
-    let ttl = i64::try_from(ttl_ms(plan.ttl)).unwrap_or(i64::MAX);
     match Scheme::of(url)? {
         Scheme::Postgres => {
-            let mut c = sqlx::PgConnection::connect(url).await.map_err(err)?;
-            sqlx::query(
-                "CREATE TABLE IF NOT EXISTS dlock_bench_baseline (name TEXT PRIMARY KEY, owner TEXT, \
-                 fence BIGINT NOT NULL, expires_at BIGINT NOT NULL)",
-            )
-            .execute(&mut c)
-            .await
-            .map_err(err)?;
-            let c = tokio::sync::Mutex::new(c);
-            timed(plan, |_| {
-                let (c, name, owner) = (&c, name.clone(), owner.clone());
-                async move {
-                    let mut c = c.lock().await;
-                    let _: (i64,) = sqlx::query_as(
-                        "INSERT INTO dlock_bench_baseline AS t (name, owner, fence, expires_at) \
-                         VALUES ($1, $2, 1, (extract(epoch from clock_timestamp()) * 1000)::bigint + $3) \
-                         ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, fence = t.fence + 1, \
-                         expires_at = excluded.expires_at \
-                         WHERE t.owner IS NULL OR t.expires_at <= (extract(epoch from clock_timestamp()) * 1000)::bigint \
-                         RETURNING fence",
-                    )
-                    .bind(&name)
-                    .bind(&owner)
-                    .bind(ttl)
-                    .fetch_one(&mut *c)
-                    .await
-                    .map_err(err)?;
-                    sqlx::query("UPDATE dlock_bench_baseline SET owner = NULL WHERE name = $1 AND owner = $2")
-                        .bind(&name)
-                        .bind(&owner)
-                        .execute(&mut *c)
-                        .await
-                        .map_err(err)?;
-                    Ok(())
-                }
-            })
-            .await
+            sql_loop::<sqlx::Postgres>(sqlx::PgConnection::connect(url).await.map_err(err)?, &POSTGRES, plan).await
         }
         Scheme::Mysql => {
-            let mut c = sqlx::MySqlConnection::connect(url).await.map_err(err)?;
-            sqlx::query(
-                "CREATE TABLE IF NOT EXISTS dlock_bench_baseline (name VARCHAR(255) PRIMARY KEY, owner VARCHAR(64), \
-                 fence BIGINT NOT NULL, expires_at BIGINT NOT NULL)",
-            )
-            .execute(&mut c)
-            .await
-            .map_err(err)?;
-            let c = tokio::sync::Mutex::new(c);
-            timed(plan, |_| {
-                let (c, name, owner) = (&c, name.clone(), owner.clone());
-                async move {
-                    let mut c = c.lock().await;
-                    // One client: no race to guard, so the simplest upsert is the floor.
-                    sqlx::query(
-                        "INSERT INTO dlock_bench_baseline (name, owner, fence, expires_at) \
-                         VALUES (?, ?, 1, CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED) + ?) \
-                         ON DUPLICATE KEY UPDATE \
-                         fence = IF(owner IS NULL, fence + 1, fence), \
-                         owner = IF(owner IS NULL, VALUES(owner), owner)",
-                    )
-                    .bind(&name)
-                    .bind(&owner)
-                    .bind(ttl)
-                    .execute(&mut *c)
-                    .await
-                    .map_err(err)?;
-                    sqlx::query("UPDATE dlock_bench_baseline SET owner = NULL WHERE name = ? AND owner = ?")
-                        .bind(&name)
-                        .bind(&owner)
-                        .execute(&mut *c)
-                        .await
-                        .map_err(err)?;
-                    Ok(())
-                }
-            })
-            .await
+            sql_loop::<sqlx::MySql>(sqlx::MySqlConnection::connect(url).await.map_err(err)?, &MYSQL, plan).await
         }
         _ => {
             let mut c = sqlx::SqliteConnection::connect(url).await.map_err(err)?;
             sqlx::query("PRAGMA journal_mode = WAL").execute(&mut c).await.map_err(err)?;
-            sqlx::query(
-                "CREATE TABLE IF NOT EXISTS dlock_bench_baseline (name TEXT PRIMARY KEY, owner TEXT, \
-                 fence INTEGER NOT NULL, expires_at INTEGER NOT NULL)",
-            )
-            .execute(&mut c)
-            .await
-            .map_err(err)?;
-            let c = tokio::sync::Mutex::new(c);
-            timed(plan, |_| {
-                let (c, name, owner) = (&c, name.clone(), owner.clone());
-                async move {
-                    let mut c = c.lock().await;
-                    let _: (i64,) = sqlx::query_as(
-                        "INSERT INTO dlock_bench_baseline AS t (name, owner, fence, expires_at) \
-                         VALUES (?1, ?2, 1, CAST(unixepoch('subsec') * 1000 AS INTEGER) + ?3) \
-                         ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, fence = t.fence + 1, \
-                         expires_at = excluded.expires_at \
-                         WHERE t.owner IS NULL OR t.expires_at <= CAST(unixepoch('subsec') * 1000 AS INTEGER) \
-                         RETURNING fence",
-                    )
-                    .bind(&name)
-                    .bind(&owner)
-                    .bind(ttl)
-                    .fetch_one(&mut *c)
-                    .await
-                    .map_err(err)?;
-                    sqlx::query("UPDATE dlock_bench_baseline SET owner = NULL WHERE name = ?1 AND owner = ?2")
-                        .bind(&name)
-                        .bind(&owner)
-                        .execute(&mut *c)
-                        .await
-                        .map_err(err)?;
-                    Ok(())
-                }
-            })
-            .await
+            sql_loop::<sqlx::Sqlite>(c, &SQLITE, plan).await
         }
     }
+}
+
+/// The baseline loop on one connection of any of the three databases.
+#[cfg(feature = "sql")]
+async fn sql_loop<DB>(mut c: DB::Connection, sql: &SqlText, plan: &Plan) -> Result<CaseResult, LockError>
+where
+    DB: sqlx::Database,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+    for<'t> &'t str: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
+    for<'t> i64: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
+{
+    let err = |e: sqlx::Error| LockError::backend("sql", e);
+    sqlx::query::<DB>(sql.create).execute(&mut c).await.map_err(err)?;
+    let name = format!("{}/baseline", plan.run_id);
+    let owner = format!("baseline-{}", std::process::id());
+    let ttl = i64::try_from(ttl_ms(plan.ttl)).unwrap_or(i64::MAX);
+    let c = tokio::sync::Mutex::new(c);
+    timed(plan, |_| {
+        let (c, name, owner) = (&c, name.as_str(), owner.as_str());
+        async move {
+            let mut c = c.lock().await;
+            sqlx::query::<DB>(sql.acquire).bind(name).bind(owner).bind(ttl).execute(&mut *c).await.map_err(err)?;
+            sqlx::query::<DB>(sql.release).bind(name).bind(owner).execute(&mut *c).await.map_err(err)?;
+            Ok(())
+        }
+    })
+    .await
 }
 
 #[cfg(not(feature = "sql"))]
