@@ -46,6 +46,10 @@ pub struct Capabilities {
     pub min_ttl: Duration,
     /// Longest ttl the backend honours.
     pub max_ttl: Duration,
+    /// `inspect` reports the holder of a name (with the holder id and metadata it stored).
+    pub inspect: bool,
+    /// `list` enumerates held names by prefix.
+    pub list: bool,
 }
 
 impl Default for Capabilities {
@@ -60,6 +64,8 @@ impl Default for Capabilities {
             durable_leases: false,
             min_ttl: Duration::from_millis(10),
             max_ttl: Duration::from_secs(365 * 24 * 3600),
+            inspect: false,
+            list: false,
         }
     }
 }

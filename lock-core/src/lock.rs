@@ -4,7 +4,7 @@ use std::future::Future;
 
 use async_trait::async_trait;
 
-use crate::{AcquireOptions, Capabilities, Lease, LeaseObserver, LockError, LockName};
+use crate::{AcquireOptions, Capabilities, HolderInfo, Lease, LeaseObserver, LockError, LockName};
 
 /// An exclusive distributed lock service (docs/contract.md §4). Object safe: the facade hands out
 /// `Arc<dyn DistributedLock>`.
@@ -35,6 +35,18 @@ pub trait DistributedLock: Send + Sync + 'static {
     /// Waits until granted or until `options.wait` elapses (`Timeout`). Cancel-safe: dropping
     /// the future leaves no lock held beyond its ttl and no queue entry behind.
     async fn acquire(&self, name: &LockName, options: &AcquireOptions) -> Result<Lease, LockError>;
+
+    /// Who holds `name` now (docs/contract.md §5.6): `Ok(None)` when nobody does. One read, no
+    /// lock taken. `Unsupported` unless `capabilities().inspect`.
+    async fn inspect(&self, _name: &LockName) -> Result<Option<HolderInfo>, LockError> {
+        Err(LockError::Unsupported { backend: self.backend().to_owned(), feature: "inspect" })
+    }
+
+    /// The held names starting with `prefix`, at most `limit` of them, in name order
+    /// (docs/contract.md §5.6). `Unsupported` unless `capabilities().list`.
+    async fn list(&self, _prefix: &str, _limit: usize) -> Result<Vec<HolderInfo>, LockError> {
+        Err(LockError::Unsupported { backend: self.backend().to_owned(), feature: "list" })
+    }
 }
 
 /// A read-write lock service (docs/contract.md §5.2): many readers or one writer. Waiters are served in

@@ -122,7 +122,8 @@ impl AsRef<str> for LockName {
 ///
 /// Pass it to the protected resource with every write; the resource rejects a write whose token
 /// is lower than the highest it has seen (see [`FencedRegister`](crate::FencedRegister)).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(transparent)]
 pub struct FencingToken(pub u64);
 
 impl FencingToken {

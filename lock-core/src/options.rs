@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::{Capabilities, LockError};
+use crate::{Capabilities, Holder, LockError};
 
 /// How long `acquire` waits for a lock that someone else holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,6 +54,9 @@ pub struct AcquireOptions {
     pub request_timeout: Duration,
     /// Stop auto-renewing after this long in total; `None` renews while the `Lease` lives.
     pub max_hold: Option<Duration>,
+    /// Who is acquiring, stored with the lease where the backend can (`Capabilities::inspect`);
+    /// `None` stores no identity.
+    pub holder: Option<Holder>,
 }
 
 /// The default lease time.
@@ -82,6 +85,7 @@ impl AcquireOptions {
             renew_every: None,
             request_timeout: Duration::from_secs(5),
             max_hold: None,
+            holder: None,
         }
     }
 
@@ -124,6 +128,12 @@ impl AcquireOptions {
     /// Caps the total time the watchdog keeps renewing.
     pub fn max_hold(mut self, max: Duration) -> Self {
         self.max_hold = Some(max);
+        self
+    }
+
+    /// Stores this identity with the lease (see [`Holder`]).
+    pub fn holder(mut self, holder: Holder) -> Self {
+        self.holder = Some(holder);
         self
     }
 
