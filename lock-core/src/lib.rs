@@ -7,6 +7,8 @@
 //!   release on drop. Backends supply only a [`LeaseHandle`] (owner-checked renew and release).
 //! - [`LeaseStore`] + [`StoreLock`]: the waiting machinery (notification or jittered back-off,
 //!   timeouts, cancel-safety) for backends with one lease entry per name (Redis, SQL).
+//! - [`KindStore`] + [`StoreRwLock`] / [`StoreSemaphore`]: read-write locks and semaphores on
+//!   the same machinery; a backend supplies only one attempt, renewal and release per kind.
 //! - [`LockName`], [`OwnerId`], [`AcquireOptions`], [`Capabilities`], [`LockError`].
 //! - [`MemoryLock`]: the in-memory reference backend, for tests of applications.
 //! - [`FencedRegister`]: the protected-resource side of fencing.
@@ -32,6 +34,7 @@ mod error;
 mod fenced;
 mod holder;
 mod kind;
+mod kinds;
 mod lease;
 mod lock;
 mod memory;
@@ -50,12 +53,13 @@ pub use error::{BoxError, LockError};
 pub use fenced::{FencedRegister, StaleToken};
 pub use holder::{Holder, HolderInfo, MAX_HOLDER_LEN, MAX_METADATA_LEN};
 pub use kind::LockKind;
+pub use kinds::{check_permits, permits_mismatch, writer_claim, KindAttempt, KindStore, StoreRwLock, StoreSemaphore};
 pub use lease::{Lease, LeaseGrant, LeaseHandle, LeaseObserver, LossTrigger, LostSignal, ReleaseOutcome, RenewOutcome};
 pub use lock::{DistributedLock, DistributedLockExt, DistributedRwLock, DistributedSemaphore};
 pub use memory::MemoryLock;
 pub use multi::acquire_all;
 pub use name::{FencingToken, LockName, OwnerId, MAX_NAME_LEN};
-pub use options::{AcquireOptions, WaitPolicy, DEFAULT_TTL};
+pub use options::{clock_drift, AcquireOptions, WaitPolicy, DEFAULT_TTL};
 pub use store::{LeaseStore, StoreLock, TryLock};
 pub use wake::{WakeHub, WakeSubscription};
 

@@ -127,7 +127,7 @@ impl Entry {
     }
 
     /// All users of one semaphore must agree on its number of permits.
-    fn check_permits(&self, mode: Mode) -> Result<(), LockError> {
+    fn check_permits(&self, name: &LockName, mode: Mode) -> Result<(), LockError> {
         let Mode::Permit(n) = mode else { return Ok(()) };
         let other = self
             .holders
@@ -136,9 +136,7 @@ impl Entry {
             .chain(self.queue.iter().map(|w| w.mode))
             .find(|m| *m != Mode::Permit(n));
         match other {
-            Some(Mode::Permit(m)) => Err(LockError::invalid_options(format!(
-                "this semaphore is in use with {m} permits, not {n}; every user must ask for the same number"
-            ))),
+            Some(Mode::Permit(m)) => Err(crate::permits_mismatch(name, m, n)),
             _ => Ok(()),
         }
     }
@@ -293,7 +291,7 @@ impl MemoryLock {
         let owner = OwnerId::random();
         let now = Instant::now();
         let token = self.with_entry(family, name, |e| {
-            e.check_permits(mode)?;
+            e.check_permits(name, mode)?;
             e.expire(now);
             Ok::<_, LockError>((e.fits(mode) && !e.has_waiters()).then(|| e.grant(owner, mode, opts.ttl, now)))
         })?;
@@ -331,7 +329,7 @@ impl MemoryLock {
         let owner = OwnerId::random();
         let (tx, rx) = oneshot::channel();
         let queued = self.with_entry(family, name, |e| {
-            e.check_permits(mode)?;
+            e.check_permits(name, mode)?;
             e.expire(at);
             if e.fits(mode) && !e.has_waiters() {
                 return Ok(Err(e.grant(owner, mode, opts.ttl, at)));
@@ -382,9 +380,7 @@ impl MemoryLock {
 }
 
 fn permits(n: u32) -> Result<Mode, LockError> {
-    if n == 0 {
-        return Err(LockError::invalid_options("a semaphore needs at least one permit"));
-    }
+    crate::check_permits(n)?;
     Ok(Mode::Permit(n))
 }
 

@@ -62,6 +62,13 @@ pub struct AcquireOptions {
 /// The default lease time.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
 
+/// The clock-drift allowance subtracted from a lease of `ttl` (or a ZooKeeper session of that
+/// timeout) before the holder stops relying on it: `ttl/100 + 2ms` (Redlock's rule). Every
+/// backend uses this one rule.
+pub fn clock_drift(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(2)
+}
+
 /// The longest `request_timeout` accepted.
 const MAX_REQUEST_TIMEOUT: Duration = Duration::from_secs(3600);
 
@@ -142,9 +149,9 @@ impl AcquireOptions {
         self.renew_every.unwrap_or(self.ttl / 3)
     }
 
-    /// The clock-drift allowance subtracted from every lease: `ttl/100 + 2ms` (Redlock's rule).
+    /// The clock-drift allowance subtracted from every lease: [`clock_drift`] of the ttl.
     pub fn drift(&self) -> Duration {
-        self.ttl / 100 + Duration::from_millis(2)
+        clock_drift(self.ttl)
     }
 
     /// Checks the options against a backend's limits.

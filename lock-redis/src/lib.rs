@@ -224,7 +224,7 @@ mod scripts;
 mod single;
 mod url;
 
-pub use kinds::{RedisRwLock, RedisSemaphore};
+pub use kinds::{RedisKinds, RedisRwLock, RedisSemaphore};
 pub use options::RedisOptions;
 pub use redlock::RedlockStore;
 pub use single::RedisStore;

@@ -126,10 +126,6 @@ impl RedlockStore {
         self.request_timeout.min((ttl / 3).max(Duration::from_millis(20)))
     }
 
-    fn drift(ttl: Duration) -> Duration {
-        ttl / 100 + Duration::from_millis(2)
-    }
-
     /// Owner-checked release on every master, including those that did not answer. Stops
     /// waiting once a majority confirmed (the others got the request too, unless their
     /// connection is down, and then the ttl frees them).
@@ -255,7 +251,7 @@ impl LeaseStore for RedlockStore {
             // Round 2: a majority must store the token (set-if-greater) before anyone relies
             // on it. A master answering an equal or higher value holds a token we did not see:
             // it does not count towards the majority.
-            let validity_left = ttl.saturating_sub(started.elapsed() + Self::drift(ttl));
+            let validity_left = ttl.saturating_sub(started.elapsed() + lock_core::clock_drift(ttl));
             let bound = per_node.min(validity_left).max(Duration::from_millis(1));
             let mut round2: FuturesUnordered<_> = self
                 .nodes
@@ -291,7 +287,7 @@ impl LeaseStore for RedlockStore {
             }
             drop(round2);
             let elapsed = started.elapsed();
-            let within_validity = elapsed + Self::drift(ttl) < ttl;
+            let within_validity = elapsed + lock_core::clock_drift(ttl) < ttl;
             if stored >= self.quorum && within_validity {
                 return Ok(TryLock::Acquired { token });
             }

@@ -1,36 +1,20 @@
 //! The grant decision of the read-write lock and the semaphore: a pure function of what one
 //! acquire transaction read, so every rule has a table test.
 
-use std::time::Duration;
+use lock_core::LockKind;
 
-/// How long a refused writer's claim holds back new readers (as for Redis): long enough to
-/// outlast the writer's re-try interval (a third of it), short enough that a vanished writer
-/// delays readers only briefly.
-pub(crate) fn writer_claim(ttl: Duration) -> Duration {
-    (ttl / 2).clamp(Duration::from_millis(300), Duration::from_secs(2))
+/// The `kind` column of a grant of `kind`: one name as read-write lock and as semaphore is two
+/// locks.
+pub(crate) fn family(kind: LockKind) -> &'static str {
+    match kind {
+        LockKind::Permit => "sem",
+        _ => "rw",
+    }
 }
 
-/// Which side of which kind an attempt is for.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Side {
-    Read,
-    Write,
-    Permit(u32),
-}
-
-impl Side {
-    /// The `kind` column: one name as read-write lock and as semaphore is two locks.
-    pub(crate) fn kind(self) -> &'static str {
-        match self {
-            Side::Read | Side::Write => "rw",
-            Side::Permit(_) => "sem",
-        }
-    }
-
-    /// The `mode` column: 1 for a writer.
-    pub(crate) fn mode(self) -> i64 {
-        i64::from(matches!(self, Side::Write))
-    }
+/// The `mode` column: 1 for a writer.
+pub(crate) fn mode(kind: LockKind) -> i64 {
+    i64::from(kind == LockKind::Write)
 }
 
 /// What one acquire transaction decided.
@@ -75,15 +59,21 @@ impl Plan {
 /// A live holder as the transaction read it: `(owner, mode, fence, remaining ms)`.
 pub(crate) type Holder = (String, i64, i64, i64);
 
-/// The decision, from the counter row `(fence, permits, others' live claim ms or -1)` and the
-/// live holders.
-pub(crate) fn decide(side: Side, owner: &str, counter: (i64, i64, i64), holders: &[Holder], claiming: bool) -> Plan {
-    let (fence, permits, claim) = counter;
+/// The decision for a grant of `kind` (of `permits`, for a semaphore), from the counter row
+/// `(fence, permits, others' live claim ms or -1)` and the live holders.
+pub(crate) fn decide(
+    (kind, permits): (LockKind, u32),
+    owner: &str,
+    counter: (i64, i64, i64),
+    holders: &[Holder],
+    claiming: bool,
+) -> Plan {
+    let (fence, stored, claim) = counter;
     if let Some(h) = holders.iter().find(|h| h.0 == owner) {
         return Plan::Again(h.2);
     }
-    match side {
-        Side::Read => {
+    match kind {
+        LockKind::Read => {
             if let Some(w) = holders.iter().find(|h| h.1 == 1) {
                 Plan::Refuse { remaining: Some(w.3), claim: false }
             } else if claim >= 0 {
@@ -92,7 +82,7 @@ pub(crate) fn decide(side: Side, owner: &str, counter: (i64, i64, i64), holders:
                 Plan::Grant(fence + 1)
             }
         }
-        Side::Write => {
+        LockKind::Write => {
             if holders.is_empty() {
                 Plan::Grant(fence + 1)
             } else {
@@ -100,10 +90,10 @@ pub(crate) fn decide(side: Side, owner: &str, counter: (i64, i64, i64), holders:
                 Plan::Refuse { remaining: longest, claim: claiming && claim < 0 }
             }
         }
-        Side::Permit(n) => {
-            if !holders.is_empty() && permits != i64::from(n) {
-                Plan::BadPermits(permits)
-            } else if holders.len() >= n as usize {
+        _ => {
+            if !holders.is_empty() && stored != i64::from(permits) {
+                Plan::BadPermits(stored)
+            } else if holders.len() >= permits as usize {
                 Plan::Refuse { remaining: holders.iter().map(|h| h.3).min(), claim: false }
             } else {
                 Plan::Grant(fence + 1)
@@ -120,23 +110,26 @@ mod tests {
     fn writers_hold_back_readers_and_permits_must_agree() {
         let holder = |o: &str, mode, fence, rem| (o.to_string(), mode, fence, rem);
         // A live claim of another writer refuses a reader.
-        assert!(matches!(decide(Side::Read, "r", (5, 0, 100), &[], false), Plan::Refuse { .. }));
+        assert!(matches!(decide((LockKind::Read, 0), "r", (5, 0, 100), &[], false), Plan::Refuse { .. }));
         // Readers refuse a writer, which then claims when waiting.
         let readers = [holder("a", 0, 4, 50), holder("b", 0, 5, 70)];
         assert!(matches!(
-            decide(Side::Write, "w", (5, 0, -1), &readers, true),
+            decide((LockKind::Write, 0), "w", (5, 0, -1), &readers, true),
             Plan::Refuse { remaining: Some(70), claim: true }
         ));
-        assert!(matches!(decide(Side::Write, "w", (5, 0, -1), &readers, false), Plan::Refuse { claim: false, .. }));
-        // A retry of one's own grant returns the same token.
-        assert!(matches!(decide(Side::Read, "a", (5, 0, -1), &readers, false), Plan::Again(4)));
-        assert!(matches!(decide(Side::Read, "c", (5, 0, -1), &readers, false), Plan::Grant(6)));
-        assert!(matches!(decide(Side::Permit(3), "c", (5, 2, -1), &readers, false), Plan::BadPermits(2)));
         assert!(matches!(
-            decide(Side::Permit(2), "c", (5, 2, -1), &readers, false),
+            decide((LockKind::Write, 0), "w", (5, 0, -1), &readers, false),
+            Plan::Refuse { claim: false, .. }
+        ));
+        // A retry of one's own grant returns the same token.
+        assert!(matches!(decide((LockKind::Read, 0), "a", (5, 0, -1), &readers, false), Plan::Again(4)));
+        assert!(matches!(decide((LockKind::Read, 0), "c", (5, 0, -1), &readers, false), Plan::Grant(6)));
+        assert!(matches!(decide((LockKind::Permit, 3), "c", (5, 2, -1), &readers, false), Plan::BadPermits(2)));
+        assert!(matches!(
+            decide((LockKind::Permit, 2), "c", (5, 2, -1), &readers, false),
             Plan::Refuse { remaining: Some(50), .. }
         ));
-        assert!(matches!(decide(Side::Permit(3), "c", (5, 3, -1), &readers, false), Plan::Grant(6)));
+        assert!(matches!(decide((LockKind::Permit, 3), "c", (5, 3, -1), &readers, false), Plan::Grant(6)));
     }
 
     /// A retry by the holder itself (its reply was lost) gets its token back and extends its
@@ -145,10 +138,10 @@ mod tests {
     fn a_regrant_extends_the_lease() {
         let holder = |o: &str, mode, fence, rem| (o.to_string(), mode, fence, rem);
         let cases = [
-            (Side::Read, vec![holder("a", 0, 4, 10), holder("b", 0, 5, 900)], (5, 0, 300)),
-            (Side::Write, vec![holder("a", 1, 7, 10)], (7, 0, -1)),
-            (Side::Permit(1), vec![holder("a", 0, 9, 10)], (9, 1, -1)),
-            (Side::Permit(2), vec![holder("x", 0, 8, 500), holder("a", 0, 9, 10)], (9, 2, -1)),
+            ((LockKind::Read, 0), vec![holder("a", 0, 4, 10), holder("b", 0, 5, 900)], (5, 0, 300)),
+            ((LockKind::Write, 0), vec![holder("a", 1, 7, 10)], (7, 0, -1)),
+            ((LockKind::Permit, 1), vec![holder("a", 0, 9, 10)], (9, 1, -1)),
+            ((LockKind::Permit, 2), vec![holder("x", 0, 8, 500), holder("a", 0, 9, 10)], (9, 2, -1)),
         ];
         for (side, holders, counter) in cases {
             let plan = decide(side, "a", counter, &holders, true);

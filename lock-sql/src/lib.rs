@@ -281,7 +281,7 @@ mod serial;
 mod store;
 mod wake;
 
-pub use kinds::{SqlRwLock, SqlSemaphore};
+pub use kinds::{SqlKinds, SqlRwLock, SqlSemaphore};
 pub use options::{SqlOptions, DEFAULT_TABLE};
 pub use store::SqlStore;
 

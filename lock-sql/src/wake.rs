@@ -3,16 +3,17 @@
 //! their `:`), so a key names exactly one (kind, lock name): an exclusive lock named like a
 //! rw lock's key never wakes that rw lock's waiters, nor the reverse.
 
-use crate::decide::Side;
+use lock_core::LockKind;
 
 /// The prefix of the exclusive lock's keys.
 pub(crate) const EXCLUSIVE: &str = "dlock:";
 
-fn prefix(side: Side) -> &'static str {
-    match side {
-        Side::Read => "dlock-rw-read:",
-        Side::Write => "dlock-rw-write:",
-        Side::Permit(_) => "dlock-sem:",
+fn prefix(kind: LockKind) -> &'static str {
+    match kind {
+        LockKind::Read => "dlock-rw-read:",
+        LockKind::Write => "dlock-rw-write:",
+        LockKind::Permit => "dlock-sem:",
+        _ => EXCLUSIVE,
     }
 }
 
@@ -22,8 +23,8 @@ pub(crate) fn exclusive(name: &str) -> String {
 }
 
 /// The key of one side of a read-write lock or semaphore `name`.
-pub(crate) fn side(side: Side, name: &str) -> String {
-    format!("{}{name}", prefix(side))
+pub(crate) fn side(kind: LockKind, name: &str) -> String {
+    format!("{}{name}", prefix(kind))
 }
 
 #[cfg(test)]
@@ -32,7 +33,7 @@ mod tests {
 
     #[test]
     fn keys_of_different_kinds_never_meet() {
-        let sides = [Side::Read, Side::Write, Side::Permit(1)];
+        let sides = [LockKind::Read, LockKind::Write, LockKind::Permit];
         let mut prefixes: Vec<&str> = sides.iter().map(|s| prefix(*s)).collect();
         prefixes.push(EXCLUSIVE);
         for a in &prefixes {

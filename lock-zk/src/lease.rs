@@ -170,7 +170,7 @@ enum NodeEnd {
 impl Monitor {
     async fn run(self) {
         let session_timeout = self.client.session_timeout();
-        let drift = session_timeout / 100 + Duration::from_millis(2);
+        let drift = lock_core::clock_drift(session_timeout);
         // The server keeps the session at least `session_timeout` after it last heard from us,
         // and it heard from us no earlier than when we sent a request it answered. Probing a few
         // times per session timeout keeps that instant fresh, and stopping to claim the lock at

@@ -83,10 +83,7 @@ impl Recipe {
             }),
             Recipe::Permit(n) => {
                 if let Some(m) = ahead.iter().filter_map(|c| role_of(c).and_then(permits_of)).find(|m| *m != n) {
-                    return Err(LockError::invalid_options(format!(
-                        "the semaphore {:?} is in use with {m} permits, not {n}; every user of a semaphore must ask for the same number of permits",
-                        name.as_str()
-                    )));
+                    return Err(lock_core::permits_mismatch(name, m, n));
                 }
                 let n = usize::try_from(n).unwrap_or(usize::MAX);
                 Ok(match ahead.len() {
@@ -171,9 +168,7 @@ pub(crate) fn queue(recipe: Recipe, mut children: Vec<String>) -> Vec<String> {
 }
 
 pub(crate) fn permits(n: u32) -> Result<Recipe, LockError> {
-    if n == 0 {
-        return Err(LockError::invalid_options("a semaphore needs at least one permit; ask for permits >= 1"));
-    }
+    lock_core::check_permits(n)?;
     Ok(Recipe::Permit(n))
 }
 

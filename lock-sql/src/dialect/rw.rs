@@ -3,7 +3,9 @@
 
 use sqlx::{AssertSqlSafe, Database, Decode, Encode, Executor, Type};
 
-use crate::decide::{decide, Holder, Plan, Side, Write};
+use lock_core::LockKind;
+
+use crate::decide::{decide, family, mode, Holder, Plan, Write};
 
 /// What a dialect brings to the kinds' statements.
 pub(crate) struct Flavor {
@@ -105,7 +107,9 @@ impl KindSql {
 
 /// One acquire attempt of a read-write lock or semaphore side.
 pub(crate) struct Attempt<'a> {
-    pub(crate) side: Side,
+    pub(crate) kind: LockKind,
+    /// The semaphore's permits (0 for a read-write lock).
+    pub(crate) permits: u32,
     pub(crate) name: &'a str,
     pub(crate) owner: &'a str,
     pub(crate) ttl_ms: i64,
@@ -160,7 +164,7 @@ where
     String: for<'r> Decode<'r, DB> + Type<DB>,
     usize: sqlx::ColumnIndex<DB::Row>,
 {
-    let (side, o, kind) = (a.side, a.owner, a.side.kind());
+    let (o, kind) = (a.owner, family(a.kind));
     sqlx::query(AssertSqlSafe(sql.ensure.as_str())).bind(kind).bind(n).execute(&mut *c).await?;
     let counter = sqlx::query_as::<DB, (i64, i64, i64)>(AssertSqlSafe(sql.lock.as_str()))
         .bind(o)
@@ -171,11 +175,11 @@ where
     sqlx::query(AssertSqlSafe(sql.purge.as_str())).bind(kind).bind(n).execute(&mut *c).await?;
     let holders =
         sqlx::query_as::<DB, Holder>(AssertSqlSafe(sql.holders.as_str())).bind(kind).bind(n).fetch_all(&mut *c).await?;
-    let plan = decide(side, o, counter, &holders, a.claiming);
+    let plan = decide((a.kind, a.permits), o, counter, &holders, a.claiming);
     match plan.write() {
         Write::Grant(fence) => {
-            let permits = match side {
-                Side::Permit(p) => i64::from(p),
+            let permits = match a.kind {
+                LockKind::Permit => i64::from(a.permits),
                 _ => counter.1,
             };
             sqlx::query(AssertSqlSafe(sql.grant_counter.as_str()))
@@ -190,7 +194,7 @@ where
                 .bind(kind)
                 .bind(n)
                 .bind(o)
-                .bind(side.mode())
+                .bind(mode(a.kind))
                 .bind(fence)
                 .bind(a.ttl_ms)
                 .execute(&mut *c)

@@ -1,12 +1,16 @@
-//! What the read, write and permit sides share: the store, the kinds' statements, and the
-//! acquire, renew and release of one side (docs/contract.md §5.2, §5.3).
+//! [`SqlKinds`]: the acquire, renew and release of one grant of a read-write lock or semaphore
+//! (docs/contract.md §5.2, §5.3) over the store and the kinds' statements.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{Capabilities, LockError, LockName, OwnerId, ReleaseOutcome, RenewOutcome, TryLock, WakeSubscription};
+use async_trait::async_trait;
+use lock_core::{
+    Capabilities, KindAttempt, KindStore, LockError, LockKind, LockName, OwnerId, ReleaseOutcome, RenewOutcome,
+    TryLock, WakeSubscription,
+};
 
-use crate::decide::{writer_claim, Plan, Side};
+use crate::decide::{family, Plan};
 use crate::dialect::rw::{Attempt, KindSql, OwnerStmt};
 use crate::store::{remaining, ttl_ms, SqlStore};
 use crate::wake;
@@ -32,14 +36,21 @@ fn check_table_len(table: &str) -> Result<(), LockError> {
     Ok(())
 }
 
-/// The shared part of the three sides: the store and the statements.
-pub(crate) struct Base {
-    pub(crate) store: Arc<SqlStore>,
+/// The read, write and permit grants in the database as a [`KindStore`]: the kinds' statements
+/// over the pools and listener of a [`SqlStore`].
+pub struct SqlKinds {
+    store: Arc<SqlStore>,
     sql: KindSql,
 }
 
-impl Base {
-    pub(crate) async fn connect(url: &str, options: SqlOptions) -> Result<Arc<Base>, LockError> {
+impl std::fmt::Debug for SqlKinds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlKinds").field("store", &self.store).finish()
+    }
+}
+
+impl SqlKinds {
+    pub(crate) async fn connect(url: &str, options: SqlOptions) -> Result<Arc<SqlKinds>, LockError> {
         check_table_len(&options.table)?;
         let store = SqlStore::connect(url, options).await?;
         let sql = store.dialect.kind_sql(store.table());
@@ -47,54 +58,10 @@ impl Base {
             let table = format!("{}{suffix}", store.table());
             store.create("create the tables of the read-write locks and semaphores", &table, ddl).await?;
         }
-        Ok(Arc::new(Base { store: Arc::new(store), sql }))
+        Ok(Arc::new(SqlKinds { store: Arc::new(store), sql }))
     }
 
-    pub(crate) fn capabilities(&self) -> Capabilities {
-        lock_core::LeaseStore::capabilities(&*self.store)
-    }
-
-    pub(crate) async fn try_lock(
-        &self,
-        side: Side,
-        name: &LockName,
-        owner: OwnerId,
-        ttl: Duration,
-        claiming: bool,
-    ) -> Result<TryLock, LockError> {
-        let o = owner.to_hex();
-        let claim = writer_claim(ttl);
-        let attempt =
-            Attempt { side, name: name.as_str(), owner: &o, ttl_ms: ttl_ms(ttl), claim_ms: ttl_ms(claim), claiming };
-        let dialect = &self.store.dialect;
-        let inflight = self.store.attempt(owner);
-        let plan =
-            self.store.run_bounded("acquire", CONFLICT_RETRIES, || dialect.kind_acquire(&self.sql, &attempt)).await?;
-        inflight.finished();
-        match plan {
-            Plan::Again(fence) | Plan::Grant(fence) => self.store.token(fence),
-            Plan::Refuse { remaining: rem, .. } => {
-                let rem = remaining(rem);
-                Ok(TryLock::Held {
-                    remaining: match side {
-                        // Re-try before the claim lapses, so waiting readers stay held back.
-                        Side::Write => Some(rem.map_or(claim / 3, |r| r.min(claim / 3))),
-                        _ => rem,
-                    },
-                })
-            }
-            Plan::BadPermits(other) => Err(LockError::invalid_options(format!(
-                "semaphore {name} is in use with {other} permits, not {}; every user of a semaphore must ask for \
-                 the same number of permits",
-                match side {
-                    Side::Permit(n) => n,
-                    _ => 0,
-                }
-            ))),
-        }
-    }
-
-    /// Runs an owner-checked statement of `side`; the rows it changed.
+    /// Runs an owner-checked statement of the `kind` column `kind`; the rows it changed.
     async fn owner_stmt(
         &self,
         what: &str,
@@ -109,57 +76,18 @@ impl Base {
         self.store.run(what, || self.store.dialect.kind_owner(&stmt)).await
     }
 
-    pub(crate) async fn renew(
-        &self,
-        side: Side,
-        name: &LockName,
-        owner: OwnerId,
-        ttl: Duration,
-    ) -> Result<RenewOutcome, LockError> {
-        let _serial = self.store.one_at_a_time(owner).await;
-        let rows = self.owner_stmt("renew", &self.sql.renew, Some(ttl_ms(ttl)), side.kind(), name, owner).await?;
-        Ok(if rows > 0 { RenewOutcome::Renewed } else { RenewOutcome::NotOwner })
-    }
-
-    pub(crate) async fn release(
-        &self,
-        side: Side,
-        name: &LockName,
-        owner: OwnerId,
-    ) -> Result<ReleaseOutcome, LockError> {
-        let _serial = self.store.one_at_a_time(owner).await;
-        let o = owner.to_hex();
-        let stmt =
-            OwnerStmt { sql: &self.sql.release, ttl_ms: None, kind: side.kind(), name: name.as_str(), owner: &o };
-        let dialect = &self.store.dialect;
-        let freed = self.store.run_release("release", || async { Ok(dialect.kind_owner(&stmt).await? > 0) }).await;
-        let (d, sql, kind, n) = (Arc::clone(dialect), self.sql.release.clone(), side.kind(), name.as_str().to_owned());
-        let again = o.clone();
-        self.store.release_again_later(owner, async move {
-            let stmt = OwnerStmt { sql: &sql, ttl_ms: None, kind, name: &n, owner: &again };
-            Ok(d.kind_owner(&stmt).await? > 0)
-        });
-        let freed = freed?;
-        if matches!(side, Side::Write) {
-            // A writer's claim (if it left one) goes with it.
-            self.owner_stmt("withdraw the writer's claim", &self.sql.clear_claim, None, "rw", name, owner).await?;
-        }
-        if freed || matches!(side, Side::Write) {
-            self.notify(side, name).await;
-        }
-        Ok(if freed { ReleaseOutcome::Released } else { ReleaseOutcome::NotOwner })
-    }
-
     /// Wakes waiters of other clients, where the dialect can (best effort: they also poll).
-    async fn notify(&self, side: Side, name: &LockName) {
+    async fn notify(&self, kind: LockKind, name: &LockName) {
         if !self.store.dialect.listens() {
             return;
         }
-        let keys = match side {
+        let keys = match kind {
             // The last reader out lets a writer in; a writer out lets readers and writers in.
-            Side::Read => vec![wake::side(Side::Write, name.as_str())],
-            Side::Write => vec![wake::side(Side::Write, name.as_str()), wake::side(Side::Read, name.as_str())],
-            Side::Permit(_) => vec![wake::side(side, name.as_str())],
+            LockKind::Read => vec![wake::side(LockKind::Write, name.as_str())],
+            LockKind::Write => {
+                vec![wake::side(LockKind::Write, name.as_str()), wake::side(LockKind::Read, name.as_str())]
+            }
+            _ => vec![wake::side(kind, name.as_str())],
         };
         for key in keys {
             if let Err(e) = self.store.run("notify waiters", || self.store.dialect.notify(&key)).await {
@@ -167,9 +95,79 @@ impl Base {
             }
         }
     }
+}
 
-    pub(crate) fn subscribe(&self, side: Side, name: &LockName) -> Option<WakeSubscription> {
-        self.store.subscribe_key(&wake::side(side, name.as_str()))
+#[async_trait]
+impl KindStore for SqlKinds {
+    fn backend(&self) -> &str {
+        self.store.label()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        lock_core::LeaseStore::capabilities(&*self.store)
+    }
+
+    async fn try_lock(&self, a: KindAttempt<'_>) -> Result<TryLock, LockError> {
+        let o = a.owner.to_hex();
+        let attempt = Attempt {
+            kind: a.kind,
+            permits: a.permits,
+            name: a.name.as_str(),
+            owner: &o,
+            ttl_ms: ttl_ms(a.ttl),
+            claim_ms: a.claim.map_or(0, ttl_ms),
+            claiming: a.claim.is_some(),
+        };
+        let dialect = &self.store.dialect;
+        let inflight = self.store.attempt(a.owner);
+        let plan =
+            self.store.run_bounded("acquire", CONFLICT_RETRIES, || dialect.kind_acquire(&self.sql, &attempt)).await?;
+        inflight.finished();
+        match plan {
+            Plan::Again(fence) | Plan::Grant(fence) => self.store.token(fence),
+            Plan::Refuse { remaining: rem, .. } => Ok(TryLock::Held { remaining: remaining(rem) }),
+            Plan::BadPermits(other) => Err(lock_core::permits_mismatch(a.name, other, a.permits)),
+        }
+    }
+
+    async fn renew(
+        &self,
+        kind: LockKind,
+        name: &LockName,
+        owner: OwnerId,
+        ttl: Duration,
+    ) -> Result<RenewOutcome, LockError> {
+        let _serial = self.store.one_at_a_time(owner).await;
+        let rows = self.owner_stmt("renew", &self.sql.renew, Some(ttl_ms(ttl)), family(kind), name, owner).await?;
+        Ok(if rows > 0 { RenewOutcome::Renewed } else { RenewOutcome::NotOwner })
+    }
+
+    async fn release(&self, kind: LockKind, name: &LockName, owner: OwnerId) -> Result<ReleaseOutcome, LockError> {
+        let _serial = self.store.one_at_a_time(owner).await;
+        let o = owner.to_hex();
+        let stmt =
+            OwnerStmt { sql: &self.sql.release, ttl_ms: None, kind: family(kind), name: name.as_str(), owner: &o };
+        let dialect = &self.store.dialect;
+        let freed = self.store.run_release("release", || async { Ok(dialect.kind_owner(&stmt).await? > 0) }).await;
+        let (d, sql, fam, n) = (Arc::clone(dialect), self.sql.release.clone(), family(kind), name.as_str().to_owned());
+        let again = o.clone();
+        self.store.release_again_later(owner, async move {
+            let stmt = OwnerStmt { sql: &sql, ttl_ms: None, kind: fam, name: &n, owner: &again };
+            Ok(d.kind_owner(&stmt).await? > 0)
+        });
+        let freed = freed?;
+        if kind == LockKind::Write {
+            // A writer's claim (if it left one) goes with it.
+            self.owner_stmt("withdraw the writer's claim", &self.sql.clear_claim, None, "rw", name, owner).await?;
+        }
+        if freed || kind == LockKind::Write {
+            self.notify(kind, name).await;
+        }
+        Ok(if freed { ReleaseOutcome::Released } else { ReleaseOutcome::NotOwner })
+    }
+
+    async fn subscribe(&self, kind: LockKind, name: &LockName) -> Result<Option<WakeSubscription>, LockError> {
+        Ok(self.store.subscribe_key(&wake::side(kind, name.as_str())))
     }
 }
 
