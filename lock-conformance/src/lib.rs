@@ -112,7 +112,9 @@
 //! (`busy_at_deadline_is_timeout`), `WaitPolicy::Forever` outlasting transient errors
 //! (`forever_survives_transient_errors`), long look-alike names (`long_name_prefixes`), and the
 //! read-write lock and semaphore under faults (`kinds_pause_past_ttl`, `kinds_server_pause`,
-//! `kinds_nemesis`). Each runs under
+//! `kinds_nemesis`), leader election (`election_nemesis`, `election_resign_hands_over`,
+//! `election_observers_converge`) and run-once jobs (`hold_at_least_early_release`,
+//! `hold_at_least_late_release`). Each runs under
 //! an overall time limit ([`Case::time_limit`]): a hang is a failure with a clear detail, never
 //! a stuck test.
 //!
@@ -240,6 +242,11 @@ macro_rules! conformance_tests {
                 kinds_server_pause,
                 kinds_nemesis,
                 slow_grant_renewed_in_time,
+                election_nemesis,
+                election_resign_hands_over,
+                election_observers_converge,
+                hold_at_least_early_release,
+                hold_at_least_late_release,
             ]
         }
     };

@@ -42,6 +42,17 @@ pub trait LeaseHandle: Send + Sync + 'static {
     async fn renew(&self, ttl: Duration) -> Result<RenewOutcome, LockError>;
     /// Frees the lock if this grant still owns it.
     async fn release(&self) -> Result<ReleaseOutcome, LockError>;
+
+    /// Frees the lock `after` from now if this grant still owns it (`hold_at_least`,
+    /// docs/contract.md §3); `Released` means it is ours and will be free then. By default an
+    /// owner-checked renewal for `after`, which on per-lock backends makes the server-side lease
+    /// end then. Per-session backends (ZooKeeper), whose renewal ignores the ttl, override it.
+    async fn release_after(&self, after: Duration) -> Result<ReleaseOutcome, LockError> {
+        Ok(match self.renew(after).await? {
+            RenewOutcome::Renewed => ReleaseOutcome::Released,
+            RenewOutcome::NotOwner => ReleaseOutcome::NotOwner,
+        })
+    }
 }
 
 /// What a backend hands to [`Lease::new`] after the server granted a lock.
@@ -154,6 +165,8 @@ pub(crate) struct Shared {
     pub(crate) release_state: tokio::sync::Mutex<ReleaseState>,
     /// A renewal went unanswered: the server may hold the lease beyond our `valid_until`.
     renew_unanswered: AtomicBool,
+    /// `t0 + hold_at_least`: a release before it leaves the lock taken until then.
+    pub(crate) hold_until: Option<Instant>,
 }
 
 impl Shared {
@@ -285,6 +298,7 @@ impl Lease {
             handle: grant.handle,
             release_state: tokio::sync::Mutex::new(ReleaseState::NotSent),
             renew_unanswered: AtomicBool::new(false),
+            hold_until: options.hold_at_least.and_then(|d| grant.started.checked_add(d)),
         });
         let runtime = tokio::runtime::Handle::try_current().ok();
         if let Some(rt) = &runtime {

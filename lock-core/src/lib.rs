@@ -12,6 +12,7 @@
 //! - [`LockName`], [`OwnerId`], [`AcquireOptions`], [`Capabilities`], [`LockError`].
 //! - [`MemoryLock`]: the in-memory reference backend, for tests of applications.
 //! - [`FencedRegister`]: the protected-resource side of fencing.
+//! - [`Election`]: leader election over any lock ([`Leadership`]: lease, epoch, lost signal).
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -30,6 +31,7 @@
 
 mod backoff;
 mod capabilities;
+mod election;
 mod error;
 mod fenced;
 mod holder;
@@ -49,6 +51,7 @@ mod watchdog;
 
 pub use backoff::Backoff;
 pub use capabilities::{Capabilities, LeaseModel, WakeMethod};
+pub use election::{Election, Leadership};
 pub use error::{BoxError, LockError};
 pub use fenced::{FencedRegister, StaleToken};
 pub use holder::{Holder, HolderInfo, MAX_HOLDER_LEN, MAX_METADATA_LEN};

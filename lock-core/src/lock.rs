@@ -124,19 +124,99 @@ pub trait DistributedLockExt: DistributedLock {
     {
         async move {
             let lease = self.acquire(name, options).await?;
-            let lost = lease.lost();
-            let work = f(lease.observer());
-            tokio::select! {
-                biased;
-                _ = lost.fired() => {
-                    let _ = lease.release().await;
-                    Err(LockError::Lost { name: name.as_str().to_owned() })
-                }
-                out = work => {
-                    lease.release().await?;
-                    Ok(out)
-                }
+            under_lease(lease, f).await
+        }
+    }
+
+    /// [`run_locked`](DistributedLockExt::run_locked) with one attempt: `Ok(None)` when someone
+    /// else holds the lock (the body does not run). For jobs that every instance triggers and
+    /// only one should run; add [`AcquireOptions::hold_at_least`] so that a late timer does not
+    /// run it again.
+    ///
+    /// ```
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// use std::time::Duration;
+    /// use lock_core::{AcquireOptions, DistributedLock, DistributedLockExt, LockName, MemoryLock};
+    /// let lock = MemoryLock::new();
+    /// let name = LockName::new("jobs/report")?;
+    /// let opts = AcquireOptions::new(Duration::from_secs(5));
+    /// let held = lock.acquire(&name, &opts).await?;
+    /// assert_eq!(lock.try_run_locked(&name, &opts, |_| async { 1 }).await?, None);
+    /// held.release().await?;
+    /// assert_eq!(lock.try_run_locked(&name, &opts, |_| async { 1 }).await?, Some(1));
+    /// # Ok(()) }
+    /// ```
+    fn try_run_locked<'a, F, Fut, T>(
+        &'a self,
+        name: &'a LockName,
+        options: &'a AcquireOptions,
+        f: F,
+    ) -> impl Future<Output = Result<Option<T>, LockError>> + Send + 'a
+    where
+        F: FnOnce(LeaseObserver) -> Fut + Send + 'a,
+        Fut: Future<Output = T> + Send + 'a,
+        T: Send + 'a,
+    {
+        async move {
+            match self.try_acquire(name, options).await? {
+                Some(lease) => under_lease(lease, f).await.map(Some),
+                None => Ok(None),
             }
+        }
+    }
+
+    /// [`run_locked`](DistributedLockExt::run_locked) for a body that can fail: one flat
+    /// `Result` in the body's error type, which takes lock errors through `From<LockError>`
+    /// (busy past the wait, lost while running, a failed release). The lock is released
+    /// whether the body succeeds or fails.
+    ///
+    /// ```
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// use std::time::Duration;
+    /// use lock_core::{AcquireOptions, DistributedLockExt, LockError, LockName, MemoryLock};
+    /// let lock = MemoryLock::new();
+    /// let name = LockName::new("jobs/import")?;
+    /// let opts = AcquireOptions::new(Duration::from_secs(5));
+    /// let r: Result<u32, LockError> = lock.run_locked_fallible(&name, &opts, |_| async { Ok(7) }).await;
+    /// assert_eq!(r?, 7);
+    /// # Ok(()) }
+    /// ```
+    fn run_locked_fallible<'a, F, Fut, T, E>(
+        &'a self,
+        name: &'a LockName,
+        options: &'a AcquireOptions,
+        f: F,
+    ) -> impl Future<Output = Result<T, E>> + Send + 'a
+    where
+        F: FnOnce(LeaseObserver) -> Fut + Send + 'a,
+        Fut: Future<Output = Result<T, E>> + Send + 'a,
+        T: Send + 'a,
+        E: From<LockError> + Send + 'a,
+    {
+        async move {
+            let lease = self.acquire(name, options).await?;
+            under_lease(lease, f).await?
+        }
+    }
+}
+
+/// Runs `f` while `lease` holds; stops it when the lease is lost (`Err(Lost)`), releases after.
+async fn under_lease<F, Fut, T>(lease: Lease, f: F) -> Result<T, LockError>
+where
+    F: FnOnce(LeaseObserver) -> Fut,
+    Fut: Future<Output = T>,
+{
+    let lost = lease.lost();
+    let work = f(lease.observer());
+    tokio::select! {
+        biased;
+        _ = lost.fired() => {
+            let _ = lease.release().await;
+            Err(LockError::Lost { name: lease.name().as_str().to_owned() })
+        }
+        out = work => {
+            lease.release().await?;
+            Ok(out)
         }
     }
 }

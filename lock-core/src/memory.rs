@@ -348,7 +348,10 @@ impl MemoryLock {
         let mut guard = QueueGuard { client: self, family, name, owner, rx: Some(rx) };
         loop {
             // Wake when the first holder's lease ends: a vanished holder frees its place then.
-            let next_expiry = self.with_entry(family, name, |e| e.holders.iter().map(|h| h.expires).min());
+            // Re-read at least every 50 ms: a renewal may shorten a lease (`hold_at_least`).
+            let next_expiry = self
+                .with_entry(family, name, |e| e.holders.iter().map(|h| h.expires).min())
+                .map(|h| h.min(Instant::now() + Duration::from_millis(50)));
             let wake_at = match (next_expiry, deadline) {
                 (Some(h), Some(d)) => Some(h.min(d)),
                 (h, d) => h.or(d),

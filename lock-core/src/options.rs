@@ -57,6 +57,10 @@ pub struct AcquireOptions {
     /// Who is acquiring, stored with the lease where the backend can (`Capabilities::inspect`);
     /// `None` stores no identity.
     pub holder: Option<Holder>,
+    /// Run-once jobs (ShedLock's `lockAtLeastFor`, docs/contract.md §3): a lease released (or
+    /// dropped) before `t0 + d` keeps the lock taken until `t0 + d` (`t0` = when the grant's
+    /// request was sent) instead of freeing it. `None` frees on release.
+    pub hold_at_least: Option<Duration>,
 }
 
 /// The default lease time.
@@ -93,6 +97,7 @@ impl AcquireOptions {
             request_timeout: Duration::from_secs(5),
             max_hold: None,
             holder: None,
+            hold_at_least: None,
         }
     }
 
@@ -135,6 +140,22 @@ impl AcquireOptions {
     /// Caps the total time the watchdog keeps renewing.
     pub fn max_hold(mut self, max: Duration) -> Self {
         self.max_hold = Some(max);
+        self
+    }
+
+    /// Keeps the lock taken until `t0 + at_least` even when released earlier: a job that ran
+    /// in 2 s under `hold_at_least(60s)` is not run again by an instance whose timer fired a
+    /// few seconds late. Per-lock backends shorten the lease on release to end at `t0 +
+    /// at_least`; ZooKeeper keeps the node and deletes it then (docs/contract.md §3).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lock_core::AcquireOptions;
+    /// let opts = AcquireOptions::new(Duration::from_secs(30)).hold_at_least(Duration::from_secs(60));
+    /// assert_eq!(opts.hold_at_least, Some(Duration::from_secs(60)));
+    /// ```
+    pub fn hold_at_least(mut self, at_least: Duration) -> Self {
+        self.hold_at_least = Some(at_least);
         self
     }
 
@@ -206,15 +227,23 @@ impl AcquireOptions {
                 ));
             }
         }
+        if let Some(h) = self.hold_at_least {
+            if h > MAX_SPAN {
+                return Err(LockError::invalid_options(
+                    "hold_at_least is too large; a run-once job holds its lock for minutes or hours, not centuries",
+                ));
+            }
+        }
         // Every instant the lease computes must exist (no `Instant + Duration` overflow).
         let now = tokio::time::Instant::now();
-        let longest = [self.ttl, self.request_timeout, self.max_hold.unwrap_or_default()]
-            .into_iter()
-            .chain(match self.wait {
-                WaitPolicy::For(w) => Some(w),
-                _ => None,
-            })
-            .try_fold(Duration::ZERO, |acc, d| acc.checked_add(d));
+        let longest =
+            [self.ttl, self.request_timeout, self.max_hold.unwrap_or_default(), self.hold_at_least.unwrap_or_default()]
+                .into_iter()
+                .chain(match self.wait {
+                    WaitPolicy::For(w) => Some(w),
+                    _ => None,
+                })
+                .try_fold(Duration::ZERO, |acc, d| acc.checked_add(d));
         if longest.and_then(|d| now.checked_add(d.saturating_mul(2))).is_none() {
             return Err(LockError::invalid_options("the durations are too large to compute deadlines with"));
         }
@@ -255,6 +284,7 @@ mod tests {
                 ("renew_every", base.clone().renew_every(d)),
                 ("request_timeout", base.clone().request_timeout(d)),
                 ("max_hold", base.clone().max_hold(d)),
+                ("hold_at_least", base.clone().hold_at_least(d)),
             ];
             for (field, o) in table {
                 assert!(

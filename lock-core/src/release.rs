@@ -30,7 +30,10 @@ pub(crate) async fn release_once(shared: Arc<Shared>) -> Result<(), LockError> {
     }
     let retry = *state == ReleaseState::Unknown;
     *state = ReleaseState::Unknown;
-    let result = timeout(shared.request_timeout, shared.handle.release()).await;
+    let result = match held_for(&shared, Instant::now()) {
+        Some(left) => timeout(shared.request_timeout, shared.handle.release_after(left)).await,
+        None => timeout(shared.request_timeout, shared.handle.release()).await,
+    };
     match result {
         Ok(Ok(ReleaseOutcome::Released)) => {
             *state = ReleaseState::Done;
@@ -59,6 +62,15 @@ pub(crate) async fn release_once(shared: Arc<Shared>) -> Result<(), LockError> {
             ),
         )),
     }
+}
+
+/// Below this, `hold_at_least` frees at once: a shorter server-side lease is not worth a request.
+const MIN_HOLD_LEFT: Duration = Duration::from_millis(2);
+
+/// How long the lock must stay taken after a release now (`hold_at_least`), if at all.
+fn held_for(shared: &Shared, now: Instant) -> Option<Duration> {
+    let left = shared.hold_until?.saturating_duration_since(now);
+    (left >= MIN_HOLD_LEFT).then_some(left)
 }
 
 /// Until when a background release is worth sending: past it, whatever the server kept for us

@@ -145,6 +145,36 @@ impl LeaseHandle for ZkHandle {
             Err(e) => Err(LockError::backend(BACKEND, e)),
         }
     }
+
+    /// The lease is the session, so a shorter ttl means nothing to the server: keep the node
+    /// (confirmed ours first) and delete it `after` from now from a background task. If the
+    /// process or its session ends first, the node goes when the session does — possibly
+    /// before `t0 + hold_at_least` (docs/contract.md §3).
+    async fn release_after(&self, after: Duration) -> Result<ReleaseOutcome, LockError> {
+        if self.renew(after).await? == RenewOutcome::NotOwner {
+            return Ok(ReleaseOutcome::NotOwner);
+        }
+        self.released.store(true, Ordering::SeqCst);
+        tokio::spawn(delete_later(self.client.clone(), self.prefix.clone(), self.path.clone(), after));
+        Ok(ReleaseOutcome::Released)
+    }
+}
+
+/// Deletes our node `after` from now (`hold_at_least`), retrying until the server answers or
+/// the session is gone (which deletes the node anyway).
+async fn delete_later(client: Client, prefix: String, path: String, after: Duration) {
+    sleep(after).await;
+    let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_secs(1));
+    loop {
+        match delete_node_of(&client, &prefix, &path).await {
+            Ok(_) => return,
+            Err(_) if client.state().is_terminated() => return,
+            Err(e) => {
+                tracing::debug!(node = %path, error = %e, "hold_at_least: deleting the node failed; retrying");
+                sleep(backoff.next_delay()).await;
+            }
+        }
+    }
 }
 
 /// Fires a lease's lost signal when its session ends, its node is deleted, or the connection

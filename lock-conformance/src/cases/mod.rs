@@ -17,9 +17,11 @@ use tokio::time::Instant;
 
 use crate::{ClientLink, Fixture};
 
+pub mod election;
 pub mod exclusion;
 pub mod faults;
 pub mod fencing;
+pub mod hold;
 pub mod kinds;
 pub mod kinds_faults;
 pub mod lease;
@@ -116,8 +118,11 @@ impl Case {
     /// The overall limit the runner puts on this case for `fixture`.
     pub fn time_limit(&self, fixture: &dyn Fixture) -> Duration {
         let unit = fixture.base_ttl().max(fixture.expiry_bound());
-        let extra =
-            if self.name == "nemesis" || self.name == "kinds_nemesis" { nemesis::duration() } else { Duration::ZERO };
+        let extra = if matches!(self.name, "nemesis" | "kinds_nemesis" | "election_nemesis") {
+            nemesis::duration()
+        } else {
+            Duration::ZERO
+        };
         unit.saturating_mul(self.budget).saturating_add(extra).saturating_add(Duration::from_secs(20))
     }
 }
@@ -186,6 +191,11 @@ registry! {
     kinds_faults::kinds_server_pause, 12, "a paused server: writers and permit holders lose their leases on time";
     kinds_faults::kinds_nemesis, 10, "random server faults while rw and semaphore clients contend: the kind checkers hold";
     lease::slow_grant_renewed_in_time, 8, "a grant that took a third of its ttl to arrive is renewed in time, not lost";
+    election::election_nemesis, 10, "five election candidates under random faults: never two valid leaders, epochs strictly rise";
+    election::election_resign_hands_over, 20, "a resigning leader hands over to a waiting candidate within the wake bound";
+    election::election_observers_converge, 20, "observers report each new leader within one ttl of its election (needs inspect)";
+    hold::hold_at_least_early_release, 12, "a lease released or dropped before t0 + hold_at_least keeps the lock until then, and not much longer";
+    hold::hold_at_least_late_release, 6, "a lease released after t0 + hold_at_least frees the lock at once";
 }
 
 /// Every case of the suite, in report order.

@@ -16,7 +16,7 @@ use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 
 use super::{fail, ms, CaseError, CaseResult, Ctx};
-use crate::{ClientLink, Fixture};
+use crate::{ClientLink, Fixture, ServerControl};
 
 const LOCKS: usize = 2;
 const LINKED: usize = 3;
@@ -32,19 +32,19 @@ pub fn duration() -> Duration {
         .unwrap_or(Duration::from_secs(4))
 }
 
-fn seed() -> u64 {
+pub(crate) fn seed() -> u64 {
     std::env::var("DLOCK_NEMESIS_SEED").ok().and_then(|s| s.trim().parse().ok()).unwrap_or_else(rand::random)
 }
 
 /// One holder's window of exclusivity: from `acquire` returning to the earlier of its release
 /// and its `valid_until`.
 #[derive(Clone, Debug)]
-struct Window {
-    lock: usize,
-    client: usize,
-    token: u64,
-    start: Instant,
-    end: Instant,
+pub(crate) struct Window {
+    pub(crate) lock: usize,
+    pub(crate) client: usize,
+    pub(crate) token: u64,
+    pub(crate) start: Instant,
+    pub(crate) end: Instant,
 }
 
 #[derive(Default)]
@@ -144,6 +144,54 @@ pub async fn nemesis(fx: &dyn Fixture) -> CaseResult {
         }));
     }
 
+    let faults = inject_faults(&mut rng, deadline, run_for, ttl, &links, server.as_ref(), restarts_allowed).await?;
+    let join_bound = ttl * 6 + cx.expiry() * 2 + cx.request_timeout() * 2;
+    for w in workers {
+        match tokio::time::timeout(join_bound, w).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => fail!("a nemesis client panicked: {e} (seed {seed})"),
+            Err(_) => fail!("a nemesis client did not stop within {} ms after the run (seed {seed})", ms(join_bound)),
+        }
+    }
+
+    let mut windows = log.windows.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let mut violations = log.violations.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    violations.extend(overlaps(&mut windows));
+    if !violations.is_empty() {
+        fail!(
+            "seed {seed}: {} violation(s): {}; faults: {}",
+            violations.len(),
+            violations.iter().take(5).cloned().collect::<Vec<_>>().join("; "),
+            faults.join(", ")
+        );
+    }
+    if windows.is_empty() {
+        fail!("seed {seed}: no client held any lock in {} ms: the run proves nothing", ms(run_for));
+    }
+    let hooks = if links.is_empty() && server.is_none() { " (no fault hooks: contention only)" } else { "" };
+    Ok(format!(
+        "seed {seed}: {} holds over {} clients, {} faults{hooks} ({}), {} client errors, {} ms",
+        windows.len(),
+        clients.len(),
+        faults.len(),
+        faults.iter().take(6).cloned().collect::<Vec<_>>().join(", "),
+        log.errors.load(Ordering::Relaxed),
+        ms(run_for)
+    ))
+}
+
+/// Injects random faults until `deadline`: partitions, connection resets and latency on the
+/// `links`, pauses (and, when `restarts_allowed`, restarts) of the `server`; heals every link
+/// at the end. Returns what it did, for the report.
+pub(crate) async fn inject_faults(
+    rng: &mut StdRng,
+    deadline: Instant,
+    run_for: Duration,
+    ttl: Duration,
+    links: &[Arc<dyn ClientLink>],
+    server: Option<&Arc<dyn ServerControl>>,
+    restarts_allowed: bool,
+) -> Result<Vec<String>, CaseError> {
     let mut faults: Vec<String> = Vec::new();
     while Instant::now() + ttl / 4 < deadline {
         // Short quiet gaps: a short CI run still sees several faults.
@@ -208,47 +256,15 @@ pub async fn nemesis(fx: &dyn Fixture) -> CaseResult {
             _ => {}
         }
     }
-    for l in &links {
+    for l in links {
         l.set_partitioned(false).await;
         l.set_latency(Duration::ZERO).await;
     }
-    let join_bound = ttl * 6 + cx.expiry() * 2 + cx.request_timeout() * 2;
-    for w in workers {
-        match tokio::time::timeout(join_bound, w).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => fail!("a nemesis client panicked: {e} (seed {seed})"),
-            Err(_) => fail!("a nemesis client did not stop within {} ms after the run (seed {seed})", ms(join_bound)),
-        }
-    }
-
-    let mut windows = log.windows.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    let mut violations = log.violations.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    violations.extend(overlaps(&mut windows));
-    if !violations.is_empty() {
-        fail!(
-            "seed {seed}: {} violation(s): {}; faults: {}",
-            violations.len(),
-            violations.iter().take(5).cloned().collect::<Vec<_>>().join("; "),
-            faults.join(", ")
-        );
-    }
-    if windows.is_empty() {
-        fail!("seed {seed}: no client held any lock in {} ms: the run proves nothing", ms(run_for));
-    }
-    let hooks = if links.is_empty() && server.is_none() { " (no fault hooks: contention only)" } else { "" };
-    Ok(format!(
-        "seed {seed}: {} holds over {} clients, {} faults{hooks} ({}), {} client errors, {} ms",
-        windows.len(),
-        clients.len(),
-        faults.len(),
-        faults.iter().take(6).cloned().collect::<Vec<_>>().join(", "),
-        log.errors.load(Ordering::Relaxed),
-        ms(run_for)
-    ))
+    Ok(faults)
 }
 
 /// Per lock, windows sorted by start must not overlap.
-fn overlaps(windows: &mut [Window]) -> Vec<String> {
+pub(crate) fn overlaps(windows: &mut [Window]) -> Vec<String> {
     windows.sort_by_key(|w| (w.lock, w.start));
     let mut out = Vec::new();
     let mut prev: Option<&Window> = None;
