@@ -19,8 +19,8 @@ use dlock::{
     AcquireOptions, Capabilities, DistributedLock, LeaseStore, LockError, LockName, OwnerId, ReleaseOutcome,
     RenewOutcome, StoreLock, TryLock,
 };
-use lock_conformance::servers::redis::RedisServer;
-use lock_conformance::servers::zookeeper::ZkServer;
+use dlock_testkit::servers::redis::RedisServer;
+use dlock_testkit::servers::zookeeper::ZkServer;
 
 const CYCLES: usize = 200;
 const HANDOFFS: usize = 25;

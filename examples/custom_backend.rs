@@ -139,7 +139,8 @@ impl Fixture for ToyFixture {
         Ok(Some(LinkedClient { client: Arc::new(StoreLock::new(store)), link: Arc::new(ToyLink(partitioned)) }))
     }
 
-    // Server fault hook. A real backend would return its `servers::LocalServer` here.
+    // Server fault hook. A real backend would return its server's control here (the
+    // dlock workspace uses `dlock_testkit::local::LocalServer`).
     fn server(&self) -> Option<Arc<dyn ServerControl>> {
         Some(Arc::new(ToyControl(self.server.clone())))
     }

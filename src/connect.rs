@@ -30,7 +30,7 @@ pub async fn connect_with(config: &Config) -> Result<Arc<dyn DistributedLock>, L
 async fn exclusive(config: &Config) -> Result<Arc<dyn DistributedLock>, LockError> {
     let url = config.url.as_str();
     warn_weak_tls(url);
-    match Scheme::of(url)? {
+    match Scheme::of(url)?.compiled()? {
         Scheme::Memory => Ok(Arc::new(memory_server(url))),
         #[cfg(feature = "sql")]
         Scheme::Sqlite | Scheme::Postgres | Scheme::Mysql => {
@@ -79,7 +79,7 @@ pub async fn connect_rw_with(config: &Config) -> Result<Arc<dyn DistributedRwLoc
 
 async fn rw(config: &Config) -> Result<Arc<dyn DistributedRwLock>, LockError> {
     warn_weak_tls(&config.url);
-    match Scheme::of(&config.url)? {
+    match Scheme::of(&config.url)?.compiled()? {
         Scheme::Memory => Ok(Arc::new(memory_server(&config.url))),
         #[cfg(feature = "sql")]
         Scheme::Sqlite | Scheme::Postgres | Scheme::Mysql => {
@@ -102,7 +102,7 @@ pub async fn connect_semaphore_with(config: &Config) -> Result<Arc<dyn Distribut
 
 async fn semaphore(config: &Config) -> Result<Arc<dyn DistributedSemaphore>, LockError> {
     warn_weak_tls(&config.url);
-    match Scheme::of(&config.url)? {
+    match Scheme::of(&config.url)?.compiled()? {
         Scheme::Memory => Ok(Arc::new(memory_server(&config.url))),
         #[cfg(feature = "sql")]
         Scheme::Sqlite | Scheme::Postgres | Scheme::Mysql => {

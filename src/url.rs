@@ -39,18 +39,24 @@ struct Row {
 
 const TABLE: &[Row] = &[
     Row { names: &["memory"], scheme: Scheme::Memory, feature: None, default_port: None, form: "memory://[name]" },
-    Row { names: &["sqlite"], scheme: Scheme::Sqlite, feature: Some("sql"), default_port: None, form: "sqlite://path" },
+    Row {
+        names: &["sqlite"],
+        scheme: Scheme::Sqlite,
+        feature: Some("sqlite"),
+        default_port: None,
+        form: "sqlite://path",
+    },
     Row {
         names: &["postgres", "postgresql"],
         scheme: Scheme::Postgres,
-        feature: Some("sql"),
+        feature: Some("postgres"),
         default_port: Some(5432),
         form: "postgres://user:password@host/db?sslmode=verify-full",
     },
     Row {
         names: &["mysql", "mariadb"],
         scheme: Scheme::Mysql,
-        feature: Some("sql"),
+        feature: Some("mysql"),
         default_port: Some(3306),
         form: "mysql://user:password@host/db?ssl-mode=verify_identity",
     },
@@ -117,17 +123,29 @@ impl Scheme {
     /// Whether this build has the backend.
     pub fn is_compiled(self) -> bool {
         match self.feature() {
-            Some("sql") => cfg!(feature = "sql"),
+            Some("postgres") => cfg!(feature = "postgres"),
+            Some("mysql") => cfg!(feature = "mysql"),
+            Some("sqlite") => cfg!(feature = "sqlite"),
             Some("redis") => cfg!(feature = "redis"),
             Some("zk") => cfg!(feature = "zk"),
             _ => true,
         }
     }
 
+    /// This scheme, or the `Config` error naming the feature to enable when this build does not
+    /// have its backend.
+    pub(crate) fn compiled(self) -> Result<Scheme, LockError> {
+        if self.is_compiled() {
+            Ok(self)
+        } else {
+            Err(self.not_compiled())
+        }
+    }
+
     /// The `Config` error for a backend this build does not have.
     pub(crate) fn not_compiled(self) -> LockError {
         LockError::config(format!(
-            "the {self:?} backend is not compiled into this build; enable dlock's cargo feature {:?}",
+            "the {self:?} backend is not compiled into this build; enable the cargo feature {:?} of dlock-rs",
             self.feature().unwrap_or("default")
         ))
     }
@@ -174,5 +192,17 @@ mod tests {
                 assert_eq!(Scheme::of(&format!("{name}://h")).ok(), Some(scheme));
             }
         }
+    }
+
+    #[test]
+    fn a_backend_not_compiled_in_names_its_feature() {
+        for row in TABLE {
+            let Some(feature) = row.feature else { continue };
+            let e = row.scheme.not_compiled();
+            assert!(matches!(e, LockError::Config { .. }), "{e}");
+            assert!(e.to_string().contains(&format!("{feature:?}")), "{e}");
+            assert_eq!(row.scheme.compiled().is_ok(), row.scheme.is_compiled(), "{:?}", row.scheme);
+        }
+        assert!(Scheme::Memory.compiled().is_ok(), "memory is always there");
     }
 }

@@ -4,8 +4,8 @@
 
 use std::process::Command;
 
-use lock_conformance::servers::redis::RedisServer;
-use lock_conformance::servers::zookeeper::ZkServer;
+use dlock_testkit::servers::redis::RedisServer;
+use dlock_testkit::servers::zookeeper::ZkServer;
 use serde_json::Value;
 
 const CASES: [&str; 5] = ["baseline", "uncontended", "contended", "spread", "held"];

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use dlock::{AcquireOptions, Config, LockName};
-use lock_conformance::servers::redis::RedisServer;
-use lock_conformance::servers::zookeeper::ZkServer;
+use dlock_testkit::servers::redis::RedisServer;
+use dlock_testkit::servers::zookeeper::ZkServer;
 
 async fn exercise(url: &str) {
     let config = Config::from_url(url);

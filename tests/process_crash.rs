@@ -7,8 +7,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use dlock::{AcquireOptions, Config, LockName};
-use lock_conformance::servers::redis::RedisServer;
-use lock_conformance::servers::zookeeper::ZkServer;
+use dlock_testkit::servers::redis::RedisServer;
+use dlock_testkit::servers::zookeeper::ZkServer;
 
 const TTL: Duration = Duration::from_secs(2);
 

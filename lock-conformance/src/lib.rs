@@ -1,9 +1,11 @@
 //! # lock-conformance
 //!
 //! The dlock conformance suite (docs/contract.md §7): the same safety cases for every backend, written once
-//! as plain `pub async fn case(fx: &dyn Fixture) -> CaseResult` checks ([`cases`]), plus test-server
-//! provisioning ([`servers`]), an in-process TCP fault proxy ([`proxy`]), and a runner that
-//! returns a report ([`runner`]).
+//! as plain `pub async fn case(fx: &dyn Fixture) -> CaseResult` checks ([`cases`]), plus an
+//! in-process TCP fault proxy ([`proxy`]), a runner that returns a report ([`runner`]) and the
+//! in-memory reference fixture ([`memory`]): what it takes to certify a backend. The test servers
+//! the bundled backends are certified against live in the unpublished `dlock-testkit` crate of
+//! the dlock workspace.
 //!
 //! ## Certifying a backend (yours or ours)
 //!
@@ -58,7 +60,7 @@
 //!   and connect that client through [`proxy::FaultProxy::local_addr`]; for several servers
 //!   (Redlock) use a [`proxy::ProxyGroup`].
 //! - [`Fixture::server`]: stop (SIGKILL), start, pause (SIGSTOP/SIGCONT) a server the fixture
-//!   owns ([`ServerControl`]); [`process::ChildServer`] does this for a local binary.
+//!   owns ([`ServerControl`]); dlock-testkit's `LocalServer` does this for a local binary.
 //! - [`Fixture::delete_entry`]: delete a held lock's server-side entry behind the holder's
 //!   back (Redis `DEL`, a SQL `UPDATE … SET owner = NULL`, deleting the ZooKeeper node),
 //!   keeping the fencing state.
@@ -70,7 +72,8 @@
 //!
 //! ```ignore
 //! use std::sync::Arc;
-//! use lock_conformance::{async_trait, proxy::FaultProxy, servers::TestServer, ClientLink, Fixture, LinkedClient, ServerControl};
+//! use lock_conformance::{async_trait, proxy::FaultProxy, ClientLink, Fixture, LinkedClient, ServerControl};
+//! use dlock_testkit::servers::TestServer; // or however your tests get a server
 //! use lock_core::{DistributedLock, LockError};
 //!
 //! struct MyFixture { server: TestServer }
@@ -137,16 +140,10 @@
 //!
 //! ## Servers for the bundled backends
 //!
-//! [`servers::provision`] gets a fresh server from, in order: a URL in
-//! `DLOCK_TEST_<BACKEND>_URL`; a container when this crate is built with the `containers`
-//! feature and `docker info` answers (official images through testcontainers); a local server
-//! binary started on a free port in a temp dir and stopped by PID. It prints which one it used.
-//! To run against Docker:
-//!
-//! ```text
-//! docker info                      # must answer
-//! cargo nextest run -p lock-redis --features lock-conformance/containers
-//! ```
+//! The dlock workspace's own tests get theirs from `dlock-testkit` (a dev-dependency, not
+//! published): a URL in `DLOCK_TEST_<BACKEND>_URL`; else a container when that crate is built
+//! with its `containers` feature and `docker info` answers; else a local server binary started
+//! on a free port in a temp dir and stopped by PID. It prints which one it used.
 //!
 //! ## Knobs
 //!
@@ -159,10 +156,8 @@ pub mod fixture;
 #[doc(hidden)]
 pub mod harness;
 pub mod memory;
-pub mod process;
 pub mod proxy;
 pub mod runner;
-pub mod servers;
 
 pub use async_trait::async_trait;
 pub use cases::{all_cases, Case, CaseError, CaseResult};

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use lock_conformance::servers::redis::RedisServer;
+use dlock_testkit::servers::redis::RedisServer;
 use lock_core::{AcquireOptions, DistributedLock, DistributedRwLock, DistributedSemaphore, LockName};
 use lock_redis::RedisOptions;
 

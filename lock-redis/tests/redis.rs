@@ -130,7 +130,7 @@ mod redis_extra {
 
     #[tokio::test]
     async fn unreachable_server_is_unavailable_fast() {
-        let port = lock_conformance::process::free_port().unwrap();
+        let port = dlock_testkit::process::free_port().unwrap();
         let t = Instant::now();
         let r = lock_redis::connect(&format!("redis://127.0.0.1:{port}"), crate::common::test_options()).await;
         assert!(matches!(r, Err(LockError::Unavailable { .. })), "{:?}", r.err());
@@ -291,7 +291,7 @@ mod redis_extra {
     /// is `Unavailable`, fast, and nothing panics (rustls crypto provider installed).
     #[tokio::test]
     async fn tls_from_url() {
-        use lock_conformance::process::{find_binary, free_port, wait_for_port, ChildServer};
+        use dlock_testkit::process::{find_binary, free_port, wait_for_port, ChildServer};
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
         let sh = |script: &str| {
@@ -457,7 +457,7 @@ mod redis_kinds {
         assert!(matches!(sem.acquire_permit(&name, 0, &opts(1000)).await, Err(LockError::InvalidOptions { .. })));
         let bad = lock_redis::connect_rw("http://x", crate::common::test_options()).await;
         assert!(matches!(bad, Err(LockError::Config { .. })));
-        let port = lock_conformance::process::free_port().unwrap();
+        let port = dlock_testkit::process::free_port().unwrap();
         let url = format!("redis://127.0.0.1:{port}");
         let down = lock_redis::connect_semaphore(&url, crate::common::test_options()).await;
         assert!(matches!(down, Err(LockError::Unavailable { .. })));

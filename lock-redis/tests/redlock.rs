@@ -290,8 +290,8 @@ mod redlock_extra {
             let r = lock_redis::connect_redlock(url, crate::common::test_options()).await;
             assert!(matches!(r, Err(LockError::Config { .. })), "{url}: {:?}", r.err());
         }
-        let p1 = lock_conformance::process::free_port().unwrap();
-        let p2 = lock_conformance::process::free_port().unwrap();
+        let p1 = dlock_testkit::process::free_port().unwrap();
+        let p2 = dlock_testkit::process::free_port().unwrap();
         let t = Instant::now();
         let r = lock_redis::connect_redlock(
             &format!("redlock://127.0.0.1:{p1},127.0.0.1:{p2},127.0.0.1:{p1}"),

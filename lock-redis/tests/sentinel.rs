@@ -5,7 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use lock_conformance::servers::redis_sentinel::{RedisSentinelDeployment, SentinelNode};
+use dlock_testkit::servers::redis_sentinel::{RedisSentinelDeployment, SentinelNode};
 use lock_core::{AcquireOptions, DistributedLock, LockError, LockName};
 use lock_redis::RedisOptions;
 

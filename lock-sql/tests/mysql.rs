@@ -98,12 +98,12 @@ async fn extra_mysql_path_without_returning() {
     common::check_takeover_fence(&fx).await.unwrap();
 }
 
-/// `lock_conformance::servers::mysql::mysql()` (env URL, else a private local server) gives a
+/// `dlock_testkit::servers::mysql::mysql()` (env URL, else a private local server) gives a
 /// server this backend works against.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extra_provisioned_server() {
     use lock_core::{AcquireOptions, DistributedLock, LockName};
-    let server = lock_conformance::servers::mysql::mysql().await.unwrap();
+    let server = dlock_testkit::servers::mysql::mysql().await.unwrap();
     let lock = lock_sql::connect(&server.url, lock_sql::SqlOptions::default()).await.unwrap();
     let name = LockName::new("provisioned").unwrap();
     let lease = lock.try_acquire(&name, &AcquireOptions::new(Duration::from_secs(2))).await.unwrap().expect("free");
@@ -125,7 +125,7 @@ async fn extra_kinds_expiry_and_takeover() {
 /// (commits survive a crash of mysqld but not of the host) and back to 1.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extra_durable_fencing_follows_innodb_flush_setting() {
-    use lock_conformance::servers::mysql::MysqlServer;
+    use dlock_testkit::servers::mysql::MysqlServer;
     use lock_core::{DistributedLock, DistributedSemaphore};
     use sqlx::{Connection, Executor};
     let server = MysqlServer::start_local().await.expect("a private mariadb server");

@@ -172,12 +172,12 @@ async fn extra_listener_reconnects() {
     assert!(latency < Duration::from_millis(300), "{latency:?}: woken by a timer, not by NOTIFY");
 }
 
-/// `lock_conformance::servers::postgres::postgres()` (env URL, else a private local server) gives a
+/// `dlock_testkit::servers::postgres::postgres()` (env URL, else a private local server) gives a
 /// server this backend works against.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extra_provisioned_server() {
     use lock_core::{AcquireOptions, DistributedLock, LockName};
-    let server = lock_conformance::servers::postgres::postgres().await.unwrap();
+    let server = dlock_testkit::servers::postgres::postgres().await.unwrap();
     let lock = lock_sql::connect(&server.url, lock_sql::SqlOptions::default()).await.unwrap();
     let name = LockName::new("provisioned").unwrap();
     let lease = lock.try_acquire(&name, &AcquireOptions::new(Duration::from_secs(2))).await.unwrap().expect("free");
@@ -200,7 +200,7 @@ async fn extra_kinds_expiry_and_takeover() {
 /// so after the restart the next token of the lock and of the semaphore is above the last one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extra_fences_survive_a_crash_of_an_async_commit_server() {
-    use lock_conformance::servers::postgres::PostgresServer;
+    use dlock_testkit::servers::postgres::PostgresServer;
     use lock_core::{AcquireOptions, DistributedLock, DistributedSemaphore, LockName};
     use sqlx::Connection;
     let server = PostgresServer::start_local_with(&["synchronous_commit=off", "wal_writer_delay=10000ms"])

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use lock_conformance::servers::zk_ensemble::{EnsembleOptions, ZkEnsemble};
+use dlock_testkit::servers::zk_ensemble::{EnsembleOptions, ZkEnsemble};
 use lock_core::{AcquireOptions, DistributedLock, LockError, LockName};
 use lock_zk::ZkOptions;
 use tokio::time::Instant;

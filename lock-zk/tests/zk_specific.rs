@@ -222,7 +222,7 @@ async fn cancelled_and_timed_out_waits_leave_no_node() {
 
 #[tokio::test]
 async fn unreachable_server_is_unavailable_within_the_wait() {
-    let port = lock_conformance::process::free_port().unwrap();
+    let port = dlock_testkit::process::free_port().unwrap();
     let options = ZkOptions { connect_timeout: Duration::from_secs(1), ..ZkOptions::default() };
     let begun = Instant::now();
     let err = lock_zk::connect(&format!("zk://127.0.0.1:{port}/x"), options).await.unwrap_err();
@@ -497,7 +497,7 @@ async fn stray_nodes_of_our_own_prefix_neither_block_nor_outlive_the_acquisition
 #[tokio::test]
 async fn an_ensemble_url_with_a_dead_member_works() {
     let fx = ZkFixture::start().await.unwrap();
-    let dead = lock_conformance::process::free_port().unwrap();
+    let dead = dlock_testkit::process::free_port().unwrap();
     let live = fx.server.addr().unwrap();
     let url = format!("zk://127.0.0.1:{dead},{live}{}", fx.root);
     let lock = lock_zk::connect(&url, fx.options.clone()).await.unwrap();

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use lock_conformance::servers::zookeeper::ZkServer;
+use dlock_testkit::servers::zookeeper::ZkServer;
 use lock_core::{AcquireOptions, DistributedLock, LockError, LockName};
 use lock_zk::ZkOptions;
 

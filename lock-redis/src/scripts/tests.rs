@@ -22,7 +22,7 @@ fn keys_share_a_tag_and_never_collide() {
 /// The scripts themselves, against a fresh local server.
 #[tokio::test]
 async fn scripts_against_a_server() {
-    let server = lock_conformance::servers::redis::RedisServer::start_local().await.unwrap();
+    let server = dlock_testkit::servers::redis::RedisServer::start_local().await.unwrap();
     let client = redis::Client::open(server.url()).unwrap();
     let mut c = client.get_multiplexed_async_connection().await.unwrap();
     let k = Keys::new("t", &LockName::new("s").unwrap());
@@ -241,7 +241,7 @@ async fn scripts_against_a_server() {
 /// through; losing the data again (FLUSHALL) starts a new quiet period.
 #[tokio::test]
 async fn quiet_period_after_lost_state() {
-    let server = lock_conformance::servers::redis::RedisServer::start_local().await.unwrap();
+    let server = dlock_testkit::servers::redis::RedisServer::start_local().await.unwrap();
     let client = redis::Client::open(server.url()).unwrap();
     let mut c = client.get_multiplexed_async_connection().await.unwrap();
     let conn = c.clone();

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use dlock_testkit::servers::redis::RedisServer;
 use lock_conformance::proxy::{FaultProxy, ProxyGroup};
-use lock_conformance::servers::redis::RedisServer;
 use lock_conformance::{async_trait, Fixture, LinkedClient, ServerControl};
 use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LeaseStore, LockError, LockName};
 use lock_redis::RedisOptions;
@@ -247,6 +247,6 @@ impl Fixture for RedlockFixture {
     }
 
     fn provenance(&self) -> String {
-        format!("{} × {}", self.servers.len(), self.servers.first().map(RedisServer::provenance).unwrap_or_default())
+        format!("{} × {}", self.servers.len(), self.servers.first().map(|s| s.provenance()).unwrap_or_default())
     }
 }

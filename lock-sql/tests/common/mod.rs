@@ -120,7 +120,7 @@ impl SqlFixture {
     /// A private PostgreSQL server for this fixture alone (initdb in a temp dir, free port),
     /// which the suite may stop, restart and pause.
     pub async fn postgres_private() -> Result<SqlFixture, LockError> {
-        let server = lock_conformance::servers::postgres::PostgresServer::start_local().await?;
+        let server = dlock_testkit::servers::postgres::PostgresServer::start_local().await?;
         let upstream = server.addr().ok_or_else(|| LockError::unavailable("test", "private server has no address"))?;
         Ok(SqlFixture {
             dialect: Dialect::Postgres,
@@ -136,7 +136,7 @@ impl SqlFixture {
     /// A private MariaDB server for this fixture alone (temp dir, free port), which the suite
     /// may stop, restart and pause.
     pub async fn mysql_private() -> Result<SqlFixture, LockError> {
-        let server = lock_conformance::servers::mysql::MysqlServer::start_local().await?;
+        let server = dlock_testkit::servers::mysql::MysqlServer::start_local().await?;
         let upstream = server.addr().ok_or_else(|| LockError::unavailable("test", "private server has no address"))?;
         Ok(SqlFixture {
             dialect: Dialect::Mysql,

@@ -6,8 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use dlock_testkit::servers::zookeeper::ZkServer;
 use lock_conformance::proxy::FaultProxy;
-use lock_conformance::servers::zookeeper::ZkServer;
 use lock_conformance::{async_trait, Fixture, LinkedClient, ServerControl};
 use lock_core::AcquireOptions;
 use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockName};

@@ -1,6 +1,6 @@
 //! Local zookeeper servers for tests (see servers/mod.rs for the provisioning order).
 //!
-//! [`ZkServer::start`] uses `DLOCK_TEST_ZK_URL` (or `DLOCK_TEST_ZOOKEEPER_URL`) when it is set
+//! [`ZkServer::start`] uses `DLOCK_TEST_ZK_URL` when it is set
 //! (then there is no server control), else the official `zookeeper:3.8` image where the
 //! `containers` feature is on and a Docker engine answers, and otherwise runs a standalone
 //! ZooKeeper (`QuorumPeerMain`) from the installed
@@ -10,16 +10,14 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use lock_core::LockError;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::{provision, ContainerSpec, TestServer};
-use crate::process::{find_binary, free_port, wait_for_port, ChildServer};
-use crate::ServerControl;
+use crate::local::LocalServer;
+use crate::process::{find_binary, free_port, ChildServer};
 
 /// The environment variable naming an existing ZooKeeper ensemble to test against
 /// (`zk://host:port[,host:port]/root`).
@@ -35,31 +33,20 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// The tick of the test server: sessions may be as short as two ticks.
 pub const TICK: Duration = Duration::from_millis(200);
 
-/// A ZooKeeper server for one test: a local process the test owns, or an external URL.
+/// A ZooKeeper server for one test: a local process or container the test owns, or an external
+/// URL. It is a [`TestServer`] (`url()`, `addr()`, `control()`, `provenance()`).
+#[derive(Debug)]
 pub struct ZkServer {
-    url: String,
-    provenance: String,
-    addr: Option<SocketAddr>,
-    control: Option<Arc<dyn ServerControl>>,
-    /// The local process, when it is one (for its log).
-    local: Option<Arc<LocalZk>>,
-    /// A container server, kept alive as long as this value.
-    _container: Option<TestServer>,
+    server: TestServer,
     /// With [`ZkServer::start_local_tls`]: the TLS port and the CA file that signed its certificate.
     tls: Option<(SocketAddr, PathBuf)>,
 }
 
-impl std::fmt::Debug for ZkServer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ZkServer").field("addr", &self.addr).field("provenance", &self.provenance).finish()
+impl std::ops::Deref for ZkServer {
+    type Target = TestServer;
+    fn deref(&self) -> &TestServer {
+        &self.server
     }
-}
-
-/// A local ZooKeeper process and its temp dir (removed when dropped, after the process).
-struct LocalZk {
-    child: Arc<ChildServer>,
-    addr: SocketAddr,
-    _dir: tempfile::TempDir,
 }
 
 /// The class path of an installed ZooKeeper: the Debian package's `zookeeper.jar` (its manifest
@@ -89,17 +76,9 @@ pub(super) fn java() -> Option<PathBuf> {
 }
 
 impl ZkServer {
-    /// `DLOCK_TEST_ZK_URL` (or `DLOCK_TEST_ZOOKEEPER_URL`) if set, else a container (feature
-    /// `containers` and a Docker engine), else a fresh local ZooKeeper on a free port.
+    /// `DLOCK_TEST_ZK_URL` if set, else a container (feature `containers` and a Docker engine),
+    /// else a fresh local ZooKeeper on a free port.
     pub async fn start() -> Result<ZkServer, LockError> {
-        if let Ok(url) = std::env::var(ENV_URL) {
-            if !url.trim().is_empty() {
-                let provenance = format!("env {ENV_URL}");
-                let addr = first_addr(&url).await;
-                eprintln!("zookeeper: using the server from {ENV_URL}");
-                return Ok(ZkServer { url, provenance, addr, control: None, local: None, _container: None, tls: None });
-            }
-        }
         // The official image honours ZOO_TICK_TIME: a short tick allows the tests' short sessions.
         let spec = ContainerSpec::new("zookeeper", "3.8", 2181)
             .env("ZOO_TICK_TIME", &TICK.as_millis().to_string())
@@ -107,39 +86,9 @@ impl ZkServer {
             .env("ZOO_ADMINSERVER_ENABLED", "false")
             .ready_on("binding to port")
             .persistent(true);
-        // The local path keeps its richer handle (log, typed control) aside; `provision` only
-        // needs to know which path won.
-        let slot = std::sync::Mutex::new(None);
-        let slot_ref = &slot;
-        let server = provision(
-            "zookeeper",
-            Some(spec),
-            |addr| format!("zk://{addr}"),
-            || async move {
-                let zk = ZkServer::start_local().await?;
-                let marker = TestServer::external(
-                    super::Source::Local { program: PathBuf::from("java") },
-                    zk.url.clone(),
-                    zk.addr,
-                );
-                *slot_ref.lock().unwrap_or_else(|e| e.into_inner()) = Some(zk);
-                Ok(marker)
-            },
-        )
-        .await?;
-        if let Some(zk) = slot.into_inner().unwrap_or_else(|e| e.into_inner()) {
-            return Ok(zk);
-        }
-        let provenance = server.provenance();
-        Ok(ZkServer {
-            url: server.url.clone(),
-            addr: server.addr,
-            control: server.control(),
-            provenance,
-            local: None,
-            _container: Some(server),
-            tls: None,
-        })
+        let local = || async { Self::start_local().await.map(|zk| zk.server) };
+        let server = provision("zk", Some(spec), |addr| format!("zk://{addr}"), local).await?;
+        Ok(ZkServer { server, tls: None })
     }
 
     /// Always a fresh local ZooKeeper (ignores `DLOCK_TEST_ZK_URL`).
@@ -228,58 +177,26 @@ impl ZkServer {
             .and_then(|_| std::fs::write(&cfg, config))
             .map_err(|e| LockError::unavailable_from("test", "cannot write zoo.cfg", e))?;
         let args = quorum_peer_args(&cp, &cfg);
-        let provenance = format!("local java {} -cp {cp}", java.display());
-        let child = Arc::new(ChildServer::new(java, args, dir.path()));
-        let local = Arc::new(LocalZk { child, addr, _dir: dir });
-        local.spawn().await?;
-        local.wait_ready().await?;
-        let control: Arc<dyn ServerControl> = local.clone();
-        Ok(ZkServer {
-            url: format!("zk://{addr}"),
-            provenance,
-            addr: Some(addr),
-            control: Some(control),
-            local: Some(local),
-            _container: None,
-            tls,
-        })
-    }
-
-    /// `zk://127.0.0.1:<port>` without a root path (or the external URL as given).
-    pub fn url(&self) -> &str {
-        &self.url
+        let child = ChildServer::new(&java, args, dir.path());
+        let local = LocalServer::new("ZooKeeper", child, addr)
+            .persistent(true)
+            .ready_within(START_TIMEOUT)
+            .ready_when(serves)
+            .start()
+            .await?;
+        Ok(ZkServer { server: local.into_test_server(&java, format!("zk://{addr}"), vec![Box::new(dir)]), tls })
     }
 
     /// `url()` with the root path `root` (replacing the path of an external URL).
     pub fn url_with_root(&self, root: &str) -> String {
         let root = root.trim_start_matches('/');
-        match self.url.strip_prefix("zk://") {
+        match self.url().strip_prefix("zk://") {
             Some(rest) => {
                 let authority = rest.split('/').next().unwrap_or(rest);
                 format!("zk://{authority}/{root}")
             }
-            None => format!("{}/{root}", self.url.trim_end_matches('/')),
+            None => format!("{}/{root}", self.url().trim_end_matches('/')),
         }
-    }
-
-    /// Where the server came from, for reports.
-    pub fn provenance(&self) -> &str {
-        &self.provenance
-    }
-
-    /// The address of the (first) server; `None` when an external URL could not be resolved.
-    pub fn addr(&self) -> Option<SocketAddr> {
-        self.addr
-    }
-
-    /// Stop/start/pause of the local process; `None` for an external URL.
-    pub fn control(&self) -> Option<Arc<dyn ServerControl>> {
-        self.control.clone()
-    }
-
-    /// The local server's log (JVM output), for failure reports.
-    pub fn log(&self) -> Option<String> {
-        self.local.as_ref().map(|c| std::fs::read_to_string(c.child.log_path()).unwrap_or_default())
     }
 }
 
@@ -385,21 +302,6 @@ pub(super) fn quorum_peer_args(cp: &str, cfg: &std::path::Path) -> Vec<String> {
     .collect()
 }
 
-/// Resolves the first host of a `zk://` URL (for a fault proxy in front of it).
-async fn first_addr(url: &str) -> Option<SocketAddr> {
-    let rest = url.split_once("://").map(|(_, r)| r).unwrap_or(url);
-    let authority = rest.split('/').next()?;
-    let hosts = authority.rsplit('@').next()?;
-    let first = hosts.split(',').next()?;
-    let with_port = if first.rsplit_once(':').is_some_and(|(_, p)| p.parse::<u16>().is_ok()) {
-        first.to_owned()
-    } else {
-        format!("{first}:2181")
-    };
-    let lookup = tokio::net::lookup_host(with_port);
-    tokio::time::timeout(Duration::from_secs(5), lookup).await.ok()?.ok()?.next()
-}
-
 /// Sends a four-letter command and returns the answer (empty on any failure).
 pub(super) async fn four_letters(addr: SocketAddr, cmd: &str) -> String {
     let talk = async {
@@ -415,62 +317,7 @@ pub(super) async fn four_letters(addr: SocketAddr, cmd: &str) -> String {
     }
 }
 
-impl LocalZk {
-    async fn spawn(&self) -> Result<(), LockError> {
-        let child = Arc::clone(&self.child);
-        // Spawning reads the supervisor's first line: keep that off the async workers.
-        tokio::task::spawn_blocking(move || child.start())
-            .await
-            .map_err(|e| LockError::unavailable("test", format!("ZooKeeper start task failed: {e}")))?
-    }
-
-    /// Waits until the server serves requests (`srvr` reports its mode), not merely listens.
-    async fn wait_ready(&self) -> Result<(), LockError> {
-        let fail = |e: String| {
-            let log = std::fs::read_to_string(self.child.log_path()).unwrap_or_default();
-            LockError::unavailable("test", format!("ZooKeeper did not start: {e}; its log:\n{log}"))
-        };
-        let end = tokio::time::Instant::now() + START_TIMEOUT;
-        wait_for_port(self.addr, START_TIMEOUT).await.map_err(|e| fail(e.to_string()))?;
-        loop {
-            if four_letters(self.addr, "srvr").await.contains("Mode:") {
-                return Ok(());
-            }
-            if tokio::time::Instant::now() >= end {
-                return Err(fail(format!("{} answers but does not serve requests", self.addr)));
-            }
-            if self.child.pid().is_none() {
-                return Err(fail("the process is gone".into()));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-}
-
-#[async_trait]
-impl ServerControl for LocalZk {
-    async fn stop(&self) -> Result<(), LockError> {
-        // `ChildServer::stop` waits for the process to go: off the async workers.
-        let child = Arc::clone(&self.child);
-        tokio::task::spawn_blocking(move || child.stop())
-            .await
-            .map_err(|e| LockError::unavailable("test", format!("ZooKeeper stop task failed: {e}")))
-    }
-
-    async fn start(&self) -> Result<(), LockError> {
-        self.spawn().await?;
-        self.wait_ready().await
-    }
-
-    async fn pause(&self, paused: bool) -> Result<(), LockError> {
-        // Signals are sent by running `kill`: off the async workers too.
-        let child = Arc::clone(&self.child);
-        tokio::task::spawn_blocking(move || child.pause(paused))
-            .await
-            .map_err(|e| LockError::unavailable("test", format!("ZooKeeper pause task failed: {e}")))
-    }
-
-    fn persistent(&self) -> bool {
-        true
-    }
+/// Whether the server at `addr` serves requests (`srvr` reports its mode), not merely listens.
+pub(super) async fn serves(addr: SocketAddr) -> bool {
+    four_letters(addr, "srvr").await.contains("Mode:")
 }

@@ -143,30 +143,62 @@ impl ChildServer {
 /// shows the stopped state, so a pause is a pause when this returns.
 fn wait_all_threads_stopped(pid: u32, within: Duration) {
     let end = Instant::now() + within;
-    let all_stopped = || -> Option<bool> {
-        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
-        let mut any = false;
-        for task in tasks.flatten() {
-            let stat = std::fs::read_to_string(task.path().join("stat")).ok()?;
-            // The state follows the parenthesised command name, which may contain spaces.
-            let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next())?;
-            if state != "T" && state != "t" {
-                return Some(false);
-            }
-            any = true;
-        }
-        Some(any)
-    };
-    while Instant::now() < end {
-        match all_stopped() {
-            Some(true) | None => return,
-            Some(false) => std::thread::sleep(Duration::from_millis(5)),
-        }
+    while Instant::now() < end && !threads_stopped(pid) {
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
-fn signal(pid: u32, sig: &str) {
+/// Whether every thread of `pid` is stopped (`T`/`t` in `/proc/<pid>/task/*/stat`). A process
+/// that is gone, or a system without `/proc`, counts as stopped: there is nothing to wait on.
+pub(crate) fn threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return true };
+    tasks.flatten().all(|task| {
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        // The state follows the parenthesised command name, which may contain spaces.
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_none_or(|state| state == "T" || state == "t")
+    })
+}
+
+/// Sends `sig` (`KILL`, `STOP`, `CONT`) to `pid` with `kill`; blocks until `kill` returns.
+pub(crate) fn signal(pid: u32, sig: &str) {
     let _ = Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status();
+}
+
+/// Whether this process runs as root (effective uid 0): PostgreSQL refuses to, MariaDB must
+/// be told to.
+pub(crate) fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("Uid:")).and_then(|l| l.split_whitespace().nth(2).map(|euid| euid == "0"))
+        })
+        .unwrap_or(false)
+}
+
+/// The `stat` fields after the command name: state, ppid, … (`None` when the process is gone).
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().map(str::to_owned).collect())
+}
+
+/// A live, non-zombie process. Without `/proc` (not Linux) every process counts as alive.
+pub(crate) fn pid_alive(pid: u32) -> bool {
+    if !Path::new("/proc/self").exists() {
+        return true;
+    }
+    stat_fields(pid).and_then(|f| f.into_iter().next()).is_some_and(|state| state != "Z")
+}
+
+/// Direct children of `pid` (e.g. the postmaster's backends and workers), from `/proc`.
+pub(crate) fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let parent = pid.to_string();
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| stat_fields(*p).and_then(|f| f.into_iter().nth(1)).is_some_and(|ppid| ppid == parent))
+        .collect()
 }
 
 impl Drop for ChildServer {

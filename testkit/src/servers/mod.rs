@@ -10,7 +10,8 @@
 //!    feature and `docker info` answers. The host port is fixed at start, so a stop/start keeps
 //!    the address; stop, start, pause and unpause go through Docker.
 //! 3. A local server binary, started by the backend's own file in this folder (`redis.rs`,
-//!    `postgres.rs`, …) with [`LocalServer`]: free port, temp dir, stopped by PID.
+//!    `postgres.rs`, …) as a [`LocalServer`](crate::local::LocalServer): free port, temp dir,
+//!    stopped by PID.
 //!
 //! It prints which one it used to stderr, and [`TestServer::provenance`] says it again for
 //! reports. Backend server files call it like this:
@@ -37,14 +38,12 @@ pub mod zookeeper;
 use std::any::Any;
 use std::future::Future;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use lock_core::LockError;
 
-use crate::process::{wait_for_port, ChildServer};
 use crate::ServerControl;
 
 /// Where a test server came from.
@@ -85,7 +84,7 @@ pub struct TestServer {
     pub source: Source,
     /// How clients reach it (a URL or connect string, in the backend's own syntax).
     pub url: String,
-    /// Its TCP address, when known: put a [`FaultProxy`](crate::proxy::FaultProxy) in front of it.
+    /// Its TCP address, when known: put a [`FaultProxy`](lock_conformance::proxy::FaultProxy) in front of it.
     pub addr: Option<SocketAddr>,
     control: Option<Arc<dyn ServerControl>>,
     _keep: Vec<Box<dyn Any + Send + Sync>>,
@@ -120,7 +119,7 @@ impl TestServer {
     }
 
     /// The server's controls, when the test owns the process: hand it out from
-    /// [`Fixture::server`](crate::Fixture::server).
+    /// [`Fixture::server`](lock_conformance::Fixture::server).
     pub fn control(&self) -> Option<Arc<dyn ServerControl>> {
         self.control.clone()
     }
@@ -128,6 +127,16 @@ impl TestServer {
     /// Where the server came from, for reports.
     pub fn provenance(&self) -> String {
         self.source.to_string()
+    }
+
+    /// How clients reach it.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Its TCP address, when known (always for servers the test owns).
+    pub fn addr(&self) -> Option<SocketAddr> {
+        self.addr
     }
 }
 
@@ -195,15 +204,21 @@ pub fn env_var(backend: &str) -> String {
     format!("DLOCK_TEST_{}_URL", backend.to_ascii_uppercase().replace('-', "_"))
 }
 
-/// Best effort: the TCP address in a URL (`scheme://host:port/…`) or `host:port[,…]`.
-pub fn addr_of(url: &str) -> Option<SocketAddr> {
+/// Best effort: the TCP address of the (first) host in a URL (`scheme://host:port/…`) or
+/// `host:port[,…]`; a host without a port is reached on `default_port`.
+pub fn addr_of(url: &str, default_port: Option<u16>) -> Option<SocketAddr> {
     let authority = match url.split_once("://") {
         Some((_, rest)) => rest,
         None => url,
     };
-    let authority = authority.split(['/', '?', ',']).next()?;
-    let authority = authority.rsplit('@').next()?;
-    authority.to_socket_addrs().ok()?.next()
+    let authority = authority.split(['/', '?']).next()?;
+    let host = authority.rsplit('@').next()?.split(',').next()?;
+    let has_port = host.rsplit_once(':').is_some_and(|(_, p)| p.parse::<u16>().is_ok());
+    match (has_port, default_port) {
+        (true, _) => host.to_socket_addrs().ok()?.next(),
+        (false, Some(port)) => (host, port).to_socket_addrs().ok()?.next(),
+        (false, None) => None,
+    }
 }
 
 /// Gets a fresh server for `backend`: env URL, else a container (feature `containers` and a
@@ -224,7 +239,7 @@ where
     if let Ok(url) = std::env::var(&var) {
         if !url.trim().is_empty() {
             eprintln!("{backend}: using the server from {var} ({url})");
-            let addr = addr_of(&url);
+            let addr = addr_of(&url, container.as_ref().map(|spec| spec.port));
             return Ok(TestServer::external(Source::Env { var }, url, addr));
         }
     }
@@ -250,11 +265,14 @@ async fn container_path(
     _url_for: &dyn Fn(SocketAddr) -> String,
 ) -> Result<Option<TestServer>, LockError> {
     eprintln!(
-        "{backend}: containers are off (build lock-conformance with --features containers to use Docker); \
+        "{backend}: containers are off (build dlock-testkit with --features containers to use Docker); \
          trying a local binary"
     );
     Ok(None)
 }
+
+#[cfg(feature = "containers")]
+mod containers;
 
 #[cfg(feature = "containers")]
 async fn container_path(
@@ -280,174 +298,6 @@ pub async fn docker_answers() -> bool {
     matches!(tokio::time::timeout(Duration::from_secs(5), probe).await, Ok(Ok(s)) if s.success())
 }
 
-#[cfg(feature = "containers")]
-mod containers {
-    use std::net::SocketAddr;
-    use std::sync::Arc;
-    use std::time::Duration;
-
-    use async_trait::async_trait;
-    use lock_core::LockError;
-    use testcontainers::core::{IntoContainerPort, WaitFor};
-    use testcontainers::runners::AsyncRunner;
-    use testcontainers::{ContainerAsync, GenericImage, ImageExt};
-
-    use super::{ContainerSpec, Source, TestServer};
-    use crate::process::{free_port, wait_for_port};
-    use crate::ServerControl;
-
-    fn err(what: &str, e: impl std::error::Error + Send + Sync + 'static) -> LockError {
-        LockError::unavailable_from("test", format!("{what}; check that Docker runs (`docker info`)"), e)
-    }
-
-    pub(super) async fn start(
-        spec: &ContainerSpec,
-        url_for: &dyn Fn(SocketAddr) -> String,
-    ) -> Result<TestServer, LockError> {
-        let mut image = GenericImage::new(spec.image.clone(), spec.tag.clone()).with_exposed_port(spec.port.tcp());
-        if let Some(m) = &spec.ready_message {
-            image = image.with_wait_for(WaitFor::message_on_either_std(m.as_bytes()));
-        }
-        // A fixed host port keeps the address across stop/start.
-        let host_port = free_port()?;
-        let mut req = image.with_mapped_port(host_port, spec.port.tcp()).with_startup_timeout(Duration::from_secs(120));
-        for (k, v) in &spec.env {
-            req = req.with_env_var(k.clone(), v.clone());
-        }
-        if !spec.cmd.is_empty() {
-            req = req.with_cmd(spec.cmd.clone());
-        }
-        let container = req.start().await.map_err(|e| err("cannot start the container", e))?;
-        let addr = SocketAddr::from(([127, 0, 0, 1], host_port));
-        wait_for_port(addr, Duration::from_secs(60)).await?;
-        let control = Arc::new(ContainerControl { container, addr, persistent: spec.persistent });
-        Ok(TestServer::owned(
-            Source::Container { image: format!("{}:{}", spec.image, spec.tag) },
-            url_for(addr),
-            addr,
-            control,
-            Vec::new(),
-        ))
-    }
-
-    struct ContainerControl {
-        container: ContainerAsync<GenericImage>,
-        addr: SocketAddr,
-        persistent: bool,
-    }
-
-    #[async_trait]
-    impl ServerControl for ContainerControl {
-        async fn stop(&self) -> Result<(), LockError> {
-            self.container.stop_with_timeout(Some(0)).await.map_err(|e| err("cannot stop the container", e))
-        }
-        async fn start(&self) -> Result<(), LockError> {
-            self.container.start().await.map_err(|e| err("cannot start the container", e))?;
-            wait_for_port(self.addr, Duration::from_secs(60)).await
-        }
-        async fn pause(&self, paused: bool) -> Result<(), LockError> {
-            let r = if paused { self.container.pause().await } else { self.container.unpause().await };
-            r.map_err(|e| err("cannot pause or unpause the container", e))
-        }
-        fn persistent(&self) -> bool {
-            self.persistent
-        }
-    }
-}
-
-/// A local server process as a [`ServerControl`]: [`ChildServer`] plus readiness waits, with
-/// the blocking process calls kept off the async runtime.
-pub struct LocalServer {
-    child: Arc<ChildServer>,
-    addr: SocketAddr,
-    persistent: bool,
-    ready_within: Duration,
-}
-
-impl LocalServer {
-    /// Starts `child` and waits until `addr` accepts connections. `persistent`: whether its
-    /// data survive stop/start.
-    pub async fn start(child: ChildServer, addr: SocketAddr, persistent: bool) -> Result<Arc<LocalServer>, LockError> {
-        let server =
-            Arc::new(LocalServer { child: Arc::new(child), addr, persistent, ready_within: Duration::from_secs(60) });
-        server.start_and_wait().await?;
-        Ok(server)
-    }
-
-    /// The address it listens on.
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// The process supervisor.
-    pub fn child(&self) -> &Arc<ChildServer> {
-        &self.child
-    }
-
-    /// Wraps this server as a [`TestServer`]; `dir` (e.g. a `tempfile::TempDir`) is kept alive
-    /// with it.
-    pub fn into_test_server(
-        self: Arc<Self>,
-        program: &Path,
-        url: String,
-        keep: Vec<Box<dyn Any + Send + Sync>>,
-    ) -> TestServer {
-        let addr = self.addr;
-        TestServer::owned(Source::Local { program: program.to_path_buf() }, url, addr, self, keep)
-    }
-
-    async fn start_and_wait(&self) -> Result<(), LockError> {
-        let child = Arc::clone(&self.child);
-        blocking(move || child.start()).await?;
-        match wait_for_port(self.addr, self.ready_within).await {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                let log = std::fs::read_to_string(self.child.log_path()).unwrap_or_default();
-                let tail: String =
-                    log.lines().rev().take(15).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
-                Err(LockError::unavailable("test", format!("{e}; server log tail:\n{tail}")))
-            }
-        }
-    }
-}
-
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, LockError> + Send + 'static,
-) -> Result<T, LockError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| LockError::unavailable_from("test", "a process-control task failed", e))?
-}
-
-#[async_trait]
-impl ServerControl for LocalServer {
-    async fn stop(&self) -> Result<(), LockError> {
-        let child = Arc::clone(&self.child);
-        blocking(move || {
-            child.stop();
-            Ok(())
-        })
-        .await
-    }
-
-    async fn start(&self) -> Result<(), LockError> {
-        self.start_and_wait().await
-    }
-
-    async fn pause(&self, paused: bool) -> Result<(), LockError> {
-        let child = Arc::clone(&self.child);
-        blocking(move || {
-            child.pause(paused);
-            Ok(())
-        })
-        .await
-    }
-
-    fn persistent(&self) -> bool {
-        self.persistent
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -456,10 +306,14 @@ mod tests {
     fn env_names_and_addresses() {
         assert_eq!(env_var("redis"), "DLOCK_TEST_REDIS_URL");
         assert_eq!(env_var("redlock-3"), "DLOCK_TEST_REDLOCK_3_URL");
-        assert_eq!(addr_of("redis://:pw@127.0.0.1:6380/0"), Some(SocketAddr::from(([127, 0, 0, 1], 6380))));
-        assert_eq!(addr_of("127.0.0.1:2181,127.0.0.1:2182"), Some(SocketAddr::from(([127, 0, 0, 1], 2181))));
-        assert_eq!(addr_of("postgres://u@127.0.0.1:5433/db?sslmode=disable").map(|a| a.port()), Some(5433));
-        assert_eq!(addr_of("sqlite::memory:"), None);
+        assert_eq!(addr_of("redis://:pw@127.0.0.1:6380/0", None), Some(SocketAddr::from(([127, 0, 0, 1], 6380))));
+        assert_eq!(addr_of("127.0.0.1:2181,127.0.0.1:2182", None), Some(SocketAddr::from(([127, 0, 0, 1], 2181))));
+        assert_eq!(
+            addr_of("zk://127.0.0.1,127.0.0.2/root", Some(2181)),
+            Some(SocketAddr::from(([127, 0, 0, 1], 2181)))
+        );
+        assert_eq!(addr_of("postgres://u@127.0.0.1:5433/db?sslmode=disable", None).map(|a| a.port()), Some(5433));
+        assert_eq!(addr_of("sqlite::memory:", None), None);
     }
 
     #[tokio::test]

@@ -7,8 +7,8 @@
 //! a node restarted by [`RedisSentinelDeployment::restart`] comes back empty and Sentinel turns it
 //! into a replica of the current primary.
 //!
-//! lock-conformance does not depend on the redis crate, so Sentinels are asked with raw RESP
-//! over TCP.
+//! dlock-testkit does not depend on the redis crate, so Sentinels are asked with raw RESP
+//! over TCP ([`command`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use lock_core::LockError;
 
+pub use super::redis::command;
 use crate::process::{find_binary, free_port, wait_for_port, ChildServer};
 
 /// The master name the Sentinels monitor.
@@ -264,35 +265,6 @@ fn subdir(base: &std::path::Path, name: &str) -> Result<std::path::PathBuf, Lock
     let d = base.join(name);
     std::fs::create_dir_all(&d).map_err(|e| LockError::unavailable_from("test", "cannot create a node dir", e))?;
     Ok(d)
-}
-
-/// Sends one command in RESP and returns the raw reply (read until it stops arriving).
-pub async fn command(addr: SocketAddr, args: &[&str]) -> Result<String, LockError> {
-    let mut req = format!("*{}\r\n", args.len());
-    for a in args {
-        req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
-    }
-    tokio::time::timeout(Duration::from_secs(2), async {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut stream = tokio::net::TcpStream::connect(addr).await?;
-        stream.write_all(req.as_bytes()).await?;
-        let mut out = Vec::new();
-        let mut buf = vec![0u8; 16384];
-        loop {
-            // A reply is complete when no more bytes follow shortly after the last ones.
-            match tokio::time::timeout(Duration::from_millis(30), stream.read(&mut buf)).await {
-                Ok(Ok(0)) => break,
-                Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
-                Ok(Err(e)) => return Err(e),
-                Err(_) if !out.is_empty() => break,
-                Err(_) => continue,
-            }
-        }
-        Ok(String::from_utf8_lossy(&out).into_owned())
-    })
-    .await
-    .map_err(|_| LockError::unavailable("test", format!("{addr} did not answer {args:?} in 2 s")))?
-    .map_err(|e| LockError::unavailable_from("test", format!("cannot send {args:?} to {addr}"), e))
 }
 
 /// Parses the two-bulk-string reply `[host, port]` of `SENTINEL GET-MASTER-ADDR-BY-NAME`.

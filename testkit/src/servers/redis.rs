@@ -13,14 +13,13 @@
 //! restart through [`ServerControl`] is not, so restarts keep their quiet period.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::LockError;
 
-use super::{provision, ContainerSpec, LocalServer, TestServer};
+use super::{provision, ContainerSpec, TestServer};
+use crate::local::LocalServer;
 use crate::process::{find_binary, free_port, ChildServer};
-use crate::ServerControl;
 
 /// The environment variable naming an existing Redis server to test against.
 pub const ENV_URL: &str = "DLOCK_TEST_REDIS_URL";
@@ -81,46 +80,19 @@ impl RedisServer {
             LockError::config("the Redis server's address is not known; mark it fresh with SET <prefix>:boot 0")
         })?;
         let key = format!("{prefix}:boot");
-        let command = format!("*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n$1\r\n0\r\n", key.len());
-        let reply = tokio::time::timeout(Duration::from_secs(5), async {
-            let mut stream = tokio::net::TcpStream::connect(addr).await?;
-            tokio::io::AsyncWriteExt::write_all(&mut stream, command.as_bytes()).await?;
-            let mut buf = vec![0u8; 512];
-            let n = tokio::io::AsyncReadExt::read(&mut stream, &mut buf).await?;
-            Ok::<_, std::io::Error>(String::from_utf8_lossy(&buf[..n]).into_owned())
-        })
-        .await
-        .map_err(|_| LockError::unavailable("test", format!("redis at {addr} did not answer SET {key} in 5 s")))?
-        .map_err(|e| LockError::unavailable_from("test", format!("cannot mark redis at {addr} fresh"), e))?;
+        let reply = command(addr, &["SET", &key, "0"]).await?;
         if reply.starts_with("+OK") {
             Ok(())
         } else {
             Err(LockError::unavailable("test", format!("redis at {addr} refused SET {key}: {}", reply.trim())))
         }
     }
+}
 
-    /// `redis://127.0.0.1:<port>` (or the external URL).
-    pub fn url(&self) -> &str {
-        &self.server.url
-    }
-
-    /// The server's address, when known (always for owned servers).
-    pub fn addr(&self) -> Option<SocketAddr> {
-        self.server.addr
-    }
-
-    /// Stop/start/pause of the server; `None` for an external URL.
-    pub fn control(&self) -> Option<Arc<dyn ServerControl>> {
-        self.server.control()
-    }
-
-    /// Where the server came from, for reports.
-    pub fn provenance(&self) -> String {
-        self.server.provenance()
-    }
-
-    /// The underlying provisioned server.
-    pub fn test_server(&self) -> &TestServer {
+/// A Redis server is a [`TestServer`] (`url()`, `addr()`, `control()`, `provenance()`).
+impl std::ops::Deref for RedisServer {
+    type Target = TestServer;
+    fn deref(&self) -> &TestServer {
         &self.server
     }
 }
@@ -157,6 +129,36 @@ async fn start_local_server_with(extra: &[&str]) -> Result<TestServer, LockError
     args.extend(["--dir".to_owned(), dir_arg]);
     args.extend(extra.iter().map(|s| s.to_string()));
     let child = ChildServer::new(&program, args, dir.path());
-    let local = LocalServer::start(child, addr, false).await?;
+    let local = LocalServer::new("redis-server", child, addr).start().await?;
     Ok(local.into_test_server(&program, format!("redis://{addr}"), vec![Box::new(dir)]))
+}
+
+/// Sends one command in RESP and returns the raw reply (read until it stops arriving): what
+/// the provisioning needs of Redis without depending on a client library.
+pub async fn command(addr: SocketAddr, args: &[&str]) -> Result<String, LockError> {
+    let mut req = format!("*{}\r\n", args.len());
+    for a in args {
+        req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+    }
+    tokio::time::timeout(Duration::from_secs(2), async {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(addr).await?;
+        stream.write_all(req.as_bytes()).await?;
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; 16384];
+        loop {
+            // A reply is complete when no more bytes follow shortly after the last ones.
+            match tokio::time::timeout(Duration::from_millis(30), stream.read(&mut buf)).await {
+                Ok(Ok(0)) => break,
+                Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
+                Ok(Err(e)) => return Err(e),
+                Err(_) if !out.is_empty() => break,
+                Err(_) => continue,
+            }
+        }
+        Ok(String::from_utf8_lossy(&out).into_owned())
+    })
+    .await
+    .map_err(|_| LockError::unavailable("test", format!("{addr} did not answer {args:?} in 2 s")))?
+    .map_err(|e| LockError::unavailable_from("test", format!("cannot send {args:?} to {addr}"), e))
 }

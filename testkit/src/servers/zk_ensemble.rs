@@ -11,13 +11,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
+use lock_conformance::proxy::FaultProxy;
+use lock_conformance::{ClientLink, ServerControl};
 use lock_core::LockError;
 
-use super::zookeeper::{classpath, four_letters, java, quorum_peer_args, TICK};
-use crate::process::{free_port, wait_for_port, ChildServer};
-use crate::proxy::FaultProxy;
-use crate::{ClientLink, ServerControl};
+use super::zookeeper::{classpath, four_letters, java, quorum_peer_args, serves, TICK};
+use crate::local::LocalServer;
+use crate::process::{free_port, ChildServer};
 
 /// How long a fresh ensemble may take to elect a leader (three cold JVMs on two busy cores).
 const START_TIMEOUT: Duration = Duration::from_secs(90);
@@ -49,7 +49,7 @@ impl EnsembleOptions {
 /// One member: its process, its ports, and the proxies through which it reaches the others.
 struct Member {
     client: SocketAddr,
-    child: Arc<ChildServer>,
+    server: Arc<LocalServer>,
     /// Proxies this member dials to reach the others (quorum and election of each), with the
     /// index of the member each one leads to.
     outgoing: Vec<(usize, Arc<FaultProxy>)>,
@@ -134,12 +134,23 @@ impl ZkEnsemble {
                     "-Dzookeeper.fastleader.maxNotificationInterval=800".to_owned(),
                 ],
             );
-            let child = Arc::new(ChildServer::new(java.clone(), args, &home));
-            members.push(Member { client: local(ports[i].0), child, outgoing });
+            let child = ChildServer::new(java.clone(), args, &home);
+            let client = local(ports[i].0);
+            let server = LocalServer::new(&format!("ZooKeeper member {}", i + 1), child, client)
+                .persistent(true)
+                .ready_within(START_TIMEOUT)
+                .ready_when(serves);
+            members.push(Member { client, server: Arc::new(server), outgoing });
         }
         let ensemble = ZkEnsemble { members, _dir: dir };
-        for i in 0..n {
-            ensemble.spawn(i).await?;
+        // A member serves only once a quorum runs: start them all, then wait for each.
+        let mut starting = tokio::task::JoinSet::new();
+        for m in &ensemble.members {
+            let control: Arc<dyn ServerControl> = m.server.clone();
+            starting.spawn(async move { control.start().await });
+        }
+        while let Some(started) = starting.join_next().await {
+            started.map_err(|e| LockError::unavailable_from("test", "a member's start task failed", e))??;
         }
         ensemble.wait_quorum(START_TIMEOUT).await?;
         Ok(ensemble)
@@ -203,26 +214,16 @@ impl ZkEnsemble {
 
     /// Stop / start / pause of member `i`.
     pub fn control(&self, i: usize) -> Option<Arc<dyn ServerControl>> {
-        self.members.get(i).map(|m| Arc::new(MemberControl { child: Arc::clone(&m.child), client: m.client }) as _)
+        self.members.get(i).map(|m| Arc::clone(&m.server) as _)
     }
 
     /// The member's server log, for failure reports.
     pub fn log(&self, i: usize) -> String {
-        self.members.get(i).map(|m| std::fs::read_to_string(m.child.log_path()).unwrap_or_default()).unwrap_or_default()
-    }
-
-    async fn spawn(&self, i: usize) -> Result<(), LockError> {
-        let child = Arc::clone(&self.members[i].child);
-        tokio::task::spawn_blocking(move || child.start())
-            .await
-            .map_err(|e| LockError::unavailable("test", format!("member start task failed: {e}")))?
+        self.members.get(i).map(|m| m.server.log()).unwrap_or_default()
     }
 
     /// Waits until one member leads and every member serves.
     pub async fn wait_quorum(&self, within: Duration) -> Result<(), LockError> {
-        for m in &self.members {
-            wait_for_port(m.client, within).await?;
-        }
         self.wait_serving(within, self.members.len()).await
     }
 
@@ -258,52 +259,10 @@ impl ZkEnsemble {
 impl Drop for ZkEnsemble {
     fn drop(&mut self) {
         for m in &self.members {
-            m.child.stop();
+            m.server.child().stop();
             for (_, p) in &m.outgoing {
                 p.shutdown();
             }
         }
-    }
-}
-
-struct MemberControl {
-    child: Arc<ChildServer>,
-    client: SocketAddr,
-}
-
-#[async_trait]
-impl ServerControl for MemberControl {
-    async fn stop(&self) -> Result<(), LockError> {
-        let child = Arc::clone(&self.child);
-        tokio::task::spawn_blocking(move || child.stop())
-            .await
-            .map_err(|e| LockError::unavailable("test", format!("member stop task failed: {e}")))
-    }
-
-    async fn start(&self) -> Result<(), LockError> {
-        let child = Arc::clone(&self.child);
-        tokio::task::spawn_blocking(move || child.start())
-            .await
-            .map_err(|e| LockError::unavailable("test", format!("member start task failed: {e}")))??;
-        wait_for_port(self.client, START_TIMEOUT).await?;
-        let end = tokio::time::Instant::now() + START_TIMEOUT;
-        while !four_letters(self.client, "srvr").await.contains("Mode:") {
-            if tokio::time::Instant::now() >= end {
-                return Err(LockError::unavailable("test", "the restarted member did not rejoin"));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        Ok(())
-    }
-
-    async fn pause(&self, paused: bool) -> Result<(), LockError> {
-        let child = Arc::clone(&self.child);
-        tokio::task::spawn_blocking(move || child.pause(paused))
-            .await
-            .map_err(|e| LockError::unavailable("test", format!("member pause task failed: {e}")))
-    }
-
-    fn persistent(&self) -> bool {
-        true
     }
 }

@@ -1,0 +1,33 @@
+//! # dlock-testkit
+//!
+//! Test servers for dlock's own tests (not published; every crate of the workspace takes it as a
+//! dev-dependency). The conformance suite itself — the cases, the runner, the fault proxy and
+//! the memory fixture, what a third party needs to certify a backend — stays in
+//! `lock-conformance`; this crate only provisions the servers the bundled backends are certified
+//! against.
+//!
+//! [`servers::provision`] gets a fresh server from, in order:
+//!
+//! 1. `DLOCK_TEST_<BACKEND>_URL` ([`servers::env_var`]): an existing server, used as it is
+//!    (no server control, so server fault cases are then `not_applicable`);
+//! 2. a container from an official image, when this crate is built with the `containers`
+//!    feature and `docker info` answers;
+//! 3. a local server binary on a free port of 127.0.0.1 in a temp dir, run as a
+//!    [`local::LocalServer`] — the one shape every local server has: a [`process::ChildServer`]
+//!    (stopped by PID, never left behind), a readiness check, and stop/start/pause as a
+//!    [`ServerControl`].
+//!
+//! It prints which one it used. The servers: [`servers::redis`], [`servers::postgres`],
+//! [`servers::mysql`] (MariaDB), [`servers::zookeeper`], and the deployments
+//! [`servers::redis_sentinel`] and [`servers::zk_ensemble`]. To run against Docker:
+//!
+//! ```text
+//! docker info                      # must answer
+//! cargo nextest run -p lock-redis --features dlock-testkit/containers
+//! ```
+
+pub mod local;
+pub mod process;
+pub mod servers;
+
+pub use lock_conformance::ServerControl;
