@@ -170,7 +170,11 @@
 //! `permits` (otherwise `InvalidOptions`). The counter row's lock serialises the acquires of
 //! one (kind, name) and the new token is its `fence + 1`. Deadlocks and lock waits (MySQL
 //! 1213/1205, PostgreSQL 40001/40P01, SQLite busy) roll the transaction back and re-run it, at
-//! most 8 times and all within [`SqlOptions::query_timeout`], then `Unavailable`.
+//! most 8 times and all within [`SqlOptions::query_timeout`], then `Unavailable`. Any failed
+//! acquire transaction is rolled back before its connection goes back to the pool: on MySQL an
+//! open one would keep the counter row locked for every other client (InnoDB's lock-wait
+//! timeout ends only the statement), on PostgreSQL an aborted one would fail every later
+//! statement on that connection.
 //!
 //! **Renew** and **release** are one owner-checked autocommit statement each:
 //!
