@@ -53,7 +53,6 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     /// be used ([`crate::adopt`]).
     async fn table_facts(&self, table: &str) -> Result<TableFacts, sqlx::Error>;
     /// Runs a statement that returns nothing (DDL).
-
     async fn execute(&self, sql: &str) -> Result<(), sqlx::Error>;
     /// Prepares the hot statements on a couple of connections (best effort).
     async fn warm_up(&self);

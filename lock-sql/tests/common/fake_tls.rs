@@ -78,70 +78,47 @@ impl FakeTlsServer {
 
 /// A CA (self-signed) and a server certificate it signed for 127.0.0.1 and localhost.
 fn make_certs(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
-    let p = |name: &str| dir.join(name);
-    let ext = p("ext.cnf");
+    let p = |name: &str| dir.join(name).to_string_lossy().into_owned();
     std::fs::write(
-        &ext,
+        p("ext.cnf"),
         "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n\
          subjectAltName=IP:127.0.0.1,DNS:localhost\n",
     )
     .expect("ext file");
-    let path = |name: &str| p(name).to_string_lossy().into_owned();
-    let steps: [Vec<String>; 3] = [
-        [
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=dlock impostor CA",
-            "-keyout",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .chain([path("ca.key"), "-out".into(), path("ca.pem")])
-        .collect(),
-        [
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-subj",
-            "/CN=127.0.0.1",
-            "-keyout",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .chain([path("server.key"), "-out".into(), path("server.csr")])
-        .collect(),
-        ["x509", "-req", "-days", "2", "-set_serial", "2", "-in"]
-            .iter()
-            .map(|s| s.to_string())
-            .chain([
-                path("server.csr"),
-                "-CA".into(),
-                path("ca.pem"),
-                "-CAkey".into(),
-                path("ca.key"),
-                "-extfile".into(),
-                path("ext.cnf"),
-                "-out".into(),
-                path("server.pem"),
-            ])
-            .collect(),
-    ];
-    for args in steps {
-        let out = Command::new("openssl").args(&args).output().expect("the openssl tool runs (the TLS tests need it)");
-        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    (p("ca.pem"), p("server.pem"), p("server.key"))
+    let ec: &[&str] = &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    let (ca_key, ca, key, csr) = (p("ca.key"), p("ca.pem"), p("server.key"), p("server.csr"));
+    openssl(&[
+        &["req", "-x509", "-days", "2", "-subj", "/CN=dlock impostor CA"],
+        ec,
+        &["-keyout", &ca_key, "-out", &ca],
+    ]);
+    openssl(&[&["req", "-subj", "/CN=127.0.0.1"], ec, &["-keyout", &key, "-out", &csr]]);
+    openssl(&[&[
+        "x509",
+        "-req",
+        "-days",
+        "2",
+        "-set_serial",
+        "2",
+        "-in",
+        &csr,
+        "-CA",
+        &ca,
+        "-CAkey",
+        &ca_key,
+        "-extfile",
+        &p("ext.cnf"),
+        "-out",
+        &p("server.pem"),
+    ]]);
+    (dir.join("ca.pem"), dir.join("server.pem"), dir.join("server.key"))
+}
+
+/// Runs the `openssl` tool with the concatenated argument lists.
+fn openssl(parts: &[&[&str]]) {
+    let args = parts.concat();
+    let out = Command::new("openssl").args(&args).output().expect("the openssl tool runs (the TLS tests need it)");
+    assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
 }
 
 fn serve(
