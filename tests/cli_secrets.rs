@@ -64,9 +64,9 @@ fn failing_connects_never_print_a_secret() {
 
 #[test]
 fn a_conformance_run_at_trace_level_never_prints_a_secret() {
-    // The server trusts local connections, so the password is carried but not checked; sqlx
-    // warns about the `sslpassword` it does not know, quoting its value.
-    let url = "postgres://postgres:Hunter%2F%3F%23%40%3A2word@127.0.0.1:5432/test?sslpassword=Kiwi%26%3D9Secret";
+    // The server trusts local connections, so the passwords (in the userinfo and in the
+    // `password` parameter, which sqlx reads and which wins) are carried but not checked.
+    let url = "postgres://postgres:Hunter%2F%3F%23%40%3A2word@127.0.0.1:5432/test?password=Kiwi%26%3D9Secret";
     let (out, text) = run(&["conformance", "--filter", "lease_validity", "--url", url]);
     assert!(out.status.success(), "the run passes:\n{text}");
     assert!(text.contains("TRACE") || text.contains("DEBUG"), "the run logged at trace level:\n{text}");

@@ -56,6 +56,18 @@ pub(crate) fn open_client_with_ca(raw: &str, ca: Option<&[u8]>) -> Result<redis:
             )));
         }
     }
+    // `#insecure` is the client library's switch for rediss:// (warned about below); any other
+    // fragment, or one on a plain redis:// URL, would be ignored.
+    match (parsed.scheme(), parsed.fragment()) {
+        (_, None) | ("rediss", Some("insecure")) => {}
+        (_, Some(_)) => {
+            return Err(LockError::config(format!(
+                "redis URL {} has a #fragment the client would ignore; the only one is rediss://…#insecure (which \
+                 turns off certificate checks); a '#' in a password is written %23",
+                redact(raw)
+            )))
+        }
+    }
     if parsed.scheme() == "rediss" && parsed.fragment() == Some("insecure") {
         tracing::warn!(
             server = %redact(raw),
@@ -207,6 +219,11 @@ mod tests {
             assert!(e.to_string().contains("unknown redis URL parameter") && !e.to_string().contains("pw@"), "{e}");
         }
         assert!(open_client("redis://h?protocol=resp3").is_ok());
+        for url in ["redis://u:pw@h#insecure", "rediss://h#secure", "redis://h/0#x"] {
+            let e = open_client(url).unwrap_err();
+            assert!(matches!(e, LockError::Config { .. }) && e.to_string().contains("#fragment"), "{url}: {e}");
+            assert!(!e.to_string().contains("pw@"), "{e}");
+        }
         let e = open_client("postgres://u:hunter2@h/db").unwrap_err().to_string();
         assert!(!e.contains("hunter2"), "{e}");
     }

@@ -24,8 +24,8 @@
 //!
 //! ## The table
 //!
-//! `dlock_leases` by default ([`SqlOptions::table`], validated as a plain identifier), created if
-//! missing:
+//! `dlock_leases` by default ([`SqlOptions::table`], a plain identifier or a schema-qualified
+//! `schema.table`), created if missing:
 //!
 //! | column       | meaning |
 //! |--------------|---------|
@@ -170,7 +170,11 @@
 //! `permits` (otherwise `InvalidOptions`). The counter row's lock serialises the acquires of
 //! one (kind, name) and the new token is its `fence + 1`. Deadlocks and lock waits (MySQL
 //! 1213/1205, PostgreSQL 40001/40P01, SQLite busy) roll the transaction back and re-run it, at
-//! most 8 times and all within [`SqlOptions::query_timeout`], then `Unavailable`.
+//! most 8 times and all within [`SqlOptions::query_timeout`], then `Unavailable`. Any failed
+//! acquire transaction is rolled back before its connection goes back to the pool: on MySQL an
+//! open one would keep the counter row locked for every other client (InnoDB's lock-wait
+//! timeout ends only the statement), on PostgreSQL an aborted one would fail every later
+//! statement on that connection.
 //!
 //! **Renew** and **release** are one owner-checked autocommit statement each:
 //!
@@ -237,7 +241,32 @@
 //! * TLS comes from the URL, through rustls (no OpenSSL): PostgreSQL `sslmode=require |
 //!   verify-ca | verify-full` (`sslrootcert=…`), MySQL `ssl-mode=REQUIRED | VERIFY_CA |
 //!   VERIFY_IDENTITY` (`ssl-ca=…`). Without a mode, sqlx *prefers* TLS when the server offers
-//!   it but does not verify the certificate: name a verifying mode in production.
+//!   it but does not verify the certificate: name a verifying mode in production. Tested
+//!   against an impostor with a certificate from an unknown CA: the verifying modes refuse it
+//!   (and accept it once `sslrootcert=` / `ssl-ca=` names that CA), `require` / `prefer` hand
+//!   it the session — on PostgreSQL the password in clear, which the impostor simply asks for.
+//! * URL parameters: only those the driver reads are accepted (PostgreSQL `sslmode`,
+//!   `sslrootcert`, `sslcert`, `sslkey`, `statement-cache-capacity`, `host`, `hostaddr`, `port`,
+//!   `dbname`, `user`, `password`, `application_name`, `options`, `options[…]` and the dashed
+//!   spellings sqlx also reads; MySQL `ssl-mode`, `ssl-ca`, `ssl-cert`, `ssl-key`, `charset`,
+//!   `collation`, `statement-cache-capacity`, `socket`, `timezone`; SQLite `mode`, `cache`,
+//!   `immutable`, `vfs`). Any other — `ssl_mode=`, `SSLMODE=`, libpq's `sslpassword` or
+//!   `connect_timeout` — a parameter given twice, or a `#fragment` on a network URL, is
+//!   [`LockError::Config`] naming it: the driver would silently ignore it (or use the last
+//!   copy), and the connection would not be what the URL seems to ask for.
+//! * Table squatting: `CREATE TABLE IF NOT EXISTS` would adopt a table of that name someone
+//!   else created first — on PostgreSQL wherever the `search_path` finds it first (before
+//!   PostgreSQL 15 every user may create tables in `public`), on MySQL in the URL's database.
+//!   With other columns or a trigger its creator controls the tokens, and on PostgreSQL a trigger
+//!   runs with the lock user's privileges. So every lock table, found or created, is checked
+//!   before use: exactly dlock's columns and types, no trigger (PostgreSQL: no rule, a plain
+//!   table, and owned by the connecting user, a role it belongs to, or a superuser; for a
+//!   superuser only its own or superusers' tables). A table that fails is [`LockError::Config`]
+//!   saying why. MySQL has no table owners, and shows a table's triggers only to users with
+//!   the `TRIGGER` privilege on it, so there the check is the columns, plus the triggers when
+//!   visible. Against squatting in the first place, name the table schema-qualified
+//!   (`locks.dlock_leases`) in a schema only trusted roles may create in; an unqualified name
+//!   follows the session's `search_path`.
 //! * PostgreSQL sessions are named `dlock` in `pg_stat_activity` unless the URL sets
 //!   `application_name`.
 //! * Connections: at most [`SqlOptions::max_connections`] per client, plus two that only
@@ -267,6 +296,7 @@
 //! * `DLOCK_SQL_MYSQL_RETURNING=0` makes MariaDB use MySQL's two-statement acquire
 //!   (diagnostics; the tests run both).
 
+mod adopt;
 mod decide;
 mod dialect;
 mod error;

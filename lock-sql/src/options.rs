@@ -23,7 +23,11 @@ pub const DEFAULT_TABLE: &str = "dlock_leases";
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SqlOptions {
-    /// The lease table (created if missing). A plain identifier: `[A-Za-z_][A-Za-z0-9_]{0,62}`.
+    /// The lease table (created if missing): a plain identifier `[A-Za-z_][A-Za-z0-9_]*`, or a
+    /// schema-qualified `schema.table` of two such identifiers (at most 63 characters in all). An
+    /// unqualified name is looked up where the session's `search_path` (PostgreSQL) or database
+    /// (MySQL) finds it; an existing table is used only if it is what dlock creates (see
+    /// "Table squatting" in the crate docs).
     pub table: String,
     /// Connections of this client's pool, plus two kept for renew and release (PostgreSQL
     /// uses one more, for LISTEN).
@@ -56,10 +60,11 @@ impl SqlOptions {
 
     /// Checks the options; the error says which value to fix.
     pub fn validate(&self) -> Result<(), LockError> {
-        if !is_plain_identifier(&self.table) {
+        if !is_table_name(&self.table) {
             return Err(LockError::config(format!(
-                "lease table name {:?} is not a plain identifier; use 1 to 63 ASCII letters, digits or \
-                 underscores, not starting with a digit (e.g. \"dlock_leases\")",
+                "lease table name {:?} is not a plain identifier or schema.table; use 1 to 63 ASCII letters, \
+                 digits or underscores, not starting with a digit, optionally after a schema name and a dot \
+                 (e.g. \"dlock_leases\" or \"locks.dlock_leases\")",
                 self.table.chars().take(80).collect::<String>()
             )));
         }
@@ -86,6 +91,24 @@ pub(crate) fn is_plain_identifier(s: &str) -> bool {
         && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_')
 }
 
+/// A plain identifier, or `schema.table` of two, at most 63 bytes in all (PostgreSQL's NOTIFY
+/// channel is named after the table).
+pub(crate) fn is_table_name(s: &str) -> bool {
+    s.len() <= 63
+        && match s.split_once('.') {
+            Some((schema, table)) => is_plain_identifier(schema) && is_plain_identifier(table),
+            None => is_plain_identifier(s),
+        }
+}
+
+/// `table` (validated by [`is_table_name`]) quoted with `q` for SQL: `"t"` or `"schema"."t"`.
+pub(crate) fn quote_table(table: &str, q: char) -> String {
+    match table.split_once('.') {
+        Some((schema, name)) => format!("{q}{schema}{q}.{q}{name}{q}"),
+        None => format!("{q}{table}{q}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,8 +120,19 @@ mod tests {
         }
         for bad in ["", "1abc", "a-b", "a b", "a\"b", "x;drop", "é", &"a".repeat(64), "a.b"] {
             assert!(!is_plain_identifier(bad), "{bad}");
-            assert!(matches!(SqlOptions::default().table(bad).validate(), Err(LockError::Config { .. })));
         }
+        for bad in
+            ["", "1abc", "a-b", "a b", "a\"b", "x;drop", "é", &"a".repeat(64), ".a", "a.", "a.b.c", "a.1b", "a\".b"]
+        {
+            assert!(!is_table_name(bad), "{bad}");
+            assert!(matches!(SqlOptions::default().table(bad).validate(), Err(LockError::Config { .. })), "{bad}");
+        }
+        for ok in ["a.b", "locks.dlock_leases", &format!("{}.{}", "s".repeat(31), "t".repeat(31))] {
+            assert!(is_table_name(ok), "{ok}");
+            assert!(SqlOptions::default().table(ok).validate().is_ok(), "{ok}");
+        }
+        assert_eq!(quote_table("locks.t", '"'), "\"locks\".\"t\"");
+        assert_eq!(quote_table("t", '`'), "`t`");
     }
 
     #[test]

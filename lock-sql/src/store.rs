@@ -74,10 +74,16 @@ impl SqlStore {
 
     /// Creates `table` with `ddl` (a `CREATE TABLE IF NOT EXISTS`) unless it exists: a user
     /// with only the documented privileges then works once someone else made the tables.
+    /// Then, whoever made it, the table must be what `ddl` creates ([`crate::adopt`]).
     pub(crate) async fn create(&self, what: &str, table: &str, ddl: &str) -> Result<(), LockError> {
-        if self.run("look for the lock tables", || self.dialect.table_exists(table)).await? {
-            return Ok(());
+        if !self.run("look for the lock tables", || self.dialect.table_exists(table)).await? {
+            self.create_missing(what, ddl).await?;
         }
+        let facts = self.run("inspect the lock tables", || self.dialect.table_facts(table)).await?;
+        crate::adopt::judge(self.label(), ddl, &facts)
+    }
+
+    async fn create_missing(&self, what: &str, ddl: &str) -> Result<(), LockError> {
         let mut tries = 0;
         loop {
             match self.run(what, || self.dialect.execute(ddl)).await {

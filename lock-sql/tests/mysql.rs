@@ -43,6 +43,16 @@ async fn extra_renewals_not_starved() {
     common::check_renewals_not_starved(&SqlFixture::mysql().await.unwrap()).await.unwrap();
 }
 
+#[tokio::test]
+async fn extra_squatted_tables_are_refused() {
+    common::check_squatted_tables(&SqlFixture::mysql().await.unwrap()).await.unwrap();
+}
+
+#[tokio::test]
+async fn extra_schema_qualified_table() {
+    common::check_qualified_table(&SqlFixture::mysql().await.unwrap()).await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extra_least_privilege() {
     common::check_least_privilege(&SqlFixture::mysql().await.unwrap()).await.unwrap();
@@ -141,4 +151,89 @@ async fn extra_durable_fencing_follows_innodb_flush_setting() {
         let sem = lock_sql::connect_semaphore(server.url(), options.clone()).await.unwrap();
         assert_eq!(sem.capabilities().durable_fencing, durable, "semaphore, innodb_flush_log_at_trx_commit = {flush}");
     }
+}
+
+/// Issue 15.6 on MySQL/MariaDB: an acquire transaction that fails is rolled back before its
+/// pooled connection is reused. A lock-wait timeout (1205, which on InnoDB ends only the
+/// statement and leaves the transaction open) is re-run and granted once the row is free; a
+/// failure that ends the attempt (here a refused DELETE after the counter row was locked) leaves
+/// no transaction behind: the counter row is free at once for everyone else, where a connection
+/// returned inside its transaction would keep it locked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extra_conflict_rolls_back_before_reuse() {
+    use lock_core::{LockName, OwnerId, TryLock};
+    let fx = SqlFixture::mysql().await.unwrap();
+    let t = fx.options().table;
+    // innodb_lock_wait_timeout = 2 s (whole seconds of query_timeout); 0.9 s left to re-run.
+    let options =
+        lock_sql::SqlOptions { max_connections: 1, query_timeout: Duration::from_millis(2900), ..fx.options() };
+    let rw = lock_sql::connect_rw(fx.url(), options.clone()).await.unwrap();
+    let [(_, read), _] = rw.lease_stores();
+    let name = LockName::new("conflict").unwrap();
+    let ttl = Duration::from_secs(10);
+    let first = OwnerId::random();
+    assert!(matches!(read.try_lock(&name, first, ttl).await.unwrap(), TryLock::Acquired { .. }));
+
+    // The holder rows locked: the acquire's purge waits, times out after 2 s (1205), is re-run.
+    let mut admin = common::Admin::connect(&fx).await;
+    admin.lock_rows(&format!("{t}_holders"), "kind = 'rw' AND name = 'conflict'").await;
+    let unlock = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(2300)).await;
+        admin.run("ROLLBACK").await;
+        admin
+    });
+    let second = OwnerId::random();
+    let started = std::time::Instant::now();
+    let got = read.try_lock(&name, second, ttl).await;
+    let mut admin = unlock.await.unwrap();
+    assert!(matches!(got, Ok(TryLock::Acquired { .. })), "after a lock-wait timeout: {got:?}");
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "the first attempt waited out the lock: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(read.renew(&name, first, ttl).await.unwrap(), lock_core::RenewOutcome::Renewed);
+    assert_counter_row_free(&mut admin, &t).await;
+
+    // An attempt that fails for good after locking the counter row: a user without DELETE on
+    // the holders table (the purge is refused, 1142).
+    let user = format!("dlock_rb_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    admin.run(&format!("CREATE USER '{user}'@'%'")).await;
+    admin.run(&format!("GRANT SELECT, INSERT, UPDATE ON \"{t}\" TO '{user}'@'%'")).await;
+    admin.run(&format!("GRANT SELECT, INSERT, UPDATE ON \"{t}_counters\" TO '{user}'@'%'")).await;
+    admin.run(&format!("GRANT SELECT, INSERT, UPDATE ON \"{t}_holders\" TO '{user}'@'%'")).await;
+    let mut url = url::Url::parse(fx.url()).unwrap();
+    url.set_username(&user).unwrap();
+    url.set_password(None).unwrap();
+    let result = async {
+        let rw = lock_sql::connect_rw(url.as_str(), options).await?;
+        let [(_, read), _] = rw.lease_stores();
+        let refused = read.try_lock(&name, OwnerId::random(), ttl).await;
+        assert!(matches!(&refused, Err(lock_core::LockError::Config { .. })), "{refused:?}");
+        // The connection went back to the pool; the row it locked must be free.
+        assert_counter_row_free(&mut admin, &t).await;
+        drop(rw);
+        Ok::<_, lock_core::LockError>(())
+    }
+    .await;
+    admin.run(&format!("DROP USER '{user}'@'%'")).await;
+    result.unwrap();
+}
+
+/// Another session can lock the read-write lock's counter row without waiting.
+async fn assert_counter_row_free(admin: &mut common::Admin, t: &str) {
+    let common::Admin::Mysql(c) = admin else { panic!("a MySQL admin") };
+    use sqlx::Executor;
+    c.execute("START TRANSACTION").await.unwrap();
+    let sql = format!("SELECT fence FROM `{t}_counters` WHERE kind = 'rw' AND name = 'conflict' FOR UPDATE NOWAIT");
+    let locked = c.execute(sqlx::AssertSqlSafe(sql)).await;
+    c.execute("ROLLBACK").await.unwrap();
+    assert!(locked.is_ok(), "the counter row is still locked by a pooled connection's transaction: {locked:?}");
+}
+
+/// Issue 15.1: verifying TLS modes refuse a self-signed impostor and accept it with its CA; the
+/// weak modes hand it the session (see tests/common/fake_tls.rs).
+#[tokio::test]
+async fn extra_tls_modes_against_an_impostor() {
+    common::check_tls_modes(common::Wire::Mysql).await;
 }

@@ -42,6 +42,21 @@ async fn extra_renewals_not_starved() {
     common::check_renewals_not_starved(&SqlFixture::postgres().await.unwrap()).await.unwrap();
 }
 
+#[tokio::test]
+async fn extra_squatted_tables_are_refused() {
+    common::check_squatted_tables(&SqlFixture::postgres().await.unwrap()).await.unwrap();
+}
+
+#[tokio::test]
+async fn extra_schema_qualified_table() {
+    common::check_qualified_table(&SqlFixture::postgres().await.unwrap()).await.unwrap();
+}
+
+#[tokio::test]
+async fn extra_table_of_another_owner_is_refused() {
+    common::check_foreign_owner(&SqlFixture::postgres().await.unwrap()).await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extra_least_privilege() {
     common::check_least_privilege(&SqlFixture::postgres().await.unwrap()).await.unwrap();
@@ -367,4 +382,11 @@ async fn extra_cancelled_acquire_leaves_no_grant() {
     assert!(lease.is_ok(), "the lock stayed taken by the cancelled acquire: {lease:?} after {took:?}");
     assert!(took < Duration::from_secs(8), "free only after {took:?}");
     eprintln!("a cancelled acquire's late grant was freed after {took:?}");
+}
+
+/// Issue 15.1: verifying TLS modes refuse a self-signed impostor and accept it with its CA; the
+/// weak modes hand it the session (see tests/common/fake_tls.rs).
+#[tokio::test]
+async fn extra_tls_modes_against_an_impostor() {
+    common::check_tls_modes(common::Wire::Postgres).await;
 }

@@ -4,6 +4,7 @@
 
 #[cfg(feature = "mysql")]
 pub(crate) mod mysql;
+pub(crate) mod params;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 pub(crate) mod rw;
@@ -15,6 +16,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use lock_core::{LockError, WakeHub};
 
+use crate::adopt::TableFacts;
 use crate::decide::Plan;
 use crate::error::{classify, to_lock_error, Class, Codes};
 use crate::SqlOptions;
@@ -47,6 +49,9 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     /// Whether `table` exists (where the session would find it), so that a user without
     /// `CREATE` can use tables made by someone else.
     async fn table_exists(&self, table: &str) -> Result<bool, sqlx::Error>;
+    /// What the existing `table` looks like (columns, owner, triggers), to judge whether it may
+    /// be used ([`crate::adopt`]).
+    async fn table_facts(&self, table: &str) -> Result<TableFacts, sqlx::Error>;
     /// Runs a statement that returns nothing (DDL).
     async fn execute(&self, sql: &str) -> Result<(), sqlx::Error>;
     /// Prepares the hot statements on a couple of connections (best effort).
@@ -156,6 +161,43 @@ mod tests {
         assert_eq!(parse_url("mariadb://root@h:3306/test").unwrap(), (Db::Mysql, "mysql://root@h:3306/test".into()));
         for bad in ["redis://h", "nocolon", "", "mssql://h"] {
             assert!(matches!(parse_url(bad), Err(LockError::Config { .. })), "{bad}");
+        }
+    }
+
+    /// Misspelt, unknown or repeated URL parameters are Config errors before any connection is
+    /// tried (port 1: nothing listens; a connection attempt would be Unavailable instead).
+    #[cfg(all(feature = "postgres", feature = "mysql", feature = "sqlite"))]
+    #[tokio::test]
+    async fn unknown_url_parameters_are_config_errors() {
+        for (url, says) in [
+            ("postgres://u:pw@127.0.0.1:1/db?ssl_mode=verify-full", "did you mean \"sslmode\""),
+            ("postgres://u:pw@127.0.0.1:1/db?SSLMODE=verify-full", "did you mean \"sslmode\""),
+            ("postgres://u:pw@127.0.0.1:1/db?sslmode=verify-full&sslpassword=pw", "\"sslpassword\""),
+            ("postgresql://u:pw@127.0.0.1:1/db?connect_timeout=5", "\"connect_timeout\""),
+            ("postgres://u:pw@127.0.0.1:1/db?sslmode=verify-full&sslmode=disable", "twice"),
+            ("postgres://u:pw@127.0.0.1:1/db?sslmode=verify-full#x", "fragment"),
+            ("mysql://u:pw@127.0.0.1:1/db?ssl_mode=VERIFY_IDENTITY", "did you mean \"ssl-mode\""),
+            ("mariadb://u:pw@127.0.0.1:1/db?SSL-MODE=VERIFY_IDENTITY", "did you mean \"ssl-mode\""),
+            ("mysql://u:pw@127.0.0.1:1/db?sslrootcert=/ca.pem", "\"sslrootcert\""),
+            ("mysql://u:pw@127.0.0.1:1/db?ssl-mode=verify_ca&sslmode=preferred", "twice"),
+            ("sqlite://x.db?MODE=ro", "did you mean \"mode\""),
+            ("sqlite://x.db?mode=ro&mode=rwc", "twice"),
+        ] {
+            match connect(url, &SqlOptions::default(), WakeHub::new()).await {
+                Err(LockError::Config { reason }) => {
+                    assert!(reason.contains(says), "{url}: {reason}");
+                    assert!(!reason.contains("pw"), "{url}: {reason}");
+                }
+                Err(e) => panic!("{url}: expected a Config error, got {e}"),
+                Ok(_) => panic!("{url}: connected"),
+            }
+        }
+        // Wrong values of a known parameter: the driver refuses them (Config too).
+        for url in
+            ["mysql://u@127.0.0.1:1/db?ssl-mode=VERIFY-IDENTITY", "postgres://u@127.0.0.1:1/db?sslmode=verify_full"]
+        {
+            let r = connect(url, &SqlOptions::default(), WakeHub::new()).await;
+            assert!(matches!(r, Err(LockError::Config { .. })), "{url}");
         }
     }
 

@@ -12,10 +12,13 @@ use sqlx::mysql::{MySql, MySqlConnectOptions, MySqlConnection, MySqlDatabaseErro
 use sqlx::{AssertSqlSafe, Executor};
 use tokio::time::timeout;
 
+use super::params::Accepted;
 use super::rw::{acquire_tx, owner_stmt, Attempt, Flavor, KindSql, OwnerStmt};
 use super::{bad_url, too_slow, unreachable, Dialect, Upsert};
+use crate::adopt::{Owner, TableFacts};
 use crate::decide::Plan;
 use crate::error::{Class, Codes};
+use crate::options::quote_table;
 use crate::pool::{ConnPool, Setup, Use};
 use crate::SqlOptions;
 
@@ -23,6 +26,25 @@ use crate::SqlOptions;
 const NOW: &str = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)";
 
 pub(crate) const CODES: Codes = Codes { label: "mysql", database: server_error };
+
+/// The URL parameters sqlx's MySQL driver reads (`sqlx-mysql` `options/parse.rs`); it ignores
+/// any other silently, `ssl_mode=` (underscore) too.
+pub(crate) const PARAMS: Accepted = Accepted {
+    label: "mysql",
+    names: &[
+        &["ssl-mode", "sslmode"],
+        &["ssl-ca", "sslca"],
+        &["ssl-cert", "sslcert"],
+        &["ssl-key", "sslkey"],
+        &["charset"],
+        &["collation"],
+        &["statement-cache-capacity"],
+        &["socket"],
+        &["timezone", "time-zone"],
+    ],
+    bracketed: &[],
+    fragment: false,
+};
 
 fn server_error(db: &(dyn DatabaseError + 'static)) -> Class {
     let Some(my) = db.try_downcast_ref::<MySqlDatabaseError>() else { return Class::Other };
@@ -86,6 +108,7 @@ pub(crate) struct Mysql {
 }
 
 pub(crate) async fn connect(url: &str, options: &SqlOptions) -> Result<Arc<dyn Dialect>, LockError> {
+    PARAMS.check_url(url)?;
     let opts = MySqlConnectOptions::from_str(url).map_err(|e| bad_url(CODES, e))?;
     // Row-lock waits end on the server too, not only in our timeout.
     let lock_wait = options.query_timeout.as_secs().clamp(1, 3600);
@@ -129,6 +152,7 @@ pub(crate) async fn connect(url: &str, options: &SqlOptions) -> Result<Arc<dyn D
 
 impl Mysql {
     fn new(pool: Arc<ConnPool<MySqlConnection>>, t: &str, returning: bool, durable: bool) -> Mysql {
+        let qt = quote_table(t, '`');
         // MySQL assigns ON DUPLICATE KEY UPDATE columns left to right (later ones see earlier
         // new values), MariaDB with SIMULTANEOUS_ASSIGNMENT all at once. Every assignment repeats
         // the full condition, and the order (fence, owner, expires_at) gives the same result
@@ -143,25 +167,25 @@ impl Mysql {
         Mysql {
             pool,
             create: format!(
-                "CREATE TABLE IF NOT EXISTS `{t}` (name VARBINARY(255) NOT NULL PRIMARY KEY, \
+                "CREATE TABLE IF NOT EXISTS {qt} (name VARBINARY(255) NOT NULL PRIMARY KEY, \
                  owner VARBINARY(32) NULL, fence BIGINT NOT NULL, expires_at BIGINT NOT NULL) ENGINE=InnoDB"
             ),
             acquire: format!(
-                "INSERT INTO `{t}` (name, owner, fence, expires_at) VALUES (?, ?, 1, {NOW} + ?) \
+                "INSERT INTO {qt} (name, owner, fence, expires_at) VALUES (?, ?, 1, {NOW} + ?) \
                  ON DUPLICATE KEY UPDATE \
                    fence = IF({cond}, IF(owner = ?, fence, fence + 1), fence), \
                    owner = IF({cond}, ?, owner), \
                    expires_at = IF({cond}, {NOW} + ?, expires_at){returning_clause}"
             )
             .into(),
-            read_back: format!("SELECT owner, fence, CAST(expires_at - {NOW} AS SIGNED) FROM `{t}` WHERE name = ?")
+            read_back: format!("SELECT owner, fence, CAST(expires_at - {NOW} AS SIGNED) FROM {qt} WHERE name = ?")
                 .into(),
             renew: format!(
-                "UPDATE `{t}` SET expires_at = {NOW} + ? WHERE name = ? AND owner = ? AND expires_at > {NOW}"
+                "UPDATE {qt} SET expires_at = {NOW} + ? WHERE name = ? AND owner = ? AND expires_at > {NOW}"
             )
             .into(),
             release: format!(
-                "UPDATE `{t}` SET owner = NULL, expires_at = {NOW} \
+                "UPDATE {qt} SET owner = NULL, expires_at = {NOW} \
                  WHERE name = ? AND owner = ? AND expires_at > {NOW}"
             )
             .into(),
@@ -186,6 +210,14 @@ fn supports_returning(version: &str) -> bool {
     let major = parts.next().and_then(|s| s.parse::<u32>().ok()).unwrap_or(0);
     let minor = parts.next().and_then(|s| s.parse::<u32>().ok()).unwrap_or(0);
     (major, minor) >= (10, 5)
+}
+
+/// `schema.table` → (`Some(schema)`, `table`); `table` → (`None`, `table`): the URL's database.
+fn split(table: &str) -> (Option<&str>, &str) {
+    match table.split_once('.') {
+        Some((schema, t)) => (Some(schema), t),
+        None => (None, table),
+    }
 }
 
 /// The values the exclusive lock's statements bind: names and owner ids as bytes.
@@ -224,17 +256,52 @@ impl Dialect for Mysql {
     async fn table_exists(&self, table: &str) -> Result<bool, sqlx::Error> {
         let n = self
             .pool
-            .with(Use::Take, table, |c, t| {
+            .with(Use::Take, &split(table), |c, (schema, t)| {
                 Box::pin(
                     sqlx::query_scalar::<_, i64>(
-                        "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?",
+                        "SELECT COUNT(*) FROM information_schema.tables \
+                         WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?",
                     )
-                    .bind(t)
+                    .bind(*schema)
+                    .bind(*t)
                     .fetch_one(c),
                 )
             })
             .await?;
         Ok(n > 0)
+    }
+
+    async fn table_facts(&self, table: &str) -> Result<TableFacts, sqlx::Error> {
+        let (columns, hooks) = self
+            .pool
+            .with(Use::Take, &split(table), |c, (schema, t)| {
+                Box::pin(async move {
+                    let columns = sqlx::query_as::<_, (String, String)>(
+                        "SELECT CAST(COLUMN_NAME AS CHAR), CAST(COLUMN_TYPE AS CHAR) FROM information_schema.COLUMNS \
+                         WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION",
+                    )
+                    .bind(*schema)
+                    .bind(*t)
+                    .fetch_all(&mut *c)
+                    .await?;
+                    // Visible only with the TRIGGER privilege on the table (see adopt.rs).
+                    let hooks = sqlx::query_scalar::<_, String>(
+                        "SELECT CAST(CONCAT('trigger ', TRIGGER_NAME) AS CHAR) FROM information_schema.TRIGGERS \
+                         WHERE EVENT_OBJECT_SCHEMA = COALESCE(?, DATABASE()) AND EVENT_OBJECT_TABLE = ?",
+                    )
+                    .bind(*schema)
+                    .bind(*t)
+                    .fetch_all(&mut *c)
+                    .await?;
+                    Ok((columns, hooks))
+                })
+            })
+            .await?;
+        let found_as = match split(table) {
+            (Some(schema), t) => format!("{schema}.{t}"),
+            (None, t) => format!("{t} (in the URL's database)"),
+        };
+        Ok(TableFacts { found_as, columns, owner: Owner::NotTracked, hooks })
     }
 
     async fn execute(&self, sql: &str) -> Result<(), sqlx::Error> {

@@ -11,11 +11,14 @@ use sqlx::postgres::{PgConnectOptions, PgConnection, Postgres as Pg};
 use sqlx::{AssertSqlSafe, Executor};
 use tokio::time::timeout;
 
+use super::params::Accepted;
 use super::rw::{acquire_tx, owner_stmt, Attempt, Flavor, KindSql, OwnerStmt};
 use super::{bad_url, too_slow, unreachable, Dialect, Upsert};
+use crate::adopt::{Owner, TableFacts};
 use crate::decide::Plan;
 use crate::error::{Class, Codes};
 use crate::listen::{self, Listener};
+use crate::options::quote_table;
 use crate::pool::{ConnPool, Setup, Use};
 use crate::wake;
 use crate::SqlOptions;
@@ -24,6 +27,29 @@ use crate::SqlOptions;
 const NOW: &str = "(extract(epoch from now()) * 1000)::bigint";
 
 pub(crate) const CODES: Codes = Codes { label: "postgres", database: sqlstate };
+
+/// The URL parameters sqlx's PostgreSQL driver reads (`sqlx-postgres` `options/parse.rs`); it
+/// ignores any other, libpq's `sslpassword`, `connect_timeout` or `target_session_attrs` too.
+pub(crate) const PARAMS: Accepted = Accepted {
+    label: "postgres",
+    names: &[
+        &["sslmode", "ssl-mode"],
+        &["sslrootcert", "ssl-root-cert", "ssl-ca"],
+        &["sslcert", "ssl-cert"],
+        &["sslkey", "ssl-key"],
+        &["statement-cache-capacity"],
+        &["host"],
+        &["hostaddr"],
+        &["port"],
+        &["dbname"],
+        &["user"],
+        &["password"],
+        &["application_name"],
+        &["options"],
+    ],
+    bracketed: &["options"],
+    fragment: false,
+};
 
 /// PostgreSQL SQLSTATEs.
 fn sqlstate(db: &(dyn DatabaseError + 'static)) -> Class {
@@ -80,6 +106,7 @@ pub(crate) struct Postgres {
 }
 
 pub(crate) async fn connect(url: &str, options: &SqlOptions, hub: WakeHub) -> Result<Arc<dyn Dialect>, LockError> {
+    PARAMS.check_url(url)?;
     let mut opts = PgConnectOptions::from_str(url).map_err(|e| bad_url(CODES, e))?;
     // Name our sessions in pg_stat_activity, unless the URL already does.
     if opts.get_application_name().is_none() {
@@ -115,12 +142,13 @@ impl Postgres {
         listener: Listener,
         statement_bound: std::time::Duration,
     ) -> Postgres {
+        let qt = quote_table(t, '"');
         Postgres {
             pool,
             channel: t.to_owned(),
             statement_bound,
             create: format!(
-                "CREATE TABLE IF NOT EXISTS \"{t}\" (name TEXT COLLATE \"C\" NOT NULL PRIMARY KEY, owner TEXT, \
+                "CREATE TABLE IF NOT EXISTS {qt} (name TEXT COLLATE \"C\" NOT NULL PRIMARY KEY, owner TEXT, \
                  fence BIGINT NOT NULL, expires_at BIGINT NOT NULL)"
             ),
             // One statement: insert or take over a free/expired/own row, and when that did not
@@ -128,7 +156,7 @@ impl Postgres {
             // committed meanwhile: then no row comes back, and the waiter just polls).
             acquire: format!(
                 "WITH granted AS ( \
-                   INSERT INTO \"{t}\" AS l (name, owner, fence, expires_at) \
+                   INSERT INTO {qt} AS l (name, owner, fence, expires_at) \
                    VALUES ($1, $2, 1, {NOW} + $3::bigint) \
                    ON CONFLICT (name) DO UPDATE SET \
                      fence = CASE WHEN l.owner = EXCLUDED.owner THEN l.fence ELSE l.fence + 1 END, \
@@ -138,19 +166,19 @@ impl Postgres {
                    RETURNING fence) \
                  SELECT fence, NULL::bigint AS remaining FROM granted \
                  UNION ALL \
-                 SELECT NULL::bigint, h.expires_at - {NOW} FROM \"{t}\" h \
+                 SELECT NULL::bigint, h.expires_at - {NOW} FROM {qt} h \
                  WHERE h.name = $1 AND NOT EXISTS (SELECT 1 FROM granted)"
             )
             .into(),
             renew: format!(
-                "UPDATE \"{t}\" SET expires_at = {NOW} + $3::bigint \
+                "UPDATE {qt} SET expires_at = {NOW} + $3::bigint \
                  WHERE name = $1 AND owner = $2 AND expires_at > {NOW}"
             )
             .into(),
             // Free and notify in one statement: the notification is delivered on commit.
             release: format!(
                 "WITH freed AS ( \
-                   UPDATE \"{t}\" SET owner = NULL, expires_at = {NOW} \
+                   UPDATE {qt} SET owner = NULL, expires_at = {NOW} \
                    WHERE name = $1 AND owner = $2 AND expires_at > {NOW} RETURNING name) \
                  SELECT pg_notify($3, $4 || name) FROM freed"
             )
@@ -158,6 +186,48 @@ impl Postgres {
             _listener: listener,
         }
     }
+}
+
+/// The catalog's view of table `quoted` (as the session's `search_path` finds it): where, whose,
+/// its columns, and its triggers, rules or other kind than a plain table.
+async fn pg_table_facts(c: &mut PgConnection, quoted: &str) -> Result<TableFacts, sqlx::Error> {
+    // Superusers count as members of every role: for them only their own and superusers' tables
+    // are trusted (a trigger would run with superuser rights).
+    let (schema, kind, owner, trusted) = sqlx::query_as::<_, (String, String, String, bool)>(
+        "SELECT n.nspname::text, c.relkind::text, r.rolname::text, \
+           r.rolname = current_user OR r.rolsuper OR (pg_has_role(current_user, r.oid, 'MEMBER') \
+             AND NOT (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)) \
+         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_roles r ON r.oid = c.relowner \
+         WHERE c.oid = to_regclass($1)",
+    )
+    .bind(quoted)
+    .fetch_one(&mut *c)
+    .await?;
+    let columns = sqlx::query_as::<_, (String, String)>(
+        "SELECT attname::text, format_type(atttypid, atttypmod) FROM pg_attribute \
+         WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+    )
+    .bind(quoted)
+    .fetch_all(&mut *c)
+    .await?;
+    let mut hooks = sqlx::query_scalar::<_, String>(
+        "SELECT 'trigger ' || tgname::text FROM pg_trigger WHERE tgrelid = to_regclass($1) AND NOT tgisinternal \
+         UNION ALL SELECT 'rule ' || rulename::text FROM pg_rewrite \
+         WHERE ev_class = to_regclass($1) AND rulename <> '_RETURN'",
+    )
+    .bind(quoted)
+    .fetch_all(&mut *c)
+    .await?;
+    if !matches!(kind.as_str(), "r" | "p") {
+        hooks.push(format!("relkind {kind:?} (not a plain table)"));
+    }
+    let table = quoted.rsplit('.').next().unwrap_or(quoted).trim_matches('"');
+    Ok(TableFacts {
+        found_as: format!("{schema}.{table}"),
+        columns,
+        owner: if trusted { Owner::Trusted } else { Owner::Other(owner) },
+        hooks,
+    })
 }
 
 /// The values the exclusive lock's statements bind.
@@ -193,12 +263,17 @@ impl Dialect for Postgres {
     }
 
     async fn table_exists(&self, table: &str) -> Result<bool, sqlx::Error> {
-        let quoted = format!("\"{table}\"");
+        let quoted = quote_table(table, '"');
         self.pool
             .with(Use::Take, quoted.as_str(), |c, t| {
                 Box::pin(sqlx::query_scalar::<_, bool>("SELECT to_regclass($1) IS NOT NULL").bind(t).fetch_one(c))
             })
             .await
+    }
+
+    async fn table_facts(&self, table: &str) -> Result<TableFacts, sqlx::Error> {
+        let quoted = quote_table(table, '"');
+        self.pool.with(Use::Take, quoted.as_str(), |c, t| Box::pin(pg_table_facts(c, t))).await
     }
 
     async fn execute(&self, sql: &str) -> Result<(), sqlx::Error> {

@@ -6,6 +6,7 @@ use sqlx::{AssertSqlSafe, Database, Decode, Encode, Executor, Type};
 use lock_core::LockKind;
 
 use crate::decide::{decide, family, mode, Holder, Plan, Write};
+use crate::options::quote_table;
 
 /// What a dialect brings to the kinds' statements.
 pub(crate) struct Flavor {
@@ -61,8 +62,8 @@ fn numbered(sql: &str) -> String {
 impl KindSql {
     pub(crate) fn build(table: &str, f: &Flavor) -> KindSql {
         let (q, now) = (f.quote, f.now);
-        let c = format!("{q}{table}_counters{q}");
-        let h = format!("{q}{table}_holders{q}");
+        let c = quote_table(&format!("{table}_counters"), q);
+        let h = quote_table(&format!("{table}_holders"), q);
         let fix = |s: String| if f.numbered { numbered(&s) } else { s };
         let (insert, on_conflict, for_update) = (f.insert, f.on_conflict, f.for_update);
         KindSql {

@@ -12,16 +12,29 @@ use sqlx::sqlite::{Sqlite, SqliteConnectOptions, SqliteJournalMode, SqlitePool, 
 use sqlx::{AssertSqlSafe, Executor};
 use tokio::time::timeout;
 
+use super::params::Accepted;
 use super::rw::{acquire_tx, owner_stmt, Attempt, Flavor, KindSql, OwnerStmt};
 use super::{bad_url, too_slow, unreachable, Dialect, Upsert};
+use crate::adopt::{Owner, TableFacts};
 use crate::decide::Plan;
 use crate::error::{Class, Codes};
+use crate::options::quote_table;
 use crate::SqlOptions;
 
 /// Milliseconds since the Unix epoch, on the host's clock.
 const NOW: &str = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)";
 
 pub(crate) const CODES: Codes = Codes { label: "sqlite", database: result_code };
+
+/// The URL parameters sqlx's SQLite driver reads (it refuses others itself; checked here too
+/// for the same message and the refusal of repeats).
+pub(crate) const PARAMS: Accepted = Accepted {
+    label: "sqlite",
+    names: &[&["mode"], &["cache"], &["immutable"], &["vfs"]],
+    bracketed: &[],
+    // A file name may hold '#'.
+    fragment: true,
+};
 
 /// SQLite (extended) result codes.
 fn result_code(db: &(dyn DatabaseError + 'static)) -> Class {
@@ -80,6 +93,10 @@ pub(crate) struct Lite {
 }
 
 pub(crate) async fn connect(url: &str, options: &SqlOptions) -> Result<Arc<dyn Dialect>, LockError> {
+    // Cut as sqlx does: the parameters follow the first '?'.
+    if let Some((_, query)) = url.split_once('?') {
+        PARAMS.check_query(query, url)?;
+    }
     let lower = url.to_ascii_lowercase();
     let in_memory = lower.contains(":memory:") || lower.contains("mode=memory");
     let opts = SqliteConnectOptions::from_str(url)
@@ -109,17 +126,18 @@ pub(crate) async fn connect(url: &str, options: &SqlOptions) -> Result<Arc<dyn D
 
 impl Lite {
     fn new(pool: SqlitePool, t: &str, durable: bool) -> Lite {
+        let qt = quote_table(t, '"');
         Lite {
             pool,
             durable,
             statement_bound: Duration::ZERO,
             create: format!(
-                "CREATE TABLE IF NOT EXISTS \"{t}\" (name TEXT NOT NULL PRIMARY KEY, owner TEXT, \
+                "CREATE TABLE IF NOT EXISTS {qt} (name TEXT NOT NULL PRIMARY KEY, owner TEXT, \
                  fence INTEGER NOT NULL, expires_at INTEGER NOT NULL)"
             ),
             // SQLite evaluates every SET expression against the old row.
             acquire: format!(
-                "INSERT INTO \"{t}\" (name, owner, fence, expires_at) VALUES (?1, ?2, 1, {NOW} + ?3) \
+                "INSERT INTO {qt} (name, owner, fence, expires_at) VALUES (?1, ?2, 1, {NOW} + ?3) \
                  ON CONFLICT (name) DO UPDATE SET \
                    fence = CASE WHEN owner = excluded.owner THEN fence ELSE fence + 1 END, \
                    owner = excluded.owner, \
@@ -127,12 +145,12 @@ impl Lite {
                  WHERE owner IS NULL OR owner = excluded.owner OR expires_at <= {NOW} \
                  RETURNING fence"
             ),
-            read_back: format!("SELECT expires_at - {NOW} FROM \"{t}\" WHERE name = ?1"),
+            read_back: format!("SELECT expires_at - {NOW} FROM {qt} WHERE name = ?1"),
             renew: format!(
-                "UPDATE \"{t}\" SET expires_at = {NOW} + ?3 WHERE name = ?1 AND owner = ?2 AND expires_at > {NOW}"
+                "UPDATE {qt} SET expires_at = {NOW} + ?3 WHERE name = ?1 AND owner = ?2 AND expires_at > {NOW}"
             ),
             release: format!(
-                "UPDATE \"{t}\" SET owner = NULL, expires_at = {NOW} \
+                "UPDATE {qt} SET owner = NULL, expires_at = {NOW} \
                  WHERE name = ?1 AND owner = ?2 AND expires_at > {NOW}"
             ),
         }
@@ -162,11 +180,25 @@ impl Dialect for Lite {
     }
 
     async fn table_exists(&self, table: &str) -> Result<bool, sqlx::Error> {
-        let n = sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?1")
-            .bind(table)
-            .fetch_one(&self.pool)
-            .await?;
+        let (schema, name) = table.split_once('.').unwrap_or(("main", table));
+        // `schema` is a validated plain identifier (see options.rs).
+        let sql = format!("SELECT COUNT(*) FROM \"{schema}\".sqlite_master WHERE type = 'table' AND name = ?1");
+        let n = sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql)).bind(name).fetch_one(&self.pool).await?;
         Ok(n > 0)
+    }
+
+    async fn table_facts(&self, table: &str) -> Result<TableFacts, sqlx::Error> {
+        let (schema, name) = table.split_once('.').unwrap_or(("main", table));
+        let columns = sqlx::query_as::<_, (String, String)>("SELECT name, type FROM pragma_table_info(?1, ?2)")
+            .bind(name)
+            .bind(schema)
+            .fetch_all(&self.pool)
+            .await?;
+        let sql = format!(
+            "SELECT 'trigger ' || name FROM \"{schema}\".sqlite_master WHERE type = 'trigger' AND tbl_name = ?1"
+        );
+        let hooks = sqlx::query_scalar::<_, String>(AssertSqlSafe(sql)).bind(name).fetch_all(&self.pool).await?;
+        Ok(TableFacts { found_as: format!("{schema}.{name}"), columns, owner: Owner::NotTracked, hooks })
     }
 
     async fn execute(&self, sql: &str) -> Result<(), sqlx::Error> {

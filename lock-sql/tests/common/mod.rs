@@ -18,9 +18,15 @@ use lock_sql::{SqlLock, SqlOptions};
 use sqlx::Executor;
 use tokio::time::Instant;
 
+mod fake_tls;
 mod safety;
+mod squat;
+#[allow(unused_imports)]
+pub use fake_tls::*;
 #[allow(unused_imports)] // not every dialect's test file uses them
 pub use safety::*;
+#[allow(unused_imports)]
+pub use squat::*;
 
 /// Which database a fixture runs against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
