@@ -56,7 +56,7 @@ pub use memory::MemoryLock;
 pub use multi::acquire_all;
 pub use name::{FencingToken, LockName, OwnerId, MAX_NAME_LEN};
 pub use options::{AcquireOptions, WaitPolicy, DEFAULT_TTL};
-pub use store::{LeaseStore, StoreLock, TryLock};
+pub use store::{Claim, LeaseStore, StoreLock, TryLock};
 pub use wake::{WakeHub, WakeSubscription};
 
 pub use async_trait::async_trait;
