@@ -240,6 +240,9 @@ macro_rules! conformance_tests {
                 kinds_server_pause,
                 kinds_nemesis,
                 slow_grant_renewed_in_time,
+                inspect_reports_holder,
+                inspect_list_by_prefix,
+                inspect_hostile_holder,
             ]
         }
     };

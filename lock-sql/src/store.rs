@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::{
-    Backoff, Capabilities, FencingToken, LeaseModel, LeaseStore, LockError, LockName, OwnerId, ReleaseOutcome,
-    RenewOutcome, TryLock, WakeHub, WakeMethod, WakeSubscription,
+    Backoff, Capabilities, Claim, FencingToken, HolderInfo, LeaseModel, LeaseStore, LockError, LockKind, LockName,
+    OwnerId, ReleaseOutcome, RenewOutcome, TryLock, WakeHub, WakeMethod, WakeSubscription,
 };
 use tokio::time::timeout;
 
-use crate::dialect::{self, Dialect, Upsert};
+use crate::dialect::{self, Dialect, Seen, Upsert, Who, ADDED_COLUMNS, LEASE_COLUMNS};
 use crate::error::{classify, to_lock_error, Class};
 use crate::inflight::Inflight;
 use crate::serial::{OwnerGuard, OwnerLocks};
@@ -53,6 +53,7 @@ impl SqlStore {
         };
         let ddl = store.dialect.lease_ddl().to_owned();
         store.create("create the lease table", &options.table, &ddl).await?;
+        store.add_missing_columns().await?;
         // Best effort, bounded: a failure resurfaces, with its real error, when a statement runs.
         let _ = timeout(store.query_timeout, store.dialect.warm_up()).await;
         Ok(store)
@@ -91,6 +92,34 @@ impl SqlStore {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Adds the columns of [`ADDED_COLUMNS`] that a lease table made by an older version lacks
+    /// (`ALTER TABLE … ADD COLUMN`; needs `ALTER` only then). Idempotent: a column another
+    /// client added meanwhile counts as added.
+    async fn add_missing_columns(&self) -> Result<(), LockError> {
+        let has = self.run("read the lease table's columns", || self.dialect.columns(&self.table)).await?;
+        let missing: Vec<&str> = LEASE_COLUMNS.iter().copied().filter(|c| !has.iter().any(|h| h == c)).collect();
+        if let Some(core) = missing.iter().find(|c| !ADDED_COLUMNS.contains(c)) {
+            return Err(LockError::config(format!(
+                "the table {} has no column {core}: it is not a dlock lease table; choose another table name",
+                self.table
+            )));
+        }
+        for column in missing {
+            let alter = self.dialect.add_column(&self.table, column);
+            if let Err(e) = self.run("add a column to the lease table", || self.dialect.execute(&alter)).await {
+                let now = self.run("read the lease table's columns", || self.dialect.columns(&self.table)).await?;
+                if !now.iter().any(|h| h == column) {
+                    return Err(LockError::config(format!(
+                        "the lease table {} lacks the column {column} (added in this version) and adding it \
+                         failed: {e}; run `{alter}` as the table's owner",
+                        self.table
+                    )));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Runs `op`, re-running it on transient conflicts (deadlock, busy), all within
@@ -202,8 +231,13 @@ impl SqlStore {
 
     /// The token of a grant with fence `fence`.
     pub(crate) fn token(&self, fence: i64) -> Result<TryLock, LockError> {
+        self.fence_token(fence).map(|token| TryLock::Acquired { token })
+    }
+
+    /// A fence as a token; an error for a negative one.
+    fn fence_token(&self, fence: i64) -> Result<FencingToken, LockError> {
         match u64::try_from(fence) {
-            Ok(t) => Ok(TryLock::Acquired { token: FencingToken(t) }),
+            Ok(t) => Ok(FencingToken(t)),
             Err(_) => Err(LockError::backend(
                 self.label(),
                 format!("the lease table holds a negative fence ({fence}); was it edited by hand?"),
@@ -220,6 +254,15 @@ pub(crate) fn remaining(ms: Option<i64>) -> Option<Duration> {
     ms.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0)))
 }
 
+impl SqlStore {
+    /// A live row as reported by `inspect` and `list`.
+    fn info(&self, seen: Seen) -> Result<HolderInfo, LockError> {
+        Ok(HolderInfo::new(seen.name, self.fence_token(seen.fence)?, LockKind::Exclusive)
+            .with_holder(seen.holder, seen.metadata)
+            .with_remaining(remaining(Some(seen.remaining_ms))))
+    }
+}
+
 #[async_trait]
 impl LeaseStore for SqlStore {
     fn backend(&self) -> &str {
@@ -234,6 +277,8 @@ impl LeaseStore for SqlStore {
         caps.durable_leases = self.dialect.durable();
         caps.rw_lock = true;
         caps.semaphore = true;
+        caps.inspect = true;
+        caps.list = true;
         // Expiry is stored in whole milliseconds of the database clock.
         caps.min_ttl = Duration::from_millis(10);
         caps.max_ttl = Duration::from_secs(365 * 24 * 3600);
@@ -241,9 +286,14 @@ impl LeaseStore for SqlStore {
     }
 
     async fn try_lock(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<TryLock, LockError> {
-        let (n, o, ms) = (name.as_str(), owner.to_hex(), ttl_ms(ttl));
-        let attempt = self.attempt(owner);
-        let upsert = self.run("acquire", || self.dialect.acquire(n, &o, ms)).await?;
+        self.try_claim(&Claim::new(name, owner, ttl), false).await
+    }
+
+    async fn try_claim(&self, claim: &Claim<'_>, _waiting: bool) -> Result<TryLock, LockError> {
+        let (n, o, ms) = (claim.name.as_str(), claim.owner.to_hex(), ttl_ms(claim.ttl));
+        let who = Who { holder: claim.holder_id(), metadata: claim.metadata() };
+        let attempt = self.attempt(claim.owner);
+        let upsert = self.run("acquire", || self.dialect.acquire(n, &o, ms, who)).await?;
         attempt.finished();
         match upsert {
             Upsert::Granted(fence) => self.token(fence),
@@ -270,5 +320,16 @@ impl LeaseStore for SqlStore {
 
     async fn subscribe(&self, name: &LockName) -> Result<Option<WakeSubscription>, LockError> {
         Ok(self.subscribe_key(&crate::wake::exclusive(name.as_str())))
+    }
+
+    async fn inspect(&self, name: &LockName) -> Result<Option<HolderInfo>, LockError> {
+        let seen = self.run("inspect", || self.dialect.inspect(name.as_str())).await?;
+        seen.map(|s| self.info(s)).transpose()
+    }
+
+    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<HolderInfo>, LockError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = self.run("list", || self.dialect.list(prefix, limit)).await?;
+        rows.into_iter().map(|s| self.info(s)).collect()
     }
 }

@@ -20,6 +20,7 @@ use crate::{ClientLink, Fixture};
 pub mod exclusion;
 pub mod faults;
 pub mod fencing;
+pub mod inspect;
 pub mod kinds;
 pub mod kinds_faults;
 pub mod lease;
@@ -186,6 +187,9 @@ registry! {
     kinds_faults::kinds_server_pause, 12, "a paused server: writers and permit holders lose their leases on time";
     kinds_faults::kinds_nemesis, 10, "random server faults while rw and semaphore clients contend: the kind checkers hold";
     lease::slow_grant_renewed_in_time, 8, "a grant that took a third of its ttl to arrive is renewed in time, not lost";
+    inspect::inspect_reports_holder, 6, "inspect reports holder id, token, kind and metadata while held, None after release";
+    inspect::inspect_list_by_prefix, 6, "list reports exactly the held names under a prefix (wildcards literal), in order, within the limit";
+    inspect::inspect_hostile_holder, 6, "bad holder ids and oversized metadata are rejected; hostile valid ids round-trip verbatim";
 }
 
 /// Every case of the suite, in report order.
