@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::{
-    Capabilities, FencingToken, LeaseModel, LeaseStore, LockError, LockName, OwnerId, ReleaseOutcome, RenewOutcome,
-    TryLock, WakeMethod, WakeSubscription,
+    Capabilities, Claim, FencingToken, HolderInfo, LeaseModel, LeaseStore, LockError, LockName, OwnerId,
+    ReleaseOutcome, RenewOutcome, TryLock, WakeMethod, WakeSubscription,
 };
 
 use crate::acl::Needs;
@@ -65,7 +65,7 @@ impl RedisStore {
         })
     }
 
-    fn keys(&self, name: &LockName) -> Keys {
+    pub(crate) fn keys(&self, name: &LockName) -> Keys {
         Keys::new(&self.prefix, name)
     }
 
@@ -125,15 +125,23 @@ impl LeaseStore for RedisStore {
         caps.durable_leases = false;
         caps.min_ttl = Duration::from_millis(10);
         caps.max_ttl = self.max_ttl;
+        caps.inspect = true;
+        caps.list = true;
         caps
     }
 
     async fn try_lock(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<TryLock, LockError> {
+        self.try_claim(&Claim::new(name, owner, ttl), false).await
+    }
+
+    async fn try_claim(&self, claim: &Claim<'_>, _waiting: bool) -> Result<TryLock, LockError> {
+        let (name, owner, ttl) = (claim.name, claim.owner, claim.ttl);
         let keys = self.keys(name);
         let owner_id = owner;
         let owner = owner.to_hex();
         let ms = ttl_ms(ttl);
-        let (keys, owner) = (&keys, &owner);
+        let who = crate::inspect::who_args(claim);
+        let (keys, owner, who) = (&keys, &owner, &who);
         let (boot, quiet) = (&self.boot, self.boot.quiet_ms());
         let (acks, ack_ms) = (self.min_replicas_ack, self.ack_wait_ms);
         let (reply, acked): (Vec<i64>, i64) = self
@@ -150,6 +158,8 @@ impl LeaseStore for RedisStore {
                                 .arg(owner)
                                 .arg(ms)
                                 .arg(quiet)
+                                .arg(&who.0)
+                                .arg(&who.1)
                                 .invoke_async(&mut c)
                                 .await
                         }
@@ -214,5 +224,13 @@ impl LeaseStore for RedisStore {
 
     async fn subscribe(&self, name: &LockName) -> Result<Option<WakeSubscription>, LockError> {
         self.notifier.subscribe(&self.keys(name).channel).await
+    }
+
+    async fn inspect(&self, name: &LockName) -> Result<Option<HolderInfo>, LockError> {
+        crate::inspect::inspect(self, name).await
+    }
+
+    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<HolderInfo>, LockError> {
+        crate::inspect::list(self, prefix, limit).await
     }
 }

@@ -142,3 +142,8 @@ async fn extra_durable_fencing_follows_innodb_flush_setting() {
         assert_eq!(sem.capabilities().durable_fencing, durable, "semaphore, innodb_flush_log_at_trx_commit = {flush}");
     }
 }
+
+#[tokio::test]
+async fn extra_old_table_gains_holder_columns() {
+    common::check_old_table_gains_columns(&SqlFixture::mysql().await.unwrap()).await.unwrap();
+}

@@ -368,3 +368,8 @@ async fn extra_cancelled_acquire_leaves_no_grant() {
     assert!(took < Duration::from_secs(8), "free only after {took:?}");
     eprintln!("a cancelled acquire's late grant was freed after {took:?}");
 }
+
+#[tokio::test]
+async fn extra_old_table_gains_holder_columns() {
+    common::check_old_table_gains_columns(&SqlFixture::postgres().await.unwrap()).await.unwrap();
+}
