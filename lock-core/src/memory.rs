@@ -10,7 +10,7 @@
 //! partitions and deleted entries without a network.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
@@ -23,6 +23,7 @@ use crate::{
     Lease, LeaseGrant, LeaseHandle, LeaseModel, LockError, LockName, OwnerId, ReleaseOutcome, RenewOutcome, WakeMethod,
 };
 
+mod idle;
 mod inspect;
 
 const BACKEND: &str = "memory";
@@ -51,6 +52,9 @@ enum Mode {
 struct Server {
     locks: Mutex<HashMap<(Family, LockName), Entry>>,
     down: AtomicBool,
+    /// The highest fence of every entry collected as idle (changed under `locks`): a new entry
+    /// starts above it, so tokens never go back when a name's state was removed.
+    floor: AtomicU64,
 }
 
 #[derive(Default)]
@@ -250,6 +254,7 @@ impl MemoryLock {
     /// Forgets every lease and counter, as a server restart without persistence would.
     pub fn restart_server(&self) {
         self.server.locks.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.server.floor.store(0, Ordering::SeqCst);
     }
 
     fn reachable(&self) -> Result<(), LockError> {
@@ -264,7 +269,8 @@ impl MemoryLock {
 
     fn with_entry<R>(&self, family: Family, name: &LockName, f: impl FnOnce(&mut Entry) -> R) -> R {
         let mut locks = self.server.locks.lock().unwrap_or_else(|e| e.into_inner());
-        f(locks.entry((family, name.clone())).or_default())
+        let floor = self.server.floor.load(Ordering::SeqCst);
+        f(locks.entry((family, name.clone())).or_insert_with(|| Entry { fence: floor, ..Entry::default() }))
     }
 
     fn lease(

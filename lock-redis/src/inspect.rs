@@ -3,7 +3,7 @@
 //! the lease); `inspect` reads the hash and its `PTTL` in one script, `list` walks the key space
 //! with `SCAN` over the prefix's exclusive-lock keys.
 
-use lock_core::{Claim, HolderInfo, LockError, LockKind, LockName};
+use lock_core::{escape_prefix, Claim, HolderInfo, LockError, LockKind, LockName};
 
 use crate::scripts::{Keys, INSPECT};
 use crate::single::{remaining_from, token_from, RedisStore, BACKEND};
@@ -20,41 +20,10 @@ pub(crate) fn who_args(claim: &Claim<'_>) -> (String, String) {
     (holder, metadata)
 }
 
-/// `escaped()` of a name that starts with `prefix` starts with this.
-fn escape_prefix(prefix: &str) -> String {
-    let mut out = String::with_capacity(prefix.len());
-    for (i, b) in prefix.bytes().enumerate() {
-        if b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || (b == b'.' && i > 0) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-/// The name behind an escaped key part; `None` for a key not written by this crate.
-fn unescape(escaped: &str) -> Option<String> {
-    let bytes = escaped.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = escaped.get(i + 1..i + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
-}
-
 /// The lock name of an exclusive lease key `<prefix>:{<escaped>}:lock`.
 fn name_of(key_prefix: &str, key: &str) -> Option<LockName> {
     let inner = key.strip_prefix(key_prefix)?.strip_prefix(":{")?.strip_suffix("}:lock")?;
-    LockName::new(unescape(inner)?).ok()
+    LockName::from_escaped(inner)
 }
 
 fn strip(field: &str) -> Option<String> {
@@ -150,6 +119,5 @@ mod tests {
         }
         assert_eq!(name_of("dlock", "dlock:{a}:fence"), None);
         assert_eq!(name_of("dlock", "other:{a}:lock"), None);
-        assert_eq!(unescape("%4"), None);
     }
 }

@@ -29,6 +29,8 @@ pub struct RedisStore {
     /// `RedisOptions::min_replicas_ack` and the `WAIT` bound in ms.
     min_replicas_ack: u32,
     ack_wait_ms: u64,
+    /// `RedisOptions::idle_gc_after` in ms (0: fence keys never expire).
+    idle_ms: u64,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -62,6 +64,7 @@ impl RedisStore {
             max_ttl: options.max_ttl,
             min_replicas_ack: options.min_replicas_ack,
             ack_wait_ms: options.replica_ack_wait_ms(),
+            idle_ms: options.idle_gc_after.map_or(0, ttl_ms),
         })
     }
 
@@ -141,6 +144,7 @@ impl LeaseStore for RedisStore {
         let owner = owner.to_hex();
         let ms = ttl_ms(ttl);
         let who = crate::inspect::who_args(claim);
+        let fence_ms = if self.idle_ms > 0 { ms.saturating_add(self.idle_ms) } else { 0 };
         let (keys, owner, who) = (&keys, &owner, &who);
         let (boot, quiet) = (&self.boot, self.boot.quiet_ms());
         let (acks, ack_ms) = (self.min_replicas_ack, self.ack_wait_ms);
@@ -160,6 +164,7 @@ impl LeaseStore for RedisStore {
                                 .arg(quiet)
                                 .arg(&who.0)
                                 .arg(&who.1)
+                                .arg(fence_ms)
                                 .invoke_async(&mut c)
                                 .await
                         }

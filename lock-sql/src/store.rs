@@ -54,6 +54,9 @@ impl SqlStore {
         let ddl = store.dialect.lease_ddl().to_owned();
         store.create("create the lease table", &options.table, &ddl).await?;
         store.add_missing_columns().await?;
+        if let Some(idle) = options.idle_gc_after {
+            crate::idle::start(Arc::downgrade(&store.dialect), idle, options.query_timeout);
+        }
         // Best effort, bounded: a failure resurfaces, with its real error, when a statement runs.
         let _ = timeout(store.query_timeout, store.dialect.warm_up()).await;
         Ok(store)
@@ -120,6 +123,15 @@ impl SqlStore {
             }
         }
         Ok(())
+    }
+
+    /// Deletes the rows of names nobody has held for at least `idle` (docs/contract.md §5.7)
+    /// and returns how many; what `SqlOptions::idle_gc_after` runs in the background. Tokens
+    /// issued afterwards are still above every earlier one: a new row's fence starts at the
+    /// database clock in µs, which has passed every fence of a row idle that long.
+    pub async fn collect_idle(&self, idle: Duration) -> Result<u64, LockError> {
+        let ms = ttl_ms(idle).max(0);
+        self.run("collect idle lock rows", || self.dialect.collect_idle(ms)).await
     }
 
     /// Runs `op`, re-running it on transient conflicts (deadlock, busy), all within

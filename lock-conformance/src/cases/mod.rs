@@ -20,6 +20,7 @@ use crate::{ClientLink, Fixture};
 pub mod exclusion;
 pub mod faults;
 pub mod fencing;
+pub mod idle;
 pub mod inspect;
 pub mod kinds;
 pub mod kinds_faults;
@@ -189,6 +190,7 @@ registry! {
     lease::slow_grant_renewed_in_time, 8, "a grant that took a third of its ttl to arrive is renewed in time, not lost";
     inspect::inspect_reports_holder, 6, "inspect reports holder id, token, kind and metadata while held, None after release";
     inspect::inspect_list_by_prefix, 6, "list reports exactly the held names under a prefix (wildcards literal), in order, within the limit";
+    idle::idle_collected_tokens_rise, 6, "a token issued after an idle name's state was collected is above every earlier one";
     inspect::inspect_hostile_holder, 6, "bad holder ids and oversized metadata are rejected; hostile valid ids round-trip verbatim";
 }
 

@@ -68,3 +68,21 @@ async fn inspect_and_list_report_the_holder() {
     assert_eq!(lock.inspect(&name).await.expect("ok"), None);
     assert!(lock.list("jobs/", 10).await.expect("ok").is_empty());
 }
+
+#[tokio::test]
+async fn tokens_keep_rising_after_idle_names_are_collected() {
+    let lock = MemoryLock::new();
+    let (a, b) = (LockName::new("a").expect("valid"), LockName::new("b").expect("valid"));
+    let mut last = FencingToken(0);
+    for _ in 0..3 {
+        let l = lock.acquire(&a, &opts()).await.expect("free");
+        last = l.token();
+        l.release().await.expect("release");
+    }
+    let held = lock.acquire(&b, &opts()).await.expect("free");
+    assert_eq!(lock.collect_idle(), 1, "only the idle name is collected");
+    let again = lock.acquire(&a, &opts()).await.expect("free");
+    assert!(again.token() > last, "{} after {} once the state was collected", again.token(), last);
+    assert!(lock.inspect(&b).await.expect("ok").is_some(), "a held name is kept");
+    held.release().await.expect("release");
+}

@@ -41,8 +41,10 @@ impl Keys {
 }
 
 /// Single instance acquire. KEYS: lock, fence, boot marker. ARGV: owner, ttl ms, quiet ms,
-/// holder id (`''`: none), metadata (`'+'` followed by it; `''`: none): a grant stores them in
-/// the lease hash as `h` and `m` (docs/contract.md §5.6), so they expire with it.
+/// holder id (`''`: none), metadata (`'+'` followed by it; `''`: none), fence expiry ms (`'0'`:
+/// none). A grant stores holder and metadata in the lease hash as `h` and `m` (docs/contract.md
+/// §5.6), so they expire with it, and lets the fence key expire after the given time
+/// (`idle_gc_after`, §5.7): tokens are floored by the server clock, so none goes back without it.
 /// Returns `{1, token}` when granted (or already ours: the stored token, lease refreshed),
 /// `{0, ms}` when someone else holds it (ms: its PTTL) or the server is in its quiet period
 /// after losing its state (ms: the quiet time left; see `crate::boot`).
@@ -72,6 +74,7 @@ end
 redis.call('HSET', KEYS[1], 'o', ARGV[1], 'f', string.format('%d', token))
 if ARGV[4] and ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'h', ARGV[4]) end
 if ARGV[5] and ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'm', ARGV[5]) end
+if ARGV[6] and tonumber(ARGV[6]) > 0 then redis.call('PEXPIRE', KEYS[2], ARGV[6]) end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return {1, token}
 "#

@@ -113,6 +113,9 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     /// The exclusive lock's grant: insert, take over a free or expired row, or re-grant our own;
     /// a grant stores `who` with the row.
     async fn acquire(&self, name: &str, owner: &str, ttl_ms: i64, who: Who<'_>) -> Result<Upsert, sqlx::Error>;
+    /// Deletes the rows of names not held for at least `idle_ms` (docs/contract.md §5.7); how
+    /// many. Safe for tokens because every grant's fence is at least the database clock in µs.
+    async fn collect_idle(&self, idle_ms: i64) -> Result<u64, sqlx::Error>;
     /// The live grant of `name`, if any (one read).
     async fn inspect(&self, name: &str) -> Result<Option<Seen>, sqlx::Error>;
     /// The live grants whose names start with `prefix`, in name order, at most `limit`.

@@ -22,6 +22,9 @@ use crate::SqlOptions;
 /// Milliseconds since the Unix epoch, on the database's clock.
 const NOW: &str = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)";
 
+/// Microseconds since the Unix epoch, on the database's clock: the floor of new fences.
+const NOW_US: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
+
 pub(crate) const CODES: Codes = Codes { label: "mysql", database: server_error };
 
 fn server_error(db: &(dyn DatabaseError + 'static)) -> Class {
@@ -79,6 +82,7 @@ pub(crate) struct Mysql {
     release: Arc<str>,
     inspect: Arc<str>,
     list: Arc<str>,
+    collect: Arc<str>,
     /// MariaDB: the acquire upsert ends in `RETURNING owner, fence, remaining`, no read-back.
     returning: bool,
     /// `innodb_flush_log_at_trx_commit = 1`: an acknowledged commit survives a crash.
@@ -151,9 +155,9 @@ impl Mysql {
             ),
             acquire: format!(
                 "INSERT INTO `{t}` (name, owner, fence, expires_at, holder, metadata) \
-                 VALUES (?, ?, 1, {NOW} + ?, ?, ?) \
+                 VALUES (?, ?, {NOW_US}, {NOW} + ?, ?, ?) \
                  ON DUPLICATE KEY UPDATE \
-                   fence = IF({cond}, IF(owner = ?, fence, fence + 1), fence), \
+                   fence = IF({cond}, IF(owner = ?, fence, GREATEST(fence + 1, {NOW_US})), fence), \
                    owner = IF({cond}, ?, owner), \
                    expires_at = IF({cond}, {NOW} + ?, expires_at), \
                    holder = IF({cond}, ?, holder), \
@@ -182,6 +186,7 @@ impl Mysql {
                  ORDER BY name LIMIT ?"
             )
             .into(),
+            collect: format!("DELETE FROM `{t}` WHERE expires_at <= {NOW} - ?").into(),
             returning,
             durable,
             statement_bound: Duration::ZERO,
@@ -340,6 +345,17 @@ impl Dialect for Mysql {
     fn add_column(&self, table: &str, column: &str) -> String {
         let size = if column == "metadata" { 1024 } else { 255 };
         format!("ALTER TABLE `{table}` ADD COLUMN {column} VARBINARY({size}) NULL")
+    }
+
+    async fn collect_idle(&self, idle_ms: i64) -> Result<u64, sqlx::Error> {
+        let args = (Arc::clone(&self.collect), idle_ms);
+        let done = self
+            .pool
+            .with(Use::Take, &args, |c, (sql, ms)| {
+                Box::pin(sqlx::query(AssertSqlSafe(Arc::clone(sql))).bind(*ms).execute(c))
+            })
+            .await?;
+        Ok(done.rows_affected())
     }
 
     async fn inspect(&self, name: &str) -> Result<Option<Seen>, sqlx::Error> {

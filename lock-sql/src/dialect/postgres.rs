@@ -23,6 +23,9 @@ use crate::SqlOptions;
 /// Milliseconds since the Unix epoch, on the database's clock.
 const NOW: &str = "(extract(epoch from now()) * 1000)::bigint";
 
+/// Microseconds since the Unix epoch, on the database's clock: the floor of new fences.
+const NOW_US: &str = "(extract(epoch from now()) * 1000000)::bigint";
+
 pub(crate) const CODES: Codes = Codes { label: "postgres", database: sqlstate };
 
 /// PostgreSQL SQLSTATEs.
@@ -77,6 +80,7 @@ pub(crate) struct Postgres {
     release: Arc<str>,
     inspect: Arc<str>,
     list: Arc<str>,
+    collect: Arc<str>,
     /// Stops with the dialect (and so with the store).
     _listener: Listener,
 }
@@ -131,9 +135,10 @@ impl Postgres {
             acquire: format!(
                 "WITH granted AS ( \
                    INSERT INTO \"{t}\" AS l (name, owner, fence, expires_at, holder, metadata) \
-                   VALUES ($1, $2, 1, {NOW} + $3::bigint, $4, $5) \
+                   VALUES ($1, $2, {NOW_US}, {NOW} + $3::bigint, $4, $5) \
                    ON CONFLICT (name) DO UPDATE SET \
-                     fence = CASE WHEN l.owner = EXCLUDED.owner THEN l.fence ELSE l.fence + 1 END, \
+                     fence = CASE WHEN l.owner = EXCLUDED.owner THEN l.fence \
+                             ELSE GREATEST(l.fence + 1, EXCLUDED.fence) END, \
                      owner = EXCLUDED.owner, \
                      expires_at = EXCLUDED.expires_at, \
                      holder = EXCLUDED.holder, \
@@ -170,6 +175,7 @@ impl Postgres {
                  ORDER BY name LIMIT $2"
             )
             .into(),
+            collect: format!("DELETE FROM \"{t}\" WHERE expires_at <= {NOW} - $1::bigint").into(),
             _listener: listener,
         }
     }
@@ -272,6 +278,17 @@ impl Dialect for Postgres {
 
     fn add_column(&self, table: &str, column: &str) -> String {
         format!("ALTER TABLE \"{table}\" ADD COLUMN IF NOT EXISTS {column} TEXT")
+    }
+
+    async fn collect_idle(&self, idle_ms: i64) -> Result<u64, sqlx::Error> {
+        let args = (Arc::clone(&self.collect), idle_ms);
+        let done = self
+            .pool
+            .with(Use::Take, &args, |c, (sql, ms)| {
+                Box::pin(sqlx::query(AssertSqlSafe(Arc::clone(sql))).bind(*ms).execute(c))
+            })
+            .await?;
+        Ok(done.rows_affected())
     }
 
     async fn inspect(&self, name: &str) -> Result<Option<Seen>, sqlx::Error> {

@@ -21,6 +21,9 @@ use crate::SqlOptions;
 /// Milliseconds since the Unix epoch, on the host's clock.
 const NOW: &str = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)";
 
+/// Microseconds since the Unix epoch (at millisecond resolution): the floor of new fences.
+const NOW_US: &str = "CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)";
+
 pub(crate) const CODES: Codes = Codes { label: "sqlite", database: result_code };
 
 /// SQLite (extended) result codes.
@@ -79,6 +82,7 @@ pub(crate) struct Lite {
     release: String,
     inspect: String,
     list: String,
+    collect: String,
 }
 
 pub(crate) async fn connect(url: &str, options: &SqlOptions) -> Result<Arc<dyn Dialect>, LockError> {
@@ -122,9 +126,9 @@ impl Lite {
             // SQLite evaluates every SET expression against the old row.
             acquire: format!(
                 "INSERT INTO \"{t}\" (name, owner, fence, expires_at, holder, metadata) \
-                 VALUES (?1, ?2, 1, {NOW} + ?3, ?4, ?5) \
+                 VALUES (?1, ?2, {NOW_US}, {NOW} + ?3, ?4, ?5) \
                  ON CONFLICT (name) DO UPDATE SET \
-                   fence = CASE WHEN owner = excluded.owner THEN fence ELSE fence + 1 END, \
+                   fence = CASE WHEN owner = excluded.owner THEN fence ELSE MAX(fence + 1, excluded.fence) END, \
                    owner = excluded.owner, \
                    expires_at = excluded.expires_at, \
                    holder = excluded.holder, \
@@ -150,6 +154,7 @@ impl Lite {
                  WHERE substr(name, 1, length(?1)) = ?1 AND owner IS NOT NULL AND expires_at > {NOW} \
                  ORDER BY name LIMIT ?2"
             ),
+            collect: format!("DELETE FROM \"{t}\" WHERE expires_at <= {NOW} - ?1"),
         }
     }
 }
@@ -234,6 +239,11 @@ impl Dialect for Lite {
     async fn release(&self, name: &str, owner: &str) -> Result<bool, sqlx::Error> {
         let done = sqlx::query(AssertSqlSafe(self.release.as_str())).bind(name).bind(owner).execute(&self.pool).await?;
         Ok(done.rows_affected() > 0)
+    }
+
+    async fn collect_idle(&self, idle_ms: i64) -> Result<u64, sqlx::Error> {
+        let done = sqlx::query(AssertSqlSafe(self.collect.as_str())).bind(idle_ms).execute(&self.pool).await?;
+        Ok(done.rows_affected())
     }
 
     async fn inspect(&self, name: &str) -> Result<Option<Seen>, sqlx::Error> {
