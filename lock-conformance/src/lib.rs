@@ -64,6 +64,8 @@
 //! - [`Fixture::delete_entry`]: delete a held lock's server-side entry behind the holder's
 //!   back (Redis `DEL`, a SQL `UPDATE … SET owner = NULL`, deleting the ZooKeeper node),
 //!   keeping the fencing state.
+//! - [`Fixture::collect_idle`]: remove an idle name's fencing state as the backend's idle
+//!   collection does (the next token must still be higher).
 //! - [`Fixture::expiry_bound`]: how long a vanished holder keeps a lock — the ttl for per-lock
 //!   leases, the session timeout for per-session ones (ZooKeeper).
 //! - [`Fixture::base_ttl`]: the lease time of timing cases; bounds are generous multiples of it.
@@ -242,6 +244,10 @@ macro_rules! conformance_tests {
                 election_observers_converge,
                 hold_at_least_early_release,
                 hold_at_least_late_release,
+                inspect_reports_holder,
+                inspect_list_by_prefix,
+                inspect_hostile_holder,
+                idle_collected_tokens_rise,
             ]
         }
     };

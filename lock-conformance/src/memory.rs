@@ -90,6 +90,11 @@ impl Fixture for MemoryFixture {
         Ok(true)
     }
 
+    async fn collect_idle(&self, _name: &LockName) -> Result<bool, LockError> {
+        self.server.collect_idle();
+        Ok(true)
+    }
+
     fn provenance(&self) -> String {
         "in-process memory server".into()
     }

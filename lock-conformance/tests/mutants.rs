@@ -32,12 +32,16 @@ enum Bug {
     TruncatesNames,
     /// Taking over an expired lease reuses the expired holder's token.
     RepeatsStolenToken,
+    /// The idle-state collection drops a name's fence counter and restarts it at zero.
+    CollectResetsTokens,
 }
 
 #[derive(Default)]
 struct State {
     entries: HashMap<LockName, (OwnerId, Instant)>,
     fences: HashMap<LockName, u64>,
+    /// The highest fence of every collected name: new counters start there.
+    floor: u64,
 }
 
 struct Server {
@@ -133,7 +137,8 @@ impl Store {
         let stolen = entry.is_some_and(|(o, _)| o != owner) && live.is_none();
         let ttl = if bug == Bug::ExpiresEarly { ttl / 3 } else { ttl };
         s.entries.insert(name.clone(), (owner, now + ttl));
-        let f = s.fences.entry(name.clone()).or_insert(0);
+        let floor = s.floor;
+        let f = s.fences.entry(name.clone()).or_insert(floor);
         if bug != Bug::TokensRepeat && !(bug == Bug::RepeatsStolenToken && stolen) {
             *f += 1;
         }
@@ -242,6 +247,15 @@ impl Fixture for Mutant {
         self.0.state.lock().unwrap_or_else(|e| e.into_inner()).entries.remove(name);
         Ok(true)
     }
+    async fn collect_idle(&self, name: &LockName) -> Result<bool, LockError> {
+        let mut s = self.0.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.entries.remove(name);
+        let fence = s.fences.remove(name).unwrap_or(0);
+        if self.0.bug != Bug::CollectResetsTokens {
+            s.floor = s.floor.max(fence);
+        }
+        Ok(true)
+    }
 }
 
 async fn outcomes(bug: Bug, cases: &[&str]) -> Vec<(String, Outcome, String)> {
@@ -287,6 +301,7 @@ async fn a_correct_store_passes_the_cases_the_mutants_fail() {
         "forever_survives_transient_errors",
         "long_name_prefixes",
         "slow_grant_renewed_in_time",
+        "idle_collected_tokens_rise",
     ];
     let not_passed: Vec<String> = outcomes(Bug::None, &cases)
         .await
@@ -371,4 +386,9 @@ async fn truncated_names_are_caught() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_handed_out_twice_is_caught() {
     assert_fails(Bug::RepeatsStolenToken, &["fencing_after_expiry", "fault_pause_past_ttl", "fault_partition"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collection_that_resets_tokens_is_caught() {
+    assert_fails(Bug::CollectResetsTokens, &["idle_collected_tokens_rise"]).await;
 }

@@ -61,9 +61,9 @@ pub use lease::{Lease, LeaseGrant, LeaseHandle, LeaseObserver, LossTrigger, Lost
 pub use lock::{DistributedLock, DistributedLockExt, DistributedRwLock, DistributedSemaphore};
 pub use memory::MemoryLock;
 pub use multi::acquire_all;
-pub use name::{FencingToken, LockName, OwnerId, MAX_NAME_LEN};
+pub use name::{escape_prefix, FencingToken, LockName, OwnerId, MAX_NAME_LEN};
 pub use options::{clock_drift, AcquireOptions, WaitPolicy, DEFAULT_TTL};
-pub use store::{LeaseStore, StoreLock, TryLock};
+pub use store::{Claim, LeaseStore, StoreLock, TryLock};
 pub use wake::{WakeHub, WakeSubscription};
 
 pub use async_trait::async_trait;

@@ -10,7 +10,7 @@
 //! partitions and deleted entries without a network.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
@@ -19,9 +19,12 @@ use tokio::sync::oneshot;
 use tokio::time::{sleep_until, Instant};
 
 use crate::{
-    AcquireOptions, Capabilities, DistributedLock, DistributedRwLock, DistributedSemaphore, FencingToken, Lease,
-    LeaseGrant, LeaseHandle, LeaseModel, LockError, LockName, OwnerId, ReleaseOutcome, RenewOutcome, WakeMethod,
+    AcquireOptions, Capabilities, DistributedLock, DistributedRwLock, DistributedSemaphore, FencingToken, HolderInfo,
+    Lease, LeaseGrant, LeaseHandle, LeaseModel, LockError, LockName, OwnerId, ReleaseOutcome, RenewOutcome, WakeMethod,
 };
+
+mod idle;
+mod inspect;
 
 const BACKEND: &str = "memory";
 
@@ -49,25 +52,32 @@ enum Mode {
 struct Server {
     locks: Mutex<HashMap<(Family, LockName), Entry>>,
     down: AtomicBool,
+    /// The highest fence of every entry collected as idle (changed under `locks`): a new entry
+    /// starts above it, so tokens never go back when a name's state was removed.
+    floor: AtomicU64,
 }
 
 #[derive(Default)]
 struct Entry {
-    holders: Vec<Holder>,
+    holders: Vec<Held>,
     fence: u64,
     queue: VecDeque<Waiter>,
 }
 
-struct Holder {
+struct Held {
     owner: OwnerId,
     mode: Mode,
     expires: Instant,
+    token: FencingToken,
+    /// The acquirer's identity (docs/contract.md §5.6).
+    who: Option<crate::Holder>,
 }
 
 struct Waiter {
     owner: OwnerId,
     mode: Mode,
     ttl: Duration,
+    who: Option<crate::Holder>,
     tx: oneshot::Sender<Granted>,
 }
 
@@ -81,7 +91,7 @@ impl Entry {
         self.holders.retain(|h| h.expires > now);
     }
 
-    fn holder(&mut self, owner: OwnerId, now: Instant) -> Option<&mut Holder> {
+    fn holder(&mut self, owner: OwnerId, now: Instant) -> Option<&mut Held> {
         self.expire(now);
         self.holders.iter_mut().find(|h| h.owner == owner)
     }
@@ -95,10 +105,18 @@ impl Entry {
         }
     }
 
-    fn grant(&mut self, owner: OwnerId, mode: Mode, ttl: Duration, now: Instant) -> FencingToken {
+    fn grant(
+        &mut self,
+        owner: OwnerId,
+        mode: Mode,
+        ttl: Duration,
+        now: Instant,
+        who: Option<&crate::Holder>,
+    ) -> FencingToken {
         self.fence += 1;
-        self.holders.push(Holder { owner, mode, expires: now + ttl });
-        FencingToken(self.fence)
+        let token = FencingToken(self.fence);
+        self.holders.push(Held { owner, mode, expires: now + ttl, token, who: who.cloned() });
+        token
     }
 
     /// Serves the head of the queue while it fits: FIFO, so a waiting writer holds back the
@@ -114,7 +132,7 @@ impl Entry {
                 return;
             }
             let Some(w) = self.queue.pop_front() else { return };
-            let token = self.grant(w.owner, w.mode, w.ttl, now);
+            let token = self.grant(w.owner, w.mode, w.ttl, now, w.who.as_ref());
             if w.tx.send(Granted { token, at: now }).is_err() {
                 self.holders.retain(|h| h.owner != w.owner);
             }
@@ -234,6 +252,7 @@ impl MemoryLock {
     /// Forgets every lease and counter, as a server restart without persistence would.
     pub fn restart_server(&self) {
         self.server.locks.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.server.floor.store(0, Ordering::SeqCst);
     }
 
     fn reachable(&self) -> Result<(), LockError> {
@@ -248,7 +267,8 @@ impl MemoryLock {
 
     fn with_entry<R>(&self, family: Family, name: &LockName, f: impl FnOnce(&mut Entry) -> R) -> R {
         let mut locks = self.server.locks.lock().unwrap_or_else(|e| e.into_inner());
-        f(locks.entry((family, name.clone())).or_default())
+        let floor = self.server.floor.load(Ordering::SeqCst);
+        f(locks.entry((family, name.clone())).or_insert_with(|| Entry { fence: floor, ..Entry::default() }))
     }
 
     fn lease(
@@ -274,6 +294,8 @@ impl MemoryLock {
             durable_fencing: false,
             durable_leases: false,
             min_ttl: Duration::from_millis(1),
+            inspect: true,
+            list: true,
             ..Capabilities::default()
         }
     }
@@ -293,7 +315,9 @@ impl MemoryLock {
         let token = self.with_entry(family, name, |e| {
             e.check_permits(name, mode)?;
             e.expire(now);
-            Ok::<_, LockError>((e.fits(mode) && !e.has_waiters()).then(|| e.grant(owner, mode, opts.ttl, now)))
+            Ok::<_, LockError>(
+                (e.fits(mode) && !e.has_waiters()).then(|| e.grant(owner, mode, opts.ttl, now, opts.holder.as_ref())),
+            )
         })?;
         Ok(token.map(|t| self.lease(family, name, owner, t, now, opts)))
     }
@@ -332,12 +356,12 @@ impl MemoryLock {
             e.check_permits(name, mode)?;
             e.expire(at);
             if e.fits(mode) && !e.has_waiters() {
-                return Ok(Err(e.grant(owner, mode, opts.ttl, at)));
+                return Ok(Err(e.grant(owner, mode, opts.ttl, at, opts.holder.as_ref())));
             }
             if deadline.is_some_and(|d| d <= at) {
                 return Ok(Ok(false));
             }
-            e.queue.push_back(Waiter { owner, mode, ttl: opts.ttl, tx });
+            e.queue.push_back(Waiter { owner, mode, ttl: opts.ttl, who: opts.holder.clone(), tx });
             Ok(Ok(true))
         })?;
         match queued {
@@ -465,6 +489,16 @@ impl DistributedLock for MemoryLock {
     async fn acquire(&self, name: &LockName, opts: &AcquireOptions) -> Result<Lease, LockError> {
         self.wait_for(Family::Lock, Mode::Exclusive, name, opts).await
     }
+
+    async fn inspect(&self, name: &LockName) -> Result<Option<HolderInfo>, LockError> {
+        self.reachable()?;
+        Ok(self.inspect_now(name))
+    }
+
+    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<HolderInfo>, LockError> {
+        self.reachable()?;
+        Ok(self.list_now(prefix, limit))
+    }
 }
 
 #[async_trait]
@@ -524,50 +558,4 @@ impl DistributedSemaphore for MemoryLock {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn opts() -> AcquireOptions {
-        AcquireOptions::new(Duration::from_secs(10)).wait(Duration::from_secs(5))
-    }
-
-    #[tokio::test]
-    async fn readers_share_writers_wait_and_are_not_starved() {
-        let lock = MemoryLock::new();
-        let name = LockName::new("rw").expect("valid");
-        let r1 = lock.acquire_read(&name, &opts()).await.expect("r1");
-        let r2 = lock.acquire_read(&name, &opts()).await.expect("r2 shares");
-        assert!(lock.try_acquire_write(&name, &opts()).await.expect("ok").is_none());
-        let writer = tokio::spawn({
-            let (l, n) = (lock.client(), name.clone());
-            async move { l.acquire_write(&n, &opts()).await }
-        });
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        // A reader arriving after the queued writer waits behind it.
-        assert!(lock.try_acquire_read(&name, &opts()).await.expect("ok").is_none());
-        r1.release().await.expect("release");
-        r2.release().await.expect("release");
-        let w = writer.await.expect("joined").expect("writer granted");
-        assert!(w.token() > r2.token());
-        assert!(lock.try_acquire_read(&name, &opts()).await.expect("ok").is_none());
-        w.release().await.expect("release");
-        assert!(lock.try_acquire_read(&name, &opts()).await.expect("ok").is_some());
-    }
-
-    #[tokio::test]
-    async fn semaphore_counts_permits() {
-        let lock = MemoryLock::new();
-        let name = LockName::new("sem").expect("valid");
-        let a = lock.acquire_permit(&name, 2, &opts()).await.expect("a");
-        let b = lock.acquire_permit(&name, 2, &opts()).await.expect("b");
-        assert!(b.token() > a.token());
-        assert!(lock.try_acquire_permit(&name, 2, &opts()).await.expect("ok").is_none());
-        assert!(matches!(lock.try_acquire_permit(&name, 3, &opts()).await, Err(LockError::InvalidOptions { .. })));
-        assert!(matches!(lock.try_acquire_permit(&name, 0, &opts()).await, Err(LockError::InvalidOptions { .. })));
-        a.release().await.expect("release");
-        let c = lock.try_acquire_permit(&name, 2, &opts()).await.expect("ok").expect("a permit is free");
-        assert!(c.token() > b.token());
-        // The three kinds are separate name spaces.
-        assert!(lock.try_acquire(&name, &opts()).await.expect("ok").is_some());
-    }
-}
+mod tests;

@@ -58,17 +58,50 @@ impl LockName {
     /// assert_eq!(LockName::new("..").unwrap().escaped(), "%2E.");
     /// ```
     pub fn escaped(&self) -> String {
-        let mut out = String::with_capacity(self.0.len());
-        for (i, b) in self.0.bytes().enumerate() {
-            let plain = b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || (b == b'.' && i > 0);
-            if plain {
-                out.push(b as char);
+        escape_prefix(&self.0)
+    }
+
+    /// The name whose [`escaped`](Self::escaped) form is `escaped`; `None` when `escaped` is
+    /// not such a form (a key or node written by something else).
+    ///
+    /// ```
+    /// use lock_core::LockName;
+    /// let name = LockName::new("a/b é").unwrap();
+    /// assert_eq!(LockName::from_escaped(&name.escaped()), Some(name));
+    /// assert_eq!(LockName::from_escaped("%4"), None);
+    /// ```
+    pub fn from_escaped(escaped: &str) -> Option<LockName> {
+        let bytes = escaped.as_bytes();
+        let mut out = Vec::with_capacity(bytes.len());
+        let mut i = 0;
+        while i < bytes.len() {
+            if bytes[i] == b'%' {
+                let hex = escaped.get(i + 1..i + 3)?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 3;
             } else {
-                out.push_str(&format!("%{b:02X}"));
+                out.push(bytes[i]);
+                i += 1;
             }
         }
-        out
+        let name = LockName::new(String::from_utf8(out).ok()?).ok()?;
+        (name.escaped() == escaped).then_some(name)
     }
+}
+
+/// The [`LockName::escaped`] form of a name prefix: every name starting with `prefix` has an
+/// escaped form starting with this (backends enumerate names by prefix with it).
+pub fn escape_prefix(prefix: &str) -> String {
+    let mut out = String::with_capacity(prefix.len());
+    for (i, b) in prefix.bytes().enumerate() {
+        let plain = b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || (b == b'.' && i > 0);
+        if plain {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 fn shorten(name: &str) -> String {

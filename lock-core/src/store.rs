@@ -10,9 +10,47 @@ use async_trait::async_trait;
 use tokio::time::{timeout, Instant};
 
 use crate::{
-    AcquireOptions, Backoff, Capabilities, DistributedLock, FencingToken, Lease, LeaseGrant, LeaseHandle, LockError,
-    LockName, OwnerId, ReleaseOutcome, RenewOutcome, WakeSubscription,
+    AcquireOptions, Backoff, Capabilities, DistributedLock, FencingToken, Holder, HolderInfo, Lease, LeaseGrant,
+    LeaseHandle, LockError, LockName, OwnerId, ReleaseOutcome, RenewOutcome, WakeSubscription,
 };
+
+/// What one acquire attempt asks for: the name, the owner id, the lease time and the
+/// acquirer's identity ([`AcquireOptions::holder`], docs/contract.md §5.6).
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct Claim<'a> {
+    /// The lock name.
+    pub name: &'a LockName,
+    /// The random owner id of this acquisition.
+    pub owner: OwnerId,
+    /// The lease time asked for.
+    pub ttl: Duration,
+    /// Who is acquiring, to be stored with the lease where the store can.
+    pub holder: Option<&'a Holder>,
+}
+
+impl<'a> Claim<'a> {
+    /// A claim without a holder identity.
+    pub fn new(name: &'a LockName, owner: OwnerId, ttl: Duration) -> Self {
+        Claim { name, owner, ttl, holder: None }
+    }
+
+    /// Attaches the acquirer's identity.
+    pub fn holder(mut self, holder: Option<&'a Holder>) -> Self {
+        self.holder = holder;
+        self
+    }
+
+    /// The holder id, if any.
+    pub fn holder_id(&self) -> Option<&'a str> {
+        self.holder.map(Holder::id)
+    }
+
+    /// The holder's metadata, if any.
+    pub fn metadata(&self) -> Option<&'a str> {
+        self.holder.and_then(Holder::metadata)
+    }
+}
 
 /// The answer of one acquire attempt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,6 +101,29 @@ pub trait LeaseStore: Send + Sync + 'static {
         Ok(())
     }
 
+    /// One attempt for `claim` (`waiting`: made while `acquire` waits). Stores that keep the
+    /// holder's identity with the lease (`Capabilities::inspect`) override this; by default the
+    /// identity is not stored and the attempt is [`LeaseStore::try_lock`] (or
+    /// [`LeaseStore::try_lock_waiting`]).
+    async fn try_claim(&self, claim: &Claim<'_>, waiting: bool) -> Result<TryLock, LockError> {
+        if waiting {
+            self.try_lock_waiting(claim.name, claim.owner, claim.ttl).await
+        } else {
+            self.try_lock(claim.name, claim.owner, claim.ttl).await
+        }
+    }
+
+    /// Who holds `name` now (docs/contract.md §5.6); `Unsupported` by default.
+    async fn inspect(&self, _name: &LockName) -> Result<Option<HolderInfo>, LockError> {
+        Err(LockError::Unsupported { backend: self.backend().to_owned(), feature: "inspect" })
+    }
+
+    /// The held names starting with `prefix`, at most `limit`, in name order; `Unsupported` by
+    /// default.
+    async fn list(&self, _prefix: &str, _limit: usize) -> Result<Vec<HolderInfo>, LockError> {
+        Err(LockError::Unsupported { backend: self.backend().to_owned(), feature: "list" })
+    }
+
     /// Subscribes to release hints for `name` (before the next attempt, so no release is
     /// missed). `None` means the backend polls.
     async fn subscribe(&self, _name: &LockName) -> Result<Option<WakeSubscription>, LockError> {
@@ -111,22 +172,8 @@ impl<S: LeaseStore> StoreLock<S> {
 
     /// One attempt bounded by `bound`; `None` when the server did not answer within it (the
     /// outcome is then unknown: the attempt may have been applied).
-    async fn attempt(
-        &self,
-        name: &LockName,
-        owner: OwnerId,
-        ttl: Duration,
-        bound: Duration,
-        waiting: bool,
-    ) -> Option<Result<TryLock, LockError>> {
-        let attempt = async {
-            if waiting {
-                self.store.try_lock_waiting(name, owner, ttl).await
-            } else {
-                self.store.try_lock(name, owner, ttl).await
-            }
-        };
-        timeout(bound, attempt).await.ok()
+    async fn attempt(&self, claim: &Claim<'_>, bound: Duration, waiting: bool) -> Option<Result<TryLock, LockError>> {
+        timeout(bound, self.store.try_claim(claim, waiting)).await.ok()
     }
 
     /// Subscribes to release hints; `None` (poll) when the backend has none or the subscription fails.
@@ -228,6 +275,14 @@ impl<S: LeaseStore> DistributedLock for StoreLock<S> {
         self.store.capabilities()
     }
 
+    async fn inspect(&self, name: &LockName) -> Result<Option<HolderInfo>, LockError> {
+        self.store.inspect(name).await
+    }
+
+    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<HolderInfo>, LockError> {
+        self.store.list(prefix, limit).await
+    }
+
     #[tracing::instrument(level = "debug", skip_all, fields(backend = self.store.backend(), lock = %name))]
     async fn try_acquire(&self, name: &LockName, opts: &AcquireOptions) -> Result<Option<Lease>, LockError> {
         opts.validate(&self.store.capabilities())?;
@@ -242,7 +297,7 @@ impl<S: LeaseStore> DistributedLock for StoreLock<S> {
         };
         let started = Instant::now();
         let result = self
-            .attempt(name, owner, opts.ttl, opts.request_timeout, false)
+            .attempt(&Claim::new(name, owner, opts.ttl).holder(opts.holder.as_ref()), opts.request_timeout, false)
             .await
             .unwrap_or_else(|| Err(self.no_answer(opts.request_timeout)));
         match result {
@@ -271,6 +326,7 @@ impl<S: LeaseStore> DistributedLock for StoreLock<S> {
         // One owner id for the whole wait: attempts are idempotent for the same owner, so a
         // retry after a lost reply gets the grant back instead of waiting on itself.
         let owner = OwnerId::random();
+        let claim = Claim::new(name, owner, opts.ttl).holder(opts.holder.as_ref());
         let mut pending = PendingRelease {
             store: Arc::clone(&self.store),
             name: name.clone(),
@@ -301,7 +357,7 @@ impl<S: LeaseStore> DistributedLock for StoreLock<S> {
             first = false;
             pending.armed = true;
             let started = Instant::now();
-            let answer = self.attempt(name, owner, opts.ttl, bound, true).await;
+            let answer = self.attempt(&claim, bound, true).await;
             let remaining = match answer {
                 Some(Ok(TryLock::Acquired { token })) => {
                     pending.armed = false;

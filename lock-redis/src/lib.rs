@@ -216,6 +216,7 @@ mod acl;
 mod boot;
 mod conn;
 mod endpoint;
+mod inspect;
 mod kinds;
 mod options;
 mod pubsub;

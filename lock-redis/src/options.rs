@@ -52,6 +52,12 @@ pub struct RedisOptions {
     /// tries again while the lease is valid). Then a failover to an acknowledging replica keeps
     /// the lease. `0` (default) turns it off. Needs `+wait` in the user's ACL.
     pub min_replicas_ack: u32,
+    /// Let a name's fence key expire once the name has not been granted for `ttl` plus this
+    /// long (docs/contract.md §5.7), so idle names cost no memory; `None` (default) keeps fence
+    /// keys forever. Tokens stay monotonic without the key: every token is at least the
+    /// server's clock in µs. At least 1 s. Single-instance Redis only (Redlock keeps its keys).
+    #[serde(with = "humantime_serde")]
+    pub idle_gc_after: Option<Duration>,
 }
 
 impl Default for RedisOptions {
@@ -64,6 +70,7 @@ impl Default for RedisOptions {
             max_ttl: Duration::from_secs(60),
             restart_quiet_period: None,
             min_replicas_ack: 0,
+            idle_gc_after: None,
         }
     }
 }
@@ -72,6 +79,9 @@ impl RedisOptions {
     /// Checks the options; every problem is a `Config` error saying what to change.
     pub fn validate(&self) -> Result<(), LockError> {
         validate_prefix(&self.key_prefix)?;
+        if self.idle_gc_after.is_some_and(|d| d < Duration::from_secs(1)) {
+            return Err(LockError::config("redis idle_gc_after is under 1s; use e.g. \"1h\" (or leave it out)"));
+        }
         if self.connect_timeout.is_zero() {
             return Err(LockError::config("redis connect_timeout is zero; use e.g. \"2s\""));
         }

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::{
-    Capabilities, FencingToken, LeaseModel, LeaseStore, LockError, LockName, OwnerId, ReleaseOutcome, RenewOutcome,
-    TryLock, WakeMethod, WakeSubscription,
+    Capabilities, Claim, FencingToken, HolderInfo, LeaseModel, LeaseStore, LockError, LockName, OwnerId,
+    ReleaseOutcome, RenewOutcome, TryLock, WakeMethod, WakeSubscription,
 };
 
 use crate::acl::Needs;
@@ -29,6 +29,8 @@ pub struct RedisStore {
     /// `RedisOptions::min_replicas_ack` and the `WAIT` bound in ms.
     min_replicas_ack: u32,
     ack_wait_ms: u64,
+    /// `RedisOptions::idle_gc_after` in ms (0: fence keys never expire).
+    idle_ms: u64,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -62,10 +64,11 @@ impl RedisStore {
             max_ttl: options.max_ttl,
             min_replicas_ack: options.min_replicas_ack,
             ack_wait_ms: options.replica_ack_wait_ms(),
+            idle_ms: options.idle_gc_after.map_or(0, ttl_ms),
         })
     }
 
-    fn keys(&self, name: &LockName) -> Keys {
+    pub(crate) fn keys(&self, name: &LockName) -> Keys {
         Keys::new(&self.prefix, name)
     }
 
@@ -125,15 +128,24 @@ impl LeaseStore for RedisStore {
         caps.durable_leases = false;
         caps.min_ttl = Duration::from_millis(10);
         caps.max_ttl = self.max_ttl;
+        caps.inspect = true;
+        caps.list = true;
         caps
     }
 
     async fn try_lock(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<TryLock, LockError> {
+        self.try_claim(&Claim::new(name, owner, ttl), false).await
+    }
+
+    async fn try_claim(&self, claim: &Claim<'_>, _waiting: bool) -> Result<TryLock, LockError> {
+        let (name, owner, ttl) = (claim.name, claim.owner, claim.ttl);
         let keys = self.keys(name);
         let owner_id = owner;
         let owner = owner.to_hex();
         let ms = ttl_ms(ttl);
-        let (keys, owner) = (&keys, &owner);
+        let who = crate::inspect::who_args(claim);
+        let fence_ms = if self.idle_ms > 0 { ms.saturating_add(self.idle_ms) } else { 0 };
+        let (keys, owner, who) = (&keys, &owner, &who);
         let (boot, quiet) = (&self.boot, self.boot.quiet_ms());
         let (acks, ack_ms) = (self.min_replicas_ack, self.ack_wait_ms);
         let (reply, acked): (Vec<i64>, i64) = self
@@ -150,6 +162,9 @@ impl LeaseStore for RedisStore {
                                 .arg(owner)
                                 .arg(ms)
                                 .arg(quiet)
+                                .arg(&who.0)
+                                .arg(&who.1)
+                                .arg(fence_ms)
                                 .invoke_async(&mut c)
                                 .await
                         }
@@ -214,5 +229,13 @@ impl LeaseStore for RedisStore {
 
     async fn subscribe(&self, name: &LockName) -> Result<Option<WakeSubscription>, LockError> {
         self.notifier.subscribe(&self.keys(name).channel).await
+    }
+
+    async fn inspect(&self, name: &LockName) -> Result<Option<HolderInfo>, LockError> {
+        crate::inspect::inspect(self, name).await
+    }
+
+    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<HolderInfo>, LockError> {
+        crate::inspect::list(self, prefix, limit).await
     }
 }

@@ -33,15 +33,25 @@
 //! | `owner`      | 32 hex digits of the holder's random owner id, `NULL` once released |
 //! | `fence`      | the last fencing token issued for this name |
 //! | `expires_at` | end of the lease, milliseconds since 1970 **on the database's clock** |
+//! | `holder`     | the acquirer's holder id ([`lock_core::Holder`]), `NULL` if none given; set by the grant (docs/contract.md §5.6) |
+//! | `metadata`   | the holder's metadata (≤ 1 KiB), `NULL` if none |
 //!
-//! Rows are never deleted: the row *is* the fence counter, so it must outlive every lease.
+//! A lease table made by an older version, without `holder` and `metadata`, gets them on
+//! connect (`ALTER TABLE … ADD COLUMN`); a user without `ALTER` gets a `Config` error carrying
+//! the statement to run as the table's owner.
+//!
+//! Rows are kept unless [`SqlOptions::idle_gc_after`] is set: then each client deletes the rows
+//! of names nobody has held for that long (docs/contract.md §5.7). Tokens never go back for it:
+//! a new row's fence is the database clock in µs, and every grant sets `fence = max(fence + 1,
+//! clock in µs)`, so a row idle that long has a fence the clock has passed.
 //!
 //! ## The algorithm
 //!
-//! * **Acquire** is one atomic upsert in autocommit: insert the row (fence 1), or update it when
-//!   it is free (`owner IS NULL`), expired (`expires_at <= now`) or already ours (a retry after a
-//!   lost reply gets the same grant back, with the same token). The update bumps `fence` (unless
-//!   the row was already ours), sets `owner` and sets `expires_at = now + ttl`. When the row is held by someone else the statement changes
+//! * **Acquire** is one atomic upsert in autocommit: insert the row (fence = the database clock
+//!   in µs), or update it when it is free (`owner IS NULL`), expired (`expires_at <= now`) or
+//!   already ours (a retry after a lost reply gets the same grant back, with the same token).
+//!   The update sets `fence = max(fence + 1, clock in µs)` (unless the row was already ours),
+//!   `owner`, `expires_at = now + ttl`, and the holder's `holder` and `metadata`. When the row is held by someone else the statement changes
 //!   nothing, and we report the holder's remaining lease, so a waiter sleeps no longer than that.
 //! * **Renew** is `UPDATE … SET expires_at = now + ttl WHERE name = ? AND owner = ? AND
 //!   expires_at > now`; one row changed means still ours.
@@ -59,17 +69,19 @@
 //!
 //! ```sql
 //! WITH granted AS (
-//!   INSERT INTO dlock_leases AS l (name, owner, fence, expires_at)
-//!   VALUES ($1, $2, 1, NOW_MS + $3)
+//!   INSERT INTO dlock_leases AS l (name, owner, fence, expires_at, holder, metadata)
+//!   VALUES ($1, $2, NOW_US, NOW_MS + $3, $4, $5)
 //!   ON CONFLICT (name) DO UPDATE SET
-//!     fence = CASE WHEN l.owner = EXCLUDED.owner THEN l.fence ELSE l.fence + 1 END,
-//!     owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at
+//!     fence = CASE WHEN l.owner = EXCLUDED.owner THEN l.fence
+//!             ELSE GREATEST(l.fence + 1, EXCLUDED.fence) END,
+//!     owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at,
+//!     holder = EXCLUDED.holder, metadata = EXCLUDED.metadata
 //!   WHERE l.owner IS NULL OR l.owner = EXCLUDED.owner OR l.expires_at <= NOW_MS
 //!   RETURNING fence)
 //! SELECT fence, NULL FROM granted
 //! UNION ALL SELECT NULL, expires_at - NOW_MS FROM dlock_leases
 //!   WHERE name = $1 AND NOT EXISTS (SELECT 1 FROM granted);
-//! -- NOW_MS = (extract(epoch from now()) * 1000)::bigint
+//! -- NOW_MS = (extract(epoch from now()) * 1000)::bigint, NOW_US the same in microseconds
 //!
 //! WITH freed AS (UPDATE dlock_leases SET owner = NULL, expires_at = NOW_MS
 //!                WHERE name = $1 AND owner = $2 AND expires_at > NOW_MS RETURNING name)
@@ -91,16 +103,19 @@
 //! ### MySQL / MariaDB
 //!
 //! ```sql
-//! INSERT INTO dlock_leases (name, owner, fence, expires_at) VALUES (?, ?, 1, NOW_MS + ?)
+//! INSERT INTO dlock_leases (name, owner, fence, expires_at, holder, metadata)
+//! VALUES (?, ?, NOW_US, NOW_MS + ?, ?, ?)
 //! ON DUPLICATE KEY UPDATE
-//!   fence      = IF(COND, IF(owner = ?, fence, fence + 1), fence),
+//!   fence      = IF(COND, IF(owner = ?, fence, GREATEST(fence + 1, NOW_US)), fence),
 //!   owner      = IF(COND, ?, owner),
-//!   expires_at = IF(COND, NOW_MS + ?, expires_at);
+//!   expires_at = IF(COND, NOW_MS + ?, expires_at),
+//!   holder     = IF(COND, ?, holder),
+//!   metadata   = IF(COND, ?, metadata);
 //! -- MariaDB 10.5+: the upsert ends in RETURNING owner, fence, expires_at - NOW_MS (one round trip);
 //! -- MySQL: the row is read back instead:
 //! SELECT owner, fence, expires_at - NOW_MS FROM dlock_leases WHERE name = ?;
 //! -- COND   = (owner IS NULL OR owner = ? OR expires_at <= NOW_MS)
-//! -- NOW_MS = TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000
+//! -- NOW_US = TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)), NOW_MS = NOW_US DIV 1000
 //! ```
 //!
 //! Two traps, both handled: MySQL evaluates the assignments left to right (later ones see the
@@ -288,7 +303,8 @@
 //!   MySQL waits for row locks at most `innodb_lock_wait_timeout`; SQLite at most its busy
 //!   timeout), and the release of such an owner is repeated once twice that bound has passed.
 //! * Privileges: `CREATE` only while a table is missing (each is looked for first, then
-//!   created if absent). After that the lock user needs `SELECT, INSERT, UPDATE` on the lease
+//!   created if absent), `ALTER` only while the lease table lacks the `holder`/`metadata`
+//!   columns, `DELETE` on the lease table only with `idle_gc_after`. After that the lock user needs `SELECT, INSERT, UPDATE` on the lease
 //!   table, and for read-write locks and semaphores `SELECT, INSERT, UPDATE, DELETE` on
 //!   `<table>_counters` and `<table>_holders` (tested on PostgreSQL and MariaDB with a user that
 //!   has exactly these). A missing privilege is [`LockError::Config`], whose message carries the
@@ -300,6 +316,7 @@ mod adopt;
 mod decide;
 mod dialect;
 mod error;
+mod idle;
 mod inflight;
 mod kinds;
 #[cfg(feature = "postgres")]

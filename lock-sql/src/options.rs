@@ -38,6 +38,12 @@ pub struct SqlOptions {
     /// Bound for one statement, including retries of transient conflicts (deadlock, busy).
     #[serde(with = "humantime_serde")]
     pub query_timeout: Duration,
+    /// Delete the rows of names nobody has held for this long (docs/contract.md §5.7), checked
+    /// every half of it (at most every 15 minutes) by each client; `None` (the default) keeps
+    /// every row. Tokens stay monotonic: a new row's fence starts at the database clock in µs.
+    /// At least 1 s and longer than `query_timeout`; needs `DELETE` on the lease table.
+    #[serde(with = "humantime_serde")]
+    pub idle_gc_after: Option<Duration>,
 }
 
 impl Default for SqlOptions {
@@ -47,6 +53,7 @@ impl Default for SqlOptions {
             max_connections: 8,
             connect_timeout: Duration::from_secs(5),
             query_timeout: Duration::from_secs(5),
+            idle_gc_after: None,
         }
     }
 }
@@ -76,6 +83,14 @@ impl SqlOptions {
         }
         if self.query_timeout.is_zero() {
             return Err(LockError::config("sql query_timeout is zero; use e.g. \"5s\""));
+        }
+        if let Some(idle) = self.idle_gc_after {
+            if idle < Duration::from_secs(1) || idle <= self.query_timeout {
+                return Err(LockError::config(format!(
+                    "sql idle_gc_after is {idle:?}; use at least 1s and more than query_timeout ({:?}), e.g. \"1h\"",
+                    self.query_timeout
+                )));
+            }
         }
         Ok(())
     }
@@ -142,5 +157,10 @@ mod tests {
         assert!(serde_json::from_str::<SqlOptions>(r#"{"tabel":"x"}"#).is_err());
         let o: SqlOptions = serde_json::from_str(r#"{"connect_timeout":"250ms"}"#).unwrap();
         assert_eq!(o.connect_timeout, Duration::from_millis(250));
+        let o: SqlOptions = serde_json::from_str(r#"{"idle_gc_after":"1h"}"#).unwrap();
+        assert_eq!(o.idle_gc_after, Some(Duration::from_secs(3600)));
+        assert!(o.validate().is_ok());
+        let short = SqlOptions { idle_gc_after: Some(Duration::from_secs(2)), ..SqlOptions::default() };
+        assert!(matches!(short.validate(), Err(LockError::Config { .. })), "not above query_timeout");
     }
 }

@@ -145,3 +145,29 @@ async fn extra_kinds_hostile_names() {
 async fn extra_kinds_expiry_and_takeover() {
     common::check_kinds_expiry_and_takeover(&SqlFixture::sqlite().await.unwrap()).await.unwrap();
 }
+
+/// A lease table made by a version without the holder columns gains them on connect, and its
+/// rows keep their fences (docs/contract.md §5.6).
+#[tokio::test]
+async fn extra_old_table_gains_holder_columns() {
+    use sqlx::{Connection, Executor};
+    let fx = SqlFixture::sqlite().await.unwrap();
+    let t = fx.options().table;
+    let mut admin = sqlx::SqliteConnection::connect(&format!("{}?mode=rwc", fx.url())).await.unwrap();
+    let old = format!(
+        "CREATE TABLE \"{t}\" (name TEXT NOT NULL PRIMARY KEY, owner TEXT, fence INTEGER NOT NULL, \
+         expires_at INTEGER NOT NULL); INSERT INTO \"{t}\" VALUES ('old', NULL, 41, 0)"
+    );
+    admin.execute(sqlx::AssertSqlSafe(old)).await.unwrap();
+    drop(admin);
+    let lock = lock_sql::connect(fx.url(), fx.options()).await.unwrap();
+    let who = lock_core::Holder::new("upgraded-7").unwrap();
+    let name = LockName::new("old").unwrap();
+    let lease = lock.acquire(&name, &AcquireOptions::new(Duration::from_secs(5)).holder(who)).await.unwrap();
+    assert!(lease.token().get() > 41, "the old row's fence carries on");
+    let info = lock.inspect(&name).await.unwrap().expect("held");
+    assert_eq!(info.holder.as_deref(), Some("upgraded-7"));
+    lease.release().await.unwrap();
+    // Connecting again finds nothing to add.
+    drop(lock_sql::connect(fx.url(), fx.options()).await.unwrap());
+}

@@ -412,7 +412,7 @@ impl Attempt<'_> {
             // server removed the empty container), it is created in the same round trip.
             let container = CreateMode::Container.with_acls(acls);
             let make_parent = (!self.lock.knows_parent(parent)).then(|| client.create(parent, &[], &container));
-            let data = self.recipe.data();
+            let data = crate::inspect::node_data(self.recipe, self.opts);
             let create = client.create(prefix, &data, &options);
             let listing = client.list_children(parent);
             let both = async {

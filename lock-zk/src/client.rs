@@ -227,6 +227,9 @@ pub(crate) fn capabilities() -> Capabilities {
     // Sessions and their ephemeral nodes are persisted: a restart within the session
     // timeout keeps the holder's lock.
     caps.durable_leases = true;
+    // The holder's identity is the data of its node (crate::inspect).
+    caps.inspect = true;
+    caps.list = true;
     caps
 }
 

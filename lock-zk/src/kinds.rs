@@ -2,7 +2,8 @@
 
 use async_trait::async_trait;
 use lock_core::{
-    AcquireOptions, Capabilities, DistributedLock, DistributedRwLock, DistributedSemaphore, Lease, LockError, LockName,
+    AcquireOptions, Capabilities, DistributedLock, DistributedRwLock, DistributedSemaphore, HolderInfo, Lease,
+    LockError, LockName,
 };
 
 use crate::client::{capabilities, ZkLock};
@@ -25,6 +26,14 @@ impl DistributedLock for ZkLock {
 
     async fn acquire(&self, name: &LockName, options: &AcquireOptions) -> Result<Lease, LockError> {
         self.wait_for(Recipe::Exclusive, name, options).await
+    }
+
+    async fn inspect(&self, name: &LockName) -> Result<Option<HolderInfo>, LockError> {
+        self.inspect_now(name).await
+    }
+
+    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<HolderInfo>, LockError> {
+        self.list_now(prefix, limit).await
     }
 }
 

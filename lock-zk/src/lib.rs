@@ -158,6 +158,7 @@ mod acl;
 mod acquire;
 mod client;
 mod config;
+mod inspect;
 mod kinds;
 mod lease;
 mod recipe;

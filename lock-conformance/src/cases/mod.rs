@@ -22,6 +22,8 @@ pub mod exclusion;
 pub mod faults;
 pub mod fencing;
 pub mod hold;
+pub mod idle;
+pub mod inspect;
 pub mod kinds;
 pub mod kinds_faults;
 pub mod lease;
@@ -196,6 +198,10 @@ registry! {
     election::election_observers_converge, 20, "observers report each new leader within one ttl of its election (needs inspect)";
     hold::hold_at_least_early_release, 12, "a lease released or dropped before t0 + hold_at_least keeps the lock until then, and not much longer";
     hold::hold_at_least_late_release, 6, "a lease released after t0 + hold_at_least frees the lock at once";
+    inspect::inspect_reports_holder, 6, "inspect reports holder id, token, kind and metadata while held, None after release";
+    inspect::inspect_list_by_prefix, 6, "list reports exactly the held names under a prefix (wildcards literal), in order, within the limit";
+    idle::idle_collected_tokens_rise, 6, "a token issued after an idle name's state was collected is above every earlier one";
+    inspect::inspect_hostile_holder, 6, "bad holder ids and oversized metadata are rejected; hostile valid ids round-trip verbatim";
 }
 
 /// Every case of the suite, in report order.

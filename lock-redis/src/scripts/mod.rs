@@ -40,7 +40,11 @@ impl Keys {
     }
 }
 
-/// Single instance acquire. KEYS: lock, fence, boot marker. ARGV: owner, ttl ms, quiet ms.
+/// Single instance acquire. KEYS: lock, fence, boot marker. ARGV: owner, ttl ms, quiet ms,
+/// holder id (`''`: none), metadata (`'+'` followed by it; `''`: none), fence expiry ms (`'0'`:
+/// none). A grant stores holder and metadata in the lease hash as `h` and `m` (docs/contract.md
+/// §5.6), so they expire with it, and lets the fence key expire after the given time
+/// (`idle_gc_after`, §5.7): tokens are floored by the server clock, so none goes back without it.
 /// Returns `{1, token}` when granted (or already ours: the stored token, lease refreshed),
 /// `{0, ms}` when someone else holds it (ms: its PTTL) or the server is in its quiet period
 /// after losing its state (ms: the quiet time left; see `crate::boot`).
@@ -68,6 +72,9 @@ if token < floor then
   redis.call('SET', KEYS[2], string.format('%d', token))
 end
 redis.call('HSET', KEYS[1], 'o', ARGV[1], 'f', string.format('%d', token))
+if ARGV[4] and ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'h', ARGV[4]) end
+if ARGV[5] and ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'm', ARGV[5]) end
+if ARGV[6] and tonumber(ARGV[6]) > 0 then redis.call('PEXPIRE', KEYS[2], ARGV[6]) end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return {1, token}
 "#
@@ -158,9 +165,21 @@ return 0
 "#;
 pub(crate) static REDLOCK_ABANDON: LazyLock<Script> = LazyLock::new(|| Script::new(REDLOCK_ABANDON_SRC));
 
+/// Read one lease (docs/contract.md §5.6). KEYS: lock. Returns `{}` when nobody holds it, else
+/// `{token, pttl, holder, metadata}` as strings, holder and metadata `'+'`-prefixed when present
+/// and `''` when not.
+const INSPECT_SRC: &str = r#"
+local v = redis.call('HMGET', KEYS[1], 'o', 'f', 'h', 'm')
+if not v[1] then return {} end
+local h = ''
+if v[3] then h = '+' .. v[3] end
+return {v[2] or '0', tostring(redis.call('PTTL', KEYS[1])), h, v[4] or ''}
+"#;
+pub(crate) static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(INSPECT_SRC));
+
 /// Every script's source, loaded on each new connection (one pipelined round trip) so the
 /// first call by SHA does not pay a `NOSCRIPT` round trip.
-pub(crate) const ALL_SOURCES: [&str; 12] = [
+pub(crate) const ALL_SOURCES: [&str; 13] = [
     ACQUIRE_SRC,
     RENEW_SRC,
     RELEASE_SRC,
@@ -173,6 +192,7 @@ pub(crate) const ALL_SOURCES: [&str; 12] = [
     SEM_ACQUIRE_SRC,
     ZSET_RENEW_SRC,
     ZSET_RELEASE_SRC,
+    INSPECT_SRC,
 ];
 
 mod kinds;

@@ -118,6 +118,13 @@ impl Fixture for RedisFixture {
         Ok(true)
     }
 
+    /// What `idle_gc_after` does: the fence key of the (released) name is gone, as its expiry
+    /// removes it.
+    async fn collect_idle(&self, name: &LockName) -> Result<bool, LockError> {
+        delete_key(self.server.url(), &self.key(&name.escaped(), "fence")).await?;
+        Ok(true)
+    }
+
     async fn lease_stores(&self) -> Result<Vec<(&'static str, Arc<dyn LeaseStore>)>, LockError> {
         let mut stores: Vec<(&'static str, Arc<dyn LeaseStore>)> =
             vec![("exclusive", Arc::clone(self.redis_client().await?.store()) as _)];

@@ -22,6 +22,60 @@ use crate::error::{classify, to_lock_error, Class, Codes};
 use crate::SqlOptions;
 use rw::{Attempt, KindSql, OwnerStmt};
 
+/// The lease table's columns, in order: the one list that the DDL, the column upgrade
+/// ([`ADDED_COLUMNS`]) and the checks of existing tables follow.
+pub(crate) const LEASE_COLUMNS: &[&str] = &["name", "owner", "fence", "expires_at", "holder", "metadata"];
+
+/// Columns newer than the first lease tables: added with `ALTER TABLE … ADD COLUMN` where an
+/// existing table lacks them (docs/contract.md §5.6).
+pub(crate) const ADDED_COLUMNS: &[&str] = &["holder", "metadata"];
+
+/// The escape character of [`like_prefix`] patterns (`LIKE ? ESCAPE '!'`): not a backslash,
+/// whose meaning in string literals differs between the databases.
+pub(crate) const LIKE_ESCAPE: char = '!';
+
+/// A `LIKE` pattern matching every string that starts with `prefix`: `%`, `_` and the escape
+/// character in `prefix` match only themselves.
+pub(crate) fn like_prefix(prefix: &str) -> String {
+    let mut p = String::with_capacity(prefix.len() + 2);
+    for c in prefix.chars() {
+        if matches!(c, '%' | '_') || c == LIKE_ESCAPE {
+            p.push(LIKE_ESCAPE);
+        }
+        p.push(c);
+    }
+    p.push('%');
+    p
+}
+
+/// Who the acquirer says it is (docs/contract.md §5.6), stored with the grant.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Who<'a> {
+    pub(crate) holder: Option<&'a str>,
+    pub(crate) metadata: Option<&'a str>,
+}
+
+/// A live grant of the exclusive lock, as `inspect` and `list` read it.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Seen {
+    pub(crate) name: String,
+    pub(crate) fence: i64,
+    /// Milliseconds left, on the database's clock.
+    pub(crate) remaining_ms: i64,
+    pub(crate) holder: Option<String>,
+    pub(crate) metadata: Option<String>,
+}
+
+/// A row as `inspect` and `list` read it where names are text: name, fence, remaining ms,
+/// holder, metadata.
+pub(crate) type SeenRow = (String, i64, i64, Option<String>, Option<String>);
+
+impl From<SeenRow> for Seen {
+    fn from((name, fence, remaining_ms, holder, metadata): SeenRow) -> Seen {
+        Seen { name, fence, remaining_ms, holder, metadata }
+    }
+}
+
 /// What the exclusive lock's acquire statement found.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Upsert {
@@ -56,9 +110,19 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     async fn execute(&self, sql: &str) -> Result<(), sqlx::Error>;
     /// Prepares the hot statements on a couple of connections (best effort).
     async fn warm_up(&self);
+    /// The `ALTER TABLE` that adds `column` (one of [`ADDED_COLUMNS`]) to an existing lease table.
+    fn add_column(&self, table: &str, column: &str) -> String;
 
-    /// The exclusive lock's grant: insert, take over a free or expired row, or re-grant our own.
-    async fn acquire(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<Upsert, sqlx::Error>;
+    /// The exclusive lock's grant: insert, take over a free or expired row, or re-grant our own;
+    /// a grant stores `who` with the row.
+    async fn acquire(&self, name: &str, owner: &str, ttl_ms: i64, who: Who<'_>) -> Result<Upsert, sqlx::Error>;
+    /// Deletes the rows of names not held for at least `idle_ms` (docs/contract.md §5.7); how
+    /// many. Safe for tokens because every grant's fence is at least the database clock in µs.
+    async fn collect_idle(&self, idle_ms: i64) -> Result<u64, sqlx::Error>;
+    /// The live grant of `name`, if any (one read).
+    async fn inspect(&self, name: &str) -> Result<Option<Seen>, sqlx::Error>;
+    /// The live grants whose names start with `prefix`, in name order, at most `limit`.
+    async fn list(&self, prefix: &str, limit: i64) -> Result<Vec<Seen>, sqlx::Error>;
     /// The exclusive lock's owner-checked renewal; whether the row is still ours.
     async fn renew(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<bool, sqlx::Error>;
     /// The exclusive lock's owner-checked release; whether it freed a live lease of ours.
@@ -152,6 +216,13 @@ pub(crate) fn too_slow(codes: Codes, bound: std::time::Duration) -> LockError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn like_patterns_escape_wildcards() {
+        assert_eq!(like_prefix(""), "%");
+        assert_eq!(like_prefix("jobs/"), "jobs/%");
+        assert_eq!(like_prefix("a%b_c!d\\e"), "a!%b!_c!!d\\e%");
+    }
 
     #[test]
     fn schemes() {

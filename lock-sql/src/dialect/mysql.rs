@@ -14,7 +14,7 @@ use tokio::time::timeout;
 
 use super::params::Accepted;
 use super::rw::{acquire_tx, owner_stmt, Attempt, Flavor, KindSql, OwnerStmt};
-use super::{bad_url, too_slow, unreachable, Dialect, Upsert};
+use super::{bad_url, too_slow, unreachable, Dialect, Seen, Upsert, Who};
 use crate::adopt::{Owner, TableFacts};
 use crate::decide::Plan;
 use crate::error::{Class, Codes};
@@ -24,6 +24,9 @@ use crate::SqlOptions;
 
 /// Milliseconds since the Unix epoch, on the database's clock.
 const NOW: &str = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)";
+
+/// Microseconds since the Unix epoch, on the database's clock: the floor of new fences.
+const NOW_US: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
 
 pub(crate) const CODES: Codes = Codes { label: "mysql", database: server_error };
 
@@ -99,6 +102,9 @@ pub(crate) struct Mysql {
     read_back: Arc<str>,
     renew: Arc<str>,
     release: Arc<str>,
+    inspect: Arc<str>,
+    list: Arc<str>,
+    collect: Arc<str>,
     /// MariaDB: the acquire upsert ends in `RETURNING owner, fence, remaining`, no read-back.
     returning: bool,
     /// `innodb_flush_log_at_trx_commit = 1`: an acknowledged commit survives a crash.
@@ -168,14 +174,18 @@ impl Mysql {
             pool,
             create: format!(
                 "CREATE TABLE IF NOT EXISTS {qt} (name VARBINARY(255) NOT NULL PRIMARY KEY, \
-                 owner VARBINARY(32) NULL, fence BIGINT NOT NULL, expires_at BIGINT NOT NULL) ENGINE=InnoDB"
+                 owner VARBINARY(32) NULL, fence BIGINT NOT NULL, expires_at BIGINT NOT NULL, \
+                 holder VARBINARY(255) NULL, metadata VARBINARY(1024) NULL) ENGINE=InnoDB"
             ),
             acquire: format!(
-                "INSERT INTO {qt} (name, owner, fence, expires_at) VALUES (?, ?, 1, {NOW} + ?) \
+                "INSERT INTO {qt} (name, owner, fence, expires_at, holder, metadata) \
+                 VALUES (?, ?, {NOW_US}, {NOW} + ?, ?, ?) \
                  ON DUPLICATE KEY UPDATE \
-                   fence = IF({cond}, IF(owner = ?, fence, fence + 1), fence), \
+                   fence = IF({cond}, IF(owner = ?, fence, GREATEST(fence + 1, {NOW_US})), fence), \
                    owner = IF({cond}, ?, owner), \
-                   expires_at = IF({cond}, {NOW} + ?, expires_at){returning_clause}"
+                   expires_at = IF({cond}, {NOW} + ?, expires_at), \
+                   holder = IF({cond}, ?, holder), \
+                   metadata = IF({cond}, ?, metadata){returning_clause}"
             )
             .into(),
             read_back: format!("SELECT owner, fence, CAST(expires_at - {NOW} AS SIGNED) FROM {qt} WHERE name = ?")
@@ -189,6 +199,18 @@ impl Mysql {
                  WHERE name = ? AND owner = ? AND expires_at > {NOW}"
             )
             .into(),
+            inspect: format!(
+                "SELECT name, fence, CAST(expires_at - {NOW} AS SIGNED), holder, metadata FROM {qt} \
+                 WHERE name = ? AND owner IS NOT NULL AND expires_at > {NOW}"
+            )
+            .into(),
+            list: format!(
+                "SELECT name, fence, CAST(expires_at - {NOW} AS SIGNED), holder, metadata FROM {qt} \
+                 WHERE name LIKE ? ESCAPE '!' AND owner IS NOT NULL AND expires_at > {NOW} \
+                 ORDER BY name LIMIT ?"
+            )
+            .into(),
+            collect: format!("DELETE FROM {qt} WHERE expires_at <= {NOW} - ?").into(),
             returning,
             durable,
             statement_bound: Duration::ZERO,
@@ -226,6 +248,16 @@ struct Args<'a> {
     name: &'a [u8],
     owner: &'a [u8],
     ms: i64,
+    /// Acquire only.
+    who: Who<'a>,
+}
+
+/// A row as `inspect` and `list` read it: name, fence, remaining ms, holder, metadata (bytes).
+type SeenRow = (Vec<u8>, i64, i64, Option<Vec<u8>>, Option<Vec<u8>>);
+
+fn seen((name, fence, remaining_ms, holder, metadata): SeenRow) -> Seen {
+    let text = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
+    Seen { name: text(name), fence, remaining_ms, holder: holder.map(text), metadata: metadata.map(text) }
 }
 
 /// The row after an upsert: owner, fence, remaining ms.
@@ -318,23 +350,31 @@ impl Dialect for Mysql {
         self.pool.prepare_on_two(&hot).await;
     }
 
-    async fn acquire(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<Upsert, sqlx::Error> {
-        let args = Args { dialect: self, name: name.as_bytes(), owner: owner.as_bytes(), ms: ttl_ms };
+    async fn acquire(&self, name: &str, owner: &str, ttl_ms: i64, who: Who<'_>) -> Result<Upsert, sqlx::Error> {
+        let args = Args { dialect: self, name: name.as_bytes(), owner: owner.as_bytes(), ms: ttl_ms, who };
         let row = self
             .pool
             .with(Use::Take, &args, |c, a| {
                 Box::pin(async move {
                     let (d, o) = (a.dialect, a.owner);
+                    let (h, m) = (a.who.holder.map(str::as_bytes), a.who.metadata.map(str::as_bytes));
+                    // VALUES, then each assignment's condition (owner) and new value.
                     let upsert = sqlx::query_as::<_, Row>(AssertSqlSafe(d.acquire.clone()))
                         .bind(a.name)
                         .bind(o)
                         .bind(a.ms)
+                        .bind(h)
+                        .bind(m)
                         .bind(o)
                         .bind(o)
                         .bind(o)
                         .bind(o)
                         .bind(o)
-                        .bind(a.ms);
+                        .bind(a.ms)
+                        .bind(o)
+                        .bind(h)
+                        .bind(o)
+                        .bind(m);
                     if d.returning {
                         return upsert.fetch_all(&mut *c).await;
                     }
@@ -352,8 +392,52 @@ impl Dialect for Mysql {
         })
     }
 
+    fn add_column(&self, table: &str, column: &str) -> String {
+        let size = if column == "metadata" { 1024 } else { 255 };
+        format!("ALTER TABLE {} ADD COLUMN {column} VARBINARY({size}) NULL", quote_table(table, '`'))
+    }
+
+    async fn collect_idle(&self, idle_ms: i64) -> Result<u64, sqlx::Error> {
+        let args = (Arc::clone(&self.collect), idle_ms);
+        let done = self
+            .pool
+            .with(Use::Take, &args, |c, (sql, ms)| {
+                Box::pin(sqlx::query(AssertSqlSafe(Arc::clone(sql))).bind(*ms).execute(c))
+            })
+            .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn inspect(&self, name: &str) -> Result<Option<Seen>, sqlx::Error> {
+        let args = (Arc::clone(&self.inspect), name.as_bytes());
+        let row = self
+            .pool
+            .with(Use::Take, &args, |c, (sql, name)| {
+                Box::pin(sqlx::query_as::<_, SeenRow>(AssertSqlSafe(Arc::clone(sql))).bind(*name).fetch_optional(c))
+            })
+            .await?;
+        Ok(row.map(seen))
+    }
+
+    async fn list(&self, prefix: &str, limit: i64) -> Result<Vec<Seen>, sqlx::Error> {
+        let args = (Arc::clone(&self.list), super::like_prefix(prefix), limit);
+        let rows = self
+            .pool
+            .with(Use::Take, &args, |c, (sql, pattern, limit)| {
+                Box::pin(
+                    sqlx::query_as::<_, SeenRow>(AssertSqlSafe(Arc::clone(sql)))
+                        .bind(pattern.as_bytes())
+                        .bind(*limit)
+                        .fetch_all(c),
+                )
+            })
+            .await?;
+        Ok(rows.into_iter().map(seen).collect())
+    }
+
     async fn renew(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<bool, sqlx::Error> {
-        let args = Args { dialect: self, name: name.as_bytes(), owner: owner.as_bytes(), ms: ttl_ms };
+        let args =
+            Args { dialect: self, name: name.as_bytes(), owner: owner.as_bytes(), ms: ttl_ms, who: Who::default() };
         // CLIENT_FOUND_ROWS makes this "rows matched", which is what we ask.
         let done = self
             .pool
@@ -371,7 +455,7 @@ impl Dialect for Mysql {
     }
 
     async fn release(&self, name: &str, owner: &str) -> Result<bool, sqlx::Error> {
-        let args = Args { dialect: self, name: name.as_bytes(), owner: owner.as_bytes(), ms: 0 };
+        let args = Args { dialect: self, name: name.as_bytes(), owner: owner.as_bytes(), ms: 0, who: Who::default() };
         let done = self
             .pool
             .with(Use::Keep, &args, |c, a| {

@@ -13,7 +13,7 @@ use tokio::time::timeout;
 
 use super::params::Accepted;
 use super::rw::{acquire_tx, owner_stmt, Attempt, Flavor, KindSql, OwnerStmt};
-use super::{bad_url, too_slow, unreachable, Dialect, Upsert};
+use super::{bad_url, too_slow, unreachable, Dialect, Seen, SeenRow, Upsert, Who};
 use crate::adopt::{Owner, TableFacts};
 use crate::decide::Plan;
 use crate::error::{Class, Codes};
@@ -25,6 +25,9 @@ use crate::SqlOptions;
 
 /// Milliseconds since the Unix epoch, on the database's clock.
 const NOW: &str = "(extract(epoch from now()) * 1000)::bigint";
+
+/// Microseconds since the Unix epoch, on the database's clock: the floor of new fences.
+const NOW_US: &str = "(extract(epoch from now()) * 1000000)::bigint";
 
 pub(crate) const CODES: Codes = Codes { label: "postgres", database: sqlstate };
 
@@ -101,6 +104,9 @@ pub(crate) struct Postgres {
     acquire: Arc<str>,
     renew: Arc<str>,
     release: Arc<str>,
+    inspect: Arc<str>,
+    list: Arc<str>,
+    collect: Arc<str>,
     /// Stops with the dialect (and so with the store).
     _listener: Listener,
 }
@@ -149,19 +155,22 @@ impl Postgres {
             statement_bound,
             create: format!(
                 "CREATE TABLE IF NOT EXISTS {qt} (name TEXT COLLATE \"C\" NOT NULL PRIMARY KEY, owner TEXT, \
-                 fence BIGINT NOT NULL, expires_at BIGINT NOT NULL)"
+                 fence BIGINT NOT NULL, expires_at BIGINT NOT NULL, holder TEXT, metadata TEXT)"
             ),
             // One statement: insert or take over a free/expired/own row, and when that did not
             // happen, report the holder's remaining lease (the CTE's snapshot may miss a row
             // committed meanwhile: then no row comes back, and the waiter just polls).
             acquire: format!(
                 "WITH granted AS ( \
-                   INSERT INTO {qt} AS l (name, owner, fence, expires_at) \
-                   VALUES ($1, $2, 1, {NOW} + $3::bigint) \
+                   INSERT INTO {qt} AS l (name, owner, fence, expires_at, holder, metadata) \
+                   VALUES ($1, $2, {NOW_US}, {NOW} + $3::bigint, $4, $5) \
                    ON CONFLICT (name) DO UPDATE SET \
-                     fence = CASE WHEN l.owner = EXCLUDED.owner THEN l.fence ELSE l.fence + 1 END, \
+                     fence = CASE WHEN l.owner = EXCLUDED.owner THEN l.fence \
+                             ELSE GREATEST(l.fence + 1, EXCLUDED.fence) END, \
                      owner = EXCLUDED.owner, \
-                     expires_at = EXCLUDED.expires_at \
+                     expires_at = EXCLUDED.expires_at, \
+                     holder = EXCLUDED.holder, \
+                     metadata = EXCLUDED.metadata \
                    WHERE l.owner IS NULL OR l.owner = EXCLUDED.owner OR l.expires_at <= {NOW} \
                    RETURNING fence) \
                  SELECT fence, NULL::bigint AS remaining FROM granted \
@@ -183,6 +192,18 @@ impl Postgres {
                  SELECT pg_notify($3, $4 || name) FROM freed"
             )
             .into(),
+            inspect: format!(
+                "SELECT name, fence, expires_at - {NOW}, holder, metadata FROM {qt} \
+                 WHERE name = $1 AND owner IS NOT NULL AND expires_at > {NOW}"
+            )
+            .into(),
+            list: format!(
+                "SELECT name, fence, expires_at - {NOW}, holder, metadata FROM {qt} \
+                 WHERE name LIKE $1 ESCAPE '!' AND owner IS NOT NULL AND expires_at > {NOW} \
+                 ORDER BY name LIMIT $2"
+            )
+            .into(),
+            collect: format!("DELETE FROM {qt} WHERE expires_at <= {NOW} - $1::bigint").into(),
             _listener: listener,
         }
     }
@@ -238,6 +259,8 @@ struct Args<'a> {
     ms: i64,
     /// The NOTIFY channel (release only).
     channel: &'a str,
+    /// Acquire only.
+    who: Who<'a>,
 }
 
 #[async_trait]
@@ -287,8 +310,8 @@ impl Dialect for Postgres {
         self.pool.prepare_on_two(&hot).await;
     }
 
-    async fn acquire(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<Upsert, sqlx::Error> {
-        let args = Args { sql: &self.acquire, name, owner, ms: ttl_ms, channel: "" };
+    async fn acquire(&self, name: &str, owner: &str, ttl_ms: i64, who: Who<'_>) -> Result<Upsert, sqlx::Error> {
+        let args = Args { sql: &self.acquire, name, owner, ms: ttl_ms, channel: "", who };
         let row = self
             .pool
             .with(Use::Take, &args, |c, a| {
@@ -297,6 +320,8 @@ impl Dialect for Postgres {
                         .bind(a.name)
                         .bind(a.owner)
                         .bind(a.ms)
+                        .bind(a.who.holder)
+                        .bind(a.who.metadata)
                         .fetch_all(c)
                         .await
                 })
@@ -309,8 +334,50 @@ impl Dialect for Postgres {
         })
     }
 
+    fn add_column(&self, table: &str, column: &str) -> String {
+        format!("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {column} TEXT", quote_table(table, '"'))
+    }
+
+    async fn collect_idle(&self, idle_ms: i64) -> Result<u64, sqlx::Error> {
+        let args = (Arc::clone(&self.collect), idle_ms);
+        let done = self
+            .pool
+            .with(Use::Take, &args, |c, (sql, ms)| {
+                Box::pin(sqlx::query(AssertSqlSafe(Arc::clone(sql))).bind(*ms).execute(c))
+            })
+            .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn inspect(&self, name: &str) -> Result<Option<Seen>, sqlx::Error> {
+        let args = (Arc::clone(&self.inspect), name);
+        let row = self
+            .pool
+            .with(Use::Take, &args, |c, (sql, name)| {
+                Box::pin(sqlx::query_as::<_, SeenRow>(AssertSqlSafe(Arc::clone(sql))).bind(*name).fetch_optional(c))
+            })
+            .await?;
+        Ok(row.map(Seen::from))
+    }
+
+    async fn list(&self, prefix: &str, limit: i64) -> Result<Vec<Seen>, sqlx::Error> {
+        let args = (Arc::clone(&self.list), super::like_prefix(prefix), limit);
+        let rows = self
+            .pool
+            .with(Use::Take, &args, |c, (sql, pattern, limit)| {
+                Box::pin(
+                    sqlx::query_as::<_, SeenRow>(AssertSqlSafe(Arc::clone(sql)))
+                        .bind(pattern.as_str())
+                        .bind(*limit)
+                        .fetch_all(c),
+                )
+            })
+            .await?;
+        Ok(rows.into_iter().map(Seen::from).collect())
+    }
+
     async fn renew(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<bool, sqlx::Error> {
-        let args = Args { sql: &self.renew, name, owner, ms: ttl_ms, channel: "" };
+        let args = Args { sql: &self.renew, name, owner, ms: ttl_ms, channel: "", who: Who::default() };
         let done = self
             .pool
             .with(Use::Keep, &args, |c, a| {
@@ -321,7 +388,7 @@ impl Dialect for Postgres {
     }
 
     async fn release(&self, name: &str, owner: &str) -> Result<bool, sqlx::Error> {
-        let args = Args { sql: &self.release, name, owner, ms: 0, channel: &self.channel };
+        let args = Args { sql: &self.release, name, owner, ms: 0, channel: &self.channel, who: Who::default() };
         let rows = self
             .pool
             .with(Use::Keep, &args, |c, a| {

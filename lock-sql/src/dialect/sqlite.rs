@@ -14,7 +14,7 @@ use tokio::time::timeout;
 
 use super::params::Accepted;
 use super::rw::{acquire_tx, owner_stmt, Attempt, Flavor, KindSql, OwnerStmt};
-use super::{bad_url, too_slow, unreachable, Dialect, Upsert};
+use super::{bad_url, too_slow, unreachable, Dialect, Seen, SeenRow, Upsert, Who};
 use crate::adopt::{Owner, TableFacts};
 use crate::decide::Plan;
 use crate::error::{Class, Codes};
@@ -23,6 +23,9 @@ use crate::SqlOptions;
 
 /// Milliseconds since the Unix epoch, on the host's clock.
 const NOW: &str = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)";
+
+/// Microseconds since the Unix epoch (at millisecond resolution): the floor of new fences.
+const NOW_US: &str = "CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)";
 
 pub(crate) const CODES: Codes = Codes { label: "sqlite", database: result_code };
 
@@ -90,6 +93,9 @@ pub(crate) struct Lite {
     read_back: String,
     renew: String,
     release: String,
+    inspect: String,
+    list: String,
+    collect: String,
 }
 
 pub(crate) async fn connect(url: &str, options: &SqlOptions) -> Result<Arc<dyn Dialect>, LockError> {
@@ -133,15 +139,18 @@ impl Lite {
             statement_bound: Duration::ZERO,
             create: format!(
                 "CREATE TABLE IF NOT EXISTS {qt} (name TEXT NOT NULL PRIMARY KEY, owner TEXT, \
-                 fence INTEGER NOT NULL, expires_at INTEGER NOT NULL)"
+                 fence INTEGER NOT NULL, expires_at INTEGER NOT NULL, holder TEXT, metadata TEXT)"
             ),
             // SQLite evaluates every SET expression against the old row.
             acquire: format!(
-                "INSERT INTO {qt} (name, owner, fence, expires_at) VALUES (?1, ?2, 1, {NOW} + ?3) \
+                "INSERT INTO {qt} (name, owner, fence, expires_at, holder, metadata) \
+                 VALUES (?1, ?2, {NOW_US}, {NOW} + ?3, ?4, ?5) \
                  ON CONFLICT (name) DO UPDATE SET \
-                   fence = CASE WHEN owner = excluded.owner THEN fence ELSE fence + 1 END, \
+                   fence = CASE WHEN owner = excluded.owner THEN fence ELSE MAX(fence + 1, excluded.fence) END, \
                    owner = excluded.owner, \
-                   expires_at = excluded.expires_at \
+                   expires_at = excluded.expires_at, \
+                   holder = excluded.holder, \
+                   metadata = excluded.metadata \
                  WHERE owner IS NULL OR owner = excluded.owner OR expires_at <= {NOW} \
                  RETURNING fence"
             ),
@@ -153,6 +162,17 @@ impl Lite {
                 "UPDATE {qt} SET owner = NULL, expires_at = {NOW} \
                  WHERE name = ?1 AND owner = ?2 AND expires_at > {NOW}"
             ),
+            inspect: format!(
+                "SELECT name, fence, expires_at - {NOW}, holder, metadata FROM {qt} \
+                 WHERE name = ?1 AND owner IS NOT NULL AND expires_at > {NOW}"
+            ),
+            // Not LIKE: SQLite's LIKE ignores ASCII case.
+            list: format!(
+                "SELECT name, fence, expires_at - {NOW}, holder, metadata FROM {qt} \
+                 WHERE substr(name, 1, length(?1)) = ?1 AND owner IS NOT NULL AND expires_at > {NOW} \
+                 ORDER BY name LIMIT ?2"
+            ),
+            collect: format!("DELETE FROM {qt} WHERE expires_at <= {NOW} - ?1"),
         }
     }
 }
@@ -207,11 +227,17 @@ impl Dialect for Lite {
 
     async fn warm_up(&self) {}
 
-    async fn acquire(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<Upsert, sqlx::Error> {
+    fn add_column(&self, table: &str, column: &str) -> String {
+        format!("ALTER TABLE {} ADD COLUMN {column} TEXT", quote_table(table, '"'))
+    }
+
+    async fn acquire(&self, name: &str, owner: &str, ttl_ms: i64, who: Who<'_>) -> Result<Upsert, sqlx::Error> {
         let fence = sqlx::query_scalar::<_, i64>(AssertSqlSafe(self.acquire.as_str()))
             .bind(name)
             .bind(owner)
             .bind(ttl_ms)
+            .bind(who.holder)
+            .bind(who.metadata)
             .fetch_all(&self.pool)
             .await?;
         if let Some(fence) = fence.into_iter().next() {
@@ -237,6 +263,28 @@ impl Dialect for Lite {
     async fn release(&self, name: &str, owner: &str) -> Result<bool, sqlx::Error> {
         let done = sqlx::query(AssertSqlSafe(self.release.as_str())).bind(name).bind(owner).execute(&self.pool).await?;
         Ok(done.rows_affected() > 0)
+    }
+
+    async fn collect_idle(&self, idle_ms: i64) -> Result<u64, sqlx::Error> {
+        let done = sqlx::query(AssertSqlSafe(self.collect.as_str())).bind(idle_ms).execute(&self.pool).await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn inspect(&self, name: &str) -> Result<Option<Seen>, sqlx::Error> {
+        let row = sqlx::query_as::<_, SeenRow>(AssertSqlSafe(self.inspect.as_str()))
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(Seen::from))
+    }
+
+    async fn list(&self, prefix: &str, limit: i64) -> Result<Vec<Seen>, sqlx::Error> {
+        let rows = sqlx::query_as::<_, SeenRow>(AssertSqlSafe(self.list.as_str()))
+            .bind(prefix)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows.into_iter().map(Seen::from).collect())
     }
 
     fn kind_sql(&self, table: &str) -> KindSql {

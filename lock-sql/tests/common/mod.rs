@@ -70,6 +70,7 @@ fn test_options(table: String) -> SqlOptions {
         max_connections: 4,
         connect_timeout: Duration::from_secs(2),
         query_timeout: Duration::from_secs(2),
+        idle_gc_after: None,
     }
 }
 
@@ -249,6 +250,15 @@ impl Fixture for SqlFixture {
 
     fn provenance(&self) -> String {
         self.provenance.clone()
+    }
+
+    /// What `idle_gc_after` runs, with no idle time: deletes every row whose lease ended (a
+    /// few ms first, so that the database clock has moved past the last grant).
+    async fn collect_idle(&self, _name: &LockName) -> Result<bool, LockError> {
+        let lock = self.sql_client().await?;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        lock.store().collect_idle(Duration::ZERO).await?;
+        Ok(true)
     }
 }
 

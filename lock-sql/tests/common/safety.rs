@@ -212,3 +212,40 @@ pub async fn check_least_privilege(fx: &SqlFixture) -> Result<(), LockError> {
     }
     result
 }
+
+/// A lease table made by a version without the holder columns (docs/contract.md §5.6): two
+/// clients connecting at once add them (`ALTER TABLE … ADD COLUMN`, idempotent under the race),
+/// the existing row keeps its fence, and the holder round-trips through `inspect`.
+pub async fn check_old_table_gains_columns(fx: &SqlFixture) -> Result<(), LockError> {
+    use lock_core::{AcquireOptions, DistributedLock, Holder};
+    let t = format!("dlock_old_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let mut admin = Admin::connect(fx).await;
+    let ddl = match fx.dialect() {
+        Dialect::Postgres => format!(
+            "CREATE TABLE \"{t}\" (name TEXT COLLATE \"C\" NOT NULL PRIMARY KEY, owner TEXT, \
+             fence BIGINT NOT NULL, expires_at BIGINT NOT NULL)"
+        ),
+        _ => format!(
+            "CREATE TABLE \"{t}\" (name VARBINARY(255) NOT NULL PRIMARY KEY, owner VARBINARY(32) NULL, \
+             fence BIGINT NOT NULL, expires_at BIGINT NOT NULL) ENGINE=InnoDB"
+        ),
+    };
+    admin.run(&ddl).await;
+    admin.run(&format!("INSERT INTO \"{t}\" (name, owner, fence, expires_at) VALUES ('old', NULL, 41, 0)")).await;
+    let opts = fx.options().table(t.clone());
+    let result = async {
+        let (a, b) = tokio::join!(lock_sql::connect(fx.url(), opts.clone()), lock_sql::connect(fx.url(), opts.clone()));
+        let (a, b) = (a?, b?);
+        let name = LockName::new("old")?;
+        let who = Holder::new("upgraded-7")?.with_metadata("m")?;
+        let lease = a.acquire(&name, &AcquireOptions::new(Duration::from_secs(5)).holder(who)).await?;
+        assert!(lease.token().get() > 41, "the old row's fence carries on");
+        let info = b.inspect(&name).await?.expect("held");
+        assert_eq!((info.holder.as_deref(), info.metadata.as_deref()), (Some("upgraded-7"), Some("m")));
+        lease.release().await?;
+        Ok::<(), LockError>(())
+    }
+    .await;
+    admin.run(&format!("DROP TABLE \"{t}\"")).await;
+    result
+}

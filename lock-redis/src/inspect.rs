@@ -1,0 +1,123 @@
+//! Who holds a lock on Redis (docs/contract.md §5.6): the holder id and metadata live in the
+//! lease hash (fields `h`, `m`, written by the acquire script in the same call and expiring with
+//! the lease); `inspect` reads the hash and its `PTTL` in one script, `list` walks the key space
+//! with `SCAN` over the prefix's exclusive-lock keys.
+
+use lock_core::{escape_prefix, Claim, HolderInfo, LockError, LockKind, LockName};
+
+use crate::scripts::{Keys, INSPECT};
+use crate::single::{remaining_from, token_from, RedisStore, BACKEND};
+
+/// Most `SCAN` calls one `list` makes (each looks at about [`SCAN_COUNT`] keys).
+const MAX_SCANS: usize = 10_000;
+/// The `COUNT` hint of each `SCAN`.
+const SCAN_COUNT: usize = 1_000;
+
+/// The acquire script's holder and metadata arguments (see `scripts::ACQUIRE_SRC`).
+pub(crate) fn who_args(claim: &Claim<'_>) -> (String, String) {
+    let holder = claim.holder_id().unwrap_or_default().to_owned();
+    let metadata = claim.metadata().map(|m| format!("+{m}")).unwrap_or_default();
+    (holder, metadata)
+}
+
+/// The lock name of an exclusive lease key `<prefix>:{<escaped>}:lock`.
+fn name_of(key_prefix: &str, key: &str) -> Option<LockName> {
+    let inner = key.strip_prefix(key_prefix)?.strip_prefix(":{")?.strip_suffix("}:lock")?;
+    LockName::from_escaped(inner)
+}
+
+fn strip(field: &str) -> Option<String> {
+    field.strip_prefix('+').map(str::to_owned)
+}
+
+pub(crate) async fn inspect(store: &RedisStore, name: &LockName) -> Result<Option<HolderInfo>, LockError> {
+    let keys: Keys = store.keys(name);
+    let lock = &keys.lock;
+    let reply: Vec<String> = store
+        .node
+        .run_idempotent(
+            store.node.request_timeout(),
+            |mut c| async move { INSPECT.key(lock).invoke_async(&mut c).await },
+        )
+        .await?;
+    let [token, pttl, holder, metadata] = reply.as_slice() else {
+        if reply.is_empty() {
+            return Ok(None);
+        }
+        return Err(LockError::backend(BACKEND, format!("unexpected reply from the inspect script: {reply:?}")));
+    };
+    let token = token_from(BACKEND, token.parse::<i64>().unwrap_or(0))?;
+    let remaining = remaining_from(pttl.parse::<i64>().unwrap_or(-1));
+    Ok(Some(
+        HolderInfo::new(name.as_str(), token, LockKind::Exclusive)
+            .with_holder(strip(holder), strip(metadata))
+            .with_remaining(remaining),
+    ))
+}
+
+pub(crate) async fn list(store: &RedisStore, prefix: &str, limit: usize) -> Result<Vec<HolderInfo>, LockError> {
+    let pattern = format!("{}:{{{}*}}:lock", store.prefix, escape_prefix(prefix));
+    let pattern = &pattern;
+    let mut names = Vec::new();
+    let mut cursor: u64 = 0;
+    for _ in 0..MAX_SCANS {
+        let (next, keys): (u64, Vec<String>) = store
+            .node
+            .run_idempotent(store.node.request_timeout(), |mut c| async move {
+                redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(pattern)
+                    .arg("COUNT")
+                    .arg(SCAN_COUNT)
+                    .query_async(&mut c)
+                    .await
+            })
+            .await?;
+        names.extend(keys.iter().filter_map(|k| name_of(&store.prefix, k)));
+        cursor = next;
+        if cursor == 0 {
+            break;
+        }
+    }
+    if cursor != 0 {
+        return Err(LockError::backend(
+            BACKEND,
+            format!(
+                "list({prefix:?}) stopped after {MAX_SCANS} SCAN calls (about {} keys); use a longer prefix",
+                MAX_SCANS * SCAN_COUNT
+            ),
+        ));
+    }
+    // SCAN may return a key twice; the order is the contract's (name order).
+    names.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+    names.dedup();
+    let mut held = Vec::new();
+    for name in names {
+        if held.len() >= limit {
+            break;
+        }
+        // Released or expired since the scan: not held.
+        if let Some(info) = inspect(store, &name).await? {
+            held.push(info);
+        }
+    }
+    Ok(held)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_escape_like_names_and_keys_decode() {
+        for (prefix, full) in [("jobs/", "jobs/a b"), (".x", ".x.y"), ("", "ünï/%"), ("a", "a")] {
+            let name = LockName::new(full).expect("valid");
+            assert!(name.escaped().starts_with(&escape_prefix(prefix)), "{prefix:?} vs {full:?}");
+            let key = format!("dlock:{{{}}}:lock", name.escaped());
+            assert_eq!(name_of("dlock", &key), Some(name));
+        }
+        assert_eq!(name_of("dlock", "dlock:{a}:fence"), None);
+        assert_eq!(name_of("dlock", "other:{a}:lock"), None);
+    }
+}

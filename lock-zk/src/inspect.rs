@@ -1,0 +1,146 @@
+//! Who holds a lock on ZooKeeper (docs/contract.md §5.6): the holder id and metadata are the
+//! data of the exclusive lock's node, written by the create itself; `inspect` reads the lowest
+//! node of the name's queue (its `czxid` is the token), `list` the children of the root.
+
+use std::time::Duration;
+
+use lock_core::{escape_prefix, AcquireOptions, HolderInfo, LockError, LockKind, LockName};
+use tokio::time::Instant;
+use zookeeper_client::{Client, Error as ZkError};
+
+use crate::client::ZkLock;
+use crate::recipe::{queue, Recipe};
+use crate::session::{call, server_error, Failure, BACKEND};
+
+/// The first line of node data that carries a holder identity.
+const MAGIC: &str = "dlock-holder/1";
+
+/// The data of our node: the recipe's own, or for an exclusive lock with a holder identity
+/// `dlock-holder/1\n<id>` and, with metadata, `\n+<metadata>` (ids hold no control characters,
+/// so the id ends at the second line break).
+pub(crate) fn node_data(recipe: Recipe, opts: &AcquireOptions) -> Vec<u8> {
+    match (recipe, &opts.holder) {
+        (Recipe::Exclusive, Some(h)) => {
+            let mut data = format!("{MAGIC}\n{}", h.id());
+            if let Some(m) = h.metadata() {
+                data.push_str("\n+");
+                data.push_str(m);
+            }
+            data.into_bytes()
+        }
+        _ => recipe.data(),
+    }
+}
+
+/// Holder id and metadata from node data written by [`node_data`].
+fn decode(data: &[u8]) -> (Option<String>, Option<String>) {
+    let Ok(text) = std::str::from_utf8(data) else { return (None, None) };
+    let Some(rest) = text.strip_prefix(MAGIC).and_then(|r| r.strip_prefix('\n')) else { return (None, None) };
+    match rest.split_once('\n') {
+        Some((id, meta)) => (Some(id.to_owned()), meta.strip_prefix('+').map(str::to_owned)),
+        None => (Some(rest.to_owned()), None),
+    }
+}
+
+fn failed(lock: &ZkLock, f: Failure) -> LockError {
+    match f {
+        Failure::Transient(e) => e,
+        Failure::SessionGone => LockError::unavailable(BACKEND, "the ZooKeeper session ended during the read"),
+        Failure::Server(e) => server_error(e, &lock.inner.url.root),
+    }
+}
+
+/// The holder of `name`: the lowest node of its queue, read right after listing (a node that
+/// went away in between is followed by the next listing, a few times at most).
+async fn holder_of(
+    client: &Client,
+    lock: &ZkLock,
+    name: &LockName,
+    bound: Duration,
+) -> Result<Option<HolderInfo>, LockError> {
+    let parent = lock.parent(Recipe::Exclusive, name);
+    for _ in 0..3 {
+        let children = match call(bound, "listing the lock's queue", client.list_children(&parent)).await {
+            Ok(c) => c,
+            Err(Failure::Server(ZkError::NoNode)) => return Ok(None),
+            Err(f) => return Err(failed(lock, f)),
+        };
+        let Some(first) = queue(Recipe::Exclusive, children).into_iter().next() else { return Ok(None) };
+        let path = format!("{parent}/{first}");
+        match call(bound, "reading the holder's node", client.get_data(&path)).await {
+            Ok((data, stat)) => {
+                let token = u64::try_from(stat.czxid).map_err(|_| {
+                    LockError::backend(BACKEND, format!("the holder's node has a negative czxid {}", stat.czxid))
+                })?;
+                let (holder, metadata) = decode(&data);
+                return Ok(Some(
+                    HolderInfo::new(name.as_str(), lock_core::FencingToken(token), LockKind::Exclusive)
+                        .with_holder(holder, metadata),
+                ));
+            }
+            Err(Failure::Server(ZkError::NoNode)) => continue,
+            Err(f) => return Err(failed(lock, f)),
+        }
+    }
+    Err(LockError::unavailable(BACKEND, format!("the queue of {name} changed under three reads in a row; try again")))
+}
+
+impl ZkLock {
+    fn bound(&self) -> (Duration, Instant) {
+        let bound = self.inner.options.request_timeout;
+        (bound, Instant::now() + self.inner.options.connect_timeout + bound)
+    }
+
+    pub(crate) async fn inspect_now(&self, name: &LockName) -> Result<Option<HolderInfo>, LockError> {
+        let (bound, deadline) = self.bound();
+        let session = self.session(deadline).await?;
+        holder_of(&session.client, self, name, bound).await
+    }
+
+    pub(crate) async fn list_now(&self, prefix: &str, limit: usize) -> Result<Vec<HolderInfo>, LockError> {
+        let (bound, deadline) = self.bound();
+        let session = self.session(deadline).await?;
+        let root = &self.inner.url.root;
+        let children = match call(bound, "listing the lock root", session.client.list_children(root)).await {
+            Ok(c) => c,
+            Err(Failure::Server(ZkError::NoNode)) => Vec::new(),
+            Err(f) => return Err(failed(self, f)),
+        };
+        let escaped = escape_prefix(prefix);
+        // Exclusive locks' parents are the bare escaped names (the other kinds' carry a `~`).
+        let mut names: Vec<LockName> = children
+            .iter()
+            .filter(|c| c.starts_with(&escaped))
+            .filter_map(|c| LockName::from_escaped(c))
+            .filter(|n| n.as_str().starts_with(prefix))
+            .collect();
+        names.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+        let mut held = Vec::new();
+        for name in names {
+            if held.len() >= limit {
+                break;
+            }
+            if let Some(info) = holder_of(&session.client, self, &name, bound).await? {
+                held.push(info);
+            }
+        }
+        Ok(held)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_data_round_trips() {
+        let who = lock_core::Holder::new("web-7").unwrap().with_metadata("line\nbreak").unwrap();
+        let opts = AcquireOptions::new(Duration::from_secs(1)).holder(who);
+        let data = node_data(Recipe::Exclusive, &opts);
+        assert_eq!(decode(&data), (Some("web-7".into()), Some("line\nbreak".into())));
+        let bare = AcquireOptions::new(Duration::from_secs(1)).holder(lock_core::Holder::new("x").unwrap());
+        assert_eq!(decode(&node_data(Recipe::Exclusive, &bare)), (Some("x".into()), None));
+        assert_eq!(decode(&node_data(Recipe::Exclusive, &AcquireOptions::new(Duration::from_secs(1)))), (None, None));
+        assert_eq!(node_data(Recipe::Permit(3), &opts), b"3");
+    }
+}
