@@ -236,6 +236,7 @@ async fn assert_counter_row_free(admin: &mut common::Admin, t: &str) {
 #[tokio::test]
 async fn extra_tls_modes_against_an_impostor() {
     common::check_tls_modes(common::Wire::Mysql).await;
+}
 
 #[tokio::test]
 async fn extra_old_table_gains_holder_columns() {

@@ -389,6 +389,7 @@ async fn extra_cancelled_acquire_leaves_no_grant() {
 #[tokio::test]
 async fn extra_tls_modes_against_an_impostor() {
     common::check_tls_modes(common::Wire::Postgres).await;
+}
 
 #[tokio::test]
 async fn extra_old_table_gains_holder_columns() {
