@@ -22,6 +22,29 @@ mod redis_extra {
         client.get_multiplexed_async_connection().await.unwrap()
     }
 
+    /// `idle_gc_after` lets the fence key expire `ttl + idle_gc_after` after a grant (docs/contract.md
+    /// §5.7); without it the key has no expiry. The holder id rides in the lease hash.
+    #[tokio::test]
+    async fn idle_gc_after_expires_fence_keys() {
+        let fx = RedisFixture::start().await.unwrap();
+        let name = LockName::new("idle-gc").unwrap();
+        let fence = fx.key(&name.escaped(), "fence");
+        let mut raw = raw(&fx).await;
+        let plain = fx.redis_client().await.unwrap();
+        plain.try_acquire(&name, &opts(1000)).await.unwrap().expect("free").release().await.unwrap();
+        let pttl: i64 = redis::cmd("PTTL").arg(&fence).query_async(&mut raw).await.unwrap();
+        assert_eq!(pttl, -1, "without idle_gc_after the fence key has no expiry");
+        let options = lock_redis::RedisOptions { idle_gc_after: Some(Duration::from_secs(3600)), ..fx.options.clone() };
+        let gc = lock_redis::connect(fx.server.url(), options).await.unwrap();
+        let who = lock_core::Holder::new("gc-1").unwrap();
+        let lease = gc.try_acquire(&name, &opts(1000).holder(who)).await.unwrap().expect("free");
+        let pttl: i64 = redis::cmd("PTTL").arg(&fence).query_async(&mut raw).await.unwrap();
+        assert!(pttl > 3_590_000 && pttl <= 3_601_000, "fence key PTTL {pttl} ms, want ttl + 1 h");
+        let info = plain.inspect(&name).await.unwrap().expect("held");
+        assert_eq!((info.holder.as_deref(), info.token), (Some("gc-1"), lease.token()));
+        lease.release().await.unwrap();
+    }
+
     #[tokio::test]
     async fn basics_tokens_and_capabilities() {
         let fx = RedisFixture::start().await.unwrap();

@@ -169,11 +169,13 @@ pub(crate) static REDLOCK_ABANDON: LazyLock<Script> = LazyLock::new(|| Script::n
 /// `{token, pttl, holder, metadata}` as strings, holder and metadata `'+'`-prefixed when present
 /// and `''` when not.
 const INSPECT_SRC: &str = r#"
-local v = redis.call('HMGET', KEYS[1], 'o', 'f', 'h', 'm')
-if not v[1] then return {} end
-local h = ''
-if v[3] then h = '+' .. v[3] end
-return {v[2] or '0', tostring(redis.call('PTTL', KEYS[1])), h, v[4] or ''}
+-- HGET, not HMGET: the commands the ACL check already asks for (crate::acl).
+if not redis.call('HGET', KEYS[1], 'o') then return {} end
+local f = redis.call('HGET', KEYS[1], 'f') or '0'
+local h = redis.call('HGET', KEYS[1], 'h')
+if h then h = '+' .. h else h = '' end
+local m = redis.call('HGET', KEYS[1], 'm') or ''
+return {f, tostring(redis.call('PTTL', KEYS[1])), h, m}
 "#;
 pub(crate) static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(INSPECT_SRC));
 

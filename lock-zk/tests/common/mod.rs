@@ -128,6 +128,23 @@ impl Fixture for ZkFixture {
         Ok(true)
     }
 
+    /// ZooKeeper's own collection: the name's container parent, empty once released, is
+    /// removed (here at once, as the server does after its container check); tokens are zxids.
+    async fn collect_idle(&self, name: &LockName) -> Result<bool, LockError> {
+        let Some(addr) = self.server.addr() else { return Ok(false) };
+        let zk = |e: zookeeper_client::Error| LockError::backend("zookeeper", e);
+        let connect = zookeeper_client::Client::connect(&addr.to_string());
+        let raw = tokio::time::timeout(Duration::from_secs(10), connect)
+            .await
+            .map_err(|_| LockError::unavailable("test", "no raw ZooKeeper session in 10s"))?
+            .map_err(zk)?;
+        let parent = format!("{}/{}", self.root, name.escaped());
+        match raw.delete(&parent, None).await {
+            Ok(()) | Err(zookeeper_client::Error::NoNode) => Ok(true),
+            Err(e) => Err(zk(e)),
+        }
+    }
+
     fn provenance(&self) -> String {
         self.server.provenance().to_owned()
     }
