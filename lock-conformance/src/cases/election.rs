@@ -33,16 +33,17 @@ async fn candidates(
     let name = cx.name("leader")?;
     let (mut out, mut links) = (Vec::new(), Vec::new());
     for i in 0..CANDIDATES {
-        let client: Arc<dyn DistributedLock> = match (linked && i < 3).then_some(()) {
-            Some(()) => match cx.linked().await {
+        let client: Arc<dyn DistributedLock> = if linked && i < 3 {
+            match cx.linked().await {
                 Ok((c, l)) => {
                     links.push(l);
                     c
                 }
                 Err(CaseError::NotApplicable(_)) => cx.client().await?,
                 Err(e) => return Err(e),
-            },
-            None => cx.client().await?,
+            }
+        } else {
+            cx.client().await?
         };
         out.push(Election::new(client, name.clone(), candidate(i)?, cx.opts(wait)));
     }
