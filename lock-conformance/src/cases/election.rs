@@ -162,6 +162,9 @@ pub async fn election_nemesis(fx: &dyn Fixture) -> CaseResult {
     ))
 }
 
+/// What an observer reported, and when: the leader's holder id and epoch, or nobody.
+type Sighting = (Instant, Option<(Option<String>, u64)>);
+
 /// One term of office, as a candidate saw it.
 #[derive(Clone, Debug)]
 struct Term {
@@ -247,7 +250,7 @@ pub async fn election_observers_converge(fx: &dyn Fixture) -> CaseResult {
     let ttl = cx.ttl();
     let (elections, _) = candidates(&cx, false, ttl * 20).await?;
     let observer = Election::new(cx.client().await?, cx.name("leader")?, candidate(99)?, cx.opts(ttl));
-    let seen: Arc<Mutex<Vec<(Instant, Option<(Option<String>, u64)>)>>> = Arc::default();
+    let seen: Arc<Mutex<Vec<Sighting>>> = Arc::default();
     let watching = {
         let seen = seen.clone();
         let mut stream = Box::pin(observer.observe());
