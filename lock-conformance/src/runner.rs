@@ -107,6 +107,7 @@ fn exclusive(case: &Case) -> bool {
             | "nemesis"
             | "kinds_server_pause"
             | "kinds_nemesis"
+            | "election_nemesis"
             | "fault_restart_quiet_period"
     )
 }

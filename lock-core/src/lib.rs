@@ -12,6 +12,7 @@
 //! - [`LockName`], [`OwnerId`], [`AcquireOptions`], [`Capabilities`], [`LockError`].
 //! - [`MemoryLock`]: the in-memory reference backend, for tests of applications.
 //! - [`FencedRegister`]: the protected-resource side of fencing.
+//! - With feature `sqlx`: [`FencingToken`] binds as an sqlx parameter (`BIGINT`).
 //! - [`Election`]: leader election over any lock ([`Leadership`]: lease, epoch, lost signal).
 //!
 //! ```
@@ -45,6 +46,8 @@ mod name;
 mod options;
 pub mod redact;
 mod release;
+#[cfg(feature = "sqlx")]
+mod sqlx_token;
 mod store;
 mod wake;
 mod watchdog;

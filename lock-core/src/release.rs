@@ -70,7 +70,9 @@ const MIN_HOLD_LEFT: Duration = Duration::from_millis(2);
 /// How long the lock must stay taken after a release now (`hold_at_least`), if at all.
 fn held_for(shared: &Shared, now: Instant) -> Option<Duration> {
     let left = shared.hold_until?.saturating_duration_since(now);
-    (left >= MIN_HOLD_LEFT).then_some(left)
+    // Rounded up to the millisecond: servers keep millisecond expiries, never a shorter hold.
+    let millis = u64::try_from(left.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
+    (left >= MIN_HOLD_LEFT).then(|| Duration::from_millis(millis))
 }
 
 /// Until when a background release is worth sending: past it, whatever the server kept for us

@@ -13,10 +13,13 @@ use lock_core::{
 };
 use tokio::time::Instant;
 
+/// Each name's last grant: its holder id and a view of its lease.
+type Grants = Arc<Mutex<HashMap<String, (Option<String>, LeaseObserver)>>>;
+
 /// MemoryLock plus a record of each grant's holder, answering `inspect` from it.
 struct Inspecting {
     inner: MemoryLock,
-    grants: Arc<Mutex<HashMap<String, (Option<String>, LeaseObserver)>>>,
+    grants: Grants,
 }
 
 impl Inspecting {

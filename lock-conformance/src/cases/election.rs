@@ -33,16 +33,17 @@ async fn candidates(
     let name = cx.name("leader")?;
     let (mut out, mut links) = (Vec::new(), Vec::new());
     for i in 0..CANDIDATES {
-        let client: Arc<dyn DistributedLock> = match (linked && i < 3).then_some(()) {
-            Some(()) => match cx.linked().await {
+        let client: Arc<dyn DistributedLock> = if linked && i < 3 {
+            match cx.linked().await {
                 Ok((c, l)) => {
                     links.push(l);
                     c
                 }
                 Err(CaseError::NotApplicable(_)) => cx.client().await?,
                 Err(e) => return Err(e),
-            },
-            None => cx.client().await?,
+            }
+        } else {
+            cx.client().await?
         };
         out.push(Election::new(client, name.clone(), candidate(i)?, cx.opts(wait)));
     }
@@ -161,6 +162,9 @@ pub async fn election_nemesis(fx: &dyn Fixture) -> CaseResult {
     ))
 }
 
+/// What an observer reported, and when: the leader's holder id and epoch, or nobody.
+type Sighting = (Instant, Option<(Option<String>, u64)>);
+
 /// One term of office, as a candidate saw it.
 #[derive(Clone, Debug)]
 struct Term {
@@ -246,7 +250,7 @@ pub async fn election_observers_converge(fx: &dyn Fixture) -> CaseResult {
     let ttl = cx.ttl();
     let (elections, _) = candidates(&cx, false, ttl * 20).await?;
     let observer = Election::new(cx.client().await?, cx.name("leader")?, candidate(99)?, cx.opts(ttl));
-    let seen: Arc<Mutex<Vec<(Instant, Option<(Option<String>, u64)>)>>> = Arc::default();
+    let seen: Arc<Mutex<Vec<Sighting>>> = Arc::default();
     let watching = {
         let seen = seen.clone();
         let mut stream = Box::pin(observer.observe());

@@ -1,0 +1,77 @@
+//! Every example of the issue-13 set (`leader_election`, `cron_once`, `fenced_update`,
+//! `swap_backends`) on SQLite and on each server backend: each example's body is a `run`
+//! function, compiled here from the example's own source, so no `cargo run` is needed.
+
+use dlock::Config;
+
+#[path = "../examples/cron_once.rs"]
+#[allow(dead_code)]
+mod cron_once;
+#[path = "../examples/fenced_update.rs"]
+#[allow(dead_code)]
+mod fenced_update;
+#[path = "../examples/leader_election.rs"]
+#[allow(dead_code)]
+mod leader_election;
+#[path = "../examples/swap_backends.rs"]
+#[allow(dead_code)]
+mod swap_backends;
+
+use lock_conformance::servers::redis::RedisServer;
+use lock_conformance::servers::zookeeper::ZkServer;
+
+/// Runs the four examples on one backend and checks what each promises.
+async fn all_examples(config: Config) {
+    let url = config.redacted_url();
+    let out = leader_election::run(&config).await.expect("leader_election runs");
+    assert_eq!(out.terms.len(), 2, "{url}");
+    assert_ne!(out.terms[0].0, out.terms[1].0, "{url}: the killed leader led again");
+    assert!(out.terms[1].1 > out.terms[0].1, "{url}: epochs must rise: {:?}", out.terms);
+
+    let out = cron_once::run(&config).await.expect("cron_once runs");
+    for p in 0..3 {
+        assert_eq!(out.runs_in(p), 1, "{url}: period {p}: {:?}", out.runs);
+    }
+
+    let out = fenced_update::run(&config).await.expect("fenced_update runs");
+    assert!(out.successor_token > out.stalled_token, "{url}: {out:?}");
+    assert!(out.successor_write_applied, "{url}: {out:?}");
+    assert!(!out.stalled_write_applied, "{url}: the stalled holder's late write was applied: {out:?}");
+    assert_eq!(out.balance, 70, "{url}");
+
+    let out = swap_backends::run(&[config, Config::from_url("memory://swap-test")]).await.expect("swap_backends runs");
+    assert_eq!(out.len(), 2, "{url}");
+    assert_eq!(out[1].0, "memory");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    all_examples(Config::from_url(&format!("sqlite://{}", dir.path().join("examples.db").display()))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres() {
+    all_examples(Config::from_url(&env_or("DLOCK_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test"))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql() {
+    all_examples(Config::from_url(&env_or("DLOCK_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test"))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis() {
+    let server = RedisServer::start().await.expect("a Redis server");
+    all_examples(Config::from_url(server.url())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper() {
+    let server = ZkServer::start().await.expect("a ZooKeeper server");
+    all_examples(Config::from_url(&server.url_with_root("/dlock-examples"))).await;
+}
+
+fn env_or(key: &str, default: &str) -> String {
+    std::env::var(key).ok().filter(|v| !v.trim().is_empty()).unwrap_or_else(|| default.to_owned())
+}
