@@ -29,6 +29,7 @@
 mod backoff;
 mod capabilities;
 mod error;
+mod events;
 mod fenced;
 mod holder;
 mod kind;
@@ -47,6 +48,7 @@ mod watchdog;
 pub use backoff::Backoff;
 pub use capabilities::{Capabilities, LeaseModel, WakeMethod};
 pub use error::{BoxError, LockError};
+pub use events::{EventsRef, LeaseEvents};
 pub use fenced::{FencedRegister, StaleToken};
 pub use holder::{Holder, HolderInfo, MAX_HOLDER_LEN, MAX_METADATA_LEN};
 pub use kind::LockKind;

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::{Capabilities, Holder, LockError};
+use crate::{Capabilities, EventsRef, Holder, LeaseEvents, LockError};
 
 /// How long `acquire` waits for a lock that someone else holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,6 +57,8 @@ pub struct AcquireOptions {
     /// Who is acquiring, stored with the lease where the backend can (`Capabilities::inspect`);
     /// `None` stores no identity.
     pub holder: Option<Holder>,
+    /// An observer of the lease's renewals, loss and release (metrics layers); `None` by default.
+    pub events: Option<EventsRef>,
 }
 
 /// The default lease time.
@@ -86,6 +88,7 @@ impl AcquireOptions {
             request_timeout: Duration::from_secs(5),
             max_hold: None,
             holder: None,
+            events: None,
         }
     }
 
@@ -128,6 +131,12 @@ impl AcquireOptions {
     /// Caps the total time the watchdog keeps renewing.
     pub fn max_hold(mut self, max: Duration) -> Self {
         self.max_hold = Some(max);
+        self
+    }
+
+    /// Tells `events` about the lease's renewals, loss and release (see [`LeaseEvents`]).
+    pub fn events(mut self, events: std::sync::Arc<dyn LeaseEvents>) -> Self {
+        self.events = Some(EventsRef(events));
         self
     }
 
