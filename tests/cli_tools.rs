@@ -8,15 +8,14 @@ use std::process::{Command, Output};
 use lock_conformance::servers::redis::RedisServer;
 use serde_json::Value;
 
+/// Runs the tool in an empty directory (no `dlock.toml` to pick up) without `DLOCK_*` settings.
 fn dlock(args: &[&str], envs: &[(&str, &str)]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_dlock"))
-        .args(args)
-        .env_remove("DLOCK_URL")
-        .env_remove("DLOCK_CONFIG")
-        .envs(envs.iter().copied())
-        .current_dir(env!("CARGO_TARGET_TMPDIR"))
-        .output()
-        .expect("the dlock binary runs")
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dlock"));
+    for (key, _) in std::env::vars().filter(|(k, _)| k.starts_with("DLOCK_") && !k.starts_with("DLOCK_TEST_")) {
+        cmd.env_remove(key);
+    }
+    cmd.args(args).envs(envs.iter().copied()).current_dir(dir.path()).output().expect("the dlock binary runs")
 }
 
 fn text(bytes: &[u8]) -> String {

@@ -2,6 +2,8 @@
 //! outcome, wait and hold times, renewals and their failures, losses by reason, and the gauge of
 //! leases held, for the exclusive lock and the other kinds.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,34 +12,61 @@ use dlock::{
     AcquireOptions, DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockName, MemoryLock,
 };
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use metrics_util::CompositeKey;
 
-/// The value of the metric `name` whose labels include all of `labels`.
-fn value(snap: &Snapshotter, name: &str, labels: &[(&str, &str)]) -> Option<DebugValue> {
-    snap.snapshot().into_vec().into_iter().find_map(|(key, _, _, v)| {
-        let key = key.key();
-        let matches = key.name() == name
-            && labels.iter().all(|(k, want)| key.labels().any(|l| l.key() == *k && l.value() == *want));
-        matches.then_some(v)
-    })
+/// What the recorder has seen so far. A `DebuggingRecorder` snapshot drains what it reports
+/// (counters and gauges are swapped to 0, histograms emptied), so every read folds the new
+/// snapshot into running totals: counters and gauges add up, histograms append.
+struct Seen {
+    snap: Snapshotter,
+    totals: RefCell<HashMap<CompositeKey, DebugValue>>,
 }
 
-fn counter(snap: &Snapshotter, name: &str, labels: &[(&str, &str)]) -> u64 {
-    match value(snap, name, labels) {
+impl Seen {
+    fn value(&self, name: &str, labels: &[(&str, &str)]) -> Option<DebugValue> {
+        let mut totals = self.totals.borrow_mut();
+        for (key, _, _, new) in self.snap.snapshot().into_vec() {
+            let merged = match (totals.remove(&key), new) {
+                (Some(DebugValue::Counter(a)), DebugValue::Counter(b)) => DebugValue::Counter(a + b),
+                (Some(DebugValue::Gauge(a)), DebugValue::Gauge(b)) => DebugValue::Gauge(a + b),
+                (Some(DebugValue::Histogram(mut a)), DebugValue::Histogram(b)) => {
+                    a.extend(b);
+                    DebugValue::Histogram(a)
+                }
+                (_, new) => new,
+            };
+            totals.insert(key, merged);
+        }
+        totals.iter().find_map(|(key, v)| {
+            let key = key.key();
+            let matches = key.name() == name
+                && labels.iter().all(|(k, want)| key.labels().any(|l| l.key() == *k && l.value() == *want));
+            matches.then(|| match v {
+                DebugValue::Counter(n) => DebugValue::Counter(*n),
+                DebugValue::Gauge(g) => DebugValue::Gauge(*g),
+                DebugValue::Histogram(h) => DebugValue::Histogram(h.clone()),
+            })
+        })
+    }
+}
+
+fn counter(snap: &Seen, name: &str, labels: &[(&str, &str)]) -> u64 {
+    match snap.value(name, labels) {
         Some(DebugValue::Counter(n)) => n,
         None => 0,
         other => panic!("{name} is not a counter: {other:?}"),
     }
 }
 
-fn gauge(snap: &Snapshotter, name: &str, labels: &[(&str, &str)]) -> f64 {
-    match value(snap, name, labels) {
+fn gauge(snap: &Seen, name: &str, labels: &[(&str, &str)]) -> f64 {
+    match snap.value(name, labels) {
         Some(DebugValue::Gauge(g)) => g.into_inner(),
         other => panic!("{name} is not a gauge: {other:?}"),
     }
 }
 
-fn histogram(snap: &Snapshotter, name: &str, labels: &[(&str, &str)]) -> Vec<f64> {
-    match value(snap, name, labels) {
+fn histogram(snap: &Seen, name: &str, labels: &[(&str, &str)]) -> Vec<f64> {
+    match snap.value(name, labels) {
         Some(DebugValue::Histogram(h)) => h.into_iter().map(|v| v.into_inner()).collect(),
         None => Vec::new(),
         other => panic!("{name} is not a histogram: {other:?}"),
@@ -46,9 +75,9 @@ fn histogram(snap: &Snapshotter, name: &str, labels: &[(&str, &str)]) -> Vec<f64
 
 /// Runs `test` on a current-thread runtime under a recorder of its own (the watchdog tasks run
 /// on this thread too, so they record into it).
-fn with_recorder(test: impl AsyncFnOnce(&Snapshotter)) {
+fn with_recorder(test: impl AsyncFnOnce(&Seen)) {
     let recorder = DebuggingRecorder::new();
-    let snap = recorder.snapshotter();
+    let snap = Seen { snap: recorder.snapshotter(), totals: RefCell::default() };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     metrics::with_local_recorder(&recorder, || rt.block_on(test(&snap)));
 }

@@ -117,7 +117,7 @@ async fn privileges(db: &mut Sql, config: &Config) -> Finding {
 
 async fn has_privilege(db: &mut Sql, table: &str, privilege: &str) -> Result<bool, LockError> {
     let sql = match db {
-        Sql::Postgres(_) => format!("SELECT has_table_privilege('\"{table}\"', '{privilege}')::int8"),
+        Sql::Postgres(_) => format!("SELECT CASE WHEN has_table_privilege('\"{table}\"', '{privilege}') THEN 1 ELSE 0 END::int8"),
         // The user's grants at any level (global, database, table) that cover this table.
         _ => format!(
             "SELECT CAST(COUNT(*) AS SIGNED) FROM (\

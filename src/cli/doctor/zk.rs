@@ -45,14 +45,16 @@ fn version(host: &str, answer: &Result<String, String>) -> Finding {
     let check = format!("{host}: version");
     let text = match answer {
         Ok(t) if t.contains("Zookeeper version:") => t,
-        Ok(t) => return Finding::warn(
-            &check,
-            format!(
+        Ok(t) => {
+            return Finding::warn(
+                &check,
+                format!(
                 "the srvr four-letter word is disabled ({}); the version is checked by creating a container node below",
                 t.lines().next().unwrap_or("no answer").trim()
             ),
-            "to let dlock doctor read it, add srvr to 4lw.commands.whitelist in zoo.cfg",
-        ),
+                "to let dlock doctor read it, add srvr to 4lw.commands.whitelist in zoo.cfg",
+            )
+        }
         Err(e) => return Finding::fail(&check, format!("cannot ask {host}: {e}"), "start the server or fix the URL"),
     };
     let line = text.lines().find_map(|l| l.strip_prefix("Zookeeper version:")).unwrap_or("").trim();
