@@ -6,6 +6,7 @@
 use std::process::{Command, Output};
 
 use lock_conformance::servers::redis::RedisServer;
+use lock_conformance::servers::zookeeper::ZkServer;
 use serde_json::Value;
 
 /// Runs the tool in an empty directory (no `dlock.toml` to pick up) without `DLOCK_*` settings.
@@ -44,14 +45,12 @@ fn env_or(key: &str, default: &str) -> String {
     std::env::var(key).ok().filter(|v| !v.trim().is_empty()).unwrap_or_else(|| default.to_owned())
 }
 
-#[tokio::test]
-async fn conformance_leaves_no_rows_in_postgres() {
-    use sqlx::Connection;
-    let url = env_or("DLOCK_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test");
-    let table = format!("ops_cleanup_{}", std::process::id());
-    let envs = [("DLOCK_SQL__TABLE", table.as_str())];
-    for filter in ["hostile_names", "semaphore", "rw_lock"] {
-        let (url, envs) = (url.clone(), envs.map(|(k, v)| (k.to_owned(), v.to_owned())));
+/// Runs filtered conformance runs against a SQL URL with a private table (`filters`), so the
+/// table and its `_counters` / `_holders` hold only what the runs created.
+async fn sql_runs(url: &str, table: &str, filters: &[&'static str]) {
+    let envs = [("DLOCK_SQL__TABLE", table)];
+    for &filter in filters {
+        let (url, envs) = (url.to_owned(), envs.map(|(k, v)| (k.to_owned(), v.to_owned())));
         tokio::task::spawn_blocking(move || {
             let envs: Vec<(&str, &str)> = envs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
             conformance(&url, filter, &envs)
@@ -59,6 +58,14 @@ async fn conformance_leaves_no_rows_in_postgres() {
         .await
         .expect("joined");
     }
+}
+
+#[tokio::test]
+async fn conformance_leaves_no_rows_in_postgres() {
+    use sqlx::Connection;
+    let url = env_or("DLOCK_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test");
+    let table = format!("ops_cleanup_{}", std::process::id());
+    sql_runs(&url, &table, &["hostile_names", "semaphore", "rw_lock"]).await;
     let mut c = sqlx::PgConnection::connect(&url).await.expect("postgres");
     for t in [table.clone(), format!("{table}_counters"), format!("{table}_holders")] {
         let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM \"{t}\"")))
@@ -68,6 +75,40 @@ async fn conformance_leaves_no_rows_in_postgres() {
         assert_eq!(n, 0, "{t} still has {n} rows after dlock conformance");
         sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE \"{t}\""))).execute(&mut c).await.expect("drop");
     }
+}
+
+#[tokio::test]
+async fn conformance_leaves_no_rows_in_mysql() {
+    use sqlx::Connection;
+    let url = env_or("DLOCK_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test");
+    let table = format!("ops_cleanup_my_{}", std::process::id());
+    sql_runs(&url, &table, &["hostile_names", "semaphore"]).await;
+    let mut c = sqlx::MySqlConnection::connect(&url).await.expect("mysql");
+    for t in [table.clone(), format!("{table}_counters"), format!("{table}_holders")] {
+        let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT CAST(COUNT(*) AS SIGNED) FROM `{t}`")))
+            .fetch_one(&mut c)
+            .await
+            .unwrap_or_else(|e| panic!("count rows of {t}: {e}"));
+        assert_eq!(n, 0, "{t} still has {n} rows after dlock conformance");
+        sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE `{t}`"))).execute(&mut c).await.expect("drop");
+    }
+}
+
+#[tokio::test]
+async fn conformance_leaves_no_nodes_in_zookeeper() {
+    let server = ZkServer::start().await.expect("a ZooKeeper server for the test");
+    let url = server.url_with_root("/dlock-cleanup");
+    for filter in ["hostile_names", "semaphore"] {
+        let url = url.clone();
+        // A short session keeps the vanished-holder parts short.
+        tokio::task::spawn_blocking(move || conformance(&url, filter, &[("DLOCK_ZK__SESSION_TIMEOUT", "2s")]))
+            .await
+            .expect("joined");
+    }
+    let hosts = url.trim_start_matches("zk://").split('/').next().expect("hosts").to_owned();
+    let client = zookeeper_client::Client::connect(&hosts).await.expect("zookeeper");
+    let left = client.list_children("/dlock-cleanup").await.expect("the root exists");
+    assert!(left.iter().all(|n| !n.contains("dlock-conformance")), "znodes left behind: {left:?}");
 }
 
 #[tokio::test]
