@@ -95,3 +95,40 @@ fn an_unreachable_server_is_exit_69() {
         .expect("runs");
     assert_eq!(out.status.code(), Some(69), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+#[test]
+fn checks_a_mysql_deployment() {
+    let url = std::env::var("DLOCK_TEST_MYSQL_URL")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .unwrap_or_else(|| "mysql://root@127.0.0.1:3306/test".to_owned());
+    let (report, _) = doctor(&url);
+    let durability = finding(&report, "innodb_flush_log_at_trx_commit");
+    assert!(durability["status"] == "ok" || durability["status"] == "fail", "{durability}");
+    assert_eq!(finding(&report, "table privileges")["status"], "ok", "{report:#}");
+    assert_eq!(finding(&report, "client")["status"], "ok", "{report:#}");
+    for check in ["connection budget", "clock skew"] {
+        assert!(
+            !finding(&report, check)["detail"].as_str().unwrap_or("").starts_with("could not check"),
+            "{check}: {report:#}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn checks_a_zookeeper_server_version_and_container_nodes() {
+    let server = lock_conformance::servers::zookeeper::ZkServer::start().await.expect("a ZooKeeper server");
+    let url = server.url_with_root("/dlock-doctor");
+    let (report, code) = tokio::task::spawn_blocking(move || doctor(&url)).await.expect("joined");
+    let findings = report["findings"].as_array().expect("findings");
+    let version = findings
+        .iter()
+        .find(|f| f["check"].as_str().is_some_and(|c| c.ends_with(": version")))
+        .unwrap_or_else(|| panic!("no version finding: {report:#}"));
+    // A standalone test server: a warning, with the version read from srvr.
+    assert_eq!(version["status"], "warn", "{version}");
+    assert!(version["detail"].as_str().unwrap_or("").contains("ZooKeeper 3."), "{version}");
+    assert_eq!(finding(&report, "container nodes")["status"], "ok", "{report:#}");
+    assert_eq!(finding(&report, "clock skew")["status"], "ok", "{report:#}");
+    assert_eq!(code, Some(0), "warnings alone exit 0: {report:#}");
+}
