@@ -30,8 +30,9 @@ done
 # Every published crate packages with the metadata crates.io needs, in dependency order (reads
 # the registry index, uploads nothing; the builds it would verify are the ones below).
 cargo publish --workspace --dry-run --no-verify --allow-dirty --quiet
-cargo clippy --workspace --all-targets --quiet -- -D warnings
+cargo clippy --workspace --all-targets --features dlock-rs/metrics --quiet -- -D warnings
 # The Docker provisioning path cannot run here (no engine); keep it compiling.
 cargo check -p dlock-testkit --features containers --quiet
-cargo test --workspace --doc --quiet
-cargo nextest run --workspace --no-fail-fast "$@"
+cargo test --workspace --doc --features dlock-rs/metrics --quiet
+# `metrics` is off by default (the library's users opt in); its tests and example run here.
+cargo nextest run --workspace --features dlock-rs/metrics --no-fail-fast "$@"

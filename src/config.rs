@@ -27,7 +27,7 @@ use std::time::Duration;
 use figment::providers::{Env, Format, Toml};
 use figment::Figment;
 use lock_core::{AcquireOptions, LockError, WaitPolicy};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// The URL used when neither `dlock.toml` nor `DLOCK_URL` names one: an embedded SQLite file,
 /// so the quick start needs no server.
@@ -48,7 +48,10 @@ pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 const ENV_KEYS: &[&str] = &["url", "ttl", "wait", "sql", "redis", "zk"];
 
 /// Where the backend lives and how it is tuned. Unknown keys are errors, so typos fail loudly.
-#[derive(Clone, Deserialize)]
+///
+/// `Serialize` writes the URL as given, secrets included: show it only with the URL replaced by
+/// [`Config::redacted_url`] (as `dlock config` does).
+#[derive(Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct Config {
@@ -65,18 +68,21 @@ pub struct Config {
     pub sql: lock_sql::SqlOptions,
     /// SQL tuning (`[sql]`): this build has no SQL backend.
     #[cfg(not(feature = "sql"))]
+    #[serde(skip_serializing)]
     pub sql: Option<serde::de::IgnoredAny>,
     /// Redis and Redlock tuning (`[redis]`).
     #[cfg(feature = "redis")]
     pub redis: lock_redis::RedisOptions,
     /// Redis tuning (`[redis]`): this build has no Redis backend.
     #[cfg(not(feature = "redis"))]
+    #[serde(skip_serializing)]
     pub redis: Option<serde::de::IgnoredAny>,
     /// ZooKeeper tuning (`[zk]`).
     #[cfg(feature = "zk")]
     pub zk: lock_zk::ZkOptions,
     /// ZooKeeper tuning (`[zk]`): this build has no ZooKeeper backend.
     #[cfg(not(feature = "zk"))]
+    #[serde(skip_serializing)]
     pub zk: Option<serde::de::IgnoredAny>,
 }
 

@@ -2,6 +2,8 @@
 
 pub mod config;
 pub mod connect;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 pub mod tls;
 pub mod url;
 

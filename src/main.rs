@@ -5,7 +5,8 @@
 //! - `dlock acquire NAME [--hold 5s]`: takes a lock, prints its fencing token, holds, releases.
 //! - `dlock run --name NAME [--ttl 30s] [--wait 0s|10s|forever] -- CMD ARGS…`: runs a command under
 //!   a lock (exit codes in `cli/exit.rs`).
-//! - `dlock config`: shows the effective configuration (secrets redacted).
+//! - `dlock config [--json]`: shows the effective configuration as TOML or JSON (secrets redacted).
+//! - `dlock doctor --url URL [--json]`: checks the deployment and says what to fix.
 //! - `dlock bench --url URL [--duration 5s] [--clients 8] [--json]`: measures the deployment next to
 //!   a baseline taken in the same run with the same client library.
 
@@ -23,8 +24,13 @@ use lock_conformance::Fixture;
 
 mod cli {
     pub(crate) mod bench;
+    pub(crate) mod cleanup;
+    pub(crate) mod config;
+    pub(crate) mod doctor;
     pub(crate) mod exit;
     pub(crate) mod fixture;
+    pub(crate) mod progress;
+    pub(crate) mod raw;
     pub(crate) mod redactor;
     pub(crate) mod run;
 }
@@ -45,8 +51,11 @@ enum Command {
     Conformance(ConformanceArgs),
     /// Acquire a lock, print its fencing token, hold it, release it.
     Acquire(AcquireArgs),
-    /// Print the effective configuration (secrets redacted).
-    Config(Target),
+    /// Print the effective configuration as TOML (or --json), secrets redacted.
+    Config(cli::config::ConfigArgs),
+    /// Check the deployment (durability, eviction, privileges, connections, clock, version) and
+    /// say what to fix; exit status 1 when a check failed.
+    Doctor(cli::doctor::DoctorArgs),
     /// Measure the deployment next to a baseline taken in the same run (see BENCHMARKS.md).
     Bench(cli::bench::BenchArgs),
     /// Run a command while holding a lock (exit codes: 1 busy, 2 usage, 3 lease lost,
@@ -56,8 +65,8 @@ enum Command {
 
 #[derive(Args)]
 struct Target {
-    /// Backend URL (overrides the config file and DLOCK_URL).
-    #[arg(long)]
+    /// Backend URL (overrides the config file).
+    #[arg(long, env = "DLOCK_URL", hide_env_values = true)]
     url: Option<String>,
     /// Config file (default: dlock.toml in the working directory, or DLOCK_CONFIG).
     #[arg(long)]
@@ -136,10 +145,8 @@ fn main() -> ExitCode {
             Command::Conformance(args) => conformance(args, &out).await,
             Command::Acquire(args) => acquire(args, &out).await,
             Command::Bench(args) => cli::bench::run(args, &out).await,
-            Command::Config(target) => target.load(&out).map(|config| {
-                out.println(&format!("{config:#?}"));
-                true
-            }),
+            Command::Config(args) => cli::config::run(args, &out),
+            Command::Doctor(args) => cli::doctor::run(args, &out).await,
         };
         match result {
             Ok(true) => exit::SUCCESS,
@@ -175,28 +182,41 @@ async fn acquire(args: AcquireArgs, out: &Redactor) -> Result<bool, LockError> {
 async fn conformance(args: ConformanceArgs, out: &Redactor) -> Result<bool, LockError> {
     let config = args.target.load(out)?;
     out.eprintln(&format!("dlock conformance against {}", config.redacted_url()));
+    // Names under this prefix are deleted after the run (`None`: an in-process server).
+    let mut cleanup = None;
     let fixture: Arc<dyn Fixture> = match dlock::Scheme::of(&config.url)? {
         // The in-process server offers every fault hook; keep it alive for the whole run.
         dlock::Scheme::Memory => {
             let name = config.url.split_once("://").map(|(_, n)| n).unwrap_or("");
             Arc::new(MemoryFixture::with_server(dlock::MemoryLock::named(name)))
         }
-        _ => Arc::new(cli::fixture::UrlFixture::new(config).await?),
+        _ => {
+            let fixture = cli::fixture::UrlFixture::new(config.clone()).await?;
+            cleanup = Some(fixture.name_prefix());
+            Arc::new(fixture)
+        }
     };
-    let total = lock_conformance::all_cases().len();
+    let filter = args.filter.as_deref();
+    let total = lock_conformance::all_cases()
+        .iter()
+        .filter(|c| filter.is_none_or(|f| c.name.contains(f) || f.contains(c.name)))
+        .count();
+    let bar = Arc::new(cli::progress::Progress::new(total, out));
     let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let progress = {
-        let done = Arc::clone(&done);
-        let out = out.clone();
+        let (done, bar) = (Arc::clone(&done), Arc::clone(&bar));
         move |case: &CaseReport| {
             let n = done.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-            out.eprintln(&format!(
+            let line = format!(
                 "[{n:>3}/{total}] {:<15} {:<40} {:>6} ms  {}",
                 outcome_label(case.outcome),
                 case.name,
                 case.ms,
                 first_line(&case.detail)
-            ));
+            );
+            // On a terminal only what needs a look is printed above the bar.
+            bar.finished(&line, !matches!(case.outcome, Outcome::Passed | Outcome::NotApplicable));
+            bar.started(&case.name, None);
         }
     };
     let options = RunOptions {
@@ -205,13 +225,30 @@ async fn conformance(args: ConformanceArgs, out: &Redactor) -> Result<bool, Lock
         on_case: Some(Arc::new(progress)),
     };
     let report = run_suite(fixture, &options).await;
+    bar.done();
+    let cleaned = match cleanup {
+        None => true,
+        Some(prefix) => match cli::cleanup::purge(&config, &prefix).await {
+            Ok(n) => {
+                out.eprintln(&format!("cleaned up {n} rows/keys/nodes under the run's prefix {prefix:?}"));
+                true
+            }
+            Err(e) => {
+                out.eprintln(&format!(
+                    "dlock: CLEAN-UP FAILED: the names under {prefix:?} are still in the deployment ({e}); \
+                     delete them by hand (see README, \"dlock conformance\")"
+                ));
+                false
+            }
+        },
+    };
     if args.json {
         let json = serde_json::to_string_pretty(&report).map_err(|e| LockError::backend("dlock", e))?;
         out.println(&json);
     } else {
         out.println(&table(&report));
     }
-    Ok(report.ok())
+    Ok(report.ok() && cleaned)
 }
 
 fn outcome_label(o: Outcome) -> &'static str {

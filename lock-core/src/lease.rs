@@ -8,10 +8,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::{timeout, Instant};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::release::{self, ReleaseState};
 use crate::watchdog;
-use crate::{AcquireOptions, FencingToken, LockError, LockName, OwnerId};
+use crate::{AcquireOptions, FencingToken, LeaseEvents, LockError, LockName, OwnerId};
 
 /// The answer of a renewal on the server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -167,6 +168,10 @@ pub(crate) struct Shared {
     renew_unanswered: AtomicBool,
     /// `t0 + hold_at_least`: a release before it leaves the lock taken until then.
     pub(crate) hold_until: Option<Instant>,
+    /// `AcquireOptions::events`, told once when the hold ends (`ended`) and of each renewal.
+    events: Option<Arc<dyn LeaseEvents>>,
+    granted: Instant,
+    ended: AtomicBool,
 }
 
 impl Shared {
@@ -189,8 +194,28 @@ impl Shared {
 
     pub(crate) fn declare_lost(&self, reason: &str) {
         if self.lost.fire(reason) {
+            let _span = tracing::warn_span!("dlock.lost", lock = %self.name, token = self.token.0).entered();
             tracing::warn!(lock = %self.name, token = self.token.0, reason, "lease lost");
+            self.end(Some(reason));
         }
+    }
+
+    /// The hold ended (lost with a reason, or released): tells the observer, once.
+    fn end(&self, lost: Option<&str>) {
+        if self.ended.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        if let Some(events) = &self.events {
+            match lost {
+                Some(reason) => events.lost(reason, self.granted.elapsed()),
+                None => events.released(self.granted.elapsed()),
+            }
+        }
+    }
+
+    /// The span of a release of this lease.
+    fn release_span(&self) -> tracing::Span {
+        tracing::debug_span!("dlock.release", lock = %self.name, token = self.token.0)
     }
 
     /// The lease ran out by the clock without a successful renewal. When a renewal went
@@ -198,8 +223,11 @@ impl Shared {
     /// the owner-checked release is sent in the background until the server answers (docs/contract.md §3).
     /// A holder that simply stopped renewing sends nothing: its lease ends on the server too.
     pub(crate) fn expire_by_time(self: &Arc<Self>) {
-        if self.lost.fire("valid_until passed without a successful renewal") {
-            tracing::warn!(lock = %self.name, token = self.token.0, "lease lost: valid_until passed without a successful renewal");
+        let reason = "valid_until passed without a successful renewal";
+        if self.lost.fire(reason) {
+            let _span = tracing::warn_span!("dlock.lost", lock = %self.name, token = self.token.0).entered();
+            tracing::warn!(lock = %self.name, token = self.token.0, "lease lost: {reason}");
+            self.end(Some(reason));
             if !self.renew_unanswered.load(Ordering::SeqCst) {
                 return;
             }
@@ -211,6 +239,20 @@ impl Shared {
 
     /// One renewal: bounded by the request timeout and by the lease's own validity.
     pub(crate) async fn renew_once(self: &Arc<Self>) -> Result<(), LockError> {
+        let span = tracing::debug_span!("dlock.renew", lock = %self.name, token = self.token.0);
+        let result = self.renew_attempt().instrument(span).await;
+        if let Some(events) = &self.events {
+            match &result {
+                Ok(()) => events.renewed(),
+                // A loss is told once, by `end`.
+                Err(LockError::Lost { .. }) => {}
+                Err(e) => events.renew_failed(e),
+            }
+        }
+        result
+    }
+
+    async fn renew_attempt(self: &Arc<Self>) -> Result<(), LockError> {
         if self.lost.is_fired() || self.released.load(Ordering::SeqCst) {
             return Err(self.lost_error());
         }
@@ -299,6 +341,9 @@ impl Lease {
             release_state: tokio::sync::Mutex::new(ReleaseState::NotSent),
             renew_unanswered: AtomicBool::new(false),
             hold_until: options.hold_at_least.and_then(|d| grant.started.checked_add(d)),
+            events: options.events.as_ref().map(|e| Arc::clone(&e.0)),
+            granted: grant.started,
+            ended: AtomicBool::new(false),
         });
         let runtime = tokio::runtime::Handle::try_current().ok();
         if let Some(rt) = &runtime {
@@ -372,18 +417,20 @@ impl Lease {
         let shared = Arc::clone(&self.shared);
         shared.released.store(true, Ordering::SeqCst);
         shared.stop.cancel();
+        shared.end(None);
+        let span = shared.release_span();
         let runtime = self.runtime.clone().or_else(|| tokio::runtime::Handle::try_current().ok());
         match runtime {
             // Spawned, not awaited in place: a caller dropped mid-request must not take the
             // request with it (clients drop a queued command whose caller is gone).
-            Some(rt) => match rt.spawn(release::release_once(shared)).await {
+            Some(rt) => match rt.spawn(release::release_once(shared).instrument(span)).await {
                 Ok(result) => result,
                 Err(e) => Err(LockError::unavailable(
                     "lease",
                     format!("the release task ended early ({e}); call release() again or let the ttl free the lock"),
                 )),
             },
-            None => release::release_once(shared).await,
+            None => release::release_once(shared).instrument(span).await,
         }
     }
 }
@@ -403,6 +450,7 @@ impl Drop for Lease {
         let shared = Arc::clone(&self.shared);
         shared.stop.cancel();
         shared.released.store(true, Ordering::SeqCst);
+        shared.end(None);
         // A lost lease needs nothing here: the server said it is not ours, the backend saw the
         // session end, or (lost by time) the watchdog already sends the release.
         if shared.lost.is_fired() {
@@ -415,7 +463,8 @@ impl Drop for Lease {
         // the lock simply expires after its ttl.
         let runtime = self.runtime.clone().or_else(|| tokio::runtime::Handle::try_current().ok());
         if let Some(rt) = runtime {
-            rt.spawn(release::release_until_answered(shared));
+            let span = shared.release_span();
+            rt.spawn(release::release_until_answered(shared).instrument(span));
         }
     }
 }

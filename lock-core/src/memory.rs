@@ -301,6 +301,7 @@ impl MemoryLock {
     }
 
     /// One attempt: granted only if `mode` fits and nobody is queued ahead.
+    #[tracing::instrument(name = "dlock.try_acquire", level = "debug", skip_all, fields(backend = BACKEND, lock = %name))]
     fn try_once(
         &self,
         family: Family,
@@ -338,6 +339,7 @@ impl MemoryLock {
     }
 
     /// Waits in the FIFO queue until granted or until `opts.wait` ends.
+    #[tracing::instrument(name = "dlock.acquire", level = "debug", skip_all, fields(backend = BACKEND, lock = %name))]
     async fn wait_for(
         &self,
         family: Family,

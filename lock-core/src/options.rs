@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::{Capabilities, Holder, LockError};
+use crate::{Capabilities, EventsRef, Holder, LeaseEvents, LockError};
 
 /// How long `acquire` waits for a lock that someone else holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,6 +61,8 @@ pub struct AcquireOptions {
     /// dropped) before `t0 + d` keeps the lock taken until `t0 + d` (`t0` = when the grant's
     /// request was sent) instead of freeing it. `None` frees on release.
     pub hold_at_least: Option<Duration>,
+    /// An observer of the lease's renewals, loss and release (metrics layers); `None` by default.
+    pub events: Option<EventsRef>,
 }
 
 /// The default lease time.
@@ -98,6 +100,7 @@ impl AcquireOptions {
             max_hold: None,
             holder: None,
             hold_at_least: None,
+            events: None,
         }
     }
 
@@ -156,6 +159,12 @@ impl AcquireOptions {
     /// ```
     pub fn hold_at_least(mut self, at_least: Duration) -> Self {
         self.hold_at_least = Some(at_least);
+        self
+    }
+
+    /// Tells `events` about the lease's renewals, loss and release (see [`LeaseEvents`]).
+    pub fn events(mut self, events: std::sync::Arc<dyn LeaseEvents>) -> Self {
+        self.events = Some(EventsRef(events));
         self
     }
 

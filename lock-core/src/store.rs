@@ -283,7 +283,7 @@ impl<S: LeaseStore> DistributedLock for StoreLock<S> {
         self.store.list(prefix, limit).await
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(backend = self.store.backend(), lock = %name))]
+    #[tracing::instrument(name = "dlock.try_acquire", level = "debug", skip_all, fields(backend = self.store.backend(), lock = %name))]
     async fn try_acquire(&self, name: &LockName, opts: &AcquireOptions) -> Result<Option<Lease>, LockError> {
         opts.validate(&self.store.capabilities())?;
         let owner = OwnerId::random();
@@ -317,7 +317,7 @@ impl<S: LeaseStore> DistributedLock for StoreLock<S> {
         }
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(backend = self.store.backend(), lock = %name))]
+    #[tracing::instrument(name = "dlock.acquire", level = "debug", skip_all, fields(backend = self.store.backend(), lock = %name))]
     async fn acquire(&self, name: &LockName, opts: &AcquireOptions) -> Result<Lease, LockError> {
         let caps = self.store.capabilities();
         opts.validate(&caps)?;

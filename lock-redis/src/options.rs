@@ -14,7 +14,7 @@ use serde::Deserialize;
 ///     serde_json::from_str(r#"{ "key_prefix": "app", "request_timeout": "200ms" }"#).unwrap();
 /// assert_eq!(opts.request_timeout, std::time::Duration::from_millis(200));
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RedisOptions {
     /// Prefix of every key and channel (`<prefix>:{<escaped name>}:…`): 1 to

@@ -20,7 +20,7 @@ pub const DEFAULT_TABLE: &str = "dlock_leases";
 /// assert_eq!(opts.table, "app_locks");
 /// assert_eq!(opts.query_timeout, std::time::Duration::from_secs(2));
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SqlOptions {
     /// The lease table (created if missing): a plain identifier `[A-Za-z_][A-Za-z0-9_]*`, or a

@@ -235,6 +235,7 @@ pub(crate) fn capabilities() -> Capabilities {
 
 impl ZkLock {
     /// One attempt (try_acquire*): `Ok(None)` when busy.
+    #[tracing::instrument(name = "dlock.try_acquire", level = "debug", skip_all, fields(backend = BACKEND, lock = %name, kind = ?recipe))]
     pub(crate) async fn try_once(
         &self,
         recipe: Recipe,
@@ -246,6 +247,7 @@ impl ZkLock {
     }
 
     /// Queues and waits (acquire*) until granted or `options.wait` ends (`Timeout`).
+    #[tracing::instrument(name = "dlock.acquire", level = "debug", skip_all, fields(backend = BACKEND, lock = %name, kind = ?recipe))]
     pub(crate) async fn wait_for(
         &self,
         recipe: Recipe,

@@ -15,7 +15,7 @@ use lock_core::LockError;
 /// let opts = lock_zk::ZkOptions { session_timeout: Duration::from_secs(4), ..Default::default() };
 /// assert_eq!(opts.connect_timeout, Duration::from_secs(5));
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ZkOptions {
     /// The session timeout asked of the server (it may clamp it to its `min/maxSessionTimeout`).

@@ -129,17 +129,19 @@ pub(crate) async fn run(args: BenchArgs, out: &crate::Redactor) -> Result<bool, 
         run_id: format!("dlock-bench/{}", std::process::id()),
     };
     drop(lock);
-    eprintln!(
+    out.eprintln(&format!(
         "dlock bench against {} ({backend}): {:?} per case, {} clients, ttl {:?}",
         config.redacted_url(),
         args.duration,
         args.clients,
         args.ttl
-    );
+    ));
     let mut results = Vec::new();
     let mut ok = true;
-    for name in KNOWN.iter().filter(|k| args.cases.iter().any(|c| c == *k)) {
-        eprintln!("[bench] {name} …");
+    let chosen: Vec<&&str> = KNOWN.iter().filter(|k| args.cases.iter().any(|c| c == *k)).collect();
+    let progress = crate::cli::progress::Progress::new(chosen.len(), out);
+    for name in chosen {
+        progress.started(&format!("{name} …"), Some(&format!("[bench] {name} …")));
         let result = match *name {
             "baseline" => baseline::run(&plan).await,
             "uncontended" => cases::uncontended(&plan).await,
@@ -162,9 +164,10 @@ pub(crate) async fn run(args: BenchArgs, out: &crate::Redactor) -> Result<bool, 
         if result.exclusion_ok == Some(false) {
             ok = false;
         }
-        eprintln!("[bench] {}", one_line(&result));
+        progress.finished(&format!("[bench] {}", one_line(&result)), true);
         results.push(result);
     }
+    progress.done();
     let ratios = ratios(&results);
     let report = BenchReport {
         backend,

@@ -1,0 +1,134 @@
+//! `dlock doctor` flags what breaks dlock's promises: a Redis that evicts keys (`allkeys-lru`), a
+//! PostgreSQL session with `synchronous_commit=off`; and passes the same servers configured well.
+
+use std::process::Command;
+
+use lock_conformance::servers::redis::RedisServer;
+use serde_json::Value;
+
+/// Runs `dlock doctor --json`; the report and whether the exit status was 0.
+fn doctor(url: &str) -> (Value, Option<i32>) {
+    let out = Command::new(env!("CARGO_BIN_EXE_dlock"))
+        .args(["doctor", "--json", "--url", url])
+        .env_remove("DLOCK_URL")
+        .env_remove("DLOCK_CONFIG")
+        .current_dir(env!("CARGO_TARGET_TMPDIR"))
+        .output()
+        .expect("the dlock binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!("no JSON report: {e}\nstdout:\n{stdout}\nstderr:\n{}", String::from_utf8_lossy(&out.stderr))
+    });
+    (report, out.status.code())
+}
+
+/// The finding of `check` (its status and the whole finding, for messages).
+fn finding<'a>(report: &'a Value, check: &str) -> &'a Value {
+    report["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .find(|f| f["check"] == check)
+        .unwrap_or_else(|| panic!("no {check} finding in {report:#}"))
+}
+
+#[tokio::test]
+async fn flags_a_redis_that_evicts_keys() {
+    // A private server: the shared one's configuration is not ours to change.
+    let server = RedisServer::start_local().await.expect("a local redis-server");
+    let url = server.url().to_owned();
+    let u = url.clone();
+    let (good, code) = tokio::task::spawn_blocking(move || doctor(&u)).await.expect("joined");
+    assert_eq!(finding(&good, "maxmemory-policy")["status"], "ok", "{good:#}");
+    assert_eq!(finding(&good, "scripts")["status"], "ok", "{good:#}");
+    assert_eq!(finding(&good, "client")["status"], "ok", "{good:#}");
+    assert_eq!(good["ok"], true, "{good:#}");
+    assert_eq!(code, Some(0), "{good:#}");
+
+    let client = redis::Client::open(url.as_str()).expect("url");
+    let mut c = client.get_multiplexed_async_connection().await.expect("connect");
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("allkeys-lru")
+        .query_async(&mut c)
+        .await
+        .expect("CONFIG SET");
+    let (bad, code) = tokio::task::spawn_blocking(move || doctor(&url)).await.expect("joined");
+    let f = finding(&bad, "maxmemory-policy");
+    assert_eq!(f["status"], "fail", "{bad:#}");
+    assert!(f["detail"].as_str().unwrap_or("").contains("allkeys-lru"), "{f}");
+    assert!(f["fix"].as_str().unwrap_or("").contains("noeviction"), "{f}");
+    assert_eq!(bad["ok"], false, "{bad:#}");
+    assert_eq!(code, Some(1), "a failed check exits 1: {bad:#}");
+}
+
+#[tokio::test]
+async fn flags_a_postgres_session_with_synchronous_commit_off() {
+    let url = std::env::var("DLOCK_TEST_POSTGRES_URL")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    let u = url.clone();
+    let (good, _) = tokio::task::spawn_blocking(move || doctor(&u)).await.expect("joined");
+    assert_eq!(finding(&good, "synchronous_commit")["status"], "ok", "{good:#}");
+    assert_eq!(finding(&good, "table privileges")["status"], "ok", "{good:#}");
+    assert!(finding(&good, "connection budget")["detail"].as_str().unwrap_or("").contains("max_connections"));
+
+    // What the session sees is what counts: here the URL turns it off for this session only.
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let off = format!("{url}{sep}options=-c%20synchronous_commit%3Doff");
+    let (bad, code) = tokio::task::spawn_blocking(move || doctor(&off)).await.expect("joined");
+    let f = finding(&bad, "synchronous_commit");
+    assert_eq!(f["status"], "fail", "{bad:#}");
+    assert!(f["fix"].as_str().unwrap_or("").contains("synchronous_commit"), "{f}");
+    assert_eq!(code, Some(1), "a failed check exits 1: {bad:#}");
+}
+
+#[test]
+fn an_unreachable_server_is_exit_69() {
+    let out = Command::new(env!("CARGO_BIN_EXE_dlock"))
+        .args(["doctor", "--url", "redis://127.0.0.1:1"])
+        .env_remove("DLOCK_URL")
+        .current_dir(env!("CARGO_TARGET_TMPDIR"))
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(69), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn checks_a_mysql_deployment() {
+    let url = std::env::var("DLOCK_TEST_MYSQL_URL")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .unwrap_or_else(|| "mysql://root@127.0.0.1:3306/test".to_owned());
+    let (report, _) = doctor(&url);
+    let durability = finding(&report, "innodb_flush_log_at_trx_commit");
+    assert!(durability["status"] == "ok" || durability["status"] == "fail", "{durability}");
+    assert_eq!(finding(&report, "table privileges")["status"], "ok", "{report:#}");
+    assert_eq!(finding(&report, "client")["status"], "ok", "{report:#}");
+    for check in ["connection budget", "clock skew"] {
+        assert!(
+            !finding(&report, check)["detail"].as_str().unwrap_or("").starts_with("could not check"),
+            "{check}: {report:#}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn checks_a_zookeeper_server_version_and_container_nodes() {
+    let server = lock_conformance::servers::zookeeper::ZkServer::start().await.expect("a ZooKeeper server");
+    let url = server.url_with_root("/dlock-doctor");
+    let (report, code) = tokio::task::spawn_blocking(move || doctor(&url)).await.expect("joined");
+    let findings = report["findings"].as_array().expect("findings");
+    let version = findings
+        .iter()
+        .find(|f| f["check"].as_str().is_some_and(|c| c.ends_with(": version")))
+        .unwrap_or_else(|| panic!("no version finding: {report:#}"));
+    // A standalone test server: a warning, with the version read from srvr.
+    assert_eq!(version["status"], "warn", "{version}");
+    assert!(version["detail"].as_str().unwrap_or("").contains("ZooKeeper 3."), "{version}");
+    assert_eq!(finding(&report, "container nodes")["status"], "ok", "{report:#}");
+    assert_eq!(finding(&report, "clock skew")["status"], "ok", "{report:#}");
+    assert_eq!(code, Some(0), "warnings alone exit 0: {report:#}");
+}

@@ -1,0 +1,170 @@
+//! The CLI's operator conveniences: `dlock conformance` cleans up after itself on a real
+//! deployment, `dlock config` prints TOML or JSON with secrets redacted, `--url` names
+//! `DLOCK_URL` in `--help` on every command, and progress goes to stderr as plain lines when
+//! stderr is not a terminal.
+
+use std::process::{Command, Output};
+
+use lock_conformance::servers::redis::RedisServer;
+use lock_conformance::servers::zookeeper::ZkServer;
+use serde_json::Value;
+
+/// Runs the tool in an empty directory (no `dlock.toml` to pick up) without `DLOCK_*` settings.
+fn dlock(args: &[&str], envs: &[(&str, &str)]) -> Output {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dlock"));
+    for (key, _) in std::env::vars().filter(|(k, _)| k.starts_with("DLOCK_") && !k.starts_with("DLOCK_TEST_")) {
+        cmd.env_remove(key);
+    }
+    cmd.args(args).envs(envs.iter().copied()).current_dir(dir.path()).output().expect("the dlock binary runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Runs a filtered conformance run and checks it passed and said it cleaned up something.
+fn conformance(url: &str, filter: &str, envs: &[(&str, &str)]) {
+    let out = dlock(&["conformance", "--json", "--url", url, "--filter", filter], envs);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{filter}: status {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    let report: Value = serde_json::from_str(&stdout).expect("a JSON report");
+    assert!(report["passed"].as_u64().unwrap_or(0) >= 1, "{filter}: nothing passed: {report}");
+    let cleaned = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("cleaned up "))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("{filter}: no clean-up line on stderr:\n{stderr}"));
+    assert!(cleaned > 0, "{filter}: the run created nothing to clean up?\n{stderr}");
+    // Not a terminal: one plain progress line per case.
+    assert!(stderr.contains("[  1/"), "{filter}: no plain progress lines:\n{stderr}");
+}
+
+fn env_or(key: &str, default: &str) -> String {
+    std::env::var(key).ok().filter(|v| !v.trim().is_empty()).unwrap_or_else(|| default.to_owned())
+}
+
+/// Runs filtered conformance runs against a SQL URL with a private table (`filters`), so the
+/// table and its `_counters` / `_holders` hold only what the runs created.
+async fn sql_runs(url: &str, table: &str, filters: &[&'static str]) {
+    let envs = [("DLOCK_SQL__TABLE", table)];
+    for &filter in filters {
+        let (url, envs) = (url.to_owned(), envs.map(|(k, v)| (k.to_owned(), v.to_owned())));
+        tokio::task::spawn_blocking(move || {
+            let envs: Vec<(&str, &str)> = envs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            conformance(&url, filter, &envs)
+        })
+        .await
+        .expect("joined");
+    }
+}
+
+#[tokio::test]
+async fn conformance_leaves_no_rows_in_postgres() {
+    use sqlx::Connection;
+    let url = env_or("DLOCK_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test");
+    let table = format!("ops_cleanup_{}", std::process::id());
+    sql_runs(&url, &table, &["hostile_names", "semaphore", "rw_lock"]).await;
+    let mut c = sqlx::PgConnection::connect(&url).await.expect("postgres");
+    for t in [table.clone(), format!("{table}_counters"), format!("{table}_holders")] {
+        let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM \"{t}\"")))
+            .fetch_one(&mut c)
+            .await
+            .unwrap_or_else(|e| panic!("count rows of {t}: {e}"));
+        assert_eq!(n, 0, "{t} still has {n} rows after dlock conformance");
+        sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE \"{t}\""))).execute(&mut c).await.expect("drop");
+    }
+}
+
+#[tokio::test]
+async fn conformance_leaves_no_rows_in_mysql() {
+    use sqlx::Connection;
+    let url = env_or("DLOCK_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test");
+    let table = format!("ops_cleanup_my_{}", std::process::id());
+    sql_runs(&url, &table, &["hostile_names", "semaphore"]).await;
+    let mut c = sqlx::MySqlConnection::connect(&url).await.expect("mysql");
+    for t in [table.clone(), format!("{table}_counters"), format!("{table}_holders")] {
+        let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT CAST(COUNT(*) AS SIGNED) FROM `{t}`")))
+            .fetch_one(&mut c)
+            .await
+            .unwrap_or_else(|e| panic!("count rows of {t}: {e}"));
+        assert_eq!(n, 0, "{t} still has {n} rows after dlock conformance");
+        sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE `{t}`"))).execute(&mut c).await.expect("drop");
+    }
+}
+
+#[tokio::test]
+async fn conformance_leaves_no_nodes_in_zookeeper() {
+    let server = ZkServer::start().await.expect("a ZooKeeper server for the test");
+    let url = server.url_with_root("/dlock-cleanup");
+    for filter in ["hostile_names", "semaphore"] {
+        let url = url.clone();
+        // A short session keeps the vanished-holder parts short.
+        tokio::task::spawn_blocking(move || conformance(&url, filter, &[("DLOCK_ZK__SESSION_TIMEOUT", "2s")]))
+            .await
+            .expect("joined");
+    }
+    let hosts = url.trim_start_matches("zk://").split('/').next().expect("hosts").to_owned();
+    let client = zookeeper_client::Client::connect(&hosts).await.expect("zookeeper");
+    let left = client.list_children("/dlock-cleanup").await.expect("the root exists");
+    assert!(left.iter().all(|n| !n.contains("dlock-conformance")), "znodes left behind: {left:?}");
+}
+
+#[tokio::test]
+async fn conformance_leaves_no_keys_in_redis() {
+    // A private server: the shared one's keyspace holds other helpers' keys.
+    let server = RedisServer::start_local().await.expect("a local redis-server");
+    let url = server.url().to_owned();
+    for filter in ["hostile_names", "semaphore", "rw_lock"] {
+        let url = url.clone();
+        tokio::task::spawn_blocking(move || conformance(&url, filter, &[])).await.expect("joined");
+    }
+    let client = redis::Client::open(url.as_str()).expect("url");
+    let mut c = client.get_multiplexed_async_connection().await.expect("connect");
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query_async(&mut c).await.expect("KEYS");
+    let left: Vec<&String> = keys.iter().filter(|k| k.contains("dlock-conformance")).collect();
+    assert!(left.is_empty(), "keys left behind: {left:?}");
+}
+
+#[test]
+fn config_prints_toml_and_json_with_the_password_hidden() {
+    let url = "redis://app:s3cr3t-pw@127.0.0.1:6379/2";
+    let out = dlock(&["config", "--url", url], &[("DLOCK_TTL", "12s")]);
+    let toml = text(&out.stdout);
+    assert!(out.status.success(), "{toml}{}", text(&out.stderr));
+    assert!(!toml.contains("s3cr3t"), "{toml}");
+    assert!(toml.contains("url = \"redis://app:***@127.0.0.1:6379/2\""), "{toml}");
+    assert!(toml.contains("ttl = \"12s\""), "{toml}");
+    assert!(toml.contains("[redis]") && toml.contains("key_prefix = \"dlock\""), "{toml}");
+    // The TOML is a valid config file: load it back.
+    let file = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("config-{}.toml", std::process::id()));
+    std::fs::write(&file, toml.replace("***", "pw")).expect("write");
+    let again = dlock(&["config", "--json", "--config", file.to_str().expect("utf-8")], &[]);
+    let json: Value = serde_json::from_slice(&again.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}{}", text(&again.stdout), text(&again.stderr)));
+    assert_eq!(json["ttl"], "12s", "{json}");
+    assert_eq!(json["url"], "redis://app:***@127.0.0.1:6379/2", "{json}");
+    assert_eq!(json["sql"]["table"], "dlock_leases", "{json}");
+    assert!(json.get("wait").is_none(), "an unset wait is left out: {json}");
+    let _ = std::fs::remove_file(file);
+}
+
+#[test]
+fn url_names_dlock_url_in_every_help_without_its_value() {
+    let secret = "redis://u:help-secret@127.0.0.1:1";
+    for command in ["conformance", "acquire", "config", "bench", "run", "doctor"] {
+        let out = dlock(&[command, "--help"], &[("DLOCK_URL", secret)]);
+        let help = text(&out.stdout);
+        assert!(out.status.success(), "{command}: {help}{}", text(&out.stderr));
+        assert!(help.contains("[env: DLOCK_URL"), "{command} --help does not name DLOCK_URL:\n{help}");
+        assert!(!help.contains("help-secret"), "{command} --help shows the URL's value:\n{help}");
+    }
+}
+
+#[test]
+fn dlock_url_is_used_when_no_url_is_given() {
+    let out = dlock(&["config", "--json"], &[("DLOCK_URL", "memory://from-env")]);
+    let json: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(json["url"], "memory://from-env");
+}
