@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use lock_conformance::servers::redis::RedisServer;
+use dlock_testkit::servers::redis::RedisServer;
 use serde_json::Value;
 
 /// Runs `dlock doctor --json`; the report and whether the exit status was 0.
@@ -117,7 +117,7 @@ fn checks_a_mysql_deployment() {
 
 #[tokio::test]
 async fn checks_a_zookeeper_server_version_and_container_nodes() {
-    let server = lock_conformance::servers::zookeeper::ZkServer::start().await.expect("a ZooKeeper server");
+    let server = dlock_testkit::servers::zookeeper::ZkServer::start().await.expect("a ZooKeeper server");
     let url = server.url_with_root("/dlock-doctor");
     let (report, code) = tokio::task::spawn_blocking(move || doctor(&url)).await.expect("joined");
     let findings = report["findings"].as_array().expect("findings");

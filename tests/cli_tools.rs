@@ -5,8 +5,8 @@
 
 use std::process::{Command, Output};
 
-use lock_conformance::servers::redis::RedisServer;
-use lock_conformance::servers::zookeeper::ZkServer;
+use dlock_testkit::servers::redis::RedisServer;
+use dlock_testkit::servers::zookeeper::ZkServer;
 use serde_json::Value;
 
 /// Runs the tool in an empty directory (no `dlock.toml` to pick up) without `DLOCK_*` settings.

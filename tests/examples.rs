@@ -17,8 +17,8 @@ mod leader_election;
 #[allow(dead_code)]
 mod swap_backends;
 
-use lock_conformance::servers::redis::RedisServer;
-use lock_conformance::servers::zookeeper::ZkServer;
+use dlock_testkit::servers::redis::RedisServer;
+use dlock_testkit::servers::zookeeper::ZkServer;
 
 /// Runs the four examples on one backend and checks what each promises.
 async fn all_examples(config: Config) {

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dlock::{AcquireOptions, Config, LockName};
-use lock_conformance::servers::zookeeper::ZkServer;
+use dlock_testkit::servers::zookeeper::ZkServer;
 use tracing::span::{Attributes, Id};
 use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::Layer;
