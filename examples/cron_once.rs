@@ -38,10 +38,14 @@ pub(crate) async fn run(config: &Config) -> Result<Outcome, Box<dyn std::error::
     let name = LockName::new(format!("examples/cron_once/{}", std::process::id()))?;
     let opts = AcquireOptions::new(Duration::from_secs(10)).hold_at_least(HOLD_AT_LEAST);
     let runs = Arc::new(Mutex::new(Vec::new()));
+    // Every instance connects first, so that no timer starts late because of a slow connect.
+    let mut locks = Vec::new();
+    for _ in 0..INSTANCES {
+        locks.push(dlock::connect_with(config).await?);
+    }
     let start = Instant::now() + Duration::from_millis(200);
     let mut instances = Vec::new();
-    for i in 0..INSTANCES {
-        let lock = dlock::connect_with(config).await?;
+    for (i, lock) in locks.into_iter().enumerate() {
         let (name, opts, runs) = (name.clone(), opts.clone(), runs.clone());
         // This instance's clock is off by up to 300 ms.
         let skew = Duration::from_millis(rand_skew(i));
