@@ -133,7 +133,8 @@ impl Fixture for ZkFixture {
     async fn collect_idle(&self, name: &LockName) -> Result<bool, LockError> {
         let Some(addr) = self.server.addr() else { return Ok(false) };
         let zk = |e: zookeeper_client::Error| LockError::backend("zookeeper", e);
-        let connect = zookeeper_client::Client::connect(&addr.to_string());
+        let addr = addr.to_string();
+        let connect = zookeeper_client::Client::connect(&addr);
         let raw = tokio::time::timeout(Duration::from_secs(10), connect)
             .await
             .map_err(|_| LockError::unavailable("test", "no raw ZooKeeper session in 10s"))?
