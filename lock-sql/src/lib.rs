@@ -51,7 +51,7 @@
 //! No statement holds a transaction (or a row lock) open while the application works, unlike the
 //! classic `SELECT … FOR UPDATE` lock: a crashed or paused holder blocks nobody beyond its ttl,
 //! and there is no deadlock between lock holders. Each statement is bounded by
-//! [`SqlOptions::query_timeout`]; deadlock / busy conflicts between contenders are retried
+//! [`SqlOptions::request_timeout`]; deadlock / busy conflicts between contenders are retried
 //! within that bound; connection failures become [`LockError::Unavailable`]. Lock names are
 //! always bound parameters, never spliced into SQL.
 //!
@@ -170,7 +170,7 @@
 //! `permits` (otherwise `InvalidOptions`). The counter row's lock serialises the acquires of
 //! one (kind, name) and the new token is its `fence + 1`. Deadlocks and lock waits (MySQL
 //! 1213/1205, PostgreSQL 40001/40P01, SQLite busy) roll the transaction back and re-run it, at
-//! most 8 times and all within [`SqlOptions::query_timeout`], then `Unavailable`.
+//! most 8 times and all within [`SqlOptions::request_timeout`], then `Unavailable`.
 //!
 //! **Renew** and **release** are one owner-checked autocommit statement each:
 //!
@@ -267,6 +267,7 @@
 //! * `DLOCK_SQL_MYSQL_RETURNING=0` makes MariaDB use MySQL's two-statement acquire
 //!   (diagnostics; the tests run both).
 
+mod backend;
 mod decide;
 mod dialect;
 mod error;
@@ -281,6 +282,7 @@ mod serial;
 mod store;
 mod wake;
 
+pub use backend::SqlBackend;
 pub use kinds::{SqlRwLock, SqlSemaphore};
 pub use options::{SqlOptions, DEFAULT_TABLE};
 pub use store::SqlStore;

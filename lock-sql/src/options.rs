@@ -15,10 +15,10 @@ pub const DEFAULT_TABLE: &str = "dlock_leases";
 ///
 /// ```
 /// let opts: lock_sql::SqlOptions = serde_json::from_str(
-///     r#"{ "table": "app_locks", "max_connections": 4, "connect_timeout": "3s", "query_timeout": "2s" }"#,
+///     r#"{ "table": "app_locks", "max_connections": 4, "connect_timeout": "3s", "request_timeout": "2s" }"#,
 /// ).unwrap();
 /// assert_eq!(opts.table, "app_locks");
-/// assert_eq!(opts.query_timeout, std::time::Duration::from_secs(2));
+/// assert_eq!(opts.request_timeout, std::time::Duration::from_secs(2));
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -31,9 +31,12 @@ pub struct SqlOptions {
     /// Bound for opening one connection (and for waiting for a free pooled one).
     #[serde(with = "humantime_serde")]
     pub connect_timeout: Duration,
-    /// Bound for one statement, including retries of transient conflicts (deadlock, busy).
-    #[serde(with = "humantime_serde")]
-    pub query_timeout: Duration,
+    /// Bound for one request: one statement (or one short transaction), including retries of
+    /// transient conflicts (deadlock, busy). Also the server-side `statement_timeout`
+    /// (PostgreSQL), `innodb_lock_wait_timeout` (MySQL, whole seconds) and `busy_timeout`
+    /// (SQLite). Named `query_timeout` before 0.2; that key is still read, as this one.
+    #[serde(with = "humantime_serde", alias = "query_timeout")]
+    pub request_timeout: Duration,
 }
 
 impl Default for SqlOptions {
@@ -42,7 +45,7 @@ impl Default for SqlOptions {
             table: DEFAULT_TABLE.to_owned(),
             max_connections: 8,
             connect_timeout: Duration::from_secs(5),
-            query_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -69,8 +72,8 @@ impl SqlOptions {
         if self.connect_timeout.is_zero() {
             return Err(LockError::config("sql connect_timeout is zero; use e.g. \"5s\""));
         }
-        if self.query_timeout.is_zero() {
-            return Err(LockError::config("sql query_timeout is zero; use e.g. \"5s\""));
+        if self.request_timeout.is_zero() {
+            return Err(LockError::config("sql request_timeout is zero; use e.g. \"5s\""));
         }
         Ok(())
     }
@@ -108,5 +111,8 @@ mod tests {
         assert!(serde_json::from_str::<SqlOptions>(r#"{"tabel":"x"}"#).is_err());
         let o: SqlOptions = serde_json::from_str(r#"{"connect_timeout":"250ms"}"#).unwrap();
         assert_eq!(o.connect_timeout, Duration::from_millis(250));
+        // The old name of request_timeout still works.
+        let o: SqlOptions = serde_json::from_str(r#"{"query_timeout":"750ms"}"#).unwrap();
+        assert_eq!(o.request_timeout, Duration::from_millis(750));
     }
 }

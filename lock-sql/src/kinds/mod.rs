@@ -7,6 +7,8 @@
 
 mod base;
 
+pub(crate) use base::Base;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,7 +20,6 @@ use lock_core::{
 
 use crate::decide::Side;
 use crate::SqlOptions;
-use base::Base;
 
 /// The read side of a read-write lock.
 pub(crate) struct ReadSide(Arc<Base>);
@@ -237,11 +238,20 @@ impl DistributedSemaphore for SqlSemaphore {
 
 /// See [`crate::connect_rw`].
 pub(crate) async fn connect_rw(url: &str, options: SqlOptions) -> Result<SqlRwLock, LockError> {
-    let base = Base::connect(url, options).await?;
-    Ok(SqlRwLock { read: StoreLock::new(ReadSide(Arc::clone(&base))), write: StoreLock::new(WriteSide(base)) })
+    Ok(rw(Base::connect(url, options).await?))
 }
 
 /// See [`crate::connect_semaphore`].
 pub(crate) async fn connect_semaphore(url: &str, options: SqlOptions) -> Result<SqlSemaphore, LockError> {
-    Ok(SqlSemaphore { base: Base::connect(url, options).await? })
+    Ok(semaphore(Base::connect(url, options).await?))
+}
+
+/// The read-write lock over shared kinds.
+pub(crate) fn rw(base: Arc<Base>) -> SqlRwLock {
+    SqlRwLock { read: StoreLock::new(ReadSide(Arc::clone(&base))), write: StoreLock::new(WriteSide(base)) }
+}
+
+/// The semaphore over shared kinds.
+pub(crate) fn semaphore(base: Arc<Base>) -> SqlSemaphore {
+    SqlSemaphore { base }
 }
