@@ -126,8 +126,12 @@
 //!
 //! ## Read-write locks and semaphores
 //!
-//! [`connect_rw`] and [`connect_semaphore`] share the pools (and, on PostgreSQL, the listening
-//! connection) of the exclusive lock's store, and add two tables next to the lease table, which
+//! [`SqlBackend`] hands out the exclusive lock ([`SqlBackend::lock`]), the read-write lock
+//! ([`SqlBackend::rw`]) and the semaphore ([`SqlBackend::semaphore`]) over one pool and (on
+//! PostgreSQL) one listening connection; [`connect_rw`] and [`connect_semaphore`] each open their
+//! own. It is built from a URL or from the application's own sqlx pool
+//! ([`SqlBackend::from_pg_pool`], `from_mysql_pool`, `from_sqlite_pool`; the type's docs say what
+//! that costs). The kinds add two tables next to the lease table, which
 //! is left untouched (`<table>_counters`, `<table>_holders`, created if missing; so the table
 //! name may have at most 54 characters here, else [`LockError::Config`]):
 //!
