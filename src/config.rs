@@ -352,6 +352,38 @@ mod tests {
     }
 
     #[test]
+    fn one_request_timeout_reaches_every_backend() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "dlock.toml",
+                "url = \"memory://\"\nrequest_timeout = \"750ms\"\n[sql]\nquery_timeout = \"9s\"\n",
+            )?;
+            let c = Config::load().map_err(|e| e.to_string())?;
+            let t = Duration::from_millis(750);
+            assert_eq!(c.request_timeout, Some(t));
+            assert_eq!(c.acquire_options().request_timeout, t);
+            assert_eq!(c.sql_options().request_timeout, t, "the top-level key wins over the deprecated one");
+            assert_eq!(c.redis_options().request_timeout, t);
+            assert_eq!(c.zk_options().request_timeout, t);
+            jail.set_env("DLOCK_REQUEST_TIMEOUT", "2s");
+            let c = Config::load().map_err(|e| e.to_string())?;
+            assert_eq!(c.sql_options().request_timeout, Duration::from_secs(2));
+            jail.create_file("dlock.toml", "url = \"memory://\"\nrequest_timeout = \"0s\"\n")?;
+            assert!(matches!(Config::load(), Err(LockError::Config { .. })));
+            Ok(())
+        });
+        Jail::expect_with(|jail| {
+            // Without the top-level key, the old per-backend keys still apply.
+            jail.create_file("dlock.toml", "url = \"memory://\"\n[sql]\nquery_timeout = \"9s\"\n")?;
+            let c = Config::load().map_err(|e| e.to_string())?;
+            assert_eq!(c.request_timeout, None);
+            assert_eq!(c.sql_options().request_timeout, Duration::from_secs(9));
+            assert_eq!(c.acquire_options().request_timeout, AcquireOptions::new(c.ttl).request_timeout);
+            Ok(())
+        });
+    }
+
+    #[test]
     fn secrets_are_redacted() {
         let c = Config::from_url("redlock://admin:hunter2@h1:1,h2:2?password=hunter3");
         let shown = format!("{c:?}");

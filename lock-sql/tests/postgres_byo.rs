@@ -19,11 +19,17 @@ impl PgPoolFixture {
         Ok(PgPoolFixture(SqlFixture::postgres().await?))
     }
 
-    /// A new application pool and a backend over it. The pool is sized for the suite's
-    /// waiters plus their renewals (a backend over an application pool keeps none apart).
+    /// A new application pool and a backend over it, set up as the `SqlBackend` docs advise:
+    /// sized for the suite's waiters plus their renewals (a backend over an application pool
+    /// keeps none apart), with connections kept open (sqlx pings each connection as it goes
+    /// back, so the next operation needs another idle one or opens a new connection), and
+    /// without sqlx's ping before every hand-out: over a slow link those round trips make
+    /// renewals miss their lease (`fault_latency` fails without the last two).
     async fn backend_at(&self, url: &str) -> Result<SqlBackend, LockError> {
         let pool = PgPoolOptions::new()
             .max_connections(8)
+            .min_connections(4)
+            .test_before_acquire(false)
             .acquire_timeout(std::time::Duration::from_secs(2))
             .connect_lazy(url)
             .map_err(|e| LockError::config(format!("bad test URL: {e}")))?;
