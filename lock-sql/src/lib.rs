@@ -110,7 +110,7 @@
 //! refusal: the row comes back through MariaDB's `RETURNING`, or is read back right after on
 //! MySQL (only our own statement can ever make our owner id the holder, so the read-back needs
 //! no transaction). Sessions use READ COMMITTED (no gap locks) and `innodb_lock_wait_timeout` tied to
-//! the query timeout; deadlocks (1213) and lock waits (1205) are retried. Names are stored as
+//! the request timeout; deadlocks (1213) and lock waits (1205) are retried. Names are stored as
 //! `VARBINARY(255)`: case and trailing spaces matter, as they must. Waiters poll with
 //! jittered, capped back-off that never sleeps past the holder's remaining lease.
 //!
@@ -120,7 +120,7 @@
 //! evaluates every `SET` against the old row), with `NOW_MS = CAST((julianday('now') -
 //! 2440587.5) * 86400000.0 AS INTEGER)`. The file is opened in WAL mode with
 //! `synchronous = FULL` (a fence once handed out survives a power cut) and a busy timeout
-//! equal to the query timeout, so several processes on **one host** can share it. Do not put it
+//! equal to the request timeout, so several processes on **one host** can share it. Do not put it
 //! on a network file system. `sqlite::memory:` works inside one process and is not durable.
 //! Waiters poll, like MySQL's.
 //!
@@ -259,7 +259,7 @@
 //!   ours counts as released: the lost attempt may have committed.
 //! * An acquire that was cancelled (or timed out) may still be running on the server, e.g.
 //!   waiting for a row lock, and commit its grant after the clean-up release ran. The server
-//!   bounds every statement (PostgreSQL sessions set `statement_timeout` to the query timeout;
+//!   bounds every statement (PostgreSQL sessions set `statement_timeout` to the request timeout;
 //!   MySQL waits for row locks at most `innodb_lock_wait_timeout`; SQLite at most its busy
 //!   timeout), and the release of such an owner is repeated once twice that bound has passed.
 //! * Privileges: `CREATE` only while a table is missing (each is looked for first, then

@@ -185,7 +185,7 @@ impl SqlStore {
     }
 
     /// When an attempt of `owner` may still commit, runs `release` again once it no longer can
-    /// (in the background, bounded by the query timeout).
+    /// (in the background, bounded by the request timeout).
     pub(crate) fn release_again_later<F>(&self, owner: OwnerId, release: F)
     where
         F: Future<Output = Result<bool, sqlx::Error>> + Send + 'static,
