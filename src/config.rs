@@ -6,6 +6,7 @@
 //! url = "sqlite://dlock.db"   # or postgres://…, mysql://…, redis://…, redlock://h1:p1,h2:p2,…, zk://h1:p1/root, memory://
 //! ttl = "30s"                            # default lease time
 //! wait = "10s"                           # default wait in acquire (omit to wait forever)
+//! request_timeout = "2s"                 # bound on every request to the backend (omit: each backend's default)
 //!
 //! [sql]
 //! table = "dlock_leases"
@@ -17,7 +18,15 @@
 //! session_timeout = "10s"
 //! ```
 //!
-//! Environment variables override the file: `DLOCK_URL`, `DLOCK_TTL`, `DLOCK_WAIT`, and nested
+//! `request_timeout` is the one bound on a single request (a statement, a command, a ZooKeeper
+//! call): it sets the backend's own bound (`[sql] request_timeout`, formerly `query_timeout`;
+//! `[redis] request_timeout`; `[zk] request_timeout`) and the `request_timeout` of
+//! [`Config::acquire_options`], so one number bounds each request wherever it is cut. The
+//! per-backend keys are deprecated in the file: they still work when the top-level key is
+//! absent, and a warning names the top-level key.
+//!
+//! Environment variables override the file: `DLOCK_URL`, `DLOCK_TTL`, `DLOCK_WAIT`,
+//! `DLOCK_REQUEST_TIMEOUT`, and nested
 //! keys with a double underscore (`DLOCK_SQL__TABLE=locks`). `DLOCK_CONFIG` names another file.
 
 use std::fmt;
@@ -45,7 +54,15 @@ pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 
 /// The top-level keys `DLOCK_*` variables may set; other `DLOCK_*` variables (test knobs such as
 /// `DLOCK_TEST_REDIS_URL`) are not configuration and are left alone.
-const ENV_KEYS: &[&str] = &["url", "ttl", "wait", "sql", "redis", "zk"];
+const ENV_KEYS: &[&str] = &["url", "ttl", "wait", "request_timeout", "sql", "redis", "zk"];
+
+/// The longest `request_timeout` (that of [`AcquireOptions`]): a request that may take longer
+/// is a hang.
+pub const MAX_REQUEST_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// The per-backend keys that `request_timeout` replaces in the file.
+const OLD_TIMEOUT_KEYS: &[&str] =
+    &["sql.query_timeout", "sql.request_timeout", "redis.request_timeout", "zk.request_timeout"];
 
 /// Where the backend lives and how it is tuned. Unknown keys are errors, so typos fail loudly.
 ///
@@ -63,6 +80,10 @@ pub struct Config {
     /// Default wait in `acquire`; `None` waits forever.
     #[serde(with = "humantime_serde")]
     pub wait: Option<Duration>,
+    /// The bound on every single request to the backend (and the `request_timeout` of
+    /// [`Config::acquire_options`]); `None`: each backend's own default.
+    #[serde(with = "humantime_serde")]
+    pub request_timeout: Option<Duration>,
     /// SQL tuning (`[sql]`).
     #[cfg(feature = "sql")]
     pub sql: lock_sql::SqlOptions,
@@ -92,6 +113,7 @@ impl Default for Config {
             url: DEFAULT_URL.to_owned(),
             ttl: lock_core::DEFAULT_TTL,
             wait: None,
+            request_timeout: None,
             sql: Default::default(),
             redis: Default::default(),
             zk: Default::default(),
@@ -103,6 +125,7 @@ impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("Config");
         d.field("url", &crate::url::redact_url(&self.url)).field("ttl", &self.ttl).field("wait", &self.wait);
+        d.field("request_timeout", &self.request_timeout);
         #[cfg(feature = "sql")]
         d.field("sql", &self.sql);
         #[cfg(feature = "redis")]
@@ -147,9 +170,9 @@ impl Config {
         }
         let env = Env::prefixed("DLOCK_").split("__").filter(|k| {
             let key = k.as_str().to_ascii_lowercase();
-            let top = key.split(['.', '_']).next().unwrap_or("");
-            ENV_KEYS.contains(&top)
-                && (key == top || key[top.len()..].starts_with("__") || key[top.len()..].starts_with('.'))
+            ENV_KEYS.iter().any(|top| {
+                key == *top || key.strip_prefix(top).is_some_and(|rest| rest.starts_with("__") || rest.starts_with('.'))
+            })
         });
         Ok(fig.merge(env))
     }
@@ -160,10 +183,19 @@ impl Config {
         // huge timeout from the file or the environment never reaches a backend.
         if let Ok(tree) = fig.extract::<figment::value::Value>() {
             check_durations(&tree, "")?;
+            for old in OLD_TIMEOUT_KEYS {
+                if tree.find_ref(old).is_some() {
+                    tracing::warn!(
+                        "config key {old} is deprecated: set the top-level request_timeout, which bounds every request \
+                         of every backend{}",
+                        if tree.find_ref("request_timeout").is_some() { " (it is set, and wins)" } else { "" }
+                    );
+                }
+            }
         }
         let config: Config = fig.extract().map_err(|e| {
             LockError::config(format!(
-                "{e}. Known keys: url, ttl, wait, [sql], [redis], [zk]; durations look like \"10s\" or \"500ms\""
+                "{e}. Known keys: url, ttl, wait, request_timeout, [sql], [redis], [zk]; durations look like \"10s\" or \"500ms\""
             ))
         })?;
         config.validate()?;
@@ -180,12 +212,53 @@ impl Config {
         if let Some(wait) = self.wait {
             check_duration("wait", wait)?;
         }
+        if let Some(t) = self.request_timeout {
+            if t.is_zero() || t > MAX_REQUEST_TIMEOUT {
+                return Err(LockError::config(format!(
+                    "request_timeout = {} is out of range; use a bound above zero and at most an hour, e.g. \"2s\"",
+                    humantime::format_duration(t)
+                )));
+            }
+        }
         Ok(())
+    }
+
+    /// The SQL backend's options, with `request_timeout` applied.
+    #[cfg(feature = "sql")]
+    pub fn sql_options(&self) -> lock_sql::SqlOptions {
+        let mut o = self.sql.clone();
+        if let Some(t) = self.request_timeout {
+            o.request_timeout = t;
+        }
+        o
+    }
+
+    /// The Redis / Redlock backend's options, with `request_timeout` applied.
+    #[cfg(feature = "redis")]
+    pub fn redis_options(&self) -> lock_redis::RedisOptions {
+        let mut o = self.redis.clone();
+        if let Some(t) = self.request_timeout {
+            o.request_timeout = t;
+        }
+        o
+    }
+
+    /// The ZooKeeper backend's options, with `request_timeout` applied.
+    #[cfg(feature = "zk")]
+    pub fn zk_options(&self) -> lock_zk::ZkOptions {
+        let mut o = self.zk.clone();
+        if let Some(t) = self.request_timeout {
+            o.request_timeout = t;
+        }
+        o
     }
 
     /// Acquire options from the configured defaults.
     pub fn acquire_options(&self) -> AcquireOptions {
-        let opts = AcquireOptions::new(self.ttl);
+        let mut opts = AcquireOptions::new(self.ttl);
+        if let Some(t) = self.request_timeout {
+            opts = opts.request_timeout(t);
+        }
         match self.wait {
             Some(w) => opts.wait(w),
             None => opts.wait_policy(WaitPolicy::Forever),
@@ -280,6 +353,38 @@ mod tests {
             assert!(matches!(Config::load(), Err(LockError::Config { .. })));
             jail.create_file("dlock.toml", "url = \"memory://\"\nttl = \"0s\"\n")?;
             assert!(matches!(Config::load(), Err(LockError::Config { .. })));
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn one_request_timeout_reaches_every_backend() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "dlock.toml",
+                "url = \"memory://\"\nrequest_timeout = \"750ms\"\n[sql]\nquery_timeout = \"9s\"\n",
+            )?;
+            let c = Config::load().map_err(|e| e.to_string())?;
+            let t = Duration::from_millis(750);
+            assert_eq!(c.request_timeout, Some(t));
+            assert_eq!(c.acquire_options().request_timeout, t);
+            assert_eq!(c.sql_options().request_timeout, t, "the top-level key wins over the deprecated one");
+            assert_eq!(c.redis_options().request_timeout, t);
+            assert_eq!(c.zk_options().request_timeout, t);
+            jail.set_env("DLOCK_REQUEST_TIMEOUT", "2s");
+            let c = Config::load().map_err(|e| e.to_string())?;
+            assert_eq!(c.sql_options().request_timeout, Duration::from_secs(2));
+            jail.set_env("DLOCK_REQUEST_TIMEOUT", "0s");
+            assert!(matches!(Config::load(), Err(LockError::Config { .. })));
+            Ok(())
+        });
+        Jail::expect_with(|jail| {
+            // Without the top-level key, the old per-backend keys still apply.
+            jail.create_file("dlock.toml", "url = \"memory://\"\n[sql]\nquery_timeout = \"9s\"\n")?;
+            let c = Config::load().map_err(|e| e.to_string())?;
+            assert_eq!(c.request_timeout, None);
+            assert_eq!(c.sql_options().request_timeout, Duration::from_secs(9));
+            assert_eq!(c.acquire_options().request_timeout, AcquireOptions::new(c.ttl).request_timeout);
             Ok(())
         });
     }

@@ -1,12 +1,15 @@
-//! Connecting to the backend a URL names (the scheme table is in [`crate::url`]). Errors pass
-//! through the one redactor: a client library's message may quote the URL.
+//! Connecting one lock kind to the backend a URL names: thin wrappers over [`Client`], kept for
+//! callers that need only one kind (each call opens its own connections; a [`Client`] shares
+//! them between kinds). Errors pass through the one redactor: a client library's message may
+//! quote the URL.
 
 use std::sync::Arc;
 
-use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, MemoryLock};
+use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LockError};
 
-use crate::url::{redact_error, Scheme};
-use crate::Config;
+use crate::client::check_kind;
+use crate::url::Scheme;
+use crate::{Client, Config};
 
 /// Connects to the backend named by `url`, with default tuning.
 ///
@@ -23,38 +26,7 @@ pub async fn connect(url: &str) -> Result<Arc<dyn DistributedLock>, LockError> {
 
 /// Connects to the backend named by `config.url`, with the config's tuning keys.
 pub async fn connect_with(config: &Config) -> Result<Arc<dyn DistributedLock>, LockError> {
-    config.validate()?;
-    exclusive(config).await.map_err(|e| redact_error(e, &config.url))
-}
-
-async fn exclusive(config: &Config) -> Result<Arc<dyn DistributedLock>, LockError> {
-    let url = config.url.as_str();
-    warn_weak_tls(url);
-    match Scheme::of(url)?.compiled()? {
-        Scheme::Memory => Ok(Arc::new(memory_server(url))),
-        #[cfg(feature = "sql")]
-        Scheme::Sqlite | Scheme::Postgres | Scheme::Mysql => {
-            Ok(Arc::new(lock_sql::connect(url, config.sql.clone()).await?))
-        }
-        #[cfg(feature = "redis")]
-        Scheme::Redis => Ok(Arc::new(lock_redis::connect(url, config.redis.clone()).await?)),
-        #[cfg(feature = "redis")]
-        Scheme::Redlock => Ok(Arc::new(lock_redis::connect_redlock(url, config.redis.clone()).await?)),
-        #[cfg(feature = "zk")]
-        Scheme::ZooKeeper => Ok(Arc::new(lock_zk::connect(url, config.zk.clone()).await?)),
-        #[allow(unreachable_patterns)]
-        other => Err(other.not_compiled()),
-    }
-}
-
-fn warn_weak_tls(url: &str) {
-    if let Some(warning) = crate::tls::weak_tls_warning(url) {
-        tracing::warn!("{warning}");
-    }
-}
-
-fn memory_server(url: &str) -> MemoryLock {
-    MemoryLock::named(url.split_once("://").map(|(_, n)| n).unwrap_or(""))
+    Ok(Client::from_config(config).await?.lock())
 }
 
 /// Connects a read-write lock client (docs/contract.md §5.2) to the backend named by `config.url`.
@@ -74,56 +46,16 @@ fn memory_server(url: &str) -> MemoryLock {
 /// ```
 pub async fn connect_rw_with(config: &Config) -> Result<Arc<dyn DistributedRwLock>, LockError> {
     config.validate()?;
-    rw(config).await.map_err(|e| redact_error(e, &config.url))
-}
-
-async fn rw(config: &Config) -> Result<Arc<dyn DistributedRwLock>, LockError> {
-    warn_weak_tls(&config.url);
-    match Scheme::of(&config.url)?.compiled()? {
-        Scheme::Memory => Ok(Arc::new(memory_server(&config.url))),
-        #[cfg(feature = "sql")]
-        Scheme::Sqlite | Scheme::Postgres | Scheme::Mysql => {
-            Ok(Arc::new(lock_sql::connect_rw(&config.url, config.sql.clone()).await?))
-        }
-        #[cfg(feature = "redis")]
-        Scheme::Redis => Ok(Arc::new(lock_redis::connect_rw(&config.url, config.redis.clone()).await?)),
-        #[cfg(feature = "zk")]
-        Scheme::ZooKeeper => Ok(Arc::new(lock_zk::connect(&config.url, config.zk.clone()).await?)),
-        other => Err(unsupported(other, "read-write locks")),
-    }
+    check_kind(Scheme::of(&config.url)?, "read-write locks")?;
+    Client::from_config(config).await?.rw().await
 }
 
 /// Connects a semaphore client (docs/contract.md §5.3) to the backend named by `config.url`.
 /// Every backend but Redlock offers it; Redlock answers `Unsupported`.
 pub async fn connect_semaphore_with(config: &Config) -> Result<Arc<dyn DistributedSemaphore>, LockError> {
     config.validate()?;
-    semaphore(config).await.map_err(|e| redact_error(e, &config.url))
-}
-
-async fn semaphore(config: &Config) -> Result<Arc<dyn DistributedSemaphore>, LockError> {
-    warn_weak_tls(&config.url);
-    match Scheme::of(&config.url)?.compiled()? {
-        Scheme::Memory => Ok(Arc::new(memory_server(&config.url))),
-        #[cfg(feature = "sql")]
-        Scheme::Sqlite | Scheme::Postgres | Scheme::Mysql => {
-            Ok(Arc::new(lock_sql::connect_semaphore(&config.url, config.sql.clone()).await?))
-        }
-        #[cfg(feature = "redis")]
-        Scheme::Redis => Ok(Arc::new(lock_redis::connect_semaphore(&config.url, config.redis.clone()).await?)),
-        #[cfg(feature = "zk")]
-        Scheme::ZooKeeper => Ok(Arc::new(lock_zk::connect(&config.url, config.zk.clone()).await?)),
-        other => Err(unsupported(other, "semaphores")),
-    }
-}
-
-/// `Unsupported` for a backend without this lock kind, or `Config` when the backend itself is
-/// not compiled in.
-fn unsupported(scheme: Scheme, feature: &'static str) -> LockError {
-    if scheme.is_compiled() {
-        LockError::Unsupported { backend: format!("{scheme:?}").to_lowercase(), feature }
-    } else {
-        scheme.not_compiled()
-    }
+    check_kind(Scheme::of(&config.url)?, "semaphores")?;
+    Client::from_config(config).await?.semaphore().await
 }
 
 #[cfg(test)]

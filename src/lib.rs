@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+mod client;
 pub mod config;
 pub mod connect;
 #[cfg(feature = "metrics")]
@@ -7,6 +8,7 @@ pub mod metrics;
 pub mod tls;
 pub mod url;
 
+pub use client::Client;
 pub use config::Config;
 pub use connect::{connect, connect_rw_with, connect_semaphore_with, connect_with};
 pub use lock_core::*;

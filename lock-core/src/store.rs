@@ -153,6 +153,11 @@ impl<S: LeaseStore> StoreLock<S> {
         StoreLock { store: Arc::new(store) }
     }
 
+    /// Wraps a store that other lock kinds share (one backend handle serving every kind).
+    pub fn from_arc(store: Arc<S>) -> Self {
+        StoreLock { store }
+    }
+
     /// The wrapped store.
     pub fn store(&self) -> &Arc<S> {
         &self.store

@@ -213,6 +213,7 @@
 //! from granting until then.
 
 mod acl;
+mod backend;
 mod boot;
 mod conn;
 mod endpoint;
@@ -225,6 +226,7 @@ mod scripts;
 mod single;
 mod url;
 
+pub use backend::RedisBackend;
 pub use kinds::{RedisKinds, RedisRwLock, RedisSemaphore};
 pub use options::RedisOptions;
 pub use redlock::RedlockStore;

@@ -50,6 +50,24 @@ impl RedisStore {
         } else {
             Endpoint::Fixed(crate::url::open_client_with_ca(url, ca.as_deref())?)
         };
+        RedisStore::open(endpoint, url, options, needs).await
+    }
+
+    /// Over the application's own `redis::Client` (its address, credentials, database and TLS).
+    pub(crate) async fn from_client(client: redis::Client, options: &RedisOptions) -> Result<RedisStore, LockError> {
+        options.validate()?;
+        let label = format!("redis://{}", client.get_connection_info().addr());
+        RedisStore::open(Endpoint::Fixed(client), &label, options, Needs::Exclusive).await
+    }
+
+    /// Checks the server answers (bounded by `connect_timeout`) and that its user may run
+    /// everything `needs` will run.
+    async fn open(
+        endpoint: Endpoint,
+        url: &str,
+        options: &RedisOptions,
+        needs: Needs,
+    ) -> Result<RedisStore, LockError> {
         let db = endpoint.settings().db();
         let node = Node::new(endpoint.clone(), url, BACKEND, options.connect_timeout, options.request_timeout);
         node.ping(options.connect_timeout + options.request_timeout).await?;

@@ -17,7 +17,7 @@ use tokio::time::timeout;
 use crate::dialect::Dialect;
 
 /// Starts the collector; it ends when the dialect (the store) is dropped.
-pub(crate) fn start(dialect: Weak<dyn Dialect>, idle: Duration, query_timeout: Duration) {
+pub(crate) fn start(dialect: Weak<dyn Dialect>, idle: Duration, request_timeout: Duration) {
     let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
     let every = (idle / 2).clamp(Duration::from_millis(500), Duration::from_secs(15 * 60));
     let idle_ms = i64::try_from(idle.as_millis()).unwrap_or(i64::MAX);
@@ -25,7 +25,7 @@ pub(crate) fn start(dialect: Weak<dyn Dialect>, idle: Duration, query_timeout: D
         loop {
             tokio::time::sleep(every).await;
             let Some(d) = dialect.upgrade() else { return };
-            match timeout(query_timeout, d.collect_idle(idle_ms)).await {
+            match timeout(request_timeout, d.collect_idle(idle_ms)).await {
                 Ok(Ok(0)) => {}
                 Ok(Ok(n)) => tracing::debug!(backend = d.codes().label, rows = n, "collected idle lock rows"),
                 Ok(Err(e)) => tracing::warn!(

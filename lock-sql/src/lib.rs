@@ -61,7 +61,7 @@
 //! No statement holds a transaction (or a row lock) open while the application works, unlike the
 //! classic `SELECT … FOR UPDATE` lock: a crashed or paused holder blocks nobody beyond its ttl,
 //! and there is no deadlock between lock holders. Each statement is bounded by
-//! [`SqlOptions::query_timeout`]; deadlock / busy conflicts between contenders are retried
+//! [`SqlOptions::request_timeout`]; deadlock / busy conflicts between contenders are retried
 //! within that bound; connection failures become [`LockError::Unavailable`]. Lock names are
 //! always bound parameters, never spliced into SQL.
 //!
@@ -125,7 +125,7 @@
 //! refusal: the row comes back through MariaDB's `RETURNING`, or is read back right after on
 //! MySQL (only our own statement can ever make our owner id the holder, so the read-back needs
 //! no transaction). Sessions use READ COMMITTED (no gap locks) and `innodb_lock_wait_timeout` tied to
-//! the query timeout; deadlocks (1213) and lock waits (1205) are retried. Names are stored as
+//! the request timeout; deadlocks (1213) and lock waits (1205) are retried. Names are stored as
 //! `VARBINARY(255)`: case and trailing spaces matter, as they must. Waiters poll with
 //! jittered, capped back-off that never sleeps past the holder's remaining lease.
 //!
@@ -135,14 +135,18 @@
 //! evaluates every `SET` against the old row), with `NOW_MS = CAST((julianday('now') -
 //! 2440587.5) * 86400000.0 AS INTEGER)`. The file is opened in WAL mode with
 //! `synchronous = FULL` (a fence once handed out survives a power cut) and a busy timeout
-//! equal to the query timeout, so several processes on **one host** can share it. Do not put it
+//! equal to the request timeout, so several processes on **one host** can share it. Do not put it
 //! on a network file system. `sqlite::memory:` works inside one process and is not durable.
 //! Waiters poll, like MySQL's.
 //!
 //! ## Read-write locks and semaphores
 //!
-//! [`connect_rw`] and [`connect_semaphore`] share the pools (and, on PostgreSQL, the listening
-//! connection) of the exclusive lock's store, and add two tables next to the lease table, which
+//! [`SqlBackend`] hands out the exclusive lock ([`SqlBackend::lock`]), the read-write lock
+//! ([`SqlBackend::rw`]) and the semaphore ([`SqlBackend::semaphore`]) over one pool and (on
+//! PostgreSQL) one listening connection; [`connect_rw`] and [`connect_semaphore`] each open their
+//! own. It is built from a URL or from the application's own sqlx pool
+//! ([`SqlBackend::from_pg_pool`], `from_mysql_pool`, `from_sqlite_pool`; the type's docs say what
+//! that costs). The kinds add two tables next to the lease table, which
 //! is left untouched (`<table>_counters`, `<table>_holders`, created if missing; so the table
 //! name may have at most 54 characters here, else [`LockError::Config`]):
 //!
@@ -185,7 +189,7 @@
 //! `permits` (otherwise `InvalidOptions`). The counter row's lock serialises the acquires of
 //! one (kind, name) and the new token is its `fence + 1`. Deadlocks and lock waits (MySQL
 //! 1213/1205, PostgreSQL 40001/40P01, SQLite busy) roll the transaction back and re-run it, at
-//! most 8 times and all within [`SqlOptions::query_timeout`], then `Unavailable`. Any failed
+//! most 8 times and all within [`SqlOptions::request_timeout`], then `Unavailable`. Any failed
 //! acquire transaction is rolled back before its connection goes back to the pool: on MySQL an
 //! open one would keep the counter row locked for every other client (InnoDB's lock-wait
 //! timeout ends only the statement), on PostgreSQL an aborted one would fail every later
@@ -299,7 +303,7 @@
 //!   ours counts as released: the lost attempt may have committed.
 //! * An acquire that was cancelled (or timed out) may still be running on the server, e.g.
 //!   waiting for a row lock, and commit its grant after the clean-up release ran. The server
-//!   bounds every statement (PostgreSQL sessions set `statement_timeout` to the query timeout;
+//!   bounds every statement (PostgreSQL sessions set `statement_timeout` to the request timeout;
 //!   MySQL waits for row locks at most `innodb_lock_wait_timeout`; SQLite at most its busy
 //!   timeout), and the release of such an owner is repeated once twice that bound has passed.
 //! * Privileges: `CREATE` only while a table is missing (each is looked for first, then
@@ -313,6 +317,7 @@
 //!   (diagnostics; the tests run both).
 
 mod adopt;
+mod backend;
 mod decide;
 mod dialect;
 mod error;
@@ -328,6 +333,7 @@ mod serial;
 mod store;
 mod wake;
 
+pub use backend::SqlBackend;
 pub use kinds::{SqlKinds, SqlRwLock, SqlSemaphore};
 pub use options::{SqlOptions, DEFAULT_TABLE};
 pub use store::SqlStore;

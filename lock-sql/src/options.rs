@@ -15,10 +15,10 @@ pub const DEFAULT_TABLE: &str = "dlock_leases";
 ///
 /// ```
 /// let opts: lock_sql::SqlOptions = serde_json::from_str(
-///     r#"{ "table": "app_locks", "max_connections": 4, "connect_timeout": "3s", "query_timeout": "2s" }"#,
+///     r#"{ "table": "app_locks", "max_connections": 4, "connect_timeout": "3s", "request_timeout": "2s" }"#,
 /// ).unwrap();
 /// assert_eq!(opts.table, "app_locks");
-/// assert_eq!(opts.query_timeout, std::time::Duration::from_secs(2));
+/// assert_eq!(opts.request_timeout, std::time::Duration::from_secs(2));
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
@@ -35,13 +35,16 @@ pub struct SqlOptions {
     /// Bound for opening one connection (and for waiting for a free pooled one).
     #[serde(with = "humantime_serde")]
     pub connect_timeout: Duration,
-    /// Bound for one statement, including retries of transient conflicts (deadlock, busy).
-    #[serde(with = "humantime_serde")]
-    pub query_timeout: Duration,
+    /// Bound for one request: one statement (or one short transaction), including retries of
+    /// transient conflicts (deadlock, busy). Also the server-side `statement_timeout`
+    /// (PostgreSQL), `innodb_lock_wait_timeout` (MySQL, whole seconds) and `busy_timeout`
+    /// (SQLite). Named `query_timeout` before 0.2; that key is still read, as this one.
+    #[serde(with = "humantime_serde", alias = "query_timeout")]
+    pub request_timeout: Duration,
     /// Delete the rows of names nobody has held for this long (docs/contract.md §5.7), checked
     /// every half of it (at most every 15 minutes) by each client; `None` (the default) keeps
     /// every row. Tokens stay monotonic: a new row's fence starts at the database clock in µs.
-    /// At least 1 s and longer than `query_timeout`; needs `DELETE` on the lease table.
+    /// At least 1 s and longer than `request_timeout`; needs `DELETE` on the lease table.
     #[serde(with = "humantime_serde")]
     pub idle_gc_after: Option<Duration>,
 }
@@ -52,7 +55,7 @@ impl Default for SqlOptions {
             table: DEFAULT_TABLE.to_owned(),
             max_connections: 8,
             connect_timeout: Duration::from_secs(5),
-            query_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(5),
             idle_gc_after: None,
         }
     }
@@ -81,14 +84,14 @@ impl SqlOptions {
         if self.connect_timeout.is_zero() {
             return Err(LockError::config("sql connect_timeout is zero; use e.g. \"5s\""));
         }
-        if self.query_timeout.is_zero() {
-            return Err(LockError::config("sql query_timeout is zero; use e.g. \"5s\""));
+        if self.request_timeout.is_zero() {
+            return Err(LockError::config("sql request_timeout is zero; use e.g. \"5s\""));
         }
         if let Some(idle) = self.idle_gc_after {
-            if idle < Duration::from_secs(1) || idle <= self.query_timeout {
+            if idle < Duration::from_secs(1) || idle <= self.request_timeout {
                 return Err(LockError::config(format!(
-                    "sql idle_gc_after is {idle:?}; use at least 1s and more than query_timeout ({:?}), e.g. \"1h\"",
-                    self.query_timeout
+                    "sql idle_gc_after is {idle:?}; use at least 1s and more than request_timeout ({:?}), e.g. \"1h\"",
+                    self.request_timeout
                 )));
             }
         }
@@ -161,6 +164,9 @@ mod tests {
         assert_eq!(o.idle_gc_after, Some(Duration::from_secs(3600)));
         assert!(o.validate().is_ok());
         let short = SqlOptions { idle_gc_after: Some(Duration::from_secs(2)), ..SqlOptions::default() };
-        assert!(matches!(short.validate(), Err(LockError::Config { .. })), "not above query_timeout");
+        assert!(matches!(short.validate(), Err(LockError::Config { .. })), "not above request_timeout");
+        // The old name of request_timeout still works.
+        let o: SqlOptions = serde_json::from_str(r#"{"query_timeout":"750ms"}"#).unwrap();
+        assert_eq!(o.request_timeout, Duration::from_millis(750));
     }
 }

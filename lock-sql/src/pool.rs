@@ -44,6 +44,9 @@ pub(crate) type Setup<C> =
     Arc<dyn for<'c> Fn(&'c mut C) -> Pin<Box<dyn Future<Output = Result<(), sqlx::Error>> + Send + 'c>> + Send + Sync>;
 
 pub(crate) struct ConnPool<C: Connection> {
+    /// The application's own sqlx pool, when the backend was built from one: connections are
+    /// then borrowed from it instead of kept here (see [`ConnPool::app`] for what that costs).
+    app: Option<sqlx::Pool<C::Database>>,
     options: C::Options,
     idle: Mutex<Vec<(C, Instant)>>,
     permits: Semaphore,
@@ -58,6 +61,7 @@ impl<C: Connection + 'static> ConnPool<C> {
     /// minute, and ends with the pool.
     pub(crate) fn new(options: C::Options, max: u32, connect_timeout: Duration, setup: Option<Setup<C>>) -> Arc<Self> {
         let pool = Arc::new(ConnPool {
+            app: None,
             options,
             idle: Mutex::new(Vec::new()),
             permits: Semaphore::new(max.max(1) as usize),
@@ -82,7 +86,59 @@ impl<C: Connection + 'static> ConnPool<C> {
     }
 }
 
-impl<C: Connection> ConnPool<C> {
+impl<C: Connection> ConnPool<C>
+where
+    C::Database: sqlx::Database<Connection = C>,
+{
+    /// Borrows connections from the application's own sqlx pool. What that costs, per
+    /// operation, against this crate's pool: sqlx's own checks (by default a ping before a
+    /// connection idle for a while is handed out, `test_before_acquire`, and a check when it
+    /// goes back), plus one round trip for `setup`, which runs on every borrowed connection
+    /// because the pool cannot say which connections already ran it. No connections are kept
+    /// for renew and release: size the pool for both.
+    pub(crate) fn app(pool: sqlx::Pool<C::Database>, connect_timeout: Duration, setup: Option<Setup<C>>) -> Arc<Self> {
+        let options = (*pool.connect_options()).clone();
+        Arc::new(ConnPool {
+            app: Some(pool),
+            options,
+            idle: Mutex::new(Vec::new()),
+            permits: Semaphore::new(1),
+            reserved: Semaphore::new(RESERVED),
+            connect_timeout,
+            setup,
+        })
+    }
+
+    /// [`ConnPool::with`] on a connection of the application's pool: one whose statement failed
+    /// or was cancelled mid-flight is closed instead of going back.
+    async fn with_app<A, T>(
+        &self,
+        app: &sqlx::Pool<C::Database>,
+        arg: &A,
+        op: impl for<'c> FnOnce(&'c mut C, &'c A) -> ConnFuture<'c, T>,
+    ) -> Result<T, sqlx::Error>
+    where
+        A: Sync + ?Sized,
+    {
+        let mut conn = match timeout(self.connect_timeout, app.acquire()).await {
+            Ok(r) => r?,
+            Err(_) => return Err(sqlx::Error::PoolTimedOut),
+        };
+        // A connection dropped mid-statement (cancelled) goes back through sqlx's release
+        // check, which drains or closes it; one whose statement broke is closed here.
+        let result = match &self.setup {
+            Some(setup) => match setup(&mut conn).await {
+                Ok(()) => op(&mut conn, arg).await,
+                Err(e) => Err(e),
+            },
+            None => op(&mut conn, arg).await,
+        };
+        if !matches!(result, Ok(_) | Err(sqlx::Error::Database(_))) {
+            conn.close_on_drop();
+        }
+        result
+    }
+
     /// Runs `op` on a pooled connection with `arg` (what the statement binds). The connection
     /// goes back to the pool only if `op` ended in an orderly way: success, or an error the
     /// server reported while the session stayed in sync. An `op` that opens a transaction must
@@ -96,6 +152,9 @@ impl<C: Connection> ConnPool<C> {
     where
         A: Sync + ?Sized,
     {
+        if let Some(app) = &self.app {
+            return self.with_app(app, arg, op).await;
+        }
         let mut guard = self.get(purpose).await?;
         let result = match guard.conn.as_mut() {
             Some(c) => op(c, arg).await,
@@ -113,6 +172,10 @@ impl<C: Connection> ConnPool<C> {
     where
         for<'c> &'c mut C: Executor<'c, Database = C::Database>,
     {
+        if self.app.is_some() {
+            // Statements are prepared on the application's connections as they are used.
+            return;
+        }
         let (mut a, mut b) = (self.get(Use::Take).await, self.get(Use::Take).await);
         for guard in [&mut a, &mut b].into_iter().flatten() {
             let Some(c) = guard.conn.as_mut() else { continue };

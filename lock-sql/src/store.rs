@@ -22,7 +22,7 @@ use crate::SqlOptions;
 pub struct SqlStore {
     pub(crate) dialect: Arc<dyn Dialect>,
     table: String,
-    query_timeout: Duration,
+    request_timeout: Duration,
     hub: WakeHub,
     /// Renew and release of one lease run one at a time.
     serial: OwnerLocks,
@@ -43,10 +43,19 @@ impl SqlStore {
         options.validate()?;
         let hub = WakeHub::new();
         let dialect = dialect::connect(url, &options, hub.clone()).await?;
+        SqlStore::over(dialect, options, hub).await
+    }
+
+    /// The store over a connected dialect: creates the lease table if missing.
+    pub(crate) async fn over(
+        dialect: Arc<dyn Dialect>,
+        options: SqlOptions,
+        hub: WakeHub,
+    ) -> Result<SqlStore, LockError> {
         let store = SqlStore {
             dialect,
             table: options.table.clone(),
-            query_timeout: options.query_timeout,
+            request_timeout: options.request_timeout,
             hub,
             serial: OwnerLocks::default(),
             inflight: Inflight::default(),
@@ -54,10 +63,10 @@ impl SqlStore {
         let ddl = store.dialect.lease_ddl().to_owned();
         store.create("create the lease table", &options.table, &ddl).await?;
         if let Some(idle) = options.idle_gc_after {
-            crate::idle::start(Arc::downgrade(&store.dialect), idle, options.query_timeout);
+            crate::idle::start(Arc::downgrade(&store.dialect), idle, options.request_timeout);
         }
         // Best effort, bounded: a failure resurfaces, with its real error, when a statement runs.
-        let _ = timeout(store.query_timeout, store.dialect.warm_up()).await;
+        let _ = timeout(store.request_timeout, store.dialect.warm_up()).await;
         Ok(store)
     }
 
@@ -142,7 +151,7 @@ impl SqlStore {
     }
 
     /// Runs `op`, re-running it on transient conflicts (deadlock, busy), all within
-    /// `query_timeout`.
+    /// `request_timeout`.
     pub(crate) async fn run<T, F, Fut>(&self, what: &str, op: F) -> Result<T, LockError>
     where
         F: FnMut() -> Fut,
@@ -208,11 +217,11 @@ impl SqlStore {
                 }
             }
         };
-        match timeout(self.query_timeout, work).await {
+        match timeout(self.request_timeout, work).await {
             Ok(r) => r,
             Err(_) => Err(LockError::unavailable(
                 codes.label,
-                format!("{what} did not answer within {:?} (query_timeout)", self.query_timeout),
+                format!("{what} did not answer within {:?} (request_timeout)", self.request_timeout),
             )),
         }
     }
@@ -224,14 +233,14 @@ impl SqlStore {
     }
 
     /// When an attempt of `owner` may still commit, runs `release` again once it no longer can
-    /// (in the background, bounded by the query timeout).
+    /// (in the background, bounded by the request timeout).
     pub(crate) fn release_again_later<F>(&self, owner: OwnerId, release: F)
     where
         F: Future<Output = Result<bool, sqlx::Error>> + Send + 'static,
     {
         let Some(until) = self.inflight.take(owner) else { return };
         let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
-        let (bound, label) = (self.query_timeout, self.label());
+        let (bound, label) = (self.request_timeout, self.label());
         rt.spawn(async move {
             tokio::time::sleep_until(until).await;
             match timeout(bound, release).await {

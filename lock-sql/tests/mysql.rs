@@ -164,9 +164,9 @@ async fn extra_conflict_rolls_back_before_reuse() {
     use lock_core::{LockName, OwnerId, TryLock};
     let fx = SqlFixture::mysql().await.unwrap();
     let t = fx.options().table;
-    // innodb_lock_wait_timeout = 2 s (whole seconds of query_timeout); 0.9 s left to re-run.
+    // innodb_lock_wait_timeout = 2 s (whole seconds of request_timeout); 0.9 s left to re-run.
     let options =
-        lock_sql::SqlOptions { max_connections: 1, query_timeout: Duration::from_millis(2900), ..fx.options() };
+        lock_sql::SqlOptions { max_connections: 1, request_timeout: Duration::from_millis(2900), ..fx.options() };
     let rw = lock_sql::connect_rw(fx.url(), options.clone()).await.unwrap();
     let [(_, read), _] = rw.lease_stores();
     let name = LockName::new("conflict").unwrap();

@@ -35,6 +35,7 @@ pub async fn connect(url: &str, options: ZkOptions) -> Result<ZkLock, LockError>
         options,
         tls,
         session: tokio::sync::Mutex::new(None),
+        app_session: false,
         watch_events: AtomicU64::new(0),
         parents: Mutex::new(HashSet::new()),
     });
@@ -42,6 +43,51 @@ pub async fn connect(url: &str, options: ZkOptions) -> Result<ZkLock, LockError>
     let deadline = Instant::now() + lock.inner.options.connect_timeout;
     lock.session(deadline).await?;
     Ok(lock)
+}
+
+/// A lock client over the application's own ZooKeeper session (`client`), for every lock kind;
+/// lock nodes live under `root` (an absolute path, resolved within the client's chroot if it has
+/// one; empty: `/dlock`), created when missing.
+///
+/// What this costs, and gives up, against [`connect`]: nothing per request (the session is the
+/// application's, shared). But the session is not ours to replace: once it expires or is closed,
+/// every request answers `Unavailable` (leases held under it are lost, as always with an expired
+/// session) and the application builds a new lock client over a new session. The nodes are
+/// created with open ACLs (`world:anyone`): for digest-protected nodes use [`connect`] with
+/// credentials in the URL. `options.session_timeout`, `connect_timeout` and `tls_ca_file` do not
+/// apply (the session exists); `request_timeout` does.
+pub async fn from_client(client: Client, root: &str, options: ZkOptions) -> Result<ZkLock, LockError> {
+    options.validate()?;
+    let url = ZkUrl::app(root)?;
+    let bound = options.connect_timeout.max(options.request_timeout);
+    match timeout(bound, ensure_root(&client, &url.root, None)).await {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(refused))) => return Err(refused),
+        Ok(Err(e)) => {
+            return Err(match classify(e) {
+                Failure::Server(e) => server_error(e, &url.root),
+                Failure::Transient(e) => e,
+                Failure::SessionGone => {
+                    LockError::unavailable(BACKEND, "the application's ZooKeeper session has ended")
+                }
+            })
+        }
+        Err(_) => {
+            return Err(LockError::unavailable(BACKEND, format!("creating the root {} took over {bound:?}", url.root)))
+        }
+    }
+    let tls = Tls::load(&ZkOptions { tls_ca_file: None, ..options.clone() }).await?;
+    let session = Session { id: client.session_id().0, client };
+    let inner = Arc::new(Inner {
+        url,
+        options,
+        tls,
+        session: tokio::sync::Mutex::new(Some(session)),
+        app_session: true,
+        watch_events: AtomicU64::new(0),
+        parents: Mutex::new(HashSet::new()),
+    });
+    Ok(ZkLock { inner })
 }
 
 /// A ZooKeeper lock client: one session at a time (a new one is made lazily if the previous
@@ -56,6 +102,8 @@ pub(crate) struct Inner {
     pub(crate) options: ZkOptions,
     tls: Tls,
     session: tokio::sync::Mutex<Option<Session>>,
+    /// The session is the application's ([`from_client`]): never replaced by one of ours.
+    app_session: bool,
     pub(crate) watch_events: AtomicU64,
     /// Parents known to exist, so that acquires skip creating them.
     parents: Mutex<HashSet<String>>,
@@ -150,6 +198,17 @@ impl ZkLock {
         if let Some(s) = current.as_ref() {
             if !s.client.state().is_terminated() {
                 return Ok(s.clone());
+            }
+            if self.inner.app_session {
+                return Err(LockError::unavailable(
+                    BACKEND,
+                    format!(
+                        "the application's ZooKeeper session {:#x} has ended ({}); build a new lock client with \
+                         lock_zk::from_client over a new session",
+                        s.id,
+                        s.client.state()
+                    ),
+                ));
             }
             tracing::warn!(session = s.id, state = %s.client.state(), "zookeeper session ended; starting a new one");
         }

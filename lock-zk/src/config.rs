@@ -96,7 +96,21 @@ impl fmt::Display for ZkUrl {
 /// The root used when the URL has no path.
 pub(crate) const DEFAULT_ROOT: &str = "/dlock";
 
+/// What [`ZkUrl::hosts`] says for a client built from the application's own session.
+pub(crate) const APP_HOSTS: &str = "application-session";
+
 impl ZkUrl {
+    /// For a client over the application's own session: only the root (`/a/b`, or empty for
+    /// the default), no servers to connect to and no credentials of ours.
+    pub(crate) fn app(root: &str) -> Result<ZkUrl, LockError> {
+        if !(root.is_empty() || root.starts_with('/')) {
+            return Err(LockError::config(format!(
+                "the ZooKeeper root {root:?} must be an absolute path, e.g. /dlock"
+            )));
+        }
+        Ok(ZkUrl { hosts: APP_HOSTS.to_owned(), root: parse_root(root)?, digest: None })
+    }
+
     pub(crate) fn parse(url: &str) -> Result<ZkUrl, LockError> {
         let rest = url
             .strip_prefix("zk://")

@@ -165,5 +165,5 @@ mod recipe;
 mod session;
 mod tls;
 
-pub use client::{connect, ZkLock};
+pub use client::{connect, from_client, ZkLock};
 pub use config::ZkOptions;

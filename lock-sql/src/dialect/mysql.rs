@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_core::LockError;
 use sqlx::error::DatabaseError;
-use sqlx::mysql::{MySql, MySqlConnectOptions, MySqlConnection, MySqlDatabaseError};
+use sqlx::mysql::{MySql, MySqlConnectOptions, MySqlConnection, MySqlDatabaseError, MySqlPool};
 use sqlx::{AssertSqlSafe, Executor};
 use tokio::time::timeout;
 
@@ -117,18 +117,35 @@ pub(crate) async fn connect(url: &str, options: &SqlOptions) -> Result<Arc<dyn D
     PARAMS.check_url(url)?;
     let opts = MySqlConnectOptions::from_str(url).map_err(|e| bad_url(CODES, e))?;
     // Row-lock waits end on the server too, not only in our timeout.
-    let lock_wait = options.query_timeout.as_secs().clamp(1, 3600);
+    let lock_wait = options.request_timeout.as_secs().clamp(1, 3600);
     // READ COMMITTED: no gap locks, fewer deadlocks between contenders. One text query (sqlx
     // enables multi-statements): one round trip per new connection.
+    let pool = ConnPool::new(opts, options.max_connections, options.connect_timeout, Some(session(lock_wait)));
+    open(pool, options, lock_wait).await
+}
+
+/// Over the application's own pool (see [`ConnPool::app`] for the cost).
+pub(crate) async fn from_pool(pool: MySqlPool, options: &SqlOptions) -> Result<Arc<dyn Dialect>, LockError> {
+    let lock_wait = options.request_timeout.as_secs().clamp(1, 3600);
+    open(ConnPool::app(pool, options.connect_timeout, Some(session(lock_wait))), options, lock_wait).await
+}
+
+fn session(lock_wait: u64) -> Setup<MySqlConnection> {
     let session = format!(
         "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED; SET SESSION innodb_lock_wait_timeout = {lock_wait}"
     );
-    let setup: Setup<MySqlConnection> = Arc::new(move |c| {
+    Arc::new(move |c| {
         let session = session.clone();
         Box::pin(async move { c.execute(AssertSqlSafe(session)).await.map(drop) })
-    });
+    })
+}
+
+async fn open(
+    pool: Arc<ConnPool<MySqlConnection>>,
+    options: &SqlOptions,
+    lock_wait: u64,
+) -> Result<Arc<dyn Dialect>, LockError> {
     let bound = options.connect_timeout;
-    let pool = ConnPool::new(opts, options.max_connections, bound, Some(setup));
     // Connect once now, so that a wrong URL or a dead server fails here, clearly. Fences are
     // durable only when InnoDB writes its log at every commit: the setting is global, so it is
     // checked, not set (0 loses about a second of commits when mysqld crashes, 2 when the host
@@ -152,7 +169,7 @@ pub(crate) async fn connect(url: &str, options: &SqlOptions) -> Result<Arc<dyn D
     }
     let mut dialect = Mysql::new(pool, &options.table, supports_returning(&version), durable);
     // Row-lock waits end after innodb_lock_wait_timeout; the statement itself is short.
-    dialect.statement_bound = options.query_timeout.max(Duration::from_secs(lock_wait));
+    dialect.statement_bound = options.request_timeout.max(Duration::from_secs(lock_wait));
     Ok(Arc::new(dialect))
 }
 

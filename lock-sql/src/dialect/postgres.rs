@@ -7,7 +7,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use lock_core::{LockError, WakeHub};
 use sqlx::error::DatabaseError;
-use sqlx::postgres::{PgConnectOptions, PgConnection, Postgres as Pg};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, Postgres as Pg};
 use sqlx::{AssertSqlSafe, Executor};
 use tokio::time::timeout;
 
@@ -118,27 +118,47 @@ pub(crate) async fn connect(url: &str, options: &SqlOptions, hub: WakeHub) -> Re
     if opts.get_application_name().is_none() {
         opts = opts.application_name("dlock");
     }
-    let bound = options.connect_timeout;
-    // Fences must survive a crash of the server: a server configured with
-    // `synchronous_commit = off` acknowledges commits it may still lose, and a lost fence lets
-    // a token repeat. The setting is the session's to choose; one round trip per new connection.
-    // And the server ends every statement within the query timeout, so that one whose caller
-    // was cancelled cannot commit a grant long after its clean-up ran (see inflight.rs).
+    let pool = ConnPool::new(opts.clone(), options.max_connections, options.connect_timeout, Some(session(options)));
+    open(pool, opts, options, hub).await
+}
+
+/// Over the application's own pool (see [`ConnPool::app`] for the cost); the listener opens one
+/// connection of its own with the pool's connect options.
+pub(crate) async fn from_pool(pool: PgPool, options: &SqlOptions, hub: WakeHub) -> Result<Arc<dyn Dialect>, LockError> {
+    let opts = (*pool.connect_options()).clone();
+    open(ConnPool::app(pool, options.connect_timeout, Some(session(options))), opts, options, hub).await
+}
+
+/// The settings every session of ours runs with. Fences must survive a crash of the server: a
+/// server configured with `synchronous_commit = off` acknowledges commits it may still lose,
+/// and a lost fence lets a token repeat. The setting is the session's to choose; one round trip
+/// per new connection. And the server ends every statement within the request timeout, so that
+/// one whose caller was cancelled cannot commit a grant long after its clean-up ran (see
+/// inflight.rs).
+fn session(options: &SqlOptions) -> Setup<PgConnection> {
     let session =
-        format!("SET synchronous_commit = on; SET statement_timeout = {}", options.query_timeout.as_millis().max(1));
-    let setup: Setup<PgConnection> = Arc::new(move |c| {
+        format!("SET synchronous_commit = on; SET statement_timeout = {}", options.request_timeout.as_millis().max(1));
+    Arc::new(move |c| {
         let session = session.clone();
         Box::pin(async move { c.execute(AssertSqlSafe(session)).await.map(drop) })
-    });
-    let pool = ConnPool::new(opts.clone(), options.max_connections, bound, Some(setup));
+    })
+}
+
+async fn open(
+    pool: Arc<ConnPool<PgConnection>>,
+    opts: PgConnectOptions,
+    options: &SqlOptions,
+    hub: WakeHub,
+) -> Result<Arc<dyn Dialect>, LockError> {
+    let bound = options.connect_timeout;
     // Connect once now, so that a wrong URL or a dead server fails here, clearly.
     let ping = pool.with(Use::Take, &(), |c: &mut PgConnection, _: &()| {
         Box::pin(async move { c.execute("SELECT 1").await.map(drop) })
     });
     timeout(bound, ping).await.map_err(|_| too_slow(CODES, bound))?.map_err(|e| unreachable(CODES, e))?;
-    let bounds = listen::Bounds { connect: bound, query: options.query_timeout, codes: CODES };
+    let bounds = listen::Bounds { connect: bound, query: options.request_timeout, codes: CODES };
     let listener = listen::start(opts, options.table.clone(), hub, bounds).await?;
-    Ok(Arc::new(Postgres::new(pool, &options.table, listener, options.query_timeout)))
+    Ok(Arc::new(Postgres::new(pool, &options.table, listener, options.request_timeout)))
 }
 
 impl Postgres {

@@ -111,7 +111,7 @@ pub(crate) async fn connect(url: &str, options: &SqlOptions) -> Result<Arc<dyn D
         .journal_mode(SqliteJournalMode::Wal)
         // FULL: a fence that was handed out survives a power cut too.
         .synchronous(SqliteSynchronous::Full)
-        .busy_timeout(options.query_timeout);
+        .busy_timeout(options.request_timeout);
     let bound = options.connect_timeout;
     let mut pool = SqlitePoolOptions::new().max_connections(options.max_connections).acquire_timeout(bound);
     if in_memory {
@@ -126,7 +126,24 @@ pub(crate) async fn connect(url: &str, options: &SqlOptions) -> Result<Arc<dyn D
         .map_err(|e| unreachable(CODES, e))?;
     let mut dialect = Lite::new(pool, &options.table, !in_memory);
     // Statements wait for the file lock at most busy_timeout.
-    dialect.statement_bound = options.query_timeout;
+    dialect.statement_bound = options.request_timeout;
+    Ok(Arc::new(dialect))
+}
+
+/// Over the application's own pool. Its connect options are the application's: this backend
+/// wants WAL, `synchronous = FULL` and a `busy_timeout` no longer than `request_timeout`, and
+/// reports `durable_fencing` only when the database is a file with `synchronous` at least FULL.
+pub(crate) async fn from_pool(pool: SqlitePool, options: &SqlOptions) -> Result<Arc<dyn Dialect>, LockError> {
+    let bound = options.connect_timeout;
+    let look = async {
+        let sync: i64 = sqlx::query_scalar("PRAGMA synchronous").fetch_one(&pool).await?;
+        let file: String =
+            sqlx::query_scalar("SELECT file FROM pragma_database_list WHERE name = 'main'").fetch_one(&pool).await?;
+        Ok::<_, sqlx::Error>(sync >= 2 && !file.is_empty())
+    };
+    let durable = timeout(bound, look).await.map_err(|_| too_slow(CODES, bound))?.map_err(|e| unreachable(CODES, e))?;
+    let mut dialect = Lite::new(pool, &options.table, durable);
+    dialect.statement_bound = options.request_timeout;
     Ok(Arc::new(dialect))
 }
 

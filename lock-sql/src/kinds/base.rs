@@ -52,13 +52,18 @@ impl std::fmt::Debug for SqlKinds {
 impl SqlKinds {
     pub(crate) async fn connect(url: &str, options: SqlOptions) -> Result<Arc<SqlKinds>, LockError> {
         check_table_len(&options.table)?;
-        let store = SqlStore::connect(url, options).await?;
+        SqlKinds::over(Arc::new(SqlStore::connect(url, options).await?)).await
+    }
+
+    /// The kinds over a store the exclusive lock may share: creates their tables if missing.
+    pub(crate) async fn over(store: Arc<SqlStore>) -> Result<Arc<SqlKinds>, LockError> {
+        check_table_len(store.table())?;
         let sql = store.dialect.kind_sql(store.table());
         for (suffix, ddl) in ["_counters", "_holders"].into_iter().zip(&sql.create) {
             let table = format!("{}{suffix}", store.table());
             store.create("create the tables of the read-write locks and semaphores", &table, ddl).await?;
         }
-        Ok(Arc::new(SqlKinds { store: Arc::new(store), sql }))
+        Ok(Arc::new(SqlKinds { store, sql }))
     }
 
     /// Runs an owner-checked statement of the `kind` column `kind`; the rows it changed.

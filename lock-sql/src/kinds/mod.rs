@@ -5,6 +5,8 @@
 
 mod base;
 
+use std::sync::Arc;
+
 use lock_core::{LockError, StoreRwLock, StoreSemaphore};
 
 use crate::SqlOptions;
@@ -28,4 +30,14 @@ pub(crate) async fn connect_rw(url: &str, options: SqlOptions) -> Result<SqlRwLo
 /// See [`crate::connect_semaphore`].
 pub(crate) async fn connect_semaphore(url: &str, options: SqlOptions) -> Result<SqlSemaphore, LockError> {
     Ok(StoreSemaphore::new(SqlKinds::connect(url, options).await?))
+}
+
+/// The read-write lock over kinds shared with the exclusive lock.
+pub(crate) fn rw(kinds: Arc<SqlKinds>) -> SqlRwLock {
+    StoreRwLock::new(kinds)
+}
+
+/// The semaphore over kinds shared with the exclusive lock.
+pub(crate) fn semaphore(kinds: Arc<SqlKinds>) -> SqlSemaphore {
+    StoreSemaphore::new(kinds)
 }

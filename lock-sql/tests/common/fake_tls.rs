@@ -259,7 +259,7 @@ pub async fn check_tls_modes(wire: Wire) {
     };
     let options = lock_sql::SqlOptions {
         connect_timeout: std::time::Duration::from_secs(5),
-        query_timeout: std::time::Duration::from_secs(5),
+        request_timeout: std::time::Duration::from_secs(5),
         ..lock_sql::SqlOptions::default()
     };
     for &(mode, with_ca, trusted) in modes {

@@ -69,7 +69,7 @@ fn test_options(table: String) -> SqlOptions {
         table,
         max_connections: 4,
         connect_timeout: Duration::from_secs(2),
-        query_timeout: Duration::from_secs(2),
+        request_timeout: Duration::from_secs(2),
         idle_gc_after: None,
     }
 }

@@ -17,7 +17,7 @@ fn options(table: &str) -> SqlOptions {
     SqlOptions {
         table: table.to_owned(),
         connect_timeout: Duration::from_secs(3),
-        query_timeout: Duration::from_secs(3),
+        request_timeout: Duration::from_secs(3),
         ..SqlOptions::default()
     }
 }

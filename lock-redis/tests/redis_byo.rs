@@ -1,0 +1,80 @@
+//! The conformance suite on Redis through the bring-your-own constructor: every client is a
+//! `RedisBackend` over an application's own `redis::Client` (`RedisBackend::from_client`).
+
+mod common;
+
+use std::sync::Arc;
+
+use common::RedisFixture;
+use lock_conformance::proxy::FaultProxy;
+use lock_conformance::{async_trait, Fixture, LinkedClient, ServerControl};
+use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LeaseStore, LockError, LockName};
+use lock_redis::RedisBackend;
+
+/// A fresh server, with every client built from a `redis::Client` of the "application".
+pub struct RedisClientFixture(RedisFixture);
+
+impl RedisClientFixture {
+    async fn start() -> Result<RedisClientFixture, LockError> {
+        Ok(RedisClientFixture(RedisFixture::start().await?))
+    }
+
+    async fn backend_at(&self, url: &str) -> Result<RedisBackend, LockError> {
+        let client = redis::Client::open(url).map_err(|e| LockError::config(format!("bad test URL: {e}")))?;
+        RedisBackend::from_client(client, self.0.options.clone()).await
+    }
+
+    async fn backend(&self) -> Result<RedisBackend, LockError> {
+        self.backend_at(self.0.server.url()).await
+    }
+}
+
+#[async_trait]
+impl Fixture for RedisClientFixture {
+    fn backend(&self) -> &str {
+        "redis"
+    }
+
+    async fn client(&self) -> Result<Arc<dyn DistributedLock>, LockError> {
+        Ok(Arc::new(self.backend().await?.lock()))
+    }
+
+    async fn rw_client(&self) -> Result<Option<Arc<dyn DistributedRwLock>>, LockError> {
+        Ok(Some(Arc::new(self.backend().await?.rw().await?)))
+    }
+
+    async fn semaphore_client(&self) -> Result<Option<Arc<dyn DistributedSemaphore>>, LockError> {
+        Ok(Some(Arc::new(self.backend().await?.semaphore().await?)))
+    }
+
+    async fn linked_client(&self) -> Result<Option<LinkedClient>, LockError> {
+        let Some(addr) = self.0.server.addr() else { return Ok(None) };
+        let proxy = FaultProxy::start(addr).await?;
+        let client = self.backend_at(&format!("redis://{}", proxy.local_addr())).await?.lock();
+        Ok(Some(LinkedClient { client: Arc::new(client), link: proxy }))
+    }
+
+    fn server(&self) -> Option<Arc<dyn ServerControl>> {
+        self.0.server()
+    }
+
+    async fn delete_entry(&self, name: &LockName) -> Result<bool, LockError> {
+        self.0.delete_entry(name).await
+    }
+
+    /// Every kind from one backend: they share its connections.
+    async fn lease_stores(&self) -> Result<Vec<(&'static str, Arc<dyn LeaseStore>)>, LockError> {
+        let backend = self.backend().await?;
+        let mut stores: Vec<(&'static str, Arc<dyn LeaseStore>)> =
+            vec![("exclusive", Arc::clone(backend.lock().store()) as _)];
+        stores.extend(backend.rw().await?.lease_stores());
+        stores.push(("permit", backend.semaphore().await?.lease_store(1)?));
+        Ok(stores)
+    }
+
+    fn provenance(&self) -> String {
+        format!("{} (through an application's redis::Client)", self.0.provenance())
+    }
+}
+
+lock_conformance::conformance_tests!(redis_byo, || async { crate::RedisClientFixture::start().await });

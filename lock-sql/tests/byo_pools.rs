@@ -1,0 +1,75 @@
+//! `SqlBackend` over the application's own MySQL and SQLite pools (PostgreSQL runs the whole
+//! conformance suite that way, in `postgres_byo.rs`): every kind works over the pool, and
+//! SQLite reports durable fencing only when the application's pool is set up for it.
+
+use std::time::Duration;
+
+use lock_core::{AcquireOptions, DistributedLock, DistributedRwLock, DistributedSemaphore, LockName};
+use lock_sql::{SqlBackend, SqlOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+
+fn options() -> SqlOptions {
+    let table = format!("dlock_byo_{:08x}", rand_u32());
+    SqlOptions { request_timeout: Duration::from_secs(2), ..SqlOptions::default().table(table) }
+}
+
+fn rand_u32() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.finish() as u32
+}
+
+/// Each kind once, and a second holder refused where it must be.
+async fn every_kind(backend: &SqlBackend) {
+    let o = AcquireOptions::new(Duration::from_secs(5)).wait(Duration::from_secs(2));
+    let name = LockName::new("byo").expect("name");
+    let lock = backend.lock();
+    let lease = lock.acquire(&name, &o).await.expect("exclusive");
+    assert!(backend.lock().try_acquire(&name, &o).await.expect("try").is_none(), "held");
+    lease.release().await.expect("release");
+    let rw = backend.rw().await.expect("rw");
+    let (a, b) = (rw.acquire_read(&name, &o).await.expect("read"), rw.acquire_read(&name, &o).await.expect("read"));
+    assert!(rw.try_acquire_write(&name, &o).await.expect("try write").is_none(), "readers hold it");
+    a.release().await.expect("release");
+    b.release().await.expect("release");
+    let sem = backend.semaphore().await.expect("semaphore");
+    let p = sem.acquire_permit(&name, 1, &o).await.expect("permit");
+    assert!(sem.try_acquire_permit(&name, 1, &o).await.expect("try permit").is_none(), "one permit");
+    p.release().await.expect("release");
+}
+
+#[tokio::test]
+async fn sqlite_pool() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let connect = SqliteConnectOptions::new()
+        .filename(dir.path().join("app.db"))
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Full)
+        .busy_timeout(Duration::from_secs(2));
+    let pool = SqlitePoolOptions::new().max_connections(4).connect_with(connect.clone()).await.expect("pool");
+    let backend = SqlBackend::from_sqlite_pool(pool, options()).await.expect("backend");
+    assert!(backend.lock().capabilities().durable_fencing, "WAL + FULL is durable");
+    every_kind(&backend).await;
+
+    let normal = connect.filename(dir.path().join("normal.db")).synchronous(SqliteSynchronous::Normal);
+    let pool = SqlitePoolOptions::new().max_connections(2).connect_with(normal).await.expect("pool");
+    let backend = SqlBackend::from_sqlite_pool(pool, options()).await.expect("backend");
+    assert!(!backend.lock().capabilities().durable_fencing, "synchronous = NORMAL is not");
+}
+
+#[tokio::test]
+async fn mysql_pool() {
+    let url = std::env::var("DLOCK_TEST_MYSQL_URL")
+        .ok()
+        .filter(|u| !u.trim().is_empty())
+        .unwrap_or_else(|| "mysql://root@127.0.0.1:3306/test".to_owned());
+    let pool = sqlx::MySqlPool::connect(&url).await.expect("the application's pool");
+    let opts = options();
+    let backend = SqlBackend::from_mysql_pool(pool.clone(), opts.clone()).await.expect("backend");
+    every_kind(&backend).await;
+    for t in [opts.table.clone(), format!("{}_counters", opts.table), format!("{}_holders", opts.table)] {
+        let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE IF EXISTS `{t}`"))).execute(&pool).await;
+    }
+}

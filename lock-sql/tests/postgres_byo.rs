@@ -1,0 +1,85 @@
+//! The conformance suite on PostgreSQL through the bring-your-own constructor: every client is
+//! a `SqlBackend` over an application's own sqlx `PgPool` (`SqlBackend::from_pg_pool`).
+
+mod common;
+
+use std::sync::Arc;
+
+use common::SqlFixture;
+use lock_conformance::{async_trait, Fixture, LinkedClient, ServerControl};
+use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LeaseStore, LockError};
+use lock_sql::SqlBackend;
+use sqlx::postgres::PgPoolOptions;
+
+/// The shared-server fixture, with every client built from a pool of the "application".
+pub struct PgPoolFixture(SqlFixture);
+
+impl PgPoolFixture {
+    async fn start() -> Result<PgPoolFixture, LockError> {
+        Ok(PgPoolFixture(SqlFixture::postgres().await?))
+    }
+
+    /// A new application pool and a backend over it, set up as the `SqlBackend` docs advise:
+    /// sized for the suite's waiters plus their renewals (a backend over an application pool
+    /// keeps none apart), with connections kept open (sqlx pings each connection as it goes
+    /// back, so the next operation needs another idle one or opens a new connection), and
+    /// without sqlx's ping before every hand-out: over a slow link those round trips make
+    /// renewals miss their lease (`fault_latency` fails without the last two).
+    async fn backend_at(&self, url: &str) -> Result<SqlBackend, LockError> {
+        let pool = PgPoolOptions::new()
+            .max_connections(8)
+            .min_connections(4)
+            .test_before_acquire(false)
+            .acquire_timeout(std::time::Duration::from_secs(2))
+            .connect_lazy(url)
+            .map_err(|e| LockError::config(format!("bad test URL: {e}")))?;
+        SqlBackend::from_pg_pool(pool, self.0.options()).await
+    }
+
+    async fn backend(&self) -> Result<SqlBackend, LockError> {
+        self.backend_at(self.0.url()).await
+    }
+}
+
+#[async_trait]
+impl Fixture for PgPoolFixture {
+    fn backend(&self) -> &str {
+        "postgres"
+    }
+
+    async fn client(&self) -> Result<Arc<dyn DistributedLock>, LockError> {
+        Ok(Arc::new(self.backend().await?.lock()))
+    }
+
+    async fn rw_client(&self) -> Result<Option<Arc<dyn DistributedRwLock>>, LockError> {
+        Ok(Some(Arc::new(self.backend().await?.rw().await?)))
+    }
+
+    async fn semaphore_client(&self) -> Result<Option<Arc<dyn DistributedSemaphore>>, LockError> {
+        Ok(Some(Arc::new(self.backend().await?.semaphore().await?)))
+    }
+
+    async fn linked_client(&self) -> Result<Option<LinkedClient>, LockError> {
+        let Some((url, proxy)) = self.0.linked_url().await? else { return Ok(None) };
+        Ok(Some(LinkedClient { client: Arc::new(self.backend_at(&url).await?.lock()), link: proxy }))
+    }
+
+    fn server(&self) -> Option<Arc<dyn ServerControl>> {
+        self.0.server()
+    }
+
+    /// Every kind from one backend: they share its pool.
+    async fn lease_stores(&self) -> Result<Vec<(&'static str, Arc<dyn LeaseStore>)>, LockError> {
+        let backend = self.backend().await?;
+        let mut stores = vec![("exclusive", Arc::clone(backend.lock().store()) as Arc<dyn LeaseStore>)];
+        stores.extend(backend.rw().await?.lease_stores());
+        stores.push(("permit", backend.semaphore().await?.lease_store(1)?));
+        Ok(stores)
+    }
+
+    fn provenance(&self) -> String {
+        format!("{} (through an application's sqlx PgPool)", self.0.provenance())
+    }
+}
+
+lock_conformance::conformance_tests!(postgres_byo, || async { crate::PgPoolFixture::start().await });

@@ -1,0 +1,80 @@
+//! The conformance suite on ZooKeeper through the bring-your-own constructor: every client is
+//! a lock client over an application's own `zookeeper_client::Client` session
+//! (`lock_zk::from_client`).
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::ZkFixture;
+use lock_conformance::proxy::FaultProxy;
+use lock_conformance::{async_trait, Fixture, LinkedClient, ServerControl};
+use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockName};
+use lock_zk::ZkLock;
+
+/// A fresh server, with every client built over a session of the "application".
+pub struct ZkSessionFixture(ZkFixture);
+
+impl ZkSessionFixture {
+    async fn start() -> Result<ZkSessionFixture, LockError> {
+        Ok(ZkSessionFixture(ZkFixture::start().await?))
+    }
+
+    async fn lock_at(&self, hosts: &str) -> Result<ZkLock, LockError> {
+        let connect =
+            zookeeper_client::Client::connector().with_session_timeout(self.0.options.session_timeout).connect(hosts);
+        let session = tokio::time::timeout(Duration::from_secs(10), connect)
+            .await
+            .map_err(|_| LockError::unavailable("test", "no application session in 10s"))?
+            .map_err(|e| LockError::unavailable_from("test", "no application session", e))?;
+        lock_zk::from_client(session, &self.0.root, self.0.options.clone()).await
+    }
+
+    fn addr(&self) -> Result<std::net::SocketAddr, LockError> {
+        self.0.server.addr().ok_or_else(|| LockError::config("the ZooKeeper test server's address is unknown"))
+    }
+}
+
+#[async_trait]
+impl Fixture for ZkSessionFixture {
+    fn backend(&self) -> &str {
+        "zookeeper"
+    }
+
+    async fn client(&self) -> Result<Arc<dyn DistributedLock>, LockError> {
+        Ok(Arc::new(self.lock_at(&self.addr()?.to_string()).await?))
+    }
+
+    async fn rw_client(&self) -> Result<Option<Arc<dyn DistributedRwLock>>, LockError> {
+        Ok(Some(Arc::new(self.lock_at(&self.addr()?.to_string()).await?)))
+    }
+
+    async fn semaphore_client(&self) -> Result<Option<Arc<dyn DistributedSemaphore>>, LockError> {
+        Ok(Some(Arc::new(self.lock_at(&self.addr()?.to_string()).await?)))
+    }
+
+    async fn linked_client(&self) -> Result<Option<LinkedClient>, LockError> {
+        let proxy = FaultProxy::start(self.addr()?).await?;
+        let client = self.lock_at(&proxy.local_addr().to_string()).await?;
+        Ok(Some(LinkedClient { client: Arc::new(client), link: proxy }))
+    }
+
+    fn server(&self) -> Option<Arc<dyn ServerControl>> {
+        self.0.server()
+    }
+
+    fn expiry_bound(&self) -> Duration {
+        self.0.expiry_bound()
+    }
+
+    async fn delete_entry(&self, name: &LockName) -> Result<bool, LockError> {
+        self.0.delete_entry(name).await
+    }
+
+    fn provenance(&self) -> String {
+        format!("{} (through an application's zookeeper_client::Client)", self.0.provenance())
+    }
+}
+
+lock_conformance::conformance_tests!(zookeeper_byo, || async { crate::ZkSessionFixture::start().await }, strict);
