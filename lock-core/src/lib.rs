@@ -61,7 +61,9 @@ pub use events::{EventsRef, LeaseEvents};
 pub use fenced::{FencedRegister, StaleToken};
 pub use holder::{Holder, HolderInfo, MAX_HOLDER_LEN, MAX_METADATA_LEN};
 pub use kind::LockKind;
-pub use kinds::{check_permits, permits_mismatch, writer_claim, KindAttempt, KindStore, StoreRwLock, StoreSemaphore};
+pub use kinds::{
+    check_permits, permits_mismatch, writer_claim, KindAttempt, KindGrant, KindStore, StoreRwLock, StoreSemaphore,
+};
 pub use lease::{Lease, LeaseGrant, LeaseHandle, LeaseObserver, LossTrigger, LostSignal, ReleaseOutcome, RenewOutcome};
 pub use lock::{DistributedLock, DistributedLockExt, DistributedRwLock, DistributedSemaphore};
 pub use memory::MemoryLock;

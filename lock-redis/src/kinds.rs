@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::{
-    Capabilities, KindAttempt, KindStore, LeaseStore, LockError, LockKind, LockName, OwnerId, ReleaseOutcome,
+    Capabilities, KindAttempt, KindGrant, KindStore, LeaseStore, LockError, LockKind, LockName, ReleaseOutcome,
     RenewOutcome, StoreRwLock, StoreSemaphore, TryLock, WakeSubscription,
 };
 use redis::Script;
@@ -158,14 +158,9 @@ impl KindStore for RedisKinds {
         }
     }
 
-    async fn renew(
-        &self,
-        kind: LockKind,
-        name: &LockName,
-        owner: OwnerId,
-        ttl: Duration,
-    ) -> Result<RenewOutcome, LockError> {
-        let (owner, ms) = (owner.to_hex(), ttl_ms(ttl).to_string());
+    async fn renew(&self, g: KindGrant<'_>, ttl: Duration) -> Result<RenewOutcome, LockError> {
+        let (kind, name) = (g.kind, g.name);
+        let (owner, ms) = (g.owner.to_hex(), ttl_ms(ttl).to_string());
         let args = [&*owner, &ms];
         let r = match kind {
             LockKind::Permit => {
@@ -187,8 +182,8 @@ impl KindStore for RedisKinds {
     /// A release publishes `one` on the channel of the waiters it lets in (one waiter per
     /// client wakes). `ZSET_RELEASE`'s last argument: "1" publishes only when the release left
     /// the set empty (the last reader out wakes a waiting writer), "0" always (a permit).
-    async fn release(&self, kind: LockKind, name: &LockName, owner: OwnerId) -> Result<ReleaseOutcome, LockError> {
-        let owner = owner.to_hex();
+    async fn release(&self, g: KindGrant<'_>) -> Result<ReleaseOutcome, LockError> {
+        let (kind, name, owner) = (g.kind, g.name, g.owner.to_hex());
         let r = match kind {
             LockKind::Permit => {
                 let k = SemKeys::new(&self.base.prefix, name);

@@ -2,6 +2,8 @@
 //! conformance suite plus MySQL-specific checks.
 
 mod common;
+#[macro_use]
+mod extras;
 
 use std::time::Duration;
 
@@ -9,75 +11,7 @@ use common::SqlFixture;
 
 lock_conformance::conformance_tests!(mysql, || async { crate::common::SqlFixture::mysql().await });
 
-/// The cases that need control of the server process, against a private MariaDB per test
-/// (the shared system server cannot be stopped): durability of fences and leases across a
-/// SIGKILL and restart, a paused (SIGSTOP) server, a stopped one, and the nemesis.
-mod mysql_server {
-    macro_rules! server_cases {
-        ($($case:ident),*) => {$(
-            #[test]
-            fn $case() {
-                lock_conformance::harness::run_test(
-                    stringify!($case),
-                    lock_conformance::harness::Mode::Strict,
-                    || async { crate::common::SqlFixture::mysql_private().await },
-                );
-            }
-        )*};
-    }
-    server_cases!(fault_server_restart, fault_server_pause, fault_unavailable, nemesis);
-}
-
-#[tokio::test]
-async fn extra_hostile_names() {
-    common::check_hostile_names(&SqlFixture::mysql().await.unwrap()).await.unwrap();
-}
-
-#[tokio::test]
-async fn extra_release_after_lost_reply() {
-    common::check_release_after_lost_reply(&SqlFixture::mysql().await.unwrap()).await.unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn extra_renewals_not_starved() {
-    common::check_renewals_not_starved(&SqlFixture::mysql().await.unwrap()).await.unwrap();
-}
-
-#[tokio::test]
-async fn extra_squatted_tables_are_refused() {
-    common::check_squatted_tables(&SqlFixture::mysql().await.unwrap()).await.unwrap();
-}
-
-#[tokio::test]
-async fn extra_schema_qualified_table() {
-    common::check_qualified_table(&SqlFixture::mysql().await.unwrap()).await.unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn extra_least_privilege() {
-    common::check_least_privilege(&SqlFixture::mysql().await.unwrap()).await.unwrap();
-}
-
-#[tokio::test]
-async fn extra_takeover_bumps_fence() {
-    common::check_takeover_fence(&SqlFixture::mysql().await.unwrap()).await.unwrap();
-}
-
-#[tokio::test]
-async fn extra_idempotent_and_remaining() {
-    common::check_idempotent_and_remaining(&SqlFixture::mysql().await.unwrap()).await.unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn extra_counter_is_exact() {
-    common::check_counter(&SqlFixture::mysql().await.unwrap(), 6, 15).await.unwrap();
-}
-
-#[tokio::test]
-async fn extra_bad_table_is_config_error() {
-    let fx = SqlFixture::mysql().await.unwrap();
-    common::check_bad_table(fx.url()).await;
-}
+server_extra_tests!(mysql_server, SqlFixture::mysql, crate::common::SqlFixture::mysql_private);
 
 #[tokio::test]
 async fn extra_unreachable_is_unavailable() {
@@ -118,16 +52,6 @@ async fn extra_provisioned_server() {
     let name = LockName::new("provisioned").unwrap();
     let lease = lock.try_acquire(&name, &AcquireOptions::new(Duration::from_secs(2))).await.unwrap().expect("free");
     lease.release().await.unwrap();
-}
-
-#[tokio::test]
-async fn extra_kinds_hostile_names() {
-    common::check_kinds_hostile_names(&SqlFixture::mysql().await.unwrap()).await.unwrap();
-}
-
-#[tokio::test]
-async fn extra_kinds_expiry_and_takeover() {
-    common::check_kinds_expiry_and_takeover(&SqlFixture::mysql().await.unwrap()).await.unwrap();
 }
 
 /// Durable fencing is declared only when InnoDB writes its log at every commit (issue 10.13):

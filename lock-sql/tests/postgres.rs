@@ -2,6 +2,8 @@
 //! conformance suite plus PostgreSQL-specific checks.
 
 mod common;
+#[macro_use]
+mod extras;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,77 +12,11 @@ use common::SqlFixture;
 
 lock_conformance::conformance_tests!(postgres, || async { crate::common::SqlFixture::postgres().await });
 
-/// The cases that need control of the server process, against a private server per test
-/// (the shared system server cannot be stopped): durability of fences and leases across a
-/// SIGKILL and restart, a paused (SIGSTOP) server, a stopped one, and the nemesis.
-mod postgres_server {
-    macro_rules! server_cases {
-        ($($case:ident),*) => {$(
-            #[test]
-            fn $case() {
-                lock_conformance::harness::run_test(stringify!($case), lock_conformance::harness::Mode::Strict, || async {
-                    crate::common::SqlFixture::postgres_private().await
-                });
-            }
-        )*};
-    }
-    server_cases!(fault_server_restart, fault_server_pause, fault_unavailable, nemesis);
-}
-
-#[tokio::test]
-async fn extra_hostile_names() {
-    common::check_hostile_names(&SqlFixture::postgres().await.unwrap()).await.unwrap();
-}
-
-#[tokio::test]
-async fn extra_release_after_lost_reply() {
-    common::check_release_after_lost_reply(&SqlFixture::postgres().await.unwrap()).await.unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn extra_renewals_not_starved() {
-    common::check_renewals_not_starved(&SqlFixture::postgres().await.unwrap()).await.unwrap();
-}
-
-#[tokio::test]
-async fn extra_squatted_tables_are_refused() {
-    common::check_squatted_tables(&SqlFixture::postgres().await.unwrap()).await.unwrap();
-}
-
-#[tokio::test]
-async fn extra_schema_qualified_table() {
-    common::check_qualified_table(&SqlFixture::postgres().await.unwrap()).await.unwrap();
-}
+server_extra_tests!(postgres_server, SqlFixture::postgres, crate::common::SqlFixture::postgres_private);
 
 #[tokio::test]
 async fn extra_table_of_another_owner_is_refused() {
     common::check_foreign_owner(&SqlFixture::postgres().await.unwrap()).await.unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn extra_least_privilege() {
-    common::check_least_privilege(&SqlFixture::postgres().await.unwrap()).await.unwrap();
-}
-
-#[tokio::test]
-async fn extra_takeover_bumps_fence() {
-    common::check_takeover_fence(&SqlFixture::postgres().await.unwrap()).await.unwrap();
-}
-
-#[tokio::test]
-async fn extra_idempotent_and_remaining() {
-    common::check_idempotent_and_remaining(&SqlFixture::postgres().await.unwrap()).await.unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn extra_counter_is_exact() {
-    common::check_counter(&SqlFixture::postgres().await.unwrap(), 6, 15).await.unwrap();
-}
-
-#[tokio::test]
-async fn extra_bad_table_is_config_error() {
-    let fx = SqlFixture::postgres().await.unwrap();
-    common::check_bad_table(fx.url()).await;
 }
 
 #[tokio::test]
@@ -197,16 +133,6 @@ async fn extra_provisioned_server() {
     let name = LockName::new("provisioned").unwrap();
     let lease = lock.try_acquire(&name, &AcquireOptions::new(Duration::from_secs(2))).await.unwrap().expect("free");
     lease.release().await.unwrap();
-}
-
-#[tokio::test]
-async fn extra_kinds_hostile_names() {
-    common::check_kinds_hostile_names(&SqlFixture::postgres().await.unwrap()).await.unwrap();
-}
-
-#[tokio::test]
-async fn extra_kinds_expiry_and_takeover() {
-    common::check_kinds_expiry_and_takeover(&SqlFixture::postgres().await.unwrap()).await.unwrap();
 }
 
 /// Durable fencing rests on durable commits (issue 10.13). The server acknowledges commits

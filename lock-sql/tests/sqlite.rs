@@ -1,6 +1,8 @@
 //! The SQL backend on SQLite: the conformance suite plus SQLite-specific checks.
 
 mod common;
+#[macro_use]
+mod extras;
 
 use std::time::Duration;
 
@@ -9,31 +11,12 @@ use common::SqlFixture;
 lock_conformance::conformance_tests!(sqlite, || async { crate::common::SqlFixture::sqlite().await });
 use lock_core::{AcquireOptions, DistributedLock, LockError, LockName};
 
-#[tokio::test]
-async fn extra_hostile_names() {
-    common::check_hostile_names(&SqlFixture::sqlite().await.unwrap()).await.unwrap();
-}
-
-#[tokio::test]
-async fn extra_takeover_bumps_fence() {
-    common::check_takeover_fence(&SqlFixture::sqlite().await.unwrap()).await.unwrap();
-}
-
-#[tokio::test]
-async fn extra_idempotent_and_remaining() {
-    common::check_idempotent_and_remaining(&SqlFixture::sqlite().await.unwrap()).await.unwrap();
-}
+extra_tests!(SqlFixture::sqlite);
 
 /// Several independent clients (one pool each, as separate processes would have) on one file.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extra_shared_file_counter_is_exact() {
     common::check_counter(&SqlFixture::sqlite().await.unwrap(), 6, 15).await.unwrap();
-}
-
-#[tokio::test]
-async fn extra_bad_table_is_config_error() {
-    let fx = SqlFixture::sqlite().await.unwrap();
-    common::check_bad_table(fx.url()).await;
 }
 
 #[tokio::test]
@@ -134,16 +117,6 @@ fn child_worker() {
             lease.release().await.unwrap();
         }
     });
-}
-
-#[tokio::test]
-async fn extra_kinds_hostile_names() {
-    common::check_kinds_hostile_names(&SqlFixture::sqlite().await.unwrap()).await.unwrap();
-}
-
-#[tokio::test]
-async fn extra_kinds_expiry_and_takeover() {
-    common::check_kinds_expiry_and_takeover(&SqlFixture::sqlite().await.unwrap()).await.unwrap();
 }
 
 /// A lease table made by a version without the holder columns gains them on connect, and its

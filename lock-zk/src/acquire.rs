@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use lock_core::{AcquireOptions, Backoff, Lease, LockError, LockName, OwnerId};
+use lock_core::{AcquireOptions, Backoff, Lease, LockError, LockName, OwnerId, WaitPolicy};
 use tokio::time::{sleep, sleep_until, Instant};
 use zookeeper_client::{Client, CreateMode, EventType};
 
@@ -65,17 +65,32 @@ pub(crate) struct Attempt<'a> {
 }
 
 impl<'a> Attempt<'a> {
+    /// An attempt that starts now; `queue` is false for a single try (`try_acquire*`), true to
+    /// wait as `opts.wait` says (`acquire*`).
     pub(crate) fn new(
         lock: &'a ZkLock,
         recipe: Recipe,
         name: &'a LockName,
         opts: &'a AcquireOptions,
-        begun: Instant,
-        deadline: Option<Instant>,
-        wait: bool,
+        queue: bool,
     ) -> Self {
+        let begun = Instant::now();
+        let (deadline, wait) = match opts.wait {
+            _ if !queue => (None, false),
+            // A zero wait is one attempt, like NoWait (busy → Timeout), not an instant Unavailable.
+            WaitPolicy::NoWait => (None, false),
+            WaitPolicy::For(w) if w.is_zero() => (None, false),
+            WaitPolicy::For(w) => (Some(begun + w), true),
+            // Forever, and any policy added later: wait until granted.
+            _ => (None, true),
+        };
         let backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
         Attempt { lock, recipe, name, opts, begun, deadline, wait, seen_busy: false, unavailable_since: None, backoff }
+    }
+
+    /// When this attempt started.
+    pub(crate) fn begun(&self) -> Instant {
+        self.begun
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_core::{AcquireOptions, Capabilities, Lease, LeaseModel, LockError, LockName, WaitPolicy, WakeMethod};
+use lock_core::{AcquireOptions, Capabilities, Lease, LeaseModel, LockError, LockName, WakeMethod};
 use tokio::time::{timeout, Instant};
 use zookeeper_client::{Acls, Client};
 
@@ -302,7 +302,7 @@ impl ZkLock {
         options: &AcquireOptions,
     ) -> Result<Option<Lease>, LockError> {
         options.validate(&capabilities())?;
-        Attempt::new(self, recipe, name, options, Instant::now(), None, false).run().await
+        Attempt::new(self, recipe, name, options, false).run().await
     }
 
     /// Queues and waits (acquire*) until granted or `options.wait` ends (`Timeout`).
@@ -314,16 +314,9 @@ impl ZkLock {
         options: &AcquireOptions,
     ) -> Result<Lease, LockError> {
         options.validate(&capabilities())?;
-        let begun = Instant::now();
-        let (deadline, wait) = match options.wait {
-            // A zero wait is one attempt, like NoWait (busy → Timeout), not an instant Unavailable.
-            WaitPolicy::NoWait => (None, false),
-            WaitPolicy::For(w) if w.is_zero() => (None, false),
-            WaitPolicy::For(w) => (Some(begun + w), true),
-            // Forever, and any policy added later: wait until granted.
-            _ => (None, true),
-        };
-        match Attempt::new(self, recipe, name, options, begun, deadline, wait).run().await? {
+        let attempt = Attempt::new(self, recipe, name, options, true);
+        let begun = attempt.begun();
+        match attempt.run().await? {
             Some(lease) => Ok(lease),
             None => Err(LockError::Timeout { name: name.as_str().to_owned(), waited: begun.elapsed() }),
         }

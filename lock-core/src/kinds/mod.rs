@@ -27,7 +27,7 @@ pub use rw::StoreRwLock;
 pub use semaphore::StoreSemaphore;
 
 /// How long a refused writer's claim holds back new readers (docs/contract.md §5.2): long
-/// enough to outlast the writer's re-try interval (a third of it, see [`KindStore::try_lock`]),
+/// enough to outlast the writer's re-try interval (a refused writer re-tries within a third of it),
 /// short enough that a writer that vanished (a crashed process) delays readers only briefly. A
 /// write wait that ends without a grant in a live process withdraws its claim at once
 /// ([`LeaseStore::abandon`]).
@@ -72,6 +72,18 @@ pub struct KindAttempt<'a> {
     pub claim: Option<Duration>,
 }
 
+/// One owner's grant of a read-write lock or semaphore, as renewals and releases name it.
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct KindGrant<'a> {
+    /// [`LockKind::Read`], [`LockKind::Write`] or [`LockKind::Permit`].
+    pub kind: LockKind,
+    /// The lock's name.
+    pub name: &'a LockName,
+    /// The holder.
+    pub owner: OwnerId,
+}
+
 /// The sides of a backend's read-write locks and semaphores. Every method is one owner-checked,
 /// atomic server operation on one grant of `kind`; none waits. A name used as a read-write lock
 /// and as a semaphore is two locks; a name's read and write grants are one read-write lock.
@@ -90,18 +102,12 @@ pub trait KindStore: Send + Sync + 'static {
     /// semaphore in use with another number of permits is [`permits_mismatch`].
     async fn try_lock(&self, attempt: KindAttempt<'_>) -> Result<TryLock, LockError>;
 
-    /// Extend `owner`'s grant of `kind` to `now + ttl` if it still holds it.
-    async fn renew(
-        &self,
-        kind: LockKind,
-        name: &LockName,
-        owner: OwnerId,
-        ttl: Duration,
-    ) -> Result<RenewOutcome, LockError>;
+    /// Extend the grant to `now + ttl` if its owner still holds it.
+    async fn renew(&self, grant: KindGrant<'_>, ttl: Duration) -> Result<RenewOutcome, LockError>;
 
-    /// Free `owner`'s grant of `kind` if it still holds it (a writer's claim goes with a write
-    /// release) and wake the waiters it lets in.
-    async fn release(&self, kind: LockKind, name: &LockName, owner: OwnerId) -> Result<ReleaseOutcome, LockError>;
+    /// Free the grant if its owner still holds it (a writer's claim goes with a write release)
+    /// and wake the waiters it lets in.
+    async fn release(&self, grant: KindGrant<'_>) -> Result<ReleaseOutcome, LockError>;
 
     /// Subscribes to the wake-ups of waiters for `kind` of `name`; `None` means the backend polls.
     async fn subscribe(&self, _kind: LockKind, _name: &LockName) -> Result<Option<WakeSubscription>, LockError> {
@@ -161,10 +167,6 @@ impl<B: KindStore> LeaseStore for KindSide<B> {
         self.store.backend()
     }
 
-    fn capabilities(&self) -> Capabilities {
-        self.store.capabilities()
-    }
-
     /// A single try does not wait, so it leaves no claim that would hold readers back.
     async fn try_lock(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<TryLock, LockError> {
         self.attempt(name, owner, ttl, false).await
@@ -185,15 +187,19 @@ impl<B: KindStore> LeaseStore for KindSide<B> {
     }
 
     async fn renew(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<RenewOutcome, LockError> {
-        self.store.renew(self.kind, name, owner, ttl).await
+        self.store.renew(KindGrant { kind: self.kind, name, owner }, ttl).await
     }
 
     async fn release(&self, name: &LockName, owner: OwnerId) -> Result<ReleaseOutcome, LockError> {
-        self.store.release(self.kind, name, owner).await
+        self.store.release(KindGrant { kind: self.kind, name, owner }).await
     }
 
     async fn subscribe(&self, name: &LockName) -> Result<Option<WakeSubscription>, LockError> {
         self.store.subscribe(self.kind, name).await
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.store.capabilities()
     }
 }
 

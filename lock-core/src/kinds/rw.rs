@@ -65,10 +65,6 @@ impl<B: KindStore> DistributedRwLock for StoreRwLock<B> {
         self.read.backend()
     }
 
-    fn capabilities(&self) -> Capabilities {
-        self.read.capabilities()
-    }
-
     async fn try_acquire_read(&self, name: &LockName, options: &AcquireOptions) -> Result<Option<Lease>, LockError> {
         self.read.try_acquire(name, options).await
     }
@@ -83,5 +79,9 @@ impl<B: KindStore> DistributedRwLock for StoreRwLock<B> {
 
     async fn acquire_write(&self, name: &LockName, options: &AcquireOptions) -> Result<Lease, LockError> {
         self.write.acquire(name, options).await
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.read.capabilities()
     }
 }

@@ -62,10 +62,6 @@ impl<B: KindStore> DistributedSemaphore for StoreSemaphore<B> {
         self.store.backend()
     }
 
-    fn capabilities(&self) -> Capabilities {
-        self.store.capabilities()
-    }
-
     async fn try_acquire_permit(
         &self,
         name: &LockName,
@@ -82,5 +78,9 @@ impl<B: KindStore> DistributedSemaphore for StoreSemaphore<B> {
         options: &AcquireOptions,
     ) -> Result<Lease, LockError> {
         self.side(permits)?.acquire(name, options).await
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.store.capabilities()
     }
 }

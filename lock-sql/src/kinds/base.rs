@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::{
-    Capabilities, KindAttempt, KindStore, LockError, LockKind, LockName, OwnerId, ReleaseOutcome, RenewOutcome,
-    TryLock, WakeSubscription,
+    Capabilities, KindAttempt, KindGrant, KindStore, LockError, LockKind, LockName, OwnerId, ReleaseOutcome,
+    RenewOutcome, TryLock, WakeSubscription,
 };
 
 use crate::decide::{family, Plan};
@@ -135,19 +135,15 @@ impl KindStore for SqlKinds {
         }
     }
 
-    async fn renew(
-        &self,
-        kind: LockKind,
-        name: &LockName,
-        owner: OwnerId,
-        ttl: Duration,
-    ) -> Result<RenewOutcome, LockError> {
+    async fn renew(&self, g: KindGrant<'_>, ttl: Duration) -> Result<RenewOutcome, LockError> {
+        let (kind, name, owner) = (g.kind, g.name, g.owner);
         let _serial = self.store.one_at_a_time(owner).await;
         let rows = self.owner_stmt("renew", &self.sql.renew, Some(ttl_ms(ttl)), family(kind), name, owner).await?;
         Ok(if rows > 0 { RenewOutcome::Renewed } else { RenewOutcome::NotOwner })
     }
 
-    async fn release(&self, kind: LockKind, name: &LockName, owner: OwnerId) -> Result<ReleaseOutcome, LockError> {
+    async fn release(&self, g: KindGrant<'_>) -> Result<ReleaseOutcome, LockError> {
+        let (kind, name, owner) = (g.kind, g.name, g.owner);
         let _serial = self.store.one_at_a_time(owner).await;
         let o = owner.to_hex();
         let stmt =

@@ -1,0 +1,80 @@
+//! The checks of `common` as tests, written once for every database file (`sqlite.rs`,
+//! `postgres.rs`, `mysql.rs`) instead of a copy of each test in each file.
+
+/// `check_tests!(FIXTURE; test => check(args…), …)`: for each pair, a test named `test` that
+/// runs `common::check(&FIXTURE().await?, args…)` and fails on its error. `multi` before the
+/// list runs them on two worker threads (checks that need tasks to run in parallel).
+macro_rules! check_tests {
+    ($fx:path; $($test:ident => $check:ident $(($($arg:expr),*))?),* $(,)?) => {$(
+        #[tokio::test]
+        async fn $test() {
+            common::$check(&$fx().await.unwrap() $($(, $arg)*)?).await.unwrap();
+        }
+    )*};
+    (multi $fx:path; $($test:ident => $check:ident $(($($arg:expr),*))?),* $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $test() {
+            common::$check(&$fx().await.unwrap() $($(, $arg)*)?).await.unwrap();
+        }
+    )*};
+}
+
+/// The checks every database passes, on `FIXTURE`.
+macro_rules! extra_tests {
+    ($fx:path) => {
+        check_tests!($fx;
+            extra_hostile_names => check_hostile_names,
+            extra_takeover_bumps_fence => check_takeover_fence,
+            extra_idempotent_and_remaining => check_idempotent_and_remaining,
+            extra_kinds_hostile_names => check_kinds_hostile_names,
+            extra_kinds_expiry_and_takeover => check_kinds_expiry_and_takeover,
+        );
+
+        #[tokio::test]
+        async fn extra_bad_table_is_config_error() {
+            let fx = $fx().await.unwrap();
+            common::check_bad_table(fx.url()).await;
+        }
+    };
+}
+
+/// A database server's (PostgreSQL, MySQL) tests on `FIXTURE`: [`extra_tests!`], the checks of
+/// a server with its own users and connections, and in module `MODULE` the conformance cases
+/// that need control of the server process, against a private server per test from `PRIVATE`
+/// (the shared system server cannot be stopped): durability of fences and leases across a
+/// SIGKILL and restart, a paused (SIGSTOP) server, a stopped one, and the nemesis.
+#[allow(unused_macros, reason = "sqlite.rs has no server process to control")]
+macro_rules! server_extra_tests {
+    ($module:ident, $fx:path, $private:path) => {
+        extra_tests!($fx);
+        check_tests!($fx;
+            extra_release_after_lost_reply => check_release_after_lost_reply,
+            extra_squatted_tables_are_refused => check_squatted_tables,
+            extra_schema_qualified_table => check_qualified_table,
+        );
+        check_tests!(multi $fx;
+            extra_renewals_not_starved => check_renewals_not_starved,
+            extra_least_privilege => check_least_privilege,
+            extra_counter_is_exact => check_counter(6, 15),
+        );
+
+        mod $module {
+            server_cases!($private; fault_server_restart, fault_server_pause, fault_unavailable, nemesis);
+        }
+    };
+}
+
+/// The conformance cases `CASE…` as tests against a fresh server from `PRIVATE` each.
+#[allow(unused_macros, reason = "sqlite.rs has no server process to control")]
+macro_rules! server_cases {
+    ($private:path; $($case:ident),*) => {$(
+        #[test]
+        fn $case() {
+            lock_conformance::harness::run_test(
+                stringify!($case),
+                lock_conformance::harness::Mode::Strict,
+                || async { $private().await },
+            );
+        }
+    )*};
+}
