@@ -91,6 +91,15 @@ pub trait Fixture: Send + Sync + 'static {
         Ok(false)
     }
 
+    /// Why `case` cannot hold for this fixture's way of building clients, or `None` (the
+    /// default) to run it. The runner reports the case `NOT APPLICABLE` with this reason, in
+    /// strict mode too: use it only for a limit the product documents (e.g. a session the
+    /// application owns cannot be replaced after it expires), never to hide a failure.
+    fn not_applicable(&self, _case: &str) -> Option<String> {
+        None
+    }
+
+
     /// Where the server came from (`env DLOCK_TEST_REDIS_URL`, `container redis:7`, `local
     /// binary /usr/bin/redis-server`, …), for reports. Empty when not known.
     fn provenance(&self) -> String {

@@ -117,6 +117,9 @@ pub async fn run_case(case: &Case, fixture: Arc<dyn Fixture>) -> CaseReport {
     let name = format!("{}::{}", fixture.backend(), case.name);
     let limit = case.time_limit(&*fixture);
     let started = Instant::now();
+    if let Some(why) = fixture.not_applicable(case.name) {
+        return CaseReport { name, outcome: Outcome::NotApplicable, ms: 0, detail: why };
+    }
     let mut task = tokio::spawn(case.run(fixture));
     let (outcome, detail) = match tokio::time::timeout(limit, &mut task).await {
         Ok(Ok(Ok(detail))) => (Outcome::Passed, detail),

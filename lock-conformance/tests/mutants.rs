@@ -321,6 +321,13 @@ async fn no_exclusion_is_caught() {
     .await;
 }
 
+/// `hold_at_least` rests on an owner-checked renewal that moves the lease's end to `t0 + d`:
+/// a store whose renewal frees the lock lets the next holder in right after the early release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_that_frees_early_is_caught() {
+    assert_fails(Bug::RenewReleases, &["hold_at_least_early_release"]).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renew_that_releases_is_caught() {
     assert_fails(Bug::RenewReleases, &["renew_is_owner_checked", "manual_renew_extends", "auto_renew_keeps_lock"])

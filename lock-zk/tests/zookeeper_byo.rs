@@ -75,6 +75,19 @@ impl Fixture for ZkSessionFixture {
     fn provenance(&self) -> String {
         format!("{} (through an application's zookeeper_client::Client)", self.0.provenance())
     }
+
+    /// The session belongs to the application: after it expires dlock answers `Unavailable`
+    /// and cannot open a new one (`lock_zk::from_client`'s documented limit), while these cases
+    /// cut the link or stop the server past the session timeout and expect a new session.
+    fn not_applicable(&self, case: &str) -> Option<String> {
+        const NEED_A_NEW_SESSION: &[&str] =
+            &["fault_partition", "fault_server_restart", "fault_unavailable", "forever_survives_transient_errors"];
+        NEED_A_NEW_SESSION.contains(&case).then(|| {
+            "an application's own ZooKeeper session cannot be replaced after it expires (lock_zk::from_client); \
+             the case needs a new session after a server or link outage longer than the session timeout"
+                .to_owned()
+        })
+    }
 }
 
 lock_conformance::conformance_tests!(zookeeper_byo, || async { crate::ZkSessionFixture::start().await }, strict);
