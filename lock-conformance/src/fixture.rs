@@ -99,7 +99,6 @@ pub trait Fixture: Send + Sync + 'static {
         None
     }
 
-
     /// Where the server came from (`env DLOCK_TEST_REDIS_URL`, `container redis:7`, `local
     /// binary /usr/bin/redis-server`, …), for reports. Empty when not known.
     fn provenance(&self) -> String {
