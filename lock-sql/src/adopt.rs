@@ -22,7 +22,6 @@ pub(crate) enum Owner {
     /// Anyone else (the role's name).
     Other(String),
     /// The database has no table owners (MySQL, SQLite).
-    #[cfg_attr(not(any(feature = "mysql", feature = "sqlite")), allow(dead_code))]
     NotTracked,
 }
 
