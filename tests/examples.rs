@@ -66,6 +66,18 @@ async fn redis() {
     all_examples(Config::from_url(server.url())).await;
 }
 
+/// Redlock over three masters: `leader()` answers `Unsupported` there (no `inspect`), which
+/// `leader_election` reports and goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock() {
+    let mut masters = Vec::new();
+    for _ in 0..3 {
+        masters.push(RedisServer::start_local().await.expect("a Redis master"));
+    }
+    let hosts: Vec<&str> = masters.iter().map(|m| m.url().trim_start_matches("redis://")).collect();
+    all_examples(Config::from_url(&format!("redlock://{}", hosts.join(",")))).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zookeeper() {
     let server = ZkServer::start().await.expect("a ZooKeeper server");
