@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use dlock::{AcquireOptions, Config, DistributedLock, Holder, LockName};
+use dlock::{AcquireOptions, Config, Holder, LockName};
 use dlock_testkit::servers::redis::RedisServer;
 use dlock_testkit::servers::zookeeper::ZkServer;
 use serde_json::Value;
@@ -143,6 +143,11 @@ async fn postgres() {
     let mut config = Config::from_url(&url);
     config.sql.table = table.clone();
     scenario(config, &[("DLOCK_SQL__TABLE", &table)], "pg").await;
+    use sqlx::{Connection, Executor};
+    let mut c = sqlx::PgConnection::connect(&url).await.expect("connect to drop the test tables");
+    for t in [table.clone(), format!("{table}_counters"), format!("{table}_holders")] {
+        c.execute(sqlx::AssertSqlSafe(format!("DROP TABLE IF EXISTS {t}"))).await.expect("drop a test table");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -152,6 +157,11 @@ async fn mysql() {
     let mut config = Config::from_url(&url);
     config.sql.table = table.clone();
     scenario(config, &[("DLOCK_SQL__TABLE", &table)], "mysql").await;
+    use sqlx::{Connection, Executor};
+    let mut c = sqlx::MySqlConnection::connect(&url).await.expect("connect to drop the test tables");
+    for t in [table.clone(), format!("{table}_counters"), format!("{table}_holders")] {
+        c.execute(sqlx::AssertSqlSafe(format!("DROP TABLE IF EXISTS {t}"))).await.expect("drop a test table");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
