@@ -51,6 +51,16 @@ fn failed(lock: &ZkLock, f: Failure) -> LockError {
     }
 }
 
+/// The path of the lowest node of the exclusive queue under `parent` (the holder's), if any.
+async fn lowest(client: &Client, lock: &ZkLock, parent: &str, bound: Duration) -> Result<Option<String>, LockError> {
+    let children = match call(bound, "listing the lock's queue", client.list_children(parent)).await {
+        Ok(c) => c,
+        Err(Failure::Server(ZkError::NoNode)) => return Ok(None),
+        Err(f) => return Err(failed(lock, f)),
+    };
+    Ok(queue(Recipe::Exclusive, children).into_iter().next().map(|first| format!("{parent}/{first}")))
+}
+
 /// The holder of `name`: the lowest node of its queue, read right after listing (a node that
 /// went away in between is followed by the next listing, a few times at most).
 async fn holder_of(
@@ -61,13 +71,7 @@ async fn holder_of(
 ) -> Result<Option<HolderInfo>, LockError> {
     let parent = lock.parent(Recipe::Exclusive, name);
     for _ in 0..3 {
-        let children = match call(bound, "listing the lock's queue", client.list_children(&parent)).await {
-            Ok(c) => c,
-            Err(Failure::Server(ZkError::NoNode)) => return Ok(None),
-            Err(f) => return Err(failed(lock, f)),
-        };
-        let Some(first) = queue(Recipe::Exclusive, children).into_iter().next() else { return Ok(None) };
-        let path = format!("{parent}/{first}");
+        let Some(path) = lowest(client, lock, &parent, bound).await? else { return Ok(None) };
         match call(bound, "reading the holder's node", client.get_data(&path)).await {
             Ok((data, stat)) => {
                 let token = u64::try_from(stat.czxid).map_err(|_| {
@@ -140,13 +144,7 @@ impl ZkLock {
         let client = &session.client;
         let parent = self.parent(Recipe::Exclusive, name);
         for _ in 0..3 {
-            let children = match call(bound, "listing the lock's queue", client.list_children(&parent)).await {
-                Ok(c) => c,
-                Err(Failure::Server(ZkError::NoNode)) => return Ok(None),
-                Err(f) => return Err(failed(self, f)),
-            };
-            let Some(first) = queue(Recipe::Exclusive, children).into_iter().next() else { return Ok(None) };
-            let path = format!("{parent}/{first}");
+            let Some(path) = lowest(client, self, &parent, bound).await? else { return Ok(None) };
             let stat = match call(bound, "reading the holder's node", client.check_stat(&path)).await {
                 Ok(Some(stat)) => stat,
                 Ok(None) | Err(Failure::Server(ZkError::NoNode)) => continue,
