@@ -201,3 +201,27 @@ fn an_unreachable_backend_exits_69() {
     let out = output(&["status", "--url", "redis://127.0.0.1:1", "x"], &[("DLOCK_REQUEST_TIMEOUT", "1s")]);
     assert_eq!(code(&out), 69, "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+#[test]
+fn run_holder_is_what_status_shows() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite://{}", dir.path().join("holder.db").display());
+    let seen = dir.path().join("status.json");
+    // The command asks the tool who holds its own lock.
+    let script = format!(
+        "'{}' status --url '{url}' --json jobs/held > '{}' && echo $DLOCK_FENCING_TOKEN",
+        env!("CARGO_BIN_EXE_dlock"),
+        seen.display()
+    );
+    let out = output(
+        &["run", "--url", &url, "--name", "jobs/held", "--holder", "cron@host-1", "--", "sh", "-c", &script],
+        &[],
+    );
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    let token: u64 = stdout(&out).trim().parse().expect("the command printed its token");
+    let status: Value = serde_json::from_str(&std::fs::read_to_string(&seen).expect("status written")).expect("JSON");
+    assert_eq!(status["holder"], "cron@host-1", "{status}");
+    assert_eq!(status["token"].as_u64(), Some(token), "{status}");
+    let out = output(&["run", "--url", &url, "--name", "jobs/held", "--holder", "bad\nid", "--", "true"], &[]);
+    assert_eq!(code(&out), 2, "an invalid holder id is a usage error");
+}
