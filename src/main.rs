@@ -3,8 +3,10 @@
 //! - `dlock conformance --url URL | --config FILE [--json]`: runs the conformance suite against a
 //!   deployment; exit status 0 only when nothing failed and nothing was skipped.
 //! - `dlock acquire NAME [--hold 5s]`: takes a lock, prints its fencing token, holds, releases.
-//! - `dlock run --name NAME [--ttl 30s] [--wait 0s|10s|forever] -- CMD ARGS…`: runs a command under
+//! - `dlock run --name NAME [--ttl 30s] [--wait 0s|10s|forever] [--holder ID] -- CMD ARGS…`: runs a command under
 //!   a lock (exit codes in `cli/exit.rs`).
+//! - `dlock status NAME`, `dlock list [--prefix P]`, `dlock watch NAME`, `dlock release --force
+//!   NAME` (each with `--json`): who holds what, holder changes, an operator's forced release.
 //! - `dlock config [--json]`: shows the effective configuration as TOML or JSON (secrets redacted).
 //! - `dlock doctor --url URL [--json]`: checks the deployment and says what to fix.
 //! - `dlock bench --url URL [--duration 5s] [--clients 8] [--json]`: measures the deployment next to
@@ -29,10 +31,14 @@ mod cli {
     pub(crate) mod doctor;
     pub(crate) mod exit;
     pub(crate) mod fixture;
+    pub(crate) mod list;
     pub(crate) mod progress;
     pub(crate) mod raw;
     pub(crate) mod redactor;
+    pub(crate) mod release;
     pub(crate) mod run;
+    pub(crate) mod status;
+    pub(crate) mod watch;
 }
 
 use cli::exit;
@@ -61,6 +67,16 @@ enum Command {
     /// Run a command while holding a lock (exit codes: 1 busy, 2 usage, 3 lease lost,
     /// 69 backend unavailable, 78 configuration error; otherwise the command's own status).
     Run(cli::run::RunArgs),
+    /// Who holds a lock: holder, fencing token, kind, time left, metadata, or "free" (exit 0
+    /// either way).
+    Status(cli::status::StatusArgs),
+    /// The held locks, as a table or --json.
+    List(cli::list::ListArgs),
+    /// Print a line each time a lock's holder changes (polls every --interval), until Ctrl-C.
+    Watch(cli::watch::WatchArgs),
+    /// Free a lock whoever holds it (--force), take it over and release it, so the old holder's
+    /// writes are fenced out; prints both tokens.
+    Release(cli::release::ReleaseArgs),
 }
 
 #[derive(Args)]
@@ -147,6 +163,10 @@ fn main() -> ExitCode {
             Command::Bench(args) => cli::bench::run(args, &out).await,
             Command::Config(args) => cli::config::run(args, &out),
             Command::Doctor(args) => cli::doctor::run(args, &out).await,
+            Command::Status(args) => cli::status::run(args, &out).await,
+            Command::List(args) => cli::list::run(args, &out).await,
+            Command::Watch(args) => cli::watch::run(args, &out).await,
+            Command::Release(args) => cli::release::run(args, &out).await,
         };
         match result {
             Ok(true) => exit::SUCCESS,

@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use lock_core::{
     async_trait, AcquireOptions, Capabilities, DistributedLock, DistributedRwLock, DistributedSemaphore, EventsRef,
-    HolderInfo, Lease, LeaseEvents, LockError, LockName,
+    FencingToken, HolderInfo, Lease, LeaseEvents, LockError, LockName,
 };
 use tokio::time::Instant;
 
@@ -197,6 +197,9 @@ impl<L: DistributedLock + ?Sized> DistributedLock for Metered<L> {
     }
     async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<HolderInfo>, LockError> {
         self.inner.list(prefix, limit).await
+    }
+    async fn force_release(&self, name: &LockName) -> Result<Option<FencingToken>, LockError> {
+        self.inner.force_release(name).await
     }
 }
 

@@ -4,7 +4,7 @@ use std::future::Future;
 
 use async_trait::async_trait;
 
-use crate::{AcquireOptions, Capabilities, HolderInfo, Lease, LeaseObserver, LockError, LockName};
+use crate::{AcquireOptions, Capabilities, FencingToken, HolderInfo, Lease, LeaseObserver, LockError, LockName};
 
 /// An exclusive distributed lock service (docs/contract.md §4). Object safe: the facade hands out
 /// `Arc<dyn DistributedLock>`.
@@ -46,6 +46,15 @@ pub trait DistributedLock: Send + Sync + 'static {
     /// (docs/contract.md §5.6). `Unsupported` unless `capabilities().list`.
     async fn list(&self, _prefix: &str, _limit: usize) -> Result<Vec<HolderInfo>, LockError> {
         Err(LockError::Unsupported { backend: self.backend().to_owned(), feature: "list" })
+    }
+
+    /// An operator's override (docs/contract.md §5.6): frees `name` whoever holds it, without
+    /// the holder's owner id, keeping the name's fence so that the next grant's token is higher
+    /// than the freed one. Returns the freed holder's token, `Ok(None)` when nobody held it. The
+    /// old holder's renewal then fails (its lost signal fires) and a fenced resource refuses its
+    /// writes once a newer token has been used. `Unsupported` by default.
+    async fn force_release(&self, _name: &LockName) -> Result<Option<FencingToken>, LockError> {
+        Err(LockError::Unsupported { backend: self.backend().to_owned(), feature: "force_release" })
     }
 }
 

@@ -501,6 +501,11 @@ impl DistributedLock for MemoryLock {
         self.reachable()?;
         Ok(self.list_now(prefix, limit))
     }
+
+    async fn force_release(&self, name: &LockName) -> Result<Option<FencingToken>, LockError> {
+        self.reachable()?;
+        Ok(self.force_release_now(name))
+    }
 }
 
 #[async_trait]

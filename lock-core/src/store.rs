@@ -124,6 +124,13 @@ pub trait LeaseStore: Send + Sync + 'static {
         Err(LockError::Unsupported { backend: self.backend().to_owned(), feature: "list" })
     }
 
+    /// Frees `name` whoever holds it, keeping its fence (docs/contract.md §5.6,
+    /// [`DistributedLock::force_release`]): the freed holder's token, `None` when it was free.
+    /// `Unsupported` by default.
+    async fn force_release(&self, _name: &LockName) -> Result<Option<FencingToken>, LockError> {
+        Err(LockError::Unsupported { backend: self.backend().to_owned(), feature: "force_release" })
+    }
+
     /// Subscribes to release hints for `name` (before the next attempt, so no release is
     /// missed). `None` means the backend polls.
     async fn subscribe(&self, _name: &LockName) -> Result<Option<WakeSubscription>, LockError> {
@@ -286,6 +293,10 @@ impl<S: LeaseStore> DistributedLock for StoreLock<S> {
 
     async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<HolderInfo>, LockError> {
         self.store.list(prefix, limit).await
+    }
+
+    async fn force_release(&self, name: &LockName) -> Result<Option<FencingToken>, LockError> {
+        self.store.force_release(name).await
     }
 
     #[tracing::instrument(name = "dlock.try_acquire", level = "debug", skip_all, fields(backend = self.store.backend(), lock = %name))]

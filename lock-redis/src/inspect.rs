@@ -1,11 +1,12 @@
 //! Who holds a lock on Redis (docs/contract.md §5.6): the holder id and metadata live in the
 //! lease hash (fields `h`, `m`, written by the acquire script in the same call and expiring with
 //! the lease); `inspect` reads the hash and its `PTTL` in one script, `list` walks the key space
-//! with `SCAN` over the prefix's exclusive-lock keys.
+//! with `SCAN` over the prefix's exclusive-lock keys; `force_release` deletes the lease hash
+//! (never the fence counter).
 
-use lock_core::{escape_prefix, Claim, HolderInfo, LockError, LockKind, LockName};
+use lock_core::{escape_prefix, Claim, FencingToken, HolderInfo, LockError, LockKind, LockName};
 
-use crate::scripts::{Keys, INSPECT};
+use crate::scripts::{Keys, FORCE_RELEASE, INSPECT};
 use crate::single::{remaining_from, token_from, RedisStore, BACKEND};
 
 /// Most `SCAN` calls one `list` makes (each looks at about [`SCAN_COUNT`] keys).
@@ -53,6 +54,23 @@ pub(crate) async fn inspect(store: &RedisStore, name: &LockName) -> Result<Optio
             .with_holder(strip(holder), strip(metadata))
             .with_remaining(remaining),
     ))
+}
+
+/// Frees `name` whoever holds it, keeping the fence counter (one script); the freed token.
+pub(crate) async fn force_release(store: &RedisStore, name: &LockName) -> Result<Option<FencingToken>, LockError> {
+    let keys: Keys = store.keys(name);
+    let keys = &keys;
+    let reply: Vec<String> = store
+        .node
+        .run(store.node.request_timeout(), |mut c| async move {
+            FORCE_RELEASE.key(&keys.lock).arg(&keys.channel).invoke_async(&mut c).await
+        })
+        .await?;
+    match reply.as_slice() {
+        [] => Ok(None),
+        [token] => Ok(Some(token_from(BACKEND, token.parse::<i64>().unwrap_or(0))?)),
+        _ => Err(LockError::backend(BACKEND, format!("unexpected reply from the force-release script: {reply:?}"))),
+    }
 }
 
 pub(crate) async fn list(store: &RedisStore, prefix: &str, limit: usize) -> Result<Vec<HolderInfo>, LockError> {

@@ -256,4 +256,8 @@ impl LeaseStore for RedisStore {
     async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<HolderInfo>, LockError> {
         crate::inspect::list(self, prefix, limit).await
     }
+
+    async fn force_release(&self, name: &LockName) -> Result<Option<FencingToken>, LockError> {
+        crate::inspect::force_release(self, name).await
+    }
 }

@@ -360,4 +360,20 @@ impl LeaseStore for SqlStore {
         let rows = self.run("list", || self.dialect.list(prefix, limit)).await?;
         rows.into_iter().map(|s| self.info(s)).collect()
     }
+
+    /// Reads the live grant, then frees exactly that grant (fence-checked, not owner-checked):
+    /// a grant made in between is not touched, and the read is repeated.
+    async fn force_release(&self, name: &LockName) -> Result<Option<FencingToken>, LockError> {
+        let n = name.as_str();
+        for _ in 0..3 {
+            let Some(seen) = self.run("inspect", || self.dialect.inspect(n)).await? else { return Ok(None) };
+            if self.run("force release", || self.dialect.force_release(n, seen.fence)).await? {
+                return self.fence_token(seen.fence).map(Some);
+            }
+        }
+        Err(LockError::unavailable(
+            self.label(),
+            format!("{name} changed hands under three force releases in a row; try again"),
+        ))
+    }
 }

@@ -1,6 +1,7 @@
 //! Who holds a lock on ZooKeeper (docs/contract.md §5.6): the holder id and metadata are the
 //! data of the exclusive lock's node, written by the create itself; `inspect` reads the lowest
-//! node of the name's queue (its `czxid` is the token), `list` the children of the root.
+//! node of the name's queue (its `czxid` is the token), `list` the children of the root;
+//! `force_release` deletes that lowest node.
 
 use std::time::Duration;
 
@@ -50,6 +51,16 @@ fn failed(lock: &ZkLock, f: Failure) -> LockError {
     }
 }
 
+/// The path of the lowest node of the exclusive queue under `parent` (the holder's), if any.
+async fn lowest(client: &Client, lock: &ZkLock, parent: &str, bound: Duration) -> Result<Option<String>, LockError> {
+    let children = match call(bound, "listing the lock's queue", client.list_children(parent)).await {
+        Ok(c) => c,
+        Err(Failure::Server(ZkError::NoNode)) => return Ok(None),
+        Err(f) => return Err(failed(lock, f)),
+    };
+    Ok(queue(Recipe::Exclusive, children).into_iter().next().map(|first| format!("{parent}/{first}")))
+}
+
 /// The holder of `name`: the lowest node of its queue, read right after listing (a node that
 /// went away in between is followed by the next listing, a few times at most).
 async fn holder_of(
@@ -60,13 +71,7 @@ async fn holder_of(
 ) -> Result<Option<HolderInfo>, LockError> {
     let parent = lock.parent(Recipe::Exclusive, name);
     for _ in 0..3 {
-        let children = match call(bound, "listing the lock's queue", client.list_children(&parent)).await {
-            Ok(c) => c,
-            Err(Failure::Server(ZkError::NoNode)) => return Ok(None),
-            Err(f) => return Err(failed(lock, f)),
-        };
-        let Some(first) = queue(Recipe::Exclusive, children).into_iter().next() else { return Ok(None) };
-        let path = format!("{parent}/{first}");
+        let Some(path) = lowest(client, lock, &parent, bound).await? else { return Ok(None) };
         match call(bound, "reading the holder's node", client.get_data(&path)).await {
             Ok((data, stat)) => {
                 let token = u64::try_from(stat.czxid).map_err(|_| {
@@ -125,6 +130,39 @@ impl ZkLock {
             }
         }
         Ok(held)
+    }
+
+    /// Deletes the holder's node of `name` (the lowest of its queue), whoever's session made it:
+    /// the holder's node watch fires its lost signal, and the next node is created later, so its
+    /// `czxid` (token) is higher. The deleted node's token, `None` when nobody held `name`.
+    pub(crate) async fn force_release_now(
+        &self,
+        name: &LockName,
+    ) -> Result<Option<lock_core::FencingToken>, LockError> {
+        let (bound, deadline) = self.bound();
+        let session = self.session(deadline).await?;
+        let client = &session.client;
+        let parent = self.parent(Recipe::Exclusive, name);
+        for _ in 0..3 {
+            let Some(path) = lowest(client, self, &parent, bound).await? else { return Ok(None) };
+            let stat = match call(bound, "reading the holder's node", client.check_stat(&path)).await {
+                Ok(Some(stat)) => stat,
+                Ok(None) | Err(Failure::Server(ZkError::NoNode)) => continue,
+                Err(f) => return Err(failed(self, f)),
+            };
+            let token = u64::try_from(stat.czxid).map_err(|_| {
+                LockError::backend(BACKEND, format!("the holder's node has a negative czxid {}", stat.czxid))
+            })?;
+            match call(bound, "deleting the holder's node", client.delete(&path, None)).await {
+                Ok(()) => return Ok(Some(lock_core::FencingToken(token))),
+                Err(Failure::Server(ZkError::NoNode)) => continue,
+                Err(f) => return Err(failed(self, f)),
+            }
+        }
+        Err(LockError::unavailable(
+            BACKEND,
+            format!("the queue of {name} changed under three tries in a row; try again"),
+        ))
     }
 }
 

@@ -2,8 +2,8 @@
 
 use async_trait::async_trait;
 use lock_core::{
-    AcquireOptions, Capabilities, DistributedLock, DistributedRwLock, DistributedSemaphore, HolderInfo, Lease,
-    LockError, LockName,
+    AcquireOptions, Capabilities, DistributedLock, DistributedRwLock, DistributedSemaphore, FencingToken, HolderInfo,
+    Lease, LockError, LockName,
 };
 
 use crate::client::{capabilities, ZkLock};
@@ -34,6 +34,10 @@ impl DistributedLock for ZkLock {
 
     async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<HolderInfo>, LockError> {
         self.list_now(prefix, limit).await
+    }
+
+    async fn force_release(&self, name: &LockName) -> Result<Option<FencingToken>, LockError> {
+        self.force_release_now(name).await
     }
 }
 

@@ -1,4 +1,4 @@
-//! `dlock run --name NAME [--ttl 30s] [--wait 0s|10s|forever] -- CMD ARGS…`: runs a command while
+//! `dlock run --name NAME [--ttl 30s] [--wait 0s|10s|forever] [--holder ID] -- CMD ARGS…`: runs a command while
 //! holding a lock, the way `flock`, `consul lock` and `etcdctl lock` do, with the lease kept
 //! renewed and the fencing token handed to the command.
 //!
@@ -11,7 +11,7 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use clap::Args;
-use dlock::{LockError, LockName, WaitPolicy};
+use dlock::{Holder, LockError, LockName, WaitPolicy};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use tokio::process::Command;
@@ -35,6 +35,9 @@ pub(crate) struct RunArgs {
     /// (default: the configured wait).
     #[arg(long, value_parser = parse_wait)]
     wait: Option<WaitPolicy>,
+    /// Who is holding, shown by `dlock status`/`list`/`watch` (default: none).
+    #[arg(long)]
+    holder: Option<String>,
     /// How long the command has between SIGTERM and SIGKILL when the lease is lost.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
     grace: Duration,
@@ -71,6 +74,9 @@ async fn run_inner(args: RunArgs, out: &Redactor) -> Result<Exit, LockError> {
     }
     if let Some(wait) = args.wait {
         opts = opts.wait_policy(wait);
+    }
+    if let Some(holder) = &args.holder {
+        opts = opts.holder(Holder::new(holder.as_str())?);
     }
     // Listen before the command exists, so a signal that arrives early is not lost.
     let mut sigint = signal(SignalKind::interrupt()).map_err(|e| LockError::backend("dlock", e))?;

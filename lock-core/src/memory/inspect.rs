@@ -1,10 +1,10 @@
-//! `inspect` and `list` of the in-memory backend (docs/contract.md §5.6): the exclusive locks'
+//! `inspect`, `list` and `force_release` of the in-memory backend (docs/contract.md §5.6): the exclusive locks'
 //! live holders, read under the server's mutex.
 
 use tokio::time::Instant;
 
 use super::{Entry, Family, MemoryLock};
-use crate::{HolderInfo, LockKind, LockName};
+use crate::{FencingToken, HolderInfo, LockKind, LockName};
 
 impl Entry {
     /// The live holder of an exclusive lock, as reported.
@@ -41,5 +41,18 @@ impl MemoryLock {
         held.sort_by(|a, b| a.name.cmp(&b.name));
         held.truncate(limit);
         held
+    }
+
+    /// Forgets the live holder of the exclusive lock `name` (the fence stays), serves the
+    /// waiters, and returns the forgotten holder's token.
+    pub(super) fn force_release_now(&self, name: &LockName) -> Option<FencingToken> {
+        let now = Instant::now();
+        self.with_entry(Family::Lock, name, |e| {
+            e.expire(now);
+            let token = e.holders.first().map(|h| h.token);
+            e.holders.clear();
+            e.promote(now);
+            token
+        })
     }
 }

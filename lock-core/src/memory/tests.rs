@@ -70,6 +70,19 @@ async fn inspect_and_list_report_the_holder() {
 }
 
 #[tokio::test]
+async fn force_release_frees_any_holder_and_keeps_the_fence() {
+    let lock = MemoryLock::new();
+    let name = LockName::new("jobs/stuck").expect("valid");
+    assert_eq!(lock.force_release(&name).await.expect("ok"), None);
+    let lease = lock.acquire(&name, &opts()).await.expect("free");
+    assert_eq!(lock.force_release(&name).await.expect("ok"), Some(lease.token()));
+    assert_eq!(lock.inspect(&name).await.expect("ok"), None);
+    assert!(matches!(lease.renew().await, Err(LockError::Lost { .. })), "the old holder's renewal fails");
+    let next = lock.try_acquire(&name, &opts()).await.expect("ok").expect("free after the forced release");
+    assert!(next.token() > lease.token());
+}
+
+#[tokio::test]
 async fn tokens_keep_rising_after_idle_names_are_collected() {
     let lock = MemoryLock::new();
     let (a, b) = (LockName::new("a").expect("valid"), LockName::new("b").expect("valid"));

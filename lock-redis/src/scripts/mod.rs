@@ -179,9 +179,21 @@ return {f, tostring(redis.call('PTTL', KEYS[1])), h, m}
 "#;
 pub(crate) static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(INSPECT_SRC));
 
+/// An operator's release (docs/contract.md §5.6), whoever the owner: deletes the lease hash but
+/// not the fence counter, so the next grant's token is higher. KEYS: lock. ARGV: channel.
+/// Returns `{fence}` of the freed lease, `{}` when the lock was free.
+const FORCE_RELEASE_SRC: &str = r#"
+if not redis.call('HGET', KEYS[1], 'o') then return {} end
+local f = redis.call('HGET', KEYS[1], 'f') or '0'
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', ARGV[1], 'released')
+return {f}
+"#;
+pub(crate) static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(FORCE_RELEASE_SRC));
+
 /// Every script's source, loaded on each new connection (one pipelined round trip) so the
 /// first call by SHA does not pay a `NOSCRIPT` round trip.
-pub(crate) const ALL_SOURCES: [&str; 13] = [
+pub(crate) const ALL_SOURCES: [&str; 14] = [
     ACQUIRE_SRC,
     RENEW_SRC,
     RELEASE_SRC,
@@ -195,6 +207,7 @@ pub(crate) const ALL_SOURCES: [&str; 13] = [
     ZSET_RENEW_SRC,
     ZSET_RELEASE_SRC,
     INSPECT_SRC,
+    FORCE_RELEASE_SRC,
 ];
 
 mod kinds;

@@ -127,6 +127,10 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     async fn renew(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<bool, sqlx::Error>;
     /// The exclusive lock's owner-checked release; whether it freed a live lease of ours.
     async fn release(&self, name: &str, owner: &str) -> Result<bool, sqlx::Error>;
+    /// An operator's release (docs/contract.md §5.6): one UPDATE that clears the owner and
+    /// expires the live row of `name` whose fence is `fence` (the grant `inspect` saw), keeping
+    /// the fence; whether it freed that grant.
+    async fn force_release(&self, name: &str, fence: i64) -> Result<bool, sqlx::Error>;
 
     /// The statements of the read-write lock and the semaphore next to lease table `table`.
     fn kind_sql(&self, table: &str) -> KindSql;

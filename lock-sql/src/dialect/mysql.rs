@@ -102,6 +102,7 @@ pub(crate) struct Mysql {
     read_back: Arc<str>,
     renew: Arc<str>,
     release: Arc<str>,
+    force_release: Arc<str>,
     inspect: Arc<str>,
     list: Arc<str>,
     collect: Arc<str>,
@@ -214,6 +215,11 @@ impl Mysql {
             release: format!(
                 "UPDATE {qt} SET owner = NULL, expires_at = {NOW} \
                  WHERE name = ? AND owner = ? AND expires_at > {NOW}"
+            )
+            .into(),
+            force_release: format!(
+                "UPDATE {qt} SET owner = NULL, expires_at = {NOW} \
+                 WHERE name = ? AND fence = ? AND owner IS NOT NULL AND expires_at > {NOW}"
             )
             .into(),
             inspect: format!(
@@ -477,6 +483,17 @@ impl Dialect for Mysql {
             .pool
             .with(Use::Keep, &args, |c, a| {
                 Box::pin(sqlx::query(AssertSqlSafe(a.dialect.release.clone())).bind(a.name).bind(a.owner).execute(c))
+            })
+            .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn force_release(&self, name: &str, fence: i64) -> Result<bool, sqlx::Error> {
+        let args = (Arc::clone(&self.force_release), name.as_bytes(), fence);
+        let done = self
+            .pool
+            .with(Use::Keep, &args, |c, (sql, name, fence)| {
+                Box::pin(sqlx::query(AssertSqlSafe(Arc::clone(sql))).bind(*name).bind(*fence).execute(c))
             })
             .await?;
         Ok(done.rows_affected() > 0)

@@ -104,6 +104,7 @@ pub(crate) struct Postgres {
     acquire: Arc<str>,
     renew: Arc<str>,
     release: Arc<str>,
+    force_release: Arc<str>,
     inspect: Arc<str>,
     list: Arc<str>,
     collect: Arc<str>,
@@ -209,6 +210,13 @@ impl Postgres {
                 "WITH freed AS ( \
                    UPDATE {qt} SET owner = NULL, expires_at = {NOW} \
                    WHERE name = $1 AND owner = $2 AND expires_at > {NOW} RETURNING name) \
+                 SELECT pg_notify($3, $4 || name) FROM freed"
+            )
+            .into(),
+            force_release: format!(
+                "WITH freed AS ( \
+                   UPDATE {qt} SET owner = NULL, expires_at = {NOW} \
+                   WHERE name = $1 AND fence = $2 AND owner IS NOT NULL AND expires_at > {NOW} RETURNING name) \
                  SELECT pg_notify($3, $4 || name) FROM freed"
             )
             .into(),
@@ -417,6 +425,24 @@ impl Dialect for Postgres {
                         .bind(a.name)
                         .bind(a.owner)
                         .bind(a.channel)
+                        .bind(wake::EXCLUSIVE)
+                        .fetch_all(c),
+                )
+            })
+            .await?;
+        Ok(!rows.is_empty())
+    }
+
+    async fn force_release(&self, name: &str, fence: i64) -> Result<bool, sqlx::Error> {
+        let args = (Arc::clone(&self.force_release), name, fence, self.channel.as_str());
+        let rows = self
+            .pool
+            .with(Use::Keep, &args, |c, (sql, name, fence, channel)| {
+                Box::pin(
+                    sqlx::query(AssertSqlSafe(Arc::clone(sql)))
+                        .bind(*name)
+                        .bind(*fence)
+                        .bind(*channel)
                         .bind(wake::EXCLUSIVE)
                         .fetch_all(c),
                 )

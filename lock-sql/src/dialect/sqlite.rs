@@ -93,6 +93,7 @@ pub(crate) struct Lite {
     read_back: String,
     renew: String,
     release: String,
+    force_release: String,
     inspect: String,
     list: String,
     collect: String,
@@ -178,6 +179,10 @@ impl Lite {
             release: format!(
                 "UPDATE {qt} SET owner = NULL, expires_at = {NOW} \
                  WHERE name = ?1 AND owner = ?2 AND expires_at > {NOW}"
+            ),
+            force_release: format!(
+                "UPDATE {qt} SET owner = NULL, expires_at = {NOW} \
+                 WHERE name = ?1 AND fence = ?2 AND owner IS NOT NULL AND expires_at > {NOW}"
             ),
             inspect: format!(
                 "SELECT name, fence, expires_at - {NOW}, holder, metadata FROM {qt} \
@@ -279,6 +284,12 @@ impl Dialect for Lite {
 
     async fn release(&self, name: &str, owner: &str) -> Result<bool, sqlx::Error> {
         let done = sqlx::query(AssertSqlSafe(self.release.as_str())).bind(name).bind(owner).execute(&self.pool).await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn force_release(&self, name: &str, fence: i64) -> Result<bool, sqlx::Error> {
+        let done =
+            sqlx::query(AssertSqlSafe(self.force_release.as_str())).bind(name).bind(fence).execute(&self.pool).await?;
         Ok(done.rows_affected() > 0)
     }
 

@@ -1,0 +1,75 @@
+//! `dlock release --force NAME [--json]`: an operator's override for a holder that is stuck or
+//! gone (docs/contract.md §5.6). It frees the lock whoever holds it
+//! ([`dlock::DistributedLock::force_release`]), then takes it over once (`try_acquire`) and
+//! releases that, so a token higher than the old holder's has been issued: a fenced resource
+//! that has seen it refuses the old holder's writes. Prints both tokens. The old holder's next
+//! renewal fails and its lease reports itself lost.
+
+use clap::Args;
+use dlock::{FencingToken, Holder, LockError, LockName};
+
+use crate::Redactor;
+
+/// Arguments of `dlock release`.
+#[derive(Args)]
+pub(crate) struct ReleaseArgs {
+    #[command(flatten)]
+    target: crate::Target,
+    /// The lock name.
+    name: String,
+    /// Required: free the lock whoever holds it (there is no owner-checked release from the
+    /// command line; the holder's own process releases with its lease).
+    #[arg(long, required = true)]
+    force: bool,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Frees the lock, takes it over and releases it.
+pub(crate) async fn run(args: ReleaseArgs, out: &Redactor) -> Result<bool, LockError> {
+    let config = args.target.load(out)?;
+    let name = LockName::new(&args.name)?;
+    let lock = dlock::connect_with(&config).await?;
+    let old = lock.force_release(&name).await?;
+    let opts = config.acquire_options().holder(Holder::new("dlock release --force")?);
+    // A waiter may be granted first: then its token is the one above the old holder's.
+    let (takeover, waiter) = match lock.try_acquire(&name, &opts).await? {
+        Some(lease) => {
+            let token = lease.token();
+            lease.release().await?;
+            (Some(token), None)
+        }
+        None => (None, lock.inspect(&name).await?.map(|i| i.token)),
+    };
+    if args.json {
+        let value = serde_json::json!({
+            "name": name.as_str(),
+            "old_token": old.map(|t| t.get()),
+            "takeover_token": takeover.map(|t| t.get()),
+            "new_holder_token": waiter.map(|t| t.get()),
+        });
+        out.println(&value.to_string());
+    } else {
+        out.println(&human(name.as_str(), old, takeover, waiter));
+    }
+    Ok(true)
+}
+
+fn human(
+    name: &str,
+    old: Option<FencingToken>,
+    takeover: Option<FencingToken>,
+    waiter: Option<FencingToken>,
+) -> String {
+    let first = match old {
+        Some(t) => format!("{name}: released by force; the old holder's token was {t}"),
+        None => format!("{name}: nobody held it"),
+    };
+    let second = match (takeover, waiter) {
+        (Some(t), _) => format!("taken over and released with token {t}: the next token is higher"),
+        (None, Some(t)) => format!("a waiter took it at once with token {t}"),
+        (None, None) => "someone took it at once (its token is higher)".to_owned(),
+    };
+    format!("{first}\n{second}")
+}
