@@ -349,14 +349,7 @@ pub async fn kinds_nemesis(fx: &dyn Fixture) -> CaseResult {
             }
         }
     }
-    let join_bound = ttl * 6 + cx.expiry() * 2 + cx.request_timeout() * 2;
-    for w in workers {
-        match tokio::time::timeout(join_bound, w).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => fail!("a client panicked: {e} (seed {seed})"),
-            Err(_) => fail!("a client did not stop within {} ms after the run (seed {seed})", ms(join_bound)),
-        }
-    }
+    nemesis::join_workers(workers, ttl, &cx, "a client", seed).await?;
     let rw = log.rw.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let permits = log.permits.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let mut violations = log.violations.lock().unwrap_or_else(|e| e.into_inner()).clone();
