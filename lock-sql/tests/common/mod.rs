@@ -124,13 +124,14 @@ impl SqlFixture {
         })
     }
 
-    /// A private PostgreSQL server for this fixture alone (initdb in a temp dir, free port),
-    /// which the suite may stop, restart and pause.
-    pub async fn postgres_private() -> Result<SqlFixture, LockError> {
-        let server = dlock_testkit::servers::postgres::PostgresServer::start_local().await?;
+    /// A fixture on a private server of its own, kept running until the fixture goes.
+    fn private<S>(dialect: Dialect, server: S) -> Result<SqlFixture, LockError>
+    where
+        S: std::ops::Deref<Target = dlock_testkit::servers::TestServer> + Send + Sync + 'static,
+    {
         let upstream = server.addr().ok_or_else(|| LockError::unavailable("test", "private server has no address"))?;
         Ok(SqlFixture {
-            dialect: Dialect::Postgres,
+            dialect,
             provenance: server.provenance().to_owned(),
             url: server.url().to_owned(),
             options: test_options(random_table()),
@@ -140,20 +141,16 @@ impl SqlFixture {
         })
     }
 
+    /// A private PostgreSQL server for this fixture alone (initdb in a temp dir, free port),
+    /// which the suite may stop, restart and pause.
+    pub async fn postgres_private() -> Result<SqlFixture, LockError> {
+        Self::private(Dialect::Postgres, dlock_testkit::servers::postgres::PostgresServer::start_local().await?)
+    }
+
     /// A private MariaDB server for this fixture alone (temp dir, free port), which the suite
     /// may stop, restart and pause.
     pub async fn mysql_private() -> Result<SqlFixture, LockError> {
-        let server = dlock_testkit::servers::mysql::MysqlServer::start_local().await?;
-        let upstream = server.addr().ok_or_else(|| LockError::unavailable("test", "private server has no address"))?;
-        Ok(SqlFixture {
-            dialect: Dialect::Mysql,
-            provenance: server.provenance().to_owned(),
-            url: server.url().to_owned(),
-            options: test_options(random_table()),
-            upstream: Some(upstream),
-            server: server.control(),
-            _keep: Some(Box::new(server)),
-        })
+        Self::private(Dialect::Mysql, dlock_testkit::servers::mysql::MysqlServer::start_local().await?)
     }
 
     /// MySQL/MariaDB from `DLOCK_TEST_MYSQL_URL` (default: the local test server).
