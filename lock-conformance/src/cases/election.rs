@@ -136,14 +136,7 @@ pub async fn election_nemesis(fx: &dyn Fixture) -> CaseResult {
             ));
         }
     }
-    if !violations.is_empty() {
-        fail!(
-            "seed {seed}: {} violation(s): {}; faults: {}",
-            violations.len(),
-            violations.iter().take(5).cloned().collect::<Vec<_>>().join("; "),
-            faults.join(", ")
-        );
-    }
+    nemesis::no_violations(seed, &violations, &faults)?;
     ensure!(!windows.is_empty(), "seed {seed}: nobody led in {} ms: the run proves nothing", ms(run_for));
     Ok(format!(
         "seed {seed}: {} leaderships of {CANDIDATES} candidates ({} linked), {} faults ({}), {} client errors",

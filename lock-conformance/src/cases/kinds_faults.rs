@@ -355,14 +355,7 @@ pub async fn kinds_nemesis(fx: &dyn Fixture) -> CaseResult {
     let mut violations = log.violations.lock().unwrap_or_else(|e| e.into_inner()).clone();
     violations.extend(rw_violations(&rw));
     violations.extend(permit_violations(&permits, PERMITS as usize));
-    if !violations.is_empty() {
-        fail!(
-            "seed {seed}: {} violation(s): {}; faults: {}",
-            violations.len(),
-            violations.iter().take(5).cloned().collect::<Vec<_>>().join("; "),
-            faults.join(", ")
-        );
-    }
+    nemesis::no_violations(seed, &violations, &faults)?;
     ensure!(
         rw.len() + permits.len() > 0,
         "seed {seed}: nobody held anything in {} ms: the run proves nothing",

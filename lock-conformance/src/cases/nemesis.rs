@@ -150,14 +150,7 @@ pub async fn nemesis(fx: &dyn Fixture) -> CaseResult {
     let mut windows = log.windows.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let mut violations = log.violations.lock().unwrap_or_else(|e| e.into_inner()).clone();
     violations.extend(overlaps(&mut windows));
-    if !violations.is_empty() {
-        fail!(
-            "seed {seed}: {} violation(s): {}; faults: {}",
-            violations.len(),
-            violations.iter().take(5).cloned().collect::<Vec<_>>().join("; "),
-            faults.join(", ")
-        );
-    }
+    no_violations(seed, &violations, &faults)?;
     if windows.is_empty() {
         fail!("seed {seed}: no client held any lock in {} ms: the run proves nothing", ms(run_for));
     }
@@ -273,6 +266,19 @@ pub(crate) async fn join_workers(
             Ok(Err(e)) => fail!("{who} panicked: {e} (seed {seed})"),
             Err(_) => fail!("{who} did not stop within {} ms after the run (seed {seed})", ms(join_bound)),
         }
+    }
+    Ok(())
+}
+
+/// Fails the case with the first five violations, the seed and the faults injected, if any.
+pub(crate) fn no_violations(seed: u64, violations: &[String], faults: &[String]) -> Result<(), CaseError> {
+    if !violations.is_empty() {
+        fail!(
+            "seed {seed}: {} violation(s): {}; faults: {}",
+            violations.len(),
+            violations.iter().take(5).cloned().collect::<Vec<_>>().join("; "),
+            faults.join(", ")
+        );
     }
     Ok(())
 }

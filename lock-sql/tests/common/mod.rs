@@ -111,10 +111,16 @@ impl SqlFixture {
 
     /// PostgreSQL from `DLOCK_TEST_POSTGRES_URL` (default: the local test server).
     pub async fn postgres() -> Result<SqlFixture, LockError> {
-        let (url, provenance) = shared_url("DLOCK_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test");
-        let upstream = upstream_of(&url, 5432).await?;
+        Self::shared(Dialect::Postgres, "DLOCK_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test", 5432).await
+    }
+
+    /// A fixture on the shared server named by `var` (else `default`), which the suite may not
+    /// stop.
+    async fn shared(dialect: Dialect, var: &str, default: &str, default_port: u16) -> Result<SqlFixture, LockError> {
+        let (url, provenance) = shared_url(var, default);
+        let upstream = upstream_of(&url, default_port).await?;
         Ok(SqlFixture {
-            dialect: Dialect::Postgres,
+            dialect,
             provenance,
             url,
             options: test_options(random_table()),
@@ -155,17 +161,7 @@ impl SqlFixture {
 
     /// MySQL/MariaDB from `DLOCK_TEST_MYSQL_URL` (default: the local test server).
     pub async fn mysql() -> Result<SqlFixture, LockError> {
-        let (url, provenance) = shared_url("DLOCK_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test");
-        let upstream = upstream_of(&url, 3306).await?;
-        Ok(SqlFixture {
-            dialect: Dialect::Mysql,
-            provenance,
-            url,
-            options: test_options(random_table()),
-            upstream: Some(upstream),
-            server: None,
-            _keep: None,
-        })
+        Self::shared(Dialect::Mysql, "DLOCK_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test", 3306).await
     }
 
     /// The dialect.
