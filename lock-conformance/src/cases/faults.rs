@@ -171,7 +171,7 @@ pub async fn fault_partition(fx: &dyn Fixture) -> CaseResult {
         reg.write_as(lease.owner(), lease.token(), |v| *v += 100).is_err(),
         "the register accepted the partitioned holder's stale token"
     );
-    stale_release_is_lost(&cx, &lease, &name, "release after the partition healed", "the healed former holder")
+    super::stale_release_is_lost(&cx, &lease, &name, "release after the partition healed", "the healed former holder")
         .await?;
     new.release().await?;
     // The healed client recovers.
@@ -436,25 +436,8 @@ pub async fn fault_entry_deleted(fx: &dyn Fixture) -> CaseResult {
         next.token(),
         lease.token()
     );
-    stale_release_is_lost(&cx, &lease, &name, "releasing the deleted lease", "the former holder's release").await?;
+    super::stale_release_is_lost(&cx, &lease, &name, "releasing the deleted lease", "the former holder's release")
+        .await?;
     next.release().await?;
     Ok(format!("loss noticed {} ms after the delete", ms(noticed)))
-}
-
-/// The former holder's `release` (`what`, for the message) answers `Lost`, and `who` did not free
-/// the new holder's lock on `name`.
-async fn stale_release_is_lost(
-    cx: &Ctx<'_>,
-    lease: &lock_core::Lease,
-    name: &lock_core::LockName,
-    what: &str,
-    who: &str,
-) -> Result<(), CaseError> {
-    match lease.release().await {
-        Err(LockError::Lost { .. }) => {}
-        other => fail!("{what} returned {other:?}; it must return Lost"),
-    }
-    let c = cx.client().await?;
-    ensure!(c.try_acquire(name, &cx.opts(cx.ttl())).await?.is_none(), "{who} freed the new holder's lock");
-    Ok(())
 }
