@@ -111,7 +111,8 @@ impl SqlFixture {
 
     /// PostgreSQL from `DLOCK_TEST_POSTGRES_URL` (default: the local test server).
     pub async fn postgres() -> Result<SqlFixture, LockError> {
-        Self::shared(Dialect::Postgres, "DLOCK_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test", 5432).await
+        Self::shared(Dialect::Postgres, "DLOCK_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test", 5432)
+            .await
     }
 
     /// A fixture on the shared server named by `var` (else `default`), which the suite may not
