@@ -123,14 +123,7 @@ pub async fn election_nemesis(fx: &dyn Fixture) -> CaseResult {
         }));
     }
     let faults = inject_faults(&mut rng, deadline, run_for, ttl, &links, server.as_ref(), restarts).await?;
-    let join_bound = ttl * 6 + cx.expiry() * 2 + cx.request_timeout() * 2;
-    for w in workers {
-        match tokio::time::timeout(join_bound, w).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => fail!("a candidate panicked: {e} (seed {seed})"),
-            Err(_) => fail!("a candidate did not stop within {} ms after the run (seed {seed})", ms(join_bound)),
-        }
-    }
+    nemesis::join_workers(workers, ttl, &cx, "a candidate", seed).await?;
     let mut windows = windows.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let mut violations = violations.lock().unwrap_or_else(|e| e.into_inner()).clone();
     violations.extend(overlaps(&mut windows).into_iter().map(|v| format!("two leaders at once: {v}")));
@@ -143,14 +136,7 @@ pub async fn election_nemesis(fx: &dyn Fixture) -> CaseResult {
             ));
         }
     }
-    if !violations.is_empty() {
-        fail!(
-            "seed {seed}: {} violation(s): {}; faults: {}",
-            violations.len(),
-            violations.iter().take(5).cloned().collect::<Vec<_>>().join("; "),
-            faults.join(", ")
-        );
-    }
+    nemesis::no_violations(seed, &violations, &faults)?;
     ensure!(!windows.is_empty(), "seed {seed}: nobody led in {} ms: the run proves nothing", ms(run_for));
     Ok(format!(
         "seed {seed}: {} leaderships of {CANDIDATES} candidates ({} linked), {} faults ({}), {} client errors",

@@ -171,15 +171,8 @@ pub async fn fault_partition(fx: &dyn Fixture) -> CaseResult {
         reg.write_as(lease.owner(), lease.token(), |v| *v += 100).is_err(),
         "the register accepted the partitioned holder's stale token"
     );
-    match lease.release().await {
-        Err(LockError::Lost { .. }) => {}
-        other => fail!("release after the partition healed returned {other:?}; it must return Lost"),
-    }
-    let c = cx.client().await?;
-    ensure!(
-        c.try_acquire(&name, &cx.opts(cx.ttl())).await?.is_none(),
-        "the healed former holder freed the new holder's lock"
-    );
+    super::stale_release_is_lost(&cx, &lease, &name, "release after the partition healed", "the healed former holder")
+        .await?;
     new.release().await?;
     // The healed client recovers.
     let again = client.acquire(&cx.name("after-heal")?, &cx.opts(cx.expiry() * 3)).await;
@@ -443,15 +436,8 @@ pub async fn fault_entry_deleted(fx: &dyn Fixture) -> CaseResult {
         next.token(),
         lease.token()
     );
-    match lease.release().await {
-        Err(LockError::Lost { .. }) => {}
-        other => fail!("releasing the deleted lease returned {other:?}; it must return Lost"),
-    }
-    let c = cx.client().await?;
-    ensure!(
-        c.try_acquire(&name, &cx.opts(cx.ttl())).await?.is_none(),
-        "the former holder's release freed the new holder's lock"
-    );
+    super::stale_release_is_lost(&cx, &lease, &name, "releasing the deleted lease", "the former holder's release")
+        .await?;
     next.release().await?;
     Ok(format!("loss noticed {} ms after the delete", ms(noticed)))
 }

@@ -121,15 +121,7 @@ pub async fn rw_lock(fx: &dyn Fixture) -> CaseResult {
             Ok::<_, LockError>(violations)
         }));
     }
-    let mut violations = Vec::new();
-    for t in tasks {
-        match timeout(wait * 6, t).await {
-            Ok(Ok(Ok(v))) => violations.extend(v),
-            Ok(Ok(Err(e))) => return Err(e.into()),
-            Ok(Err(e)) => fail!("a mixed-load task failed: {e}"),
-            Err(_) => fail!("the mixed read/write load did not finish within {:?}", wait * 6),
-        }
-    }
+    let violations = violations_of(tasks, wait * 6, "a mixed-load task", "the mixed read/write load").await?;
     ensure!(violations.is_empty(), "exclusion or token order broken: {violations:?}");
     let tokens = granted.lock().map(|g| g.len()).unwrap_or_default();
     ensure!(tokens == 16, "{tokens} grants recorded, expected 16");
@@ -138,6 +130,26 @@ pub async fn rw_lock(fx: &dyn Fixture) -> CaseResult {
          distinct tokens, each writer's above all earlier",
         ms(handoff)
     ))
+}
+
+/// Joins the load's tasks within `bound` and gathers the violations they saw; `task` and `load`
+/// name them in failures ("a churn task", "the permit churn").
+async fn violations_of(
+    tasks: Vec<tokio::task::JoinHandle<Result<Vec<String>, LockError>>>,
+    bound: Duration,
+    task: &str,
+    load: &str,
+) -> Result<Vec<String>, CaseError> {
+    let mut violations = Vec::new();
+    for t in tasks {
+        match timeout(bound, t).await {
+            Ok(Ok(Ok(v))) => violations.extend(v),
+            Ok(Ok(Err(e))) => return Err(e.into()),
+            Ok(Err(e)) => fail!("{task} failed: {e}"),
+            Err(_) => fail!("{load} did not finish within {bound:?}"),
+        }
+    }
+    Ok(violations)
 }
 
 /// Records a grant's token; says what is wrong when the token repeats an earlier one, or when a
@@ -254,15 +266,7 @@ pub async fn semaphore(fx: &dyn Fixture) -> CaseResult {
             Ok::<_, LockError>(violations)
         }));
     }
-    let mut violations = Vec::new();
-    for t in tasks {
-        match timeout(wait * 6, t).await {
-            Ok(Ok(Ok(v))) => violations.extend(v),
-            Ok(Ok(Err(e))) => return Err(e.into()),
-            Ok(Err(e)) => fail!("a churn task failed: {e}"),
-            Err(_) => fail!("the permit churn did not finish within {:?}", wait * 6),
-        }
-    }
+    let violations = violations_of(tasks, wait * 6, "a churn task", "the permit churn").await?;
     ensure!(violations.is_empty(), "permit churn broken: {violations:?}");
     Ok(format!(
         "{N} permits, tokens {tokens:?}, hand-off {} ms, vanished permit freed after {} ms; churn of {} grants clean",

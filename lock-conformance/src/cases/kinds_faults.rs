@@ -349,27 +349,13 @@ pub async fn kinds_nemesis(fx: &dyn Fixture) -> CaseResult {
             }
         }
     }
-    let join_bound = ttl * 6 + cx.expiry() * 2 + cx.request_timeout() * 2;
-    for w in workers {
-        match tokio::time::timeout(join_bound, w).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => fail!("a client panicked: {e} (seed {seed})"),
-            Err(_) => fail!("a client did not stop within {} ms after the run (seed {seed})", ms(join_bound)),
-        }
-    }
+    nemesis::join_workers(workers, ttl, &cx, "a client", seed).await?;
     let rw = log.rw.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let permits = log.permits.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let mut violations = log.violations.lock().unwrap_or_else(|e| e.into_inner()).clone();
     violations.extend(rw_violations(&rw));
     violations.extend(permit_violations(&permits, PERMITS as usize));
-    if !violations.is_empty() {
-        fail!(
-            "seed {seed}: {} violation(s): {}; faults: {}",
-            violations.len(),
-            violations.iter().take(5).cloned().collect::<Vec<_>>().join("; "),
-            faults.join(", ")
-        );
-    }
+    nemesis::no_violations(seed, &violations, &faults)?;
     ensure!(
         rw.len() + permits.len() > 0,
         "seed {seed}: nobody held anything in {} ms: the run proves nothing",

@@ -136,16 +136,8 @@ pub async fn release_is_owner_checked(fx: &dyn Fixture) -> CaseResult {
     let name = cx.name("release")?;
     let holder = cx.vanishing_holder(&name).await?;
     let new = take_over(&cx, &holder, &name).await?;
-    match holder.lease.release().await {
-        Err(LockError::Lost { .. }) => {}
-        Ok(()) => fail!("releasing a lost lease returned Ok; it must return Lost"),
-        Err(e) => fail!("releasing a lost lease returned {e}; it must return Lost"),
-    }
-    let c = cx.client().await?;
-    ensure!(
-        c.try_acquire(&name, &cx.opts(cx.ttl())).await?.is_none(),
-        "the former holder's release freed the new holder's lock"
-    );
+    super::stale_release_is_lost(&cx, &holder.lease, &name, "releasing a lost lease", "the former holder's release")
+        .await?;
     ensure!(new.is_valid(), "the new holder's lease turned invalid");
     new.release().await?;
     Ok(String::new())

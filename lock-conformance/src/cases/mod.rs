@@ -356,3 +356,22 @@ where
 pub fn ms(d: Duration) -> u128 {
     d.as_millis()
 }
+
+/// The former holder's `release` (`what`, for the message) answers `Lost`, and `who` did not free
+/// the new holder's lock on `name`.
+pub(crate) async fn stale_release_is_lost(
+    cx: &Ctx<'_>,
+    lease: &lock_core::Lease,
+    name: &lock_core::LockName,
+    what: &str,
+    who: &str,
+) -> Result<(), CaseError> {
+    match lease.release().await {
+        Err(lock_core::LockError::Lost { .. }) => {}
+        Ok(()) => fail!("{what} returned Ok; it must return Lost"),
+        Err(e) => fail!("{what} returned {e}; it must return Lost"),
+    }
+    let c = cx.client().await?;
+    ensure!(c.try_acquire(name, &cx.opts(cx.ttl())).await?.is_none(), "{who} freed the new holder's lock");
+    Ok(())
+}

@@ -145,26 +145,12 @@ pub async fn nemesis(fx: &dyn Fixture) -> CaseResult {
     }
 
     let faults = inject_faults(&mut rng, deadline, run_for, ttl, &links, server.as_ref(), restarts_allowed).await?;
-    let join_bound = ttl * 6 + cx.expiry() * 2 + cx.request_timeout() * 2;
-    for w in workers {
-        match tokio::time::timeout(join_bound, w).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => fail!("a nemesis client panicked: {e} (seed {seed})"),
-            Err(_) => fail!("a nemesis client did not stop within {} ms after the run (seed {seed})", ms(join_bound)),
-        }
-    }
+    join_workers(workers, ttl, &cx, "a nemesis client", seed).await?;
 
     let mut windows = log.windows.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let mut violations = log.violations.lock().unwrap_or_else(|e| e.into_inner()).clone();
     violations.extend(overlaps(&mut windows));
-    if !violations.is_empty() {
-        fail!(
-            "seed {seed}: {} violation(s): {}; faults: {}",
-            violations.len(),
-            violations.iter().take(5).cloned().collect::<Vec<_>>().join("; "),
-            faults.join(", ")
-        );
-    }
+    no_violations(seed, &violations, &faults)?;
     if windows.is_empty() {
         fail!("seed {seed}: no client held any lock in {} ms: the run proves nothing", ms(run_for));
     }
@@ -261,6 +247,40 @@ pub(crate) async fn inject_faults(
         l.set_latency(Duration::ZERO).await;
     }
     Ok(faults)
+}
+
+/// Waits for the run's clients (`who`: "a client", for messages), each within a bound of six
+/// TTLs plus two expiries and two request timeouts; a panic or a client that does not stop fails
+/// the case.
+pub(crate) async fn join_workers(
+    workers: Vec<tokio::task::JoinHandle<()>>,
+    ttl: Duration,
+    cx: &Ctx<'_>,
+    who: &str,
+    seed: u64,
+) -> Result<(), CaseError> {
+    let join_bound = ttl * 6 + cx.expiry() * 2 + cx.request_timeout() * 2;
+    for w in workers {
+        match tokio::time::timeout(join_bound, w).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => fail!("{who} panicked: {e} (seed {seed})"),
+            Err(_) => fail!("{who} did not stop within {} ms after the run (seed {seed})", ms(join_bound)),
+        }
+    }
+    Ok(())
+}
+
+/// Fails the case with the first five violations, the seed and the faults injected, if any.
+pub(crate) fn no_violations(seed: u64, violations: &[String], faults: &[String]) -> Result<(), CaseError> {
+    if !violations.is_empty() {
+        fail!(
+            "seed {seed}: {} violation(s): {}; faults: {}",
+            violations.len(),
+            violations.iter().take(5).cloned().collect::<Vec<_>>().join("; "),
+            faults.join(", ")
+        );
+    }
+    Ok(())
 }
 
 /// Per lock, windows sorted by start must not overlap.

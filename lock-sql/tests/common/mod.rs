@@ -111,64 +111,58 @@ impl SqlFixture {
 
     /// PostgreSQL from `DLOCK_TEST_POSTGRES_URL` (default: the local test server).
     pub async fn postgres() -> Result<SqlFixture, LockError> {
-        let (url, provenance) = shared_url("DLOCK_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test");
-        let upstream = upstream_of(&url, 5432).await?;
+        Self::shared(Dialect::Postgres, "DLOCK_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test", 5432)
+            .await
+    }
+
+    /// A fixture on the shared server named by `var` (else `default`), which the suite may not
+    /// stop.
+    async fn shared(dialect: Dialect, var: &str, default: &str, default_port: u16) -> Result<SqlFixture, LockError> {
+        let (url, provenance) = shared_url(var, default);
+        let upstream = upstream_of(&url, default_port).await?;
         Ok(SqlFixture {
-            dialect: Dialect::Postgres,
+            dialect,
             provenance,
             url,
             options: test_options(random_table()),
             upstream: Some(upstream),
             server: None,
             _keep: None,
+        })
+    }
+
+    /// A fixture on a private server of its own, kept running until the fixture goes.
+    fn private<S>(dialect: Dialect, server: S) -> Result<SqlFixture, LockError>
+    where
+        S: std::ops::Deref<Target = dlock_testkit::servers::TestServer> + Send + Sync + 'static,
+    {
+        let upstream = server.addr().ok_or_else(|| LockError::unavailable("test", "private server has no address"))?;
+        Ok(SqlFixture {
+            dialect,
+            provenance: server.provenance().to_owned(),
+            url: server.url().to_owned(),
+            options: test_options(random_table()),
+            upstream: Some(upstream),
+            server: server.control(),
+            _keep: Some(Box::new(server)),
         })
     }
 
     /// A private PostgreSQL server for this fixture alone (initdb in a temp dir, free port),
     /// which the suite may stop, restart and pause.
     pub async fn postgres_private() -> Result<SqlFixture, LockError> {
-        let server = dlock_testkit::servers::postgres::PostgresServer::start_local().await?;
-        let upstream = server.addr().ok_or_else(|| LockError::unavailable("test", "private server has no address"))?;
-        Ok(SqlFixture {
-            dialect: Dialect::Postgres,
-            provenance: server.provenance().to_owned(),
-            url: server.url().to_owned(),
-            options: test_options(random_table()),
-            upstream: Some(upstream),
-            server: server.control(),
-            _keep: Some(Box::new(server)),
-        })
+        Self::private(Dialect::Postgres, dlock_testkit::servers::postgres::PostgresServer::start_local().await?)
     }
 
     /// A private MariaDB server for this fixture alone (temp dir, free port), which the suite
     /// may stop, restart and pause.
     pub async fn mysql_private() -> Result<SqlFixture, LockError> {
-        let server = dlock_testkit::servers::mysql::MysqlServer::start_local().await?;
-        let upstream = server.addr().ok_or_else(|| LockError::unavailable("test", "private server has no address"))?;
-        Ok(SqlFixture {
-            dialect: Dialect::Mysql,
-            provenance: server.provenance().to_owned(),
-            url: server.url().to_owned(),
-            options: test_options(random_table()),
-            upstream: Some(upstream),
-            server: server.control(),
-            _keep: Some(Box::new(server)),
-        })
+        Self::private(Dialect::Mysql, dlock_testkit::servers::mysql::MysqlServer::start_local().await?)
     }
 
     /// MySQL/MariaDB from `DLOCK_TEST_MYSQL_URL` (default: the local test server).
     pub async fn mysql() -> Result<SqlFixture, LockError> {
-        let (url, provenance) = shared_url("DLOCK_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test");
-        let upstream = upstream_of(&url, 3306).await?;
-        Ok(SqlFixture {
-            dialect: Dialect::Mysql,
-            provenance,
-            url,
-            options: test_options(random_table()),
-            upstream: Some(upstream),
-            server: None,
-            _keep: None,
-        })
+        Self::shared(Dialect::Mysql, "DLOCK_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test", 3306).await
     }
 
     /// The dialect.

@@ -60,11 +60,27 @@ impl ZkFixture {
         Ok((lock, proxy))
     }
 
+    /// A raw zookeeper-client session within 10 s, for the operator's actions of the fixture;
+    /// `None` when the server's address is unknown (an external server).
+    async fn raw_session(&self) -> Result<Option<zookeeper_client::Client>, LockError> {
+        let Some(addr) = self.server.addr() else { return Ok(None) };
+        let addr = addr.to_string();
+        let raw = tokio::time::timeout(Duration::from_secs(10), zookeeper_client::Client::connect(&addr))
+            .await
+            .map_err(|_| LockError::unavailable("test", "no raw ZooKeeper session in 10s"))?
+            .map_err(zk)?;
+        Ok(Some(raw))
+    }
+
     /// A raw zookeeper-client session (for looking at nodes).
     pub async fn raw(&self) -> zookeeper_client::Client {
         let addr = self.server.addr().expect("local server");
         zookeeper_client::Client::connect(&addr.to_string()).await.expect("raw session")
     }
+}
+
+fn zk(e: zookeeper_client::Error) -> LockError {
+    LockError::backend("zookeeper", e)
 }
 
 fn uuid_like() -> String {
@@ -110,14 +126,7 @@ impl Fixture for ZkFixture {
 
     async fn delete_entry(&self, name: &LockName) -> Result<bool, LockError> {
         // What an operator's `delete` does: remove the holder's node (the lowest sequence).
-        let Some(addr) = self.server.addr() else { return Ok(false) };
-        let zk = |e: zookeeper_client::Error| LockError::backend("zookeeper", e);
-        let addr = addr.to_string();
-        let connect = zookeeper_client::Client::connect(&addr);
-        let raw = tokio::time::timeout(Duration::from_secs(10), connect)
-            .await
-            .map_err(|_| LockError::unavailable("test", "no raw ZooKeeper session in 10s"))?
-            .map_err(zk)?;
+        let Some(raw) = self.raw_session().await? else { return Ok(false) };
         let parent = format!("{}/{}", self.root, name.escaped());
         let mut children = raw.list_children(&parent).await.map_err(zk)?;
         children.sort_by_key(|c| c.rsplit('-').next().and_then(|s| s.parse::<i64>().ok()));
@@ -131,14 +140,7 @@ impl Fixture for ZkFixture {
     /// ZooKeeper's own collection: the name's container parent, empty once released, is
     /// removed (here at once, as the server does after its container check); tokens are zxids.
     async fn collect_idle(&self, name: &LockName) -> Result<bool, LockError> {
-        let Some(addr) = self.server.addr() else { return Ok(false) };
-        let zk = |e: zookeeper_client::Error| LockError::backend("zookeeper", e);
-        let addr = addr.to_string();
-        let connect = zookeeper_client::Client::connect(&addr);
-        let raw = tokio::time::timeout(Duration::from_secs(10), connect)
-            .await
-            .map_err(|_| LockError::unavailable("test", "no raw ZooKeeper session in 10s"))?
-            .map_err(zk)?;
+        let Some(raw) = self.raw_session().await? else { return Ok(false) };
         let parent = format!("{}/{}", self.root, name.escaped());
         match raw.delete(&parent, None).await {
             Ok(()) | Err(zookeeper_client::Error::NoNode) => Ok(true),
