@@ -82,11 +82,11 @@ impl Fixture for PgPoolFixture {
     }
 
     /// Measured here: through the application's pool every statement pays extra round trips
-    /// (the per-use session settings, sqlx's connection checks), so under the case's added
+    /// (the per-use session settings, sqlx's connection checks), so under these cases' added
     /// link latency a renewal takes longer than the lease has left. The documented cost of
     /// `SqlBackend::from_pg_pool`; dlock's own pool (lock-sql/src/pool.rs) passes the case.
     fn not_applicable(&self, case: &str) -> Option<String> {
-        (case == "fault_latency").then(|| {
+        ["fault_latency", "slow_grant_renewed_in_time"].contains(&case).then(|| {
             "through an application's sqlx pool each statement costs extra round trips (session settings, \
              sqlx's connection checks); on a link this slow a renewal outlasts the lease: use dlock's own pool \
              on slow links (SqlBackend::from_pg_pool docs)"

@@ -72,6 +72,10 @@ impl Fixture for ZkSessionFixture {
         self.0.delete_entry(name).await
     }
 
+    async fn collect_idle(&self, name: &LockName) -> Result<bool, LockError> {
+        self.0.collect_idle(name).await
+    }
+
     fn provenance(&self) -> String {
         format!("{} (through an application's zookeeper_client::Client)", self.0.provenance())
     }
