@@ -1,71 +1,16 @@
-//! Election on the in-memory backend. `MemoryLock` reports holders once the inspect work lands;
-//! until then these tests wrap it in a lock that remembers who it granted (a real lock
-//! underneath: exclusion and tokens are MemoryLock's).
+//! Election on the in-memory backend, which reports holders (`Capabilities::inspect`).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
 use lock_core::{
-    async_trait, AcquireOptions, Capabilities, DistributedLock, Election, Holder, HolderInfo, Lease, LeaseObserver,
-    LockError, LockKind, LockName, MemoryLock,
+    async_trait, AcquireOptions, Capabilities, DistributedLock, Election, Holder, Lease, LockError, LockName,
+    MemoryLock,
 };
 use tokio::time::Instant;
 
-/// Each name's last grant: its holder id and a view of its lease.
-type Grants = Arc<Mutex<HashMap<String, (Option<String>, LeaseObserver)>>>;
-
-/// MemoryLock plus a record of each grant's holder, answering `inspect` from it.
-struct Inspecting {
-    inner: MemoryLock,
-    grants: Grants,
-}
-
-impl Inspecting {
-    fn new() -> Self {
-        Inspecting { inner: MemoryLock::new(), grants: Arc::default() }
-    }
-    fn client(&self) -> Self {
-        Inspecting { inner: self.inner.client(), grants: Arc::clone(&self.grants) }
-    }
-    fn note(&self, lease: &Lease, opts: &AcquireOptions) {
-        let holder = opts.holder.as_ref().map(|h| h.id().to_owned());
-        self.grants.lock().expect("not poisoned").insert(lease.name().as_str().to_owned(), (holder, lease.observer()));
-    }
-}
-
-#[async_trait]
-impl DistributedLock for Inspecting {
-    fn backend(&self) -> &str {
-        "memory"
-    }
-    fn capabilities(&self) -> Capabilities {
-        let mut c = self.inner.capabilities();
-        c.inspect = true;
-        c
-    }
-    async fn try_acquire(&self, name: &LockName, o: &AcquireOptions) -> Result<Option<Lease>, LockError> {
-        let l = self.inner.try_acquire(name, o).await?;
-        if let Some(l) = &l {
-            self.note(l, o);
-        }
-        Ok(l)
-    }
-    async fn acquire(&self, name: &LockName, o: &AcquireOptions) -> Result<Lease, LockError> {
-        let l = self.inner.acquire(name, o).await?;
-        self.note(&l, o);
-        Ok(l)
-    }
-    async fn inspect(&self, name: &LockName) -> Result<Option<HolderInfo>, LockError> {
-        let g = self.grants.lock().expect("not poisoned");
-        Ok(g.get(name.as_str()).filter(|(_, obs)| obs.is_valid()).map(|(holder, obs)| {
-            HolderInfo::new(name.as_str(), obs.token(), LockKind::Exclusive).with_holder(holder.clone(), None)
-        }))
-    }
-}
-
-fn election(lock: &Inspecting, who: &str) -> Election {
+fn election(lock: &MemoryLock, who: &str) -> Election {
     let opts = AcquireOptions::new(Duration::from_secs(2));
     Election::new(
         Arc::new(lock.client()),
@@ -77,7 +22,7 @@ fn election(lock: &Inspecting, who: &str) -> Election {
 
 #[tokio::test]
 async fn one_leader_at_a_time_epochs_rise_and_resign_hands_over_promptly() {
-    let lock = Inspecting::new();
+    let lock = MemoryLock::new();
     let candidates: Vec<Election> = (0..5).map(|i| election(&lock, &format!("c{i}"))).collect();
     let first = candidates[0].campaign().await.expect("elected");
     let mut waiting = Vec::new();
@@ -110,7 +55,7 @@ async fn one_leader_at_a_time_epochs_rise_and_resign_hands_over_promptly() {
 
 #[tokio::test]
 async fn observers_see_every_change_of_leader() {
-    let lock = Inspecting::new();
+    let lock = MemoryLock::new();
     let watcher = election(&lock, "watcher").observe_every(Duration::from_millis(20));
     let mut changes = Box::pin(watcher.observe());
     assert_eq!(changes.next().await.expect("an item").expect("inspect"), None, "nobody leads yet");
