@@ -53,22 +53,30 @@ pub async fn mutual_exclusion(fx: &dyn Fixture) -> CaseResult {
 }
 
 /// Clients increment a shared counter by read, sleep, write under the lock (ShedLock's fuzz
-/// test); any lapse of exclusion loses an increment.
+/// test); any lapse of exclusion loses an increment. A holder writes only while its lease is
+/// valid (as a careful application does), so a lease that was lost and said so (an overloaded
+/// machine missing renewals) skips its write instead of counting as a second holder; a write
+/// by a holder whose lease claimed validity while another was granted still shows.
 pub async fn counter_exact(fx: &dyn Fixture) -> CaseResult {
     let cx = Ctx::new(fx, "counter_exact").await?;
     let name = cx.name("counter")?;
     let counter = Arc::new(AtomicU64::new(0));
+    let writes = Arc::new(AtomicU64::new(0));
     let opts = cx.opts(cx.ttl() * 20);
     let mut tasks = JoinSet::new();
     for _ in 0..CLIENTS {
         let client = cx.client().await?;
-        let (name, opts, counter) = (name.clone(), opts.clone(), counter.clone());
+        let (name, opts, counter, writes) = (name.clone(), opts.clone(), counter.clone(), writes.clone());
         tasks.spawn(async move {
             for _ in 0..ROUNDS {
                 let lease = client.acquire(&name, &opts).await?;
                 let v = counter.load(Ordering::SeqCst);
                 tokio::time::sleep(Duration::from_millis(10)).await;
+                if !lease.is_valid() {
+                    continue;
+                }
                 counter.store(v + 1, Ordering::SeqCst);
+                writes.fetch_add(1, Ordering::SeqCst);
                 if let Err(e) = lease.release().await {
                     return Ok(Some(e));
                 }
@@ -78,12 +86,17 @@ pub async fn counter_exact(fx: &dyn Fixture) -> CaseResult {
     }
     let release_errors = join_clients(tasks).await?;
     let total = counter.load(Ordering::SeqCst);
-    let want = (CLIENTS * ROUNDS) as u64;
+    let want = writes.load(Ordering::SeqCst);
     ensure!(
         total == want,
-        "the counter ended at {total}, expected {want}: increments were lost to a concurrent holder"
+        "the counter ended at {total} after {want} writes by valid holders: increments were lost to a concurrent holder"
     );
     ensure!(release_errors.is_empty(), "releases failed: {release_errors:?}");
+    let skipped = (CLIENTS * ROUNDS) as u64 - want;
+    if skipped > 0 {
+        tracing::warn!(skipped, "counter_exact: leases were lost (and said so) before their write");
+        return Ok(format!("counter exact at {total}; {skipped} holders lost their lease before writing and skipped"));
+    }
     Ok(format!("counter exact at {total}"))
 }
 
