@@ -6,6 +6,9 @@ use std::process::Command;
 use dlock_testkit::servers::redis::RedisServer;
 use serde_json::Value;
 
+mod common;
+use common::postgres_url;
+
 /// Runs `dlock doctor --json`; the report and whether the exit status was 0.
 fn doctor(url: &str) -> (Value, Option<i32>) {
     let out = Command::new(env!("CARGO_BIN_EXE_dlock"))
@@ -65,10 +68,7 @@ async fn flags_a_redis_that_evicts_keys() {
 
 #[tokio::test]
 async fn flags_a_postgres_session_with_synchronous_commit_off() {
-    let url = std::env::var("DLOCK_TEST_POSTGRES_URL")
-        .ok()
-        .filter(|v| !v.trim().is_empty())
-        .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    let url = postgres_url();
     let u = url.clone();
     let (good, _) = tokio::task::spawn_blocking(move || doctor(&u)).await.expect("joined");
     assert_eq!(finding(&good, "synchronous_commit")["status"], "ok", "{good:#}");
