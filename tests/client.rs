@@ -14,7 +14,7 @@ use lock_conformance::ClientLink;
 use tokio::time::Instant;
 
 mod common;
-use common::{env_or, mysql_url, postgres_url};
+use common::{env_or, mysql_url, postgres_url, Sql};
 
 fn redis_url() -> String {
     env_or("DLOCK_TEST_REDIS_URL", "redis://127.0.0.1:6379")
@@ -68,14 +68,6 @@ fn pg_config(app: &str, table: &str) -> Config {
     config
 }
 
-async fn drop_pg_tables(table: &str) {
-    let pool = sqlx::PgPool::connect(&postgres_url()).await.expect("postgres for clean-up");
-    for t in [table.to_owned(), format!("{table}_counters"), format!("{table}_holders")] {
-        let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE IF EXISTS \"{t}\""))).execute(&pool).await;
-    }
-    pool.close().await;
-}
-
 /// Using all three kinds from one `Client` opens no more PostgreSQL sessions than the exclusive
 /// lock alone; three single-kind clients (what `connect_*` did for every kind) open more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -105,7 +97,7 @@ async fn postgres_one_client_opens_no_more_sessions_than_the_exclusive_lock() {
     eprintln!("postgres sessions: exclusive lock alone {exclusive_only}, every kind from one Client {every_kind}, plus a client per kind {separate}");
     assert!(separate >= every_kind + 4, "separate clients: {separate} sessions, one Client: {every_kind}");
     drop((client, rw, sem));
-    drop_pg_tables(&table).await;
+    Sql::connect(&postgres_url()).await.drop_tables(&table).await;
 }
 
 /// Releases `held` while `waiting` (spawned) waits for the same name, so that the waiter is
@@ -202,25 +194,25 @@ async fn proxy_for(url: &str, port: u16) -> Arc<FaultProxy> {
     FaultProxy::start(addr).await.expect("proxy")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn request_timeout_from_the_file_bounds_postgres() {
-    let proxy = proxy_for(&postgres_url(), 5432).await;
+/// [`check_request_timeout`] on the SQL server at `url` (`port` when it names none), in a
+/// private table dropped afterwards.
+async fn check_sql_request_timeout(url: &str, port: u16) {
+    let proxy = proxy_for(url, port).await;
     let table = unique("dlock_rt");
-    let mut config = config_with_request_timeout(&through(&proxy, &postgres_url()));
+    let mut config = config_with_request_timeout(&through(&proxy, url));
     config.sql.table = table.clone();
     check_request_timeout(config, proxy).await;
-    drop_pg_tables(&table).await;
+    Sql::connect(url).await.drop_tables(&table).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_timeout_from_the_file_bounds_postgres() {
+    check_sql_request_timeout(&postgres_url(), 5432).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_timeout_from_the_file_bounds_mysql() {
-    let proxy = proxy_for(&mysql_url(), 3306).await;
-    let table = unique("dlock_rt");
-    let mut config = config_with_request_timeout(&through(&proxy, &mysql_url()));
-    config.sql.table = table.clone();
-    check_request_timeout(config, proxy).await;
-    let pool = sqlx::MySqlPool::connect(&mysql_url()).await.expect("mysql for clean-up");
-    let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE IF EXISTS `{table}`"))).execute(&pool).await;
+    check_sql_request_timeout(&mysql_url(), 3306).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
