@@ -146,34 +146,27 @@ fn print(rows: &[Row], failures: &[String]) {
     }
 }
 
+/// The median round trip of `SELECT 1` over a pool of the database at `url`.
+async fn select_one_rtt<DB: sqlx::Database>(url: &str) -> Result<Duration, String>
+where
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+{
+    let pool = sqlx::Pool::<DB>::connect(url).await.map_err(|e| e.to_string())?;
+    rtt(|| {
+        let pool = pool.clone();
+        async move { sqlx::query("SELECT 1").execute(&pool).await.map(|_| ()).map_err(|e| e.to_string()) }
+    })
+    .await
+}
+
 async fn sql_row(backend: &'static str, url: &str, table: &str) -> Result<Row, String> {
     let opts = lock_sql::SqlOptions { table: table.to_owned(), ..Default::default() };
     let lock = lock_sql::connect(url, opts.clone()).await.map_err(|e| e.to_string())?;
     let rtt = match backend {
-        "postgres" => {
-            let pool = sqlx::PgPool::connect(url).await.map_err(|e| e.to_string())?;
-            rtt(|| {
-                let pool = pool.clone();
-                async move { sqlx::query("SELECT 1").execute(&pool).await.map(|_| ()).map_err(|e| e.to_string()) }
-            })
-            .await?
-        }
-        "mysql" => {
-            let pool = sqlx::MySqlPool::connect(url).await.map_err(|e| e.to_string())?;
-            rtt(|| {
-                let pool = pool.clone();
-                async move { sqlx::query("SELECT 1").execute(&pool).await.map(|_| ()).map_err(|e| e.to_string()) }
-            })
-            .await?
-        }
-        _ => {
-            let pool = sqlx::SqlitePool::connect(url).await.map_err(|e| e.to_string())?;
-            rtt(|| {
-                let pool = pool.clone();
-                async move { sqlx::query("SELECT 1").execute(&pool).await.map(|_| ()).map_err(|e| e.to_string()) }
-            })
-            .await?
-        }
+        "postgres" => select_one_rtt::<sqlx::Postgres>(url).await?,
+        "mysql" => select_one_rtt::<sqlx::MySql>(url).await?,
+        _ => select_one_rtt::<sqlx::Sqlite>(url).await?,
     };
     let acquire = acquire_latency(&lock, backend).await.map_err(|e| e.to_string())?;
     let waiter: Arc<dyn DistributedLock> =

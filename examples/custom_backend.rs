@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lock_conformance::runner::{run_suite, Outcome, RunOptions};
-use lock_conformance::{async_trait, ClientLink, Fixture, LinkedClient, ServerControl};
+use lock_conformance::{async_trait, ClientLink, DownSwitch, Fixture, LinkedClient, ServerControl};
 use lock_core::{
     Capabilities, DistributedLock, FencingToken, LeaseStore, LockError, LockName, OwnerId, ReleaseOutcome,
     RenewOutcome, StoreLock, TryLock,
@@ -34,7 +34,7 @@ use tokio::time::Instant;
 struct ToyServer {
     rows: Mutex<HashMap<LockName, (OwnerId, Instant)>>,
     fences: Mutex<HashMap<LockName, u64>>,
-    down: AtomicBool,
+    down: Arc<AtomicBool>,
 }
 
 /// One client's connection to the server.
@@ -142,7 +142,10 @@ impl Fixture for ToyFixture {
     // Server fault hook. A real backend would return its server's control here (the
     // dlock workspace uses `dlock_testkit::local::LocalServer`).
     fn server(&self) -> Option<Arc<dyn ServerControl>> {
-        Some(Arc::new(ToyControl(self.server.clone())))
+        let server = self.server.clone();
+        // Leases are lost with the process; the fence counters are "on disk".
+        let forget = move || server.rows.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        Some(Arc::new(DownSwitch::new(self.server.down.clone(), forget)))
     }
 
     fn base_ttl(&self) -> Duration {
@@ -165,29 +168,6 @@ impl ClientLink for ToyLink {
     }
     async fn set_latency(&self, _latency: Duration) {}
     async fn reset_connections(&self) {}
-}
-
-struct ToyControl(Arc<ToyServer>);
-
-#[async_trait]
-impl ServerControl for ToyControl {
-    async fn stop(&self) -> Result<(), LockError> {
-        self.0.down.store(true, Ordering::SeqCst);
-        // Leases are lost with the process; the fence counters are "on disk".
-        self.0.rows.lock().unwrap_or_else(|e| e.into_inner()).clear();
-        Ok(())
-    }
-    async fn start(&self) -> Result<(), LockError> {
-        self.0.down.store(false, Ordering::SeqCst);
-        Ok(())
-    }
-    async fn pause(&self, paused: bool) -> Result<(), LockError> {
-        self.0.down.store(paused, Ordering::SeqCst);
-        Ok(())
-    }
-    fn persistent(&self) -> bool {
-        false
-    }
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

@@ -181,7 +181,7 @@ pub(crate) fn check_kind(scheme: Scheme, kind: &'static str) -> Result<(), LockE
 
 fn unsupported(scheme: Scheme, feature: &'static str) -> LockError {
     if scheme.is_compiled() {
-        LockError::Unsupported { backend: format!("{scheme:?}").to_lowercase(), feature }
+        LockError::unsupported(format!("{scheme:?}").to_lowercase(), feature)
     } else {
         scheme.not_compiled()
     }

@@ -252,10 +252,14 @@ mod tests {
 
     #[test]
     fn loss_reasons_map_to_few_labels() {
-        assert_eq!(loss_reason("renewal found another owner or no entry"), "not_owner");
-        assert_eq!(loss_reason("our lock node is gone or belongs to another session"), "not_owner");
-        assert_eq!(loss_reason("valid_until passed without a successful renewal"), "expired");
-        assert_eq!(loss_reason("the ZooKeeper session ended (Expired)"), "session");
-        assert_eq!(loss_reason("a test said so"), "other");
+        for (reason, label) in [
+            ("renewal found another owner or no entry", "not_owner"),
+            ("our lock node is gone or belongs to another session", "not_owner"),
+            ("valid_until passed without a successful renewal", "expired"),
+            ("the ZooKeeper session ended (Expired)", "session"),
+            ("a test said so", "other"),
+        ] {
+            assert_eq!(loss_reason(reason), label, "{reason}");
+        }
     }
 }

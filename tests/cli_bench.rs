@@ -8,6 +8,9 @@ use dlock_testkit::servers::redis::RedisServer;
 use dlock_testkit::servers::zookeeper::ZkServer;
 use serde_json::Value;
 
+mod common;
+use common::{mysql_url, postgres_url};
+
 const CASES: [&str; 5] = ["baseline", "uncontended", "contended", "spread", "held"];
 
 fn bench(url: &str) -> Value {
@@ -56,10 +59,6 @@ fn with_baseline(url: &str) -> Value {
     report
 }
 
-fn env_or(key: &str, default: &str) -> String {
-    std::env::var(key).ok().filter(|v| !v.trim().is_empty()).unwrap_or_else(|| default.to_owned())
-}
-
 #[test]
 fn memory_has_no_baseline_and_says_why() {
     let report = bench("memory://bench-test");
@@ -77,13 +76,13 @@ fn sqlite() {
 
 #[test]
 fn postgres() {
-    let url = env_or("DLOCK_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test");
+    let url = postgres_url();
     assert_eq!(with_baseline(&url)["backend"], "postgres");
 }
 
 #[test]
 fn mysql() {
-    let url = env_or("DLOCK_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test");
+    let url = mysql_url();
     assert_eq!(with_baseline(&url)["backend"], "mysql");
 }
 

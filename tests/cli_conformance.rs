@@ -7,6 +7,9 @@ use dlock_testkit::servers::redis::RedisServer;
 use dlock_testkit::servers::zookeeper::ZkServer;
 use serde_json::Value;
 
+mod common;
+use common::{mysql_url, postgres_url};
+
 fn run_conformance(url: &str) -> Value {
     run_conformance_with(url, &[])
 }
@@ -57,19 +60,15 @@ fn sqlite() {
     assert_eq!(run_conformance(&url)["backend"], "sqlite");
 }
 
-fn env_or(key: &str, default: &str) -> String {
-    std::env::var(key).ok().filter(|v| !v.trim().is_empty()).unwrap_or_else(|| default.to_owned())
-}
-
 #[test]
 fn postgres() {
-    let url = env_or("DLOCK_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test");
+    let url = postgres_url();
     assert_eq!(run_conformance(&url)["backend"], "postgres");
 }
 
 #[test]
 fn mysql() {
-    let url = env_or("DLOCK_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test");
+    let url = mysql_url();
     assert_eq!(run_conformance(&url)["backend"], "mysql");
 }
 

@@ -3,8 +3,11 @@
 
 use std::process::Command;
 
-use dlock_testkit::servers::redis::RedisServer;
+use dlock_testkit::servers::redis::{command, RedisServer};
 use serde_json::Value;
+
+mod common;
+use common::postgres_url;
 
 /// Runs `dlock doctor --json`; the report and whether the exit status was 0.
 fn doctor(url: &str) -> (Value, Option<i32>) {
@@ -45,15 +48,9 @@ async fn flags_a_redis_that_evicts_keys() {
     assert_eq!(good["ok"], true, "{good:#}");
     assert_eq!(code, Some(0), "{good:#}");
 
-    let client = redis::Client::open(url.as_str()).expect("url");
-    let mut c = client.get_multiplexed_async_connection().await.expect("connect");
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory-policy")
-        .arg("allkeys-lru")
-        .query_async(&mut c)
-        .await
-        .expect("CONFIG SET");
+    let addr = server.addr().expect("a local server's address");
+    let reply = command(addr, &["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]).await.expect("CONFIG SET");
+    assert!(reply.starts_with("+OK"), "CONFIG SET answered {reply}");
     let (bad, code) = tokio::task::spawn_blocking(move || doctor(&url)).await.expect("joined");
     let f = finding(&bad, "maxmemory-policy");
     assert_eq!(f["status"], "fail", "{bad:#}");
@@ -65,10 +62,7 @@ async fn flags_a_redis_that_evicts_keys() {
 
 #[tokio::test]
 async fn flags_a_postgres_session_with_synchronous_commit_off() {
-    let url = std::env::var("DLOCK_TEST_POSTGRES_URL")
-        .ok()
-        .filter(|v| !v.trim().is_empty())
-        .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    let url = postgres_url();
     let u = url.clone();
     let (good, _) = tokio::task::spawn_blocking(move || doctor(&u)).await.expect("joined");
     assert_eq!(finding(&good, "synchronous_commit")["status"], "ok", "{good:#}");

@@ -12,6 +12,9 @@ use dlock_testkit::servers::redis::RedisServer;
 use dlock_testkit::servers::zookeeper::ZkServer;
 use serde_json::Value;
 
+mod common;
+use common::{mysql_url, postgres_url, Sql};
+
 fn dlock(args: &[&str], envs: &[(&str, &str)]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_dlock"));
     c.args(args).env_remove("DLOCK_URL").env_remove("DLOCK_CONFIG").env_remove("DLOCK_SQL__TABLE");
@@ -135,33 +138,23 @@ async fn sqlite() {
     scenario(Config::from_url(&url), &[], "sqlite").await;
 }
 
+/// The scenario on a SQL server, in a private table dropped afterwards.
+async fn sql_scenario(url: &str, tag: &str) {
+    let table = format!("dlock_cli_inspect_{}", std::process::id());
+    let mut config = Config::from_url(url);
+    config.sql.table = table.clone();
+    scenario(config, &[("DLOCK_SQL__TABLE", &table)], tag).await;
+    Sql::connect(url).await.drop_tables(&table).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres() {
-    let url =
-        std::env::var("DLOCK_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
-    let table = format!("dlock_cli_inspect_{}", std::process::id());
-    let mut config = Config::from_url(&url);
-    config.sql.table = table.clone();
-    scenario(config, &[("DLOCK_SQL__TABLE", &table)], "pg").await;
-    use sqlx::{Connection, Executor};
-    let mut c = sqlx::PgConnection::connect(&url).await.expect("connect to drop the test tables");
-    for t in [table.clone(), format!("{table}_counters"), format!("{table}_holders")] {
-        c.execute(sqlx::AssertSqlSafe(format!("DROP TABLE IF EXISTS {t}"))).await.expect("drop a test table");
-    }
+    sql_scenario(&postgres_url(), "pg").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql() {
-    let url = std::env::var("DLOCK_TEST_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into());
-    let table = format!("dlock_cli_inspect_{}", std::process::id());
-    let mut config = Config::from_url(&url);
-    config.sql.table = table.clone();
-    scenario(config, &[("DLOCK_SQL__TABLE", &table)], "mysql").await;
-    use sqlx::{Connection, Executor};
-    let mut c = sqlx::MySqlConnection::connect(&url).await.expect("connect to drop the test tables");
-    for t in [table.clone(), format!("{table}_counters"), format!("{table}_holders")] {
-        c.execute(sqlx::AssertSqlSafe(format!("DROP TABLE IF EXISTS {t}"))).await.expect("drop a test table");
-    }
+    sql_scenario(&mysql_url(), "mysql").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,6 +5,8 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use tempfile::TempDir;
+
 fn dlock(args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_dlock"));
     c.args(args).env_remove("DLOCK_URL").env_remove("DLOCK_CONFIG");
@@ -15,8 +17,19 @@ fn output(args: &[&str]) -> Output {
     dlock(args).output().expect("the dlock binary runs")
 }
 
-fn sqlite_url(dir: &Path) -> String {
-    format!("sqlite://{}", dir.join("run.db").display())
+/// A fresh temp dir and the URL of a SQLite database (`run.db`) in it.
+fn sqlite_db() -> (TempDir, String) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite://{}", dir.path().join("run.db").display());
+    (dir, url)
+}
+
+/// Waits until the command has touched `marker`, at most 20 s after `begun`.
+fn wait_until_started(marker: &Path, begun: Instant) {
+    while !marker.exists() {
+        assert!(begun.elapsed() < Duration::from_secs(20), "the command never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 fn code(out: &Output) -> i32 {
@@ -29,8 +42,7 @@ fn stderr(out: &Output) -> String {
 
 #[test]
 fn four_concurrent_runs_take_turns_with_rising_tokens() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let url = sqlite_url(dir.path());
+    let (dir, url) = sqlite_db();
     let log = dir.path().join("log");
     // Each command logs its start and end with its token; overlapping runs would interleave.
     let script = format!(
@@ -67,8 +79,7 @@ fn four_concurrent_runs_take_turns_with_rising_tokens() {
 
 #[test]
 fn exit_status_of_the_command_is_passed_through() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let url = sqlite_url(dir.path());
+    let (_dir, url) = sqlite_db();
     let out = output(&["run", "--url", &url, "--name", "x", "--", "sh", "-c", "exit 7"]);
     assert_eq!(code(&out), 7, "{}", stderr(&out));
     // Released: the next run gets it at once.
@@ -80,8 +91,7 @@ fn exit_status_of_the_command_is_passed_through() {
 
 #[test]
 fn busy_is_exit_1() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let url = sqlite_url(dir.path());
+    let (_dir, url) = sqlite_db();
     let holder = dlock(&["run", "--url", &url, "--name", "busy", "--", "sleep", "3"]).spawn().expect("spawn holder");
     let begun = Instant::now();
     let mut out;
@@ -122,8 +132,7 @@ fn usage_config_unavailable_and_missing_command_codes() {
 
 #[test]
 fn lease_deleted_behind_the_command_stops_it_with_exit_3() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let url = sqlite_url(dir.path());
+    let (dir, url) = sqlite_db();
     let marker = dir.path().join("started");
     let script = format!("touch {}; exec sleep 30", marker.display());
     let begun = Instant::now();
@@ -133,10 +142,7 @@ fn lease_deleted_behind_the_command_stops_it_with_exit_3() {
     .stderr(Stdio::piped())
     .spawn()
     .expect("spawn dlock run");
-    while !marker.exists() {
-        assert!(begun.elapsed() < Duration::from_secs(20), "the command never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until_started(&marker, begun);
     // What an operator or a failing database does: the lease row now names another owner.
     let db = dir.path().join("run.db");
     let status = Command::new("sqlite3").arg(&db).arg("UPDATE dlock_leases SET owner = 'someone-else'").status();
@@ -161,16 +167,12 @@ fn lease_deleted_behind_the_command_stops_it_with_exit_3() {
 
 #[test]
 fn sigterm_is_forwarded_and_the_lock_released() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let url = sqlite_url(dir.path());
+    let (dir, url) = sqlite_db();
     let marker = dir.path().join("ready");
     let script = format!("sleep 30 & sp=$!; trap 'kill $sp; exit 42' TERM; touch {}; wait", marker.display());
     let child = dlock(&["run", "--url", &url, "--name", "sig", "--", "sh", "-c", &script]).spawn().expect("spawn");
     let begun = Instant::now();
-    while !marker.exists() {
-        assert!(begun.elapsed() < Duration::from_secs(20), "the command never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until_started(&marker, begun);
     let status = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().expect("kill runs");
     assert!(status.success());
     let out = child.wait_with_output().expect("dlock run ends");

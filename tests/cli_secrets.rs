@@ -4,13 +4,8 @@
 
 use std::process::{Command, Output};
 
-/// The distinctive pieces every generated secret holds; none may appear in any output.
-const PIECES: [&str; 4] = ["Hunter", "2word", "Kiwi", "9Secret"];
-
-/// Every printable ASCII character that is not a letter or digit.
-fn specials() -> impl Iterator<Item = char> {
-    (0x21u8..0x7f).map(char::from).filter(|c| !c.is_ascii_alphanumeric())
-}
+mod common;
+use common::{secret_urls, specials, SECRET_PIECES};
 
 fn run(args: &[&str]) -> (Output, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_dlock"))
@@ -27,7 +22,7 @@ fn run(args: &[&str]) -> (Output, String) {
 }
 
 fn assert_no_secret(text: &str, what: &str) {
-    for piece in PIECES {
+    for piece in SECRET_PIECES {
         assert!(!text.contains(piece), "{what} shows {piece:?}:\n{text}");
     }
 }
@@ -49,12 +44,7 @@ fn config_never_prints_a_secret() {
 fn failing_connects_never_print_a_secret() {
     // Nothing listens on port 1: each backend fails, and its message may quote the URL.
     for c in specials() {
-        for url in [
-            format!("redlock://u:Hunter{c}2word@127.0.0.1:1,127.0.0.1:2,127.0.0.1:3"),
-            format!("zk://u:Hunter{c}2word@127.0.0.1:1/dlock-cli-secrets"),
-            format!("redis://u:Hunter{c}2word@127.0.0.1:1/0"),
-            format!("mysql://u:Hunter{c}2word@127.0.0.1:1/test?ssl-key=Kiwi{c}9Secret"),
-        ] {
+        for url in secret_urls(c, "dlock-cli-secrets") {
             let (out, text) = run(&["conformance", "--filter", "lease_validity", "--url", &url]);
             assert!(!out.status.success(), "{url:?} cannot pass with no server:\n{text}");
             assert_no_secret(&text, &format!("dlock conformance --url {url:?}"));

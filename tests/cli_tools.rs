@@ -9,6 +9,9 @@ use dlock_testkit::servers::redis::RedisServer;
 use dlock_testkit::servers::zookeeper::ZkServer;
 use serde_json::Value;
 
+mod common;
+use common::{mysql_url, postgres_url, sql_tables, Sql};
+
 /// Runs the tool in an empty directory (no `dlock.toml` to pick up) without `DLOCK_*` settings.
 fn dlock(args: &[&str], envs: &[(&str, &str)]) -> Output {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -41,10 +44,6 @@ fn conformance(url: &str, filter: &str, envs: &[(&str, &str)]) {
     assert!(stderr.contains("[  1/"), "{filter}: no plain progress lines:\n{stderr}");
 }
 
-fn env_or(key: &str, default: &str) -> String {
-    std::env::var(key).ok().filter(|v| !v.trim().is_empty()).unwrap_or_else(|| default.to_owned())
-}
-
 /// Runs filtered conformance runs against a SQL URL with a private table (`filters`), so the
 /// table and its `_counters` / `_holders` hold only what the runs created.
 async fn sql_runs(url: &str, table: &str, filters: &[&'static str]) {
@@ -60,38 +59,28 @@ async fn sql_runs(url: &str, table: &str, filters: &[&'static str]) {
     }
 }
 
+/// Runs `filters` against a SQL URL with a private table, then checks that the table and its
+/// `_counters` / `_holders` are empty, and drops them.
+async fn sql_runs_leave_no_rows(url: &str, table: &str, filters: &[&'static str]) {
+    sql_runs(url, table, filters).await;
+    let mut c = Sql::connect(url).await;
+    for t in sql_tables(table) {
+        let n = c.rows(&t).await;
+        assert_eq!(n, 0, "{t} still has {n} rows after dlock conformance");
+    }
+    c.drop_tables(table).await;
+}
+
 #[tokio::test]
 async fn conformance_leaves_no_rows_in_postgres() {
-    use sqlx::Connection;
-    let url = env_or("DLOCK_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test");
     let table = format!("ops_cleanup_{}", std::process::id());
-    sql_runs(&url, &table, &["hostile_names", "semaphore", "rw_lock"]).await;
-    let mut c = sqlx::PgConnection::connect(&url).await.expect("postgres");
-    for t in [table.clone(), format!("{table}_counters"), format!("{table}_holders")] {
-        let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM \"{t}\"")))
-            .fetch_one(&mut c)
-            .await
-            .unwrap_or_else(|e| panic!("count rows of {t}: {e}"));
-        assert_eq!(n, 0, "{t} still has {n} rows after dlock conformance");
-        sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE \"{t}\""))).execute(&mut c).await.expect("drop");
-    }
+    sql_runs_leave_no_rows(&postgres_url(), &table, &["hostile_names", "semaphore", "rw_lock"]).await;
 }
 
 #[tokio::test]
 async fn conformance_leaves_no_rows_in_mysql() {
-    use sqlx::Connection;
-    let url = env_or("DLOCK_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test");
     let table = format!("ops_cleanup_my_{}", std::process::id());
-    sql_runs(&url, &table, &["hostile_names", "semaphore"]).await;
-    let mut c = sqlx::MySqlConnection::connect(&url).await.expect("mysql");
-    for t in [table.clone(), format!("{table}_counters"), format!("{table}_holders")] {
-        let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT CAST(COUNT(*) AS SIGNED) FROM `{t}`")))
-            .fetch_one(&mut c)
-            .await
-            .unwrap_or_else(|e| panic!("count rows of {t}: {e}"));
-        assert_eq!(n, 0, "{t} still has {n} rows after dlock conformance");
-        sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE `{t}`"))).execute(&mut c).await.expect("drop");
-    }
+    sql_runs_leave_no_rows(&mysql_url(), &table, &["hostile_names", "semaphore"]).await;
 }
 
 #[tokio::test]

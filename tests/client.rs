@@ -3,26 +3,18 @@
 //! front of the shared server — and the config file's `request_timeout` bounding a request
 //! against a server that stopped answering, on every network backend.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock::{AcquireOptions, Client, Config, DistributedLock, LockError, LockName};
+use dlock::{AcquireOptions, Client, Config, DistributedLock, Lease, LockError, LockName};
 use lock_conformance::proxy::FaultProxy;
 use lock_conformance::ClientLink;
 use tokio::time::Instant;
 
-fn env_or(var: &str, default: &str) -> String {
-    std::env::var(var).ok().filter(|v| !v.trim().is_empty()).unwrap_or_else(|| default.to_owned())
-}
-
-fn pg_url() -> String {
-    env_or("DLOCK_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test")
-}
-
-fn mysql_url() -> String {
-    env_or("DLOCK_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
-}
+mod common;
+use common::{env_or, mysql_url, postgres_url, Sql};
 
 fn redis_url() -> String {
     env_or("DLOCK_TEST_REDIS_URL", "redis://127.0.0.1:6379")
@@ -60,7 +52,8 @@ async fn use_exclusive(lock: &Arc<dyn DistributedLock>, name: &LockName) -> Resu
 
 /// Sessions of `app` in `pg_stat_activity`, counted from a connection of another name.
 async fn pg_sessions(app: &str) -> i64 {
-    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&pg_url()).await.expect("postgres for counting");
+    let mut conn =
+        <sqlx::PgConnection as sqlx::Connection>::connect(&postgres_url()).await.expect("postgres for counting");
     sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1")
         .bind(app)
         .fetch_one(&mut conn)
@@ -69,18 +62,10 @@ async fn pg_sessions(app: &str) -> i64 {
 }
 
 fn pg_config(app: &str, table: &str) -> Config {
-    let sep = if pg_url().contains('?') { '&' } else { '?' };
-    let mut config = Config::from_url(&format!("{}{sep}application_name={app}", pg_url()));
+    let sep = if postgres_url().contains('?') { '&' } else { '?' };
+    let mut config = Config::from_url(&format!("{}{sep}application_name={app}", postgres_url()));
     config.sql.table = table.to_owned();
     config
-}
-
-async fn drop_pg_tables(table: &str) {
-    let pool = sqlx::PgPool::connect(&pg_url()).await.expect("postgres for clean-up");
-    for t in [table.to_owned(), format!("{table}_counters"), format!("{table}_holders")] {
-        let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE IF EXISTS \"{t}\""))).execute(&pool).await;
-    }
-    pool.close().await;
 }
 
 /// Using all three kinds from one `Client` opens no more PostgreSQL sessions than the exclusive
@@ -112,7 +97,17 @@ async fn postgres_one_client_opens_no_more_sessions_than_the_exclusive_lock() {
     eprintln!("postgres sessions: exclusive lock alone {exclusive_only}, every kind from one Client {every_kind}, plus a client per kind {separate}");
     assert!(separate >= every_kind + 4, "separate clients: {separate} sessions, one Client: {every_kind}");
     drop((client, rw, sem));
-    drop_pg_tables(&table).await;
+    Sql::connect(&postgres_url()).await.drop_tables(&table).await;
+}
+
+/// Releases `held` while `waiting` (spawned) waits for the same name, so that the waiter is
+/// woken, and releases what the waiter (`who`) was granted.
+async fn hand_over(held: Lease, waiting: impl Future<Output = Result<Lease, LockError>> + Send + 'static, who: &str) {
+    let waiter = tokio::spawn(waiting);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    held.release().await.expect("release");
+    let granted = waiter.await.expect("join").unwrap_or_else(|e| panic!("{who} not granted: {e}"));
+    granted.release().await.expect("release");
 }
 
 /// The same on Redis: one command connection (and one pub/sub connection once someone waits)
@@ -130,25 +125,15 @@ async fn redis_one_client_opens_no_more_connections_than_the_exclusive_lock() {
     use_exclusive(&lock, &name).await.expect("exclusive");
     // A waiter subscribes: the pub/sub connection opens too.
     let held = lock.acquire(&name, &opts()).await.expect("held");
-    let waiter = {
-        let (lock, name) = (Arc::clone(&lock), name.clone());
-        tokio::spawn(async move { lock.acquire(&name, &opts()).await })
-    };
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    held.release().await.expect("release");
-    waiter.await.expect("join").expect("waiter granted").release().await.expect("release");
+    let (waiter, waited) = (Arc::clone(&lock), name.clone());
+    hand_over(held, async move { waiter.acquire(&waited, &opts()).await }, "waiter").await;
     let exclusive_only = proxy.connections_accepted();
 
     use_every_kind(&client, &name).await.expect("every kind");
     let rw = client.rw().await.expect("rw");
-    let read = rw.acquire_write(&name, &opts()).await.expect("write");
-    let reader = {
-        let (rw, name) = (Arc::clone(&rw), name.clone());
-        tokio::spawn(async move { rw.acquire_read(&name, &opts()).await })
-    };
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    read.release().await.expect("release");
-    reader.await.expect("join").expect("reader granted").release().await.expect("release");
+    let write = rw.acquire_write(&name, &opts()).await.expect("write");
+    let (reader, waited) = (Arc::clone(&rw), name.clone());
+    hand_over(write, async move { reader.acquire_read(&waited, &opts()).await }, "reader").await;
     let every_kind = proxy.connections_accepted();
     eprintln!("redis connections: exclusive lock alone {exclusive_only}, every kind from one Client {every_kind}");
     assert!(exclusive_only >= 2, "a command and a pub/sub connection: {exclusive_only}");
@@ -209,25 +194,25 @@ async fn proxy_for(url: &str, port: u16) -> Arc<FaultProxy> {
     FaultProxy::start(addr).await.expect("proxy")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn request_timeout_from_the_file_bounds_postgres() {
-    let proxy = proxy_for(&pg_url(), 5432).await;
+/// [`check_request_timeout`] on the SQL server at `url` (`port` when it names none), in a
+/// private table dropped afterwards.
+async fn check_sql_request_timeout(url: &str, port: u16) {
+    let proxy = proxy_for(url, port).await;
     let table = unique("dlock_rt");
-    let mut config = config_with_request_timeout(&through(&proxy, &pg_url()));
+    let mut config = config_with_request_timeout(&through(&proxy, url));
     config.sql.table = table.clone();
     check_request_timeout(config, proxy).await;
-    drop_pg_tables(&table).await;
+    Sql::connect(url).await.drop_tables(&table).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_timeout_from_the_file_bounds_postgres() {
+    check_sql_request_timeout(&postgres_url(), 5432).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_timeout_from_the_file_bounds_mysql() {
-    let proxy = proxy_for(&mysql_url(), 3306).await;
-    let table = unique("dlock_rt");
-    let mut config = config_with_request_timeout(&through(&proxy, &mysql_url()));
-    config.sql.table = table.clone();
-    check_request_timeout(config, proxy).await;
-    let pool = sqlx::MySqlPool::connect(&mysql_url()).await.expect("mysql for clean-up");
-    let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE IF EXISTS `{table}`"))).execute(&pool).await;
+    check_sql_request_timeout(&mysql_url(), 3306).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

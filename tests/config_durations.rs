@@ -4,14 +4,16 @@
 
 #![allow(clippy::result_large_err)] // figment::Jail closures return figment::Error
 
-use std::time::Duration;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use dlock::config::{MAX_DURATION, MAX_TIMEOUT};
 use dlock::{Config, LockError, LockName};
 use figment::Jail;
+
+mod common;
+use common::{env_or, mysql_url, postgres_url};
 
 /// Every duration key the file and the environment can set.
 const KEYS: &[&str] = &[
@@ -33,16 +35,12 @@ fn urls() -> Vec<String> {
     let sqlite = std::env::temp_dir().join(format!("dlock-facade-durations-{}.db", std::process::id()));
     vec![
         format!("sqlite://{}", sqlite.display()),
-        env_or("DLOCK_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test"),
-        env_or("DLOCK_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test"),
+        postgres_url(),
+        mysql_url(),
         env_or("DLOCK_TEST_REDIS_URL", "redis://127.0.0.1:6379"),
         // Nothing listens on port 1: connect fails as Unavailable, never by a panic.
         "zk://127.0.0.1:1/dlock-facade-durations".to_owned(),
     ]
-}
-
-fn env_or(key: &str, default: &str) -> String {
-    std::env::var(key).unwrap_or_else(|_| default.to_owned())
 }
 
 /// A `dlock.toml` with private names, and each `key = value` given.

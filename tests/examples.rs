@@ -20,6 +20,9 @@ mod swap_backends;
 use dlock_testkit::servers::redis::RedisServer;
 use dlock_testkit::servers::zookeeper::ZkServer;
 
+mod common;
+use common::{mysql_url, postgres_url};
+
 /// Runs the four examples on one backend and checks what each promises.
 async fn all_examples(config: Config) {
     let url = config.redacted_url();
@@ -52,12 +55,12 @@ async fn sqlite() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres() {
-    all_examples(Config::from_url(&env_or("DLOCK_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test"))).await;
+    all_examples(Config::from_url(&postgres_url())).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql() {
-    all_examples(Config::from_url(&env_or("DLOCK_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test"))).await;
+    all_examples(Config::from_url(&mysql_url())).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -82,8 +85,4 @@ async fn redlock() {
 async fn zookeeper() {
     let server = ZkServer::start().await.expect("a ZooKeeper server");
     all_examples(Config::from_url(&server.url_with_root("/dlock-examples"))).await;
-}
-
-fn env_or(key: &str, default: &str) -> String {
-    std::env::var(key).ok().filter(|v| !v.trim().is_empty()).unwrap_or_else(|| default.to_owned())
 }

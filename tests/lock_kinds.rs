@@ -7,6 +7,9 @@ use dlock::{AcquireOptions, Config, LockName};
 use dlock_testkit::servers::redis::RedisServer;
 use dlock_testkit::servers::zookeeper::ZkServer;
 
+mod common;
+use common::{mysql_url, postgres_url};
+
 async fn exercise(url: &str) {
     let config = Config::from_url(url);
     let rw = dlock::connect_rw_with(&config).await.expect("rw client");
@@ -56,16 +59,12 @@ async fn sqlite() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres() {
-    exercise(&env_or("DLOCK_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test")).await;
+    exercise(&postgres_url()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql() {
-    exercise(&env_or("DLOCK_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")).await;
-}
-
-fn env_or(key: &str, default: &str) -> String {
-    std::env::var(key).ok().filter(|v| !v.trim().is_empty()).unwrap_or_else(|| default.to_owned())
+    exercise(&mysql_url()).await;
 }
 
 #[tokio::test]

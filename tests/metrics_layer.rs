@@ -82,12 +82,16 @@ fn with_recorder(test: impl AsyncFnOnce(&Seen)) {
     metrics::with_local_recorder(&recorder, || rt.block_on(test(&snap)));
 }
 
+/// `N` metered clients of the memory server `server`.
+fn metered_clients<const N: usize>(server: &str) -> [Metered<MemoryLock>; N] {
+    let server = MemoryLock::named(server);
+    std::array::from_fn(|_| Metered::new(Arc::new(server.client())))
+}
+
 #[test]
 fn acquisitions_by_outcome_wait_and_hold_times() {
     with_recorder(async |snap| {
-        let server = MemoryLock::named("metrics-outcomes");
-        let a = Metered::new(Arc::new(server.client()));
-        let b = Metered::new(Arc::new(server.client()));
+        let [a, b] = metered_clients("metrics-outcomes");
         let name = LockName::new("jobs/a").expect("valid");
         let opts = AcquireOptions::new(Duration::from_secs(5));
         let lease = a.acquire(&name, &opts).await.expect("granted");
@@ -147,9 +151,7 @@ fn renewals_failures_and_losses_by_reason() {
 #[test]
 fn read_write_and_permit_kinds_are_labelled() {
     with_recorder(async |snap| {
-        let server = MemoryLock::named("metrics-kinds");
-        let rw = Metered::new(Arc::new(server.client()));
-        let sem = Metered::new(Arc::new(server.client()));
+        let [rw, sem] = metered_clients("metrics-kinds");
         let name = LockName::new("catalog").expect("valid");
         let opts = AcquireOptions::new(Duration::from_secs(5));
         let r1 = rw.acquire_read(&name, &opts).await.expect("read");

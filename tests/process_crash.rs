@@ -10,6 +10,9 @@ use dlock::{AcquireOptions, Config, LockName};
 use dlock_testkit::servers::redis::RedisServer;
 use dlock_testkit::servers::zookeeper::ZkServer;
 
+mod common;
+use common::{mysql_url, postgres_url};
+
 const TTL: Duration = Duration::from_secs(2);
 
 /// Starts `dlock acquire` holding `name` for a minute; returns the child and the token it printed.
@@ -68,10 +71,6 @@ async fn crash_frees_lock(url: &str, expiry: Duration, envs: &[(&str, &str)]) {
     lease.release().await.expect("release");
 }
 
-fn env_or(key: &str, default: &str) -> String {
-    std::env::var(key).ok().filter(|v| !v.trim().is_empty()).unwrap_or_else(|| default.to_owned())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -81,12 +80,12 @@ async fn sqlite() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres() {
-    crash_frees_lock(&env_or("DLOCK_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test"), TTL, &[]).await;
+    crash_frees_lock(&postgres_url(), TTL, &[]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql() {
-    crash_frees_lock(&env_or("DLOCK_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test"), TTL, &[]).await;
+    crash_frees_lock(&mysql_url(), TTL, &[]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,5 +1,6 @@
 //! What a backend gives the suite: a factory of fresh clients, and optional fault hooks.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -145,4 +146,53 @@ pub trait ServerControl: Send + Sync + 'static {
     async fn pause(&self, paused: bool) -> Result<(), LockError>;
     /// Whether the server keeps its data across `stop`/`start` (what `durable_*` capabilities rest on).
     fn persistent(&self) -> bool;
+}
+
+/// The [`ServerControl`] of a server that lives in the test process (a toy or a mutant store):
+/// its clients fail their requests while `down` is set (stopped or paused), and `stop` also runs
+/// `forget`, what a server without persistence loses with its process. Restarts are instant.
+///
+/// ```
+/// use std::sync::atomic::{AtomicBool, Ordering};
+/// use std::sync::Arc;
+/// use lock_conformance::{DownSwitch, ServerControl};
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let down = Arc::new(AtomicBool::new(false));
+/// let switch = DownSwitch::new(down.clone(), || {});
+/// switch.pause(true).await.unwrap();
+/// assert!(down.load(Ordering::SeqCst));
+/// assert!(!switch.persistent());
+/// # });
+/// ```
+pub struct DownSwitch {
+    down: Arc<AtomicBool>,
+    forget: Box<dyn Fn() + Send + Sync>,
+}
+
+impl DownSwitch {
+    /// A switch over the server's `down` flag; `forget` clears what a stop loses.
+    pub fn new(down: Arc<AtomicBool>, forget: impl Fn() + Send + Sync + 'static) -> DownSwitch {
+        DownSwitch { down, forget: Box::new(forget) }
+    }
+}
+
+#[async_trait]
+impl ServerControl for DownSwitch {
+    async fn stop(&self) -> Result<(), LockError> {
+        self.down.store(true, Ordering::SeqCst);
+        (self.forget)();
+        Ok(())
+    }
+    async fn start(&self) -> Result<(), LockError> {
+        self.down.store(false, Ordering::SeqCst);
+        Ok(())
+    }
+    async fn pause(&self, paused: bool) -> Result<(), LockError> {
+        self.down.store(paused, Ordering::SeqCst);
+        Ok(())
+    }
+    fn persistent(&self) -> bool {
+        false
+    }
 }

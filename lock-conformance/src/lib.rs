@@ -163,7 +163,7 @@ pub mod runner;
 
 pub use async_trait::async_trait;
 pub use cases::{all_cases, Case, CaseError, CaseResult};
-pub use fixture::{ClientLink, Fixture, LinkedClient, ServerControl};
+pub use fixture::{ClientLink, DownSwitch, Fixture, LinkedClient, ServerControl};
 
 /// Generates one test per conformance case, in a module named `$module`, each calling
 /// `$factory` (a closure returning a future of `Result<impl Fixture, LockError>`) for a fresh

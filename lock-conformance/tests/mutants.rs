@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lock_conformance::runner::{run_suite, Outcome, RunOptions};
-use lock_conformance::{async_trait, ClientLink, Fixture, LinkedClient, ServerControl};
+use lock_conformance::{async_trait, ClientLink, DownSwitch, Fixture, LinkedClient, ServerControl};
 use lock_core::{
     Capabilities, DistributedLock, FencingToken, LeaseStore, LockError, LockName, OwnerId, ReleaseOutcome,
     RenewOutcome, StoreLock, TryLock,
@@ -46,7 +46,7 @@ struct State {
 
 struct Server {
     state: Mutex<State>,
-    down: AtomicBool,
+    down: Arc<AtomicBool>,
     bug: Bug,
 }
 
@@ -196,28 +196,6 @@ impl ClientLink for Cut {
     async fn reset_connections(&self) {}
 }
 
-struct Control(Arc<Server>);
-
-#[async_trait]
-impl ServerControl for Control {
-    async fn stop(&self) -> Result<(), LockError> {
-        self.0.down.store(true, Ordering::SeqCst);
-        *self.0.state.lock().unwrap_or_else(|e| e.into_inner()) = State::default();
-        Ok(())
-    }
-    async fn start(&self) -> Result<(), LockError> {
-        self.0.down.store(false, Ordering::SeqCst);
-        Ok(())
-    }
-    async fn pause(&self, paused: bool) -> Result<(), LockError> {
-        self.0.down.store(paused, Ordering::SeqCst);
-        Ok(())
-    }
-    fn persistent(&self) -> bool {
-        false
-    }
-}
-
 #[async_trait]
 impl Fixture for Mutant {
     fn backend(&self) -> &str {
@@ -238,7 +216,9 @@ impl Fixture for Mutant {
         Ok(Some(LinkedClient { client, link: Arc::new(Cut(cut, latency)) }))
     }
     fn server(&self) -> Option<Arc<dyn ServerControl>> {
-        Some(Arc::new(Control(self.0.clone())))
+        let server = self.0.clone();
+        let forget = move || *server.state.lock().unwrap_or_else(|e| e.into_inner()) = State::default();
+        Some(Arc::new(DownSwitch::new(self.0.down.clone(), forget)))
     }
     fn base_ttl(&self) -> Duration {
         Duration::from_millis(500)
@@ -261,7 +241,7 @@ impl Fixture for Mutant {
 async fn outcomes(bug: Bug, cases: &[&str]) -> Vec<(String, Outcome, String)> {
     let mut out = Vec::new();
     for case in cases {
-        let fx = Arc::new(Mutant(Arc::new(Server { state: Mutex::default(), down: AtomicBool::new(false), bug })));
+        let fx = Arc::new(Mutant(Arc::new(Server { state: Mutex::default(), down: Arc::default(), bug })));
         let report = run_suite(fx, &RunOptions { filter: Some((*case).to_owned()), ..RunOptions::default() }).await;
         for c in report.cases.into_iter().filter(|c| c.name == format!("mutant::{case}")) {
             out.push((c.name, c.outcome, c.detail));
@@ -312,55 +292,43 @@ async fn a_correct_store_passes_the_cases_the_mutants_fail() {
     assert!(not_passed.is_empty(), "a correct store must pass:\n{}", not_passed.join("\n"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn no_exclusion_is_caught() {
-    assert_fails(
-        Bug::NoExclusion,
-        &["mutual_exclusion", "counter_exact", "try_acquire_semantics", "acquire_timeout", "hostile_names", "nemesis"],
-    )
-    .await;
+/// One test per mutant: the test's name, the bug, and the cases that must catch it.
+macro_rules! caught {
+    ($($(#[$doc:meta])* $name:ident: $bug:ident => [$($case:literal),+ $(,)?];)+) => {
+        $(
+            $(#[$doc])*
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                assert_fails(Bug::$bug, &[$($case),+]).await;
+            }
+        )+
+    };
 }
 
-/// `hold_at_least` rests on an owner-checked renewal that moves the lease's end to `t0 + d`:
-/// a store whose renewal frees the lock lets the next holder in right after the early release.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_hold_that_frees_early_is_caught() {
-    assert_fails(Bug::RenewReleases, &["hold_at_least_early_release"]).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn renew_that_releases_is_caught() {
-    assert_fails(Bug::RenewReleases, &["renew_is_owner_checked", "manual_renew_extends", "auto_renew_keeps_lock"])
-        .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn release_without_owner_check_is_caught() {
-    assert_fails(Bug::ReleaseAnyOwner, &["release_is_owner_checked", "fault_partition"]).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn repeated_tokens_are_caught() {
-    assert_fails(
-        Bug::TokensRepeat,
-        &["fencing_monotonic", "fenced_register_rejects_former_holder", "fencing_after_expiry", "fault_pause_past_ttl"],
-    )
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lease_that_never_expires_is_caught() {
-    assert_fails(Bug::NeverExpires, &["expiry_of_vanished_holder", "fault_partition"]).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lease_that_expires_early_is_caught() {
-    assert_fails(Bug::ExpiresEarly, &["expiry_of_vanished_holder", "auto_renew_keeps_lock"]).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_false_durable_fencing_claim_is_caught() {
-    assert_fails(Bug::ClaimsDurableFencing, &["fault_server_restart"]).await;
+caught! {
+    no_exclusion_is_caught: NoExclusion => [
+        "mutual_exclusion", "counter_exact", "try_acquire_semantics", "acquire_timeout", "hostile_names", "nemesis",
+    ];
+    /// `hold_at_least` rests on an owner-checked renewal that moves the lease's end to `t0 + d`:
+    /// a store whose renewal frees the lock lets the next holder in right after the early release.
+    a_hold_that_frees_early_is_caught: RenewReleases => ["hold_at_least_early_release"];
+    renew_that_releases_is_caught: RenewReleases => [
+        "renew_is_owner_checked", "manual_renew_extends", "auto_renew_keeps_lock",
+    ];
+    release_without_owner_check_is_caught: ReleaseAnyOwner => ["release_is_owner_checked", "fault_partition"];
+    repeated_tokens_are_caught: TokensRepeat => [
+        "fencing_monotonic", "fenced_register_rejects_former_holder", "fencing_after_expiry", "fault_pause_past_ttl",
+    ];
+    a_lease_that_never_expires_is_caught: NeverExpires => ["expiry_of_vanished_holder", "fault_partition"];
+    a_lease_that_expires_early_is_caught: ExpiresEarly => ["expiry_of_vanished_holder", "auto_renew_keeps_lock"];
+    a_false_durable_fencing_claim_is_caught: ClaimsDurableFencing => ["fault_server_restart"];
+    colliding_names_are_caught: StripsNames => ["independent_names", "hostile_names"];
+    a_renewal_that_recreates_a_deleted_entry_is_caught: RenewUpserts => ["fault_entry_deleted"];
+    truncated_names_are_caught: TruncatesNames => ["long_name_prefixes"];
+    a_token_handed_out_twice_is_caught: RepeatsStolenToken => [
+        "fencing_after_expiry", "fault_pause_past_ttl", "fault_partition",
+    ];
+    a_collection_that_resets_tokens_is_caught: CollectResetsTokens => ["idle_collected_tokens_rise"];
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -373,29 +341,4 @@ async fn a_false_fifo_claim_is_caught_or_lucky() {
         }
     }
     panic!("a polling store claiming fifo passed fifo_order three times");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn colliding_names_are_caught() {
-    assert_fails(Bug::StripsNames, &["independent_names", "hostile_names"]).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_renewal_that_recreates_a_deleted_entry_is_caught() {
-    assert_fails(Bug::RenewUpserts, &["fault_entry_deleted"]).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn truncated_names_are_caught() {
-    assert_fails(Bug::TruncatesNames, &["long_name_prefixes"]).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_token_handed_out_twice_is_caught() {
-    assert_fails(Bug::RepeatsStolenToken, &["fencing_after_expiry", "fault_pause_past_ttl", "fault_partition"]).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_collection_that_resets_tokens_is_caught() {
-    assert_fails(Bug::CollectResetsTokens, &["idle_collected_tokens_rise"]).await;
 }

@@ -102,6 +102,11 @@ impl LockError {
         LockError::InvalidOptions { reason: reason.into() }
     }
 
+    /// An `Unsupported` error: `backend` does not offer `feature`.
+    pub fn unsupported(backend: impl Into<String>, feature: &'static str) -> Self {
+        LockError::Unsupported { backend: backend.into(), feature }
+    }
+
     /// A `Config` error.
     pub fn config(reason: impl Into<String>) -> Self {
         LockError::Config { reason: reason.into() }

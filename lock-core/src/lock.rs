@@ -39,13 +39,13 @@ pub trait DistributedLock: Send + Sync + 'static {
     /// Who holds `name` now (docs/contract.md §5.6): `Ok(None)` when nobody does. One read, no
     /// lock taken. `Unsupported` unless `capabilities().inspect`.
     async fn inspect(&self, _name: &LockName) -> Result<Option<HolderInfo>, LockError> {
-        Err(LockError::Unsupported { backend: self.backend().to_owned(), feature: "inspect" })
+        Err(LockError::unsupported(self.backend(), "inspect"))
     }
 
     /// The held names starting with `prefix`, at most `limit` of them, in name order
     /// (docs/contract.md §5.6). `Unsupported` unless `capabilities().list`.
     async fn list(&self, _prefix: &str, _limit: usize) -> Result<Vec<HolderInfo>, LockError> {
-        Err(LockError::Unsupported { backend: self.backend().to_owned(), feature: "list" })
+        Err(LockError::unsupported(self.backend(), "list"))
     }
 
     /// An operator's override (docs/contract.md §5.6): frees `name` whoever holds it, without
@@ -54,7 +54,7 @@ pub trait DistributedLock: Send + Sync + 'static {
     /// old holder's renewal then fails (its lost signal fires) and a fenced resource refuses its
     /// writes once a newer token has been used. `Unsupported` by default.
     async fn force_release(&self, _name: &LockName) -> Result<Option<FencingToken>, LockError> {
-        Err(LockError::Unsupported { backend: self.backend().to_owned(), feature: "force_release" })
+        Err(LockError::unsupported(self.backend(), "force_release"))
     }
 }
 

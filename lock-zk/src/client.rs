@@ -60,22 +60,7 @@ pub async fn from_client(client: Client, root: &str, options: ZkOptions) -> Resu
     options.validate()?;
     let url = ZkUrl::app(root)?;
     let bound = options.connect_timeout.max(options.request_timeout);
-    match timeout(bound, ensure_root(&client, &url.root, None)).await {
-        Ok(Ok(Ok(()))) => {}
-        Ok(Ok(Err(refused))) => return Err(refused),
-        Ok(Err(e)) => {
-            return Err(match classify(e) {
-                Failure::Server(e) => server_error(e, &url.root),
-                Failure::Transient(e) => e,
-                Failure::SessionGone => {
-                    LockError::unavailable(BACKEND, "the application's ZooKeeper session has ended")
-                }
-            })
-        }
-        Err(_) => {
-            return Err(LockError::unavailable(BACKEND, format!("creating the root {} took over {bound:?}", url.root)))
-        }
-    }
+    create_root(&client, &url.root, None, bound, "the application's ZooKeeper session has ended").await?;
     let tls = Tls::load(&ZkOptions { tls_ca_file: None, ..options.clone() }).await?;
     let session = Session { id: client.session_id().0, client };
     let inner = Arc::new(Inner {
@@ -251,26 +236,30 @@ impl ZkLock {
         };
         let left = bound.saturating_sub(started.elapsed()).max(Duration::from_millis(1));
         let ours = self.digest_id();
-        match timeout(left, ensure_root(&client, &url.root, ours.as_deref())).await {
-            Ok(Ok(Ok(()))) => {}
-            Ok(Ok(Err(refused))) => return Err(refused),
-            Ok(Err(e)) => {
-                return Err(match classify(e) {
-                    Failure::Server(e) => server_error(e, &url.root),
-                    Failure::Transient(e) => e,
-                    Failure::SessionGone => LockError::unavailable(BACKEND, "the new ZooKeeper session ended at once"),
-                })
-            }
-            Err(_) => {
-                return Err(LockError::unavailable(
-                    BACKEND,
-                    format!("creating the root {} took over {bound:?}", url.root),
-                ))
-            }
-        }
+        create_root(&client, &url.root, ours.as_deref(), left, "the new ZooKeeper session ended at once").await?;
         let id = client.session_id().0;
         tracing::debug!(session = id, timeout = ?client.session_timeout(), "zookeeper session established");
         Ok(Session { client, id })
+    }
+}
+
+/// Makes sure `root` exists (and, with `ours`, that only we may change it) within `within`;
+/// `session_gone` says why a session that ends meanwhile is not retried.
+async fn create_root(
+    client: &Client,
+    root: &str,
+    ours: Option<&str>,
+    within: Duration,
+    session_gone: &'static str,
+) -> Result<(), LockError> {
+    match timeout(within, ensure_root(client, root, ours)).await {
+        Ok(Ok(checked)) => checked,
+        Ok(Err(e)) => Err(match classify(e) {
+            Failure::Server(e) => server_error(e, root),
+            Failure::Transient(e) => e,
+            Failure::SessionGone => LockError::unavailable(BACKEND, session_gone),
+        }),
+        Err(_) => Err(LockError::unavailable(BACKEND, format!("creating the root {root} took over {within:?}"))),
     }
 }
 

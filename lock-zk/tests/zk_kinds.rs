@@ -152,12 +152,8 @@ async fn session_expiry_of_a_reader_frees_a_waiting_writer() {
     };
     eventually(Duration::from_secs(3), "writer queued", || async { rw_nodes(&fx, &writer, &n).await.len() == 2 }).await;
 
-    let cut = Instant::now();
-    link.set_partitioned(true).await;
-    timeout(SESSION_TIMEOUT, lost.fired()).await.expect("the cut-off reader's lost signal fires");
-    let lost_after = cut.elapsed();
-    let w = timeout(fx.expiry_bound() * 3, waiting).await.expect("writer granted").unwrap().unwrap();
-    let granted_after = cut.elapsed();
+    let GaveWay { granted: w, lost_after, granted_after } =
+        partition_until_granted(&*link, lost, SESSION_TIMEOUT, waiting, fx.expiry_bound() * 3).await;
     eprintln!("partitioned reader: lost after {lost_after:?}, writer granted after {granted_after:?}");
     assert!(lost_after < granted_after, "the reader gives up before the writer gets in");
     assert!(w.token() > r2.token());
@@ -385,12 +381,8 @@ async fn session_expiry_of_a_permit_holder_frees_its_place() {
     };
     eventually(Duration::from_secs(3), "waiter queued", || async { sem_nodes(&fx, &waiter, &n).await.len() == 3 })
         .await;
-    let cut = Instant::now();
-    link.set_partitioned(true).await;
-    timeout(SESSION_TIMEOUT, lost.fired()).await.expect("the cut-off holder's lost signal fires");
-    let lost_after = cut.elapsed();
-    let got = timeout(fx.expiry_bound() * 3, waiting).await.expect("waiter granted").unwrap().unwrap();
-    let granted_after = cut.elapsed();
+    let GaveWay { granted: got, lost_after, granted_after } =
+        partition_until_granted(&*link, lost, SESSION_TIMEOUT, waiting, fx.expiry_bound() * 3).await;
     eprintln!("partitioned permit holder: lost after {lost_after:?}, waiter granted after {granted_after:?}");
     assert!(lost_after < granted_after);
     assert!(kept.is_valid(), "the other holder keeps its permit");

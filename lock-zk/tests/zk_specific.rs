@@ -6,7 +6,9 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{eventually, name, nodes, opts, total_watch_events, ZkFixture, SESSION_TIMEOUT};
+use common::{
+    eventually, name, nodes, opts, partition_until_granted, total_watch_events, GaveWay, ZkFixture, SESSION_TIMEOUT,
+};
 use lock_conformance::{ClientLink, Fixture};
 use lock_core::{DistributedLock, LockError};
 use lock_zk::ZkOptions;
@@ -52,13 +54,9 @@ async fn session_expiry_of_holder_frees_lock_for_next_waiter() {
     };
     eventually(Duration::from_secs(3), "waiter queued", || async { nodes(&fx, &waiter, &n).await.len() == 2 }).await;
 
-    let cut = Instant::now();
-    link.set_partitioned(true).await;
     // The holder must give up before the server may hand the lock to someone else.
-    timeout(SESSION_TIMEOUT, lost.fired()).await.expect("holder's lost signal fires within the session timeout");
-    let lost_after = cut.elapsed();
-    let next = timeout(fx.expiry_bound() * 3, waiting).await.expect("waiter granted").unwrap().unwrap();
-    let granted_after = cut.elapsed();
+    let GaveWay { granted: next, lost_after, granted_after } =
+        partition_until_granted(&*link, lost, SESSION_TIMEOUT, waiting, fx.expiry_bound() * 3).await;
     assert!(lost_after < granted_after, "lost at {lost_after:?} must precede the next grant at {granted_after:?}");
     eprintln!("partitioned holder: lost after {lost_after:?}, waiter granted after {granted_after:?}");
     assert!(next.token() > lease.token());
@@ -414,13 +412,9 @@ async fn a_suspended_holder_gives_up_before_its_session_can_expire_even_with_a_l
         tokio::spawn(async move { waiter.acquire(&n, &opts(2000).wait(Duration::from_secs(15))).await })
     };
     eventually(Duration::from_secs(3), "waiter queued", || async { nodes(&fx, &waiter, &n).await.len() == 2 }).await;
-    let cut = Instant::now();
-    link.set_partitioned(true).await;
-    timeout(SESSION_TIMEOUT * 2, lease.lost().fired()).await.expect("lost fires");
-    let lost_after = cut.elapsed();
+    let GaveWay { granted: next, lost_after, granted_after } =
+        partition_until_granted(&*link, lease.lost(), SESSION_TIMEOUT * 2, waiting, Duration::from_secs(10)).await;
     let reason = lease.lost().reason().unwrap_or_default().to_owned();
-    let next = timeout(Duration::from_secs(10), waiting).await.unwrap().unwrap().unwrap();
-    let granted_after = cut.elapsed();
     assert!(
         // Safety: the holder stops claiming before anyone else is granted. Liveness: about one
         // session timeout after the last answer (plus scheduling slack on a busy machine).

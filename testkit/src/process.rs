@@ -16,6 +16,20 @@ pub fn free_port() -> Result<u16, LockError> {
     l.local_addr().map(|a| a.port()).map_err(|e| LockError::unavailable_from("test", "no free port", e))
 }
 
+/// A free TCP port of 127.0.0.1, as an address.
+pub fn free_addr() -> Result<SocketAddr, LockError> {
+    Ok(SocketAddr::from(([127, 0, 0, 1], free_port()?)))
+}
+
+/// A fresh temp dir (`dlock-<server>-…`) for a local server's data and configuration, removed
+/// when dropped.
+pub fn server_dir(server: &str) -> Result<tempfile::TempDir, LockError> {
+    tempfile::Builder::new()
+        .prefix(&format!("dlock-{server}-"))
+        .tempdir()
+        .map_err(|e| LockError::unavailable_from("test", format!("cannot create a temp dir for {server}"), e))
+}
+
 /// Finds an executable on `PATH` or in one of `extra` directories.
 pub fn find_binary(name: &str, extra: &[&str]) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();

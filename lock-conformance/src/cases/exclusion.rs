@@ -104,8 +104,7 @@ pub async fn counter_exact(fx: &dyn Fixture) -> CaseResult {
 /// merge (`a/b`, `a%2Fb`, `a_b`, `A/B`, trailing space).
 pub async fn independent_names(fx: &dyn Fixture) -> CaseResult {
     let cx = Ctx::new(fx, "independent_names").await?;
-    let a = cx.client().await?;
-    let b = cx.client().await?;
+    let [a, b] = cx.clients().await?;
     let opts = cx.opts(cx.ttl());
     let x = a.acquire(&cx.name("x")?, &opts).await?;
     let t = tokio::time::Instant::now();

@@ -50,12 +50,7 @@ pub async fn fault_pause_past_ttl(fx: &dyn Fixture) -> CaseResult {
     let holder = cx.vanishing_holder(&name).await?;
     let old = holder.lease.token();
     ensure!(reg.write_as(holder.lease.owner(), old, |v| *v += 1).is_ok(), "the holder's first write was rejected");
-    holder.vanish().await;
-    let b = cx.client().await?;
-    let got = b.acquire(&name, &cx.opts(cx.expiry() * 4)).await;
-    let tb = Instant::now();
-    holder.heal().await;
-    let new = got?;
+    let (new, tb) = cx.take_over(&holder, &name).await?;
     ensure!(holder.lease.valid_until() <= tb, "another client acquired while the paused holder was still valid");
     ensure!(new.token() > old, "new token {} is not above the paused holder's {old}", new.token());
     ensure!(reg.write_as(new.owner(), new.token(), |v| *v += 10).is_ok(), "the new holder's write was rejected");
@@ -229,8 +224,7 @@ pub async fn fault_latency(fx: &dyn Fixture) -> CaseResult {
 pub async fn fault_server_pause(fx: &dyn Fixture) -> CaseResult {
     let cx = Ctx::new(fx, "fault_server_pause").await?;
     let server = server_of(&cx)?;
-    let a = cx.client().await?;
-    let b = cx.client().await?;
+    let [a, b] = cx.clients().await?;
     let name = cx.name("paused-server")?;
     let lease = a.acquire(&name, &cx.opts(cx.expiry() * 2)).await?;
     server.pause(true).await?;
@@ -268,9 +262,7 @@ pub async fn fault_server_restart(fx: &dyn Fixture) -> CaseResult {
     let cx = Ctx::new(fx, "fault_server_restart").await?;
     let server = server_of(&cx)?;
     let durable_leases = cx.caps.durable_leases && server.persistent();
-    let c = cx.client().await?;
-    let a = cx.client().await?;
-    let b = cx.client().await?;
+    let [c, a, b] = cx.clients().await?;
     let tokens_name = cx.name("tokens")?;
     let mut before = Vec::new();
     for _ in 0..3 {

@@ -41,8 +41,7 @@ pub async fn fencing_monotonic(fx: &dyn Fixture) -> CaseResult {
 pub async fn fenced_register_rejects_former_holder(fx: &dyn Fixture) -> CaseResult {
     let cx = Ctx::new(fx, "fenced_register_rejects_former_holder").await?;
     let name = cx.name("register")?;
-    let a = cx.client().await?;
-    let b = cx.client().await?;
+    let [a, b] = cx.clients().await?;
     let reg = FencedRegister::new(Vec::<&'static str>::new());
     let opts = cx.opts(cx.ttl() * 4);
     let old = a.acquire(&name, &opts).await?;

@@ -39,8 +39,7 @@ async fn poll_until_granted(
 pub async fn hold_at_least_early_release(fx: &dyn Fixture) -> CaseResult {
     let cx = Ctx::new(fx, "hold_at_least_early_release").await?;
     let ttl = cx.ttl();
-    let holder = cx.client().await?;
-    let other = cx.client().await?;
+    let [holder, other] = cx.clients().await?;
     let wake = match cx.caps.wake {
         lock_core::WakeMethod::Poll => ttl + Duration::from_millis(300),
         _ => ttl / 2 + Duration::from_millis(200),
@@ -90,8 +89,7 @@ pub async fn hold_at_least_early_release(fx: &dyn Fixture) -> CaseResult {
 pub async fn hold_at_least_late_release(fx: &dyn Fixture) -> CaseResult {
     let cx = Ctx::new(fx, "hold_at_least_late_release").await?;
     let ttl = cx.ttl();
-    let holder = cx.client().await?;
-    let other = cx.client().await?;
+    let [holder, other] = cx.clients().await?;
     let name = cx.name("late")?;
     let d = ttl / 4;
     let lease = holder.acquire(&name, &cx.opts(ttl).hold_at_least(d)).await?;

@@ -61,8 +61,7 @@ pub async fn inspect_list_by_prefix(fx: &dyn Fixture) -> CaseResult {
     if !cx.caps.list {
         return Err(CaseError::NotApplicable("the backend does not declare `list` (Capabilities::list)".into()));
     }
-    let a = cx.client().await?;
-    let b = cx.client().await?;
+    let [a, b] = cx.clients().await?;
     let base = cx.name("")?;
     let prefix = format!("{}p%_", base.as_str());
     let opts = cx.opts(cx.ttl() * 2);

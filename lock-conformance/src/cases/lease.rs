@@ -3,10 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{DistributedLockExt, LeaseModel, LockError};
+use lock_core::{DistributedLockExt, Lease, LeaseModel, LockError};
 use tokio::time::Instant;
 
-use super::{ensure, eventually, fail, ms, CaseError, CaseResult, Ctx, Vanishing};
+use super::{ensure, eventually, fail, ms, CaseError, CaseResult, Ctx};
 use crate::Fixture;
 
 /// `valid_until` lies in `(now, t0 + ttl]` with `t0` taken before the call; a fresh lease is
@@ -35,8 +35,7 @@ pub async fn lease_validity(fx: &dyn Fixture) -> CaseResult {
 pub async fn auto_renew_keeps_lock(fx: &dyn Fixture) -> CaseResult {
     let cx = Ctx::new(fx, "auto_renew_keeps_lock").await?;
     let name = cx.name("renewed")?;
-    let a = cx.client().await?;
-    let b = cx.client().await?;
+    let [a, b] = cx.clients().await?;
     let opts = cx.opts(cx.ttl());
     let lease = a.acquire(&name, &opts).await?;
     let first_vu = lease.valid_until();
@@ -63,8 +62,7 @@ pub async fn auto_renew_keeps_lock(fx: &dyn Fixture) -> CaseResult {
 pub async fn manual_renew_extends(fx: &dyn Fixture) -> CaseResult {
     let cx = Ctx::new(fx, "manual_renew_extends").await?;
     let name = cx.name("manual")?;
-    let a = cx.client().await?;
-    let b = cx.client().await?;
+    let [a, b] = cx.clients().await?;
     let opts = cx.opts(cx.ttl()).auto_renew(false);
     let t0 = Instant::now();
     let lease = a.acquire(&name, &opts).await?;
@@ -92,12 +90,7 @@ pub async fn expiry_of_vanished_holder(fx: &dyn Fixture) -> CaseResult {
     let cx = Ctx::new(fx, "expiry_of_vanished_holder").await?;
     let name = cx.name("vanished")?;
     let holder = cx.vanishing_holder(&name).await?;
-    holder.vanish().await;
-    let b = cx.client().await?;
-    let got = b.acquire(&name, &cx.opts(cx.expiry() * 4)).await;
-    let tb = Instant::now();
-    holder.heal().await;
-    let lease = got?;
+    let (lease, tb) = cx.take_over(&holder, &name).await?;
     let after = tb - holder.t0;
     ensure!(
         holder.lease.valid_until() <= tb,
@@ -117,17 +110,12 @@ pub async fn expiry_of_vanished_holder(fx: &dyn Fixture) -> CaseResult {
     Ok(format!("freed {} ms after the holder's t0 (ttl {} ms)", ms(after), ms(cx.ttl())))
 }
 
-/// Loses `holder`'s lease to a new holder on another client; returns the new lease.
-async fn take_over(
-    cx: &Ctx<'_>,
-    holder: &Vanishing,
-    name: &lock_core::LockName,
-) -> Result<lock_core::Lease, CaseError> {
-    holder.vanish().await;
-    let b = cx.client().await?;
-    let got = b.acquire(name, &cx.opts(cx.expiry() * 4)).await;
-    holder.heal().await;
-    Ok(got?)
+/// The lease of a client that took the lock over: still valid after what the former holder
+/// tried, and released.
+async fn new_holder_unharmed(new: Lease) -> CaseResult {
+    ensure!(new.is_valid(), "the new holder's lease turned invalid");
+    new.release().await?;
+    Ok(String::new())
 }
 
 /// Releasing a lease that was lost returns `Lost` and leaves the new holder's lock alone.
@@ -135,12 +123,10 @@ pub async fn release_is_owner_checked(fx: &dyn Fixture) -> CaseResult {
     let cx = Ctx::new(fx, "release_is_owner_checked").await?;
     let name = cx.name("release")?;
     let holder = cx.vanishing_holder(&name).await?;
-    let new = take_over(&cx, &holder, &name).await?;
+    let (new, _) = cx.take_over(&holder, &name).await?;
     super::stale_release_is_lost(&cx, &holder.lease, &name, "releasing a lost lease", "the former holder's release")
         .await?;
-    ensure!(new.is_valid(), "the new holder's lease turned invalid");
-    new.release().await?;
-    Ok(String::new())
+    new_holder_unharmed(new).await
 }
 
 /// `renew()` never frees the lock (py-sherlock #66 ran the release script); renewing a lost
@@ -153,7 +139,7 @@ pub async fn renew_is_owner_checked(fx: &dyn Fixture) -> CaseResult {
     let holder = cx.vanishing_holder(&name).await?;
     holder.lease.renew().await?;
     ensure!(c.try_acquire(&name, &opts).await?.is_none(), "renew() freed the lock");
-    let new = take_over(&cx, &holder, &name).await?;
+    let (new, _) = cx.take_over(&holder, &name).await?;
     match holder.lease.renew().await {
         Err(LockError::Lost { .. }) => {}
         Ok(()) => fail!("renewing a lost lease succeeded while another client holds the lock"),
@@ -162,9 +148,7 @@ pub async fn renew_is_owner_checked(fx: &dyn Fixture) -> CaseResult {
     ensure!(!holder.lease.is_valid(), "the lost lease is valid again after renew()");
     ensure!(c.try_acquire(&name, &opts).await?.is_none(), "the former holder's renew freed the new holder's lock");
     new.renew().await?;
-    ensure!(new.is_valid(), "the new holder's lease turned invalid");
-    new.release().await?;
-    Ok(String::new())
+    new_holder_unharmed(new).await
 }
 
 /// The lost signal fires once, with a reason, `is_valid` turns false (for observers too), and
@@ -204,9 +188,7 @@ pub async fn lost_signal(fx: &dyn Fixture) -> CaseResult {
 pub async fn release_idempotent(fx: &dyn Fixture) -> CaseResult {
     let cx = Ctx::new(fx, "release_idempotent").await?;
     let name = cx.name("idem")?;
-    let a = cx.client().await?;
-    let b = cx.client().await?;
-    let c = cx.client().await?;
+    let [a, b, c] = cx.clients().await?;
     let opts = cx.opts(cx.ttl() * 2);
     let lease = a.acquire(&name, &opts).await?;
     lease.release().await?;
@@ -226,8 +208,7 @@ pub async fn release_idempotent(fx: &dyn Fixture) -> CaseResult {
 pub async fn drop_releases(fx: &dyn Fixture) -> CaseResult {
     let cx = Ctx::new(fx, "drop_releases").await?;
     let name = cx.name("dropped")?;
-    let a = cx.client().await?;
-    let b = cx.client().await?;
+    let [a, b] = cx.clients().await?;
     let long = (cx.ttl() * 20).min(cx.caps.max_ttl);
     let lease = a.acquire(&name, &cx.opts(long).ttl(long)).await?;
     let t = Instant::now();
@@ -251,8 +232,7 @@ pub async fn drop_releases(fx: &dyn Fixture) -> CaseResult {
 pub async fn run_locked(fx: &dyn Fixture) -> CaseResult {
     let cx = Ctx::new(fx, "run_locked").await?;
     let name = cx.name("run")?;
-    let a = cx.client().await?;
-    let b = cx.client().await?;
+    let [a, b] = cx.clients().await?;
     let opts = cx.opts(cx.ttl() * 2);
     let (token, valid) = a.run_locked(&name, &opts, |lease| async move { (lease.token(), lease.is_valid()) }).await?;
     ensure!(valid, "the lease handed to run_locked's closure was not valid");

@@ -267,6 +267,15 @@ impl<'a> Ctx<'a> {
         &self.run
     }
 
+    /// `N` fresh, independent clients, made one after the other.
+    pub async fn clients<const N: usize>(&self) -> Result<[Arc<dyn DistributedLock>; N], CaseError> {
+        let mut clients = Vec::with_capacity(N);
+        for _ in 0..N {
+            clients.push(self.client().await?);
+        }
+        clients.try_into().map_err(|_| CaseError::Failed(format!("could not make {N} clients")))
+    }
+
     /// Options with the base ttl, waiting `wait`.
     pub fn opts(&self, wait: Duration) -> AcquireOptions {
         AcquireOptions::new(self.ttl()).wait(wait).request_timeout(self.request_timeout())
@@ -300,6 +309,17 @@ impl<'a> Ctx<'a> {
                 Ok(Vanishing { lease, t0, link: None, _client: client })
             }
         }
+    }
+
+    /// `holder` vanishes and another client waits for `name` (up to four expiry bounds): that
+    /// client's lease, and the instant it was granted (taken before the holder heals).
+    pub async fn take_over(&self, holder: &Vanishing, name: &LockName) -> Result<(Lease, Instant), CaseError> {
+        holder.vanish().await;
+        let b = self.client().await?;
+        let got = b.acquire(name, &self.opts(self.expiry() * 4)).await;
+        let granted = Instant::now();
+        holder.heal().await;
+        Ok((got?, granted))
     }
 }
 

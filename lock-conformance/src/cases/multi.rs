@@ -17,8 +17,7 @@ fn names(cx: &Ctx<'_>, suffixes: &[&str]) -> Result<Vec<LockName>, super::CaseEr
 pub async fn acquire_all_holds_every_name(fx: &dyn Fixture) -> CaseResult {
     let cx = Ctx::new(fx, "acquire_all_holds_every_name").await?;
     let set = names(&cx, &["c", "a", "b"])?;
-    let a = cx.client().await?;
-    let b = cx.client().await?;
+    let [a, b] = cx.clients().await?;
     let opts = cx.opts(cx.ttl() * 2);
     let leases = acquire_all(&*a, &set, &opts).await?;
     ensure!(leases.len() == set.len(), "{} leases for {} names", leases.len(), set.len());
@@ -43,8 +42,7 @@ pub async fn acquire_all_holds_every_name(fx: &dyn Fixture) -> CaseResult {
 pub async fn acquire_all_releases_on_failure(fx: &dyn Fixture) -> CaseResult {
     let cx = Ctx::new(fx, "acquire_all_releases_on_failure").await?;
     let set = names(&cx, &["a", "m", "z"])?;
-    let a = cx.client().await?;
-    let b = cx.client().await?;
+    let [a, b] = cx.clients().await?;
     let held = b.acquire(&set[1], &cx.opts(cx.ttl())).await?;
     let wait = cx.ttl() / 2;
     let t = Instant::now();

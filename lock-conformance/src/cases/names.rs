@@ -36,8 +36,7 @@ const HOSTILE: &[&str] = &[
 /// them collides with another (all are held at once); includes a name of exactly 255 bytes.
 pub async fn hostile_names(fx: &dyn Fixture) -> CaseResult {
     let cx = Ctx::new(fx, "hostile_names").await?;
-    let a = cx.client().await?;
-    let b = cx.client().await?;
+    let [a, b] = cx.clients().await?;
     let opts = cx.opts(cx.ttl() * 2);
     let prefix = cx.fx.name_prefix();
     // The hostile part comes first (right after the run's prefix), where mappings are most

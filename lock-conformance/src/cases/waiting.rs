@@ -15,8 +15,7 @@ use crate::Fixture;
 pub async fn try_acquire_semantics(fx: &dyn Fixture) -> CaseResult {
     let cx = Ctx::new(fx, "try_acquire_semantics").await?;
     let name = cx.name("try")?;
-    let a = cx.client().await?;
-    let b = cx.client().await?;
+    let [a, b] = cx.clients().await?;
     // A long wait in the options must be ignored by try_acquire.
     let opts = cx.opts(cx.ttl() * 50);
     let held = match a.try_acquire(&name, &opts).await? {
@@ -43,8 +42,7 @@ pub async fn try_acquire_semantics(fx: &dyn Fixture) -> CaseResult {
 pub async fn acquire_timeout(fx: &dyn Fixture) -> CaseResult {
     let cx = Ctx::new(fx, "acquire_timeout").await?;
     let name = cx.name("timeout")?;
-    let a = cx.client().await?;
-    let b = cx.client().await?;
+    let [a, b] = cx.clients().await?;
     let held = a.acquire(&name, &cx.opts(cx.ttl())).await?;
     let wait = cx.ttl() / 2;
     let t = Instant::now();
@@ -80,9 +78,7 @@ pub async fn acquire_timeout(fx: &dyn Fixture) -> CaseResult {
 pub async fn cancel_safety(fx: &dyn Fixture) -> CaseResult {
     let cx = Ctx::new(fx, "cancel_safety").await?;
     let name = cx.name("cancel")?;
-    let a = cx.client().await?;
-    let b = cx.client().await?;
-    let c = cx.client().await?;
+    let [a, b, c] = cx.clients().await?;
     let long = (cx.ttl() * 20).min(cx.caps.max_ttl);
     // 1. A queued waiter, cancelled: a release must not hand it the lock (its ttl is long, so a
     //    leaked grant or queue entry would block the next client far beyond the bound).
@@ -140,8 +136,7 @@ pub async fn cancel_safety(fx: &dyn Fixture) -> CaseResult {
 /// notifies or watches, within a ttl where it polls.
 pub async fn wake_latency(fx: &dyn Fixture) -> CaseResult {
     let cx = Ctx::new(fx, "wake_latency").await?;
-    let a = cx.client().await?;
-    let b = cx.client().await?;
+    let [a, b] = cx.clients().await?;
     let bound = match cx.caps.wake {
         WakeMethod::Poll => cx.ttl() + Duration::from_millis(300),
         _ => cx.ttl() / 2 + Duration::from_millis(200),

@@ -8,11 +8,12 @@ use std::time::Duration;
 
 use dlock_testkit::servers::zookeeper::ZkServer;
 use lock_conformance::proxy::FaultProxy;
-use lock_conformance::{async_trait, Fixture, LinkedClient, ServerControl};
+use lock_conformance::{async_trait, ClientLink, Fixture, LinkedClient, ServerControl};
 use lock_core::AcquireOptions;
-use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockName};
+use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, Lease, LockError, LockName, LostSignal};
 use lock_zk::{ZkLock, ZkOptions};
-use tokio::time::{sleep, Instant};
+use tokio::task::JoinHandle;
+use tokio::time::{sleep, timeout, Instant};
 
 /// The session timeout of test clients: short, so that expiry cases run in seconds.
 pub const SESSION_TIMEOUT: Duration = Duration::from_secs(2);
@@ -211,4 +212,29 @@ pub fn long_wait(ttl_ms: u64) -> AcquireOptions {
 
 pub async fn total_watch_events(clients: &[ZkLock]) -> u64 {
     clients.iter().map(ZkLock::watch_events).sum()
+}
+
+/// How a partitioned holder gave way: the waiter's lease, and how long after the cut the holder's
+/// lost signal fired and the waiter was granted.
+pub struct GaveWay {
+    pub granted: Lease,
+    pub lost_after: Duration,
+    pub granted_after: Duration,
+}
+
+/// Partitions the holder's `link`, waits up to `lost_within` for its `lost` signal, then up to
+/// `granted_within` for the `waiting` task's grant.
+pub async fn partition_until_granted(
+    link: &dyn ClientLink,
+    lost: LostSignal,
+    lost_within: Duration,
+    waiting: JoinHandle<Result<Lease, LockError>>,
+    granted_within: Duration,
+) -> GaveWay {
+    let cut = Instant::now();
+    link.set_partitioned(true).await;
+    timeout(lost_within, lost.fired()).await.expect("the cut-off holder's lost signal fires");
+    let lost_after = cut.elapsed();
+    let granted = timeout(granted_within, waiting).await.expect("waiter granted").expect("join").expect("granted");
+    GaveWay { granted, lost_after, granted_after: cut.elapsed() }
 }

@@ -304,16 +304,19 @@ mod tests {
 
     #[test]
     fn env_names_and_addresses() {
-        assert_eq!(env_var("redis"), "DLOCK_TEST_REDIS_URL");
-        assert_eq!(env_var("redlock-3"), "DLOCK_TEST_REDLOCK_3_URL");
-        assert_eq!(addr_of("redis://:pw@127.0.0.1:6380/0", None), Some(SocketAddr::from(([127, 0, 0, 1], 6380))));
-        assert_eq!(addr_of("127.0.0.1:2181,127.0.0.1:2182", None), Some(SocketAddr::from(([127, 0, 0, 1], 2181))));
-        assert_eq!(
-            addr_of("zk://127.0.0.1,127.0.0.2/root", Some(2181)),
-            Some(SocketAddr::from(([127, 0, 0, 1], 2181)))
-        );
-        assert_eq!(addr_of("postgres://u@127.0.0.1:5433/db?sslmode=disable", None).map(|a| a.port()), Some(5433));
-        assert_eq!(addr_of("sqlite::memory:", None), None);
+        for (backend, var) in [("redis", "DLOCK_TEST_REDIS_URL"), ("redlock-3", "DLOCK_TEST_REDLOCK_3_URL")] {
+            assert_eq!(env_var(backend), var);
+        }
+        let local = |port| Some(SocketAddr::from(([127, 0, 0, 1], port)));
+        for (url, default_port, addr) in [
+            ("redis://:pw@127.0.0.1:6380/0", None, local(6380)),
+            ("127.0.0.1:2181,127.0.0.1:2182", None, local(2181)),
+            ("zk://127.0.0.1,127.0.0.2/root", Some(2181), local(2181)),
+            ("postgres://u@127.0.0.1:5433/db?sslmode=disable", None, local(5433)),
+            ("sqlite::memory:", None, None),
+        ] {
+            assert_eq!(addr_of(url, default_port), addr, "{url}");
+        }
     }
 
     #[tokio::test]

@@ -11,13 +11,12 @@
 //! fast), so what a client saw committed survives `stop` (SIGKILL) and `start` — a process
 //! crash, which is what the restart cases play.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use lock_core::LockError;
 
 use crate::local::LocalServer;
-use crate::process::{find_binary, free_port, is_root, ChildServer};
+use crate::process::{find_binary, free_addr, is_root, server_dir, ChildServer};
 use crate::servers::{provision, ContainerSpec, TestServer};
 
 /// The environment variable naming an existing MySQL/MariaDB database to test against.
@@ -76,10 +75,7 @@ impl MysqlServer {
         let install = find_binary("mariadb-install-db", BIN_DIRS)
             .or_else(|| find_binary("mysql_install_db", BIN_DIRS))
             .ok_or_else(not_found)?;
-        let dir = tempfile::Builder::new()
-            .prefix("dlock-mariadb-")
-            .tempdir()
-            .map_err(|e| LockError::unavailable_from("test", "cannot create a temp dir for mariadb", e))?;
+        let dir = server_dir("mariadb")?;
         let data = dir.path().join("data");
         let data_s = data.to_string_lossy().into_owned();
         // mariadbd refuses to run as root unless told to; as anyone else it runs as itself.
@@ -122,12 +118,11 @@ impl MysqlServer {
         std::fs::create_dir_all(data.join("test"))
             .map_err(|e| LockError::unavailable_from("test", "cannot create the test database", e))?;
 
-        let port = free_port()?;
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let addr = free_addr()?;
         let mut args: Vec<String> = vec![
             "--no-defaults".into(),
             format!("--datadir={data_s}"),
-            format!("--port={port}"),
+            format!("--port={}", addr.port()),
             "--bind-address=127.0.0.1".into(),
             format!("--socket={}", dir.path().join("mysqld.sock").display()),
             format!("--pid-file={}", dir.path().join("mysqld.pid").display()),

@@ -13,14 +13,13 @@
 //! the postmaster **and its backends**: a SIGSTOP of the postmaster alone would leave open
 //! connections answering.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use lock_core::LockError;
 
 use crate::local::LocalServer;
-use crate::process::{find_binary, free_port, is_root, ChildServer};
+use crate::process::{find_binary, free_addr, is_root, server_dir, ChildServer};
 use crate::servers::{provision, ContainerSpec, TestServer};
 
 /// The environment variable naming an existing PostgreSQL database to test against.
@@ -88,10 +87,7 @@ impl PostgresServer {
         let initdb = Some(bin.join("initdb")).filter(|p| p.is_file()).ok_or_else(not_found)?;
         let pg_isready = Some(bin.join("pg_isready")).filter(|p| p.is_file());
 
-        let dir = tempfile::Builder::new()
-            .prefix("dlock-postgres-")
-            .tempdir()
-            .map_err(|e| LockError::unavailable_from("test", "cannot create a temp dir for postgres", e))?;
+        let dir = server_dir("postgres")?;
         let data = dir.path().join("data");
         let runas = if is_root() { Some(postgres_user()?) } else { None };
         if let Some((uid, gid)) = runas {
@@ -120,9 +116,8 @@ impl PostgresServer {
             ));
         }
 
-        let port = free_port()?;
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        let port_s = port.to_string();
+        let addr = free_addr()?;
+        let port_s = addr.port().to_string();
         let (prog, args) = as_user(
             runas,
             &postgres,

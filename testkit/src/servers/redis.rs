@@ -19,7 +19,7 @@ use lock_core::LockError;
 
 use super::{provision, ContainerSpec, TestServer};
 use crate::local::LocalServer;
-use crate::process::{find_binary, free_port, ChildServer};
+use crate::process::{find_binary, free_addr, server_dir, ChildServer};
 
 /// The environment variable naming an existing Redis server to test against.
 pub const ENV_URL: &str = "DLOCK_TEST_REDIS_URL";
@@ -112,13 +112,9 @@ async fn start_local_server_with(extra: &[&str]) -> Result<TestServer, LockError
                 ),
             )
         })?;
-    let dir = tempfile::Builder::new()
-        .prefix("dlock-redis-")
-        .tempdir()
-        .map_err(|e| LockError::unavailable_from("test", "cannot create a temp dir for redis-server", e))?;
-    let port = free_port()?;
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let port = port.to_string();
+    let dir = server_dir("redis")?;
+    let addr = free_addr()?;
+    let port = addr.port().to_string();
     let dir_arg = dir.path().to_string_lossy().into_owned();
     let mut args: Vec<String> =
         ["--port", &port, "--bind", "127.0.0.1", "--protected-mode", "no", "--maxmemory-policy", "noeviction"]

@@ -17,7 +17,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::{provision, ContainerSpec, TestServer};
 use crate::local::LocalServer;
-use crate::process::{find_binary, free_port, ChildServer};
+use crate::process::{find_binary, free_addr, server_dir, ChildServer};
 
 /// The environment variable naming an existing ZooKeeper ensemble to test against
 /// (`zk://host:port[,host:port]/root`).
@@ -127,12 +127,8 @@ impl ZkServer {
             cp = format!("{cp}:{DEBIAN_NETTY_CODEC}");
         }
         let java = java().ok_or_else(|| missing("java"))?;
-        let dir = tempfile::Builder::new()
-            .prefix("dlock-zk-")
-            .tempdir()
-            .map_err(|e| LockError::unavailable_from("test", "cannot create a temp dir for ZooKeeper", e))?;
-        let port = free_port()?;
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let dir = server_dir("zk")?;
+        let addr = free_addr()?;
         let data = dir.path().join("data");
         let cfg = dir.path().join("zoo.cfg");
         let config = format!(
@@ -151,9 +147,10 @@ impl ZkServer {
             tick = TICK.as_millis(),
             min = (TICK * 2).as_millis(),
             data = data.display(),
+            port = addr.port(),
         );
         let (config, tls) = if tls {
-            let secure = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+            let secure = free_addr()?;
             let dir_path = dir.path().to_owned();
             let keystore = tokio::task::spawn_blocking(move || make_certificates(&dir_path))
                 .await
