@@ -215,6 +215,7 @@
 mod acl;
 mod backend;
 mod boot;
+mod cluster;
 mod conn;
 mod endpoint;
 mod inspect;
@@ -227,6 +228,7 @@ mod single;
 mod url;
 
 pub use backend::RedisBackend;
+pub use boot::cluster_boot_markers;
 pub use kinds::{RedisKinds, RedisRwLock, RedisSemaphore};
 pub use options::RedisOptions;
 pub use redlock::RedlockStore;

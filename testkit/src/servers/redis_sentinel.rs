@@ -261,7 +261,7 @@ pub struct Failover {
     pub promoted_after: Duration,
 }
 
-fn subdir(base: &std::path::Path, name: &str) -> Result<std::path::PathBuf, LockError> {
+pub(crate) fn subdir(base: &std::path::Path, name: &str) -> Result<std::path::PathBuf, LockError> {
     let d = base.join(name);
     std::fs::create_dir_all(&d).map_err(|e| LockError::unavailable_from("test", "cannot create a node dir", e))?;
     Ok(d)
