@@ -388,12 +388,41 @@ async fn master_failover(fx: &ClusterFixture) {
     );
 }
 
+/// Acquire latency on the cluster with and without `min_replicas_ack` (rounds interleaved so
+/// that load from other processes hits both alike); prints the median round.
+async fn measure_acquire(fx: &ClusterFixture) {
+    let mut clients = Vec::new();
+    for acks in [0, 1] {
+        let options = RedisOptions { min_replicas_ack: acks, ..fx.options.clone() };
+        clients.push((acks, lock_redis::connect(&fx.cluster.url(), options).await.expect("connect"), Vec::new()));
+    }
+    let n = 100u32;
+    for round in 0..3 {
+        for (acks, c, rounds) in clients.iter_mut() {
+            let mut spent = Duration::ZERO;
+            for i in 0..n {
+                let name = LockName::new(format!("cost-{acks}-{round}-{i}")).expect("valid");
+                let started = Instant::now();
+                let l = c.try_acquire(&name, &opts(2000)).await.expect("acquire").expect("free");
+                spent += started.elapsed();
+                l.release().await.expect("release");
+            }
+            rounds.push(spent / n);
+        }
+    }
+    for (acks, _, mut rounds) in clients {
+        rounds.sort();
+        eprintln!("MEASURED cluster min_replicas_ack={acks}: acquire {:?} (median of 3 rounds of {n})", rounds[1]);
+    }
+}
+
 /// Hostile names, then a slot migration, then a master failover, on one cluster (the
 /// failover last: it leaves a master without a replica).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn names_migration_failover() {
     let fx = ClusterFixture::start().await.expect("a local Redis Cluster");
     hostile_names(&fx).await;
+    measure_acquire(&fx).await;
     slot_migration(&fx).await;
     master_failover(&fx).await;
 }

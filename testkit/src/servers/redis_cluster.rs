@@ -20,8 +20,9 @@ use std::time::{Duration, Instant};
 use lock_core::LockError;
 
 pub use super::redis::command;
+use super::redis::{node_args, redis_binary};
 use super::redis_sentinel::subdir;
-use crate::process::{find_binary, free_port, wait_for_port, ChildServer};
+use crate::process::{free_port, wait_for_port, ChildServer};
 
 /// `cluster-node-timeout`: how long a master may not answer before its replica takes over.
 pub const NODE_TIMEOUT_MS: u64 = 1000;
@@ -59,13 +60,7 @@ pub struct Failover {
 impl RedisCluster {
     /// Starts six nodes and joins them into one cluster (see the module docs).
     pub async fn start() -> Result<RedisCluster, LockError> {
-        let program =
-            find_binary("redis-server", &["/usr/local/bin", "/usr/bin", "/opt/homebrew/bin"]).ok_or_else(|| {
-                LockError::unavailable(
-                    "test",
-                    "redis-server not found on PATH; install it (apt-get install redis-server)",
-                )
-            })?;
+        let program = redis_binary()?;
         let dir = tempfile::Builder::new()
             .prefix("dlock-cluster-")
             .tempdir()
@@ -75,39 +70,28 @@ impl RedisCluster {
             let (port, bus) = (free_port()?, free_port()?);
             let addr = SocketAddr::from(([127, 0, 0, 1], port));
             let node_dir = subdir(dir.path(), &format!("node{i}"))?;
-            let mut args: Vec<String> = [
-                "--port",
-                &port.to_string(),
-                "--cluster-port",
-                &bus.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--protected-mode",
-                "no",
-                "--maxmemory-policy",
-                "noeviction",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                "nodes.conf",
-                "--cluster-node-timeout",
-                &NODE_TIMEOUT_MS.to_string(),
-                // A replica may always take over, however long it was cut off: the tests kill
-                // masters on purpose and want the failover.
-                "--cluster-replica-validity-factor",
-                "0",
-                // Slots of a dead master fail alone; the others keep serving.
-                "--cluster-require-full-coverage",
-                "no",
-            ]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-            args.extend(["--dir".to_owned(), node_dir.to_string_lossy().into_owned()]);
+            let mut args = node_args(port, &node_dir);
+            args.extend(
+                [
+                    "--cluster-port",
+                    &bus.to_string(),
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    &NODE_TIMEOUT_MS.to_string(),
+                    // A replica may always take over, however long it was cut off: the tests
+                    // kill masters on purpose and want the failover.
+                    "--cluster-replica-validity-factor",
+                    "0",
+                    // Slots of a dead master fail alone; the others keep serving.
+                    "--cluster-require-full-coverage",
+                    "no",
+                ]
+                .iter()
+                .map(|s| s.to_string()),
+            );
             let child = Arc::new(ChildServer::new(&program, args, &node_dir));
             child.start()?;
             nodes.push((addr, child));
