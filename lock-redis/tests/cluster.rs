@@ -388,6 +388,29 @@ async fn master_failover(fx: &ClusterFixture) {
     );
 }
 
+/// The replica of a name's master SIGSTOPped: a `min_replicas_ack = 1` grant cannot be
+/// acknowledged, so it is given back and answered `Unavailable`. This proves `WAIT` goes to the
+/// master that wrote: sent to another master it would count that master's healthy replica.
+async fn unacknowledged_grant_is_refused(fx: &ClusterFixture) {
+    let url = fx.cluster.url();
+    let acked =
+        lock_redis::connect(&url, RedisOptions { min_replicas_ack: 1, ..fx.options.clone() }).await.expect("connect");
+    let plain = lock_redis::connect(&url, fx.options.clone()).await.expect("connect");
+    let name = LockName::new("unacked").expect("valid");
+    let slot = fx.cluster.slot_of(&fx.key(&name, "lock")).await.expect("slot");
+    let master = fx.cluster.master_of(slot).await.expect("a master");
+    let replica = fx.cluster.replica_of(master).await.expect("a replica");
+    // Warm up: the slot map and the scripts are known before the replica stops.
+    let l = acked.try_acquire(&name, &opts(5000)).await.expect("try").expect("free");
+    l.release().await.expect("release");
+    fx.cluster.pause(replica, true);
+    let refused = acked.try_acquire(&name, &opts(5000)).await;
+    fx.cluster.pause(replica, false);
+    assert!(matches!(refused, Err(LockError::Unavailable { .. })), "an unacknowledged grant was answered {refused:?}");
+    let l = plain.try_acquire(&name, &opts(5000)).await.expect("try").expect("the refused grant was given back");
+    l.release().await.expect("release");
+}
+
 /// Acquire latency on the cluster with and without `min_replicas_ack` (rounds interleaved so
 /// that load from other processes hits both alike); prints the median round.
 async fn measure_acquire(fx: &ClusterFixture) {
@@ -422,6 +445,7 @@ async fn measure_acquire(fx: &ClusterFixture) {
 async fn names_migration_failover() {
     let fx = ClusterFixture::start().await.expect("a local Redis Cluster");
     hostile_names(&fx).await;
+    unacknowledged_grant_is_refused(&fx).await;
     measure_acquire(&fx).await;
     slot_migration(&fx).await;
     master_failover(&fx).await;

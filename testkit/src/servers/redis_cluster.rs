@@ -282,21 +282,26 @@ impl RedisCluster {
     /// stops writes until the replica caught up) and waits until it is the slot's master.
     pub async fn manual_failover(&self, slot: u16) -> Result<Failover, LockError> {
         let old = self.wait_for_master(slot).await?;
-        let old_id = self.node_id(old).await?;
-        let nodes = command(self.addr(old), &["CLUSTER", "NODES"]).await?;
+        let replica = self.replica_of(old).await?;
+        let started = Instant::now();
+        expect_ok(self.addr(replica), &["CLUSTER", "FAILOVER"]).await?;
+        self.wait_for_new_master(slot, old, started).await
+    }
+
+    /// A live replica of master `master` (from its `CLUSTER NODES`).
+    pub async fn replica_of(&self, master: usize) -> Result<usize, LockError> {
+        let master_id = self.node_id(master).await?;
+        let nodes = command(self.addr(master), &["CLUSTER", "NODES"]).await?;
         // A replica's line: `<id> <addr> slave <master id> …`.
-        let replica = nodes
+        nodes
             .lines()
             .find_map(|line| {
                 let fields: Vec<&str> = line.split(' ').collect();
                 let port: u16 = fields.get(1)?.split('@').next()?.rsplit_once(':')?.1.parse().ok()?;
-                (fields.get(3) == Some(&old_id.as_str()) && !fields.get(2)?.contains("fail")).then_some(port)
+                (fields.get(3) == Some(&master_id.as_str()) && !fields.get(2)?.contains("fail")).then_some(port)
             })
             .and_then(|port| self.nodes.iter().position(|(a, _)| a.port() == port))
-            .ok_or_else(|| LockError::unavailable("test", format!("node {old} has no live replica")))?;
-        let started = Instant::now();
-        expect_ok(self.addr(replica), &["CLUSTER", "FAILOVER"]).await?;
-        self.wait_for_new_master(slot, old, started).await
+            .ok_or_else(|| LockError::unavailable("test", format!("node {master} has no live replica")))
     }
 
     async fn wait_for_master(&self, slot: u16) -> Result<usize, LockError> {
