@@ -61,12 +61,14 @@ const TABLE: &[Row] = &[
         form: "mysql://user:password@host/db?ssl-mode=verify_identity",
     },
     Row {
-        // redis+sentinel: lock-redis asks the Sentinels for the primary (same backend and options).
-        names: &["redis", "rediss", "redis+sentinel"],
+        // redis+sentinel: lock-redis asks the Sentinels for the primary; redis+cluster: the
+        // cluster client routes by slot (same backend and options).
+        names: &["redis", "rediss", "redis+sentinel", "redis+cluster"],
         scheme: Scheme::Redis,
         feature: Some("redis"),
         default_port: Some(6379),
-        form: "redis://host:port (rediss:// for TLS, redis+sentinel://s1:p1,s2:p2,s3:p3/<master> via Sentinel)",
+        form: "redis://host:port (rediss:// for TLS, redis+sentinel://s1:p1,s2:p2,s3:p3/<master> via Sentinel, \
+               redis+cluster://n1:p1,n2:p2,… for Redis Cluster)",
     },
     Row {
         names: &["redlock"],
@@ -167,6 +169,7 @@ mod tests {
         assert_eq!(Scheme::of("MariaDB://h/db").ok(), Some(Scheme::Mysql));
         assert_eq!(Scheme::of("rediss://h").ok(), Some(Scheme::Redis));
         assert_eq!(Scheme::of("redis+sentinel://a:1,b:2,c:3/m").ok(), Some(Scheme::Redis));
+        assert_eq!(Scheme::of("redis+cluster://a:1,b:2,c:3").ok(), Some(Scheme::Redis));
         assert_eq!(Scheme::of("redlock://a:1,b:2,c:3").ok(), Some(Scheme::Redlock));
         assert_eq!(Scheme::of("zk://h:2181/r").ok(), Some(Scheme::ZooKeeper));
         for bad in ["", "nothing", "ftp://x", "://x"] {

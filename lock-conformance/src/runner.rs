@@ -117,6 +117,12 @@ fn exclusive(case: &Case) -> bool {
     )
 }
 
+/// Whether `run_suite` runs `case` alone, after the others (it stops, pauses or restarts the
+/// server, or its bounds need the server to itself). For runners that split the suite.
+pub fn runs_alone(case: &Case) -> bool {
+    exclusive(case)
+}
+
 /// Runs one case under its time limit, catching panics.
 pub async fn run_case(case: &Case, fixture: Arc<dyn Fixture>) -> CaseReport {
     let name = format!("{}::{}", fixture.backend(), case.name);

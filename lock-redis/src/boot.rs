@@ -39,15 +39,18 @@ pub(crate) use quiet_lua;
 pub(crate) struct Boot {
     prefix: String,
     quiet_ms: u64,
-    /// Set once a server answered `CROSSSLOT` (a Redis Cluster node): a script may then touch
-    /// one slot only, so each lock name carries its own marker under its hash tag.
-    per_name: AtomicBool,
+    /// Set for a `redis+cluster://` client, or once a server answered `CROSSSLOT` (a Redis
+    /// Cluster node reached as one server): a script may then touch one slot only, so each
+    /// slot carries its own marker (see [`slot_marker`]).
+    per_slot: AtomicBool,
 }
 
 impl Boot {
-    pub(crate) fn new(prefix: &str, quiet: Duration) -> Boot {
+    /// `per_name`: the client knows it talks to a Redis Cluster (`redis+cluster://`); a node
+    /// reached as a single server is found out by its first `CROSSSLOT`.
+    pub(crate) fn new(prefix: &str, quiet: Duration, per_name: bool) -> Boot {
         let quiet_ms = u64::try_from(quiet.as_millis()).unwrap_or(u64::MAX);
-        Boot { prefix: prefix.to_owned(), quiet_ms, per_name: AtomicBool::new(false) }
+        Boot { prefix: prefix.to_owned(), quiet_ms, per_slot: AtomicBool::new(per_name) }
     }
 
     /// The quiet period in ms, as the scripts take it.
@@ -55,9 +58,9 @@ impl Boot {
         self.quiet_ms
     }
 
-    fn key(&self, name: &LockName, per_name: bool) -> String {
-        if per_name {
-            format!("{}:{{{}}}:boot", self.prefix, name.escaped())
+    fn key(&self, name: &LockName, per_slot: bool) -> String {
+        if per_slot {
+            slot_marker(&self.prefix, crate::cluster::slot(name.escaped().as_bytes()))
         } else {
             format!("{}:boot", self.prefix)
         }
@@ -65,22 +68,77 @@ impl Boot {
 
     /// Runs an acquire script given the marker key for `name`. One marker per server, unless the
     /// server is a Redis Cluster node (it refuses keys of two slots with `CROSSSLOT`): then one
-    /// marker per name, and the call is made again with it.
+    /// marker per hash slot, and the call is made again with it.
     pub(crate) async fn with_marker<T, F, Fut>(&self, name: &LockName, call: F) -> redis::RedisResult<T>
     where
         F: Fn(String) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
-        if self.per_name.load(Ordering::Relaxed) {
+        if self.per_slot.load(Ordering::Relaxed) {
             return call(self.key(name, true)).await;
         }
         match call(self.key(name, false)).await {
             Err(e) if e.code() == Some("CROSSSLOT") => {
-                tracing::debug!("a Redis Cluster node: one boot marker per lock name from now on");
-                self.per_name.store(true, Ordering::Relaxed);
+                tracing::debug!("a Redis Cluster node: one boot marker per hash slot from now on");
+                self.per_slot.store(true, Ordering::Relaxed);
                 call(self.key(name, true)).await
             }
             other => other,
         }
+    }
+}
+
+/// The boot marker of hash slot `slot` on a Redis Cluster: `<prefix>:{<tag>}:boot`, where `<tag>`
+/// is the shortest decimal number whose hash slot is `slot`. One marker per slot, not per name:
+/// a master that restarts empty loses exactly the markers of its slots, so the names of those
+/// slots wait the quiet period once, while a name never used before on a healthy cluster is
+/// granted at once. To mark a new cluster fresh, `SET` each of [`cluster_boot_markers`] to 0.
+pub(crate) fn slot_marker(prefix: &str, slot: u16) -> String {
+    format!("{prefix}:{{{}}}:boot", slot_tags()[usize::from(slot)])
+}
+
+/// Every boot marker key of `prefix` on a Redis Cluster, one per hash slot (16384), in slot
+/// order. An operator marks a new, empty cluster fresh (no lease can have been forgotten, so no
+/// restart quiet period) by setting each to `0`.
+pub fn cluster_boot_markers(prefix: &str) -> Vec<String> {
+    (0..SLOTS).map(|slot| slot_marker(prefix, slot)).collect()
+}
+
+const SLOTS: u16 = 16384;
+
+/// For each slot, the shortest decimal number hashing to it (found once, ~170 000 CRC16s).
+fn slot_tags() -> &'static [u32] {
+    static TAGS: std::sync::OnceLock<Vec<u32>> = std::sync::OnceLock::new();
+    TAGS.get_or_init(|| {
+        let mut tags = vec![u32::MAX; usize::from(SLOTS)];
+        let mut left = usize::from(SLOTS);
+        let mut n: u32 = 0;
+        while left > 0 {
+            let slot = usize::from(crate::cluster::slot(n.to_string().as_bytes()));
+            if tags[slot] == u32::MAX {
+                tags[slot] = n;
+                left -= 1;
+            }
+            n += 1;
+        }
+        tags
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_marker_per_slot_in_that_slot() {
+        let markers = cluster_boot_markers("dlock");
+        assert_eq!(markers.len(), 16384);
+        for (slot, key) in markers.iter().enumerate().step_by(97) {
+            assert_eq!(usize::from(crate::cluster::slot(key.as_bytes())), slot, "{key}");
+        }
+        let name = LockName::new("orders/42").expect("valid");
+        let lock_key = format!("dlock:{{{}}}:lock", name.escaped());
+        let boot = Boot::new("dlock", Duration::ZERO, true);
+        assert_eq!(crate::cluster::slot(boot.key(&name, true).as_bytes()), crate::cluster::slot(lock_key.as_bytes()));
     }
 }

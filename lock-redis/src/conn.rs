@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use futures::future::{BoxFuture, FutureExt, Shared};
 use lock_core::LockError;
-use redis::aio::MultiplexedConnection;
 use redis::AsyncConnectionConfig;
 use tokio::time::timeout;
 
+use crate::cluster::Conn;
 use crate::endpoint::Endpoint;
 use crate::scripts::ALL_SOURCES;
 use crate::url::redact;
@@ -27,12 +27,12 @@ enum ConnectError {
     Unavailable(String),
 }
 
-type Connecting = Shared<BoxFuture<'static, Result<MultiplexedConnection, ConnectError>>>;
+type Connecting = Shared<BoxFuture<'static, Result<Conn, ConnectError>>>;
 
 enum Slot {
     Empty,
     Connecting(u64, Connecting),
-    Ready(u64, MultiplexedConnection),
+    Ready(u64, Conn),
 }
 
 /// A server and its shared command connection.
@@ -76,13 +76,18 @@ impl Node {
         self.request_timeout
     }
 
+    /// Whether this is a Redis Cluster (commands through the cluster client).
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.endpoint, Endpoint::Cluster(_))
+    }
+
     /// The database number the connections select.
     pub(crate) fn db(&self) -> i64 {
         self.endpoint.settings().db()
     }
 
     /// The live connection, or the shared connect in progress (started if there is none).
-    async fn connection(&self) -> Result<(u64, MultiplexedConnection), LockError> {
+    async fn connection(&self) -> Result<(u64, Conn), LockError> {
         let (generation, connecting) = {
             let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
             match &*slot {
@@ -123,21 +128,38 @@ impl Node {
         let endpoint = self.endpoint.clone();
         let label = self.label.clone();
         let connect_timeout = self.connect_timeout;
+        let response_timeout = self.request_timeout.max(connect_timeout);
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(connect_timeout))
-            .set_response_timeout(Some(self.request_timeout.max(connect_timeout)));
+            .set_response_timeout(Some(response_timeout));
         let password = endpoint.settings().password().map(str::to_owned);
         let task = tokio::spawn(async move {
             let connected = timeout(connect_timeout, async {
-                // A Sentinel endpoint asks for the primary again on every (re)connect.
-                let client = endpoint.resolve().await?;
-                let mut conn = client.get_multiplexed_async_connection_with_config(&config).await?;
-                // Load every script now, in one round trip, so calls by SHA succeed at once.
-                let mut pipe = redis::pipe();
-                for src in ALL_SOURCES {
-                    pipe.cmd("SCRIPT").arg("LOAD").arg(src);
+                let mut conn = match &endpoint {
+                    Endpoint::Cluster(c) => {
+                        let config = redis::cluster::ClusterConfig::new()
+                            .set_connection_timeout(connect_timeout)
+                            .set_response_timeout(response_timeout);
+                        Conn::Cluster(c.client.get_async_connection_with_config(config).await?)
+                    }
+                    // A Sentinel endpoint asks for the primary again on every (re)connect.
+                    _ => Conn::Single(
+                        endpoint.resolve().await?.get_multiplexed_async_connection_with_config(&config).await?,
+                    ),
+                };
+                // Load every script now, so calls by SHA succeed at once. On a cluster each
+                // SCRIPT LOAD goes to every master (a pipeline of keyless commands has no slot).
+                if matches!(conn, Conn::Cluster(_)) {
+                    for src in ALL_SOURCES {
+                        let _: redis::Value = redis::cmd("SCRIPT").arg("LOAD").arg(src).query_async(&mut conn).await?;
+                    }
+                } else {
+                    let mut pipe = redis::pipe();
+                    for src in ALL_SOURCES {
+                        pipe.cmd("SCRIPT").arg("LOAD").arg(src);
+                    }
+                    let _: Vec<String> = pipe.query_async(&mut conn).await?;
                 }
-                let _: Vec<String> = pipe.query_async(&mut conn).await?;
                 Ok::<_, redis::RedisError>(conn)
             })
             .await;
@@ -188,7 +210,7 @@ impl Node {
     /// are `Unavailable`, and the connection is then replaced.
     pub(crate) async fn run<T, F, Fut>(&self, within: Duration, f: F) -> Result<T, LockError>
     where
-        F: Fn(MultiplexedConnection) -> Fut,
+        F: Fn(Conn) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
     {
         self.run_inner(within, false, f).await
@@ -200,7 +222,7 @@ impl Node {
     /// the same bound.
     pub(crate) async fn run_idempotent<T, F, Fut>(&self, within: Duration, f: F) -> Result<T, LockError>
     where
-        F: Fn(MultiplexedConnection) -> Fut,
+        F: Fn(Conn) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
     {
         self.run_inner(within, true, f).await
@@ -208,7 +230,7 @@ impl Node {
 
     async fn run_inner<T, F, Fut>(&self, within: Duration, idempotent: bool, f: F) -> Result<T, LockError>
     where
-        F: Fn(MultiplexedConnection) -> Fut,
+        F: Fn(Conn) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
     {
         // The connection this request was sent on, if it got that far (generations start at 1).
@@ -269,7 +291,9 @@ impl Node {
             || e.is_connection_dropped()
             || e.is_timeout()
             || e.is_unrecoverable_error()
-            || e.code().is_some_and(|c| matches!(c, "LOADING" | "BUSY" | "TRYAGAIN" | "MASTERDOWN" | "READONLY"))
+            || e.code().is_some_and(|c| {
+                matches!(c, "LOADING" | "BUSY" | "TRYAGAIN" | "MASTERDOWN" | "READONLY" | "CLUSTERDOWN")
+            })
         {
             return LockError::unavailable(self.backend, format!("request failed on {}: {message}", self.label));
         }

@@ -1,4 +1,5 @@
-//! Where a connection goes: a fixed server, or the primary that Redis Sentinels name *now*.
+//! Where a connection goes: a fixed server, the primary that Redis Sentinels name *now*, or a
+//! Redis Cluster (crate::cluster).
 //!
 //! A Sentinel endpoint asks the Sentinels on every connect (and so on every reconnect after a
 //! failover), and the redis crate then checks that the named server answers `ROLE` as master,
@@ -12,6 +13,7 @@ use std::sync::Arc;
 use lock_core::LockError;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 
+use crate::cluster::ClusterEndpoint;
 use crate::url::{open_client, redact};
 
 /// The scheme of a Sentinel URL.
@@ -24,6 +26,7 @@ pub(crate) const SCHEME: &str = "redis+sentinel";
 pub(crate) enum Endpoint {
     Fixed(redis::Client),
     Sentinel(Arc<SentinelEndpoint>),
+    Cluster(Arc<ClusterEndpoint>),
 }
 
 pub(crate) struct SentinelEndpoint {
@@ -40,15 +43,18 @@ impl Endpoint {
         match self {
             Endpoint::Fixed(c) => c.get_connection_info().redis_settings(),
             Endpoint::Sentinel(s) => s.settings.get_connection_info().redis_settings(),
+            Endpoint::Cluster(c) => c.settings(),
         }
     }
 
-    /// A client for the server to connect to now. Unbounded itself: callers bound it with
-    /// their connect timeout.
+    /// A client for the server to connect to now (on a cluster: the next node of the URL, for
+    /// pub/sub; commands use the cluster client). Unbounded itself: callers bound it with their
+    /// connect timeout.
     pub(crate) async fn resolve(&self) -> redis::RedisResult<redis::Client> {
         match self {
             Endpoint::Fixed(c) => Ok(c.clone()),
             Endpoint::Sentinel(s) => s.sentinel.lock().await.async_get_client().await,
+            Endpoint::Cluster(c) => Ok(c.next_node()),
         }
     }
 }

@@ -76,6 +76,26 @@ pub(crate) async fn force_release(store: &RedisStore, name: &LockName) -> Result
 pub(crate) async fn list(store: &RedisStore, prefix: &str, limit: usize) -> Result<Vec<HolderInfo>, LockError> {
     let pattern = format!("{}:{{{}*}}:lock", store.prefix, escape_prefix(prefix));
     let pattern = &pattern;
+    let mut names =
+        if store.node.is_cluster() { scan_cluster(store, pattern).await? } else { scan(store, pattern).await? };
+    // SCAN may return a key twice; the order is the contract's (name order).
+    names.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+    names.dedup();
+    let mut held = Vec::new();
+    for name in names {
+        if held.len() >= limit {
+            break;
+        }
+        // Released or expired since the scan: not held.
+        if let Some(info) = inspect(store, &name).await? {
+            held.push(info);
+        }
+    }
+    Ok(held)
+}
+
+/// Every key matching `pattern` on a single server.
+async fn scan(store: &RedisStore, pattern: &str) -> Result<Vec<LockName>, LockError> {
     let mut names = Vec::new();
     let mut cursor: u64 = 0;
     for _ in 0..MAX_SCANS {
@@ -95,32 +115,47 @@ pub(crate) async fn list(store: &RedisStore, prefix: &str, limit: usize) -> Resu
         names.extend(keys.iter().filter_map(|k| name_of(&store.prefix, k)));
         cursor = next;
         if cursor == 0 {
-            break;
+            return Ok(names);
         }
     }
-    if cursor != 0 {
-        return Err(LockError::backend(
-            BACKEND,
-            format!(
-                "list({prefix:?}) stopped after {MAX_SCANS} SCAN calls (about {} keys); use a longer prefix",
-                MAX_SCANS * SCAN_COUNT
-            ),
-        ));
-    }
-    // SCAN may return a key twice; the order is the contract's (name order).
-    names.sort_by(|a, b| a.as_str().cmp(b.as_str()));
-    names.dedup();
-    let mut held = Vec::new();
-    for name in names {
-        if held.len() >= limit {
-            break;
+    Err(too_many_keys(pattern))
+}
+
+/// Every key matching `pattern` on every master of a cluster (each master scanned to its end).
+async fn scan_cluster(store: &RedisStore, pattern: &str) -> Result<Vec<LockName>, LockError> {
+    let mut names = Vec::new();
+    let mut pending: Vec<(String, u64)> = Vec::new();
+    let mut at: Option<(String, u64)> = None;
+    for _ in 0..MAX_SCANS {
+        let step = at.as_ref().map(|(n, c)| (n.as_str(), *c));
+        let replies = store
+            .node
+            .run_idempotent(store.node.request_timeout(), |mut c| async move {
+                crate::cluster::scan_step(&mut c, step, pattern, SCAN_COUNT).await
+            })
+            .await?;
+        for (node, cursor, keys) in replies {
+            names.extend(keys.iter().filter_map(|k| name_of(&store.prefix, k)));
+            if cursor != 0 {
+                pending.push((node, cursor));
+            }
         }
-        // Released or expired since the scan: not held.
-        if let Some(info) = inspect(store, &name).await? {
-            held.push(info);
+        match pending.pop() {
+            Some(next) => at = Some(next),
+            None => return Ok(names),
         }
     }
-    Ok(held)
+    Err(too_many_keys(pattern))
+}
+
+fn too_many_keys(pattern: &str) -> LockError {
+    LockError::backend(
+        BACKEND,
+        format!(
+            "listing {pattern:?} stopped after {MAX_SCANS} SCAN calls (about {} keys); use a longer prefix",
+            MAX_SCANS * SCAN_COUNT
+        ),
+    )
 }
 
 #[cfg(test)]

@@ -29,8 +29,8 @@
 //!   first call by SHA does not pay a `NOSCRIPT` round trip.
 //! - **Keys**: `<prefix>:{<escaped name>}:lock`, `…:fence` and the channel `…:released`. The
 //!   name is percent-escaped (never stripped, so distinct names never collide) and is the hash
-//!   tag: both keys of a lock live in one Redis Cluster slot, and every key is passed in `KEYS`.
-//!   (This client talks to one endpoint; the layout is what a cluster-aware client needs.)
+//!   tag: both keys of a lock live in one Redis Cluster slot, and every key is passed in `KEYS`,
+//!   so every script runs on Redis Cluster (`redis+cluster://`, below).
 //! - **Fencing tokens never go backwards**, also when Redis restarts without persistence or
 //!   evicts the counter: the script never issues less than the server's `TIME` in microseconds
 //!   (`token = max(counter + 1, TIME µs)`). What this still assumes: the server clock does not
@@ -52,8 +52,9 @@
 //!   writes `SET <prefix>:boot 0` (saying no lease can have been forgotten). Keep every client's
 //!   ttl at or below the quiet period; `0s` turns it off, which is only safe on a server that
 //!   never loses acknowledged writes. On a Redis Cluster node a script may touch one slot only,
-//!   so there the marker is per name (`<prefix>:{<name>}:boot`) and each name waits once after a
-//!   restart. Redlock masters do the same each, so a majority restarting empty grants nothing
+//!   so there the marker is per hash slot (`<prefix>:{<tag>}:boot`, `<tag>` a number hashing
+//!   to the slot; [`cluster_boot_markers`] lists them) and the names of a slot whose master
+//!   restarted empty wait once. Redlock masters do the same each, so a majority restarting empty grants nothing
 //!   while a lease may still be believed.
 //! - **Waiting**: before each attempt a waiter registers for the lock's channel (one pub/sub
 //!   connection per client and server, shared by all its waiters, channels reference-counted
@@ -106,6 +107,34 @@
 //! replication offset (equal `replica-priority`). Tokens keep rising across a failover
 //! because they are floored by the promoted server's `TIME`: this assumes the servers' clocks
 //! agree to within the time between two grants of a name.
+//!
+//! ## Redis Cluster
+//!
+//! `redis+cluster://[user:password@]n1:p1,n2:p2,…[?tls=true]` (any nodes; the client learns the
+//! rest) is the single-instance backend, every kind included, on the redis crate's
+//! cluster client: each script goes to the master of its name's slot (one hash tag per name),
+//! `MOVED` and `ASK` are followed, the slot map is refreshed when a node stops answering.
+//! [`RedisOptions::cluster_node_map`] maps announced node addresses the client cannot reach
+//! (NAT, proxies). `list` scans every master.
+//!
+//! - **Wake-ups**: classic pub/sub on one node at a time; a `PUBLISH` (also from a script)
+//!   reaches every node over the cluster bus. When that node goes away the subscriber moves to
+//!   the next node of the URL and wakes every waiter; releases published meanwhile are lost, so
+//!   waiters stay correct through their timed re-try (bounded by the holder's ttl).
+//! - **Failover** (a master killed, its replica promoted after `cluster-node-timeout`): as with
+//!   Sentinel, replication is asynchronous, so only [`RedisOptions::min_replicas_ack`] (`WAIT`
+//!   on the slot's master after each grant and renewal) keeps a lease across it; it rests on the
+//!   promoted replica being one that acknowledged (always so with one replica per master). A
+//!   promoted replica that has no replica itself acknowledges nothing: renewals fail
+//!   (`Unavailable`) until one follows it. Tokens rise across it (`TIME` floor; the nodes'
+//!   clocks must agree to within the time between two grants of a name).
+//! - **Resharding** (a slot migrated while its locks are held): `MIGRATE` moves the lease,
+//!   fence and holder keys together (one slot); scripts on a key not yet moved run on the
+//!   source, on a moved one the client follows `ASK`. A script needs all its keys on one node:
+//!   while a slot is half-moved (some keys of a name moved, others not) it answers
+//!   `TRYAGAIN`, reported `Unavailable` and re-tried by waiters and the watchdog.
+//! - **Settings**: `maxmemory-policy noeviction` on every node; a short
+//!   `cluster-node-timeout` shortens the window with no grant on a dead master's slots.
 //!
 //! ## Read-write locks and semaphores (single instance)
 //!
@@ -215,6 +244,7 @@
 mod acl;
 mod backend;
 mod boot;
+mod cluster;
 mod conn;
 mod endpoint;
 mod inspect;
@@ -227,6 +257,7 @@ mod single;
 mod url;
 
 pub use backend::RedisBackend;
+pub use boot::cluster_boot_markers;
 pub use kinds::{RedisKinds, RedisRwLock, RedisSemaphore};
 pub use options::RedisOptions;
 pub use redlock::RedlockStore;

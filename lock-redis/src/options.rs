@@ -1,5 +1,6 @@
 //! Options shared by the single-instance and the Redlock backend.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -58,6 +59,11 @@ pub struct RedisOptions {
     /// server's clock in µs. At least 1 s. Single-instance Redis only (Redlock keeps its keys).
     #[serde(with = "humantime_serde")]
     pub idle_gc_after: Option<Duration>,
+    /// Redis Cluster only (`redis+cluster://`): where this client reaches a node whose announced
+    /// address (`CLUSTER SLOTS`) it cannot reach directly, e.g. behind NAT, port forwarding or a
+    /// proxy: `{ "10.0.0.5:6379" = "127.0.0.1:16379" }`. Nodes not listed are reached as
+    /// announced. Empty by default.
+    pub cluster_node_map: BTreeMap<String, String>,
 }
 
 impl Default for RedisOptions {
@@ -71,6 +77,7 @@ impl Default for RedisOptions {
             restart_quiet_period: None,
             min_replicas_ack: 0,
             idle_gc_after: None,
+            cluster_node_map: BTreeMap::new(),
         }
     }
 }

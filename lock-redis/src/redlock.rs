@@ -105,7 +105,7 @@ impl RedlockStore {
             prefix: options.key_prefix.clone(),
             quorum,
             request_timeout: options.request_timeout,
-            boot: Boot::new(&options.key_prefix, options.quiet_period()),
+            boot: Boot::new(&options.key_prefix, options.quiet_period(), false),
             max_ttl: options.max_ttl,
         })
     }

@@ -45,8 +45,10 @@ impl RedisStore {
     pub(crate) async fn connect(url: &str, options: &RedisOptions, needs: Needs) -> Result<RedisStore, LockError> {
         options.validate()?;
         let ca = options.read_ca().await?;
-        let endpoint = if url.get(..SCHEME.len() + 3).is_some_and(|s| s.eq_ignore_ascii_case(&format!("{SCHEME}://"))) {
+        let endpoint = if has_scheme(url, SCHEME) {
             parse_sentinel(url)?.endpoint()?
+        } else if has_scheme(url, crate::cluster::SCHEME) {
+            Endpoint::Cluster(crate::cluster::ClusterEndpoint::parse(url, &options.cluster_node_map)?)
         } else {
             Endpoint::Fixed(crate::url::open_client_with_ca(url, ca.as_deref())?)
         };
@@ -69,6 +71,8 @@ impl RedisStore {
         needs: Needs,
     ) -> Result<RedisStore, LockError> {
         let db = endpoint.settings().db();
+        // A script may touch one slot only on a cluster: one boot marker per name from the start.
+        let per_name = matches!(endpoint, Endpoint::Cluster(_));
         let node = Node::new(endpoint.clone(), url, BACKEND, options.connect_timeout, options.request_timeout);
         node.ping(options.connect_timeout + options.request_timeout).await?;
         crate::acl::check(&node, &options.key_prefix, db, needs).await?;
@@ -78,7 +82,7 @@ impl RedisStore {
             node,
             notifier,
             prefix: options.key_prefix.clone(),
-            boot: Boot::new(&options.key_prefix, options.quiet_period()),
+            boot: Boot::new(&options.key_prefix, options.quiet_period(), per_name),
             max_ttl: options.max_ttl,
             min_replicas_ack: options.min_replicas_ack,
             ack_wait_ms: options.replica_ack_wait_ms(),
@@ -100,6 +104,11 @@ impl RedisStore {
             ),
         )
     }
+}
+
+/// Whether `url` starts with `<scheme>://` (any case).
+fn has_scheme(url: &str, scheme: &str) -> bool {
+    url.get(..scheme.len() + 3).is_some_and(|s| s.eq_ignore_ascii_case(&format!("{scheme}://")))
 }
 
 /// The ttl in whole milliseconds (at least 1), as Redis `PX` wants it.
@@ -190,7 +199,7 @@ impl LeaseStore for RedisStore {
                     .await?;
                 // WAIT on the connection that wrote: it counts the replicas that have this write.
                 let acked = if acks > 0 && reply.first() == Some(&1) {
-                    redis::cmd("WAIT").arg(acks).arg(ack_ms).query_async(&mut c.clone()).await?
+                    c.clone().wait_replicas(&keys.lock, acks, ack_ms).await?
                 } else {
                     i64::MAX
                 };
@@ -218,11 +227,8 @@ impl LeaseStore for RedisStore {
             .node
             .run_idempotent(self.node.request_timeout(), |mut c| async move {
                 let renewed: i64 = RENEW.key(&keys.lock).arg(owner).arg(ms).invoke_async(&mut c).await?;
-                let acked = if acks > 0 && renewed == 1 {
-                    redis::cmd("WAIT").arg(acks).arg(ack_ms).query_async(&mut c).await?
-                } else {
-                    i64::MAX
-                };
+                let acked =
+                    if acks > 0 && renewed == 1 { c.wait_replicas(&keys.lock, acks, ack_ms).await? } else { i64::MAX };
                 Ok((renewed, acked))
             })
             .await?;

@@ -124,9 +124,16 @@ pub(crate) fn redact_error(message: &str, raw: &str) -> String {
 pub(crate) fn parse_redlock(raw: &str) -> Result<Vec<String>, LockError> {
     let usage = "use redlock://[user:password@]host1:port1,host2:port2,…[/db][?tls=true] (an odd number ≥ 3 of \
                  independent masters)";
+    parse_node_list(raw, "redlock", usage)
+}
+
+/// The nodes of a `<scheme>://[user:password@]h1:p1,h2:p2,…[/db][?tls=true]` URL (Redlock's
+/// masters, a cluster's seed nodes), each as a `redis://` (or `rediss://`) URL; `usage` ends
+/// every error message.
+pub(crate) fn parse_node_list(raw: &str, scheme: &str, usage: &str) -> Result<Vec<String>, LockError> {
     let rest = match raw.split_once("://") {
-        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("redlock") => rest,
-        _ => return Err(LockError::config(format!("{} is not a redlock:// URL; {usage}", redact(raw)))),
+        Some((s, rest)) if s.eq_ignore_ascii_case(scheme) => rest,
+        _ => return Err(LockError::config(format!("{} is not a {scheme}:// URL; {usage}", redact(raw)))),
     };
     let (rest, query) = match rest.split_once('?') {
         Some((r, q)) => (r, Some(q)),
@@ -139,7 +146,7 @@ pub(crate) fn parse_redlock(raw: &str) -> Result<Vec<String>, LockError> {
             Some(("tls", "false" | "0")) => tls = false,
             _ => {
                 return Err(LockError::config(format!(
-                    "unknown redlock URL parameter {pair:?}; the only parameter is tls=true|false"
+                    "unknown {scheme} URL parameter {pair:?}; the only parameter is tls=true|false; {usage}"
                 )))
             }
         }
@@ -148,7 +155,7 @@ pub(crate) fn parse_redlock(raw: &str) -> Result<Vec<String>, LockError> {
         Some((a, "")) => (a, None),
         Some((a, d)) => match d.parse::<u32>() {
             Ok(n) => (a, Some(n)),
-            Err(_) => return Err(LockError::config(format!("redlock database {d:?} is not a number; {usage}"))),
+            Err(_) => return Err(LockError::config(format!("{scheme} database {d:?} is not a number; {usage}"))),
         },
         None => (rest, None),
     };
@@ -156,14 +163,14 @@ pub(crate) fn parse_redlock(raw: &str) -> Result<Vec<String>, LockError> {
         Some((u, h)) => (Some(u), h),
         None => (None, authority_and_userinfo),
     };
-    let scheme = if tls { "rediss" } else { "redis" };
+    let node_scheme = if tls { "rediss" } else { "redis" };
     let mut nodes = Vec::new();
     for host in hosts.split(',') {
         let host = host.trim();
         if host.is_empty() {
             return Err(LockError::config(format!("empty host in {}; {usage}", redact(raw))));
         }
-        let mut node = format!("{scheme}://");
+        let mut node = format!("{node_scheme}://");
         if let Some(u) = userinfo {
             node.push_str(u);
             node.push('@');
@@ -173,11 +180,11 @@ pub(crate) fn parse_redlock(raw: &str) -> Result<Vec<String>, LockError> {
             node.push_str(&format!("/{db}"));
         }
         // Validate each node the same way as a single-instance URL.
-        open_client(&node).map_err(|e| LockError::config(format!("redlock master {}: {e}", redact(&node))))?;
+        open_client(&node).map_err(|e| LockError::config(format!("{scheme} node {}: {e}; {usage}", redact(&node))))?;
         nodes.push(node);
     }
     if nodes.is_empty() {
-        return Err(LockError::config(format!("no masters in {}; {usage}", redact(raw))));
+        return Err(LockError::config(format!("no nodes in {}; {usage}", redact(raw))));
     }
     Ok(nodes)
 }

@@ -63,11 +63,24 @@ async fn redis(config: &Config, escaped: &str) -> Result<u64, LockError> {
     let mut removed = 0;
     for url in super::raw::redis_urls(&config.url)? {
         let mut conn = super::raw::redis(&url).await?;
+        // A Redis Cluster: each master deletes its own keys, one key per DEL (keys of several
+        // slots in one DEL are refused with CROSSSLOT); replicas follow their masters.
+        let cluster = config.url.to_ascii_lowercase().starts_with("redis+cluster://");
+        if cluster {
+            let role: Vec<redis::Value> = super::raw::redis_query(&mut conn, &redis::cmd("ROLE")).await?;
+            if !matches!(role.first(), Some(redis::Value::BulkString(r)) if r == b"master") {
+                continue;
+            }
+        }
         let mut cursor = 0u64;
         loop {
             let scan = redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(1000).clone();
             let (next, keys): (u64, Vec<String>) = super::raw::redis_query(&mut conn, &scan).await?;
-            if !keys.is_empty() {
+            if cluster {
+                for key in &keys {
+                    removed += super::raw::redis_query::<u64>(&mut conn, redis::cmd("DEL").arg(key)).await?;
+                }
+            } else if !keys.is_empty() {
                 removed += super::raw::redis_query::<u64>(&mut conn, redis::cmd("DEL").arg(&keys)).await?;
             }
             cursor = next;

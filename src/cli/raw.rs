@@ -4,7 +4,7 @@
 //!
 //! Assumptions: TLS servers are verified against the webpki roots (a `tls_ca_file` in the
 //! config is not used here); `redis+sentinel://` URLs are not resolved (point `--url` at the
-//! master to check or clean it).
+//! master to check or clean it); a `redis+cluster://` URL means the nodes it names.
 
 use std::future::Future;
 use std::time::Duration;
@@ -33,7 +33,7 @@ pub(crate) fn redis_urls(url: &str) -> Result<Vec<String>, LockError> {
     let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
     match scheme.to_ascii_lowercase().as_str() {
         "redis" | "rediss" => return Ok(vec![url.to_owned()]),
-        "redlock" => {}
+        "redlock" | "redis+cluster" => {}
         _ => {
             return Err(LockError::config(
                 "dlock cannot reach the servers behind a Sentinel URL directly; give --url redis://<the master>",
@@ -51,7 +51,7 @@ pub(crate) fn redis_urls(url: &str) -> Result<Vec<String>, LockError> {
     let masters: Vec<String> =
         hosts.split(',').filter(|h| !h.is_empty()).map(|h| format!("{scheme}://{auth}{h}{db}")).collect();
     if masters.is_empty() {
-        return Err(LockError::config("the redlock URL names no masters; use redlock://h1:p1,h2:p2,h3:p3"));
+        return Err(LockError::config(format!("the {scheme} URL names no nodes; use {scheme}://h1:p1,h2:p2,h3:p3")));
     }
     Ok(masters)
 }

@@ -31,6 +31,7 @@
 pub mod mysql;
 pub mod postgres;
 pub mod redis;
+pub mod redis_cluster;
 pub mod redis_sentinel;
 pub mod zk_ensemble;
 pub mod zookeeper;

@@ -13,6 +13,7 @@
 //! restart through [`ServerControl`] is not, so restarts keep their quiet period.
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use lock_core::LockError;
@@ -102,31 +103,41 @@ async fn start_local_server() -> Result<TestServer, LockError> {
 }
 
 async fn start_local_server_with(extra: &[&str]) -> Result<TestServer, LockError> {
-    let program =
-        find_binary("redis-server", &["/usr/local/bin", "/usr/bin", "/opt/homebrew/bin"]).ok_or_else(|| {
-            LockError::unavailable(
-                "test",
-                format!(
-                    "redis-server not found on PATH; install it (apt-get install redis-server, brew install redis) or \
-                 set {ENV_URL}=redis://host:port to test against a running server"
-                ),
-            )
-        })?;
+    let program = redis_binary()?;
     let dir = server_dir("redis")?;
     let addr = free_addr()?;
-    let port = addr.port().to_string();
-    let dir_arg = dir.path().to_string_lossy().into_owned();
+    let mut args = node_args(addr.port(), dir.path());
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let child = ChildServer::new(&program, args, dir.path());
+    let local = LocalServer::new("redis-server", child, addr).start().await?;
+    Ok(local.into_test_server(&program, format!("redis://{addr}"), vec![Box::new(dir)]))
+}
+
+/// The local `redis-server` binary.
+pub(crate) fn redis_binary() -> Result<PathBuf, LockError> {
+    find_binary("redis-server", &["/usr/local/bin", "/usr/bin", "/opt/homebrew/bin"]).ok_or_else(|| {
+        LockError::unavailable(
+            "test",
+            format!(
+                "redis-server not found on PATH; install it (apt-get install redis-server, brew install redis) or \
+                 set {ENV_URL}=redis://host:port to test against a running server"
+            ),
+        )
+    })
+}
+
+/// What every local node runs with: `port` on 127.0.0.1, `noeviction`, no persistence (a
+/// restart comes back empty), its files in `dir`.
+pub(crate) fn node_args(port: u16, dir: &Path) -> Vec<String> {
+    let port = port.to_string();
     let mut args: Vec<String> =
         ["--port", &port, "--bind", "127.0.0.1", "--protected-mode", "no", "--maxmemory-policy", "noeviction"]
             .iter()
             .map(|s| s.to_string())
             .collect();
     args.extend(NO_PERSISTENCE.iter().map(|s| s.to_string()));
-    args.extend(["--dir".to_owned(), dir_arg]);
-    args.extend(extra.iter().map(|s| s.to_string()));
-    let child = ChildServer::new(&program, args, dir.path());
-    let local = LocalServer::new("redis-server", child, addr).start().await?;
-    Ok(local.into_test_server(&program, format!("redis://{addr}"), vec![Box::new(dir)]))
+    args.extend(["--dir".to_owned(), dir.to_string_lossy().into_owned()]);
+    args
 }
 
 /// Sends one command in RESP and returns the raw reply (read until it stops arriving): what

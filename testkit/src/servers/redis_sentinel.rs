@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 use lock_core::LockError;
 
 pub use super::redis::command;
-use crate::process::{find_binary, free_port, wait_for_port, ChildServer};
+use super::redis::{node_args, redis_binary};
+use crate::process::{free_port, wait_for_port, ChildServer};
 
 /// The master name the Sentinels monitor.
 pub const MASTER_NAME: &str = "dlockprimary";
@@ -61,13 +62,7 @@ impl RedisSentinelDeployment {
     /// knows the primary and both replicas. The primary is marked fresh for the default key
     /// prefix (`SET dlock:boot 0`), like a single test server.
     pub async fn start() -> Result<RedisSentinelDeployment, LockError> {
-        let program =
-            find_binary("redis-server", &["/usr/local/bin", "/usr/bin", "/opt/homebrew/bin"]).ok_or_else(|| {
-                LockError::unavailable(
-                    "test",
-                    "redis-server not found on PATH; install it (apt-get install redis-server)",
-                )
-            })?;
+        let program = redis_binary()?;
         let dir = tempfile::Builder::new().prefix("dlock-sentinel-").tempdir().map_err(|e| {
             LockError::unavailable_from("test", "cannot create a temp dir for the sentinel deployment", e)
         })?;
@@ -76,24 +71,7 @@ impl RedisSentinelDeployment {
             let port = free_port()?;
             let addr = SocketAddr::from(([127, 0, 0, 1], port));
             let node_dir = subdir(dir.path(), &format!("data{i}"))?;
-            let mut args: Vec<String> = [
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--protected-mode",
-                "no",
-                "--maxmemory-policy",
-                "noeviction",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-            args.extend(["--dir".to_owned(), node_dir.to_string_lossy().into_owned()]);
+            let mut args = node_args(port, &node_dir);
             if let Some((primary, _)) = data.first() {
                 let primary: &SocketAddr = primary;
                 args.extend(["--replicaof".to_owned(), "127.0.0.1".to_owned(), primary.port().to_string()]);
@@ -261,7 +239,7 @@ pub struct Failover {
     pub promoted_after: Duration,
 }
 
-fn subdir(base: &std::path::Path, name: &str) -> Result<std::path::PathBuf, LockError> {
+pub(crate) fn subdir(base: &std::path::Path, name: &str) -> Result<std::path::PathBuf, LockError> {
     let d = base.join(name);
     std::fs::create_dir_all(&d).map_err(|e| LockError::unavailable_from("test", "cannot create a node dir", e))?;
     Ok(d)
