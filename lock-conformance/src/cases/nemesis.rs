@@ -224,7 +224,10 @@ pub(crate) async fn inject_faults(
             // No hooks at all: the run is plain contention, still checked.
             continue;
         }
-        let kind = kinds[rng.random_range(0..kinds.len())];
+        // A deployment's node faults are what its run is for: the first fault is one of them,
+        // so no seed leaves a deployment run without a kill, failover or peer partition.
+        let kind =
+            if faults.is_empty() && !node_faults.is_empty() { "node" } else { kinds[rng.random_range(0..kinds.len())] };
         let span = Duration::from_millis(rng.random_range(ttl.as_millis() as u64 / 4..=ttl.as_millis() as u64 * 2));
         let at = ms(run_for.saturating_sub(deadline.saturating_duration_since(Instant::now())));
         match kind {
