@@ -57,6 +57,13 @@ pub trait Fixture: Send + Sync + 'static {
         None
     }
 
+    /// Faults of a replicated deployment (a member or the primary killed, a failover, a member's
+    /// peer links cut), for the nemesis. `None` (the default): a single server, whose faults are
+    /// [`Fixture::server`]'s; the nemesis then says in its report that it injected none.
+    fn deployment(&self) -> Option<Arc<dyn DeploymentControl>> {
+        None
+    }
+
     /// The base lease time of timing cases. Cases use multiples of it, with generous bounds.
     fn base_ttl(&self) -> Duration {
         Duration::from_millis(1500)
@@ -132,6 +139,20 @@ pub trait ClientLink: Send + Sync + 'static {
     async fn set_latency(&self, latency: Duration);
     /// Resets every open connection now (new connections are still accepted).
     async fn reset_connections(&self);
+}
+
+/// Faults of a replicated deployment (ZooKeeper ensemble, Redis with Sentinel, …) that go beyond
+/// stopping "the server": one node at a time, with the rest still serving.
+#[async_trait]
+pub trait DeploymentControl: Send + Sync + 'static {
+    /// The faults this deployment can inject, by name (`kill-leader`, `partition-follower`,
+    /// `failover`, …). Never empty.
+    fn faults(&self) -> Vec<&'static str>;
+
+    /// Injects `fault`, keeps it about `span`, heals it (restarts the killed node, heals the cut
+    /// links) and returns once the deployment serves again (within a bound of its own), with one
+    /// line saying what happened and how long the deployment took to serve again.
+    async fn inject(&self, fault: &str, span: Duration) -> Result<String, LockError>;
 }
 
 /// Controls of a server process the fixture owns.

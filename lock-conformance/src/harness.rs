@@ -7,7 +7,7 @@ use std::sync::Arc;
 use lock_core::LockError;
 
 use crate::cases::{all_cases, MISSING_HOOK};
-use crate::runner::{run_case, Outcome};
+use crate::runner::{run_case, run_suite, CaseReport, Outcome, RunOptions};
 use crate::Fixture;
 
 /// How strictly a generated test treats `not_applicable`.
@@ -62,6 +62,58 @@ where
             Outcome::Failed => panic!("FAILED {} after {} ms: {}", report.name, report.ms, report.detail),
             Outcome::Skipped => panic!("SKIPPED {} (counts as a failure): {}", report.name, report.detail),
         }
+    });
+}
+
+/// Runs every case against ONE fixture, `parallelism` cases at a time (the runner runs the
+/// server-disturbing ones alone), as one test: for a deployment too costly to start once per
+/// case (a ZooKeeper ensemble, Redis with Sentinel). Each case's outcome is printed as it
+/// finishes; the test panics listing every case that failed, was skipped or (in
+/// [`Mode::Strict`]) was not run for want of a hook.
+pub fn run_suite_test<F, Fut, X>(mode: Mode, parallelism: usize, factory: F)
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = Result<X, LockError>>,
+    X: Fixture,
+{
+    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => panic!("cannot build a tokio runtime for the suite: {e}"),
+    };
+    rt.block_on(async {
+        let started = std::time::Instant::now();
+        let fixture: Arc<dyn Fixture> = match factory().await {
+            Ok(f) => Arc::new(f),
+            Err(e) => panic!("SKIPPED the suite: the fixture could not be created: {e}"),
+        };
+        let from_env = fixture.provenance().starts_with("env ");
+        eprintln!("{}: deployment from {} ready in {:?}", fixture.backend(), fixture.provenance(), started.elapsed());
+        let options = RunOptions {
+            parallelism,
+            on_case: Some(Arc::new(|r: &CaseReport| {
+                eprintln!("{:?} {} in {} ms: {}", r.outcome, r.name, r.ms, r.detail)
+            })),
+            ..RunOptions::default()
+        };
+        let report = run_suite(fixture, &options).await;
+        let bad: Vec<String> = report
+            .cases
+            .iter()
+            .filter(|r| match r.outcome {
+                Outcome::Passed => false,
+                Outcome::NotApplicable => mode == Mode::Strict && r.detail.starts_with(MISSING_HOOK) && !from_env,
+                Outcome::Failed | Outcome::Skipped => true,
+            })
+            .map(|r| format!("{:?} {}: {}", r.outcome, r.name, r.detail))
+            .collect();
+        eprintln!(
+            "suite on one fixture: {} passed, {} not applicable, {} bad, in {:?}",
+            report.passed,
+            report.not_applicable,
+            bad.len(),
+            started.elapsed()
+        );
+        assert!(bad.is_empty(), "{} case(s) did not pass:\n{}", bad.len(), bad.join("\n"));
     });
 }
 

@@ -61,6 +61,10 @@
 //!   (Redlock) use a [`proxy::ProxyGroup`].
 //! - [`Fixture::server`]: stop (SIGKILL), start, pause (SIGSTOP/SIGCONT) a server the fixture
 //!   owns ([`ServerControl`]); dlock-testkit's `LocalServer` does this for a local binary.
+//! - [`Fixture::deployment`]: node faults of a replicated deployment ([`DeploymentControl`]: a
+//!   member or the primary killed and restarted, a failover, a member's peer links cut) that the
+//!   nemesis adds to its faults. For a deployment, [`Fixture::server`] acts on the whole of it
+//!   (every member stopped, paused, started), so the single-server cases keep their meaning.
 //! - [`Fixture::delete_entry`]: delete a held lock's server-side entry behind the holder's
 //!   back (Redis `DEL`, a SQL `UPDATE … SET owner = NULL`, deleting the ZooKeeper node),
 //!   keeping the fencing state.
@@ -163,7 +167,7 @@ pub mod runner;
 
 pub use async_trait::async_trait;
 pub use cases::{all_cases, Case, CaseError, CaseResult};
-pub use fixture::{ClientLink, DownSwitch, Fixture, LinkedClient, ServerControl};
+pub use fixture::{ClientLink, DeploymentControl, DownSwitch, Fixture, LinkedClient, ServerControl};
 
 /// Generates one test per conformance case, in a module named `$module`, each calling
 /// `$factory` (a closure returning a future of `Result<impl Fixture, LockError>`) for a fresh
@@ -182,6 +186,16 @@ pub use fixture::{ClientLink, DownSwitch, Fixture, LinkedClient, ServerControl};
 ///     Ok::<_, lock_core::LockError>(lock_conformance::memory::MemoryFixture::new())
 /// });
 /// lock_conformance::conformance_tests!(redis, || async { RedisFixture::start().await }, strict);
+/// ```
+///
+/// With `strict, one_fixture(n)` it generates a single test, `$module::suite`, that runs every
+/// case (n at a time) against one fixture: for a deployment too costly to start per case (a
+/// ZooKeeper ensemble, Redis with Sentinel). `cargo nextest` runs each test in its own process,
+/// so this is how a test binary shares one deployment. The fixture must then hold up to every
+/// case in turn, faults included.
+///
+/// ```ignore
+/// lock_conformance::conformance_tests!(ensemble, || async { EnsembleFixture::start().await }, strict, one_fixture(4));
 /// ```
 #[macro_export]
 macro_rules! conformance_tests {
@@ -249,6 +263,17 @@ macro_rules! conformance_tests {
                 inspect_hostile_holder,
                 idle_collected_tokens_rise,
             ]
+        }
+    };
+    ($module:ident, $factory:expr, strict, one_fixture($parallelism:expr)) => {
+        mod $module {
+            #[allow(unused_imports)]
+            use super::*;
+
+            #[test]
+            fn suite() {
+                $crate::harness::run_suite_test($crate::harness::Mode::Strict, $parallelism, $factory);
+            }
         }
     };
     ($module:ident, $factory:expr, strict) => {

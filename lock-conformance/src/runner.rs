@@ -216,7 +216,9 @@ mod tests {
                 .filter_map(Result::ok)
                 .filter_map(|f| std::fs::read_to_string(f.path()).ok())
                 .any(|src| {
-                    case_body(&src, case.name).is_some_and(|b| b.contains("fx.server()") || b.contains("server_of("))
+                    case_body(&src, case.name).is_some_and(|b| {
+                        b.contains("fx.server()") || b.contains("server_of(") || b.contains("fx.deployment()")
+                    })
                 });
             assert!(!uses_server || super::exclusive(case), "{} controls the server but is not exclusive", case.name);
         }

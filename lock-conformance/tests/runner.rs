@@ -90,3 +90,56 @@ async fn missing_hooks_are_not_applicable_with_a_reason() {
         }
     }
 }
+
+/// A memory fixture that also offers deployment node faults, counting what the nemesis asks for.
+struct Deployed(MemoryFixture, Arc<CountingDeployment>);
+
+#[derive(Default)]
+struct CountingDeployment {
+    injected: AtomicUsize,
+}
+
+#[lock_conformance::async_trait]
+impl lock_conformance::DeploymentControl for CountingDeployment {
+    fn faults(&self) -> Vec<&'static str> {
+        vec!["kill-member"]
+    }
+    async fn inject(&self, fault: &str, span: std::time::Duration) -> Result<String, lock_core::LockError> {
+        assert_eq!(fault, "kill-member");
+        self.injected.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(span).await;
+        Ok("nothing to kill in memory".into())
+    }
+}
+
+#[lock_conformance::async_trait]
+impl Fixture for Deployed {
+    fn backend(&self) -> &str {
+        "deployed"
+    }
+    async fn client(&self) -> Result<Arc<dyn lock_core::DistributedLock>, lock_core::LockError> {
+        self.0.client().await
+    }
+    fn base_ttl(&self) -> std::time::Duration {
+        self.0.base_ttl()
+    }
+    fn deployment(&self) -> Option<Arc<dyn lock_conformance::DeploymentControl>> {
+        Some(self.1.clone())
+    }
+}
+
+/// The nemesis adds the deployment's node faults when the fixture offers them, and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nemesis_injects_deployment_node_faults() {
+    let deployment = Arc::new(CountingDeployment::default());
+    let report = run_suite(
+        Arc::new(Deployed(MemoryFixture::new(), deployment.clone())),
+        &RunOptions { filter: Some("::nemesis".into()), ..Default::default() },
+    )
+    .await;
+    assert!(report.ok(), "{report:#?}");
+    assert_eq!(report.cases.len(), 1, "{report:#?}");
+    assert!(report.cases[0].detail.contains("deployment node faults"), "{:?}", report.cases[0]);
+    assert!(report.cases[0].detail.contains("kill-member"), "{:?}", report.cases[0]);
+    assert!(deployment.injected.load(Ordering::SeqCst) > 0, "the nemesis never used the deployment hook");
+}

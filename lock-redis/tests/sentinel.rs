@@ -1,5 +1,6 @@
 //! The single-instance backend through Redis Sentinel (`redis+sentinel://`), against a local
-//! primary + 2 replicas + 3 Sentinels: failovers, `min_replicas_ack`, and the conformance suite.
+//! primary + 2 replicas + 3 Sentinels: failovers, `min_replicas_ack`, an empty restart. The
+//! conformance suite runs in `sentinel_conformance.rs`.
 
 mod common;
 
@@ -24,9 +25,23 @@ fn opts(ttl_ms: u64) -> AcquireOptions {
 /// follow the new primary, and tokens keep rising. Prints the measured windows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failover_keeps_acknowledged_lease() {
+    failover_window(1).await;
+}
+
+/// The same failover without `min_replicas_ack`: the grant stands on the primary alone. Here the
+/// replicas are healthy and idle, so the grant reached them within the second before the kill
+/// and the lease survives; what the test proves is the window and that no second holder got in
+/// in this run — not a guarantee (README, "Redis Sentinel": an unreplicated grant is lost with
+/// the primary).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failover_window_without_acks() {
+    failover_window(0).await;
+}
+
+async fn failover_window(acks: u32) {
     let d = RedisSentinelDeployment::start().await.unwrap();
-    let holder = lock_redis::connect(&d.url(), options(1)).await.unwrap();
-    let other = lock_redis::connect(&d.url(), options(1)).await.unwrap();
+    let holder = lock_redis::connect(&d.url(), options(acks)).await.unwrap();
+    let other = lock_redis::connect(&d.url(), options(acks)).await.unwrap();
     let name = LockName::new("sentinel-failover").unwrap();
     let free = LockName::new("sentinel-free").unwrap();
     let lease = holder.acquire(&name, &opts(3000)).await.unwrap();
@@ -85,8 +100,8 @@ async fn failover_keeps_acknowledged_lease() {
     );
     next.release().await.unwrap();
     eprintln!(
-        "MEASURED sentinel failover: promoted {:?} after the SIGKILL; longest time no free name could be acquired: \
-         {longest_gap:?}; a waiter got the lock {woken_after:?} after the release",
+        "MEASURED sentinel failover (min_replicas_ack={acks}): promoted {:?} after the SIGKILL; longest time no \
+         free name could be acquired: {longest_gap:?}; a waiter got the lock {woken_after:?} after the release",
         f.promoted_after
     );
     assert!(last_ok > started + f.promoted_after, "nothing could be acquired after the promotion");
@@ -152,69 +167,6 @@ async fn measure_ack_cost() {
         );
     }
 }
-
-/// The conformance suite through `redis+sentinel://` (a fresh deployment per case, with a key
-/// prefix of its own). No server or link hooks: a stop/start of "the server" has no single
-/// meaning here (the failover tests above cover the primary's death), so those fault cases are
-/// not applicable (lenient mode).
-struct SentinelFixture {
-    deployment: RedisSentinelDeployment,
-    options: RedisOptions,
-}
-
-impl SentinelFixture {
-    async fn start() -> Result<SentinelFixture, LockError> {
-        let deployment = RedisSentinelDeployment::start().await?;
-        let options =
-            RedisOptions { key_prefix: format!("dlock-s{:08x}", rand::random::<u32>()), ..common::test_options() };
-        common::mark_fresh(&format!("redis://{}", deployment.primary().await?), &options.key_prefix).await?;
-        Ok(SentinelFixture { deployment, options })
-    }
-}
-
-#[lock_conformance::async_trait]
-impl lock_conformance::Fixture for SentinelFixture {
-    fn backend(&self) -> &str {
-        "redis"
-    }
-
-    async fn client(&self) -> Result<std::sync::Arc<dyn DistributedLock>, LockError> {
-        Ok(std::sync::Arc::new(lock_redis::connect(&self.deployment.url(), self.options.clone()).await?))
-    }
-
-    async fn rw_client(&self) -> Result<Option<std::sync::Arc<dyn lock_core::DistributedRwLock>>, LockError> {
-        Ok(Some(std::sync::Arc::new(lock_redis::connect_rw(&self.deployment.url(), self.options.clone()).await?)))
-    }
-
-    async fn semaphore_client(&self) -> Result<Option<std::sync::Arc<dyn lock_core::DistributedSemaphore>>, LockError> {
-        Ok(Some(std::sync::Arc::new(
-            lock_redis::connect_semaphore(&self.deployment.url(), self.options.clone()).await?,
-        )))
-    }
-
-    async fn delete_entry(&self, name: &LockName) -> Result<bool, LockError> {
-        let key = format!("{}:{{{}}}:lock", self.options.key_prefix, name.escaped());
-        common::delete_key(&format!("redis://{}", self.deployment.primary().await?), &key).await?;
-        Ok(true)
-    }
-
-    async fn lease_stores(&self) -> Result<Vec<(&'static str, std::sync::Arc<dyn lock_core::LeaseStore>)>, LockError> {
-        let url = self.deployment.url();
-        let mut stores: Vec<(&'static str, std::sync::Arc<dyn lock_core::LeaseStore>)> = vec![(
-            "exclusive",
-            std::sync::Arc::clone(lock_redis::connect(&url, self.options.clone()).await?.store()) as _,
-        )];
-        stores.extend(lock_redis::connect_rw(&url, self.options.clone()).await?.lease_stores());
-        stores.push(("permit", lock_redis::connect_semaphore(&url, self.options.clone()).await?.lease_store(1)?));
-        Ok(stores)
-    }
-
-    fn provenance(&self) -> String {
-        format!("local redis-server primary + 2 replicas + 3 sentinels ({:?})", self.deployment)
-    }
-}
-
-lock_conformance::conformance_tests!(sentinel_suite, || async { SentinelFixture::start().await });
 
 /// The primary restarts empty before Sentinel calls it down (no persistence, no failover): the
 /// replicas resync from it and lose the lease too. The boot marker is gone with it, so no lease

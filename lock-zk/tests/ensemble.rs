@@ -43,7 +43,7 @@ async fn follower_partitioned_from_the_quorum_leaves_no_overlap() -> Result<(), 
     let granted = Instant::now();
     let overlap = lease.is_valid() || lease.valid_until() > granted;
     eprintln!(
-        "majority granted {:?} after the cut; old lease valid_until − grant = {:?}, lost signal fired: {}",
+        "MEASURED zk follower partition: majority granted {:?} after the cut; old lease valid_until − grant = {:?}, lost signal fired: {}",
         granted - cut,
         lease.valid_until().checked_duration_since(granted),
         lease.lost().is_fired()
@@ -68,10 +68,15 @@ async fn leader_killed_while_held_keeps_locks_and_serves_waiters() -> Result<(),
     // counted as 15 s of lease, was rightly declared lost); the session outlasts it, as a
     // production session outlasts its ensemble's elections.
     let session = Duration::from_secs(60);
+    let begun = Instant::now();
     let ensemble = ZkEnsemble::start(EnsembleOptions::default()).await?;
+    // How slow this machine is now: an election is bounded by a multiple of the cold start (three
+    // JVMs and a first election), never less than a minute.
+    let election_bound = (begun.elapsed() * 4).max(Duration::from_secs(60));
     let root = "/dlock-ensemble-leader";
     let a = lock_zk::connect(&format!("{}{root}", ensemble.url()), options(session)).await?;
     let b = lock_zk::connect(&format!("{}{root}", ensemble.url()), options(session)).await?;
+    let probe = lock_zk::connect(&format!("{}{root}", ensemble.url()), options(session)).await?;
     let name = LockName::new("leader-killed")?;
     let opts = AcquireOptions::new(Duration::from_secs(30)).wait(Duration::from_secs(60));
     let lease = a.acquire(&name, &opts).await?;
@@ -84,8 +89,40 @@ async fn leader_killed_while_held_keeps_locks_and_serves_waiters() -> Result<(),
     let leader = ensemble.leader().await.expect("a leader");
     let killed = Instant::now();
     ensemble.control(leader).expect("member control").stop().await?;
-    ensemble.wait_leader(Duration::from_secs(60)).await?;
-    eprintln!("a new leader after {:?}", killed.elapsed());
+    // Meanwhile a probe takes fresh names: the longest stretch without a grant is the window in
+    // which no holder could be granted anything.
+    let (mut last_grant, mut longest_gap, mut i) = (killed, Duration::ZERO, 0u32);
+    let mut elected = std::pin::pin!(ensemble.wait_leader(election_bound));
+    let mut probe_opts = AcquireOptions::new(Duration::from_secs(30)).wait(Duration::from_millis(500));
+    probe_opts = probe_opts.request_timeout(Duration::from_millis(500));
+    loop {
+        tokio::select! {
+            r = &mut elected => { r?; break; }
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+        }
+        i += 1;
+        if let Ok(l) = probe.acquire(&LockName::new(format!("probe-{i}"))?, &probe_opts).await {
+            longest_gap = longest_gap.max(last_grant.elapsed());
+            last_grant = Instant::now();
+            let _ = l.release().await;
+        }
+    }
+    // After the election, the probe's next grant closes the window.
+    let end = Instant::now() + election_bound;
+    loop {
+        i += 1;
+        if let Ok(l) = probe.acquire(&LockName::new(format!("probe-{i}"))?, &probe_opts).await {
+            longest_gap = longest_gap.max(last_grant.elapsed());
+            let _ = l.release().await;
+            break;
+        }
+        assert!(Instant::now() < end, "no grant within {election_bound:?} of the new leader");
+    }
+    eprintln!(
+        "MEASURED zk leader kill: a new leader after {:?}; longest time no fresh name could be acquired: {:?}",
+        killed.elapsed(),
+        longest_gap
+    );
     // The holder still holds: nobody else got in, and its lease was not lost.
     assert!(!waiter.is_finished(), "the waiter was granted while the holder held the lock");
     assert!(!lease.lost().is_fired(), "lost after a leader change: {:?}", lease.lost().reason());

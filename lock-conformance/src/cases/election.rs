@@ -13,7 +13,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 
-use super::nemesis::{self, inject_faults, overlaps, Window};
+use super::nemesis::{self, inject_faults, overlaps, Hooks, Window};
 use super::{ensure, fail, ms, CaseError, CaseResult, Ctx};
 use crate::{ClientLink, Fixture};
 
@@ -122,7 +122,8 @@ pub async fn election_nemesis(fx: &dyn Fixture) -> CaseResult {
             }
         }));
     }
-    let faults = inject_faults(&mut rng, deadline, run_for, ttl, &links, server.as_ref(), restarts).await?;
+    let hooks = Hooks { links: &links, server, restarts_allowed: restarts, deployment: fx.deployment() };
+    let faults = inject_faults(&mut rng, deadline, run_for, ttl, &hooks).await?;
     nemesis::join_workers(workers, ttl, &cx, "a candidate", seed).await?;
     let mut windows = windows.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let mut violations = violations.lock().unwrap_or_else(|e| e.into_inner()).clone();

@@ -16,7 +16,7 @@ use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 
 use super::{fail, ms, CaseError, CaseResult, Ctx};
-use crate::{ClientLink, Fixture, ServerControl};
+use crate::{ClientLink, DeploymentControl, Fixture, ServerControl};
 
 const LOCKS: usize = 2;
 const LINKED: usize = 3;
@@ -144,7 +144,8 @@ pub async fn nemesis(fx: &dyn Fixture) -> CaseResult {
         }));
     }
 
-    let faults = inject_faults(&mut rng, deadline, run_for, ttl, &links, server.as_ref(), restarts_allowed).await?;
+    let hooks = Hooks { links: &links, server, restarts_allowed, deployment: fx.deployment() };
+    let faults = inject_faults(&mut rng, deadline, run_for, ttl, &hooks).await?;
     join_workers(workers, ttl, &cx, "a nemesis client", seed).await?;
 
     let mut windows = log.windows.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -154,9 +155,9 @@ pub async fn nemesis(fx: &dyn Fixture) -> CaseResult {
     if windows.is_empty() {
         fail!("seed {seed}: no client held any lock in {} ms: the run proves nothing", ms(run_for));
     }
-    let hooks = if links.is_empty() && server.is_none() { " (no fault hooks: contention only)" } else { "" };
+    let note = hooks.note();
     Ok(format!(
-        "seed {seed}: {} holds over {} clients, {} faults{hooks} ({}), {} client errors, {} ms",
+        "seed {seed}: {} holds over {} clients, {} faults{note} ({}), {} client errors, {} ms",
         windows.len(),
         clients.len(),
         faults.len(),
@@ -166,18 +167,41 @@ pub async fn nemesis(fx: &dyn Fixture) -> CaseResult {
     ))
 }
 
+/// What the nemesis can hurt: the clients' links, the server (the whole deployment) and, for a
+/// replicated deployment, its single nodes.
+pub(crate) struct Hooks<'a> {
+    pub(crate) links: &'a [Arc<dyn ClientLink>],
+    pub(crate) server: Option<Arc<dyn ServerControl>>,
+    /// Whether a server restart keeps what the run checks (persistent server, durable leases
+    /// and fencing).
+    pub(crate) restarts_allowed: bool,
+    pub(crate) deployment: Option<Arc<dyn DeploymentControl>>,
+}
+
+impl Hooks<'_> {
+    /// Says in the report which hooks the run had, so "no faults" is never silent.
+    fn note(&self) -> &'static str {
+        match (self.links.is_empty() && self.server.is_none(), self.deployment.is_none()) {
+            (true, true) => " (no fault hooks: contention only)",
+            (false, true) => "",
+            (_, false) => " (with deployment node faults)",
+        }
+    }
+}
+
 /// Injects random faults until `deadline`: partitions, connection resets and latency on the
-/// `links`, pauses (and, when `restarts_allowed`, restarts) of the `server`; heals every link
-/// at the end. Returns what it did, for the report.
+/// links, pauses (and, when restarts are allowed, restarts) of the server, and the deployment's
+/// node faults (kills, failovers, peer partitions); heals every link at the end. Returns what
+/// it did, for the report.
 pub(crate) async fn inject_faults(
     rng: &mut StdRng,
     deadline: Instant,
     run_for: Duration,
     ttl: Duration,
-    links: &[Arc<dyn ClientLink>],
-    server: Option<&Arc<dyn ServerControl>>,
-    restarts_allowed: bool,
+    hooks: &Hooks<'_>,
 ) -> Result<Vec<String>, CaseError> {
+    let (links, server, restarts_allowed) = (hooks.links, hooks.server.as_ref(), hooks.restarts_allowed);
+    let node_faults = hooks.deployment.as_ref().map(|d| d.faults()).unwrap_or_default();
     let mut faults: Vec<String> = Vec::new();
     while Instant::now() + ttl / 4 < deadline {
         // Short quiet gaps: a short CI run still sees several faults.
@@ -193,11 +217,17 @@ pub(crate) async fn inject_faults(
                 kinds.push("restart");
             }
         }
+        if !node_faults.is_empty() {
+            kinds.push("node");
+        }
         if kinds.is_empty() {
             // No hooks at all: the run is plain contention, still checked.
             continue;
         }
-        let kind = kinds[rng.random_range(0..kinds.len())];
+        // A deployment's node faults are what its run is for: the first fault is one of them,
+        // so no seed leaves a deployment run without a kill, failover or peer partition.
+        let kind =
+            if faults.is_empty() && !node_faults.is_empty() { "node" } else { kinds[rng.random_range(0..kinds.len())] };
         let span = Duration::from_millis(rng.random_range(ttl.as_millis() as u64 / 4..=ttl.as_millis() as u64 * 2));
         let at = ms(run_for.saturating_sub(deadline.saturating_duration_since(Instant::now())));
         match kind {
@@ -237,6 +267,15 @@ pub(crate) async fn inject_faults(
                     faults.push(format!("{at}ms restart server"));
                     s.stop().await?;
                     s.start().await?;
+                }
+            }
+            "node" => {
+                if let Some(d) = &hooks.deployment {
+                    let fault = node_faults[rng.random_range(0..node_faults.len())];
+                    match d.inject(fault, span).await {
+                        Ok(what) => faults.push(format!("{at}ms {fault}: {what}")),
+                        Err(e) => fail!("the deployment did not recover from {fault}: {e}"),
+                    }
                 }
             }
             _ => {}

@@ -31,7 +31,7 @@ impl ZkFixture {
 
     pub async fn with_session_timeout(session_timeout: Duration) -> Result<ZkFixture, LockError> {
         let server = ZkServer::start().await?;
-        let root = format!("/dlock-test/{}", uuid_like());
+        let root = uuid_like_root();
         let options = ZkOptions {
             session_timeout,
             connect_timeout: Duration::from_secs(5),
@@ -65,12 +65,7 @@ impl ZkFixture {
     /// `None` when the server's address is unknown (an external server).
     async fn raw_session(&self) -> Result<Option<zookeeper_client::Client>, LockError> {
         let Some(addr) = self.server.addr() else { return Ok(None) };
-        let addr = addr.to_string();
-        let raw = tokio::time::timeout(Duration::from_secs(10), zookeeper_client::Client::connect(&addr))
-            .await
-            .map_err(|_| LockError::unavailable("test", "no raw ZooKeeper session in 10s"))?
-            .map_err(zk)?;
-        Ok(Some(raw))
+        Ok(Some(raw_session(&addr.to_string()).await?))
     }
 
     /// A raw zookeeper-client session (for looking at nodes).
@@ -78,6 +73,40 @@ impl ZkFixture {
         let addr = self.server.addr().expect("local server");
         zookeeper_client::Client::connect(&addr.to_string()).await.expect("raw session")
     }
+}
+
+/// A raw zookeeper-client session to `hosts` (`h1:p1,h2:p2,…`) within 10 s, for the operator's
+/// actions of a fixture.
+pub async fn raw_session(hosts: &str) -> Result<zookeeper_client::Client, LockError> {
+    tokio::time::timeout(Duration::from_secs(10), zookeeper_client::Client::connect(hosts))
+        .await
+        .map_err(|_| LockError::unavailable("test", "no raw ZooKeeper session in 10s"))?
+        .map_err(zk)
+}
+
+/// What an operator's `delete` does: removes the holder's node (the lowest sequence) of lock
+/// `name` under `root`.
+pub async fn delete_holder_node(raw: &zookeeper_client::Client, root: &str, name: &LockName) -> Result<(), LockError> {
+    let parent = format!("{root}/{}", name.escaped());
+    let mut children = raw.list_children(&parent).await.map_err(zk)?;
+    children.sort_by_key(|c| c.rsplit('-').next().and_then(|s| s.parse::<i64>().ok()));
+    let Some(holder) = children.first() else {
+        return Err(LockError::config(format!("no lock node under {parent} to delete")));
+    };
+    raw.delete(&format!("{parent}/{holder}"), None).await.map_err(zk)
+}
+
+/// ZooKeeper's own collection: the name's container parent, empty once released, is removed
+/// (here at once, as the server does after its container check); tokens are zxids.
+pub async fn collect_container(raw: &zookeeper_client::Client, root: &str, name: &LockName) -> Result<(), LockError> {
+    match raw.delete(&format!("{root}/{}", name.escaped()), None).await {
+        Ok(()) | Err(zookeeper_client::Error::NoNode) => Ok(()),
+        Err(e) => Err(zk(e)),
+    }
+}
+
+pub fn uuid_like_root() -> String {
+    format!("/dlock-test/{}", uuid_like())
 }
 
 fn zk(e: zookeeper_client::Error) -> LockError {
@@ -126,27 +155,15 @@ impl Fixture for ZkFixture {
     }
 
     async fn delete_entry(&self, name: &LockName) -> Result<bool, LockError> {
-        // What an operator's `delete` does: remove the holder's node (the lowest sequence).
         let Some(raw) = self.raw_session().await? else { return Ok(false) };
-        let parent = format!("{}/{}", self.root, name.escaped());
-        let mut children = raw.list_children(&parent).await.map_err(zk)?;
-        children.sort_by_key(|c| c.rsplit('-').next().and_then(|s| s.parse::<i64>().ok()));
-        let Some(holder) = children.first() else {
-            return Err(LockError::config(format!("no lock node under {parent} to delete")));
-        };
-        raw.delete(&format!("{parent}/{holder}"), None).await.map_err(zk)?;
+        delete_holder_node(&raw, &self.root, name).await?;
         Ok(true)
     }
 
-    /// ZooKeeper's own collection: the name's container parent, empty once released, is
-    /// removed (here at once, as the server does after its container check); tokens are zxids.
     async fn collect_idle(&self, name: &LockName) -> Result<bool, LockError> {
         let Some(raw) = self.raw_session().await? else { return Ok(false) };
-        let parent = format!("{}/{}", self.root, name.escaped());
-        match raw.delete(&parent, None).await {
-            Ok(()) | Err(zookeeper_client::Error::NoNode) => Ok(true),
-            Err(e) => Err(zk(e)),
-        }
+        collect_container(&raw, &self.root, name).await?;
+        Ok(true)
     }
 
     fn provenance(&self) -> String {

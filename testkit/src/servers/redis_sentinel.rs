@@ -7,6 +7,11 @@
 //! a node restarted by [`RedisSentinelDeployment::restart`] comes back empty and Sentinel turns it
 //! into a replica of the current primary.
 //!
+//! For the conformance suite the data nodes together are "the server" ([`ServerControl`]: all
+//! three stopped, started empty in the same roles, or paused at once) and the deployment offers
+//! node faults ([`DeploymentControl`]: a failover by SIGKILL of the primary, a replica killed,
+//! a Sentinel paused).
+//!
 //! dlock-testkit does not depend on the redis crate, so Sentinels are asked with raw RESP
 //! over TCP ([`command`]).
 
@@ -14,6 +19,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use lock_conformance::{async_trait, DeploymentControl, ServerControl};
 use lock_core::LockError;
 
 pub use super::redis::command;
@@ -115,6 +121,12 @@ impl RedisSentinelDeployment {
     }
 
     async fn wait_ready(&self) -> Result<(), LockError> {
+        self.wait_synced(0).await
+    }
+
+    /// Waits until data node `primary` has both others as online replicas and every Sentinel
+    /// sees two replicas up.
+    async fn wait_synced(&self, primary: usize) -> Result<(), LockError> {
         let end = Instant::now() + START_WAIT;
         loop {
             let mut ready = true;
@@ -123,7 +135,7 @@ impl RedisSentinelDeployment {
                 // Each replica's entry carries its flags; two entries flagged plain "slave" = both seen and up.
                 ready &= reply.matches("flags\r\n$5\r\nslave\r\n").count() >= 2;
             }
-            let info = command(self.data[0].0, &["INFO", "replication"]).await.unwrap_or_default();
+            let info = command(self.data[primary].0, &["INFO", "replication"]).await.unwrap_or_default();
             ready &= info.contains("connected_slaves:2") && info.matches("state=online").count() >= 2;
             if ready {
                 return Ok(());
@@ -189,15 +201,36 @@ impl RedisSentinelDeployment {
         self.child(node).pause(paused);
     }
 
-    /// Starts a killed node again (empty: nothing persists); a data node comes back with its
-    /// original arguments and Sentinel reconfigures it as a replica of the current primary.
+    /// Starts a killed node again (empty: nothing persists). A data node that is not the
+    /// primary the Sentinels name is made a replica of it at once (it starts with its original
+    /// arguments, which may name no primary; an empty primary is what the restart quiet period
+    /// guards against, so that window is kept to one command).
     pub async fn restart(&self, node: SentinelNode) -> Result<(), LockError> {
         self.child(node).start()?;
         let addr = match node {
             SentinelNode::Data(i) => self.data[i].0,
             SentinelNode::Sentinel(i) => self.sentinels[i].0,
         };
-        wait_for_port(addr, Duration::from_secs(10)).await
+        wait_for_port(addr, Duration::from_secs(10)).await?;
+        if let SentinelNode::Data(i) = node {
+            let primary = self.primary().await?;
+            if primary != addr {
+                self.replicate(i, primary).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `REPLICAOF` the given primary (or `NO ONE` for itself) on data node `i`.
+    async fn replicate(&self, i: usize, primary: SocketAddr) -> Result<(), LockError> {
+        let port = primary.port().to_string();
+        let args: [&str; 3] =
+            if primary == self.data[i].0 { ["REPLICAOF", "NO", "ONE"] } else { ["REPLICAOF", "127.0.0.1", &port] };
+        let reply = command(self.data[i].0, &args).await?;
+        if !reply.starts_with("+OK") {
+            return Err(LockError::unavailable("test", format!("data node {i} refused {args:?}: {reply}")));
+        }
+        Ok(())
     }
 
     /// SIGKILLs the primary and waits until a Sentinel reports a different one that answers
@@ -225,6 +258,92 @@ impl RedisSentinelDeployment {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+}
+
+/// The data nodes as one server: stopped, started (empty, the primary the Sentinels name as
+/// primary again, the others its replicas) or paused together.
+#[async_trait]
+impl ServerControl for RedisSentinelDeployment {
+    async fn stop(&self) -> Result<(), LockError> {
+        for (_, child) in &self.data {
+            let child = Arc::clone(child);
+            tokio::task::spawn_blocking(move || child.stop())
+                .await
+                .map_err(|e| LockError::unavailable_from("test", "a stop task failed", e))?;
+        }
+        Ok(())
+    }
+
+    async fn start(&self) -> Result<(), LockError> {
+        for (addr, child) in &self.data {
+            child.start()?;
+            wait_for_port(*addr, Duration::from_secs(10)).await?;
+        }
+        // The Sentinels still name the primary of before the stop; restore that topology.
+        let primary = self.primary_index().await?;
+        for i in 0..self.data.len() {
+            self.replicate(i, self.data[primary].0).await?;
+        }
+        self.wait_synced(primary).await
+    }
+
+    async fn pause(&self, paused: bool) -> Result<(), LockError> {
+        for (_, child) in &self.data {
+            let child = Arc::clone(child);
+            tokio::task::spawn_blocking(move || child.pause(paused))
+                .await
+                .map_err(|e| LockError::unavailable_from("test", "a pause task failed", e))?;
+        }
+        Ok(())
+    }
+
+    /// Nothing is saved: a restarted data node is empty.
+    fn persistent(&self) -> bool {
+        false
+    }
+}
+
+/// Node faults: the primary SIGKILLed (Sentinel promotes a replica; the old primary comes
+/// back empty as a replica of the new one), a replica killed and restarted, a Sentinel paused.
+#[async_trait]
+impl DeploymentControl for RedisSentinelDeployment {
+    fn faults(&self) -> Vec<&'static str> {
+        vec!["failover", "kill-replica", "pause-sentinel"]
+    }
+
+    async fn inject(&self, fault: &str, span: Duration) -> Result<String, LockError> {
+        let started = Instant::now();
+        let what = match fault {
+            "failover" => {
+                let f = self.failover().await?;
+                tokio::time::sleep(span).await;
+                self.restart(SentinelNode::Data(f.old)).await?;
+                format!(
+                    "primary {} killed, {} promoted after {} ms, the old one back as a replica",
+                    f.old,
+                    f.new,
+                    f.promoted_after.as_millis()
+                )
+            }
+            "kill-replica" => {
+                let primary = self.primary_index().await?;
+                let replica = (primary + 1) % self.data.len();
+                self.kill(SentinelNode::Data(replica));
+                tokio::time::sleep(span).await;
+                self.restart(SentinelNode::Data(replica)).await?;
+                format!("replica {replica} killed for {} ms", span.as_millis())
+            }
+            "pause-sentinel" => {
+                self.pause(SentinelNode::Sentinel(0), true);
+                tokio::time::sleep(span).await;
+                self.pause(SentinelNode::Sentinel(0), false);
+                format!("sentinel 0 paused for {} ms", span.as_millis())
+            }
+            other => return Err(LockError::config(format!("unknown sentinel deployment fault {other:?}"))),
+        };
+        self.wait_synced(self.primary_index().await?).await?;
+        Ok(format!("{what}; both replicas in sync {} ms after the fault began", started.elapsed().as_millis()))
     }
 }
 

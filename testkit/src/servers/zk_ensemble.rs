@@ -6,13 +6,17 @@
 //!
 //! `syncLimit × tickTime` is how long a follower cut off from the leader keeps serving; it is
 //! [`EnsembleOptions::sync_limit`] × [`TICK`]. Members are stopped by PID when dropped.
+//!
+//! For the conformance suite the ensemble is "the server" ([`ServerControl`]: every member
+//! stopped, started or paused at once) and offers node faults ([`DeploymentControl`]: the
+//! leader or a follower killed and restarted, a follower's peer links cut and healed).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use lock_conformance::proxy::FaultProxy;
-use lock_conformance::{ClientLink, ServerControl};
+use lock_conformance::{async_trait, ClientLink, DeploymentControl, ServerControl};
 use lock_core::LockError;
 
 use super::zookeeper::{classpath, four_letters, java, quorum_peer_args, serves, TICK};
@@ -143,15 +147,7 @@ impl ZkEnsemble {
             members.push(Member { client, server: Arc::new(server), outgoing });
         }
         let ensemble = ZkEnsemble { members, _dir: dir };
-        // A member serves only once a quorum runs: start them all, then wait for each.
-        let mut starting = tokio::task::JoinSet::new();
-        for m in &ensemble.members {
-            let control: Arc<dyn ServerControl> = m.server.clone();
-            starting.spawn(async move { control.start().await });
-        }
-        while let Some(started) = starting.join_next().await {
-            started.map_err(|e| LockError::unavailable_from("test", "a member's start task failed", e))??;
-        }
+        start_members(&ensemble.members).await?;
         ensemble.wait_quorum(START_TIMEOUT).await?;
         Ok(ensemble)
     }
@@ -253,6 +249,83 @@ impl ZkEnsemble {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+}
+
+/// Starts every member at once (a member serves only once a quorum runs) and waits for each.
+async fn start_members(members: &[Member]) -> Result<(), LockError> {
+    let mut starting = tokio::task::JoinSet::new();
+    for m in members {
+        let control: Arc<dyn ServerControl> = m.server.clone();
+        starting.spawn(async move { control.start().await });
+    }
+    while let Some(started) = starting.join_next().await {
+        started.map_err(|e| LockError::unavailable_from("test", "a member's start task failed", e))??;
+    }
+    Ok(())
+}
+
+/// The whole ensemble as one server: what the suite's server fault cases mean for it.
+#[async_trait]
+impl ServerControl for ZkEnsemble {
+    async fn stop(&self) -> Result<(), LockError> {
+        for m in &self.members {
+            m.server.stop().await?;
+        }
+        Ok(())
+    }
+
+    async fn start(&self) -> Result<(), LockError> {
+        start_members(&self.members).await?;
+        self.wait_quorum(START_TIMEOUT).await
+    }
+
+    async fn pause(&self, paused: bool) -> Result<(), LockError> {
+        for m in &self.members {
+            m.server.pause(paused).await?;
+        }
+        Ok(())
+    }
+
+    /// Every member keeps its snapshot and transaction log: sessions and nodes survive.
+    fn persistent(&self) -> bool {
+        true
+    }
+}
+
+/// Node faults, one member at a time; the other two keep a quorum throughout.
+#[async_trait]
+impl DeploymentControl for ZkEnsemble {
+    fn faults(&self) -> Vec<&'static str> {
+        vec!["kill-leader", "kill-follower", "partition-follower"]
+    }
+
+    async fn inject(&self, fault: &str, span: Duration) -> Result<String, LockError> {
+        let leader = self.leader().await;
+        let follower = self.follower().await;
+        let started = tokio::time::Instant::now();
+        let what = match (fault, leader, follower) {
+            ("kill-leader", Some(i), _) | ("kill-follower", _, Some(i)) => {
+                let m = &self.members[i];
+                m.server.stop().await?;
+                tokio::time::sleep(span).await;
+                ServerControl::start(&*m.server).await?;
+                format!("member {} killed for {} ms", i + 1, span.as_millis())
+            }
+            ("partition-follower", _, Some(i)) => {
+                self.partition(i, true).await;
+                tokio::time::sleep(span).await;
+                self.partition(i, false).await;
+                format!("member {} cut off from its peers for {} ms", i + 1, span.as_millis())
+            }
+            ("kill-leader" | "kill-follower" | "partition-follower", _, _) => {
+                // Mid-election: no member has that role now; the next fault will find one.
+                return Ok(format!("no {} to hurt (leader {leader:?}, follower {follower:?})", fault));
+            }
+            (other, _, _) => return Err(LockError::config(format!("unknown ensemble fault {other:?}"))),
+        };
+        self.wait_quorum(START_TIMEOUT).await?;
+        Ok(format!("{what}; every member served again {} ms after the fault began", started.elapsed().as_millis()))
     }
 }
 

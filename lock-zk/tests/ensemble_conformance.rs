@@ -1,0 +1,111 @@
+//! The shared conformance suite, strict, against ONE 3-member ZooKeeper ensemble for the whole
+//! binary (three JVMs are too costly to start per case): "the server" of the fault cases is the
+//! whole ensemble (every member stopped, paused, restarted at once), and the nemesis adds the
+//! ensemble's node faults — the leader or a follower killed and restarted, a follower's peer
+//! links cut — through `Fixture::deployment`.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dlock_testkit::servers::zk_ensemble::{EnsembleOptions, ZkEnsemble};
+use lock_conformance::proxy::ProxyGroup;
+use lock_conformance::{async_trait, DeploymentControl, Fixture, LinkedClient, ServerControl};
+use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockName};
+use lock_zk::{ZkLock, ZkOptions};
+
+/// The session of the suite's clients: short, so that the expiry cases run in seconds. A leader
+/// election longer than its lease part (three quarters) costs the holders their leases — safely,
+/// with the lost signal — which the nemesis's node faults exercise on purpose.
+const SESSION: Duration = Duration::from_secs(2);
+
+struct EnsembleFixture {
+    ensemble: Arc<ZkEnsemble>,
+    root: String,
+    options: ZkOptions,
+}
+
+impl EnsembleFixture {
+    async fn start() -> Result<EnsembleFixture, LockError> {
+        // syncLimit 5 × 200 ms ticks: a follower cut off from the leader stops serving after 1 s.
+        let ensemble = Arc::new(ZkEnsemble::start(EnsembleOptions::default()).await?);
+        let options = ZkOptions {
+            session_timeout: SESSION,
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(3),
+            ..ZkOptions::default()
+        };
+        Ok(EnsembleFixture { ensemble, root: common::uuid_like_root(), options })
+    }
+
+    fn hosts(&self) -> String {
+        self.ensemble.client_addrs().iter().map(|a| a.to_string()).collect::<Vec<_>>().join(",")
+    }
+
+    async fn connect(&self) -> Result<ZkLock, LockError> {
+        lock_zk::connect(&format!("{}{}", self.ensemble.url(), self.root), self.options.clone()).await
+    }
+}
+
+#[async_trait]
+impl Fixture for EnsembleFixture {
+    fn backend(&self) -> &str {
+        "zookeeper-ensemble"
+    }
+
+    async fn client(&self) -> Result<Arc<dyn DistributedLock>, LockError> {
+        Ok(Arc::new(self.connect().await?))
+    }
+
+    async fn rw_client(&self) -> Result<Option<Arc<dyn DistributedRwLock>>, LockError> {
+        Ok(Some(Arc::new(self.connect().await?)))
+    }
+
+    async fn semaphore_client(&self) -> Result<Option<Arc<dyn DistributedSemaphore>>, LockError> {
+        Ok(Some(Arc::new(self.connect().await?)))
+    }
+
+    /// A client that names every member through a proxy of its own: its link is all three.
+    async fn linked_client(&self) -> Result<Option<LinkedClient>, LockError> {
+        let group = ProxyGroup::start(&self.ensemble.client_addrs()).await?;
+        let hosts: Vec<String> = group.local_addrs().iter().map(|a| a.to_string()).collect();
+        let url = format!("zk://{}{}", hosts.join(","), self.root);
+        let client = lock_zk::connect(&url, self.options.clone()).await?;
+        Ok(Some(LinkedClient { client: Arc::new(client), link: Arc::new(group) }))
+    }
+
+    fn server(&self) -> Option<Arc<dyn ServerControl>> {
+        Some(self.ensemble.clone())
+    }
+
+    fn deployment(&self) -> Option<Arc<dyn DeploymentControl>> {
+        Some(self.ensemble.clone())
+    }
+
+    fn expiry_bound(&self) -> Duration {
+        // The leader expires a silent session after its timeout (rounded up to a tick).
+        self.options.session_timeout + Duration::from_millis(400)
+    }
+
+    async fn delete_entry(&self, name: &LockName) -> Result<bool, LockError> {
+        common::delete_holder_node(&common::raw_session(&self.hosts()).await?, &self.root, name).await?;
+        Ok(true)
+    }
+
+    async fn collect_idle(&self, name: &LockName) -> Result<bool, LockError> {
+        common::collect_container(&common::raw_session(&self.hosts()).await?, &self.root, name).await?;
+        Ok(true)
+    }
+
+    fn provenance(&self) -> String {
+        format!("local 3-member ensemble {}", self.ensemble.url())
+    }
+}
+
+lock_conformance::conformance_tests!(
+    zookeeper_ensemble,
+    || async { EnsembleFixture::start().await },
+    strict,
+    one_fixture(4)
+);
