@@ -109,7 +109,7 @@
 //! `auto_renew_keeps_lock`, `manual_renew_extends`, `expiry_of_vanished_holder`,
 //! `release_is_owner_checked`, `renew_is_owner_checked`, `lost_signal`, `release_idempotent`,
 //! `drop_releases`, `run_locked`), waiting (`try_acquire_semantics`, `acquire_timeout`,
-//! `cancel_safety`, `wake_latency`, `fifo_order`), names and inputs (`hostile_names`,
+//! `cancel_safety`, `wake_latency`, `fifo_order`, `fifo_no_overtake`), names and inputs (`hostile_names`,
 //! `invalid_input`, `declared_kinds`), the other kinds (`rw_lock`, `semaphore`), faults
 //! (`fault_pause_past_ttl`, `fault_connection_cut`, `fault_partition`, `fault_latency`,
 //! `fault_server_pause`, `fault_server_restart`, `fault_unavailable`, `fault_entry_deleted`) and
@@ -137,7 +137,7 @@
 //! ## Capabilities decide what applies
 //!
 //! Every case reads the backend's [`lock_core::Capabilities`] and checks each promise made:
-//! `fifo` → `fifo_order`; `durable_fencing` → tokens rise across `fault_server_restart`;
+//! `fifo` → `fifo_order`, `fifo_no_overtake`; `durable_fencing` → tokens rise across `fault_server_restart`;
 //! `durable_leases` → a holder keeps its lease across it (and otherwise must be told it lost
 //! it); `lease_model` → how a holder "vanishes" (stops renewing for per-lock leases; is cut off
 //! by its link for per-session ones); `wake` → the wake-up latency bound; `min_ttl`/`max_ttl` →
@@ -224,6 +224,7 @@ macro_rules! conformance_tests {
                 cancel_safety,
                 wake_latency,
                 fifo_order,
+                fifo_no_overtake,
                 hostile_names,
                 invalid_input,
                 declared_kinds,

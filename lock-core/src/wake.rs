@@ -42,6 +42,15 @@ impl WakeHub {
         }
     }
 
+    /// Wakes one waiter of every key, or leaves each key a wake-up for its next wait (after a
+    /// subscription is confirmed: a hint published before may have been missed).
+    pub fn wake_each(&self) {
+        let map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        for (notify, _) in map.values() {
+            notify.notify_one();
+        }
+    }
+
     /// Wakes every waiter of every key (after a reconnect, when notifications may have been missed).
     pub fn wake_all(&self) {
         let map = self.inner.lock().unwrap_or_else(|e| e.into_inner());

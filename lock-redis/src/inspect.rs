@@ -63,7 +63,13 @@ pub(crate) async fn force_release(store: &RedisStore, name: &LockName) -> Result
     let reply: Vec<String> = store
         .node
         .run(store.node.request_timeout(), |mut c| async move {
-            FORCE_RELEASE.key(&keys.lock).arg(&keys.channel).invoke_async(&mut c).await
+            FORCE_RELEASE
+                .key(&keys.lock)
+                .key(&keys.queue)
+                .arg(&keys.channel)
+                .arg(crate::single::RESERVE_MS)
+                .invoke_async(&mut c)
+                .await
         })
         .await?;
     match reply.as_slice() {

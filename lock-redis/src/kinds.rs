@@ -129,7 +129,11 @@ impl KindStore for RedisKinds {
     }
 
     fn capabilities(&self) -> Capabilities {
-        LeaseStore::capabilities(&*self.base)
+        let mut caps = LeaseStore::capabilities(&*self.base);
+        // The waiter queue serves the exclusive lock only; readers, writers and permits are
+        // not (yet) granted in arrival order.
+        caps.fifo = false;
+        caps
     }
 
     async fn try_lock(&self, a: KindAttempt<'_>) -> Result<TryLock, LockError> {
@@ -209,7 +213,7 @@ impl KindStore for RedisKinds {
             LockKind::Write => RwKeys::new(&self.base.prefix, name).to_writers,
             _ => RwKeys::new(&self.base.prefix, name).to_readers,
         };
-        self.base.notifier.subscribe(&channel).await
+        self.base.notifier.subscribe(&channel, None).await
     }
 }
 

@@ -23,13 +23,13 @@
 //!   next fencing token, stores `{owner, token}` with `PX ttl` and returns the token; when the
 //!   key is ours already (a re-try after a lost reply) it refreshes the expiry and returns the
 //!   stored token; otherwise it returns the holder's `PTTL`, which bounds how long a waiter
-//!   sleeps. **Renew** and **release** are owner-checked scripts; release publishes to the
-//!   lock's channel. Scripts are called by SHA and re-loaded on `NOSCRIPT`.
+//!   sleeps. **Renew** and **release** are owner-checked scripts; release hands the lock to
+//!   the head of the waiter queue (below). Scripts are called by SHA and re-loaded on `NOSCRIPT`.
 //!   Scripts are also loaded once per new connection (one pipelined round trip), so the
 //!   first call by SHA does not pay a `NOSCRIPT` round trip.
-//! - **Keys**: `<prefix>:{<escaped name>}:lock`, `…:fence` and the channel `…:released`. The
+//! - **Keys**: `<prefix>:{<escaped name>}:lock`, `…:fence`, `…:queue` and the channel `…:released`. The
 //!   name is percent-escaped (never stripped, so distinct names never collide) and is the hash
-//!   tag: both keys of a lock live in one Redis Cluster slot, and every key is passed in `KEYS`,
+//!   tag: all keys of a lock live in one Redis Cluster slot, and every key is passed in `KEYS`,
 //!   so every script runs on Redis Cluster (`redis+cluster://`, below).
 //! - **Fencing tokens never go backwards**, also when Redis restarts without persistence or
 //!   evicts the counter: the script never issues less than the server's `TIME` in microseconds
@@ -56,14 +56,25 @@
 //!   to the slot; [`cluster_boot_markers`] lists them) and the names of a slot whose master
 //!   restarted empty wait once. Redlock masters do the same each, so a majority restarting empty grants nothing
 //!   while a lease may still be believed.
-//! - **Waiting**: before each attempt a waiter registers for the lock's channel (one pub/sub
+//! - **Waiting, in arrival order** (`fifo`): a waiter's first attempt is the same one round
+//!   trip as a try; only when refused does it register for the lock's channel (one pub/sub
 //!   connection per client and server, shared by all its waiters, channels reference-counted
-//!   and unsubscribed when unused). SUBSCRIBE is queued without waiting for its confirmation,
-//!   so an uncontended acquire is still one round trip; the confirmation leaves the waiter a
-//!   wake-up permit, so a release published before it is not missed. A release wakes one
-//!   waiter per client. A vanished holder publishes nothing, so waiters also re-try on a
-//!   timer bounded by the holder's remaining ttl. The pub/sub connection is health-checked
-//!   with PING; after it reconnects, every channel is re-subscribed and every waiter re-tries.
+//!   and unsubscribed when unused) and attempt once more before it waits, so a release in
+//!   between is not missed. SUBSCRIBE is queued without waiting for its confirmation; the
+//!   confirmation leaves each waiter a wake-up permit. A refused waiting attempt also takes a
+//!   place in the lock's **waiter queue** on the server (`…:queue`, same hash tag; its rules and
+//!   assumptions in `scripts/queue.rs`): a free lock goes only to the queue's head (or to
+//!   anyone when it is empty, so a free lock stays one round trip), a release publishes
+//!   `@<owner>` of the head, which wakes that waiter only (one wake-up per release across all
+//!   clients), and a `try_acquire` never overtakes a queued waiter. Bounds: a head that vanished
+//!   keeps a free lock from the others for at most 250 ms (its reservation) plus one re-try of
+//!   another waiter (at most `4 × max_poll_interval`); a waiter that vanished while others hold
+//!   the lock drops out when its registration ends (`2 × (4 × max_poll_interval +
+//!   request_timeout)`); a wait that ends without a grant leaves the queue at once. A vanished
+//!   holder publishes nothing, so waiters also re-try on a timer bounded by the holder's
+//!   remaining ttl. The pub/sub connection is health-checked with PING; after it reconnects,
+//!   every channel is re-subscribed and every waiter re-tries. Read-write locks and semaphores
+//!   have no queue yet (their `fifo` is false).
 //! - **Failures**: every command is bounded by `request_timeout` and every connect by
 //!   `connect_timeout`; an unreachable server is `LockError::Unavailable`, a bad URL
 //!   `LockError::Config`. A connection that failed or timed out is replaced, never reused.

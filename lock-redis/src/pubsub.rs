@@ -4,7 +4,9 @@
 //! A waiter registers a per-channel [`WakeHub`] entry and the channel is SUBSCRIBEd; when the
 //! server confirms, the channel gets a wake-up permit, so a release published between the
 //! waiter's attempt and the confirmation is never missed (the waiter re-tries once more). A
-//! message wakes one local waiter of that channel. Channels nobody waits on any more are
+//! message wakes one local waiter of that channel; a message `@<owner>` (the single-instance
+//! lock handing off to the head of its queue) wakes only the waiter registered as that owner,
+//! and nobody in the other clients. Channels nobody waits on any more are
 //! UNSUBSCRIBEd by a periodic sweep. A message whose payload is `all` (a writer left a
 //! read-write lock and no writer waits) wakes every local waiter of that channel instead: they
 //! are readers, and all of them may go ahead. After the connection drops (server restart,
@@ -96,19 +98,24 @@ impl Notifier {
         tokio::spawn(sweep(Arc::downgrade(&self.inner), self.inner.stop.clone()));
     }
 
-    /// Registers a waiter of `channel` and sends SUBSCRIBE to every connected server that has
+    /// Registers a waiter of `channel` (as `owner`: it then wakes only on `@<owner>`, on a
+    /// confirmation or a reconnect) and sends SUBSCRIBE to every connected server that has
     /// not subscribed it yet. Returns at once: it neither waits for a connect nor for the
     /// confirmation, so an uncontended acquire costs no extra round trip. Releases published
     /// before the server confirmed are still not missed: on confirmation (and after every
     /// reconnect) the channel gets a wake-up permit, so a waiter that already tried and failed
     /// re-tries once more.
-    pub(crate) async fn subscribe(&self, channel: &str) -> Result<Option<WakeSubscription>, LockError> {
+    pub(crate) async fn subscribe(
+        &self,
+        channel: &str,
+        owner: Option<&str>,
+    ) -> Result<Option<WakeSubscription>, LockError> {
         self.ensure_started();
         let inner = &self.inner;
         let _ops = inner.ops.lock().await;
         let sub = {
             let mut hubs = inner.hubs.lock().unwrap_or_else(|e| e.into_inner());
-            hubs.entry(channel.to_owned()).or_default().subscribe(channel)
+            hubs.entry(channel.to_owned()).or_default().subscribe(owner.unwrap_or(channel))
         };
         for (index, server) in inner.servers.iter().enumerate() {
             let sink = {
@@ -131,7 +138,7 @@ impl Notifier {
                 let ok = confirm.finish().await;
                 let Some(inner) = weak.upgrade() else { return };
                 if ok {
-                    inner.wake(&owned);
+                    inner.wake_each(&owned);
                 } else {
                     // Treat the connection as broken so later waiters do not each wait on it;
                     // the listener notices, reconnects and re-subscribes every live channel.
@@ -150,26 +157,36 @@ impl Notifier {
 }
 
 impl Inner {
-    fn wake(&self, channel: &str) -> bool {
+    /// Wakes one waiter of `channel` registered as `key` (the channel itself for waiters that
+    /// did not register an owner).
+    fn wake(&self, channel: &str, key: &str) -> bool {
         let hubs = self.hubs.lock().unwrap_or_else(|e| e.into_inner());
-        hubs.get(channel).is_some_and(|h| h.wake(channel))
+        hubs.get(channel).is_some_and(|h| h.wake(key))
     }
 
-    /// Wakes every waiter of `channel`, and leaves a wake-up for one that is between two waits.
+    /// Leaves every waiter of `channel` one wake-up (each owner, and one of the unnamed ones).
+    fn wake_each(&self, channel: &str) {
+        let hubs = self.hubs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(hub) = hubs.get(channel) {
+            hub.wake_each();
+        }
+    }
+
+    /// Wakes every waiter of `channel`, and leaves a wake-up for each that is between two waits.
     fn wake_every(&self, channel: &str) {
         let hubs = self.hubs.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(hub) = hubs.get(channel) {
             hub.wake_all();
-            hub.wake(channel);
+            hub.wake_each();
         }
     }
 
-    /// Wakes every waiter, and leaves a wake-up for a waiter that is between two waits.
+    /// Wakes every waiter, and leaves a wake-up for each that is between two waits.
     fn wake_all(&self) {
         let hubs = self.hubs.lock().unwrap_or_else(|e| e.into_inner());
-        for (channel, hub) in hubs.iter() {
+        for hub in hubs.values() {
             hub.wake_all();
-            hub.wake(channel);
+            hub.wake_each();
         }
     }
 
@@ -305,9 +322,15 @@ async fn pump(
                 let channel = msg.get_channel_name().to_owned();
                 // `all` (a writer left a read-write lock): every local waiter of the channel
                 // may go ahead (they are readers). Anything else wakes one waiter.
-                if msg.get_payload_bytes() == b"all" {
+                let payload = msg.get_payload_bytes();
+                if payload == b"all" {
                     strong.wake_every(&channel);
-                } else if !strong.wake(&channel) {
+                } else if let Some(owner) = payload.strip_prefix(b"@") {
+                    // A hand-off to one queued owner: only its waiter, if it is ours.
+                    if let Ok(owner) = std::str::from_utf8(owner) {
+                        strong.wake(&channel, owner);
+                    }
+                } else if !strong.wake(&channel, &channel) {
                     tracing::trace!(%channel, "release published with no local waiter");
                 }
             }

@@ -404,6 +404,6 @@ impl LeaseStore for RedlockStore {
     }
 
     async fn subscribe(&self, name: &LockName) -> Result<Option<WakeSubscription>, LockError> {
-        self.notifier.subscribe(&Keys::new(&self.prefix, name).channel).await
+        self.notifier.subscribe(&Keys::new(&self.prefix, name).channel, None).await
     }
 }

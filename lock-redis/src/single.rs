@@ -13,10 +13,15 @@ use crate::boot::Boot;
 use crate::conn::Node;
 use crate::endpoint::{parse_sentinel, Endpoint, SCHEME};
 use crate::pubsub::Notifier;
-use crate::scripts::{Keys, ACQUIRE, RELEASE, RENEW};
+use crate::scripts::{Keys, ABANDON, ACQUIRE, RELEASE, RENEW};
 use crate::RedisOptions;
 
 pub(crate) const BACKEND: &str = "redis";
+
+/// How long the head of the waiter queue has, once the lock is free, to take it (ms): a woken
+/// waiter answers within a round trip or two, and a head that vanished keeps the lock from the
+/// others no longer than this (docs/contract.md §4, `crate::scripts::queue`).
+pub(crate) const RESERVE_MS: u64 = 250;
 
 /// One Redis server (or a Redis Cluster node set reached through one endpoint) as a
 /// [`LeaseStore`]; use it through [`RedisLock`](crate::RedisLock).
@@ -94,6 +99,14 @@ impl RedisStore {
         Keys::new(&self.prefix, name)
     }
 
+    /// How long a waiter's place in the queue lasts without a re-try (ms). `StoreLock` re-tries
+    /// a notified wait at least every 4 × `max_poll_interval` (the fallback) plus one attempt
+    /// (at most `request_timeout`): twice that, so one late re-try does not cost the place.
+    fn registration(&self, ttl: Duration) -> u64 {
+        let retry = self.max_poll_interval(ttl).saturating_mul(4) + self.node.request_timeout();
+        ttl_ms(retry.saturating_mul(2))
+    }
+
     fn not_acknowledged(&self, acked: i64, what: &str) -> LockError {
         LockError::unavailable(
             BACKEND,
@@ -148,7 +161,8 @@ impl LeaseStore for RedisStore {
         // Read-write locks and semaphores: `RedisRwLock` / `RedisSemaphore` (crate::kinds).
         caps.rw_lock = true;
         caps.semaphore = true;
-        caps.fifo = false;
+        // The waiter queue (crate::scripts::queue) serves the exclusive lock in arrival order.
+        caps.fifo = true;
         caps.wake = WakeMethod::Notify;
         caps.lease_model = LeaseModel::PerLock;
         caps.durable_fencing = true;
@@ -164,7 +178,7 @@ impl LeaseStore for RedisStore {
         self.try_claim(&Claim::new(name, owner, ttl), false).await
     }
 
-    async fn try_claim(&self, claim: &Claim<'_>, _waiting: bool) -> Result<TryLock, LockError> {
+    async fn try_claim(&self, claim: &Claim<'_>, waiting: bool) -> Result<TryLock, LockError> {
         let (name, owner, ttl) = (claim.name, claim.owner, claim.ttl);
         let keys = self.keys(name);
         let owner_id = owner;
@@ -172,6 +186,8 @@ impl LeaseStore for RedisStore {
         let ms = ttl_ms(ttl);
         let who = crate::inspect::who_args(claim);
         let fence_ms = if self.idle_ms > 0 { ms.saturating_add(self.idle_ms) } else { 0 };
+        // Only a waiting attempt takes a place in the queue; a single try must not.
+        let reg_ms = if waiting { self.registration(ttl) } else { 0 };
         let (keys, owner, who) = (&keys, &owner, &who);
         let (boot, quiet) = (&self.boot, self.boot.quiet_ms());
         let (acks, ack_ms) = (self.min_replicas_ack, self.ack_wait_ms);
@@ -186,12 +202,16 @@ impl LeaseStore for RedisStore {
                                 .key(&keys.lock)
                                 .key(&keys.fence)
                                 .key(marker)
+                                .key(&keys.queue)
                                 .arg(owner)
                                 .arg(ms)
                                 .arg(quiet)
                                 .arg(&who.0)
                                 .arg(&who.1)
                                 .arg(fence_ms)
+                                .arg(reg_ms)
+                                .arg(&keys.channel)
+                                .arg(RESERVE_MS)
                                 .invoke_async(&mut c)
                                 .await
                         }
@@ -245,14 +265,47 @@ impl LeaseStore for RedisStore {
         let released: i64 = self
             .node
             .run(self.node.request_timeout(), |mut c| async move {
-                RELEASE.key(&keys.lock).arg(owner).arg(&keys.channel).invoke_async(&mut c).await
+                RELEASE
+                    .key(&keys.lock)
+                    .key(&keys.queue)
+                    .arg(owner)
+                    .arg(&keys.channel)
+                    .arg(RESERVE_MS)
+                    .invoke_async(&mut c)
+                    .await
             })
             .await?;
         Ok(if released == 1 { ReleaseOutcome::Released } else { ReleaseOutcome::NotOwner })
     }
 
+    async fn abandon(&self, name: &LockName, owner: OwnerId) -> Result<(), LockError> {
+        let keys = self.keys(name);
+        let owner = owner.to_hex();
+        let (keys, owner) = (&keys, &owner);
+        let _: i64 = self
+            .node
+            .run_idempotent(self.node.request_timeout(), |mut c| async move {
+                ABANDON
+                    .key(&keys.lock)
+                    .key(&keys.queue)
+                    .arg(owner)
+                    .arg(&keys.channel)
+                    .arg(RESERVE_MS)
+                    .invoke_async(&mut c)
+                    .await
+            })
+            .await?;
+        Ok(())
+    }
+
     async fn subscribe(&self, name: &LockName) -> Result<Option<WakeSubscription>, LockError> {
-        self.notifier.subscribe(&self.keys(name).channel).await
+        self.notifier.subscribe(&self.keys(name).channel, None).await
+    }
+
+    /// A release wakes the queue's head only (`PUBLISH channel @<owner>`), so each waiter listens
+    /// for its own owner id.
+    async fn subscribe_waiter(&self, name: &LockName, owner: OwnerId) -> Result<Option<WakeSubscription>, LockError> {
+        self.notifier.subscribe(&self.keys(name).channel, Some(&owner.to_hex())).await
     }
 
     async fn inspect(&self, name: &LockName) -> Result<Option<HolderInfo>, LockError> {

@@ -52,7 +52,8 @@ mod redis_extra {
         let b = fx.redis_client().await.unwrap();
         assert_eq!(a.backend(), "redis");
         let caps = a.capabilities();
-        assert!(caps.durable_fencing && !caps.durable_leases && !caps.fifo);
+        // The exclusive lock queues its waiters on the server (issue 11): arrival order.
+        assert!(caps.durable_fencing && !caps.durable_leases && caps.fifo);
         let name = LockName::new("basics").unwrap();
         let l1 = a.try_acquire(&name, &opts(2000)).await.unwrap().expect("free");
         assert!(b.try_acquire(&name, &opts(2000)).await.unwrap().is_none());
@@ -471,8 +472,10 @@ mod redis_kinds {
         let rw = fx.rw().await.unwrap();
         let sem = fx.semaphore().await.unwrap();
         let lock = fx.redis_client().await.unwrap();
-        for caps in [rw.capabilities(), sem.capabilities(), lock.capabilities()] {
-            assert!(caps.rw_lock && caps.semaphore && caps.durable_fencing && !caps.fifo, "{caps:?}");
+        // Only the exclusive lock has a waiter queue (issue 11): readers, writers and permits
+        // are not served in arrival order.
+        for (caps, fifo) in [(rw.capabilities(), false), (sem.capabilities(), false), (lock.capabilities(), true)] {
+            assert!(caps.rw_lock && caps.semaphore && caps.durable_fencing && caps.fifo == fifo, "{caps:?}");
         }
         assert_eq!((rw.backend(), sem.backend()), ("redis", "redis"));
         let name = LockName::new("zero").unwrap();

@@ -164,6 +164,7 @@ registry! {
     waiting::cancel_safety, 12, "a dropped acquire future leaves no lock and no queue entry behind";
     waiting::wake_latency, 8, "a waiter gets the lock soon after release";
     waiting::fifo_order, 10, "waiters are served in arrival order when the backend declares fifo";
+    waiting::fifo_no_overtake, 10, "a newcomer polling try_acquire never overtakes a queued waiter (fifo)";
     names::hostile_names, 12, "hostile names work and never collide";
     names::invalid_input, 4, "invalid names and options give typed errors, never a panic";
     names::declared_kinds, 1, "every lock kind the capabilities declare is checked";

@@ -211,6 +211,61 @@ pub async fn fifo_order(fx: &dyn Fixture) -> CaseResult {
     Ok(format!("order {got:?}"))
 }
 
+/// Declared `fifo`: a newcomer polling `try_acquire` as fast as it can never gets the lock ahead
+/// of a waiter that queued before the release (the hand-off is not a race the newcomer can win).
+pub async fn fifo_no_overtake(fx: &dyn Fixture) -> CaseResult {
+    let cx = Ctx::new(fx, "fifo_no_overtake").await?;
+    if !cx.caps.fifo {
+        return Err(CaseError::NotApplicable("the backend declares fifo = false".into()));
+    }
+    let name = cx.name("overtake")?;
+    let (a, newcomer) = (cx.client().await?, Arc::new(cx.client().await?));
+    let settle = (cx.ttl() / 10).clamp(Duration::from_millis(50), Duration::from_millis(200));
+    let mut gaps = Vec::new();
+    for round in 0..3 {
+        let held = a.acquire(&name, &cx.opts(cx.ttl())).await?;
+        let w = cx.client().await?;
+        let (n, o) = (name.clone(), cx.opts(cx.ttl() * 20));
+        let waiter = tokio::spawn(async move {
+            let l = w.acquire(&n, &o).await?;
+            let at = Instant::now();
+            l.release().await?;
+            Ok::<_, LockError>(at)
+        });
+        // The waiter has made its first (refused) attempt, so it is queued.
+        tokio::time::sleep(settle).await;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (c, n, o, halt) = (Arc::clone(&newcomer), name.clone(), cx.opts(cx.ttl()), Arc::clone(&stop));
+        let poller = tokio::spawn(async move {
+            while !halt.load(std::sync::atomic::Ordering::SeqCst) {
+                if let Some(l) = c.try_acquire(&n, &o).await? {
+                    let at = Instant::now();
+                    l.release().await?;
+                    return Ok::<_, LockError>(Some(at));
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            Ok(None)
+        });
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        held.release().await?;
+        let waited = match waiter.await {
+            Ok(r) => r?,
+            Err(e) => fail!("the waiter panicked: {e}"),
+        };
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let polled = match poller.await {
+            Ok(r) => r?,
+            Err(e) => fail!("the newcomer panicked: {e}"),
+        };
+        if let Some(at) = polled {
+            ensure!(at > waited, "round {round}: a newcomer polling try_acquire got the lock before the queued waiter");
+            gaps.push(ms(at - waited));
+        }
+    }
+    Ok(format!("the queued waiter went first in 3 of 3 rounds; newcomer's grant came {gaps:?} ms later"))
+}
+
 /// A lock that stays busy until the caller's deadline gives `Timeout`, never `Unavailable`,
 /// even when the network is slow enough that the last attempt before the deadline is cut
 /// short (`Unavailable` means the backend did not answer).

@@ -13,6 +13,7 @@ use lock_core::LockName;
 use redis::Script;
 
 use crate::boot::quiet_lua;
+use queue::queue_lua;
 
 /// The keys and channel of one lock.
 pub(crate) struct Keys {
@@ -25,6 +26,8 @@ pub(crate) struct Keys {
     pub(crate) fence_by: String,
     /// Pub/sub channel that a release publishes to.
     pub(crate) channel: String,
+    /// String: the owners waiting, in arrival order (single instance; see [`queue`]).
+    pub(crate) queue: String,
 }
 
 impl Keys {
@@ -36,33 +39,63 @@ impl Keys {
             fence: format!("{tag}:fence"),
             fence_by: format!("{tag}:fence-by"),
             channel: format!("{tag}:released"),
+            queue: format!("{tag}:queue"),
         }
     }
 }
 
-/// Single instance acquire. KEYS: lock, fence, boot marker. ARGV: owner, ttl ms, quiet ms,
-/// holder id (`''`: none), metadata (`'+'` followed by it; `''`: none), fence expiry ms (`'0'`:
-/// none). A grant stores holder and metadata in the lease hash as `h` and `m` (docs/contract.md
-/// §5.6), so they expire with it, and lets the fence key expire after the given time
-/// (`idle_gc_after`, §5.7): tokens are floored by the server clock, so none goes back without it.
+/// Single instance acquire. KEYS: lock, fence, boot marker, queue (optional: without it there
+/// is no queue). ARGV: owner, ttl ms, quiet ms, holder id (`''`: none), metadata (`'+'`
+/// followed by it; `''`: none), fence expiry ms (`'0'`: none), registration ms (`'0'`: a single
+/// try, which does not queue), channel, reserve ms. A grant stores holder and metadata in the
+/// lease hash as `h` and `m` (docs/contract.md §5.6), so they expire with it, and lets the fence
+/// key expire after the given time (`idle_gc_after`, §5.7): tokens are floored by the server
+/// clock, so none goes back without it. A free lock goes only to the queue's head or, with an
+/// empty queue, to anyone ([`queue`]).
 /// Returns `{1, token}` when granted (or already ours: the stored token, lease refreshed),
-/// `{0, ms}` when someone else holds it (ms: its PTTL) or the server is in its quiet period
-/// after losing its state (ms: the quiet time left; see `crate::boot`).
+/// `{0, ms}` when someone else holds it (ms: its PTTL), a queued waiter is ahead (ms: until the
+/// head's reservation ends) or the server is in its quiet period after losing its state (ms: the
+/// quiet time left; see `crate::boot`).
 const ACQUIRE_SRC: &str = concat!(
     "if redis.replicate_commands then pcall(redis.replicate_commands) end\n",
     quiet_lua!(),
+    queue_lua!(),
     r#"
 local holder = redis.call('HGET', KEYS[1], 'o')
-if holder then
-  if holder == ARGV[1] then
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return {1, tonumber(redis.call('HGET', KEYS[1], 'f'))}
-  end
-  return {0, redis.call('PTTL', KEYS[1])}
+if holder == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, tonumber(redis.call('HGET', KEYS[1], 'f'))}
 end
 local t = redis.call('TIME')
-local quiet = quiet_left(KEYS[3], ARGV[3], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
-if quiet > 0 then return {0, quiet} end
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local qk, reg = KEYS[4], tonumber(ARGV[7] or '0') or 0
+local q, had = {}, false
+if qk then q, had = queue_load(qk, now) end
+-- Refused: register (or push the registration forward) when waiting, and keep the queue.
+local function busy(ms)
+  if qk and reg > 0 then
+    local found = false
+    for _, x in ipairs(q) do
+      if x[1] == ARGV[1] then
+        x[2] = now + reg
+        found = true
+      end
+    end
+    if not found then q[#q + 1] = {ARGV[1], now + reg} end
+  end
+  if qk then queue_save(qk, q, now, had) end
+  return {0, ms}
+end
+if holder then return busy(redis.call('PTTL', KEYS[1])) end
+local quiet = quiet_left(KEYS[3], ARGV[3], now)
+if quiet > 0 then return busy(quiet) end
+local head = q[1]
+if head and head[1] ~= ARGV[1] then
+  reserve_head(q, now, tonumber(ARGV[9]), ARGV[8], false)
+  return busy(math.max(1, head[2] - now))
+end
+if head then table.remove(q, 1) end
+if qk then queue_save(qk, q, now, had) end
 -- Never issue less than the server clock in microseconds: a restart without persistence or an
 -- evicted counter then still continues above every token issued before.
 local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -91,17 +124,53 @@ return 0
 "#;
 pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW_SRC));
 
-/// Owner-checked release that wakes waiters. KEYS: lock. ARGV: owner, channel.
-/// Returns 1 released, 0 not ours.
-const RELEASE_SRC: &str = r#"
-if redis.call('HGET', KEYS[1], 'o') == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], 'released')
+/// Owner-checked release that hands off. KEYS: lock, and (single instance) queue. ARGV: owner,
+/// channel, reserve ms. With a queue, its head is reserved and woken alone, and an empty queue
+/// publishes nothing (every waiter registers before it waits); without one (Redlock) `released`
+/// wakes one waiter per client. Returns 1 released, 0 not ours.
+const RELEASE_SRC: &str = concat!(
+    "if redis.replicate_commands then pcall(redis.replicate_commands) end\n",
+    queue_lua!(),
+    r#"
+if redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+if KEYS[2] then
+  local now = queue_now()
+  local q, had = queue_load(KEYS[2], now)
+  reserve_head(q, now, tonumber(ARGV[3]), ARGV[2], true)
+  queue_save(KEYS[2], q, now, had)
   return 1
 end
-return 0
-"#;
+redis.call('PUBLISH', ARGV[2], 'released')
+return 1
+"#
+);
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SRC));
+
+/// A wait that ended without a grant leaves the queue. KEYS: lock, queue. ARGV: owner, channel,
+/// reserve ms. When it was the head and the lock is free, the next head is reserved and woken.
+/// Returns 1.
+const ABANDON_SRC: &str = concat!(
+    "if redis.replicate_commands then pcall(redis.replicate_commands) end\n",
+    queue_lua!(),
+    r#"
+local now = queue_now()
+local q, had = queue_load(KEYS[2], now)
+local was_head = q[1] ~= nil and q[1][1] == ARGV[1]
+for i, x in ipairs(q) do
+  if x[1] == ARGV[1] then
+    table.remove(q, i)
+    break
+  end
+end
+if was_head and not redis.call('HGET', KEYS[1], 'o') then
+  reserve_head(q, now, tonumber(ARGV[3]), ARGV[2], true)
+end
+queue_save(KEYS[2], q, now, had)
+return 1
+"#
+);
+pub(crate) static ABANDON: LazyLock<Script> = LazyLock::new(|| Script::new(ABANDON_SRC));
 
 /// Redlock, per master: take the lease and read the fence floor. KEYS: lock, fence, boot marker.
 /// ARGV: owner, ttl ms, attempt id, quiet ms. Returns `{1, floor}` (floor = max(counter, server
@@ -180,23 +249,31 @@ return {f, tostring(redis.call('PTTL', KEYS[1])), h, m}
 pub(crate) static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(INSPECT_SRC));
 
 /// An operator's release (docs/contract.md §5.6), whoever the owner: deletes the lease hash but
-/// not the fence counter, so the next grant's token is higher. KEYS: lock. ARGV: channel.
-/// Returns `{fence}` of the freed lease, `{}` when the lock was free.
-const FORCE_RELEASE_SRC: &str = r#"
+/// not the fence counter, so the next grant's token is higher, and hands the lock to the queue's
+/// head like a release. KEYS: lock, queue. ARGV: channel, reserve ms. Returns `{fence}` of the freed lease, `{}` when the lock was free.
+const FORCE_RELEASE_SRC: &str = concat!(
+    "if redis.replicate_commands then pcall(redis.replicate_commands) end\n",
+    queue_lua!(),
+    r#"
 if not redis.call('HGET', KEYS[1], 'o') then return {} end
 local f = redis.call('HGET', KEYS[1], 'f') or '0'
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[1], 'released')
+local now = queue_now()
+local q, had = queue_load(KEYS[2], now)
+reserve_head(q, now, tonumber(ARGV[2]), ARGV[1], true)
+queue_save(KEYS[2], q, now, had)
 return {f}
-"#;
+"#
+);
 pub(crate) static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(FORCE_RELEASE_SRC));
 
 /// Every script's source, loaded on each new connection (one pipelined round trip) so the
 /// first call by SHA does not pay a `NOSCRIPT` round trip.
-pub(crate) const ALL_SOURCES: [&str; 14] = [
+pub(crate) const ALL_SOURCES: [&str; 15] = [
     ACQUIRE_SRC,
     RENEW_SRC,
     RELEASE_SRC,
+    ABANDON_SRC,
     REDLOCK_ACQUIRE_SRC,
     REDLOCK_FENCE_SRC,
     REDLOCK_ABANDON_SRC,
@@ -211,6 +288,7 @@ pub(crate) const ALL_SOURCES: [&str; 14] = [
 ];
 
 mod kinds;
+pub(crate) mod queue;
 pub(crate) use kinds::*;
 
 #[cfg(test)]

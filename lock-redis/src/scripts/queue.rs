@@ -1,0 +1,179 @@
+//! The waiter queue of a single-instance exclusive lock, kept on the server next to the lease
+//! (same hash tag, so it lives on the lease's Redis Cluster slot).
+//!
+//! One string key holds the waiting owners in arrival order, each with the server time (ms) its
+//! registration ends (`owner ends owner ends …`); it expires with the last registration. A
+//! string, not a list and a sorted set, so that the queue needs no command beyond the ones the
+//! lease already needs (`GET`, `SET`, `DEL`: the documented least ACL is unchanged), at the
+//! price of an O(waiters) rewrite per refused attempt. A waiter registers at its first refused
+//! attempt and each later attempt pushes its registration forward, so a waiter that vanished
+//! (crash, lost clean-up) drops out once its registration ends; a waiter that gives up removes
+//! itself at once ([`ABANDON`](super::ABANDON)).
+//!
+//! The rules, in the scripts:
+//! - A free lock goes to the caller only if the queue is empty or the caller is its head. A
+//!   single try (`try_acquire`) never registers, and cannot overtake a queued waiter either.
+//! - Whenever the lock is free and the queue has a head, the head is *reserved*: its
+//!   registration is cut to at most `reserve` ms from now and it alone is woken (`PUBLISH
+//!   channel @<owner>`: every client hears it, only the one waiting as that owner wakes). So a
+//!   head that vanished keeps a free lock from the others for at most `reserve` ms after the
+//!   release (or after the first attempt that finds the holder's lease expired); the attempt that
+//!   then finds its registration ended drops it and reserves and wakes the next head.
+//!
+//! Assumptions: a live waiter re-tries before its registration ends (the registration is twice
+//! its longest re-try interval, see `RedisStore::registration`) and, once woken, within
+//! `reserve` ms; one that does not loses its place (it re-registers at the tail), which costs
+//! fairness, never exclusion: the lease is checked exactly as without a queue.
+
+/// Lua shared by the scripts that use the queue: `queue_now()`, `queue_load(key, now)`,
+/// `queue_save(key, q, now, had)` and `reserve_head(q, now, reserve, channel, always)`.
+macro_rules! queue_lua {
+    () => {
+        r#"
+local function queue_now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- The live registrations {owner, ends} in arrival order, and whether the key existed.
+local function queue_load(k, now)
+  local q = {}
+  local s = redis.call('GET', k)
+  if s then
+    for o, e in string.gmatch(s, '(%S+) (%d+)') do
+      e = tonumber(e)
+      if e > now then q[#q + 1] = {o, e} end
+    end
+  end
+  return q, s ~= false
+end
+-- Writes the queue back (deletes it when empty); the key lives as long as its last registration.
+local function queue_save(k, q, now, had)
+  if #q == 0 then
+    if had then redis.call('DEL', k) end
+    return
+  end
+  local parts, last = {}, now + 1
+  for i, x in ipairs(q) do
+    parts[i] = x[1] .. ' ' .. string.format('%d', x[2])
+    if x[2] > last then last = x[2] end
+  end
+  redis.call('SET', k, table.concat(parts, ' '), 'PX', string.format('%d', last - now))
+end
+-- The lock is free: the head gets at most `reserve` ms to take it, and is woken (it alone) when
+-- its reservation starts, or always when `always` (a release).
+local function reserve_head(q, now, reserve, channel, always)
+  local head = q[1]
+  if not head then return end
+  local cut = head[2] > now + reserve
+  if cut then head[2] = now + reserve end
+  if cut or always then redis.call('PUBLISH', channel, '@' .. head[1]) end
+end
+"#
+    };
+}
+pub(crate) use queue_lua;
+
+#[cfg(test)]
+mod tests {
+    use futures::StreamExt;
+    use lock_core::LockName;
+
+    use crate::scripts::{Keys, ABANDON, ACQUIRE, RELEASE};
+
+    const RESERVE: i64 = 150;
+
+    /// The queue's rules against a real server: a newcomer (single try or waiting) does not
+    /// overtake a queued waiter, a release wakes the head alone, a head that vanished is
+    /// skipped once its reservation ends, and a waiter that gives up leaves the queue.
+    #[tokio::test]
+    async fn queue_hands_off_in_order_and_skips_a_vanished_head() {
+        let server = dlock_testkit::servers::redis::RedisServer::start_local().await.unwrap();
+        let client = redis::Client::open(server.url()).unwrap();
+        let mut c = client.get_multiplexed_async_connection().await.unwrap();
+        let k = Keys::new("fq", &LockName::new("n").unwrap());
+        let mut sub = client.get_async_pubsub().await.unwrap();
+        sub.subscribe(&k.channel).await.unwrap();
+        let mut messages = sub.into_on_message();
+        let (conn, k) = (c.clone(), &k);
+        // `reg` 0: a single try; otherwise a waiting attempt registering for `reg` ms.
+        let attempt = |owner: &'static str, reg: i64| {
+            let mut c = conn.clone();
+            async move {
+                let r: Vec<i64> = ACQUIRE
+                    .key(&k.lock)
+                    .key(&k.fence)
+                    .key("fq:boot")
+                    .key(&k.queue)
+                    .arg(owner)
+                    .arg(5000)
+                    .arg(0)
+                    .arg("")
+                    .arg("")
+                    .arg(0)
+                    .arg(reg)
+                    .arg(&k.channel)
+                    .arg(RESERVE)
+                    .invoke_async(&mut c)
+                    .await
+                    .unwrap();
+                r
+            }
+        };
+        let release = |owner: &'static str| {
+            let mut c = conn.clone();
+            async move {
+                let r: redis::RedisResult<i64> = RELEASE
+                    .key(&k.lock)
+                    .key(&k.queue)
+                    .arg(owner)
+                    .arg(&k.channel)
+                    .arg(RESERVE)
+                    .invoke_async(&mut c)
+                    .await;
+                r
+            }
+        };
+        async fn next(messages: &mut redis::aio::PubSubStream) -> String {
+            let m = tokio::time::timeout(std::time::Duration::from_secs(2), messages.next()).await;
+            String::from_utf8(m.unwrap().unwrap().get_payload_bytes().to_vec()).unwrap()
+        }
+
+        assert_eq!(attempt("a", 0).await[0], 1, "a free lock with no queue goes to the first try");
+        let w = attempt("w", 2000).await;
+        assert!(w[0] == 0 && w[1] > 4000, "a waiter is refused with the holder's ttl: {w:?}");
+        assert_eq!(attempt("w", 2000).await[0], 0, "re-registering is idempotent");
+        assert_eq!(release("a").await.unwrap(), 1);
+        assert_eq!(next(&mut messages).await, "@w", "the release wakes the head alone");
+        let n = attempt("n", 0).await;
+        assert!(n[0] == 0 && n[1] <= RESERVE, "a single try does not overtake the reserved head: {n:?}");
+        assert_eq!(attempt("n", 2000).await[0], 0, "nor does a waiting newcomer");
+        assert_eq!(attempt("w", 2000).await[0], 1, "the head takes the lock");
+        assert_eq!(release("w").await.unwrap(), 1);
+        assert_eq!(next(&mut messages).await, "@n", "the next release wakes the next in line");
+
+        // `n` vanishes: it holds the free lock back for its reservation only.
+        assert_eq!(attempt("m", 0).await[0], 0, "the reserved head keeps the lock from a newcomer");
+        tokio::time::sleep(std::time::Duration::from_millis(RESERVE as u64 + 50)).await;
+        assert_eq!(attempt("m", 0).await[0], 1, "once its reservation ended the vanished head is skipped");
+
+        // A waiter that gives up leaves the queue; the release wakes the one behind it.
+        assert_eq!(attempt("y", 2000).await[0], 0);
+        assert_eq!(attempt("z", 2000).await[0], 0);
+        let left: i64 = ABANDON
+            .key(&k.lock)
+            .key(&k.queue)
+            .arg("y")
+            .arg(&k.channel)
+            .arg(RESERVE)
+            .invoke_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(left, 1);
+        assert_eq!(release("m").await.unwrap(), 1);
+        assert_eq!(next(&mut messages).await, "@z", "the waiter that gave up is not woken");
+        assert_eq!(attempt("z", 2000).await[0], 1);
+        assert_eq!(release("z").await.unwrap(), 1);
+        let queue: Option<String> = redis::cmd("GET").arg(&k.queue).query_async(&mut c).await.unwrap();
+        assert_eq!(queue, None, "an empty queue leaves no key behind");
+    }
+}
