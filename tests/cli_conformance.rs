@@ -117,3 +117,31 @@ fn exit_status_is_nonzero_on_a_broken_url() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown backend scheme"));
 }
+
+/// `dlock conformance` against a 3-member ZooKeeper ensemble through its multi-host URL (the
+/// linked clients name every member through a proxy each; the CLI has no server control, so the
+/// server fault cases are not applicable there — lock-zk's ensemble_conformance runs them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_ensemble() {
+    use dlock_testkit::servers::zk_ensemble::{EnsembleOptions, ZkEnsemble};
+    let ensemble = ZkEnsemble::start(EnsembleOptions::default()).await.expect("a local ZooKeeper ensemble");
+    let url = format!("{}/dlock-cli-ensemble", ensemble.url());
+    let report =
+        tokio::task::spawn_blocking(move || run_conformance_with(&url, &[("DLOCK_ZK__SESSION_TIMEOUT", "2s")]))
+            .await
+            .expect("joined");
+    assert_eq!(report["backend"], "zookeeper");
+    drop(ensemble);
+}
+
+/// `dlock conformance --url redis+sentinel://…/<master>` against a local primary + 2 replicas + 3
+/// Sentinels: the CLI's clients discover the primary through the Sentinels.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_sentinel() {
+    use dlock_testkit::servers::redis_sentinel::RedisSentinelDeployment;
+    let deployment = RedisSentinelDeployment::start().await.expect("a local Sentinel deployment");
+    let url = deployment.url();
+    let report = tokio::task::spawn_blocking(move || run_conformance(&url)).await.expect("joined");
+    assert_eq!(report["backend"], "redis");
+    drop(deployment);
+}

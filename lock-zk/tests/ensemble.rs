@@ -146,3 +146,49 @@ async fn leader_killed_while_held_keeps_locks_and_serves_waiters() -> Result<(),
     next.release().await?;
     Ok(())
 }
+
+/// What a lock costs on an ensemble, through a follower and through the leader: acquire (one
+/// create, a quorum write, then `sync` + listing), renew (`sync` + `exists`: the confirmation
+/// through the leader) and release (one delete). Rounds interleaved so that load from other
+/// processes hits both paths alike; medians printed for the README.
+#[tokio::test]
+async fn measure_round_trips_through_follower_and_leader() -> Result<(), LockError> {
+    let ensemble = ZkEnsemble::start(EnsembleOptions::default()).await?;
+    let root = "/dlock-ensemble-cost";
+    let (leader, follower) =
+        (ensemble.leader().await.expect("a leader"), ensemble.follower().await.expect("a follower"));
+    let mut paths = Vec::new();
+    for (label, member) in [("follower", follower), ("leader", leader)] {
+        let client = lock_zk::connect(&ensemble.member_url(member, root), options(Duration::from_secs(10))).await?;
+        paths.push((label, client, [Vec::new(), Vec::new(), Vec::new()]));
+    }
+    let opts = AcquireOptions::new(Duration::from_secs(5));
+    for i in 0..40 {
+        for (label, client, samples) in paths.iter_mut() {
+            let name = LockName::new(format!("cost-{label}-{i}"))?;
+            let t = Instant::now();
+            let lease = client.try_acquire(&name, &opts).await?.expect("a fresh name is free");
+            samples[0].push(t.elapsed());
+            let t = Instant::now();
+            lease.renew().await?;
+            samples[1].push(t.elapsed());
+            let t = Instant::now();
+            lease.release().await?;
+            samples[2].push(t.elapsed());
+        }
+    }
+    for (label, _, mut samples) in paths {
+        for s in samples.iter_mut() {
+            s.sort();
+        }
+        let median = |s: &Vec<Duration>| s[s.len() / 2];
+        eprintln!(
+            "MEASURED zk ensemble through the {label}: acquire {:?}, renew (sync + exists) {:?}, release {:?} (medians of 40)",
+            median(&samples[0]),
+            median(&samples[1]),
+            median(&samples[2])
+        );
+        assert!(samples.iter().all(|s| s.len() == 40), "every round measured");
+    }
+    Ok(())
+}

@@ -58,6 +58,14 @@ impl Fixture for EnsembleFixture {
         Ok(Arc::new(self.connect().await?))
     }
 
+    fn server(&self) -> Option<Arc<dyn ServerControl>> {
+        Some(self.ensemble.clone())
+    }
+
+    fn deployment(&self) -> Option<Arc<dyn DeploymentControl>> {
+        Some(self.ensemble.clone())
+    }
+
     async fn rw_client(&self) -> Result<Option<Arc<dyn DistributedRwLock>>, LockError> {
         Ok(Some(Arc::new(self.connect().await?)))
     }
@@ -73,14 +81,6 @@ impl Fixture for EnsembleFixture {
         let url = format!("zk://{}{}", hosts.join(","), self.root);
         let client = lock_zk::connect(&url, self.options.clone()).await?;
         Ok(Some(LinkedClient { client: Arc::new(client), link: Arc::new(group) }))
-    }
-
-    fn server(&self) -> Option<Arc<dyn ServerControl>> {
-        Some(self.ensemble.clone())
-    }
-
-    fn deployment(&self) -> Option<Arc<dyn DeploymentControl>> {
-        Some(self.ensemble.clone())
     }
 
     fn expiry_bound(&self) -> Duration {

@@ -61,7 +61,13 @@ async fn sql(config: &Config, prefix: &str) -> Result<u64, LockError> {
 async fn redis(config: &Config, escaped: &str) -> Result<u64, LockError> {
     let pattern = format!("{}:{{{}*", literal(&config.redis.key_prefix)?, literal(escaped)?);
     let mut removed = 0;
-    for url in super::raw::redis_urls(&config.url)? {
+    // Behind Sentinel the keys are on the current primary (the replicas follow it).
+    let urls = if config.url.to_ascii_lowercase().starts_with("redis+sentinel:") {
+        vec![super::raw::sentinel_primary(&config.url).await?]
+    } else {
+        super::raw::redis_urls(&config.url)?
+    };
+    for url in urls {
         let mut conn = super::raw::redis(&url).await?;
         // A Redis Cluster: each master deletes its own keys, one key per DEL (keys of several
         // slots in one DEL are refused with CROSSSLOT); replicas follow their masters.
