@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_conformance::runner::{run_suite, Outcome, RunOptions};
+use lock_conformance::runner::{run_suite, Outcome, Report, RunOptions};
 use lock_conformance::{async_trait, ClientLink, DownSwitch, Fixture, LinkedClient, ServerControl};
 use lock_core::{
     Capabilities, DistributedLock, FencingToken, LeaseStore, LockError, LockName, OwnerId, ReleaseOutcome,
@@ -28,12 +28,15 @@ use lock_core::{
 };
 use tokio::time::Instant;
 
-/// The "server": one row per name (owner, expiry) and a fence counter per name that is never
-/// reset — even when the server restarts — so tokens stay monotonic.
+/// The "server": one row per name (owner, expiry), lost when it restarts, and "on disk" per name
+/// a fence counter that is never reset, so tokens stay monotonic, and the end of the last lease
+/// granted: a restarted server that forgot a lease grants nothing on that name before the lease
+/// could have ended, because its holder still believes it (the suite's restart quiet period case).
 #[derive(Default)]
 struct ToyServer {
     rows: Mutex<HashMap<LockName, (OwnerId, Instant)>>,
     fences: Mutex<HashMap<LockName, u64>>,
+    ends: Mutex<HashMap<LockName, Instant>>,
     down: Arc<AtomicBool>,
 }
 
@@ -73,7 +76,15 @@ impl LeaseStore for ToyStore {
                 return Ok(TryLock::Held { remaining: Some(*expires - now) });
             }
         }
+        let mut ends = self.server.ends.lock().unwrap_or_else(|e| e.into_inner());
+        match ends.get(name) {
+            Some(end) if !rows.contains_key(name) && *end > now => {
+                return Ok(TryLock::Held { remaining: Some(*end - now) });
+            }
+            _ => {}
+        }
         rows.insert(name.clone(), (owner, now + ttl));
+        ends.insert(name.clone(), now + ttl);
         let mut fences = self.server.fences.lock().unwrap_or_else(|e| e.into_inner());
         let fence = fences.entry(name.clone()).or_insert(0);
         *fence += 1;
@@ -87,6 +98,7 @@ impl LeaseStore for ToyStore {
         match rows.get_mut(name) {
             Some((holder, expires)) if *holder == owner && *expires > now => {
                 *expires = now + ttl;
+                self.server.ends.lock().unwrap_or_else(|e| e.into_inner()).insert(name.clone(), now + ttl);
                 Ok(RenewOutcome::Renewed)
             }
             _ => Ok(RenewOutcome::NotOwner),
@@ -99,6 +111,7 @@ impl LeaseStore for ToyStore {
         match rows.get(name) {
             Some((holder, expires)) if *holder == owner && *expires > Instant::now() => {
                 rows.remove(name);
+                self.server.ends.lock().unwrap_or_else(|e| e.into_inner()).remove(name);
                 Ok(ReleaseOutcome::Released)
             }
             _ => Ok(ReleaseOutcome::NotOwner),
@@ -152,9 +165,10 @@ impl Fixture for ToyFixture {
         Duration::from_millis(600)
     }
 
-    // Deletes a lock's row behind its holder's back (the fence counter stays).
+    // Deletes a lock's lease behind its holder's back (the fence counter stays).
     async fn delete_entry(&self, name: &LockName) -> Result<bool, LockError> {
         self.server.rows.lock().unwrap_or_else(|e| e.into_inner()).remove(name);
+        self.server.ends.lock().unwrap_or_else(|e| e.into_inner()).remove(name);
         Ok(true)
     }
 }
@@ -170,14 +184,19 @@ impl ClientLink for ToyLink {
     async fn reset_connections(&self) {}
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
+/// Runs the whole suite on the toy backend (also what `tests/custom_backend.rs` checks).
+pub async fn certify() -> Report {
     let options = RunOptions {
         parallelism: 4,
         on_case: Some(Arc::new(|case| eprintln!("{:<16} {}", format!("{:?}", case.outcome), case.name))),
         ..RunOptions::default()
     };
-    let report = run_suite(Arc::new(ToyFixture::new()), &options).await;
+    run_suite(Arc::new(ToyFixture::new()), &options).await
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let report = certify().await;
     println!("\n{:<44} {:<15} {:>7}  detail", "case", "outcome", "ms");
     for case in &report.cases {
         let outcome = match case.outcome {
