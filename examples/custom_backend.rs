@@ -185,7 +185,7 @@ impl ClientLink for ToyLink {
 }
 
 /// Runs the whole suite on the toy backend (also what `tests/custom_backend.rs` checks).
-pub async fn certify() -> Report {
+pub(crate) async fn certify() -> Report {
     let options = RunOptions {
         parallelism: 4,
         on_case: Some(Arc::new(|case| eprintln!("{:<16} {}", format!("{:?}", case.outcome), case.name))),
