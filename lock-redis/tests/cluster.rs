@@ -411,6 +411,27 @@ async fn unacknowledged_grant_is_refused(fx: &ClusterFixture) {
     l.release().await.expect("release");
 }
 
+/// `CLUSTER FAILOVER` on the replica of a held name's master (a coordinated hand-over: the
+/// master stops writing until the replica caught up): the lease survives without
+/// `min_replicas_ack`, the holder renews on the new master, a contender stays out.
+async fn manual_failover(fx: &ClusterFixture) {
+    let url = fx.cluster.url();
+    let holder = lock_redis::connect(&url, fx.options.clone()).await.expect("connect");
+    let contender = lock_redis::connect(&url, fx.options.clone()).await.expect("connect");
+    let name = LockName::new("handed-over").expect("valid");
+    let slot = fx.cluster.slot_of(&fx.key(&name, "lock")).await.expect("slot");
+    let lease = holder.acquire(&name, &opts(6000)).await.expect("acquire");
+    let f = fx.cluster.manual_failover(slot).await.expect("manual failover");
+    lease.renew().await.expect("the holder renews on the new master");
+    assert!(contender.try_acquire(&name, &opts(6000)).await.expect("try").is_none(), "a second holder got in");
+    let t1 = lease.token();
+    lease.release().await.expect("release");
+    let next = contender.acquire(&name, &opts(2000)).await.expect("acquire after the hand-over");
+    assert!(next.token() > t1, "token went from {t1} to {}", next.token());
+    next.release().await.expect("release");
+    eprintln!("MEASURED cluster manual failover (CLUSTER FAILOVER): node {} took over in {:?}", f.new, f.took);
+}
+
 /// Acquire latency on the cluster with and without `min_replicas_ack` (rounds interleaved so
 /// that load from other processes hits both alike); prints the median round.
 async fn measure_acquire(fx: &ClusterFixture) {
@@ -448,5 +469,6 @@ async fn names_migration_failover() {
     unacknowledged_grant_is_refused(&fx).await;
     measure_acquire(&fx).await;
     slot_migration(&fx).await;
+    manual_failover(&fx).await;
     master_failover(&fx).await;
 }

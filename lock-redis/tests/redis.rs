@@ -6,7 +6,6 @@ mod common;
 mod redis_extra {
     use std::time::{Duration, Instant};
 
-    use lock_conformance::Fixture;
     use lock_core::{AcquireOptions, DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockName};
 
     use crate::common::RedisFixture;
@@ -69,9 +68,7 @@ mod redis_extra {
     /// A Redis without persistence restarts empty: the next token is still greater.
     #[tokio::test]
     async fn restart_empty_keeps_tokens_monotonic() {
-        let fx = RedisFixture::start().await.unwrap();
-        let Some(server) = fx.server() else {
-            eprintln!("NOT APPLICABLE restart_empty_keeps_tokens_monotonic: the server is external");
+        let Some((fx, server)) = crate::common::owned_server("restart_empty_keeps_tokens_monotonic").await else {
             return;
         };
         let c = fx.redis_client().await.unwrap();
@@ -408,11 +405,7 @@ mod redis_extra {
     /// not at its fallback re-try.
     #[tokio::test]
     async fn pubsub_reconnect_wakes_waiters() {
-        let fx = RedisFixture::start().await.unwrap();
-        let Some(server) = fx.server() else {
-            eprintln!("NOT APPLICABLE pubsub_reconnect_wakes_waiters: the server is external");
-            return;
-        };
+        let Some((fx, server)) = crate::common::owned_server("pubsub_reconnect_wakes_waiters").await else { return };
         let a = fx.redis_client().await.unwrap();
         let b = fx.redis_client().await.unwrap();
         let name = LockName::new("reconnect").unwrap();
@@ -440,11 +433,7 @@ mod redis_extra {
     /// The holder is told when the server forgets its lease (restart without persistence).
     #[tokio::test]
     async fn restart_fires_lost_signal() {
-        let fx = RedisFixture::start().await.unwrap();
-        let Some(server) = fx.server() else {
-            eprintln!("NOT APPLICABLE restart_fires_lost_signal: the server is external");
-            return;
-        };
+        let Some((fx, server)) = crate::common::owned_server("restart_fires_lost_signal").await else { return };
         let c = fx.redis_client().await.unwrap();
         let lease = c.acquire(&LockName::new("lost").unwrap(), &opts(1000)).await.unwrap();
         server.stop().await.unwrap();
@@ -459,7 +448,6 @@ mod redis_extra {
 mod redis_kinds {
     use std::time::{Duration, Instant};
 
-    use lock_conformance::Fixture;
     use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockName};
 
     use crate::common::RedisFixture;
@@ -527,9 +515,7 @@ mod redis_kinds {
     /// A Redis without persistence restarts empty: read, write and permit tokens keep rising.
     #[tokio::test]
     async fn restart_empty_keeps_tokens_monotonic() {
-        let fx = RedisFixture::start().await.unwrap();
-        let Some(server) = fx.server() else {
-            eprintln!("NOT APPLICABLE restart_empty_keeps_tokens_monotonic: the server is external");
+        let Some((fx, server)) = crate::common::owned_server("restart_empty_keeps_tokens_monotonic").await else {
             return;
         };
         let rw = fx.rw().await.unwrap();
@@ -569,9 +555,7 @@ mod redis_kinds {
     /// Holders of every kind are told when an empty restart forgets their leases.
     #[tokio::test]
     async fn restart_fires_lost_signal_for_every_kind() {
-        let fx = RedisFixture::start().await.unwrap();
-        let Some(server) = fx.server() else {
-            eprintln!("NOT APPLICABLE restart_fires_lost_signal_for_every_kind: the server is external");
+        let Some((fx, server)) = crate::common::owned_server("restart_fires_lost_signal_for_every_kind").await else {
             return;
         };
         let (rw, sem) = (fx.rw().await.unwrap(), fx.semaphore().await.unwrap());

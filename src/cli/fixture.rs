@@ -21,6 +21,30 @@ pub(crate) struct UrlFixture {
 }
 
 impl UrlFixture {
+    /// A Redis Cluster client reaches every node at the address the cluster announces, not
+    /// only the URL's: so every node gets a proxy (found with `CLUSTER NODES` on the first
+    /// node of the URL), and `cluster_node_map` sends the client through them.
+    #[cfg(feature = "redis")]
+    async fn linked_cluster_client(&self) -> Result<Option<LinkedClient>, LockError> {
+        let first = super::raw::redis_urls(&self.config.url)?.into_iter().next();
+        let Some(first) = first else { return Ok(None) };
+        let mut conn = super::raw::redis(&first).await?;
+        let nodes: String = super::raw::redis_query(&mut conn, redis::cmd("CLUSTER").arg("NODES")).await?;
+        // `<id> <ip:port@bus[,hostname]> <flags> …`
+        let announced: Vec<SocketAddr> =
+            nodes.lines().filter_map(|line| line.split(' ').nth(1)?.split('@').next()?.parse().ok()).collect();
+        let group = ProxyGroup::start(&announced).await?;
+        let proxied = group.local_addrs();
+        let mut config = self.config.clone();
+        config.redis.cluster_node_map =
+            announced.iter().zip(&proxied).map(|(real, proxy)| (real.to_string(), proxy.to_string())).collect();
+        let hosts: Vec<String> = proxied.iter().map(SocketAddr::to_string).collect();
+        let Some(parts) = UrlParts::parse(&self.config.url) else { return Ok(None) };
+        config.url = format!("{}{}{}", parts.head(), hosts.join(","), parts.tail());
+        let client = dlock::connect_with(&config).await?;
+        Ok(Some(LinkedClient { client, link: Arc::new(group) }))
+    }
+
     pub(crate) async fn new(config: Config) -> Result<Self, LockError> {
         let scheme = Scheme::of(&config.url)?;
         let first = dlock::connect_with(&config).await?;
@@ -74,6 +98,10 @@ impl Fixture for UrlFixture {
         // Sentinels would leave the data path unbroken, and a cut that does not cut proves nothing.
         if url.starts_with("redis+sentinel:") {
             return Ok(None);
+        }
+        #[cfg(feature = "redis")]
+        if url.starts_with("redis+cluster:") {
+            return self.linked_cluster_client().await;
         }
         let Some(parts) = UrlParts::parse(&self.config.url) else { return Ok(None) };
         let mut upstreams = Vec::new();

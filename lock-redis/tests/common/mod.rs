@@ -138,6 +138,17 @@ impl Fixture for RedisFixture {
     }
 }
 
+/// A fresh server and its control, or `None` (said on stderr, as `NOT APPLICABLE <test>`) when
+/// the server is external (`DLOCK_TEST_REDIS_URL`) and cannot be stopped or restarted.
+pub async fn owned_server(test: &str) -> Option<(RedisFixture, Arc<dyn ServerControl>)> {
+    let fx = RedisFixture::start().await.expect("a Redis server for the test");
+    let Some(server) = fx.server() else {
+        eprintln!("NOT APPLICABLE {test}: the server is external");
+        return None;
+    };
+    Some((fx, server))
+}
+
 /// Deletes `key` on the server at `url` with a one-off connection.
 pub async fn delete_key(url: &str, key: &str) -> Result<(), LockError> {
     let mut c = raw_connection(url).await?;
