@@ -15,6 +15,7 @@ use crate::endpoint::{parse_sentinel, Endpoint, SCHEME};
 use crate::pubsub::Notifier;
 use crate::scripts::{Keys, ABANDON, ACQUIRE, RELEASE, RENEW};
 use crate::RedisOptions;
+use redis::Script;
 
 pub(crate) const BACKEND: &str = "redis";
 
@@ -105,6 +106,27 @@ impl RedisStore {
     fn registration(&self, ttl: Duration) -> u64 {
         let retry = self.max_poll_interval(ttl).saturating_mul(4) + self.node.request_timeout();
         ttl_ms(retry.saturating_mul(2))
+    }
+
+    /// Runs a script that may hand the lock to the queue's head (release, abandon). KEYS: lock,
+    /// queue. ARGV: owner, channel, reserve ms. Sent once, as a release always was: a retry
+    /// could not tell "released" from "not ours".
+    async fn hand_off(&self, script: &Script, name: &LockName, owner: OwnerId) -> Result<i64, LockError> {
+        let keys = self.keys(name);
+        let owner = owner.to_hex();
+        let (keys, owner) = (&keys, &owner);
+        self.node
+            .run(self.node.request_timeout(), |mut c| async move {
+                script
+                    .key(&keys.lock)
+                    .key(&keys.queue)
+                    .arg(owner)
+                    .arg(&keys.channel)
+                    .arg(RESERVE_MS)
+                    .invoke_async(&mut c)
+                    .await
+            })
+            .await
     }
 
     fn not_acknowledged(&self, acked: i64, what: &str) -> LockError {
@@ -259,43 +281,12 @@ impl LeaseStore for RedisStore {
     }
 
     async fn release(&self, name: &LockName, owner: OwnerId) -> Result<ReleaseOutcome, LockError> {
-        let keys = self.keys(name);
-        let owner = owner.to_hex();
-        let (keys, owner) = (&keys, &owner);
-        let released: i64 = self
-            .node
-            .run(self.node.request_timeout(), |mut c| async move {
-                RELEASE
-                    .key(&keys.lock)
-                    .key(&keys.queue)
-                    .arg(owner)
-                    .arg(&keys.channel)
-                    .arg(RESERVE_MS)
-                    .invoke_async(&mut c)
-                    .await
-            })
-            .await?;
+        let released = self.hand_off(&RELEASE, name, owner).await?;
         Ok(if released == 1 { ReleaseOutcome::Released } else { ReleaseOutcome::NotOwner })
     }
 
     async fn abandon(&self, name: &LockName, owner: OwnerId) -> Result<(), LockError> {
-        let keys = self.keys(name);
-        let owner = owner.to_hex();
-        let (keys, owner) = (&keys, &owner);
-        let _: i64 = self
-            .node
-            .run_idempotent(self.node.request_timeout(), |mut c| async move {
-                ABANDON
-                    .key(&keys.lock)
-                    .key(&keys.queue)
-                    .arg(owner)
-                    .arg(&keys.channel)
-                    .arg(RESERVE_MS)
-                    .invoke_async(&mut c)
-                    .await
-            })
-            .await?;
-        Ok(())
+        self.hand_off(&ABANDON, name, owner).await.map(drop)
     }
 
     async fn subscribe(&self, name: &LockName) -> Result<Option<WakeSubscription>, LockError> {
