@@ -137,6 +137,12 @@ pub trait LeaseStore: Send + Sync + 'static {
         Ok(None)
     }
 
+    /// Subscribes the wait of `owner` to release hints for `name`: a store that hands the lock
+    /// to one queued waiter wakes that waiter only. By default [`LeaseStore::subscribe`].
+    async fn subscribe_waiter(&self, name: &LockName, _owner: OwnerId) -> Result<Option<WakeSubscription>, LockError> {
+        self.subscribe(name).await
+    }
+
     /// Longest sleep between polls (and between fallback re-tries of notified waiters).
     fn max_poll_interval(&self, ttl: Duration) -> Duration {
         (ttl / 4).clamp(Duration::from_millis(20), Duration::from_millis(500))
@@ -189,8 +195,8 @@ impl<S: LeaseStore> StoreLock<S> {
     }
 
     /// Subscribes to release hints; `None` (poll) when the backend has none or the subscription fails.
-    async fn subscribe(&self, name: &LockName, opts: &AcquireOptions) -> Option<WakeSubscription> {
-        match timeout(opts.request_timeout, self.store.subscribe(name)).await {
+    async fn subscribe(&self, name: &LockName, owner: OwnerId, opts: &AcquireOptions) -> Option<WakeSubscription> {
+        match timeout(opts.request_timeout, self.store.subscribe_waiter(name, owner)).await {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => {
                 tracing::debug!(lock = %name, error = %e, "subscribe failed; polling");
@@ -218,6 +224,9 @@ pub(crate) fn poll_cap(waited: Duration, max_poll: Duration) -> Duration {
     let left = (horizon - waited).as_secs_f64() / horizon.as_secs_f64();
     max_poll.mul_f64(left).max(MIN_POLL).min(max_poll)
 }
+
+/// The longest a wait that timed out spends withdrawing its traces before it answers.
+const ABANDON_INLINE: Duration = Duration::from_millis(200);
 
 /// The first (and shortest) poll interval, the one a newcomer uses.
 const MIN_POLL: Duration = Duration::from_millis(5);
@@ -337,12 +346,9 @@ impl<S: LeaseStore> DistributedLock for StoreLock<S> {
     async fn acquire(&self, name: &LockName, opts: &AcquireOptions) -> Result<Lease, LockError> {
         let caps = self.store.capabilities();
         opts.validate(&caps)?;
-        let begun = Instant::now();
-        let deadline = opts.wait.deadline(begun);
         // One owner id for the whole wait: attempts are idempotent for the same owner, so a
         // retry after a lost reply gets the grant back instead of waiting on itself.
         let owner = OwnerId::random();
-        let claim = Claim::new(name, owner, opts.ttl).holder(opts.holder.as_ref());
         let mut pending = PendingRelease {
             store: Arc::clone(&self.store),
             name: name.clone(),
@@ -351,6 +357,35 @@ impl<S: LeaseStore> DistributedLock for StoreLock<S> {
             waiting: true,
             timeout: opts.request_timeout,
         };
+        let result = self.wait(name, owner, opts, &mut pending).await;
+        if matches!(result, Err(LockError::Timeout { .. })) && pending.waiting {
+            // Withdraw what the wait left behind (a queue place) before answering, so the
+            // caller's next step never finds its own stale place ahead of it. The server just
+            // answered "busy", so this is one quick round trip; one slower than
+            // `ABANDON_INLINE`, any other error and a dropped future leave it to `pending`
+            // (an unreachable server must not stretch the caller's wait).
+            let bound = opts.request_timeout.min(ABANDON_INLINE);
+            if let Ok(Ok(())) = timeout(bound, self.store.abandon(name, owner)).await {
+                pending.waiting = false;
+            }
+        }
+        result
+    }
+}
+
+impl<S: LeaseStore> StoreLock<S> {
+    /// The wait of [`DistributedLock::acquire`]: attempts until granted, the deadline, or an
+    /// error that is not retried.
+    async fn wait(
+        &self,
+        name: &LockName,
+        owner: OwnerId,
+        opts: &AcquireOptions,
+        pending: &mut PendingRelease<S>,
+    ) -> Result<Lease, LockError> {
+        let begun = Instant::now();
+        let deadline = opts.wait.deadline(begun);
+        let claim = Claim::new(name, owner, opts.ttl).holder(opts.holder.as_ref());
         let max_poll = self.store.max_poll_interval(opts.ttl);
         let mut backoff = Backoff::new(MIN_POLL, max_poll);
         let mut error_backoff = Backoff::new(Duration::from_millis(10), Duration::from_secs(1));
@@ -389,7 +424,7 @@ impl<S: LeaseStore> DistributedLock for StoreLock<S> {
                         // Free locks cost one round trip: subscribe only once the lock is busy,
                         // then try again before waiting, so a release in between is not missed.
                         subscribed = true;
-                        subscription = self.subscribe(name, opts).await;
+                        subscription = self.subscribe(name, owner, opts).await;
                         if subscription.is_some() {
                             continue;
                         }
