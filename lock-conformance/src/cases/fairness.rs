@@ -49,16 +49,27 @@ async fn joined(
 
 /// Declared `fifo`: with a waiter queued, neither the releaser coming straight back nor a
 /// newcomer gets the lock first — `try_acquire` gives `None` right after the release, and the
-/// releaser's own `acquire` is served after the queued waiter.
+/// releaser's own `acquire` is served after the queued waiter. The queued waiter sits behind a
+/// slow link where the fixture has one, so that it cannot win the race for a free lock by
+/// speed: only the queue keeps its turn.
 pub async fn fifo_no_overtaking(fx: &dyn Fixture) -> CaseResult {
     let cx = Ctx::new(fx, "fifo_no_overtaking").await?;
     needs_fifo(&cx)?;
     let name = cx.name("fair")?;
-    let (a, b, c) = (cx.client().await?, cx.client().await?, cx.client().await?);
+    let (a, c) = (cx.client().await?, cx.client().await?);
+    let (b, link) = match cx.linked().await {
+        Ok((b, link)) => (b, Some(link)),
+        Err(CaseError::NotApplicable(_)) => (cx.client().await?, None),
+        Err(e) => return Err(e),
+    };
     let long = cx.opts(cx.ttl() * 20);
     let held = a.acquire(&name, &long).await?;
     let queued = spawn_wait(&b, &name, long.clone());
     tokio::time::sleep(settle(&cx)).await;
+    let slow = (cx.ttl() / 8).clamp(Duration::from_millis(20), Duration::from_millis(100));
+    if let Some(l) = &link {
+        l.set_latency(slow).await;
+    }
     held.release().await?;
     // Straight after the release: the queued waiter's turn, not the releaser's or a newcomer's.
     let releaser = a.try_acquire(&name, &long).await?;
@@ -70,11 +81,18 @@ pub async fn fifo_no_overtaking(fx: &dyn Fixture) -> CaseResult {
     drop((releaser, newcomer));
     if !overtook.is_empty() {
         queued.abort();
+        if let Some(l) = &link {
+            l.set_latency(Duration::ZERO).await;
+        }
         fail!("{} got the lock by try_acquire while a waiter was queued", overtook.join(" and "));
     }
     // The releaser queues again: it comes after the waiter that was there first.
     let back = spawn_wait(&a, &name, long);
-    let (lease_b, at_b) = joined(queued, "the queued waiter").await?;
+    let got_b = joined(queued, "the queued waiter").await;
+    if let Some(l) = &link {
+        l.set_latency(Duration::ZERO).await;
+    }
+    let (lease_b, at_b) = got_b?;
     tokio::time::sleep(settle(&cx) / 2).await;
     lease_b.release().await?;
     let (lease_a, at_a) = joined(back, "the returning releaser").await?;
