@@ -295,6 +295,9 @@ fn check_table_len(table: &str) -> Result<(), LockError> {
     Ok(())
 }
 
+/// The longest a queued waiter of a polling database (MySQL, SQLite) sleeps between attempts.
+const QUEUED_POLL: Duration = Duration::from_millis(10);
+
 pub(crate) fn ttl_ms(ttl: Duration) -> i64 {
     i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX).max(1)
 }
@@ -359,10 +362,16 @@ impl LeaseStore for SqlStore {
                 self.token(fence)
             }
             Upsert::Held { remaining: rem, seq } => {
+                let mut rem = remaining(rem);
                 if let Some(seq) = seq {
                     self.places.set(claim.owner, seq);
+                    // Nothing tells a polling waiter that its turn came: a queued one polls
+                    // often, or the queue turns each hand-off into a back-off interval.
+                    if !self.dialect.listens() {
+                        rem = Some(rem.map_or(QUEUED_POLL, |r| r.min(QUEUED_POLL)));
+                    }
                 }
-                Ok(TryLock::Held { remaining: remaining(rem) })
+                Ok(TryLock::Held { remaining: rem })
             }
         }
     }
