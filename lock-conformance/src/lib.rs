@@ -122,22 +122,24 @@
 //! (`forever_survives_transient_errors`), long look-alike names (`long_name_prefixes`), and the
 //! read-write lock and semaphore under faults (`kinds_pause_past_ttl`, `kinds_server_pause`,
 //! `kinds_nemesis`), leader election (`election_nemesis`, `election_resign_hands_over`,
-//! `election_observers_converge`) and run-once jobs (`hold_at_least_early_release`,
-//! `hold_at_least_late_release`). Each runs under
+//! `election_observers_converge`), run-once jobs (`hold_at_least_early_release`,
+//! `hold_at_least_late_release`) and the fairness a `fifo` backend owes (`fifo_no_overtaking`,
+//! `fifo_vanished_head`). Each runs under
 //! an overall time limit ([`Case::time_limit`]): a hang is a failure with a clear detail, never
 //! a stuck test.
 //!
 //! Every checker can fail: `tests/mutants.rs` runs cases against lease stores with one
 //! deliberate bug each (no exclusion, a renew that releases, a release without owner check,
 //! repeated tokens, a token handed out twice after a takeover, leases that never or too early
-//! expire, colliding or truncated names, false `fifo` and `durable_fencing` claims) and asserts
+//! expire, colliding or truncated names, false `fifo` and `durable_fencing` claims, a queue that
+//! newcomers overtake or whose vanished head never expires) and asserts
 //! the cases report `failed`; its correct store, with link latency, must pass the release,
 //! deadline and renewal cases that fail on a `Lease`/`StoreLock` without their fixes.
 //!
 //! ## Capabilities decide what applies
 //!
 //! Every case reads the backend's [`lock_core::Capabilities`] and checks each promise made:
-//! `fifo` → `fifo_order`, `fifo_no_overtake`; `durable_fencing` → tokens rise across `fault_server_restart`;
+//! `fifo` → `fifo_order`, `fifo_no_overtake`, `fifo_no_overtaking`, `fifo_vanished_head`; `durable_fencing` → tokens rise across `fault_server_restart`;
 //! `durable_leases` → a holder keeps its lease across it (and otherwise must be told it lost
 //! it); `lease_model` → how a holder "vanishes" (stops renewing for per-lock leases; is cut off
 //! by its link for per-session ones); `wake` → the wake-up latency bound; `min_ttl`/`max_ttl` →
@@ -262,6 +264,8 @@ macro_rules! conformance_tests {
                 inspect_reports_holder,
                 inspect_list_by_prefix,
                 inspect_hostile_holder,
+                fifo_no_overtaking,
+                fifo_vanished_head,
                 idle_collected_tokens_rise,
             ]
         }

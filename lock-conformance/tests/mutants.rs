@@ -34,12 +34,31 @@ enum Bug {
     RepeatsStolenToken,
     /// The idle-state collection drops a name's fence counter and restarts it at zero.
     CollectResetsTokens,
+    /// Correct, with a waiter queue: declares `fifo` and keeps it.
+    Fair,
+    /// A waiter queue that only waiting attempts respect: a `try_acquire` (the releaser's, a
+    /// newcomer's) takes a free lock ahead of queued waiters.
+    FairOvertaken,
+    /// A waiter queue whose entries never expire: a waiter that vanished blocks the lock for good.
+    FairHeadStuck,
 }
+
+impl Bug {
+    fn queues(self) -> bool {
+        matches!(self, Bug::Fair | Bug::FairOvertaken | Bug::FairHeadStuck)
+    }
+}
+
+/// How long a queue entry counts after the waiter's last attempt: StoreLock's waiters poll at
+/// least every max_poll (125 ms for the 500 ms ttl), so this is many polls.
+const ENTRY_LIFE: Duration = Duration::from_millis(600);
 
 #[derive(Default)]
 struct State {
     entries: HashMap<LockName, (OwnerId, Instant)>,
     fences: HashMap<LockName, u64>,
+    /// Per name, the waiters in arrival order and when each entry stops counting.
+    queues: HashMap<LockName, Vec<(OwnerId, Instant)>>,
     /// The highest fence of every collected name: new counters start there.
     floor: u64,
 }
@@ -98,12 +117,26 @@ impl LeaseStore for Store {
     fn capabilities(&self) -> Capabilities {
         let mut c = Capabilities::new();
         c.durable_fencing = self.server.bug == Bug::ClaimsDurableFencing;
-        c.fifo = self.server.bug == Bug::ClaimsFifo;
+        c.fifo = self.server.bug == Bug::ClaimsFifo || self.server.bug.queues();
         c
+    }
+    async fn try_lock_waiting(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<TryLock, LockError> {
+        self.delay().await;
+        let answer = self.try_lock_queued(name, owner, ttl, true);
+        self.delay().await;
+        answer
+    }
+    async fn abandon(&self, name: &LockName, owner: OwnerId) -> Result<(), LockError> {
+        self.delay().await;
+        let mut s = self.check()?;
+        if let Some(q) = s.queues.get_mut(&self.key(name)) {
+            q.retain(|(o, _)| *o != owner);
+        }
+        Ok(())
     }
     async fn try_lock(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<TryLock, LockError> {
         self.delay().await;
-        let answer = self.try_lock_now(name, owner, ttl);
+        let answer = self.try_lock_queued(name, owner, ttl, false);
         self.delay().await;
         answer
     }
@@ -122,6 +155,51 @@ impl LeaseStore for Store {
 }
 
 impl Store {
+    /// With a queue (`Bug::queues`): granted only when no live waiter is queued ahead of
+    /// `owner` (a caller not queued is behind all of them); a refused waiting attempt queues
+    /// or refreshes its entry.
+    fn try_lock_queued(
+        &self,
+        name: &LockName,
+        owner: OwnerId,
+        ttl: Duration,
+        waiting: bool,
+    ) -> Result<TryLock, LockError> {
+        let bug = self.server.bug;
+        if !bug.queues() {
+            return self.try_lock_now(name, owner, ttl);
+        }
+        let key = self.key(name);
+        let now = Instant::now();
+        let blocked = {
+            let s = self.check()?;
+            let queue = s.queues.get(&key).map(Vec::as_slice).unwrap_or_default();
+            let live = |exp: &Instant| *exp > now || bug == Bug::FairHeadStuck;
+            let ahead = queue.iter().take_while(|(o, _)| *o != owner).any(|(_, exp)| live(exp));
+            // The overtaken queue is only respected by waiting attempts.
+            ahead && (waiting || bug != Bug::FairOvertaken)
+        };
+        let answer = if blocked {
+            let s = self.check()?;
+            let remaining =
+                s.entries.get(&key).map(|(_, exp)| exp.saturating_duration_since(now)).filter(|r| !r.is_zero());
+            TryLock::Held { remaining }
+        } else {
+            self.try_lock_now(name, owner, ttl)?
+        };
+        let mut s = self.check()?;
+        let queue = s.queues.entry(key).or_default();
+        match answer {
+            TryLock::Acquired { .. } => queue.retain(|(o, _)| *o != owner),
+            TryLock::Held { .. } if waiting => match queue.iter_mut().find(|(o, _)| *o == owner) {
+                Some(entry) => entry.1 = now + ENTRY_LIFE,
+                None => queue.push((owner, now + ENTRY_LIFE)),
+            },
+            _ => {}
+        }
+        Ok(answer)
+    }
+
     fn try_lock_now(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<TryLock, LockError> {
         let bug = self.server.bug;
         let name = &self.key(name);
@@ -341,4 +419,18 @@ async fn a_false_fifo_claim_is_caught_or_lucky() {
         }
     }
     panic!("a polling store claiming fifo passed fifo_order three times");
+}
+
+/// The fairness cases pass on a correct queue and fail on a queue that newcomers overtake or
+/// whose vanished head never expires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_queue_passes_and_its_breaches_are_caught() {
+    let fair = ["fifo_order", "fifo_no_overtaking", "fifo_vanished_head"];
+    let got = outcomes(Bug::Fair, &fair).await;
+    assert_eq!(got.len(), fair.len(), "not every case ran: {got:?}");
+    for (name, outcome, detail) in got {
+        assert_eq!(outcome, Outcome::Passed, "a fair queue must pass {name}: {detail}");
+    }
+    assert_fails(Bug::FairOvertaken, &["fifo_no_overtaking"]).await;
+    assert_fails(Bug::FairHeadStuck, &["fifo_vanished_head"]).await;
 }

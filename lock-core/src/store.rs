@@ -225,6 +225,9 @@ pub(crate) fn poll_cap(waited: Duration, max_poll: Duration) -> Duration {
     max_poll.mul_f64(left).max(MIN_POLL).min(max_poll)
 }
 
+/// The longest a wait that timed out spends withdrawing its traces before it answers.
+const ABANDON_INLINE: Duration = Duration::from_millis(200);
+
 /// The first (and shortest) poll interval, the one a newcomer uses.
 const MIN_POLL: Duration = Duration::from_millis(5);
 
@@ -355,12 +358,16 @@ impl<S: LeaseStore> DistributedLock for StoreLock<S> {
             timeout: opts.request_timeout,
         };
         let result = self.wait(name, owner, opts, &mut pending).await;
-        if result.is_err() && pending.waiting {
+        if matches!(result, Err(LockError::Timeout { .. })) && pending.waiting {
             // Withdraw what the wait left behind (a queue place) before answering, so the
-            // caller's next step never finds its own stale place ahead of it; a dropped future
-            // leaves it to `pending`.
-            let _ = timeout(opts.request_timeout, self.store.abandon(name, owner)).await;
-            pending.waiting = false;
+            // caller's next step never finds its own stale place ahead of it. The server just
+            // answered "busy", so this is one quick round trip; one slower than
+            // `ABANDON_INLINE`, any other error and a dropped future leave it to `pending`
+            // (an unreachable server must not stretch the caller's wait).
+            let bound = opts.request_timeout.min(ABANDON_INLINE);
+            if let Ok(Ok(())) = timeout(bound, self.store.abandon(name, owner)).await {
+                pending.waiting = false;
+            }
         }
         result
     }

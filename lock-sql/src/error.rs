@@ -5,8 +5,9 @@ use lock_core::LockError;
 use sqlx::error::DatabaseError;
 
 /// The privileges the lock user needs, as the crate docs list them.
-pub(crate) const PRIVILEGES: &str = "SELECT, INSERT, UPDATE on the lease table, and SELECT, INSERT, UPDATE, DELETE \
-     on <table>_counters and <table>_holders for read-write locks and semaphores";
+pub(crate) const PRIVILEGES: &str = "SELECT, INSERT, UPDATE on the lease table, SELECT, INSERT, UPDATE, DELETE on \
+     its waiter queue <table>_waiters, and SELECT, INSERT, UPDATE, DELETE on <table>_counters and <table>_holders \
+     for read-write locks and semaphores";
 
 /// What to do with a failed statement.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -53,6 +53,8 @@
 //!   The update sets `fence = max(fence + 1, clock in µs)` (unless the row was already ours),
 //!   `owner`, `expires_at = now + ttl`, and the holder's `holder` and `metadata`. When the row is held by someone else the statement changes
 //!   nothing, and we report the holder's remaining lease, so a waiter sleeps no longer than that.
+//!   A free or expired row is taken only when no live waiter queued before the caller: see
+//!   *The waiter queue* below.
 //! * **Renew** is `UPDATE … SET expires_at = now + ttl WHERE name = ? AND owner = ? AND
 //!   expires_at > now`; one row changed means still ours.
 //! * **Release** is `UPDATE … SET owner = NULL, expires_at = now WHERE name = ? AND owner = ? AND
@@ -85,14 +87,20 @@
 //!
 //! WITH freed AS (UPDATE dlock_leases SET owner = NULL, expires_at = NOW_MS
 //!                WHERE name = $1 AND owner = $2 AND expires_at > NOW_MS RETURNING name)
-//! SELECT pg_notify('dlock_leases', 'dlock:' || name) FROM freed;
+//! SELECT (SELECT pg_notify('dlock_leases', 'dlock-waiter:' || w.owner)
+//!         FROM (SELECT owner FROM dlock_leases_waiters w WHERE w.name = f.name
+//!               AND w.expires_at > NOW_MS ORDER BY seq, owner LIMIT 1) w)::text FROM freed f;
 //! ```
 //!
+//! (The acquire shown is the statement's core; the real one also checks and updates the waiter
+//! queue in the same statement, below.)
+//!
 //! Waiters are woken by `LISTEN`/`NOTIFY`: release notifies on the channel named like the table,
-//! in the same statement (so only a committed release notifies), with the payload
-//! `dlock:<name>`; every kind has its own payload prefix, none the start of another, so an
-//! exclusive lock named like a read-write lock's payload never wakes that lock's waiters. Each client keeps **one**
-//! listening connection and wakes one local waiter of the released name. While that connection
+//! in the same statement (so only a committed release notifies), and only when someone waits:
+//! the payload `dlock-waiter:<owner>` names the head of the waiter queue, so every client
+//! hears it and only the one holding that waiter wakes it; every kind has its own payload
+//! prefix, none the start of another, so no kind wakes another's waiters. Each client keeps **one**
+//! listening connection. While that connection
 //! is down notifications are lost, so after reconnecting it wakes every local waiter; and every
 //! waiter also re-tries on its own timer, never later than the holder's lease ends. Use READ
 //! COMMITTED (the default): the upsert never needs SERIALIZABLE. Behind PgBouncer, `LISTEN` needs
@@ -138,6 +146,25 @@
 //! equal to the request timeout, so several processes on **one host** can share it. Do not put it
 //! on a network file system. `sqlite::memory:` works inside one process and is not durable.
 //! Waiters poll, like MySQL's.
+//!
+//! ## The waiter queue (exclusive lock)
+//!
+//! `<table>_waiters` (`name`, `owner`, `seq`, `expires_at`; primary key `(name, owner)`), created
+//! next to the lease table, makes waiters of the exclusive lock first come, first served
+//! (`fifo`), on all three databases. The acquire upsert's condition for a free or expired row
+//! gains `AND NOT EXISTS (SELECT 1 FROM <table>_waiters w WHERE w.name = ? AND w.owner <> ? AND
+//! w.expires_at > NOW_MS AND (w.seq, w.owner) < (our place, ?))`, where a caller not queued has
+//! the place `i64::MAX`: a newcomer, `try_acquire` and the releaser coming straight back never
+//! overtake a queued waiter. A refused attempt of a waiting `acquire` inserts its entry (place =
+//! the database clock in µs) or refreshes its expiry, keeping its place; the grant deletes it and
+//! the name's lapsed entries; a wait that ends without a grant deletes it. On PostgreSQL all of
+//! it is the one acquire statement (data-modifying CTEs), so a free lock is still one round
+//! trip; MySQL and SQLite queue and dequeue with a statement of their own, only when contended.
+//! An entry lapses `8 × max_poll + 250 ms` after its waiter's last attempt (`max_poll` = ttl/4
+//! within 20–500 ms; a waiter attempts at least every `4 × max_poll`), so a waiter that vanished
+//! holds a free lock back at most `12 × max_poll + 250 ms`: 6.25 s with long ttls, three ttls
+//! with ttls under 2 s. The queue table needs the name of the lease table to have at most 55
+//! characters.
 //!
 //! ## Read-write locks and semaphores
 //!
@@ -309,8 +336,8 @@
 //! * Privileges: `CREATE` only while a table is missing (each is looked for first, then
 //!   created if absent), `ALTER` only while the lease table lacks the `holder`/`metadata`
 //!   columns, `DELETE` on the lease table only with `idle_gc_after`. After that the lock user needs `SELECT, INSERT, UPDATE` on the lease
-//!   table, and for read-write locks and semaphores `SELECT, INSERT, UPDATE, DELETE` on
-//!   `<table>_counters` and `<table>_holders` (tested on PostgreSQL and MariaDB with a user that
+//!   table, `SELECT, INSERT, UPDATE, DELETE` on the waiter queue `<table>_waiters`, and for
+//!   read-write locks and semaphores the same on `<table>_counters` and `<table>_holders` (tested on PostgreSQL and MariaDB with a user that
 //!   has exactly these). A missing privilege is [`LockError::Config`], whose message carries the
 //!   server's (MySQL names the command, PostgreSQL the table) and this list.
 //! * `DLOCK_SQL_MYSQL_RETURNING=0` makes MariaDB use MySQL's two-statement acquire
@@ -331,6 +358,7 @@ mod listen;
 mod options;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod pool;
+mod queue;
 mod serial;
 mod store;
 mod wake;

@@ -11,9 +11,10 @@ use lock_core::{
 };
 use tokio::time::timeout;
 
-use crate::dialect::{self, Dialect, Seen, Upsert, Who, ADDED_COLUMNS, LEASE_COLUMNS};
+use crate::dialect::{self, queue_table, Dialect, Seen, Upsert, Who, ADDED_COLUMNS, LEASE_COLUMNS, QUEUE_SUFFIX};
 use crate::error::{classify, to_lock_error, Class};
 use crate::inflight::Inflight;
+use crate::queue::{Places, Wait};
 use crate::serial::{OwnerGuard, OwnerLocks};
 use crate::SqlOptions;
 
@@ -28,6 +29,8 @@ pub struct SqlStore {
     serial: OwnerLocks,
     /// Acquire attempts whose statement may still commit.
     pub(crate) inflight: Inflight,
+    /// The queue places of this client's waiting acquires.
+    places: Places,
 }
 
 impl std::fmt::Debug for SqlStore {
@@ -59,9 +62,13 @@ impl SqlStore {
             hub,
             serial: OwnerLocks::default(),
             inflight: Inflight::default(),
+            places: Places::default(),
         };
+        check_table_len(&options.table)?;
         let ddl = store.dialect.lease_ddl().to_owned();
         store.create("create the lease table", &options.table, &ddl).await?;
+        let ddl = store.dialect.queue_ddl().to_owned();
+        store.create("create the waiter queue table", &queue_table(&options.table), &ddl).await?;
         if let Some(idle) = options.idle_gc_after {
             crate::idle::start(Arc::downgrade(&store.dialect), idle, options.request_timeout);
         }
@@ -274,6 +281,23 @@ impl SqlStore {
     }
 }
 
+/// PostgreSQL silently truncates identifiers past 63 bytes (the queue table could then collide
+/// with the lease table) and MySQL refuses names past 64: refuse them here, clearly.
+fn check_table_len(table: &str) -> Result<(), LockError> {
+    if table.len() + QUEUE_SUFFIX.len() > 63 {
+        return Err(LockError::config(format!(
+            "lease table name {table:?} is too long: the waiter queue adds the table {}; use a table name of at \
+             most {} characters",
+            queue_table(table),
+            63 - QUEUE_SUFFIX.len()
+        )));
+    }
+    Ok(())
+}
+
+/// The longest a queued waiter of a polling database (MySQL, SQLite) sleeps between attempts.
+const QUEUED_POLL: Duration = Duration::from_millis(10);
+
 pub(crate) fn ttl_ms(ttl: Duration) -> i64 {
     i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX).max(1)
 }
@@ -307,6 +331,8 @@ impl LeaseStore for SqlStore {
         caps.semaphore = true;
         caps.inspect = true;
         caps.list = true;
+        // Waiters queue in the table (queue.rs).
+        caps.fifo = true;
         // Expiry is stored in whole milliseconds of the database clock.
         caps.min_ttl = Duration::from_millis(10);
         caps.max_ttl = Duration::from_secs(365 * 24 * 3600);
@@ -317,16 +343,45 @@ impl LeaseStore for SqlStore {
         self.try_claim(&Claim::new(name, owner, ttl), false).await
     }
 
-    async fn try_claim(&self, claim: &Claim<'_>, _waiting: bool) -> Result<TryLock, LockError> {
+    async fn try_claim(&self, claim: &Claim<'_>, waiting: bool) -> Result<TryLock, LockError> {
         let (n, o, ms) = (claim.name.as_str(), claim.owner.to_hex(), ttl_ms(claim.ttl));
         let who = Who { holder: claim.holder_id(), metadata: claim.metadata() };
+        let wait = if waiting {
+            self.places.touch(claim.owner);
+            let lifetime = crate::queue::lifetime(self.max_poll_interval(claim.ttl));
+            Wait::Queue { lifetime_ms: ttl_ms(lifetime), seq: self.places.get(claim.owner) }
+        } else {
+            Wait::No
+        };
         let attempt = self.attempt(claim.owner);
-        let upsert = self.run("acquire", || self.dialect.acquire(n, &o, ms, who)).await?;
+        let upsert = self.run("acquire", || self.dialect.acquire(n, &o, ms, who, wait)).await?;
         attempt.finished();
         match upsert {
-            Upsert::Granted(fence) => self.token(fence),
-            Upsert::Held(rem) => Ok(TryLock::Held { remaining: remaining(rem) }),
+            Upsert::Granted(fence) => {
+                self.places.take(claim.owner);
+                self.token(fence)
+            }
+            Upsert::Held { remaining: rem, seq } => {
+                let mut rem = remaining(rem);
+                if let Some(seq) = seq {
+                    self.places.set(claim.owner, seq);
+                    // Nothing tells a polling waiter that its turn came: a queued one polls
+                    // often, or the queue turns each hand-off into a back-off interval.
+                    if !self.dialect.listens() {
+                        rem = Some(rem.map_or(QUEUED_POLL, |r| r.min(QUEUED_POLL)));
+                    }
+                }
+                Ok(TryLock::Held { remaining: rem })
+            }
         }
+    }
+
+    async fn abandon(&self, name: &LockName, owner: OwnerId) -> Result<(), LockError> {
+        if self.places.take(owner) {
+            let (n, o) = (name.as_str(), owner.to_hex());
+            self.run("leave the waiter queue", || self.dialect.leave_queue(n, &o)).await?;
+        }
+        Ok(())
     }
 
     async fn renew(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<RenewOutcome, LockError> {
@@ -348,6 +403,11 @@ impl LeaseStore for SqlStore {
 
     async fn subscribe(&self, name: &LockName) -> Result<Option<WakeSubscription>, LockError> {
         Ok(self.subscribe_key(&crate::wake::exclusive(name.as_str())))
+    }
+
+    /// A release wakes the head of the queue only, by its owner id (queue.rs).
+    async fn subscribe_waiter(&self, _name: &LockName, owner: OwnerId) -> Result<Option<WakeSubscription>, LockError> {
+        Ok(self.subscribe_key(&crate::wake::waiter(&owner.to_hex())))
     }
 
     async fn inspect(&self, name: &LockName) -> Result<Option<HolderInfo>, LockError> {

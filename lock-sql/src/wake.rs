@@ -1,12 +1,17 @@
 //! The keys of PostgreSQL wake-ups: the NOTIFY payload of a release, and what a waiter listens
 //! for. Every kind has its own prefix and no prefix is the start of another (they differ before
 //! their `:`), so a key names exactly one (kind, lock name): an exclusive lock named like a
-//! rw lock's key never wakes that rw lock's waiters, nor the reverse.
+//! rw lock's key never wakes that rw lock's waiters, nor the reverse. The exclusive lock hands a
+//! release to the head of its waiter queue: that payload names the waiter's owner id, so every
+//! client hears it but only the one holding that waiter wakes anybody (see queue.rs).
 
 use lock_core::LockKind;
 
 /// The prefix of the exclusive lock's keys.
 pub(crate) const EXCLUSIVE: &str = "dlock:";
+
+/// The prefix of the key of one queued waiter of the exclusive lock (its owner id follows).
+pub(crate) const WAITER: &str = "dlock-waiter:";
 
 fn prefix(kind: LockKind) -> &'static str {
     match kind {
@@ -20,6 +25,11 @@ fn prefix(kind: LockKind) -> &'static str {
 /// The key of the exclusive lock `name`.
 pub(crate) fn exclusive(name: &str) -> String {
     format!("{EXCLUSIVE}{name}")
+}
+
+/// The key of the queued waiter `owner` (32 hex digits) of an exclusive lock.
+pub(crate) fn waiter(owner: &str) -> String {
+    format!("{WAITER}{owner}")
 }
 
 /// The key of one side of a read-write lock or semaphore `name`.
@@ -36,6 +46,7 @@ mod tests {
         let sides = [LockKind::Read, LockKind::Write, LockKind::Permit];
         let mut prefixes: Vec<&str> = sides.iter().map(|s| prefix(*s)).collect();
         prefixes.push(EXCLUSIVE);
+        prefixes.push(WAITER);
         for a in &prefixes {
             for b in &prefixes {
                 assert!(a == b || !b.starts_with(a), "{a:?} is a prefix of {b:?}");

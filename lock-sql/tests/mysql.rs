@@ -124,6 +124,7 @@ async fn extra_conflict_rolls_back_before_reuse() {
     let user = format!("dlock_rb_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
     admin.run(&format!("CREATE USER '{user}'@'%'")).await;
     admin.run(&format!("GRANT SELECT, INSERT, UPDATE ON \"{t}\" TO '{user}'@'%'")).await;
+    admin.run(&format!("GRANT SELECT, INSERT, UPDATE, DELETE ON \"{t}_waiters\" TO '{user}'@'%'")).await;
     admin.run(&format!("GRANT SELECT, INSERT, UPDATE ON \"{t}_counters\" TO '{user}'@'%'")).await;
     admin.run(&format!("GRANT SELECT, INSERT, UPDATE ON \"{t}_holders\" TO '{user}'@'%'")).await;
     let mut url = url::Url::parse(fx.url()).unwrap();

@@ -259,9 +259,15 @@ async fn extra_wake_keys_are_per_kind() {
     let own = permit.subscribe(&name("z")).await.unwrap().expect("postgres listens");
     cycle(Arc::clone(&permit), name("z")).await;
     assert!(tokio::time::timeout(Duration::from_secs(2), own.woken()).await.is_ok(), "a permit release wakes");
-    let own = exclusive.subscribe(&name("z")).await.unwrap().expect("postgres listens");
-    cycle(Arc::clone(&exclusive), name("z")).await;
+    // The exclusive lock wakes the head of its waiter queue, by owner id.
+    let (holder, waiter, z) = (OwnerId::random(), OwnerId::random(), name("z"));
+    assert!(matches!(exclusive.try_lock(&z, holder, ttl).await.unwrap(), TryLock::Acquired { .. }));
+    let queued = lock_core::Claim::new(&z, waiter, ttl);
+    assert!(matches!(exclusive.try_claim(&queued, true).await.unwrap(), TryLock::Held { .. }));
+    let own = exclusive.subscribe_waiter(&z, waiter).await.unwrap().expect("postgres listens");
+    exclusive.release(&z, holder).await.unwrap();
     assert!(tokio::time::timeout(Duration::from_secs(2), own.woken()).await.is_ok(), "an exclusive release wakes");
+    exclusive.abandon(&z, waiter).await.unwrap();
 }
 
 /// A cancelled acquire leaves no grant behind (issue 10.7). Its upsert waits for a row another

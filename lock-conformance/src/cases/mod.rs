@@ -19,6 +19,7 @@ use crate::{ClientLink, Fixture};
 
 pub mod election;
 pub mod exclusion;
+pub mod fairness;
 pub mod faults;
 pub mod fencing;
 pub mod hold;
@@ -203,6 +204,8 @@ registry! {
     inspect::inspect_list_by_prefix, 6, "list reports exactly the held names under a prefix (wildcards literal), in order, within the limit";
     idle::idle_collected_tokens_rise, 6, "a token issued after an idle name's state was collected is above every earlier one";
     inspect::inspect_hostile_holder, 6, "bad holder ids and oversized metadata are rejected; hostile valid ids round-trip verbatim";
+    fairness::fifo_no_overtaking, 12, "with a waiter queued, neither the releaser nor a newcomer overtakes it (fifo)";
+    fairness::fifo_vanished_head, 20, "a queued waiter that vanished holds the next one back for a bounded time only (fifo)";
 }
 
 /// Every case of the suite, in report order.

@@ -19,6 +19,7 @@ use lock_core::{LockError, WakeHub};
 use crate::adopt::TableFacts;
 use crate::decide::Plan;
 use crate::error::{classify, to_lock_error, Class, Codes};
+use crate::queue::Wait;
 use crate::SqlOptions;
 use rw::{Attempt, KindSql, OwnerStmt};
 
@@ -81,9 +82,18 @@ impl From<SeenRow> for Seen {
 pub(crate) enum Upsert {
     /// Granted (or re-granted to the same owner) with this fence.
     Granted(i64),
-    /// Held by another owner, for about this many more ms (`None`: unknown).
-    Held(Option<i64>),
+    /// Held by another owner for about `remaining` more ms (`None`: unknown, or free but owed
+    /// to a waiter queued before us); `seq`: our place in the queue, when the attempt queued.
+    Held { remaining: Option<i64>, seq: Option<i64> },
 }
+
+/// The waiter queue's table next to lease table `table`.
+pub(crate) fn queue_table(table: &str) -> String {
+    format!("{table}{QUEUE_SUFFIX}")
+}
+
+/// The suffix of the waiter queue's table name.
+pub(crate) const QUEUE_SUFFIX: &str = "_waiters";
 
 /// One database. Every method runs one operation (a statement, or one short transaction) and
 /// leaves retries and time limits to the caller (the store's `run`).
@@ -113,9 +123,24 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     /// The `ALTER TABLE` that adds `column` (one of [`ADDED_COLUMNS`]) to an existing lease table.
     fn add_column(&self, table: &str, column: &str) -> String;
 
-    /// The exclusive lock's grant: insert, take over a free or expired row, or re-grant our own;
-    /// a grant stores `who` with the row.
-    async fn acquire(&self, name: &str, owner: &str, ttl_ms: i64, who: Who<'_>) -> Result<Upsert, sqlx::Error>;
+    /// The waiter queue's `CREATE TABLE IF NOT EXISTS` (see [`crate::queue`]).
+    fn queue_ddl(&self) -> &str;
+
+    /// The exclusive lock's grant: insert, take over a free or expired row (when no live waiter
+    /// is queued before the caller), or re-grant our own; a grant stores `who` with the row and
+    /// takes the caller out of the queue, a refusal of a waiting attempt queues it
+    /// ([`crate::queue`]).
+    async fn acquire(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl_ms: i64,
+        who: Who<'_>,
+        wait: Wait,
+    ) -> Result<Upsert, sqlx::Error>;
+    /// Deletes `owner`'s queue entry for `name` (a wait that ended without a grant), and the
+    /// name's expired entries.
+    async fn leave_queue(&self, name: &str, owner: &str) -> Result<(), sqlx::Error>;
     /// Deletes the rows of names not held for at least `idle_ms` (docs/contract.md §5.7); how
     /// many. Safe for tokens because every grant's fence is at least the database clock in µs.
     async fn collect_idle(&self, idle_ms: i64) -> Result<u64, sqlx::Error>;

@@ -14,13 +14,16 @@ use tokio::time::timeout;
 
 use super::params::Accepted;
 use super::rw::{acquire_tx, owner_stmt, Attempt, Flavor, KindSql, OwnerStmt};
-use super::{bad_url, too_slow, unreachable, Dialect, Seen, Upsert, Who};
+use super::{bad_url, queue_table, too_slow, unreachable, Dialect, Seen, Upsert, Who};
 use crate::adopt::{Owner, TableFacts};
 use crate::decide::Plan;
 use crate::error::{Class, Codes};
 use crate::options::quote_table;
 use crate::pool::{ConnPool, Setup, Use};
+use crate::queue::Wait;
 use crate::SqlOptions;
+
+mod acquire;
 
 /// Milliseconds since the Unix epoch, on the database's clock.
 const NOW: &str = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)";
@@ -97,15 +100,22 @@ const FLAVOR: Flavor = Flavor {
 pub(crate) struct Mysql {
     pool: Arc<ConnPool<MySqlConnection>>,
     create: String,
+    queue_create: String,
     acquire: Arc<str>,
     /// Owner, fence and the remaining lease, after an upsert without `RETURNING`.
     read_back: Arc<str>,
+    /// Queues a refused waiter (or refreshes its entry), then its place is read (or returned).
+    enqueue: Arc<str>,
+    place: Arc<str>,
+    leave_queue: Arc<str>,
     renew: Arc<str>,
     release: Arc<str>,
     force_release: Arc<str>,
     inspect: Arc<str>,
     list: Arc<str>,
     collect: Arc<str>,
+    /// Waiter entries that lapsed as long ago (a crashed waiter's; queue.rs).
+    collect_queue: Arc<str>,
     /// MariaDB: the acquire upsert ends in `RETURNING owner, fence, remaining`, no read-back.
     returning: bool,
     /// `innodb_flush_log_at_trx_commit = 1`: an acknowledged commit survives a crash.
@@ -177,12 +187,19 @@ async fn open(
 impl Mysql {
     fn new(pool: Arc<ConnPool<MySqlConnection>>, t: &str, returning: bool, durable: bool) -> Mysql {
         let qt = quote_table(t, '`');
+        let qq = quote_table(&queue_table(t), '`');
         // MySQL assigns ON DUPLICATE KEY UPDATE columns left to right (later ones see earlier
         // new values), MariaDB with SIMULTANEOUS_ASSIGNMENT all at once. Every assignment repeats
         // the full condition, and the order (fence, owner, expires_at) gives the same result
         // both ways: fence reads the old owner; once owner is ours the condition stays true,
         // and when the condition was false nothing it reads has changed.
-        let cond = format!("(owner IS NULL OR owner = ? OR expires_at <= {NOW})");
+        // A free row is not taken while a live waiter queued before us waits (queue.rs); the
+        // binds of each copy: see `bind_cond`.
+        let cond = format!(
+            "(owner = ? OR ((owner IS NULL OR expires_at <= {NOW}) AND NOT EXISTS ( \
+               SELECT 1 FROM {qq} w WHERE w.name = ? AND w.owner <> ? AND w.expires_at > {NOW} \
+               AND (w.seq, w.owner) < (?, ?))))"
+        );
         let returning_clause = if returning {
             format!(" RETURNING owner, fence, CAST(expires_at - {NOW} AS SIGNED)")
         } else {
@@ -194,6 +211,10 @@ impl Mysql {
                 "CREATE TABLE IF NOT EXISTS {qt} (name VARBINARY(255) NOT NULL PRIMARY KEY, \
                  owner VARBINARY(32) NULL, fence BIGINT NOT NULL, expires_at BIGINT NOT NULL, \
                  holder VARBINARY(255) NULL, metadata VARBINARY(1024) NULL) ENGINE=InnoDB"
+            ),
+            queue_create: format!(
+                "CREATE TABLE IF NOT EXISTS {qq} (name VARBINARY(255) NOT NULL, owner VARBINARY(32) NOT NULL, \
+                 seq BIGINT NOT NULL, expires_at BIGINT NOT NULL, PRIMARY KEY (name, owner)) ENGINE=InnoDB"
             ),
             acquire: format!(
                 "INSERT INTO {qt} (name, owner, fence, expires_at, holder, metadata) \
@@ -208,6 +229,14 @@ impl Mysql {
             .into(),
             read_back: format!("SELECT owner, fence, CAST(expires_at - {NOW} AS SIGNED) FROM {qt} WHERE name = ?")
                 .into(),
+            enqueue: format!(
+                "INSERT INTO {qq} (name, owner, seq, expires_at) VALUES (?, ?, {NOW_US}, {NOW} + ?) \
+                 ON DUPLICATE KEY UPDATE expires_at = {NOW} + ?{}",
+                if returning { " RETURNING seq" } else { "" }
+            )
+            .into(),
+            place: format!("SELECT seq FROM {qq} WHERE name = ? AND owner = ?").into(),
+            leave_queue: format!("DELETE FROM {qq} WHERE name = ? AND (owner = ? OR expires_at <= {NOW})").into(),
             renew: format!(
                 "UPDATE {qt} SET expires_at = {NOW} + ? WHERE name = ? AND owner = ? AND expires_at > {NOW}"
             )
@@ -234,6 +263,7 @@ impl Mysql {
             )
             .into(),
             collect: format!("DELETE FROM {qt} WHERE expires_at <= {NOW} - ?").into(),
+            collect_queue: format!("DELETE FROM {qq} WHERE expires_at <= {NOW} - ?").into(),
             returning,
             durable,
             statement_bound: Duration::ZERO,
@@ -373,46 +403,43 @@ impl Dialect for Mysql {
         self.pool.prepare_on_two(&hot).await;
     }
 
-    async fn acquire(&self, name: &str, owner: &str, ttl_ms: i64, who: Who<'_>) -> Result<Upsert, sqlx::Error> {
-        let args = Args { dialect: self, name: name.as_bytes(), owner: owner.as_bytes(), ms: ttl_ms, who };
-        let row = self
-            .pool
-            .with(Use::Take, &args, |c, a| {
-                Box::pin(async move {
-                    let (d, o) = (a.dialect, a.owner);
-                    let (h, m) = (a.who.holder.map(str::as_bytes), a.who.metadata.map(str::as_bytes));
-                    // VALUES, then each assignment's condition (owner) and new value.
-                    let upsert = sqlx::query_as::<_, Row>(AssertSqlSafe(d.acquire.clone()))
-                        .bind(a.name)
-                        .bind(o)
-                        .bind(a.ms)
-                        .bind(h)
-                        .bind(m)
-                        .bind(o)
-                        .bind(o)
-                        .bind(o)
-                        .bind(o)
-                        .bind(o)
-                        .bind(a.ms)
-                        .bind(o)
-                        .bind(h)
-                        .bind(o)
-                        .bind(m);
-                    if d.returning {
-                        return upsert.fetch_all(&mut *c).await;
-                    }
-                    // sqlx sets CLIENT_FOUND_ROWS: rows_affected cannot tell a grant from a
-                    // refusal. Read the row back; only our own attempt can make us the owner.
-                    upsert.fetch_all(&mut *c).await?;
-                    sqlx::query_as::<_, Row>(AssertSqlSafe(d.read_back.clone())).bind(a.name).fetch_all(&mut *c).await
-                })
+    fn queue_ddl(&self) -> &str {
+        &self.queue_create
+    }
+
+    async fn acquire(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl_ms: i64,
+        who: Who<'_>,
+        wait: Wait,
+    ) -> Result<Upsert, sqlx::Error> {
+        let row = self.upsert(name, owner, ttl_ms, who, wait.place()).await?;
+        match row.into_iter().next() {
+            Some((Some(holder), fence, _)) if holder == owner.as_bytes() => {
+                if wait.queued() {
+                    self.leave_queue(name, owner).await?;
+                }
+                Ok(Upsert::Granted(fence))
+            }
+            // Free but refused: owed to a waiter queued before us, no lease to wait out.
+            Some((holder, _, rem)) => {
+                let remaining = (holder.is_some() && rem > 0).then_some(rem);
+                Ok(Upsert::Held { remaining, seq: self.enqueue(name, owner, wait).await? })
+            }
+            None => Ok(Upsert::Held { remaining: None, seq: self.enqueue(name, owner, wait).await? }),
+        }
+    }
+
+    async fn leave_queue(&self, name: &str, owner: &str) -> Result<(), sqlx::Error> {
+        let args = (Arc::clone(&self.leave_queue), name.as_bytes(), owner.as_bytes());
+        self.pool
+            .with(Use::Take, &args, |c, (sql, name, owner)| {
+                Box::pin(sqlx::query(AssertSqlSafe(Arc::clone(sql))).bind(*name).bind(*owner).execute(c))
             })
-            .await?;
-        Ok(match row.into_iter().next() {
-            Some((Some(holder), fence, _)) if holder == owner.as_bytes() => Upsert::Granted(fence),
-            Some((_, _, rem)) => Upsert::Held(Some(rem)),
-            None => Upsert::Held(None),
-        })
+            .await
+            .map(drop)
     }
 
     fn add_column(&self, table: &str, column: &str) -> String {
@@ -421,11 +448,14 @@ impl Dialect for Mysql {
     }
 
     async fn collect_idle(&self, idle_ms: i64) -> Result<u64, sqlx::Error> {
-        let args = (Arc::clone(&self.collect), idle_ms);
+        let args = (self, idle_ms);
         let done = self
             .pool
-            .with(Use::Take, &args, |c, (sql, ms)| {
-                Box::pin(sqlx::query(AssertSqlSafe(Arc::clone(sql))).bind(*ms).execute(c))
+            .with(Use::Take, &args, |c, (d, ms)| {
+                Box::pin(async move {
+                    sqlx::query(AssertSqlSafe(Arc::clone(&d.collect_queue))).bind(*ms).execute(&mut *c).await?;
+                    sqlx::query(AssertSqlSafe(Arc::clone(&d.collect))).bind(*ms).execute(&mut *c).await
+                })
             })
             .await?;
         Ok(done.rows_affected())

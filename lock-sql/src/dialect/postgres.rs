@@ -13,13 +13,14 @@ use tokio::time::timeout;
 
 use super::params::Accepted;
 use super::rw::{acquire_tx, owner_stmt, Attempt, Flavor, KindSql, OwnerStmt};
-use super::{bad_url, too_slow, unreachable, Dialect, Seen, SeenRow, Upsert, Who};
+use super::{bad_url, queue_table, too_slow, unreachable, Dialect, Seen, SeenRow, Upsert, Who};
 use crate::adopt::{Owner, TableFacts};
 use crate::decide::Plan;
 use crate::error::{Class, Codes};
 use crate::listen::{self, Listener};
 use crate::options::quote_table;
 use crate::pool::{ConnPool, Setup, Use};
+use crate::queue::Wait;
 use crate::wake;
 use crate::SqlOptions;
 
@@ -101,7 +102,9 @@ pub(crate) struct Postgres {
     /// `statement_timeout` of every session.
     statement_bound: std::time::Duration,
     create: String,
+    queue_create: String,
     acquire: Arc<str>,
+    leave_queue: Arc<str>,
     renew: Arc<str>,
     release: Arc<str>,
     force_release: Arc<str>,
@@ -170,6 +173,11 @@ impl Postgres {
         statement_bound: std::time::Duration,
     ) -> Postgres {
         let qt = quote_table(t, '"');
+        let qq = quote_table(&queue_table(t), '"');
+        // The head of the queue: the live waiter with the lowest (seq, owner).
+        let head = format!(
+            "SELECT w.owner FROM {qq} w WHERE w.name = f.name AND w.expires_at > {NOW} ORDER BY w.seq, w.owner LIMIT 1"
+        );
         Postgres {
             pool,
             channel: t.to_owned(),
@@ -178,11 +186,22 @@ impl Postgres {
                 "CREATE TABLE IF NOT EXISTS {qt} (name TEXT COLLATE \"C\" NOT NULL PRIMARY KEY, owner TEXT, \
                  fence BIGINT NOT NULL, expires_at BIGINT NOT NULL, holder TEXT, metadata TEXT)"
             ),
-            // One statement: insert or take over a free/expired/own row, and when that did not
-            // happen, report the holder's remaining lease (the CTE's snapshot may miss a row
-            // committed meanwhile: then no row comes back, and the waiter just polls).
+            queue_create: format!(
+                "CREATE TABLE IF NOT EXISTS {qq} (name TEXT COLLATE \"C\" NOT NULL, owner TEXT NOT NULL, \
+                 seq BIGINT NOT NULL, expires_at BIGINT NOT NULL, PRIMARY KEY (name, owner))"
+            ),
+            // One statement: insert or take over a free/expired/own row unless a live waiter
+            // queued before us ($7: our place, i64::MAX when not queued); when that did not
+            // happen, report the holder's remaining lease (none when the row is free but owed
+            // to a waiter) and, for a waiting attempt ($6: the entry's lifetime, 0 for
+            // try_acquire), queue us or refresh our entry. A grant of a waiting attempt deletes
+            // our entry and the name's expired ones. (The CTEs' snapshot may miss a row
+            // committed meanwhile: then no row comes back, and the waiter just re-tries.)
             acquire: format!(
-                "WITH granted AS ( \
+                "WITH ahead AS ( \
+                   SELECT 1 FROM {qq} w WHERE w.name = $1 AND w.owner <> $2 AND w.expires_at > {NOW} \
+                   AND (w.seq, w.owner) < ($7::bigint, $2::text) LIMIT 1), \
+                 granted AS ( \
                    INSERT INTO {qt} AS l (name, owner, fence, expires_at, holder, metadata) \
                    VALUES ($1, $2, {NOW_US}, {NOW} + $3::bigint, $4, $5) \
                    ON CONFLICT (name) DO UPDATE SET \
@@ -192,32 +211,46 @@ impl Postgres {
                      expires_at = EXCLUDED.expires_at, \
                      holder = EXCLUDED.holder, \
                      metadata = EXCLUDED.metadata \
-                   WHERE l.owner IS NULL OR l.owner = EXCLUDED.owner OR l.expires_at <= {NOW} \
-                   RETURNING fence) \
-                 SELECT fence, NULL::bigint AS remaining FROM granted \
+                   WHERE l.owner = EXCLUDED.owner \
+                      OR ((l.owner IS NULL OR l.expires_at <= {NOW}) AND NOT EXISTS (SELECT 1 FROM ahead)) \
+                   RETURNING fence), \
+                 queued AS ( \
+                   INSERT INTO {qq} AS w (name, owner, seq, expires_at) \
+                   SELECT $1, $2, {NOW_US}, {NOW} + $6::bigint \
+                   WHERE $6::bigint > 0 AND NOT EXISTS (SELECT 1 FROM granted) \
+                   ON CONFLICT (name, owner) DO UPDATE SET expires_at = EXCLUDED.expires_at \
+                   RETURNING seq), \
+                 dequeued AS ( \
+                   DELETE FROM {qq} WHERE $6::bigint > 0 AND name = $1 AND (owner = $2 OR expires_at <= {NOW}) \
+                   AND EXISTS (SELECT 1 FROM granted)) \
+                 SELECT fence, NULL::bigint AS remaining, NULL::bigint AS seq FROM granted \
                  UNION ALL \
-                 SELECT NULL::bigint, h.expires_at - {NOW} FROM {qt} h \
-                 WHERE h.name = $1 AND NOT EXISTS (SELECT 1 FROM granted)"
+                 SELECT NULL::bigint, \
+                   CASE WHEN h.owner IS NOT NULL AND h.expires_at > {NOW} THEN h.expires_at - {NOW} END, \
+                   (SELECT seq FROM queued) \
+                 FROM {qt} h WHERE h.name = $1 AND NOT EXISTS (SELECT 1 FROM granted)"
             )
             .into(),
+            leave_queue: format!("DELETE FROM {qq} WHERE name = $1 AND (owner = $2 OR expires_at <= {NOW})").into(),
             renew: format!(
                 "UPDATE {qt} SET expires_at = {NOW} + $3::bigint \
                  WHERE name = $1 AND owner = $2 AND expires_at > {NOW}"
             )
             .into(),
-            // Free and notify in one statement: the notification is delivered on commit.
+            // Free and notify the head of the queue in one statement: the notification is
+            // delivered on commit, and a release nobody waits for notifies nobody.
             release: format!(
                 "WITH freed AS ( \
                    UPDATE {qt} SET owner = NULL, expires_at = {NOW} \
                    WHERE name = $1 AND owner = $2 AND expires_at > {NOW} RETURNING name) \
-                 SELECT pg_notify($3, $4 || name) FROM freed"
+                 SELECT (SELECT pg_notify($3, $4 || h.owner) FROM ({head}) h)::text FROM freed f"
             )
             .into(),
             force_release: format!(
                 "WITH freed AS ( \
                    UPDATE {qt} SET owner = NULL, expires_at = {NOW} \
                    WHERE name = $1 AND fence = $2 AND owner IS NOT NULL AND expires_at > {NOW} RETURNING name) \
-                 SELECT pg_notify($3, $4 || name) FROM freed"
+                 SELECT (SELECT pg_notify($3, $4 || h.owner) FROM ({head}) h)::text FROM freed f"
             )
             .into(),
             inspect: format!(
@@ -231,7 +264,12 @@ impl Postgres {
                  ORDER BY name LIMIT $2"
             )
             .into(),
-            collect: format!("DELETE FROM {qt} WHERE expires_at <= {NOW} - $1::bigint").into(),
+            // Waiter entries that lapsed as long ago go with them (a crashed waiter's; queue.rs).
+            collect: format!(
+                "WITH lapsed AS (DELETE FROM {qq} WHERE expires_at <= {NOW} - $1::bigint) \
+                 DELETE FROM {qt} WHERE expires_at <= {NOW} - $1::bigint"
+            )
+            .into(),
             _listener: listener,
         }
     }
@@ -338,28 +376,51 @@ impl Dialect for Postgres {
         self.pool.prepare_on_two(&hot).await;
     }
 
-    async fn acquire(&self, name: &str, owner: &str, ttl_ms: i64, who: Who<'_>) -> Result<Upsert, sqlx::Error> {
-        let args = Args { sql: &self.acquire, name, owner, ms: ttl_ms, channel: "", who };
+    fn queue_ddl(&self) -> &str {
+        &self.queue_create
+    }
+
+    async fn acquire(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl_ms: i64,
+        who: Who<'_>,
+        wait: Wait,
+    ) -> Result<Upsert, sqlx::Error> {
+        let args = (Args { sql: &self.acquire, name, owner, ms: ttl_ms, channel: "", who }, wait);
         let row = self
             .pool
-            .with(Use::Take, &args, |c, a| {
+            .with(Use::Take, &args, |c, (a, wait)| {
                 Box::pin(async move {
-                    sqlx::query_as::<_, (Option<i64>, Option<i64>)>(AssertSqlSafe(Arc::clone(a.sql)))
+                    sqlx::query_as::<_, (Option<i64>, Option<i64>, Option<i64>)>(AssertSqlSafe(Arc::clone(a.sql)))
                         .bind(a.name)
                         .bind(a.owner)
                         .bind(a.ms)
                         .bind(a.who.holder)
                         .bind(a.who.metadata)
+                        .bind(wait.lifetime_ms())
+                        .bind(wait.place())
                         .fetch_all(c)
                         .await
                 })
             })
             .await?;
         Ok(match row.into_iter().next() {
-            Some((Some(fence), _)) => Upsert::Granted(fence),
-            Some((None, rem)) => Upsert::Held(rem),
-            None => Upsert::Held(None),
+            Some((Some(fence), _, _)) => Upsert::Granted(fence),
+            Some((None, remaining, seq)) => Upsert::Held { remaining, seq },
+            None => Upsert::Held { remaining: None, seq: None },
         })
+    }
+
+    async fn leave_queue(&self, name: &str, owner: &str) -> Result<(), sqlx::Error> {
+        let args = (Arc::clone(&self.leave_queue), name, owner);
+        self.pool
+            .with(Use::Take, &args, |c, (sql, name, owner)| {
+                Box::pin(sqlx::query(AssertSqlSafe(Arc::clone(sql))).bind(*name).bind(*owner).execute(c))
+            })
+            .await
+            .map(drop)
     }
 
     fn add_column(&self, table: &str, column: &str) -> String {
@@ -425,7 +486,7 @@ impl Dialect for Postgres {
                         .bind(a.name)
                         .bind(a.owner)
                         .bind(a.channel)
-                        .bind(wake::EXCLUSIVE)
+                        .bind(wake::WAITER)
                         .fetch_all(c),
                 )
             })
@@ -443,7 +504,7 @@ impl Dialect for Postgres {
                         .bind(*name)
                         .bind(*fence)
                         .bind(*channel)
-                        .bind(wake::EXCLUSIVE)
+                        .bind(wake::WAITER)
                         .fetch_all(c),
                 )
             })

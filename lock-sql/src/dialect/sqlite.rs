@@ -14,11 +14,12 @@ use tokio::time::timeout;
 
 use super::params::Accepted;
 use super::rw::{acquire_tx, owner_stmt, Attempt, Flavor, KindSql, OwnerStmt};
-use super::{bad_url, too_slow, unreachable, Dialect, Seen, SeenRow, Upsert, Who};
+use super::{bad_url, queue_table, too_slow, unreachable, Dialect, Seen, SeenRow, Upsert, Who};
 use crate::adopt::{Owner, TableFacts};
 use crate::decide::Plan;
 use crate::error::{Class, Codes};
 use crate::options::quote_table;
+use crate::queue::Wait;
 use crate::SqlOptions;
 
 /// Milliseconds since the Unix epoch, on the host's clock.
@@ -88,15 +89,21 @@ pub(crate) struct Lite {
     /// `busy_timeout`: the longest a statement waits for the file.
     statement_bound: Duration,
     create: String,
+    queue_create: String,
     acquire: String,
     /// The holder's remaining lease in ms, after a refused upsert.
     read_back: String,
+    /// Queues a refused waiter (or refreshes its entry); its place comes back.
+    enqueue: String,
+    leave_queue: String,
     renew: String,
     release: String,
     force_release: String,
     inspect: String,
     list: String,
     collect: String,
+    /// Waiter entries that lapsed as long ago (a crashed waiter's; queue.rs).
+    collect_queue: String,
 }
 
 pub(crate) async fn connect(url: &str, options: &SqlOptions) -> Result<Arc<dyn Dialect>, LockError> {
@@ -151,6 +158,7 @@ pub(crate) async fn from_pool(pool: SqlitePool, options: &SqlOptions) -> Result<
 impl Lite {
     fn new(pool: SqlitePool, t: &str, durable: bool) -> Lite {
         let qt = quote_table(t, '"');
+        let qq = quote_table(&queue_table(t), '"');
         Lite {
             pool,
             durable,
@@ -159,7 +167,12 @@ impl Lite {
                 "CREATE TABLE IF NOT EXISTS {qt} (name TEXT NOT NULL PRIMARY KEY, owner TEXT, \
                  fence INTEGER NOT NULL, expires_at INTEGER NOT NULL, holder TEXT, metadata TEXT)"
             ),
-            // SQLite evaluates every SET expression against the old row.
+            queue_create: format!(
+                "CREATE TABLE IF NOT EXISTS {qq} (name TEXT NOT NULL, owner TEXT NOT NULL, seq INTEGER NOT NULL, \
+                 expires_at INTEGER NOT NULL, PRIMARY KEY (name, owner))"
+            ),
+            // SQLite evaluates every SET expression against the old row. A free row is not
+            // taken while a live waiter queued before us (?6: our place) waits (queue.rs).
             acquire: format!(
                 "INSERT INTO {qt} (name, owner, fence, expires_at, holder, metadata) \
                  VALUES (?1, ?2, {NOW_US}, {NOW} + ?3, ?4, ?5) \
@@ -169,10 +182,20 @@ impl Lite {
                    expires_at = excluded.expires_at, \
                    holder = excluded.holder, \
                    metadata = excluded.metadata \
-                 WHERE owner IS NULL OR owner = excluded.owner OR expires_at <= {NOW} \
+                 WHERE owner = excluded.owner OR ((owner IS NULL OR expires_at <= {NOW}) AND NOT EXISTS ( \
+                   SELECT 1 FROM {qq} w WHERE w.name = ?1 AND w.owner <> ?2 AND w.expires_at > {NOW} \
+                   AND (w.seq, w.owner) < (?6, ?2))) \
                  RETURNING fence"
             ),
-            read_back: format!("SELECT expires_at - {NOW} FROM {qt} WHERE name = ?1"),
+            read_back: format!(
+                "SELECT CASE WHEN owner IS NOT NULL AND expires_at > {NOW} THEN expires_at - {NOW} END \
+                 FROM {qt} WHERE name = ?1"
+            ),
+            enqueue: format!(
+                "INSERT INTO {qq} (name, owner, seq, expires_at) VALUES (?1, ?2, {NOW_US}, {NOW} + ?3) \
+                 ON CONFLICT (name, owner) DO UPDATE SET expires_at = excluded.expires_at RETURNING seq"
+            ),
+            leave_queue: format!("DELETE FROM {qq} WHERE name = ?1 AND (owner = ?2 OR expires_at <= {NOW})"),
             renew: format!(
                 "UPDATE {qt} SET expires_at = {NOW} + ?3 WHERE name = ?1 AND owner = ?2 AND expires_at > {NOW}"
             ),
@@ -195,6 +218,7 @@ impl Lite {
                  ORDER BY name LIMIT ?2"
             ),
             collect: format!("DELETE FROM {qt} WHERE expires_at <= {NOW} - ?1"),
+            collect_queue: format!("DELETE FROM {qq} WHERE expires_at <= {NOW} - ?1"),
         }
     }
 }
@@ -253,23 +277,54 @@ impl Dialect for Lite {
         format!("ALTER TABLE {} ADD COLUMN {column} TEXT", quote_table(table, '"'))
     }
 
-    async fn acquire(&self, name: &str, owner: &str, ttl_ms: i64, who: Who<'_>) -> Result<Upsert, sqlx::Error> {
+    fn queue_ddl(&self) -> &str {
+        &self.queue_create
+    }
+
+    async fn acquire(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl_ms: i64,
+        who: Who<'_>,
+        wait: Wait,
+    ) -> Result<Upsert, sqlx::Error> {
         let fence = sqlx::query_scalar::<_, i64>(AssertSqlSafe(self.acquire.as_str()))
             .bind(name)
             .bind(owner)
             .bind(ttl_ms)
             .bind(who.holder)
             .bind(who.metadata)
+            .bind(wait.place())
             .fetch_all(&self.pool)
             .await?;
         if let Some(fence) = fence.into_iter().next() {
+            if wait.queued() {
+                self.leave_queue(name, owner).await?;
+            }
             return Ok(Upsert::Granted(fence));
         }
-        let rem = sqlx::query_scalar::<_, i64>(AssertSqlSafe(self.read_back.as_str()))
+        let rem = sqlx::query_scalar::<_, Option<i64>>(AssertSqlSafe(self.read_back.as_str()))
             .bind(name)
             .fetch_all(&self.pool)
             .await?;
-        Ok(Upsert::Held(rem.into_iter().next()))
+        let remaining = rem.into_iter().next().flatten();
+        let seq = match wait.lifetime_ms() {
+            0 => None,
+            lifetime => Some(
+                sqlx::query_scalar::<_, i64>(AssertSqlSafe(self.enqueue.as_str()))
+                    .bind(name)
+                    .bind(owner)
+                    .bind(lifetime)
+                    .fetch_one(&self.pool)
+                    .await?,
+            ),
+        };
+        Ok(Upsert::Held { remaining, seq })
+    }
+
+    async fn leave_queue(&self, name: &str, owner: &str) -> Result<(), sqlx::Error> {
+        sqlx::query(AssertSqlSafe(self.leave_queue.as_str())).bind(name).bind(owner).execute(&self.pool).await.map(drop)
     }
 
     async fn renew(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<bool, sqlx::Error> {
@@ -294,6 +349,7 @@ impl Dialect for Lite {
     }
 
     async fn collect_idle(&self, idle_ms: i64) -> Result<u64, sqlx::Error> {
+        sqlx::query(AssertSqlSafe(self.collect_queue.as_str())).bind(idle_ms).execute(&self.pool).await?;
         let done = sqlx::query(AssertSqlSafe(self.collect.as_str())).bind(idle_ms).execute(&self.pool).await?;
         Ok(done.rows_affected())
     }

@@ -109,7 +109,11 @@ impl KindStore for SqlKinds {
     }
 
     fn capabilities(&self) -> Capabilities {
-        lock_core::LeaseStore::capabilities(&*self.store)
+        let mut caps = lock_core::LeaseStore::capabilities(&*self.store);
+        // The waiter queue is the exclusive lock's; readers, writers and permits are not
+        // served in arrival order.
+        caps.fifo = false;
+        caps
     }
 
     async fn try_lock(&self, a: KindAttempt<'_>) -> Result<TryLock, LockError> {

@@ -170,7 +170,7 @@ pub async fn check_least_privilege(fx: &SqlFixture) -> Result<(), LockError> {
     };
     admin.run(&create).await;
     admin.run(&format!("GRANT SELECT, INSERT, UPDATE ON \"{t}\" TO {grantee}")).await;
-    for kind_table in [format!("{t}_counters"), format!("{t}_holders")] {
+    for kind_table in [format!("{t}_waiters"), format!("{t}_counters"), format!("{t}_holders")] {
         admin.run(&format!("GRANT SELECT, INSERT, UPDATE, DELETE ON \"{kind_table}\" TO {grantee}")).await;
     }
     let mut url = url::Url::parse(fx.url()).map_err(|e| LockError::config(format!("bad test URL: {e}")))?;

@@ -118,7 +118,7 @@ pub async fn check_qualified_table(fx: &SqlFixture) -> Result<(), LockError> {
     lease.release().await?;
     drop(lock_sql::connect_rw(fx.url(), options(&table)).await?);
     drop(lock_sql::connect_semaphore(fx.url(), options(&table)).await?);
-    for suffix in ["", "_counters", "_holders"] {
+    for suffix in ["", "_waiters", "_counters", "_holders"] {
         admin.run(&format!("DROP TABLE \"{schema}\".\"{name}{suffix}\"")).await;
     }
     if fx.dialect() == Dialect::Postgres {

@@ -1,0 +1,94 @@
+//! MySQL's exclusive acquire: the upsert whose every assignment repeats the full condition
+//! (queue check included), and the waiter queue's statements, which MySQL runs apart from the
+//! upsert (it has no data-modifying CTEs; see queue.rs).
+
+use sqlx::mysql::{MySql, MySqlArguments};
+use sqlx::query::QueryAs;
+use sqlx::AssertSqlSafe;
+
+use super::{Args, Mysql, Row};
+use crate::dialect::Who;
+use crate::pool::Use;
+use crate::queue::Wait;
+
+/// One copy of the acquire upsert's condition (see `Mysql::new`): the caller as owner, then the
+/// queue check's name, owner, place and owner.
+fn bind_cond<'q>(
+    q: QueryAs<'q, MySql, Row, MySqlArguments>,
+    name: &'q [u8],
+    owner: &'q [u8],
+    place: i64,
+) -> QueryAs<'q, MySql, Row, MySqlArguments> {
+    q.bind(owner).bind(name).bind(owner).bind(place).bind(owner)
+}
+
+impl Mysql {
+    /// The acquire upsert; the row as it is afterwards (returned, or read back).
+    pub(super) async fn upsert(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl_ms: i64,
+        who: Who<'_>,
+        place: i64,
+    ) -> Result<Vec<Row>, sqlx::Error> {
+        let args = (Args { dialect: self, name: name.as_bytes(), owner: owner.as_bytes(), ms: ttl_ms, who }, place);
+        self.pool
+            .with(Use::Take, &args, |c, (a, place)| {
+                Box::pin(async move {
+                    let (d, o, n, p) = (a.dialect, a.owner, a.name, *place);
+                    let (h, m) = (a.who.holder.map(str::as_bytes), a.who.metadata.map(str::as_bytes));
+                    // VALUES, then each assignment's condition and new value.
+                    let mut upsert = sqlx::query_as::<_, Row>(AssertSqlSafe(d.acquire.clone()))
+                        .bind(n)
+                        .bind(o)
+                        .bind(a.ms)
+                        .bind(h)
+                        .bind(m);
+                    upsert = bind_cond(upsert, n, o, p).bind(o);
+                    upsert = bind_cond(upsert, n, o, p).bind(o);
+                    upsert = bind_cond(upsert, n, o, p).bind(a.ms);
+                    upsert = bind_cond(upsert, n, o, p).bind(h);
+                    upsert = bind_cond(upsert, n, o, p).bind(m);
+                    if d.returning {
+                        return upsert.fetch_all(&mut *c).await;
+                    }
+                    // sqlx sets CLIENT_FOUND_ROWS: rows_affected cannot tell a grant from a
+                    // refusal. Read the row back; only our own attempt can make us the owner.
+                    upsert.fetch_all(&mut *c).await?;
+                    sqlx::query_as::<_, Row>(AssertSqlSafe(d.read_back.clone())).bind(n).fetch_all(&mut *c).await
+                })
+            })
+            .await
+    }
+
+    /// Queues a refused waiting attempt (or refreshes its entry); its place. `None` for
+    /// `try_acquire`, which never queues.
+    pub(super) async fn enqueue(&self, name: &str, owner: &str, wait: Wait) -> Result<Option<i64>, sqlx::Error> {
+        let lifetime = wait.lifetime_ms();
+        if lifetime == 0 {
+            return Ok(None);
+        }
+        let args = (self, name.as_bytes(), owner.as_bytes(), lifetime);
+        self.pool
+            .with(Use::Take, &args, |c, (d, name, owner, lifetime)| {
+                Box::pin(async move {
+                    let q = sqlx::query_scalar::<_, i64>(AssertSqlSafe(d.enqueue.clone()))
+                        .bind(*name)
+                        .bind(*owner)
+                        .bind(*lifetime)
+                        .bind(*lifetime);
+                    if d.returning {
+                        return q.fetch_optional(&mut *c).await;
+                    }
+                    q.fetch_optional(&mut *c).await?;
+                    sqlx::query_scalar::<_, i64>(AssertSqlSafe(d.place.clone()))
+                        .bind(*name)
+                        .bind(*owner)
+                        .fetch_optional(&mut *c)
+                        .await
+                })
+            })
+            .await
+    }
+}

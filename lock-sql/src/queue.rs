@@ -1,0 +1,124 @@
+//! The exclusive lock's waiter queue: `<table>_waiters`, one row per waiting `acquire`, so that
+//! waiters are served in arrival order and a release wakes one of them.
+//!
+//! An attempt is granted only when the lease row is free (or expired, or already ours) **and**
+//! no live waiter queued before the caller; a caller not (yet) queued counts as queued last, so
+//! a newcomer — `try_acquire` included, and the releaser coming straight back — never overtakes
+//! a queued waiter. A refused attempt of a waiting `acquire` queues its owner at the database
+//! clock in µs (ties broken by owner id) and every later attempt refreshes the entry's expiry
+//! while keeping its place; the grant deletes it (with the name's expired entries), and a wait
+//! that ends without a grant deletes it too (best effort, in the background).
+//!
+//! The bound on a vanished head (a waiter whose process died without deleting its entry): its
+//! entry stops counting [`lifetime`] after its last refresh, and the next waiter re-tries within
+//! its fallback interval after that, so such a head holds the free lock back for at most
+//! `12 × max_poll` + 250 ms (`max_poll` = ttl/4 clamped to 20–500 ms: at most 6.25 s, or three
+//! ttls for ttls under 2 s). This rests on a waiter attempting at least every `4 × max_poll`,
+//! which `StoreLock` guarantees (its fallback re-try when notified, its poll cap otherwise).
+//!
+//! On PostgreSQL a release notifies with the head's owner id as payload
+//! ([`crate::wake::waiter`]): only the client holding that waiter wakes it, and a release nobody
+//! waits for sends no notification. MySQL and SQLite cannot notify; their waiters poll, and the
+//! queue makes the polls fair.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use lock_core::OwnerId;
+
+/// How an exclusive acquire attempt stands to the queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// `try_acquire`: granted only when nobody live is queued; never queued.
+    No,
+    /// An attempt of a waiting `acquire`: when refused, queue (or refresh) the owner's entry for
+    /// `lifetime_ms`; `seq` is its place once queued.
+    Queue { lifetime_ms: i64, seq: Option<i64> },
+}
+
+impl Wait {
+    /// The caller's place: live waiters queued before it hold it back (`i64::MAX`: behind all).
+    pub(crate) fn place(self) -> i64 {
+        match self {
+            Wait::Queue { seq: Some(seq), .. } => seq,
+            _ => i64::MAX,
+        }
+    }
+
+    /// How long a refused attempt's entry lives, in ms; 0: not queued.
+    pub(crate) fn lifetime_ms(self) -> i64 {
+        match self {
+            Wait::Queue { lifetime_ms, .. } => lifetime_ms,
+            Wait::No => 0,
+        }
+    }
+
+    /// Whether the caller holds an entry to delete when granted.
+    pub(crate) fn queued(self) -> bool {
+        matches!(self, Wait::Queue { seq: Some(_), .. })
+    }
+}
+
+/// How long a waiter's entry counts after its last attempt: twice the longest gap between two
+/// attempts of a waiter (`4 × max_poll`, see the module docs), plus room for a slow statement.
+pub(crate) fn lifetime(max_poll: Duration) -> Duration {
+    max_poll.saturating_mul(8) + Duration::from_millis(250)
+}
+
+/// The places of this client's waiting acquires, by owner: `None` once an attempt may have
+/// queued it without the place coming back (cancelled, failed), so that the end of the wait
+/// still deletes the entry.
+#[derive(Default)]
+pub(crate) struct Places {
+    inner: Mutex<HashMap<OwnerId, Option<i64>>>,
+}
+
+impl Places {
+    pub(crate) fn get(&self, owner: OwnerId) -> Option<i64> {
+        self.lock().get(&owner).copied().flatten()
+    }
+
+    /// A waiting attempt of `owner` starts: it may queue it.
+    pub(crate) fn touch(&self, owner: OwnerId) {
+        self.lock().entry(owner).or_insert(None);
+    }
+
+    pub(crate) fn set(&self, owner: OwnerId, seq: i64) {
+        self.lock().insert(owner, Some(seq));
+    }
+
+    /// Forgets `owner`'s place; whether it had one.
+    pub(crate) fn take(&self, owner: OwnerId) -> bool {
+        self.lock().remove(&owner).is_some()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<OwnerId, Option<i64>>> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn places_and_lifetimes() {
+        assert_eq!(Wait::No.place(), i64::MAX);
+        assert_eq!(Wait::No.lifetime_ms(), 0);
+        let fresh = Wait::Queue { lifetime_ms: 9, seq: None };
+        assert_eq!((fresh.place(), fresh.queued()), (i64::MAX, false));
+        let queued = Wait::Queue { lifetime_ms: 9, seq: Some(5) };
+        assert_eq!((queued.place(), queued.queued(), queued.lifetime_ms()), (5, true, 9));
+        assert_eq!(lifetime(Duration::from_millis(500)), Duration::from_millis(4250));
+        let places = Places::default();
+        let o = OwnerId::random();
+        places.touch(o);
+        assert_eq!(places.get(o), None, "may be queued, place unknown");
+        places.set(o, 7);
+        places.touch(o);
+        assert_eq!(places.get(o), Some(7));
+        assert!(places.take(o));
+        assert!(!places.take(o));
+    }
+}
