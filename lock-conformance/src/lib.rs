@@ -112,7 +112,8 @@
 //! `cancel_safety`, `wake_latency`, `fifo_order`, `fifo_no_overtake`), names and inputs (`hostile_names`,
 //! `invalid_input`, `declared_kinds`), the other kinds (`rw_lock`, `semaphore`), faults
 //! (`fault_pause_past_ttl`, `fault_connection_cut`, `fault_partition`, `fault_latency`,
-//! `fault_server_pause`, `fault_server_restart`, `fault_unavailable`, `fault_entry_deleted`) and
+//! `fault_server_pause`, `fault_server_restart`, `fault_unavailable`, `fault_entry_deleted`,
+//! `fault_entry_deleted_among_many`) and
 //! the randomized `nemesis`; then, appended: several locks at once (`acquire_all_*`), the server's
 //! bound on validity (`validity_within_server_bound`), re-grants (`regrant_extends_lease`), the
 //! quiet period after an empty restart (`fault_restart_quiet_period`), release cancelled at each
@@ -240,6 +241,7 @@ macro_rules! conformance_tests {
                 fault_server_restart,
                 fault_unavailable,
                 fault_entry_deleted,
+                fault_entry_deleted_among_many,
                 nemesis,
                 acquire_all_holds_every_name,
                 acquire_all_releases_on_failure,

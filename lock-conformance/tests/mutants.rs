@@ -41,6 +41,8 @@ enum Bug {
     FairOvertaken,
     /// A waiter queue whose entries never expire: a waiter that vanished blocks the lock for good.
     FairHeadStuck,
+    /// A batch of renewals applies each one but answers every lease with the first one's outcome.
+    BatchAnsweredAsOne,
 }
 
 impl Bug {
@@ -145,6 +147,20 @@ impl LeaseStore for Store {
         let answer = self.renew_now(name, owner, ttl);
         self.delay().await;
         answer
+    }
+    async fn renew_many(&self, leases: &[(LockName, OwnerId)], ttl: Duration) -> Vec<Result<RenewOutcome, LockError>> {
+        self.delay().await;
+        let mut answers: Vec<_> = leases.iter().map(|(name, owner)| self.renew_now(name, *owner, ttl)).collect();
+        if self.server.bug == Bug::BatchAnsweredAsOne && answers.len() > 1 {
+            let first = answers.remove(0);
+            let as_one = |r: &Result<RenewOutcome, LockError>| match r {
+                Ok(o) => Ok(*o),
+                Err(_) => Err(LockError::unavailable("mutant", "unreachable")),
+            };
+            answers = std::iter::repeat_with(|| as_one(&first)).take(leases.len()).collect();
+        }
+        self.delay().await;
+        answers
     }
     async fn release(&self, name: &LockName, owner: OwnerId) -> Result<ReleaseOutcome, LockError> {
         self.delay().await;
@@ -350,6 +366,7 @@ async fn a_correct_store_passes_the_cases_the_mutants_fail() {
         "fault_server_restart",
         "fault_partition",
         "fault_entry_deleted",
+        "fault_entry_deleted_among_many",
         // Each of these fails on a lease or a StoreLock without its fix (issue 10 items 5, 6, 8, 9):
         // the store's link latency keeps a release in flight when its caller goes away, and cuts
         // the last attempt before a deadline short.
@@ -433,4 +450,11 @@ async fn a_fair_queue_passes_and_its_breaches_are_caught() {
     }
     assert_fails(Bug::FairOvertaken, &["fifo_no_overtaking"]).await;
     assert_fails(Bug::FairHeadStuck, &["fifo_vanished_head"]).await;
+}
+
+/// Renewals gathered into one request must still answer each lease: a batch answered with one
+/// outcome keeps a deleted lease alive (or loses the live ones with it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_renewals_answered_as_one_is_caught() {
+    assert_fails(Bug::BatchAnsweredAsOne, &["fault_entry_deleted_among_many"]).await;
 }

@@ -421,15 +421,8 @@ impl Lease {
         let span = shared.release_span();
         let runtime = self.runtime.clone().or_else(|| tokio::runtime::Handle::try_current().ok());
         match runtime {
-            // Spawned, not awaited in place: a caller dropped mid-request must not take the
-            // request with it (clients drop a queued command whose caller is gone).
-            Some(rt) => match rt.spawn(release::release_once(shared).instrument(span)).await {
-                Ok(result) => result,
-                Err(e) => Err(LockError::unavailable(
-                    "lease",
-                    format!("the release task ended early ({e}); call release() again or let the ttl free the lock"),
-                )),
-            },
+            // Moved to a task if this future is dropped mid-request (release::Detached).
+            Some(rt) => release::Detached::new(release::release_once(shared).instrument(span), rt).await,
             None => release::release_once(shared).instrument(span).await,
         }
     }

@@ -31,6 +31,7 @@
 //! ```
 
 mod backoff;
+mod batch;
 mod capabilities;
 mod election;
 mod error;
@@ -47,6 +48,7 @@ mod name;
 mod options;
 pub mod redact;
 mod release;
+mod renewals;
 #[cfg(feature = "sqlx")]
 mod sqlx_token;
 mod store;
@@ -54,6 +56,7 @@ mod wake;
 mod watchdog;
 
 pub use backoff::Backoff;
+pub use batch::{Batcher, RoundFn};
 pub use capabilities::{Capabilities, LeaseModel, WakeMethod};
 pub use election::{Election, Leadership};
 pub use error::{BoxError, LockError};

@@ -2,7 +2,10 @@
 //! again (by the next `release()`, by `Drop`, or in the background after a loss by time), and
 //! `Ok` means the server no longer holds the lock for us.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::time::{timeout, Instant};
@@ -61,6 +64,45 @@ pub(crate) async fn release_once(shared: Arc<Shared>) -> Result<(), LockError> {
                 shared.request_timeout
             ),
         )),
+    }
+}
+
+/// A release polled in place by its caller, and moved to a task of `runtime` if the caller
+/// drops it unfinished (a `select!`, an aborted task): clients drop a queued command whose
+/// caller is gone, so a release must not die with its caller, yet spawning a task for every
+/// release cost a task and a cross-thread wake-up per acquisition on the happy path.
+pub(crate) struct Detached<T: Send + 'static> {
+    future: Option<Pin<Box<dyn Future<Output = T> + Send>>>,
+    runtime: tokio::runtime::Handle,
+}
+
+impl<T: Send + 'static> Detached<T> {
+    pub(crate) fn new(future: impl Future<Output = T> + Send + 'static, runtime: tokio::runtime::Handle) -> Self {
+        Detached { future: Some(Box::pin(future)), runtime }
+    }
+}
+
+impl<T: Send + 'static> Future for Detached<T> {
+    type Output = T;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        let Some(future) = self.future.as_mut() else {
+            // Polled after it finished: a caller bug, but no reason to panic in a library.
+            return Poll::Pending;
+        };
+        let out = future.as_mut().poll(cx);
+        if out.is_ready() {
+            self.future = None;
+        }
+        out
+    }
+}
+
+impl<T: Send + 'static> Drop for Detached<T> {
+    fn drop(&mut self) {
+        if let Some(future) = self.future.take() {
+            self.runtime.spawn(future);
+        }
     }
 }
 

@@ -9,6 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::{timeout, Instant};
 
+use crate::renewals::Renewals;
 use crate::{
     AcquireOptions, Backoff, Capabilities, DistributedLock, FencingToken, Holder, HolderInfo, Lease, LeaseGrant,
     LeaseHandle, LockError, LockName, OwnerId, ReleaseOutcome, RenewOutcome, WakeSubscription,
@@ -84,6 +85,14 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// Extend `owner`'s lease to `now + ttl` if `owner` still holds it.
     async fn renew(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<RenewOutcome, LockError>;
 
+    /// [`LeaseStore::renew`] for many leases at once, the answers in the order of `leases`
+    /// (the renewals of many held leases are gathered into rounds, see `renewals.rs`). By
+    /// default the renewals are sent side by side, one request each; stores that can do it in
+    /// one statement or one round trip override this.
+    async fn renew_many(&self, leases: &[(LockName, OwnerId)], ttl: Duration) -> Vec<Result<RenewOutcome, LockError>> {
+        futures::future::join_all(leases.iter().map(|(name, owner)| self.renew(name, *owner, ttl))).await
+    }
+
     /// Free the lock if `owner` still holds it, and wake waiters.
     async fn release(&self, name: &LockName, owner: OwnerId) -> Result<ReleaseOutcome, LockError>;
 
@@ -152,23 +161,24 @@ pub trait LeaseStore: Send + Sync + 'static {
 /// Turns a [`LeaseStore`] into a [`DistributedLock`].
 pub struct StoreLock<S> {
     store: Arc<S>,
+    renewals: Arc<Renewals>,
 }
 
 impl<S> Clone for StoreLock<S> {
     fn clone(&self) -> Self {
-        StoreLock { store: Arc::clone(&self.store) }
+        StoreLock { store: Arc::clone(&self.store), renewals: Arc::clone(&self.renewals) }
     }
 }
 
 impl<S: LeaseStore> StoreLock<S> {
     /// Wraps a store.
     pub fn new(store: S) -> Self {
-        StoreLock { store: Arc::new(store) }
+        StoreLock::from_arc(Arc::new(store))
     }
 
     /// Wraps a store that other lock kinds share (one backend handle serving every kind).
     pub fn from_arc(store: Arc<S>) -> Self {
-        StoreLock { store }
+        StoreLock { renewals: Arc::new(Renewals::new(Arc::clone(&store))), store }
     }
 
     /// The wrapped store.
@@ -184,7 +194,12 @@ impl<S: LeaseStore> StoreLock<S> {
         started: Instant,
         opts: &AcquireOptions,
     ) -> Lease {
-        let handle = Arc::new(StoreLeaseHandle { store: Arc::clone(&self.store), name: name.clone(), owner });
+        let handle = Arc::new(StoreLeaseHandle {
+            store: Arc::clone(&self.store),
+            renewals: Arc::clone(&self.renewals),
+            name: name.clone(),
+            owner,
+        });
         Lease::new(LeaseGrant::new(name.clone(), token, owner, started, handle), opts)
     }
 
@@ -237,6 +252,7 @@ const STARVATION_BOUND: u32 = 8;
 
 struct StoreLeaseHandle<S> {
     store: Arc<S>,
+    renewals: Arc<Renewals>,
     name: LockName,
     owner: OwnerId,
 }
@@ -244,7 +260,7 @@ struct StoreLeaseHandle<S> {
 #[async_trait]
 impl<S: LeaseStore> LeaseHandle for StoreLeaseHandle<S> {
     async fn renew(&self, ttl: Duration) -> Result<RenewOutcome, LockError> {
-        self.store.renew(&self.name, self.owner, ttl).await
+        self.renewals.renew(&self.name, self.owner, ttl).await
     }
     async fn release(&self) -> Result<ReleaseOutcome, LockError> {
         self.store.release(&self.name, self.owner).await

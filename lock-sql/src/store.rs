@@ -81,6 +81,15 @@ impl SqlStore {
         self.dialect.codes().label
     }
 
+    /// The error of a statement that served many leases, for each of them: an unanswered one
+    /// stays `Unavailable` (outcome unknown), anything else is the backend's error.
+    fn for_each(&self, e: &LockError) -> LockError {
+        match e {
+            LockError::Unavailable { backend, reason, .. } => LockError::unavailable(backend.clone(), reason.clone()),
+            other => LockError::backend(self.label(), other.to_string()),
+        }
+    }
+
     /// Serializes renew and release of one lease (see [`OwnerLocks`]).
     pub(crate) async fn one_at_a_time(&self, owner: OwnerId) -> OwnerGuard<'_> {
         self.serial.lock(owner).await
@@ -389,6 +398,43 @@ impl LeaseStore for SqlStore {
         let (n, o, ms) = (name.as_str(), owner.to_hex(), ttl_ms(ttl));
         let ours = self.run("renew", || self.dialect.renew(n, &o, ms)).await?;
         Ok(if ours { RenewOutcome::Renewed } else { RenewOutcome::NotOwner })
+    }
+
+    /// One statement for a round of renewals (lock-core gathers them). Each lease is still one
+    /// at a time with its own release, as in `renew`: the guards are taken in owner order, so two
+    /// rounds holding the same lease (a manual renewal next to the watchdog's) never wait on
+    /// each other in a cycle.
+    async fn renew_many(&self, leases: &[(LockName, OwnerId)], ttl: Duration) -> Vec<Result<RenewOutcome, LockError>> {
+        let mut owners: Vec<OwnerId> = leases.iter().map(|(_, owner)| *owner).collect();
+        owners.sort_by_key(|owner| owner.as_u128());
+        owners.dedup();
+        let mut serial = Vec::with_capacity(owners.len());
+        for owner in owners {
+            serial.push(self.one_at_a_time(owner).await);
+        }
+        let hex: Vec<(&str, String)> = leases.iter().map(|(name, owner)| (name.as_str(), owner.to_hex())).collect();
+        let mut unique: Vec<(&str, &str)> = hex.iter().map(|(name, owner)| (*name, owner.as_str())).collect();
+        unique.sort_unstable();
+        unique.dedup();
+        let ms = ttl_ms(ttl);
+        // One lease alone takes the single-row statement, prepared at connect: a statement the
+        // connection has not prepared yet costs one more round trip, which a slow link's
+        // renewal cannot spare.
+        let ours = match unique.as_slice() {
+            [(name, owner)] => self.run("renew", || self.dialect.renew(name, owner, ms)).await.map(|o| vec![o]),
+            _ => self.run("renew", || self.dialect.renew_many(&unique, ms)).await,
+        };
+        drop(serial);
+        hex.iter()
+            .map(|(name, owner)| match &ours {
+                Ok(ours) => {
+                    let renewed =
+                        unique.binary_search(&(*name, owner.as_str())).is_ok_and(|i| ours.get(i) == Some(&true));
+                    Ok(if renewed { RenewOutcome::Renewed } else { RenewOutcome::NotOwner })
+                }
+                Err(e) => Err(self.for_each(e)),
+            })
+            .collect()
     }
 
     async fn release(&self, name: &LockName, owner: OwnerId) -> Result<ReleaseOutcome, LockError> {

@@ -433,3 +433,44 @@ pub async fn fault_entry_deleted(fx: &dyn Fixture) -> CaseResult {
     next.release().await?;
     Ok(format!("loss noticed {} ms after the delete", ms(noticed)))
 }
+
+/// One client holds several leases whose renewals are due together (renewals may be sent as one
+/// batch, e.g. one statement for many leases); one entry is deleted behind its holder's back.
+/// Only that lease may be lost: a batch answered as a whole would either keep the deleted lease
+/// alive or take the others down with it.
+pub async fn fault_entry_deleted_among_many(fx: &dyn Fixture) -> CaseResult {
+    const HELD: usize = 6;
+    const DELETED: usize = 3;
+    let cx = Ctx::new(fx, "fault_entry_deleted_among_many").await?;
+    let a = cx.client().await?;
+    let mut names = Vec::with_capacity(HELD);
+    let mut leases = Vec::with_capacity(HELD);
+    for i in 0..HELD {
+        let name = cx.name(&format!("many/{i}"))?;
+        leases.push(a.acquire(&name, &cx.opts(cx.ttl() * 2)).await?);
+        names.push(name);
+    }
+    if !cx.fx.delete_entry(&names[DELETED]).await? {
+        for lease in &leases {
+            let _ = lease.release().await;
+        }
+        return Err(missing_hook("the fixture cannot delete a lock's server-side entry (Fixture::delete_entry)"));
+    }
+    let t = Instant::now();
+    let bound = cx.expiry() + cx.request_timeout() + Duration::from_secs(1);
+    let fired = tokio::time::timeout(bound, leases[DELETED].lost().fired()).await.is_ok();
+    ensure!(fired, "the holder still believed it held the deleted lock {} ms after the delete", ms(t.elapsed()));
+    // Let the others go through at least one more renewal round after the one that found the loss.
+    tokio::time::sleep(cx.ttl() / 2).await;
+    for (i, lease) in leases.iter().enumerate().filter(|(i, _)| *i != DELETED) {
+        ensure!(
+            !lease.lost().is_fired() && lease.is_valid(),
+            "lease {i} of {HELD} was lost with the deleted one ({:?}): a batch of renewals must answer each lease",
+            lease.lost().reason()
+        );
+    }
+    for (i, lease) in leases.iter().enumerate().filter(|(i, _)| *i != DELETED) {
+        lease.release().await.map_err(|e| CaseError::Failed(format!("releasing lease {i}: {e}")))?;
+    }
+    Ok(format!("loss of 1 of {HELD} noticed {} ms after the delete; the others held on", ms(t.elapsed())))
+}

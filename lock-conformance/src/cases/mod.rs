@@ -179,6 +179,7 @@ registry! {
     faults::fault_server_restart, 16, "fencing stays monotonic and declared durability holds across a restart";
     faults::fault_unavailable, 10, "a server that is down gives Unavailable within the caller's wait";
     faults::fault_entry_deleted, 8, "a lock entry deleted behind the holder's back: loss signalled, fencing kept";
+    faults::fault_entry_deleted_among_many, 8, "one of several held leases deleted: only it is lost (renewal batches answer each lease)";
     nemesis::nemesis, 10, "random faults while clients contend: no overlapping windows, increasing tokens";
     multi::acquire_all_holds_every_name, 6, "acquire_all holds every name of the set until released";
     multi::acquire_all_releases_on_failure, 6, "acquire_all that fails leaves none of the names held";

@@ -150,6 +150,16 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     async fn list(&self, prefix: &str, limit: i64) -> Result<Vec<Seen>, sqlx::Error>;
     /// The exclusive lock's owner-checked renewal; whether the row is still ours.
     async fn renew(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<bool, sqlx::Error>;
+    /// Owner-checked renewals of many exclusive locks (distinct `(name, owner)` pairs), in one
+    /// statement where the database can; whether each row is still ours, in the order of
+    /// `leases`. By default one [`Dialect::renew`] after another.
+    async fn renew_many(&self, leases: &[(&str, &str)], ttl_ms: i64) -> Result<Vec<bool>, sqlx::Error> {
+        let mut ours = Vec::with_capacity(leases.len());
+        for (name, owner) in leases {
+            ours.push(self.renew(name, owner, ttl_ms).await?);
+        }
+        Ok(ours)
+    }
     /// The exclusive lock's owner-checked release; whether it freed a live lease of ours.
     async fn release(&self, name: &str, owner: &str) -> Result<bool, sqlx::Error>;
     /// An operator's release (docs/contract.md §5.6): one UPDATE that clears the owner and
@@ -240,6 +250,22 @@ pub(crate) fn unreachable(codes: Codes, e: sqlx::Error) -> LockError {
 /// The first contact did not finish within `connect_timeout`.
 pub(crate) fn too_slow(codes: Codes, bound: std::time::Duration) -> LockError {
     LockError::unavailable(codes.label, format!("no connection within {bound:?} (connect_timeout)"))
+}
+
+/// `sep`-joined placeholders for `n` leases: `pattern` with `{n}` and `{o}` replaced by the
+/// parameter numbers of each lease's name and owner (`first`, `first + 1`, then the next pair).
+/// Where the database numbers no parameters the pattern has plain `?` and the numbers go unused.
+pub(crate) fn lease_params(n: usize, first: usize, pattern: &str, sep: &str) -> String {
+    (0..n)
+        .map(|i| pattern.replace("{n}", &(first + 2 * i).to_string()).replace("{o}", &(first + 2 * i + 1).to_string()))
+        .collect::<Vec<_>>()
+        .join(sep)
+}
+
+/// Which of `leases` a multi-row renewal returned (as `(name, owner)` rows).
+pub(crate) fn renewed_of(leases: &[(&str, &str)], back: &[(String, String)]) -> Vec<bool> {
+    let back: std::collections::HashSet<(&str, &str)> = back.iter().map(|(n, o)| (n.as_str(), o.as_str())).collect();
+    leases.iter().map(|pair| back.contains(pair)).collect()
 }
 
 #[cfg(test)]

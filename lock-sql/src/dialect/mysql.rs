@@ -14,7 +14,7 @@ use tokio::time::timeout;
 
 use super::params::Accepted;
 use super::rw::{acquire_tx, owner_stmt, Attempt, Flavor, KindSql, OwnerStmt};
-use super::{bad_url, queue_table, too_slow, unreachable, Dialect, Seen, Upsert, Who};
+use super::{bad_url, lease_params, queue_table, too_slow, unreachable, Dialect, Seen, Upsert, Who};
 use crate::adopt::{Owner, TableFacts};
 use crate::decide::Plan;
 use crate::error::{Class, Codes};
@@ -109,6 +109,8 @@ pub(crate) struct Mysql {
     place: Arc<str>,
     leave_queue: Arc<str>,
     renew: Arc<str>,
+    /// The multi-row renewal up to its lease list (see `renew_many`).
+    renew_many: Arc<str>,
     release: Arc<str>,
     force_release: Arc<str>,
     inspect: Arc<str>,
@@ -241,6 +243,7 @@ impl Mysql {
                 "UPDATE {qt} SET expires_at = {NOW} + ? WHERE name = ? AND owner = ? AND expires_at > {NOW}"
             )
             .into(),
+            renew_many: format!("UPDATE {qt} SET expires_at = {NOW} + ? WHERE expires_at > {NOW} AND ").into(),
             release: format!(
                 "UPDATE {qt} SET owner = NULL, expires_at = {NOW} \
                  WHERE name = ? AND owner = ? AND expires_at > {NOW}"
@@ -505,6 +508,43 @@ impl Dialect for Mysql {
             })
             .await?;
         Ok(done.rows_affected() > 0)
+    }
+
+    /// One UPDATE for every lease (`name IN (…)` finds and locks only their rows by primary key).
+    /// MySQL returns no rows from an UPDATE, only how many it matched (CLIENT_FOUND_ROWS): all of
+    /// them is the usual answer; otherwise each lease is asked on its own, which renews the ones
+    /// still ours once more (owner-checked, so harmless).
+    async fn renew_many(&self, leases: &[(&str, &str)], ttl_ms: i64) -> Result<Vec<bool>, sqlx::Error> {
+        let n = leases.len();
+        let sql: Arc<str> = format!(
+            "{}name IN ({}) AND (name, owner) IN ({})",
+            self.renew_many,
+            lease_params(n, 0, "?", ", "),
+            lease_params(n, 0, "(?, ?)", ", ")
+        )
+        .into();
+        let args = (sql, leases, ttl_ms);
+        let done = self
+            .pool
+            .with(Use::Keep, &args, |c, a| {
+                let mut query = sqlx::query(AssertSqlSafe(Arc::clone(&a.0))).bind(a.2);
+                for (name, _) in a.1 {
+                    query = query.bind(name.as_bytes());
+                }
+                for (name, owner) in a.1 {
+                    query = query.bind(name.as_bytes()).bind(owner.as_bytes());
+                }
+                Box::pin(query.execute(c))
+            })
+            .await?;
+        if done.rows_affected() == n as u64 {
+            return Ok(vec![true; n]);
+        }
+        let mut ours = Vec::with_capacity(n);
+        for (name, owner) in leases {
+            ours.push(self.renew(name, owner, ttl_ms).await?);
+        }
+        Ok(ours)
     }
 
     async fn release(&self, name: &str, owner: &str) -> Result<bool, sqlx::Error> {

@@ -13,7 +13,7 @@ use tokio::time::timeout;
 
 use super::params::Accepted;
 use super::rw::{acquire_tx, owner_stmt, Attempt, Flavor, KindSql, OwnerStmt};
-use super::{bad_url, queue_table, too_slow, unreachable, Dialect, Seen, SeenRow, Upsert, Who};
+use super::{bad_url, queue_table, renewed_of, too_slow, unreachable, Dialect, Seen, SeenRow, Upsert, Who};
 use crate::adopt::{Owner, TableFacts};
 use crate::decide::Plan;
 use crate::error::{Class, Codes};
@@ -106,6 +106,8 @@ pub(crate) struct Postgres {
     acquire: Arc<str>,
     leave_queue: Arc<str>,
     renew: Arc<str>,
+    /// Every given lease's renewal in one statement (see `renew_many`).
+    renew_many: Arc<str>,
     release: Arc<str>,
     force_release: Arc<str>,
     inspect: Arc<str>,
@@ -235,6 +237,13 @@ impl Postgres {
             renew: format!(
                 "UPDATE {qt} SET expires_at = {NOW} + $3::bigint \
                  WHERE name = $1 AND owner = $2 AND expires_at > {NOW}"
+            )
+            .into(),
+            renew_many: format!(
+                "UPDATE {qt} AS l SET expires_at = {NOW} + $1::bigint \
+                 FROM unnest($2::text[], $3::text[]) AS r(name, owner) \
+                 WHERE l.name = r.name AND l.owner = r.owner AND l.expires_at > {NOW} \
+                 RETURNING l.name, l.owner"
             )
             .into(),
             // Free and notify the head of the queue in one statement: the notification is
@@ -372,7 +381,12 @@ impl Dialect for Postgres {
     }
 
     async fn warm_up(&self) {
-        let hot = [Arc::clone(&self.acquire), Arc::clone(&self.renew), Arc::clone(&self.release)];
+        let hot = [
+            Arc::clone(&self.acquire),
+            Arc::clone(&self.renew),
+            Arc::clone(&self.renew_many),
+            Arc::clone(&self.release),
+        ];
         self.pool.prepare_on_two(&hot).await;
     }
 
@@ -474,6 +488,27 @@ impl Dialect for Postgres {
             })
             .await?;
         Ok(done.rows_affected() > 0)
+    }
+
+    /// One UPDATE joined with the lease list as two arrays: one statement, always the same text
+    /// (prepared once per connection), whatever the number of leases.
+    async fn renew_many(&self, leases: &[(&str, &str)], ttl_ms: i64) -> Result<Vec<bool>, sqlx::Error> {
+        let names: Vec<&str> = leases.iter().map(|(n, _)| *n).collect();
+        let owners: Vec<&str> = leases.iter().map(|(_, o)| *o).collect();
+        let args = (Arc::clone(&self.renew_many), names, owners, ttl_ms);
+        let back = self
+            .pool
+            .with(Use::Keep, &args, |c, a| {
+                Box::pin(
+                    sqlx::query_as::<_, (String, String)>(AssertSqlSafe(Arc::clone(&a.0)))
+                        .bind(a.3)
+                        .bind(&a.1)
+                        .bind(&a.2)
+                        .fetch_all(c),
+                )
+            })
+            .await?;
+        Ok(renewed_of(leases, &back))
     }
 
     async fn release(&self, name: &str, owner: &str) -> Result<bool, sqlx::Error> {

@@ -14,7 +14,9 @@ use tokio::time::timeout;
 
 use super::params::Accepted;
 use super::rw::{acquire_tx, owner_stmt, Attempt, Flavor, KindSql, OwnerStmt};
-use super::{bad_url, queue_table, too_slow, unreachable, Dialect, Seen, SeenRow, Upsert, Who};
+use super::{
+    bad_url, lease_params, queue_table, renewed_of, too_slow, unreachable, Dialect, Seen, SeenRow, Upsert, Who,
+};
 use crate::adopt::{Owner, TableFacts};
 use crate::decide::Plan;
 use crate::error::{Class, Codes};
@@ -97,6 +99,8 @@ pub(crate) struct Lite {
     enqueue: String,
     leave_queue: String,
     renew: String,
+    /// The multi-row renewal up to its lease list (see `renew_many`).
+    renew_many: String,
     release: String,
     force_release: String,
     inspect: String,
@@ -199,6 +203,7 @@ impl Lite {
             renew: format!(
                 "UPDATE {qt} SET expires_at = {NOW} + ?3 WHERE name = ?1 AND owner = ?2 AND expires_at > {NOW}"
             ),
+            renew_many: format!("UPDATE {qt} SET expires_at = {NOW} + ?1 WHERE expires_at > {NOW} AND "),
             release: format!(
                 "UPDATE {qt} SET owner = NULL, expires_at = {NOW} \
                  WHERE name = ?1 AND owner = ?2 AND expires_at > {NOW}"
@@ -335,6 +340,24 @@ impl Dialect for Lite {
             .execute(&self.pool)
             .await?;
         Ok(done.rows_affected() > 0)
+    }
+
+    /// One UPDATE for every lease: `name IN (…)` lets SQLite find the rows by primary key, the
+    /// row-value test checks each one's owner.
+    async fn renew_many(&self, leases: &[(&str, &str)], ttl_ms: i64) -> Result<Vec<bool>, sqlx::Error> {
+        let n = leases.len();
+        let sql = format!(
+            "{}name IN ({}) AND (name, owner) IN (VALUES {}) RETURNING name, owner",
+            self.renew_many,
+            lease_params(n, 2, "?{n}", ", "),
+            lease_params(n, 2, "(?{n}, ?{o})", ", ")
+        );
+        let mut query = sqlx::query_as::<_, (String, String)>(AssertSqlSafe(sql)).bind(ttl_ms);
+        for (name, owner) in leases {
+            query = query.bind(*name).bind(*owner);
+        }
+        let back = query.fetch_all(&self.pool).await?;
+        Ok(renewed_of(leases, &back))
     }
 
     async fn release(&self, name: &str, owner: &str) -> Result<bool, sqlx::Error> {
