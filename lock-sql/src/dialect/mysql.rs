@@ -14,7 +14,7 @@ use tokio::time::timeout;
 
 use super::params::Accepted;
 use super::rw::{acquire_tx, owner_stmt, Attempt, Flavor, KindSql, OwnerStmt};
-use super::{bad_url, lease_params, queue_table, too_slow, unreachable, Dialect, Seen, Upsert, Who};
+use super::{bad_url, queue_table, too_slow, unreachable, Dialect, Seen, Upsert, Who};
 use crate::adopt::{Owner, TableFacts};
 use crate::decide::Plan;
 use crate::error::{Class, Codes};
@@ -24,6 +24,7 @@ use crate::queue::Wait;
 use crate::SqlOptions;
 
 mod acquire;
+mod renew;
 
 /// Milliseconds since the Unix epoch, on the database's clock.
 const NOW: &str = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)";
@@ -510,41 +511,8 @@ impl Dialect for Mysql {
         Ok(done.rows_affected() > 0)
     }
 
-    /// One UPDATE for every lease (`name IN (…)` finds and locks only their rows by primary key).
-    /// MySQL returns no rows from an UPDATE, only how many it matched (CLIENT_FOUND_ROWS): all of
-    /// them is the usual answer; otherwise each lease is asked on its own, which renews the ones
-    /// still ours once more (owner-checked, so harmless).
     async fn renew_many(&self, leases: &[(&str, &str)], ttl_ms: i64) -> Result<Vec<bool>, sqlx::Error> {
-        let n = leases.len();
-        let sql: Arc<str> = format!(
-            "{}name IN ({}) AND (name, owner) IN ({})",
-            self.renew_many,
-            lease_params(n, 0, "?", ", "),
-            lease_params(n, 0, "(?, ?)", ", ")
-        )
-        .into();
-        let args = (sql, leases, ttl_ms);
-        let done = self
-            .pool
-            .with(Use::Keep, &args, |c, a| {
-                let mut query = sqlx::query(AssertSqlSafe(Arc::clone(&a.0))).bind(a.2);
-                for (name, _) in a.1 {
-                    query = query.bind(name.as_bytes());
-                }
-                for (name, owner) in a.1 {
-                    query = query.bind(name.as_bytes()).bind(owner.as_bytes());
-                }
-                Box::pin(query.execute(c))
-            })
-            .await?;
-        if done.rows_affected() == n as u64 {
-            return Ok(vec![true; n]);
-        }
-        let mut ours = Vec::with_capacity(n);
-        for (name, owner) in leases {
-            ours.push(self.renew(name, owner, ttl_ms).await?);
-        }
-        Ok(ours)
+        self.renew_batch(leases, ttl_ms).await
     }
 
     async fn release(&self, name: &str, owner: &str) -> Result<bool, sqlx::Error> {
