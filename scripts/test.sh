@@ -37,3 +37,7 @@ cargo check -p dlock-testkit --features containers --quiet
 cargo test --workspace --doc --features dlock-rs/metrics --quiet
 # `metrics` is off by default (the library's users opt in); its tests and example run here.
 cargo nextest run --workspace --features dlock-rs/metrics --no-fail-fast "$@"
+# Not run by this command (said loudly, not counted as passed): ZooKeeper over TLS needs lock-zk's
+# `tls` feature, whose rustls builds aws-lc from C source (minutes on 2 cores).
+echo "NOT RUN here: lock-zk's TLS test (lock-zk/tests/zk_tls.rs). Run it with:" >&2
+echo "  cargo nextest run -p lock-zk --features tls -E 'binary(zk_tls)'" >&2

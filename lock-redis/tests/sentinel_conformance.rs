@@ -15,24 +15,9 @@ use lock_conformance::{async_trait, DeploymentControl, Fixture, LinkedClient, Se
 use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LeaseStore, LockError, LockName};
 use lock_redis::RedisOptions;
 
-/// Connects as an application would while a failover may be under way: the Sentinels name a
-/// primary that is not (yet) reachable or not yet confirmed as master (`MasterNameNotFound…`)
-/// until the deployment settles, which a case starting right after a node fault can meet.
-async fn connect_retrying<T, F, Fut>(mut connect: F) -> Result<T, LockError>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, LockError>>,
-{
-    let end = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        match connect().await {
-            Err(LockError::Unavailable { .. }) if tokio::time::Instant::now() < end => {
-                tokio::time::sleep(std::time::Duration::from_millis(250)).await
-            }
-            r => return r,
-        }
-    }
-}
+/// How long a client connect may wait for the deployment to settle after a node fault: the
+/// Sentinels name a primary not yet reachable or confirmed (`MasterNameNotFound…`) until then.
+const FAILOVER_BOUND: std::time::Duration = std::time::Duration::from_secs(30);
 
 struct SentinelFixture {
     deployment: Arc<RedisSentinelDeployment>,
@@ -68,17 +53,24 @@ impl Fixture for SentinelFixture {
 
     async fn client(&self) -> Result<Arc<dyn DistributedLock>, LockError> {
         let (url, options) = (self.deployment.url(), self.options.clone());
-        Ok(Arc::new(connect_retrying(|| lock_redis::connect(&url, options.clone())).await?))
+        Ok(Arc::new(
+            dlock_testkit::retry_unavailable(FAILOVER_BOUND, || lock_redis::connect(&url, options.clone())).await?,
+        ))
     }
 
     async fn rw_client(&self) -> Result<Option<Arc<dyn DistributedRwLock>>, LockError> {
         let (url, options) = (self.deployment.url(), self.options.clone());
-        Ok(Some(Arc::new(connect_retrying(|| lock_redis::connect_rw(&url, options.clone())).await?)))
+        Ok(Some(Arc::new(
+            dlock_testkit::retry_unavailable(FAILOVER_BOUND, || lock_redis::connect_rw(&url, options.clone())).await?,
+        )))
     }
 
     async fn semaphore_client(&self) -> Result<Option<Arc<dyn DistributedSemaphore>>, LockError> {
         let (url, options) = (self.deployment.url(), self.options.clone());
-        Ok(Some(Arc::new(connect_retrying(|| lock_redis::connect_semaphore(&url, options.clone())).await?)))
+        Ok(Some(Arc::new(
+            dlock_testkit::retry_unavailable(FAILOVER_BOUND, || lock_redis::connect_semaphore(&url, options.clone()))
+                .await?,
+        )))
     }
 
     /// A client of the current primary through a fault proxy. Sentinel hands clients the

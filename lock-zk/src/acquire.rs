@@ -228,10 +228,16 @@ impl Attempt<'_> {
         let parent = self.lock.parent(recipe, self.name);
 
         // try_acquire on a busy lock answers without creating (and deleting) a node, which
-        // would otherwise wake the waiter behind it for nothing.
+        // would otherwise wake the waiter behind it for nothing. The listing goes behind a
+        // `sync` (pipelined, one round trip from here): a follower answers reads from its own
+        // state, which may not yet hold the leader's commit of a release that already completed.
         if !self.wait {
             loop {
-                match self.ask("listing lock nodes", client.list_children(&parent)).await? {
+                let listing = async {
+                    let (synced, children) = tokio::join!(client.sync(&parent), client.list_children(&parent));
+                    synced.and(children)
+                };
+                match self.ask("listing lock nodes", listing).await? {
                     Ok(children) => {
                         let children = queue(recipe, children);
                         if !matches!(recipe.verdict(self.name, &children, children.len())?, Verdict::Hold) {

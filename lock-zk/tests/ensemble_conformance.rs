@@ -44,7 +44,10 @@ impl EnsembleFixture {
     }
 
     async fn connect(&self) -> Result<ZkLock, LockError> {
-        lock_zk::connect(&format!("{}{}", self.ensemble.url(), self.root), self.options.clone()).await
+        // Right after a node fault the survivors may still be electing: connect as an
+        // application would, retrying until they serve.
+        let url = format!("{}{}", self.ensemble.url(), self.root);
+        dlock_testkit::retry_unavailable(Duration::from_secs(60), || lock_zk::connect(&url, self.options.clone())).await
     }
 }
 

@@ -31,3 +31,25 @@ pub mod process;
 pub mod servers;
 
 pub use lock_conformance::ServerControl;
+
+/// Runs `connect` until it answers anything but `Unavailable`, for up to `within`: how an
+/// application connects to a deployment that may be in the middle of a failover or an election
+/// (a conformance case that starts right after a node fault meets one).
+pub async fn retry_unavailable<T, F, Fut>(
+    within: std::time::Duration,
+    mut connect: F,
+) -> Result<T, lock_core::LockError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, lock_core::LockError>>,
+{
+    let end = tokio::time::Instant::now() + within;
+    loop {
+        match connect().await {
+            Err(lock_core::LockError::Unavailable { .. }) if tokio::time::Instant::now() < end => {
+                tokio::time::sleep(std::time::Duration::from_millis(250)).await
+            }
+            r => return r,
+        }
+    }
+}

@@ -208,6 +208,19 @@ impl ZkEnsemble {
         }
     }
 
+    /// Delays every chunk on member `i`'s links to the others (both directions) by `latency`
+    /// (zero heals): within `syncLimit` it stays in the quorum but learns of commits late, so
+    /// its local reads lag behind what the leader and the other follower already committed.
+    pub async fn slow_links(&self, i: usize, latency: Duration) {
+        for (j, m) in self.members.iter().enumerate() {
+            for (to, p) in &m.outgoing {
+                if j == i || *to == i {
+                    p.set_latency(latency).await;
+                }
+            }
+        }
+    }
+
     /// Stop / start / pause of member `i`.
     pub fn control(&self, i: usize) -> Option<Arc<dyn ServerControl>> {
         self.members.get(i).map(|m| Arc::clone(&m.server) as _)
