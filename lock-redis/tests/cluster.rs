@@ -17,7 +17,7 @@ use futures::StreamExt;
 use lock_conformance::cases::MISSING_HOOK;
 use lock_conformance::proxy::ProxyGroup;
 use lock_conformance::runner::{run_case, runs_alone, Outcome};
-use lock_conformance::{async_trait, Fixture, LinkedClient, ServerControl};
+use lock_conformance::{async_trait, DeploymentControl, Fixture, LinkedClient, ServerControl};
 use lock_core::{
     AcquireOptions, DistributedLock, DistributedRwLock, DistributedSemaphore, LeaseStore, LockError, LockName,
 };
@@ -162,6 +162,10 @@ impl Fixture for ClusterFixture {
         Some(Arc::new(WholeCluster(Arc::clone(&self.cluster), Arc::new(self.clone()))))
     }
 
+    fn deployment(&self) -> Option<Arc<dyn DeploymentControl>> {
+        Some(Arc::new(ClusterFaults(Arc::clone(&self.cluster))))
+    }
+
     async fn delete_entry(&self, name: &LockName) -> Result<bool, LockError> {
         self.delete(&self.key(name, "lock")).await?;
         Ok(true)
@@ -183,6 +187,47 @@ impl Fixture for ClusterFixture {
 
     fn provenance(&self) -> String {
         format!("local redis-server cluster, 3 masters + 3 replicas ({:?})", self.cluster)
+    }
+}
+
+/// The cluster's node faults for the nemeses: a coordinated failover of a random slot's master
+/// (`CLUSTER FAILOVER`: the master stops writes until its replica caught up, so no acknowledged
+/// lease is lost — a SIGKILLed master can lose its last writes without `min_replicas_ack`, which
+/// this suite does not ask for; that case is `master_failover` below), and
+/// a replica killed and restarted.
+struct ClusterFaults(Arc<RedisCluster>);
+
+#[async_trait]
+impl DeploymentControl for ClusterFaults {
+    fn faults(&self) -> Vec<&'static str> {
+        vec!["failover", "kill-replica"]
+    }
+
+    async fn inject(&self, fault: &str, span: Duration) -> Result<String, LockError> {
+        let slot = rand::random::<u16>() % 16384;
+        let started = Instant::now();
+        let what = match fault {
+            "failover" => {
+                let f = self.0.manual_failover(slot).await?;
+                tokio::time::sleep(span).await;
+                format!("CLUSTER FAILOVER of slot {slot}: node {} took over from {} in {:?}", f.new, f.old, f.took)
+            }
+            "kill-replica" => {
+                let master = self
+                    .0
+                    .master_of(slot)
+                    .await
+                    .ok_or_else(|| LockError::unavailable("test", format!("no master serves slot {slot}")))?;
+                let replica = self.0.replica_of(master).await?;
+                self.0.kill(replica);
+                tokio::time::sleep(span).await;
+                self.0.restart(replica).await?;
+                format!("replica {replica} of master {master} killed for {span:?}")
+            }
+            other => return Err(LockError::unavailable("test", format!("no such cluster fault: {other}"))),
+        };
+        self.0.wait_healthy().await?;
+        Ok(format!("{what}; the cluster was healthy again {:?} after the fault began", started.elapsed()))
     }
 }
 
