@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::{
-    Capabilities, KindAttempt, KindGrant, KindStore, LeaseStore, LockError, LockKind, LockName, ReleaseOutcome,
-    RenewOutcome, StoreRwLock, StoreSemaphore, TryLock, WakeSubscription,
+    Capabilities, KindAttempt, KindGrant, KindStore, LeaseStore, LockError, LockKind, LockName, OwnerId,
+    ReleaseOutcome, RenewOutcome, StoreRwLock, StoreSemaphore, TryLock, WakeSubscription,
 };
 use redis::Script;
 
@@ -68,39 +68,76 @@ impl RedisKinds {
         }
     }
 
+    /// Releases one grant (also a grant given back for want of replica acknowledgements).
+    async fn release_grant(
+        &self,
+        kind: LockKind,
+        name: &LockName,
+        owner: OwnerId,
+    ) -> Result<ReleaseOutcome, LockError> {
+        let owner = owner.to_hex();
+        let r = match kind {
+            LockKind::Permit => {
+                let k = SemKeys::new(&self.base.prefix, name);
+                let keys = [&*k.holders, &k.tokens, &k.permits];
+                self.invoke(&ZSET_RELEASE, &keys, &[&owner, &k.channel, "0"], false).await?
+            }
+            LockKind::Write => {
+                let k = RwKeys::new(&self.base.prefix, name);
+                let args = [&*owner, &k.to_readers, &k.to_writers];
+                self.invoke(&RW_WRITE_RELEASE, &[&k.writer, &k.waiting], &args, false).await?
+            }
+            _ => {
+                let k = RwKeys::new(&self.base.prefix, name);
+                self.invoke(&ZSET_RELEASE, &[&k.readers, &k.tokens], &[&owner, &k.to_writers, "1"], false).await?
+            }
+        };
+        Ok(released(r))
+    }
+
     /// Runs an acquire script: KEYS `keys` and the boot marker, ARGV `args` and the quiet
-    /// period in ms. Its `{flag, value}` reply.
+    /// period in ms. Its `{flag, value}` reply, and how many replicas acknowledged a grant
+    /// (`WAIT`, with `min_replicas_ack`; `i64::MAX` when not asked).
     async fn acquire(
         &self,
         script: &Script,
         name: &LockName,
         keys: &[&str],
         args: &[&str],
-    ) -> Result<(i64, i64), LockError> {
+    ) -> Result<(i64, i64, i64), LockError> {
         let (node, boot) = (&self.base.node, &self.base.boot);
         let quiet = boot.quiet_ms().to_string();
         let quiet = quiet.as_str();
-        let reply: Vec<i64> = node
+        let (acks, ack_ms) = (self.base.min_replicas_ack, self.base.ack_wait_ms);
+        let (reply, acked): (Vec<i64>, i64) = node
             .run_idempotent(node.request_timeout(), |c| async move {
-                boot.with_marker(name, |marker| {
-                    let mut c = c.clone();
-                    async move {
-                        let mut call = script.prepare_invoke();
-                        for key in keys {
-                            call.key(*key);
+                let reply: Vec<i64> = boot
+                    .with_marker(name, |marker| {
+                        let mut c = c.clone();
+                        async move {
+                            let mut call = script.prepare_invoke();
+                            for key in keys {
+                                call.key(*key);
+                            }
+                            call.key(marker);
+                            for arg in args {
+                                call.arg(*arg);
+                            }
+                            call.arg(quiet).invoke_async(&mut c).await
                         }
-                        call.key(marker);
-                        for arg in args {
-                            call.arg(*arg);
-                        }
-                        call.arg(quiet).invoke_async(&mut c).await
-                    }
-                })
-                .await
+                    })
+                    .await?;
+                // WAIT on the connection that wrote, as the exclusive lock does (single.rs).
+                let acked = if acks > 0 && reply.first() == Some(&1) {
+                    c.clone().wait_replicas(keys[0], acks, ack_ms).await?
+                } else {
+                    i64::MAX
+                };
+                Ok((reply, acked))
             })
             .await?;
         match reply.as_slice() {
-            [flag, value] => Ok((*flag, *value)),
+            [flag, value] => Ok((*flag, *value, acked)),
             other => Err(LockError::backend(BACKEND, format!("unexpected reply from the acquire script: {other:?}"))),
         }
     }
@@ -138,7 +175,7 @@ impl KindStore for RedisKinds {
 
     async fn try_lock(&self, a: KindAttempt<'_>) -> Result<TryLock, LockError> {
         let (owner, ms) = (a.owner.to_hex(), ttl_ms(a.ttl).to_string());
-        let (flag, value) = match a.kind {
+        let (flag, value, acked) = match a.kind {
             LockKind::Permit => {
                 let k = SemKeys::new(&self.base.prefix, a.name);
                 let (keys, permits) = ([&*k.holders, &k.tokens, &k.permits, &k.fence], a.permits.to_string());
@@ -156,6 +193,11 @@ impl KindStore for RedisKinds {
             }
         };
         match (flag, value) {
+            (1, _) if acked < i64::from(self.base.min_replicas_ack) => {
+                // Not on enough replicas: a failover now could forget this grant. Give it back.
+                let _ = self.release_grant(a.kind, a.name, a.owner).await;
+                Err(self.base.not_acknowledged(acked, "grant"))
+            }
             (1, token) => Ok(TryLock::Acquired { token: token_from(BACKEND, token)? }),
             (-1, other) if a.kind == LockKind::Permit => Err(lock_core::permits_mismatch(a.name, other, a.permits)),
             (_, ms) => Ok(TryLock::Held { remaining: remaining_from(ms) }),
@@ -166,20 +208,37 @@ impl KindStore for RedisKinds {
         let (kind, name) = (g.kind, g.name);
         let (owner, ms) = (g.owner.to_hex(), ttl_ms(ttl).to_string());
         let args = [&*owner, &ms];
-        let r = match kind {
+        let (r, key): (i64, String) = match kind {
             LockKind::Permit => {
                 let k = SemKeys::new(&self.base.prefix, name);
-                self.invoke(&ZSET_RENEW, &[&k.holders, &k.tokens, &k.permits], &args, true).await?
+                (self.invoke(&ZSET_RENEW, &[&k.holders, &k.tokens, &k.permits], &args, true).await?, k.holders)
             }
             LockKind::Write => {
                 let k = RwKeys::new(&self.base.prefix, name);
-                self.invoke(&RENEW, &[&k.writer], &args, true).await?
+                (self.invoke(&RENEW, &[&k.writer], &args, true).await?, k.writer)
             }
             _ => {
                 let k = RwKeys::new(&self.base.prefix, name);
-                self.invoke(&ZSET_RENEW, &[&k.readers, &k.tokens], &args, true).await?
+                (self.invoke(&ZSET_RENEW, &[&k.readers, &k.tokens], &args, true).await?, k.readers)
             }
         };
+        let acks = self.base.min_replicas_ack;
+        if r == 1 && acks > 0 {
+            // A renewal the promoted replica never got would be forgotten at a failover, as a
+            // grant would (see single.rs); `WAIT` after it, on a connection of the same node.
+            let ack_ms = self.base.ack_wait_ms;
+            let acked: i64 = self
+                .base
+                .node
+                .run_idempotent(self.base.node.request_timeout(), |mut c| {
+                    let key = key.clone();
+                    async move { c.wait_replicas(&key, acks, ack_ms).await }
+                })
+                .await?;
+            if acked < i64::from(acks) {
+                return Err(self.base.not_acknowledged(acked, "renewal"));
+            }
+        }
         Ok(renewed(r))
     }
 
@@ -187,24 +246,7 @@ impl KindStore for RedisKinds {
     /// client wakes). `ZSET_RELEASE`'s last argument: "1" publishes only when the release left
     /// the set empty (the last reader out wakes a waiting writer), "0" always (a permit).
     async fn release(&self, g: KindGrant<'_>) -> Result<ReleaseOutcome, LockError> {
-        let (kind, name, owner) = (g.kind, g.name, g.owner.to_hex());
-        let r = match kind {
-            LockKind::Permit => {
-                let k = SemKeys::new(&self.base.prefix, name);
-                let keys = [&*k.holders, &k.tokens, &k.permits];
-                self.invoke(&ZSET_RELEASE, &keys, &[&owner, &k.channel, "0"], false).await?
-            }
-            LockKind::Write => {
-                let k = RwKeys::new(&self.base.prefix, name);
-                let args = [&*owner, &k.to_readers, &k.to_writers];
-                self.invoke(&RW_WRITE_RELEASE, &[&k.writer, &k.waiting], &args, false).await?
-            }
-            _ => {
-                let k = RwKeys::new(&self.base.prefix, name);
-                self.invoke(&ZSET_RELEASE, &[&k.readers, &k.tokens], &[&owner, &k.to_writers, "1"], false).await?
-            }
-        };
-        Ok(released(r))
+        self.release_grant(g.kind, g.name, g.owner).await
     }
 
     async fn subscribe(&self, kind: LockKind, name: &LockName) -> Result<Option<WakeSubscription>, LockError> {

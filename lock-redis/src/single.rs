@@ -33,8 +33,8 @@ pub struct RedisStore {
     pub(crate) boot: Boot,
     max_ttl: Duration,
     /// `RedisOptions::min_replicas_ack` and the `WAIT` bound in ms.
-    min_replicas_ack: u32,
-    ack_wait_ms: u64,
+    pub(crate) min_replicas_ack: u32,
+    pub(crate) ack_wait_ms: u64,
     /// `RedisOptions::idle_gc_after` in ms (0: fence keys never expire).
     idle_ms: u64,
 }
@@ -129,7 +129,7 @@ impl RedisStore {
             .await
     }
 
-    fn not_acknowledged(&self, acked: i64, what: &str) -> LockError {
+    pub(crate) fn not_acknowledged(&self, acked: i64, what: &str) -> LockError {
         LockError::unavailable(
             BACKEND,
             format!(
