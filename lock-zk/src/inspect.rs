@@ -53,7 +53,13 @@ fn failed(lock: &ZkLock, f: Failure) -> LockError {
 
 /// The path of the lowest node of the exclusive queue under `parent` (the holder's), if any.
 async fn lowest(client: &Client, lock: &ZkLock, parent: &str, bound: Duration) -> Result<Option<String>, LockError> {
-    let children = match call(bound, "listing the lock's queue", client.list_children(parent)).await {
+    // Behind a `sync` (pipelined): a follower's own state may not yet hold a grant or release
+    // the leader already committed (the ensemble suite saw "reported nobody" while held).
+    let listing = async {
+        let (synced, children) = tokio::join!(client.sync(parent), client.list_children(parent));
+        synced.and(children)
+    };
+    let children = match call(bound, "listing the lock's queue", listing).await {
         Ok(c) => c,
         Err(Failure::Server(ZkError::NoNode)) => return Ok(None),
         Err(f) => return Err(failed(lock, f)),
