@@ -217,3 +217,98 @@ impl ServerControl for DownSwitch {
         false
     }
 }
+
+/// Implements [`Fixture`] for a type from its label and how it makes each kind of client: the
+/// part every fixture writes alike. `|f|` names the fixture (`&self`) in the expressions, which
+/// may use `.await` and `?`; `rw` and `semaphore` are optional (the trait's `None` otherwise),
+/// `every_kind` gives one expression for all three when one client type serves every kind, and
+/// `kinds_of` one expression for a backend value that hands out the three (`.lock()`, `.rw()`,
+/// `.semaphore()`, as `RedisBackend` and `SqlBackend` do), made anew for each client.
+/// The fault hooks and the rest follow as ordinary methods of an `impl Fixture` block.
+///
+/// ```
+/// use lock_core::MemoryLock;
+///
+/// struct MyFixture(MemoryLock);
+///
+/// lock_conformance::impl_fixture! {
+///     MyFixture, backend: "memory", |f| {
+///         client: f.0.client(),
+///         semaphore: f.0.client(),
+///     }
+///
+///     fn provenance(&self) -> String {
+///         "in process".to_string()
+///     }
+/// }
+/// ```
+#[macro_export]
+macro_rules! impl_fixture {
+    ($fixture:ty, backend: $label:expr, |$f:ident| { kinds_of: $backend:expr $(,)? } $($rest:tt)*) => {
+        $crate::impl_fixture! {
+            $fixture, backend: $label, |$f| {
+                client: $backend.lock(),
+                rw: $backend.rw().await?,
+                semaphore: $backend.semaphore().await?,
+            }
+            $($rest)*
+        }
+    };
+    ($fixture:ty, backend: $label:expr, |$f:ident| { every_kind: $client:expr $(,)? } $($rest:tt)*) => {
+        $crate::impl_fixture! {
+            $fixture, backend: $label, |$f| { client: $client, rw: $client, semaphore: $client }
+            $($rest)*
+        }
+    };
+    (
+        $fixture:ty, backend: $label:expr, |$f:ident| {
+            client: $client:expr
+            $(, rw: $rw:expr)?
+            $(, semaphore: $semaphore:expr)?
+            $(,)?
+        }
+        $($rest:tt)*
+    ) => {
+        $crate::impl_fixture! {
+            @impl $fixture, $label, $f, $client,
+            [$((rw_client, DistributedRwLock, $rw))? $((semaphore_client, DistributedSemaphore, $semaphore))?]
+            $($rest)*
+        }
+    };
+    (
+        @impl $fixture:ty, $label:expr, $f:ident, $client:expr,
+        [$(($method:ident, $kind:ident, $made:expr))*]
+        $($rest:tt)*
+    ) => {
+        #[$crate::async_trait]
+        impl $crate::Fixture for $fixture {
+            fn backend(&self) -> &str {
+                #[allow(unused_variables)]
+                let $f = self;
+                $label
+            }
+
+            async fn client(
+                &self,
+            ) -> ::std::result::Result<::std::sync::Arc<dyn $crate::__private::DistributedLock>, $crate::__private::LockError>
+            {
+                let $f = self;
+                Ok(::std::sync::Arc::new($client))
+            }
+
+            $(
+                async fn $method(
+                    &self,
+                ) -> ::std::result::Result<
+                    ::std::option::Option<::std::sync::Arc<dyn $crate::__private::$kind>>,
+                    $crate::__private::LockError,
+                > {
+                    let $f = self;
+                    Ok(Some(::std::sync::Arc::new($made)))
+                }
+            )*
+
+            $($rest)*
+        }
+    };
+}

@@ -101,6 +101,9 @@
 //! }
 //! ```
 //!
+//! [`impl_fixture!`] writes the label and the client factories (exclusive, and read-write and
+//! semaphore where the backend has them) from one expression each; the hooks follow as above.
+//!
 //! ## The cases
 //!
 //! [`all_cases`] lists them (name, one line each). By theme: exclusion (`mutual_exclusion`,
@@ -118,12 +121,13 @@
 //! bound on validity (`validity_within_server_bound`), re-grants (`regrant_extends_lease`), the
 //! quiet period after an empty restart (`fault_restart_quiet_period`), release cancelled at each
 //! await point (`release_cancelled`), retried after a failure (`release_retried_after_failure`),
-//! a slow grant renewed in time (`slow_grant_renewed_in_time`), busy at the deadline is `Timeout`
+//! a slow grant renewed in time (`slow_grant_renewed_in_time`), the lost signal by
+//! `valid_until` (`lost_by_valid_until`), busy at the deadline is `Timeout`
 //! (`busy_at_deadline_is_timeout`), `WaitPolicy::Forever` outlasting transient errors
 //! (`forever_survives_transient_errors`), long look-alike names (`long_name_prefixes`), and the
 //! read-write lock and semaphore under faults (`kinds_pause_past_ttl`, `kinds_server_pause`,
 //! `kinds_nemesis`), leader election (`election_nemesis`, `election_resign_hands_over`,
-//! `election_observers_converge`), run-once jobs (`hold_at_least_early_release`,
+//! `election_observers_converge`, `election_observers_notified`), run-once jobs (`hold_at_least_early_release`,
 //! `hold_at_least_late_release`) and the fairness a `fifo` backend owes (`fifo_no_overtaking`,
 //! `fifo_vanished_head`). Each runs under
 //! an overall time limit ([`Case::time_limit`]): a hang is a failure with a clear detail, never
@@ -169,6 +173,11 @@ pub mod proxy;
 pub mod runner;
 
 pub use async_trait::async_trait;
+/// What [`impl_fixture!`] names from `lock_core`, whatever the caller imports.
+#[doc(hidden)]
+pub mod __private {
+    pub use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LockError};
+}
 pub use cases::{all_cases, Case, CaseError, CaseResult};
 pub use fixture::{ClientLink, DeploymentControl, DownSwitch, Fixture, LinkedClient, ServerControl};
 
@@ -258,9 +267,11 @@ macro_rules! conformance_tests {
                 kinds_server_pause,
                 kinds_nemesis,
                 slow_grant_renewed_in_time,
+                lost_by_valid_until,
                 election_nemesis,
                 election_resign_hands_over,
                 election_observers_converge,
+                election_observers_notified,
                 hold_at_least_early_release,
                 hold_at_least_late_release,
                 inspect_reports_holder,

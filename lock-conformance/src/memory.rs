@@ -1,5 +1,5 @@
 //! A fixture over the in-memory reference backend ([`lock_core::MemoryLock`]): one server,
-//! one independent client per [`Fixture::client`] call, and its fault switches as a
+//! one independent client per [`Fixture::client`](crate::Fixture::client) call, and its fault switches as a
 //! [`ClientLink`] (partition) and a [`ServerControl`] (down, restart without persistence).
 //! It is what the suite's own tests run, and a model for a new backend's fixture.
 
@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockName, MemoryLock};
+use lock_core::{LockError, LockName, MemoryLock};
 
-use crate::{ClientLink, Fixture, LinkedClient, ServerControl};
+use crate::{ClientLink, LinkedClient, ServerControl};
 
-/// The in-memory backend as a [`Fixture`].
+/// The in-memory backend as a [`Fixture`](crate::Fixture).
 ///
 /// ```
 /// use lock_conformance::{memory::MemoryFixture, Fixture};
@@ -49,22 +49,9 @@ impl MemoryFixture {
     }
 }
 
-#[async_trait]
-impl Fixture for MemoryFixture {
-    fn backend(&self) -> &str {
-        "memory"
-    }
-
-    async fn client(&self) -> Result<Arc<dyn DistributedLock>, LockError> {
-        Ok(Arc::new(self.server.client()))
-    }
-
-    async fn rw_client(&self) -> Result<Option<Arc<dyn DistributedRwLock>>, LockError> {
-        Ok(Some(Arc::new(self.server.client())))
-    }
-
-    async fn semaphore_client(&self) -> Result<Option<Arc<dyn DistributedSemaphore>>, LockError> {
-        Ok(Some(Arc::new(self.server.client())))
+crate::impl_fixture! {
+    MemoryFixture, backend: "memory", |f| {
+        every_kind: f.server.client(),
     }
 
     async fn linked_client(&self) -> Result<Option<LinkedClient>, LockError> {

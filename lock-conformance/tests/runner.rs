@@ -56,26 +56,40 @@ async fn filter_selects_by_substring() {
     assert!(report.cases.iter().all(|c| c.name.contains("fencing")));
 }
 
-/// A fixture with no fault hooks: fault cases are reported not_applicable, with a reason.
-struct Plain(MemoryFixture);
+/// A memory fixture under another backend name with no fault hooks but, optionally, deployment
+/// node faults: fault cases are reported not_applicable, with a reason.
+struct Plain {
+    inner: MemoryFixture,
+    backend: &'static str,
+    deployment: Option<Arc<CountingDeployment>>,
+}
+
+impl Plain {
+    fn new(backend: &'static str, deployment: Option<Arc<CountingDeployment>>) -> Plain {
+        Plain { inner: MemoryFixture::new(), backend, deployment }
+    }
+}
 
 #[lock_conformance::async_trait]
 impl Fixture for Plain {
     fn backend(&self) -> &str {
-        "plain"
+        self.backend
     }
     async fn client(&self) -> Result<Arc<dyn lock_core::DistributedLock>, lock_core::LockError> {
-        self.0.client().await
+        self.inner.client().await
     }
     fn base_ttl(&self) -> std::time::Duration {
-        self.0.base_ttl()
+        self.inner.base_ttl()
+    }
+    fn deployment(&self) -> Option<Arc<dyn lock_conformance::DeploymentControl>> {
+        self.deployment.clone().map(|d| d as _)
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_hooks_are_not_applicable_with_a_reason() {
     let report = run_suite(
-        Arc::new(Plain(MemoryFixture::new())),
+        Arc::new(Plain::new("plain", None)),
         &RunOptions { filter: Some("fault_".into()), ..Default::default() },
     )
     .await;
@@ -91,9 +105,7 @@ async fn missing_hooks_are_not_applicable_with_a_reason() {
     }
 }
 
-/// A memory fixture that also offers deployment node faults, counting what the nemesis asks for.
-struct Deployed(MemoryFixture, Arc<CountingDeployment>);
-
+/// Deployment node faults that only count what the nemesis asks for.
 #[derive(Default)]
 struct CountingDeployment {
     injected: AtomicUsize,
@@ -112,28 +124,12 @@ impl lock_conformance::DeploymentControl for CountingDeployment {
     }
 }
 
-#[lock_conformance::async_trait]
-impl Fixture for Deployed {
-    fn backend(&self) -> &str {
-        "deployed"
-    }
-    async fn client(&self) -> Result<Arc<dyn lock_core::DistributedLock>, lock_core::LockError> {
-        self.0.client().await
-    }
-    fn base_ttl(&self) -> std::time::Duration {
-        self.0.base_ttl()
-    }
-    fn deployment(&self) -> Option<Arc<dyn lock_conformance::DeploymentControl>> {
-        Some(self.1.clone())
-    }
-}
-
 /// The nemesis adds the deployment's node faults when the fixture offers them, and says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nemesis_injects_deployment_node_faults() {
     let deployment = Arc::new(CountingDeployment::default());
     let report = run_suite(
-        Arc::new(Deployed(MemoryFixture::new(), deployment.clone())),
+        Arc::new(Plain::new("deployed", Some(deployment.clone()))),
         &RunOptions { filter: Some("::nemesis".into()), ..Default::default() },
     )
     .await;

@@ -50,6 +50,9 @@ pub struct Capabilities {
     pub inspect: bool,
     /// `list` enumerates held names by prefix.
     pub list: bool,
+    /// `watch_changes` gives a feed of grants and releases heard from the backend (docs/contract.md
+    /// §5.8), so election observers in other processes learn of a change without polling.
+    pub notify_changes: bool,
 }
 
 impl Default for Capabilities {
@@ -66,6 +69,7 @@ impl Default for Capabilities {
             max_ttl: Duration::from_secs(365 * 24 * 3600),
             inspect: false,
             list: false,
+            notify_changes: false,
         }
     }
 }

@@ -1,4 +1,4 @@
-//! Leader election over any [`DistributedLock`] (docs/contract.md §5.7): the leader is whoever
+//! Leader election over any [`DistributedLock`] (docs/contract.md §5.8): the leader is whoever
 //! holds the election's lock name; its epoch is the lease's fencing token.
 //!
 //! - [`Election::campaign`] waits for the lock (with the candidate's [`Holder`] stored with it)
@@ -8,12 +8,15 @@
 //! - [`Election::leader`] and [`Election::observe`] read who leads with
 //!   [`DistributedLock::inspect`]: they need `Capabilities::inspect` (`Unsupported` otherwise).
 //!
-//! How `observe` learns of changes: it polls `inspect` every [`Election::observe_every`]
-//! (default a fifth of the ttl, between 10 ms and 5 s), so a change is seen within that interval
-//! plus one request. Campaigns won and resignations made through the same `Election` value (or
-//! its clones) in this process wake its observers at once. The backends' own notifications
-//! (Redis pub/sub, PostgreSQL NOTIFY, ZooKeeper watches) wake lock waiters, but the
-//! `DistributedLock` trait does not expose them, so observers of other processes poll.
+//! How `observe` learns of changes: where the backend notifies (`Capabilities::notify_changes`:
+//! Redis pub/sub, PostgreSQL NOTIFY, ZooKeeper watches, the in-memory server) it registers a
+//! [`ChangeFeed`] ([`DistributedLock::watch_changes`]) before its first read, so a grant or a
+//! release made by any process wakes it within a notification's delivery plus one `inspect`.
+//! It also polls `inspect` every [`Election::observe_every`] (default a fifth of the ttl,
+//! between 10 ms and 5 s): the only way to see a lease that merely expired, and the way
+//! elsewhere (MySQL, SQLite, Redlock), where a change is seen within that interval plus one
+//! request. Campaigns won and resignations made through the same `Election` value (or its
+//! clones) in this process wake its observers at once on every backend.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,7 +25,8 @@ use futures::Stream;
 use tokio::sync::Notify;
 
 use crate::{
-    AcquireOptions, DistributedLock, FencingToken, Holder, HolderInfo, Lease, LockError, LockName, LostSignal,
+    AcquireOptions, ChangeFeed, DistributedLock, FencingToken, Holder, HolderInfo, Lease, LockError, LockName,
+    LostSignal,
 };
 
 /// One election: a lock name, a candidate and the options its campaigns use. Cheap to clone.
@@ -122,6 +126,8 @@ impl Election {
             every: self.observe_every,
             request_timeout: self.opts.request_timeout,
             changed: Arc::clone(&self.changed),
+            feed: None,
+            notifies: true,
             last: None,
             done: false,
         };
@@ -152,10 +158,26 @@ struct Observer {
     every: Duration,
     request_timeout: Duration,
     changed: Arc<Notify>,
+    /// The backend's change feed, registered before the first read (and again after it ends).
+    feed: Option<ChangeFeed>,
+    /// False once the backend answered that it does not notify.
+    notifies: bool,
     /// The last leader reported; `None` before the first item.
     last: Option<LeaderKey>,
     done: bool,
 }
+
+/// What ended an observer's wait.
+enum Woken {
+    /// The poll timer, a local change, or the feed.
+    Changed,
+    /// The feed ended (the backend's listener is gone): register another one.
+    FeedEnded,
+}
+
+/// How long an observer whose feed ended waits before registering another one (a backend
+/// that keeps failing must not turn the observer into a busy loop).
+const FEED_RETRY: Duration = Duration::from_millis(200);
 
 impl Observer {
     async fn next_change(mut self) -> Option<(Result<Option<HolderInfo>, LockError>, Self)> {
@@ -163,11 +185,17 @@ impl Observer {
             return None;
         }
         loop {
+            if self.feed.is_none() && self.notifies {
+                self.feed = self.register().await;
+            }
             // Registered before the read, so a change made while it runs is not missed.
             let changed = Arc::clone(&self.changed);
             let notified = changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
+            if let Some(feed) = &mut self.feed {
+                feed.mark_seen();
+            }
             match inspect_once(&*self.lock, &self.name, self.request_timeout).await {
                 Ok(now) => {
                     let key: LeaderKey = now.as_ref().map(|h| (h.holder.clone(), h.token));
@@ -184,9 +212,43 @@ impl Observer {
                     return Some((Err(e), self));
                 }
             }
-            tokio::select! {
-                _ = tokio::time::sleep(self.every) => {}
-                _ = notified => {}
+            let (every, feed) = (self.every, &mut self.feed);
+            let fed = async {
+                let Some(feed) = feed else { return std::future::pending().await };
+                if feed.changed().await {
+                    Woken::Changed
+                } else {
+                    Woken::FeedEnded
+                }
+            };
+            let woken = tokio::select! {
+                _ = tokio::time::sleep(every) => Woken::Changed,
+                _ = notified => Woken::Changed,
+                w = fed => w,
+            };
+            if let Woken::FeedEnded = woken {
+                tracing::debug!(election = %self.name, "observe: the change feed ended; registering again");
+                self.feed = None;
+                tokio::time::sleep(FEED_RETRY.min(self.every)).await;
+            }
+        }
+    }
+
+    /// The backend's change feed, bounded by the request timeout; `None` (poll only) when it
+    /// has none (never asked again) or registering failed (the next round tries again).
+    async fn register(&mut self) -> Option<ChangeFeed> {
+        match tokio::time::timeout(self.request_timeout, self.lock.watch_changes(&self.name)).await {
+            Ok(Ok(feed)) => {
+                self.notifies = feed.is_some();
+                feed
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(election = %self.name, error = %e, "observe: no change feed; polling");
+                None
+            }
+            Err(_) => {
+                tracing::debug!(election = %self.name, "observe: registering the change feed timed out; polling");
+                None
             }
         }
     }

@@ -9,8 +9,9 @@ use std::time::Duration;
 use crate::LockError;
 
 /// Called by a [`Lease`](crate::Lease) as its life goes on. Exactly one of [`LeaseEvents::lost`]
-/// and [`LeaseEvents::released`] is called per lease, once. Calls come from the watchdog task
-/// or the caller's task: keep them short and non-blocking (count, record, return).
+/// and [`LeaseEvents::released`] is called per lease, once. Calls come from the runtime's
+/// watchdog driver (one task for every lease of the runtime) or the caller's task: keep them
+/// short and non-blocking (count, record, return), or every lease's renewals wait.
 pub trait LeaseEvents: Send + Sync + 'static {
     /// A renewal succeeded (the watchdog's or [`Lease::renew`](crate::Lease::renew)).
     fn renewed(&self) {}

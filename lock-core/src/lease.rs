@@ -10,8 +10,9 @@ use tokio::time::{timeout, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::driver::{self, Ticket};
 use crate::release::{self, ReleaseState};
-use crate::watchdog;
+use crate::watchdog::Watch;
 use crate::{AcquireOptions, FencingToken, LeaseEvents, LockError, LockName, OwnerId};
 
 /// The answer of a renewal on the server.
@@ -159,7 +160,6 @@ pub(crate) struct Shared {
     /// The holder asked for a release (or dropped the lease): stop renewing, no longer valid.
     pub(crate) released: AtomicBool,
     pub(crate) lost: LostSignal,
-    pub(crate) stop: CancellationToken,
     pub(crate) handle: Arc<dyn LeaseHandle>,
     /// Where the owner-checked release stands on the server; held across each attempt so
     /// attempts (a caller's, a cancelled caller's, `Drop`'s, the loss-by-time one) never overlap.
@@ -235,6 +235,12 @@ impl Shared {
                 rt.spawn(release::release_until_answered(Arc::clone(self)));
             }
         }
+    }
+
+    /// A renewal was sent and not answered before `valid_until`: the server may hold the lease
+    /// beyond it, so a loss by time sends the owner-checked release.
+    pub(crate) fn mark_renew_unanswered(&self) {
+        self.renew_unanswered.store(true, Ordering::SeqCst);
     }
 
     /// One renewal: bounded by the request timeout and by the lease's own validity.
@@ -317,11 +323,13 @@ impl Shared {
 pub struct Lease {
     shared: Arc<Shared>,
     runtime: Option<tokio::runtime::Handle>,
+    /// This lease's place in its runtime's watchdog driver.
+    ticket: Option<Ticket>,
 }
 
 impl Lease {
-    /// Builds the guard for a fresh grant and starts its watchdog (renewal when
-    /// `options.auto_renew`, and in every case the loss timer at `valid_until`).
+    /// Builds the guard for a fresh grant and hands it to its runtime's watchdog driver
+    /// (renewal when `options.auto_renew`, and in every case the loss timer at `valid_until`).
     pub fn new(grant: LeaseGrant, options: &AcquireOptions) -> Lease {
         let drift = options.drift();
         let valid_until =
@@ -336,7 +344,6 @@ impl Lease {
             valid_until: Mutex::new(valid_until),
             released: AtomicBool::new(false),
             lost: LostSignal::new(),
-            stop: CancellationToken::new(),
             handle: grant.handle,
             release_state: tokio::sync::Mutex::new(ReleaseState::NotSent),
             renew_unanswered: AtomicBool::new(false),
@@ -346,12 +353,12 @@ impl Lease {
             ended: AtomicBool::new(false),
         });
         let runtime = tokio::runtime::Handle::try_current().ok();
-        if let Some(rt) = &runtime {
+        let ticket = runtime.as_ref().and_then(|rt| {
             let renew_every = options.auto_renew.then(|| options.renew_interval());
             let hold_until = options.max_hold.and_then(|m| grant.started.checked_add(m));
-            rt.spawn(watchdog::watchdog(Arc::clone(&shared), renew_every, hold_until));
-        }
-        Lease { shared, runtime }
+            driver::watch(rt, Watch::new(Arc::clone(&shared), renew_every, hold_until))
+        });
+        Lease { shared, runtime, ticket }
     }
 
     /// The lock's name.
@@ -416,7 +423,7 @@ impl Lease {
     pub async fn release(&self) -> Result<(), LockError> {
         let shared = Arc::clone(&self.shared);
         shared.released.store(true, Ordering::SeqCst);
-        shared.stop.cancel();
+        self.stop_watch();
         shared.end(None);
         let span = shared.release_span();
         let runtime = self.runtime.clone().or_else(|| tokio::runtime::Handle::try_current().ok());
@@ -424,6 +431,17 @@ impl Lease {
             // Moved to a task if this future is dropped mid-request (release::Detached).
             Some(rt) => release::Detached::new(release::release_once(shared).instrument(span), rt).await,
             None => release::release_once(shared).instrument(span).await,
+        }
+    }
+}
+
+impl Lease {
+    /// Takes the lease off its driver's schedule and stops a renewal in flight (after
+    /// `released` is set, which the driver also checks, so a lease the driver holds at this
+    /// moment is dropped by it).
+    fn stop_watch(&self) {
+        if let Some(ticket) = &self.ticket {
+            ticket.cancel();
         }
     }
 }
@@ -441,8 +459,8 @@ impl std::fmt::Debug for Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         let shared = Arc::clone(&self.shared);
-        shared.stop.cancel();
         shared.released.store(true, Ordering::SeqCst);
+        self.stop_watch();
         shared.end(None);
         // A lost lease needs nothing here: the server said it is not ours, the backend saw the
         // session end, or (lost by time) the watchdog already sends the release.

@@ -13,7 +13,8 @@
 //! - [`MemoryLock`]: the in-memory reference backend, for tests of applications.
 //! - [`FencedRegister`]: the protected-resource side of fencing.
 //! - With feature `sqlx`: [`FencingToken`] binds as an sqlx parameter (`BIGINT`).
-//! - [`Election`]: leader election over any lock ([`Leadership`]: lease, epoch, lost signal).
+//! - [`Election`]: leader election over any lock ([`Leadership`]: lease, epoch, lost signal);
+//!   its observers hear other processes' changes through a backend's [`ChangeFeed`].
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -33,6 +34,8 @@
 mod backoff;
 mod batch;
 mod capabilities;
+mod changes;
+mod driver;
 mod election;
 mod error;
 mod events;
@@ -58,6 +61,7 @@ mod watchdog;
 pub use backoff::Backoff;
 pub use batch::{Batcher, RoundFn};
 pub use capabilities::{Capabilities, LeaseModel, WakeMethod};
+pub use changes::{ChangeFeed, ChangeSignal};
 pub use election::{Election, Leadership};
 pub use error::{BoxError, LockError};
 pub use events::{EventsRef, LeaseEvents};

@@ -4,7 +4,9 @@ use std::future::Future;
 
 use async_trait::async_trait;
 
-use crate::{AcquireOptions, Capabilities, FencingToken, HolderInfo, Lease, LeaseObserver, LockError, LockName};
+use crate::{
+    AcquireOptions, Capabilities, ChangeFeed, FencingToken, HolderInfo, Lease, LeaseObserver, LockError, LockName,
+};
 
 /// An exclusive distributed lock service (docs/contract.md §4). Object safe: the facade hands out
 /// `Arc<dyn DistributedLock>`.
@@ -46,6 +48,15 @@ pub trait DistributedLock: Send + Sync + 'static {
     /// (docs/contract.md §5.6). `Unsupported` unless `capabilities().list`.
     async fn list(&self, _prefix: &str, _limit: usize) -> Result<Vec<HolderInfo>, LockError> {
         Err(LockError::unsupported(self.backend(), "list"))
+    }
+
+    /// A feed that fires whenever the holder of `name` may have changed (a grant, a release),
+    /// heard from the backend's own notifications (docs/contract.md §5.8), for observers in any
+    /// process. Register it before reading the holder, so that no change in between is missed.
+    /// `Ok(None)` (the default) when the backend does not notify (`capabilities().notify_changes`
+    /// is false): observers poll.
+    async fn watch_changes(&self, _name: &LockName) -> Result<Option<ChangeFeed>, LockError> {
+        Ok(None)
     }
 
     /// An operator's override (docs/contract.md §5.6): frees `name` whoever holds it, without

@@ -19,8 +19,9 @@ use tokio::sync::oneshot;
 use tokio::time::{sleep_until, Instant};
 
 use crate::{
-    AcquireOptions, Capabilities, DistributedLock, DistributedRwLock, DistributedSemaphore, FencingToken, HolderInfo,
-    Lease, LeaseGrant, LeaseHandle, LeaseModel, LockError, LockName, OwnerId, ReleaseOutcome, RenewOutcome, WakeMethod,
+    AcquireOptions, Capabilities, ChangeFeed, DistributedLock, DistributedRwLock, DistributedSemaphore, FencingToken,
+    HolderInfo, Lease, LeaseGrant, LeaseHandle, LeaseModel, LockError, LockName, OwnerId, ReleaseOutcome, RenewOutcome,
+    WakeHub, WakeMethod,
 };
 
 mod idle;
@@ -55,6 +56,8 @@ struct Server {
     /// The highest fence of every entry collected as idle (changed under `locks`): a new entry
     /// starts above it, so tokens never go back when a name's state was removed.
     floor: AtomicU64,
+    /// The observers of exclusive locks, by name (`watch_changes`).
+    changes: WakeHub,
 }
 
 #[derive(Default)]
@@ -253,6 +256,7 @@ impl MemoryLock {
     pub fn restart_server(&self) {
         self.server.locks.lock().unwrap_or_else(|e| e.into_inner()).clear();
         self.server.floor.store(0, Ordering::SeqCst);
+        self.server.changes.wake_all();
     }
 
     fn reachable(&self) -> Result<(), LockError> {
@@ -265,10 +269,20 @@ impl MemoryLock {
         Ok(())
     }
 
+    /// Runs `f` on the state of `name`; observers of an exclusive lock whose holder `f`
+    /// changed (grant, release, hand-off, an expiry noticed) are woken.
     fn with_entry<R>(&self, family: Family, name: &LockName, f: impl FnOnce(&mut Entry) -> R) -> R {
         let mut locks = self.server.locks.lock().unwrap_or_else(|e| e.into_inner());
         let floor = self.server.floor.load(Ordering::SeqCst);
-        f(locks.entry((family, name.clone())).or_insert_with(|| Entry { fence: floor, ..Entry::default() }))
+        let entry = locks.entry((family, name.clone())).or_insert_with(|| Entry { fence: floor, ..Entry::default() });
+        let before = entry.holders.first().map(|h| h.token);
+        let r = f(entry);
+        let after = entry.holders.first().map(|h| h.token);
+        drop(locks);
+        if family == Family::Lock && before != after {
+            self.server.changes.changed(name.as_str());
+        }
+        r
     }
 
     fn lease(
@@ -296,6 +310,7 @@ impl MemoryLock {
             min_ttl: Duration::from_millis(1),
             inspect: true,
             list: true,
+            notify_changes: true,
             ..Capabilities::default()
         }
     }
@@ -505,6 +520,11 @@ impl DistributedLock for MemoryLock {
     async fn force_release(&self, name: &LockName) -> Result<Option<FencingToken>, LockError> {
         self.reachable()?;
         Ok(self.force_release_now(name))
+    }
+
+    async fn watch_changes(&self, name: &LockName) -> Result<Option<ChangeFeed>, LockError> {
+        self.reachable()?;
+        Ok(Some(self.server.changes.observe(name.as_str(), ())))
     }
 }
 

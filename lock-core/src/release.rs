@@ -220,6 +220,19 @@ mod tests {
         Lease::new(grant, opts)
     }
 
+    /// A lease of `ttl` on a fresh fake server that then stops answering.
+    fn cut_off_holder(ttl: Duration) -> (Arc<FakeServer>, Lease) {
+        let server = FakeServer::new(Duration::ZERO);
+        let lease = lease(&server, &AcquireOptions::new(ttl));
+        server.reachable.store(false, Ordering::SeqCst);
+        (server, lease)
+    }
+
+    /// Whether `server` lets the lease go within a second.
+    async fn freed_soon(server: &FakeServer) -> bool {
+        eventually(|| !server.held.load(Ordering::SeqCst)).await
+    }
+
     async fn eventually(mut f: impl FnMut() -> bool) -> bool {
         for _ in 0..200 {
             if f() {
@@ -232,9 +245,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_release_after_a_failed_release_contacts_the_server() {
-        let server = FakeServer::new(Duration::ZERO);
-        let lease = lease(&server, &AcquireOptions::new(Duration::from_secs(30)));
-        server.reachable.store(false, Ordering::SeqCst);
+        let (server, lease) = cut_off_holder(Duration::from_secs(30));
         assert!(matches!(lease.release().await, Err(LockError::Unavailable { .. })));
         assert!(server.held.load(Ordering::SeqCst));
         server.reachable.store(true, Ordering::SeqCst);
@@ -272,40 +283,27 @@ mod tests {
                 }
             }
             drop(lease);
-            assert!(
-                eventually(|| !server.held.load(Ordering::SeqCst)).await,
-                "release cancelled after {polls} polls never reached the server"
-            );
+            assert!(freed_soon(&server).await, "release cancelled after {polls} polls never reached the server");
         }
     }
 
     #[tokio::test]
     async fn drop_after_a_failed_release_retries_it() {
-        let server = FakeServer::new(Duration::ZERO);
-        let lease = lease(&server, &AcquireOptions::new(Duration::from_secs(30)));
-        server.reachable.store(false, Ordering::SeqCst);
+        let (server, lease) = cut_off_holder(Duration::from_secs(30));
         assert!(lease.release().await.is_err());
         drop(lease);
         tokio::time::sleep(Duration::from_millis(30)).await;
         server.reachable.store(true, Ordering::SeqCst);
-        assert!(
-            eventually(|| !server.held.load(Ordering::SeqCst)).await,
-            "dropping a lease whose release failed left it held"
-        );
+        assert!(freed_soon(&server).await, "dropping a lease whose release failed left it held");
     }
 
     #[tokio::test]
     async fn a_lease_lost_by_time_is_released_once_the_server_answers() {
-        let server = FakeServer::new(Duration::ZERO);
-        let lease = lease(&server, &AcquireOptions::new(Duration::from_millis(150)));
-        server.reachable.store(false, Ordering::SeqCst);
+        let (server, lease) = cut_off_holder(Duration::from_millis(150));
         tokio::time::timeout(Duration::from_secs(2), lease.lost().fired()).await.expect("lost by time");
         assert!(server.held.load(Ordering::SeqCst));
         server.reachable.store(true, Ordering::SeqCst);
-        assert!(
-            eventually(|| !server.held.load(Ordering::SeqCst)).await,
-            "a lease lost by time was never released on the server"
-        );
+        assert!(freed_soon(&server).await, "a lease lost by time was never released on the server");
         assert!(matches!(lease.release().await, Err(LockError::Lost { .. })));
     }
 }

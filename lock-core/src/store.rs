@@ -11,8 +11,8 @@ use tokio::time::{timeout, Instant};
 
 use crate::renewals::Renewals;
 use crate::{
-    AcquireOptions, Backoff, Capabilities, DistributedLock, FencingToken, Holder, HolderInfo, Lease, LeaseGrant,
-    LeaseHandle, LockError, LockName, OwnerId, ReleaseOutcome, RenewOutcome, WakeSubscription,
+    AcquireOptions, Backoff, Capabilities, ChangeFeed, DistributedLock, FencingToken, Holder, HolderInfo, Lease,
+    LeaseGrant, LeaseHandle, LockError, LockName, OwnerId, ReleaseOutcome, RenewOutcome, WakeSubscription,
 };
 
 /// What one acquire attempt asks for: the name, the owner id, the lease time and the
@@ -152,6 +152,12 @@ pub trait LeaseStore: Send + Sync + 'static {
         self.subscribe(name).await
     }
 
+    /// A feed of changes of `name`'s holder for observers ([`DistributedLock::watch_changes`]);
+    /// `None` (the default) when the backend does not notify.
+    async fn watch_changes(&self, _name: &LockName) -> Result<Option<ChangeFeed>, LockError> {
+        Ok(None)
+    }
+
     /// Longest sleep between polls (and between fallback re-tries of notified waiters).
     fn max_poll_interval(&self, ttl: Duration) -> Duration {
         (ttl / 4).clamp(Duration::from_millis(20), Duration::from_millis(500))
@@ -282,6 +288,14 @@ struct PendingRelease<S: LeaseStore> {
     timeout: Duration,
 }
 
+impl<S: LeaseStore> PendingRelease<S> {
+    /// For a wait (`waiting`), armed by each attempt in turn; for a single try, armed at once:
+    /// its one attempt is in flight from the start.
+    fn new(store: &Arc<S>, name: &LockName, owner: OwnerId, timeout: Duration, waiting: bool) -> Self {
+        PendingRelease { store: Arc::clone(store), name: name.clone(), owner, armed: !waiting, waiting, timeout }
+    }
+}
+
 impl<S: LeaseStore> Drop for PendingRelease<S> {
     fn drop(&mut self) {
         if !self.armed && !self.waiting {
@@ -324,18 +338,15 @@ impl<S: LeaseStore> DistributedLock for StoreLock<S> {
         self.store.force_release(name).await
     }
 
+    async fn watch_changes(&self, name: &LockName) -> Result<Option<ChangeFeed>, LockError> {
+        self.store.watch_changes(name).await
+    }
+
     #[tracing::instrument(name = "dlock.try_acquire", level = "debug", skip_all, fields(backend = self.store.backend(), lock = %name))]
     async fn try_acquire(&self, name: &LockName, opts: &AcquireOptions) -> Result<Option<Lease>, LockError> {
         opts.validate(&self.store.capabilities())?;
         let owner = OwnerId::random();
-        let mut pending = PendingRelease {
-            store: Arc::clone(&self.store),
-            name: name.clone(),
-            owner,
-            armed: true,
-            waiting: false,
-            timeout: opts.request_timeout,
-        };
+        let mut pending = PendingRelease::new(&self.store, name, owner, opts.request_timeout, false);
         let started = Instant::now();
         let result = self
             .attempt(&Claim::new(name, owner, opts.ttl).holder(opts.holder.as_ref()), opts.request_timeout, false)
@@ -365,14 +376,7 @@ impl<S: LeaseStore> DistributedLock for StoreLock<S> {
         // One owner id for the whole wait: attempts are idempotent for the same owner, so a
         // retry after a lost reply gets the grant back instead of waiting on itself.
         let owner = OwnerId::random();
-        let mut pending = PendingRelease {
-            store: Arc::clone(&self.store),
-            name: name.clone(),
-            owner,
-            armed: false,
-            waiting: true,
-            timeout: opts.request_timeout,
-        };
+        let mut pending = PendingRelease::new(&self.store, name, owner, opts.request_timeout, true);
         let result = self.wait(name, owner, opts, &mut pending).await;
         if matches!(result, Err(LockError::Timeout { .. })) && pending.waiting {
             // Withdraw what the wait left behind (a queue place) before answering, so the

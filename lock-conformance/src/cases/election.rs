@@ -1,4 +1,4 @@
-//! Leader election (`lock_core::Election`, docs/contract.md §5.7) on the backend under test:
+//! Leader election (`lock_core::Election`, docs/contract.md §5.8) on the backend under test:
 //! five candidates under the nemesis never have two valid leaders at once and their epochs
 //! strictly rise; a resignation hands over promptly; observers converge on the current leader
 //! within one ttl of each change (where the backend declares `inspect`).
@@ -288,4 +288,105 @@ pub async fn election_observers_converge(fx: &dyn Fixture) -> CaseResult {
         ),
     }
     Ok(format!("{} leaders observed, slowest {} ms after election (ttl {} ms)", terms.len(), ms(slowest), ms(ttl)))
+}
+
+/// How soon an observer that never polls must report a change the backend notifies.
+const NOTIFIED_BOUND: Duration = Duration::from_secs(2);
+
+/// What an observer task forwards: each report, or the error that ended it.
+type Report = Result<Sighting, LockError>;
+
+/// The next leader the observer task reports, within `bound`; a failure names `what` was awaited.
+async fn next_sighting(
+    reports: &mut tokio::sync::mpsc::UnboundedReceiver<Report>,
+    bound: Duration,
+    what: &str,
+) -> Result<Sighting, CaseError> {
+    match tokio::time::timeout(bound, reports.recv()).await {
+        Ok(Some(Ok(sighting))) => Ok(sighting),
+        Ok(Some(Err(e))) => fail!("the observer failed while waiting for {what}: {e}"),
+        Ok(None) => fail!("the observer's stream ended while waiting for {what}"),
+        Err(_) => fail!(
+            "the observer reported nothing within {} ms while waiting for {what}: it polls once an hour, so the \
+             backend's change notification (Capabilities::notify_changes, DistributedLock::watch_changes) did not \
+             reach it",
+            ms(bound)
+        ),
+    }
+}
+
+/// An observer on its own client that polls once an hour still reports every change in time
+/// (docs/contract.md §5.8, `Capabilities::notify_changes`): leader A resigns while B waits, so
+/// the observer must report B; then B resigns with nobody waiting, and the observer must report
+/// nobody. Only the backend's notifications can wake it (the candidates use other clients).
+pub async fn election_observers_notified(fx: &dyn Fixture) -> CaseResult {
+    let cx = Ctx::new(fx, "election_observers_notified").await?;
+    if !cx.caps.notify_changes || !cx.caps.inspect {
+        return Err(CaseError::NotApplicable(
+            "the backend does not declare Capabilities::notify_changes (with inspect): its observers poll, which \
+             election_observers_converge checks"
+                .into(),
+        ));
+    }
+    let ttl = cx.ttl();
+    let name = cx.name("leader")?;
+    let a = Election::new(cx.client().await?, name.clone(), candidate(0)?, cx.opts(ttl * 20));
+    let b = Election::new(cx.client().await?, name.clone(), candidate(1)?, cx.opts(ttl * 20));
+    let observer =
+        Election::new(cx.client().await?, name, candidate(99)?, cx.opts(ttl)).observe_every(Duration::from_secs(3600));
+    let a_leads = a.campaign().await?;
+    let a_key = Some((Some("candidate-0".to_owned()), a_leads.epoch().get()));
+    // The stream is polled all along (as an application would), so that it is waiting, not
+    // reading, when the changes happen: each poll of an observe stream reads once right away.
+    let (tx, mut stream) = tokio::sync::mpsc::unbounded_channel::<Report>();
+    let mut reports = Box::pin(observer.observe());
+    let watching = tokio::spawn(async move {
+        while let Some(item) = reports.next().await {
+            let item = item.map(|leader| (Instant::now(), leader.map(|h| (h.holder, h.token.get()))));
+            if tx.send(item).is_err() {
+                return;
+            }
+        }
+    });
+    let _stop = AbortOnDrop(watching);
+    let (_, first) = next_sighting(&mut stream, cx.request_timeout() * 2, "its first report").await?;
+    ensure!(first == a_key, "the observer's first report was {first:?} while candidate 0 led ({a_key:?})");
+    let b_task = tokio::spawn(async move { b.campaign().await });
+    // Let B queue behind A (the hand-over is then a grant to a waiter, which every backend
+    // that notifies reports), then resign.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    a_leads.resign().await?;
+    let b_leads = match tokio::time::timeout(hand_over_bound(&cx) + ttl, b_task).await {
+        Ok(Ok(r)) => r?,
+        Ok(Err(e)) => fail!("candidate 1's campaign panicked: {e}"),
+        Err(_) => fail!("candidate 1 was not elected after candidate 0 resigned"),
+    };
+    let elected = Instant::now();
+    let b_key = Some((Some("candidate-1".to_owned()), b_leads.epoch().get()));
+    let mut lag_b = None;
+    while lag_b.is_none() {
+        let (at, seen) = next_sighting(&mut stream, NOTIFIED_BOUND, "candidate 1 to lead").await?;
+        ensure!(seen == b_key || seen.is_none(), "the observer reported {seen:?}; expected nobody or {b_key:?}");
+        if seen == b_key {
+            lag_b = Some(at.saturating_duration_since(elected));
+        }
+    }
+    let resigning = Instant::now();
+    b_leads.resign().await?;
+    let (at, last) = next_sighting(&mut stream, NOTIFIED_BOUND, "nobody to lead after the last resignation").await?;
+    ensure!(last.is_none(), "after a release with nobody waiting the observer reported {last:?}, not nobody");
+    Ok(format!(
+        "observer (polling hourly) saw the hand-over {} ms after the election, the free lock {} ms after the release",
+        ms(lag_b.unwrap_or_default()),
+        ms(at.saturating_duration_since(resigning))
+    ))
+}
+
+/// Stops the observer task however the case ends.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }

@@ -4,6 +4,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::future::Future;
+
+use lock_core::{AcquireOptions, Lease, LockError, LockName};
 use tokio::task::JoinSet;
 
 use super::{ensure, fail, CaseError, CaseResult, Ctx};
@@ -21,30 +24,21 @@ pub async fn mutual_exclusion(fx: &dyn Fixture) -> CaseResult {
     let overlaps = Arc::new(AtomicUsize::new(0));
     let entries = Arc::new(AtomicUsize::new(0));
     let opts = cx.opts(cx.ttl() * 20);
-    let mut tasks = JoinSet::new();
-    for _ in 0..CLIENTS {
-        let client = cx.client().await?;
-        let (name, opts, inside, overlaps, entries) =
-            (name.clone(), opts.clone(), inside.clone(), overlaps.clone(), entries.clone());
-        tasks.spawn(async move {
-            for _ in 0..ROUNDS {
-                let lease = client.acquire(&name, &opts).await?;
-                if inside.fetch_add(1, Ordering::SeqCst) != 0 {
-                    overlaps.fetch_add(1, Ordering::SeqCst);
-                }
-                entries.fetch_add(1, Ordering::SeqCst);
-                // Long enough for a second holder to be noticed, short against the ttl.
-                tokio::time::sleep(Duration::from_millis(15)).await;
-                inside.fetch_sub(1, Ordering::SeqCst);
-                // A broken lock shows as an overlap; report that rather than the release error.
-                if let Err(e) = lease.release().await {
-                    return Ok(Some(e));
-                }
+    let (i, o, e) = (inside.clone(), overlaps.clone(), entries.clone());
+    let release_errors = contend(&cx, &name, &opts, move |lease| {
+        let (inside, overlaps, entries) = (i.clone(), o.clone(), e.clone());
+        async move {
+            if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                overlaps.fetch_add(1, Ordering::SeqCst);
             }
-            Ok::<_, lock_core::LockError>(None)
-        });
-    }
-    let release_errors = join_clients(tasks).await?;
+            entries.fetch_add(1, Ordering::SeqCst);
+            // Long enough for a second holder to be noticed, short against the ttl.
+            tokio::time::sleep(Duration::from_millis(15)).await;
+            inside.fetch_sub(1, Ordering::SeqCst);
+            Some(lease)
+        }
+    })
+    .await?;
     let (n, o) = (entries.load(Ordering::SeqCst), overlaps.load(Ordering::SeqCst));
     ensure!(o == 0, "two holders were inside the critical section at once {o} times out of {n} entries");
     ensure!(release_errors.is_empty(), "releases failed: {release_errors:?}");
@@ -63,28 +57,21 @@ pub async fn counter_exact(fx: &dyn Fixture) -> CaseResult {
     let counter = Arc::new(AtomicU64::new(0));
     let writes = Arc::new(AtomicU64::new(0));
     let opts = cx.opts(cx.ttl() * 20);
-    let mut tasks = JoinSet::new();
-    for _ in 0..CLIENTS {
-        let client = cx.client().await?;
-        let (name, opts, counter, writes) = (name.clone(), opts.clone(), counter.clone(), writes.clone());
-        tasks.spawn(async move {
-            for _ in 0..ROUNDS {
-                let lease = client.acquire(&name, &opts).await?;
-                let v = counter.load(Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                if !lease.is_valid() {
-                    continue;
-                }
-                counter.store(v + 1, Ordering::SeqCst);
-                writes.fetch_add(1, Ordering::SeqCst);
-                if let Err(e) = lease.release().await {
-                    return Ok(Some(e));
-                }
+    let (c, w) = (counter.clone(), writes.clone());
+    let release_errors = contend(&cx, &name, &opts, move |lease| {
+        let (counter, writes) = (c.clone(), w.clone());
+        async move {
+            let v = counter.load(Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            if !lease.is_valid() {
+                return None;
             }
-            Ok::<_, lock_core::LockError>(None)
-        });
-    }
-    let release_errors = join_clients(tasks).await?;
+            counter.store(v + 1, Ordering::SeqCst);
+            writes.fetch_add(1, Ordering::SeqCst);
+            Some(lease)
+        }
+    })
+    .await?;
     let total = counter.load(Ordering::SeqCst);
     let want = writes.load(Ordering::SeqCst);
     ensure!(
@@ -156,12 +143,35 @@ pub async fn independent_names(fx: &dyn Fixture) -> CaseResult {
     Ok(format!("{} distinct names held at once ({} ms)", lookalikes.len() + 2, took.as_millis()))
 }
 
-/// Waits for every client task; a task's release error is collected (a broken lock should be
-/// reported as the overlap it causes, not as the release error that follows), any other error
-/// or panic fails the case.
-async fn join_clients(
-    mut tasks: JoinSet<Result<Option<lock_core::LockError>, lock_core::LockError>>,
-) -> Result<Vec<String>, CaseError> {
+/// `CLIENTS` clients, each of its own, take `name` `ROUNDS` times and run `hold` on every
+/// lease; `hold` hands the lease back to be released, or `None` to drop it (a lease it found
+/// lost). Returns the release errors, collected rather than failing the case: a broken lock
+/// should be reported as what `hold` saw, not as the release error that follows. Any other
+/// error or a panic fails the case.
+async fn contend<F, Fut>(
+    cx: &Ctx<'_>,
+    name: &LockName,
+    opts: &AcquireOptions,
+    hold: F,
+) -> Result<Vec<String>, CaseError>
+where
+    F: Fn(Lease) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Option<Lease>> + Send,
+{
+    let mut tasks = JoinSet::new();
+    for _ in 0..CLIENTS {
+        let client = cx.client().await?;
+        let (name, opts, hold) = (name.clone(), opts.clone(), hold.clone());
+        tasks.spawn(async move {
+            for _ in 0..ROUNDS {
+                let Some(lease) = hold(client.acquire(&name, &opts).await?).await else { continue };
+                if let Err(e) = lease.release().await {
+                    return Ok(Some(e));
+                }
+            }
+            Ok::<_, LockError>(None)
+        });
+    }
     let mut release_errors = Vec::new();
     while let Some(r) = tasks.join_next().await {
         match r {

@@ -183,6 +183,55 @@ pub async fn lost_signal(fx: &dyn Fixture) -> CaseResult {
     Ok(format!("reason: {}", reason.unwrap_or_default()))
 }
 
+/// The lost signal fires by `valid_until`, give or take scheduling: for a holder that stops
+/// renewing and, over a linked client cut off, for a per-lock holder whose renewals go
+/// unanswered. A later signal leaves a holder acting on a lease another client may have taken.
+pub async fn lost_by_valid_until(fx: &dyn Fixture) -> CaseResult {
+    let cx = Ctx::new(fx, "lost_by_valid_until").await?;
+    // Wake-up latency of a busy two-core machine, never a whole ttl.
+    let slack = (cx.ttl() / 3).max(Duration::from_millis(200));
+    let holder = cx.vanishing_holder(&cx.name("vanished")?).await?;
+    holder.vanish().await;
+    let late = lost_after_valid_until(&holder.lease, cx.expiry() * 3).await;
+    holder.heal().await;
+    let late = late?;
+    ensure!(
+        late <= slack,
+        "a holder that stopped renewing was told it lost its lease {} ms after valid_until",
+        ms(late)
+    );
+    let mut notes = vec![format!("stopped renewing: lost {} ms after valid_until", ms(late))];
+    if cx.caps.lease_model == LeaseModel::PerSession {
+        return Ok(notes.join("; "));
+    }
+    match cx.linked().await {
+        Ok((client, link)) => {
+            let lease = client.acquire(&cx.name("cut")?, &cx.opts(cx.expiry() * 2)).await?;
+            link.set_partitioned(true).await;
+            let late = lost_after_valid_until(&lease, cx.expiry() * 3).await;
+            link.set_partitioned(false).await;
+            let late = late?;
+            ensure!(
+                late <= slack,
+                "a holder cut off while renewing was told it lost {} ms after valid_until",
+                ms(late)
+            );
+            notes.push(format!("renewals cut off: lost {} ms after valid_until", ms(late)));
+        }
+        Err(CaseError::NotApplicable(r)) => notes.push(format!("NOT CHECKED with renewals cut off: {r}")),
+        Err(e) => return Err(e),
+    }
+    Ok(notes.join("; "))
+}
+
+/// Waits up to `bound` for the lease's lost signal; how long after `valid_until` it fired.
+async fn lost_after_valid_until(lease: &Lease, bound: Duration) -> Result<Duration, CaseError> {
+    let fired = tokio::time::timeout(bound, lease.lost().fired()).await.is_ok();
+    let at = Instant::now();
+    ensure!(fired, "the lost signal did not fire within {} ms", ms(bound));
+    Ok(at.saturating_duration_since(lease.valid_until()))
+}
+
 /// `release()` twice is `Ok`; a late third release after another client took the lock still
 /// leaves that client's lock alone.
 pub async fn release_idempotent(fx: &dyn Fixture) -> CaseResult {

@@ -196,9 +196,11 @@ registry! {
     kinds_faults::kinds_server_pause, 12, "a paused server: writers and permit holders lose their leases on time";
     kinds_faults::kinds_nemesis, 10, "random server faults while rw and semaphore clients contend: the kind checkers hold";
     lease::slow_grant_renewed_in_time, 8, "a grant that took a third of its ttl to arrive is renewed in time, not lost";
+    lease::lost_by_valid_until, 12, "the lost signal fires by valid_until, for a holder that stops renewing or whose renewals go unanswered";
     election::election_nemesis, 10, "five election candidates under random faults: never two valid leaders, epochs strictly rise";
     election::election_resign_hands_over, 20, "a resigning leader hands over to a waiting candidate within the wake bound";
     election::election_observers_converge, 20, "observers report each new leader within one ttl of its election (needs inspect)";
+    election::election_observers_notified, 10, "an observer that polls hourly reports a hand-over and a release in time (needs notify_changes)";
     hold::hold_at_least_early_release, 12, "a lease released or dropped before t0 + hold_at_least keeps the lock until then, and not much longer";
     hold::hold_at_least_late_release, 6, "a lease released after t0 + hold_at_least frees the lock at once";
     inspect::inspect_reports_holder, 6, "inspect reports holder id, token, kind and metadata while held, None after release";

@@ -3,12 +3,12 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_core::{LockError, WaitPolicy, WakeMethod};
+use lock_core::{DistributedLock, Lease, LockError, LockName, WaitPolicy, WakeMethod};
 use rand::Rng;
 use tokio::time::Instant;
 
 use super::{ensure, fail, ms, CaseError, CaseResult, Ctx};
-use crate::Fixture;
+use crate::{ClientLink, Fixture};
 
 /// `try_acquire` on a free lock gives a lease, on a held one `None` (quickly, without waiting),
 /// and a lease again after release.
@@ -266,15 +266,32 @@ pub async fn fifo_no_overtake(fx: &dyn Fixture) -> CaseResult {
     Ok(format!("the queued waiter went first in 3 of 3 rounds; newcomer's grant came {gaps:?} ms later"))
 }
 
+/// The start of the cases whose waiter's network fails while the lock is busy.
+struct BusyForLinkedWaiter {
+    /// The waiter, behind a fault link.
+    waiter: Arc<dyn DistributedLock>,
+    link: Arc<dyn ClientLink>,
+    /// Another client, kept for as long as its lease.
+    _holder: Arc<dyn DistributedLock>,
+    name: LockName,
+    /// `name`, held by the other client for a ttl.
+    held: Lease,
+}
+
+async fn held_before_a_linked_waiter(cx: &Ctx<'_>, name: &str) -> Result<BusyForLinkedWaiter, CaseError> {
+    let (waiter, link) = cx.linked().await?;
+    let name = cx.name(name)?;
+    let holder = cx.client().await?;
+    let held = holder.acquire(&name, &cx.opts(cx.ttl())).await?;
+    Ok(BusyForLinkedWaiter { waiter, link, _holder: holder, name, held })
+}
+
 /// A lock that stays busy until the caller's deadline gives `Timeout`, never `Unavailable`,
 /// even when the network is slow enough that the last attempt before the deadline is cut
 /// short (`Unavailable` means the backend did not answer).
 pub async fn busy_at_deadline_is_timeout(fx: &dyn Fixture) -> CaseResult {
     let cx = Ctx::new(fx, "busy_at_deadline_is_timeout").await?;
-    let (waiter, link) = cx.linked().await?;
-    let name = cx.name("busy")?;
-    let holder = cx.client().await?;
-    let held = holder.acquire(&name, &cx.opts(cx.ttl())).await?;
+    let BusyForLinkedWaiter { waiter, link, _holder, name, held } = held_before_a_linked_waiter(&cx, "busy").await?;
     // Connect before the link slows down: a first connection through a slow link is several
     // round trips, and a server that never answered before the deadline is `Unavailable`.
     let no_wait = cx.opts(cx.ttl()).wait_policy(WaitPolicy::NoWait);
@@ -328,10 +345,7 @@ pub async fn busy_at_deadline_is_timeout(fx: &dyn Fixture) -> CaseResult {
 /// trying (with back-off) and gets the lock once the server is back and the lock is free.
 pub async fn forever_survives_transient_errors(fx: &dyn Fixture) -> CaseResult {
     let cx = Ctx::new(fx, "forever_survives_transient_errors").await?;
-    let (waiter, link) = cx.linked().await?;
-    let name = cx.name("forever")?;
-    let holder = cx.client().await?;
-    let held = holder.acquire(&name, &cx.opts(cx.ttl())).await?;
+    let BusyForLinkedWaiter { waiter, link, _holder, name, held } = held_before_a_linked_waiter(&cx, "forever").await?;
     link.set_partitioned(true).await;
     let opts = cx.opts(cx.ttl()).wait_policy(WaitPolicy::Forever);
     let task = tokio::spawn({
