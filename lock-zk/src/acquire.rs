@@ -11,6 +11,8 @@ use zookeeper_client::{Client, CreateMode, EventType};
 
 use crate::acl::ensure_root;
 use crate::client::ZkLock;
+use crate::keeper::Node;
+use crate::lease::Granted;
 use crate::recipe::{node_prefix, queue, sort_out, Recipe, Verdict};
 use crate::session::{call, connected, find_ours, server_error, Failure, NodeGuard, Session, ZkError, BACKEND};
 
@@ -39,11 +41,13 @@ enum Settled {
     Retry,
 }
 
-/// Our node, once created: its path, its czxid, and the queue as listed right behind the create.
+/// Our node, once created: its path, its czxid, the queue as listed right behind the create,
+/// and whether the create was the acquisition's only one (sent once, answered).
 struct Created {
     path: String,
     czxid: i64,
     listed: Option<Vec<String>>,
+    clean: bool,
 }
 
 /// The per-acquisition state of `acquire`/`try_acquire`.
@@ -227,11 +231,19 @@ impl Attempt<'_> {
         let recipe = self.recipe;
         let parent = self.lock.parent(recipe, self.name);
 
-        // try_acquire on a busy lock answers without creating (and deleting) a node, which
-        // would otherwise wake the waiter behind it for nothing. The listing goes behind a
-        // `sync` (pipelined, one round trip from here): a follower answers reads from its own
-        // state, which may not yet hold the leader's commit of a release that already completed.
-        if !self.wait {
+        // A try creates its node and lists the queue in one round trip: a free lock is granted
+        // with no more. On a busy lock that node is deleted at once (in the background: the
+        // delete is sent before the answer, so this session's later requests come after it);
+        // it sat at the tail, behind every waiter, so it woke nobody unless a waiter queued
+        // behind it meanwhile (that waiter wakes once and watches its new predecessor), and an
+        // observer's feed does not fire (the lowest node did not change). To keep a client that
+        // polls a busy lock from creating and deleting a node each time, a try on a lock this
+        // client last found busy lists the queue first and answers without a node when it is
+        // still busy. That listing goes behind a `sync` (pipelined, one round trip): a follower
+        // answers reads from its own state, which may not yet hold the leader's commit of a
+        // release that already completed.
+        let busy_before = !self.wait && self.lock.inner.busy.contains(&parent);
+        if busy_before {
             loop {
                 let listing = async {
                     let (synced, children) = tokio::join!(client.sync(&parent), client.list_children(&parent));
@@ -255,8 +267,9 @@ impl Attempt<'_> {
         let prefix = format!("{parent}/{}", node_prefix(owner, &recipe.role()));
         let mut guard = NodeGuard::new(client.clone(), parent.clone(), prefix.clone());
         let create_sent = Instant::now();
-        let Created { path, czxid, mut listed } = self.create(client, &parent, &prefix).await?;
+        let Created { path, czxid, mut listed, mut clean } = self.create(client, &parent, &prefix).await?;
         guard.path = Some(path.clone());
+        guard.clean = clean;
         let own = path.rsplit('/').next().unwrap_or_default().to_owned();
         let ours = prefix.rsplit('/').next().unwrap_or_default();
 
@@ -282,8 +295,12 @@ impl Attempt<'_> {
                 Err(Settled::NoNode) => return Err(Stop::Restart(NODE_VANISHED)),
                 Err(Settled::Retry) => continue,
             };
-            if !strays.is_empty() && !self.delete_strays(client, &parent, &strays).await? {
-                continue;
+            if !strays.is_empty() {
+                clean = false;
+                guard.clean = false;
+                if !self.delete_strays(client, &parent, &strays).await? {
+                    continue;
+                }
             }
             let Some(index) = children.iter().position(|c| *c == own) else {
                 // Deleted by someone else, or the session expired under us.
@@ -306,16 +323,12 @@ impl Attempt<'_> {
                         }
                     }
                     guard.disarm();
-                    return Ok(Some(self.lock.grant(
-                        session,
-                        self.name,
-                        owner,
-                        prefix.clone(),
-                        path,
-                        token,
-                        sent,
-                        self.opts,
-                    )));
+                    if busy_before {
+                        self.lock.inner.busy.note(&parent, false);
+                    }
+                    let node = Node::new(prefix.clone(), path, clean);
+                    let granted = Granted { owner, zxid: token, confirmed: sent };
+                    return Ok(Some(self.lock.grant(session, self.name, node, granted, self.opts)));
                 }
                 Verdict::Wait(watched) => (watched, false),
                 Verdict::WaitGranted(predecessor) => (vec![predecessor], true),
@@ -323,6 +336,7 @@ impl Attempt<'_> {
             self.seen_busy = true;
             if !self.wait {
                 // Busy: `guard` deletes our node; acquire turns this into Timeout.
+                self.lock.inner.busy.note(&parent, true);
                 return Ok(None);
             }
             // All watch requests go out before the first answer is awaited (one round trip).
@@ -409,12 +423,15 @@ impl Attempt<'_> {
         let root = &lock.inner.url.root;
         let acls = lock.acls();
         let mut outcome_unknown = false;
+        // Whether a create of ours went unanswered: then another node with our prefix may exist.
+        let mut clean = true;
         loop {
             if outcome_unknown {
+                clean = false;
                 match find_ours(client, parent, prefix, self.bound()).await {
                     Ok(Some((path, czxid))) => {
                         self.answered();
-                        return Ok(Created { path, czxid, listed: None });
+                        return Ok(Created { path, czxid, listed: None, clean });
                     }
                     Ok(None) => {
                         self.answered();
@@ -432,7 +449,8 @@ impl Attempt<'_> {
             // Where the parent may be missing (first use of the name by this client, or the
             // server removed the empty container), it is created in the same round trip.
             let container = CreateMode::Container.with_acls(acls);
-            let make_parent = (!self.lock.knows_parent(parent)).then(|| client.create(parent, &[], &container));
+            let make_parent =
+                (!self.lock.inner.parents.contains(parent)).then(|| client.create(parent, &[], &container));
             let data = crate::inspect::node_data(self.recipe, self.opts);
             let create = client.create(prefix, &data, &options);
             let listing = client.list_children(parent);
@@ -450,7 +468,7 @@ impl Attempt<'_> {
                     if stat.is_invalid() {
                         // Servers before 3.5 return no stat with the create.
                         match find_ours(client, parent, prefix, self.bound()).await {
-                            Ok(Some((path, czxid))) => return Ok(Created { path, czxid, listed: None }),
+                            Ok(Some((path, czxid))) => return Ok(Created { path, czxid, listed: None, clean: false }),
                             Ok(None) => return Err(Stop::Restart(NODE_VANISHED)),
                             Err(f) => {
                                 self.settle(f).await?;
@@ -459,11 +477,11 @@ impl Attempt<'_> {
                             }
                         }
                     }
-                    self.lock.remember_parent(parent, true);
-                    return Ok(Created { path, czxid: stat.czxid, listed });
+                    self.lock.inner.parents.note(parent, true);
+                    return Ok(Created { path, czxid: stat.czxid, listed, clean });
                 }
                 Err(Settled::NoNode) => {
-                    self.lock.remember_parent(parent, false);
+                    self.lock.inner.parents.note(parent, false);
                     let options = CreateMode::Container.with_acls(acls);
                     let make_parent = client.create(parent, &[], &options);
                     match call(self.bound(), "creating the lock's parent node", make_parent).await {

@@ -14,6 +14,7 @@ use zookeeper_client::{Acls, Client};
 use crate::acl::{digest_id, ensure_root};
 use crate::acquire::Attempt;
 use crate::config::{ZkOptions, ZkUrl};
+use crate::keeper::Keeper;
 use crate::recipe::Recipe;
 use crate::session::{classify, server_error, Failure, Session, ZkError, BACKEND};
 use crate::tls::Tls;
@@ -37,7 +38,8 @@ pub async fn connect(url: &str, options: ZkOptions) -> Result<ZkLock, LockError>
         session: tokio::sync::Mutex::new(None),
         app_session: false,
         watch_events: AtomicU64::new(0),
-        parents: Mutex::new(HashSet::new()),
+        parents: Hints::default(),
+        busy: Hints::default(),
     });
     let lock = ZkLock { inner };
     let deadline = Instant::now() + lock.inner.options.connect_timeout;
@@ -62,7 +64,9 @@ pub async fn from_client(client: Client, root: &str, options: ZkOptions) -> Resu
     let bound = options.connect_timeout.max(options.request_timeout);
     create_root(&client, &url.root, None, bound, "the application's ZooKeeper session has ended").await?;
     let tls = Tls::load(&ZkOptions { tls_ca_file: None, ..options.clone() }).await?;
-    let session = Session { id: client.session_id().0, client };
+    let id = client.session_id().0;
+    let keeper = Keeper::start(client.clone(), id, url.root.clone(), options.request_timeout);
+    let session = Session { id, client, keeper };
     let inner = Arc::new(Inner {
         url,
         options,
@@ -70,7 +74,8 @@ pub async fn from_client(client: Client, root: &str, options: ZkOptions) -> Resu
         session: tokio::sync::Mutex::new(Some(session)),
         app_session: true,
         watch_events: AtomicU64::new(0),
-        parents: Mutex::new(HashSet::new()),
+        parents: Hints::default(),
+        busy: Hints::default(),
     });
     Ok(ZkLock { inner })
 }
@@ -91,11 +96,41 @@ pub(crate) struct Inner {
     app_session: bool,
     pub(crate) watch_events: AtomicU64,
     /// Parents known to exist, so that acquires skip creating them.
-    parents: Mutex<HashSet<String>>,
+    pub(crate) parents: Hints,
+    /// Parents whose lock this client last found busy with a try (see `Attempt::with_session`).
+    pub(crate) busy: Hints,
 }
 
-/// How many parents [`Inner::parents`] remembers.
-const MAX_KNOWN_PARENTS: usize = 10_000;
+/// A bounded set of parent paths this client learnt something about. Only hints: forgetting
+/// one costs one extra request.
+#[derive(Default)]
+pub(crate) struct Hints(Mutex<HashSet<String>>);
+
+/// How many parents one [`Hints`] remembers.
+const MAX_HINTS: usize = 10_000;
+
+impl Hints {
+    fn set(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn contains(&self, parent: &str) -> bool {
+        self.set().contains(parent)
+    }
+
+    /// Adds (`true`) or removes `parent`.
+    pub(crate) fn note(&self, parent: &str, on: bool) {
+        let mut set = self.set();
+        if !on {
+            set.remove(parent);
+            return;
+        }
+        if set.len() >= MAX_HINTS && !set.contains(parent) {
+            set.clear();
+        }
+        set.insert(parent.to_owned());
+    }
+}
 
 impl fmt::Debug for ZkLock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -132,23 +167,6 @@ impl ZkLock {
     /// The id of the current session, if one is established (ZooKeeper's `ephemeralOwner`).
     pub async fn session_id(&self) -> Option<i64> {
         self.inner.session.lock().await.as_ref().map(|s| s.id)
-    }
-
-    pub(crate) fn knows_parent(&self, parent: &str) -> bool {
-        self.inner.parents.lock().unwrap_or_else(|e| e.into_inner()).contains(parent)
-    }
-
-    pub(crate) fn remember_parent(&self, parent: &str, exists: bool) {
-        let mut known = self.inner.parents.lock().unwrap_or_else(|e| e.into_inner());
-        if !exists {
-            known.remove(parent);
-            return;
-        }
-        if known.len() >= MAX_KNOWN_PARENTS {
-            // Only a hint: forgetting costs one extra request per name.
-            known.clear();
-        }
-        known.insert(parent.to_owned());
     }
 
     pub(crate) fn parent(&self, recipe: Recipe, name: &LockName) -> String {
@@ -239,7 +257,8 @@ impl ZkLock {
         create_root(&client, &url.root, ours.as_deref(), left, "the new ZooKeeper session ended at once").await?;
         let id = client.session_id().0;
         tracing::debug!(session = id, timeout = ?client.session_timeout(), "zookeeper session established");
-        Ok(Session { client, id })
+        let keeper = Keeper::start(client.clone(), id, url.root.clone(), self.inner.options.request_timeout);
+        Ok(Session { client, id, keeper })
     }
 }
 
@@ -269,6 +288,8 @@ pub(crate) fn capabilities() -> Capabilities {
     caps.semaphore = true;
     caps.fifo = true;
     caps.wake = WakeMethod::Watch;
+    // Election observers: a children watch on the lock's node (crate::observe).
+    caps.notify_changes = true;
     caps.lease_model = LeaseModel::PerSession;
     // czxid is persisted with the node and zxids only grow, across restarts too.
     caps.durable_fencing = true;

@@ -43,7 +43,7 @@ fn decode(data: &[u8]) -> (Option<String>, Option<String>) {
     }
 }
 
-fn failed(lock: &ZkLock, f: Failure) -> LockError {
+pub(crate) fn failed(lock: &ZkLock, f: Failure) -> LockError {
     match f {
         Failure::Transient(e) => e,
         Failure::SessionGone => LockError::unavailable(BACKEND, "the ZooKeeper session ended during the read"),
@@ -97,7 +97,7 @@ async fn holder_of(
 }
 
 impl ZkLock {
-    fn bound(&self) -> (Duration, Instant) {
+    pub(crate) fn bound(&self) -> (Duration, Instant) {
         let bound = self.inner.options.request_timeout;
         (bound, Instant::now() + self.inner.options.connect_timeout + bound)
     }

@@ -88,14 +88,17 @@
 //! - the session expires or is closed, or the lock node is deleted (watch events);
 //! - the server may have expired the session: the server keeps a session at least
 //!   `session_timeout` after it last heard from the client, and it heard from us no earlier
-//!   than when we sent a request it answered. Each held lease probes its node every fifth of
-//!   the session timeout, and its lost signal fires at `last answered request's send time +
-//!   session_timeout − drift` (drift: 1 % + 2 ms) unless a newer answer came in. A suspended
-//!   connection or a paused server therefore ends the lease before the server can hand the lock
-//!   to someone else, assuming only that both clocks run at about the same rate;
+//!   than when we sent a request it answered. `valid_until` is bounded by that (below), so a
+//!   suspended connection or a paused server ends the lease by the clock before the server can
+//!   hand the lock to someone else, assuming only that both clocks run at about the same rate;
 //! - `valid_until` passes without a successful renewal (the `Lease` watchdog, as for every
 //!   backend). Renewal asks the server, behind a `sync` through the leader, whether our node
 //!   still exists under our session.
+//!
+//! A held lease costs no request while nothing happens: the session's heartbeat keeps all of its
+//! nodes. One task per session holds a watch on each held node, and the renewals of a session's
+//! leases share rounds (one `sync`, then one multi-read of all their nodes behind it; one `exists`
+//! per lease, pipelined, on a server before 3.6).
 //!
 //! `valid_until` never exceeds what the server keeps for us (docs/contract.md §3): the lease runs on the
 //! **negotiated session timeout** whenever the asked ttl is longer (then [`Lease::ttl`] reports
@@ -159,8 +162,10 @@ mod acquire;
 mod client;
 mod config;
 mod inspect;
+mod keeper;
 mod kinds;
 mod lease;
+mod observe;
 mod recipe;
 mod session;
 mod tls;

@@ -3,12 +3,14 @@
 //! by its unique prefix), and guaranteed deletes that go on in the background.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::{Backoff, LockError, ReleaseOutcome};
 use tokio::time::{sleep, timeout, Instant};
 use zookeeper_client::{Client, SessionState};
 
+use crate::keeper::Keeper;
 use crate::recipe;
 
 pub(crate) type ZkError = zookeeper_client::Error;
@@ -19,6 +21,8 @@ pub(crate) const BACKEND: &str = "zookeeper";
 pub(crate) struct Session {
     pub(crate) client: Client,
     pub(crate) id: i64,
+    /// Watches and renews the session's held leases.
+    pub(crate) keeper: Arc<Keeper>,
 }
 
 /// How one request failed, sorted by what the recipe does about it.
@@ -115,19 +119,21 @@ pub(crate) async fn find_ours(
     }
 }
 
-/// Deletes our node if an acquisition ends without a grant (error, timeout, or the future being
-/// dropped): in the background, retrying until the server answers or the session is over
+/// Deletes our node if an acquisition ends without a grant (error, timeout, busy, or the future
+/// being dropped): in the background, retrying until the server answers or the session is over
 /// (which deletes the node anyway).
 pub(crate) struct NodeGuard {
     client: Option<Client>,
     parent: String,
     prefix: String,
     pub(crate) path: Option<String>,
+    /// Only one create was sent and it was answered: `path` is the acquisition's only node.
+    pub(crate) clean: bool,
 }
 
 impl NodeGuard {
     pub(crate) fn new(client: Client, parent: String, prefix: String) -> Self {
-        NodeGuard { client: Some(client), parent, prefix, path: None }
+        NodeGuard { client: Some(client), parent, prefix, path: None, clean: false }
     }
 
     pub(crate) fn disarm(&mut self) {
@@ -141,9 +147,26 @@ impl Drop for NodeGuard {
         let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
         let (parent, prefix, path) =
             (std::mem::take(&mut self.parent), std::mem::take(&mut self.prefix), self.path.take());
-        rt.spawn(async move {
-            let _ = delete_every(&client, &parent, &prefix, path.as_deref()).await;
-        });
+        match path {
+            Some(path) if self.clean => {
+                // Sent now, so that this session's next requests (a new try, say) are served
+                // after it; only its answer is awaited in the background.
+                let sent = client.delete(&path, None);
+                rt.spawn(async move {
+                    match call(client.session_timeout(), "deleting the lock node", sent).await {
+                        Ok(()) | Err(Failure::Server(ZkError::NoNode)) | Err(Failure::SessionGone) => {}
+                        Err(_) => {
+                            let _ = delete_every(&client, &parent, &prefix, Some(&path)).await;
+                        }
+                    }
+                });
+            }
+            path => {
+                rt.spawn(async move {
+                    let _ = delete_every(&client, &parent, &prefix, path.as_deref()).await;
+                });
+            }
+        }
     }
 }
 

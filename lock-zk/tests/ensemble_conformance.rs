@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use dlock_testkit::servers::zk_ensemble::{EnsembleOptions, ZkEnsemble};
 use lock_conformance::proxy::ProxyGroup;
-use lock_conformance::{async_trait, DeploymentControl, Fixture, LinkedClient, ServerControl};
-use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockName};
+use lock_conformance::{DeploymentControl, LinkedClient, ServerControl};
+use lock_core::{LockError, LockName};
 use lock_zk::{ZkLock, ZkOptions};
 
 /// The session of the suite's clients: short, so that the expiry cases run in seconds. A leader
@@ -51,14 +51,9 @@ impl EnsembleFixture {
     }
 }
 
-#[async_trait]
-impl Fixture for EnsembleFixture {
-    fn backend(&self) -> &str {
-        "zookeeper-ensemble"
-    }
-
-    async fn client(&self) -> Result<Arc<dyn DistributedLock>, LockError> {
-        Ok(Arc::new(self.connect().await?))
+lock_conformance::impl_fixture! {
+    EnsembleFixture, backend: "zookeeper-ensemble", |f| {
+        every_kind: f.connect().await?,
     }
 
     fn server(&self) -> Option<Arc<dyn ServerControl>> {
@@ -67,14 +62,6 @@ impl Fixture for EnsembleFixture {
 
     fn deployment(&self) -> Option<Arc<dyn DeploymentControl>> {
         Some(self.ensemble.clone())
-    }
-
-    async fn rw_client(&self) -> Result<Option<Arc<dyn DistributedRwLock>>, LockError> {
-        Ok(Some(Arc::new(self.connect().await?)))
-    }
-
-    async fn semaphore_client(&self) -> Result<Option<Arc<dyn DistributedSemaphore>>, LockError> {
-        Ok(Some(Arc::new(self.connect().await?)))
     }
 
     /// A client that names every member through a proxy of its own: its link is all three.

@@ -87,17 +87,13 @@ async fn readers_wake_only_on_their_writer() {
 #[tokio::test]
 async fn cancelled_reader_writer_and_permit_waits_leave_no_node() {
     use lock_core::{DistributedRwLock, DistributedSemaphore};
-    let fx = ZkFixture::start().await.unwrap();
-    let holder = fx.connect().await.unwrap();
-    let waiter = fx.connect().await.unwrap();
+    let (fx, holder, waiter) = two_clients().await;
     let n = name("cancel-kinds");
 
     // A writer holds: a reader and a writer queue, and are dropped while waiting.
     let w = holder.acquire_write(&n, &opts(3000)).await.unwrap();
-    let dropped = timeout(Duration::from_millis(500), waiter.acquire_read(&n, &opts(3000))).await;
-    assert!(dropped.is_err());
-    let dropped = timeout(Duration::from_millis(500), waiter.acquire_write(&n, &opts(3000))).await;
-    assert!(dropped.is_err());
+    drop_while_waiting(waiter.acquire_read(&n, &opts(3000))).await;
+    drop_while_waiting(waiter.acquire_write(&n, &opts(3000))).await;
     // Timed out by their own wait.
     let err = waiter.acquire_read(&n, &opts(3000).wait(Duration::from_millis(300))).await.unwrap_err();
     assert!(matches!(err, LockError::Timeout { .. }), "{err}");
@@ -116,8 +112,7 @@ async fn cancelled_reader_writer_and_permit_waits_leave_no_node() {
 
     // A full semaphore: permit waits dropped, timed out, and rejected for another count.
     let p = holder.acquire_permit(&n, 1, &opts(3000)).await.unwrap();
-    let dropped = timeout(Duration::from_millis(500), waiter.acquire_permit(&n, 1, &opts(3000))).await;
-    assert!(dropped.is_err());
+    drop_while_waiting(waiter.acquire_permit(&n, 1, &opts(3000))).await;
     let err = waiter.acquire_permit(&n, 1, &opts(3000).wait(Duration::from_millis(300))).await.unwrap_err();
     assert!(matches!(err, LockError::Timeout { .. }), "{err}");
     let err = waiter.acquire_permit(&n, 2, &opts(3000).wait(Duration::from_millis(300))).await.unwrap_err();
@@ -137,9 +132,7 @@ async fn cancelled_reader_writer_and_permit_waits_leave_no_node() {
 #[tokio::test]
 async fn session_expiry_of_a_reader_frees_a_waiting_writer() {
     use lock_core::DistributedRwLock;
-    let fx = ZkFixture::start().await.unwrap();
-    let (reader, link) = fx.connect_linked().await.unwrap();
-    let other_reader = fx.connect().await.unwrap();
+    let (fx, (reader, link), other_reader) = linked_and_direct().await;
     let writer = fx.connect().await.unwrap();
     let n = name("rw-expiry");
     let r1 = other_reader.acquire_read(&n, &opts(1500)).await.unwrap();
@@ -327,7 +320,7 @@ async fn lost_replies_in_read_write_and_permit_acquires_leave_no_orphan_node() {
 }
 
 #[tokio::test]
-async fn busy_try_acquires_of_every_kind_create_no_node() {
+async fn busy_try_acquires_of_every_kind_leave_no_node_and_wake_nobody() {
     use lock_core::{DistributedRwLock, DistributedSemaphore};
     let fx = ZkFixture::start().await.unwrap();
     let (holder, waiter, prober) =
@@ -345,7 +338,17 @@ async fn busy_try_acquires_of_every_kind_create_no_node() {
     })
     .await;
 
-    // A child watch on both parents would see any node created and deleted by a busy try.
+    // A first busy try creates its node at the tail (one round trip when the lock is free) and
+    // deletes it at once: behind every waiter, so nobody wakes, and nothing is left.
+    assert!(prober.try_acquire_read(&n, &opts(3000)).await.unwrap().is_none());
+    assert!(prober.try_acquire_write(&n, &opts(3000)).await.unwrap().is_none());
+    assert!(prober.try_acquire_permit(&n, 1, &opts(3000)).await.unwrap().is_none());
+    eventually(Duration::from_secs(3), "the busy tries' nodes deleted", || async {
+        rw_nodes(&fx, &holder, &n).await.len() == 2 && sem_nodes(&fx, &holder, &n).await.len() == 2
+    })
+    .await;
+    // A client that found the lock busy looks first the next time: no node at all. A child
+    // watch on both parents would see any node created and deleted by a busy try.
     let raw = fx.raw().await;
     let (_, rw_watch) = raw.list_and_watch_children(&holder.rw_parent_path(&n)).await.unwrap();
     let (_, sem_watch) = raw.list_and_watch_children(&holder.semaphore_parent_path(&n)).await.unwrap();

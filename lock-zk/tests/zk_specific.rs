@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{
-    eventually, name, nodes, opts, partition_until_granted, total_watch_events, GaveWay, ZkFixture, SESSION_TIMEOUT,
+    drop_while_waiting, eventually, linked_and_direct, name, nodes, opts, partition_until_granted, total_watch_events,
+    two_clients, GaveWay, ZkFixture, SESSION_TIMEOUT,
 };
 use lock_conformance::{ClientLink, Fixture};
 use lock_core::{DistributedLock, LockError};
@@ -41,9 +42,7 @@ async fn acquire_release_and_czxid_tokens() {
 
 #[tokio::test]
 async fn session_expiry_of_holder_frees_lock_for_next_waiter() {
-    let fx = ZkFixture::start().await.unwrap();
-    let (holder, link) = fx.connect_linked().await.unwrap();
-    let waiter = fx.connect().await.unwrap();
+    let (fx, (holder, link), waiter) = linked_and_direct().await;
     let n = name("expiring");
     let lease = holder.acquire(&n, &opts(1500)).await.unwrap();
     let lost = lease.lost();
@@ -97,9 +96,16 @@ async fn server_restart_with_session_surviving_keeps_the_lock() {
     assert!(!lease.lost().is_fired());
     assert_eq!(lease.token(), token);
     assert_eq!(holder.session_id().await, session, "the session survived the restart");
-    assert!(other.try_acquire(&n, &opts(2000)).await.unwrap().is_none(), "nobody else got it");
+    // `other`'s own session may still be reconnecting after the restart: Unavailable is its
+    // honest answer then, and an application retries it.
+    let (reconnecting, short) = (Duration::from_secs(8), opts(2000));
+    let busy = dlock_testkit::retry_unavailable(reconnecting, || other.try_acquire(&n, &short)).await;
+    assert!(busy.unwrap().is_none(), "nobody else got it");
     lease.release().await.unwrap();
-    let next = other.try_acquire(&n, &opts(2000)).await.unwrap().expect("free after release");
+    let next = dlock_testkit::retry_unavailable(reconnecting, || other.try_acquire(&n, &short))
+        .await
+        .unwrap()
+        .expect("free after release");
     assert!(next.token() > token, "fencing stays monotonic across the restart");
 }
 
@@ -184,15 +190,12 @@ async fn hostile_names_neither_collide_nor_escape_the_root() {
 
 #[tokio::test]
 async fn cancelled_and_timed_out_waits_leave_no_node() {
-    let fx = ZkFixture::start().await.unwrap();
-    let holder = fx.connect().await.unwrap();
-    let waiter = fx.connect().await.unwrap();
+    let (fx, holder, waiter) = two_clients().await;
     let n = name("cancel");
     let lease = holder.acquire(&n, &opts(3000)).await.unwrap();
 
     // Dropped while waiting (no wait limit of its own).
-    let dropped = timeout(Duration::from_millis(500), waiter.acquire(&n, &opts(3000))).await;
-    assert!(dropped.is_err());
+    drop_while_waiting(waiter.acquire(&n, &opts(3000))).await;
     eventually(Duration::from_secs(3), "cancelled waiter's node deleted", || async {
         nodes(&fx, &holder, &n).await.len() == 1
     })
@@ -247,9 +250,7 @@ async fn unreachable_server_is_unavailable_within_the_wait() {
 
 #[tokio::test]
 async fn deleting_the_node_fires_lost_and_frees_the_lock() {
-    let fx = ZkFixture::start().await.unwrap();
-    let holder = fx.connect().await.unwrap();
-    let other = fx.connect().await.unwrap();
+    let (fx, holder, other) = two_clients().await;
     let n = name("deleted");
     let lease = holder.acquire(&n, &opts(3000)).await.unwrap();
     let children = nodes(&fx, &holder, &n).await;
@@ -259,11 +260,29 @@ async fn deleting_the_node_fires_lost_and_frees_the_lock() {
     assert!(matches!(lease.release().await, Err(LockError::Lost { .. })));
 }
 
+/// The renewals of one session's leases share rounds (one `sync`, then an `exists` per lease,
+/// pipelined): each lease still gets its own answer.
+#[tokio::test]
+async fn renewals_sharing_a_round_each_get_their_own_answer() {
+    let (fx, holder, _other) = two_clients().await;
+    let mut leases = Vec::new();
+    for i in 0..20 {
+        leases.push(holder.acquire(&name(&format!("round-{i}")), &opts(3000).auto_renew(false)).await.unwrap());
+    }
+    let renewed = futures::future::join_all(leases.iter().map(|l| l.renew())).await;
+    assert!(renewed.iter().all(Result::is_ok), "{renewed:?}");
+    let n = name("round-7");
+    let children = nodes(&fx, &holder, &n).await;
+    fx.raw().await.delete(&format!("{}/{}", holder.parent_path(&n), children[0]), None).await.unwrap();
+    let renewed = futures::future::join_all(leases.iter().map(|l| l.renew())).await;
+    for (i, r) in renewed.iter().enumerate() {
+        assert_eq!(r.is_ok(), i != 7, "lease {i}: {r:?}");
+    }
+}
+
 #[tokio::test]
 async fn a_lost_lease_dropped_without_release_frees_its_node() {
-    let fx = ZkFixture::start().await.unwrap();
-    let holder = fx.connect().await.unwrap();
-    let other = fx.connect().await.unwrap();
+    let (_fx, holder, other) = two_clients().await;
     let n = name("abandoned");
     // No renewal: the lease ends after its ttl although the session lives on.
     let lease = holder.acquire(&n, &opts(600).auto_renew(false)).await.unwrap();
@@ -364,9 +383,7 @@ async fn capabilities_and_fixture() {
 
 #[tokio::test]
 async fn a_create_whose_reply_is_lost_leaves_no_orphan_node() {
-    let fx = ZkFixture::start().await.unwrap();
-    let (client, link) = fx.connect_linked().await.unwrap();
-    let other = fx.connect().await.unwrap();
+    let (fx, (client, link), other) = linked_and_direct().await;
     let n = name("lost-reply");
     // 100 ms each way: a reset 100–200 ms after the call lets the create reach the server and
     // drops its reply; earlier resets drop the request itself.
@@ -401,9 +418,7 @@ async fn a_create_whose_reply_is_lost_leaves_no_orphan_node() {
 
 #[tokio::test]
 async fn a_suspended_holder_gives_up_before_its_session_can_expire_even_with_a_long_ttl() {
-    let fx = ZkFixture::start().await.unwrap();
-    let (holder, link) = fx.connect_linked().await.unwrap();
-    let waiter = fx.connect().await.unwrap();
+    let (fx, (holder, link), waiter) = linked_and_direct().await;
     let n = name("long-ttl");
     // A ttl far beyond the session timeout: only the session rules can stop the holder in time.
     let lease = holder.acquire(&n, &opts(20_000)).await.unwrap();

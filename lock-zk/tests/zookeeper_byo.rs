@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use common::ZkFixture;
 use lock_conformance::proxy::FaultProxy;
-use lock_conformance::{async_trait, Fixture, LinkedClient, ServerControl};
-use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockName};
+use lock_conformance::{LinkedClient, ServerControl};
+use lock_core::{LockError, LockName};
 use lock_zk::ZkLock;
 
 /// A fresh server, with every client built over a session of the "application".
@@ -36,22 +36,9 @@ impl ZkSessionFixture {
     }
 }
 
-#[async_trait]
-impl Fixture for ZkSessionFixture {
-    fn backend(&self) -> &str {
-        "zookeeper"
-    }
-
-    async fn client(&self) -> Result<Arc<dyn DistributedLock>, LockError> {
-        Ok(Arc::new(self.lock_at(&self.addr()?.to_string()).await?))
-    }
-
-    async fn rw_client(&self) -> Result<Option<Arc<dyn DistributedRwLock>>, LockError> {
-        Ok(Some(Arc::new(self.lock_at(&self.addr()?.to_string()).await?)))
-    }
-
-    async fn semaphore_client(&self) -> Result<Option<Arc<dyn DistributedSemaphore>>, LockError> {
-        Ok(Some(Arc::new(self.lock_at(&self.addr()?.to_string()).await?)))
+lock_conformance::impl_fixture! {
+    ZkSessionFixture, backend: "zookeeper", |f| {
+        every_kind: f.lock_at(&f.addr()?.to_string()).await?,
     }
 
     async fn linked_client(&self) -> Result<Option<LinkedClient>, LockError> {

@@ -188,8 +188,22 @@ impl LocalServer {
         pids
     }
 
-    /// SIGKILLs the server (and its children) and waits until all are gone.
+    /// SIGKILLs the server (and its children) and waits until all are gone. A process tree's
+    /// root is stopped first, so that it forks no child between the list and the kill: a
+    /// PostgreSQL backend forked in that moment outlived the postmaster, held its shared memory,
+    /// and the restart then failed for 30 s ("pre-existing shared memory block is still in use").
     async fn kill(&self) {
+        if let (true, Some(root)) = (self.process_tree, self.child.pid()) {
+            let _ = blocking(move || {
+                signal(root, "STOP");
+                Ok(())
+            })
+            .await;
+            let end = Instant::now() + SIGNAL_WAIT;
+            while !threads_stopped(root) && Instant::now() < end {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
         let pids = self.pids();
         let kids = pids.get(1..).unwrap_or_default().to_vec();
         let child = Arc::clone(&self.child);

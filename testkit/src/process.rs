@@ -10,10 +10,46 @@ use std::time::{Duration, Instant};
 
 use lock_core::LockError;
 
-/// Asks the OS for a free TCP port on 127.0.0.1.
+/// Ports handed to servers come from below Linux's ephemeral range (32768–60999).
+///
+/// A port the OS picks for `bind(0)` is free only until it is closed: the next outgoing
+/// connection of any process may take it as its source port before the server binds it. CI
+/// lost a Redis Cluster node so ("nothing listens on 127.0.0.1:42989"): under load the tests'
+/// own connections took the port. Ports below the range are never chosen for outgoing
+/// connections; a random pick among them, checked free and never handed out twice by this
+/// process, leaves only two test processes picking the same port in the same instant.
+const SERVER_PORTS: std::ops::Range<u16> = 20_000..32_768;
+
+/// A free TCP port on 127.0.0.1 for a server to bind (see [`SERVER_PORTS`]).
 pub fn free_port() -> Result<u16, LockError> {
+    static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    let span = u64::from(SERVER_PORTS.end - SERVER_PORTS.start);
+    for _ in 0..1000 {
+        let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let port = SERVER_PORTS.start + (mix(seq) % span) as u16;
+        if given.contains(&port) {
+            continue;
+        }
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.push(port);
+            return Ok(port);
+        }
+    }
+    // Every pick was taken: fall back to the OS's choice rather than fail the test.
     let l = TcpListener::bind("127.0.0.1:0").map_err(|e| LockError::unavailable_from("test", "no free port", e))?;
     l.local_addr().map(|a| a.port()).map_err(|e| LockError::unavailable_from("test", "no free port", e))
+}
+
+/// A pseudo-random number from this process, the time and `seq` (splitmix64): test processes
+/// started together must not walk the same ports.
+fn mix(seq: u64) -> u64 {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let mut z = nanos ^ (u64::from(std::process::id()) << 32) ^ seq.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 /// A free TCP port of 127.0.0.1, as an address.

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use dlock_testkit::servers::zookeeper::ZkServer;
 use lock_conformance::proxy::FaultProxy;
-use lock_conformance::{async_trait, ClientLink, Fixture, LinkedClient, ServerControl};
+use lock_conformance::{ClientLink, LinkedClient, ServerControl};
 use lock_core::AcquireOptions;
-use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, Lease, LockError, LockName, LostSignal};
+use lock_core::{Lease, LockError, LockName, LostSignal};
 use lock_zk::{ZkLock, ZkOptions};
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, timeout, Instant};
@@ -119,22 +119,9 @@ fn uuid_like() -> String {
     format!("{:x}-{}", nanos, std::process::id())
 }
 
-#[async_trait]
-impl Fixture for ZkFixture {
-    fn backend(&self) -> &str {
-        "zookeeper"
-    }
-
-    async fn client(&self) -> Result<Arc<dyn DistributedLock>, LockError> {
-        Ok(Arc::new(self.connect().await?))
-    }
-
-    async fn rw_client(&self) -> Result<Option<Arc<dyn DistributedRwLock>>, LockError> {
-        Ok(Some(Arc::new(self.connect().await?)))
-    }
-
-    async fn semaphore_client(&self) -> Result<Option<Arc<dyn DistributedSemaphore>>, LockError> {
-        Ok(Some(Arc::new(self.connect().await?)))
+lock_conformance::impl_fixture! {
+    ZkFixture, backend: "zookeeper", |f| {
+        every_kind: f.connect().await?,
     }
 
     async fn linked_client(&self) -> Result<Option<LinkedClient>, LockError> {
@@ -172,6 +159,26 @@ impl Fixture for ZkFixture {
 }
 
 // ---- Helpers of the ZooKeeper-specific tests ----
+
+/// A fresh server and two clients of it.
+pub async fn two_clients() -> (ZkFixture, ZkLock, ZkLock) {
+    let fx = ZkFixture::start().await.unwrap();
+    let (a, b) = (fx.connect().await.unwrap(), fx.connect().await.unwrap());
+    (fx, a, b)
+}
+
+/// A fresh server, a client behind a fault proxy (with the proxy) and a direct client.
+pub async fn linked_and_direct() -> (ZkFixture, (ZkLock, Arc<FaultProxy>), ZkLock) {
+    let fx = ZkFixture::start().await.unwrap();
+    let linked = fx.connect_linked().await.unwrap();
+    let direct = fx.connect().await.unwrap();
+    (fx, linked, direct)
+}
+
+/// Drops `wait` after 500 ms, asserting that it was still waiting then.
+pub async fn drop_while_waiting<T>(wait: impl std::future::Future<Output = T>) {
+    assert!(timeout(Duration::from_millis(500), wait).await.is_err(), "the wait ended within 500 ms");
+}
 
 pub fn name(s: &str) -> LockName {
     LockName::new(s).expect("valid name")

@@ -28,7 +28,38 @@
 //! }
 //! ```
 
+/// `server_newtype!(/// docs… Name, starter)`: a server type `Name` over a [`TestServer`]
+/// that derefs to it and gives it back, and `starter()`, `Name::start` as a plain
+/// [`TestServer`]. Written once for the servers whose handle is only the [`TestServer`].
+macro_rules! server_newtype {
+    ($(#[$doc:meta])* $name:ident, $starter:ident) => {
+        $(#[$doc])*
+        #[derive(Debug)]
+        pub struct $name(TestServer);
+
+        impl std::ops::Deref for $name {
+            type Target = TestServer;
+            fn deref(&self) -> &TestServer {
+                &self.0
+            }
+        }
+
+        #[doc = concat!("[`", stringify!($name), "::start`] as a plain [`TestServer`].")]
+        pub async fn $starter() -> Result<TestServer, LockError> {
+            $name::start().await.map($name::into_test_server)
+        }
+
+        impl $name {
+            /// The same server as a [`TestServer`] (which keeps it alive).
+            pub fn into_test_server(self) -> TestServer {
+                self.0
+            }
+        }
+    };
+}
+
 pub mod mysql;
+mod peer_links;
 pub mod postgres;
 pub mod redis;
 pub mod redis_cluster;

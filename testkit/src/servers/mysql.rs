@@ -28,22 +28,12 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// Where MariaDB's binaries live besides `PATH`.
 const BIN_DIRS: &[&str] = &["/usr/sbin", "/usr/bin", "/usr/local/mysql/bin", "/usr/local/bin", "/opt/homebrew/bin"];
 
-/// A MySQL/MariaDB server for one test: a local process or container the test owns, or an
-/// external URL. It is a [`TestServer`] (`url()`, `addr()`, `control()`, `provenance()`).
-#[derive(Debug)]
-pub struct MysqlServer(TestServer);
-
-impl std::ops::Deref for MysqlServer {
-    type Target = TestServer;
-    fn deref(&self) -> &TestServer {
-        &self.0
-    }
-}
-
-/// [`MysqlServer::start`] as a plain [`TestServer`].
-pub async fn mysql() -> Result<TestServer, LockError> {
-    MysqlServer::start().await.map(MysqlServer::into_test_server)
-}
+server_newtype!(
+    /// A MySQL/MariaDB server for one test: a local process or container the test owns, or an
+    /// external URL. It is a [`TestServer`] (`url()`, `addr()`, `control()`, `provenance()`).
+    MysqlServer,
+    mysql
+);
 
 impl MysqlServer {
     /// `DLOCK_TEST_MYSQL_URL` if set, else the official `mariadb` image where the `containers`
@@ -139,10 +129,5 @@ impl MysqlServer {
         let local =
             LocalServer::new("mariadbd", child, addr).persistent(true).ready_within(START_TIMEOUT).start().await?;
         Ok(MysqlServer(local.into_test_server(&server, format!("mysql://root@{addr}/test"), vec![Box::new(dir)])))
-    }
-
-    /// The same server as a [`TestServer`] (which keeps it alive).
-    pub fn into_test_server(self) -> TestServer {
-        self.0
     }
 }

@@ -28,22 +28,12 @@ pub const ENV_URL: &str = "DLOCK_TEST_POSTGRES_URL";
 /// How long a (re)started server may take to accept queries, crash recovery included.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A PostgreSQL server for one test: a local process or container the test owns, or an
-/// external URL. It is a [`TestServer`] (`url()`, `addr()`, `control()`, `provenance()`).
-#[derive(Debug)]
-pub struct PostgresServer(TestServer);
-
-impl std::ops::Deref for PostgresServer {
-    type Target = TestServer;
-    fn deref(&self) -> &TestServer {
-        &self.0
-    }
-}
-
-/// [`PostgresServer::start`] as a plain [`TestServer`].
-pub async fn postgres() -> Result<TestServer, LockError> {
-    PostgresServer::start().await.map(PostgresServer::into_test_server)
-}
+server_newtype!(
+    /// A PostgreSQL server for one test: a local process or container the test owns, or an
+    /// external URL. It is a [`TestServer`] (`url()`, `addr()`, `control()`, `provenance()`).
+    PostgresServer,
+    postgres
+);
 
 impl PostgresServer {
     /// `DLOCK_TEST_POSTGRES_URL` if set, else the official `postgres` image where the
@@ -163,11 +153,6 @@ impl PostgresServer {
         let local = local.start().await?;
         let url = format!("postgres://postgres@{addr}/postgres");
         Ok(PostgresServer(local.into_test_server(&postgres, url, vec![Box::new(dir)])))
-    }
-
-    /// The same server as a [`TestServer`] (which keeps it alive).
-    pub fn into_test_server(self) -> TestServer {
-        self.0
     }
 }
 

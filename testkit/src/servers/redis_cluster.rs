@@ -10,6 +10,12 @@
 //! persists nothing but its `nodes.conf`, so a restarted node comes back empty and rejoins as a
 //! replica of whoever took over its slots.
 //!
+//! Every node sits behind two proxies, one for its client port and one for its bus port, and
+//! announces them (`cluster-announce-ip/port/bus-port`), so peers, `CLUSTER MEET`, replication
+//! and clients (through `CLUSTER SLOTS`/`MOVED`) all go through them; each node dials out from
+//! its own loopback address (`servers::peer_links`). [`RedisCluster::partition`] cuts a node
+//! from every other node (bus and replication) while clients on 127.0.0.1 still reach it.
+//!
 //! dlock-testkit does not depend on the redis crate: nodes are driven with raw RESP
 //! ([`command`]).
 
@@ -19,9 +25,10 @@ use std::time::{Duration, Instant};
 
 use lock_core::LockError;
 
+use super::peer_links::PeerLinks;
 pub use super::redis::command;
 use super::redis::{node_args, redis_binary};
-use super::redis_sentinel::subdir;
+use super::redis_sentinel::{dial_from, subdir};
 use crate::process::{free_port, wait_for_port, ChildServer};
 
 /// `cluster-node-timeout`: how long a master may not answer before its replica takes over.
@@ -33,9 +40,13 @@ const WAIT: Duration = Duration::from_secs(30);
 
 /// A running 3-master, 3-replica Redis Cluster.
 pub struct RedisCluster {
+    /// Each node's public address (its client proxy, what it announces) and process.
     nodes: Vec<(SocketAddr, Arc<ChildServer>)>,
-    /// Each node's cluster bus port (`--cluster-port`), for `CLUSTER MEET`.
+    /// Each node's own client address (readiness checks only).
+    own: Vec<SocketAddr>,
+    /// Each node's announced cluster bus port (its bus proxy), for `CLUSTER MEET`.
     bus_ports: Vec<u16>,
+    links: PeerLinks,
     _dir: tempfile::TempDir,
 }
 
@@ -65,14 +76,23 @@ impl RedisCluster {
             .prefix("dlock-cluster-")
             .tempdir()
             .map_err(|e| LockError::unavailable_from("test", "cannot create a temp dir for the cluster", e))?;
-        let (mut nodes, mut bus_ports) = (Vec::new(), Vec::new());
+        let (mut nodes, mut own, mut bus_ports, mut links) = (Vec::new(), Vec::new(), Vec::new(), PeerLinks::default());
         for i in 0..2 * MASTERS {
             let (port, bus) = (free_port()?, free_port()?);
-            let addr = SocketAddr::from(([127, 0, 0, 1], port));
+            let local = |port| SocketAddr::from(([127, 0, 0, 1], port));
+            let (source, public) = links.add_proxied(&[local(port), local(bus)]).await?;
+            let (addr, bus_public) = (public[0], public[1].port());
             let node_dir = subdir(dir.path(), &format!("node{i}"))?;
             let mut args = node_args(port, &node_dir);
+            args.extend(dial_from(source));
             args.extend(
                 [
+                    "--cluster-announce-ip",
+                    "127.0.0.1",
+                    "--cluster-announce-port",
+                    &addr.port().to_string(),
+                    "--cluster-announce-bus-port",
+                    &bus_public.to_string(),
                     "--cluster-port",
                     &bus.to_string(),
                     "--cluster-enabled",
@@ -95,12 +115,13 @@ impl RedisCluster {
             let child = Arc::new(ChildServer::new(&program, args, &node_dir));
             child.start()?;
             nodes.push((addr, child));
-            bus_ports.push(bus);
+            own.push(local(port));
+            bus_ports.push(bus_public);
         }
-        for (addr, _) in &nodes {
+        for addr in &own {
             wait_for_port(*addr, Duration::from_secs(10)).await?;
         }
-        let cluster = RedisCluster { nodes, bus_ports, _dir: dir };
+        let cluster = RedisCluster { nodes, own, bus_ports, links, _dir: dir };
         cluster.join().await?;
         Ok(cluster)
     }
@@ -211,10 +232,16 @@ impl RedisCluster {
     /// The node that is master of `slot` in the view of every live node that answers, if they
     /// agree and it answers `ROLE` as master; `None` while they disagree or it is down.
     pub async fn master_of(&self, slot: u16) -> Option<usize> {
+        self.master_seen_by(slot, None).await
+    }
+
+    /// [`RedisCluster::master_of`] in the view of every live node but `skip` (a node cut off
+    /// from the others keeps its own, outdated view).
+    async fn master_seen_by(&self, slot: u16, skip: Option<usize>) -> Option<usize> {
         let mut agreed: Option<usize> = None;
         let mut asked = 0;
-        for (addr, child) in &self.nodes {
-            if child.pid().is_none() {
+        for (i, (addr, child)) in self.nodes.iter().enumerate() {
+            if child.pid().is_none() || skip == Some(i) {
                 continue;
             }
             let Ok(nodes) = command(*addr, &["CLUSTER", "NODES"]).await else { continue };
@@ -245,7 +272,15 @@ impl RedisCluster {
     /// rejoins and follows whoever owns its slots now. Returns once it answers.
     pub async fn restart(&self, i: usize) -> Result<(), LockError> {
         self.nodes[i].1.start()?;
-        wait_for_port(self.addr(i), Duration::from_secs(10)).await
+        wait_for_port(self.own[i], Duration::from_secs(10)).await
+    }
+
+    /// Cuts (`on`) or heals every link between node `i` and the other nodes — cluster bus and
+    /// replication, both directions, open connections included (held, not reset); clients still
+    /// reach it. A master cut off for `cluster-node-timeout` sees itself in the minority and
+    /// refuses commands (`CLUSTERDOWN`) while the majority promotes its replica.
+    pub fn partition(&self, i: usize, on: bool) {
+        self.links.partition(i, on);
     }
 
     /// SIGKILLs every node (the whole cluster goes away).
@@ -263,7 +298,7 @@ impl RedisCluster {
                 self.nodes[i].1.start()?;
             }
         }
-        for (addr, _) in &self.nodes {
+        for addr in &self.own {
             wait_for_port(*addr, Duration::from_secs(10)).await?;
         }
         self.wait_until("every node reports cluster_state:ok", || self.all_ok()).await
@@ -275,6 +310,16 @@ impl RedisCluster {
         let old = self.wait_for_master(slot).await?;
         let started = Instant::now();
         self.kill(old);
+        self.wait_for_new_master(slot, old, started).await
+    }
+
+    /// Cuts the master of `slot` from every other node ([`RedisCluster::partition`]) and waits
+    /// until the others agree that its replica took the slot over; the cut stays until
+    /// `partition(old, false)`.
+    pub async fn partition_master_of(&self, slot: u16) -> Result<Failover, LockError> {
+        let old = self.wait_for_master(slot).await?;
+        let started = Instant::now();
+        self.partition(old, true);
         self.wait_for_new_master(slot, old, started).await
     }
 
@@ -320,7 +365,9 @@ impl RedisCluster {
     async fn wait_for_new_master(&self, slot: u16, old: usize, started: Instant) -> Result<Failover, LockError> {
         let end = started + WAIT;
         loop {
-            if let Some(new) = self.master_of(slot).await.filter(|n| *n != old) {
+            // The old master is left out: killed it answers nothing, cut off it still claims
+            // the slot.
+            if let Some(new) = self.master_seen_by(slot, Some(old)).await.filter(|n| *n != old) {
                 return Ok(Failover { old, new, took: started.elapsed() });
             }
             if Instant::now() >= end {

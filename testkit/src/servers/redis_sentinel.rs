@@ -7,21 +7,28 @@
 //! a node restarted by [`RedisSentinelDeployment::restart`] comes back empty and Sentinel turns it
 //! into a replica of the current primary.
 //!
+//! Peers reach each data node through a proxy in front of it, which the nodes announce
+//! (`replica-announce-port`), and each node and Sentinel dials out from its own loopback address
+//! (`servers::peer_links`): [`RedisSentinelDeployment::partition`] cuts a data node from the
+//! other data nodes and every Sentinel while clients (127.0.0.1) still reach it. Clients are
+//! handed the proxies' addresses by the Sentinels, so they always go through them too.
+//!
 //! For the conformance suite the data nodes together are "the server" ([`ServerControl`]: all
 //! three stopped, started empty in the same roles, or paused at once) and the deployment offers
 //! node faults ([`DeploymentControl`]: a failover by SIGKILL of the primary, a replica killed,
-//! a Sentinel paused).
+//! a Sentinel paused, the primary partitioned from its peers).
 //!
 //! dlock-testkit does not depend on the redis crate, so Sentinels are asked with raw RESP
 //! over TCP ([`command`]).
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lock_conformance::{async_trait, DeploymentControl, ServerControl};
 use lock_core::LockError;
 
+use super::peer_links::PeerLinks;
 pub use super::redis::command;
 use super::redis::{node_args, redis_binary};
 use crate::process::{free_port, wait_for_port, ChildServer};
@@ -49,8 +56,13 @@ pub enum SentinelNode {
 
 /// A running primary + 2 replicas + 3 Sentinels.
 pub struct RedisSentinelDeployment {
+    /// Each data node's public address (its proxy, what everyone dials) and process.
     data: Vec<(SocketAddr, Arc<ChildServer>)>,
+    /// Each data node's own address (readiness checks only).
+    data_own: Vec<SocketAddr>,
     sentinels: Vec<(SocketAddr, Arc<ChildServer>)>,
+    /// Data nodes first (index = data node), then the Sentinels.
+    links: PeerLinks,
     _dir: tempfile::TempDir,
 }
 
@@ -72,30 +84,40 @@ impl RedisSentinelDeployment {
         let dir = tempfile::Builder::new().prefix("dlock-sentinel-").tempdir().map_err(|e| {
             LockError::unavailable_from("test", "cannot create a temp dir for the sentinel deployment", e)
         })?;
-        let mut data = Vec::new();
+        let (mut data, mut data_own, mut links) = (Vec::new(), Vec::new(), PeerLinks::default());
         for i in 0..3 {
             let port = free_port()?;
-            let addr = SocketAddr::from(([127, 0, 0, 1], port));
+            let own = SocketAddr::from(([127, 0, 0, 1], port));
+            let (source, public) = links.add_proxied(&[own]).await?;
+            let addr = public[0];
             let node_dir = subdir(dir.path(), &format!("data{i}"))?;
             let mut args = node_args(port, &node_dir);
+            args.extend(dial_from(source));
+            args.extend(["--replica-announce-ip", "127.0.0.1", "--replica-announce-port"].map(str::to_owned));
+            args.push(addr.port().to_string());
             if let Some((primary, _)) = data.first() {
                 let primary: &SocketAddr = primary;
                 args.extend(["--replicaof".to_owned(), "127.0.0.1".to_owned(), primary.port().to_string()]);
             }
             let child = Arc::new(ChildServer::new(&program, args, &node_dir));
             child.start()?;
-            wait_for_port(addr, Duration::from_secs(10)).await?;
+            wait_for_port(own, Duration::from_secs(10)).await?;
             data.push((addr, child));
+            data_own.push(own);
         }
         let primary = data[0].0;
         let mut sentinels = Vec::new();
         for i in 0..3 {
             let port = free_port()?;
             let addr = SocketAddr::from(([127, 0, 0, 1], port));
+            let source = links.add_dialer()?;
             let node_dir = subdir(dir.path(), &format!("sentinel{i}"))?;
             let conf = node_dir.join("sentinel.conf");
+            // announce-ip: a Sentinel would otherwise announce its source address to the
+            // others, where it does not listen.
             let text = format!(
-                "port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {}\n\
+                "port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {}\nbind-source-addr {source}\n\
+                 sentinel announce-ip 127.0.0.1\n\
                  sentinel monitor {MASTER_NAME} 127.0.0.1 {} 2\n\
                  sentinel down-after-milliseconds {MASTER_NAME} {DOWN_AFTER_MS}\n\
                  sentinel failover-timeout {MASTER_NAME} {FAILOVER_TIMEOUT_MS}\n\
@@ -111,8 +133,8 @@ impl RedisSentinelDeployment {
             wait_for_port(addr, Duration::from_secs(10)).await?;
             sentinels.push((addr, child));
         }
-        let deployment = RedisSentinelDeployment { data, sentinels, _dir: dir };
-        deployment.wait_ready().await?;
+        let deployment = RedisSentinelDeployment { data, data_own, sentinels, links, _dir: dir };
+        deployment.wait_synced().await?;
         let reply = command(primary, &["SET", "dlock:boot", "0"]).await?;
         if !reply.starts_with("+OK") {
             return Err(LockError::unavailable("test", format!("the primary refused SET dlock:boot 0: {reply}")));
@@ -120,15 +142,13 @@ impl RedisSentinelDeployment {
         Ok(deployment)
     }
 
-    async fn wait_ready(&self) -> Result<(), LockError> {
-        self.wait_synced(0).await
-    }
-
-    /// Waits until data node `primary` has both others as online replicas and every Sentinel
-    /// sees two replicas up.
-    async fn wait_synced(&self, primary: usize) -> Result<(), LockError> {
+    /// Waits until the data node the Sentinels name as primary has both others as online
+    /// replicas and every Sentinel sees two replicas up. Asks for the primary each time: after a
+    /// node fault the Sentinels may still change their minds.
+    pub async fn wait_synced(&self) -> Result<(), LockError> {
         let end = Instant::now() + START_WAIT;
         loop {
+            let primary = self.primary_index().await.unwrap_or(0);
             let mut ready = true;
             for (addr, _) in &self.sentinels {
                 let reply = command(*addr, &["SENTINEL", "REPLICAS", MASTER_NAME]).await.unwrap_or_default();
@@ -207,14 +227,14 @@ impl RedisSentinelDeployment {
     /// guards against, so that window is kept to one command).
     pub async fn restart(&self, node: SentinelNode) -> Result<(), LockError> {
         self.child(node).start()?;
-        let addr = match node {
-            SentinelNode::Data(i) => self.data[i].0,
+        let own = match node {
+            SentinelNode::Data(i) => self.data_own[i],
             SentinelNode::Sentinel(i) => self.sentinels[i].0,
         };
-        wait_for_port(addr, Duration::from_secs(10)).await?;
+        wait_for_port(own, Duration::from_secs(10)).await?;
         if let SentinelNode::Data(i) = node {
             let primary = self.primary().await?;
-            if primary != addr {
+            if primary != self.data[i].0 {
                 self.replicate(i, primary).await?;
             }
         }
@@ -233,6 +253,18 @@ impl RedisSentinelDeployment {
         Ok(())
     }
 
+    /// Cuts (`on`) or heals every link between `node` and the other data nodes and the
+    /// Sentinels, both directions, open connections included (held, not reset); clients still
+    /// reach it. A Sentinel's links to the other Sentinels are not cut (they dial each other
+    /// directly).
+    pub fn partition(&self, node: SentinelNode, on: bool) {
+        let peer = match node {
+            SentinelNode::Data(i) => i,
+            SentinelNode::Sentinel(i) => self.data.len() + i,
+        };
+        self.links.partition(peer, on);
+    }
+
     /// SIGKILLs the primary and waits until a Sentinel reports a different one that answers
     /// `ROLE` as master. Returns the old and the new primary's indexes and how long the
     /// promotion took after the kill.
@@ -240,21 +272,31 @@ impl RedisSentinelDeployment {
         let old = self.primary_index().await?;
         let killed_at = Instant::now();
         self.kill(SentinelNode::Data(old));
-        let end = killed_at + FAILOVER_WAIT;
+        self.wait_promoted(old, killed_at, FAILOVER_WAIT)
+            .await?
+            .ok_or_else(|| LockError::unavailable("test", format!("no replica was promoted within {FAILOVER_WAIT:?}")))
+    }
+
+    /// Waits up to `within` until a Sentinel reports a primary other than `old` that answers
+    /// `ROLE` as master; `since` is when the fault began. `None` if none was by then.
+    pub async fn wait_promoted(
+        &self,
+        old: usize,
+        since: Instant,
+        within: Duration,
+    ) -> Result<Option<Failover>, LockError> {
+        let end = Instant::now() + within;
         loop {
             if let Ok(new) = self.primary_index().await {
                 if new != old {
                     let role = command(self.data[new].0, &["ROLE"]).await.unwrap_or_default();
                     if role.contains("master") {
-                        return Ok(Failover { old, new, promoted_after: killed_at.elapsed() });
+                        return Ok(Some(Failover { old, new, promoted_after: since.elapsed() }));
                     }
                 }
             }
             if Instant::now() >= end {
-                return Err(LockError::unavailable(
-                    "test",
-                    format!("no replica was promoted within {FAILOVER_WAIT:?}"),
-                ));
+                return Ok(None);
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -276,16 +318,16 @@ impl ServerControl for RedisSentinelDeployment {
     }
 
     async fn start(&self) -> Result<(), LockError> {
-        for (addr, child) in &self.data {
+        for ((_, child), own) in self.data.iter().zip(&self.data_own) {
             child.start()?;
-            wait_for_port(*addr, Duration::from_secs(10)).await?;
+            wait_for_port(*own, Duration::from_secs(10)).await?;
         }
         // The Sentinels still name the primary of before the stop; restore that topology.
         let primary = self.primary_index().await?;
         for i in 0..self.data.len() {
             self.replicate(i, self.data[primary].0).await?;
         }
-        self.wait_synced(primary).await
+        self.wait_synced().await
     }
 
     async fn pause(&self, paused: bool) -> Result<(), LockError> {
@@ -305,11 +347,14 @@ impl ServerControl for RedisSentinelDeployment {
 }
 
 /// Node faults: the primary SIGKILLed (Sentinel promotes a replica; the old primary comes
-/// back empty as a replica of the new one), a replica killed and restarted, a Sentinel paused.
+/// back empty as a replica of the new one), a replica killed and restarted, a Sentinel paused,
+/// the primary cut from its replicas and the Sentinels while its clients still reach it (when
+/// the cut outlasts `down-after-milliseconds` a replica is promoted and, once healed, the old
+/// primary is demoted and resynced by the Sentinels).
 #[async_trait]
 impl DeploymentControl for RedisSentinelDeployment {
     fn faults(&self) -> Vec<&'static str> {
-        vec!["failover", "kill-replica", "pause-sentinel"]
+        vec!["failover", "kill-replica", "pause-sentinel", "partition-primary"]
     }
 
     async fn inject(&self, fault: &str, span: Duration) -> Result<String, LockError> {
@@ -340,10 +385,30 @@ impl DeploymentControl for RedisSentinelDeployment {
                 self.pause(SentinelNode::Sentinel(0), false);
                 format!("sentinel 0 paused for {} ms", span.as_millis())
             }
+            "partition-primary" => {
+                let old = self.primary_index().await?;
+                self.partition(SentinelNode::Data(old), true);
+                let promoted = self.wait_promoted(old, started, span).await;
+                tokio::time::sleep(span.saturating_sub(started.elapsed())).await;
+                self.partition(SentinelNode::Data(old), false);
+                match promoted? {
+                    Some(f) => format!(
+                        "primary {old} cut off from its peers for {} ms, {} promoted after {} ms",
+                        span.as_millis(),
+                        f.new,
+                        f.promoted_after.as_millis()
+                    ),
+                    None => format!("primary {old} cut off from its peers for {} ms, no promotion", span.as_millis()),
+                }
+            }
             other => return Err(LockError::config(format!("unknown sentinel deployment fault {other:?}"))),
         };
-        self.wait_synced(self.primary_index().await?).await?;
-        Ok(format!("{what}; both replicas in sync {} ms after the fault began", started.elapsed().as_millis()))
+        self.wait_synced().await?;
+        Ok(format!(
+            "{what}; primary {}, both replicas in sync {} ms after the fault began",
+            self.primary_index().await?,
+            started.elapsed().as_millis()
+        ))
     }
 }
 
@@ -356,6 +421,11 @@ pub struct Failover {
     pub new: usize,
     /// From the SIGKILL until the Sentinels reported the new primary and it answered as master.
     pub promoted_after: Duration,
+}
+
+/// Makes a node dial its peers from `source` (see `servers::peer_links`).
+pub(crate) fn dial_from(source: IpAddr) -> [String; 2] {
+    ["--bind-source-addr".to_owned(), source.to_string()]
 }
 
 pub(crate) fn subdir(base: &std::path::Path, name: &str) -> Result<std::path::PathBuf, LockError> {
