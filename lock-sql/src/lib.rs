@@ -99,7 +99,10 @@
 //! in the same statement (so only a committed release notifies), and only when someone waits:
 //! the payload `dlock-waiter:<owner>` names the head of the waiter queue, so every client
 //! hears it and only the one holding that waiter wakes it; every kind has its own payload
-//! prefix, none the start of another, so no kind wakes another's waiters. Each client keeps **one**
+//! prefix, none the start of another, so no kind wakes another's waiters. Election observers
+//! (`watch_changes`, contract §5.8) keep a row in the waiter queue that holds nobody back;
+//! while one lives, grants and releases of that name also notify `dlock:<name>` (statements
+//! simplified above; see `observers.rs`). Each client keeps **one**
 //! listening connection. While that connection
 //! is down notifications are lost, so after reconnecting it wakes every local waiter; and every
 //! waiter also re-tries on its own timer, never later than the holder's lease ends. Use READ
@@ -114,26 +117,27 @@
 //! INSERT INTO dlock_leases (name, owner, fence, expires_at, holder, metadata)
 //! VALUES (?, ?, NOW_US, NOW_MS + ?, ?, ?)
 //! ON DUPLICATE KEY UPDATE
-//!   fence      = IF(COND, IF(owner = ?, fence, GREATEST(fence + 1, NOW_US)), fence),
-//!   owner      = IF(COND, ?, owner),
-//!   expires_at = IF(COND, NOW_MS + ?, expires_at),
-//!   holder     = IF(COND, ?, holder),
-//!   metadata   = IF(COND, ?, metadata);
+//!   fence      = IF(@dlock_granted := COND, IF(owner = ?, fence, GREATEST(fence + 1, NOW_US)), fence),
+//!   owner      = IF(@dlock_granted, ?, owner),
+//!   expires_at = IF(@dlock_granted, NOW_MS + ?, expires_at),
+//!   holder     = IF(@dlock_granted, ?, holder),
+//!   metadata   = IF(@dlock_granted, ?, metadata);
 //! -- MariaDB 10.5+: the upsert ends in RETURNING owner, fence, expires_at - NOW_MS (one round trip);
 //! -- MySQL: the row is read back instead:
 //! SELECT owner, fence, expires_at - NOW_MS FROM dlock_leases WHERE name = ?;
-//! -- COND   = (owner IS NULL OR owner = ? OR expires_at <= NOW_MS)
+//! -- COND   = (owner = ? OR ((owner IS NULL OR expires_at <= NOW_MS) AND no live waiter queued before us))
 //! -- NOW_US = TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)), NOW_MS = NOW_US DIV 1000
 //! ```
 //!
 //! Two traps, both handled: MySQL evaluates the assignments left to right (later ones see the
-//! new values of earlier ones) while MariaDB's `SIMULTANEOUS_ASSIGNMENT` evaluates them all at
-//! once, so every assignment repeats the full condition and they are ordered so that both modes
-//! agree; and sqlx sets `CLIENT_FOUND_ROWS`, so the affected-row count cannot tell a grant from a
-//! refusal: the row comes back through MariaDB's `RETURNING`, or is read back right after on
-//! MySQL (only our own statement can ever make our owner id the holder, so the read-back needs
-//! no transaction). Sessions use READ COMMITTED (no gap locks) and `innodb_lock_wait_timeout` tied to
-//! the request timeout; deadlocks (1213) and lock waits (1205) are retried. Names are stored as
+//! new values of earlier ones) while MariaDB's `SIMULTANEOUS_ASSIGNMENT` makes them all see the
+//! old row, so the condition is evaluated once, in the first assignment (which both modes run
+//! first, against the old row), into a session variable that the others read; and sqlx sets
+//! `CLIENT_FOUND_ROWS`, so the affected-row count cannot tell a grant from a refusal: the row
+//! comes back through MariaDB's `RETURNING`, or is read back right after on MySQL (only our own
+//! statement can ever make our owner id the holder, so the read-back needs no transaction).
+//! Sessions use READ COMMITTED (no gap locks) and `innodb_lock_wait_timeout` tied to the request
+//! timeout; deadlocks (1213) and lock waits (1205) are retried. Names are stored as
 //! `VARBINARY(255)`: case and trailing spaces matter, as they must. Waiters poll with
 //! jittered, capped back-off that never sleeps past the holder's remaining lease.
 //!
@@ -355,6 +359,7 @@ mod inflight;
 mod kinds;
 #[cfg(feature = "postgres")]
 mod listen;
+mod observers;
 mod options;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod pool;

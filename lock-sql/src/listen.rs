@@ -1,6 +1,7 @@
 //! PostgreSQL wake-ups: one LISTEN connection per client, fanned out to local waiters through a
-//! [`WakeHub`]. Releases run `pg_notify(<table>, <name>)` in the same statement that frees the
-//! row, so a notification is sent exactly when (and only if) the release commits.
+//! [`WakeHub`]. Releases run `pg_notify(<table>, <key>)` in the same statement that frees the
+//! row, so a notification is sent exactly when (and only if) the release commits. Election
+//! observers of a name ([`WakeHub::observe`]) hear its `dlock:<name>` key.
 
 use std::time::Duration;
 
@@ -83,6 +84,8 @@ async fn run(pool: PgPool, channel: String, hub: WakeHub, mut listener: PgListen
         // loses nothing.
         let broken = match timeout(IDLE_PING, listener.try_recv()).await {
             Ok(Ok(Some(n))) => {
+                // The observers of a name (`dlock:<name>`) are woken apart from its waiters.
+                hub.changed(n.payload());
                 hub.wake(n.payload());
                 continue;
             }

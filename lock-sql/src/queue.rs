@@ -18,8 +18,9 @@
 //!
 //! On PostgreSQL a release notifies with the head's owner id as payload
 //! ([`crate::wake::waiter`]): only the client holding that waiter wakes it, and a release nobody
-//! waits for sends no notification. MySQL and SQLite cannot notify; their waiters poll, and the
-//! queue makes the polls fair.
+//! waits for or observes sends no notification. Election observers' rows (crate::observers)
+//! share the table with the place `i64::MAX`: never ahead of a waiter, never the head. MySQL
+//! and SQLite cannot notify; their waiters poll, and the queue makes the polls fair.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -33,8 +34,9 @@ pub(crate) enum Wait {
     /// `try_acquire`: granted only when nobody live is queued; never queued.
     No,
     /// An attempt of a waiting `acquire`: when refused, queue (or refresh) the owner's entry for
-    /// `lifetime_ms`; `seq` is its place once queued.
-    Queue { lifetime_ms: i64, seq: Option<i64> },
+    /// `lifetime_ms`; `seq` is its place once queued; `first`: the wait's first attempt, before
+    /// which the owner has no entry to delete.
+    Queue { lifetime_ms: i64, seq: Option<i64>, first: bool },
 }
 
 impl Wait {
@@ -58,6 +60,12 @@ impl Wait {
     pub(crate) fn queued(self) -> bool {
         matches!(self, Wait::Queue { seq: Some(_), .. })
     }
+
+    /// Whether the caller may hold an entry: queued, or an earlier attempt of this wait may have
+    /// queued it without its place coming back. `false` lets a grant skip the queue clean-up.
+    pub(crate) fn may_be_queued(self) -> bool {
+        matches!(self, Wait::Queue { first: false, .. })
+    }
 }
 
 /// How long a waiter's entry counts after its last attempt: twice the longest gap between two
@@ -79,9 +87,13 @@ impl Places {
         self.lock().get(&owner).copied().flatten()
     }
 
-    /// A waiting attempt of `owner` starts: it may queue it.
-    pub(crate) fn touch(&self, owner: OwnerId) {
-        self.lock().entry(owner).or_insert(None);
+    /// A waiting attempt of `owner` starts: it may queue it. Whether it is the wait's first
+    /// (`owner` had no record: no attempt of this wait can have queued it).
+    pub(crate) fn touch(&self, owner: OwnerId) -> bool {
+        let mut places = self.lock();
+        let first = !places.contains_key(&owner);
+        places.entry(owner).or_insert(None);
+        first
     }
 
     pub(crate) fn set(&self, owner: OwnerId, seq: i64) {
@@ -106,19 +118,24 @@ mod tests {
     fn places_and_lifetimes() {
         assert_eq!(Wait::No.place(), i64::MAX);
         assert_eq!(Wait::No.lifetime_ms(), 0);
-        let fresh = Wait::Queue { lifetime_ms: 9, seq: None };
-        assert_eq!((fresh.place(), fresh.queued()), (i64::MAX, false));
-        let queued = Wait::Queue { lifetime_ms: 9, seq: Some(5) };
-        assert_eq!((queued.place(), queued.queued(), queued.lifetime_ms()), (5, true, 9));
+        assert!(!Wait::No.may_be_queued());
+        let fresh = Wait::Queue { lifetime_ms: 9, seq: None, first: true };
+        assert_eq!((fresh.place(), fresh.queued(), fresh.may_be_queued()), (i64::MAX, false, false));
+        let unknown = Wait::Queue { lifetime_ms: 9, seq: None, first: false };
+        assert_eq!((unknown.place(), unknown.queued(), unknown.may_be_queued()), (i64::MAX, false, true));
+        let queued = Wait::Queue { lifetime_ms: 9, seq: Some(5), first: false };
+        assert_eq!((queued.place(), queued.queued(), queued.lifetime_ms(), queued.may_be_queued()), (5, true, 9, true));
         assert_eq!(lifetime(Duration::from_millis(500)), Duration::from_millis(4250));
         let places = Places::default();
         let o = OwnerId::random();
-        places.touch(o);
+        assert!(places.touch(o), "the wait's first attempt");
         assert_eq!(places.get(o), None, "may be queued, place unknown");
+        assert!(!places.touch(o), "a later attempt, after one that may have queued it");
         places.set(o, 7);
-        places.touch(o);
+        assert!(!places.touch(o));
         assert_eq!(places.get(o), Some(7));
         assert!(places.take(o));
         assert!(!places.take(o));
+        assert!(places.touch(o), "a new wait after the grant");
     }
 }

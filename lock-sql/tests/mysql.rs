@@ -11,7 +11,7 @@ use common::SqlFixture;
 
 lock_conformance::conformance_tests!(mysql, || async { crate::common::SqlFixture::mysql().await });
 
-server_extra_tests!(mysql_server, SqlFixture::mysql, crate::common::SqlFixture::mysql_private);
+server_extra_tests!(mysql_server, mysql, mysql_private, Mysql);
 
 #[tokio::test]
 async fn extra_unreachable_is_unavailable() {
@@ -22,10 +22,7 @@ async fn extra_unreachable_is_unavailable() {
 /// Polling: a waiter gets the lock within its capped back-off after the release.
 #[tokio::test]
 async fn extra_poll_wakes_waiter() {
-    let fx = SqlFixture::mysql().await.unwrap();
-    let latency = common::measure_wake_latency(&fx).await.unwrap();
-    eprintln!("mysql wake-up latency after release: {latency:?}");
-    assert!(latency < Duration::from_millis(1000), "{latency:?}");
+    common::check_wake_latency(&SqlFixture::mysql().await.unwrap(), "mysql", Duration::from_millis(1000)).await;
 }
 
 /// MySQL proper has no `INSERT … RETURNING`; on MariaDB the same two-statement path (upsert,
@@ -40,18 +37,6 @@ async fn extra_mysql_path_without_returning() {
     common::check_hostile_names(&fx).await.unwrap();
     common::check_counter(&fx, 5, 10).await.unwrap();
     common::check_takeover_fence(&fx).await.unwrap();
-}
-
-/// `dlock_testkit::servers::mysql::mysql()` (env URL, else a private local server) gives a
-/// server this backend works against.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn extra_provisioned_server() {
-    use lock_core::{AcquireOptions, DistributedLock, LockName};
-    let server = dlock_testkit::servers::mysql::mysql().await.unwrap();
-    let lock = lock_sql::connect(&server.url, lock_sql::SqlOptions::default()).await.unwrap();
-    let name = LockName::new("provisioned").unwrap();
-    let lease = lock.try_acquire(&name, &AcquireOptions::new(Duration::from_secs(2))).await.unwrap().expect("free");
-    lease.release().await.unwrap();
 }
 
 /// Durable fencing is declared only when InnoDB writes its log at every commit (issue 10.13):
@@ -85,27 +70,19 @@ async fn extra_durable_fencing_follows_innodb_flush_setting() {
 /// returned inside its transaction would keep it locked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extra_conflict_rolls_back_before_reuse() {
-    use lock_core::{LockName, OwnerId, TryLock};
+    use lock_core::{OwnerId, TryLock};
     let fx = SqlFixture::mysql().await.unwrap();
     let t = fx.options().table;
     // innodb_lock_wait_timeout = 2 s (whole seconds of request_timeout); 0.9 s left to re-run.
     let options =
         lock_sql::SqlOptions { max_connections: 1, request_timeout: Duration::from_millis(2900), ..fx.options() };
-    let rw = lock_sql::connect_rw(fx.url(), options.clone()).await.unwrap();
-    let [(_, read), _] = rw.lease_stores();
-    let name = LockName::new("conflict").unwrap();
     let ttl = Duration::from_secs(10);
-    let first = OwnerId::random();
-    assert!(matches!(read.try_lock(&name, first, ttl).await.unwrap(), TryLock::Acquired { .. }));
+    let (_rw, read, name, first) = common::conflict_reader(fx.url(), options.clone(), ttl).await;
 
     // The holder rows locked: the acquire's purge waits, times out after 2 s (1205), is re-run.
     let mut admin = common::Admin::connect(&fx).await;
     admin.lock_rows(&format!("{t}_holders"), "kind = 'rw' AND name = 'conflict'").await;
-    let unlock = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(2300)).await;
-        admin.run("ROLLBACK").await;
-        admin
-    });
+    let unlock = admin.rollback_after(2300);
     let second = OwnerId::random();
     let started = std::time::Instant::now();
     let got = read.try_lock(&name, second, ttl).await;
@@ -156,14 +133,47 @@ async fn assert_counter_row_free(admin: &mut common::Admin, t: &str) {
     assert!(locked.is_ok(), "the counter row is still locked by a pooled connection's transaction: {locked:?}");
 }
 
-/// Issue 15.1: verifying TLS modes refuse a self-signed impostor and accept it with its CA; the
-/// weak modes hand it the session (see tests/common/fake_tls.rs).
+/// The acquire upsert evaluates its condition once, into `@dlock_granted`, which its later
+/// assignments read. Under both assignment modes (MariaDB's `SIMULTANEOUS_ASSIGNMENT` makes every
+/// assignment see the old row) and with the variable left at 1 in the session before each
+/// attempt, a held lock is refused with its holder's row untouched, a re-grant keeps its token,
+/// and a free lock is granted with a greater token.
 #[tokio::test]
-async fn extra_tls_modes_against_an_impostor() {
-    common::check_tls_modes(common::Wire::Mysql).await;
-}
-
-#[tokio::test]
-async fn extra_old_table_gains_holder_columns() {
-    common::check_old_table_gains_columns(&SqlFixture::mysql().await.unwrap()).await.unwrap();
+async fn extra_acquire_condition_once_in_both_assignment_modes() {
+    use lock_core::{LeaseStore, LockName, OwnerId, TryLock};
+    use sqlx::Executor;
+    let fx = SqlFixture::mysql().await.unwrap();
+    let name = LockName::new("condition-once").unwrap();
+    let ttl = Duration::from_secs(10);
+    for mode in ["", ",SIMULTANEOUS_ASSIGNMENT"] {
+        let set = format!("SET SESSION sql_mode = CONCAT(@@sql_mode, '{mode}')");
+        let pool = sqlx::mysql::MySqlPoolOptions::new()
+            .max_connections(1)
+            .after_connect(move |c, _| {
+                let set = set.clone();
+                Box::pin(async move { c.execute(sqlx::AssertSqlSafe(set)).await.map(drop) })
+            })
+            .connect(fx.url())
+            .await
+            .unwrap();
+        let backend = lock_sql::SqlBackend::from_mysql_pool(pool.clone(), fx.options()).await.unwrap();
+        let lock = backend.lock();
+        let store = lock.store();
+        let stale = || async { sqlx::query("SET @dlock_granted = 1").execute(&pool).await.unwrap() };
+        let (a, b) = (OwnerId::random(), OwnerId::random());
+        stale().await;
+        let TryLock::Acquired { token: t1 } = store.try_lock(&name, a, ttl).await.unwrap() else { panic!("free") };
+        stale().await;
+        let held = store.try_lock(&name, b, ttl).await.unwrap();
+        assert!(matches!(held, TryLock::Held { remaining: Some(_) }), "mode {mode:?}: held, got {held:?}");
+        stale().await;
+        let again = store.try_lock(&name, a, ttl).await.unwrap();
+        assert!(matches!(again, TryLock::Acquired { token } if token == t1), "mode {mode:?}: re-grant, {again:?}");
+        assert_eq!(store.release(&name, b).await.unwrap(), lock_core::ReleaseOutcome::NotOwner);
+        assert_eq!(store.release(&name, a).await.unwrap(), lock_core::ReleaseOutcome::Released);
+        stale().await;
+        let TryLock::Acquired { token: t2 } = store.try_lock(&name, b, ttl).await.unwrap() else { panic!("free") };
+        assert!(t2 > t1, "mode {mode:?}: the token must grow");
+        assert_eq!(store.release(&name, b).await.unwrap(), lock_core::ReleaseOutcome::Released);
+    }
 }

@@ -12,7 +12,7 @@ use common::SqlFixture;
 
 lock_conformance::conformance_tests!(postgres, || async { crate::common::SqlFixture::postgres().await });
 
-server_extra_tests!(postgres_server, SqlFixture::postgres, crate::common::SqlFixture::postgres_private);
+server_extra_tests!(postgres_server, postgres, postgres_private, Postgres);
 
 #[tokio::test]
 async fn extra_table_of_another_owner_is_refused() {
@@ -29,9 +29,7 @@ async fn extra_unreachable_is_unavailable() {
 #[tokio::test]
 async fn extra_notify_wakes_waiter_fast() {
     let fx = SqlFixture::postgres().await.unwrap();
-    let latency = common::measure_wake_latency(&fx).await.unwrap();
-    eprintln!("postgres wake-up latency after release: {latency:?}");
-    assert!(latency < Duration::from_millis(300), "{latency:?}");
+    common::check_wake_latency(&fx, "postgres", Duration::from_millis(300)).await;
 }
 
 /// TLS comes from the URL (rustls): `sslmode=require` encrypts (the server's own pg_stat_ssl
@@ -123,18 +121,6 @@ async fn extra_listener_reconnects() {
     assert!(latency < Duration::from_millis(300), "{latency:?}: woken by a timer, not by NOTIFY");
 }
 
-/// `dlock_testkit::servers::postgres::postgres()` (env URL, else a private local server) gives a
-/// server this backend works against.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn extra_provisioned_server() {
-    use lock_core::{AcquireOptions, DistributedLock, LockName};
-    let server = dlock_testkit::servers::postgres::postgres().await.unwrap();
-    let lock = lock_sql::connect(&server.url, lock_sql::SqlOptions::default()).await.unwrap();
-    let name = LockName::new("provisioned").unwrap();
-    let lease = lock.try_acquire(&name, &AcquireOptions::new(Duration::from_secs(2))).await.unwrap().expect("free");
-    lease.release().await.unwrap();
-}
-
 /// Durable fencing rests on durable commits (issue 10.13). The server acknowledges commits
 /// before they are written (`synchronous_commit = off`, WAL writer every 10 s), and is killed
 /// (SIGKILL) right after several grants: our sessions set `synchronous_commit = on` themselves,
@@ -183,23 +169,15 @@ async fn extra_fences_survive_a_crash_of_an_async_commit_server() {
 /// granted once the row is free, instead of failing with "current transaction is aborted".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extra_conflict_rolls_back_before_reuse() {
-    use lock_core::{LockName, OwnerId, TryLock};
+    use lock_core::{OwnerId, TryLock};
     let fx = SqlFixture::postgres().await.unwrap();
     let url = format!("{}?options[lock_timeout]=100", fx.url());
     let options = lock_sql::SqlOptions { max_connections: 1, ..fx.options() };
-    let rw = lock_sql::connect_rw(&url, options).await.unwrap();
-    let [(_, read), _] = rw.lease_stores();
-    let name = LockName::new("conflict").unwrap();
     let ttl = Duration::from_secs(5);
-    let first = OwnerId::random();
-    assert!(matches!(read.try_lock(&name, first, ttl).await.unwrap(), TryLock::Acquired { .. }));
+    let (_rw, read, name, first) = common::conflict_reader(&url, options, ttl).await;
     let mut admin = common::Admin::connect(&fx).await;
     admin.lock_rows(&format!("{}_counters", fx.options().table), "kind = 'rw' AND name = 'conflict'").await;
-    let unlock = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(400)).await;
-        admin.run("ROLLBACK").await;
-        admin
-    });
+    let unlock = admin.rollback_after(400);
     let second = OwnerId::random();
     let got = read.try_lock(&name, second, ttl).await;
     let _admin = unlock.await.unwrap();
@@ -316,14 +294,45 @@ async fn extra_cancelled_acquire_leaves_no_grant() {
     eprintln!("a cancelled acquire's late grant was freed after {took:?}");
 }
 
-/// Issue 15.1: verifying TLS modes refuse a self-signed impostor and accept it with its CA; the
-/// weak modes hand it the session (see tests/common/fake_tls.rs).
-#[tokio::test]
-async fn extra_tls_modes_against_an_impostor() {
-    common::check_tls_modes(common::Wire::Postgres).await;
+/// Election observers cost a NOTIFY only where someone observes (lock-sql/src/observers.rs):
+/// a grant and a release of an unobserved name send no `dlock:<name>`; with an observer's feed
+/// registered both do, and the feed fires; once the feed is dropped its row goes and the
+/// notifications stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extra_observers_are_notified_only_while_they_observe() {
+    use lock_core::{LeaseStore, LockName, OwnerId, TryLock};
+    let fx = SqlFixture::postgres().await.unwrap();
+    let store = Arc::clone(fx.sql_client().await.unwrap().store()) as Arc<dyn LeaseStore>;
+    let mut raw = sqlx::postgres::PgListener::connect(fx.url()).await.unwrap();
+    raw.listen(&fx.options().table).await.unwrap();
+    let name = LockName::new(format!("observed/{}", OwnerId::random().to_hex())).unwrap();
+    let key = format!("dlock:{name}");
+    let cycle = || async {
+        let o = OwnerId::random();
+        let granted = store.try_lock(&name, o, Duration::from_secs(5)).await.unwrap();
+        assert!(matches!(granted, TryLock::Acquired { .. }));
+        store.release(&name, o).await.unwrap();
+    };
+    cycle().await;
+    assert_eq!(heard(&mut raw, &key).await, 0, "an unobserved grant or release notified");
+
+    let mut feed = store.watch_changes(&name).await.unwrap().expect("postgres notifies observers");
+    cycle().await;
+    assert_eq!(heard(&mut raw, &key).await, 2, "the grant and the release notify an observer");
+    assert!(tokio::time::timeout(Duration::from_secs(2), feed.changed()).await.unwrap(), "the feed fires");
+
+    drop(feed);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    cycle().await;
+    assert_eq!(heard(&mut raw, &key).await, 0, "a dropped observer's row still notified");
 }
 
-#[tokio::test]
-async fn extra_old_table_gains_holder_columns() {
-    common::check_old_table_gains_columns(&SqlFixture::postgres().await.unwrap()).await.unwrap();
+/// How many notifications with `payload` arrive until none comes for 500 ms (other tests' are
+/// skipped).
+async fn heard(raw: &mut sqlx::postgres::PgListener, payload: &str) -> usize {
+    let mut n = 0;
+    while let Ok(Ok(m)) = tokio::time::timeout(Duration::from_millis(500), raw.recv()).await {
+        n += usize::from(m.payload() == payload);
+    }
+    n
 }

@@ -6,8 +6,8 @@ mod common;
 use std::sync::Arc;
 
 use common::SqlFixture;
-use lock_conformance::{async_trait, Fixture, LinkedClient, ServerControl};
-use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LeaseStore, LockError};
+use lock_conformance::{LinkedClient, ServerControl};
+use lock_core::{LeaseStore, LockError};
 use lock_sql::SqlBackend;
 use sqlx::postgres::PgPoolOptions;
 
@@ -41,22 +41,9 @@ impl PgPoolFixture {
     }
 }
 
-#[async_trait]
-impl Fixture for PgPoolFixture {
-    fn backend(&self) -> &str {
-        "postgres"
-    }
-
-    async fn client(&self) -> Result<Arc<dyn DistributedLock>, LockError> {
-        Ok(Arc::new(self.backend().await?.lock()))
-    }
-
-    async fn rw_client(&self) -> Result<Option<Arc<dyn DistributedRwLock>>, LockError> {
-        Ok(Some(Arc::new(self.backend().await?.rw().await?)))
-    }
-
-    async fn semaphore_client(&self) -> Result<Option<Arc<dyn DistributedSemaphore>>, LockError> {
-        Ok(Some(Arc::new(self.backend().await?.semaphore().await?)))
+lock_conformance::impl_fixture! {
+    PgPoolFixture, backend: "postgres", |f| {
+        kinds_of: f.backend().await?,
     }
 
     async fn linked_client(&self) -> Result<Option<LinkedClient>, LockError> {

@@ -144,3 +144,21 @@ async fn extra_old_table_gains_holder_columns() {
     // Connecting again finds nothing to add.
     drop(lock_sql::connect(fx.url(), fx.options()).await.unwrap());
 }
+
+/// Several clients opening one new file at once all connect: switching a new file to WAL is
+/// answered `database is locked` without waiting for the busy timeout, and the connect retries
+/// it within `connect_timeout` (seen in CI: two `dlock run`s started together on a new file).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extra_concurrent_first_connects_to_a_new_file() {
+    for round in 0..20 {
+        let dir = tempfile::tempdir().unwrap();
+        let db = format!("sqlite://{}", dir.path().join("new.db").display());
+        let connects = (0..6).map(|_| lock_sql::connect(&db, lock_sql::SqlOptions::default()));
+        for (i, r) in futures::future::join_all(connects).await.into_iter().enumerate() {
+            let lock = r.unwrap_or_else(|e| panic!("round {round}, client {i}: {e}"));
+            let name = LockName::new(format!("c{i}")).unwrap();
+            let lease = lock.try_acquire(&name, &AcquireOptions::new(Duration::from_secs(5))).await.unwrap();
+            lease.expect("a free name").release().await.unwrap();
+        }
+    }
+}

@@ -87,6 +87,34 @@ pub(crate) enum Upsert {
     Held { remaining: Option<i64>, seq: Option<i64> },
 }
 
+/// What a dialect settles when it connects, and the store only reads.
+pub(crate) struct Profile {
+    pub(crate) codes: Codes,
+    pub(crate) durable: bool,
+    pub(crate) listens: bool,
+    /// Set once the session settings are known (zero until then).
+    pub(crate) statement_bound: std::time::Duration,
+    pub(crate) lease_ddl: String,
+    pub(crate) queue_ddl: String,
+}
+
+impl Profile {
+    /// A profile with the two tables' DDL; `statement_bound` is set by the caller.
+    pub(crate) fn new(codes: Codes, durable: bool, listens: bool, lease_ddl: String, queue_ddl: String) -> Profile {
+        Profile { codes, durable, listens, statement_bound: std::time::Duration::ZERO, lease_ddl, queue_ddl }
+    }
+}
+
+/// One attempt of the exclusive lock's grant.
+#[derive(Clone, Copy)]
+pub(crate) struct Grant<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) owner: &'a str,
+    pub(crate) ttl_ms: i64,
+    pub(crate) who: Who<'a>,
+    pub(crate) wait: Wait,
+}
+
 /// The waiter queue's table next to lease table `table`.
 pub(crate) fn queue_table(table: &str) -> String {
     format!("{table}{QUEUE_SUFFIX}")
@@ -99,17 +127,29 @@ pub(crate) const QUEUE_SUFFIX: &str = "_waiters";
 /// leaves retries and time limits to the caller (the store's `run`).
 #[async_trait]
 pub(crate) trait Dialect: Send + Sync + 'static {
+    /// What the dialect settled when it connected.
+    fn profile(&self) -> &Profile;
     /// Error codes and the backend label.
-    fn codes(&self) -> Codes;
+    fn codes(&self) -> Codes {
+        self.profile().codes
+    }
     /// Whether a fence once handed out survives a crash of the database.
-    fn durable(&self) -> bool;
+    fn durable(&self) -> bool {
+        self.profile().durable
+    }
     /// Whether releases notify waiters, so that they may wait on the [`WakeHub`].
-    fn listens(&self) -> bool;
+    fn listens(&self) -> bool {
+        self.profile().listens
+    }
     /// How long the server lets one statement run (waits for row locks included): after that,
     /// a statement whose caller went away can no longer commit.
-    fn statement_bound(&self) -> std::time::Duration;
+    fn statement_bound(&self) -> std::time::Duration {
+        self.profile().statement_bound
+    }
     /// The lease table's `CREATE TABLE IF NOT EXISTS`.
-    fn lease_ddl(&self) -> &str;
+    fn lease_ddl(&self) -> &str {
+        &self.profile().lease_ddl
+    }
     /// Whether `table` exists (where the session would find it), so that a user without
     /// `CREATE` can use tables made by someone else.
     async fn table_exists(&self, table: &str) -> Result<bool, sqlx::Error>;
@@ -124,23 +164,24 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     fn add_column(&self, table: &str, column: &str) -> String;
 
     /// The waiter queue's `CREATE TABLE IF NOT EXISTS` (see [`crate::queue`]).
-    fn queue_ddl(&self) -> &str;
+    fn queue_ddl(&self) -> &str {
+        &self.profile().queue_ddl
+    }
 
     /// The exclusive lock's grant: insert, take over a free or expired row (when no live waiter
     /// is queued before the caller), or re-grant our own; a grant stores `who` with the row and
     /// takes the caller out of the queue, a refusal of a waiting attempt queues it
     /// ([`crate::queue`]).
-    async fn acquire(
-        &self,
-        name: &str,
-        owner: &str,
-        ttl_ms: i64,
-        who: Who<'_>,
-        wait: Wait,
-    ) -> Result<Upsert, sqlx::Error>;
+    async fn acquire(&self, grant: Grant<'_>) -> Result<Upsert, sqlx::Error>;
     /// Deletes `owner`'s queue entry for `name` (a wait that ended without a grant), and the
     /// name's expired entries.
     async fn leave_queue(&self, name: &str, owner: &str) -> Result<(), sqlx::Error>;
+    /// Marks `owner` as an election observer of `name` for `lifetime_ms` (crate::observers):
+    /// grants and releases of `name` then notify. Only where the dialect [`Dialect::listens`];
+    /// by default nothing.
+    async fn observe(&self, _name: &str, _owner: &str, _lifetime_ms: i64) -> Result<(), sqlx::Error> {
+        Ok(())
+    }
     /// Deletes the rows of names not held for at least `idle_ms` (docs/contract.md §5.7); how
     /// many. Safe for tokens because every grant's fence is at least the database clock in µs.
     async fn collect_idle(&self, idle_ms: i64) -> Result<u64, sqlx::Error>;

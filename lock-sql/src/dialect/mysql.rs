@@ -1,5 +1,6 @@
-//! MySQL and MariaDB: an `ON DUPLICATE KEY UPDATE` upsert whose every assignment repeats the
-//! full condition, the row read back (or `RETURNING` on MariaDB 10.5+), names as bytes.
+//! MySQL and MariaDB: an `ON DUPLICATE KEY UPDATE` upsert that evaluates its condition once (in
+//! its first assignment, into a session variable), the row read back (or `RETURNING` on MariaDB
+//! 10.5+), names as bytes.
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -14,13 +15,12 @@ use tokio::time::timeout;
 
 use super::params::Accepted;
 use super::rw::{acquire_tx, owner_stmt, Attempt, Flavor, KindSql, OwnerStmt};
-use super::{bad_url, queue_table, too_slow, unreachable, Dialect, Seen, Upsert, Who};
+use super::{bad_url, queue_table, too_slow, unreachable, Dialect, Grant, Profile, Seen, Upsert, Who};
 use crate::adopt::{Owner, TableFacts};
 use crate::decide::Plan;
 use crate::error::{Class, Codes};
 use crate::options::quote_table;
 use crate::pool::{ConnPool, Setup, Use};
-use crate::queue::Wait;
 use crate::SqlOptions;
 
 mod acquire;
@@ -31,6 +31,10 @@ const NOW: &str = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMEST
 
 /// Microseconds since the Unix epoch, on the database's clock: the floor of new fences.
 const NOW_US: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
+
+/// The session variable that carries the acquire upsert's condition from its first assignment
+/// to the others (see `Mysql::new`); named so that an application sharing the pool won't use it.
+const GRANTED: &str = "@dlock_granted";
 
 pub(crate) const CODES: Codes = Codes { label: "mysql", database: server_error };
 
@@ -100,8 +104,9 @@ const FLAVOR: Flavor = Flavor {
 /// A MySQL or MariaDB database: its pool and its statements.
 pub(crate) struct Mysql {
     pool: Arc<ConnPool<MySqlConnection>>,
-    create: String,
-    queue_create: String,
+    /// Durable when `innodb_flush_log_at_trx_commit = 1` (an acknowledged commit survives a
+    /// crash); statements bounded by the request timeout or the row-lock wait, the longer.
+    profile: Profile,
     acquire: Arc<str>,
     /// Owner, fence and the remaining lease, after an upsert without `RETURNING`.
     read_back: Arc<str>,
@@ -121,10 +126,6 @@ pub(crate) struct Mysql {
     collect_queue: Arc<str>,
     /// MariaDB: the acquire upsert ends in `RETURNING owner, fence, remaining`, no read-back.
     returning: bool,
-    /// `innodb_flush_log_at_trx_commit = 1`: an acknowledged commit survives a crash.
-    durable: bool,
-    /// The longest a statement may run on the server.
-    statement_bound: Duration,
 }
 
 pub(crate) async fn connect(url: &str, options: &SqlOptions) -> Result<Arc<dyn Dialect>, LockError> {
@@ -183,7 +184,7 @@ async fn open(
     }
     let mut dialect = Mysql::new(pool, &options.table, supports_returning(&version), durable);
     // Row-lock waits end after innodb_lock_wait_timeout; the statement itself is short.
-    dialect.statement_bound = options.request_timeout.max(Duration::from_secs(lock_wait));
+    dialect.profile.statement_bound = options.request_timeout.max(Duration::from_secs(lock_wait));
     Ok(Arc::new(dialect))
 }
 
@@ -191,13 +192,16 @@ impl Mysql {
     fn new(pool: Arc<ConnPool<MySqlConnection>>, t: &str, returning: bool, durable: bool) -> Mysql {
         let qt = quote_table(t, '`');
         let qq = quote_table(&queue_table(t), '`');
-        // MySQL assigns ON DUPLICATE KEY UPDATE columns left to right (later ones see earlier
-        // new values), MariaDB with SIMULTANEOUS_ASSIGNMENT all at once. Every assignment repeats
-        // the full condition, and the order (fence, owner, expires_at) gives the same result
-        // both ways: fence reads the old owner; once owner is ours the condition stays true,
-        // and when the condition was false nothing it reads has changed.
+        // The condition is evaluated once, in the first assignment, into the session variable
+        // `@dlock_granted`; the later assignments only read it. Both servers evaluate the
+        // assignments' expressions left to right (MySQL: later ones see earlier new values;
+        // MariaDB with SIMULTANEOUS_ASSIGNMENT: every one sees the old row), and the first one
+        // always runs, so the variable never carries a value from an earlier statement; fence
+        // comes first and reads the old owner in both modes. (Repeating the condition, queue
+        // subquery included, in each of the five assignments cost the server about as much as
+        // the rest of the statement: BENCHMARKS.md, "SQL acquire statements".)
         // A free row is not taken while a live waiter queued before us waits (queue.rs); the
-        // binds of each copy: see `bind_cond`.
+        // binds of the condition: see `bind_cond`.
         let cond = format!(
             "(owner = ? OR ((owner IS NULL OR expires_at <= {NOW}) AND NOT EXISTS ( \
                SELECT 1 FROM {qq} w WHERE w.name = ? AND w.owner <> ? AND w.expires_at > {NOW} \
@@ -208,26 +212,27 @@ impl Mysql {
         } else {
             String::new()
         };
+        let lease_ddl = format!(
+            "CREATE TABLE IF NOT EXISTS {qt} (name VARBINARY(255) NOT NULL PRIMARY KEY, \
+             owner VARBINARY(32) NULL, fence BIGINT NOT NULL, expires_at BIGINT NOT NULL, \
+             holder VARBINARY(255) NULL, metadata VARBINARY(1024) NULL) ENGINE=InnoDB"
+        );
+        let queue_ddl = format!(
+            "CREATE TABLE IF NOT EXISTS {qq} (name VARBINARY(255) NOT NULL, owner VARBINARY(32) NOT NULL, \
+             seq BIGINT NOT NULL, expires_at BIGINT NOT NULL, PRIMARY KEY (name, owner)) ENGINE=InnoDB"
+        );
         Mysql {
             pool,
-            create: format!(
-                "CREATE TABLE IF NOT EXISTS {qt} (name VARBINARY(255) NOT NULL PRIMARY KEY, \
-                 owner VARBINARY(32) NULL, fence BIGINT NOT NULL, expires_at BIGINT NOT NULL, \
-                 holder VARBINARY(255) NULL, metadata VARBINARY(1024) NULL) ENGINE=InnoDB"
-            ),
-            queue_create: format!(
-                "CREATE TABLE IF NOT EXISTS {qq} (name VARBINARY(255) NOT NULL, owner VARBINARY(32) NOT NULL, \
-                 seq BIGINT NOT NULL, expires_at BIGINT NOT NULL, PRIMARY KEY (name, owner)) ENGINE=InnoDB"
-            ),
+            profile: Profile::new(CODES, durable, false, lease_ddl, queue_ddl),
             acquire: format!(
                 "INSERT INTO {qt} (name, owner, fence, expires_at, holder, metadata) \
                  VALUES (?, ?, {NOW_US}, {NOW} + ?, ?, ?) \
                  ON DUPLICATE KEY UPDATE \
-                   fence = IF({cond}, IF(owner = ?, fence, GREATEST(fence + 1, {NOW_US})), fence), \
-                   owner = IF({cond}, ?, owner), \
-                   expires_at = IF({cond}, {NOW} + ?, expires_at), \
-                   holder = IF({cond}, ?, holder), \
-                   metadata = IF({cond}, ?, metadata){returning_clause}"
+                   fence = IF({GRANTED} := {cond}, IF(owner = ?, fence, GREATEST(fence + 1, {NOW_US})), fence), \
+                   owner = IF({GRANTED}, ?, owner), \
+                   expires_at = IF({GRANTED}, {NOW} + ?, expires_at), \
+                   holder = IF({GRANTED}, ?, holder), \
+                   metadata = IF({GRANTED}, ?, metadata){returning_clause}"
             )
             .into(),
             read_back: format!("SELECT owner, fence, CAST(expires_at - {NOW} AS SIGNED) FROM {qt} WHERE name = ?")
@@ -269,8 +274,6 @@ impl Mysql {
             collect: format!("DELETE FROM {qt} WHERE expires_at <= {NOW} - ?").into(),
             collect_queue: format!("DELETE FROM {qq} WHERE expires_at <= {NOW} - ?").into(),
             returning,
-            durable,
-            statement_bound: Duration::ZERO,
         }
     }
 }
@@ -322,24 +325,8 @@ type Row = (Option<Vec<u8>>, i64, i64);
 
 #[async_trait]
 impl Dialect for Mysql {
-    fn codes(&self) -> Codes {
-        CODES
-    }
-
-    fn durable(&self) -> bool {
-        self.durable
-    }
-
-    fn listens(&self) -> bool {
-        false
-    }
-
-    fn statement_bound(&self) -> Duration {
-        self.statement_bound
-    }
-
-    fn lease_ddl(&self) -> &str {
-        &self.create
+    fn profile(&self) -> &Profile {
+        &self.profile
     }
 
     async fn table_exists(&self, table: &str) -> Result<bool, sqlx::Error> {
@@ -407,18 +394,8 @@ impl Dialect for Mysql {
         self.pool.prepare_on_two(&hot).await;
     }
 
-    fn queue_ddl(&self) -> &str {
-        &self.queue_create
-    }
-
-    async fn acquire(
-        &self,
-        name: &str,
-        owner: &str,
-        ttl_ms: i64,
-        who: Who<'_>,
-        wait: Wait,
-    ) -> Result<Upsert, sqlx::Error> {
+    async fn acquire(&self, grant: Grant<'_>) -> Result<Upsert, sqlx::Error> {
+        let Grant { name, owner, ttl_ms, who, wait } = grant;
         let row = self.upsert(name, owner, ttl_ms, who, wait.place()).await?;
         match row.into_iter().next() {
             Some((Some(holder), fence, _)) if holder == owner.as_bytes() => {

@@ -141,9 +141,76 @@ where
     String: for<'r> Decode<'r, DB> + Type<DB>,
     usize: sqlx::ColumnIndex<DB::Row>,
 {
-    let Some(begin) = sql.begin else { return tx_body::<DB, N>(c, sql, a, name).await };
-    (&mut *c).execute(begin).await?;
-    let result = match tx_body::<DB, N>(c, sql, a, name).await {
+    if let Some(begin) = sql.begin {
+        (&mut *c).execute(begin).await?;
+    }
+    let result: Result<Plan, sqlx::Error> = async {
+        let (o, kind) = (a.owner, family(a.kind));
+        sqlx::query(AssertSqlSafe(sql.ensure.as_str())).bind(kind).bind(name).execute(&mut *c).await?;
+        let counter = sqlx::query_as::<DB, (i64, i64, i64)>(AssertSqlSafe(sql.lock.as_str()))
+            .bind(o)
+            .bind(kind)
+            .bind(name)
+            .fetch_one(&mut *c)
+            .await?;
+        sqlx::query(AssertSqlSafe(sql.purge.as_str())).bind(kind).bind(name).execute(&mut *c).await?;
+        let holders = sqlx::query_as::<DB, Holder>(AssertSqlSafe(sql.holders.as_str()))
+            .bind(kind)
+            .bind(name)
+            .fetch_all(&mut *c)
+            .await?;
+        let plan = decide((a.kind, a.permits), o, counter, &holders, a.claiming);
+        match plan.write() {
+            Write::Grant(fence) => {
+                let permits = match a.kind {
+                    LockKind::Permit => i64::from(a.permits),
+                    _ => counter.1,
+                };
+                sqlx::query(AssertSqlSafe(sql.grant_counter.as_str()))
+                    .bind(fence)
+                    .bind(permits)
+                    .bind(o)
+                    .bind(kind)
+                    .bind(name)
+                    .execute(&mut *c)
+                    .await?;
+                sqlx::query(AssertSqlSafe(sql.grant_holder.as_str()))
+                    .bind(kind)
+                    .bind(name)
+                    .bind(o)
+                    .bind(mode(a.kind))
+                    .bind(fence)
+                    .bind(a.ttl_ms)
+                    .execute(&mut *c)
+                    .await?;
+            }
+            Write::Extend => {
+                sqlx::query(AssertSqlSafe(sql.extend_holder.as_str()))
+                    .bind(a.ttl_ms)
+                    .bind(kind)
+                    .bind(name)
+                    .bind(o)
+                    .execute(&mut *c)
+                    .await?;
+            }
+            Write::Claim => {
+                sqlx::query(AssertSqlSafe(sql.set_claim.as_str()))
+                    .bind(o)
+                    .bind(a.claim_ms)
+                    .bind(kind)
+                    .bind(name)
+                    .execute(&mut *c)
+                    .await?;
+            }
+            Write::Nothing => {}
+        }
+        Ok(plan)
+    }
+    .await;
+    if sql.begin.is_none() {
+        return result;
+    }
+    let result = match result {
         Ok(plan) => (&mut *c).execute("COMMIT").await.map(|_| plan),
         Err(e) => Err(e),
     };
@@ -152,76 +219,6 @@ where
         Ok(_) => Err(e),
         Err(rollback) => Err(sqlx::Error::Protocol(format!("{e}; the rollback failed too: {rollback}"))),
     }
-}
-
-async fn tx_body<DB, N>(c: &mut DB::Connection, sql: &KindSql, a: &Attempt<'_>, n: N) -> Result<Plan, sqlx::Error>
-where
-    DB: Database,
-    DB::Arguments: sqlx::IntoArguments<DB>,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    N: for<'q> Encode<'q, DB> + Type<DB> + Copy + Send + Sync,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    i64: for<'q> Encode<'q, DB> + for<'r> Decode<'r, DB> + Type<DB>,
-    String: for<'r> Decode<'r, DB> + Type<DB>,
-    usize: sqlx::ColumnIndex<DB::Row>,
-{
-    let (o, kind) = (a.owner, family(a.kind));
-    sqlx::query(AssertSqlSafe(sql.ensure.as_str())).bind(kind).bind(n).execute(&mut *c).await?;
-    let counter = sqlx::query_as::<DB, (i64, i64, i64)>(AssertSqlSafe(sql.lock.as_str()))
-        .bind(o)
-        .bind(kind)
-        .bind(n)
-        .fetch_one(&mut *c)
-        .await?;
-    sqlx::query(AssertSqlSafe(sql.purge.as_str())).bind(kind).bind(n).execute(&mut *c).await?;
-    let holders =
-        sqlx::query_as::<DB, Holder>(AssertSqlSafe(sql.holders.as_str())).bind(kind).bind(n).fetch_all(&mut *c).await?;
-    let plan = decide((a.kind, a.permits), o, counter, &holders, a.claiming);
-    match plan.write() {
-        Write::Grant(fence) => {
-            let permits = match a.kind {
-                LockKind::Permit => i64::from(a.permits),
-                _ => counter.1,
-            };
-            sqlx::query(AssertSqlSafe(sql.grant_counter.as_str()))
-                .bind(fence)
-                .bind(permits)
-                .bind(o)
-                .bind(kind)
-                .bind(n)
-                .execute(&mut *c)
-                .await?;
-            sqlx::query(AssertSqlSafe(sql.grant_holder.as_str()))
-                .bind(kind)
-                .bind(n)
-                .bind(o)
-                .bind(mode(a.kind))
-                .bind(fence)
-                .bind(a.ttl_ms)
-                .execute(&mut *c)
-                .await?;
-        }
-        Write::Extend => {
-            sqlx::query(AssertSqlSafe(sql.extend_holder.as_str()))
-                .bind(a.ttl_ms)
-                .bind(kind)
-                .bind(n)
-                .bind(o)
-                .execute(&mut *c)
-                .await?;
-        }
-        Write::Claim => {
-            sqlx::query(AssertSqlSafe(sql.set_claim.as_str()))
-                .bind(o)
-                .bind(a.claim_ms)
-                .bind(kind)
-                .bind(n)
-                .execute(&mut *c)
-                .await?;
-        }
-        Write::Nothing => {}
-    }
-    Ok(plan)
 }
 
 /// One owner-checked autocommit statement of a side: `kind, name, owner` bound, after `ttl_ms`

@@ -15,13 +15,13 @@ use tokio::time::timeout;
 use super::params::Accepted;
 use super::rw::{acquire_tx, owner_stmt, Attempt, Flavor, KindSql, OwnerStmt};
 use super::{
-    bad_url, lease_params, queue_table, renewed_of, too_slow, unreachable, Dialect, Seen, SeenRow, Upsert, Who,
+    bad_url, lease_params, queue_table, renewed_of, too_slow, unreachable, Dialect, Grant, Profile, Seen, SeenRow,
+    Upsert,
 };
 use crate::adopt::{Owner, TableFacts};
 use crate::decide::Plan;
 use crate::error::{Class, Codes};
 use crate::options::quote_table;
-use crate::queue::Wait;
 use crate::SqlOptions;
 
 /// Milliseconds since the Unix epoch, on the host's clock.
@@ -87,11 +87,8 @@ const FLAVOR: Flavor = Flavor {
 /// A SQLite file (or in-memory database): its pool and its statements.
 pub(crate) struct Lite {
     pool: SqlitePool,
-    durable: bool,
-    /// `busy_timeout`: the longest a statement waits for the file.
-    statement_bound: Duration,
-    create: String,
-    queue_create: String,
+    /// Statements bounded by `busy_timeout`: the longest a statement waits for the file.
+    profile: Profile,
     acquire: String,
     /// The holder's remaining lease in ms, after a refused upsert.
     read_back: String,
@@ -132,14 +129,43 @@ pub(crate) async fn connect(url: &str, options: &SqlOptions) -> Result<Arc<dyn D
     } else {
         pool = pool.min_connections(0).idle_timeout(Duration::from_secs(60));
     }
-    let pool = timeout(bound, pool.connect_with(opts))
-        .await
-        .map_err(|_| too_slow(CODES, bound))?
-        .map_err(|e| unreachable(CODES, e))?;
+    // Processes opening one file at once can be answered `database is locked` while a
+    // connection is set up (`PRAGMA journal_mode = WAL` meets another's WAL recovery or mode
+    // switch, where SQLite does not wait for the busy timeout): such an answer is retried
+    // within `connect_timeout` (seen in CI: two `dlock run`s started together on a new file).
+    let last_busy = std::sync::Mutex::new(None);
+    let connect = async {
+        loop {
+            match pool.clone().connect_with(opts.clone()).await {
+                Err(e) if is_busy(&e) => {
+                    *last_busy.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                done => return done,
+            }
+        }
+    };
+    let pool = match timeout(bound, connect).await {
+        Ok(connected) => connected.map_err(|e| unreachable(CODES, e))?,
+        // Still locked when the bound ran out: say so rather than "too slow".
+        Err(_) => match last_busy.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            Some(e) => return Err(unreachable(CODES, e)),
+            None => return Err(too_slow(CODES, bound)),
+        },
+    };
     let mut dialect = Lite::new(pool, &options.table, !in_memory);
     // Statements wait for the file lock at most busy_timeout.
-    dialect.statement_bound = options.request_timeout;
+    dialect.profile.statement_bound = options.request_timeout;
     Ok(Arc::new(dialect))
+}
+
+/// SQLITE_BUSY or SQLITE_LOCKED, extended codes included (`BUSY_RECOVERY`, `BUSY_SNAPSHOT`, …).
+fn is_busy(e: &sqlx::Error) -> bool {
+    let code = match e {
+        sqlx::Error::Database(d) => d.code().and_then(|c| c.parse::<i32>().ok()),
+        _ => None,
+    };
+    code.is_some_and(|c| matches!(c & 0xff, 5 | 6))
 }
 
 /// Over the application's own pool. Its connect options are the application's: this backend
@@ -155,7 +181,7 @@ pub(crate) async fn from_pool(pool: SqlitePool, options: &SqlOptions) -> Result<
     };
     let durable = timeout(bound, look).await.map_err(|_| too_slow(CODES, bound))?.map_err(|e| unreachable(CODES, e))?;
     let mut dialect = Lite::new(pool, &options.table, durable);
-    dialect.statement_bound = options.request_timeout;
+    dialect.profile.statement_bound = options.request_timeout;
     Ok(Arc::new(dialect))
 }
 
@@ -163,18 +189,17 @@ impl Lite {
     fn new(pool: SqlitePool, t: &str, durable: bool) -> Lite {
         let qt = quote_table(t, '"');
         let qq = quote_table(&queue_table(t), '"');
+        let lease_ddl = format!(
+            "CREATE TABLE IF NOT EXISTS {qt} (name TEXT NOT NULL PRIMARY KEY, owner TEXT, \
+             fence INTEGER NOT NULL, expires_at INTEGER NOT NULL, holder TEXT, metadata TEXT)"
+        );
+        let queue_ddl = format!(
+            "CREATE TABLE IF NOT EXISTS {qq} (name TEXT NOT NULL, owner TEXT NOT NULL, seq INTEGER NOT NULL, \
+             expires_at INTEGER NOT NULL, PRIMARY KEY (name, owner))"
+        );
         Lite {
             pool,
-            durable,
-            statement_bound: Duration::ZERO,
-            create: format!(
-                "CREATE TABLE IF NOT EXISTS {qt} (name TEXT NOT NULL PRIMARY KEY, owner TEXT, \
-                 fence INTEGER NOT NULL, expires_at INTEGER NOT NULL, holder TEXT, metadata TEXT)"
-            ),
-            queue_create: format!(
-                "CREATE TABLE IF NOT EXISTS {qq} (name TEXT NOT NULL, owner TEXT NOT NULL, seq INTEGER NOT NULL, \
-                 expires_at INTEGER NOT NULL, PRIMARY KEY (name, owner))"
-            ),
+            profile: Profile::new(CODES, durable, false, lease_ddl, queue_ddl),
             // SQLite evaluates every SET expression against the old row. A free row is not
             // taken while a live waiter queued before us (?6: our place) waits (queue.rs).
             acquire: format!(
@@ -230,24 +255,8 @@ impl Lite {
 
 #[async_trait]
 impl Dialect for Lite {
-    fn codes(&self) -> Codes {
-        CODES
-    }
-
-    fn durable(&self) -> bool {
-        self.durable
-    }
-
-    fn listens(&self) -> bool {
-        false
-    }
-
-    fn statement_bound(&self) -> Duration {
-        self.statement_bound
-    }
-
-    fn lease_ddl(&self) -> &str {
-        &self.create
+    fn profile(&self) -> &Profile {
+        &self.profile
     }
 
     async fn table_exists(&self, table: &str) -> Result<bool, sqlx::Error> {
@@ -282,18 +291,8 @@ impl Dialect for Lite {
         format!("ALTER TABLE {} ADD COLUMN {column} TEXT", quote_table(table, '"'))
     }
 
-    fn queue_ddl(&self) -> &str {
-        &self.queue_create
-    }
-
-    async fn acquire(
-        &self,
-        name: &str,
-        owner: &str,
-        ttl_ms: i64,
-        who: Who<'_>,
-        wait: Wait,
-    ) -> Result<Upsert, sqlx::Error> {
+    async fn acquire(&self, grant: Grant<'_>) -> Result<Upsert, sqlx::Error> {
+        let Grant { name, owner, ttl_ms, who, wait } = grant;
         let fence = sqlx::query_scalar::<_, i64>(AssertSqlSafe(self.acquire.as_str()))
             .bind(name)
             .bind(owner)

@@ -156,9 +156,12 @@ impl KindStore for SqlKinds {
         let freed = self.store.run_release("release", || async { Ok(dialect.kind_owner(&stmt).await? > 0) }).await;
         let (d, sql, fam, n) = (Arc::clone(dialect), self.sql.release.clone(), family(kind), name.as_str().to_owned());
         let again = o.clone();
-        self.store.release_again_later(owner, async move {
-            let stmt = OwnerStmt { sql: &sql, ttl_ms: None, kind: fam, name: &n, owner: &again };
-            Ok(d.kind_owner(&stmt).await? > 0)
+        self.store.release_again_later(owner, move || {
+            let (d, sql, n, again) = (Arc::clone(&d), sql.clone(), n.clone(), again.clone());
+            async move {
+                let stmt = OwnerStmt { sql: &sql, ttl_ms: None, kind: fam, name: &n, owner: &again };
+                Ok(d.kind_owner(&stmt).await? > 0)
+            }
         });
         let freed = freed?;
         if kind == LockKind::Write {

@@ -238,31 +238,25 @@ pub async fn check_tls_modes(wire: Wire) {
         Wire::Postgres => (format!("postgres://app:Sup3rSecret@127.0.0.1:{port}/db"), "sslrootcert", PG_GOT_PASSWORD),
         Wire::Mysql => (format!("mysql://app:Sup3rSecret@127.0.0.1:{port}/db"), "ssl-ca", MY_GOT_HANDSHAKE),
     };
-    let modes: &[(&str, bool, bool)] = match wire {
-        // (mode, with the CA, trusted)
-        Wire::Postgres => &[
-            ("sslmode=verify-full", false, false),
-            ("sslmode=verify-ca", false, false),
-            ("sslmode=verify-full", true, true),
-            ("sslmode=verify-ca", true, true),
-            ("sslmode=require", false, true),
-            ("sslmode=prefer", false, true),
-        ],
-        Wire::Mysql => &[
-            ("ssl-mode=VERIFY_IDENTITY", false, false),
-            ("ssl-mode=VERIFY_CA", false, false),
-            ("ssl-mode=VERIFY_IDENTITY", true, true),
-            ("ssl-mode=VERIFY_CA", true, true),
-            ("ssl-mode=REQUIRED", false, true),
-            ("ssl-mode=PREFERRED", false, true),
-        ],
-    };
+    // (PostgreSQL mode, the MySQL mode that means the same, with the CA, trusted)
+    let modes = [
+        ("verify-full", "VERIFY_IDENTITY", false, false),
+        ("verify-ca", "VERIFY_CA", false, false),
+        ("verify-full", "VERIFY_IDENTITY", true, true),
+        ("verify-ca", "VERIFY_CA", true, true),
+        ("require", "REQUIRED", false, true),
+        ("prefer", "PREFERRED", false, true),
+    ];
     let options = lock_sql::SqlOptions {
         connect_timeout: std::time::Duration::from_secs(5),
         request_timeout: std::time::Duration::from_secs(5),
         ..lock_sql::SqlOptions::default()
     };
-    for &(mode, with_ca, trusted) in modes {
+    for (pg_mode, my_mode, with_ca, trusted) in modes {
+        let mode = match wire {
+            Wire::Postgres => format!("sslmode={pg_mode}"),
+            Wire::Mysql => format!("ssl-mode={my_mode}"),
+        };
         let url = if with_ca { format!("{base}?{mode}&{ca_param}={ca}") } else { format!("{base}?{mode}") };
         let before = fake.received().len();
         let Err(e) = lock_sql::connect(&url, options.clone()).await else {

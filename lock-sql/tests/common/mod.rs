@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_conformance::proxy::FaultProxy;
-use lock_conformance::{async_trait, Fixture, LinkedClient, ServerControl};
+use lock_conformance::{Fixture, LinkedClient, ServerControl};
 use lock_core::{
     AcquireOptions, DistributedLock, DistributedRwLock, DistributedSemaphore, LeaseStore, LockError, LockName, OwnerId,
     TryLock,
@@ -34,6 +34,17 @@ pub enum Dialect {
     Sqlite,
     Postgres,
     Mysql,
+}
+
+impl Dialect {
+    /// The backend label, as the library's clients report it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => "sqlite",
+            Dialect::Postgres => "postgres",
+            Dialect::Mysql => "mysql",
+        }
+    }
 }
 
 /// A lease table of its own (random name) in a database: SQLite in a fresh temp dir, or the
@@ -197,26 +208,11 @@ impl SqlFixture {
     }
 }
 
-#[async_trait]
-impl Fixture for SqlFixture {
-    fn backend(&self) -> &str {
-        match self.dialect {
-            Dialect::Sqlite => "sqlite",
-            Dialect::Postgres => "postgres",
-            Dialect::Mysql => "mysql",
-        }
-    }
-
-    async fn client(&self) -> Result<Arc<dyn DistributedLock>, LockError> {
-        Ok(Arc::new(self.sql_client().await?))
-    }
-
-    async fn rw_client(&self) -> Result<Option<Arc<dyn DistributedRwLock>>, LockError> {
-        Ok(Some(Arc::new(lock_sql::connect_rw(&self.url, self.options.clone()).await?)))
-    }
-
-    async fn semaphore_client(&self) -> Result<Option<Arc<dyn DistributedSemaphore>>, LockError> {
-        Ok(Some(Arc::new(lock_sql::connect_semaphore(&self.url, self.options.clone()).await?)))
+lock_conformance::impl_fixture! {
+    SqlFixture, backend: f.dialect.label(), |f| {
+        client: f.sql_client().await?,
+        rw: lock_sql::connect_rw(&f.url, f.options.clone()).await?,
+        semaphore: lock_sql::connect_semaphore(&f.url, f.options.clone()).await?,
     }
 
     /// Through a [`FaultProxy`] for PostgreSQL and MySQL. SQLite has no network between client
@@ -438,6 +434,14 @@ pub async fn check_bad_table(url: &str) {
     }
 }
 
+/// The backend at `url` grants and releases a lock.
+pub async fn check_provisioned(url: &str) {
+    let lock = lock_sql::connect(url, SqlOptions::default()).await.unwrap();
+    let name = LockName::new("provisioned").unwrap();
+    let lease = lock.try_acquire(&name, &AcquireOptions::new(Duration::from_secs(2))).await.unwrap().expect("free");
+    lease.release().await.unwrap();
+}
+
 /// A server nobody listens on is `Unavailable`, quickly.
 pub async fn check_unreachable(url: &str) {
     let started = Instant::now();
@@ -445,6 +449,14 @@ pub async fn check_unreachable(url: &str) {
     let r = lock_sql::connect(url, o).await;
     assert!(matches!(r, Err(LockError::Unavailable { .. })), "{:?}", r.err());
     assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
+}
+
+/// A waiter gets the lock within `bound` of its release ([`measure_wake_latency`]); `label`
+/// names the database in the printed latency.
+pub async fn check_wake_latency(fx: &SqlFixture, label: &str, bound: Duration) {
+    let latency = measure_wake_latency(fx).await.unwrap();
+    eprintln!("{label} wake-up latency after release: {latency:?}");
+    assert!(latency < bound, "{latency:?}");
 }
 
 /// Returns how long a waiter took to get the lock after the holder released it (ttl 10 s, so

@@ -38,28 +38,48 @@ macro_rules! extra_tests {
     };
 }
 
-/// A database server's (PostgreSQL, MySQL) tests on `FIXTURE`: [`extra_tests!`], the checks of
-/// a server with its own users and connections, and in module `MODULE` the conformance cases
-/// that need control of the server process, against a private server per test from `PRIVATE`
-/// (the shared system server cannot be stopped): durability of fences and leases across a
-/// SIGKILL and restart, a paused (SIGSTOP) server, a stopped one, and the nemesis.
+/// A database server's (PostgreSQL, MySQL) tests on the shared fixture `SqlFixture::DB`:
+/// [`extra_tests!`], the checks of a server with its own users and connections, a server from
+/// the testkit's provisioner `dlock_testkit::servers::DB::DB` (env URL, else a private local
+/// server), the TLS modes against an impostor speaking protocol `Wire::WIRE`, and in module
+/// `MODULE` the conformance cases that need control of the server process, against a private
+/// server per test from `SqlFixture::PRIVATE` (the shared system server cannot be stopped):
+/// durability of fences and leases across a SIGKILL and restart, a paused (SIGSTOP) server, a
+/// stopped one, and the nemesis.
 #[allow(unused_macros, reason = "sqlite.rs has no server process to control")]
 macro_rules! server_extra_tests {
-    ($module:ident, $fx:path, $private:path) => {
-        extra_tests!($fx);
-        check_tests!($fx;
+    ($module:ident, $db:ident, $private:ident, $wire:ident) => {
+        extra_tests!(SqlFixture::$db);
+
+        /// The provisioned server is one this backend works against.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn extra_provisioned_server() {
+            let server = dlock_testkit::servers::$db::$db().await.unwrap();
+            common::check_provisioned(&server.url).await;
+        }
+
+        /// Issue 15.1: verifying TLS modes refuse a self-signed impostor and accept it with its
+        /// CA; the weak modes hand it the session (see tests/common/fake_tls.rs).
+        #[tokio::test]
+        async fn extra_tls_modes_against_an_impostor() {
+            common::check_tls_modes(common::Wire::$wire).await;
+        }
+
+        check_tests!(SqlFixture::$db;
             extra_release_after_lost_reply => check_release_after_lost_reply,
+            extra_overtaken_acquire_is_freed_soon => check_overtaken_acquire_is_freed_soon,
             extra_squatted_tables_are_refused => check_squatted_tables,
             extra_schema_qualified_table => check_qualified_table,
+            extra_old_table_gains_holder_columns => check_old_table_gains_columns,
         );
-        check_tests!(multi $fx;
+        check_tests!(multi SqlFixture::$db;
             extra_renewals_not_starved => check_renewals_not_starved,
             extra_least_privilege => check_least_privilege,
             extra_counter_is_exact => check_counter(6, 15),
         );
 
         mod $module {
-            server_cases!($private; fault_server_restart, fault_server_pause, fault_unavailable, nemesis);
+            server_cases!(crate::common::SqlFixture::$private; fault_server_restart, fault_server_pause, fault_unavailable, nemesis);
         }
     };
 }

@@ -1,5 +1,5 @@
-//! MySQL's exclusive acquire: the upsert whose every assignment repeats the full condition
-//! (queue check included), and the waiter queue's statements, which MySQL runs apart from the
+//! MySQL's exclusive acquire: the upsert that evaluates its condition (queue check included)
+//! once, in its first assignment, and the waiter queue's statements, which MySQL runs apart from the
 //! upsert (it has no data-modifying CTEs; see queue.rs).
 
 use sqlx::mysql::{MySql, MySqlArguments};
@@ -11,7 +11,7 @@ use crate::dialect::Who;
 use crate::pool::Use;
 use crate::queue::Wait;
 
-/// One copy of the acquire upsert's condition (see `Mysql::new`): the caller as owner, then the
+/// The acquire upsert's condition (see `Mysql::new`): the caller as owner, then the
 /// queue check's name, owner, place and owner.
 fn bind_cond<'q>(
     q: QueryAs<'q, MySql, Row, MySqlArguments>,
@@ -38,18 +38,14 @@ impl Mysql {
                 Box::pin(async move {
                     let (d, o, n, p) = (a.dialect, a.owner, a.name, *place);
                     let (h, m) = (a.who.holder.map(str::as_bytes), a.who.metadata.map(str::as_bytes));
-                    // VALUES, then each assignment's condition and new value.
+                    // VALUES, the condition, then each assignment's new value.
                     let mut upsert = sqlx::query_as::<_, Row>(AssertSqlSafe(d.acquire.clone()))
                         .bind(n)
                         .bind(o)
                         .bind(a.ms)
                         .bind(h)
                         .bind(m);
-                    upsert = bind_cond(upsert, n, o, p).bind(o);
-                    upsert = bind_cond(upsert, n, o, p).bind(o);
-                    upsert = bind_cond(upsert, n, o, p).bind(a.ms);
-                    upsert = bind_cond(upsert, n, o, p).bind(h);
-                    upsert = bind_cond(upsert, n, o, p).bind(m);
+                    upsert = bind_cond(upsert, n, o, p).bind(o).bind(o).bind(a.ms).bind(h).bind(m);
                     if d.returning {
                         return upsert.fetch_all(&mut *c).await;
                     }

@@ -1,0 +1,106 @@
+//! Election observers on PostgreSQL (docs/contract.md §5.8, `watch_changes`).
+//!
+//! A NOTIFY takes a database-wide lock at commit, so a grant or release that nobody observes
+//! must not send one. An observer therefore marks itself in the waiter table: a row with the
+//! place [`OBSERVER_SEQ`] (behind every waiter, and excluded wherever waiters are counted, so
+//! it holds nobody back and is never the head) and an owner id `observer-<hex>`. Grants and
+//! releases of a name send `dlock:<name>` on the table's channel only while such a row lives
+//! (one more index probe in the statement; no NOTIFY otherwise), and the listener wakes every
+//! local observer of that key. The row lives [`LIFETIME`], is refreshed three times per
+//! lifetime while the feed lives, and is deleted when the feed is dropped (a crashed observer's
+//! row costs a notification per change until it lapses). A grant or release whose statement
+//! began before the row was committed does not see it: the observer's poll catches that one.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::{ChangeFeed, LockError, LockName, OwnerId, WakeHub};
+use tokio::sync::oneshot;
+use tokio::time::timeout;
+
+use crate::dialect::Dialect;
+use crate::store::SqlStore;
+use crate::wake::EXCLUSIVE;
+
+/// The queue place of an observer's row: after every waiter's (theirs are clock readings).
+pub(crate) const OBSERVER_SEQ: i64 = i64::MAX;
+
+/// How long an observer's row lives without a refresh.
+const LIFETIME: Duration = Duration::from_secs(30);
+
+/// Registers an observer of `name`: the feed first (so no notification is missed), then the
+/// row that makes grants and releases notify; a task refreshes the row until the feed is dropped.
+pub(crate) async fn watch(store: &SqlStore, hub: &WakeHub, name: &LockName) -> Result<ChangeFeed, LockError> {
+    let owner = format!("observer-{}", OwnerId::random().to_hex());
+    let (keep, stop) = oneshot::channel::<()>();
+    let feed = hub.observe(&crate::wake::exclusive(name.as_str()), keep);
+    let ms = crate::store::ttl_ms(LIFETIME);
+    store.run("register an election observer", || store.dialect.observe(name.as_str(), &owner, ms)).await?;
+    let row = Row { dialect: Arc::clone(&store.dialect), name: name.as_str().to_owned(), owner, ms };
+    tokio::spawn(row.refresh(stop, store.request_timeout));
+    Ok(feed)
+}
+
+/// One observer's row.
+struct Row {
+    dialect: Arc<dyn Dialect>,
+    name: String,
+    owner: String,
+    ms: i64,
+}
+
+impl Row {
+    async fn refresh(self, mut stop: oneshot::Receiver<()>, bound: Duration) {
+        loop {
+            tokio::select! {
+                _ = &mut stop => break,
+                _ = tokio::time::sleep(LIFETIME / 3) => {}
+            }
+            // A failed refresh only costs notifications once the row lapses: the poll remains.
+            match timeout(bound, self.dialect.observe(&self.name, &self.owner, self.ms)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::debug!(lock = self.name, error = %e, "refreshing an observer's row failed"),
+                Err(_) => tracing::debug!(lock = self.name, "refreshing an observer's row timed out"),
+            }
+        }
+        let _ = timeout(bound, self.dialect.leave_queue(&self.name, &self.owner)).await;
+    }
+}
+
+/// A grant's or release's SQL expression (`name_expr`: the row's name column) that notifies
+/// `dlock:<name>` on `channel` while a live observer row of waiter table `qq` exists.
+pub(crate) fn notify(channel: &str, qq: &str, name_expr: &str, now: &str) -> String {
+    format!(
+        "(CASE WHEN EXISTS (SELECT 1 FROM {qq} o WHERE o.name = {name_expr} AND o.seq = {OBSERVER_SEQ} \
+         AND o.expires_at > {now}) THEN pg_notify({}, {} || {name_expr}) END)::text",
+        literal(channel),
+        literal(EXCLUSIVE)
+    )
+}
+
+/// The statement that writes or refreshes an observer's row ($1 name, $2 owner, $3 lifetime ms).
+pub(crate) fn mark(qq: &str, now: &str) -> String {
+    format!(
+        "INSERT INTO {qq} (name, owner, seq, expires_at) VALUES ($1, $2, {OBSERVER_SEQ}, {now} + $3::bigint) \
+         ON CONFLICT (name, owner) DO UPDATE SET expires_at = EXCLUDED.expires_at"
+    )
+}
+
+/// Runs a `(name, owner)` statement, with the lifetime in ms as `$3` when given.
+#[cfg(feature = "postgres")]
+pub(crate) async fn run(
+    c: &mut sqlx::PgConnection,
+    (sql, name, owner, ms): &(Arc<str>, &str, &str, Option<i64>),
+) -> Result<(), sqlx::Error> {
+    let q = sqlx::query(sqlx::AssertSqlSafe(Arc::clone(sql))).bind(*name).bind(*owner);
+    let q = match ms {
+        Some(ms) => q.bind(*ms),
+        None => q,
+    };
+    q.execute(c).await.map(drop)
+}
+
+/// `s` as an SQL string literal (the table name is a checked identifier; quotes doubled anyway).
+fn literal(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
