@@ -23,7 +23,8 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
-use crate::url::{parse_node_list, redact};
+use crate::url::parse_node_list;
+use lock_core::redact::{redact_message, redact_url};
 
 /// The scheme of a cluster URL.
 pub(crate) const SCHEME: &str = "redis+cluster";
@@ -46,7 +47,10 @@ impl ClusterEndpoint {
         let urls = parse_node_list(raw, SCHEME, USAGE)?;
         let nodes = urls.iter().map(|u| crate::url::open_client(u)).collect::<Result<Vec<_>, _>>()?;
         if nodes.iter().any(|n| n.get_connection_info().redis_settings().db() != 0) {
-            return Err(LockError::config(format!("{}: a Redis Cluster has only database 0; {USAGE}", redact(raw))));
+            return Err(LockError::config(format!(
+                "{}: a Redis Cluster has only database 0; {USAGE}",
+                redact_url(raw)
+            )));
         }
         let mut map = HashMap::new();
         for (announced, reached) in node_map {
@@ -57,7 +61,7 @@ impl ClusterEndpoint {
             builder = builder.node_address_map(map);
         }
         let client = builder.build().map_err(|e| {
-            LockError::config(format!("{}: {}; {USAGE}", redact(raw), crate::url::redact_error(&e.to_string(), raw)))
+            LockError::config(format!("{}: {}; {USAGE}", redact_url(raw), redact_message(&e.to_string(), raw)))
         })?;
         Ok(Arc::new(ClusterEndpoint { client, nodes, next: AtomicUsize::new(0) }))
     }

@@ -18,7 +18,7 @@ use tokio::time::timeout;
 use crate::cluster::Conn;
 use crate::endpoint::Endpoint;
 use crate::scripts::ALL_SOURCES;
-use crate::url::redact;
+use lock_core::redact::redact_url;
 
 /// Why a connect failed, in a form every waiting request can rebuild a `LockError` from.
 #[derive(Clone, Debug)]
@@ -63,7 +63,7 @@ impl Node {
     ) -> Self {
         Node {
             endpoint,
-            label: redact(url),
+            label: redact_url(url),
             backend,
             connect_timeout,
             request_timeout,

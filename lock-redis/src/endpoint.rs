@@ -14,7 +14,8 @@ use lock_core::LockError;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 
 use crate::cluster::ClusterEndpoint;
-use crate::url::{open_client, redact};
+use crate::url::{open_client, split_db};
+use lock_core::redact::redact_url;
 
 /// The scheme of a Sentinel URL.
 pub(crate) const SCHEME: &str = "redis+sentinel";
@@ -75,7 +76,7 @@ const USAGE: &str = "use redis+sentinel://[user:password@]sentinel1:port1,sentin
 pub(crate) fn parse_sentinel(raw: &str) -> Result<SentinelUrl, LockError> {
     let rest = match raw.split_once("://") {
         Some((scheme, rest)) if scheme.eq_ignore_ascii_case(SCHEME) => rest,
-        _ => return Err(LockError::config(format!("{} is not a {SCHEME}:// URL; {USAGE}", redact(raw)))),
+        _ => return Err(LockError::config(format!("{} is not a {SCHEME}:// URL; {USAGE}", redact_url(raw)))),
     };
     let (userinfo, rest) = match rest.rsplit_once('@') {
         Some((u, r)) => (Some(u.to_owned()), r),
@@ -84,27 +85,21 @@ pub(crate) fn parse_sentinel(raw: &str) -> Result<SentinelUrl, LockError> {
     if let Some((_, query)) = rest.split_once(['?', '#']) {
         return Err(LockError::config(format!(
             "unknown redis+sentinel URL parameter {query:?} in {}; this URL takes no parameters; {USAGE}",
-            redact(raw)
+            redact_url(raw)
         )));
     }
-    let (hosts, path) =
-        rest.split_once('/').ok_or_else(|| LockError::config(format!("no master name in {}; {USAGE}", redact(raw))))?;
-    let (master, db) = match path.split_once('/') {
-        Some((m, "")) => (m, None),
-        Some((m, d)) => match d.parse::<u32>() {
-            Ok(n) => (m, Some(n)),
-            Err(_) => return Err(LockError::config(format!("redis+sentinel database {d:?} is not a number; {USAGE}"))),
-        },
-        None => (path, None),
-    };
+    let (hosts, path) = rest
+        .split_once('/')
+        .ok_or_else(|| LockError::config(format!("no master name in {}; {USAGE}", redact_url(raw))))?;
+    let (master, db) = split_db(path, SCHEME, USAGE)?;
     if master.is_empty() {
-        return Err(LockError::config(format!("no master name in {}; {USAGE}", redact(raw))));
+        return Err(LockError::config(format!("no master name in {}; {USAGE}", redact_url(raw))));
     }
     let mut sentinels = Vec::new();
     for host in hosts.split(',') {
         let host = host.trim();
         if host.is_empty() {
-            return Err(LockError::config(format!("empty sentinel address in {}; {USAGE}", redact(raw))));
+            return Err(LockError::config(format!("empty sentinel address in {}; {USAGE}", redact_url(raw))));
         }
         // Sentinels listen on 26379 unless told otherwise.
         let url = if host.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && !p.contains(']')) {

@@ -72,7 +72,10 @@
 //!   the lock drops out when its registration ends (`2 × (4 × max_poll_interval +
 //!   request_timeout)`); a wait that ends without a grant leaves the queue at once. A vanished
 //!   holder publishes nothing, so waiters also re-try on a timer bounded by the holder's
-//!   remaining ttl. The pub/sub connection is health-checked with PING; after it reconnects,
+//!   remaining ttl. Every grant also publishes `+`, and a release with nobody queued `-`,
+//!   which no waiter acts on: they wake election observers of any client
+//!   (`Capabilities::notify_changes`, contract §5.8). The pub/sub connection is health-checked
+//!   with PING; after it reconnects,
 //!   every channel is re-subscribed and every waiter re-tries. Read-write locks and semaphores
 //!   have no queue yet (their `fifo` is false).
 //! - **Failures**: every command is bounded by `request_timeout` and every connect by

@@ -6,7 +6,9 @@
 //! waiter's attempt and the confirmation is never missed (the waiter re-tries once more). A
 //! message wakes one local waiter of that channel; a message `@<owner>` (the single-instance
 //! lock handing off to the head of its queue) wakes only the waiter registered as that owner,
-//! and nobody in the other clients. Channels nobody waits on any more are
+//! and nobody in the other clients. Election observers register apart: every message on their
+//! channel wakes all of them (a grant publishes `+` and a release nobody waits for `-` for
+//! them alone; no waiter acts on those). Channels nobody waits on or observes any more are
 //! UNSUBSCRIBEd by a periodic sweep. A message whose payload is `all` (a writer left a
 //! read-write lock and no writer waits) wakes every local waiter of that channel instead: they
 //! are readers, and all of them may go ahead. After the connection drops (server restart,
@@ -20,7 +22,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use futures::StreamExt;
-use lock_core::{LockError, WakeHub, WakeSubscription};
+use lock_core::{ChangeFeed, LockError, WakeHub, WakeSubscription};
 
 use crate::endpoint::Endpoint;
 use redis::aio::PubSubSink;
@@ -110,12 +112,25 @@ impl Notifier {
         channel: &str,
         owner: Option<&str>,
     ) -> Result<Option<WakeSubscription>, LockError> {
+        Ok(Some(self.register(channel, |hub| hub.subscribe(owner.unwrap_or(channel))).await))
+    }
+
+    /// Registers an election observer of `channel` (docs/contract.md §5.8): it wakes at every
+    /// message on the channel (a grant's `+`, a release's `-` or hand-off), on a confirmation
+    /// and after a reconnect, and never takes a waiter's wake-up. Subscribes like
+    /// [`Notifier::subscribe`].
+    pub(crate) async fn observe(&self, channel: &str) -> ChangeFeed {
+        self.register(channel, |hub| hub.observe(channel, ())).await
+    }
+
+    /// Registers with the channel's hub (`add`), then subscribes the channel where needed.
+    async fn register<T>(&self, channel: &str, add: impl FnOnce(&WakeHub) -> T) -> T {
         self.ensure_started();
         let inner = &self.inner;
         let _ops = inner.ops.lock().await;
         let sub = {
             let mut hubs = inner.hubs.lock().unwrap_or_else(|e| e.into_inner());
-            hubs.entry(channel.to_owned()).or_default().subscribe(owner.unwrap_or(channel))
+            add(hubs.entry(channel.to_owned()).or_default())
         };
         for (index, server) in inner.servers.iter().enumerate() {
             let sink = {
@@ -152,11 +167,19 @@ impl Notifier {
         }
         // Not connected (yet): the listener subscribes this channel when it connects, then
         // wakes every waiter and leaves each channel a permit, as above.
-        Ok(Some(sub))
+        sub
     }
 }
 
 impl Inner {
+    /// Wakes every observer of `channel`.
+    fn changed(&self, channel: &str) {
+        let hubs = self.hubs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(hub) = hubs.get(channel) {
+            hub.changed(channel);
+        }
+    }
+
     /// Wakes one waiter of `channel` registered as `key` (the channel itself for waiters that
     /// did not register an owner).
     fn wake(&self, channel: &str, key: &str) -> bool {
@@ -320,18 +343,27 @@ async fn pump(
                 let Some(msg) = msg else { return };
                 let Some(strong) = inner.upgrade() else { return };
                 let channel = msg.get_channel_name().to_owned();
+                // Every message may mean a new holder: observers look again.
+                strong.changed(&channel);
+                // `+` (a grant) and `-` (a release nobody waits for) are for observers only.
                 // `all` (a writer left a read-write lock): every local waiter of the channel
                 // may go ahead (they are readers). Anything else wakes one waiter.
                 let payload = msg.get_payload_bytes();
-                if payload == b"all" {
-                    strong.wake_every(&channel);
-                } else if let Some(owner) = payload.strip_prefix(b"@") {
-                    // A hand-off to one queued owner: only its waiter, if it is ours.
-                    if let Ok(owner) = std::str::from_utf8(owner) {
-                        strong.wake(&channel, owner);
-                    }
-                } else if !strong.wake(&channel, &channel) {
-                    tracing::trace!(%channel, "release published with no local waiter");
+                match payload {
+                    b"+" | b"-" => {}
+                    b"all" => strong.wake_every(&channel),
+                    _ => match payload.strip_prefix(b"@") {
+                        // A hand-off to one queued owner: only its waiter, if it is ours.
+                        Some(owner) => {
+                            if let Ok(owner) = std::str::from_utf8(owner) {
+                                strong.wake(&channel, owner);
+                            }
+                        }
+                        None if !strong.wake(&channel, &channel) => {
+                            tracing::trace!(%channel, "release published with no local waiter");
+                        }
+                        None => {}
+                    },
                 }
             }
             _ = tick.tick() => {

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::{
-    Capabilities, Claim, FencingToken, HolderInfo, LeaseModel, LeaseStore, LockError, LockName, OwnerId,
+    Capabilities, ChangeFeed, Claim, FencingToken, HolderInfo, LeaseModel, LeaseStore, LockError, LockName, OwnerId,
     ReleaseOutcome, RenewOutcome, TryLock, WakeMethod, WakeSubscription,
 };
 
@@ -117,14 +117,7 @@ impl RedisStore {
         let (keys, owner) = (&keys, &owner);
         self.node
             .run(self.node.request_timeout(), |mut c| async move {
-                script
-                    .key(&keys.lock)
-                    .key(&keys.queue)
-                    .arg(owner)
-                    .arg(&keys.channel)
-                    .arg(RESERVE_MS)
-                    .invoke_async(&mut c)
-                    .await
+                keys.hand_off(script, owner, RESERVE_MS).invoke_async(&mut c).await
             })
             .await
     }
@@ -193,6 +186,9 @@ impl LeaseStore for RedisStore {
         caps.max_ttl = self.max_ttl;
         caps.inspect = true;
         caps.list = true;
+        // Grants and releases publish on the name's channel (crate::scripts), Sentinel and
+        // Cluster included (a cluster forwards every PUBLISH to every node).
+        caps.notify_changes = true;
         caps
     }
 
@@ -297,6 +293,12 @@ impl LeaseStore for RedisStore {
     /// for its own owner id.
     async fn subscribe_waiter(&self, name: &LockName, owner: OwnerId) -> Result<Option<WakeSubscription>, LockError> {
         self.notifier.subscribe(&self.keys(name).channel, Some(&owner.to_hex())).await
+    }
+
+    /// Grants publish `+` and releases `-` or the hand-off (crate::scripts): every one wakes
+    /// the feed, whichever process made it.
+    async fn watch_changes(&self, name: &LockName) -> Result<Option<ChangeFeed>, LockError> {
+        Ok(Some(self.notifier.observe(&self.keys(name).channel).await))
     }
 
     async fn inspect(&self, name: &LockName) -> Result<Option<HolderInfo>, LockError> {

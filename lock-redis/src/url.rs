@@ -1,23 +1,8 @@
-//! URL handling: validation, password redaction, and the `redlock://` list of masters.
+//! URL handling: validation and the `redlock://` list of masters. Passwords are hidden by
+//! lock-core's one redaction (`lock_core::redact`), as everywhere else.
 
+use lock_core::redact::{redact_message, redact_url};
 use lock_core::LockError;
-
-/// The URL with its password replaced by `***`, for logs, errors and `Debug`.
-pub(crate) fn redact(raw: &str) -> String {
-    match url::Url::parse(raw) {
-        Ok(mut u) => {
-            if u.password().is_some() {
-                let _ = u.set_password(Some("***"));
-            }
-            u.to_string()
-        }
-        // Not parseable: hide everything between "://" and the last '@', where a password could be.
-        Err(_) => match (raw.find("://"), raw.rfind('@')) {
-            (Some(s), Some(at)) if at > s => format!("{}***{}", &raw[..s + 3], &raw[at..]),
-            _ => raw.to_owned(),
-        },
-    }
-}
 
 /// Checks a `redis://` / `rediss://` URL and opens a (not yet connected) client for it.
 pub(crate) fn open_client(raw: &str) -> Result<redis::Client, LockError> {
@@ -30,7 +15,7 @@ pub(crate) fn open_client_with_ca(raw: &str, ca: Option<&[u8]>) -> Result<redis:
     let parsed = url::Url::parse(raw).map_err(|e| {
         LockError::config(format!(
             "invalid redis URL {}: {e}; use redis://[user:password@]host[:port][/db] or rediss://… for TLS",
-            redact(raw)
+            redact_url(raw)
         ))
     })?;
     match parsed.scheme() {
@@ -38,12 +23,12 @@ pub(crate) fn open_client_with_ca(raw: &str, ca: Option<&[u8]>) -> Result<redis:
         other => {
             return Err(LockError::config(format!(
                 "unsupported scheme {other:?} in {}; use redis://, rediss:// (TLS) or redlock://h1:p1,h2:p2,…",
-                redact(raw)
+                redact_url(raw)
             )))
         }
     }
     if parsed.host_str().is_none_or(str::is_empty) {
-        return Err(LockError::config(format!("redis URL {} has no host; use redis://host:port", redact(raw))));
+        return Err(LockError::config(format!("redis URL {} has no host; use redis://host:port", redact_url(raw))));
     }
     // A misspelt or unknown parameter (`?tls=true`) would otherwise be ignored silently and the
     // connection would not be what the URL seems to ask for.
@@ -52,7 +37,7 @@ pub(crate) fn open_client_with_ca(raw: &str, ca: Option<&[u8]>) -> Result<redis:
             return Err(LockError::config(format!(
                 "unknown redis URL parameter {key:?} in {}; the only parameter is protocol=resp2|resp3 (for TLS use \
                  rediss://, for a database the path: redis://host:port/1)",
-                redact(raw)
+                redact_url(raw)
             )));
         }
     }
@@ -64,13 +49,13 @@ pub(crate) fn open_client_with_ca(raw: &str, ca: Option<&[u8]>) -> Result<redis:
             return Err(LockError::config(format!(
                 "redis URL {} has a #fragment the client would ignore; the only one is rediss://…#insecure (which \
                  turns off certificate checks); a '#' in a password is written %23",
-                redact(raw)
+                redact_url(raw)
             )))
         }
     }
     if parsed.scheme() == "rediss" && parsed.fragment() == Some("insecure") {
         tracing::warn!(
-            server = %redact(raw),
+            server = %redact_url(raw),
             "rediss://…#insecure encrypts without verifying the server's certificate: anyone on the path can \
              impersonate the server and read the password; give the CA with tls_ca_file instead"
         );
@@ -81,8 +66,8 @@ pub(crate) fn open_client_with_ca(raw: &str, ca: Option<&[u8]>) -> Result<redis:
     let info = redis::IntoConnectionInfo::into_connection_info(raw).map_err(|e| {
         LockError::config(format!(
             "invalid redis URL {}: {}; use redis://[user:password@]host[:port][/db]",
-            redact(raw),
-            redact_error(&e.to_string(), raw)
+            redact_url(raw),
+            redact_message(&e.to_string(), raw)
         ))
     })?;
     // No `CLIENT SETINFO` on connect: one round trip less, which matters on slow links.
@@ -98,8 +83,8 @@ pub(crate) fn open_client_with_ca(raw: &str, ca: Option<&[u8]>) -> Result<redis:
     client.map_err(|e| {
         LockError::config(format!(
             "invalid redis URL {}: {}; use redis://[user:password@]host[:port][/db]",
-            redact(raw),
-            redact_error(&e.to_string(), raw)
+            redact_url(raw),
+            redact_message(&e.to_string(), raw)
         ))
     })
 }
@@ -109,14 +94,6 @@ pub(crate) fn open_client_with_ca(raw: &str, ca: Option<&[u8]>) -> Result<redis:
 /// installed a provider already, that one stays.
 fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
-/// Removes the URL's password from a client-library message that may quote it.
-pub(crate) fn redact_error(message: &str, raw: &str) -> String {
-    match url::Url::parse(raw).ok().and_then(|u| u.password().map(str::to_owned)) {
-        Some(p) if !p.is_empty() => message.replace(&p, "***"),
-        _ => message.to_owned(),
-    }
 }
 
 /// The masters of a `redlock://[user:password@]h1:p1,h2:p2,…[/db][?tls=true]` URL, each as a
@@ -130,10 +107,23 @@ pub(crate) fn parse_redlock(raw: &str) -> Result<Vec<String>, LockError> {
 /// The nodes of a `<scheme>://[user:password@]h1:p1,h2:p2,…[/db][?tls=true]` URL (Redlock's
 /// masters, a cluster's seed nodes), each as a `redis://` (or `rediss://`) URL; `usage` ends
 /// every error message.
+/// `rest` up to its first '/', and the database number after it (none when absent or empty);
+/// `scheme` and `usage` make the error when it is not a number.
+pub(crate) fn split_db<'a>(rest: &'a str, scheme: &str, usage: &str) -> Result<(&'a str, Option<u32>), LockError> {
+    match rest.split_once('/') {
+        Some((a, "")) => Ok((a, None)),
+        Some((a, d)) => match d.parse::<u32>() {
+            Ok(n) => Ok((a, Some(n))),
+            Err(_) => Err(LockError::config(format!("{scheme} database {d:?} is not a number; {usage}"))),
+        },
+        None => Ok((rest, None)),
+    }
+}
+
 pub(crate) fn parse_node_list(raw: &str, scheme: &str, usage: &str) -> Result<Vec<String>, LockError> {
     let rest = match raw.split_once("://") {
         Some((s, rest)) if s.eq_ignore_ascii_case(scheme) => rest,
-        _ => return Err(LockError::config(format!("{} is not a {scheme}:// URL; {usage}", redact(raw)))),
+        _ => return Err(LockError::config(format!("{} is not a {scheme}:// URL; {usage}", redact_url(raw)))),
     };
     let (rest, query) = match rest.split_once('?') {
         Some((r, q)) => (r, Some(q)),
@@ -151,14 +141,7 @@ pub(crate) fn parse_node_list(raw: &str, scheme: &str, usage: &str) -> Result<Ve
             }
         }
     }
-    let (authority_and_userinfo, db) = match rest.split_once('/') {
-        Some((a, "")) => (a, None),
-        Some((a, d)) => match d.parse::<u32>() {
-            Ok(n) => (a, Some(n)),
-            Err(_) => return Err(LockError::config(format!("{scheme} database {d:?} is not a number; {usage}"))),
-        },
-        None => (rest, None),
-    };
+    let (authority_and_userinfo, db) = split_db(rest, scheme, usage)?;
     let (userinfo, hosts) = match authority_and_userinfo.rsplit_once('@') {
         Some((u, h)) => (Some(u), h),
         None => (None, authority_and_userinfo),
@@ -168,7 +151,7 @@ pub(crate) fn parse_node_list(raw: &str, scheme: &str, usage: &str) -> Result<Ve
     for host in hosts.split(',') {
         let host = host.trim();
         if host.is_empty() {
-            return Err(LockError::config(format!("empty host in {}; {usage}", redact(raw))));
+            return Err(LockError::config(format!("empty host in {}; {usage}", redact_url(raw))));
         }
         let mut node = format!("{node_scheme}://");
         if let Some(u) = userinfo {
@@ -180,11 +163,12 @@ pub(crate) fn parse_node_list(raw: &str, scheme: &str, usage: &str) -> Result<Ve
             node.push_str(&format!("/{db}"));
         }
         // Validate each node the same way as a single-instance URL.
-        open_client(&node).map_err(|e| LockError::config(format!("{scheme} node {}: {e}; {usage}", redact(&node))))?;
+        open_client(&node)
+            .map_err(|e| LockError::config(format!("{scheme} node {}: {e}; {usage}", redact_url(&node))))?;
         nodes.push(node);
     }
     if nodes.is_empty() {
-        return Err(LockError::config(format!("no nodes in {}; {usage}", redact(raw))));
+        return Err(LockError::config(format!("no nodes in {}; {usage}", redact_url(raw))));
     }
     Ok(nodes)
 }
@@ -192,13 +176,6 @@ pub(crate) fn parse_node_list(raw: &str, scheme: &str, usage: &str) -> Result<Ve
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn redaction() {
-        assert_eq!(redact("redis://u:secret@h:1/0"), "redis://u:***@h:1/0");
-        assert_eq!(redact("redis://h:1"), "redis://h:1");
-        assert!(!redact("redlock://u:secret@a:1,b:2").contains("secret"));
-    }
 
     #[test]
     fn redlock_urls() {

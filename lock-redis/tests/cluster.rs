@@ -28,14 +28,31 @@ use lock_redis::RedisOptions;
 struct ClusterFixture {
     cluster: Arc<RedisCluster>,
     options: RedisOptions,
+    /// What the nemeses may inject (see [`ClusterFaults`]).
+    faults: Vec<&'static str>,
 }
 
 impl ClusterFixture {
+    /// A client of the cluster whose grants `acks` replicas must acknowledge.
+    async fn lock_client(&self, acks: u32) -> lock_redis::RedisLock {
+        let options = RedisOptions { min_replicas_ack: acks, ..self.options.clone() };
+        lock_redis::connect(&self.cluster.url(), options).await.expect("connect")
+    }
+
     async fn start() -> Result<ClusterFixture, LockError> {
+        Self::start_with(0, vec!["failover", "kill-replica"]).await
+    }
+
+    /// A fixture whose clients ask for `acks` replicas (`min_replicas_ack`) and whose nemeses
+    /// inject `faults`.
+    async fn start_with(acks: u32, faults: Vec<&'static str>) -> Result<ClusterFixture, LockError> {
         let cluster = Arc::new(RedisCluster::start().await?);
-        let options =
-            RedisOptions { key_prefix: format!("dlock-c{:08x}", rand::random::<u32>()), ..common::test_options() };
-        let fixture = ClusterFixture { cluster, options };
+        let options = RedisOptions {
+            key_prefix: format!("dlock-c{:08x}", rand::random::<u32>()),
+            min_replicas_ack: acks,
+            ..common::test_options()
+        };
+        let fixture = ClusterFixture { cluster, options, faults };
         fixture.mark_fresh().await?;
         Ok(fixture)
     }
@@ -125,22 +142,11 @@ impl ServerControl for WholeCluster {
     }
 }
 
-#[async_trait]
-impl Fixture for ClusterFixture {
-    fn backend(&self) -> &str {
-        "redis"
-    }
-
-    async fn client(&self) -> Result<Arc<dyn DistributedLock>, LockError> {
-        Ok(Arc::new(lock_redis::connect(&self.cluster.url(), self.options.clone()).await?))
-    }
-
-    async fn rw_client(&self) -> Result<Option<Arc<dyn DistributedRwLock>>, LockError> {
-        Ok(Some(Arc::new(lock_redis::connect_rw(&self.cluster.url(), self.options.clone()).await?)))
-    }
-
-    async fn semaphore_client(&self) -> Result<Option<Arc<dyn DistributedSemaphore>>, LockError> {
-        Ok(Some(Arc::new(lock_redis::connect_semaphore(&self.cluster.url(), self.options.clone()).await?)))
+lock_conformance::impl_fixture! {
+    ClusterFixture, backend: "redis", |f| {
+        client: lock_redis::connect(&f.cluster.url(), f.options.clone()).await?,
+        rw: lock_redis::connect_rw(&f.cluster.url(), f.options.clone()).await?,
+        semaphore: lock_redis::connect_semaphore(&f.cluster.url(), f.options.clone()).await?,
     }
 
     /// A proxy in front of every node; the client reaches each node through its proxy (the
@@ -163,7 +169,7 @@ impl Fixture for ClusterFixture {
     }
 
     fn deployment(&self) -> Option<Arc<dyn DeploymentControl>> {
-        Some(Arc::new(ClusterFaults(Arc::clone(&self.cluster))))
+        Some(Arc::new(ClusterFaults(Arc::clone(&self.cluster), self.faults.clone())))
     }
 
     async fn delete_entry(&self, name: &LockName) -> Result<bool, LockError> {
@@ -177,12 +183,7 @@ impl Fixture for ClusterFixture {
     }
 
     async fn lease_stores(&self) -> Result<Vec<(&'static str, Arc<dyn LeaseStore>)>, LockError> {
-        let url = self.cluster.url();
-        let mut stores: Vec<(&'static str, Arc<dyn LeaseStore>)> =
-            vec![("exclusive", Arc::clone(lock_redis::connect(&url, self.options.clone()).await?.store()) as _)];
-        stores.extend(lock_redis::connect_rw(&url, self.options.clone()).await?.lease_stores());
-        stores.push(("permit", lock_redis::connect_semaphore(&url, self.options.clone()).await?.lease_store(1)?));
-        Ok(stores)
+        common::lease_stores_at(&self.cluster.url(), &self.options).await
     }
 
     fn provenance(&self) -> String {
@@ -194,13 +195,16 @@ impl Fixture for ClusterFixture {
 /// (`CLUSTER FAILOVER`: the master stops writes until its replica caught up, so no acknowledged
 /// lease is lost — a SIGKILLed master can lose its last writes without `min_replicas_ack`, which
 /// this suite does not ask for; that case is `master_failover` below), and
-/// a replica killed and restarted.
-struct ClusterFaults(Arc<RedisCluster>);
+/// a replica killed and restarted, and a master cut from its peers (`partition-master`:
+/// `RedisCluster::partition`) — only for clients with `min_replicas_ack`, since without it the
+/// cut-off master acknowledges renewals its promoted replica never sees (`cluster_partition.rs`
+/// shows that limit); the fixture says which of them its nemeses draw from.
+struct ClusterFaults(Arc<RedisCluster>, Vec<&'static str>);
 
 #[async_trait]
 impl DeploymentControl for ClusterFaults {
     fn faults(&self) -> Vec<&'static str> {
-        vec!["failover", "kill-replica"]
+        self.1.clone()
     }
 
     async fn inject(&self, fault: &str, span: Duration) -> Result<String, LockError> {
@@ -224,6 +228,12 @@ impl DeploymentControl for ClusterFaults {
                 self.0.restart(replica).await?;
                 format!("replica {replica} of master {master} killed for {span:?}")
             }
+            "partition-master" => {
+                let f = self.0.partition_master_of(slot).await?;
+                tokio::time::sleep(span).await;
+                self.0.partition(f.old, false);
+                format!("master {} of slot {slot} cut from its peers for {span:?} ({} promoted)", f.old, f.new)
+            }
             other => return Err(LockError::unavailable("test", format!("no such cluster fault: {other}"))),
         };
         self.0.wait_healthy().await?;
@@ -236,10 +246,21 @@ impl DeploymentControl for ClusterFaults {
 /// strictly: a failed or skipped case fails the test, and so does one not applicable only for a
 /// missing fault hook (what `conformance_tests!(…, strict)` checks).
 async fn suite(alone: bool) {
+    let fixture = ClusterFixture::start().await.expect("a local Redis Cluster");
+    run_strict(fixture, |c| runs_alone(c) == alone, if alone { 1 } else { 3 }, &format!("alone: {alone}")).await;
+}
+
+/// Runs the cases `pick` selects on `fixture`, `at_once` at a time, strictly (see [`suite`]).
+async fn run_strict(
+    fixture: ClusterFixture,
+    pick: impl Fn(&lock_conformance::Case) -> bool,
+    at_once: usize,
+    label: &str,
+) {
     let started = Instant::now();
-    let fixture: Arc<dyn Fixture> = Arc::new(ClusterFixture::start().await.expect("a local Redis Cluster"));
+    let fixture: Arc<dyn Fixture> = Arc::new(fixture);
     let cases: Vec<&'static lock_conformance::Case> =
-        lock_conformance::all_cases().iter().filter(|c| runs_alone(c) == alone).collect();
+        lock_conformance::all_cases().iter().filter(|c| pick(c)).collect();
     let run = |case: &'static lock_conformance::Case| {
         let fixture = Arc::clone(&fixture);
         async move {
@@ -248,8 +269,7 @@ async fn suite(alone: bool) {
             r
         }
     };
-    let reports: Vec<_> =
-        futures::stream::iter(cases).map(run).buffer_unordered(if alone { 1 } else { 3 }).collect().await;
+    let reports: Vec<_> = futures::stream::iter(cases).map(run).buffer_unordered(at_once).collect().await;
     let bad: Vec<String> = reports
         .iter()
         .filter(|r| match r.outcome {
@@ -260,11 +280,7 @@ async fn suite(alone: bool) {
         .map(|r| format!("{:?} {}: {}", r.outcome, r.name, r.detail))
         .collect();
     let passed = reports.iter().filter(|r| r.outcome == Outcome::Passed).count();
-    eprintln!(
-        "MEASURED cluster suite (alone: {alone}): {passed} of {} passed in {:?}",
-        reports.len(),
-        started.elapsed()
-    );
+    eprintln!("MEASURED cluster suite ({label}): {passed} of {} passed in {:?}", reports.len(), started.elapsed());
     assert!(passed > 0, "nothing ran");
     assert!(bad.is_empty(), "cases not passed on the cluster:\n{}", bad.join("\n"));
 }
@@ -279,6 +295,18 @@ async fn conformance_strict_alone() {
     suite(true).await;
 }
 
+/// The nemeses with peer partitions: clients with `min_replicas_ack = 1`, so a master cut from
+/// its peers can neither grant nor renew (its `WAIT` gets no replica), and faults drawn from a
+/// coordinated failover and a master partition (no replica kill: with one replica per master it
+/// only makes every grant of the slot `Unavailable`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nemeses_strict_with_partitions() {
+    let fixture =
+        ClusterFixture::start_with(1, vec!["failover", "partition-master"]).await.expect("a local Redis Cluster");
+    let nemeses = ["nemesis", "election_nemesis", "kinds_nemesis"];
+    run_strict(fixture, |c| nemeses.contains(&c.name), 1, "nemeses with partitions, acks 1").await;
+}
+
 fn opts(ttl_ms: u64) -> AcquireOptions {
     AcquireOptions::new(Duration::from_millis(ttl_ms))
         .wait(Duration::from_secs(2))
@@ -289,8 +317,7 @@ fn opts(ttl_ms: u64) -> AcquireOptions {
 /// woken by the release (published on the name's slot's master, heard on another node).
 async fn hostile_names(fx: &ClusterFixture) {
     let url = fx.cluster.url();
-    let lock = lock_redis::connect(&url, fx.options.clone()).await.expect("connect");
-    let waiter = lock_redis::connect(&url, fx.options.clone()).await.expect("connect");
+    let (lock, waiter) = (fx.lock_client(0).await, fx.lock_client(0).await);
     let rw = lock_redis::connect_rw(&url, fx.options.clone()).await.expect("connect rw");
     let sem = lock_redis::connect_semaphore(&url, fx.options.clone()).await.expect("connect semaphore");
     let names = ["plain", "a/b", "../x", "{braces}", "}{", "'; DROP TABLE x; --", "ключ 🔒", &"n".repeat(255)];
@@ -337,9 +364,7 @@ async fn name_on(fx: &ClusterFixture, master: usize, base: &str) -> LockName {
 /// redirected with `ASK` then `MOVED`): the holder keeps it and renews it, a contender stays
 /// out, the waiter gets it after the release with a higher token.
 async fn slot_migration(fx: &ClusterFixture) {
-    let url = fx.cluster.url();
-    let holder = lock_redis::connect(&url, fx.options.clone()).await.expect("connect");
-    let contender = lock_redis::connect(&url, fx.options.clone()).await.expect("connect");
+    let (holder, contender) = (fx.lock_client(0).await, fx.lock_client(0).await);
     let name = LockName::new("migrating").expect("valid");
     let slot = fx.cluster.slot_of(&fx.key(&name, "lock")).await.expect("slot");
     let from = fx.cluster.master_of(slot).await.expect("a master");
@@ -369,11 +394,9 @@ async fn slot_migration(fx: &ClusterFixture) {
 /// and renews it on the new master; no contender gets in meanwhile; tokens keep rising. Measures
 /// how long the slot granted nothing.
 async fn master_failover(fx: &ClusterFixture) {
-    let url = fx.cluster.url();
-    let acked = RedisOptions { min_replicas_ack: 1, ..fx.options.clone() };
-    let holder = lock_redis::connect(&url, acked).await.expect("connect");
+    let holder = fx.lock_client(1).await;
     // Contender and probe without acknowledgements: what any client can get.
-    let other = lock_redis::connect(&url, fx.options.clone()).await.expect("connect");
+    let other = fx.lock_client(0).await;
     let name = LockName::new("failover").expect("valid");
     let slot = fx.cluster.slot_of(&fx.key(&name, "lock")).await.expect("slot");
     let old = fx.cluster.master_of(slot).await.expect("a master");
@@ -437,10 +460,7 @@ async fn master_failover(fx: &ClusterFixture) {
 /// acknowledged, so it is given back and answered `Unavailable`. This proves `WAIT` goes to the
 /// master that wrote: sent to another master it would count that master's healthy replica.
 async fn unacknowledged_grant_is_refused(fx: &ClusterFixture) {
-    let url = fx.cluster.url();
-    let acked =
-        lock_redis::connect(&url, RedisOptions { min_replicas_ack: 1, ..fx.options.clone() }).await.expect("connect");
-    let plain = lock_redis::connect(&url, fx.options.clone()).await.expect("connect");
+    let (acked, plain) = (fx.lock_client(1).await, fx.lock_client(0).await);
     let name = LockName::new("unacked").expect("valid");
     let slot = fx.cluster.slot_of(&fx.key(&name, "lock")).await.expect("slot");
     let master = fx.cluster.master_of(slot).await.expect("a master");
@@ -460,9 +480,7 @@ async fn unacknowledged_grant_is_refused(fx: &ClusterFixture) {
 /// master stops writing until the replica caught up): the lease survives without
 /// `min_replicas_ack`, the holder renews on the new master, a contender stays out.
 async fn manual_failover(fx: &ClusterFixture) {
-    let url = fx.cluster.url();
-    let holder = lock_redis::connect(&url, fx.options.clone()).await.expect("connect");
-    let contender = lock_redis::connect(&url, fx.options.clone()).await.expect("connect");
+    let (holder, contender) = (fx.lock_client(0).await, fx.lock_client(0).await);
     let name = LockName::new("handed-over").expect("valid");
     let slot = fx.cluster.slot_of(&fx.key(&name, "lock")).await.expect("slot");
     let lease = holder.acquire(&name, &opts(6000)).await.expect("acquire");
@@ -482,8 +500,7 @@ async fn manual_failover(fx: &ClusterFixture) {
 async fn measure_acquire(fx: &ClusterFixture) {
     let mut clients = Vec::new();
     for acks in [0, 1] {
-        let options = RedisOptions { min_replicas_ack: acks, ..fx.options.clone() };
-        clients.push((acks, lock_redis::connect(&fx.cluster.url(), options).await.expect("connect"), Vec::new()));
+        clients.push((acks, fx.lock_client(acks).await, Vec::new()));
     }
     let n = 100u32;
     for round in 0..3 {

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use common::RedisFixture;
 use lock_conformance::proxy::FaultProxy;
-use lock_conformance::{async_trait, Fixture, LinkedClient, ServerControl};
-use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LeaseStore, LockError, LockName};
+use lock_conformance::{LinkedClient, ServerControl};
+use lock_core::{LeaseStore, LockError, LockName};
 use lock_redis::RedisBackend;
 
 /// A fresh server, with every client built from a `redis::Client` of the "application".
@@ -29,22 +29,9 @@ impl RedisClientFixture {
     }
 }
 
-#[async_trait]
-impl Fixture for RedisClientFixture {
-    fn backend(&self) -> &str {
-        "redis"
-    }
-
-    async fn client(&self) -> Result<Arc<dyn DistributedLock>, LockError> {
-        Ok(Arc::new(self.backend().await?.lock()))
-    }
-
-    async fn rw_client(&self) -> Result<Option<Arc<dyn DistributedRwLock>>, LockError> {
-        Ok(Some(Arc::new(self.backend().await?.rw().await?)))
-    }
-
-    async fn semaphore_client(&self) -> Result<Option<Arc<dyn DistributedSemaphore>>, LockError> {
-        Ok(Some(Arc::new(self.backend().await?.semaphore().await?)))
+lock_conformance::impl_fixture! {
+    RedisClientFixture, backend: "redis", |f| {
+        kinds_of: f.backend().await?,
     }
 
     async fn linked_client(&self) -> Result<Option<LinkedClient>, LockError> {

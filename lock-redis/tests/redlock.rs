@@ -22,10 +22,43 @@ mod redlock_extra {
         client.get_multiplexed_async_connection().await.unwrap()
     }
 
+    /// Five fresh masters and a client of them.
+    async fn five() -> (RedlockFixture, lock_redis::Redlock) {
+        let fx = RedlockFixture::start().await.unwrap();
+        let c = fx.redlock_client().await.unwrap();
+        (fx, c)
+    }
+
+    /// Stops (`up` false) or starts the masters `which`.
+    async fn set_masters(fx: &RedlockFixture, which: std::ops::Range<usize>, up: bool) {
+        for i in which {
+            let m = fx.master(i);
+            let done = if up { m.start().await } else { m.stop().await };
+            done.unwrap();
+        }
+    }
+
+    /// One grant and release of `warm`, so that `c` is connected to every master that is up.
+    async fn warm(c: &lock_redis::Redlock) {
+        c.acquire(&LockName::new("warm").unwrap(), &opts(1000)).await.unwrap().release().await.unwrap();
+    }
+
+    /// Acquires `name` (ttl 1 s), asserts that its token is above `prev`, and releases it.
+    async fn grant_above(c: &lock_redis::Redlock, name: &LockName, prev: lock_core::FencingToken) {
+        let l = c.acquire(name, &opts(1000)).await.unwrap();
+        assert!(l.token() > prev, "token {} after {prev}", l.token());
+        l.release().await.unwrap();
+    }
+
+    /// Makes master connection `m` hold lock key `key` for `owner` for a minute.
+    async fn hold_for(m: &mut redis::aio::MultiplexedConnection, key: &str, owner: &str) {
+        let _: () = redis::cmd("HSET").arg(key).arg("o").arg(owner).query_async(m).await.unwrap();
+        let _: () = redis::cmd("PEXPIRE").arg(key).arg(60_000).query_async(m).await.unwrap();
+    }
+
     #[tokio::test]
     async fn basics() {
-        let fx = RedlockFixture::start().await.unwrap();
-        let a = fx.redlock_client().await.unwrap();
+        let (fx, a) = five().await;
         let b = fx.redlock_client().await.unwrap();
         assert_eq!(a.backend(), "redlock");
         assert_eq!(a.store().quorum(), 3);
@@ -48,8 +81,7 @@ mod redlock_extra {
     /// and a held lease keeps renewing.
     #[tokio::test]
     async fn fault_minority_down() {
-        let fx = RedlockFixture::start().await.unwrap();
-        let c = fx.redlock_client().await.unwrap();
+        let (fx, c) = five().await;
         let name = LockName::new("minority").unwrap();
         let held = c.acquire(&LockName::new("held").unwrap(), &opts(900)).await.unwrap();
         let mut last = c.acquire(&name, &opts(1500)).await.unwrap().token().0;
@@ -72,10 +104,9 @@ mod redlock_extra {
     /// more than the fast masters' round trips, and renewals keep the lease.
     #[tokio::test]
     async fn fault_minority_paused() {
-        let fx = RedlockFixture::start().await.unwrap();
-        let c = fx.redlock_client().await.unwrap();
+        let (fx, c) = five().await;
         // Connect to every master before they hang.
-        c.acquire(&LockName::new("warm").unwrap(), &opts(1000)).await.unwrap().release().await.unwrap();
+        warm(&c).await;
         for i in 0..2 {
             fx.master(i).pause(true).await.unwrap();
         }
@@ -98,35 +129,24 @@ mod redlock_extra {
     #[tokio::test]
     async fn connect_with_minority_down() {
         let fx = RedlockFixture::start().await.unwrap();
-        for i in 0..2 {
-            fx.master(i).stop().await.unwrap();
-        }
+        set_masters(&fx, 0..2, false).await;
         let c = fx.redlock_client().await.unwrap();
         let name = LockName::new("late").unwrap();
         let l = c.acquire(&name, &opts(1000)).await.unwrap();
         l.release().await.unwrap();
-        for i in 0..2 {
-            fx.master(i).start().await.unwrap();
-        }
+        set_masters(&fx, 0..2, true).await;
         // Now stop two others: the two that came back and the fifth make the majority.
-        for i in 2..4 {
-            fx.master(i).stop().await.unwrap();
-        }
-        let l2 = c.acquire(&name, &opts(1000)).await.unwrap();
-        assert!(l2.token() > l.token());
-        l2.release().await.unwrap();
+        set_masters(&fx, 2..4, false).await;
+        grant_above(&c, &name, l.token()).await;
     }
 
     /// Three of five down: no grant; `Unavailable` (or `Timeout`) within the caller's wait.
     /// A held lease then loses its majority and its lost signal fires.
     #[tokio::test]
     async fn fault_majority_down() {
-        let fx = RedlockFixture::start().await.unwrap();
-        let c = fx.redlock_client().await.unwrap();
+        let (fx, c) = five().await;
         let held = c.acquire(&LockName::new("held").unwrap(), &opts(1000)).await.unwrap();
-        for i in 0..3 {
-            fx.master(i).stop().await.unwrap();
-        }
+        set_masters(&fx, 0..3, false).await;
         let wait = Duration::from_secs(2);
         let t = Instant::now();
         let r = c.acquire(&LockName::new("majority").unwrap(), &opts(1000).wait(wait)).await;
@@ -141,20 +161,15 @@ mod redlock_extra {
         assert!(matches!(r, Err(LockError::Unavailable { .. })), "{:?}", r.map(|o| o.map(|l| l.token())));
         tokio::time::timeout(Duration::from_secs(3), held.lost().fired()).await.expect("lost signal");
         // Masters come back (empty): service resumes, and tokens keep increasing.
-        for i in 0..3 {
-            fx.master(i).start().await.unwrap();
-        }
-        let l = c.acquire(&LockName::new("held").unwrap(), &opts(1000)).await.unwrap();
-        assert!(l.token() > held.token());
-        l.release().await.unwrap();
+        set_masters(&fx, 0..3, true).await;
+        grant_above(&c, &LockName::new("held").unwrap(), held.token()).await;
     }
 
     /// A minority of masters restarts empty while the others hold counters ahead of every
     /// clock: the quorum read still sees the highest token, so tokens strictly increase.
     #[tokio::test]
     async fn fencing_survives_minority_restart_empty() {
-        let fx = RedlockFixture::start().await.unwrap();
-        let c = fx.redlock_client().await.unwrap();
+        let (fx, c) = five().await;
         let name = LockName::new("fence").unwrap();
         let l = c.acquire(&name, &opts(1000)).await.unwrap();
         l.release().await.unwrap();
@@ -174,8 +189,7 @@ mod redlock_extra {
             }
             // Reconnect to the restarted masters first, so that they take part in the vote.
             for _ in 0..2 {
-                let warm = c.acquire(&LockName::new("warm").unwrap(), &opts(1000)).await.unwrap();
-                warm.release().await.unwrap();
+                warm(&c).await;
             }
             let l = c.acquire(&name, &opts(1000)).await.unwrap();
             assert!(l.token().0 > last, "round {round}: token {} after {last}", l.token());
@@ -190,10 +204,9 @@ mod redlock_extra {
     /// equal counters of 3–4 as stored would grant a second M + 1 (issue 10 item 11).
     #[tokio::test]
     async fn equal_counter_from_another_grant_is_not_stored() {
-        let fx = RedlockFixture::start().await.unwrap();
-        let c = fx.redlock_client().await.unwrap();
+        let (fx, c) = five().await;
         // Connect to every master first: the ACL change below must not hit the connect.
-        c.acquire(&LockName::new("warm").unwrap(), &opts(1000)).await.unwrap().release().await.unwrap();
+        warm(&c).await;
         let m: u64 = 1 << 52;
         for i in 0..5 {
             let mut r = raw(&fx, i).await;
@@ -202,15 +215,7 @@ mod redlock_extra {
             if i >= 3 {
                 let _: () =
                     redis::cmd("SET").arg("dlock:{equal}:fence-by").arg("another").query_async(&mut r).await.unwrap();
-                let _: () = redis::cmd("HSET")
-                    .arg("dlock:{equal}:lock")
-                    .arg("o")
-                    .arg("another-owner")
-                    .query_async(&mut r)
-                    .await
-                    .unwrap();
-                let _: () =
-                    redis::cmd("PEXPIRE").arg("dlock:{equal}:lock").arg(60_000).query_async(&mut r).await.unwrap();
+                hold_for(&mut r, "dlock:{equal}:lock", "another-owner").await;
             }
         }
         for i in 1..3 {
@@ -231,7 +236,7 @@ mod redlock_extra {
     async fn majority_restarted_empty_grants_nothing_while_a_lease_may_be_believed() {
         let fx = RedlockFixture::start().await.unwrap();
         let (a, b) = (fx.redlock_client().await.unwrap(), fx.redlock_client().await.unwrap());
-        b.acquire(&LockName::new("warm").unwrap(), &opts(1000)).await.unwrap().release().await.unwrap();
+        warm(&b).await;
         let name = LockName::new("restarted").unwrap();
         let held = a.acquire(&name, &opts(2000).auto_renew(false)).await.unwrap();
         for i in 0..3 {
@@ -253,18 +258,9 @@ mod redlock_extra {
     /// A minority holding the key for another owner (e.g. a split vote) does not block a grant.
     #[tokio::test]
     async fn split_minority_does_not_block() {
-        let fx = RedlockFixture::start().await.unwrap();
-        let c = fx.redlock_client().await.unwrap();
+        let (fx, c) = five().await;
         for i in 0..2 {
-            let mut m = raw(&fx, i).await;
-            let _: () = redis::cmd("HSET")
-                .arg("dlock:{split}:lock")
-                .arg("o")
-                .arg("someone-else")
-                .query_async(&mut m)
-                .await
-                .unwrap();
-            let _: () = redis::cmd("PEXPIRE").arg("dlock:{split}:lock").arg(60_000).query_async(&mut m).await.unwrap();
+            hold_for(&mut raw(&fx, i).await, "dlock:{split}:lock", "someone-else").await;
         }
         let l = c.try_acquire(&LockName::new("split").unwrap(), &opts(1000)).await.unwrap();
         assert!(l.is_some(), "3 of 5 free masters must grant");
@@ -272,14 +268,7 @@ mod redlock_extra {
         let mut m = raw(&fx, 2).await;
         drop(l);
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let _: () = redis::cmd("HSET")
-            .arg("dlock:{split}:lock")
-            .arg("o")
-            .arg("someone-else")
-            .query_async(&mut m)
-            .await
-            .unwrap();
-        let _: () = redis::cmd("PEXPIRE").arg("dlock:{split}:lock").arg(60_000).query_async(&mut m).await.unwrap();
+        hold_for(&mut m, "dlock:{split}:lock", "someone-else").await;
         let l = c.try_acquire(&LockName::new("split").unwrap(), &opts(1000)).await.unwrap();
         assert!(l.is_none(), "a majority held by another owner must not grant");
     }

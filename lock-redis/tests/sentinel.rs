@@ -14,6 +14,18 @@ fn options(acks: u32) -> RedisOptions {
     RedisOptions { key_prefix: "dlock".to_owned(), min_replicas_ack: acks, ..common::test_options() }
 }
 
+/// A client of the deployment whose grants `acks` replicas must acknowledge.
+async fn client(d: &RedisSentinelDeployment, acks: u32) -> lock_redis::RedisLock {
+    lock_redis::connect(&d.url(), options(acks)).await.unwrap()
+}
+
+/// A fresh deployment, a client whose grants one replica must acknowledge, and one without.
+async fn acked_and_plain() -> (RedisSentinelDeployment, lock_redis::RedisLock, lock_redis::RedisLock) {
+    let d = RedisSentinelDeployment::start().await.unwrap();
+    let (acked, plain) = (client(&d, 1).await, client(&d, 0).await);
+    (d, acked, plain)
+}
+
 fn opts(ttl_ms: u64) -> AcquireOptions {
     AcquireOptions::new(Duration::from_millis(ttl_ms))
         .wait(Duration::from_secs(1))
@@ -40,8 +52,8 @@ async fn failover_window_without_acks() {
 
 async fn failover_window(acks: u32) {
     let d = RedisSentinelDeployment::start().await.unwrap();
-    let holder = lock_redis::connect(&d.url(), options(acks)).await.unwrap();
-    let other = lock_redis::connect(&d.url(), options(acks)).await.unwrap();
+    let holder = client(&d, acks).await;
+    let other = client(&d, acks).await;
     let name = LockName::new("sentinel-failover").unwrap();
     let free = LockName::new("sentinel-free").unwrap();
     let lease = holder.acquire(&name, &opts(3000)).await.unwrap();
@@ -88,6 +100,26 @@ async fn failover_window(acks: u32) {
         })
     };
     tokio::time::sleep(Duration::from_millis(500)).await;
+    // The waiter's subscriber has followed the failover once the new primary lists its channel.
+    // How long that takes on a loaded machine is not what this checks (once in a full run it
+    // took longer than the half second above): the release's message reaching it is.
+    // Only the lock's own channel counts: the Sentinels keep `__sentinel__:hello` subscribed on
+    // every primary, so "any channel" was true at once and the wait checked nothing.
+    let primary = d.primary().await.unwrap();
+    let pattern = format!("*{}*", name.as_str());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let channels =
+            dlock_testkit::servers::redis_sentinel::command(primary, &["PUBSUB", "CHANNELS", &pattern]).await;
+        if channels.as_deref().is_ok_and(|c| !c.starts_with("*0")) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the waiter's subscriber did not follow the failover within 10 s: {channels:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let released = Instant::now();
     lease.release().await.unwrap();
     let (next, got) = waiter.await.unwrap();
@@ -112,9 +144,7 @@ async fn failover_window(acks: u32) {
 /// alone, and a failover to a replica that never received it would forget it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unacknowledged_grant_is_refused() {
-    let d = RedisSentinelDeployment::start().await.unwrap();
-    let acked = lock_redis::connect(&d.url(), options(1)).await.unwrap();
-    let plain = lock_redis::connect(&d.url(), options(0)).await.unwrap();
+    let (d, acked, plain) = acked_and_plain().await;
     let name = LockName::new("sentinel-unacked").unwrap();
     d.pause(SentinelNode::Data(1), true);
     d.pause(SentinelNode::Data(2), true);
@@ -155,7 +185,7 @@ async fn measure_ack_cost() {
     let d = RedisSentinelDeployment::start().await.unwrap();
     let mut clients = Vec::new();
     for acks in [0, 1, 2] {
-        clients.push((acks, lock_redis::connect(&d.url(), options(acks)).await.unwrap(), Vec::new()));
+        clients.push((acks, client(&d, acks).await, Vec::new()));
     }
     let n = 200u32;
     for round in 0..5 {
@@ -186,9 +216,7 @@ async fn measure_ack_cost() {
 /// (2 s): no second holder while the first lease is valid, and tokens still rise.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn empty_restart_of_the_primary_waits_the_quiet_period() {
-    let d = RedisSentinelDeployment::start().await.unwrap();
-    let holder = lock_redis::connect(&d.url(), options(1)).await.unwrap();
-    let contender = lock_redis::connect(&d.url(), options(0)).await.unwrap();
+    let (d, holder, contender) = acked_and_plain().await;
     let name = LockName::new("sentinel-restart").unwrap();
     let lease = holder.acquire(&name, &opts(2000)).await.unwrap();
     let primary = d.primary_index().await.unwrap();

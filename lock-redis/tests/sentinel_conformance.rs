@@ -1,7 +1,8 @@
 //! The shared conformance suite, strict, through `redis+sentinel://` against ONE local primary +
 //! 2 replicas + 3 Sentinels for the whole binary. "The server" of the fault cases is the three
 //! data nodes (stopped, paused, restarted empty at once); the nemesis adds the deployment's node
-//! faults — a failover by SIGKILL of the primary, a replica killed, a Sentinel paused — through
+//! faults — a failover by SIGKILL of the primary, a replica killed, a Sentinel paused, the
+//! primary cut from its replicas and the Sentinels while clients still reach it — through
 //! `Fixture::deployment`. Clients ask for `min_replicas_ack = 1`: the no-overlap guarantee across
 //! a failover rests on it (README, "Redis Sentinel").
 
@@ -73,10 +74,11 @@ impl Fixture for SentinelFixture {
         )))
     }
 
-    /// A client of the current primary through a fault proxy. Sentinel hands clients the
-    /// primary's own address, so no proxy can sit in a discovered path: this client does not
-    /// follow a later failover (it then gets errors from the demoted node, which it must
-    /// survive safely) — the Sentinel-URL clients of the same run do follow.
+    /// A client of the current primary through a fault proxy of its own. Sentinel hands clients
+    /// the address the primary announces (the deployment's peer proxy, which cuts peers, never
+    /// clients), so no link proxy can sit in a discovered path: this client does not follow a
+    /// later failover (it then gets errors from the demoted node, which it must survive safely)
+    /// — the Sentinel-URL clients of the same run do follow.
     async fn linked_client(&self) -> Result<Option<LinkedClient>, LockError> {
         let proxy = FaultProxy::start(self.deployment.primary().await?).await?;
         let client = lock_redis::connect(&format!("redis://{}", proxy.local_addr()), self.options.clone()).await?;
@@ -102,12 +104,7 @@ impl Fixture for SentinelFixture {
     }
 
     async fn lease_stores(&self) -> Result<Vec<(&'static str, Arc<dyn LeaseStore>)>, LockError> {
-        let url = self.deployment.url();
-        let mut stores: Vec<(&'static str, Arc<dyn LeaseStore>)> =
-            vec![("exclusive", Arc::clone(lock_redis::connect(&url, self.options.clone()).await?.store()) as _)];
-        stores.extend(lock_redis::connect_rw(&url, self.options.clone()).await?.lease_stores());
-        stores.push(("permit", lock_redis::connect_semaphore(&url, self.options.clone()).await?.lease_store(1)?));
-        Ok(stores)
+        common::lease_stores_at(&self.deployment.url(), &self.options).await
     }
 
     fn provenance(&self) -> String {

@@ -12,8 +12,7 @@ use crate::boot::quiet_lua;
 /// server time (ms) at which each holder's lease ends.
 macro_rules! kinds_prelude {
     () => {
-        concat!(
-            "if redis.replicate_commands then pcall(redis.replicate_commands) end\n",
+        effects_lua!(
             quiet_lua!(),
             r#"
 local t = redis.call('TIME')
@@ -62,64 +61,40 @@ end
     };
 }
 
-/// The keys and channels of one read-write lock (a key space of its own: `…:rw:*`).
-pub(crate) struct RwKeys {
-    /// Sorted set: reader owner → server time (ms) its lease ends.
-    pub(crate) readers: String,
-    /// Hash: reader owner → its fencing token.
-    pub(crate) tokens: String,
-    /// Hash `{o: owner, f: token}` with `PX ttl`: the writer.
-    pub(crate) writer: String,
-    /// Sorted set: waiting writer owner → server time (ms) its claim ends. While it is not
-    /// empty, new readers are refused (writers are not starved).
-    pub(crate) waiting: String,
-    /// Integer: the highest token issued for this read-write lock.
-    pub(crate) fence: String,
-    /// Channel: wakes waiting readers (all of them, per client).
-    pub(crate) to_readers: String,
-    /// Channel: wakes waiting writers (one per client).
-    pub(crate) to_writers: String,
-}
-
-impl RwKeys {
-    pub(crate) fn new(prefix: &str, name: &LockName) -> RwKeys {
-        let tag = format!("{prefix}:{{{}}}:rw", name.escaped());
-        RwKeys {
-            readers: format!("{tag}:readers"),
-            tokens: format!("{tag}:tokens"),
-            writer: format!("{tag}:writer"),
-            waiting: format!("{tag}:waiting"),
-            fence: format!("{tag}:fence"),
-            to_readers: format!("{tag}:to-readers"),
-            to_writers: format!("{tag}:to-writers"),
-        }
+key_space! {
+    /// The keys and channels of one read-write lock (a key space of its own: `…:rw:*`).
+    RwKeys ":rw" {
+        /// Sorted set: reader owner → server time (ms) its lease ends.
+        readers: "readers",
+        /// Hash: reader owner → its fencing token.
+        tokens: "tokens",
+        /// Hash `{o: owner, f: token}` with `PX ttl`: the writer.
+        writer: "writer",
+        /// Sorted set: waiting writer owner → server time (ms) its claim ends. While it is not
+        /// empty, new readers are refused (writers are not starved).
+        waiting: "waiting",
+        /// Integer: the highest token issued for this read-write lock.
+        fence: "fence",
+        /// Channel: wakes waiting readers (all of them, per client).
+        to_readers: "to-readers",
+        /// Channel: wakes waiting writers (one per client).
+        to_writers: "to-writers",
     }
 }
 
-/// The keys and channel of one semaphore (a key space of its own: `…:sem:*`).
-pub(crate) struct SemKeys {
-    /// Sorted set: holder owner → server time (ms) its lease ends.
-    pub(crate) holders: String,
-    /// Hash: holder owner → its fencing token.
-    pub(crate) tokens: String,
-    /// String: the number of permits every user must agree on (expires with the last holder).
-    pub(crate) permits: String,
-    /// Integer: the highest token issued for this semaphore.
-    pub(crate) fence: String,
-    /// Channel: a release wakes one waiter per client.
-    pub(crate) channel: String,
-}
-
-impl SemKeys {
-    pub(crate) fn new(prefix: &str, name: &LockName) -> SemKeys {
-        let tag = format!("{prefix}:{{{}}}:sem", name.escaped());
-        SemKeys {
-            holders: format!("{tag}:holders"),
-            tokens: format!("{tag}:tokens"),
-            permits: format!("{tag}:permits"),
-            fence: format!("{tag}:fence"),
-            channel: format!("{tag}:released"),
-        }
+key_space! {
+    /// The keys and channel of one semaphore (a key space of its own: `…:sem:*`).
+    SemKeys ":sem" {
+        /// Sorted set: holder owner → server time (ms) its lease ends.
+        holders: "holders",
+        /// Hash: holder owner → its fencing token.
+        tokens: "tokens",
+        /// String: the number of permits every user must agree on (expires with the last holder).
+        permits: "permits",
+        /// Integer: the highest token issued for this semaphore.
+        fence: "fence",
+        /// Channel: a release wakes one waiter per client.
+        channel: "released",
     }
 }
 

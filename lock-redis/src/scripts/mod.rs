@@ -10,37 +10,63 @@
 use std::sync::LazyLock;
 
 use lock_core::LockName;
-use redis::Script;
+use redis::{Script, ScriptInvocation};
 
 use crate::boot::quiet_lua;
 use queue::queue_lua;
 
-/// The keys and channel of one lock.
-pub(crate) struct Keys {
-    /// Hash `{o: owner, f: fence}` with a `PX` expiry: the lease.
-    pub(crate) lock: String,
-    /// Integer, no expiry: the highest token issued.
-    pub(crate) fence: String,
-    /// Redlock: the attempt id that stored `fence`, so that only that attempt counts an equal
-    /// counter as its own store.
-    pub(crate) fence_by: String,
-    /// Pub/sub channel that a release publishes to.
-    pub(crate) channel: String,
-    /// String: the owners waiting, in arrival order (single instance; see [`queue`]).
-    pub(crate) queue: String,
+/// Lua that replicates its effects rather than itself (`redis.replicate_commands`; always so
+/// from Redis 5 on): a script that reads `TIME` may not be replayed on a replica. The parts
+/// follow in order.
+macro_rules! effects_lua {
+    ($($part:tt)*) => {
+        concat!("if redis.replicate_commands then pcall(redis.replicate_commands) end\n", $($part)*)
+    };
+}
+
+/// Declares the keys of one key space: a struct of `String`s, each `<prefix>:{<escaped
+/// name>}<space>:<suffix>`, so every key of one lock shares the hash tag (one Cluster slot).
+/// `escaped()` is injective and never contains braces, so the tag is exactly the name.
+macro_rules! key_space {
+    ($(#[$doc:meta])* $keys:ident $space:literal { $($(#[$fdoc:meta])* $field:ident: $suffix:literal,)* }) => {
+        $(#[$doc])*
+        pub(crate) struct $keys {
+            $($(#[$fdoc])* pub(crate) $field: String,)*
+        }
+
+        impl $keys {
+            pub(crate) fn new(prefix: &str, name: &LockName) -> $keys {
+                let tag = format!("{prefix}:{{{}}}{}", name.escaped(), $space);
+                $keys { $($field: format!("{tag}:{}", $suffix),)* }
+            }
+        }
+    };
+}
+
+key_space! {
+    /// The keys and channel of one lock.
+    Keys "" {
+        /// Hash `{o: owner, f: fence}` with a `PX` expiry: the lease.
+        lock: "lock",
+        /// Integer, no expiry: the highest token issued.
+        fence: "fence",
+        /// Redlock: the attempt id that stored `fence`, so that only that attempt counts an equal
+        /// counter as its own store.
+        fence_by: "fence-by",
+        /// Pub/sub channel that a release publishes to.
+        channel: "released",
+        /// String: the owners waiting, in arrival order (single instance; see [`queue`]).
+        queue: "queue",
+    }
 }
 
 impl Keys {
-    pub(crate) fn new(prefix: &str, name: &LockName) -> Keys {
-        // `escaped()` is injective and never contains braces, so the tag is exactly the name.
-        let tag = format!("{prefix}:{{{}}}", name.escaped());
-        Keys {
-            lock: format!("{tag}:lock"),
-            fence: format!("{tag}:fence"),
-            fence_by: format!("{tag}:fence-by"),
-            channel: format!("{tag}:released"),
-            queue: format!("{tag}:queue"),
-        }
+    /// A call of a script that may hand the lock to the queue's head (release, abandon), ready
+    /// to invoke: KEYS lock, queue; ARGV owner, channel, reserve ms.
+    pub(crate) fn hand_off<'a>(&self, script: &'a Script, owner: &str, reserve_ms: u64) -> ScriptInvocation<'a> {
+        let mut call = script.prepare_invoke();
+        call.key(&self.lock).key(&self.queue).arg(owner).arg(&self.channel).arg(reserve_ms);
+        call
     }
 }
 
@@ -51,13 +77,13 @@ impl Keys {
 /// lease hash as `h` and `m` (docs/contract.md §5.6), so they expire with it, and lets the fence
 /// key expire after the given time (`idle_gc_after`, §5.7): tokens are floored by the server
 /// clock, so none goes back without it. A free lock goes only to the queue's head or, with an
-/// empty queue, to anyone ([`queue`]).
+/// empty queue, to anyone ([`queue`]). With a queue key, a grant publishes `+` on the channel
+/// (for election observers; no waiter acts on it).
 /// Returns `{1, token}` when granted (or already ours: the stored token, lease refreshed),
 /// `{0, ms}` when someone else holds it (ms: its PTTL), a queued waiter is ahead (ms: until the
 /// head's reservation ends) or the server is in its quiet period after losing its state (ms: the
 /// quiet time left; see `crate::boot`).
-const ACQUIRE_SRC: &str = concat!(
-    "if redis.replicate_commands then pcall(redis.replicate_commands) end\n",
+const ACQUIRE_SRC: &str = effects_lua!(
     quiet_lua!(),
     queue_lua!(),
     r#"
@@ -96,6 +122,8 @@ if head and head[1] ~= ARGV[1] then
 end
 if head then table.remove(q, 1) end
 if qk then queue_save(qk, q, now, had) end
+-- The holder changed: observers of other processes (crate::pubsub) hear `+`; waiters ignore it.
+if qk then redis.call('PUBLISH', ARGV[8], '+') end
 -- Never issue less than the server clock in microseconds: a restart without persistence or an
 -- evicted counter then still continues above every token issued before.
 local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -126,19 +154,16 @@ pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW_S
 
 /// Owner-checked release that hands off. KEYS: lock, and (single instance) queue. ARGV: owner,
 /// channel, reserve ms. With a queue, its head is reserved and woken alone, and an empty queue
-/// publishes nothing (every waiter registers before it waits); without one (Redlock) `released`
-/// wakes one waiter per client. Returns 1 released, 0 not ours.
-const RELEASE_SRC: &str = concat!(
-    "if redis.replicate_commands then pcall(redis.replicate_commands) end\n",
+/// publishes `-`, which wakes no waiter (every waiter registers before it waits), only election
+/// observers; without one (Redlock) `released` wakes one waiter per client. Returns 1
+/// released, 0 not ours.
+const RELEASE_SRC: &str = effects_lua!(
     queue_lua!(),
     r#"
 if redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
 if KEYS[2] then
-  local now = queue_now()
-  local q, had = queue_load(KEYS[2], now)
-  reserve_head(q, now, tonumber(ARGV[3]), ARGV[2], true)
-  queue_save(KEYS[2], q, now, had)
+  freed(KEYS[2], tonumber(ARGV[3]), ARGV[2])
   return 1
 end
 redis.call('PUBLISH', ARGV[2], 'released')
@@ -150,8 +175,7 @@ pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEA
 /// A wait that ended without a grant leaves the queue. KEYS: lock, queue. ARGV: owner, channel,
 /// reserve ms. When it was the head and the lock is free, the next head is reserved and woken.
 /// Returns 1.
-const ABANDON_SRC: &str = concat!(
-    "if redis.replicate_commands then pcall(redis.replicate_commands) end\n",
+const ABANDON_SRC: &str = effects_lua!(
     queue_lua!(),
     r#"
 local now = queue_now()
@@ -177,8 +201,7 @@ pub(crate) static ABANDON: LazyLock<Script> = LazyLock::new(|| Script::new(ABAND
 /// TIME in µs)) when granted or already ours, `{0, ms}` when held by another owner (its PTTL) or
 /// in the quiet period after the master lost its state (the time left). The attempt id lets
 /// [`REDLOCK_ABANDON`] free exactly one failed attempt.
-const REDLOCK_ACQUIRE_SRC: &str = concat!(
-    "if redis.replicate_commands then pcall(redis.replicate_commands) end\n",
+const REDLOCK_ACQUIRE_SRC: &str = effects_lua!(
     quiet_lua!(),
     r#"
 local holder = redis.call('HGET', KEYS[1], 'o')
@@ -251,17 +274,13 @@ pub(crate) static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(INSPE
 /// An operator's release (docs/contract.md §5.6), whoever the owner: deletes the lease hash but
 /// not the fence counter, so the next grant's token is higher, and hands the lock to the queue's
 /// head like a release. KEYS: lock, queue. ARGV: channel, reserve ms. Returns `{fence}` of the freed lease, `{}` when the lock was free.
-const FORCE_RELEASE_SRC: &str = concat!(
-    "if redis.replicate_commands then pcall(redis.replicate_commands) end\n",
+const FORCE_RELEASE_SRC: &str = effects_lua!(
     queue_lua!(),
     r#"
 if not redis.call('HGET', KEYS[1], 'o') then return {} end
 local f = redis.call('HGET', KEYS[1], 'f') or '0'
 redis.call('DEL', KEYS[1])
-local now = queue_now()
-local q, had = queue_load(KEYS[2], now)
-reserve_head(q, now, tonumber(ARGV[2]), ARGV[1], true)
-queue_save(KEYS[2], q, now, had)
+freed(KEYS[2], tonumber(ARGV[2]), ARGV[1])
 return {f}
 "#
 );

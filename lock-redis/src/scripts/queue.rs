@@ -26,7 +26,8 @@
 //! fairness, never exclusion: the lease is checked exactly as without a queue.
 
 /// Lua shared by the scripts that use the queue: `queue_now()`, `queue_load(key, now)`,
-/// `queue_save(key, q, now, had)` and `reserve_head(q, now, reserve, channel, always)`.
+/// `queue_save(key, q, now, had)`, `reserve_head(q, now, reserve, channel, always)` and
+/// `freed(key, reserve, channel)`.
 macro_rules! queue_lua {
     () => {
         r#"
@@ -67,6 +68,15 @@ local function reserve_head(q, now, reserve, channel, always)
   local cut = head[2] > now + reserve
   if cut then head[2] = now + reserve end
   if cut or always then redis.call('PUBLISH', channel, '@' .. head[1]) end
+end
+-- The lock was freed: the head of the queue at `k` is reserved and woken; with nobody queued,
+-- `-` tells the observers only (crate::pubsub), so that another process's election observer
+-- hears it.
+local function freed(k, reserve, channel)
+  local now = queue_now()
+  local q, had = queue_load(k, now)
+  if q[1] then reserve_head(q, now, reserve, channel, true) else redis.call('PUBLISH', channel, '-') end
+  queue_save(k, q, now, had)
 end
 "#
     };
@@ -122,20 +132,19 @@ mod tests {
         let release = |owner: &'static str| {
             let mut c = conn.clone();
             async move {
-                let r: redis::RedisResult<i64> = RELEASE
-                    .key(&k.lock)
-                    .key(&k.queue)
-                    .arg(owner)
-                    .arg(&k.channel)
-                    .arg(RESERVE)
-                    .invoke_async(&mut c)
-                    .await;
+                let r: redis::RedisResult<i64> = k.hand_off(&RELEASE, owner, RESERVE as u64).invoke_async(&mut c).await;
                 r
             }
         };
+        // The next hand-off; grants (`+`) and releases nobody waits for (`-`) are for observers.
         async fn next(messages: &mut redis::aio::PubSubStream) -> String {
-            let m = tokio::time::timeout(std::time::Duration::from_secs(2), messages.next()).await;
-            String::from_utf8(m.unwrap().unwrap().get_payload_bytes().to_vec()).unwrap()
+            loop {
+                let m = tokio::time::timeout(std::time::Duration::from_secs(2), messages.next()).await;
+                let payload = String::from_utf8(m.unwrap().unwrap().get_payload_bytes().to_vec()).unwrap();
+                if payload != "+" && payload != "-" {
+                    return payload;
+                }
+            }
         }
 
         assert_eq!(attempt("a", 0).await[0], 1, "a free lock with no queue goes to the first try");
@@ -159,15 +168,7 @@ mod tests {
         // A waiter that gives up leaves the queue; the release wakes the one behind it.
         assert_eq!(attempt("y", 2000).await[0], 0);
         assert_eq!(attempt("z", 2000).await[0], 0);
-        let left: i64 = ABANDON
-            .key(&k.lock)
-            .key(&k.queue)
-            .arg("y")
-            .arg(&k.channel)
-            .arg(RESERVE)
-            .invoke_async(&mut c)
-            .await
-            .unwrap();
+        let left: i64 = k.hand_off(&ABANDON, "y", RESERVE as u64).invoke_async(&mut c).await.unwrap();
         assert_eq!(left, 1);
         assert_eq!(release("m").await.unwrap(), 1);
         assert_eq!(next(&mut messages).await, "@z", "the waiter that gave up is not woken");

@@ -19,33 +19,63 @@ fn keys_share_a_tag_and_never_collide() {
     assert_eq!(a.channel, "p:{a%2Fb}:released");
 }
 
+/// Runs `script` with `keys`, then `args` as the strings the server sees anyway.
+async fn run<T: redis::FromRedisValue>(
+    c: &mut redis::aio::MultiplexedConnection,
+    script: &Script,
+    keys: &[&str],
+    args: &[&dyn std::fmt::Display],
+) -> T {
+    let mut call = script.prepare_invoke();
+    for key in keys {
+        call.key(*key);
+    }
+    for arg in args {
+        call.arg(arg.to_string());
+    }
+    call.invoke_async(c).await.unwrap()
+}
+
+/// A fresh local server (kept alive by the first half) and a connection to it.
+async fn fresh_server() -> (dlock_testkit::servers::redis::RedisServer, redis::aio::MultiplexedConnection) {
+    let server = dlock_testkit::servers::redis::RedisServer::start_local().await.unwrap();
+    let client = redis::Client::open(server.url()).unwrap();
+    let c = client.get_multiplexed_async_connection().await.unwrap();
+    (server, c)
+}
+
+/// The keys a read-write grant takes, in the scripts' order.
+fn rw_keys<'a>(k: &'a RwKeys, boot: &'a str) -> [&'a str; 6] {
+    [&k.readers, &k.tokens, &k.writer, &k.waiting, &k.fence, boot]
+}
+
+/// The keys a semaphore grant takes, in the script's order.
+fn sem_keys<'a>(k: &'a SemKeys, boot: &'a str) -> [&'a str; 5] {
+    [&k.holders, &k.tokens, &k.permits, &k.fence, boot]
+}
+
 /// The scripts themselves, against a fresh local server.
 #[tokio::test]
 async fn scripts_against_a_server() {
-    let server = dlock_testkit::servers::redis::RedisServer::start_local().await.unwrap();
-    let client = redis::Client::open(server.url()).unwrap();
-    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let (_server, mut c) = fresh_server().await;
     let k = Keys::new("t", &LockName::new("s").unwrap());
+    let lock_keys = [k.lock.as_str(), &k.fence, BOOT];
 
     // Single instance: same owner re-attempt returns the stored token; others see the PTTL.
-    let first: Vec<i64> =
-        ACQUIRE.key(&k.lock).key(&k.fence).key(BOOT).arg("o1").arg(5000).arg(0).invoke_async(&mut c).await.unwrap();
-    let again: Vec<i64> =
-        ACQUIRE.key(&k.lock).key(&k.fence).key(BOOT).arg("o1").arg(5000).arg(0).invoke_async(&mut c).await.unwrap();
+    let first: Vec<i64> = run(&mut c, &ACQUIRE, &lock_keys, &[&"o1", &5000, &0]).await;
+    let again: Vec<i64> = run(&mut c, &ACQUIRE, &lock_keys, &[&"o1", &5000, &0]).await;
     assert_eq!(first[0], 1);
     assert_eq!(first, again, "a re-attempt by the same owner returns the same grant");
-    let other: Vec<i64> =
-        ACQUIRE.key(&k.lock).key(&k.fence).key(BOOT).arg("o2").arg(5000).arg(0).invoke_async(&mut c).await.unwrap();
+    let other: Vec<i64> = run(&mut c, &ACQUIRE, &lock_keys, &[&"o2", &5000, &0]).await;
     assert_eq!(other[0], 0);
     assert!(other[1] > 4000 && other[1] <= 5000, "PTTL {}", other[1]);
-    let not_ours: i64 = RELEASE.key(&k.lock).arg("o2").arg(&k.channel).invoke_async(&mut c).await.unwrap();
+    let not_ours: i64 = run(&mut c, &RELEASE, &[&k.lock], &[&"o2", &k.channel]).await;
     assert_eq!(not_ours, 0);
-    let renewed: i64 = RENEW.key(&k.lock).arg("o2").arg(5000).invoke_async(&mut c).await.unwrap();
+    let renewed: i64 = run(&mut c, &RENEW, &[&k.lock], &[&"o2", &5000]).await;
     assert_eq!(renewed, 0);
-    let released: i64 = RELEASE.key(&k.lock).arg("o1").arg(&k.channel).invoke_async(&mut c).await.unwrap();
+    let released: i64 = run(&mut c, &RELEASE, &[&k.lock], &[&"o1", &k.channel]).await;
     assert_eq!(released, 1);
-    let next: Vec<i64> =
-        ACQUIRE.key(&k.lock).key(&k.fence).key(BOOT).arg("o2").arg(5000).arg(0).invoke_async(&mut c).await.unwrap();
+    let next: Vec<i64> = run(&mut c, &ACQUIRE, &lock_keys, &[&"o2", &5000, &0]).await;
     assert!(next[1] > first[1]);
 
     // Read-write lock: a reader's re-attempt returns its token; a refused waiting writer's
@@ -55,44 +85,13 @@ async fn scripts_against_a_server() {
     let conn = c.clone();
     let read = |owner: &'static str| {
         let mut c = conn.clone();
-        let k = RwKeys::new("t", &LockName::new("s").unwrap());
-        async move {
-            let r: Vec<i64> = RW_READ
-                .key(&k.readers)
-                .key(&k.tokens)
-                .key(&k.writer)
-                .key(&k.waiting)
-                .key(&k.fence)
-                .key(BOOT)
-                .arg(owner)
-                .arg(5000)
-                .arg(0)
-                .invoke_async(&mut c)
-                .await
-                .unwrap();
-            r
-        }
+        let rw = &rw;
+        async move { run::<Vec<i64>>(&mut c, &RW_READ, &rw_keys(rw, BOOT), &[&owner, &5000, &0]).await }
     };
     let write = |owner: &'static str, claim: u64| {
         let mut c = conn.clone();
-        let k = RwKeys::new("t", &LockName::new("s").unwrap());
-        async move {
-            let r: Vec<i64> = RW_WRITE
-                .key(&k.readers)
-                .key(&k.tokens)
-                .key(&k.writer)
-                .key(&k.waiting)
-                .key(&k.fence)
-                .key(BOOT)
-                .arg(owner)
-                .arg(5000)
-                .arg(claim)
-                .arg(0)
-                .invoke_async(&mut c)
-                .await
-                .unwrap();
-            r
-        }
+        let rw = &rw;
+        async move { run::<Vec<i64>>(&mut c, &RW_WRITE, &rw_keys(rw, BOOT), &[&owner, &5000, &claim, &0]).await }
     };
     let r1 = read("r1").await;
     assert_eq!(r1[0], 1);
@@ -105,15 +104,7 @@ async fn scripts_against_a_server() {
     assert_eq!(read("r3").await[0], 0, "a waiting writer's claim holds new readers back");
     assert_eq!(read("r1").await, r1, "a reader already in keeps its grant");
     for owner in ["r1", "r2"] {
-        let done: i64 = ZSET_RELEASE
-            .key(&rw.readers)
-            .key(&rw.tokens)
-            .arg(owner)
-            .arg(&rw.to_writers)
-            .arg("1")
-            .invoke_async(&mut c)
-            .await
-            .unwrap();
+        let done: i64 = run(&mut c, &ZSET_RELEASE, &[&rw.readers, &rw.tokens], &[&owner, &rw.to_writers, &"1"]).await;
         assert_eq!(done, 1);
     }
     let w = write("w1", 3000).await;
@@ -122,54 +113,24 @@ async fn scripts_against_a_server() {
     assert_eq!(write("w1", 3000).await, w, "a writer's re-attempt returns the same grant");
     let claims: i64 = redis::cmd("EXISTS").arg(&rw.waiting).query_async(&mut c).await.unwrap();
     assert_eq!(claims, 0, "the granted writer's claim is gone");
-    let not_ours: i64 = RW_WRITE_RELEASE
-        .key(&rw.writer)
-        .key(&rw.waiting)
-        .arg("w2")
-        .arg(&rw.to_readers)
-        .arg(&rw.to_writers)
-        .invoke_async(&mut c)
-        .await
-        .unwrap();
+    let release_args: [&dyn std::fmt::Display; 3] = [&"w2", &rw.to_readers, &rw.to_writers];
+    let not_ours: i64 = run(&mut c, &RW_WRITE_RELEASE, &[&rw.writer, &rw.waiting], &release_args).await;
     assert_eq!(not_ours, 0);
 
     // Semaphore: permits must agree while held; an empty semaphore starts afresh.
     let sk = SemKeys::new("t", &LockName::new("s").unwrap());
     let permit = |owner: &'static str, n: u32| {
         let mut c = conn.clone();
-        let k = SemKeys::new("t", &LockName::new("s").unwrap());
-        async move {
-            let r: Vec<i64> = SEM_ACQUIRE
-                .key(&k.holders)
-                .key(&k.tokens)
-                .key(&k.permits)
-                .key(&k.fence)
-                .key(BOOT)
-                .arg(owner)
-                .arg(5000)
-                .arg(n)
-                .arg(0)
-                .invoke_async(&mut c)
-                .await
-                .unwrap();
-            r
-        }
+        let sk = &sk;
+        async move { run::<Vec<i64>>(&mut c, &SEM_ACQUIRE, &sem_keys(sk, BOOT), &[&owner, &5000, &n, &0]).await }
     };
     let p1 = permit("p1", 1).await;
     assert_eq!(p1[0], 1);
     assert_eq!(permit("p1", 1).await, p1, "a re-attempt returns the same grant");
     assert_eq!(permit("p2", 1).await[0], 0);
     assert_eq!(permit("p2", 2).await, vec![-1, 1], "in use with 1 permit");
-    let done: i64 = ZSET_RELEASE
-        .key(&sk.holders)
-        .key(&sk.tokens)
-        .key(&sk.permits)
-        .arg("p1")
-        .arg(&sk.channel)
-        .arg("0")
-        .invoke_async(&mut c)
-        .await
-        .unwrap();
+    let sem_release = [sk.holders.as_str(), &sk.tokens, &sk.permits];
+    let done: i64 = run(&mut c, &ZSET_RELEASE, &sem_release, &[&"p1", &sk.channel, &"0"]).await;
     assert_eq!(done, 1);
     let p2 = permit("p2", 2).await;
     assert_eq!(p2[0], 1, "an empty semaphore takes a new number of permits");
@@ -177,25 +138,14 @@ async fn scripts_against_a_server() {
 
     // Redlock: an undo of an earlier attempt leaves a later attempt's grant alone.
     let r = Keys::new("t", &LockName::new("r").unwrap());
+    let redlock_keys = [r.lock.as_str(), &r.fence, BOOT];
     for attempt in ["a1", "a2"] {
-        let g: Vec<i64> = REDLOCK_ACQUIRE
-            .key(&r.lock)
-            .key(&r.fence)
-            .key(BOOT)
-            .arg("o1")
-            .arg(5000)
-            .arg(attempt)
-            .arg(0)
-            .invoke_async(&mut c)
-            .await
-            .unwrap();
+        let g: Vec<i64> = run(&mut c, &REDLOCK_ACQUIRE, &redlock_keys, &[&"o1", &5000, &attempt, &0]).await;
         assert_eq!(g[0], 1);
     }
-    let stale: i64 =
-        REDLOCK_ABANDON.key(&r.lock).arg("o1").arg("a1").arg(&r.channel).invoke_async(&mut c).await.unwrap();
+    let stale: i64 = run(&mut c, &REDLOCK_ABANDON, &[&r.lock], &[&"o1", &"a1", &r.channel]).await;
     assert_eq!(stale, 0, "a stale undo must not free a later attempt's grant");
-    let undone: i64 =
-        REDLOCK_ABANDON.key(&r.lock).arg("o1").arg("a2").arg(&r.channel).invoke_async(&mut c).await.unwrap();
+    let undone: i64 = run(&mut c, &REDLOCK_ABANDON, &[&r.lock], &[&"o1", &"a2", &r.channel]).await;
     assert_eq!(undone, 1);
 
     // Set-if-greater: only the attempt that stored a token counts it as stored; an equal
@@ -204,35 +154,14 @@ async fn scripts_against_a_server() {
     let big_n: i64 = big.parse().unwrap();
     let fence = |token: &'static str, attempt: &'static str| {
         let mut c = conn.clone();
-        let r = Keys::new("t", &LockName::new("r").unwrap());
-        async move {
-            let v: Vec<i64> = REDLOCK_FENCE
-                .key(&r.fence)
-                .key(BOOT)
-                .key(&r.fence_by)
-                .arg(token)
-                .arg(attempt)
-                .invoke_async(&mut c)
-                .await
-                .unwrap();
-            v
-        }
+        let r = &r;
+        async move { run::<Vec<i64>>(&mut c, &REDLOCK_FENCE, &[&r.fence, BOOT, &r.fence_by], &[&token, &attempt]).await }
     };
     assert_eq!(fence(big, "f1").await, vec![1, big_n], "a greater token is stored");
     assert_eq!(fence(big, "f1").await, vec![1, big_n], "a re-delivery of the same attempt still counts");
     assert_eq!(fence(big, "f2").await, vec![0, big_n], "an equal counter stored by another attempt is not ours");
     assert_eq!(fence("5", "f3").await, vec![0, big_n], "a lower token never overwrites");
-    let g: Vec<i64> = REDLOCK_ACQUIRE
-        .key(&r.lock)
-        .key(&r.fence)
-        .key(BOOT)
-        .arg("o3")
-        .arg(5000)
-        .arg("a")
-        .arg(0)
-        .invoke_async(&mut c)
-        .await
-        .unwrap();
+    let g: Vec<i64> = run(&mut c, &REDLOCK_ACQUIRE, &redlock_keys, &[&"o3", &5000, &"a", &0]).await;
     assert_eq!(g[1].to_string(), big, "the floor is the stored counter when it is ahead of the clock");
 }
 
@@ -241,9 +170,7 @@ async fn scripts_against_a_server() {
 /// through; losing the data again (FLUSHALL) starts a new quiet period.
 #[tokio::test]
 async fn quiet_period_after_lost_state() {
-    let server = dlock_testkit::servers::redis::RedisServer::start_local().await.unwrap();
-    let client = redis::Client::open(server.url()).unwrap();
-    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let (_server, mut c) = fresh_server().await;
     let conn = c.clone();
     let name = LockName::new("q").unwrap();
     let (k, rw, sk) = (Keys::new("q", &name), RwKeys::new("q", &name), SemKeys::new("q", &name));
@@ -255,58 +182,18 @@ async fn quiet_period_after_lost_state() {
         let (k, rw, rw2, sk) = (&k, &rw, &rw2, &sk);
         async move {
             let mut replies = Vec::new();
-            let r: Vec<i64> = ACQUIRE
-                .key(&k.lock)
-                .key(&k.fence)
-                .key("q:boot")
-                .arg(owner)
-                .arg(5000)
-                .arg(quiet)
-                .invoke_async(&mut c)
-                .await
-                .unwrap();
+            let r: Vec<i64> = run(&mut c, &ACQUIRE, &[&k.lock, &k.fence, "q:boot"], &[&owner, &5000, &quiet]).await;
             replies.push(("exclusive", r));
-            fn rw_keys<'a>(s: &'a Script, rw: &'a RwKeys) -> redis::ScriptInvocation<'a> {
-                let mut call = s.prepare_invoke();
-                call.key(&rw.readers).key(&rw.tokens).key(&rw.writer).key(&rw.waiting).key(&rw.fence).key("q:boot");
-                call
-            }
-            let r: Vec<i64> = rw_keys(&RW_READ, rw).arg(owner).arg(5000).arg(quiet).invoke_async(&mut c).await.unwrap();
+            let r: Vec<i64> = run(&mut c, &RW_READ, &rw_keys(rw, "q:boot"), &[&owner, &5000, &quiet]).await;
             replies.push(("read", r));
-            let r: Vec<i64> = rw_keys(&RW_WRITE, rw2)
-                .arg(format!("{owner}w"))
-                .arg(5000)
-                .arg(0)
-                .arg(quiet)
-                .invoke_async(&mut c)
-                .await
-                .unwrap();
+            let writer = format!("{owner}w");
+            let r: Vec<i64> = run(&mut c, &RW_WRITE, &rw_keys(rw2, "q:boot"), &[&writer, &5000, &0, &quiet]).await;
             replies.push(("write", r));
-            let r: Vec<i64> = SEM_ACQUIRE
-                .key(&sk.holders)
-                .key(&sk.tokens)
-                .key(&sk.permits)
-                .key(&sk.fence)
-                .key("q:boot")
-                .arg(owner)
-                .arg(5000)
-                .arg(2)
-                .arg(quiet)
-                .invoke_async(&mut c)
-                .await
-                .unwrap();
+            let r: Vec<i64> = run(&mut c, &SEM_ACQUIRE, &sem_keys(sk, "q:boot"), &[&owner, &5000, &2, &quiet]).await;
             replies.push(("permit", r));
-            let r: Vec<i64> = REDLOCK_ACQUIRE
-                .key(format!("{}-redlock", k.lock))
-                .key(&k.fence)
-                .key("q:boot")
-                .arg(owner)
-                .arg(5000)
-                .arg("a")
-                .arg(quiet)
-                .invoke_async(&mut c)
-                .await
-                .unwrap();
+            let redlock = format!("{}-redlock", k.lock);
+            let r: Vec<i64> =
+                run(&mut c, &REDLOCK_ACQUIRE, &[&redlock, &k.fence, "q:boot"], &[&owner, &5000, &"a", &quiet]).await;
             replies.push(("redlock", r));
             replies
         }

@@ -2,13 +2,15 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+pub mod split_brain;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_testkit::servers::redis::RedisServer;
 use lock_conformance::proxy::{FaultProxy, ProxyGroup};
 use lock_conformance::{async_trait, Fixture, LinkedClient, ServerControl};
-use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LeaseStore, LockError, LockName};
+use lock_core::{LeaseStore, LockError, LockName};
 use lock_redis::RedisOptions;
 
 /// Options for tests: short timeouts, so fault cases finish quickly.
@@ -84,22 +86,11 @@ impl RedisFixture {
     }
 }
 
-#[async_trait]
-impl Fixture for RedisFixture {
-    fn backend(&self) -> &str {
-        "redis"
-    }
-
-    async fn client(&self) -> Result<Arc<dyn DistributedLock>, LockError> {
-        Ok(Arc::new(self.redis_client().await?))
-    }
-
-    async fn rw_client(&self) -> Result<Option<Arc<dyn DistributedRwLock>>, LockError> {
-        Ok(Some(Arc::new(self.rw().await?)))
-    }
-
-    async fn semaphore_client(&self) -> Result<Option<Arc<dyn DistributedSemaphore>>, LockError> {
-        Ok(Some(Arc::new(self.semaphore().await?)))
+lock_conformance::impl_fixture! {
+    RedisFixture, backend: "redis", |f| {
+        client: f.redis_client().await?,
+        rw: f.rw().await?,
+        semaphore: f.semaphore().await?,
     }
 
     async fn linked_client(&self) -> Result<Option<LinkedClient>, LockError> {
@@ -126,11 +117,7 @@ impl Fixture for RedisFixture {
     }
 
     async fn lease_stores(&self) -> Result<Vec<(&'static str, Arc<dyn LeaseStore>)>, LockError> {
-        let mut stores: Vec<(&'static str, Arc<dyn LeaseStore>)> =
-            vec![("exclusive", Arc::clone(self.redis_client().await?.store()) as _)];
-        stores.extend(self.rw().await?.lease_stores());
-        stores.push(("permit", self.semaphore().await?.lease_store(1)?));
-        Ok(stores)
+        lease_stores_at(self.server.url(), &self.options).await
     }
 
     fn provenance(&self) -> String {
@@ -154,6 +141,19 @@ pub async fn delete_key(url: &str, key: &str) -> Result<(), LockError> {
     let mut c = raw_connection(url).await?;
     let _: i64 = redis::cmd("DEL").arg(key).query_async(&mut c).await.map_err(|e| LockError::backend("test", e))?;
     Ok(())
+}
+
+/// The lease store of every kind, each from a client of its own at `url` (what the suite's
+/// store cases drive directly).
+pub async fn lease_stores_at(
+    url: &str,
+    options: &RedisOptions,
+) -> Result<Vec<(&'static str, Arc<dyn LeaseStore>)>, LockError> {
+    let mut stores: Vec<(&'static str, Arc<dyn LeaseStore>)> =
+        vec![("exclusive", Arc::clone(lock_redis::connect(url, options.clone()).await?.store()) as _)];
+    stores.extend(lock_redis::connect_rw(url, options.clone()).await?.lease_stores());
+    stores.push(("permit", lock_redis::connect_semaphore(url, options.clone()).await?.lease_store(1)?));
+    Ok(stores)
 }
 
 /// Five fresh, independent Redis masters.
@@ -228,14 +228,9 @@ impl ServerControl for AllMasters {
     }
 }
 
-#[async_trait]
-impl Fixture for RedlockFixture {
-    fn backend(&self) -> &str {
-        "redlock"
-    }
-
-    async fn client(&self) -> Result<Arc<dyn DistributedLock>, LockError> {
-        Ok(Arc::new(self.redlock_client().await?))
+lock_conformance::impl_fixture! {
+    RedlockFixture, backend: "redlock", |f| {
+        client: f.redlock_client().await?,
     }
 
     async fn linked_client(&self) -> Result<Option<LinkedClient>, LockError> {
