@@ -18,24 +18,29 @@ use dlock::{AcquireOptions, Config, LeaseModel, LockName};
 use sqlx::sqlite::SqlitePoolOptions;
 use sqlx::SqlitePool;
 
-/// What happened: each writer's token and whether its write was applied.
+/// What happened: each holder's write, and the balance left.
 #[derive(Debug)]
 pub(crate) struct Outcome {
-    pub(crate) stalled_token: u64,
-    pub(crate) stalled_write_applied: bool,
-    pub(crate) successor_token: u64,
-    pub(crate) successor_write_applied: bool,
+    pub(crate) stalled: Write,
+    pub(crate) successor: Write,
     pub(crate) balance: i64,
 }
 
+/// One holder's write: the token it carried and whether the row applied it.
+#[derive(Debug)]
+pub(crate) struct Write {
+    pub(crate) token: u64,
+    pub(crate) applied: bool,
+}
+
 /// Adds `amount` to the account if `token` is not below every token that wrote before.
-async fn fenced_add(db: &SqlitePool, token: dlock::FencingToken, amount: i64) -> Result<bool, sqlx::Error> {
+async fn fenced_add(db: &SqlitePool, token: dlock::FencingToken, amount: i64) -> Result<Write, sqlx::Error> {
     let done = sqlx::query("UPDATE accounts SET balance = balance + ?1, fence = ?2 WHERE id = 1 AND fence <= ?2")
         .bind(amount)
         .bind(token)
         .execute(db)
         .await?;
-    Ok(done.rows_affected() == 1)
+    Ok(Write { token: token.get(), applied: done.rows_affected() == 1 })
 }
 
 pub(crate) async fn run(config: &Config) -> Result<Outcome, Box<dyn std::error::Error + Send + Sync>> {
@@ -67,25 +72,19 @@ pub(crate) async fn run(config: &Config) -> Result<Outcome, Box<dyn std::error::
     // The lock is taken over once the stalled holder's lease has run out.
     let next = successor.acquire(&name, &AcquireOptions::new(Duration::from_secs(5)).wait(ttl * 10)).await?;
     let new_token = next.token();
-    let successor_write_applied = fenced_add(&db, new_token, -30).await?;
-    println!("holder 2 has token {new_token}; its write applied: {successor_write_applied}");
+    let successor = fenced_add(&db, new_token, -30).await?;
+    println!("holder 2 has token {new_token}; its write applied: {}", successor.applied);
     next.release().await?;
 
     // The stalled holder wakes up and writes with its old token: rejected by the row.
-    let stalled_write_applied = fenced_add(&db, old_token, -30).await?;
-    println!("holder 1 wakes and writes with token {old_token}; applied: {stalled_write_applied}");
+    let stalled = fenced_add(&db, old_token, -30).await?;
+    println!("holder 1 wakes and writes with token {old_token}; applied: {}", stalled.applied);
     if let Some(lease) = lease {
         println!("holder 1's lease says: valid = {}, lost = {}", lease.is_valid(), lease.lost().is_fired());
     }
     let balance: i64 = sqlx::query_scalar("SELECT balance FROM accounts WHERE id = 1").fetch_one(&db).await?;
     println!("balance {balance} (100 − 30 once)");
-    Ok(Outcome {
-        stalled_token: old_token.get(),
-        stalled_write_applied,
-        successor_token: new_token.get(),
-        successor_write_applied,
-        balance,
-    })
+    Ok(Outcome { stalled, successor, balance })
 }
 
 #[tokio::main]
@@ -93,7 +92,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let config = Config::load()?;
     println!("backend: {}", config.redacted_url());
     let out = run(&config).await?;
-    assert!(out.successor_token > out.stalled_token, "{out:?}");
-    assert!(!out.stalled_write_applied && out.successor_write_applied && out.balance == 70, "{out:?}");
+    assert!(out.successor.token > out.stalled.token, "{out:?}");
+    assert!(!out.stalled.applied && out.successor.applied && out.balance == 70, "{out:?}");
     Ok(())
 }

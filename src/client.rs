@@ -58,6 +58,26 @@ impl std::fmt::Debug for Client {
     }
 }
 
+/// A client of one of the kinds beyond the exclusive lock (`$method` on the SQL and Redis
+/// backends, which set up its tables or check its ACL on first use; Redlock has none).
+macro_rules! kind_client {
+    ($client:expr, $kind:ident, $method:ident, $what:literal) => {{
+        let client = $client;
+        let made: Arc<dyn $kind> = match &client.backend {
+            Backend::Memory(m) => Arc::new(m.clone()),
+            #[cfg(feature = "sql")]
+            Backend::Sql(b) => Arc::new(b.$method().await.map_err(|e| client.redact(e))?),
+            #[cfg(feature = "redis")]
+            Backend::Redis(b) => Arc::new(b.$method().await.map_err(|e| client.redact(e))?),
+            #[cfg(feature = "redis")]
+            Backend::Redlock(_) => return Err(unsupported(Scheme::Redlock, $what)),
+            #[cfg(feature = "zk")]
+            Backend::Zk(z) => Arc::new(z.clone()),
+        };
+        Ok(made)
+    }};
+}
+
 impl Client {
     /// Connects to the backend named by `url`, with default tuning.
     pub async fn connect(url: &str) -> Result<Client, LockError> {
@@ -108,34 +128,12 @@ impl Client {
     /// The read-write lock (docs/contract.md §5.2); `Unsupported` on Redlock. On SQL the first
     /// call creates its tables if missing; on Redis it checks the user's ACL once.
     pub async fn rw(&self) -> Result<Arc<dyn DistributedRwLock>, LockError> {
-        let rw: Arc<dyn DistributedRwLock> = match &self.backend {
-            Backend::Memory(m) => Arc::new(m.clone()),
-            #[cfg(feature = "sql")]
-            Backend::Sql(b) => Arc::new(b.rw().await.map_err(|e| self.redact(e))?),
-            #[cfg(feature = "redis")]
-            Backend::Redis(b) => Arc::new(b.rw().await.map_err(|e| self.redact(e))?),
-            #[cfg(feature = "redis")]
-            Backend::Redlock(_) => return Err(unsupported(Scheme::Redlock, "read-write locks")),
-            #[cfg(feature = "zk")]
-            Backend::Zk(z) => Arc::new(z.clone()),
-        };
-        Ok(rw)
+        kind_client!(self, DistributedRwLock, rw, "read-write locks")
     }
 
     /// The semaphore (docs/contract.md §5.3); `Unsupported` on Redlock.
     pub async fn semaphore(&self) -> Result<Arc<dyn DistributedSemaphore>, LockError> {
-        let sem: Arc<dyn DistributedSemaphore> = match &self.backend {
-            Backend::Memory(m) => Arc::new(m.clone()),
-            #[cfg(feature = "sql")]
-            Backend::Sql(b) => Arc::new(b.semaphore().await.map_err(|e| self.redact(e))?),
-            #[cfg(feature = "redis")]
-            Backend::Redis(b) => Arc::new(b.semaphore().await.map_err(|e| self.redact(e))?),
-            #[cfg(feature = "redis")]
-            Backend::Redlock(_) => return Err(unsupported(Scheme::Redlock, "semaphores")),
-            #[cfg(feature = "zk")]
-            Backend::Zk(z) => Arc::new(z.clone()),
-        };
-        Ok(sem)
+        kind_client!(self, DistributedSemaphore, semaphore, "semaphores")
     }
 
     #[cfg_attr(not(any(feature = "sql", feature = "redis")), allow(dead_code))]

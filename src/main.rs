@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use dlock::{Config, LockError, LockName};
+use dlock::{Config, DistributedLock, LockError, LockName};
 use lock_conformance::memory::MemoryFixture;
 use lock_conformance::runner::{run_suite, CaseReport, Outcome, Report, RunOptions};
 use lock_conformance::Fixture;
@@ -103,6 +103,29 @@ impl Target {
         }
         redactor.add(Some(config.url.clone()));
         Ok(config)
+    }
+}
+
+/// A backend and one lock name on it (`status`, `watch`, `release`).
+#[derive(Args)]
+struct NamedLock {
+    #[command(flatten)]
+    target: Target,
+    /// The lock name.
+    name: String,
+}
+
+impl NamedLock {
+    /// The configuration (see [`Target::load`]) and the checked lock name.
+    fn load(&self, redactor: &Redactor) -> Result<(Config, LockName), LockError> {
+        Ok((self.target.load(redactor)?, LockName::new(&self.name)?))
+    }
+
+    /// [`NamedLock::load`], then a client of the backend.
+    async fn open(&self, redactor: &Redactor) -> Result<(Config, LockName, Arc<dyn DistributedLock>), LockError> {
+        let (config, name) = self.load(redactor)?;
+        let lock = dlock::connect_with(&config).await?;
+        Ok((config, name, lock))
     }
 }
 

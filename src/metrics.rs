@@ -30,8 +30,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::{
-    async_trait, AcquireOptions, Capabilities, DistributedLock, DistributedRwLock, DistributedSemaphore, EventsRef,
-    FencingToken, HolderInfo, Lease, LeaseEvents, LockError, LockName,
+    async_trait, AcquireOptions, Capabilities, ChangeFeed, DistributedLock, DistributedRwLock, DistributedSemaphore,
+    EventsRef, FencingToken, HolderInfo, Lease, LeaseEvents, LockError, LockName,
 };
 use tokio::time::Instant;
 
@@ -200,6 +200,9 @@ impl<L: DistributedLock + ?Sized> DistributedLock for Metered<L> {
     }
     async fn force_release(&self, name: &LockName) -> Result<Option<FencingToken>, LockError> {
         self.inner.force_release(name).await
+    }
+    async fn watch_changes(&self, name: &LockName) -> Result<Option<ChangeFeed>, LockError> {
+        self.inner.watch_changes(name).await
     }
 }
 

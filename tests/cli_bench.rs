@@ -4,12 +4,9 @@
 
 use std::process::Command;
 
-use dlock_testkit::servers::redis::RedisServer;
-use dlock_testkit::servers::zookeeper::ZkServer;
 use serde_json::Value;
 
 mod common;
-use common::{mysql_url, postgres_url};
 
 const CASES: [&str; 5] = ["baseline", "uncontended", "contended", "spread", "held"];
 
@@ -67,53 +64,7 @@ fn memory_has_no_baseline_and_says_why() {
     assert!(note.contains("no server"), "the skipped baseline says why: {note}");
 }
 
-#[test]
-fn sqlite() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let url = format!("sqlite://{}", dir.path().join("bench.db").display());
-    assert_eq!(with_baseline(&url)["backend"], "sqlite");
-}
-
-#[test]
-fn postgres() {
-    let url = postgres_url();
-    assert_eq!(with_baseline(&url)["backend"], "postgres");
-}
-
-#[test]
-fn mysql() {
-    let url = mysql_url();
-    assert_eq!(with_baseline(&url)["backend"], "mysql");
-}
-
-#[tokio::test]
-async fn redis() {
-    let server = RedisServer::start().await.expect("a Redis server for the test");
-    let url = server.url().to_owned();
-    let report = tokio::task::spawn_blocking(move || with_baseline(&url)).await.expect("joined");
-    assert_eq!(report["backend"], "redis");
-}
-
-#[tokio::test]
-async fn redlock() {
-    let mut servers = Vec::new();
-    for _ in 0..3 {
-        servers.push(RedisServer::start_local().await.expect("a local redis-server"));
-    }
-    let hosts: Vec<String> = servers.iter().map(|s| s.addr().expect("local address").to_string()).collect();
-    let url = format!("redlock://{}", hosts.join(","));
-    let report = tokio::task::spawn_blocking(move || with_baseline(&url)).await.expect("joined");
-    assert_eq!(report["backend"], "redlock");
-    drop(servers);
-}
-
-#[tokio::test]
-async fn zookeeper() {
-    let server = ZkServer::start().await.expect("a ZooKeeper server for the test");
-    let url = server.url_with_root("/dlock-bench");
-    let report = tokio::task::spawn_blocking(move || with_baseline(&url)).await.expect("joined");
-    assert_eq!(report["backend"], "zookeeper");
-}
+common::backends::backend_report_tests!("bench", 3, with_baseline; sqlite, postgres, mysql, redis, redlock, zookeeper);
 
 #[test]
 fn unknown_case_is_a_usage_error() {

@@ -3,15 +3,20 @@
 
 use std::process::Command;
 
-use dlock_testkit::servers::redis::RedisServer;
-use dlock_testkit::servers::zookeeper::ZkServer;
 use serde_json::Value;
 
 mod common;
-use common::{mysql_url, postgres_url};
 
+/// The report of `url`; ZooKeeper with a short session, which keeps the vanished-holder cases
+/// short.
 fn run_conformance(url: &str) -> Value {
-    run_conformance_with(url, &[])
+    let zk = url.starts_with("zk");
+    run_conformance_with(url, if zk { &[("DLOCK_ZK__SESSION_TIMEOUT", "2s")] } else { &[] })
+}
+
+/// [`run_conformance`] on a blocking thread, so that the test's servers keep running.
+async fn conformance_off_runtime(url: String) -> Value {
+    tokio::task::spawn_blocking(move || run_conformance(&url)).await.expect("joined")
 }
 
 fn run_conformance_with(url: &str, envs: &[(&str, &str)]) -> Value {
@@ -53,60 +58,7 @@ fn memory() {
     assert_eq!(report["backend"], "memory");
 }
 
-#[test]
-fn sqlite() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let url = format!("sqlite://{}", dir.path().join("cli.db").display());
-    assert_eq!(run_conformance(&url)["backend"], "sqlite");
-}
-
-#[test]
-fn postgres() {
-    let url = postgres_url();
-    assert_eq!(run_conformance(&url)["backend"], "postgres");
-}
-
-#[test]
-fn mysql() {
-    let url = mysql_url();
-    assert_eq!(run_conformance(&url)["backend"], "mysql");
-}
-
-#[tokio::test]
-async fn redis() {
-    let server = RedisServer::start().await.expect("a Redis server for the test");
-    eprintln!("redis from {}", server.provenance());
-    let url = server.url().to_owned();
-    let report = tokio::task::spawn_blocking(move || run_conformance(&url)).await.expect("joined");
-    assert_eq!(report["backend"], "redis");
-}
-
-#[tokio::test]
-async fn redlock() {
-    let mut servers = Vec::new();
-    for _ in 0..5 {
-        servers.push(RedisServer::start_local().await.expect("a local redis-server"));
-    }
-    let hosts: Vec<String> =
-        servers.iter().map(|s| s.addr().expect("local servers have an address").to_string()).collect();
-    let url = format!("redlock://{}", hosts.join(","));
-    let report = tokio::task::spawn_blocking(move || run_conformance(&url)).await.expect("joined");
-    assert_eq!(report["backend"], "redlock");
-    drop(servers);
-}
-
-#[tokio::test]
-async fn zookeeper() {
-    let server = ZkServer::start().await.expect("a ZooKeeper server for the test");
-    eprintln!("zookeeper from {}", server.provenance());
-    let url = server.url_with_root("/dlock-cli");
-    // A short session keeps the vanished-holder cases short.
-    let report =
-        tokio::task::spawn_blocking(move || run_conformance_with(&url, &[("DLOCK_ZK__SESSION_TIMEOUT", "2s")]))
-            .await
-            .expect("joined");
-    assert_eq!(report["backend"], "zookeeper");
-}
+common::backends::backend_report_tests!("cli", 5, run_conformance; sqlite, postgres, mysql, redis, redlock, zookeeper);
 
 #[test]
 fn exit_status_is_nonzero_on_a_broken_url() {
@@ -126,10 +78,8 @@ async fn zookeeper_ensemble() {
     use dlock_testkit::servers::zk_ensemble::{EnsembleOptions, ZkEnsemble};
     let ensemble = ZkEnsemble::start(EnsembleOptions::default()).await.expect("a local ZooKeeper ensemble");
     let url = format!("{}/dlock-cli-ensemble", ensemble.url());
-    let report =
-        tokio::task::spawn_blocking(move || run_conformance_with(&url, &[("DLOCK_ZK__SESSION_TIMEOUT", "2s")]))
-            .await
-            .expect("joined");
+    assert!(url.starts_with("zk"), "{url}: run_conformance shortens ZooKeeper sessions by the scheme");
+    let report = conformance_off_runtime(url).await;
     assert_eq!(report["backend"], "zookeeper");
     drop(ensemble);
 }
@@ -140,8 +90,7 @@ async fn zookeeper_ensemble() {
 async fn redis_sentinel() {
     use dlock_testkit::servers::redis_sentinel::RedisSentinelDeployment;
     let deployment = RedisSentinelDeployment::start().await.expect("a local Sentinel deployment");
-    let url = deployment.url();
-    let report = tokio::task::spawn_blocking(move || run_conformance(&url)).await.expect("joined");
+    let report = conformance_off_runtime(deployment.url()).await;
     assert_eq!(report["backend"], "redis");
     drop(deployment);
 }
@@ -166,8 +115,7 @@ async fn redis_cluster() {
             r.expect("a boot marker set");
         }
     }
-    let url = cluster.url();
-    let report = tokio::task::spawn_blocking(move || run_conformance(&url)).await.expect("joined");
+    let report = conformance_off_runtime(cluster.url()).await;
     assert_eq!(report["backend"], "redis");
     drop(cluster);
 }

@@ -37,9 +37,9 @@ async fn all_examples(config: Config) {
     }
 
     let out = fenced_update::run(&config).await.expect("fenced_update runs");
-    assert!(out.successor_token > out.stalled_token, "{url}: {out:?}");
-    assert!(out.successor_write_applied, "{url}: {out:?}");
-    assert!(!out.stalled_write_applied, "{url}: the stalled holder's late write was applied: {out:?}");
+    assert!(out.successor.token > out.stalled.token, "{url}: {out:?}");
+    assert!(out.successor.applied, "{url}: {out:?}");
+    assert!(!out.stalled.applied, "{url}: the stalled holder's late write was applied: {out:?}");
     assert_eq!(out.balance, 70, "{url}");
 
     let out = swap_backends::run(&[config, Config::from_url("memory://swap-test")]).await.expect("swap_backends runs");

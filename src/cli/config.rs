@@ -12,10 +12,10 @@ use super::redactor::Redactor;
 #[derive(Args)]
 pub(crate) struct ConfigArgs {
     #[command(flatten)]
-    pub(crate) target: crate::Target,
+    target: crate::Target,
     /// Print JSON instead of TOML.
     #[arg(long)]
-    pub(crate) json: bool,
+    json: bool,
 }
 
 pub(crate) fn run(args: ConfigArgs, out: &Redactor) -> Result<bool, LockError> {

@@ -6,7 +6,7 @@
 //! renewal fails and its lease reports itself lost.
 
 use clap::Args;
-use dlock::{FencingToken, Holder, LockError, LockName};
+use dlock::{FencingToken, Holder, LockError};
 
 use crate::Redactor;
 
@@ -14,9 +14,7 @@ use crate::Redactor;
 #[derive(Args)]
 pub(crate) struct ReleaseArgs {
     #[command(flatten)]
-    target: crate::Target,
-    /// The lock name.
-    name: String,
+    lock: crate::NamedLock,
     /// Required: free the lock whoever holds it (there is no owner-checked release from the
     /// command line; the holder's own process releases with its lease).
     #[arg(long, required = true)]
@@ -28,9 +26,7 @@ pub(crate) struct ReleaseArgs {
 
 /// Frees the lock, takes it over and releases it.
 pub(crate) async fn run(args: ReleaseArgs, out: &Redactor) -> Result<bool, LockError> {
-    let config = args.target.load(out)?;
-    let name = LockName::new(&args.name)?;
-    let lock = dlock::connect_with(&config).await?;
+    let (config, name, lock) = args.lock.open(out).await?;
     let old = lock.force_release(&name).await?;
     let opts = config.acquire_options().holder(Holder::new("dlock release --force")?);
     // A waiter may be granted first: then its token is the one above the old holder's.

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use clap::Args;
-use dlock::{HolderInfo, LockError, LockName};
+use dlock::{HolderInfo, LockError};
 
 use crate::Redactor;
 
@@ -14,9 +14,7 @@ use crate::Redactor;
 #[derive(Args)]
 pub(crate) struct StatusArgs {
     #[command(flatten)]
-    target: crate::Target,
-    /// The lock name.
-    name: String,
+    lock: crate::NamedLock,
     /// Print one JSON object (`"held": false` when free).
     #[arg(long)]
     json: bool,
@@ -24,9 +22,7 @@ pub(crate) struct StatusArgs {
 
 /// Prints the holder of the lock.
 pub(crate) async fn run(args: StatusArgs, out: &Redactor) -> Result<bool, LockError> {
-    let config = args.target.load(out)?;
-    let name = LockName::new(&args.name)?;
-    let lock = dlock::connect_with(&config).await?;
+    let (_, name, lock) = args.lock.open(out).await?;
     let info = lock.inspect(&name).await?;
     if args.json {
         out.println(&json(name.as_str(), info.as_ref())?);

@@ -1,12 +1,13 @@
 //! `dlock watch NAME [--json] [--interval 200ms] [--count N]`: prints the lock's state, then a
 //! line each time its holder changes (a new grant, a release, an expiry), until Ctrl-C or `--count`
-//! changes. It polls `inspect` every `--interval`: a holder that comes and goes between two polls
-//! is not seen.
+//! changes. It polls `inspect` every `--interval`, and where the backend notifies changes
+//! (`Capabilities::notify_changes`, contract §5.8) it also reads at once after each one: a holder
+//! that comes and goes between two reads is not seen.
 
 use std::time::Duration;
 
 use clap::Args;
-use dlock::{FencingToken, HolderInfo, LockError, LockName};
+use dlock::{FencingToken, HolderInfo, LockError};
 
 use crate::cli::status;
 use crate::Redactor;
@@ -15,9 +16,7 @@ use crate::Redactor;
 #[derive(Args)]
 pub(crate) struct WatchArgs {
     #[command(flatten)]
-    target: crate::Target,
-    /// The lock name.
-    name: String,
+    lock: crate::NamedLock,
     /// How often to ask the backend (it is polled: a holder shorter than this may be missed).
     #[arg(long, value_parser = humantime::parse_duration, default_value = "200ms")]
     interval: Duration,
@@ -36,8 +35,7 @@ fn key(info: Option<&HolderInfo>) -> Option<(FencingToken, Option<String>)> {
 
 /// Polls until Ctrl-C or `--count` changes.
 pub(crate) async fn run(args: WatchArgs, out: &Redactor) -> Result<bool, LockError> {
-    let config = args.target.load(out)?;
-    let name = LockName::new(&args.name)?;
+    let (config, name) = args.lock.load(out)?;
     if args.interval.is_zero() {
         return Err(LockError::invalid_options("--interval must be above zero"));
     }
@@ -50,6 +48,14 @@ pub(crate) async fn run(args: WatchArgs, out: &Redactor) -> Result<bool, LockErr
         }
         Ok(())
     };
+    // Registered before the first read, so that no change after it is missed.
+    let mut feed = match lock.watch_changes(&name).await {
+        Ok(feed) => feed,
+        Err(e) => {
+            out.eprintln(&format!("dlock watch: {e} (polling every {:?} instead)", args.interval));
+            None
+        }
+    };
     let first = lock.inspect(&name).await?;
     print(first.as_ref())?;
     let mut last = key(first.as_ref());
@@ -61,9 +67,22 @@ pub(crate) async fn run(args: WatchArgs, out: &Redactor) -> Result<bool, LockErr
         if args.count.is_some_and(|n| changes >= n) {
             return Ok(true);
         }
-        tokio::select! {
+        let notified = async {
+            match feed.as_mut() {
+                Some(f) => f.changed().await,
+                None => std::future::pending().await,
+            }
+        };
+        let feed_ended = tokio::select! {
             _ = &mut ctrl_c => return Ok(true),
-            _ = tokio::time::sleep(args.interval) => {}
+            _ = tokio::time::sleep(args.interval) => false,
+            alive = notified => !alive,
+        };
+        if feed_ended {
+            feed = None;
+        }
+        if let Some(f) = feed.as_mut() {
+            f.mark_seen();
         }
         let now = match lock.inspect(&name).await {
             Ok(now) => now,

@@ -4,6 +4,8 @@
 
 use sqlx::Connection;
 
+pub mod backends;
+
 /// `key` from the environment when set and not blank, else `default`.
 pub fn env_or(key: &str, default: &str) -> String {
     std::env::var(key).ok().filter(|v| !v.trim().is_empty()).unwrap_or_else(|| default.to_owned())

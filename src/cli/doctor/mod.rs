@@ -28,10 +28,10 @@ use super::redactor::Redactor;
 #[derive(Args)]
 pub(crate) struct DoctorArgs {
     #[command(flatten)]
-    pub(crate) target: crate::Target,
+    target: crate::Target,
     /// Print the findings as JSON on stdout.
     #[arg(long)]
-    pub(crate) json: bool,
+    json: bool,
 }
 
 /// How a check came out.
