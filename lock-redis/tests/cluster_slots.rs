@@ -10,9 +10,12 @@ use lock_core::{AcquireOptions, DistributedLock, DistributedRwLock, DistributedS
 use lock_redis::RedisOptions;
 
 async fn cluster_node() -> RedisServer {
-    let server = RedisServer::start_local_with(&["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"])
-        .await
-        .expect("a cluster-mode redis-server");
+    // The bus port is chosen too: by default it is the client port + 10000, which lands in the
+    // ephemeral range where any outgoing connection may hold it, and the node then exits at
+    // start (CI saw "Connection reset by peer" from a node whose bus port was taken).
+    let bus = dlock_testkit::process::free_port().expect("a free bus port").to_string();
+    let args = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-port", &bus];
+    let server = RedisServer::start_local_with(&args).await.expect("a cluster-mode redis-server");
     let client = redis::Client::open(server.url()).expect("url");
     let mut con = client.get_multiplexed_async_connection().await.expect("connect");
     let _: () =
