@@ -70,6 +70,10 @@ pub struct KindAttempt<'a> {
     /// For a waiting writer: how long a refusal leaves a claim that holds back new readers
     /// ([`writer_claim`]); `None`: a refusal leaves nothing.
     pub claim: Option<Duration>,
+    /// Made while `acquire` waits (any kind): a store with a waiter queue may register the
+    /// owner when refused, and withdraws that in [`KindStore::abandon`]. A single try is `false`
+    /// and must leave nothing behind.
+    pub waiting: bool,
 }
 
 /// One owner's grant of a read-write lock or semaphore, as renewals and releases name it.
@@ -109,9 +113,30 @@ pub trait KindStore: Send + Sync + 'static {
     /// and wake the waiters it lets in.
     async fn release(&self, grant: KindGrant<'_>) -> Result<ReleaseOutcome, LockError>;
 
+    /// A wait by `grant.owner` for `grant.kind` ended without a grant (time-out, error, dropped
+    /// future): withdraw what its attempts left behind. By default a writer's wait releases
+    /// (owner-checked), which withdraws its claim; other kinds leave nothing.
+    async fn abandon(&self, grant: KindGrant<'_>) -> Result<(), LockError> {
+        if grant.kind == LockKind::Write {
+            self.release(grant).await?;
+        }
+        Ok(())
+    }
+
     /// Subscribes to the wake-ups of waiters for `kind` of `name`; `None` means the backend polls.
     async fn subscribe(&self, _kind: LockKind, _name: &LockName) -> Result<Option<WakeSubscription>, LockError> {
         Ok(None)
+    }
+
+    /// Subscribes the wait of `owner` for `kind` of `name`: a store that hands a grant to chosen
+    /// queued waiters wakes those only. By default [`KindStore::subscribe`].
+    async fn subscribe_waiter(
+        &self,
+        kind: LockKind,
+        name: &LockName,
+        _owner: OwnerId,
+    ) -> Result<Option<WakeSubscription>, LockError> {
+        self.subscribe(kind, name).await
     }
 }
 
@@ -150,6 +175,7 @@ impl<B: KindStore> KindSide<B> {
             owner,
             ttl,
             claim: (writer && waiting).then_some(claim),
+            waiting,
         };
         match self.store.try_lock(attempt).await? {
             // A writer re-tries before the claim lapses, so waiting readers stay held back.
@@ -177,13 +203,10 @@ impl<B: KindStore> LeaseStore for KindSide<B> {
         self.attempt(name, owner, ttl, true).await
     }
 
-    /// A write wait that ended without a grant withdraws its claim at once (owner-checked: the
-    /// grant too, if one raced in) instead of holding readers back until the claim lapses.
+    /// A wait that ended without a grant withdraws what it left at once ([`KindStore::abandon`]:
+    /// a writer's claim, a queue place) instead of holding others back until it lapses.
     async fn abandon(&self, name: &LockName, owner: OwnerId) -> Result<(), LockError> {
-        if self.kind == LockKind::Write {
-            self.release(name, owner).await?;
-        }
-        Ok(())
+        self.store.abandon(KindGrant { kind: self.kind, name, owner }).await
     }
 
     async fn renew(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<RenewOutcome, LockError> {
@@ -196,6 +219,10 @@ impl<B: KindStore> LeaseStore for KindSide<B> {
 
     async fn subscribe(&self, name: &LockName) -> Result<Option<WakeSubscription>, LockError> {
         self.store.subscribe(self.kind, name).await
+    }
+
+    async fn subscribe_waiter(&self, name: &LockName, owner: OwnerId) -> Result<Option<WakeSubscription>, LockError> {
+        self.store.subscribe_waiter(self.kind, name, owner).await
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -14,8 +14,8 @@ use crate::{
 ///
 /// Many readers or one writer. A writer that is refused while it waits leaves a short claim
 /// ([`writer_claim`](super::writer_claim)) that makes new readers wait, so readers arriving
-/// after a waiting writer do not starve it; waiters are otherwise not served in arrival order
-/// (`fifo` is false). Every grant, read or write, has its own lease and a fencing token above
+/// after a waiting writer do not starve it; waiters are served in arrival order only where the
+/// store keeps a waiter queue and its capabilities declare `fifo` (Redis). Every grant, read or write, has its own lease and a fencing token above
 /// every token issued before for this read-write lock.
 pub struct StoreRwLock<B> {
     read: StoreLock<KindSide<B>>,
