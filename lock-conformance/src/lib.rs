@@ -128,8 +128,14 @@
 //! read-write lock and semaphore under faults (`kinds_pause_past_ttl`, `kinds_server_pause`,
 //! `kinds_nemesis`), leader election (`election_nemesis`, `election_resign_hands_over`,
 //! `election_observers_converge`, `election_observers_notified`), run-once jobs (`hold_at_least_early_release`,
-//! `hold_at_least_late_release`) and the fairness a `fifo` backend owes (`fifo_no_overtaking`,
-//! `fifo_vanished_head`). Each runs under
+//! `hold_at_least_late_release`), the fairness a `fifo` backend owes (`fifo_no_overtaking`,
+//! `fifo_vanished_head`) and the same for its read-write locks and semaphores when their own
+//! capabilities declare `fifo` (`rw_fifo_order`: reader, writer, reader served in arrival order,
+//! no reader joining the readers ahead of a queued writer; `rw_fifo_no_overtaking`: neither the
+//! releasing reader nor a newcomer overtakes a queued writer; `semaphore_fifo_order`: freed
+//! permits go to the waiters in arrival order, never to a `try_acquire`;
+//! `kinds_fifo_vanished_head`: a waiter that registered and vanished, through
+//! `Fixture::lease_stores`, holds the next back for a bounded time only). Each runs under
 //! an overall time limit ([`Case::time_limit`]): a hang is a failure with a clear detail, never
 //! a stuck test.
 //!
@@ -137,14 +143,17 @@
 //! deliberate bug each (no exclusion, a renew that releases, a release without owner check,
 //! repeated tokens, a token handed out twice after a takeover, leases that never or too early
 //! expire, colliding or truncated names, false `fifo` and `durable_fencing` claims, a queue that
-//! newcomers overtake or whose vanished head never expires) and asserts
+//! newcomers overtake or whose vanished head never expires, a read-write lock and semaphore whose
+//! queue single tries overtake — `tests/mutants/kinds.rs`) and asserts
 //! the cases report `failed`; its correct store, with link latency, must pass the release,
 //! deadline and renewal cases that fail on a `Lease`/`StoreLock` without their fixes.
 //!
 //! ## Capabilities decide what applies
 //!
 //! Every case reads the backend's [`lock_core::Capabilities`] and checks each promise made:
-//! `fifo` → `fifo_order`, `fifo_no_overtake`, `fifo_no_overtaking`, `fifo_vanished_head`; `durable_fencing` → tokens rise across `fault_server_restart`;
+//! `fifo` → `fifo_order`, `fifo_no_overtake`, `fifo_no_overtaking`, `fifo_vanished_head` (and,
+//! read from the kind client, `rw_fifo_order`, `rw_fifo_no_overtaking`, `semaphore_fifo_order`,
+//! `kinds_fifo_vanished_head`); `durable_fencing` → tokens rise across `fault_server_restart`;
 //! `durable_leases` → a holder keeps its lease across it (and otherwise must be told it lost
 //! it); `lease_model` → how a holder "vanishes" (stops renewing for per-lock leases; is cut off
 //! by its link for per-session ones); `wake` → the wake-up latency bound; `min_ttl`/`max_ttl` →
@@ -279,6 +288,10 @@ macro_rules! conformance_tests {
                 inspect_hostile_holder,
                 fifo_no_overtaking,
                 fifo_vanished_head,
+                rw_fifo_order,
+                rw_fifo_no_overtaking,
+                semaphore_fifo_order,
+                kinds_fifo_vanished_head,
                 idle_collected_tokens_rise,
             ]
         }

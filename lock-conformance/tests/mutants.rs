@@ -15,6 +15,9 @@ use lock_core::{
 };
 use tokio::time::Instant;
 
+#[path = "mutants/kinds.rs"]
+mod kinds;
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Bug {
     None,
@@ -459,4 +462,30 @@ async fn a_fair_queue_passes_and_its_breaches_are_caught() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_of_renewals_answered_as_one_is_caught() {
     assert_fails(Bug::BatchAnsweredAsOne, &["fault_entry_deleted_among_many"]).await;
+}
+
+/// The kinds' fairness cases pass on a read-write lock and semaphore with a correct waiter queue,
+/// and each breach is caught: single tries that overtake the queue, readers that join the current
+/// readers ahead of a queued writer, a vanished waiter whose entry never lapses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_kinds_queue_passes_and_its_breaches_are_caught() {
+    use kinds::{kinds_outcomes, KindsBug, KINDS_FIFO};
+    let got = kinds_outcomes(KindsBug::None, &KINDS_FIFO).await;
+    assert_eq!(got.len(), KINDS_FIFO.len(), "not every case ran: {got:?}");
+    for (name, outcome, detail) in got {
+        assert_eq!(outcome, Outcome::Passed, "a fair kinds queue must pass {name}: {detail}");
+    }
+    let must_fail: [(KindsBug, &[&str]); 3] = [
+        (KindsBug::TryOvertakes, &["rw_fifo_order", "rw_fifo_no_overtaking", "semaphore_fifo_order"]),
+        (KindsBug::ReadersJoin, &["rw_fifo_order", "rw_fifo_no_overtaking"]),
+        (KindsBug::HeadStuck, &["kinds_fifo_vanished_head"]),
+    ];
+    for (bug, cases) in must_fail {
+        let got = kinds_outcomes(bug, cases).await;
+        assert_eq!(got.len(), cases.len(), "{bug:?}: not every case ran: {got:?}");
+        for (name, outcome, detail) in got {
+            assert_eq!(outcome, Outcome::Failed, "{bug:?}: {name} should fail, got {outcome:?}: {detail}");
+            eprintln!("{bug:?}: {name} failed as it should: {detail}");
+        }
+    }
 }

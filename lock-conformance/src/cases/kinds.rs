@@ -12,7 +12,7 @@ use tokio::time::{timeout, Instant};
 use super::{ensure, fail, ms, CaseError, CaseResult, Ctx};
 use crate::Fixture;
 
-async fn rw_client(cx: &Ctx<'_>) -> Result<Arc<dyn DistributedRwLock>, CaseError> {
+pub(super) async fn rw_client(cx: &Ctx<'_>) -> Result<Arc<dyn DistributedRwLock>, CaseError> {
     match cx.fx.rw_client().await {
         Ok(Some(c)) => Ok(c),
         Ok(None) => {
@@ -22,7 +22,7 @@ async fn rw_client(cx: &Ctx<'_>) -> Result<Arc<dyn DistributedRwLock>, CaseError
     }
 }
 
-async fn semaphore_client(cx: &Ctx<'_>) -> Result<Arc<dyn DistributedSemaphore>, CaseError> {
+pub(super) async fn semaphore_client(cx: &Ctx<'_>) -> Result<Arc<dyn DistributedSemaphore>, CaseError> {
     match cx.fx.semaphore_client().await {
         Ok(Some(c)) => Ok(c),
         Ok(None) => {

@@ -27,6 +27,7 @@ pub mod idle;
 pub mod inspect;
 pub mod kinds;
 pub mod kinds_faults;
+pub mod kinds_fifo;
 pub mod lease;
 pub mod multi;
 pub mod names;
@@ -209,6 +210,10 @@ registry! {
     inspect::inspect_hostile_holder, 6, "bad holder ids and oversized metadata are rejected; hostile valid ids round-trip verbatim";
     fairness::fifo_no_overtaking, 12, "with a waiter queued, neither the releaser nor a newcomer overtakes it (fifo)";
     fairness::fifo_vanished_head, 20, "a queued waiter that vanished holds the next one back for a bounded time only (fifo)";
+    kinds_fifo::rw_fifo_order, 20, "rw lock (fifo): reader, writer, reader served in arrival order; no reader joins ahead of a queued writer";
+    kinds_fifo::rw_fifo_no_overtaking, 14, "rw lock (fifo): with a writer queued, neither the releasing reader nor a newcomer overtakes it";
+    kinds_fifo::semaphore_fifo_order, 20, "semaphore (fifo): waiters get freed permits in arrival order, try_acquire never overtakes";
+    kinds_fifo::kinds_fifo_vanished_head, 20, "rw lock and semaphore (fifo): a vanished queued waiter holds the next back for a bounded time only";
 }
 
 /// Every case of the suite, in report order.
