@@ -158,11 +158,13 @@ pub async fn rw_fifo_no_overtaking(fx: &dyn Fixture) -> CaseResult {
     }
     held.release().await?;
     // Straight after the release: the queued writer's turn.
+    // Writes first: a free lock with no queue would take them, so they are the likeliest to
+    // overtake before the woken writer's attempt arrives.
     let tries = [
-        ("the releaser's try_acquire_read", a.try_acquire_read(&name, &long).await?),
         ("the releaser's try_acquire_write", a.try_acquire_write(&name, &long).await?),
-        ("a newcomer's try_acquire_read", c.try_acquire_read(&name, &long).await?),
         ("a newcomer's try_acquire_write", c.try_acquire_write(&name, &long).await?),
+        ("the releaser's try_acquire_read", a.try_acquire_read(&name, &long).await?),
+        ("a newcomer's try_acquire_read", c.try_acquire_read(&name, &long).await?),
     ];
     let overtook: Vec<&str> = tries.iter().filter(|(_, l)| l.is_some()).map(|(who, _)| *who).collect();
     drop(tries);
@@ -177,7 +179,42 @@ pub async fn rw_fifo_no_overtaking(fx: &dyn Fixture) -> CaseResult {
     let (lease_a, at_a) = joined(back, "the returning reader").await?;
     lease_a.release().await?;
     ensure!(at_w < at_a, "the returning reader was served before the writer queued ahead of it");
-    Ok(format!("hand-off to the queued writer, returning reader served {} ms later", ms(at_a - at_w)))
+    let slow = slow_writer_kept_its_turn(&cx, &a, &c).await?;
+    Ok(format!("hand-off to the queued writer, returning reader served {} ms later{slow}", ms(at_a - at_w)))
+}
+
+/// The queued writer above is quick: on a loopback link it may win the race for the free lock
+/// by speed alone. Where the fixture drives the write side directly (`Fixture::lease_stores`), a
+/// writer that queued with one waiting attempt and is slow to come back (it never does) must
+/// still keep its turn right after the reader's release: `try_acquire_write` and
+/// `try_acquire_read` of the releaser and of a newcomer all get `None`.
+async fn slow_writer_kept_its_turn(
+    cx: &Ctx<'_>,
+    a: &Arc<dyn DistributedRwLock>,
+    c: &Arc<dyn DistributedRwLock>,
+) -> Result<String, CaseError> {
+    let stores = match cx.fx.lease_stores().await {
+        Ok(s) => s,
+        Err(e) => return Err(CaseError::Skipped(format!("the fixture could not make its lease stores: {e}"))),
+    };
+    let Some((_, write)) = stores.into_iter().find(|(l, _)| *l == "write") else {
+        return Ok(String::new());
+    };
+    let name = cx.name("rw-slow")?;
+    let long = cx.opts(cx.ttl() * 20);
+    let held = a.acquire_read(&name, &long).await?;
+    expect_refused(write.try_lock_waiting(&name, OwnerId::random(), cx.ttl()).await?, "a writer while a reader held")?;
+    held.release().await?;
+    let tries = [
+        ("the releaser's try_acquire_write", a.try_acquire_write(&name, &long).await?),
+        ("a newcomer's try_acquire_write", c.try_acquire_write(&name, &long).await?),
+        ("the releaser's try_acquire_read", a.try_acquire_read(&name, &long).await?),
+        ("a newcomer's try_acquire_read", c.try_acquire_read(&name, &long).await?),
+    ];
+    let overtook: Vec<&str> = tries.iter().filter(|(_, l)| l.is_some()).map(|(who, _)| *who).collect();
+    drop(tries);
+    ensure!(overtook.is_empty(), "{} got the lock while a (slow) writer was queued", overtook.join(" and "));
+    Ok("; a slow queued writer kept its turn too".into())
 }
 
 /// Declared `fifo`: with both of 2 permits held, waiters 1, 2, 3 (in arrival order) get permits
