@@ -16,9 +16,9 @@ use redis::Script;
 
 use crate::acl::Needs;
 use crate::scripts::{
-    RwKeys, SemKeys, RENEW, RW_READ, RW_WRITE, RW_WRITE_RELEASE, SEM_ACQUIRE, ZSET_RELEASE, ZSET_RENEW,
+    RwKeys, SemKeys, RENEW, RW_READ, RW_READ_RELEASE, RW_WRITE, RW_WRITE_RELEASE, SEM_ACQUIRE, SEM_RELEASE, ZSET_RENEW,
 };
-use crate::single::{remaining_from, token_from, ttl_ms, BACKEND};
+use crate::single::{remaining_from, token_from, ttl_ms, BACKEND, RESERVE_MS};
 use crate::{RedisOptions, RedisStore};
 
 /// A read-write lock client of one Redis server (docs/contract.md §5.2). Backend label `redis`.
@@ -68,35 +68,38 @@ impl RedisKinds {
         }
     }
 
-    /// Releases one grant (also a grant given back for want of replica acknowledgements).
+    /// Releases one grant (also a grant given back for want of replica acknowledgements, and
+    /// the end of a wait without a grant: the release scripts also drop the owner's queue entry
+    /// and reserve and wake the waiters that may now go in).
     async fn release_grant(
         &self,
         kind: LockKind,
         name: &LockName,
         owner: OwnerId,
     ) -> Result<ReleaseOutcome, LockError> {
-        let owner = owner.to_hex();
+        let (owner, reserve) = (owner.to_hex(), RESERVE_MS.to_string());
         let r = match kind {
             LockKind::Permit => {
                 let k = SemKeys::new(&self.base.prefix, name);
-                let keys = [&*k.holders, &k.tokens, &k.permits];
-                self.invoke(&ZSET_RELEASE, &keys, &[&owner, &k.channel, "0"], false).await?
+                let keys = [&*k.holders, &k.tokens, &k.permits, &k.queue];
+                self.invoke(&SEM_RELEASE, &keys, &[&owner, &reserve, &k.channel], false).await?
             }
             LockKind::Write => {
                 let k = RwKeys::new(&self.base.prefix, name);
-                let args = [&*owner, &k.to_readers, &k.to_writers];
-                self.invoke(&RW_WRITE_RELEASE, &[&k.writer, &k.waiting], &args, false).await?
+                let args = [&*owner, &reserve, &k.to_readers, &k.to_writers];
+                self.invoke(&RW_WRITE_RELEASE, &[&k.writer, &k.queue, &k.readers, &k.tokens], &args, false).await?
             }
             _ => {
                 let k = RwKeys::new(&self.base.prefix, name);
-                self.invoke(&ZSET_RELEASE, &[&k.readers, &k.tokens], &[&owner, &k.to_writers, "1"], false).await?
+                let args = [&*owner, &reserve, &k.to_readers, &k.to_writers];
+                self.invoke(&RW_READ_RELEASE, &[&k.readers, &k.tokens, &k.writer, &k.queue], &args, false).await?
             }
         };
         Ok(released(r))
     }
 
-    /// Runs an acquire script: KEYS `keys` and the boot marker, ARGV `args` and the quiet
-    /// period in ms. Its `{flag, value}` reply, and how many replicas acknowledged a grant
+    /// Runs an acquire script: KEYS `keys` and the boot marker, ARGV `args`, the quiet period in
+    /// ms and `tail`. Its `{flag, value}` reply, and how many replicas acknowledged a grant
     /// (`WAIT`, with `min_replicas_ack`; `i64::MAX` when not asked).
     async fn acquire(
         &self,
@@ -104,6 +107,7 @@ impl RedisKinds {
         name: &LockName,
         keys: &[&str],
         args: &[&str],
+        tail: &[&str],
     ) -> Result<(i64, i64, i64), LockError> {
         let (node, boot) = (&self.base.node, &self.base.boot);
         let quiet = boot.quiet_ms().to_string();
@@ -123,7 +127,11 @@ impl RedisKinds {
                             for arg in args {
                                 call.arg(*arg);
                             }
-                            call.arg(quiet).invoke_async(&mut c).await
+                            call.arg(quiet);
+                            for arg in tail {
+                                call.arg(*arg);
+                            }
+                            call.invoke_async(&mut c).await
                         }
                     })
                     .await?;
@@ -167,29 +175,30 @@ impl KindStore for RedisKinds {
 
     fn capabilities(&self) -> Capabilities {
         let mut caps = LeaseStore::capabilities(&*self.base);
-        // The waiter queue serves the exclusive lock only; readers, writers and permits are
-        // not (yet) granted in arrival order.
-        caps.fifo = false;
+        // Readers, writers and permits wait in the kinds' queues (crate::scripts::kinds_queue),
+        // served in arrival order as the exclusive lock's waiters are.
+        caps.fifo = true;
         caps
     }
 
     async fn try_lock(&self, a: KindAttempt<'_>) -> Result<TryLock, LockError> {
         let (owner, ms) = (a.owner.to_hex(), ttl_ms(a.ttl).to_string());
+        // Only a waiting attempt takes a place in the queue; a single try must not.
+        let reg = if a.waiting { self.base.registration(a.ttl) } else { 0 }.to_string();
+        let reserve = RESERVE_MS.to_string();
         let (flag, value, acked) = match a.kind {
             LockKind::Permit => {
                 let k = SemKeys::new(&self.base.prefix, a.name);
-                let (keys, permits) = ([&*k.holders, &k.tokens, &k.permits, &k.fence], a.permits.to_string());
-                self.acquire(&SEM_ACQUIRE, a.name, &keys, &[&owner, &ms, &permits]).await?
+                let (keys, permits) = ([&*k.holders, &k.tokens, &k.permits, &k.queue, &k.fence], a.permits.to_string());
+                let tail = [&*reserve, &k.channel];
+                self.acquire(&SEM_ACQUIRE, a.name, &keys, &[&owner, &ms, &permits, &reg], &tail).await?
             }
             kind => {
                 let k = RwKeys::new(&self.base.prefix, a.name);
-                let keys = [&*k.readers, &k.tokens, &k.writer, &k.waiting, &k.fence];
-                if kind == LockKind::Write {
-                    let claim_ms = a.claim.map_or(0, ttl_ms).to_string();
-                    self.acquire(&RW_WRITE, a.name, &keys, &[&owner, &ms, &claim_ms]).await?
-                } else {
-                    self.acquire(&RW_READ, a.name, &keys, &[&owner, &ms]).await?
-                }
+                let keys = [&*k.readers, &k.tokens, &k.writer, &k.queue, &k.fence];
+                let tail = [&*reserve, &k.to_readers, &k.to_writers];
+                let script = if kind == LockKind::Write { &RW_WRITE } else { &RW_READ };
+                self.acquire(script, a.name, &keys, &[&owner, &ms, &reg], &tail).await?
             }
         };
         match (flag, value) {
@@ -242,20 +251,40 @@ impl KindStore for RedisKinds {
         Ok(renewed(r))
     }
 
-    /// A release publishes `one` on the channel of the waiters it lets in (one waiter per
-    /// client wakes). `ZSET_RELEASE`'s last argument: "1" publishes only when the release left
-    /// the set empty (the last reader out wakes a waiting writer), "0" always (a permit).
+    /// A release reserves and wakes the waiters it lets in, each by `@<owner>` on its kind's
+    /// channel (crate::scripts::kinds_queue).
     async fn release(&self, g: KindGrant<'_>) -> Result<ReleaseOutcome, LockError> {
         self.release_grant(g.kind, g.name, g.owner).await
     }
 
+    /// A wait that ended without a grant leaves the queue at once: the release script drops
+    /// the owner's entry (owner-checked: and the grant, if one raced in) and lets the next in.
+    async fn abandon(&self, g: KindGrant<'_>) -> Result<(), LockError> {
+        self.release_grant(g.kind, g.name, g.owner).await.map(drop)
+    }
+
     async fn subscribe(&self, kind: LockKind, name: &LockName) -> Result<Option<WakeSubscription>, LockError> {
-        let channel = match kind {
-            LockKind::Permit => SemKeys::new(&self.base.prefix, name).channel,
-            LockKind::Write => RwKeys::new(&self.base.prefix, name).to_writers,
-            _ => RwKeys::new(&self.base.prefix, name).to_readers,
-        };
-        self.base.notifier.subscribe(&channel, None).await
+        self.base.notifier.subscribe(&channel(&self.base.prefix, kind, name), None).await
+    }
+
+    /// Releases wake the queue's grantable heads only (`@<owner>`), so each waiter listens for
+    /// its own owner id.
+    async fn subscribe_waiter(
+        &self,
+        kind: LockKind,
+        name: &LockName,
+        owner: OwnerId,
+    ) -> Result<Option<WakeSubscription>, LockError> {
+        self.base.notifier.subscribe(&channel(&self.base.prefix, kind, name), Some(&owner.to_hex())).await
+    }
+}
+
+/// The channel that wakes waiters of `kind` of `name`.
+fn channel(prefix: &str, kind: LockKind, name: &LockName) -> String {
+    match kind {
+        LockKind::Permit => SemKeys::new(prefix, name).channel,
+        LockKind::Write => RwKeys::new(prefix, name).to_writers,
+        _ => RwKeys::new(prefix, name).to_readers,
     }
 }
 

@@ -77,7 +77,8 @@
 //!   (`Capabilities::notify_changes`, contract §5.8). The pub/sub connection is health-checked
 //!   with PING; after it reconnects,
 //!   every channel is re-subscribed and every waiter re-tries. Read-write locks and semaphores
-//!   have no queue yet (their `fifo` is false).
+//!   queue their waiters the same way (`…:rw:queue`, `…:sem:queue`; below), so they declare
+//!   `fifo` too.
 //! - **Failures**: every command is bounded by `request_timeout` and every connect by
 //!   `connect_timeout`; an unreachable server is `LockError::Unavailable`, a bad URL
 //!   `LockError::Config`. A connection that failed or timed out is replaced, never reused.
@@ -168,48 +169,69 @@
 //! | `<prefix>:{<name>}:rw:readers` | sorted set | reader owner → server time (ms) its lease ends |
 //! | `<prefix>:{<name>}:rw:tokens` | hash | reader owner → its fencing token |
 //! | `<prefix>:{<name>}:rw:writer` | hash, `PX ttl` | `{o: owner, f: token}` of the writer |
-//! | `<prefix>:{<name>}:rw:waiting` | sorted set | waiting writer owner → server time (ms) its claim ends |
+//! | `<prefix>:{<name>}:rw:queue` | string, `PX` | waiting readers `r:<owner>` and writers `w:<owner>` in arrival order, each with the server time (ms) its registration ends |
 //! | `<prefix>:{<name>}:rw:fence` | integer | highest token issued for the read-write lock |
 //! | `<prefix>:{<name>}:sem:holders` | sorted set | permit owner → server time (ms) its lease ends |
 //! | `<prefix>:{<name>}:sem:tokens` | hash | permit owner → its fencing token |
 //! | `<prefix>:{<name>}:sem:permits` | string | the number of permits its users agreed on |
+//! | `<prefix>:{<name>}:sem:queue` | string, `PX` | waiting permit owners `p:<owner>` in arrival order, with their registrations' ends |
 //! | `<prefix>:{<name>}:sem:fence` | integer | highest token issued for the semaphore |
 //!
-//! Channels: `…:rw:to-readers`, `…:rw:to-writers`, `…:sem:released`. The sorted sets, the
-//! token hashes and `sem:permits` carry the expiry of their longest lease, so nothing is left
-//! behind when holders vanish; the fence counters have no expiry.
+//! Channels: `…:rw:to-readers`, `…:rw:to-writers`, `…:sem:released`; every message on them is
+//! `@<owner>` and wakes that one waiter. The sorted sets, the token hashes and `sem:permits`
+//! carry the expiry of their longest lease, and a queue that of its last registration, so
+//! nothing is left behind when holders and waiters vanish; the fence counters have no expiry.
+//!
+//! **Waiter queues** (`fifo`; the rules and assumptions in `scripts/kinds_queue.rs`): a
+//! refused *waiting* attempt takes a place at the tail of the kind's queue, as the exclusive
+//! lock's waiters do. The queue's **grantable heads** are the head writer alone while nobody
+//! holds, the run of consecutive readers at the head while no writer holds, and the first
+//! `permits − holders` permit waiters. A queued caller is granted only among them; a caller not
+//! queued (a newcomer, `try_acquire_*`, the releaser coming straight back) only when the queue
+//! is empty (a semaphore: when more permits are free than waiters are queued), so a free lock
+//! stays one round trip, nobody overtakes a queued waiter, and a reader never joins the current
+//! readers while a writer is queued. Whenever a script finds grantable heads (a release, a wait
+//! that gave up, an attempt that found a lease expired) it reserves them (each gets at most
+//! 250 ms to come) and wakes each of them alone by `@<owner>`: one wake-up per waiter that can
+//! now be granted, across all clients. Bounds: a grantable head that vanished holds the others
+//! back for at most its 250 ms reservation plus one re-try of the next waiter (at most `4 ×
+//! max_poll_interval`); a waiter that vanished further back drops out when its registration
+//! ends (`2 × (4 × max_poll_interval + request_timeout)`); a wait that ends without a grant
+//! leaves at once (its release script drops the entry). Exclusion is checked exactly as without
+//! a queue: a waiter that misses its turn loses fairness, never safety.
 //!
 //! **Scripts** (one round trip each; expiries are decided by the server's `TIME`, never by a
 //! client clock; every script first drops the holders whose lease ended):
 //! - *read acquire*: already ours → extend, same token. Else refused while a writer holds
-//!   (answer: its `PTTL`) or while any writer's claim in `rw:waiting` is live (answer: until the
-//!   first claim ends); else the next token, the reader added with `now + ttl`.
+//!   (answer: its `PTTL`) or while it is not this reader's turn in `rw:queue` (answer: until the
+//!   reservations ahead end); else the next token, the reader added with `now + ttl`.
 //! - *write acquire*: already ours → extend, same token. Else refused while a writer or a reader
-//!   holds; a refused **waiting** writer (re)sets its claim, which makes new readers wait, so a
-//!   stream of readers cannot starve it (readers already in keep their leases). The claim lasts
-//!   `clamp(ttl/2, 300 ms, 2 s)` and the writer re-tries at least every third of it, so it stays
-//!   up while the writer waits. A wait that ends without a grant (time-out, error, dropped
-//!   future) withdraws it at once; a crashed writer's claim lapses on its own; a single
-//!   `try_acquire_write` sets none. Granted: next token, `rw:writer` with `PX ttl`, claim removed.
+//!   holds or while it is not this writer's turn; a refused **waiting** writer keeps its place,
+//!   which makes every reader arriving after it wait, so a stream of readers cannot starve it
+//!   (readers already in keep their leases). A wait that ends without a grant (time-out, error,
+//!   dropped future) leaves the queue at once; a crashed writer's place lapses on its own; a
+//!   single `try_acquire_write` takes none. Granted: next token, `rw:writer` with `PX ttl`.
 //! - *permit acquire*: `sem:permits` different from the caller's `permits` while anyone holds →
 //!   `InvalidOptions` (when the semaphore is empty any number starts afresh); already ours →
-//!   extend; all permits taken → refused (answer: until the first lease ends); else the next
-//!   token and the holder added.
+//!   extend; all permits taken, or the free ones belong to queued waiters ahead → refused
+//!   (answer: until the first lease or reservation ends); else the next token and the holder
+//!   added.
 //! - *renew* (owner-checked): readers and permits move their score to `now + ttl` if their
 //!   lease has not ended; the writer uses the exclusive lock's renew on `rw:writer`.
-//! - *release* (owner-checked): a reader leaving last publishes to `rw:to-writers` (one waiter
-//!   per client wakes); a permit publishes to `sem:released` (one per client); the writer
-//!   publishes to `rw:to-writers` when other writers wait, else `all` to `rw:to-readers`, which
-//!   wakes **every** waiting reader of each client, as they may all go in together.
+//! - *release* (owner-checked; also a wait's abandon, which drops the owner's queue entry):
+//!   reserves and wakes the grantable heads it lets in — the head writer when the last reader
+//!   leaves, the head writer or the run of readers at the head when the writer leaves, the
+//!   waiter that gets the freed permit.
 //!
 //! **Tokens** come from the exclusive lock's scheme, per name and kind: `max(counter + 1, TIME
 //! in µs)`, so every grant of a read-write lock (readers included) or of a semaphore gets a
 //! token above every earlier one of that name and kind, also after an empty restart. A
 //! writer's token is above every reader's before it.
 //!
-//! **Not promised**: arrival order among waiters (`fifo` is false): writers compete among
-//! themselves, and while writers keep arriving, waiting readers can wait long (the writer
-//! preference is the point); permits go to whichever waiter asks first after a release.
+//! **Promised** (`fifo`): waiters are granted in arrival order as far as the kind allows (a
+//! writer alone, consecutive readers together, as many permit waiters as permits are free).
+//! The price: a refused waiting attempt rewrites the queue string (O(waiters)), and a grantable
+//! head that vanished delays the others by its reservation.
 //!
 //! ## Redlock
 //!

@@ -103,7 +103,7 @@ impl RedisStore {
     /// How long a waiter's place in the queue lasts without a re-try (ms). `StoreLock` re-tries
     /// a notified wait at least every 4 × `max_poll_interval` (the fallback) plus one attempt
     /// (at most `request_timeout`): twice that, so one late re-try does not cost the place.
-    fn registration(&self, ttl: Duration) -> u64 {
+    pub(crate) fn registration(&self, ttl: Duration) -> u64 {
         let retry = self.max_poll_interval(ttl).saturating_mul(4) + self.node.request_timeout();
         ttl_ms(retry.saturating_mul(2))
     }

@@ -1,10 +1,13 @@
-//! The scripts of the read-write lock and the semaphore (single instance).
+//! The scripts of the read-write lock and the semaphore (single instance), with their waiter
+//! queues ([`super::kinds_queue`]).
 
 use std::sync::LazyLock;
 
 use lock_core::LockName;
 use redis::Script;
 
+use super::kinds_queue::kinds_queue_lua;
+use super::queue::queue_lua;
 use crate::boot::quiet_lua;
 
 /// Lua shared by the scripts of the read-write lock and the semaphore (prepended to each):
@@ -61,6 +64,14 @@ end
     };
 }
 
+/// [`kinds_prelude!`] with the waiter queue's helpers (`queue_load`, `queue_save` of the
+/// exclusive queue and the `kq_*` helpers of [`super::kinds_queue`]).
+macro_rules! kinds_queued_prelude {
+    () => {
+        concat!(kinds_prelude!(), queue_lua!(), kinds_queue_lua!())
+    };
+}
+
 key_space! {
     /// The keys and channels of one read-write lock (a key space of its own: `…:rw:*`).
     RwKeys ":rw" {
@@ -70,14 +81,15 @@ key_space! {
         tokens: "tokens",
         /// Hash `{o: owner, f: token}` with `PX ttl`: the writer.
         writer: "writer",
-        /// Sorted set: waiting writer owner → server time (ms) its claim ends. While it is not
-        /// empty, new readers are refused (writers are not starved).
-        waiting: "waiting",
+        /// String: the waiting readers (`r:<owner>`) and writers (`w:<owner>`) in arrival order,
+        /// each with the end of its registration ([`super::kinds_queue`]). While a writer is
+        /// queued, new readers wait behind it (writers are not starved).
+        queue: "queue",
         /// Integer: the highest token issued for this read-write lock.
         fence: "fence",
-        /// Channel: wakes waiting readers (all of them, per client).
+        /// Channel: `@<owner>` wakes that waiting reader.
         to_readers: "to-readers",
-        /// Channel: wakes waiting writers (one per client).
+        /// Channel: `@<owner>` wakes that waiting writer.
         to_writers: "to-writers",
     }
 }
@@ -91,102 +103,147 @@ key_space! {
         tokens: "tokens",
         /// String: the number of permits every user must agree on (expires with the last holder).
         permits: "permits",
+        /// String: the waiting owners (`p:<owner>`) in arrival order ([`super::kinds_queue`]).
+        queue: "queue",
         /// Integer: the highest token issued for this semaphore.
         fence: "fence",
-        /// Channel: a release wakes one waiter per client.
+        /// Channel: `@<owner>` wakes that waiter.
         channel: "released",
     }
 }
 
-/// Read acquire. KEYS: readers, tokens, writer, waiting, fence, boot marker. ARGV: owner, ttl
-/// ms, quiet ms (`{0, ms}` also in the quiet period after the server lost its state).
-/// `{1, token}` granted (or already ours: lease refreshed, same token); `{0, ms}` refused
-/// because a writer holds (ms = its PTTL) or writers wait (ms = until the first claim ends).
+/// Read acquire. KEYS: readers, tokens, writer, queue, fence, boot marker. ARGV: owner, ttl ms,
+/// registration ms (`0`: a single try, which does not queue), quiet ms, reserve ms, readers'
+/// channel, writers' channel. `{1, token}` granted (or already ours: lease refreshed, same
+/// token); `{0, ms}` refused: a writer holds (ms = its PTTL), it is not this reader's turn in
+/// the queue (ms = until the reservations ahead end, or the readers' leases when a writer
+/// waits for them), or the quiet period after the server lost its state (the time left).
 pub(super) const RW_READ_SRC: &str = concat!(
-    kinds_prelude!(),
+    kinds_queued_prelude!(),
     r#"
 purge(KEYS[1], KEYS[2])
+local me, reg, reserve = 'r:' .. ARGV[1], tonumber(ARGV[3]), tonumber(ARGV[5])
+local chans = {r = ARGV[6], w = ARGV[7]}
+local q, had = queue_load(KEYS[4], now)
 local mine = redis.call('ZSCORE', KEYS[1], ARGV[1])
 local token = redis.call('HGET', KEYS[2], ARGV[1])
 if mine and token then
   redis.call('ZADD', KEYS[1], ms(now + tonumber(ARGV[2])), ARGV[1])
   expire_with(KEYS[1], {KEYS[1], KEYS[2]})
+  local i = kq_place(q, me)
+  if i > 0 then
+    table.remove(q, i)
+    queue_save(KEYS[4], q, now, had)
+  end
   return {1, tonumber(token)}
 end
-local quiet = quiet_left(KEYS[6], ARGV[3], now)
-if quiet > 0 then return {0, quiet} end
-if redis.call('EXISTS', KEYS[3]) == 1 then
-  return {0, redis.call('PTTL', KEYS[3])}
+local function busy(ms)
+  kq_register(q, me, reg)
+  queue_save(KEYS[4], q, now, had)
+  return {0, ms}
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', ms(now))
-if redis.call('ZCARD', KEYS[4]) > 0 then
-  return {0, left(KEYS[4], true)}
+local quiet = quiet_left(KEYS[6], ARGV[4], now)
+if quiet > 0 then return busy(quiet) end
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  return busy(redis.call('PTTL', KEYS[3]))
+end
+local can = rw_grantable(q, false, redis.call('ZCARD', KEYS[1]))
+local i = kq_place(q, me)
+local turn = (i > 0 and i <= can) or (i == 0 and #q == 0)
+if not turn then
+  kq_reserve(q, can, reserve, chans, math.huge)
+  return busy(kq_first_end(q, can) or math.max(1, left(KEYS[1], false)))
+end
+if i > 0 then
+  table.remove(q, i)
+  can = can - 1
 end
 token = next_token(KEYS[5])
 redis.call('ZADD', KEYS[1], ms(now + tonumber(ARGV[2])), ARGV[1])
 redis.call('HSET', KEYS[2], ARGV[1], string.format('%d', token))
 expire_with(KEYS[1], {KEYS[1], KEYS[2]})
+-- The readers queued behind this one share with it: they are reserved and woken too.
+kq_reserve(q, can, reserve, chans, math.huge)
+queue_save(KEYS[4], q, now, had)
 return {1, token}
 "#
 );
 pub(crate) static RW_READ: LazyLock<Script> = LazyLock::new(|| Script::new(RW_READ_SRC));
 
-/// Write acquire. KEYS: readers, tokens, writer, waiting, fence, boot marker. ARGV: owner, ttl
-/// ms, claim ms, quiet ms (`{0, ms}` also in the quiet period after the server lost its state).
-/// `{1, token}` granted (or already ours; its claim is dropped); `{0, ms}` refused: then, unless
-/// `claim ms` is 0 (a single try), the writer's claim in `waiting` is (re)set to end in `claim
-/// ms`, which holds back new readers; ms is how long the current holders' leases last at most.
+/// Write acquire. KEYS: readers, tokens, writer, queue, fence, boot marker. ARGV: owner, ttl
+/// ms, registration ms (`0`: a single try), quiet ms, reserve ms, readers' channel, writers'
+/// channel. `{1, token}` granted (or already ours); `{0, ms}` refused: someone holds (ms: how
+/// long the holders' leases last at most), it is not this writer's turn (ms: until the
+/// reservations ahead end) or the quiet period. A refused waiting writer keeps its place in the
+/// queue, which holds back every reader arriving after it.
 pub(super) const RW_WRITE_SRC: &str = concat!(
-    kinds_prelude!(),
+    kinds_queued_prelude!(),
     r#"
 purge(KEYS[1], KEYS[2])
+local me, reg, reserve = 'w:' .. ARGV[1], tonumber(ARGV[3]), tonumber(ARGV[5])
+local chans = {r = ARGV[6], w = ARGV[7]}
+local q, had = queue_load(KEYS[4], now)
 local holder = redis.call('HGET', KEYS[3], 'o')
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[3], ARGV[2])
-  redis.call('ZREM', KEYS[4], ARGV[1])
+  local i = kq_place(q, me)
+  if i > 0 then
+    table.remove(q, i)
+    queue_save(KEYS[4], q, now, had)
+  end
   return {1, tonumber(redis.call('HGET', KEYS[3], 'f'))}
 end
+local function busy(ms)
+  kq_register(q, me, reg)
+  queue_save(KEYS[4], q, now, had)
+  return {0, ms}
+end
 local quiet = quiet_left(KEYS[6], ARGV[4], now)
-if quiet > 0 then return {0, quiet} end
-local busy = -2
-if holder then
-  busy = redis.call('PTTL', KEYS[3])
-elseif redis.call('ZCARD', KEYS[1]) > 0 then
-  busy = left(KEYS[1], false)
+if quiet > 0 then return busy(quiet) end
+if holder then return busy(redis.call('PTTL', KEYS[3])) end
+local readers = redis.call('ZCARD', KEYS[1])
+local can = rw_grantable(q, false, readers)
+if readers > 0 then
+  -- Readers at the head of the queue may join the readers that hold.
+  kq_reserve(q, can, reserve, chans, math.huge)
+  return busy(left(KEYS[1], false))
 end
-if busy ~= -2 then
-  if tonumber(ARGV[3]) > 0 then
-    redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', ms(now))
-    redis.call('ZADD', KEYS[4], ms(now + tonumber(ARGV[3])), ARGV[1])
-    expire_with(KEYS[4], {KEYS[4]})
-  end
-  return {0, busy}
+local i = kq_place(q, me)
+local turn = (i > 0 and i <= can) or (i == 0 and #q == 0)
+if not turn then
+  kq_reserve(q, can, reserve, chans, math.huge)
+  return busy(kq_first_end(q, can) or 1)
 end
+if i > 0 then table.remove(q, i) end
+queue_save(KEYS[4], q, now, had)
 local token = next_token(KEYS[5])
 redis.call('HSET', KEYS[3], 'o', ARGV[1], 'f', string.format('%d', token))
 redis.call('PEXPIRE', KEYS[3], ARGV[2])
-redis.call('ZREM', KEYS[4], ARGV[1])
 return {1, token}
 "#
 );
 pub(crate) static RW_WRITE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_WRITE_SRC));
 
-/// Writer release. KEYS: writer, waiting. ARGV: owner, readers channel, writers channel.
-/// Also drops the owner's claim (a waiting writer that gave up). Wakes one writer per client
-/// when writers wait, else every reader. Returns 1 released, 0 not ours.
+/// Writer release, also the end of a write wait without a grant (abandon). KEYS: writer, queue,
+/// readers, tokens. ARGV: owner, reserve ms, readers' channel, writers' channel. Frees the
+/// writer if it is the owner's and drops the owner's queue entry; then the grantable heads (the
+/// next writer, or the run of readers at the head) are reserved and woken. Returns 1
+/// released, 0 not ours.
 pub(super) const RW_WRITE_RELEASE_SRC: &str = concat!(
-    kinds_prelude!(),
+    kinds_queued_prelude!(),
     r#"
 local mine = redis.call('HGET', KEYS[1], 'o') == ARGV[1]
-local claimed = redis.call('ZREM', KEYS[2], ARGV[1]) == 1
 if mine then redis.call('DEL', KEYS[1]) end
-if mine or claimed then
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ms(now))
-  if redis.call('ZCARD', KEYS[2]) > 0 then
-    if mine then redis.call('PUBLISH', ARGV[3], 'one') end
-  elseif redis.call('EXISTS', KEYS[1]) == 0 then
-    redis.call('PUBLISH', ARGV[2], 'all')
-  end
+local q, had = queue_load(KEYS[2], now)
+local i = kq_place(q, 'w:' .. ARGV[1])
+if i > 0 then table.remove(q, i) end
+if mine or i > 0 then
+  purge(KEYS[3], KEYS[4])
+  local can = rw_grantable(q, redis.call('EXISTS', KEYS[1]) == 1, redis.call('ZCARD', KEYS[3]))
+  local wake_from = math.huge
+  if mine then wake_from = 1 end
+  kq_reserve(q, can, tonumber(ARGV[2]), {r = ARGV[3], w = ARGV[4]}, wake_from)
+  queue_save(KEYS[2], q, now, had)
 end
 if mine then return 1 end
 return 0
@@ -194,12 +251,47 @@ return 0
 );
 pub(crate) static RW_WRITE_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_WRITE_RELEASE_SRC));
 
-/// Semaphore acquire. KEYS: holders, tokens, permits, fence, boot marker. ARGV: owner, ttl ms,
-/// permits, quiet ms (`{0, ms}` also in the quiet period after the server lost its state).
-/// `{1, token}` granted (or already ours); `{0, ms}` all permits taken (ms until the first
-/// lease ends); `{-1, n}` the semaphore is in use with `n` permits, not `permits`.
+/// Reader release, also the end of a read wait without a grant (abandon). KEYS: readers,
+/// tokens, writer, queue. ARGV: owner, reserve ms, readers' channel, writers' channel. Frees the
+/// owner's read lease and drops its queue entry; the last reader out lets the head writer in
+/// (reserved and woken). Returns 1 released, 0 not ours (or its lease already ended).
+pub(super) const RW_READ_RELEASE_SRC: &str = concat!(
+    kinds_queued_prelude!(),
+    r#"
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+local mine = score and tonumber(score) > now
+if mine then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  redis.call('HDEL', KEYS[2], ARGV[1])
+  purge(KEYS[1], KEYS[2])
+  expire_with(KEYS[1], {KEYS[1], KEYS[2]})
+end
+local q, had = queue_load(KEYS[4], now)
+local i = kq_place(q, 'r:' .. ARGV[1])
+if i > 0 then table.remove(q, i) end
+if mine or i > 0 then
+  local readers = redis.call('ZCARD', KEYS[1])
+  local can = rw_grantable(q, redis.call('EXISTS', KEYS[3]) == 1, readers)
+  -- A head writer became grantable by this release: wake it even if its reservation had begun.
+  local wake_from = math.huge
+  if mine and readers == 0 and q[1] and string.sub(q[1][1], 1, 1) == 'w' then wake_from = 1 end
+  kq_reserve(q, can, tonumber(ARGV[2]), {r = ARGV[3], w = ARGV[4]}, wake_from)
+  queue_save(KEYS[4], q, now, had)
+end
+if mine then return 1 end
+return 0
+"#
+);
+pub(crate) static RW_READ_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_READ_RELEASE_SRC));
+
+/// Semaphore acquire. KEYS: holders, tokens, permits, queue, fence, boot marker. ARGV: owner,
+/// ttl ms, permits, registration ms (`0`: a single try), quiet ms, reserve ms, channel.
+/// `{1, token}` granted (or already ours); `{0, ms}` refused: all permits taken (ms until the
+/// first lease ends), the free permits belong to waiters queued ahead (ms until their
+/// reservations end) or the quiet period; `{-1, n}` the semaphore is in use with `n` permits,
+/// not `permits`.
 pub(super) const SEM_ACQUIRE_SRC: &str = concat!(
-    kinds_prelude!(),
+    kinds_queued_prelude!(),
     r#"
 purge(KEYS[1], KEYS[2])
 local n = tonumber(ARGV[3])
@@ -209,27 +301,85 @@ else
   local have = tonumber(redis.call('GET', KEYS[3]) or '')
   if have and have ~= n then return {-1, have} end
 end
+local me, reg, reserve = 'p:' .. ARGV[1], tonumber(ARGV[4]), tonumber(ARGV[6])
+local chans = {p = ARGV[7]}
+local q, had = queue_load(KEYS[4], now)
 local mine = redis.call('ZSCORE', KEYS[1], ARGV[1])
 local token = redis.call('HGET', KEYS[2], ARGV[1])
 if mine and token then
   redis.call('ZADD', KEYS[1], ms(now + tonumber(ARGV[2])), ARGV[1])
   expire_with(KEYS[1], {KEYS[1], KEYS[2], KEYS[3]})
+  local i = kq_place(q, me)
+  if i > 0 then
+    table.remove(q, i)
+    queue_save(KEYS[4], q, now, had)
+  end
   return {1, tonumber(token)}
 end
-local quiet = quiet_left(KEYS[5], ARGV[4], now)
-if quiet > 0 then return {0, quiet} end
-if redis.call('ZCARD', KEYS[1]) >= n then
-  return {0, left(KEYS[1], true)}
+local function busy(ms)
+  kq_register(q, me, reg)
+  queue_save(KEYS[4], q, now, had)
+  return {0, ms}
 end
-token = next_token(KEYS[4])
+local quiet = quiet_left(KEYS[6], ARGV[5], now)
+if quiet > 0 then return busy(quiet) end
+local free = n - redis.call('ZCARD', KEYS[1])
+if free <= 0 then return busy(left(KEYS[1], true)) end
+local i = kq_place(q, me)
+-- A caller not queued takes only a permit beyond those of every queued waiter.
+local turn = (i > 0 and i <= free) or (i == 0 and #q < free)
+if not turn then
+  kq_reserve(q, free, reserve, chans, math.huge)
+  return busy(kq_first_end(q, free) or 1)
+end
+if i > 0 then table.remove(q, i) end
+token = next_token(KEYS[5])
 redis.call('ZADD', KEYS[1], ms(now + tonumber(ARGV[2])), ARGV[1])
 redis.call('HSET', KEYS[2], ARGV[1], string.format('%d', token))
 redis.call('SET', KEYS[3], ARGV[3])
 expire_with(KEYS[1], {KEYS[1], KEYS[2], KEYS[3]})
+-- The other free permits belong to the heads of the queue: reserved (and woken if new).
+kq_reserve(q, free - 1, reserve, chans, math.huge)
+queue_save(KEYS[4], q, now, had)
 return {1, token}
 "#
 );
 pub(crate) static SEM_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(SEM_ACQUIRE_SRC));
+
+/// Permit release, also the end of a permit wait without a grant (abandon). KEYS: holders,
+/// tokens, permits, queue. ARGV: owner, reserve ms, channel. Frees the owner's permit and drops
+/// its queue entry; the heads that now have a permit are reserved, and the one this release let
+/// in is woken. Returns 1 released, 0 not ours (or its lease already ended).
+pub(super) const SEM_RELEASE_SRC: &str = concat!(
+    kinds_queued_prelude!(),
+    r#"
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+local mine = score and tonumber(score) > now
+local q, had = queue_load(KEYS[4], now)
+local i = kq_place(q, 'p:' .. ARGV[1])
+if i > 0 then table.remove(q, i) end
+if not mine and i == 0 then return 0 end
+-- Read before the last holder's release deletes it with the holders.
+local n = tonumber(redis.call('GET', KEYS[3]) or '0') or 0
+if mine then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  redis.call('HDEL', KEYS[2], ARGV[1])
+end
+purge(KEYS[1], KEYS[2])
+expire_with(KEYS[1], {KEYS[1], KEYS[2], KEYS[3]})
+local held = redis.call('ZCARD', KEYS[1])
+local free = n - held
+-- Nobody holds and the number of permits is gone with the holders: at least the head may go.
+if n == 0 and held == 0 then free = 1 end
+local wake_from = math.huge
+if mine then wake_from = free end
+kq_reserve(q, free, tonumber(ARGV[2]), {p = ARGV[3]}, wake_from)
+queue_save(KEYS[4], q, now, had)
+if mine then return 1 end
+return 0
+"#
+);
+pub(crate) static SEM_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(SEM_RELEASE_SRC));
 
 /// Renew of a sorted-set holder (reader, permit). KEYS: holders, tokens[, permits].
 /// ARGV: owner, ttl ms. Returns 1 renewed, 0 not ours (or its lease already ended).
@@ -246,25 +396,3 @@ return 0
 "#
 );
 pub(crate) static ZSET_RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(ZSET_RENEW_SRC));
-
-/// Release of a sorted-set holder (reader, permit). KEYS: holders, tokens[, permits].
-/// ARGV: owner, channel, `last` (`1`: publish only when no holder is left, as the last reader
-/// wakes a writer; `0`: always, as a freed permit does). Returns 1 released, 0 not ours.
-pub(super) const ZSET_RELEASE_SRC: &str = concat!(
-    kinds_prelude!(),
-    r#"
-local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if not score or tonumber(score) <= now then
-  return 0
-end
-redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[2], ARGV[1])
-purge(KEYS[1], KEYS[2])
-expire_with(KEYS[1], KEYS)
-if ARGV[3] ~= '1' or redis.call('ZCARD', KEYS[1]) == 0 then
-  redis.call('PUBLISH', ARGV[2], 'one')
-end
-return 1
-"#
-);
-pub(crate) static ZSET_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(ZSET_RELEASE_SRC));

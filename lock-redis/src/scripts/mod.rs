@@ -288,7 +288,7 @@ pub(crate) static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new
 
 /// Every script's source, loaded on each new connection (one pipelined round trip) so the
 /// first call by SHA does not pay a `NOSCRIPT` round trip.
-pub(crate) const ALL_SOURCES: [&str; 15] = [
+pub(crate) const ALL_SOURCES: [&str; 16] = [
     ACQUIRE_SRC,
     RENEW_SRC,
     RELEASE_SRC,
@@ -301,12 +301,14 @@ pub(crate) const ALL_SOURCES: [&str; 15] = [
     RW_WRITE_RELEASE_SRC,
     SEM_ACQUIRE_SRC,
     ZSET_RENEW_SRC,
-    ZSET_RELEASE_SRC,
+    RW_READ_RELEASE_SRC,
+    SEM_RELEASE_SRC,
     INSPECT_SRC,
     FORCE_RELEASE_SRC,
 ];
 
 mod kinds;
+mod kinds_queue;
 pub(crate) mod queue;
 pub(crate) use kinds::*;
 

@@ -46,12 +46,12 @@ async fn fresh_server() -> (dlock_testkit::servers::redis::RedisServer, redis::a
 
 /// The keys a read-write grant takes, in the scripts' order.
 fn rw_keys<'a>(k: &'a RwKeys, boot: &'a str) -> [&'a str; 6] {
-    [&k.readers, &k.tokens, &k.writer, &k.waiting, &k.fence, boot]
+    [&k.readers, &k.tokens, &k.writer, &k.queue, &k.fence, boot]
 }
 
 /// The keys a semaphore grant takes, in the script's order.
-fn sem_keys<'a>(k: &'a SemKeys, boot: &'a str) -> [&'a str; 5] {
-    [&k.holders, &k.tokens, &k.permits, &k.fence, boot]
+fn sem_keys<'a>(k: &'a SemKeys, boot: &'a str) -> [&'a str; 6] {
+    [&k.holders, &k.tokens, &k.permits, &k.queue, &k.fence, boot]
 }
 
 /// The scripts themselves, against a fresh local server.
@@ -79,42 +79,51 @@ async fn scripts_against_a_server() {
     assert!(next[1] > first[1]);
 
     // Read-write lock: a reader's re-attempt returns its token; a refused waiting writer's
-    // claim holds new readers back (not the readers already in); the writer's token is
-    // above the readers'; a single try (claim 0) leaves no claim.
+    // place in the queue holds new readers back (not the readers already in); the writer's
+    // token is above the readers'; a single try (registration 0) takes no place.
     let rw = RwKeys::new("t", &LockName::new("s").unwrap());
     let conn = c.clone();
     let read = |owner: &'static str| {
         let mut c = conn.clone();
         let rw = &rw;
-        async move { run::<Vec<i64>>(&mut c, &RW_READ, &rw_keys(rw, BOOT), &[&owner, &5000, &0]).await }
+        async move {
+            let args: [&dyn std::fmt::Display; 7] = [&owner, &5000, &0, &0, &150, &rw.to_readers, &rw.to_writers];
+            run::<Vec<i64>>(&mut c, &RW_READ, &rw_keys(rw, BOOT), &args).await
+        }
     };
-    let write = |owner: &'static str, claim: u64| {
+    let write = |owner: &'static str, reg: u64| {
         let mut c = conn.clone();
         let rw = &rw;
-        async move { run::<Vec<i64>>(&mut c, &RW_WRITE, &rw_keys(rw, BOOT), &[&owner, &5000, &claim, &0]).await }
+        async move {
+            let args: [&dyn std::fmt::Display; 7] = [&owner, &5000, &reg, &0, &150, &rw.to_readers, &rw.to_writers];
+            run::<Vec<i64>>(&mut c, &RW_WRITE, &rw_keys(rw, BOOT), &args).await
+        }
     };
     let r1 = read("r1").await;
     assert_eq!(r1[0], 1);
     assert_eq!(read("r1").await, r1, "a reader's re-attempt returns the same grant");
     assert_eq!(write("w1", 0).await[0], 0);
-    assert_eq!(read("r2").await[0], 1, "a single try leaves no claim");
+    assert_eq!(read("r2").await[0], 1, "a single try takes no place");
     let refused = write("w1", 3000).await;
     assert_eq!(refused[0], 0);
     assert!(refused[1] > 4000 && refused[1] <= 5000, "the readers' remaining lease: {}", refused[1]);
-    assert_eq!(read("r3").await[0], 0, "a waiting writer's claim holds new readers back");
+    assert_eq!(read("r3").await[0], 0, "a queued writer holds new readers back");
     assert_eq!(read("r1").await, r1, "a reader already in keeps its grant");
     for owner in ["r1", "r2"] {
-        let done: i64 = run(&mut c, &ZSET_RELEASE, &[&rw.readers, &rw.tokens], &[&owner, &rw.to_writers, &"1"]).await;
+        let args: [&dyn std::fmt::Display; 4] = [&owner, &150, &rw.to_readers, &rw.to_writers];
+        let keys = [rw.readers.as_str(), &rw.tokens, &rw.writer, &rw.queue];
+        let done: i64 = run(&mut c, &RW_READ_RELEASE, &keys, &args).await;
         assert_eq!(done, 1);
     }
     let w = write("w1", 3000).await;
     assert_eq!(w[0], 1);
     assert!(w[1] > r1[1]);
     assert_eq!(write("w1", 3000).await, w, "a writer's re-attempt returns the same grant");
-    let claims: i64 = redis::cmd("EXISTS").arg(&rw.waiting).query_async(&mut c).await.unwrap();
-    assert_eq!(claims, 0, "the granted writer's claim is gone");
-    let release_args: [&dyn std::fmt::Display; 3] = [&"w2", &rw.to_readers, &rw.to_writers];
-    let not_ours: i64 = run(&mut c, &RW_WRITE_RELEASE, &[&rw.writer, &rw.waiting], &release_args).await;
+    let queued: i64 = redis::cmd("EXISTS").arg(&rw.queue).query_async(&mut c).await.unwrap();
+    assert_eq!(queued, 0, "the granted writer left the queue, and an empty queue leaves no key");
+    let release_args: [&dyn std::fmt::Display; 4] = [&"w2", &150, &rw.to_readers, &rw.to_writers];
+    let keys = [rw.writer.as_str(), &rw.queue, &rw.readers, &rw.tokens];
+    let not_ours: i64 = run(&mut c, &RW_WRITE_RELEASE, &keys, &release_args).await;
     assert_eq!(not_ours, 0);
 
     // Semaphore: permits must agree while held; an empty semaphore starts afresh.
@@ -122,15 +131,18 @@ async fn scripts_against_a_server() {
     let permit = |owner: &'static str, n: u32| {
         let mut c = conn.clone();
         let sk = &sk;
-        async move { run::<Vec<i64>>(&mut c, &SEM_ACQUIRE, &sem_keys(sk, BOOT), &[&owner, &5000, &n, &0]).await }
+        async move {
+            let args: [&dyn std::fmt::Display; 7] = [&owner, &5000, &n, &0, &0, &150, &sk.channel];
+            run::<Vec<i64>>(&mut c, &SEM_ACQUIRE, &sem_keys(sk, BOOT), &args).await
+        }
     };
     let p1 = permit("p1", 1).await;
     assert_eq!(p1[0], 1);
     assert_eq!(permit("p1", 1).await, p1, "a re-attempt returns the same grant");
     assert_eq!(permit("p2", 1).await[0], 0);
     assert_eq!(permit("p2", 2).await, vec![-1, 1], "in use with 1 permit");
-    let sem_release = [sk.holders.as_str(), &sk.tokens, &sk.permits];
-    let done: i64 = run(&mut c, &ZSET_RELEASE, &sem_release, &[&"p1", &sk.channel, &"0"]).await;
+    let sem_release = [sk.holders.as_str(), &sk.tokens, &sk.permits, &sk.queue];
+    let done: i64 = run(&mut c, &SEM_RELEASE, &sem_release, &[&"p1", &150, &sk.channel]).await;
     assert_eq!(done, 1);
     let p2 = permit("p2", 2).await;
     assert_eq!(p2[0], 1, "an empty semaphore takes a new number of permits");
@@ -184,12 +196,18 @@ async fn quiet_period_after_lost_state() {
             let mut replies = Vec::new();
             let r: Vec<i64> = run(&mut c, &ACQUIRE, &[&k.lock, &k.fence, "q:boot"], &[&owner, &5000, &quiet]).await;
             replies.push(("exclusive", r));
-            let r: Vec<i64> = run(&mut c, &RW_READ, &rw_keys(rw, "q:boot"), &[&owner, &5000, &quiet]).await;
+            let chans: [&dyn std::fmt::Display; 3] = [&150, &rw.to_readers, &rw.to_writers];
+            let args: Vec<&dyn std::fmt::Display> =
+                [&owner as &dyn std::fmt::Display, &5000, &0, &quiet].into_iter().chain(chans).collect();
+            let r: Vec<i64> = run(&mut c, &RW_READ, &rw_keys(rw, "q:boot"), &args).await;
             replies.push(("read", r));
             let writer = format!("{owner}w");
-            let r: Vec<i64> = run(&mut c, &RW_WRITE, &rw_keys(rw2, "q:boot"), &[&writer, &5000, &0, &quiet]).await;
+            let args: Vec<&dyn std::fmt::Display> =
+                [&writer as &dyn std::fmt::Display, &5000, &0, &quiet].into_iter().chain(chans).collect();
+            let r: Vec<i64> = run(&mut c, &RW_WRITE, &rw_keys(rw2, "q:boot"), &args).await;
             replies.push(("write", r));
-            let r: Vec<i64> = run(&mut c, &SEM_ACQUIRE, &sem_keys(sk, "q:boot"), &[&owner, &5000, &2, &quiet]).await;
+            let args: [&dyn std::fmt::Display; 7] = [&owner, &5000, &2, &0, &quiet, &150, &sk.channel];
+            let r: Vec<i64> = run(&mut c, &SEM_ACQUIRE, &sem_keys(sk, "q:boot"), &args).await;
             replies.push(("permit", r));
             let redlock = format!("{}-redlock", k.lock);
             let r: Vec<i64> =
