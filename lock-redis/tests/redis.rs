@@ -460,10 +460,10 @@ mod redis_kinds {
         let rw = fx.rw().await.unwrap();
         let sem = fx.semaphore().await.unwrap();
         let lock = fx.redis_client().await.unwrap();
-        // Only the exclusive lock has a waiter queue (issue 11): readers, writers and permits
-        // are not served in arrival order.
-        for (caps, fifo) in [(rw.capabilities(), false), (sem.capabilities(), false), (lock.capabilities(), true)] {
-            assert!(caps.rw_lock && caps.semaphore && caps.durable_fencing && caps.fifo == fifo, "{caps:?}");
+        // Every kind has a waiter queue (issue 11): readers, writers and permits are served in
+        // arrival order too.
+        for caps in [rw.capabilities(), sem.capabilities(), lock.capabilities()] {
+            assert!(caps.rw_lock && caps.semaphore && caps.durable_fencing && caps.fifo, "{caps:?}");
         }
         assert_eq!((rw.backend(), sem.backend()), ("redis", "redis"));
         let name = LockName::new("zero").unwrap();
@@ -713,9 +713,9 @@ mod redis_kinds {
         lease.release().await.unwrap();
     }
 
-    /// A refused single try leaves no claim; a write wait that times out or is dropped
-    /// withdraws its claim at once; the claim of a writer that vanished (a crashed process)
-    /// holds readers back only until it lapses.
+    /// A refused single try leaves no place in the queue; a write wait that times out or is
+    /// dropped leaves the queue at once; the place of a writer that vanished (a crashed process)
+    /// holds readers back only until its registration lapses.
     #[tokio::test]
     async fn writer_claims_end_with_the_wait() {
         let fx = RedisFixture::start().await.unwrap();
@@ -748,17 +748,25 @@ mod redis_kinds {
         assert!(after_timeout < Duration::from_millis(500), "{after_timeout:?}");
         assert!(after_drop < Duration::from_millis(500), "{after_drop:?}");
 
-        // A vanished writer's claim (written as the script does, ending 400 ms from now).
+        // A vanished writer's place in the queue (written as the scripts do, its registration
+        // ending 400 ms from now).
         let mut conn = raw(&fx).await;
         let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await.unwrap();
         let ends = secs * 1000 + micros / 1000 + 400;
-        let waiting = fx.key(&name.escaped(), "rw:waiting");
-        let _: i64 = redis::cmd("ZADD").arg(&waiting).arg(ends).arg("ghost").query_async(&mut conn).await.unwrap();
-        assert!(a.try_acquire_read(&name, &opts(5000)).await.unwrap().is_none(), "a claim holds readers back");
+        let queue = fx.key(&name.escaped(), "rw:queue");
+        let _: () = redis::cmd("SET")
+            .arg(&queue)
+            .arg(format!("w:ghost {ends}"))
+            .arg("PX")
+            .arg(400)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(a.try_acquire_read(&name, &opts(5000)).await.unwrap().is_none(), "a queued writer holds readers back");
         let t0 = Instant::now();
         let r5 = a.acquire_read(&name, &opts(5000)).await.unwrap();
         let lapsed = t0.elapsed();
-        eprintln!("a vanished writer's claim held a reader back {lapsed:?}");
+        eprintln!("a vanished writer's place held a reader back {lapsed:?}");
         assert!(lapsed >= Duration::from_millis(250) && lapsed < Duration::from_millis(1000), "{lapsed:?}");
         for l in [Some(r), r2, Some(r3), Some(r4), Some(r5)].into_iter().flatten() {
             l.release().await.unwrap();

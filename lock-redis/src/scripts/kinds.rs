@@ -116,8 +116,7 @@ key_space! {
 /// registration ms (`0`: a single try, which does not queue), quiet ms, reserve ms, readers'
 /// channel, writers' channel. `{1, token}` granted (or already ours: lease refreshed, same
 /// token); `{0, ms}` refused: a writer holds (ms = its PTTL), it is not this reader's turn in
-/// the queue (ms = until the reservations ahead end, or the readers' leases when a writer
-/// waits for them), or the quiet period after the server lost its state (the time left).
+/// the queue (ms = until the first registration ahead of it or the readers' leases end), or the quiet period after the server lost its state (the time left).
 pub(super) const RW_READ_SRC: &str = concat!(
     kinds_queued_prelude!(),
     r#"
@@ -152,7 +151,11 @@ local i = kq_place(q, me)
 local turn = (i > 0 and i <= can) or (i == 0 and #q == 0)
 if not turn then
   kq_reserve(q, can, reserve, chans, math.huge)
-  return busy(kq_first_end(q, can) or math.max(1, left(KEYS[1], false)))
+  -- Re-try when a registration ahead ends (it may have vanished) or the readers' leases do.
+  local wait = kq_first_end(q, ahead(q, i)) or math.huge
+  if redis.call('ZCARD', KEYS[1]) > 0 then wait = math.min(wait, math.max(1, left(KEYS[1], false))) end
+  if wait == math.huge then wait = 1 end
+  return busy(wait)
 end
 if i > 0 then
   table.remove(q, i)
@@ -173,8 +176,8 @@ pub(crate) static RW_READ: LazyLock<Script> = LazyLock::new(|| Script::new(RW_RE
 /// Write acquire. KEYS: readers, tokens, writer, queue, fence, boot marker. ARGV: owner, ttl
 /// ms, registration ms (`0`: a single try), quiet ms, reserve ms, readers' channel, writers'
 /// channel. `{1, token}` granted (or already ours); `{0, ms}` refused: someone holds (ms: how
-/// long the holders' leases last at most), it is not this writer's turn (ms: until the
-/// reservations ahead end) or the quiet period. A refused waiting writer keeps its place in the
+/// long the holders' leases last at most), it is not this writer's turn (ms: until the first
+/// registration ahead of it ends) or the quiet period. A refused waiting writer keeps its place in the
 /// queue, which holds back every reader arriving after it.
 pub(super) const RW_WRITE_SRC: &str = concat!(
     kinds_queued_prelude!(),
@@ -212,7 +215,7 @@ local i = kq_place(q, me)
 local turn = (i > 0 and i <= can) or (i == 0 and #q == 0)
 if not turn then
   kq_reserve(q, can, reserve, chans, math.huge)
-  return busy(kq_first_end(q, can) or 1)
+  return busy(kq_first_end(q, ahead(q, i)) or 1)
 end
 if i > 0 then table.remove(q, i) end
 queue_save(KEYS[4], q, now, had)
@@ -287,8 +290,8 @@ pub(crate) static RW_READ_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::n
 /// Semaphore acquire. KEYS: holders, tokens, permits, queue, fence, boot marker. ARGV: owner,
 /// ttl ms, permits, registration ms (`0`: a single try), quiet ms, reserve ms, channel.
 /// `{1, token}` granted (or already ours); `{0, ms}` refused: all permits taken (ms until the
-/// first lease ends), the free permits belong to waiters queued ahead (ms until their
-/// reservations end) or the quiet period; `{-1, n}` the semaphore is in use with `n` permits,
+/// first lease ends), the free permits belong to waiters queued ahead (ms until the first
+/// registration ahead ends) or the quiet period; `{-1, n}` the semaphore is in use with `n` permits,
 /// not `permits`.
 pub(super) const SEM_ACQUIRE_SRC: &str = concat!(
     kinds_queued_prelude!(),
@@ -330,7 +333,7 @@ local i = kq_place(q, me)
 local turn = (i > 0 and i <= free) or (i == 0 and #q < free)
 if not turn then
   kq_reserve(q, free, reserve, chans, math.huge)
-  return busy(kq_first_end(q, free) or 1)
+  return busy(kq_first_end(q, ahead(q, i)) or 1)
 end
 if i > 0 then table.remove(q, i) end
 token = next_token(KEYS[5])

@@ -28,9 +28,9 @@
 //!
 //! Bounds: a grantable head that vanished keeps its place for at most `reserve` ms (250 ms);
 //! the next attempt after that drops it and reserves the next. A refused waiter sleeps until
-//! the reservations ahead of it end (the attempt's answer) or its fallback re-try (at most
-//! `4 × max_poll_interval`), so a vanished head costs the others at most `reserve` plus one
-//! re-try. A waiter that vanished further back drops out when its registration ends (`2 × (4 ×
+//! the first registration ahead of it ends (the attempt's answer: for grantable heads, their
+//! reservations) or its fallback re-try (at most `4 × max_poll_interval`), so a vanished head
+//! costs the others at most `reserve` plus one re-try. A waiter that vanished further back drops out when its registration ends (`2 × (4 ×
 //! max_poll_interval + request_timeout)`); one whose wait ended in a live process leaves at
 //! once (the kinds' abandon is their release script, which also removes the owner's entry).
 //!
@@ -41,8 +41,8 @@
 
 /// Lua helpers of the kinds' queue, after `kinds_prelude!()` (they use its `now`) and
 /// `queue_lua!()` (its `queue_load` and `queue_save`): `kq_place(q, me)`, `kq_register(q, me,
-/// reg)`, `kq_reserve(q, n, reserve, chans, wake_from)`, `kq_first_end(q, n)` and
-/// `rw_grantable(q, writer_holds, readers)`.
+/// reg)`, `kq_reserve(q, n, reserve, chans, wake_from)`, `ahead(q, i)`, `kq_first_end(q, n)`
+/// and `rw_grantable(q, writer_holds, readers)`.
 macro_rules! kinds_queue_lua {
     () => {
         r#"
@@ -71,6 +71,11 @@ local function kq_reserve(q, n, reserve, chans, wake_from)
       redis.call('PUBLISH', chans[string.sub(x[1], 1, 1)], '@' .. string.sub(x[1], 3))
     end
   end
+end
+-- How many entries are ahead of place `i` (0: not queued, so behind all of them).
+local function ahead(q, i)
+  if i > 0 then return i - 1 end
+  return #q
 end
 -- Ms until the first of the first `n` registrations ends (a waiter behind them re-tries then,
 -- in case one vanished), or nil when there is none.
