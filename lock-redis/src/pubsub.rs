@@ -9,9 +9,10 @@
 //! and nobody in the other clients. Election observers register apart: every message on their
 //! channel wakes all of them (a grant publishes `+` and a release nobody waits for `-` for
 //! them alone; no waiter acts on those). Channels nobody waits on or observes any more are
-//! UNSUBSCRIBEd by a periodic sweep. A message whose payload is `all` (a writer left a
-//! read-write lock and no writer waits) wakes every local waiter of that channel instead: they
-//! are readers, and all of them may go ahead. After the connection drops (server restart,
+//! UNSUBSCRIBEd by a periodic sweep. A message whose payload is `all` wakes every local waiter
+//! of that channel instead: the read-write lock's scripts before its waiter queue sent it when
+//! a writer left with no writer waiting (they now wake each queued reader by `@<owner>`); it is
+//! still honoured so that readers of a deployment running both versions still wake. After the connection drops (server restart,
 //! network cut, failed health ping) the listener reconnects, re-subscribes every live channel
 //! and wakes every waiter, because releases may have been published in between. Waiters also
 //! re-try on a timer bounded by the holder's remaining ttl, so notifications are only hints.
@@ -346,8 +347,9 @@ async fn pump(
                 // Every message may mean a new holder: observers look again.
                 strong.changed(&channel);
                 // `+` (a grant) and `-` (a release nobody waits for) are for observers only.
-                // `all` (a writer left a read-write lock): every local waiter of the channel
-                // may go ahead (they are readers). Anything else wakes one waiter.
+                // `all` (a writer left a read-write lock, from scripts before its queue): every
+                // local waiter of the channel may go ahead (they are readers). Anything else
+                // wakes one waiter.
                 let payload = msg.get_payload_bytes();
                 match payload {
                     b"+" | b"-" => {}
