@@ -25,15 +25,23 @@ use crate::Fixture;
 
 type Waiting = JoinHandle<Result<(Lease, Instant), LockError>>;
 
-/// The kind's own declaration must have the kind and `fifo`.
-fn needs(caps: &Capabilities, kind: &str, has_kind: bool) -> Result<(), CaseError> {
-    if !has_kind {
-        return Err(CaseError::NotApplicable(format!("the backend declares {kind} = false")));
+/// The backend must declare the kind (read from its exclusive client, before asking the fixture
+/// for a client of the kind: a backend without the kind has none).
+fn needs_kind(kind: &str, has_kind: bool) -> Result<(), CaseError> {
+    if has_kind {
+        Ok(())
+    } else {
+        Err(CaseError::NotApplicable(format!("the backend declares {kind} = false")))
     }
-    if !caps.fifo {
-        return Err(CaseError::NotApplicable(format!("the backend's {kind} declares fifo = false")));
+}
+
+/// The kind client's own declaration must have `fifo`.
+fn needs_fifo(caps: &Capabilities, kind: &str) -> Result<(), CaseError> {
+    if caps.fifo {
+        Ok(())
+    } else {
+        Err(CaseError::NotApplicable(format!("the backend's {kind} declares fifo = false")))
     }
-    Ok(())
 }
 
 /// How long to give a spawned wait to make its first attempt (and so to queue).
@@ -85,8 +93,9 @@ fn none_granted(early: &[(&str, &Waiting)], all: &[&Waiting], why: &str) -> Resu
 /// queued writer although it could share with them.
 pub async fn rw_fifo_order(fx: &dyn Fixture) -> CaseResult {
     let cx = Ctx::new(fx, "rw_fifo_order").await?;
+    needs_kind("rw_lock", cx.caps.rw_lock)?;
     let rw = rw_client(&cx).await?;
-    needs(&rw.capabilities(), "rw_lock", cx.caps.rw_lock)?;
+    needs_fifo(&rw.capabilities(), "rw_lock")?;
     let (w, r1c, r2c) = (rw_client(&cx).await?, rw_client(&cx).await?, rw_client(&cx).await?);
     let name = cx.name("rw-order")?;
     let long = cx.opts(cx.ttl() * 20);
@@ -143,8 +152,9 @@ pub async fn rw_fifo_order(fx: &dyn Fixture) -> CaseResult {
 /// `try_acquire_write`; the releaser's own later wait is served after the writer.
 pub async fn rw_fifo_no_overtaking(fx: &dyn Fixture) -> CaseResult {
     let cx = Ctx::new(fx, "rw_fifo_no_overtaking").await?;
+    needs_kind("rw_lock", cx.caps.rw_lock)?;
     let a = rw_client(&cx).await?;
-    needs(&a.capabilities(), "rw_lock", cx.caps.rw_lock)?;
+    needs_fifo(&a.capabilities(), "rw_lock")?;
     let (w, c) = (rw_client(&cx).await?, rw_client(&cx).await?);
     let name = cx.name("rw-fair")?;
     let long = cx.opts(cx.ttl() * 20);
@@ -222,8 +232,9 @@ async fn slow_writer_kept_its_turn(
 /// newcomer gets a permit by `try_acquire_permit`.
 pub async fn semaphore_fifo_order(fx: &dyn Fixture) -> CaseResult {
     let cx = Ctx::new(fx, "semaphore_fifo_order").await?;
+    needs_kind("semaphore", cx.caps.semaphore)?;
     let s = semaphore_client(&cx).await?;
-    needs(&s.capabilities(), "semaphore", cx.caps.semaphore)?;
+    needs_fifo(&s.capabilities(), "semaphore")?;
     const N: u32 = 2;
     let name = cx.name("sem-order")?;
     let long = cx.opts(cx.ttl() * 20);
