@@ -1,7 +1,10 @@
-//! Redlock over N independent masters, with fencing tokens kept monotonic across quorums.
+//! Redlock over N independent masters, with fencing tokens kept monotonic across quorums, and
+//! a waiter queue on each master ordered by one ticket per wait, so that every master agrees on
+//! the next holder (`crate::scripts::redlock` has the rules and why they cannot livelock).
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use futures::future::join_all;
@@ -17,8 +20,8 @@ use crate::boot::Boot;
 use crate::conn::Node;
 use crate::endpoint::Endpoint;
 use crate::pubsub::Notifier;
-use crate::scripts::{Keys, REDLOCK_ABANDON, REDLOCK_ACQUIRE, REDLOCK_FENCE, RELEASE, RENEW};
-use crate::single::{parse_pair, remaining_from, token_from, ttl_ms};
+use crate::scripts::{Keys, REDLOCK_ABANDON, REDLOCK_ACQUIRE, REDLOCK_FENCE, REDLOCK_RELEASE, RENEW};
+use crate::single::{parse_pair, remaining_from, token_from, ttl_ms, RESERVE_MS};
 use crate::RedisOptions;
 
 pub(crate) const BACKEND: &str = "redlock";
@@ -32,6 +35,9 @@ pub struct RedlockStore {
     request_timeout: Duration,
     boot: Boot,
     max_ttl: Duration,
+    /// The ticket of each wait in progress (by its owner id) and when it was last used: one
+    /// ticket for every attempt of a wait, on every master.
+    tickets: Mutex<HashMap<OwnerId, (u64, Instant)>>,
 }
 
 impl std::fmt::Debug for RedlockStore {
@@ -42,6 +48,13 @@ impl std::fmt::Debug for RedlockStore {
             .field("key_prefix", &self.prefix)
             .finish()
     }
+}
+
+/// What a waiting attempt registers on each master: its ticket and how long the place lasts.
+#[derive(Clone, Copy)]
+struct Place {
+    ticket: u64,
+    registration_ms: u64,
 }
 
 /// One master's answer to an acquire.
@@ -107,6 +120,7 @@ impl RedlockStore {
             request_timeout: options.request_timeout,
             boot: Boot::new(&options.key_prefix, options.quiet_period(), false),
             max_ttl: options.max_ttl,
+            tickets: Mutex::new(HashMap::new()),
         })
     }
 
@@ -126,7 +140,39 @@ impl RedlockStore {
         self.request_timeout.min((ttl / 3).max(Duration::from_millis(20)))
     }
 
-    /// Owner-checked release on every master, including those that did not answer. Stops
+    /// The ticket of `owner`'s wait: taken at its first attempt (wall-clock µs, below 2^53 so
+    /// that Lua's doubles hold it exactly), the same for all its attempts. Waits end in a grant
+    /// or an abandon, which forget it; entries left by waits that ended otherwise (no runtime
+    /// for the background abandon) are dropped once unused for a minute, far beyond any live
+    /// wait's gap between attempts (at worst that wait takes a new ticket: fairness only).
+    fn ticket(&self, owner: OwnerId) -> u64 {
+        let now = Instant::now();
+        let mut tickets = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
+        if tickets.len() >= 1024 {
+            tickets.retain(|_, (_, used)| now.saturating_duration_since(*used) < Duration::from_secs(60));
+        }
+        let entry = tickets.entry(owner).or_insert_with(|| {
+            let us = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_micros());
+            (u64::try_from(us).unwrap_or(u64::MAX).min((1 << 53) - 1), now)
+        });
+        entry.1 = now;
+        entry.0
+    }
+
+    fn forget_ticket(&self, owner: OwnerId) {
+        self.tickets.lock().unwrap_or_else(|e| e.into_inner()).remove(&owner);
+    }
+
+    /// How long a waiter's place lasts on a master without a re-try (ms): `StoreLock` re-tries a
+    /// notified wait at least every 4 × `max_poll_interval` plus one attempt (two rounds, each
+    /// at most `request_timeout`); twice that, so one late re-try does not cost the place.
+    fn registration(&self, ttl: Duration) -> u64 {
+        let retry = self.max_poll_interval(ttl).saturating_mul(4) + self.request_timeout.saturating_mul(2);
+        ttl_ms(retry.saturating_mul(2))
+    }
+
+    /// Owner-checked release on every master, including those that did not answer, which also
+    /// removes the owner's queue places and hands each master to its queue's head. Stops
     /// waiting once a majority confirmed (the others got the request too, unless their
     /// connection is down, and then the ttl frees them).
     async fn release_everywhere(&self, keys: &Keys, owner: &str, bound: Duration) -> Vec<Result<i64, LockError>> {
@@ -135,7 +181,14 @@ impl RedlockStore {
             .iter()
             .map(|n| async move {
                 n.run(bound, |mut c| async move {
-                    RELEASE.key(&keys.lock).arg(owner).arg(&keys.channel).invoke_async(&mut c).await
+                    REDLOCK_RELEASE
+                        .key(&keys.lock)
+                        .key(&keys.redlock_queue)
+                        .arg(owner)
+                        .arg(&keys.channel)
+                        .arg(RESERVE_MS)
+                        .invoke_async(&mut c)
+                        .await
                 })
                 .await
             })
@@ -171,7 +224,8 @@ impl LeaseStore for RedlockStore {
 
     fn capabilities(&self) -> Capabilities {
         let mut caps = Capabilities::new();
-        caps.fifo = false;
+        // The ticket-ordered queue on each master (crate::scripts::redlock).
+        caps.fifo = true;
         caps.wake = WakeMethod::Notify;
         caps.lease_model = LeaseModel::PerLock;
         caps.durable_fencing = true;
@@ -182,6 +236,60 @@ impl LeaseStore for RedlockStore {
     }
 
     async fn try_lock(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<TryLock, LockError> {
+        self.round(name, owner, ttl, None).await
+    }
+
+    async fn try_lock_waiting(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<TryLock, LockError> {
+        let place = Place { ticket: self.ticket(owner), registration_ms: self.registration(ttl) };
+        let answer = self.round(name, owner, ttl, Some(place)).await;
+        if matches!(answer, Ok(TryLock::Acquired { .. })) {
+            self.forget_ticket(owner);
+        }
+        answer
+    }
+
+    /// Withdraws the wait's places (and any partial grant of it) on every master, handing a
+    /// master whose head it was to the next waiter.
+    async fn abandon(&self, name: &LockName, owner: OwnerId) -> Result<(), LockError> {
+        self.forget_ticket(owner);
+        let keys = Keys::new(&self.prefix, name);
+        let replies = self.release_everywhere(&keys, &owner.to_hex(), self.request_timeout).await;
+        let errors: Vec<LockError> = replies.into_iter().filter_map(Result::err).collect();
+        if errors.len() > self.nodes.len() - self.quorum {
+            return Err(self.unavailable(self.nodes.len() - errors.len(), &errors));
+        }
+        Ok(())
+    }
+
+    async fn renew(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<RenewOutcome, LockError> {
+        self.renew_round(name, owner, ttl).await
+    }
+
+    async fn release(&self, name: &LockName, owner: OwnerId) -> Result<ReleaseOutcome, LockError> {
+        self.release_round(name, owner).await
+    }
+
+    async fn subscribe(&self, name: &LockName) -> Result<Option<WakeSubscription>, LockError> {
+        self.notifier.subscribe(&Keys::new(&self.prefix, name).channel, None).await
+    }
+
+    /// A release or undo wakes the head of a master's queue only (`PUBLISH channel @<owner>`), so
+    /// each waiter listens for its own owner id; the first such message of any master wakes it.
+    async fn subscribe_waiter(&self, name: &LockName, owner: OwnerId) -> Result<Option<WakeSubscription>, LockError> {
+        self.notifier.subscribe(&Keys::new(&self.prefix, name).channel, Some(&owner.to_hex())).await
+    }
+}
+
+impl RedlockStore {
+    /// One Redlock round for `owner`; `place` for an attempt of a wait, which registers it in
+    /// each master's queue.
+    async fn round(
+        &self,
+        name: &LockName,
+        owner: OwnerId,
+        ttl: Duration,
+        place: Option<Place>,
+    ) -> Result<TryLock, LockError> {
         let keys = Keys::new(&self.prefix, name);
         let owner = owner.to_hex();
         let ms = ttl_ms(ttl);
@@ -207,10 +315,15 @@ impl LeaseStore for RedlockStore {
                                         .key(&keys.lock)
                                         .key(&keys.fence)
                                         .key(marker)
+                                        .key(&keys.redlock_queue)
                                         .arg(owner)
                                         .arg(ms)
                                         .arg(attempt)
                                         .arg(boot.quiet_ms())
+                                        .arg(place.map_or(0, |p| p.registration_ms))
+                                        .arg(place.map_or(0, |p| p.ticket))
+                                        .arg(&keys.channel)
+                                        .arg(RESERVE_MS)
                                         .invoke_async(&mut c)
                                         .await
                                 }
@@ -312,12 +425,20 @@ impl LeaseStore for RedlockStore {
         // this attempt: the owner's next attempt may reach a master before this undo does.
         for node in &self.nodes {
             let (node, lock, channel) = (Arc::clone(node), keys.lock.clone(), keys.channel.clone());
-            let (owner, attempt) = (owner.clone(), attempt.clone());
+            let (owner, attempt, queue) = (owner.clone(), attempt.clone(), keys.redlock_queue.clone());
             tokio::spawn(async move {
-                let (lock, owner, attempt, channel) = (&lock, &owner, &attempt, &channel);
+                let (lock, owner, attempt, channel, queue) = (&lock, &owner, &attempt, &channel, &queue);
                 let undone = node
                     .run(per_node, |mut c| async move {
-                        REDLOCK_ABANDON.key(lock).arg(owner).arg(attempt).arg(channel).invoke_async::<i64>(&mut c).await
+                        REDLOCK_ABANDON
+                            .key(lock)
+                            .key(queue)
+                            .arg(owner)
+                            .arg(attempt)
+                            .arg(channel)
+                            .arg(RESERVE_MS)
+                            .invoke_async::<i64>(&mut c)
+                            .await
                     })
                     .await;
                 if let Err(e) = undone {
@@ -330,13 +451,14 @@ impl LeaseStore for RedlockStore {
             let min = pttls.iter().copied().filter(|p| *p >= 0).min();
             return Ok(TryLock::Held { remaining: min.and_then(remaining_from) });
         }
-        // A split vote (contenders each took some masters) or a late round: re-try after a
-        // random delay so that contenders do not collide again.
+        // A split vote (contenders each took some masters, before their registrations landed
+        // everywhere) or a late round: re-try after a random delay so that contenders do not
+        // collide again. A head is woken earlier by the undos and releases of the others.
         let delay = rand::rng().random_range(5..=(per_node.as_millis().clamp(10, 100) as u64));
         Ok(TryLock::Held { remaining: Some(Duration::from_millis(delay)) })
     }
 
-    async fn renew(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<RenewOutcome, LockError> {
+    async fn renew_round(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<RenewOutcome, LockError> {
         let keys = Keys::new(&self.prefix, name);
         let owner = owner.to_hex();
         let ms = ttl_ms(ttl);
@@ -379,7 +501,7 @@ impl LeaseStore for RedlockStore {
         Err(self.unavailable(renewed + refused, &errors))
     }
 
-    async fn release(&self, name: &LockName, owner: OwnerId) -> Result<ReleaseOutcome, LockError> {
+    async fn release_round(&self, name: &LockName, owner: OwnerId) -> Result<ReleaseOutcome, LockError> {
         let keys = Keys::new(&self.prefix, name);
         let owner = owner.to_hex();
         let replies = self.release_everywhere(&keys, &owner, self.request_timeout).await;
@@ -401,9 +523,5 @@ impl LeaseStore for RedlockStore {
                 errors.first().map(|e| e.to_string()).unwrap_or_default()
             ),
         ))
-    }
-
-    async fn subscribe(&self, name: &LockName) -> Result<Option<WakeSubscription>, LockError> {
-        self.notifier.subscribe(&Keys::new(&self.prefix, name).channel, None).await
     }
 }
