@@ -245,7 +245,8 @@
 //!   majority accepted and the whole round (including fencing, below) finished within the
 //!   validity time `ttl − elapsed − drift` (`drift = ttl/100 + 2ms`); otherwise it is released
 //!   on **all** masters, including those that did not answer, and re-tried after a random delay
-//!   (or, if a majority is held by someone else, when notified or when that lease ends).
+//!   (or, if a majority is held by someone else, when woken as the queue's head, below, or
+//!   when that lease ends).
 //! - **Renewal** extends the lease on every master and needs a majority; a majority of refusals
 //!   is a lost lease; anything else is retried by the watchdog until `valid_until`.
 //! - **Fencing across the quorum**: the acquire round also reads the counter of each master
@@ -261,6 +262,24 @@
 //! - **Failed attempts** are undone in the background on every master, scoped to that attempt
 //!   (an attempt id stored with the owner), so a late undo never frees the same owner's next,
 //!   successful attempt.
+//! - **Waiting, in ticket order** (`fifo`): each master keeps a waiter queue per name
+//!   (`…:rl-queue`, a string like the single instance's, so the least ACL is the same), ordered
+//!   by a **ticket** the waiter picks once per wait (its wall-clock µs when the wait began, the
+//!   owner id breaking ties) and sends with every attempt to every master. Arrival order would
+//!   not do: concurrent registrations reach masters in different orders, their heads would
+//!   differ and no head would get a majority. A waiting attempt registers before anything
+//!   else; a free key goes to the caller only if that master's queue is empty or the caller is
+//!   its head; `try_acquire` never registers and never overtakes. A release (and the undo of a
+//!   failed round by anyone but the head) reserves the key for the head for 250 ms and wakes it
+//!   alone (`PUBLISH … @<owner>`). A release goes further: on each master it makes the key the
+//!   head's for those 250 ms and publishes the fence floor with the wake-up, so a head handed
+//!   the key by a majority takes it with one round (lease to the full ttl and token `max(floors)
+//!   + 1` in one script; the lease counts from that round) instead of two; otherwise it runs a
+//!   normal round, which it wins, being the head everywhere. A head whose round fails keeps its place (its
+//!   undo frees the key, not the place). Rules, assumptions and why it cannot livelock:
+//!   `scripts/redlock.rs`. Clock skew between clients only reorders them (fairness), never
+//!   affects exclusion (still a majority of leases); a vanished waiter is skipped once its
+//!   registration or reservation ends, as on the single instance.
 //!
 //! ### What Redlock still assumes, and why the token is the real protection
 //!

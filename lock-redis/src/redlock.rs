@@ -1,6 +1,9 @@
-//! Redlock over N independent masters, with fencing tokens kept monotonic across quorums.
+//! Redlock over N independent masters, with fencing tokens kept monotonic across quorums, and
+//! a waiter queue on each master ordered by one ticket per wait, so that every master agrees on
+//! the next holder (`crate::scripts::redlock` has the rules and why they cannot livelock).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -17,9 +20,11 @@ use crate::boot::Boot;
 use crate::conn::Node;
 use crate::endpoint::Endpoint;
 use crate::pubsub::Notifier;
-use crate::scripts::{Keys, REDLOCK_ABANDON, REDLOCK_ACQUIRE, REDLOCK_FENCE, RELEASE, RENEW};
-use crate::single::{parse_pair, remaining_from, token_from, ttl_ms};
+use crate::scripts::{Keys, REDLOCK_ACQUIRE, REDLOCK_FENCE, REDLOCK_RELEASE, RENEW};
+use crate::single::{parse_pair, remaining_from, token_from, ttl_ms, RESERVE_MS};
 use crate::RedisOptions;
+
+mod queue;
 
 pub(crate) const BACKEND: &str = "redlock";
 
@@ -32,6 +37,9 @@ pub struct RedlockStore {
     request_timeout: Duration,
     boot: Boot,
     max_ttl: Duration,
+    /// The ticket of each wait in progress (by its owner id) and when it was last used: one
+    /// ticket for every attempt of a wait, on every master.
+    tickets: Mutex<HashMap<OwnerId, (u64, Instant)>>,
 }
 
 impl std::fmt::Debug for RedlockStore {
@@ -42,6 +50,13 @@ impl std::fmt::Debug for RedlockStore {
             .field("key_prefix", &self.prefix)
             .finish()
     }
+}
+
+/// What a waiting attempt registers on each master: its ticket and how long the place lasts.
+#[derive(Clone, Copy)]
+struct Place {
+    ticket: u64,
+    registration_ms: u64,
 }
 
 /// One master's answer to an acquire.
@@ -107,6 +122,7 @@ impl RedlockStore {
             request_timeout: options.request_timeout,
             boot: Boot::new(&options.key_prefix, options.quiet_period(), false),
             max_ttl: options.max_ttl,
+            tickets: Mutex::new(HashMap::new()),
         })
     }
 
@@ -126,7 +142,8 @@ impl RedlockStore {
         self.request_timeout.min((ttl / 3).max(Duration::from_millis(20)))
     }
 
-    /// Owner-checked release on every master, including those that did not answer. Stops
+    /// Owner-checked release on every master, including those that did not answer, which also
+    /// removes the owner's queue places and hands each master to its queue's head. Stops
     /// waiting once a majority confirmed (the others got the request too, unless their
     /// connection is down, and then the ttl frees them).
     async fn release_everywhere(&self, keys: &Keys, owner: &str, bound: Duration) -> Vec<Result<i64, LockError>> {
@@ -135,7 +152,15 @@ impl RedlockStore {
             .iter()
             .map(|n| async move {
                 n.run(bound, |mut c| async move {
-                    RELEASE.key(&keys.lock).arg(owner).arg(&keys.channel).invoke_async(&mut c).await
+                    REDLOCK_RELEASE
+                        .key(&keys.lock)
+                        .key(&keys.redlock_queue)
+                        .key(&keys.fence)
+                        .arg(owner)
+                        .arg(&keys.channel)
+                        .arg(RESERVE_MS)
+                        .invoke_async(&mut c)
+                        .await
                 })
                 .await
             })
@@ -171,7 +196,8 @@ impl LeaseStore for RedlockStore {
 
     fn capabilities(&self) -> Capabilities {
         let mut caps = Capabilities::new();
-        caps.fifo = false;
+        // The ticket-ordered queue on each master (crate::scripts::redlock).
+        caps.fifo = true;
         caps.wake = WakeMethod::Notify;
         caps.lease_model = LeaseModel::PerLock;
         caps.durable_fencing = true;
@@ -182,6 +208,60 @@ impl LeaseStore for RedlockStore {
     }
 
     async fn try_lock(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<TryLock, LockError> {
+        self.round(name, owner, ttl, None).await
+    }
+
+    async fn try_lock_waiting(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<TryLock, LockError> {
+        let place = Place { ticket: self.ticket(owner), registration_ms: self.registration(ttl) };
+        let answer = self.round(name, owner, ttl, Some(place)).await;
+        if matches!(answer, Ok(TryLock::Acquired { .. })) {
+            self.forget_ticket(owner);
+        }
+        answer
+    }
+
+    /// Withdraws the wait's places (and any partial grant of it) on every master, handing a
+    /// master whose head it was to the next waiter.
+    async fn abandon(&self, name: &LockName, owner: OwnerId) -> Result<(), LockError> {
+        self.forget_ticket(owner);
+        let keys = Keys::new(&self.prefix, name);
+        let replies = self.release_everywhere(&keys, &owner.to_hex(), self.request_timeout).await;
+        let errors: Vec<LockError> = replies.into_iter().filter_map(Result::err).collect();
+        if errors.len() > self.nodes.len() - self.quorum {
+            return Err(self.unavailable(self.nodes.len() - errors.len(), &errors));
+        }
+        Ok(())
+    }
+
+    async fn renew(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<RenewOutcome, LockError> {
+        self.renew_round(name, owner, ttl).await
+    }
+
+    async fn release(&self, name: &LockName, owner: OwnerId) -> Result<ReleaseOutcome, LockError> {
+        self.release_round(name, owner).await
+    }
+
+    async fn subscribe(&self, name: &LockName) -> Result<Option<WakeSubscription>, LockError> {
+        self.notifier.subscribe(&Keys::new(&self.prefix, name).channel, None).await
+    }
+
+    /// A release or undo wakes the head of a master's queue only (`PUBLISH channel @<owner>`), so
+    /// each waiter listens for its own owner id; the first such message of any master wakes it.
+    async fn subscribe_waiter(&self, name: &LockName, owner: OwnerId) -> Result<Option<WakeSubscription>, LockError> {
+        self.notifier.subscribe(&Keys::new(&self.prefix, name).channel, Some(&owner.to_hex())).await
+    }
+}
+
+impl RedlockStore {
+    /// One Redlock round for `owner`; `place` for an attempt of a wait, which registers it in
+    /// each master's queue.
+    async fn round(
+        &self,
+        name: &LockName,
+        owner: OwnerId,
+        ttl: Duration,
+        place: Option<Place>,
+    ) -> Result<TryLock, LockError> {
         let keys = Keys::new(&self.prefix, name);
         let owner = owner.to_hex();
         let ms = ttl_ms(ttl);
@@ -189,6 +269,15 @@ impl LeaseStore for RedlockStore {
         let started = Instant::now();
         let n = self.nodes.len();
         let attempt = format!("{:016x}", rand::random::<u64>());
+        if place.is_some() {
+            // Handed the key by a majority (their releases): one round instead of two.
+            let handed = self.notifier.take_handoffs(&owner, Duration::from_millis(RESERVE_MS));
+            if handed.len() >= self.quorum {
+                if let Some(token) = self.claim(&keys, &owner, ttl, &attempt, &handed).await? {
+                    return Ok(TryLock::Acquired { token });
+                }
+            }
+        }
 
         // Round 1, in parallel: take the lease and read each master's fence floor. Stop
         // waiting as soon as the outcome is decided, so a hung minority costs no validity.
@@ -207,10 +296,15 @@ impl LeaseStore for RedlockStore {
                                         .key(&keys.lock)
                                         .key(&keys.fence)
                                         .key(marker)
+                                        .key(&keys.redlock_queue)
                                         .arg(owner)
                                         .arg(ms)
                                         .arg(attempt)
                                         .arg(boot.quiet_ms())
+                                        .arg(place.map_or(0, |p| p.registration_ms))
+                                        .arg(place.map_or(0, |p| p.ticket))
+                                        .arg(&keys.channel)
+                                        .arg(RESERVE_MS)
                                         .invoke_async(&mut c)
                                         .await
                                 }
@@ -310,33 +404,20 @@ impl LeaseStore for RedlockStore {
         // No grant: free whatever this attempt took, on every master (a lost reply may have
         // granted), in the background so that a hung master does not delay the re-try. Only
         // this attempt: the owner's next attempt may reach a master before this undo does.
-        for node in &self.nodes {
-            let (node, lock, channel) = (Arc::clone(node), keys.lock.clone(), keys.channel.clone());
-            let (owner, attempt) = (owner.clone(), attempt.clone());
-            tokio::spawn(async move {
-                let (lock, owner, attempt, channel) = (&lock, &owner, &attempt, &channel);
-                let undone = node
-                    .run(per_node, |mut c| async move {
-                        REDLOCK_ABANDON.key(lock).arg(owner).arg(attempt).arg(channel).invoke_async::<i64>(&mut c).await
-                    })
-                    .await;
-                if let Err(e) = undone {
-                    tracing::debug!(error = %e, "undo of a failed redlock attempt failed; the ttl frees it");
-                }
-            });
-        }
+        self.undo_everywhere(&keys, &owner, &attempt, per_node);
         if pttls.len() > n - self.quorum {
             // Someone holds a majority: wait at most until the earliest of its leases ends.
             let min = pttls.iter().copied().filter(|p| *p >= 0).min();
             return Ok(TryLock::Held { remaining: min.and_then(remaining_from) });
         }
-        // A split vote (contenders each took some masters) or a late round: re-try after a
-        // random delay so that contenders do not collide again.
+        // A split vote (contenders each took some masters, before their registrations landed
+        // everywhere) or a late round: re-try after a random delay so that contenders do not
+        // collide again. A head is woken earlier by the undos and releases of the others.
         let delay = rand::rng().random_range(5..=(per_node.as_millis().clamp(10, 100) as u64));
         Ok(TryLock::Held { remaining: Some(Duration::from_millis(delay)) })
     }
 
-    async fn renew(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<RenewOutcome, LockError> {
+    async fn renew_round(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<RenewOutcome, LockError> {
         let keys = Keys::new(&self.prefix, name);
         let owner = owner.to_hex();
         let ms = ttl_ms(ttl);
@@ -379,7 +460,7 @@ impl LeaseStore for RedlockStore {
         Err(self.unavailable(renewed + refused, &errors))
     }
 
-    async fn release(&self, name: &LockName, owner: OwnerId) -> Result<ReleaseOutcome, LockError> {
+    async fn release_round(&self, name: &LockName, owner: OwnerId) -> Result<ReleaseOutcome, LockError> {
         let keys = Keys::new(&self.prefix, name);
         let owner = owner.to_hex();
         let replies = self.release_everywhere(&keys, &owner, self.request_timeout).await;
@@ -401,9 +482,5 @@ impl LeaseStore for RedlockStore {
                 errors.first().map(|e| e.to_string()).unwrap_or_default()
             ),
         ))
-    }
-
-    async fn subscribe(&self, name: &LockName) -> Result<Option<WakeSubscription>, LockError> {
-        self.notifier.subscribe(&Keys::new(&self.prefix, name).channel, None).await
     }
 }

@@ -57,6 +57,8 @@ key_space! {
         channel: "released",
         /// String: the owners waiting, in arrival order (single instance; see [`queue`]).
         queue: "queue",
+        /// String: the owners waiting, in ticket order (one Redlock master; see [`redlock`]).
+        redlock_queue: "rl-queue",
     }
 }
 
@@ -196,33 +198,6 @@ return 1
 );
 pub(crate) static ABANDON: LazyLock<Script> = LazyLock::new(|| Script::new(ABANDON_SRC));
 
-/// Redlock, per master: take the lease and read the fence floor. KEYS: lock, fence, boot marker.
-/// ARGV: owner, ttl ms, attempt id, quiet ms. Returns `{1, floor}` (floor = max(counter, server
-/// TIME in µs)) when granted or already ours, `{0, ms}` when held by another owner (its PTTL) or
-/// in the quiet period after the master lost its state (the time left). The attempt id lets
-/// [`REDLOCK_ABANDON`] free exactly one failed attempt.
-const REDLOCK_ACQUIRE_SRC: &str = effects_lua!(
-    quiet_lua!(),
-    r#"
-local holder = redis.call('HGET', KEYS[1], 'o')
-if holder and holder ~= ARGV[1] then
-  return {0, redis.call('PTTL', KEYS[1])}
-end
-local t = redis.call('TIME')
-if not holder then
-  local quiet = quiet_left(KEYS[3], ARGV[4], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
-  if quiet > 0 then return {0, quiet} end
-end
-redis.call('HSET', KEYS[1], 'o', ARGV[1], 'a', ARGV[3])
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local counter = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
-if counter > floor then floor = counter end
-return {1, floor}
-"#
-);
-pub(crate) static REDLOCK_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(REDLOCK_ACQUIRE_SRC));
-
 /// Redlock, per master: store a token if it is greater (set-if-greater). KEYS: fence, fence-by.
 /// ARGV: token (decimal string), attempt id. Returns `{1, token}` when this attempt stored it
 /// (now, or on an earlier delivery of the same call), `{0, counter}` otherwise. A counter that
@@ -242,20 +217,6 @@ end
 return {0, have}
 "#;
 pub(crate) static REDLOCK_FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(REDLOCK_FENCE_SRC));
-
-/// Redlock, per master: undo one failed attempt. KEYS: lock. ARGV: owner, attempt id, channel.
-/// Deletes the entry only if it still belongs to this owner **and** this attempt: a late
-/// undo of an earlier attempt (delayed on a slow link or a reconnected socket) must not free
-/// the grant of a later attempt by the same owner. Returns 1 deleted, 0 not.
-const REDLOCK_ABANDON_SRC: &str = r#"
-if redis.call('HGET', KEYS[1], 'o') == ARGV[1] and redis.call('HGET', KEYS[1], 'a') == ARGV[2] then
-  redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[3], 'released')
-  return 1
-end
-return 0
-"#;
-pub(crate) static REDLOCK_ABANDON: LazyLock<Script> = LazyLock::new(|| Script::new(REDLOCK_ABANDON_SRC));
 
 /// Read one lease (docs/contract.md §5.6). KEYS: lock. Returns `{}` when nobody holds it, else
 /// `{token, pttl, holder, metadata}` as strings, holder and metadata `'+'`-prefixed when present
@@ -310,7 +271,9 @@ pub(crate) const ALL_SOURCES: [&str; 16] = [
 mod kinds;
 mod kinds_queue;
 pub(crate) mod queue;
+pub(crate) mod redlock;
 pub(crate) use kinds::*;
+pub(crate) use redlock::*;
 
 #[cfg(test)]
 mod tests;
