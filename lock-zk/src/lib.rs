@@ -167,6 +167,7 @@ mod kinds;
 mod lease;
 mod observe;
 mod recipe;
+mod root_watch;
 mod session;
 mod tls;
 
