@@ -33,6 +33,12 @@ const GATHER: Duration = Duration::from_millis(5);
 /// At most this many leases per renewal round.
 const MAX_ROUND: usize = 512;
 
+/// How long after its grant a lease's node watch is set. Most short holds are released before:
+/// no `exists` request, watch bookkeeping or event for them (one request in four of a
+/// try_acquire + release loop). The watch's own check finds a node deleted meanwhile, so a
+/// loss right after the grant is told at most this much later.
+const ARM_AFTER: Duration = Duration::from_millis(50);
+
 /// A granted node, shared by its lease's handle and the session's keeper.
 pub(crate) struct Node {
     /// The node's full path. Its first `prefix_len` bytes are the acquisition's unique prefix
@@ -261,7 +267,13 @@ async fn watch(client: &Client, session_id: i64, held: Held) {
     let Held { node, trigger, lost } = held;
     let end = tokio::select! {
         _ = lost.fired() => None,
-        end = node_end(client, session_id, &node) => Some(end),
+        end = async {
+            sleep(ARM_AFTER).await;
+            match node.is_released() {
+                true => None,
+                false => Some(node_end(client, session_id, &node).await),
+            }
+        } => end,
     };
     if node.is_released() {
         return;
