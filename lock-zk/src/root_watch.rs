@@ -219,7 +219,8 @@ impl RootWatch {
         }
     }
 
-    fn session_ended(&mut self, state: SessionState) {
+    /// The session ended: every lease under the watch is lost.
+    pub(crate) fn session_ended(&mut self, state: SessionState) {
         self.state = State::Off;
         let reason = format!("the ZooKeeper session ended ({state})");
         for entry in self.leases.drain() {

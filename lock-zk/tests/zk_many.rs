@@ -93,9 +93,12 @@ async fn under_the_root_watch_an_ended_session_fires_every_lost() {
     let holder = lock_zk::from_client(client.clone(), &fx.root, fx.options.clone()).await.unwrap();
     let leases = hold_many(&holder, "end").await;
     // A second connection takes the session over and closes it: the server ends it at once.
-    let twin =
-        zookeeper_client::Client::connector().with_session(client.session().clone()).connect(&addr).await.unwrap();
-    drop(twin);
+    // Its connect may fail when the holder took the session back meanwhile and then learnt it
+    // ended; what counts is that every lease is told below.
+    match zookeeper_client::Client::connector().with_session(client.session().clone()).connect(&addr).await {
+        Ok(twin) => drop(twin),
+        Err(e) => eprintln!("the twin's connect failed ({e}); the session may have ended already"),
+    }
     for (i, lease) in leases.iter().enumerate() {
         timeout(Duration::from_secs(5), lease.lost().fired()).await.unwrap_or_else(|_| panic!("lease {i} not lost"));
     }
