@@ -326,7 +326,7 @@ impl Attempt<'_> {
                     if busy_before {
                         self.lock.inner.busy.note(&parent, false);
                     }
-                    let node = Node::new(prefix.clone(), path, clean);
+                    let node = Node::new(&prefix, path, clean);
                     let granted = Granted { owner, zxid: token, confirmed: sent };
                     return Ok(Some(self.lock.grant(session, self.name, node, granted, self.opts)));
                 }

@@ -3,6 +3,7 @@
 
 use std::collections::HashSet;
 use std::fmt;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -102,33 +103,36 @@ pub(crate) struct Inner {
 }
 
 /// A bounded set of parent paths this client learnt something about. Only hints: forgetting
-/// one costs one extra request.
+/// one, or a hash shared by two paths, costs one extra request. Hashes rather than paths: the
+/// set holds one entry per name in use, ten thousand when as many leases are held.
 #[derive(Default)]
-pub(crate) struct Hints(Mutex<HashSet<String>>);
+pub(crate) struct Hints(Mutex<HashSet<u64>>, RandomState);
 
 /// How many parents one [`Hints`] remembers.
 const MAX_HINTS: usize = 10_000;
 
 impl Hints {
-    fn set(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+    fn set(&self) -> std::sync::MutexGuard<'_, HashSet<u64>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub(crate) fn contains(&self, parent: &str) -> bool {
-        self.set().contains(parent)
+        let key = self.1.hash_one(parent);
+        self.set().contains(&key)
     }
 
     /// Adds (`true`) or removes `parent`.
     pub(crate) fn note(&self, parent: &str, on: bool) {
+        let key = self.1.hash_one(parent);
         let mut set = self.set();
         if !on {
-            set.remove(parent);
+            set.remove(&key);
             return;
         }
-        if set.len() >= MAX_HINTS && !set.contains(parent) {
+        if set.len() >= MAX_HINTS && !set.contains(&key) {
             set.clear();
         }
-        set.insert(parent.to_owned());
+        set.insert(key);
     }
 }
 

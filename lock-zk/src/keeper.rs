@@ -1,14 +1,17 @@
 //! What a session does for all of its held leases at once. A ZooKeeper lease is the session: the
 //! session's heartbeat keeps every node of it, so a held lease needs no request of its own while
-//! nothing happens. Per session there is one task that holds a watch on each granted node (no
-//! task, timer or probe per lease), and the renewals of the session's leases share rounds: one
-//! `sync` and, behind it on the same connection, one multi-read of all their nodes.
+//! nothing happens. Per session there is one task that watches the granted nodes (no task, timer
+//! or probe per lease), and the renewals of the session's leases share rounds: one `sync` and,
+//! behind it on the same connection, one multi-read of all their nodes.
 //!
-//! Loss detection, per lease: the node watch fires when the node is deleted (by an operator, or
+//! Loss detection, per lease: the node's watch fires when the node is deleted (by an operator, or
 //! with the session) and when the session ends; the [`Lease`](lock_core::Lease) watchdog ends the
 //! lease at `valid_until`, which never lies further than the session timeout (less the leader's
 //! lag) after the last request the quorum answered for it (`lease::session_bound`). A suspended
-//! connection therefore ends the lease by time, before the server can expire the session.
+//! connection therefore ends the lease by time, before the server can expire the session. The
+//! first [`SHARED_FROM`](crate::root_watch::SHARED_FROM) leases of a session each watch their
+//! node; further ones share one recursive watch on the root ([`crate::root_watch`]), which
+//! detects the same losses for a fraction of the memory.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -20,7 +23,8 @@ use tokio::sync::mpsc;
 use tokio::time::{sleep, timeout};
 use zookeeper_client::{Client, EventType, MultiReadResult, SessionState, Stat};
 
-use crate::session::{call, delete_every, delete_with_retry, Failure, ZkError};
+use crate::root_watch::{RootWatch, Todo, SWEEP};
+use crate::session::{call, classify, delete_every, delete_with_retry, Failure, ZkError};
 
 /// How long a renewal round waits for more leases' renewals (short against any lease: a
 /// renewal is due a third of a ttl before it is needed).
@@ -29,11 +33,18 @@ const GATHER: Duration = Duration::from_millis(5);
 /// At most this many leases per renewal round.
 const MAX_ROUND: usize = 512;
 
+/// How long after its grant a lease's node watch is set. Most short holds are released before:
+/// no `exists` request, watch bookkeeping or event for them (one request in four of a
+/// try_acquire + release loop). The watch's own check finds a node deleted meanwhile, so a
+/// loss right after the grant is told at most this much later.
+const ARM_AFTER: Duration = Duration::from_millis(50);
+
 /// A granted node, shared by its lease's handle and the session's keeper.
 pub(crate) struct Node {
-    /// The acquisition's unique node prefix (a full path).
-    pub(crate) prefix: String,
-    pub(crate) path: String,
+    /// The node's full path. Its first `prefix_len` bytes are the acquisition's unique prefix
+    /// (one string for both: the node is kept for as long as the lease is held).
+    pub(crate) path: Box<str>,
+    prefix_len: usize,
     /// Set before the release's delete is sent: the node going is then no loss.
     pub(crate) released: AtomicBool,
     /// Exactly one create was sent for this acquisition, and it was answered: no other node
@@ -42,8 +53,16 @@ pub(crate) struct Node {
 }
 
 impl Node {
-    pub(crate) fn new(prefix: String, path: String, clean: bool) -> Node {
-        Node { prefix, path, released: AtomicBool::new(false), clean }
+    /// `path` starts with `prefix` (both come from the create); if it did not, the node would
+    /// count as the only one of its prefix, so that a release deletes nothing but it.
+    pub(crate) fn new(prefix: &str, path: String, clean: bool) -> Node {
+        let prefix_len = if path.starts_with(prefix) { prefix.len() } else { path.len() };
+        // Boxed: exactly as long as the path (the formatted `String` may have twice the room).
+        Node { path: path.into_boxed_str(), prefix_len, released: AtomicBool::new(false), clean }
+    }
+
+    fn prefix(&self) -> &str {
+        self.path.get(..self.prefix_len).unwrap_or(&self.path)
     }
 
     pub(crate) fn is_released(&self) -> bool {
@@ -57,15 +76,15 @@ impl Node {
             return delete_with_retry(client, &self.path).await;
         }
         let parent = self.path.rsplit_once('/').map_or("", |(parent, _)| parent);
-        delete_every(client, parent, &self.prefix, Some(&self.path)).await
+        delete_every(client, parent, self.prefix(), Some(&self.path)).await
     }
 }
 
 /// One lease for the keeper to watch.
-struct Held {
-    node: Arc<Node>,
-    trigger: LossTrigger,
-    lost: LostSignal,
+pub(crate) struct Held {
+    pub(crate) node: Arc<Node>,
+    pub(crate) trigger: LossTrigger,
+    pub(crate) lost: LostSignal,
 }
 
 /// Whether a node exists under our session (`Ok(false)`: gone or another session's).
@@ -75,7 +94,7 @@ type Checked = Result<bool, ZkError>;
 pub(crate) struct Keeper {
     pub(crate) client: Client,
     held: mpsc::UnboundedSender<Held>,
-    checks: Batcher<Arc<Node>, Checked>,
+    checks: Arc<Batcher<Arc<Node>, Checked>>,
 }
 
 impl Keeper {
@@ -83,13 +102,15 @@ impl Keeper {
     /// is a node that exists (the root); renewal rounds are bounded by `bound`.
     pub(crate) fn start(client: Client, session_id: i64, sync_path: String, bound: Duration) -> Arc<Keeper> {
         let (held, rx) = mpsc::unbounded_channel();
-        tokio::spawn(keep(client.clone(), session_id, rx));
         let round_client = client.clone();
         let no_multi_read = Arc::new(AtomicBool::new(false));
-        let checks = Batcher::new(GATHER, MAX_ROUND, move |batch: Vec<Arc<Node>>| {
+        let root = sync_path.clone();
+        let checks = Arc::new(Batcher::new(GATHER, MAX_ROUND, move |batch: Vec<Arc<Node>>| {
             let (client, sync_path, no_multi) = (round_client.clone(), sync_path.clone(), Arc::clone(&no_multi_read));
             async move { check_round(&client, session_id, &sync_path, bound, &no_multi, batch).await }
-        });
+        }));
+        let shared = RootWatch::new(client.clone(), root, bound);
+        tokio::spawn(keep(client.clone(), session_id, rx, shared, Arc::clone(&checks), bound));
         Arc::new(Keeper { client, held, checks })
     }
 
@@ -165,17 +186,81 @@ async fn check_round(
         .collect()
 }
 
-/// The session's watch task: a watch per held node, all in this one task. Ends when the keeper
-/// and every lease handle are gone.
-async fn keep(client: Client, session_id: i64, mut rx: mpsc::UnboundedReceiver<Held>) {
+/// The session's watch task: a watch per held node, all in this one task, or for the leases
+/// beyond the first few the root watch. Ends when the keeper and every lease handle are gone.
+async fn keep(
+    client: Client,
+    session_id: i64,
+    mut rx: mpsc::UnboundedReceiver<Held>,
+    mut shared: RootWatch,
+    checks: Arc<Batcher<Arc<Node>, Checked>>,
+    bound: Duration,
+) {
     let mut watching = FuturesUnordered::new();
+    let mut checking = FuturesUnordered::new();
+    // The session's own state, for every lease at once: a node watch sent around the moment the
+    // session ends may never be answered (seen: one lease of 70 not told within 5 s).
+    let mut states = client.state_watcher();
+    let (ended_tx, ended) = tokio::sync::watch::channel(false);
+    // Nodes under the root watch whose check failed: asked again at the next sweep.
+    let mut recheck: Vec<Arc<Node>> = Vec::new();
+    let mut sweep = tokio::time::interval(SWEEP);
+    sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let check = |node: Arc<Node>| {
+        let checks = Arc::clone(&checks);
+        // Twice the round's own bound: a round that never began answers `None` too.
+        async move { (Arc::clone(&node), timeout(bound * 2, checks.ask(node)).await.ok().flatten()) }
+    };
     loop {
-        tokio::select! {
+        let todo = tokio::select! {
             held = rx.recv() => match held {
-                Some(held) => watching.push(watch(&client, session_id, held)),
+                Some(held) if shared.takes(watching.len()) => shared.insert(held),
+                Some(held) => {
+                    watching.push(watch(&client, session_id, held, ended.clone()));
+                    Todo::Nothing
+                }
                 None => return,
             },
-            Some(()) = watching.next(), if !watching.is_empty() => {}
+            Some(()) = watching.next(), if !watching.is_empty() => Todo::Nothing,
+            state = states.changed() => {
+                if state.is_terminated() {
+                    let _ = ended_tx.send(true);
+                    shared.session_ended(state);
+                }
+                Todo::Nothing
+            }
+            todo = shared.step() => todo,
+            Some((node, answer)) = checking.next(), if !checking.is_empty() => {
+                let (node, answer): (Arc<Node>, Option<Checked>) = (node, answer);
+                match answer {
+                    Some(Ok(true)) => {}
+                    Some(Ok(false)) => shared.lost(&node, "our lock node was deleted, or belongs to another session"),
+                    Some(Err(e)) if matches!(classify(e.clone()), Failure::SessionGone) => {
+                        shared.lost(&node, "the ZooKeeper session ended")
+                    }
+                    // No answer: the node may be gone unseen; ask again.
+                    _ if shared.holds(&node) => recheck.push(node),
+                    _ => {}
+                }
+                Todo::Nothing
+            }
+            _ = sweep.tick(), if shared.is_active() || !recheck.is_empty() => {
+                for node in shared.sweep() {
+                    let client = client.clone();
+                    // A lost lease's node is rare; a task for each is no cost.
+                    tokio::spawn(async move {
+                        let _ = node.delete(&client).await;
+                    });
+                }
+                Todo::Check(std::mem::take(&mut recheck).into_iter().filter(|n| shared.holds(n)).collect())
+            }
+        };
+        match todo {
+            Todo::Nothing => {}
+            Todo::Check(nodes) => nodes.into_iter().for_each(|node| checking.push(check(node))),
+            Todo::WatchEach(leases) => {
+                leases.into_iter().for_each(|held| watching.push(watch(&client, session_id, held, ended.clone())))
+            }
         }
     }
 }
@@ -189,11 +274,18 @@ enum NodeEnd {
 /// Fires the lease's lost signal when its node goes or the session ends (a release deletes the
 /// node itself: no loss), and deletes the node of a lease lost otherwise (by time) but not
 /// released, so that nobody waits on a lock we no longer claim.
-async fn watch(client: &Client, session_id: i64, held: Held) {
+async fn watch(client: &Client, session_id: i64, held: Held, mut ended: tokio::sync::watch::Receiver<bool>) {
     let Held { node, trigger, lost } = held;
     let end = tokio::select! {
         _ = lost.fired() => None,
-        end = node_end(client, session_id, &node) => Some(end),
+        Ok(_) = ended.wait_for(|ended| *ended) => Some(NodeEnd::SessionEnded(client.state())),
+        end = async {
+            sleep(ARM_AFTER).await;
+            match node.is_released() {
+                true => None,
+                false => Some(node_end(client, session_id, &node).await),
+            }
+        } => end,
     };
     if node.is_released() {
         return;
@@ -205,7 +297,9 @@ async fn watch(client: &Client, session_id: i64, held: Held) {
             NodeEnd::SessionEnded(s) => format!("the ZooKeeper session ended ({s})"),
         }),
         None => {
-            let _ = node.delete(client).await;
+            // Boxed: inline, the delete's retries would make every watching future ~2 KiB
+            // for a step that few leases take.
+            let _ = Box::pin(node.delete(client)).await;
         }
     }
 }

@@ -96,9 +96,15 @@
 //!   still exists under our session.
 //!
 //! A held lease costs no request while nothing happens: the session's heartbeat keeps all of its
-//! nodes. One task per session holds a watch on each held node, and the renewals of a session's
-//! leases share rounds (one `sync`, then one multi-read of all their nodes behind it; one `exists`
-//! per lease, pipelined, on a server before 3.6).
+//! nodes. One task per session watches the held nodes, and the renewals of a session's leases
+//! share rounds (one `sync`, then one multi-read of all their nodes behind it; one `exists` per
+//! lease, pipelined, on a server before 3.6). A lease's own node watch is set 50 ms after its
+//! grant (a hold released sooner costs no watch; a node deleted meanwhile is found by the
+//! watch's first read). A session holding more than 64 leases watches the further ones with
+//! one persistent recursive watch on the root (ZooKeeper 3.6+; about 1.8 KiB per held lease in
+//! all instead of 4.8 KiB): it then receives every change under the root, of every client, for
+//! as long as it holds them; each of those leases is checked once when it joins and again after
+//! every reconnection (a persistent watch replays nothing missed while disconnected).
 //!
 //! `valid_until` never exceeds what the server keeps for us (docs/contract.md §3): the lease runs on the
 //! **negotiated session timeout** whenever the asked ttl is longer (then [`Lease::ttl`] reports
@@ -167,6 +173,7 @@ mod kinds;
 mod lease;
 mod observe;
 mod recipe;
+mod root_watch;
 mod session;
 mod tls;
 
