@@ -13,12 +13,11 @@ use tokio::time::timeout;
 
 use super::params::Accepted;
 use super::rw::{acquire_tx, owner_stmt, Attempt, KindSql, OwnerStmt};
-use super::{
-    bad_url, renewed_of, too_slow, unreachable, Dialect, Grant, Profile, Seen, SeenRow, Upsert, Who,
-};
+use super::{bad_url, renewed_of, too_slow, unreachable, Dialect, Grant, Profile, Seen, SeenRow, Upsert, Who};
 use crate::adopt::{Owner, TableFacts};
 use crate::decide::Plan;
 use crate::error::{Class, Codes};
+use crate::handoff::Handoffs;
 use crate::listen::{self, Listener};
 use crate::observers;
 use crate::options::quote_table;
@@ -77,6 +76,8 @@ pub(crate) struct Postgres {
     /// Statements bounded by the `statement_timeout` of every session.
     profile: Profile,
     sql: Statements,
+    /// The grants this client's waiters were notified of (the listener records them).
+    handoffs: Arc<Handoffs>,
     /// Stops with the dialect (and so with the store).
     _listener: Listener,
 }
@@ -127,10 +128,11 @@ async fn open(
     });
     timeout(bound, ping).await.map_err(|_| too_slow(CODES, bound))?.map_err(|e| unreachable(CODES, e))?;
     let bounds = listen::Bounds { connect: bound, query: options.request_timeout, codes: CODES };
-    let listener = listen::start(opts, options.table.clone(), hub, bounds).await?;
+    let handoffs = Arc::new(Handoffs::default());
+    let listener = listen::start(opts, options.table.clone(), hub, Arc::clone(&handoffs), bounds).await?;
     let sql = Statements::new(&options.table);
     let profile = Profile::new(CODES, true, true, sql.lease_ddl.clone(), sql.queue_ddl.clone());
-    let mut dialect = Postgres { pool, channel: options.table.clone(), profile, sql, _listener: listener };
+    let mut dialect = Postgres { pool, channel: options.table.clone(), profile, sql, handoffs, _listener: listener };
     dialect.profile.statement_bound = options.request_timeout;
     Ok(Arc::new(dialect))
 }
@@ -175,6 +177,21 @@ async fn pg_table_facts(c: &mut PgConnection, quoted: &str) -> Result<TableFacts
         owner: if trusted { Owner::Trusted } else { Owner::Other(owner) },
         hooks,
     })
+}
+
+/// The acquire statement's row: fence when granted; else remaining ms, queue place, seen fence.
+type Row4 = (Option<i64>, Option<i64>, Option<i64>, Option<i64>);
+
+/// Runs a release or hand-on statement (`sql::handing`); whether it freed or passed on a row.
+async fn handing(c: &mut PgConnection, a: &Args<'_>) -> Result<bool, sqlx::Error> {
+    let rows = sqlx::query(AssertSqlSafe(Arc::clone(a.sql)))
+        .bind(a.name)
+        .bind(a.owner)
+        .bind(a.channel)
+        .bind(wake::WAITER)
+        .fetch_all(c)
+        .await?;
+    Ok(!rows.is_empty())
 }
 
 /// The values the exclusive lock's statements bind.
@@ -234,7 +251,7 @@ impl Dialect for Postgres {
             .pool
             .with(Use::Take, &args, |c, (a, wait)| {
                 Box::pin(async move {
-                    sqlx::query_as::<_, (Option<i64>, Option<i64>, Option<i64>)>(AssertSqlSafe(Arc::clone(a.sql)))
+                    sqlx::query_as::<_, Row4>(AssertSqlSafe(Arc::clone(a.sql)))
                         .bind(a.name)
                         .bind(a.owner)
                         .bind(a.ms)
@@ -248,15 +265,29 @@ impl Dialect for Postgres {
             })
             .await?;
         Ok(match row.into_iter().next() {
-            Some((Some(fence), _, _)) => Upsert::Granted(fence),
-            Some((None, remaining, seq)) => Upsert::Held { remaining, seq },
-            None => Upsert::Held { remaining: None, seq: None },
+            Some((Some(fence), _, _, _)) => Upsert::Granted(fence),
+            Some((None, remaining, seq, seen)) => Upsert::Held { remaining, seq, seen },
+            None => Upsert::Held { remaining: None, seq: None, seen: None },
         })
     }
 
     async fn leave_queue(&self, name: &str, owner: &str) -> Result<(), sqlx::Error> {
         let args = (Arc::clone(&self.sql.leave_queue), name, owner, None);
         self.pool.with(Use::Take, &args, |c, a| Box::pin(observers::run(c, a))).await
+    }
+
+    fn handoffs(&self) -> Option<&Handoffs> {
+        Some(&self.handoffs)
+    }
+
+    async fn hand_on(&self, name: &str, owner: &str) -> Result<(), sqlx::Error> {
+        let args = Args { sql: &self.sql.hand_on, name, owner, ms: 0, channel: &self.channel, who: Who::default() };
+        self.pool.with(Use::Keep, &args, |c, a| Box::pin(handing(c, a))).await.map(drop)
+    }
+
+    fn add_queue_column(&self, table: &str, column: &str) -> Option<String> {
+        let (_, def) = sql::QUEUE_ADDED.iter().find(|(c, _)| *c == column)?;
+        Some(format!("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {column} {def}", quote_table(table, '"')))
     }
 
     async fn observe(&self, name: &str, owner: &str, lifetime_ms: i64) -> Result<(), sqlx::Error> {
@@ -340,20 +371,8 @@ impl Dialect for Postgres {
 
     async fn release(&self, name: &str, owner: &str) -> Result<bool, sqlx::Error> {
         let args = Args { sql: &self.sql.release, name, owner, ms: 0, channel: &self.channel, who: Who::default() };
-        let rows = self
-            .pool
-            .with(Use::Keep, &args, |c, a| {
-                Box::pin(
-                    sqlx::query(AssertSqlSafe(Arc::clone(a.sql)))
-                        .bind(a.name)
-                        .bind(a.owner)
-                        .bind(a.channel)
-                        .bind(wake::WAITER)
-                        .fetch_all(c),
-                )
-            })
-            .await?;
-        Ok(!rows.is_empty())
+        let freed = self.pool.with(Use::Keep, &args, |c, a| Box::pin(handing(c, a))).await?;
+        Ok(freed)
     }
 
     async fn force_release(&self, name: &str, fence: i64) -> Result<bool, sqlx::Error> {
