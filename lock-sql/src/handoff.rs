@@ -66,7 +66,16 @@ struct Entry {
     heard: Option<i64>,
     /// The send instant and the seen fence of its latest attempt that answered "still queued".
     seen: Option<(Instant, i64)>,
+    /// When that answer arrived, and the holder's remaining lease it reported.
+    answered: Option<(Instant, Option<Duration>)>,
 }
+
+/// An attempt this soon after a "still queued" answer, with no grant heard, is answered from
+/// that answer instead of the database: `StoreLock` re-tries right after subscribing, so that a
+/// release in between is not missed, and here such a release's grant to us is recorded (the
+/// expectation is set before the first attempt) and taken without a statement, while a release
+/// that granted someone else changes nothing for us. Saves one commit per contended acquire.
+const RECENT: Duration = Duration::from_millis(10);
 
 /// The hand-offs this client's waiters expect, by owner id (32 hex digits).
 #[derive(Default)]
@@ -86,10 +95,27 @@ impl Handoffs {
     }
 
     /// `owner`'s attempt sent at `sent` answered "still queued", having seen `fence`.
-    pub(crate) fn queued(&self, owner: &str, sent: Instant, fence: i64) {
+    pub(crate) fn queued(&self, owner: &str, sent: Instant, fence: i64, remaining: Option<Duration>) {
         if let Some(e) = self.lock().get_mut(owner) {
             e.seen = Some((sent, fence));
+            e.answered = Some((Instant::now(), remaining));
         }
+    }
+
+    /// The answer to give an attempt of `owner` without a statement: still queued, the holder's
+    /// lease `remaining`, when its latest "still queued" answer came less than [`RECENT`] ago
+    /// and no grant was heard since. A wake-up for another reason (a reconnected listener, an
+    /// older version's release) that comes that soon then waits for the waiter's fallback
+    /// re-try: latency, never safety (nothing is granted here).
+    pub(crate) fn recent(&self, owner: &str, now: Instant) -> Option<Option<Duration>> {
+        let mut map = self.lock();
+        let e = map.get_mut(owner)?;
+        if e.heard.is_some() {
+            return None;
+        }
+        let (at, remaining) = e.answered.take()?;
+        let age = now.checked_duration_since(at)?;
+        (age < RECENT).then(|| remaining.map(|r| r.saturating_sub(age)))
     }
 
     /// The wait of `owner` ended (granted by its own statement, or left).
@@ -115,10 +141,16 @@ impl Handoffs {
     pub(crate) fn take(&self, owner: &str, ttl: Duration, now: Instant) -> Option<(i64, Instant)> {
         let mut map = self.lock();
         let e = map.get_mut(owner)?;
-        let fence = e.heard.take()?;
+        let fence = e.heard?;
         let (sent, seen) = e.seen?;
-        let fresh = sent.checked_add(ttl / 2).is_some_and(|until| now < until);
-        if fence <= seen || !fresh {
+        if fence <= seen {
+            // Stale: a grant that answer already saw superseded.
+            e.heard = None;
+            return None;
+        }
+        if sent.checked_add(ttl / 2).is_none_or(|until| now >= until) {
+            // Ours, but too little validity left from `sent`: the statement re-grants it
+            // (`heard` stays, so that `recent` does not answer for the database).
             return None;
         }
         map.remove(owner);
@@ -143,11 +175,14 @@ mod tests {
         let t0 = Instant::now();
         assert_eq!(h.heard(&payload(&o, 5)), None, "not expected: not ours");
         h.expect(&o);
-        h.queued(&o, t0, 7);
+        h.queued(&o, t0, 7, None);
+        assert_eq!(h.recent(&o, Instant::now()), Some(None), "just answered: no statement");
+        assert_eq!(h.recent(&o, Instant::now()), None, "once");
         assert_eq!(h.heard(&payload(&o, 7)), Some(crate::wake::waiter(&o)));
         assert_eq!(h.take(&o, ttl, t0), None, "a grant the queued answer already saw superseded");
         assert!(h.heard(&payload(&o, 8)).is_some());
         assert_eq!(h.take(&o, ttl, t0 + Duration::from_secs(5)), None, "half the ttl gone: run the statement");
+        assert_eq!(h.recent(&o, Instant::now()), None, "a grant heard: never answered without a statement");
         h.heard(&payload(&o, 9));
         assert_eq!(h.take(&o, ttl, t0 + Duration::from_secs(1)), Some((9, t0)));
         assert_eq!(h.take(&o, ttl, t0), None, "taken once");

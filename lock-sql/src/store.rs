@@ -424,6 +424,9 @@ impl LeaseStore for SqlStore {
                 self.places.take(claim.owner);
                 return self.fence_token(fence).map(|token| TryLock::HandedOver { token, started: sent });
             }
+            if let Some(rem) = h.recent(&o, Instant::now()) {
+                return Ok(TryLock::Held { remaining: rem });
+            }
             h.expect(&o);
         }
         let attempt = self.attempt(claim.owner);
@@ -443,7 +446,7 @@ impl LeaseStore for SqlStore {
             Upsert::Held { remaining: rem, seq, seen } => {
                 let mut rem = remaining(rem);
                 if let (Some(h), Some(_), Some(seen)) = (handoffs, seq, seen) {
-                    h.queued(&o, sent, seen);
+                    h.queued(&o, sent, seen, rem);
                 }
                 if rem.is_none() && seen.is_some() && self.dialect.listens() {
                     // Free (or expired) but owed to a waiter queued before us: hand it to the
