@@ -85,20 +85,48 @@
 //!   WHERE name = $1 AND NOT EXISTS (SELECT 1 FROM granted);
 //! -- NOW_MS = (extract(epoch from now()) * 1000)::bigint, NOW_US the same in microseconds
 //!
-//! WITH freed AS (UPDATE dlock_leases SET owner = NULL, expires_at = NOW_MS
-//!                WHERE name = $1 AND owner = $2 AND expires_at > NOW_MS RETURNING name)
-//! SELECT (SELECT pg_notify('dlock_leases', 'dlock-waiter:' || w.owner)
-//!         FROM (SELECT owner FROM dlock_leases_waiters w WHERE w.name = f.name
-//!               AND w.expires_at > NOW_MS ORDER BY seq, owner LIMIT 1) w)::text FROM freed f;
+//! WITH cur AS (SELECT name FROM dlock_leases WHERE name = $1 AND owner = $2
+//!               AND expires_at > NOW_MS FOR NO KEY UPDATE),
+//!   head AS (SELECT owner, ttl_ms, holder, metadata FROM dlock_leases_waiters
+//!            WHERE name = $1 AND EXISTS (SELECT 1 FROM cur) AND expires_at > NOW_MS
+//!            ORDER BY seq, owner LIMIT 1 FOR UPDATE),
+//!   granted AS (UPDATE dlock_leases l SET owner = h.owner,              -- NULL: nobody waits
+//!                 fence = GREATEST(l.fence + 1, NOW_US),                -- when handed over
+//!                 expires_at = CLOCK_MS + h.ttl_ms, holder = h.holder, metadata = h.metadata
+//!               FROM cur LEFT JOIN head h ON h.ttl_ms > 0 WHERE l.name = cur.name
+//!               RETURNING l.owner, l.fence),
+//!   dequeued AS (DELETE FROM dlock_leases_waiters w USING granted g
+//!                WHERE w.name = $1 AND w.owner = g.owner)
+//! SELECT pg_notify('dlock_leases', 'dlock-grant:' || g.owner || ':' || g.fence) FROM granted g;
+//! -- CLOCK_MS: clock_timestamp(), read once the row is locked (now() is the statement's start)
 //! ```
 //!
 //! (The acquire shown is the statement's core; the real one also checks and updates the waiter
 //! queue in the same statement, below.)
 //!
+//! **The grant in the release** (`handoff.rs`): a release that frees a name with a live queue
+//! head hands the lease straight to that head — a new fence, the head's ttl, holder and metadata
+//! (its queue entry carries them) — and notifies it with the new fence; the head then holds
+//! without a statement of its own, so a hand-off costs one commit, not two in series. The head
+//! does **not** count its validity from the notification (the server's lease began earlier, at
+//! the release) but from the send instant of its latest acquire attempt that answered "still
+//! queued": that attempt locked the lease row before the release did, and the release reads
+//! the clock only once it holds the lock, so the server's lease outlasts the head's
+//! `valid_until` (docs/contract.md §3). A grant notified with a fence not above the one that
+//! attempt saw is stale and ignored; with more than ttl/2 gone since that attempt the head runs
+//! its acquire instead, which finds the row its own and re-grants it. A waiter whose wait ends
+//! with a grant in flight (time-out, drop) deletes its queue entry, then releases what it was
+//! given and hands the lock on to the next head; a refused attempt that finds the lock free or
+//! expired but owed to a queued waiter hands it to that waiter. A lost notification costs only
+//! latency: every waiter re-tries on its own timer, and its acquire finds the row its own. A
+//! head that vanished with a grant in flight keeps the lock for its ttl; only heads whose entry
+//! is live (refreshed within `8 × max_poll + 250 ms`) are granted. Queue entries written by an
+//! older version (`ttl_ms = 0`) are only woken, with `dlock-waiter:<owner>`, as before.
+//!
 //! Waiters are woken by `LISTEN`/`NOTIFY`: release notifies on the channel named like the table,
 //! in the same statement (so only a committed release notifies), and only when someone waits:
-//! the payload `dlock-waiter:<owner>` names the head of the waiter queue, so every client
-//! hears it and only the one holding that waiter wakes it; every kind has its own payload
+//! the payload `dlock-grant:<owner>:<fence>` names the head of the waiter queue, so every client
+//! hears it and only the one holding that waiter takes it; every kind has its own payload
 //! prefix, none the start of another, so no kind wakes another's waiters. Election observers
 //! (`watch_changes`, contract §5.8) keep a row in the waiter queue that holds nobody back;
 //! while one lives, grants and releases of that name also notify `dlock:<name>` (statements
@@ -153,7 +181,8 @@
 //!
 //! ## The waiter queue (exclusive lock)
 //!
-//! `<table>_waiters` (`name`, `owner`, `seq`, `expires_at`; primary key `(name, owner)`), created
+//! `<table>_waiters` (`name`, `owner`, `seq`, `expires_at`, and on PostgreSQL the hand-off's
+//! `ttl_ms`, `holder`, `metadata`; primary key `(name, owner)`), created
 //! next to the lease table, makes waiters of the exclusive lock first come, first served
 //! (`fifo`), on all three databases. The acquire upsert's condition for a free or expired row
 //! gains `AND NOT EXISTS (SELECT 1 FROM <table>_waiters w WHERE w.name = ? AND w.owner <> ? AND
@@ -339,7 +368,8 @@
 //!   timeout), and the release of such an owner is repeated once twice that bound has passed.
 //! * Privileges: `CREATE` only while a table is missing (each is looked for first, then
 //!   created if absent), `ALTER` only while the lease table lacks the `holder`/`metadata`
-//!   columns, `DELETE` on the lease table only with `idle_gc_after`. After that the lock user needs `SELECT, INSERT, UPDATE` on the lease
+//!   columns (or a PostgreSQL waiter queue lacks `ttl_ms`/`holder`/`metadata`), `DELETE` on the
+//!   lease table only with `idle_gc_after`. After that the lock user needs `SELECT, INSERT, UPDATE` on the lease
 //!   table, `SELECT, INSERT, UPDATE, DELETE` on the waiter queue `<table>_waiters`, and for
 //!   read-write locks and semaphores the same on `<table>_counters` and `<table>_holders` (tested on PostgreSQL and MariaDB with a user that
 //!   has exactly these). A missing privilege is [`LockError::Config`], whose message carries the
@@ -354,6 +384,7 @@ mod backend;
 mod decide;
 mod dialect;
 mod error;
+mod handoff;
 mod idle;
 mod inflight;
 mod kinds;

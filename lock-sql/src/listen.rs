@@ -1,8 +1,11 @@
 //! PostgreSQL wake-ups: one LISTEN connection per client, fanned out to local waiters through a
 //! [`WakeHub`]. Releases run `pg_notify(<table>, <key>)` in the same statement that frees the
 //! row, so a notification is sent exactly when (and only if) the release commits. Election
-//! observers of a name ([`WakeHub::observe`]) hear its `dlock:<name>` key.
+//! observers of a name ([`WakeHub::observe`]) hear its `dlock:<name>` key. A grant in a
+//! release (`dlock-grant:<owner>:<fence>`, crate::handoff) is recorded for its waiter, if it is
+//! one of ours, before that waiter is woken.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::{Backoff, LockError, WakeHub};
@@ -11,6 +14,7 @@ use tokio::task::JoinHandle;
 use tokio::time::timeout;
 
 use crate::error::{to_lock_error, Codes};
+use crate::handoff::Handoffs;
 
 /// How long the listener may hear nothing before it checks that its connection still answers:
 /// a half-open TCP connection would otherwise swallow notifications forever.
@@ -42,6 +46,7 @@ pub(crate) async fn start(
     options: PgConnectOptions,
     channel: String,
     hub: WakeHub,
+    handoffs: Arc<Handoffs>,
     bounds: Bounds,
 ) -> Result<Listener, LockError> {
     // A pool of one just for the listener: its connection is held for good, and must not
@@ -56,7 +61,7 @@ pub(crate) async fn start(
     let rt = tokio::runtime::Handle::try_current()
         .map_err(|_| LockError::config("lock-sql needs a Tokio runtime: connect from within one"))?;
     let listener = open(&pool, &channel, bounds).await?;
-    let task = rt.spawn(run(pool, channel, hub, listener, bounds));
+    let task = rt.spawn(run(pool, channel, hub, handoffs, listener, bounds));
     Ok(Listener { task })
 }
 
@@ -78,12 +83,24 @@ async fn open(pool: &PgPool, channel: &str, bounds: Bounds) -> Result<PgListener
     }
 }
 
-async fn run(pool: PgPool, channel: String, hub: WakeHub, mut listener: PgListener, bounds: Bounds) {
+async fn run(
+    pool: PgPool,
+    channel: String,
+    hub: WakeHub,
+    handoffs: Arc<Handoffs>,
+    mut listener: PgListener,
+    bounds: Bounds,
+) {
     loop {
         // `try_recv` is cancel-safe (sqlx keeps partial messages buffered), so a timeout here
         // loses nothing.
         let broken = match timeout(IDLE_PING, listener.try_recv()).await {
             Ok(Ok(Some(n))) => {
+                // A grant to one of our waiters is recorded before the waiter wakes to take it.
+                if let Some(waiter) = handoffs.heard(n.payload()) {
+                    hub.wake(&waiter);
+                    continue;
+                }
                 // The observers of a name (`dlock:<name>`) are woken apart from its waiters.
                 hub.changed(n.payload());
                 hub.wake(n.payload());

@@ -9,7 +9,7 @@ use lock_core::{
     Backoff, Capabilities, ChangeFeed, Claim, FencingToken, HolderInfo, LeaseModel, LeaseStore, LockError, LockKind,
     LockName, OwnerId, ReleaseOutcome, RenewOutcome, TryLock, WakeHub, WakeMethod, WakeSubscription,
 };
-use tokio::time::timeout;
+use tokio::time::{timeout, Instant};
 
 use crate::dialect::{
     self, queue_table, Dialect, Grant, Seen, Upsert, Who, ADDED_COLUMNS, LEASE_COLUMNS, QUEUE_SUFFIX,
@@ -110,7 +110,14 @@ impl SqlStore {
             self.create_missing(what, ddl).await?;
         }
         let mut facts = self.run("inspect the lock tables", || self.dialect.table_facts(table)).await?;
-        if table == self.table && self.add_missing_columns(&facts).await? {
+        let added = if table == self.table {
+            self.add_missing_columns(&facts).await?
+        } else if table == queue_table(&self.table) {
+            self.add_missing_queue_columns(table, &facts).await?
+        } else {
+            false
+        };
+        if added {
             facts = self.run("inspect the lock tables", || self.dialect.table_facts(table)).await?;
         }
         crate::adopt::judge(self.label(), ddl, &facts)
@@ -157,6 +164,32 @@ impl SqlStore {
             }
         }
         Ok(true)
+    }
+
+    /// Adds the waiter queue's columns that a queue made by an older version lacks and the
+    /// dialect adds ([`Dialect::add_queue_column`]); true when it added any. Any other
+    /// difference is left to the judge.
+    async fn add_missing_queue_columns(
+        &self,
+        table: &str,
+        facts: &crate::adopt::TableFacts,
+    ) -> Result<bool, LockError> {
+        let has = |c: &str| facts.columns.iter().any(|(name, _)| name.eq_ignore_ascii_case(c));
+        let mut added = false;
+        for column in ["ttl_ms", "holder", "metadata"] {
+            let Some(alter) = self.dialect.add_queue_column(table, column) else { continue };
+            if has(column) {
+                continue;
+            }
+            self.run("add a column to the waiter queue", || self.dialect.execute(&alter)).await.map_err(|e| {
+                LockError::config(format!(
+                    "the waiter queue {table} lacks the column {column} (added in this version) and adding it \
+                     failed: {e}; run `{alter}` as the table's owner"
+                ))
+            })?;
+            added = true;
+        }
+        Ok(added)
     }
 
     /// Deletes the rows of names nobody has held for at least `idle` (docs/contract.md §5.7)
@@ -383,17 +416,46 @@ impl LeaseStore for SqlStore {
         } else {
             Wait::No
         };
+        let handoffs = if waiting { self.dialect.handoffs() } else { None };
+        if let Some(h) = handoffs {
+            // A release may have granted us the lease already (crate::handoff): take it, with
+            // the validity of our latest "still queued" statement, sent before that grant.
+            if let Some((fence, sent)) = h.take(&o, claim.ttl, Instant::now()) {
+                self.places.take(claim.owner);
+                return self.fence_token(fence).map(|token| TryLock::HandedOver { token, started: sent });
+            }
+            if let Some(rem) = h.recent(&o, Instant::now()) {
+                return Ok(TryLock::Held { remaining: rem });
+            }
+            h.expect(&o);
+        }
         let attempt = self.attempt(claim.owner);
         let grant = Grant { name: claim.name.as_str(), owner: &o, ttl_ms: ttl_ms(claim.ttl), who, wait };
+        // Before the statement is sent: where a hand-off's validity may start.
+        let sent = Instant::now();
         let upsert = self.run("acquire", || self.dialect.acquire(grant)).await?;
         attempt.finished();
         match upsert {
             Upsert::Granted(fence) => {
                 self.places.take(claim.owner);
+                if let Some(h) = handoffs {
+                    h.forget(&o);
+                }
                 self.token(fence)
             }
-            Upsert::Held { remaining: rem, seq } => {
+            Upsert::Held { remaining: rem, seq, seen } => {
                 let mut rem = remaining(rem);
+                if let (Some(h), Some(_), Some(seen)) = (handoffs, seq, seen) {
+                    h.queued(&o, sent, seen, rem);
+                }
+                if rem.is_none() && seen.is_some() && self.dialect.listens() {
+                    // Free (or expired) but owed to a waiter queued before us: hand it to the
+                    // head now rather than wait for the head's own timer (crate::handoff).
+                    let (n, a) = (claim.name.as_str(), "");
+                    if let Err(e) = self.run("hand the lock on", || self.dialect.hand_on(n, a)).await {
+                        tracing::debug!(backend = self.label(), error = %e, "handing a free lock on failed");
+                    }
+                }
                 if let Some(seq) = seq {
                     self.places.set(claim.owner, seq);
                     // Nothing tells a polling waiter that its turn came: a queued one polls
@@ -408,9 +470,16 @@ impl LeaseStore for SqlStore {
     }
 
     async fn abandon(&self, name: &LockName, owner: OwnerId) -> Result<(), LockError> {
+        let (n, o) = (name.as_str(), owner.to_hex());
+        if let Some(h) = self.dialect.handoffs() {
+            h.forget(&o);
+        }
         if self.places.take(owner) {
-            let (n, o) = (name.as_str(), owner.to_hex());
             self.run("leave the waiter queue", || self.dialect.leave_queue(n, &o)).await?;
+            // Where releases hand off, one may have granted us the lease before our entry went:
+            // release it and hand it on (crate::handoff). The entry went first, so no release
+            // that starts from now on grants us anything.
+            self.run("hand the lock on", || self.dialect.hand_on(n, &o)).await?;
         }
         Ok(())
     }

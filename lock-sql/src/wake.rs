@@ -47,6 +47,7 @@ mod tests {
         let mut prefixes: Vec<&str> = sides.iter().map(|s| prefix(*s)).collect();
         prefixes.push(EXCLUSIVE);
         prefixes.push(WAITER);
+        prefixes.push(crate::handoff::GRANT);
         for a in &prefixes {
             for b in &prefixes {
                 assert!(a == b || !b.starts_with(a), "{a:?} is a prefix of {b:?}");

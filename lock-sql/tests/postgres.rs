@@ -24,6 +24,18 @@ async fn extra_unreachable_is_unavailable() {
     common::check_unreachable("postgres://postgres@127.0.0.1:1/test").await;
 }
 
+/// The grant in the release: the head's validity starts before the release, not at the
+/// notification (contract §3), and a head that leaves with a grant in flight hands it on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extra_handoff_validity_starts_before_the_release() {
+    common::check_handoff_validity(&SqlFixture::postgres().await.unwrap()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extra_handoff_leave_hands_on() {
+    common::check_handoff_leave(&SqlFixture::postgres().await.unwrap()).await.unwrap();
+}
+
 /// LISTEN/NOTIFY: a waiter gets the lock right after the release, long before any poll or
 /// the 10 s lease would have let it in.
 #[tokio::test]

@@ -83,8 +83,10 @@ pub(crate) enum Upsert {
     /// Granted (or re-granted to the same owner) with this fence.
     Granted(i64),
     /// Held by another owner for about `remaining` more ms (`None`: unknown, or free but owed
-    /// to a waiter queued before us); `seq`: our place in the queue, when the attempt queued.
-    Held { remaining: Option<i64>, seq: Option<i64> },
+    /// to a waiter queued before us); `seq`: our place in the queue, when the attempt queued;
+    /// `seen`: the fence of the latest grant, read under the row's lock (PostgreSQL only: what
+    /// a hand-off's fence is compared with, crate::handoff).
+    Held { remaining: Option<i64>, seq: Option<i64>, seen: Option<i64> },
 }
 
 /// What a dialect settles when it connects, and the store only reads.
@@ -176,6 +178,22 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     /// Deletes `owner`'s queue entry for `name` (a wait that ended without a grant), and the
     /// name's expired entries.
     async fn leave_queue(&self, name: &str, owner: &str) -> Result<(), sqlx::Error>;
+    /// Where releases hand the lock to the queue's head (crate::handoff): the grants this
+    /// client's waiters were notified of. `None` (the default): no hand-offs.
+    fn handoffs(&self) -> Option<&crate::handoff::Handoffs> {
+        None
+    }
+    /// After [`Dialect::leave_queue`] of a waiter, where releases hand off: releases what
+    /// `owner` may have been granted meanwhile and hands `name` on to the next head (or hands it
+    /// a free or expired row). By default nothing.
+    async fn hand_on(&self, _name: &str, _owner: &str) -> Result<(), sqlx::Error> {
+        Ok(())
+    }
+    /// The `ALTER TABLE` that adds `column` to an existing waiter queue `table` made by an
+    /// older version; `None` when the dialect's queue has no such added column.
+    fn add_queue_column(&self, _table: &str, _column: &str) -> Option<String> {
+        None
+    }
     /// Marks `owner` as an election observer of `name` for `lifetime_ms` (crate::observers):
     /// grants and releases of `name` then notify. Only where the dialect [`Dialect::listens`];
     /// by default nothing.

@@ -407,9 +407,9 @@ impl Dialect for Mysql {
             // Free but refused: owed to a waiter queued before us, no lease to wait out.
             Some((holder, _, rem)) => {
                 let remaining = (holder.is_some() && rem > 0).then_some(rem);
-                Ok(Upsert::Held { remaining, seq: self.enqueue(name, owner, wait).await? })
+                Ok(Upsert::Held { remaining, seq: self.enqueue(name, owner, wait).await?, seen: None })
             }
-            None => Ok(Upsert::Held { remaining: None, seq: self.enqueue(name, owner, wait).await? }),
+            None => Ok(Upsert::Held { remaining: None, seq: self.enqueue(name, owner, wait).await?, seen: None }),
         }
     }
 

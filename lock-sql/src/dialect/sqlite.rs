@@ -324,7 +324,7 @@ impl Dialect for Lite {
                     .await?,
             ),
         };
-        Ok(Upsert::Held { remaining, seq })
+        Ok(Upsert::Held { remaining, seq, seen: None })
     }
 
     async fn leave_queue(&self, name: &str, owner: &str) -> Result<(), sqlx::Error> {

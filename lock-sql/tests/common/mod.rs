@@ -19,10 +19,13 @@ use sqlx::Executor;
 use tokio::time::Instant;
 
 mod fake_tls;
+mod handoff;
 mod safety;
 mod squat;
 #[allow(unused_imports)]
 pub use fake_tls::*;
+#[allow(unused_imports)]
+pub use handoff::*;
 #[allow(unused_imports)] // not every dialect's test file uses them
 pub use safety::*;
 #[allow(unused_imports)]

@@ -12,25 +12,21 @@ use sqlx::{AssertSqlSafe, Executor};
 use tokio::time::timeout;
 
 use super::params::Accepted;
-use super::rw::{acquire_tx, owner_stmt, Attempt, Flavor, KindSql, OwnerStmt};
-use super::{
-    bad_url, queue_table, renewed_of, too_slow, unreachable, Dialect, Grant, Profile, Seen, SeenRow, Upsert, Who,
-};
+use super::rw::{acquire_tx, owner_stmt, Attempt, KindSql, OwnerStmt};
+use super::{bad_url, renewed_of, too_slow, unreachable, Dialect, Grant, Profile, Seen, SeenRow, Upsert, Who};
 use crate::adopt::{Owner, TableFacts};
 use crate::decide::Plan;
 use crate::error::{Class, Codes};
+use crate::handoff::Handoffs;
 use crate::listen::{self, Listener};
-use crate::observers::{self, OBSERVER_SEQ};
+use crate::observers;
 use crate::options::quote_table;
 use crate::pool::{ConnPool, Setup, Use};
 use crate::wake;
 use crate::SqlOptions;
+use sql::{Statements, FLAVOR};
 
-/// Milliseconds since the Unix epoch, on the database's clock.
-const NOW: &str = "(extract(epoch from now()) * 1000)::bigint";
-
-/// Microseconds since the Unix epoch, on the database's clock: the floor of new fences.
-const NOW_US: &str = "(extract(epoch from now()) * 1000000)::bigint";
+mod sql;
 
 pub(crate) const CODES: Codes = Codes { label: "postgres", database: sqlstate };
 
@@ -73,49 +69,15 @@ fn sqlstate(db: &(dyn DatabaseError + 'static)) -> Class {
     }
 }
 
-const FLAVOR: Flavor = Flavor {
-    quote: '"',
-    now: NOW,
-    create: |c, h| {
-        [
-            format!(
-                "CREATE TABLE IF NOT EXISTS {c} (kind TEXT NOT NULL, name TEXT COLLATE \"C\" NOT NULL, \
-                 fence BIGINT NOT NULL, permits BIGINT NOT NULL, claim_owner TEXT, claim_until BIGINT NOT NULL, \
-                 PRIMARY KEY (kind, name))"
-            ),
-            format!(
-                "CREATE TABLE IF NOT EXISTS {h} (kind TEXT NOT NULL, name TEXT COLLATE \"C\" NOT NULL, \
-                 owner TEXT NOT NULL, mode BIGINT NOT NULL, fence BIGINT NOT NULL, expires_at BIGINT NOT NULL, \
-                 PRIMARY KEY (kind, name, owner))"
-            ),
-        ]
-    },
-    insert: "INSERT",
-    on_conflict: " ON CONFLICT DO NOTHING",
-    for_update: " FOR UPDATE",
-    numbered: true,
-    begin: Some("BEGIN"),
-};
-
 /// A PostgreSQL database: its pool, its statements and its listener.
 pub(crate) struct Postgres {
     pool: Arc<ConnPool<PgConnection>>,
     channel: String,
     /// Statements bounded by the `statement_timeout` of every session.
     profile: Profile,
-    acquire: Arc<str>,
-    /// `acquire` without the grant's queue clean-up, for attempts that cannot be queued.
-    acquire_first: Arc<str>,
-    leave_queue: Arc<str>,
-    observe: Arc<str>,
-    renew: Arc<str>,
-    /// Every given lease's renewal in one statement (see `renew_many`).
-    renew_many: Arc<str>,
-    release: Arc<str>,
-    force_release: Arc<str>,
-    inspect: Arc<str>,
-    list: Arc<str>,
-    collect: Arc<str>,
+    sql: Statements,
+    /// The grants this client's waiters were notified of (the listener records them).
+    handoffs: Arc<Handoffs>,
     /// Stops with the dialect (and so with the store).
     _listener: Listener,
 }
@@ -166,146 +128,13 @@ async fn open(
     });
     timeout(bound, ping).await.map_err(|_| too_slow(CODES, bound))?.map_err(|e| unreachable(CODES, e))?;
     let bounds = listen::Bounds { connect: bound, query: options.request_timeout, codes: CODES };
-    let listener = listen::start(opts, options.table.clone(), hub, bounds).await?;
-    let mut dialect = Postgres::new(pool, &options.table, listener);
+    let handoffs = Arc::new(Handoffs::default());
+    let listener = listen::start(opts, options.table.clone(), hub, Arc::clone(&handoffs), bounds).await?;
+    let sql = Statements::new(&options.table);
+    let profile = Profile::new(CODES, true, true, sql.lease_ddl.clone(), sql.queue_ddl.clone());
+    let mut dialect = Postgres { pool, channel: options.table.clone(), profile, sql, handoffs, _listener: listener };
     dialect.profile.statement_bound = options.request_timeout;
     Ok(Arc::new(dialect))
-}
-
-impl Postgres {
-    fn new(pool: Arc<ConnPool<PgConnection>>, t: &str, listener: Listener) -> Postgres {
-        let qt = quote_table(t, '"');
-        let qq = quote_table(&queue_table(t), '"');
-        // The head of the queue: the live waiter with the lowest (seq, owner).
-        let head = format!(
-            "SELECT w.owner FROM {qq} w WHERE w.name = f.name AND w.expires_at > {NOW} \
-             AND w.seq < {OBSERVER_SEQ} ORDER BY w.seq, w.owner LIMIT 1"
-        );
-        let lease_ddl = format!(
-            "CREATE TABLE IF NOT EXISTS {qt} (name TEXT COLLATE \"C\" NOT NULL PRIMARY KEY, owner TEXT, \
-             fence BIGINT NOT NULL, expires_at BIGINT NOT NULL, holder TEXT, metadata TEXT)"
-        );
-        let queue_ddl = format!(
-            "CREATE TABLE IF NOT EXISTS {qq} (name TEXT COLLATE \"C\" NOT NULL, owner TEXT NOT NULL, \
-             seq BIGINT NOT NULL, expires_at BIGINT NOT NULL, PRIMARY KEY (name, owner))"
-        );
-        // `dlock:<name>` for election observers, only while one observes (crate::observers).
-        let notify_observers = |name: &str| observers::notify(t, &qq, name, NOW);
-        Postgres {
-            pool,
-            profile: Profile::new(CODES, true, true, lease_ddl, queue_ddl),
-            channel: t.to_owned(),
-            // One statement: insert or take over a free/expired/own row unless a live waiter
-            // queued before us ($7: our place, i64::MAX when not queued); when that did not
-            // happen, report the holder's remaining lease (none when the row is free but owed
-            // to a waiter) and, for a waiting attempt ($6: the entry's lifetime, 0 for
-            // try_acquire), queue us or refresh our entry. A grant of an attempt that may be
-            // queued deletes our entry and the name's expired ones; the first attempt of a wait
-            // (and try_acquire) has no entry and runs the statement without that clean-up. (The
-            // CTEs' snapshot may miss a row committed meanwhile: then no row comes back, and the
-            // waiter just re-tries.)
-            acquire: acquire(&qt, &qq, &notify_observers("l.name"), true).into(),
-            acquire_first: acquire(&qt, &qq, &notify_observers("l.name"), false).into(),
-            observe: observers::mark(&qq, NOW).into(),
-            leave_queue: format!("DELETE FROM {qq} WHERE name = $1 AND (owner = $2 OR expires_at <= {NOW})").into(),
-            renew: format!(
-                "UPDATE {qt} SET expires_at = {NOW} + $3::bigint \
-                 WHERE name = $1 AND owner = $2 AND expires_at > {NOW}"
-            )
-            .into(),
-            renew_many: format!(
-                "UPDATE {qt} AS l SET expires_at = {NOW} + $1::bigint \
-                 FROM unnest($2::text[], $3::text[]) AS r(name, owner) \
-                 WHERE l.name = r.name AND l.owner = r.owner AND l.expires_at > {NOW} \
-                 RETURNING l.name, l.owner"
-            )
-            .into(),
-            // Free, notify the head of the queue and the name's observers in one statement:
-            // the notifications are delivered on commit (see `observers`).
-            release: format!(
-                "WITH freed AS ( \
-                   UPDATE {qt} SET owner = NULL, expires_at = {NOW} \
-                   WHERE name = $1 AND owner = $2 AND expires_at > {NOW} RETURNING name) \
-                 SELECT (SELECT pg_notify($3, $4 || h.owner) FROM ({head}) h)::text, {} FROM freed f",
-                notify_observers("f.name")
-            )
-            .into(),
-            force_release: format!(
-                "WITH freed AS ( \
-                   UPDATE {qt} SET owner = NULL, expires_at = {NOW} \
-                   WHERE name = $1 AND fence = $2 AND owner IS NOT NULL AND expires_at > {NOW} RETURNING name) \
-                 SELECT (SELECT pg_notify($3, $4 || h.owner) FROM ({head}) h)::text, {} FROM freed f",
-                notify_observers("f.name")
-            )
-            .into(),
-            inspect: format!(
-                "SELECT name, fence, expires_at - {NOW}, holder, metadata FROM {qt} \
-                 WHERE name = $1 AND owner IS NOT NULL AND expires_at > {NOW}"
-            )
-            .into(),
-            list: format!(
-                "SELECT name, fence, expires_at - {NOW}, holder, metadata FROM {qt} \
-                 WHERE name LIKE $1 ESCAPE '!' AND owner IS NOT NULL AND expires_at > {NOW} \
-                 ORDER BY name LIMIT $2"
-            )
-            .into(),
-            // Waiter entries that lapsed as long ago go with them (a crashed waiter's; queue.rs).
-            collect: format!(
-                "WITH lapsed AS (DELETE FROM {qq} WHERE expires_at <= {NOW} - $1::bigint) \
-                 DELETE FROM {qt} WHERE expires_at <= {NOW} - $1::bigint"
-            )
-            .into(),
-            _listener: listener,
-        }
-    }
-}
-
-/// The exclusive acquire statement (see `Postgres::new`): `$1` name, `$2` owner, `$3` ttl ms,
-/// `$4` holder, `$5` metadata, `$6` the queue entry's lifetime in ms (0: never queue), `$7` the
-/// caller's place. `clean_up`: a grant deletes the caller's queue entry and the name's expired
-/// ones (only an attempt that may be queued needs it: the clause costs the server a DELETE's
-/// executor set-up per acquire, BENCHMARKS.md "SQL acquire statements").
-fn acquire(qt: &str, qq: &str, notify_observers: &str, clean_up: bool) -> String {
-    let dequeued = if clean_up {
-        format!(
-            ", dequeued AS ( \
-               DELETE FROM {qq} WHERE $6::bigint > 0 AND name = $1 AND (owner = $2 OR expires_at <= {NOW}) \
-               AND EXISTS (SELECT 1 FROM granted))"
-        )
-    } else {
-        String::new()
-    };
-    format!(
-        "WITH ahead AS ( \
-           SELECT 1 FROM {qq} w WHERE w.name = $1 AND w.owner <> $2 AND w.expires_at > {NOW} \
-           AND w.seq < {OBSERVER_SEQ} \
-           AND (w.seq, w.owner) < ($7::bigint, $2::text) LIMIT 1), \
-         granted AS ( \
-           INSERT INTO {qt} AS l (name, owner, fence, expires_at, holder, metadata) \
-           VALUES ($1, $2, {NOW_US}, {NOW} + $3::bigint, $4, $5) \
-           ON CONFLICT (name) DO UPDATE SET \
-             fence = CASE WHEN l.owner = EXCLUDED.owner THEN l.fence \
-                     ELSE GREATEST(l.fence + 1, EXCLUDED.fence) END, \
-             owner = EXCLUDED.owner, \
-             expires_at = EXCLUDED.expires_at, \
-             holder = EXCLUDED.holder, \
-             metadata = EXCLUDED.metadata \
-           WHERE l.owner = EXCLUDED.owner \
-              OR ((l.owner IS NULL OR l.expires_at <= {NOW}) AND NOT EXISTS (SELECT 1 FROM ahead)) \
-           RETURNING fence, {notify_observers}), \
-         queued AS ( \
-           INSERT INTO {qq} AS w (name, owner, seq, expires_at) \
-           SELECT $1, $2, {NOW_US}, {NOW} + $6::bigint \
-           WHERE $6::bigint > 0 AND NOT EXISTS (SELECT 1 FROM granted) \
-           ON CONFLICT (name, owner) DO UPDATE SET expires_at = EXCLUDED.expires_at \
-           RETURNING seq){dequeued} \
-         SELECT fence, NULL::bigint AS remaining, NULL::bigint AS seq FROM granted \
-         UNION ALL \
-         SELECT NULL::bigint, \
-           CASE WHEN h.owner IS NOT NULL AND h.expires_at > {NOW} THEN h.expires_at - {NOW} END, \
-           (SELECT seq FROM queued) \
-         FROM {qt} h WHERE h.name = $1 AND NOT EXISTS (SELECT 1 FROM granted)"
-    )
 }
 
 /// The catalog's view of table `quoted` (as the session's `search_path` finds it): where, whose,
@@ -350,6 +179,21 @@ async fn pg_table_facts(c: &mut PgConnection, quoted: &str) -> Result<TableFacts
     })
 }
 
+/// The acquire statement's row: fence when granted; else remaining ms, queue place, seen fence.
+type Row4 = (Option<i64>, Option<i64>, Option<i64>, Option<i64>);
+
+/// Runs a release or hand-on statement (`sql::handing`); whether it freed or passed on a row.
+async fn handing(c: &mut PgConnection, a: &Args<'_>) -> Result<bool, sqlx::Error> {
+    let rows = sqlx::query(AssertSqlSafe(Arc::clone(a.sql)))
+        .bind(a.name)
+        .bind(a.owner)
+        .bind(a.channel)
+        .bind(wake::WAITER)
+        .fetch_all(c)
+        .await?;
+    Ok(!rows.is_empty())
+}
+
 /// The values the exclusive lock's statements bind.
 struct Args<'a> {
     sql: &'a Arc<str>,
@@ -390,24 +234,24 @@ impl Dialect for Postgres {
 
     async fn warm_up(&self) {
         let hot = [
-            Arc::clone(&self.acquire),
-            Arc::clone(&self.acquire_first),
-            Arc::clone(&self.renew),
-            Arc::clone(&self.renew_many),
-            Arc::clone(&self.release),
+            Arc::clone(&self.sql.acquire),
+            Arc::clone(&self.sql.acquire_first),
+            Arc::clone(&self.sql.renew),
+            Arc::clone(&self.sql.renew_many),
+            Arc::clone(&self.sql.release),
         ];
         self.pool.prepare_on_two(&hot).await;
     }
 
     async fn acquire(&self, grant: Grant<'_>) -> Result<Upsert, sqlx::Error> {
         let Grant { name, owner, ttl_ms, who, wait } = grant;
-        let sql = if wait.may_be_queued() { &self.acquire } else { &self.acquire_first };
+        let sql = if wait.may_be_queued() { &self.sql.acquire } else { &self.sql.acquire_first };
         let args = (Args { sql, name, owner, ms: ttl_ms, channel: "", who }, wait);
         let row = self
             .pool
             .with(Use::Take, &args, |c, (a, wait)| {
                 Box::pin(async move {
-                    sqlx::query_as::<_, (Option<i64>, Option<i64>, Option<i64>)>(AssertSqlSafe(Arc::clone(a.sql)))
+                    sqlx::query_as::<_, Row4>(AssertSqlSafe(Arc::clone(a.sql)))
                         .bind(a.name)
                         .bind(a.owner)
                         .bind(a.ms)
@@ -421,19 +265,33 @@ impl Dialect for Postgres {
             })
             .await?;
         Ok(match row.into_iter().next() {
-            Some((Some(fence), _, _)) => Upsert::Granted(fence),
-            Some((None, remaining, seq)) => Upsert::Held { remaining, seq },
-            None => Upsert::Held { remaining: None, seq: None },
+            Some((Some(fence), _, _, _)) => Upsert::Granted(fence),
+            Some((None, remaining, seq, seen)) => Upsert::Held { remaining, seq, seen },
+            None => Upsert::Held { remaining: None, seq: None, seen: None },
         })
     }
 
     async fn leave_queue(&self, name: &str, owner: &str) -> Result<(), sqlx::Error> {
-        let args = (Arc::clone(&self.leave_queue), name, owner, None);
+        let args = (Arc::clone(&self.sql.leave_queue), name, owner, None);
         self.pool.with(Use::Take, &args, |c, a| Box::pin(observers::run(c, a))).await
     }
 
+    fn handoffs(&self) -> Option<&Handoffs> {
+        Some(&self.handoffs)
+    }
+
+    async fn hand_on(&self, name: &str, owner: &str) -> Result<(), sqlx::Error> {
+        let args = Args { sql: &self.sql.hand_on, name, owner, ms: 0, channel: &self.channel, who: Who::default() };
+        self.pool.with(Use::Keep, &args, |c, a| Box::pin(handing(c, a))).await.map(drop)
+    }
+
+    fn add_queue_column(&self, table: &str, column: &str) -> Option<String> {
+        let (_, def) = sql::QUEUE_ADDED.iter().find(|(c, _)| *c == column)?;
+        Some(format!("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {column} {def}", quote_table(table, '"')))
+    }
+
     async fn observe(&self, name: &str, owner: &str, lifetime_ms: i64) -> Result<(), sqlx::Error> {
-        let args = (Arc::clone(&self.observe), name, owner, Some(lifetime_ms));
+        let args = (Arc::clone(&self.sql.observe), name, owner, Some(lifetime_ms));
         self.pool.with(Use::Take, &args, |c, a| Box::pin(observers::run(c, a))).await
     }
 
@@ -442,7 +300,7 @@ impl Dialect for Postgres {
     }
 
     async fn collect_idle(&self, idle_ms: i64) -> Result<u64, sqlx::Error> {
-        let args = (Arc::clone(&self.collect), idle_ms);
+        let args = (Arc::clone(&self.sql.collect), idle_ms);
         let done = self
             .pool
             .with(Use::Take, &args, |c, (sql, ms)| {
@@ -453,7 +311,7 @@ impl Dialect for Postgres {
     }
 
     async fn inspect(&self, name: &str) -> Result<Option<Seen>, sqlx::Error> {
-        let args = (Arc::clone(&self.inspect), name);
+        let args = (Arc::clone(&self.sql.inspect), name);
         let row = self
             .pool
             .with(Use::Take, &args, |c, (sql, name)| {
@@ -464,7 +322,7 @@ impl Dialect for Postgres {
     }
 
     async fn list(&self, prefix: &str, limit: i64) -> Result<Vec<Seen>, sqlx::Error> {
-        let args = (Arc::clone(&self.list), super::like_prefix(prefix), limit);
+        let args = (Arc::clone(&self.sql.list), super::like_prefix(prefix), limit);
         let rows = self
             .pool
             .with(Use::Take, &args, |c, (sql, pattern, limit)| {
@@ -480,7 +338,7 @@ impl Dialect for Postgres {
     }
 
     async fn renew(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<bool, sqlx::Error> {
-        let args = Args { sql: &self.renew, name, owner, ms: ttl_ms, channel: "", who: Who::default() };
+        let args = Args { sql: &self.sql.renew, name, owner, ms: ttl_ms, channel: "", who: Who::default() };
         let done = self
             .pool
             .with(Use::Keep, &args, |c, a| {
@@ -495,7 +353,7 @@ impl Dialect for Postgres {
     async fn renew_many(&self, leases: &[(&str, &str)], ttl_ms: i64) -> Result<Vec<bool>, sqlx::Error> {
         let names: Vec<&str> = leases.iter().map(|(n, _)| *n).collect();
         let owners: Vec<&str> = leases.iter().map(|(_, o)| *o).collect();
-        let args = (Arc::clone(&self.renew_many), names, owners, ttl_ms);
+        let args = (Arc::clone(&self.sql.renew_many), names, owners, ttl_ms);
         let back = self
             .pool
             .with(Use::Keep, &args, |c, a| {
@@ -512,25 +370,13 @@ impl Dialect for Postgres {
     }
 
     async fn release(&self, name: &str, owner: &str) -> Result<bool, sqlx::Error> {
-        let args = Args { sql: &self.release, name, owner, ms: 0, channel: &self.channel, who: Who::default() };
-        let rows = self
-            .pool
-            .with(Use::Keep, &args, |c, a| {
-                Box::pin(
-                    sqlx::query(AssertSqlSafe(Arc::clone(a.sql)))
-                        .bind(a.name)
-                        .bind(a.owner)
-                        .bind(a.channel)
-                        .bind(wake::WAITER)
-                        .fetch_all(c),
-                )
-            })
-            .await?;
-        Ok(!rows.is_empty())
+        let args = Args { sql: &self.sql.release, name, owner, ms: 0, channel: &self.channel, who: Who::default() };
+        let freed = self.pool.with(Use::Keep, &args, |c, a| Box::pin(handing(c, a))).await?;
+        Ok(freed)
     }
 
     async fn force_release(&self, name: &str, fence: i64) -> Result<bool, sqlx::Error> {
-        let args = (Arc::clone(&self.force_release), name, fence, self.channel.as_str());
+        let args = (Arc::clone(&self.sql.force_release), name, fence, self.channel.as_str());
         let rows = self
             .pool
             .with(Use::Keep, &args, |c, (sql, name, fence, channel)| {

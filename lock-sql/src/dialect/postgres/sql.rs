@@ -1,0 +1,240 @@
+//! The SQL text of the PostgreSQL dialect: every statement built once per table, at connect.
+
+use std::sync::Arc;
+
+use super::super::queue_table;
+use super::super::rw::Flavor;
+use crate::handoff::GRANT;
+use crate::observers::{self, OBSERVER_SEQ};
+use crate::options::quote_table;
+
+/// Milliseconds since the Unix epoch, on the database's clock.
+pub(super) const NOW: &str = "(extract(epoch from now()) * 1000)::bigint";
+
+/// Microseconds since the Unix epoch, on the database's clock: the floor of new fences.
+pub(super) const NOW_US: &str = "(extract(epoch from now()) * 1000000)::bigint";
+
+/// Milliseconds since the Unix epoch on the database's clock **when evaluated** (`now()` is the
+/// statement's start): a hand-off's lease starts when its statement holds the lease row's lock,
+/// after the head's last "still queued" statement (crate::handoff).
+const CLOCK: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
+
+/// The waiter queue's columns that later versions added, with their `ADD COLUMN` definition:
+/// what a hand-off grants the head (its ttl, holder and metadata). `ttl_ms = 0` (an entry written
+/// by an older version) is never granted in a release, only woken.
+pub(super) const QUEUE_ADDED: &[(&str, &str)] =
+    &[("ttl_ms", "BIGINT NOT NULL DEFAULT 0"), ("holder", "TEXT"), ("metadata", "TEXT")];
+
+pub(super) const FLAVOR: Flavor = Flavor {
+    quote: '"',
+    now: NOW,
+    create: |c, h| {
+        [
+            format!(
+                "CREATE TABLE IF NOT EXISTS {c} (kind TEXT NOT NULL, name TEXT COLLATE \"C\" NOT NULL, \
+                 fence BIGINT NOT NULL, permits BIGINT NOT NULL, claim_owner TEXT, claim_until BIGINT NOT NULL, \
+                 PRIMARY KEY (kind, name))"
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {h} (kind TEXT NOT NULL, name TEXT COLLATE \"C\" NOT NULL, \
+                 owner TEXT NOT NULL, mode BIGINT NOT NULL, fence BIGINT NOT NULL, expires_at BIGINT NOT NULL, \
+                 PRIMARY KEY (kind, name, owner))"
+            ),
+        ]
+    },
+    insert: "INSERT",
+    on_conflict: " ON CONFLICT DO NOTHING",
+    for_update: " FOR UPDATE",
+    numbered: true,
+    begin: Some("BEGIN"),
+};
+
+/// The statements of one lease table (and its waiter queue), prepared per connection.
+pub(super) struct Statements {
+    pub(super) lease_ddl: String,
+    pub(super) queue_ddl: String,
+    pub(super) acquire: Arc<str>,
+    /// `acquire` without the grant's queue clean-up, for attempts that cannot be queued.
+    pub(super) acquire_first: Arc<str>,
+    pub(super) leave_queue: Arc<str>,
+    pub(super) observe: Arc<str>,
+    pub(super) renew: Arc<str>,
+    /// Every given lease's renewal in one statement (see `renew_many`).
+    pub(super) renew_many: Arc<str>,
+    pub(super) release: Arc<str>,
+    /// `release` that also hands a free or expired row to the queue's head (see `handing`).
+    pub(super) hand_on: Arc<str>,
+    pub(super) force_release: Arc<str>,
+    pub(super) inspect: Arc<str>,
+    pub(super) list: Arc<str>,
+    pub(super) collect: Arc<str>,
+}
+
+impl Statements {
+    /// The statements over lease table `t` and its waiter queue.
+    pub(super) fn new(t: &str) -> Statements {
+        let qt = quote_table(t, '"');
+        let qq = quote_table(&queue_table(t), '"');
+        // The head of the queue: the live waiter with the lowest (seq, owner).
+        let head = format!(
+            "SELECT w.owner FROM {qq} w WHERE w.name = f.name AND w.expires_at > {NOW} \
+             AND w.seq < {OBSERVER_SEQ} ORDER BY w.seq, w.owner LIMIT 1"
+        );
+        let lease_ddl = format!(
+            "CREATE TABLE IF NOT EXISTS {qt} (name TEXT COLLATE \"C\" NOT NULL PRIMARY KEY, owner TEXT, \
+             fence BIGINT NOT NULL, expires_at BIGINT NOT NULL, holder TEXT, metadata TEXT)"
+        );
+        let queue_ddl = format!(
+            "CREATE TABLE IF NOT EXISTS {qq} (name TEXT COLLATE \"C\" NOT NULL, owner TEXT NOT NULL, \
+             seq BIGINT NOT NULL, expires_at BIGINT NOT NULL, ttl_ms BIGINT NOT NULL DEFAULT 0, holder TEXT, \
+             metadata TEXT, PRIMARY KEY (name, owner))"
+        );
+        // `dlock:<name>` for election observers, only while one observes (crate::observers).
+        let notify_observers = |name: &str| observers::notify(t, &qq, name, NOW);
+        Statements {
+            lease_ddl,
+            queue_ddl,
+            // One statement: insert or take over a free/expired/own row unless a live waiter
+            // queued before us ($7: our place, i64::MAX when not queued); when that did not
+            // happen, report the holder's remaining lease (none when the row is free but owed
+            // to a waiter) and, for a waiting attempt ($6: the entry's lifetime, 0 for
+            // try_acquire), queue us or refresh our entry. A grant of an attempt that may be
+            // queued deletes our entry and the name's expired ones; the first attempt of a wait
+            // (and try_acquire) has no entry and runs the statement without that clean-up. (The
+            // CTEs' snapshot may miss a row committed meanwhile: then no row comes back, and the
+            // waiter just re-tries.)
+            acquire: acquire_sql(&qt, &qq, &notify_observers("l.name"), true).into(),
+            acquire_first: acquire_sql(&qt, &qq, &notify_observers("l.name"), false).into(),
+            observe: observers::mark(&qq, NOW).into(),
+            leave_queue: format!("DELETE FROM {qq} WHERE name = $1 AND (owner = $2 OR expires_at <= {NOW})").into(),
+            renew: format!(
+                "UPDATE {qt} SET expires_at = {NOW} + $3::bigint \
+                 WHERE name = $1 AND owner = $2 AND expires_at > {NOW}"
+            )
+            .into(),
+            renew_many: format!(
+                "UPDATE {qt} AS l SET expires_at = {NOW} + $1::bigint \
+                 FROM unnest($2::text[], $3::text[]) AS r(name, owner) \
+                 WHERE l.name = r.name AND l.owner = r.owner AND l.expires_at > {NOW} \
+                 RETURNING l.name, l.owner"
+            )
+            .into(),
+            release: handing(&qt, &qq, &notify_observers("g.name"), false).into(),
+            hand_on: handing(&qt, &qq, &notify_observers("g.name"), true).into(),
+            force_release: format!(
+                "WITH freed AS ( \
+                   UPDATE {qt} SET owner = NULL, expires_at = {NOW} \
+                   WHERE name = $1 AND fence = $2 AND owner IS NOT NULL AND expires_at > {NOW} RETURNING name) \
+                 SELECT (SELECT pg_notify($3, $4 || h.owner) FROM ({head}) h)::text, {} FROM freed f",
+                notify_observers("f.name")
+            )
+            .into(),
+            inspect: format!(
+                "SELECT name, fence, expires_at - {NOW}, holder, metadata FROM {qt} \
+                 WHERE name = $1 AND owner IS NOT NULL AND expires_at > {NOW}"
+            )
+            .into(),
+            list: format!(
+                "SELECT name, fence, expires_at - {NOW}, holder, metadata FROM {qt} \
+                 WHERE name LIKE $1 ESCAPE '!' AND owner IS NOT NULL AND expires_at > {NOW} \
+                 ORDER BY name LIMIT $2"
+            )
+            .into(),
+            // Waiter entries that lapsed as long ago go with them (a crashed waiter's; queue.rs).
+            collect: format!(
+                "WITH lapsed AS (DELETE FROM {qq} WHERE expires_at <= {NOW} - $1::bigint) \
+                 DELETE FROM {qt} WHERE expires_at <= {NOW} - $1::bigint"
+            )
+            .into(),
+        }
+    }
+}
+
+/// The exclusive acquire statement (see `Statements::new`): `$1` name, `$2` owner, `$3` ttl ms,
+/// `$4` holder, `$5` metadata, `$6` the queue entry's lifetime in ms (0: never queue), `$7` the
+/// caller's place. A refusal reads the lease row again under a row lock (`cur`): the fence it
+/// reports is the latest committed grant's, which is what a queued waiter compares a hand-off's
+/// fence with (crate::handoff). `clean_up`: a grant deletes the caller's queue entry and the name's expired
+/// ones (only an attempt that may be queued needs it: the clause costs the server a DELETE's
+/// executor set-up per acquire, BENCHMARKS.md "SQL acquire statements").
+fn acquire_sql(qt: &str, qq: &str, notify_observers: &str, clean_up: bool) -> String {
+    let dequeued = if clean_up {
+        format!(
+            ", dequeued AS ( \
+               DELETE FROM {qq} WHERE $6::bigint > 0 AND name = $1 AND (owner = $2 OR expires_at <= {NOW}) \
+               AND EXISTS (SELECT 1 FROM granted))"
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "WITH ahead AS ( \
+           SELECT 1 FROM {qq} w WHERE w.name = $1 AND w.owner <> $2 AND w.expires_at > {NOW} \
+           AND w.seq < {OBSERVER_SEQ} \
+           AND (w.seq, w.owner) < ($7::bigint, $2::text) LIMIT 1), \
+         granted AS ( \
+           INSERT INTO {qt} AS l (name, owner, fence, expires_at, holder, metadata) \
+           VALUES ($1, $2, {NOW_US}, {NOW} + $3::bigint, $4, $5) \
+           ON CONFLICT (name) DO UPDATE SET \
+             fence = CASE WHEN l.owner = EXCLUDED.owner THEN l.fence \
+                     ELSE GREATEST(l.fence + 1, EXCLUDED.fence) END, \
+             owner = EXCLUDED.owner, \
+             expires_at = EXCLUDED.expires_at, \
+             holder = EXCLUDED.holder, \
+             metadata = EXCLUDED.metadata \
+           WHERE l.owner = EXCLUDED.owner \
+              OR ((l.owner IS NULL OR l.expires_at <= {NOW}) AND NOT EXISTS (SELECT 1 FROM ahead)) \
+           RETURNING fence, {notify_observers}), \
+         queued AS ( \
+           INSERT INTO {qq} AS w (name, owner, seq, expires_at, ttl_ms, holder, metadata) \
+           SELECT $1, $2, {NOW_US}, {NOW} + $6::bigint, $3::bigint, $4, $5 \
+           WHERE $6::bigint > 0 AND NOT EXISTS (SELECT 1 FROM granted) \
+           ON CONFLICT (name, owner) DO UPDATE SET expires_at = EXCLUDED.expires_at, \
+             ttl_ms = EXCLUDED.ttl_ms, holder = EXCLUDED.holder, metadata = EXCLUDED.metadata \
+           RETURNING seq), \
+         cur AS (SELECT owner, fence, expires_at FROM {qt} WHERE name = $1 FOR NO KEY UPDATE){dequeued} \
+         SELECT fence, NULL::bigint AS remaining, NULL::bigint AS seq, NULL::bigint AS seen FROM granted \
+         UNION ALL \
+         SELECT NULL::bigint, \
+           CASE WHEN h.owner IS NOT NULL AND h.expires_at > {NOW} THEN h.expires_at - {NOW} END, \
+           (SELECT seq FROM queued), h.fence \
+         FROM cur h WHERE NOT EXISTS (SELECT 1 FROM granted)"
+    )
+}
+
+/// The release (`pass_on` false: `$1` name, `$2` owner, `$3` channel, `$4` the wake-up prefix)
+/// and the hand-on of a waiter's leave or a refused attempt (`pass_on` true: also a free or
+/// expired row, whoever `$2` is), one statement that answers a row when it freed or passed on:
+/// lock the lease row (`cur`), then the head of the queue (`head`, `FOR UPDATE`: a leave's delete
+/// of that entry in progress is waited for and the entry skipped, the next one taken; a leave
+/// after this lock finds its grant, crate::handoff); a head that carries a ttl gets the lease —
+/// new fence, `expires_at` read from the clock now that the row is locked + its ttl, its holder
+/// and metadata — and loses its entry, and is notified `dlock-grant:<owner>:<fence>`; without
+/// such a head our row is freed (a free row passed on stays as it is) and a head of an older
+/// version (ttl 0) is only woken. The
+/// name's observers are notified either way. Notifications are delivered on commit.
+fn handing(qt: &str, qq: &str, notify_observers: &str, pass_on: bool) -> String {
+    let ours = format!("owner = $2 AND expires_at > {NOW}");
+    let which = if pass_on { format!("(({ours}) OR owner IS NULL OR expires_at <= {NOW})") } else { ours };
+    format!(
+        "WITH cur AS (SELECT name FROM {qt} WHERE name = $1 AND {which} FOR NO KEY UPDATE), \
+         head AS ( \
+           SELECT w.owner, w.ttl_ms, w.holder, w.metadata FROM {qq} w \
+           WHERE w.name = $1 AND EXISTS (SELECT 1 FROM cur) AND w.expires_at > {NOW} AND w.seq < {OBSERVER_SEQ} \
+           ORDER BY w.seq, w.owner LIMIT 1 FOR UPDATE), \
+         granted AS ( \
+           UPDATE {qt} l SET \
+             owner = h.owner, \
+             fence = CASE WHEN h.owner IS NULL THEN l.fence ELSE GREATEST(l.fence + 1, {NOW_US}) END, \
+             expires_at = CASE WHEN h.owner IS NULL THEN {NOW} ELSE {CLOCK} + h.ttl_ms END, \
+             holder = CASE WHEN h.owner IS NULL THEN l.holder ELSE h.holder END, \
+             metadata = CASE WHEN h.owner IS NULL THEN l.metadata ELSE h.metadata END \
+           FROM cur LEFT JOIN head h ON h.ttl_ms > 0 \
+           WHERE l.name = cur.name AND (h.owner IS NOT NULL OR (l.owner = $2 AND l.expires_at > {NOW})) \
+           RETURNING l.name, l.owner, l.fence), \
+         dequeued AS (DELETE FROM {qq} w USING granted g WHERE w.name = $1 AND w.owner = g.owner) \
+         SELECT (CASE WHEN g.owner IS NOT NULL THEN pg_notify($3, '{GRANT}' || g.owner || ':' || g.fence) \
+                 ELSE (SELECT pg_notify($3, $4 || h.owner) FROM head h) END)::text, \
+                {notify_observers} FROM granted g"
+    )
+}
