@@ -204,10 +204,10 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(RESERVE as u64 + 50)).await;
         assert_eq!(permit("w3", REG).await, 1, "the vanished head is skipped once its reservation ended");
 
-        let read = |owner: &'static str, reg: i64| {
+        let side = |script: &'static redis::Script, owner: &'static str, reg: i64| {
             let (mut c, rw) = (c.clone(), &rw);
             async move {
-                let r: Vec<i64> = RW_READ
+                let r: Vec<i64> = script
                     .key(&rw.readers)
                     .key(&rw.tokens)
                     .key(&rw.writer)
@@ -227,29 +227,8 @@ mod tests {
                 r[0]
             }
         };
-        let write = |owner: &'static str, reg: i64| {
-            let (mut c, rw) = (c.clone(), &rw);
-            async move {
-                let r: Vec<i64> = RW_WRITE
-                    .key(&rw.readers)
-                    .key(&rw.tokens)
-                    .key(&rw.writer)
-                    .key(&rw.queue)
-                    .key(&rw.fence)
-                    .key("kq:boot")
-                    .arg(owner)
-                    .arg(5000)
-                    .arg(reg)
-                    .arg(0)
-                    .arg(RESERVE)
-                    .arg(&rw.to_readers)
-                    .arg(&rw.to_writers)
-                    .invoke_async(&mut c)
-                    .await
-                    .unwrap();
-                r[0]
-            }
-        };
+        let read = |owner, reg| side(&RW_READ, owner, reg);
+        let write = |owner, reg| side(&RW_WRITE, owner, reg);
         let leave = |owner: &'static str, writer: bool| {
             let (mut c, rw) = (c.clone(), &rw);
             async move {
