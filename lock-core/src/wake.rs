@@ -52,11 +52,6 @@ impl WakeHub {
         map.observers.entry(key.to_owned()).or_default().feed(keep)
     }
 
-    /// Whether a waiter of `key` is subscribed (without waking it).
-    pub fn is_subscribed(&self, key: &str) -> bool {
-        self.lock().waiters.contains_key(key)
-    }
-
     /// Wakes every observer of `key`; whether anyone observes it.
     pub fn changed(&self, key: &str) -> bool {
         let map = self.lock();

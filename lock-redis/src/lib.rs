@@ -271,12 +271,9 @@
 //!   else; a free key goes to the caller only if that master's queue is empty or the caller is
 //!   its head; `try_acquire` never registers and never overtakes. A release (and the undo of a
 //!   failed round by anyone but the head) reserves the key for the head for 250 ms and wakes it
-//!   alone (`PUBLISH … @<owner>`). A release goes further: on each master it makes the key the
-//!   head's for those 250 ms and publishes the fence floor with the wake-up, so a head handed
-//!   the key by a majority takes it with one round (lease to the full ttl and token
-//!   `max(floors) + 1` in one script; the lease counts from that round) instead of two;
-//!   otherwise it runs a normal round, which it wins, being the head everywhere. A head whose
-//!   round fails keeps its place (its undo frees the key, not the place). Rules, assumptions and why it cannot livelock:
+//!   alone (`PUBLISH … @<owner>`); the head runs its round at the first such message and, being
+//!   the head everywhere, wins it in one round. A head whose round fails keeps its place (its
+//!   undo frees the key, not the place). Rules, assumptions and why it cannot livelock:
 //!   `scripts/redlock.rs`. Clock skew between clients only reorders them (fairness), never
 //!   affects exclusion (still a majority of leases); a vanished waiter is skipped once its
 //!   registration or reservation ends, as on the single instance.

@@ -6,9 +6,7 @@
 //! waiter's attempt and the confirmation is never missed (the waiter re-tries once more). A
 //! message wakes one local waiter of that channel; a message `@<owner>` (the single-instance
 //! lock handing off to the head of its queue) wakes only the waiter registered as that owner,
-//! and nobody in the other clients; `@<owner> <floor>` (a Redlock master handed its key to that
-//! owner on release) is recorded for that waiter, which is woken once a majority of masters
-//! handed it the key (it then takes it in one round), or a few ms after the first hand-off. Election observers register apart: every message on their
+//! and nobody in the other clients. Election observers register apart: every message on their
 //! channel wakes all of them (a grant publishes `+` and a release nobody waits for `-` for
 //! them alone; no waiter acts on those). Channels nobody waits on or observes any more are
 //! UNSUBSCRIBEd by a periodic sweep. A message whose payload is `all` wakes every local waiter
@@ -48,32 +46,18 @@ struct ServerState {
     subscribed: HashSet<String>,
 }
 
-/// One hand-off heard: the server's index, the fence floor it read, when it was heard.
-type Handed = (usize, i64, std::time::Instant);
-
 struct Inner {
     servers: Vec<Server>,
     /// Per channel, the waiters of this client (a hub per channel: its emptiness is the
     /// reference count).
     hubs: Mutex<HashMap<String, WakeHub>>,
-    /// Redlock hand-offs heard for this client's waiters (`@<owner> <floor>`: that master's
-    /// key is already the owner's, see `crate::scripts::redlock`): per owner, the servers that
-    /// handed it over, the fence floor each read, and when it was heard.
-    handoffs: Mutex<HashMap<String, Vec<Handed>>>,
     /// Serialises SUBSCRIBE/UNSUBSCRIBE decisions so that they reach each server in the order
     /// they were made.
     ops: tokio::sync::Mutex<()>,
     connect_timeout: Duration,
     request_timeout: Duration,
-    /// How many servers' hand-offs make a majority (1 for one server).
-    quorum: usize,
     stop: CancellationToken,
 }
-
-/// How long a waiter handed the key by some masters, but not yet by a majority, waits for the
-/// others' hand-offs before it is woken anyway (and runs a normal round): the releases left
-/// together, so the others' messages are normally a fraction of a millisecond behind.
-const HANDOFF_GRACE: Duration = Duration::from_millis(5);
 
 /// The notification side of one client (one server for Redis, N for Redlock).
 ///
@@ -90,18 +74,15 @@ pub(crate) struct Notifier {
 impl Notifier {
     pub(crate) fn new(servers: Vec<(Endpoint, String)>, connect_timeout: Duration, request_timeout: Duration) -> Self {
         let stop = CancellationToken::new();
-        let servers_n = servers.len();
         let inner = Arc::new(Inner {
             servers: servers
                 .into_iter()
                 .map(|(endpoint, label)| Server { endpoint, label, state: Mutex::new(ServerState::default()) })
                 .collect(),
             hubs: Mutex::new(HashMap::new()),
-            handoffs: Mutex::new(HashMap::new()),
             ops: tokio::sync::Mutex::new(()),
             connect_timeout,
             request_timeout,
-            quorum: servers_n / 2 + 1,
             stop: stop.clone(),
         });
         Notifier { inner, started: Mutex::new(false), _stop: stop.drop_guard() }
@@ -133,20 +114,6 @@ impl Notifier {
         owner: Option<&str>,
     ) -> Result<Option<WakeSubscription>, LockError> {
         Ok(Some(self.register(channel, |hub| hub.subscribe(owner.unwrap_or(channel))).await))
-    }
-
-    /// The hand-offs to `owner` heard within `max_age` (server index, fence floor), forgotten
-    /// once taken: a waiter that was handed the key by a majority takes it in one round.
-    pub(crate) fn take_handoffs(&self, owner: &str, max_age: Duration) -> Vec<(usize, i64)> {
-        let heard = self.inner.handoffs.lock().unwrap_or_else(|e| e.into_inner()).remove(owner);
-        let mut out: Vec<(usize, i64)> = Vec::new();
-        for (index, floor, at) in heard.unwrap_or_default() {
-            if at.elapsed() <= max_age {
-                out.retain(|(i, _)| *i != index);
-                out.push((index, floor));
-            }
-        }
-        out
     }
 
     /// Registers an election observer of `channel` (docs/contract.md §5.8): it wakes at every
@@ -206,43 +173,6 @@ impl Notifier {
 }
 
 impl Inner {
-    /// A hand-off to `owner` by server `index` (see [`Notifier::take_handoffs`]), if `owner`
-    /// waits here: recorded before the wake, so the woken waiter finds it. The waiter is woken
-    /// when a majority of servers handed it the key (it then needs one round), or
-    /// [`HANDOFF_GRACE`] after the first one if the majority does not come. Records nobody took
-    /// (a waiter that went away meanwhile) are dropped after a few seconds.
-    fn hand_off(self: &Arc<Self>, channel: &str, owner: &str, index: usize, floor: i64) {
-        let waiting = {
-            let hubs = self.hubs.lock().unwrap_or_else(|e| e.into_inner());
-            hubs.get(channel).is_some_and(|h| h.is_subscribed(owner))
-        };
-        if !waiting {
-            return;
-        }
-        let now = std::time::Instant::now();
-        let count = {
-            let mut handoffs = self.handoffs.lock().unwrap_or_else(|e| e.into_inner());
-            if handoffs.len() >= 256 {
-                handoffs.retain(|_, v| v.iter().any(|(_, _, at)| now.duration_since(*at) < Duration::from_secs(5)));
-            }
-            let heard = handoffs.entry(owner.to_owned()).or_default();
-            heard.retain(|(i, _, _)| *i != index);
-            heard.push((index, floor, now));
-            heard.len()
-        };
-        if count == self.quorum {
-            self.wake(channel, owner);
-        } else if count == 1 {
-            let (weak, channel, owner) = (Arc::downgrade(self), channel.to_owned(), owner.to_owned());
-            tokio::spawn(async move {
-                tokio::time::sleep(HANDOFF_GRACE).await;
-                if let Some(inner) = weak.upgrade() {
-                    inner.wake(&channel, &owner);
-                }
-            });
-        }
-    }
-
     /// Wakes every observer of `channel`.
     fn changed(&self, channel: &str) {
         let hubs = self.hubs.lock().unwrap_or_else(|e| e.into_inner());
@@ -426,19 +356,9 @@ async fn pump(
                     b"all" => strong.wake_every(&channel),
                     _ => match payload.strip_prefix(b"@") {
                         // A hand-off to one queued owner: only its waiter, if it is ours.
-                        // `@<owner> <floor>`: a Redlock master handed its key to that owner.
                         Some(owner) => {
-                            if let Ok(text) = std::str::from_utf8(owner) {
-                                let (owner, floor) = match text.split_once(' ') {
-                                    Some((o, f)) => (o, f.parse::<i64>().ok()),
-                                    None => (text, None),
-                                };
-                                match floor {
-                                    None => {
-                                        strong.wake(&channel, owner);
-                                    }
-                                    Some(floor) => strong.hand_off(&channel, owner, index, floor),
-                                }
+                            if let Ok(owner) = std::str::from_utf8(owner) {
+                                strong.wake(&channel, owner);
                             }
                         }
                         None if !strong.wake(&channel, &channel) => {

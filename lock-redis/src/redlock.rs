@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use futures::future::join_all;
@@ -20,11 +20,9 @@ use crate::boot::Boot;
 use crate::conn::Node;
 use crate::endpoint::Endpoint;
 use crate::pubsub::Notifier;
-use crate::scripts::{Keys, REDLOCK_ACQUIRE, REDLOCK_FENCE, REDLOCK_RELEASE, RENEW};
+use crate::scripts::{Keys, REDLOCK_ABANDON, REDLOCK_ACQUIRE, REDLOCK_FENCE, REDLOCK_RELEASE, RENEW};
 use crate::single::{parse_pair, remaining_from, token_from, ttl_ms, RESERVE_MS};
 use crate::RedisOptions;
-
-mod queue;
 
 pub(crate) const BACKEND: &str = "redlock";
 
@@ -142,6 +140,37 @@ impl RedlockStore {
         self.request_timeout.min((ttl / 3).max(Duration::from_millis(20)))
     }
 
+    /// The ticket of `owner`'s wait: taken at its first attempt (wall-clock µs, below 2^53 so
+    /// that Lua's doubles hold it exactly), the same for all its attempts. Waits end in a grant
+    /// or an abandon, which forget it; entries left by waits that ended otherwise (no runtime
+    /// for the background abandon) are dropped once unused for a minute, far beyond any live
+    /// wait's gap between attempts (at worst that wait takes a new ticket: fairness only).
+    fn ticket(&self, owner: OwnerId) -> u64 {
+        let now = Instant::now();
+        let mut tickets = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
+        if tickets.len() >= 1024 {
+            tickets.retain(|_, (_, used)| now.saturating_duration_since(*used) < Duration::from_secs(60));
+        }
+        let entry = tickets.entry(owner).or_insert_with(|| {
+            let us = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_micros());
+            (u64::try_from(us).unwrap_or(u64::MAX).min((1 << 53) - 1), now)
+        });
+        entry.1 = now;
+        entry.0
+    }
+
+    fn forget_ticket(&self, owner: OwnerId) {
+        self.tickets.lock().unwrap_or_else(|e| e.into_inner()).remove(&owner);
+    }
+
+    /// How long a waiter's place lasts on a master without a re-try (ms): `StoreLock` re-tries a
+    /// notified wait at least every 4 × `max_poll_interval` plus one attempt (two rounds, each
+    /// at most `request_timeout`); twice that, so one late re-try does not cost the place.
+    fn registration(&self, ttl: Duration) -> u64 {
+        let retry = self.max_poll_interval(ttl).saturating_mul(4) + self.request_timeout.saturating_mul(2);
+        ttl_ms(retry.saturating_mul(2))
+    }
+
     /// Owner-checked release on every master, including those that did not answer, which also
     /// removes the owner's queue places and hands each master to its queue's head. Stops
     /// waiting once a majority confirmed (the others got the request too, unless their
@@ -155,7 +184,6 @@ impl RedlockStore {
                     REDLOCK_RELEASE
                         .key(&keys.lock)
                         .key(&keys.redlock_queue)
-                        .key(&keys.fence)
                         .arg(owner)
                         .arg(&keys.channel)
                         .arg(RESERVE_MS)
@@ -269,15 +297,6 @@ impl RedlockStore {
         let started = Instant::now();
         let n = self.nodes.len();
         let attempt = format!("{:016x}", rand::random::<u64>());
-        if place.is_some() {
-            // Handed the key by a majority (their releases): one round instead of two.
-            let handed = self.notifier.take_handoffs(&owner, Duration::from_millis(RESERVE_MS));
-            if handed.len() >= self.quorum {
-                if let Some(token) = self.claim(&keys, &owner, ttl, &attempt, &handed).await? {
-                    return Ok(TryLock::Acquired { token });
-                }
-            }
-        }
 
         // Round 1, in parallel: take the lease and read each master's fence floor. Stop
         // waiting as soon as the outcome is decided, so a hung minority costs no validity.
@@ -404,7 +423,29 @@ impl RedlockStore {
         // No grant: free whatever this attempt took, on every master (a lost reply may have
         // granted), in the background so that a hung master does not delay the re-try. Only
         // this attempt: the owner's next attempt may reach a master before this undo does.
-        self.undo_everywhere(&keys, &owner, &attempt, per_node);
+        for node in &self.nodes {
+            let (node, lock, channel) = (Arc::clone(node), keys.lock.clone(), keys.channel.clone());
+            let (owner, attempt, queue) = (owner.clone(), attempt.clone(), keys.redlock_queue.clone());
+            tokio::spawn(async move {
+                let (lock, owner, attempt, channel, queue) = (&lock, &owner, &attempt, &channel, &queue);
+                let undone = node
+                    .run(per_node, |mut c| async move {
+                        REDLOCK_ABANDON
+                            .key(lock)
+                            .key(queue)
+                            .arg(owner)
+                            .arg(attempt)
+                            .arg(channel)
+                            .arg(RESERVE_MS)
+                            .invoke_async::<i64>(&mut c)
+                            .await
+                    })
+                    .await;
+                if let Err(e) = undone {
+                    tracing::debug!(error = %e, "undo of a failed redlock attempt failed; the ttl frees it");
+                }
+            });
+        }
         if pttls.len() > n - self.quorum {
             // Someone holds a majority: wait at most until the earliest of its leases ends.
             let min = pttls.iter().copied().filter(|p| *p >= 0).min();

@@ -25,11 +25,8 @@
 //!   itself), otherwise it reserves and wakes the head.
 //! - Whenever the key is free and the queue has a head, the head is *reserved*: its registration
 //!   is cut to at most `reserve` ms from now and it alone is woken (`PUBLISH channel @<owner>`).
-//!   A release removes the releaser's entry, then **hands the key to the head on the server**
-//!   (the lease becomes the head's for `reserve` ms, and `@<owner> <floor>` tells it the fence
-//!   floor read at that moment). The head is woken once a majority handed it the key and then
-//!   needs one round, not two ([`REDLOCK_CLAIM`]: take the handed lease for the full ttl and
-//!   store `max(floors) + 1`); short of a majority it runs a normal round a few ms later.
+//!   A release removes the releaser's entry, then reserves and wakes the head. The head wakes at
+//!   the first such message (of any master) and runs its round.
 //!
 //! Why it cannot livelock: a master grants a waiter only while it is the master's head, so once
 //! the registrations of the live waiters have landed (one attempt of each, a round trip), no
@@ -195,39 +192,22 @@ return 0
 pub(crate) static REDLOCK_ABANDON: LazyLock<Script> = LazyLock::new(|| Script::new(REDLOCK_ABANDON_SRC));
 
 /// Redlock, per master: owner-checked release that hands off, and the withdrawal of a wait
-/// (`LeaseStore::abandon`). KEYS: lock, queue, fence. ARGV: owner, channel, reserve ms. Removes
-/// the owner's queue entry (held or not) and deletes the lease if it is the owner's. Then:
-/// - a release of our lease with someone queued **hands the key to the head on the server**:
-///   the lease becomes the head's for `reserve` ms (attempt id `hand-off`), and
-///   `@<head> <floor>` (floor as in [`REDLOCK_ACQUIRE`]) wakes it alone, so it needs one round
-///   ([`REDLOCK_CLAIM`]) instead of two once a majority handed it the key. Only a release of
-///   our lease does it: that master granted us, so it is not in a restart quiet period.
-/// - a withdrawal by the head, with the key free, reserves and wakes the next head (`@<owner>`).
-/// - a release with nobody queued publishes `released` (it wakes clients that do not queue,
-///   e.g. during a rolling upgrade).
-///
-/// Returns 1 released, 0 not ours.
+/// (`LeaseStore::abandon`). KEYS: lock, queue. ARGV: owner, channel, reserve ms. Removes the
+/// owner's queue entry (held or not), deletes the lease if it is the owner's; then, if the key
+/// is free, the head is reserved and woken when the lease was ours or the owner was the head
+/// (`@<owner>`), and `released` is published when a release finds nobody queued (it wakes
+/// clients that do not queue, e.g. during a rolling upgrade). Returns 1 released, 0 not ours.
 pub(crate) const REDLOCK_RELEASE_SRC: &str = effects_lua!(
     ticket_queue_lua!(),
     r#"
 local mine = redis.call('HGET', KEYS[1], 'o') == ARGV[1]
 if mine then redis.call('DEL', KEYS[1]) end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = tq_now()
 local q, had = tq_load(KEYS[2], now)
 local was_head = tq_remove(q, ARGV[1])
 if not redis.call('HGET', KEYS[1], 'o') then
-  local head, reserve = q[1], tonumber(ARGV[3])
-  if head and mine then
-    if head[2] > now + reserve then head[2] = now + reserve end
-    redis.call('HSET', KEYS[1], 'o', head[1], 'a', 'hand-off')
-    redis.call('PEXPIRE', KEYS[1], ARGV[3])
-    local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    local counter = tonumber(redis.call('GET', KEYS[3]) or '0') or 0
-    if counter > floor then floor = counter end
-    redis.call('PUBLISH', ARGV[2], '@' .. head[1] .. ' ' .. string.format('%d', floor))
-  elseif head then
-    tq_reserve(q, now, reserve, ARGV[2], was_head)
+  if q[1] then
+    tq_reserve(q, now, tonumber(ARGV[3]), ARGV[2], mine or was_head)
   elseif mine then
     redis.call('PUBLISH', ARGV[2], 'released')
   end
@@ -239,33 +219,8 @@ return 0
 );
 pub(crate) static REDLOCK_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(REDLOCK_RELEASE_SRC));
 
-/// Redlock, per master: the head takes a key handed to it by a release and stores its token, in
-/// one script (the two rounds of an acquire in one, see [`REDLOCK_RELEASE`]). KEYS: lock, fence,
-/// fence-by. ARGV: owner, ttl ms, attempt id, token (decimal string). Only while the lease is
-/// still the owner's (the hand-off lasts `reserve` ms): it becomes this attempt's with the full
-/// ttl, and the token is stored if greater, as `REDLOCK_FENCE` does. Returns `{1, token}` when
-/// this attempt stored it, `{0, counter}` when the counter was not below it (the lease is then
-/// undone by the attempt id like any failed round), `{0, -1}` when the lease is not the owner's.
-pub(crate) const REDLOCK_CLAIM_SRC: &str = r#"
-if redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] then return {0, -1} end
-redis.call('HSET', KEYS[1], 'a', ARGV[3])
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-local want = tonumber(ARGV[4])
-local have = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
-if want > have then
-  redis.call('SET', KEYS[2], ARGV[4])
-  redis.call('SET', KEYS[3], ARGV[3])
-  return {1, want}
-end
-if want == have and redis.call('GET', KEYS[3]) == ARGV[3] then
-  return {1, want}
-end
-return {0, have}
-"#;
-pub(crate) static REDLOCK_CLAIM: LazyLock<Script> = LazyLock::new(|| Script::new(REDLOCK_CLAIM_SRC));
-
 /// The sources of this module that `super::ALL_SOURCES` does not list, loaded with them.
-pub(crate) const REDLOCK_SOURCES: [&str; 2] = [REDLOCK_RELEASE_SRC, REDLOCK_CLAIM_SRC];
+pub(crate) const REDLOCK_SOURCES: [&str; 1] = [REDLOCK_RELEASE_SRC];
 
 #[cfg(test)]
 mod tests {
@@ -274,7 +229,7 @@ mod tests {
     use futures::StreamExt;
     use lock_core::LockName;
 
-    use super::{REDLOCK_ABANDON, REDLOCK_ACQUIRE, REDLOCK_CLAIM, REDLOCK_RELEASE};
+    use super::{REDLOCK_ABANDON, REDLOCK_ACQUIRE, REDLOCK_RELEASE};
     use crate::scripts::Keys;
 
     const RESERVE: u64 = 150;
@@ -321,12 +276,10 @@ mod tests {
         let release = |k: &Keys, owner: &'static str| {
             let (mut c, lock, queue, channel) =
                 (conn.clone(), k.lock.clone(), k.redlock_queue.clone(), k.channel.clone());
-            let fence = k.fence.clone();
             async move {
                 let r: i64 = REDLOCK_RELEASE
                     .key(lock)
                     .key(queue)
-                    .key(fence)
                     .arg(owner)
                     .arg(channel)
                     .arg(RESERVE)
@@ -368,8 +321,11 @@ mod tests {
         assert!(!attempt(&m1, "y", "a1", 2000, 100).await);
         assert!(!attempt(&m2, "x", "a1", 2000, 200).await);
         assert_eq!(release(&m1, "h").await, 1);
-        let woken = next(&mut messages, Duration::from_secs(2)).await.unwrap_or_default();
-        assert!(woken.starts_with("@y "), "the lowest ticket is handed the key and woken, with the floor: {woken}");
+        assert_eq!(
+            next(&mut messages, Duration::from_secs(2)).await.as_deref(),
+            Some("@y"),
+            "the lowest ticket is woken"
+        );
         assert_eq!(release(&m2, "h").await, 1);
         for k in [&m1, &m2] {
             assert!(!attempt(k, "n", "a1", 0, 0).await, "a single try does not overtake the head");
@@ -390,31 +346,7 @@ mod tests {
             assert!(attempt(k, "y", "a3", 2000, 100).await, "the head wins its next round everywhere");
         }
         assert_eq!(release(&m1, "y").await, 1);
-        let woken = next(&mut messages, Duration::from_secs(2)).await.unwrap_or_default();
-        assert!(woken.starts_with("@x "), "the next head alone: {woken}");
-        // The head claims a key handed to it in one script; nobody else can.
-        let claim = |k: &Keys, owner: &'static str, token: u64| {
-            let (mut c, lock, fence, by) = (conn.clone(), k.lock.clone(), k.fence.clone(), k.fence_by.clone());
-            async move {
-                let r: Vec<i64> = REDLOCK_CLAIM
-                    .key(lock)
-                    .key(fence)
-                    .key(by)
-                    .arg(owner)
-                    .arg(5000)
-                    .arg("c1")
-                    .arg(token)
-                    .invoke_async(&mut c)
-                    .await
-                    .unwrap();
-                r
-            }
-        };
-        assert_eq!(release(&m2, "y").await, 1);
-        let floor: u64 = woken.rsplit(' ').next().unwrap().parse().unwrap();
-        assert_eq!(claim(&m2, "n", floor + 1).await, vec![0, -1], "only the head takes a handed key");
-        assert_eq!(claim(&m2, "x", floor + 1).await, vec![1, floor as i64 + 1]);
-        assert_eq!(release(&m2, "x").await, 1, "the claimed lease is the head's");
+        assert_eq!(next(&mut messages, Duration::from_secs(2)).await.as_deref(), Some("@x"), "the next head alone");
         // x vanishes: it holds m1 back for its reservation only.
         assert!(!attempt(&m1, "n", "a1", 0, 0).await);
         tokio::time::sleep(Duration::from_millis(RESERVE + 50)).await;
