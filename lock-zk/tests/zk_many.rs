@@ -9,6 +9,7 @@ mod common;
 use std::time::Duration;
 
 use common::{name, nodes, opts, ZkFixture};
+use lock_conformance::proxy::FaultProxy;
 use lock_conformance::ClientLink;
 use lock_core::{DistributedLock, Lease, LockError};
 use lock_zk::ZkLock;
@@ -88,17 +89,41 @@ async fn under_the_root_watch_a_node_deleted_while_disconnected_fires_lost_after
 #[tokio::test]
 async fn under_the_root_watch_an_ended_session_fires_every_lost() {
     let fx = ZkFixture::with_session_timeout(LONG_SESSION).await.unwrap();
-    let addr = fx.server.addr().expect("a local server").to_string();
-    let client = zookeeper_client::Client::connector().with_session_timeout(LONG_SESSION).connect(&addr).await.unwrap();
+    let addr = fx.server.addr().expect("a local server");
+    // The holder reaches the server through a proxy, so that it cannot take its session back
+    // while a twin ends it (each connect with a session id closes the session's other
+    // connection: a holder that reconnected first would close the twin's, and the session
+    // would live on; seen on a loaded CI machine).
+    let link = FaultProxy::start(addr).await.unwrap();
+    let client = zookeeper_client::Client::connector()
+        .with_session_timeout(LONG_SESSION)
+        .connect(&link.local_addr().to_string())
+        .await
+        .unwrap();
     let holder = lock_zk::from_client(client.clone(), &fx.root, fx.options.clone()).await.unwrap();
     let leases = hold_many(&holder, "end").await;
-    // A second connection takes the session over and closes it: the server ends it at once.
-    // Its connect may fail when the holder took the session back meanwhile and then learnt it
-    // ended; what counts is that every lease is told below.
-    match zookeeper_client::Client::connector().with_session(client.session().clone()).connect(&addr).await {
-        Ok(twin) => drop(twin),
-        Err(e) => eprintln!("the twin's connect failed ({e}); the session may have ended already"),
+    link.set_partitioned(true).await;
+    link.reset_connections().await;
+    // A twin takes the session over and closes it: the server ends it at once, and deletes its
+    // nodes. The holder, cut off, has seen none of it.
+    let twin = zookeeper_client::Client::connector()
+        .with_session(client.session().clone())
+        .connect(&addr.to_string())
+        .await
+        .expect("the twin takes the session over");
+    drop(twin);
+    let last_name = name(&format!("end-{}", MANY - 1));
+    let gone = async {
+        while !nodes(&fx, &holder, &last_name).await.is_empty() {
+            sleep(Duration::from_millis(100)).await;
+        }
+    };
+    timeout(Duration::from_secs(5), gone).await.expect("the twin's close ends the session and its nodes");
+    for (i, lease) in leases.iter().enumerate() {
+        assert!(lease.is_valid(), "lease {i} lost before the holder could know: {:?}", lease.lost().reason());
     }
+    // Healed: the holder's held reconnect is told the session expired.
+    link.set_partitioned(false).await;
     for (i, lease) in leases.iter().enumerate() {
         timeout(Duration::from_secs(5), lease.lost().fired()).await.unwrap_or_else(|_| panic!("lease {i} not lost"));
     }

@@ -71,6 +71,13 @@ impl MysqlServer {
         // mariadbd refuses to run as root unless told to; as anyone else it runs as itself.
         let user: Vec<String> = if is_root() { vec!["--user=root".into()] } else { Vec::new() };
         let tuning = ["--innodb-buffer-pool-size=16M", "--innodb-log-file-size=8M"];
+        // Its own temp dir: at start mariadbd deletes every `#sql*` file in its tmpdir, and with
+        // the default /tmp those include the internal temp tables of the shared server's queries
+        // running meanwhile (seen in CI: "Error on delete of '/tmp/#sql-temptable-….MAI'").
+        let tmp = dir.path().join("tmp");
+        std::fs::create_dir_all(&tmp)
+            .map_err(|e| LockError::unavailable_from("test", "cannot create the server's temp dir", e))?;
+        let tmpdir = format!("--tmpdir={}", tmp.display());
 
         // Seen once on a loaded machine: the bootstrap failed without a clear reason. A second
         // try in a clean data dir is cheap; the error keeps both outputs.
@@ -82,6 +89,7 @@ impl MysqlServer {
                 .arg(format!("--datadir={data_s}"))
                 .arg("--auth-root-authentication-method=normal")
                 .arg("--skip-test-db")
+                .arg(&tmpdir)
                 .args(&user)
                 .args(tuning)
                 .current_dir(dir.path());
@@ -119,6 +127,7 @@ impl MysqlServer {
             "--innodb-flush-log-at-trx-commit=1".into(),
             "--innodb-flush-method=nosync".into(),
             "--skip-log-bin".into(),
+            tmpdir,
             "--skip-name-resolve".into(),
             "--max-connections=200".into(),
         ];
