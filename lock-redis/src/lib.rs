@@ -57,7 +57,7 @@
 //!   restarted empty wait once. Redlock masters do the same each, so a majority restarting empty grants nothing
 //!   while a lease may still be believed.
 //! - **Waiting, in arrival order** (`fifo`): a waiter's first attempt is the same one round
-//!   trip as a try; only when refused does it register for the lock's channel (one pub/sub
+//!   trip as a try; only when refused does it register for its client's wake channel (one pub/sub
 //!   connection per client and server, shared by all its waiters, channels reference-counted
 //!   and unsubscribed when unused) and attempt once more before it waits, so a release in
 //!   between is not missed. SUBSCRIBE is queued without waiting for its confirmation; the
@@ -65,8 +65,9 @@
 //!   place in the lock's **waiter queue** on the server (`…:queue`, same hash tag; its rules and
 //!   assumptions in `scripts/queue.rs`): a free lock goes only to the queue's head (or to
 //!   anyone when it is empty, so a free lock stays one round trip), a release publishes
-//!   `@<owner>` of the head, which wakes that waiter only (one wake-up per release across all
-//!   clients), and a `try_acquire` never overtakes a queued waiter. Bounds: a head that vanished
+//!   `@<owner>` of the head on the head's client's own wake channel, which wakes that waiter
+//!   only and reaches no other client (one delivery per release), and a `try_acquire` never
+//!   overtakes a queued waiter. Bounds: a head that vanished
 //!   keeps a free lock from the others for at most 250 ms (its reservation) plus one re-try of
 //!   another waiter (at most `4 × max_poll_interval`); a waiter that vanished while others hold
 //!   the lock drops out when its registration ends (`2 × (4 × max_poll_interval +
@@ -271,7 +272,7 @@
 //!   else; a free key goes to the caller only if that master's queue is empty or the caller is
 //!   its head; `try_acquire` never registers and never overtakes. A release (and the undo of a
 //!   failed round by anyone but the head) reserves the key for the head for 250 ms and wakes it
-//!   alone (`PUBLISH … @<owner>`); the head runs its round at the first such message and, being
+//!   alone (`PUBLISH <its wake channel> @<owner>`); the head runs its round at the first such message and, being
 //!   the head everywhere, wins it in one round. A head whose round fails keeps its place (its
 //!   undo frees the key, not the place). Rules, assumptions and why it cannot livelock:
 //!   `scripts/redlock.rs`. Clock skew between clients only reorders them (fairness), never

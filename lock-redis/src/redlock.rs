@@ -30,6 +30,9 @@ pub(crate) const BACKEND: &str = "redlock";
 pub struct RedlockStore {
     nodes: Vec<Arc<Node>>,
     notifier: Notifier,
+    /// This client's own channel, where a master hands the key to one of our queued waiters
+    /// (crate::scripts::queue): no other client hears it.
+    wake_channel: String,
     prefix: String,
     quorum: usize,
     request_timeout: Duration,
@@ -115,6 +118,7 @@ impl RedlockStore {
         Ok(RedlockStore {
             nodes,
             notifier,
+            wake_channel: format!("{}:wake:{}", options.key_prefix, OwnerId::random().to_hex()),
             prefix: options.key_prefix.clone(),
             quorum,
             request_timeout: options.request_timeout,
@@ -187,6 +191,7 @@ impl RedlockStore {
                         .arg(owner)
                         .arg(&keys.channel)
                         .arg(RESERVE_MS)
+                        .arg(&self.wake_channel)
                         .invoke_async(&mut c)
                         .await
                 })
@@ -273,10 +278,11 @@ impl LeaseStore for RedlockStore {
         self.notifier.subscribe(&Keys::new(&self.prefix, name).channel, None).await
     }
 
-    /// A release or undo wakes the head of a master's queue only (`PUBLISH channel @<owner>`), so
-    /// each waiter listens for its own owner id; the first such message of any master wakes it.
-    async fn subscribe_waiter(&self, name: &LockName, owner: OwnerId) -> Result<Option<WakeSubscription>, LockError> {
-        self.notifier.subscribe(&Keys::new(&self.prefix, name).channel, Some(&owner.to_hex())).await
+    /// A release or undo wakes the head of a master's queue only, on the head's client's own
+    /// wake channel (`PUBLISH <wake channel> @<owner>`), so each waiter listens there for its
+    /// own owner id; the first such message of any master wakes it.
+    async fn subscribe_waiter(&self, _name: &LockName, owner: OwnerId) -> Result<Option<WakeSubscription>, LockError> {
+        self.notifier.subscribe(&self.wake_channel, Some(&owner.to_hex())).await
     }
 }
 
@@ -304,7 +310,7 @@ impl RedlockStore {
             .nodes
             .iter()
             .map(|node| {
-                let (keys, owner, attempt, boot) = (&keys, &owner, &attempt, &self.boot);
+                let (keys, owner, attempt, boot, wake) = (&keys, &owner, &attempt, &self.boot, &self.wake_channel);
                 async move {
                     let reply: Result<Vec<i64>, LockError> = node
                         .run_idempotent(per_node, |c| async move {
@@ -324,6 +330,7 @@ impl RedlockStore {
                                         .arg(place.map_or(0, |p| p.ticket))
                                         .arg(&keys.channel)
                                         .arg(RESERVE_MS)
+                                        .arg(wake)
                                         .invoke_async(&mut c)
                                         .await
                                 }
@@ -426,8 +433,9 @@ impl RedlockStore {
         for node in &self.nodes {
             let (node, lock, channel) = (Arc::clone(node), keys.lock.clone(), keys.channel.clone());
             let (owner, attempt, queue) = (owner.clone(), attempt.clone(), keys.redlock_queue.clone());
+            let wake = self.wake_channel.clone();
             tokio::spawn(async move {
-                let (lock, owner, attempt, channel, queue) = (&lock, &owner, &attempt, &channel, &queue);
+                let (lock, owner, attempt, channel, queue, wake) = (&lock, &owner, &attempt, &channel, &queue, &wake);
                 let undone = node
                     .run(per_node, |mut c| async move {
                         REDLOCK_ABANDON
@@ -437,6 +445,7 @@ impl RedlockStore {
                             .arg(attempt)
                             .arg(channel)
                             .arg(RESERVE_MS)
+                            .arg(wake)
                             .invoke_async::<i64>(&mut c)
                             .await
                     })

@@ -29,6 +29,9 @@ pub(crate) const RESERVE_MS: u64 = 250;
 pub struct RedisStore {
     pub(crate) node: Node,
     pub(crate) notifier: Notifier,
+    /// This client's own channel: a release hands the lock to one of our queued waiters by
+    /// publishing there, so no other client hears it (crate::scripts::queue).
+    wake_channel: String,
     pub(crate) prefix: String,
     pub(crate) boot: Boot,
     max_ttl: Duration,
@@ -87,6 +90,7 @@ impl RedisStore {
         Ok(RedisStore {
             node,
             notifier,
+            wake_channel: format!("{}:wake:{}", options.key_prefix, OwnerId::random().to_hex()),
             prefix: options.key_prefix.clone(),
             boot: Boot::new(&options.key_prefix, options.quiet_period(), per_name),
             max_ttl: options.max_ttl,
@@ -109,15 +113,15 @@ impl RedisStore {
     }
 
     /// Runs a script that may hand the lock to the queue's head (release, abandon). KEYS: lock,
-    /// queue. ARGV: owner, channel, reserve ms. Sent once, as a release always was: a retry
-    /// could not tell "released" from "not ours".
+    /// queue. ARGV: owner, channel, reserve ms, our wake channel. Sent once, as a release always
+    /// was: a retry could not tell "released" from "not ours".
     async fn hand_off(&self, script: &Script, name: &LockName, owner: OwnerId) -> Result<i64, LockError> {
         let keys = self.keys(name);
         let owner = owner.to_hex();
-        let (keys, owner) = (&keys, &owner);
+        let (keys, owner, wake) = (&keys, &owner, &self.wake_channel);
         self.node
             .run(self.node.request_timeout(), |mut c| async move {
-                keys.hand_off(script, owner, RESERVE_MS).invoke_async(&mut c).await
+                keys.hand_off(script, owner, RESERVE_MS, wake).invoke_async(&mut c).await
             })
             .await
     }
@@ -207,7 +211,7 @@ impl LeaseStore for RedisStore {
         // Only a waiting attempt takes a place in the queue; a single try must not.
         let reg_ms = if waiting { self.registration(ttl) } else { 0 };
         let (keys, owner, who) = (&keys, &owner, &who);
-        let (boot, quiet) = (&self.boot, self.boot.quiet_ms());
+        let (boot, quiet, wake) = (&self.boot, self.boot.quiet_ms(), &self.wake_channel);
         let (acks, ack_ms) = (self.min_replicas_ack, self.ack_wait_ms);
         let (reply, acked): (Vec<i64>, i64) = self
             .node
@@ -230,6 +234,7 @@ impl LeaseStore for RedisStore {
                                 .arg(reg_ms)
                                 .arg(&keys.channel)
                                 .arg(RESERVE_MS)
+                                .arg(wake)
                                 .invoke_async(&mut c)
                                 .await
                         }
@@ -289,10 +294,11 @@ impl LeaseStore for RedisStore {
         self.notifier.subscribe(&self.keys(name).channel, None).await
     }
 
-    /// A release wakes the queue's head only (`PUBLISH channel @<owner>`), so each waiter listens
-    /// for its own owner id.
-    async fn subscribe_waiter(&self, name: &LockName, owner: OwnerId) -> Result<Option<WakeSubscription>, LockError> {
-        self.notifier.subscribe(&self.keys(name).channel, Some(&owner.to_hex())).await
+    /// A release wakes the queue's head only, on the head's client's own wake channel
+    /// (`PUBLISH <wake channel> @<owner>`, crate::scripts::queue): each waiter listens there for
+    /// its own owner id, and a client none of whose waiters is at the head hears nothing.
+    async fn subscribe_waiter(&self, _name: &LockName, owner: OwnerId) -> Result<Option<WakeSubscription>, LockError> {
+        self.notifier.subscribe(&self.wake_channel, Some(&owner.to_hex())).await
     }
 
     /// Grants publish `+` and releases `-` or the hand-off (crate::scripts): every one wakes

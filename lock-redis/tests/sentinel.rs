@@ -100,17 +100,17 @@ async fn failover_window(acks: u32) {
         })
     };
     tokio::time::sleep(Duration::from_millis(500)).await;
-    // The waiter's subscriber has followed the failover once the new primary lists its channel.
-    // How long that takes on a loaded machine is not what this checks (once in a full run it
-    // took longer than the half second above): the release's message reaching it is.
-    // Only the lock's own channel counts: the Sentinels keep `__sentinel__:hello` subscribed on
-    // every primary, so "any channel" was true at once and the wait checked nothing.
+    // The waiter's subscriber has followed the failover once the new primary lists its channel:
+    // its client's wake channel (`<prefix>:wake:<id>`, where a release hands the lock to a
+    // queued waiter). How long that takes on a loaded machine is not what this checks (once in
+    // a full run it took longer than the half second above): the release's message reaching it
+    // is. Only that channel counts: the Sentinels keep `__sentinel__:hello` subscribed on every
+    // primary, so "any channel" was true at once and the wait checked nothing.
     let primary = d.primary().await.unwrap();
-    let pattern = format!("*{}*", name.as_str());
+    let pattern = "*:wake:*";
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let channels =
-            dlock_testkit::servers::redis_sentinel::command(primary, &["PUBSUB", "CHANNELS", &pattern]).await;
+        let channels = dlock_testkit::servers::redis_sentinel::command(primary, &["PUBSUB", "CHANNELS", pattern]).await;
         if channels.as_deref().is_ok_and(|c| !c.starts_with("*0")) {
             break;
         }

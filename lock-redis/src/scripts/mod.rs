@@ -13,7 +13,7 @@ use lock_core::LockName;
 use redis::{Script, ScriptInvocation};
 
 use crate::boot::quiet_lua;
-use queue::queue_lua;
+use queue::{queue_lua, wake_lua};
 
 /// Lua that replicates its effects rather than itself (`redis.replicate_commands`; always so
 /// from Redis 5 on): a script that reads `TIME` may not be replayed on a replica. The parts
@@ -64,10 +64,17 @@ key_space! {
 
 impl Keys {
     /// A call of a script that may hand the lock to the queue's head (release, abandon), ready
-    /// to invoke: KEYS lock, queue; ARGV owner, channel, reserve ms.
-    pub(crate) fn hand_off<'a>(&self, script: &'a Script, owner: &str, reserve_ms: u64) -> ScriptInvocation<'a> {
+    /// to invoke: KEYS lock, queue; ARGV owner, channel, reserve ms, the caller's wake channel
+    /// (`""`: none; only abandon reads it).
+    pub(crate) fn hand_off<'a>(
+        &self,
+        script: &'a Script,
+        owner: &str,
+        reserve_ms: u64,
+        wake_channel: &str,
+    ) -> ScriptInvocation<'a> {
         let mut call = script.prepare_invoke();
-        call.key(&self.lock).key(&self.queue).arg(owner).arg(&self.channel).arg(reserve_ms);
+        call.key(&self.lock).key(&self.queue).arg(owner).arg(&self.channel).arg(reserve_ms).arg(wake_channel);
         call
     }
 }
@@ -75,7 +82,8 @@ impl Keys {
 /// Single instance acquire. KEYS: lock, fence, boot marker, queue (optional: without it there
 /// is no queue). ARGV: owner, ttl ms, quiet ms, holder id (`''`: none), metadata (`'+'`
 /// followed by it; `''`: none), fence expiry ms (`'0'`: none), registration ms (`'0'`: a single
-/// try, which does not queue), channel, reserve ms. A grant stores holder and metadata in the
+/// try, which does not queue), channel, reserve ms, the caller's wake channel (optional; `''`
+/// or absent: woken on `channel`; [`queue`]). A grant stores holder and metadata in the
 /// lease hash as `h` and `m` (docs/contract.md §5.6), so they expire with it, and lets the fence
 /// key expire after the given time (`idle_gc_after`, §5.7): tokens are floored by the server
 /// clock, so none goes back without it. A free lock goes only to the queue's head or, with an
@@ -87,6 +95,7 @@ impl Keys {
 /// quiet time left; see `crate::boot`).
 const ACQUIRE_SRC: &str = effects_lua!(
     quiet_lua!(),
+    wake_lua!(),
     queue_lua!(),
     r#"
 local holder = redis.call('HGET', KEYS[1], 'o')
@@ -97,6 +106,7 @@ end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local qk, reg = KEYS[4], tonumber(ARGV[7] or '0') or 0
+local me = entry_of(ARGV[1], ARGV[10])
 local q, had = {}, false
 if qk then q, had = queue_load(qk, now) end
 -- Refused: register (or push the registration forward) when waiting, and keep the queue.
@@ -104,12 +114,12 @@ local function busy(ms)
   if qk and reg > 0 then
     local found = false
     for _, x in ipairs(q) do
-      if x[1] == ARGV[1] then
+      if x[1] == me then
         x[2] = now + reg
         found = true
       end
     end
-    if not found then q[#q + 1] = {ARGV[1], now + reg} end
+    if not found then q[#q + 1] = {me, now + reg} end
   end
   if qk then queue_save(qk, q, now, had) end
   return {0, ms}
@@ -118,7 +128,7 @@ if holder then return busy(redis.call('PTTL', KEYS[1])) end
 local quiet = quiet_left(KEYS[3], ARGV[3], now)
 if quiet > 0 then return busy(quiet) end
 local head = q[1]
-if head and head[1] ~= ARGV[1] then
+if head and head[1] ~= me then
   reserve_head(q, now, tonumber(ARGV[9]), ARGV[8], false)
   return busy(math.max(1, head[2] - now))
 end
@@ -160,6 +170,7 @@ pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW_S
 /// observers; without one (Redlock) `released` wakes one waiter per client. Returns 1
 /// released, 0 not ours.
 const RELEASE_SRC: &str = effects_lua!(
+    wake_lua!(),
     queue_lua!(),
     r#"
 if redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] then return 0 end
@@ -175,16 +186,18 @@ return 1
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SRC));
 
 /// A wait that ended without a grant leaves the queue. KEYS: lock, queue. ARGV: owner, channel,
-/// reserve ms. When it was the head and the lock is free, the next head is reserved and woken.
-/// Returns 1.
+/// reserve ms, the waiter's wake channel (optional, as in [`ACQUIRE`]'s). When it was the head
+/// and the lock is free, the next head is reserved and woken. Returns 1.
 const ABANDON_SRC: &str = effects_lua!(
+    wake_lua!(),
     queue_lua!(),
     r#"
+local me = entry_of(ARGV[1], ARGV[4])
 local now = queue_now()
 local q, had = queue_load(KEYS[2], now)
-local was_head = q[1] ~= nil and q[1][1] == ARGV[1]
+local was_head = q[1] ~= nil and q[1][1] == me
 for i, x in ipairs(q) do
-  if x[1] == ARGV[1] then
+  if x[1] == me then
     table.remove(q, i)
     break
   end
@@ -236,6 +249,7 @@ pub(crate) static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(INSPE
 /// not the fence counter, so the next grant's token is higher, and hands the lock to the queue's
 /// head like a release. KEYS: lock, queue. ARGV: channel, reserve ms. Returns `{fence}` of the freed lease, `{}` when the lock was free.
 const FORCE_RELEASE_SRC: &str = effects_lua!(
+    wake_lua!(),
     queue_lua!(),
     r#"
 if not redis.call('HGET', KEYS[1], 'o') then return {} end

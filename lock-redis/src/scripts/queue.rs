@@ -20,14 +20,42 @@
 //!   release (or after the first attempt that finds the holder's lease expired); the attempt that
 //!   then finds its registration ended drops it and reserves and wakes the next head.
 //!
+//! An entry is `owner` or, from a client that listens on a wake channel of its own,
+//! `owner~channel`: its hand-off is then published on that channel (`@<owner>`), which that
+//! client alone subscribes to, instead of on the name's channel that every waiting client
+//! used to subscribe to — one delivery per hand-off, not one per client (issue 11's herd). An
+//! older client's entry has no `~` and is woken on the name's channel as before; an older
+//! releaser publishes a `~` entry's wake on the name's channel, which a newer waiter does not
+//! hear: it then takes the lock at its next timed re-try.
+//!
 //! Assumptions: a live waiter re-tries before its registration ends (the registration is twice
 //! its longest re-try interval, see `RedisStore::registration`) and, once woken, within
 //! `reserve` ms; one that does not loses its place (it re-registers at the tail), which costs
 //! fairness, never exclusion: the lease is checked exactly as without a queue.
 
-/// Lua shared by the scripts that use the queue: `queue_now()`, `queue_load(key, now)`,
-/// `queue_save(key, q, now, had)`, `reserve_head(q, now, reserve, channel, always)` and
-/// `freed(key, reserve, channel)`.
+/// Lua shared by the queues of this module and of [`super::redlock`]: `entry_of(owner, wake)`,
+/// the queue entry of `owner` with wake channel `wake` (`''` or nil: none), and `wake(entry,
+/// channel)`, which wakes the waiter of `entry` on its own wake channel, else on the name's
+/// `channel`.
+macro_rules! wake_lua {
+    () => {
+        r#"
+local function entry_of(owner, wake_channel)
+  if wake_channel and wake_channel ~= '' then return owner .. '~' .. wake_channel end
+  return owner
+end
+local function wake(entry, channel)
+  local owner, own = string.match(entry, '^([^~]+)~(.+)$')
+  if own then redis.call('PUBLISH', own, '@' .. owner) else redis.call('PUBLISH', channel, '@' .. entry) end
+end
+"#
+    };
+}
+pub(crate) use wake_lua;
+
+/// Lua shared by the scripts that use the queue (after [`wake_lua`]): `queue_now()`, `queue_load(key, now)`,
+/// `queue_save(key, q, now, had)`, `wake(entry, channel)`, `reserve_head(q, now, reserve,
+/// channel, always)` and `freed(key, reserve, channel)`.
 macro_rules! queue_lua {
     () => {
         r#"
@@ -67,7 +95,7 @@ local function reserve_head(q, now, reserve, channel, always)
   if not head then return end
   local cut = head[2] > now + reserve
   if cut then head[2] = now + reserve end
-  if cut or always then redis.call('PUBLISH', channel, '@' .. head[1]) end
+  if cut or always then wake(head[1], channel) end
 end
 -- The lock was freed: the head of the queue at `k` is reserved and woken; with nobody queued,
 -- `-` tells the observers only (crate::pubsub), so that another process's election observer
@@ -132,7 +160,8 @@ mod tests {
         let release = |owner: &'static str| {
             let mut c = conn.clone();
             async move {
-                let r: redis::RedisResult<i64> = k.hand_off(&RELEASE, owner, RESERVE as u64).invoke_async(&mut c).await;
+                let r: redis::RedisResult<i64> =
+                    k.hand_off(&RELEASE, owner, RESERVE as u64, "").invoke_async(&mut c).await;
                 r
             }
         };
@@ -168,7 +197,7 @@ mod tests {
         // A waiter that gives up leaves the queue; the release wakes the one behind it.
         assert_eq!(attempt("y", 2000).await[0], 0);
         assert_eq!(attempt("z", 2000).await[0], 0);
-        let left: i64 = k.hand_off(&ABANDON, "y", RESERVE as u64).invoke_async(&mut c).await.unwrap();
+        let left: i64 = k.hand_off(&ABANDON, "y", RESERVE as u64, "").invoke_async(&mut c).await.unwrap();
         assert_eq!(left, 1);
         assert_eq!(release("m").await.unwrap(), 1);
         assert_eq!(next(&mut messages).await, "@z", "the waiter that gave up is not woken");
@@ -176,5 +205,83 @@ mod tests {
         assert_eq!(release("z").await.unwrap(), 1);
         let queue: Option<String> = redis::cmd("GET").arg(&k.queue).query_async(&mut c).await.unwrap();
         assert_eq!(queue, None, "an empty queue leaves no key behind");
+    }
+
+    /// One acquire attempt of `owner` registering for `reg` ms (0: a single try) with wake
+    /// channel `wake` (`""`: none).
+    async fn attempt(c: &mut redis::aio::MultiplexedConnection, k: &Keys, owner: &str, reg: i64, wake: &str) -> i64 {
+        let r: Vec<i64> = ACQUIRE
+            .key(&k.lock)
+            .key(&k.fence)
+            .key("fq:boot")
+            .key(&k.queue)
+            .arg(owner)
+            .arg(5000)
+            .arg(0)
+            .arg("")
+            .arg("")
+            .arg(0)
+            .arg(reg)
+            .arg(&k.channel)
+            .arg(RESERVE)
+            .arg(wake)
+            .invoke_async(c)
+            .await
+            .unwrap();
+        r[0]
+    }
+
+    /// The payloads that arrive on `messages` within `within`.
+    async fn heard(messages: &mut redis::aio::PubSubStream, within: std::time::Duration) -> Vec<String> {
+        let mut got = Vec::new();
+        while let Ok(Some(m)) = tokio::time::timeout(within, messages.next()).await {
+            got.push(String::from_utf8_lossy(m.get_payload_bytes()).into_owned());
+        }
+        got
+    }
+
+    /// A waiter queued with a wake channel is woken there, and only there: the name's channel,
+    /// which every client used to hear, carries no hand-off for it; a waiter without one (an
+    /// older client) is still woken on the name's channel; abandoning with the wake channel
+    /// removes the entry.
+    #[tokio::test]
+    async fn a_waiter_with_a_wake_channel_is_woken_on_it_alone() {
+        let server = dlock_testkit::servers::redis::RedisServer::start_local().await.unwrap();
+        let client = redis::Client::open(server.url()).unwrap();
+        let mut c = client.get_multiplexed_async_connection().await.unwrap();
+        let k = Keys::new("fq", &LockName::new("w").unwrap());
+        let (mut on_name, mut on_wake) =
+            (client.get_async_pubsub().await.unwrap(), client.get_async_pubsub().await.unwrap());
+        on_name.subscribe(&k.channel).await.unwrap();
+        on_wake.subscribe("fq:wake:A").await.unwrap();
+        let (mut on_name, mut on_wake) = (on_name.into_on_message(), on_wake.into_on_message());
+        let quiet = std::time::Duration::from_millis(300);
+
+        assert_eq!(attempt(&mut c, &k, "a", 0, "").await, 1);
+        assert_eq!(attempt(&mut c, &k, "w", 2000, "fq:wake:A").await, 0);
+        assert_eq!(attempt(&mut c, &k, "v", 2000, "").await, 0);
+        assert_eq!(attempt(&mut c, &k, "w", 2000, "fq:wake:A").await, 0, "re-registering is idempotent");
+        let _ = heard(&mut on_name, quiet).await;
+        assert_eq!(k.hand_off(&RELEASE, "a", RESERVE as u64, "").invoke_async::<i64>(&mut c).await.unwrap(), 1);
+        // Within the head's reservation (RESERVE ms), so it is not skipped.
+        assert_eq!(attempt(&mut c, &k, "v", 2000, "").await, 0, "the head keeps its place");
+        assert_eq!(attempt(&mut c, &k, "w", 2000, "fq:wake:A").await, 1, "the head, by its entry, takes the lock");
+        assert_eq!(heard(&mut on_wake, quiet).await, ["@w"], "the head is woken on its wake channel");
+        let named = heard(&mut on_name, quiet).await;
+        assert!(named.iter().all(|m| !m.starts_with('@')), "no hand-off on the name's channel: {named:?}");
+        assert_eq!(k.hand_off(&RELEASE, "w", RESERVE as u64, "").invoke_async::<i64>(&mut c).await.unwrap(), 1);
+        assert!(
+            heard(&mut on_name, quiet).await.contains(&"@v".to_owned()),
+            "an entry without one: the name's channel"
+        );
+        assert_eq!(attempt(&mut c, &k, "v", 2000, "").await, 1);
+
+        assert_eq!(attempt(&mut c, &k, "x", 2000, "fq:wake:A").await, 0);
+        let left: i64 = k.hand_off(&ABANDON, "x", RESERVE as u64, "fq:wake:A").invoke_async(&mut c).await.unwrap();
+        assert_eq!(left, 1);
+        let queue: Option<String> = redis::cmd("GET").arg(&k.queue).query_async(&mut c).await.unwrap();
+        assert_eq!(queue, None, "abandoned by its entry");
+        assert_eq!(k.hand_off(&RELEASE, "v", RESERVE as u64, "").invoke_async::<i64>(&mut c).await.unwrap(), 1);
+        assert!(heard(&mut on_wake, quiet).await.is_empty(), "nobody queued: no wake");
     }
 }

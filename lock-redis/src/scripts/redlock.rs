@@ -50,7 +50,9 @@ use redis::Script;
 /// `tq_reserve(q, now, reserve, channel, always)`. An entry is `{owner, ends, ticket}`.
 macro_rules! ticket_queue_lua {
     () => {
-        r#"
+        concat!(
+            super::queue::wake_lua!(),
+            r#"
 local function tq_now()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -109,16 +111,18 @@ local function tq_reserve(q, now, reserve, channel, always)
   if not head then return end
   local cut = head[2] > now + reserve
   if cut then head[2] = now + reserve end
-  if cut or always then redis.call('PUBLISH', channel, '@' .. head[1]) end
+  if cut or always then wake(head[1], channel) end
 end
 "#
+        )
     };
 }
 
 /// Redlock, per master: take the lease and read the fence floor. KEYS: lock, fence, boot marker,
 /// queue (optional: without it there is no queue, as before queues). ARGV: owner, ttl ms,
 /// attempt id, quiet ms, registration ms (`0`: a single try, which does not queue), ticket (µs),
-/// channel, reserve ms. Returns `{1, floor}` (floor = max(counter, server TIME in µs)) when
+/// channel, reserve ms, the caller's wake channel (optional; see [`super::queue`]: the entry is
+/// then `owner~channel` and is woken there). Returns `{1, floor}` (floor = max(counter, server TIME in µs)) when
 /// granted or already ours, `{0, ms}` when held by another owner (its PTTL), when a queued
 /// waiter is ahead (ms: until the head's reservation ends) or in the quiet period after the
 /// master lost its state (the time left). The attempt id lets [`REDLOCK_ABANDON`] free exactly
@@ -131,10 +135,11 @@ local holder = redis.call('HGET', KEYS[1], 'o')
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local qk, reg = KEYS[4], tonumber(ARGV[5] or '0') or 0
+local me = entry_of(ARGV[1], ARGV[9])
 local q, had = {}, false
 if qk then
   q, had = tq_load(qk, now)
-  if reg > 0 then tq_register(q, ARGV[1], tonumber(ARGV[6]), now + reg) end
+  if reg > 0 then tq_register(q, me, tonumber(ARGV[6]), now + reg) end
 end
 local function refuse(ms)
   if qk then tq_save(qk, q, now, had) end
@@ -145,7 +150,7 @@ if not holder then
   local quiet = quiet_left(KEYS[3], ARGV[4], now)
   if quiet > 0 then return refuse(quiet) end
   local head = q[1]
-  if head and head[1] ~= ARGV[1] then
+  if head and head[1] ~= me then
     tq_reserve(q, now, tonumber(ARGV[8]), ARGV[7], false)
     return refuse(math.max(1, head[2] - now))
   end
@@ -163,7 +168,7 @@ return {1, floor}
 pub(crate) static REDLOCK_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(REDLOCK_ACQUIRE_SRC));
 
 /// Redlock, per master: undo one failed attempt. KEYS: lock, queue (optional). ARGV: owner,
-/// attempt id, channel, reserve ms. Deletes the entry only if it still belongs to this owner
+/// attempt id, channel, reserve ms, the owner's wake channel (optional). Deletes the entry only if it still belongs to this owner
 /// **and** this attempt: a late undo of an earlier attempt (delayed on a slow link or a
 /// reconnected socket) must not free the grant of a later attempt by the same owner. The
 /// owner's queue place stays; the head is reserved and woken unless it is the owner itself
@@ -178,7 +183,7 @@ if redis.call('HGET', KEYS[1], 'o') == ARGV[1] and redis.call('HGET', KEYS[1], '
     local now = tq_now()
     local q, had = tq_load(KEYS[2], now)
     if q[1] then
-      if q[1][1] ~= ARGV[1] then tq_reserve(q, now, tonumber(ARGV[4]), ARGV[3], true) end
+      if q[1][1] ~= entry_of(ARGV[1], ARGV[5]) then tq_reserve(q, now, tonumber(ARGV[4]), ARGV[3], true) end
       tq_save(KEYS[2], q, now, had)
       return 1
     end
@@ -192,7 +197,8 @@ return 0
 pub(crate) static REDLOCK_ABANDON: LazyLock<Script> = LazyLock::new(|| Script::new(REDLOCK_ABANDON_SRC));
 
 /// Redlock, per master: owner-checked release that hands off, and the withdrawal of a wait
-/// (`LeaseStore::abandon`). KEYS: lock, queue. ARGV: owner, channel, reserve ms. Removes the
+/// (`LeaseStore::abandon`). KEYS: lock, queue. ARGV: owner, channel, reserve ms, the owner's
+/// wake channel (optional). Removes the
 /// owner's queue entry (held or not), deletes the lease if it is the owner's; then, if the key
 /// is free, the head is reserved and woken when the lease was ours or the owner was the head
 /// (`@<owner>`), and `released` is published when a release finds nobody queued (it wakes
@@ -204,7 +210,7 @@ local mine = redis.call('HGET', KEYS[1], 'o') == ARGV[1]
 if mine then redis.call('DEL', KEYS[1]) end
 local now = tq_now()
 local q, had = tq_load(KEYS[2], now)
-local was_head = tq_remove(q, ARGV[1])
+local was_head = tq_remove(q, entry_of(ARGV[1], ARGV[4]))
 if not redis.call('HGET', KEYS[1], 'o') then
   if q[1] then
     tq_reserve(q, now, tonumber(ARGV[3]), ARGV[2], mine or was_head)
@@ -355,5 +361,95 @@ mod tests {
         let mut c = conn.clone();
         let queue: Option<String> = redis::cmd("GET").arg(&m1.redlock_queue).query_async(&mut c).await.unwrap();
         assert_eq!(queue, None, "an empty queue leaves no key behind");
+    }
+
+    /// A waiter queued with a wake channel (`owner~channel`) is woken there and not on the
+    /// name's channel; its own undo (it is the head) wakes nobody; its release, by its entry,
+    /// removes its place.
+    #[tokio::test]
+    async fn ticket_queue_wakes_an_entry_on_its_wake_channel() {
+        let server = dlock_testkit::servers::redis::RedisServer::start_local().await.unwrap();
+        let client = redis::Client::open(server.url()).unwrap();
+        let conn = client.get_multiplexed_async_connection().await.unwrap();
+        let mut c = conn.clone();
+        let k = Keys::new("m1", &LockName::new("tqw").unwrap());
+        let (mut on_name, mut on_wake) =
+            (client.get_async_pubsub().await.unwrap(), client.get_async_pubsub().await.unwrap());
+        on_name.subscribe(&k.channel).await.unwrap();
+        on_wake.subscribe("m1:wake:Y").await.unwrap();
+        let (mut on_name, mut on_wake) = (on_name.into_on_message(), on_wake.into_on_message());
+        async fn heard(messages: &mut redis::aio::PubSubStream) -> Vec<String> {
+            let mut got = Vec::new();
+            while let Ok(Some(m)) = tokio::time::timeout(Duration::from_millis(300), messages.next()).await {
+                got.push(String::from_utf8_lossy(m.get_payload_bytes()).into_owned());
+            }
+            got
+        }
+        let acquire = |owner: &'static str, attempt: &'static str, reg: u64, wake: &'static str| {
+            let (mut c, k) = (conn.clone(), &k);
+            async move {
+                let r: Vec<i64> = REDLOCK_ACQUIRE
+                    .key(&k.lock)
+                    .key(&k.fence)
+                    .key("tq:boot")
+                    .key(&k.redlock_queue)
+                    .arg(owner)
+                    .arg(5000)
+                    .arg(attempt)
+                    .arg(0)
+                    .arg(reg)
+                    .arg(100)
+                    .arg(&k.channel)
+                    .arg(RESERVE)
+                    .arg(wake)
+                    .invoke_async(&mut c)
+                    .await
+                    .unwrap();
+                r[0] == 1
+            }
+        };
+        let release = |owner: &'static str, wake: &'static str| {
+            let (mut c, k) = (conn.clone(), &k);
+            async move {
+                let released: i64 = REDLOCK_RELEASE
+                    .key(&k.lock)
+                    .key(&k.redlock_queue)
+                    .arg(owner)
+                    .arg(&k.channel)
+                    .arg(RESERVE)
+                    .arg(wake)
+                    .invoke_async(&mut c)
+                    .await
+                    .unwrap();
+                released
+            }
+        };
+
+        assert!(acquire("h", "a0", 0, "").await);
+        assert!(!acquire("y", "a1", 2000, "m1:wake:Y").await);
+        assert!(!acquire("y", "a1", 2000, "m1:wake:Y").await, "re-registering keeps one entry");
+        let _ = heard(&mut on_name).await;
+        assert_eq!(release("h", "").await, 1);
+        assert!(acquire("y", "a2", 2000, "m1:wake:Y").await, "the head, by its entry, is granted");
+        assert_eq!(heard(&mut on_wake).await, ["@y"], "woken on its wake channel");
+        let named = heard(&mut on_name).await;
+        assert!(named.iter().all(|m| !m.starts_with('@')), "no hand-off on the name's channel: {named:?}");
+        let undone: i64 = REDLOCK_ABANDON
+            .key(&k.lock)
+            .key(&k.redlock_queue)
+            .arg("y")
+            .arg("a2")
+            .arg(&k.channel)
+            .arg(RESERVE)
+            .arg("m1:wake:Y")
+            .invoke_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(undone, 1);
+        assert!(heard(&mut on_wake).await.is_empty(), "the head's own undo wakes nobody");
+        assert!(acquire("y", "a3", 2000, "m1:wake:Y").await);
+        assert_eq!(release("y", "m1:wake:Y").await, 1);
+        let queue: Option<String> = redis::cmd("GET").arg(&k.redlock_queue).query_async(&mut c).await.unwrap();
+        assert_eq!(queue, None, "the release removed its entry");
     }
 }

@@ -40,36 +40,48 @@ pub(crate) async fn uncontended(plan: &Plan) -> Result<CaseResult, LockError> {
     let lock = plan.client().await?;
     let name = plan.name("uncontended")?;
     let opts = plan.options();
-    let (lat, errors, elapsed) = loop_one(&*lock, &name, &opts, plan.duration).await?;
+    let (lat, errors, elapsed, first) = loop_one(&*lock, &name, &opts, plan.duration).await?;
     let mut r = from_latencies("uncontended", lat, elapsed, 1);
     r.errors = errors;
+    r.note = first.map(|f| format!("first failure: {f}"));
     Ok(r)
 }
+
+/// What made an attempt of a loop fail: a refusal of a free name, or an error.
+const REFUSED: &str = "try_acquire refused a name nobody else uses: another process holds it, or a Redis \
+                       server is in its quiet period after losing its state (docs/contract.md §3 'Quiet \
+                       period after state loss'; it ends after restart_quiet_period, default 60 s)";
 
 async fn loop_one(
     lock: &dyn DistributedLock,
     name: &LockName,
     opts: &AcquireOptions,
     duration: Duration,
-) -> Result<(Vec<Duration>, u64, Duration), LockError> {
+) -> Result<(Vec<Duration>, u64, Duration, Option<String>), LockError> {
     let begun = Instant::now();
     let end = begun + duration;
     let mut lat = Vec::new();
     let mut errors = 0u64;
+    let mut first: Option<String> = None;
     while Instant::now() < end {
         let t = Instant::now();
-        match lock.try_acquire(name, opts).await {
+        let failure = match lock.try_acquire(name, opts).await {
             Ok(Some(lease)) => match lease.release().await {
-                Ok(()) => lat.push(t.elapsed()),
-                Err(_) => errors += 1,
+                Ok(()) => {
+                    lat.push(t.elapsed());
+                    continue;
+                }
+                Err(e) => e.to_string(),
             },
             // Only a release of ours that has not landed yet can hold a free name.
-            Ok(None) => errors += 1,
+            Ok(None) => REFUSED.to_owned(),
             Err(e) if lat.is_empty() && errors == 0 => return Err(e),
-            Err(_) => errors += 1,
-        }
+            Err(e) => e.to_string(),
+        };
+        errors += 1;
+        first.get_or_insert(failure);
     }
-    Ok((lat, errors, begun.elapsed()))
+    Ok((lat, errors, begun.elapsed(), first))
 }
 
 /// Distinct names, one per client, all at once.
@@ -83,14 +95,16 @@ pub(crate) async fn spread(plan: &Plan) -> Result<CaseResult, LockError> {
         tasks.spawn(async move { loop_one(&*lock, &name, &opts, duration).await });
     }
     let mut all = Vec::new();
-    let mut errors = 0;
+    let (mut errors, mut first) = (0, None);
     while let Some(joined) = tasks.join_next().await {
-        let (lat, e, _) = joined.map_err(|e| LockError::backend("bench", e))??;
+        let (lat, e, _, f) = joined.map_err(|e| LockError::backend("bench", e))??;
         all.extend(lat);
         errors += e;
+        first = first.or(f);
     }
     let mut r = from_latencies("spread", all, begun.elapsed(), plan.clients);
     r.errors = errors;
+    r.note = first.map(|f| format!("first failure: {f}"));
     Ok(r)
 }
 

@@ -161,7 +161,8 @@ pub(crate) async fn run(args: BenchArgs, out: &crate::Redactor) -> Result<bool, 
                 }
             }
         };
-        if result.exclusion_ok == Some(false) {
+        // A case that did nothing measured nothing: the run fails and says why (its note).
+        if result.exclusion_ok == Some(false) || (result.ops == 0 && result.errors > 0) {
             ok = false;
         }
         progress.finished(&format!("[bench] {}", one_line(&result)), true);
