@@ -63,10 +63,11 @@ local function queue_now()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
--- The live registrations {owner, ends} in arrival order, and whether the key existed.
-local function queue_load(k, now)
+-- The live registrations {owner, ends} in arrival order, and whether the key existed; `s`, when
+-- given, is the key's value already read (false: no key).
+local function queue_load(k, now, s)
   local q = {}
-  local s = redis.call('GET', k)
+  if s == nil then s = redis.call('GET', k) end
   if s then
     for o, e in string.gmatch(s, '(%S+) (%d+)') do
       e = tonumber(e)
@@ -101,8 +102,14 @@ end
 -- `-` tells the observers only (crate::pubsub), so that another process's election observer
 -- hears it.
 local function freed(k, reserve, channel)
+  -- Read before the clock: most releases find no queue and need no TIME.
+  local s = redis.call('GET', k)
+  if not s then
+    redis.call('PUBLISH', channel, '-')
+    return
+  end
   local now = queue_now()
-  local q, had = queue_load(k, now)
+  local q, had = queue_load(k, now, s)
   if q[1] then reserve_head(q, now, reserve, channel, true) else redis.call('PUBLISH', channel, '-') end
   queue_save(k, q, now, had)
 end
