@@ -125,7 +125,7 @@ impl Statements {
             // What `release` does when the queue holds no live waiter for the name (the row freed,
             // fence, holder and metadata kept, observers notified), as one UPDATE: `release`'s
             // lease-row lock, head lookup `FOR UPDATE`, join and queue DELETE cost the server about
-            // 50 µs a statement even with the queue empty (BENCHMARKS.md, 2026-12-02 07:30). With a
+            // 50 µs a statement even with the queue empty (BENCHMARKS.md, 2026-12-02 07:00). With a
             // live waiter it changes nothing (no write, no commit to flush) and `release` runs.
             // The waiter check reads the statement's snapshot, like `release`'s head lookup: a
             // waiter queued since is found by its own re-try (crate::handoff).
