@@ -22,7 +22,7 @@
 //! share the table with the place `i64::MAX`: never ahead of a waiter, never the head. MySQL
 //! and SQLite cannot notify; their waiters poll, and the queue makes the polls fair.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -80,7 +80,14 @@ pub(crate) fn lifetime(max_poll: Duration) -> Duration {
 #[derive(Default)]
 pub(crate) struct Places {
     inner: Mutex<HashMap<OwnerId, Option<i64>>>,
+    /// Owners granted after their wait was queued: others queue behind them too, likely, so
+    /// their release goes straight to the statement that hands off (see [`Places::waited`]).
+    waited: Mutex<HashSet<OwnerId>>,
 }
+
+/// Past this many unreleased queued grants (leases lost or dropped unreleased) the record is
+/// cleared: a forgotten owner only costs its release one more statement, never safety.
+const WAITED_CAP: usize = 4096;
 
 impl Places {
     pub(crate) fn get(&self, owner: OwnerId) -> Option<i64> {
@@ -103,6 +110,24 @@ impl Places {
     /// Forgets `owner`'s place; whether it had one.
     pub(crate) fn take(&self, owner: OwnerId) -> bool {
         self.lock().remove(&owner).is_some()
+    }
+
+    /// `owner` was granted: forgets its place and records whether its wait had been queued.
+    pub(crate) fn granted(&self, owner: OwnerId) {
+        if let Some(Some(_)) = self.lock().remove(&owner) {
+            let mut waited = self.waited.lock().unwrap_or_else(|e| e.into_inner());
+            if waited.len() >= WAITED_CAP {
+                waited.clear();
+            }
+            waited.insert(owner);
+        }
+    }
+
+    /// Whether `owner`'s grant came after its wait was queued (forgets it): a release then
+    /// skips the cheaper statement that frees the row only while nobody is queued, which
+    /// would refuse and cost a round trip (crate::dialect::Dialect::release_unqueued).
+    pub(crate) fn waited(&self, owner: OwnerId) -> bool {
+        self.waited.lock().unwrap_or_else(|e| e.into_inner()).remove(&owner)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<OwnerId, Option<i64>>> {
@@ -137,5 +162,12 @@ mod tests {
         assert!(places.take(o));
         assert!(!places.take(o));
         assert!(places.touch(o), "a new wait after the grant");
+        places.granted(o);
+        assert!(!places.waited(o), "granted at its first attempt: never queued");
+        places.touch(o);
+        places.set(o, 8);
+        places.granted(o);
+        assert!(places.waited(o), "granted after it was queued");
+        assert!(!places.waited(o), "once");
     }
 }

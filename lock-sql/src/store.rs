@@ -421,7 +421,7 @@ impl LeaseStore for SqlStore {
             // A release may have granted us the lease already (crate::handoff): take it, with
             // the validity of our latest "still queued" statement, sent before that grant.
             if let Some((fence, sent)) = h.take(&o, claim.ttl, Instant::now()) {
-                self.places.take(claim.owner);
+                self.places.granted(claim.owner);
                 return self.fence_token(fence).map(|token| TryLock::HandedOver { token, started: sent });
             }
             if let Some(rem) = h.recent(&o, Instant::now()) {
@@ -437,7 +437,7 @@ impl LeaseStore for SqlStore {
         attempt.finished();
         match upsert {
             Upsert::Granted(fence) => {
-                self.places.take(claim.owner);
+                self.places.granted(claim.owner);
                 if let Some(h) = handoffs {
                     h.forget(&o);
                 }
@@ -530,8 +530,17 @@ impl LeaseStore for SqlStore {
 
     async fn release(&self, name: &LockName, owner: OwnerId) -> Result<ReleaseOutcome, LockError> {
         let _serial = self.one_at_a_time(owner).await;
-        let (n, o) = (name.as_str(), owner.to_hex());
-        let freed = self.run_release("release", || self.dialect.release(n, &o)).await;
+        let (n, o, waited) = (name.as_str(), owner.to_hex(), self.places.waited(owner));
+        let d = &self.dialect;
+        let freed = self
+            .run_release("release", || async {
+                if waited {
+                    d.release(n, &o).await
+                } else {
+                    d.release_unqueued(n, &o).await
+                }
+            })
+            .await;
         let (dialect, name, again) = (Arc::clone(&self.dialect), n.to_owned(), o.clone());
         self.release_again_later(owner, move || {
             let (dialect, name, again) = (Arc::clone(&dialect), name.clone(), again.clone());

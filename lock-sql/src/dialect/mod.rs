@@ -221,6 +221,13 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     }
     /// The exclusive lock's owner-checked release; whether it freed a live lease of ours.
     async fn release(&self, name: &str, owner: &str) -> Result<bool, sqlx::Error>;
+    /// [`Dialect::release`] of a lease whose wait was never queued (so likely nobody queues
+    /// behind it): where the release statement also serves the queue (PostgreSQL's grant in the
+    /// release), first a cheaper one that frees the row only while no live waiter is queued,
+    /// then `release` when that one freed nothing. By default `release`.
+    async fn release_unqueued(&self, name: &str, owner: &str) -> Result<bool, sqlx::Error> {
+        self.release(name, owner).await
+    }
     /// An operator's release (docs/contract.md §5.6): one UPDATE that clears the owner and
     /// expires the live row of `name` whose fence is `fence` (the grant `inspect` saw), keeping
     /// the fence; whether it freed that grant.

@@ -239,6 +239,7 @@ impl Dialect for Postgres {
             Arc::clone(&self.sql.renew),
             Arc::clone(&self.sql.renew_many),
             Arc::clone(&self.sql.release),
+            Arc::clone(&self.sql.release_unqueued),
         ];
         self.pool.prepare_on_two(&hot).await;
     }
@@ -373,6 +374,21 @@ impl Dialect for Postgres {
         let args = Args { sql: &self.sql.release, name, owner, ms: 0, channel: &self.channel, who: Who::default() };
         let freed = self.pool.with(Use::Keep, &args, |c, a| Box::pin(handing(c, a))).await?;
         Ok(freed)
+    }
+
+    async fn release_unqueued(&self, name: &str, owner: &str) -> Result<bool, sqlx::Error> {
+        let args = (Arc::clone(&self.sql.release_unqueued), name, owner);
+        let rows = self
+            .pool
+            .with(Use::Keep, &args, |c, (sql, name, owner)| {
+                Box::pin(sqlx::query(AssertSqlSafe(Arc::clone(sql))).bind(*name).bind(*owner).fetch_all(c))
+            })
+            .await?;
+        if !rows.is_empty() {
+            return Ok(true);
+        }
+        // A waiter is queued (or the row is not ours): the release that hands off decides.
+        self.release(name, owner).await
     }
 
     async fn force_release(&self, name: &str, fence: i64) -> Result<bool, sqlx::Error> {

@@ -62,6 +62,8 @@ pub(super) struct Statements {
     /// Every given lease's renewal in one statement (see `renew_many`).
     pub(super) renew_many: Arc<str>,
     pub(super) release: Arc<str>,
+    /// `release` of a row nobody is queued for, without the queue-head work (see `Statements::new`).
+    pub(super) release_unqueued: Arc<str>,
     /// `release` that also hands a free or expired row to the queue's head (see `handing`).
     pub(super) hand_on: Arc<str>,
     pub(super) force_release: Arc<str>,
@@ -120,6 +122,22 @@ impl Statements {
             )
             .into(),
             release: handing(&qt, &qq, &notify_observers("g.name"), false).into(),
+            // What `release` does when the queue holds no live waiter for the name (the row freed,
+            // fence, holder and metadata kept, observers notified), as one UPDATE: `release`'s
+            // lease-row lock, head lookup `FOR UPDATE`, join and queue DELETE cost the server about
+            // 50 µs a statement even with the queue empty (BENCHMARKS.md, 2026-12-02 07:00). With a
+            // live waiter it changes nothing (no write, no commit to flush) and `release` runs.
+            // The waiter check reads the statement's snapshot, like `release`'s head lookup: a
+            // waiter queued since is found by its own re-try (crate::handoff).
+            release_unqueued: format!(
+                "UPDATE {qt} l SET owner = NULL, expires_at = {NOW} \
+                 WHERE l.name = $1 AND l.owner = $2 AND l.expires_at > {NOW} \
+                 AND NOT EXISTS (SELECT 1 FROM {qq} w WHERE w.name = $1 AND w.expires_at > {NOW} \
+                 AND w.seq < {OBSERVER_SEQ}) \
+                 RETURNING {}",
+                notify_observers("l.name")
+            )
+            .into(),
             hand_on: handing(&qt, &qq, &notify_observers("g.name"), true).into(),
             force_release: format!(
                 "WITH freed AS ( \
