@@ -67,12 +67,21 @@ struct Inner {
 /// confirmed SUBSCRIBE.
 pub(crate) struct Notifier {
     inner: Arc<Inner>,
+    /// This client's own channel (`<prefix>:wake:<random id>`): a release hands the lock to one
+    /// of its queued waiters by publishing there, so no other client hears it
+    /// (crate::scripts::queue).
+    wake_channel: String,
     started: Mutex<bool>,
     _stop: DropGuard,
 }
 
 impl Notifier {
-    pub(crate) fn new(servers: Vec<(Endpoint, String)>, connect_timeout: Duration, request_timeout: Duration) -> Self {
+    pub(crate) fn new(
+        servers: Vec<(Endpoint, String)>,
+        key_prefix: &str,
+        connect_timeout: Duration,
+        request_timeout: Duration,
+    ) -> Self {
         let stop = CancellationToken::new();
         let inner = Arc::new(Inner {
             servers: servers
@@ -85,7 +94,19 @@ impl Notifier {
             request_timeout,
             stop: stop.clone(),
         });
-        Notifier { inner, started: Mutex::new(false), _stop: stop.drop_guard() }
+        let wake_channel = format!("{key_prefix}:wake:{}", lock_core::OwnerId::random().to_hex());
+        Notifier { inner, wake_channel, started: Mutex::new(false), _stop: stop.drop_guard() }
+    }
+
+    /// This client's wake channel, as the scripts take it.
+    pub(crate) fn wake_channel(&self) -> &str {
+        &self.wake_channel
+    }
+
+    /// Registers a queued waiter as `owner` on this client's wake channel (see
+    /// [`Notifier::subscribe`]).
+    pub(crate) async fn subscribe_waiter(&self, owner: &str) -> Result<Option<WakeSubscription>, LockError> {
+        self.subscribe(&self.wake_channel, Some(owner)).await
     }
 
     /// Starts the listeners on first use: clients that never wait open no pub/sub connection.

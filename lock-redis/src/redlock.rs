@@ -30,9 +30,6 @@ pub(crate) const BACKEND: &str = "redlock";
 pub struct RedlockStore {
     nodes: Vec<Arc<Node>>,
     notifier: Notifier,
-    /// This client's own channel, where a master hands the key to one of our queued waiters
-    /// (crate::scripts::queue): no other client hears it.
-    wake_channel: String,
     prefix: String,
     quorum: usize,
     request_timeout: Duration,
@@ -114,11 +111,10 @@ impl RedlockStore {
                 crate::acl::check(node, &options.key_prefix, db, crate::acl::Needs::Exclusive).await?;
             }
         }
-        let notifier = Notifier::new(pubsub, options.connect_timeout, options.request_timeout);
+        let notifier = Notifier::new(pubsub, &options.key_prefix, options.connect_timeout, options.request_timeout);
         Ok(RedlockStore {
             nodes,
             notifier,
-            wake_channel: format!("{}:wake:{}", options.key_prefix, OwnerId::random().to_hex()),
             prefix: options.key_prefix.clone(),
             quorum,
             request_timeout: options.request_timeout,
@@ -191,7 +187,7 @@ impl RedlockStore {
                         .arg(owner)
                         .arg(&keys.channel)
                         .arg(RESERVE_MS)
-                        .arg(&self.wake_channel)
+                        .arg(self.notifier.wake_channel())
                         .invoke_async(&mut c)
                         .await
                 })
@@ -282,7 +278,7 @@ impl LeaseStore for RedlockStore {
     /// wake channel (`PUBLISH <wake channel> @<owner>`), so each waiter listens there for its
     /// own owner id; the first such message of any master wakes it.
     async fn subscribe_waiter(&self, _name: &LockName, owner: OwnerId) -> Result<Option<WakeSubscription>, LockError> {
-        self.notifier.subscribe(&self.wake_channel, Some(&owner.to_hex())).await
+        self.notifier.subscribe_waiter(&owner.to_hex()).await
     }
 }
 
@@ -310,7 +306,8 @@ impl RedlockStore {
             .nodes
             .iter()
             .map(|node| {
-                let (keys, owner, attempt, boot, wake) = (&keys, &owner, &attempt, &self.boot, &self.wake_channel);
+                let (keys, owner, attempt, boot, wake) =
+                    (&keys, &owner, &attempt, &self.boot, self.notifier.wake_channel());
                 async move {
                     let reply: Result<Vec<i64>, LockError> = node
                         .run_idempotent(per_node, |c| async move {
@@ -433,7 +430,7 @@ impl RedlockStore {
         for node in &self.nodes {
             let (node, lock, channel) = (Arc::clone(node), keys.lock.clone(), keys.channel.clone());
             let (owner, attempt, queue) = (owner.clone(), attempt.clone(), keys.redlock_queue.clone());
-            let wake = self.wake_channel.clone();
+            let wake = self.notifier.wake_channel().to_owned();
             tokio::spawn(async move {
                 let (lock, owner, attempt, channel, queue, wake) = (&lock, &owner, &attempt, &channel, &queue, &wake);
                 let undone = node

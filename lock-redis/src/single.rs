@@ -29,9 +29,6 @@ pub(crate) const RESERVE_MS: u64 = 250;
 pub struct RedisStore {
     pub(crate) node: Node,
     pub(crate) notifier: Notifier,
-    /// This client's own channel: a release hands the lock to one of our queued waiters by
-    /// publishing there, so no other client hears it (crate::scripts::queue).
-    wake_channel: String,
     pub(crate) prefix: String,
     pub(crate) boot: Boot,
     max_ttl: Duration,
@@ -85,12 +82,15 @@ impl RedisStore {
         let node = Node::new(endpoint.clone(), url, BACKEND, options.connect_timeout, options.request_timeout);
         node.ping(options.connect_timeout + options.request_timeout).await?;
         crate::acl::check(&node, &options.key_prefix, db, needs).await?;
-        let notifier =
-            Notifier::new(vec![(endpoint, node.label.clone())], options.connect_timeout, options.request_timeout);
+        let notifier = Notifier::new(
+            vec![(endpoint, node.label.clone())],
+            &options.key_prefix,
+            options.connect_timeout,
+            options.request_timeout,
+        );
         Ok(RedisStore {
             node,
             notifier,
-            wake_channel: format!("{}:wake:{}", options.key_prefix, OwnerId::random().to_hex()),
             prefix: options.key_prefix.clone(),
             boot: Boot::new(&options.key_prefix, options.quiet_period(), per_name),
             max_ttl: options.max_ttl,
@@ -118,7 +118,7 @@ impl RedisStore {
     async fn hand_off(&self, script: &Script, name: &LockName, owner: OwnerId) -> Result<i64, LockError> {
         let keys = self.keys(name);
         let owner = owner.to_hex();
-        let (keys, owner, wake) = (&keys, &owner, &self.wake_channel);
+        let (keys, owner, wake) = (&keys, &owner, self.notifier.wake_channel());
         self.node
             .run(self.node.request_timeout(), |mut c| async move {
                 keys.hand_off(script, owner, RESERVE_MS, wake).invoke_async(&mut c).await
@@ -211,7 +211,7 @@ impl LeaseStore for RedisStore {
         // Only a waiting attempt takes a place in the queue; a single try must not.
         let reg_ms = if waiting { self.registration(ttl) } else { 0 };
         let (keys, owner, who) = (&keys, &owner, &who);
-        let (boot, quiet, wake) = (&self.boot, self.boot.quiet_ms(), &self.wake_channel);
+        let (boot, quiet, wake) = (&self.boot, self.boot.quiet_ms(), self.notifier.wake_channel());
         let (acks, ack_ms) = (self.min_replicas_ack, self.ack_wait_ms);
         let (reply, acked): (Vec<i64>, i64) = self
             .node
@@ -298,7 +298,7 @@ impl LeaseStore for RedisStore {
     /// (`PUBLISH <wake channel> @<owner>`, crate::scripts::queue): each waiter listens there for
     /// its own owner id, and a client none of whose waiters is at the head hears nothing.
     async fn subscribe_waiter(&self, _name: &LockName, owner: OwnerId) -> Result<Option<WakeSubscription>, LockError> {
-        self.notifier.subscribe(&self.wake_channel, Some(&owner.to_hex())).await
+        self.notifier.subscribe_waiter(&owner.to_hex()).await
     }
 
     /// Grants publish `+` and releases `-` or the hand-off (crate::scripts): every one wakes

@@ -143,26 +143,7 @@ mod tests {
         // `reg` 0: a single try; otherwise a waiting attempt registering for `reg` ms.
         let attempt = |owner: &'static str, reg: i64| {
             let mut c = conn.clone();
-            async move {
-                let r: Vec<i64> = ACQUIRE
-                    .key(&k.lock)
-                    .key(&k.fence)
-                    .key("fq:boot")
-                    .key(&k.queue)
-                    .arg(owner)
-                    .arg(5000)
-                    .arg(0)
-                    .arg("")
-                    .arg("")
-                    .arg(0)
-                    .arg(reg)
-                    .arg(&k.channel)
-                    .arg(RESERVE)
-                    .invoke_async(&mut c)
-                    .await
-                    .unwrap();
-                r
-            }
+            async move { acquire(&mut c, k, owner, reg, "").await }
         };
         let release = |owner: &'static str| {
             let mut c = conn.clone();
@@ -215,8 +196,14 @@ mod tests {
     }
 
     /// One acquire attempt of `owner` registering for `reg` ms (0: a single try) with wake
-    /// channel `wake` (`""`: none).
-    async fn attempt(c: &mut redis::aio::MultiplexedConnection, k: &Keys, owner: &str, reg: i64, wake: &str) -> i64 {
+    /// channel `wake` (`""`: none): the script's reply.
+    async fn acquire(
+        c: &mut redis::aio::MultiplexedConnection,
+        k: &Keys,
+        owner: &str,
+        reg: i64,
+        wake: &str,
+    ) -> Vec<i64> {
         let r: Vec<i64> = ACQUIRE
             .key(&k.lock)
             .key(&k.fence)
@@ -235,7 +222,7 @@ mod tests {
             .invoke_async(c)
             .await
             .unwrap();
-        r[0]
+        r
     }
 
     /// The payloads that arrive on `messages` within `within`.
@@ -263,6 +250,15 @@ mod tests {
         on_wake.subscribe("fq:wake:A").await.unwrap();
         let (mut on_name, mut on_wake) = (on_name.into_on_message(), on_wake.into_on_message());
         let quiet = std::time::Duration::from_millis(300);
+        async fn attempt(
+            c: &mut redis::aio::MultiplexedConnection,
+            k: &Keys,
+            owner: &str,
+            reg: i64,
+            wake: &str,
+        ) -> i64 {
+            acquire(c, k, owner, reg, wake).await[0]
+        }
 
         assert_eq!(attempt(&mut c, &k, "a", 0, "").await, 1);
         assert_eq!(attempt(&mut c, &k, "w", 2000, "fq:wake:A").await, 0);
