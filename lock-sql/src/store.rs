@@ -357,9 +357,6 @@ fn check_table_len(table: &str) -> Result<(), LockError> {
 /// statement overtaken in transit lands within milliseconds.
 const REPEAT_SOON: [Duration; 2] = [Duration::from_millis(20), Duration::from_millis(200)];
 
-/// The longest a queued waiter of a polling database (MySQL, SQLite) sleeps between attempts.
-const QUEUED_POLL: Duration = Duration::from_millis(10);
-
 pub(crate) fn ttl_ms(ttl: Duration) -> i64 {
     i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX).max(1)
 }
@@ -412,7 +409,8 @@ impl LeaseStore for SqlStore {
         let wait = if waiting {
             let first = self.places.touch(claim.owner);
             let lifetime = crate::queue::lifetime(self.max_poll_interval(claim.ttl));
-            Wait::Queue { lifetime_ms: ttl_ms(lifetime), seq: self.places.get(claim.owner), first }
+            let refresh = self.places.refresh_due(claim.owner, lifetime, Instant::now());
+            Wait::Queue { lifetime_ms: ttl_ms(lifetime), seq: self.places.get(claim.owner), first, refresh }
         } else {
             Wait::No
         };
@@ -443,7 +441,7 @@ impl LeaseStore for SqlStore {
                 }
                 self.token(fence)
             }
-            Upsert::Held { remaining: rem, seq, seen } => {
+            Upsert::Held { remaining: rem, seq, seen, ahead } => {
                 let mut rem = remaining(rem);
                 if let (Some(h), Some(_), Some(seen)) = (handoffs, seq, seen) {
                     h.queued(&o, sent, seen, rem);
@@ -457,11 +455,11 @@ impl LeaseStore for SqlStore {
                     }
                 }
                 if let Some(seq) = seq {
-                    self.places.set(claim.owner, seq);
-                    // Nothing tells a polling waiter that its turn came: a queued one polls
-                    // often, or the queue turns each hand-off into a back-off interval.
+                    let poll = self.places.set(claim.owner, seq, ahead, wait.refresh().then_some(sent));
+                    // Nothing tells a polling waiter that its turn came: a queued one polls by
+                    // its place, or the queue turns each hand-off into a back-off interval.
                     if !self.dialect.listens() {
-                        rem = Some(rem.map_or(QUEUED_POLL, |r| r.min(QUEUED_POLL)));
+                        rem = Some(rem.map_or(poll, |r| r.min(poll)));
                     }
                 }
                 Ok(TryLock::Held { remaining: rem })

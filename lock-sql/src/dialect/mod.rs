@@ -85,8 +85,10 @@ pub(crate) enum Upsert {
     /// Held by another owner for about `remaining` more ms (`None`: unknown, or free but owed
     /// to a waiter queued before us); `seq`: our place in the queue, when the attempt queued;
     /// `seen`: the fence of the latest grant, read under the row's lock (PostgreSQL only: what
-    /// a hand-off's fence is compared with, crate::handoff).
-    Held { remaining: Option<i64>, seq: Option<i64>, seen: Option<i64> },
+    /// a hand-off's fence is compared with, crate::handoff); `ahead`: how many live waiters
+    /// are queued before us (the databases that cannot notify, whose waiters poll by it:
+    /// crate::queue::queued_poll).
+    Held { remaining: Option<i64>, seq: Option<i64>, seen: Option<i64>, ahead: Option<i64> },
 }
 
 /// What a dialect settles when it connects, and the store only reads.
@@ -120,6 +122,16 @@ pub(crate) struct Grant<'a> {
 /// The waiter queue's table next to lease table `table`.
 pub(crate) fn queue_table(table: &str) -> String {
     format!("{table}{QUEUE_SUFFIX}")
+}
+
+/// The live waiters queued before a row of waiter table `qq` (quoted), for a `RETURNING` or
+/// `SELECT` over that row; `now`: the dialect's clock in ms. Polling waiters poll by it
+/// (crate::queue::queued_poll).
+pub(crate) fn ahead_of(qq: &str, now: &str) -> String {
+    format!(
+        "(SELECT COUNT(*) FROM {qq} w WHERE w.name = {qq}.name AND w.expires_at > {now} \
+         AND (w.seq, w.owner) < ({qq}.seq, {qq}.owner))"
+    )
 }
 
 /// The suffix of the waiter queue's table name.

@@ -15,7 +15,7 @@ use tokio::time::timeout;
 
 use super::params::Accepted;
 use super::rw::{acquire_tx, owner_stmt, Attempt, Flavor, KindSql, OwnerStmt};
-use super::{bad_url, queue_table, too_slow, unreachable, Dialect, Grant, Profile, Seen, Upsert, Who};
+use super::{ahead_of, bad_url, queue_table, too_slow, unreachable, Dialect, Grant, Profile, Seen, Upsert, Who};
 use crate::adopt::{Owner, TableFacts};
 use crate::decide::Plan;
 use crate::error::{Class, Codes};
@@ -108,9 +108,13 @@ pub(crate) struct Mysql {
     /// crash); statements bounded by the request timeout or the row-lock wait, the longer.
     profile: Profile,
     acquire: Arc<str>,
+    /// The acquire upsert that also counts the waiters ahead (MariaDB: in `RETURNING`).
+    acquire_counting: Arc<str>,
     /// Owner, fence and the remaining lease, after an upsert without `RETURNING`.
     read_back: Arc<str>,
-    /// Queues a refused waiter (or refreshes its entry), then its place is read (or returned).
+    read_back_counting: Arc<str>,
+    /// Queues a refused waiter (or refreshes its entry), then its place and the live waiters
+    /// ahead of it are read (or returned).
     enqueue: Arc<str>,
     place: Arc<str>,
     leave_queue: Arc<str>,
@@ -207,11 +211,15 @@ impl Mysql {
                SELECT 1 FROM {qq} w WHERE w.name = ? AND w.owner <> ? AND w.expires_at > {NOW} \
                AND (w.seq, w.owner) < (?, ?))))"
         );
-        let returning_clause = if returning {
-            format!(" RETURNING owner, fence, CAST(expires_at - {NOW} AS SIGNED)")
-        } else {
-            String::new()
-        };
+        // The live waiters queued before the caller (binds: name, owner, place, owner), for the
+        // attempts of a queued waiter that skip the entry's refresh (queue.rs, `Wait::refresh`).
+        let ahead = format!(
+            "(SELECT COUNT(*) FROM {qq} w WHERE w.name = ? AND w.owner <> ? AND w.expires_at > {NOW} \
+             AND (w.seq, w.owner) < (?, ?))"
+        );
+        let row = |count: &str| format!("owner, fence, CAST(expires_at - {NOW} AS SIGNED), {count}");
+        let returning_clause =
+            |count: &str| if returning { format!(" RETURNING {}", row(count)) } else { String::new() };
         let lease_ddl = format!(
             "CREATE TABLE IF NOT EXISTS {qt} (name VARBINARY(255) NOT NULL PRIMARY KEY, \
              owner VARBINARY(32) NULL, fence BIGINT NOT NULL, expires_at BIGINT NOT NULL, \
@@ -221,10 +229,8 @@ impl Mysql {
             "CREATE TABLE IF NOT EXISTS {qq} (name VARBINARY(255) NOT NULL, owner VARBINARY(32) NOT NULL, \
              seq BIGINT NOT NULL, expires_at BIGINT NOT NULL, PRIMARY KEY (name, owner)) ENGINE=InnoDB"
         );
-        Mysql {
-            pool,
-            profile: Profile::new(CODES, durable, false, lease_ddl, queue_ddl),
-            acquire: format!(
+        let acquire = |count: &str| {
+            format!(
                 "INSERT INTO {qt} (name, owner, fence, expires_at, holder, metadata) \
                  VALUES (?, ?, {NOW_US}, {NOW} + ?, ?, ?) \
                  ON DUPLICATE KEY UPDATE \
@@ -232,18 +238,26 @@ impl Mysql {
                    owner = IF({GRANTED}, ?, owner), \
                    expires_at = IF({GRANTED}, {NOW} + ?, expires_at), \
                    holder = IF({GRANTED}, ?, holder), \
-                   metadata = IF({GRANTED}, ?, metadata){returning_clause}"
+                   metadata = IF({GRANTED}, ?, metadata){}",
+                returning_clause(count)
             )
-            .into(),
-            read_back: format!("SELECT owner, fence, CAST(expires_at - {NOW} AS SIGNED) FROM {qt} WHERE name = ?")
-                .into(),
+        };
+        let read_back = |count: &str| format!("SELECT {} FROM {qt} WHERE name = ?", row(count));
+        const NO_COUNT: &str = "CAST(NULL AS SIGNED)";
+        Mysql {
+            pool,
+            profile: Profile::new(CODES, durable, false, lease_ddl, queue_ddl),
+            acquire: acquire(NO_COUNT).into(),
+            acquire_counting: acquire(&ahead).into(),
+            read_back: read_back(NO_COUNT).into(),
+            read_back_counting: read_back(&ahead).into(),
             enqueue: format!(
                 "INSERT INTO {qq} (name, owner, seq, expires_at) VALUES (?, ?, {NOW_US}, {NOW} + ?) \
                  ON DUPLICATE KEY UPDATE expires_at = {NOW} + ?{}",
-                if returning { " RETURNING seq" } else { "" }
+                if returning { format!(" RETURNING seq, {}", ahead_of(&qq, NOW)) } else { String::new() }
             )
             .into(),
-            place: format!("SELECT seq FROM {qq} WHERE name = ? AND owner = ?").into(),
+            place: format!("SELECT seq, {} FROM {qq} WHERE name = ? AND owner = ?", ahead_of(&qq, NOW)).into(),
             leave_queue: format!("DELETE FROM {qq} WHERE name = ? AND (owner = ? OR expires_at <= {NOW})").into(),
             renew: format!(
                 "UPDATE {qt} SET expires_at = {NOW} + ? WHERE name = ? AND owner = ? AND expires_at > {NOW}"
@@ -320,8 +334,8 @@ fn seen((name, fence, remaining_ms, holder, metadata): SeenRow) -> Seen {
     Seen { name: text(name), fence, remaining_ms, holder: holder.map(text), metadata: metadata.map(text) }
 }
 
-/// The row after an upsert: owner, fence, remaining ms.
-type Row = (Option<Vec<u8>>, i64, i64);
+/// The row after an upsert: owner, fence, remaining ms, the live waiters ahead (when counted).
+type Row = (Option<Vec<u8>>, i64, i64, Option<i64>);
 
 #[async_trait]
 impl Dialect for Mysql {
@@ -396,20 +410,27 @@ impl Dialect for Mysql {
 
     async fn acquire(&self, grant: Grant<'_>) -> Result<Upsert, sqlx::Error> {
         let Grant { name, owner, ttl_ms, who, wait } = grant;
-        let row = self.upsert(name, owner, ttl_ms, who, wait.place()).await?;
+        let row = self.upsert(name, owner, ttl_ms, who, wait).await?;
         match row.into_iter().next() {
-            Some((Some(holder), fence, _)) if holder == owner.as_bytes() => {
+            Some((Some(holder), fence, _, _)) if holder == owner.as_bytes() => {
                 if wait.queued() {
                     self.leave_queue(name, owner).await?;
                 }
                 Ok(Upsert::Granted(fence))
             }
             // Free but refused: owed to a waiter queued before us, no lease to wait out.
-            Some((holder, _, rem)) => {
+            Some((holder, _, rem, counted)) => {
                 let remaining = (holder.is_some() && rem > 0).then_some(rem);
-                Ok(Upsert::Held { remaining, seq: self.enqueue(name, owner, wait).await?, seen: None })
+                let (seq, ahead) = match (wait.refresh(), wait.queued()) {
+                    (false, true) => (Some(wait.place()), counted),
+                    _ => self.enqueue(name, owner, wait).await?.unzip(),
+                };
+                Ok(Upsert::Held { remaining, seq, seen: None, ahead })
             }
-            None => Ok(Upsert::Held { remaining: None, seq: self.enqueue(name, owner, wait).await?, seen: None }),
+            None => {
+                let (seq, ahead) = self.enqueue(name, owner, wait).await?.unzip();
+                Ok(Upsert::Held { remaining: None, seq, seen: None, ahead })
+            }
         }
     }
 

@@ -15,8 +15,8 @@ use tokio::time::timeout;
 use super::params::Accepted;
 use super::rw::{acquire_tx, owner_stmt, Attempt, Flavor, KindSql, OwnerStmt};
 use super::{
-    bad_url, lease_params, queue_table, renewed_of, too_slow, unreachable, Dialect, Grant, Profile, Seen, SeenRow,
-    Upsert,
+    ahead_of, bad_url, lease_params, queue_table, renewed_of, too_slow, unreachable, Dialect, Grant, Profile, Seen,
+    SeenRow, Upsert,
 };
 use crate::adopt::{Owner, TableFacts};
 use crate::decide::Plan;
@@ -92,7 +92,8 @@ pub(crate) struct Lite {
     acquire: String,
     /// The holder's remaining lease in ms, after a refused upsert.
     read_back: String,
-    /// Queues a refused waiter (or refreshes its entry); its place comes back.
+    /// Queues a refused waiter (or refreshes its entry); its place and the live waiters ahead
+    /// of it come back.
     enqueue: String,
     leave_queue: String,
     renew: String,
@@ -216,13 +217,18 @@ impl Lite {
                    AND (w.seq, w.owner) < (?6, ?2))) \
                  RETURNING fence"
             ),
+            // The remaining lease, and the live waiters queued before ?2 at place ?3.
             read_back: format!(
-                "SELECT CASE WHEN owner IS NOT NULL AND expires_at > {NOW} THEN expires_at - {NOW} END \
+                "SELECT CASE WHEN owner IS NOT NULL AND expires_at > {NOW} THEN expires_at - {NOW} END, \
+                   (SELECT COUNT(*) FROM {qq} w WHERE w.name = ?1 AND w.owner <> ?2 AND w.expires_at > {NOW} \
+                   AND (w.seq, w.owner) < (?3, ?2)) \
                  FROM {qt} WHERE name = ?1"
             ),
             enqueue: format!(
                 "INSERT INTO {qq} (name, owner, seq, expires_at) VALUES (?1, ?2, {NOW_US}, {NOW} + ?3) \
-                 ON CONFLICT (name, owner) DO UPDATE SET expires_at = excluded.expires_at RETURNING seq"
+                 ON CONFLICT (name, owner) DO UPDATE SET expires_at = excluded.expires_at \
+                 RETURNING seq, {}",
+                ahead_of(&qq, NOW)
             ),
             leave_queue: format!("DELETE FROM {qq} WHERE name = ?1 AND (owner = ?2 OR expires_at <= {NOW})"),
             renew: format!(
@@ -308,23 +314,28 @@ impl Dialect for Lite {
             }
             return Ok(Upsert::Granted(fence));
         }
-        let rem = sqlx::query_scalar::<_, Option<i64>>(AssertSqlSafe(self.read_back.as_str()))
+        let row = sqlx::query_as::<_, (Option<i64>, i64)>(AssertSqlSafe(self.read_back.as_str()))
             .bind(name)
+            .bind(owner)
+            .bind(wait.place())
             .fetch_all(&self.pool)
             .await?;
-        let remaining = rem.into_iter().next().flatten();
-        let seq = match wait.lifetime_ms() {
-            0 => None,
-            lifetime => Some(
-                sqlx::query_scalar::<_, i64>(AssertSqlSafe(self.enqueue.as_str()))
+        let (remaining, counted) = row.into_iter().next().map_or((None, None), |(rem, ahead)| (rem, Some(ahead)));
+        let (seq, ahead) = match wait.lifetime_ms() {
+            0 => (None, None),
+            // Written recently: keep the entry as it is, the count above says where it stands.
+            _ if wait.queued() && !wait.refresh() => (Some(wait.place()), counted),
+            lifetime => {
+                let (seq, ahead) = sqlx::query_as::<_, (i64, i64)>(AssertSqlSafe(self.enqueue.as_str()))
                     .bind(name)
                     .bind(owner)
                     .bind(lifetime)
                     .fetch_one(&self.pool)
-                    .await?,
-            ),
+                    .await?;
+                (Some(seq), Some(ahead))
+            }
         };
-        Ok(Upsert::Held { remaining, seq, seen: None })
+        Ok(Upsert::Held { remaining, seq, seen: None, ahead })
     }
 
     async fn leave_queue(&self, name: &str, owner: &str) -> Result<(), sqlx::Error> {

@@ -2,6 +2,8 @@
 //! once, in its first assignment, and the waiter queue's statements, which MySQL runs apart from the
 //! upsert (it has no data-modifying CTEs; see queue.rs).
 
+use std::sync::Arc;
+
 use sqlx::mysql::{MySql, MySqlArguments};
 use sqlx::query::QueryAs;
 use sqlx::AssertSqlSafe;
@@ -22,24 +24,37 @@ fn bind_cond<'q>(
     q.bind(owner).bind(name).bind(owner).bind(place).bind(owner)
 }
 
+/// The count of the waiters ahead (see `Mysql::new`): name, owner, place, owner.
+fn bind_ahead<'q>(
+    q: QueryAs<'q, MySql, Row, MySqlArguments>,
+    name: &'q [u8],
+    owner: &'q [u8],
+    place: i64,
+) -> QueryAs<'q, MySql, Row, MySqlArguments> {
+    q.bind(name).bind(owner).bind(place).bind(owner)
+}
+
 impl Mysql {
-    /// The acquire upsert; the row as it is afterwards (returned, or read back).
+    /// The acquire upsert; the row as it is afterwards (returned, or read back), with the
+    /// waiters ahead counted when a refusal will not refresh the caller's entry (which counts them).
     pub(super) async fn upsert(
         &self,
         name: &str,
         owner: &str,
         ttl_ms: i64,
         who: Who<'_>,
-        place: i64,
+        wait: Wait,
     ) -> Result<Vec<Row>, sqlx::Error> {
-        let args = (Args { dialect: self, name: name.as_bytes(), owner: owner.as_bytes(), ms: ttl_ms, who }, place);
+        let args = (Args { dialect: self, name: name.as_bytes(), owner: owner.as_bytes(), ms: ttl_ms, who }, wait);
         self.pool
-            .with(Use::Take, &args, |c, (a, place)| {
+            .with(Use::Take, &args, |c, (a, wait)| {
                 Box::pin(async move {
-                    let (d, o, n, p) = (a.dialect, a.owner, a.name, *place);
+                    let (d, o, n, p) = (a.dialect, a.owner, a.name, wait.place());
+                    let count = wait.queued() && !wait.refresh();
                     let (h, m) = (a.who.holder.map(str::as_bytes), a.who.metadata.map(str::as_bytes));
+                    let sql = if count && d.returning { &d.acquire_counting } else { &d.acquire };
                     // VALUES, the condition, then each assignment's new value.
-                    let mut upsert = sqlx::query_as::<_, Row>(AssertSqlSafe(d.acquire.clone()))
+                    let mut upsert = sqlx::query_as::<_, Row>(AssertSqlSafe(Arc::clone(sql)))
                         .bind(n)
                         .bind(o)
                         .bind(a.ms)
@@ -47,20 +62,28 @@ impl Mysql {
                         .bind(m);
                     upsert = bind_cond(upsert, n, o, p).bind(o).bind(o).bind(a.ms).bind(h).bind(m);
                     if d.returning {
+                        if count {
+                            upsert = bind_ahead(upsert, n, o, p);
+                        }
                         return upsert.fetch_all(&mut *c).await;
                     }
                     // sqlx sets CLIENT_FOUND_ROWS: rows_affected cannot tell a grant from a
                     // refusal. Read the row back; only our own attempt can make us the owner.
                     upsert.fetch_all(&mut *c).await?;
-                    sqlx::query_as::<_, Row>(AssertSqlSafe(d.read_back.clone())).bind(n).fetch_all(&mut *c).await
+                    let read = if count { &d.read_back_counting } else { &d.read_back };
+                    let mut read = sqlx::query_as::<_, Row>(AssertSqlSafe(Arc::clone(read)));
+                    if count {
+                        read = bind_ahead(read, n, o, p);
+                    }
+                    read.bind(n).fetch_all(&mut *c).await
                 })
             })
             .await
     }
 
-    /// Queues a refused waiting attempt (or refreshes its entry); its place. `None` for
-    /// `try_acquire`, which never queues.
-    pub(super) async fn enqueue(&self, name: &str, owner: &str, wait: Wait) -> Result<Option<i64>, sqlx::Error> {
+    /// Queues a refused waiting attempt (or refreshes its entry); its place and the live
+    /// waiters ahead of it. `None` for `try_acquire`, which never queues.
+    pub(super) async fn enqueue(&self, name: &str, owner: &str, wait: Wait) -> Result<Option<(i64, i64)>, sqlx::Error> {
         let lifetime = wait.lifetime_ms();
         if lifetime == 0 {
             return Ok(None);
@@ -69,7 +92,7 @@ impl Mysql {
         self.pool
             .with(Use::Take, &args, |c, (d, name, owner, lifetime)| {
                 Box::pin(async move {
-                    let q = sqlx::query_scalar::<_, i64>(AssertSqlSafe(d.enqueue.clone()))
+                    let q = sqlx::query_as::<_, (i64, i64)>(AssertSqlSafe(d.enqueue.clone()))
                         .bind(*name)
                         .bind(*owner)
                         .bind(*lifetime)
@@ -78,7 +101,7 @@ impl Mysql {
                         return q.fetch_optional(&mut *c).await;
                     }
                     q.fetch_optional(&mut *c).await?;
-                    sqlx::query_scalar::<_, i64>(AssertSqlSafe(d.place.clone()))
+                    sqlx::query_as::<_, (i64, i64)>(AssertSqlSafe(d.place.clone()))
                         .bind(*name)
                         .bind(*owner)
                         .fetch_optional(&mut *c)

@@ -267,8 +267,8 @@ impl Dialect for Postgres {
             .await?;
         Ok(match row.into_iter().next() {
             Some((Some(fence), _, _, _)) => Upsert::Granted(fence),
-            Some((None, remaining, seq, seen)) => Upsert::Held { remaining, seq, seen },
-            None => Upsert::Held { remaining: None, seq: None, seen: None },
+            Some((None, remaining, seq, seen)) => Upsert::Held { remaining, seq, seen, ahead: None },
+            None => Upsert::Held { remaining: None, seq: None, seen: None, ahead: None },
         })
     }
 
