@@ -67,7 +67,11 @@
 //!   anyone when it is empty, so a free lock stays one round trip), a release publishes
 //!   `@<owner>` of the head on the head's client's own wake channel, which wakes that waiter
 //!   only and reaches no other client (one delivery per release), and a `try_acquire` never
-//!   overtakes a queued waiter. Bounds: a head that vanished
+//!   overtakes a queued waiter. A head that asks no replica acknowledgements and stores no
+//!   holder id or metadata is granted the lock by the release itself and holds without a
+//!   round trip of its own (validity from its latest "queued" attempt's send instant;
+//!   `handoff.rs`, "Grants in the release" in `scripts/queue.rs`); such a head that vanished
+//!   holds the lock for its ttl at most, like a vanished holder. Bounds: a head that vanished
 //!   keeps a free lock from the others for at most 250 ms (its reservation) plus one re-try of
 //!   another waiter (at most `4 × max_poll_interval`); a waiter that vanished while others hold
 //!   the lock drops out when its registration ends (`2 × (4 × max_poll_interval +
@@ -300,6 +304,7 @@ mod boot;
 mod cluster;
 mod conn;
 mod endpoint;
+mod handoff;
 mod inspect;
 mod kinds;
 mod options;

@@ -26,6 +26,7 @@ use futures::StreamExt;
 use lock_core::{ChangeFeed, LockError, WakeHub, WakeSubscription};
 
 use crate::endpoint::Endpoint;
+use crate::handoff::Handoffs;
 use redis::aio::PubSubSink;
 use tokio::time::timeout;
 use tokio_util::sync::{CancellationToken, DropGuard};
@@ -57,6 +58,8 @@ struct Inner {
     connect_timeout: Duration,
     request_timeout: Duration,
     stop: CancellationToken,
+    /// Grants in the release heard on the wake channel (crate::handoff).
+    handoffs: Handoffs,
 }
 
 /// The notification side of one client (one server for Redis, N for Redlock).
@@ -93,6 +96,7 @@ impl Notifier {
             connect_timeout,
             request_timeout,
             stop: stop.clone(),
+            handoffs: Handoffs::default(),
         });
         let wake_channel = format!("{key_prefix}:wake:{}", lock_core::OwnerId::random().to_hex());
         Notifier { inner, wake_channel, started: Mutex::new(false), _stop: stop.drop_guard() }
@@ -101,6 +105,11 @@ impl Notifier {
     /// This client's wake channel, as the scripts take it.
     pub(crate) fn wake_channel(&self) -> &str {
         &self.wake_channel
+    }
+
+    /// The grants in the release that this client's waiters heard (crate::handoff).
+    pub(crate) fn handoffs(&self) -> &Handoffs {
+        &self.inner.handoffs
     }
 
     /// Registers a queued waiter as `owner` on this client's wake channel (see
@@ -375,6 +384,13 @@ async fn pump(
                 match payload {
                     b"+" | b"-" => {}
                     b"all" => strong.wake_every(&channel),
+                    // A release granted one queued owner the lock (crate::handoff): record it,
+                    // wake its waiter, if it is ours.
+                    [b'!', grant @ ..] => {
+                        if let Some(owner) = std::str::from_utf8(grant).ok().and_then(|g| strong.handoffs.heard(g)) {
+                            strong.wake(&channel, owner);
+                        }
+                    }
                     _ => match payload.strip_prefix(b"@") {
                         // A hand-off to one queued owner: only its waiter, if it is ours.
                         Some(owner) => {

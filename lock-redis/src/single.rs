@@ -16,6 +16,7 @@ use crate::pubsub::Notifier;
 use crate::scripts::{Keys, ABANDON, ACQUIRE, RELEASE, RENEW};
 use crate::RedisOptions;
 use redis::Script;
+use tokio::time::Instant;
 
 pub(crate) const BACKEND: &str = "redis";
 
@@ -113,7 +114,7 @@ impl RedisStore {
     }
 
     /// Runs a script that may hand the lock to the queue's head (release, abandon). KEYS: lock,
-    /// queue. ARGV: owner, channel, reserve ms, our wake channel. Sent once, as a release always
+    /// queue, fence. ARGV: owner, channel, reserve ms, our wake channel. Sent once, as a release always
     /// was: a retry could not tell "released" from "not ours".
     async fn hand_off(&self, script: &Script, name: &LockName, owner: OwnerId) -> Result<i64, LockError> {
         let keys = self.keys(name);
@@ -210,7 +211,21 @@ impl LeaseStore for RedisStore {
         let fence_ms = if self.idle_ms > 0 { ms.saturating_add(self.idle_ms) } else { 0 };
         // Only a waiting attempt takes a place in the queue; a single try must not.
         let reg_ms = if waiting { self.registration(ttl) } else { 0 };
-        let (keys, owner, who) = (&keys, &owner, &who);
+        // A release may grant a queued waiter the lock itself (crate::handoff), unless the grant
+        // must reach replicas (the waiter's own WAIT) or carry a holder id or metadata.
+        let handoffs = self.notifier.handoffs();
+        let takes_grants = waiting && self.min_replicas_ack == 0 && who.0.is_empty() && who.1.is_empty();
+        let (attempt, grant) = if takes_grants {
+            if let Some((token, started)) = handoffs.take(&owner, ttl, Instant::now()) {
+                return Ok(TryLock::HandedOver { token: token_from(BACKEND, token)?, started });
+            }
+            let n = handoffs.attempt(&owner);
+            (n, format!("{ms}:{n}"))
+        } else {
+            (0, String::new())
+        };
+        let sent = Instant::now();
+        let (keys, owner, who, grant) = (&keys, &owner, &who, &grant);
         let (boot, quiet, wake) = (&self.boot, self.boot.quiet_ms(), self.notifier.wake_channel());
         let (acks, ack_ms) = (self.min_replicas_ack, self.ack_wait_ms);
         let (reply, acked): (Vec<i64>, i64) = self
@@ -235,6 +250,7 @@ impl LeaseStore for RedisStore {
                                 .arg(&keys.channel)
                                 .arg(RESERVE_MS)
                                 .arg(wake)
+                                .arg(grant)
                                 .invoke_async(&mut c)
                                 .await
                         }
@@ -255,8 +271,18 @@ impl LeaseStore for RedisStore {
                 let _ = self.release(name, owner_id).await;
                 Err(self.not_acknowledged(acked, "grant"))
             }
-            (true, token) => Ok(TryLock::Acquired { token: token_from(BACKEND, token)? }),
-            (false, pttl) => Ok(TryLock::Held { remaining: remaining_from(pttl) }),
+            (true, token) => {
+                if takes_grants {
+                    handoffs.forget(owner);
+                }
+                Ok(TryLock::Acquired { token: token_from(BACKEND, token)? })
+            }
+            (false, pttl) => {
+                if takes_grants {
+                    handoffs.queued(owner, attempt, sent);
+                }
+                Ok(TryLock::Held { remaining: remaining_from(pttl) })
+            }
         }
     }
 
@@ -286,7 +312,9 @@ impl LeaseStore for RedisStore {
         Ok(if released == 1 { ReleaseOutcome::Released } else { ReleaseOutcome::NotOwner })
     }
 
+    /// Also releases a grant in the release that the wait never took (crate::handoff).
     async fn abandon(&self, name: &LockName, owner: OwnerId) -> Result<(), LockError> {
+        self.notifier.handoffs().forget(&owner.to_hex());
         self.hand_off(&ABANDON, name, owner).await.map(drop)
     }
 

@@ -64,8 +64,8 @@ key_space! {
 
 impl Keys {
     /// A call of a script that may hand the lock to the queue's head (release, abandon), ready
-    /// to invoke: KEYS lock, queue; ARGV owner, channel, reserve ms, the caller's wake channel
-    /// (`""`: none; only abandon reads it).
+    /// to invoke: KEYS lock, queue, fence (a grant to the head issues a token); ARGV owner,
+    /// channel, reserve ms, the caller's wake channel (`""`: none; only abandon reads it).
     pub(crate) fn hand_off<'a>(
         &self,
         script: &'a Script,
@@ -74,7 +74,8 @@ impl Keys {
         wake_channel: &str,
     ) -> ScriptInvocation<'a> {
         let mut call = script.prepare_invoke();
-        call.key(&self.lock).key(&self.queue).arg(owner).arg(&self.channel).arg(reserve_ms).arg(wake_channel);
+        call.key(&self.lock).key(&self.queue).key(&self.fence);
+        call.arg(owner).arg(&self.channel).arg(reserve_ms).arg(wake_channel);
         call
     }
 }
@@ -83,7 +84,8 @@ impl Keys {
 /// is no queue). ARGV: owner, ttl ms, quiet ms, holder id (`''`: none), metadata (`'+'`
 /// followed by it; `''`: none), fence expiry ms (`'0'`: none), registration ms (`'0'`: a single
 /// try, which does not queue), channel, reserve ms, the caller's wake channel (optional; `''`
-/// or absent: woken on `channel`; [`queue`]). A grant stores holder and metadata in the
+/// or absent: woken on `channel`; [`queue`]), grant terms (optional; `'<ttl ms>:<attempt>'`:
+/// a release may grant this waiter the lock itself, [`queue`]). A grant stores holder and metadata in the
 /// lease hash as `h` and `m` (docs/contract.md §5.6), so they expire with it, and lets the fence
 /// key expire after the given time (`idle_gc_after`, §5.7): tokens are floored by the server
 /// clock, so none goes back without it. A free lock goes only to the queue's head or, with an
@@ -106,16 +108,17 @@ end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local qk, reg = KEYS[4], tonumber(ARGV[7] or '0') or 0
-local me = entry_of(ARGV[1], ARGV[10])
+local me = entry_of(ARGV[1], ARGV[10], ARGV[11])
 local q, had = {}, false
 if qk then q, had = queue_load(qk, now) end
--- Refused: register (or push the registration forward) when waiting, and keep the queue.
+-- Refused: register (or push the registration forward, as this attempt) when waiting, and
+-- keep the queue. Entries are the owner's whatever their attempt number.
 local function busy(ms)
   if qk and reg > 0 then
     local found = false
     for _, x in ipairs(q) do
-      if x[1] == me then
-        x[2] = now + reg
+      if entry_parts(x[1]) == ARGV[1] then
+        x[1], x[2] = me, now + reg
         found = true
       end
     end
@@ -128,7 +131,7 @@ if holder then return busy(redis.call('PTTL', KEYS[1])) end
 local quiet = quiet_left(KEYS[3], ARGV[3], now)
 if quiet > 0 then return busy(quiet) end
 local head = q[1]
-if head and head[1] ~= me then
+if head and entry_parts(head[1]) ~= ARGV[1] then
   reserve_head(q, now, tonumber(ARGV[9]), ARGV[8], false)
   return busy(math.max(1, head[2] - now))
 end
@@ -136,14 +139,7 @@ if head then table.remove(q, 1) end
 if qk then queue_save(qk, q, now, had) end
 -- The holder changed: observers of other processes (crate::pubsub) hear `+`; waiters ignore it.
 if qk then redis.call('PUBLISH', ARGV[8], '+') end
--- Never issue less than the server clock in microseconds: a restart without persistence or an
--- evicted counter then still continues above every token issued before.
-local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local token = redis.call('INCR', KEYS[2])
-if token < floor then
-  token = floor
-  redis.call('SET', KEYS[2], string.format('%d', token))
-end
+local token = grant_token(KEYS[2], t)
 redis.call('HSET', KEYS[1], 'o', ARGV[1], 'f', string.format('%d', token))
 if ARGV[4] and ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'h', ARGV[4]) end
 if ARGV[5] and ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'm', ARGV[5]) end
@@ -164,11 +160,11 @@ return 0
 "#;
 pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW_SRC));
 
-/// Owner-checked release that hands off. KEYS: lock, and (single instance) queue. ARGV: owner,
-/// channel, reserve ms. With a queue, its head is reserved and woken alone, and an empty queue
-/// publishes `-`, which wakes no waiter (every waiter registers before it waits), only election
-/// observers; without one (Redlock) `released` wakes one waiter per client. Returns 1
-/// released, 0 not ours.
+/// Owner-checked release that hands off. KEYS: lock, and (single instance) queue and fence.
+/// ARGV: owner, channel, reserve ms. With a queue, its head is granted the lock (when its entry
+/// takes grants, [`queue`]) or reserved and woken alone, and an empty queue publishes `-`, which
+/// wakes no waiter (every waiter registers before it waits), only election observers; without
+/// one (Redlock) `released` wakes one waiter per client. Returns 1 released, 0 not ours.
 const RELEASE_SRC: &str = effects_lua!(
     wake_lua!(),
     queue_lua!(),
@@ -176,7 +172,7 @@ const RELEASE_SRC: &str = effects_lua!(
 if redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
 if KEYS[2] then
-  freed(KEYS[2], tonumber(ARGV[3]), ARGV[2])
+  freed(KEYS[2], tonumber(ARGV[3]), ARGV[2], KEYS[1], KEYS[3])
   return 1
 end
 redis.call('PUBLISH', ARGV[2], 'released')
@@ -185,19 +181,23 @@ return 1
 );
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SRC));
 
-/// A wait that ended without a grant leaves the queue. KEYS: lock, queue. ARGV: owner, channel,
-/// reserve ms, the waiter's wake channel (optional, as in [`ACQUIRE`]'s). When it was the head
-/// and the lock is free, the next head is reserved and woken. Returns 1.
+/// A wait that ended without a grant leaves the queue. KEYS: lock, queue, fence. ARGV: owner,
+/// channel, reserve ms. A lease the owner holds is a release's grant it never took: it is
+/// released and handed on like a release. When it was the head and the lock is free, the next
+/// head is reserved and woken. Returns 1.
 const ABANDON_SRC: &str = effects_lua!(
     wake_lua!(),
     queue_lua!(),
     r#"
-local me = entry_of(ARGV[1], ARGV[4])
+if redis.call('HGET', KEYS[1], 'o') == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  freed(KEYS[2], tonumber(ARGV[3]), ARGV[2], KEYS[1], KEYS[3])
+end
 local now = queue_now()
 local q, had = queue_load(KEYS[2], now)
-local was_head = q[1] ~= nil and q[1][1] == me
+local was_head = q[1] ~= nil and entry_parts(q[1][1]) == ARGV[1]
 for i, x in ipairs(q) do
-  if x[1] == me then
+  if entry_parts(x[1]) == ARGV[1] then
     table.remove(q, i)
     break
   end

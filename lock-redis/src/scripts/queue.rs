@@ -28,34 +28,63 @@
 //! releaser publishes a `~` entry's wake on the name's channel, which a newer waiter does not
 //! hear: it then takes the lock at its next timed re-try.
 //!
+//! ## Grants in the release
+//!
+//! How a release grants the lock to the queue's head itself (the single instance's exclusive
+//! lock; `crate::handoff` holds the client's side and why the grant is safe).
+//!
+//! A waiter that can take such a grant (its client listens on a wake channel, asks no replica
+//! acknowledgements and stores no holder id or metadata) queues as
+//! `owner:<ttl ms>:<attempt>~<wake channel>`, `attempt` numbering its attempts within the wait;
+//! each attempt rewrites the entry with its own number. A release whose head has such an entry
+//! grants that head the lease in the same script — new token as an acquire would issue it,
+//! `PEXPIRE ttl`, the entry gone — and publishes `!<owner>:<token>:<attempt>` on the head's
+//! wake channel (and `+` on the name's channel, for observers). The head takes it without a
+//! round trip of its own, with validity from the send instant of the attempt `attempt`, which
+//! the server ran before the release. A grant to a head that vanished holds the lock for that
+//! head's ttl (at most), like a holder that vanished.
+//!
 //! Assumptions: a live waiter re-tries before its registration ends (the registration is twice
 //! its longest re-try interval, see `RedisStore::registration`) and, once woken, within
 //! `reserve` ms; one that does not loses its place (it re-registers at the tail), which costs
 //! fairness, never exclusion: the lease is checked exactly as without a queue.
 
-/// Lua shared by the queues of this module and of [`super::redlock`]: `entry_of(owner, wake)`,
-/// the queue entry of `owner` with wake channel `wake` (`''` or nil: none), and `wake(entry,
-/// channel)`, which wakes the waiter of `entry` on its own wake channel, else on the name's
-/// `channel`.
+/// Lua shared by the queues of this module and of [`super::redlock`]: `entry_of(owner, wake,
+/// grant)`, the queue entry of `owner` with wake channel `wake` (`''` or nil: none) and grant
+/// terms `grant` (`'<ttl ms>:<attempt>'`, or `''`/nil: none; the module docs),
+/// `entry_parts(entry)`, its owner, grant terms and wake channel, and `wake(entry, channel)`,
+/// which wakes the waiter of `entry` on its own wake channel, else on the name's `channel`.
 macro_rules! wake_lua {
     () => {
         r#"
-local function entry_of(owner, wake_channel)
-  if wake_channel and wake_channel ~= '' then return owner .. '~' .. wake_channel end
-  return owner
+local function entry_of(owner, wake_channel, grant)
+  local e = owner
+  if grant and grant ~= '' then e = e .. ':' .. grant end
+  if wake_channel and wake_channel ~= '' then e = e .. '~' .. wake_channel end
+  return e
+end
+local function entry_parts(entry)
+  local head, own = string.match(entry, '^([^~]+)~(.+)$')
+  if not head then head = entry end
+  local owner, grant = string.match(head, '^([^:]+):(.+)$')
+  if not owner then owner = head end
+  return owner, grant, own
 end
 local function wake(entry, channel)
-  local owner, own = string.match(entry, '^([^~]+)~(.+)$')
-  if own then redis.call('PUBLISH', own, '@' .. owner) else redis.call('PUBLISH', channel, '@' .. entry) end
+  local owner, _, own = entry_parts(entry)
+  redis.call('PUBLISH', own or channel, '@' .. owner)
 end
 "#
     };
 }
+
 pub(crate) use wake_lua;
 
 /// Lua shared by the scripts that use the queue (after [`wake_lua`]): `queue_now()`, `queue_load(key, now)`,
 /// `queue_save(key, q, now, had)`, `wake(entry, channel)`, `reserve_head(q, now, reserve,
-/// channel, always)` and `freed(key, reserve, channel)`.
+/// channel, always)`, `grant_token(fence, t)` (the token an exclusive grant issues; `t`: `TIME`'s
+/// reply) and `freed(key, reserve, channel, lock, fence)` (`lock`, `fence`: the lease's keys, to
+/// grant the lock to a head that takes grants (the module docs); nil: only wake it).
 macro_rules! queue_lua {
     () => {
         r#"
@@ -98,19 +127,48 @@ local function reserve_head(q, now, reserve, channel, always)
   if cut then head[2] = now + reserve end
   if cut or always then wake(head[1], channel) end
 end
--- The lock was freed: the head of the queue at `k` is reserved and woken; with nobody queued,
--- `-` tells the observers only (crate::pubsub), so that another process's election observer
--- hears it.
-local function freed(k, reserve, channel)
+-- Never issue less than the server clock in microseconds: a restart without persistence or an
+-- evicted counter then still continues above every token issued before.
+local function grant_token(fence, t)
+  local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local token = redis.call('INCR', fence)
+  if token < floor then
+    token = floor
+    redis.call('SET', fence, string.format('%d', token))
+  end
+  return token
+end
+-- Grants the free lock to the head of `q` when its entry takes grants (crate::scripts::queue); whether it did.
+local function grant_head(q, t, lock, fence, channel)
+  local owner, grant, own = entry_parts(q[1][1])
+  local ttl, attempt = string.match(grant or '', '^(%d+):(%d+)$')
+  if not (ttl and own) then return false end
+  local token = string.format('%d', grant_token(fence, t))
+  redis.call('HSET', lock, 'o', owner, 'f', token)
+  redis.call('PEXPIRE', lock, ttl)
+  table.remove(q, 1)
+  redis.call('PUBLISH', own, '!' .. owner .. ':' .. token .. ':' .. attempt)
+  redis.call('PUBLISH', channel, '+')
+  return true
+end
+-- The lock was freed: the head of the queue at `k` is granted the lock (given `lock` and
+-- `fence`, when its entry takes grants) or reserved and woken; with nobody queued, `-` tells
+-- the observers only (crate::pubsub), so that another process's election observer hears it.
+local function freed(k, reserve, channel, lock, fence)
   -- Read before the clock: most releases find no queue and need no TIME.
   local s = redis.call('GET', k)
   if not s then
     redis.call('PUBLISH', channel, '-')
     return
   end
-  local now = queue_now()
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   local q, had = queue_load(k, now, s)
-  if q[1] then reserve_head(q, now, reserve, channel, true) else redis.call('PUBLISH', channel, '-') end
+  if not q[1] then
+    redis.call('PUBLISH', channel, '-')
+  elseif not (lock and grant_head(q, t, lock, fence, channel)) then
+    reserve_head(q, now, reserve, channel, true)
+  end
   queue_save(k, q, now, had)
 end
 "#
@@ -204,6 +262,18 @@ mod tests {
         reg: i64,
         wake: &str,
     ) -> Vec<i64> {
+        acquire_with(c, k, owner, reg, wake, "").await
+    }
+
+    /// [`acquire`] with grant terms `grant` (`"<ttl ms>:<attempt>"`, `""`: none).
+    async fn acquire_with(
+        c: &mut redis::aio::MultiplexedConnection,
+        k: &Keys,
+        owner: &str,
+        reg: i64,
+        wake: &str,
+        grant: &str,
+    ) -> Vec<i64> {
         let r: Vec<i64> = ACQUIRE
             .key(&k.lock)
             .key(&k.fence)
@@ -219,6 +289,7 @@ mod tests {
             .arg(&k.channel)
             .arg(RESERVE)
             .arg(wake)
+            .arg(grant)
             .invoke_async(c)
             .await
             .unwrap();
@@ -286,5 +357,75 @@ mod tests {
         assert_eq!(queue, None, "abandoned by its entry");
         assert_eq!(k.hand_off(&RELEASE, "v", RESERVE as u64, "").invoke_async::<i64>(&mut c).await.unwrap(), 1);
         assert!(heard(&mut on_wake, quiet).await.is_empty(), "nobody queued: no wake");
+    }
+
+    /// A release grants the lock to a head whose entry takes grants: the lease is the head's,
+    /// for the head's ttl, with a higher token, and the head's wake channel alone hears
+    /// `!owner:token:attempt` naming the head's latest attempt; a head without grant terms is
+    /// woken as before; a waiter that abandons a grant it never took releases it and hands the
+    /// lock on.
+    #[tokio::test]
+    async fn a_release_grants_the_lock_to_a_head_that_takes_grants() {
+        let server = dlock_testkit::servers::redis::RedisServer::start_local().await.unwrap();
+        let client = redis::Client::open(server.url()).unwrap();
+        let mut c = client.get_multiplexed_async_connection().await.unwrap();
+        let k = Keys::new("fq", &LockName::new("g").unwrap());
+        let mut on_wake = client.get_async_pubsub().await.unwrap();
+        on_wake.subscribe("fq:wake:A").await.unwrap();
+        let mut on_wake = on_wake.into_on_message();
+        let quiet = std::time::Duration::from_millis(300);
+        let owner = |c: &mut redis::aio::MultiplexedConnection| {
+            let mut c = c.clone();
+            let key = k.lock.clone();
+            async move {
+                let o: Option<String> = redis::cmd("HGET").arg(&key).arg("o").query_async(&mut c).await.unwrap();
+                let pttl: i64 = redis::cmd("PTTL").arg(&key).query_async(&mut c).await.unwrap();
+                (o, pttl)
+            }
+        };
+        let release = |c: &mut redis::aio::MultiplexedConnection, who: &'static str| {
+            let mut c = c.clone();
+            let k = &k;
+            async move { k.hand_off(&RELEASE, who, RESERVE as u64, "").invoke_async::<i64>(&mut c).await.unwrap() }
+        };
+
+        let first = acquire(&mut c, &k, "a", 0, "").await;
+        assert_eq!(first[0], 1);
+        assert_eq!(acquire_with(&mut c, &k, "w", 2000, "fq:wake:A", "9000:1").await[0], 0);
+        assert_eq!(acquire_with(&mut c, &k, "w", 2000, "fq:wake:A", "9000:2").await[0], 0, "attempt 2 rewrites it");
+        assert_eq!(acquire_with(&mut c, &k, "v", 2000, "fq:wake:A", "").await[0], 0, "behind w, no grant terms");
+        assert_eq!(release(&mut c, "a").await, 1);
+        let (o, pttl) = owner(&mut c).await;
+        assert_eq!(o.as_deref(), Some("w"), "the release granted the head");
+        assert!(pttl > 8000 && pttl <= 9000, "for the head's own ttl: {pttl}");
+        let granted = heard(&mut on_wake, quiet).await;
+        assert_eq!(granted.len(), 1, "one notification: {granted:?}");
+        let (who, rest) = granted[0].strip_prefix('!').and_then(|g| g.split_once(':')).unwrap();
+        let (token, attempt) = rest.split_once(':').unwrap();
+        assert_eq!((who, attempt), ("w", "2"), "names the head and its latest attempt");
+        assert!(token.parse::<i64>().unwrap() > first[1], "a higher token: {token} after {}", first[1]);
+        // The head's script re-grants what it holds: same token.
+        let again = acquire_with(&mut c, &k, "w", 2000, "fq:wake:A", "9000:3").await;
+        assert_eq!(again, [1, token.parse::<i64>().unwrap()]);
+
+        // `v` has no grant terms: woken, not granted.
+        assert_eq!(release(&mut c, "w").await, 1);
+        assert_eq!(owner(&mut c).await.0, None, "no grant terms: the lock stays free for v to take");
+        assert_eq!(heard(&mut on_wake, quiet).await, ["@v"]);
+        assert_eq!(acquire(&mut c, &k, "v", 2000, "fq:wake:A").await[0], 1);
+
+        // `x` is granted, never takes it, and abandons: the grant is released and `y` granted.
+        assert_eq!(acquire_with(&mut c, &k, "x", 2000, "fq:wake:A", "9000:1").await[0], 0);
+        assert_eq!(acquire_with(&mut c, &k, "y", 2000, "fq:wake:A", "9000:1").await[0], 0);
+        assert_eq!(release(&mut c, "v").await, 1);
+        assert_eq!(owner(&mut c).await.0.as_deref(), Some("x"));
+        let left: i64 = k.hand_off(&ABANDON, "x", RESERVE as u64, "fq:wake:A").invoke_async(&mut c).await.unwrap();
+        assert_eq!(left, 1);
+        assert_eq!(owner(&mut c).await.0.as_deref(), Some("y"), "the untaken grant went on to the next head");
+        let notes = heard(&mut on_wake, quiet).await;
+        assert!(notes.len() == 2 && notes[0].starts_with("!x:") && notes[1].starts_with("!y:"), "{notes:?}");
+        assert_eq!(release(&mut c, "y").await, 1);
+        let queue: Option<String> = redis::cmd("GET").arg(&k.queue).query_async(&mut c).await.unwrap();
+        assert_eq!(queue, None, "every entry gone");
     }
 }
