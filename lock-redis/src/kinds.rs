@@ -186,17 +186,18 @@ impl KindStore for RedisKinds {
         // Only a waiting attempt takes a place in the queue; a single try must not.
         let reg = if a.waiting { self.base.registration(a.ttl) } else { 0 }.to_string();
         let reserve = RESERVE_MS.to_string();
+        let wake = self.base.notifier.wake_channel();
         let (flag, value, acked) = match a.kind {
             LockKind::Permit => {
                 let k = SemKeys::new(&self.base.prefix, a.name);
                 let (keys, permits) = ([&*k.holders, &k.tokens, &k.permits, &k.queue, &k.fence], a.permits.to_string());
-                let tail = [&*reserve, &k.channel];
+                let tail = [&*reserve, &k.channel, wake];
                 self.acquire(&SEM_ACQUIRE, a.name, &keys, &[&owner, &ms, &permits, &reg], &tail).await?
             }
             kind => {
                 let k = RwKeys::new(&self.base.prefix, a.name);
                 let keys = [&*k.readers, &k.tokens, &k.writer, &k.queue, &k.fence];
-                let tail = [&*reserve, &k.to_readers, &k.to_writers];
+                let tail = [&*reserve, &k.to_readers, &k.to_writers, wake];
                 let script = if kind == LockKind::Write { &RW_WRITE } else { &RW_READ };
                 self.acquire(script, a.name, &keys, &[&owner, &ms, &reg], &tail).await?
             }
@@ -251,8 +252,8 @@ impl KindStore for RedisKinds {
         Ok(renewed(r))
     }
 
-    /// A release reserves and wakes the waiters it lets in, each by `@<owner>` on its kind's
-    /// channel (crate::scripts::kinds_queue).
+    /// A release reserves and wakes the waiters it lets in, each by `@<owner>` on its client's
+    /// wake channel (crate::scripts::kinds_queue).
     async fn release(&self, g: KindGrant<'_>) -> Result<ReleaseOutcome, LockError> {
         self.release_grant(g.kind, g.name, g.owner).await
     }
@@ -267,15 +268,16 @@ impl KindStore for RedisKinds {
         self.base.notifier.subscribe(&channel(&self.base.prefix, kind, name), None).await
     }
 
-    /// Releases wake the queue's grantable heads only (`@<owner>`), so each waiter listens for
-    /// its own owner id.
+    /// Releases wake the queue's grantable heads only (`@<owner>`), each on its client's own
+    /// wake channel (the waiter queued as `<kind>:<owner>~<wake channel>`), so each waiter
+    /// listens there for its own owner id and no other client hears its wake-up.
     async fn subscribe_waiter(
         &self,
-        kind: LockKind,
-        name: &LockName,
+        _kind: LockKind,
+        _name: &LockName,
         owner: OwnerId,
     ) -> Result<Option<WakeSubscription>, LockError> {
-        self.base.notifier.subscribe(&channel(&self.base.prefix, kind, name), Some(&owner.to_hex())).await
+        self.base.notifier.subscribe_waiter(&owner.to_hex()).await
     }
 }
 

@@ -182,8 +182,10 @@
 //! | `<prefix>:{<name>}:sem:queue` | string, `PX` | waiting permit owners `p:<owner>` in arrival order, with their registrations' ends |
 //! | `<prefix>:{<name>}:sem:fence` | integer | highest token issued for the semaphore |
 //!
-//! Channels: `…:rw:to-readers`, `…:rw:to-writers`, `…:sem:released`; every message on them is
-//! `@<owner>` and wakes that one waiter. The sorted sets, the token hashes and `sem:permits`
+//! Channels: each client's wake channel `<prefix>:wake:<client id>`, where its queued readers,
+//! writers and permit waiters (entries `<kind>:<owner>~<wake channel>`) are woken by
+//! `@<owner>`; `…:rw:to-readers`, `…:rw:to-writers`, `…:sem:released` carry the same wake-ups
+//! for an older client's entries (no `~`). The sorted sets, the token hashes and `sem:permits`
 //! carry the expiry of their longest lease, and a queue that of its last registration, so
 //! nothing is left behind when holders and waiters vanish; the fence counters have no expiry.
 //!
@@ -197,8 +199,8 @@
 //! stays one round trip, nobody overtakes a queued waiter, and a reader never joins the current
 //! readers while a writer is queued. Whenever a script finds grantable heads (a release, a wait
 //! that gave up, an attempt that found a lease expired) it reserves them (each gets at most
-//! 250 ms to come) and wakes each of them alone by `@<owner>`: one wake-up per waiter that can
-//! now be granted, across all clients. Bounds: a grantable head that vanished holds the others
+//! 250 ms to come) and wakes each of them alone by `@<owner>` on its client's own wake channel:
+//! one delivery per waiter that can now be granted, across all clients. Bounds: a grantable head that vanished holds the others
 //! back for at most its 250 ms reservation plus one re-try of the next waiter (at most `4 ×
 //! max_poll_interval`); a waiter that vanished further back drops out when its registration
 //! ends (`2 × (4 × max_poll_interval + request_timeout)`); a wait that ends without a grant

@@ -114,14 +114,15 @@ key_space! {
 
 /// Read acquire. KEYS: readers, tokens, writer, queue, fence, boot marker. ARGV: owner, ttl ms,
 /// registration ms (`0`: a single try, which does not queue), quiet ms, reserve ms, readers'
-/// channel, writers' channel. `{1, token}` granted (or already ours: lease refreshed, same
+/// channel, writers' channel, the caller's wake channel (optional; `''` or absent: woken on
+/// its kind's channel; crate::scripts::kinds_queue). `{1, token}` granted (or already ours: lease refreshed, same
 /// token); `{0, ms}` refused: a writer holds (ms = its PTTL), it is not this reader's turn in
 /// the queue (ms = until the first registration ahead of it or the readers' leases end), or the quiet period after the server lost its state (the time left).
 pub(super) const RW_READ_SRC: &str = concat!(
     kinds_queued_prelude!(),
     r#"
 purge(KEYS[1], KEYS[2])
-local me, reg, reserve = 'r:' .. ARGV[1], tonumber(ARGV[3]), tonumber(ARGV[5])
+local me, reg, reserve = kq_entry('r', ARGV[1], ARGV[8]), tonumber(ARGV[3]), tonumber(ARGV[5])
 local chans = {r = ARGV[6], w = ARGV[7]}
 local q, had = queue_load(KEYS[4], now)
 local mine = redis.call('ZSCORE', KEYS[1], ARGV[1])
@@ -175,7 +176,8 @@ pub(crate) static RW_READ: LazyLock<Script> = LazyLock::new(|| Script::new(RW_RE
 
 /// Write acquire. KEYS: readers, tokens, writer, queue, fence, boot marker. ARGV: owner, ttl
 /// ms, registration ms (`0`: a single try), quiet ms, reserve ms, readers' channel, writers'
-/// channel. `{1, token}` granted (or already ours); `{0, ms}` refused: someone holds (ms: how
+/// channel, the caller's wake channel (optional, as in [`RW_READ_SRC`]). `{1, token}` granted
+/// (or already ours); `{0, ms}` refused: someone holds (ms: how
 /// long the holders' leases last at most), it is not this writer's turn (ms: until the first
 /// registration ahead of it ends) or the quiet period. A refused waiting writer keeps its place in the
 /// queue, which holds back every reader arriving after it.
@@ -183,7 +185,7 @@ pub(super) const RW_WRITE_SRC: &str = concat!(
     kinds_queued_prelude!(),
     r#"
 purge(KEYS[1], KEYS[2])
-local me, reg, reserve = 'w:' .. ARGV[1], tonumber(ARGV[3]), tonumber(ARGV[5])
+local me, reg, reserve = kq_entry('w', ARGV[1], ARGV[8]), tonumber(ARGV[3]), tonumber(ARGV[5])
 local chans = {r = ARGV[6], w = ARGV[7]}
 local q, had = queue_load(KEYS[4], now)
 local holder = redis.call('HGET', KEYS[3], 'o')
@@ -288,8 +290,8 @@ return 0
 pub(crate) static RW_READ_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_READ_RELEASE_SRC));
 
 /// Semaphore acquire. KEYS: holders, tokens, permits, queue, fence, boot marker. ARGV: owner,
-/// ttl ms, permits, registration ms (`0`: a single try), quiet ms, reserve ms, channel.
-/// `{1, token}` granted (or already ours); `{0, ms}` refused: all permits taken (ms until the
+/// ttl ms, permits, registration ms (`0`: a single try), quiet ms, reserve ms, channel, the
+/// caller's wake channel (optional, as in [`RW_READ_SRC`]). `{1, token}` granted (or already ours); `{0, ms}` refused: all permits taken (ms until the
 /// first lease ends), the free permits belong to waiters queued ahead (ms until the first
 /// registration ahead ends) or the quiet period; `{-1, n}` the semaphore is in use with `n` permits,
 /// not `permits`.
@@ -304,7 +306,7 @@ else
   local have = tonumber(redis.call('GET', KEYS[3]) or '')
   if have and have ~= n then return {-1, have} end
 end
-local me, reg, reserve = 'p:' .. ARGV[1], tonumber(ARGV[4]), tonumber(ARGV[6])
+local me, reg, reserve = kq_entry('p', ARGV[1], ARGV[8]), tonumber(ARGV[4]), tonumber(ARGV[6])
 local chans = {p = ARGV[7]}
 local q, had = queue_load(KEYS[4], now)
 local mine = redis.call('ZSCORE', KEYS[1], ARGV[1])

@@ -21,10 +21,11 @@
 //!   exactly as the exclusive lock's waiters do.
 //! - Whenever a script finds grantable heads (a release, an abandon, or an attempt that found
 //!   a holder's lease expired), each of them is **reserved**: its registration is cut to at most
-//!   `reserve` ms from now, and it alone is woken (`PUBLISH <kind's channel> @<owner>`: every
-//!   client hears it, only the one waiting as that owner wakes) — once, when its reservation
-//!   starts, and again by the release that made it grantable. One wake-up per grantable waiter
-//!   across all clients, no herd.
+//!   `reserve` ms from now, and it alone is woken (`PUBLISH <its client's wake channel>
+//!   @<owner>`, the entry being `<kind>:<owner>~<wake channel>`: only that client hears it; an
+//!   older client's entry, without `~`, is woken on the kind's channel, which every client of the
+//!   name hears) — once, when its reservation starts, and again by the release that made it
+//!   grantable. One delivery per grantable waiter, no herd across clients.
 //!
 //! Bounds: a grantable head that vanished keeps its place for at most `reserve` ms (250 ms);
 //! the next attempt after that drops it and reserves the next. A refused waiter sleeps until
@@ -40,35 +41,53 @@
 //! exactly as without a queue, the queue only refuses more.
 
 /// Lua helpers of the kinds' queue, after `kinds_prelude!()` (they use its `now`) and
-/// `queue_lua!()` (its `queue_load` and `queue_save`): `kq_place(q, me)`, `kq_register(q, me,
-/// reg)`, `kq_reserve(q, n, reserve, chans, wake_from)`, `ahead(q, i)`, `kq_first_end(q, n)`
-/// and `rw_grantable(q, writer_holds, readers)`.
+/// `queue_lua!()` (its `queue_load` and `queue_save`): `kq_entry(kind, owner, wake)`,
+/// `kq_split(entry)`, `kq_place(q, me)`, `kq_register(q, me, reg)`, `kq_reserve(q, n, reserve,
+/// chans, wake_from)`, `ahead(q, i)`, `kq_first_end(q, n)` and `rw_grantable(q, writer_holds,
+/// readers)`.
 macro_rules! kinds_queue_lua {
     () => {
         r#"
--- The place (1-based) of entry `me` in the queue, 0 when not queued.
+-- An entry is `<kind>:<owner>`, or `<kind>:<owner>~<wake channel>` from a client that listens
+-- on a wake channel of its own (`wake`: that channel, `''` or nil: none).
+local function kq_entry(kind, owner, wake)
+  if wake and wake ~= '' then return kind .. ':' .. owner .. '~' .. wake end
+  return kind .. ':' .. owner
+end
+-- An entry's `<kind>:<owner>` and wake channel (nil: none).
+local function kq_split(e)
+  local key, own = string.match(e, '^([^~]+)~(.+)$')
+  if key then return key, own end
+  return e, nil
+end
+-- The place (1-based) of the entry of `me`'s kind and owner in the queue (whatever its wake
+-- channel), 0 when not queued.
 local function kq_place(q, me)
+  local key = kq_split(me)
   for i, x in ipairs(q) do
-    if x[1] == me then return i end
+    if kq_split(x[1]) == key then return i end
   end
   return 0
 end
--- A refused waiting attempt (`reg` > 0 ms): a place at the tail, or its registration pushed forward.
+-- A refused waiting attempt (`reg` > 0 ms): a place at the tail, or its registration pushed
+-- forward (and its entry written as this attempt's).
 local function kq_register(q, me, reg)
   if not reg or reg <= 0 then return end
   local i = kq_place(q, me)
-  if i > 0 then q[i][2] = now + reg else q[#q + 1] = {me, now + reg} end
+  if i > 0 then q[i][1], q[i][2] = me, now + reg else q[#q + 1] = {me, now + reg} end
 end
 -- The first `n` entries are grantable: each gets at most `reserve` ms to come and is woken (it
--- alone, `@<owner>` on its kind's channel `chans[kind]`) when its reservation starts, and
--- whatever its reservation from place `wake_from` on (the ones a release just let in).
+-- alone, `@<owner>` on its client's wake channel, else on its kind's channel `chans[kind]`) when
+-- its reservation starts, and whatever its reservation from place `wake_from` on (the ones a
+-- release just let in).
 local function kq_reserve(q, n, reserve, chans, wake_from)
   for i = 1, math.min(n, #q) do
     local x = q[i]
     local cut = x[2] > now + reserve
     if cut then x[2] = now + reserve end
     if cut or i >= wake_from then
-      redis.call('PUBLISH', chans[string.sub(x[1], 1, 1)], '@' .. string.sub(x[1], 3))
+      local key, own = kq_split(x[1])
+      redis.call('PUBLISH', own or chans[string.sub(key, 1, 1)], '@' .. string.sub(key, 3))
     end
   end
 end
@@ -272,5 +291,126 @@ mod tests {
         assert_eq!(leave("w2", true).await, 1);
         let queue: Option<String> = redis::cmd("GET").arg(&rw.queue).query_async(&mut c.clone()).await.unwrap();
         assert_eq!(queue, None, "an empty queue leaves no key behind");
+    }
+
+    /// A permit waiter and a writer queued with a wake channel are woken there, and only there
+    /// (the kind's channel, which every client of the name hears, carries no wake-up of theirs);
+    /// re-registering with it keeps the place; a waiter without one is woken on the kind's
+    /// channel as before.
+    #[tokio::test]
+    async fn kinds_waiters_are_woken_on_their_wake_channel() {
+        let server = dlock_testkit::servers::redis::RedisServer::start_local().await.unwrap();
+        let client = redis::Client::open(server.url()).unwrap();
+        let c = client.get_multiplexed_async_connection().await.unwrap();
+        let name = LockName::new("kw").unwrap();
+        let (sk, rw) = (SemKeys::new("kw", &name), RwKeys::new("kw", &name));
+        let (mut named, mut own) = (client.get_async_pubsub().await.unwrap(), client.get_async_pubsub().await.unwrap());
+        for ch in [&sk.channel, &rw.to_readers, &rw.to_writers] {
+            named.subscribe(ch).await.unwrap();
+        }
+        own.subscribe("kw:wake:A").await.unwrap();
+        let (mut named, mut own) = (named.into_on_message(), own.into_on_message());
+        let _: () = redis::cmd("SET").arg("kw:boot").arg(0).query_async(&mut c.clone()).await.unwrap();
+        let permit = |owner: &'static str, reg: i64, wake: &'static str| {
+            let (mut c, sk) = (c.clone(), &sk);
+            async move {
+                let r: Vec<i64> = SEM_ACQUIRE
+                    .key(&sk.holders)
+                    .key(&sk.tokens)
+                    .key(&sk.permits)
+                    .key(&sk.queue)
+                    .key(&sk.fence)
+                    .key("kw:boot")
+                    .arg(owner)
+                    .arg(5000)
+                    .arg(1)
+                    .arg(reg)
+                    .arg(0)
+                    .arg(RESERVE)
+                    .arg(&sk.channel)
+                    .arg(wake)
+                    .invoke_async(&mut c)
+                    .await
+                    .unwrap();
+                r[0]
+            }
+        };
+        let give_back = |owner: &'static str| {
+            let (mut c, sk) = (c.clone(), &sk);
+            async move {
+                let r: i64 = SEM_RELEASE
+                    .key(&sk.holders)
+                    .key(&sk.tokens)
+                    .key(&sk.permits)
+                    .key(&sk.queue)
+                    .arg(owner)
+                    .arg(RESERVE)
+                    .arg(&sk.channel)
+                    .invoke_async(&mut c)
+                    .await
+                    .unwrap();
+                r
+            }
+        };
+        assert_eq!(permit("a", 0, "").await, 1);
+        assert_eq!(permit("w", REG, "kw:wake:A").await, 0);
+        assert_eq!(permit("v", REG, "").await, 0);
+        assert_eq!(permit("w", REG, "kw:wake:A").await, 0, "re-registering keeps the place");
+        let _ = (woken(&mut named).await, woken(&mut own).await);
+        assert_eq!(give_back("a").await, 1);
+        assert_eq!(woken(&mut own).await, ["@w"], "woken on its wake channel");
+        let heard = woken(&mut named).await;
+        assert!(heard.iter().all(|m| !m.starts_with('@')), "nothing for it on the kind's channel: {heard:?}");
+        assert_eq!(permit("v", REG, "").await, 0, "w keeps its place");
+        assert_eq!(permit("w", REG, "kw:wake:A").await, 1);
+        assert_eq!(give_back("w").await, 1);
+        assert_eq!(woken(&mut named).await, ["@v"], "no wake channel: the kind's channel");
+        assert!(woken(&mut own).await.is_empty());
+        assert_eq!(permit("v", REG, "").await, 1);
+
+        // A writer queued behind a holder, woken on its wake channel by the release.
+        let write = |owner: &'static str, reg: i64, wake: &'static str| {
+            let (mut c, rw) = (c.clone(), &rw);
+            async move {
+                let r: Vec<i64> = RW_WRITE
+                    .key(&rw.readers)
+                    .key(&rw.tokens)
+                    .key(&rw.writer)
+                    .key(&rw.queue)
+                    .key(&rw.fence)
+                    .key("kw:boot")
+                    .arg(owner)
+                    .arg(5000)
+                    .arg(reg)
+                    .arg(0)
+                    .arg(RESERVE)
+                    .arg(&rw.to_readers)
+                    .arg(&rw.to_writers)
+                    .arg(wake)
+                    .invoke_async(&mut c)
+                    .await
+                    .unwrap();
+                r[0]
+            }
+        };
+        assert_eq!(write("W", 0, "").await, 1);
+        assert_eq!(write("X", REG, "kw:wake:A").await, 0);
+        let _ = (woken(&mut named).await, woken(&mut own).await);
+        let left: i64 = RW_WRITE_RELEASE
+            .key(&rw.writer)
+            .key(&rw.queue)
+            .key(&rw.readers)
+            .key(&rw.tokens)
+            .arg("W")
+            .arg(RESERVE)
+            .arg(&rw.to_readers)
+            .arg(&rw.to_writers)
+            .invoke_async(&mut c.clone())
+            .await
+            .unwrap();
+        assert_eq!(left, 1);
+        assert_eq!(woken(&mut own).await, ["@X"]);
+        assert!(woken(&mut named).await.iter().all(|m| !m.starts_with('@')));
+        assert_eq!(write("X", REG, "kw:wake:A").await, 1, "the woken writer takes it");
     }
 }
