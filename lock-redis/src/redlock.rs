@@ -374,12 +374,15 @@ impl RedlockStore {
                 .nodes
                 .iter()
                 .map(|node| {
-                    let (keys, wanted, attempt) = (&keys, &wanted, &attempt);
+                    // Owned, so that the stores still running once a majority answered can finish.
+                    let (node, fence, fence_by) = (Arc::clone(node), keys.fence.clone(), keys.fence_by.clone());
+                    let (wanted, attempt) = (wanted.clone(), attempt.clone());
                     async move {
+                        let (fence, fence_by, wanted, attempt) = (&fence, &fence_by, &wanted, &attempt);
                         node.run_idempotent(bound, |mut c| async move {
                             REDLOCK_FENCE
-                                .key(&keys.fence)
-                                .key(&keys.fence_by)
+                                .key(fence)
+                                .key(fence_by)
                                 .arg(wanted.as_str())
                                 .arg(attempt)
                                 .invoke_async::<Vec<i64>>(&mut c)
@@ -402,7 +405,13 @@ impl RedlockStore {
                     break;
                 }
             }
-            drop(round2);
+            // The other masters' stores finish in the background rather than being dropped (a
+            // master still reconnecting would otherwise never get the token): a token kept on
+            // more than a majority survives more masters restarting empty before the next
+            // grant reads a majority (W − f + R > N). Set-if-greater: a late store never lowers.
+            if !round2.is_empty() {
+                tokio::spawn(async move { while round2.next().await.is_some() {} });
+            }
             let elapsed = started.elapsed();
             let within_validity = elapsed + lock_core::clock_drift(ttl) < ttl;
             if stored >= self.quorum && within_validity {
