@@ -261,8 +261,9 @@
 //!   and a second round sends it with set-if-greater to every master. The lock is returned
 //!   only after a majority confirmed that it stored exactly this token (a master answering a
 //!   higher value means an unseen token: no grant, re-try). Reads and writes each reach a
-//!   majority, so any read meets the last write; with all masters up the write reaches all N,
-//!   so even two of five masters restarting empty cannot hide the highest token (tested with
+//!   majority, so any read meets the last write; with all masters up the write reaches all N
+//!   (the stores still running when a majority confirmed finish in the background, a master
+//!   still reconnecting included), so even two of five masters restarting empty cannot hide the highest token (tested with
 //!   counters set far ahead of every clock). Beyond that, a master that restarted empty still
 //!   answers at least its clock, which is above any earlier token while the masters' clocks
 //!   roughly agree.
