@@ -401,7 +401,12 @@ async fn a_create_whose_reply_is_lost_leaves_no_orphan_node() {
                 granted += 1;
                 let children = nodes(&fx, &other, &n).await;
                 assert_eq!(children.len(), 1, "cut at {cut_ms} ms: exactly our node, no orphan: {children:?}");
-                lease.release().await.unwrap();
+                // The resets may also cost the lease after the grant (its lost signal fired, so
+                // release says so); what this case checks is that no node stays behind (below).
+                match lease.release().await {
+                    Ok(_) | Err(LockError::Lost { .. }) => {}
+                    Err(e) => panic!("cut at {cut_ms} ms: release: {e}"),
+                }
             }
             // A reset may also end the call (e.g. the session could not be confirmed in time);
             // then nothing of it may stay behind either.
