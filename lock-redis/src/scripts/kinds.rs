@@ -22,16 +22,6 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- Numbers go to Redis as decimal strings (a Lua number argument may be cut to 14 digits).
 local function ms(n) return string.format('%d', n) end
--- The next fencing token: never less than the server clock in microseconds.
-local function next_token(key)
-  local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local token = redis.call('INCR', key)
-  if token < floor then
-    token = floor
-    redis.call('SET', key, string.format('%d', token))
-  end
-  return token
-end
 -- Drops holders whose lease ended (and their tokens, when `tokens` is given).
 local function purge(zset, tokens)
   local gone = redis.call('ZRANGEBYSCORE', zset, '-inf', ms(now))
@@ -162,7 +152,7 @@ if i > 0 then
   table.remove(q, i)
   can = can - 1
 end
-token = next_token(KEYS[5])
+token = grant_token(KEYS[5], t)
 redis.call('ZADD', KEYS[1], ms(now + tonumber(ARGV[2])), ARGV[1])
 redis.call('HSET', KEYS[2], ARGV[1], string.format('%d', token))
 expire_with(KEYS[1], {KEYS[1], KEYS[2]})
@@ -221,7 +211,7 @@ if not turn then
 end
 if i > 0 then table.remove(q, i) end
 queue_save(KEYS[4], q, now, had)
-local token = next_token(KEYS[5])
+local token = grant_token(KEYS[5], t)
 redis.call('HSET', KEYS[3], 'o', ARGV[1], 'f', string.format('%d', token))
 redis.call('PEXPIRE', KEYS[3], ARGV[2])
 return {1, token}
@@ -338,7 +328,7 @@ if not turn then
   return busy(kq_first_end(q, ahead(q, i)) or 1)
 end
 if i > 0 then table.remove(q, i) end
-token = next_token(KEYS[5])
+token = grant_token(KEYS[5], t)
 redis.call('ZADD', KEYS[1], ms(now + tonumber(ARGV[2])), ARGV[1])
 redis.call('HSET', KEYS[2], ARGV[1], string.format('%d', token))
 redis.call('SET', KEYS[3], ARGV[3])

@@ -82,7 +82,7 @@ pub(crate) use wake_lua;
 
 /// Lua shared by the scripts that use the queue (after [`wake_lua`]): `queue_now()`, `queue_load(key, now)`,
 /// `queue_save(key, q, now, had)`, `wake(entry, channel)`, `reserve_head(q, now, reserve,
-/// channel, always)`, `grant_token(fence, t)` (the token an exclusive grant issues; `t`: `TIME`'s
+/// channel, always)`, `grant_token(fence, t)` (the token a grant issues, never below the server clock in µs; `t`: `TIME`'s
 /// reply) and `freed(key, reserve, channel, lock, fence)` (`lock`, `fence`: the lease's keys, to
 /// grant the lock to a head that takes grants (the module docs); nil: only wake it).
 macro_rules! queue_lua {
