@@ -7,7 +7,7 @@ use lock_core::LockName;
 use redis::Script;
 
 use super::kinds_queue::kinds_queue_lua;
-use super::queue::{queue_lua, wake_lua};
+use super::queue::{queue_lua, token_lua, wake_lua};
 use crate::boot::quiet_lua;
 
 /// Lua shared by the scripts of the read-write lock and the semaphore (prepended to each):
@@ -58,7 +58,7 @@ end
 /// exclusive queue and the `kq_*` helpers of [`super::kinds_queue`]).
 macro_rules! kinds_queued_prelude {
     () => {
-        concat!(kinds_prelude!(), wake_lua!(), queue_lua!(), kinds_queue_lua!())
+        concat!(kinds_prelude!(), wake_lua!(), token_lua!(), queue_lua!(), kinds_queue_lua!())
     };
 }
 

@@ -13,7 +13,7 @@ use lock_core::LockName;
 use redis::{Script, ScriptInvocation};
 
 use crate::boot::quiet_lua;
-use queue::{queue_lua, wake_lua};
+use queue::{queue_lua, token_lua, wake_lua};
 
 /// Lua that replicates its effects rather than itself (`redis.replicate_commands`; always so
 /// from Redis 5 on): a script that reads `TIME` may not be replayed on a replica. The parts
@@ -97,8 +97,7 @@ impl Keys {
 /// quiet time left; see `crate::boot`).
 const ACQUIRE_SRC: &str = effects_lua!(
     quiet_lua!(),
-    wake_lua!(),
-    queue_lua!(),
+    token_lua!(),
     r#"
 local holder = redis.call('HGET', KEYS[1], 'o')
 if holder == ARGV[1] then
@@ -107,10 +106,35 @@ if holder == ARGV[1] then
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local qk, reg = KEYS[4], tonumber(ARGV[7] or '0') or 0
+local qk = KEYS[4]
+local qs = false
+if qk then qs = redis.call('GET', qk) end
+local function grant()
+  -- The holder changed: observers of other processes (crate::pubsub) hear `+`; waiters ignore it.
+  if qk then redis.call('PUBLISH', ARGV[8], '+') end
+  local token = grant_token(KEYS[2], t)
+  redis.call('HSET', KEYS[1], 'o', ARGV[1], 'f', string.format('%d', token))
+  if ARGV[4] and ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'h', ARGV[4]) end
+  if ARGV[5] and ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'm', ARGV[5]) end
+  if ARGV[6] and tonumber(ARGV[6]) > 0 then redis.call('PEXPIRE', KEYS[2], ARGV[6]) end
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, token}
+end
+-- The common case, free with nobody queued, is granted before the queue's helpers are even
+-- defined: they are most of this script's cost (issue 11's profile).
+local quiet = -1
+if not holder and not qs then
+  quiet = quiet_left(KEYS[3], ARGV[3], now)
+  if quiet == 0 then return grant() end
+end
+"#,
+    wake_lua!(),
+    queue_lua!(),
+    r#"
+local reg = tonumber(ARGV[7] or '0') or 0
 local me = entry_of(ARGV[1], ARGV[10], ARGV[11])
 local q, had = {}, false
-if qk then q, had = queue_load(qk, now) end
+if qk then q, had = queue_load(qk, now, qs) end
 -- Refused: register (or push the registration forward, as this attempt) when waiting, and
 -- keep the queue. Entries are the owner's whatever their attempt number.
 local function busy(ms)
@@ -128,7 +152,7 @@ local function busy(ms)
   return {0, ms}
 end
 if holder then return busy(redis.call('PTTL', KEYS[1])) end
-local quiet = quiet_left(KEYS[3], ARGV[3], now)
+if quiet < 0 then quiet = quiet_left(KEYS[3], ARGV[3], now) end
 if quiet > 0 then return busy(quiet) end
 local head = q[1]
 if head and entry_parts(head[1]) ~= ARGV[1] then
@@ -137,15 +161,7 @@ if head and entry_parts(head[1]) ~= ARGV[1] then
 end
 if head then table.remove(q, 1) end
 if qk then queue_save(qk, q, now, had) end
--- The holder changed: observers of other processes (crate::pubsub) hear `+`; waiters ignore it.
-if qk then redis.call('PUBLISH', ARGV[8], '+') end
-local token = grant_token(KEYS[2], t)
-redis.call('HSET', KEYS[1], 'o', ARGV[1], 'f', string.format('%d', token))
-if ARGV[4] and ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'h', ARGV[4]) end
-if ARGV[5] and ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'm', ARGV[5]) end
-if ARGV[6] and tonumber(ARGV[6]) > 0 then redis.call('PEXPIRE', KEYS[2], ARGV[6]) end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return {1, token}
+return grant()
 "#
 );
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_SRC));
@@ -166,16 +182,25 @@ pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW_S
 /// wakes no waiter (every waiter registers before it waits), only election observers; without
 /// one (Redlock) `released` wakes one waiter per client. Returns 1 released, 0 not ours.
 const RELEASE_SRC: &str = effects_lua!(
-    wake_lua!(),
-    queue_lua!(),
     r#"
 if redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
-if KEYS[2] then
-  freed(KEYS[2], tonumber(ARGV[3]), ARGV[2], KEYS[1], KEYS[3])
+if not KEYS[2] then
+  redis.call('PUBLISH', ARGV[2], 'released')
   return 1
 end
-redis.call('PUBLISH', ARGV[2], 'released')
+-- Nobody queued, the common case: `-` for the observers, without defining the queue's helpers.
+local s = redis.call('GET', KEYS[2])
+if not s then
+  redis.call('PUBLISH', ARGV[2], '-')
+  return 1
+end
+"#,
+    wake_lua!(),
+    token_lua!(),
+    queue_lua!(),
+    r#"
+freed(KEYS[2], tonumber(ARGV[3]), ARGV[2], KEYS[1], KEYS[3], s)
 return 1
 "#
 );
@@ -187,6 +212,7 @@ pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEA
 /// head is reserved and woken. Returns 1.
 const ABANDON_SRC: &str = effects_lua!(
     wake_lua!(),
+    token_lua!(),
     queue_lua!(),
     r#"
 if redis.call('HGET', KEYS[1], 'o') == ARGV[1] then
@@ -250,6 +276,7 @@ pub(crate) static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(INSPE
 /// head like a release. KEYS: lock, queue. ARGV: channel, reserve ms. Returns `{fence}` of the freed lease, `{}` when the lock was free.
 const FORCE_RELEASE_SRC: &str = effects_lua!(
     wake_lua!(),
+    token_lua!(),
     queue_lua!(),
     r#"
 if not redis.call('HGET', KEYS[1], 'o') then return {} end

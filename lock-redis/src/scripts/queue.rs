@@ -80,11 +80,32 @@ end
 
 pub(crate) use wake_lua;
 
-/// Lua shared by the scripts that use the queue (after [`wake_lua`]): `queue_now()`, `queue_load(key, now)`,
-/// `queue_save(key, q, now, had)`, `wake(entry, channel)`, `reserve_head(q, now, reserve,
-/// channel, always)`, `grant_token(fence, t)` (the token a grant issues, never below the server clock in µs; `t`: `TIME`'s
-/// reply) and `freed(key, reserve, channel, lock, fence)` (`lock`, `fence`: the lease's keys, to
-/// grant the lock to a head that takes grants (the module docs); nil: only wake it).
+/// Lua of every script that issues a token: `grant_token(fence, t)`, the token a grant issues,
+/// never below the server clock in µs (`t`: `TIME`'s reply). Before [`queue_lua`], which uses it.
+macro_rules! token_lua {
+    () => {
+        r#"
+-- Never issue less than the server clock in microseconds: a restart without persistence or an
+-- evicted counter then still continues above every token issued before.
+local function grant_token(fence, t)
+  local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local token = redis.call('INCR', fence)
+  if token < floor then
+    token = floor
+    redis.call('SET', fence, string.format('%d', token))
+  end
+  return token
+end
+"#
+    };
+}
+pub(crate) use token_lua;
+
+/// Lua shared by the scripts that use the queue (after [`wake_lua`] and [`token_lua`]):
+/// `queue_now()`, `queue_load(key, now, s)`, `queue_save(key, q, now, had)`, `wake(entry,
+/// channel)`, `reserve_head(q, now, reserve, channel, always)` and `freed(key, reserve, channel,
+/// lock, fence, s)` (`lock`, `fence`: the lease's keys, to grant the lock to a head that takes
+/// grants (the module docs); nil: only wake it; `s`: the queue key's value when already read).
 macro_rules! queue_lua {
     () => {
         r#"
@@ -127,17 +148,6 @@ local function reserve_head(q, now, reserve, channel, always)
   if cut then head[2] = now + reserve end
   if cut or always then wake(head[1], channel) end
 end
--- Never issue less than the server clock in microseconds: a restart without persistence or an
--- evicted counter then still continues above every token issued before.
-local function grant_token(fence, t)
-  local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local token = redis.call('INCR', fence)
-  if token < floor then
-    token = floor
-    redis.call('SET', fence, string.format('%d', token))
-  end
-  return token
-end
 -- Grants the free lock to the head of `q` when its entry takes grants (crate::scripts::queue); whether it did.
 local function grant_head(q, t, lock, fence, channel)
   local owner, grant, own = entry_parts(q[1][1])
@@ -154,9 +164,9 @@ end
 -- The lock was freed: the head of the queue at `k` is granted the lock (given `lock` and
 -- `fence`, when its entry takes grants) or reserved and woken; with nobody queued, `-` tells
 -- the observers only (crate::pubsub), so that another process's election observer hears it.
-local function freed(k, reserve, channel, lock, fence)
+local function freed(k, reserve, channel, lock, fence, s)
   -- Read before the clock: most releases find no queue and need no TIME.
-  local s = redis.call('GET', k)
+  if s == nil then s = redis.call('GET', k) end
   if not s then
     redis.call('PUBLISH', channel, '-')
     return
