@@ -22,7 +22,6 @@ use crate::listen::{self, Listener};
 use crate::observers;
 use crate::options::quote_table;
 use crate::pool::{ConnPool, Setup, Use};
-use crate::queue::Wait;
 use crate::wake;
 use crate::SqlOptions;
 use sql::{Statements, FLAVOR};
@@ -237,7 +236,6 @@ impl Dialect for Postgres {
         let hot = [
             Arc::clone(&self.sql.acquire),
             Arc::clone(&self.sql.acquire_first),
-            Arc::clone(&self.sql.acquire_try),
             Arc::clone(&self.sql.renew),
             Arc::clone(&self.sql.renew_many),
             Arc::clone(&self.sql.release),
@@ -248,11 +246,7 @@ impl Dialect for Postgres {
 
     async fn acquire(&self, grant: Grant<'_>) -> Result<Upsert, sqlx::Error> {
         let Grant { name, owner, ttl_ms, who, wait } = grant;
-        let sql = match wait {
-            Wait::No => &self.sql.acquire_try,
-            _ if wait.may_be_queued() => &self.sql.acquire,
-            _ => &self.sql.acquire_first,
-        };
+        let sql = if wait.may_be_queued() { &self.sql.acquire } else { &self.sql.acquire_first };
         let args = (Args { sql, name, owner, ms: ttl_ms, channel: "", who }, wait);
         let row = self
             .pool

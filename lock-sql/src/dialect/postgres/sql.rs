@@ -56,8 +56,6 @@ pub(super) struct Statements {
     pub(super) acquire: Arc<str>,
     /// `acquire` without the grant's queue clean-up, for attempts that cannot be queued.
     pub(super) acquire_first: Arc<str>,
-    /// `acquire` that never queues either, for `try_acquire`.
-    pub(super) acquire_try: Arc<str>,
     pub(super) leave_queue: Arc<str>,
     pub(super) observe: Arc<str>,
     pub(super) renew: Arc<str>,
@@ -107,9 +105,8 @@ impl Statements {
             // (and try_acquire) has no entry and runs the statement without that clean-up. (The
             // CTEs' snapshot may miss a row committed meanwhile: then no row comes back, and the
             // waiter just re-tries.)
-            acquire: acquire_sql(&qt, &qq, &notify_observers("l.name"), Shape::Queued).into(),
-            acquire_first: acquire_sql(&qt, &qq, &notify_observers("l.name"), Shape::First).into(),
-            acquire_try: acquire_sql(&qt, &qq, &notify_observers("l.name"), Shape::Try).into(),
+            acquire: acquire_sql(&qt, &qq, &notify_observers("l.name"), true).into(),
+            acquire_first: acquire_sql(&qt, &qq, &notify_observers("l.name"), false).into(),
             observe: observers::mark(&qq, NOW).into(),
             leave_queue: format!("DELETE FROM {qq} WHERE name = $1 AND (owner = $2 OR expires_at <= {NOW})").into(),
             renew: format!(
@@ -171,28 +168,15 @@ impl Statements {
     }
 }
 
-/// Which attempts an acquire statement serves: each drops the clauses its attempts never need,
-/// since a data-modifying CTE costs the server its executor set-up even when it writes nothing
-/// (BENCHMARKS.md "SQL acquire statements"; pgbench, 2026-12-03: 13–28 µs for `queued`).
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Shape {
-    /// `try_acquire`: never queued, has no entry to delete.
-    Try,
-    /// The first attempt of a wait: may queue, has no entry to delete yet.
-    First,
-    /// A later attempt of a wait: may queue, and a grant deletes its entry.
-    Queued,
-}
-
 /// The exclusive acquire statement (see `Statements::new`): `$1` name, `$2` owner, `$3` ttl ms,
 /// `$4` holder, `$5` metadata, `$6` the queue entry's lifetime in ms (0: never queue), `$7` the
 /// caller's place. A refusal reads the lease row again under a row lock (`cur`): the fence it
 /// reports is the latest committed grant's, which is what a queued waiter compares a hand-off's
-/// fence with (crate::handoff). A grant of a [`Shape::Queued`] attempt deletes the caller's
-/// queue entry and the name's expired ones; a [`Shape::Try`] statement has no `queued` clause
-/// (it still reads `$6`, which is 0, so that every shape takes the same binds).
-fn acquire_sql(qt: &str, qq: &str, notify_observers: &str, shape: Shape) -> String {
-    let dequeued = if shape == Shape::Queued {
+/// fence with (crate::handoff). `clean_up`: a grant deletes the caller's queue entry and the name's expired
+/// ones (only an attempt that may be queued needs it: the clause costs the server a DELETE's
+/// executor set-up per acquire, BENCHMARKS.md "SQL acquire statements").
+fn acquire_sql(qt: &str, qq: &str, notify_observers: &str, clean_up: bool) -> String {
+    let dequeued = if clean_up {
         format!(
             ", dequeued AS ( \
                DELETE FROM {qq} WHERE $6::bigint > 0 AND name = $1 AND (owner = $2 OR expires_at <= {NOW}) \
@@ -200,22 +184,6 @@ fn acquire_sql(qt: &str, qq: &str, notify_observers: &str, shape: Shape) -> Stri
         )
     } else {
         String::new()
-    };
-    let (queued, seq) = if shape == Shape::Try {
-        (String::new(), "NULLIF($6::bigint, $6::bigint)")
-    } else {
-        (
-            format!(
-                "queued AS ( \
-                   INSERT INTO {qq} AS w (name, owner, seq, expires_at, ttl_ms, holder, metadata) \
-                   SELECT $1, $2, {NOW_US}, {NOW} + $6::bigint, $3::bigint, $4, $5 \
-                   WHERE $6::bigint > 0 AND NOT EXISTS (SELECT 1 FROM granted) \
-                   ON CONFLICT (name, owner) DO UPDATE SET expires_at = EXCLUDED.expires_at, \
-                     ttl_ms = EXCLUDED.ttl_ms, holder = EXCLUDED.holder, metadata = EXCLUDED.metadata \
-                   RETURNING seq), "
-            ),
-            "(SELECT seq FROM queued)",
-        )
     };
     format!(
         "WITH ahead AS ( \
@@ -235,12 +203,19 @@ fn acquire_sql(qt: &str, qq: &str, notify_observers: &str, shape: Shape) -> Stri
            WHERE l.owner = EXCLUDED.owner \
               OR ((l.owner IS NULL OR l.expires_at <= {NOW}) AND NOT EXISTS (SELECT 1 FROM ahead)) \
            RETURNING fence, {notify_observers}), \
-         {queued}cur AS (SELECT owner, fence, expires_at FROM {qt} WHERE name = $1 FOR NO KEY UPDATE){dequeued} \
+         queued AS ( \
+           INSERT INTO {qq} AS w (name, owner, seq, expires_at, ttl_ms, holder, metadata) \
+           SELECT $1, $2, {NOW_US}, {NOW} + $6::bigint, $3::bigint, $4, $5 \
+           WHERE $6::bigint > 0 AND NOT EXISTS (SELECT 1 FROM granted) \
+           ON CONFLICT (name, owner) DO UPDATE SET expires_at = EXCLUDED.expires_at, \
+             ttl_ms = EXCLUDED.ttl_ms, holder = EXCLUDED.holder, metadata = EXCLUDED.metadata \
+           RETURNING seq), \
+         cur AS (SELECT owner, fence, expires_at FROM {qt} WHERE name = $1 FOR NO KEY UPDATE){dequeued} \
          SELECT fence, NULL::bigint AS remaining, NULL::bigint AS seq, NULL::bigint AS seen FROM granted \
          UNION ALL \
          SELECT NULL::bigint, \
            CASE WHEN h.owner IS NOT NULL AND h.expires_at > {NOW} THEN h.expires_at - {NOW} END, \
-           {seq}, h.fence \
+           (SELECT seq FROM queued), h.fence \
          FROM cur h WHERE NOT EXISTS (SELECT 1 FROM granted)"
     )
 }
