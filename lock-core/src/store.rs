@@ -465,10 +465,13 @@ impl<S: LeaseStore> StoreLock<S> {
                     seen_busy = true;
                     if !subscribed {
                         // Free locks cost one round trip: subscribe only once the lock is busy,
-                        // then try again before waiting, so a release in between is not missed.
+                        // then try again before waiting, so a release in between is not missed;
+                        // unless the subscription already heard everything since before this
+                        // attempt was sent (`WakeSubscription::live_since`).
                         subscribed = true;
                         subscription = self.subscribe(name, owner, opts).await;
-                        if subscription.is_some() {
+                        let heard_all = subscription.as_ref().and_then(WakeSubscription::live_since);
+                        if subscription.is_some() && heard_all.is_none_or(|since| since > started) {
                             continue;
                         }
                     }

@@ -4,10 +4,11 @@
 //! ([`WakeHub::observe`]): [`WakeHub::changed`] wakes every one of them and never takes a
 //! waiter's wake-up.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use crate::{ChangeFeed, ChangeSignal};
 
@@ -23,7 +24,16 @@ struct Subscribers {
     waiters: HashMap<String, (Arc<Notify>, usize)>,
     /// Per key: the observers' signal (its feeds are the reference count).
     observers: HashMap<String, ChangeSignal>,
+    /// The latest keys [`WakeHub::wake_or_keep`] found nobody waiting on (at most [`MISSED`],
+    /// oldest first): a waiter that registers just after its own wake-up arrived still gets it.
+    missed: VecDeque<String>,
+    /// Since when every wake-up for this hub's keys reaches it ([`WakeHub::set_live_since`]).
+    live_since: Option<Instant>,
 }
+
+/// How many wake-ups of unregistered keys are kept. A waiter registers within one round trip
+/// of the attempt that made it wait, so only the latest few can still be claimed.
+const MISSED: usize = 128;
 
 impl WakeHub {
     /// An empty hub.
@@ -35,12 +45,27 @@ impl WakeHub {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Registers interest in `key` until the returned subscription is dropped.
+    /// Registers interest in `key` until the returned subscription is dropped. A wake-up of
+    /// `key` kept by [`WakeHub::wake_or_keep`] is left to this subscription: it was sent for
+    /// a wait that had not registered yet.
     pub fn subscribe(&self, key: &str) -> WakeSubscription {
         let mut map = self.lock();
+        let missed = map.missed.iter().position(|k| k == key).and_then(|i| map.missed.remove(i)).is_some();
         let entry = map.waiters.entry(key.to_owned()).or_insert_with(|| (Arc::new(Notify::new()), 0));
         entry.1 += 1;
-        WakeSubscription { notify: Arc::clone(&entry.0), hub: self.clone(), key: key.to_owned() }
+        if missed {
+            entry.0.notify_one();
+        }
+        let notify = Arc::clone(&entry.0);
+        WakeSubscription { notify, hub: self.clone(), key: key.to_owned(), live_since: map.live_since }
+    }
+
+    /// Declares that every wake-up sent from `since` on reaches this hub, and that its feeder
+    /// wakes through [`WakeHub::wake_or_keep`] (a listener whose connection had confirmed its
+    /// LISTEN then); `None` once that connection is lost. New subscriptions carry it as their
+    /// [`WakeSubscription::live_since`].
+    pub fn set_live_since(&self, since: Option<Instant>) {
+        self.lock().live_since = since;
     }
 
     /// Registers an observer of `key`: the feed fires at every [`WakeHub::changed`] of `key` and
@@ -73,6 +98,28 @@ impl WakeHub {
                 true
             }
             None => false,
+        }
+    }
+
+    /// [`WakeHub::wake`], but a wake-up nobody was subscribed for is kept for the next
+    /// [`WakeHub::subscribe`] of `key` (among the latest few). For keys that name one wait
+    /// (an owner id): its wake-up may arrive before the wait registers.
+    pub fn wake_or_keep(&self, key: &str) -> bool {
+        let mut map = self.lock();
+        match map.waiters.get(key) {
+            Some((notify, _)) => {
+                notify.notify_one();
+                true
+            }
+            None => {
+                if !map.missed.iter().any(|k| k == key) {
+                    if map.missed.len() == MISSED {
+                        map.missed.pop_front();
+                    }
+                    map.missed.push_back(key.to_owned());
+                }
+                false
+            }
         }
     }
 
@@ -115,12 +162,27 @@ pub struct WakeSubscription {
     notify: Arc<Notify>,
     hub: WakeHub,
     key: String,
+    live_since: Option<Instant>,
 }
 
 impl WakeSubscription {
     /// Resolves at the next wake-up hint for this key.
     pub async fn woken(&self) {
         self.notify.notified().await
+    }
+
+    /// Since when every hint for this key reaches this subscription: a backend sets it when the
+    /// server had confirmed the channel (on a connection still up) before that instant. A
+    /// waiter whose busy answer was sent after it needs no second attempt before waiting: the
+    /// release it waits for cannot have been missed. `None`: not known, try once more.
+    pub fn live_since(&self) -> Option<Instant> {
+        self.live_since
+    }
+
+    /// Declares [`WakeSubscription::live_since`] (see there for what it promises).
+    pub fn with_live_since(mut self, since: Option<Instant>) -> Self {
+        self.live_since = since;
+        self
     }
 }
 
@@ -162,5 +224,31 @@ mod tests {
         drop((a, b, other, waiter));
         assert!(hub.is_empty());
         assert!(!hub.changed("n"));
+    }
+
+    #[tokio::test]
+    async fn a_wake_up_before_the_wait_registers_is_kept_for_it() {
+        let hub = WakeHub::new();
+        let soon = Duration::from_millis(200);
+        assert!(!hub.wake_or_keep("owner-a"), "nobody waits on owner-a yet");
+        assert!(!hub.wake("owner-b"), "a plain wake-up is not kept");
+        let a = hub.subscribe("owner-a");
+        tokio::time::timeout(soon, a.woken()).await.expect("owner-a's early wake-up is not lost");
+        let b = hub.subscribe("owner-b");
+        let quiet = tokio::time::timeout(Duration::from_millis(20), b.woken()).await;
+        assert!(quiet.is_err(), "owner-b got no wake-up to keep");
+        drop((a, b));
+        let again = hub.subscribe("owner-a");
+        let quiet = tokio::time::timeout(Duration::from_millis(20), again.woken()).await;
+        assert!(quiet.is_err(), "a kept wake-up is handed out once");
+        drop(again);
+        for i in 0..=MISSED {
+            hub.wake_or_keep(&format!("k{i}"));
+        }
+        let oldest = hub.subscribe("k0");
+        let quiet = tokio::time::timeout(Duration::from_millis(20), oldest.woken()).await;
+        assert!(quiet.is_err(), "only the latest {MISSED} are kept");
+        let newest = hub.subscribe(&format!("k{MISSED}"));
+        tokio::time::timeout(soon, newest.woken()).await.expect("the newest is kept");
     }
 }

@@ -28,7 +28,7 @@ use lock_core::{ChangeFeed, LockError, WakeHub, WakeSubscription};
 use crate::endpoint::Endpoint;
 use crate::handoff::Handoffs;
 use redis::aio::PubSubSink;
-use tokio::time::timeout;
+use tokio::time::{timeout, Instant};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 /// How often channels without waiters are unsubscribed, and idle connections pinged.
@@ -44,7 +44,20 @@ struct Server {
 #[derive(Default)]
 struct ServerState {
     sink: Option<PubSubSink>,
+    /// Counts connections, so that a confirmation from a previous one is not taken for this one's.
+    generation: u64,
     subscribed: HashSet<String>,
+    /// The channels this connection has confirmed, and when the confirmation was read.
+    confirmed: HashMap<String, Instant>,
+}
+
+impl ServerState {
+    /// Forgets the connection (the listener reconnects).
+    fn disconnect(&mut self) {
+        self.sink = None;
+        self.subscribed.clear();
+        self.confirmed.clear();
+    }
 }
 
 struct Inner {
@@ -137,13 +150,18 @@ impl Notifier {
     /// confirmation, so an uncontended acquire costs no extra round trip. Releases published
     /// before the server confirmed are still not missed: on confirmation (and after every
     /// reconnect) the channel gets a wake-up permit, so a waiter that already tried and failed
-    /// re-tries once more.
+    /// re-tries once more. When every server had already confirmed the channel on a connection
+    /// that is still up, the subscription says since when (`live_since`): a waiter whose
+    /// attempt was sent after that needs no re-try, since a wake-up for its owner that arrived
+    /// before it registered is kept for it (`WakeHub::wake_or_keep`).
     pub(crate) async fn subscribe(
         &self,
         channel: &str,
         owner: Option<&str>,
     ) -> Result<Option<WakeSubscription>, LockError> {
-        Ok(Some(self.register(channel, |hub| hub.subscribe(owner.unwrap_or(channel))).await))
+        let (sub, live) = self.register(channel, |hub| hub.subscribe(owner.unwrap_or(channel))).await;
+        // Only an owner's wake-ups are kept for it (`wake_owner`); a channel's are not.
+        Ok(Some(sub.with_live_since(owner.and(live))))
     }
 
     /// Registers an election observer of `channel` (docs/contract.md §5.8): it wakes at every
@@ -151,11 +169,12 @@ impl Notifier {
     /// and after a reconnect, and never takes a waiter's wake-up. Subscribes like
     /// [`Notifier::subscribe`].
     pub(crate) async fn observe(&self, channel: &str) -> ChangeFeed {
-        self.register(channel, |hub| hub.observe(channel, ())).await
+        self.register(channel, |hub| hub.observe(channel, ())).await.0
     }
 
     /// Registers with the channel's hub (`add`), then subscribes the channel where needed.
-    async fn register<T>(&self, channel: &str, add: impl FnOnce(&WakeHub) -> T) -> T {
+    /// Also returns since when every server has had the channel confirmed, if all have.
+    async fn register<T>(&self, channel: &str, add: impl FnOnce(&WakeHub) -> T) -> (T, Option<Instant>) {
         self.ensure_started();
         let inner = &self.inner;
         let _ops = inner.ops.lock().await;
@@ -163,17 +182,21 @@ impl Notifier {
             let mut hubs = inner.hubs.lock().unwrap_or_else(|e| e.into_inner());
             add(hubs.entry(channel.to_owned()).or_default())
         };
+        let mut live = (!inner.servers.is_empty()).then_some(None);
         for (index, server) in inner.servers.iter().enumerate() {
-            let sink = {
+            let (sink, generation) = {
                 let mut st = server.state.lock().unwrap_or_else(|e| e.into_inner());
-                match &st.sink {
+                let confirmed = st.sink.as_ref().and(st.confirmed.get(channel).copied());
+                live = live.zip(confirmed).map(|(all, at)| all.max(Some(at)));
+                let sink = match &st.sink {
                     Some(s) if !st.subscribed.contains(channel) => {
                         let s = s.clone();
                         st.subscribed.insert(channel.to_owned());
                         Some(s)
                     }
                     _ => None,
-                }
+                };
+                (sink, st.generation)
             };
             let Some(mut sink) = sink else { continue };
             let (owned, bound) = (channel.to_owned(), inner.request_timeout);
@@ -183,22 +206,27 @@ impl Notifier {
             tokio::spawn(async move {
                 let ok = confirm.finish().await;
                 let Some(inner) = weak.upgrade() else { return };
+                let server = &inner.servers[index];
                 if ok {
+                    {
+                        let mut st = server.state.lock().unwrap_or_else(|e| e.into_inner());
+                        if st.generation == generation && st.subscribed.contains(&owned) {
+                            st.confirmed.insert(owned.clone(), Instant::now());
+                        }
+                    }
                     inner.wake_each(&owned);
                 } else {
                     // Treat the connection as broken so later waiters do not each wait on it;
                     // the listener notices, reconnects and re-subscribes every live channel.
-                    let server = &inner.servers[index];
                     let mut st = server.state.lock().unwrap_or_else(|e| e.into_inner());
-                    st.sink = None;
-                    st.subscribed.remove(&owned);
+                    st.disconnect();
                     tracing::debug!(server = %server.label, "SUBSCRIBE not confirmed; waiters fall back to timed re-tries");
                 }
             });
         }
         // Not connected (yet): the listener subscribes this channel when it connects, then
         // wakes every waiter and leaves each channel a permit, as above.
-        sub
+        (sub, live.flatten())
     }
 }
 
@@ -216,6 +244,15 @@ impl Inner {
     fn wake(&self, channel: &str, key: &str) -> bool {
         let hubs = self.hubs.lock().unwrap_or_else(|e| e.into_inner());
         hubs.get(channel).is_some_and(|h| h.wake(key))
+    }
+
+    /// Wakes the waiter of `channel` registered as `owner`, or keeps the wake-up for it: it
+    /// may arrive between that wait's attempt and its registration.
+    fn wake_owner(&self, channel: &str, owner: &str) {
+        let hubs = self.hubs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(h) = hubs.get(channel) {
+            h.wake_or_keep(owner);
+        }
     }
 
     /// Leaves every waiter of `channel` one wake-up (each owner, and one of the unnamed ones).
@@ -296,8 +333,7 @@ async fn listen(inner: Weak<Inner>, index: usize, stop: CancellationToken) {
                 if let Some(strong) = inner.upgrade() {
                     let server = &strong.servers[index];
                     let mut st = server.state.lock().unwrap_or_else(|e| e.into_inner());
-                    st.sink = None;
-                    st.subscribed.clear();
+                    st.disconnect();
                     drop(st);
                     tracing::debug!(server = %server.label, "pub/sub connection lost; reconnecting");
                     strong.wake_all();
@@ -333,25 +369,35 @@ async fn connect_and_resubscribe(
         let _ops = inner.ops.lock().await;
         let channels = inner.live_channels();
         let mut st = server.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.disconnect();
         st.sink = Some(sink.clone());
+        st.generation += 1;
         st.subscribed = channels.iter().cloned().collect();
+        let generation = st.generation;
         drop(st);
         (!channels.is_empty()).then(|| {
             let (bound, mut sink) = (inner.request_timeout, sink.clone());
-            enqueue(async move { timeout(bound, sink.subscribe(&channels)).await })
+            let sent = channels.clone();
+            (sent, generation, enqueue(async move { timeout(bound, sink.subscribe(&channels)).await }))
         })
     };
-    if let Some(confirm) = confirm {
+    if let Some((channels, generation, confirm)) = confirm {
         let failed = match confirm.finish().await {
             Ok(Ok(())) => None,
             Ok(Err(e)) => Some(format!("SUBSCRIBE on {}: {e}", server.label)),
             Err(_) => Some(format!("SUBSCRIBE on {} timed out", server.label)),
         };
+        let mut st = server.state.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(reason) = failed {
-            let mut st = server.state.lock().unwrap_or_else(|e| e.into_inner());
-            st.sink = None;
-            st.subscribed.clear();
+            st.disconnect();
             return Err(LockError::unavailable("redis", reason));
+        }
+        if st.generation == generation {
+            let now = Instant::now();
+            let st = &mut *st;
+            for c in channels.into_iter().filter(|c| st.subscribed.contains(c)) {
+                st.confirmed.insert(c, now);
+            }
         }
     }
     Ok((sink, stream))
@@ -388,14 +434,14 @@ async fn pump(
                     // wake its waiter, if it is ours.
                     [b'!', grant @ ..] => {
                         if let Some(owner) = std::str::from_utf8(grant).ok().and_then(|g| strong.handoffs.heard(g)) {
-                            strong.wake(&channel, owner);
+                            strong.wake_owner(&channel, owner);
                         }
                     }
                     _ => match payload.strip_prefix(b"@") {
                         // A hand-off to one queued owner: only its waiter, if it is ours.
                         Some(owner) => {
                             if let Ok(owner) = std::str::from_utf8(owner) {
-                                strong.wake(&channel, owner);
+                                strong.wake_owner(&channel, owner);
                             }
                         }
                         None if !strong.wake(&channel, &channel) => {
@@ -453,6 +499,7 @@ async fn sweep(inner: Weak<Inner>, stop: CancellationToken) {
                 let mut st = server.state.lock().unwrap_or_else(|e| e.into_inner());
                 for c in &idle {
                     st.subscribed.remove(c);
+                    st.confirmed.remove(c);
                 }
                 st.sink.clone()
             };
@@ -463,5 +510,37 @@ async fn sweep(inner: Weak<Inner>, stop: CancellationToken) {
                 tokio::spawn(confirm.finish());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A waiter registering on a channel the server had confirmed is told since when (so its
+    /// wait skips the re-try), and a hand-off to it published before it registered still wakes
+    /// it; nobody else gets that wake-up.
+    #[tokio::test]
+    async fn a_confirmed_channel_is_live_and_keeps_an_early_wake_up() {
+        let server = dlock_testkit::servers::redis::RedisServer::start_local().await.unwrap();
+        let client = redis::Client::open(server.url()).unwrap();
+        let secs = Duration::from_secs(2);
+        let notifier = Notifier::new(vec![(Endpoint::Fixed(client.clone()), "test".into())], "nt", secs, secs);
+        let first = notifier.subscribe_waiter("A").await.unwrap().unwrap();
+        assert!(first.live_since().is_none(), "nothing was confirmed before the first waiter");
+        timeout(Duration::from_secs(5), first.woken()).await.expect("the confirmation leaves a wake-up");
+        let confirmed = Instant::now();
+        let mut c = client.get_multiplexed_async_connection().await.unwrap();
+        let heard: i64 =
+            redis::cmd("PUBLISH").arg(notifier.wake_channel()).arg("@B").query_async(&mut c).await.unwrap();
+        assert_eq!(heard, 1, "the wake channel is subscribed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let b = notifier.subscribe_waiter("B").await.unwrap().unwrap();
+        let since = b.live_since().expect("the channel was confirmed and the connection is up");
+        assert!(since <= confirmed, "live since the confirmation, not since the registration");
+        timeout(Duration::from_secs(1), b.woken()).await.expect("B's hand-off, published before it registered");
+        let other = notifier.subscribe_waiter("C").await.unwrap().unwrap();
+        let quiet = timeout(Duration::from_millis(50), other.woken()).await;
+        assert!(quiet.is_err(), "another waiter does not get B's wake-up");
     }
 }

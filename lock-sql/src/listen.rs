@@ -11,7 +11,7 @@ use std::time::Duration;
 use lock_core::{Backoff, LockError, WakeHub};
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 use tokio::task::JoinHandle;
-use tokio::time::timeout;
+use tokio::time::{timeout, Instant};
 
 use crate::error::{to_lock_error, Codes};
 use crate::handoff::Handoffs;
@@ -61,6 +61,7 @@ pub(crate) async fn start(
     let rt = tokio::runtime::Handle::try_current()
         .map_err(|_| LockError::config("lock-sql needs a Tokio runtime: connect from within one"))?;
     let listener = open(&pool, &channel, bounds).await?;
+    hub.set_live_since(Some(Instant::now()));
     let task = rt.spawn(run(pool, channel, hub, handoffs, listener, bounds));
     Ok(Listener { task })
 }
@@ -97,13 +98,15 @@ async fn run(
         let broken = match timeout(IDLE_PING, listener.try_recv()).await {
             Ok(Ok(Some(n))) => {
                 // A grant to one of our waiters is recorded before the waiter wakes to take it.
+                // Wake-ups nobody waits for yet are kept: the waiter they are for may register
+                // just after (the hub is live, `WakeHub::set_live_since`).
                 if let Some(waiter) = handoffs.heard(n.payload()) {
-                    hub.wake(&waiter);
+                    hub.wake_or_keep(&waiter);
                     continue;
                 }
                 // The observers of a name (`dlock:<name>`) are woken apart from its waiters.
                 hub.changed(n.payload());
-                hub.wake(n.payload());
+                hub.wake_or_keep(n.payload());
                 continue;
             }
             Ok(Ok(None)) => "the connection was closed".to_owned(),
@@ -116,6 +119,7 @@ async fn run(
         };
         tracing::warn!(channel, reason = %broken, "postgres listener lost its connection; reconnecting");
         drop(listener);
+        hub.set_live_since(None);
         // Waiters also wake on their own timers (never later than the holder's lease ends), so
         // a lost notification only costs latency.
         hub.wake_all();
@@ -128,6 +132,7 @@ async fn run(
             }
         };
         tracing::info!(channel, "postgres listener reconnected");
+        hub.set_live_since(Some(Instant::now()));
         // Releases sent while we were away are lost: let every waiter try again.
         hub.wake_all();
     }

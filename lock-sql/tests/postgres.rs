@@ -348,3 +348,31 @@ async fn heard(raw: &mut sqlx::postgres::PgListener, payload: &str) -> usize {
     }
     n
 }
+
+/// The listener's hub is live once its LISTEN is confirmed: a waiter's subscription says so
+/// (its wait then skips the re-try), and a wake-up for a waiter, sent before that waiter
+/// registered, is kept for it and for nobody else.
+#[tokio::test]
+async fn extra_an_early_wake_up_is_kept_for_its_waiter() {
+    use lock_core::{LeaseStore, LockName, OwnerId};
+    let fx = SqlFixture::postgres().await.unwrap();
+    let store = lock_sql::SqlStore::connect(fx.url(), fx.options()).await.unwrap();
+    let admin = sqlx::PgPool::connect(fx.url()).await.unwrap();
+    let name = LockName::new("early").unwrap();
+    let before = tokio::time::Instant::now();
+    let (early, other) = (OwnerId::random(), OwnerId::random());
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(&fx.options().table)
+        .bind(format!("dlock-waiter:{}", early.to_hex()))
+        .execute(&admin)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let sub = store.subscribe_waiter(&name, early).await.unwrap().expect("PostgreSQL notifies");
+    let since = sub.live_since().expect("the listener's LISTEN was confirmed at connect");
+    assert!(since <= before, "live since the LISTEN, not since the registration");
+    tokio::time::timeout(Duration::from_secs(1), sub.woken()).await.expect("the wake-up sent before it registered");
+    let nobody = store.subscribe_waiter(&name, other).await.unwrap().unwrap();
+    let quiet = tokio::time::timeout(Duration::from_millis(50), nobody.woken()).await;
+    assert!(quiet.is_err(), "another waiter does not get it");
+}
