@@ -305,7 +305,8 @@ impl RedlockStore {
         let mut round1: FuturesUnordered<_> = self
             .nodes
             .iter()
-            .map(|node| {
+            .enumerate()
+            .map(|(index, node)| {
                 let (keys, owner, attempt, boot, wake) =
                     (&keys, &owner, &attempt, &self.boot, self.notifier.wake_channel());
                 async move {
@@ -335,21 +336,27 @@ impl RedlockStore {
                             .await
                         })
                         .await;
-                    match reply.and_then(|r| parse_pair(BACKEND, r)) {
+                    let vote = match reply.and_then(|r| parse_pair(BACKEND, r)) {
                         Ok((true, floor)) => Vote::Granted { floor },
                         Ok((false, pttl)) => Vote::Held { pttl },
                         Err(e) => Vote::Failed(e),
-                    }
+                    };
+                    (index, vote)
                 }
             })
             .collect();
         let mut floors = Vec::new();
         let mut pttls = Vec::new();
         let mut errors = Vec::new();
-        while let Some(vote) = round1.next().await {
+        // The masters that answered "held": this attempt took nothing there.
+        let mut refused_by = vec![false; n];
+        while let Some((index, vote)) = round1.next().await {
             match vote {
                 Vote::Granted { floor } => floors.push(floor),
-                Vote::Held { pttl } => pttls.push(pttl),
+                Vote::Held { pttl } => {
+                    refused_by[index] = true;
+                    pttls.push(pttl);
+                }
                 Vote::Failed(e) => errors.push(e),
             }
             if floors.len() >= self.quorum || pttls.len() + errors.len() > n - self.quorum {
@@ -433,10 +440,12 @@ impl RedlockStore {
             // master in the background, so the caller does not wait for unreachable masters.
             return o;
         }
-        // No grant: free whatever this attempt took, on every master (a lost reply may have
-        // granted), in the background so that a hung master does not delay the re-try. Only
-        // this attempt: the owner's next attempt may reach a master before this undo does.
-        for node in &self.nodes {
+        // No grant: free whatever this attempt took, on every master that did not answer
+        // "held" (a lost or unawaited reply may have granted), in the background so that a hung
+        // master does not delay the re-try. Only this attempt: the owner's next attempt may
+        // reach a master before this undo does. A master that refused holds nothing of this
+        // attempt (the undo matches the attempt id, which only a grant writes): no undo there.
+        for node in self.nodes.iter().zip(&refused_by).filter(|(_, refused)| !**refused).map(|(node, _)| node) {
             let (node, lock, channel) = (Arc::clone(node), keys.lock.clone(), keys.channel.clone());
             let (owner, attempt, queue) = (owner.clone(), attempt.clone(), keys.redlock_queue.clone());
             let wake = self.notifier.wake_channel().to_owned();

@@ -273,6 +273,45 @@ mod redlock_extra {
         assert!(l.is_none(), "a majority held by another owner must not grant");
     }
 
+    /// A refused attempt undoes what it may have taken, and only there: the masters that
+    /// answered "held" get no undo (it would find nothing of this attempt), the ones that
+    /// granted it do.
+    #[tokio::test]
+    async fn a_refused_attempt_undoes_only_where_it_may_have_taken() {
+        let (fx, c) = five().await;
+        warm(&c).await;
+        let key = "dlock:{undo}:lock";
+        for i in 0..3 {
+            hold_for(&mut raw(&fx, i).await, key, "someone-else").await;
+        }
+        let evalsha = |info: String| {
+            info.lines()
+                .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+                .and_then(|rest| rest.split(',').next())
+                .map_or(0, |n| n.parse::<u64>().unwrap())
+        };
+        let mut conns = Vec::new();
+        for i in 0..5 {
+            let mut m = raw(&fx, i).await;
+            let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut m).await.unwrap();
+            conns.push(m);
+        }
+        let l = c.try_acquire(&LockName::new("undo").unwrap(), &opts(10_000)).await.unwrap();
+        assert!(l.is_none(), "three of five held by another owner");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        for (i, m) in conns.iter_mut().enumerate() {
+            let owner: Option<String> = redis::cmd("HGET").arg(key).arg("o").query_async(m).await.unwrap();
+            let info: String = redis::cmd("INFO").arg("commandstats").query_async(m).await.unwrap();
+            let scripts = evalsha(info);
+            if i < 3 {
+                assert_eq!(owner.as_deref(), Some("someone-else"), "master {i} keeps the other owner's lease");
+                assert_eq!(scripts, 1, "master {i} refused: the acquire and no undo");
+            } else {
+                assert_eq!(owner, None, "master {i}: what the attempt may have taken there is undone");
+            }
+        }
+    }
+
     #[tokio::test]
     async fn redlock_urls() {
         for url in ["redlock://", "redlock://a:1,,b:2", "redlock://a:1?x=1", "redis://a:1"] {
