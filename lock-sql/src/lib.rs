@@ -311,7 +311,10 @@
 //!   configured with `synchronous_commit = off` still writes each grant before acknowledging it
 //!   (tested: such a server killed with SIGKILL right after several grants hands out a higher
 //!   token after its restart). The server's `fsync` is the operator's: with `fsync = off` a
-//!   crash of the host (not of PostgreSQL) can still lose grants.
+//!   crash of the host (not of PostgreSQL) can still lose grants. The one exception is a
+//!   refused acquire, whose transaction writes only a waiter's queue place and a row lock: it
+//!   commits with `synchronous_commit = off` for itself (a crash may lose the place; the
+//!   waiter queues again), so a contended hand-off waits for one flush, not two.
 //! * **MySQL / MariaDB**: `innodb_flush_log_at_trx_commit` is global, so it is checked at
 //!   connect, not set. Anything but `1` (`0` loses about a second of commits when mysqld
 //!   crashes, `2` when the host does) makes [`Capabilities::durable_fencing`] and

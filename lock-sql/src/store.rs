@@ -454,6 +454,10 @@ impl LeaseStore for SqlStore {
                         tracing::debug!(backend = self.label(), error = %e, "handing a free lock on failed");
                     }
                 }
+                if waiting && seq.is_none() && self.dialect.listens() {
+                    // Not queued (its snapshot missed a concurrent commit): no hand-off names us.
+                    rem = Some(Duration::from_millis(1));
+                }
                 if let Some(seq) = seq {
                     let poll = self.places.set(claim.owner, seq, ahead, wait.refresh().then_some(sent));
                     // Nothing tells a polling waiter that its turn came: a queued one polls by

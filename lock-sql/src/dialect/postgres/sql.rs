@@ -19,6 +19,14 @@ pub(super) const NOW_US: &str = "(extract(epoch from now()) * 1000000)::bigint";
 /// after the head's last "still queued" statement (crate::handoff).
 const CLOCK: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
 
+/// Evaluated by a refused acquire only (non-null): its transaction wrote nothing but the
+/// waiter's queue place and the lease row's lock, soft state a crash may lose (the waiter
+/// queues again), so its commit need not wait for the WAL flush, about 0.2 ms a commit on this
+/// machine's disk and, under contention, the flush a hand-off's commit queued behind. Grants,
+/// releases and hand-offs keep the session's `synchronous_commit = on`; WAL is flushed in order,
+/// so a grant's flush also covers every place it read.
+const REFUSAL_COMMITS_ASYNC: &str = "set_config('synchronous_commit', 'off', true)";
+
 /// The waiter queue's columns that later versions added, with their `ADD COLUMN` definition:
 /// what a hand-off grants the head (its ttl, holder and metadata). `ttl_ms = 0` (an entry written
 /// by an older version) is never granted in a release, only woken.
@@ -215,7 +223,7 @@ fn acquire_sql(qt: &str, qq: &str, notify_observers: &str, clean_up: bool) -> St
          UNION ALL \
          SELECT NULL::bigint, \
            CASE WHEN h.owner IS NOT NULL AND h.expires_at > {NOW} THEN h.expires_at - {NOW} END, \
-           (SELECT seq FROM queued), h.fence \
+           (SELECT seq FROM queued), CASE WHEN {REFUSAL_COMMITS_ASYNC} IS NOT NULL THEN h.fence END \
          FROM cur h WHERE NOT EXISTS (SELECT 1 FROM granted)"
     )
 }
@@ -255,4 +263,51 @@ fn handing(qt: &str, qq: &str, notify_observers: &str, pass_on: bool) -> String 
                  ELSE (SELECT pg_notify($3, $4 || h.owner) FROM head h) END)::text, \
                 {notify_observers} FROM granted g"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use sqlx::{AssertSqlSafe, Connection, Executor};
+
+    use super::*;
+
+    /// A refused acquire commits without waiting for the WAL flush; a grant (and the session
+    /// after either) keeps `synchronous_commit = on`.
+    #[tokio::test]
+    async fn only_a_refused_acquire_commits_without_waiting_for_the_flush() {
+        let url = std::env::var("DLOCK_TEST_POSTGRES_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+        let mut c = sqlx::PgConnection::connect(&url).await.unwrap();
+        let t = format!("dlock_async_{}", &lock_core::OwnerId::random().to_hex()[..12]);
+        let s = Statements::new(&t);
+        c.execute(AssertSqlSafe(s.lease_ddl.clone())).await.unwrap();
+        c.execute(AssertSqlSafe(s.queue_ddl.clone())).await.unwrap();
+        c.execute("SET synchronous_commit = on").await.unwrap();
+        for (owner, granted, commit) in [("a", true, "on"), ("b", false, "off"), ("b", false, "off")] {
+            let mut tx = c.begin().await.unwrap();
+            let row: (Option<i64>, Option<i64>, Option<i64>, Option<i64>) =
+                sqlx::query_as(AssertSqlSafe(Arc::clone(&s.acquire)))
+                    .bind("n")
+                    .bind(owner)
+                    .bind(10_000i64)
+                    .bind(None::<String>)
+                    .bind(None::<String>)
+                    .bind(60_000i64)
+                    .bind(i64::MAX)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .unwrap();
+            assert_eq!(row.0.is_some(), granted, "{owner}: {row:?}");
+            if !granted {
+                assert!(row.3.is_some(), "a refusal still reports the holder's fence: {row:?}");
+            }
+            let now: String = sqlx::query_scalar("SHOW synchronous_commit").fetch_one(&mut *tx).await.unwrap();
+            assert_eq!(now, commit, "{owner}: granted {granted}");
+            tx.commit().await.unwrap();
+        }
+        let after: String = sqlx::query_scalar("SHOW synchronous_commit").fetch_one(&mut c).await.unwrap();
+        assert_eq!(after, "on", "the setting is the transaction's only");
+        let drop_both = format!("DROP TABLE {}, {}", quote_table(&t, '"'), quote_table(&queue_table(&t), '"'));
+        c.execute(AssertSqlSafe(drop_both)).await.unwrap();
+    }
 }
