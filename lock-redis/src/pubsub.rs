@@ -218,8 +218,11 @@ impl Notifier {
                 } else {
                     // Treat the connection as broken so later waiters do not each wait on it;
                     // the listener notices, reconnects and re-subscribes every live channel.
+                    // (A previous connection's failure says nothing of the current one.)
                     let mut st = server.state.lock().unwrap_or_else(|e| e.into_inner());
-                    st.disconnect();
+                    if st.generation == generation {
+                        st.disconnect();
+                    }
                     tracing::debug!(server = %server.label, "SUBSCRIBE not confirmed; waiters fall back to timed re-tries");
                 }
             });
