@@ -31,6 +31,12 @@ struct Subscribers {
     live_since: Option<Instant>,
 }
 
+impl Subscribers {
+    fn wake(&self, key: &str) -> bool {
+        self.waiters.get(key).map(|(notify, _)| notify.notify_one()).is_some()
+    }
+}
+
 /// How many wake-ups of unregistered keys are kept. A waiter registers within one round trip
 /// of the attempt that made it wait, so only the latest few can still be claimed.
 const MISSED: usize = 128;
@@ -91,36 +97,25 @@ impl WakeHub {
 
     /// Wakes one waiter of `key`, if any is subscribed. Returns whether anyone was subscribed.
     pub fn wake(&self, key: &str) -> bool {
-        let map = self.lock();
-        match map.waiters.get(key) {
-            Some((notify, _)) => {
-                notify.notify_one();
-                true
-            }
-            None => false,
-        }
+        self.lock().wake(key)
     }
 
     /// [`WakeHub::wake`], but a wake-up nobody was subscribed for is kept for the next
     /// [`WakeHub::subscribe`] of `key` (among the latest few). For keys that name one wait
     /// (an owner id): its wake-up may arrive before the wait registers.
     pub fn wake_or_keep(&self, key: &str) -> bool {
+        // One lock for both: a subscription registered in between would miss the kept wake-up.
         let mut map = self.lock();
-        match map.waiters.get(key) {
-            Some((notify, _)) => {
-                notify.notify_one();
-                true
-            }
-            None => {
-                if !map.missed.iter().any(|k| k == key) {
-                    if map.missed.len() == MISSED {
-                        map.missed.pop_front();
-                    }
-                    map.missed.push_back(key.to_owned());
-                }
-                false
-            }
+        if map.wake(key) {
+            return true;
         }
+        if !map.missed.iter().any(|k| k == key) {
+            if map.missed.len() == MISSED {
+                map.missed.pop_front();
+            }
+            map.missed.push_back(key.to_owned());
+        }
+        false
     }
 
     /// Wakes one waiter of every key, or leaves each key a wake-up for its next wait (after a

@@ -182,12 +182,10 @@ impl Notifier {
             let mut hubs = inner.hubs.lock().unwrap_or_else(|e| e.into_inner());
             add(hubs.entry(channel.to_owned()).or_default())
         };
-        let mut live = (!inner.servers.is_empty()).then_some(None);
+        let live = inner.confirmed_since(channel);
         for (index, server) in inner.servers.iter().enumerate() {
             let (sink, generation) = {
                 let mut st = server.state.lock().unwrap_or_else(|e| e.into_inner());
-                let confirmed = st.sink.as_ref().and(st.confirmed.get(channel).copied());
-                live = live.zip(confirmed).map(|(all, at)| all.max(Some(at)));
                 let sink = match &st.sink {
                     Some(s) if !st.subscribed.contains(channel) => {
                         let s = s.clone();
@@ -229,11 +227,21 @@ impl Notifier {
         }
         // Not connected (yet): the listener subscribes this channel when it connects, then
         // wakes every waiter and leaves each channel a permit, as above.
-        (sub, live.flatten())
+        (sub, live)
     }
 }
 
 impl Inner {
+    /// Since when every server has had `channel` confirmed on its current connection; `None`
+    /// unless all have.
+    fn confirmed_since(&self, channel: &str) -> Option<Instant> {
+        let each = self.servers.iter().map(|server| {
+            let st = server.state.lock().unwrap_or_else(|e| e.into_inner());
+            st.sink.as_ref().and(st.confirmed.get(channel).copied())
+        });
+        each.collect::<Option<Vec<Instant>>>()?.into_iter().max()
+    }
+
     /// Wakes every observer of `channel`.
     fn changed(&self, channel: &str) {
         let hubs = self.hubs.lock().unwrap_or_else(|e| e.into_inner());

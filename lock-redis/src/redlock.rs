@@ -445,7 +445,7 @@ impl RedlockStore {
         // master does not delay the re-try. Only this attempt: the owner's next attempt may
         // reach a master before this undo does. A master that refused holds nothing of this
         // attempt (the undo matches the attempt id, which only a grant writes): no undo there.
-        for node in self.nodes.iter().zip(&refused_by).filter(|(_, refused)| !**refused).map(|(node, _)| node) {
+        for (node, _) in self.nodes.iter().zip(&refused_by).filter(|(_, refused)| !**refused) {
             let (node, lock, channel) = (Arc::clone(node), keys.lock.clone(), keys.channel.clone());
             let (owner, attempt, queue) = (owner.clone(), attempt.clone(), keys.redlock_queue.clone());
             let wake = self.notifier.wake_channel().to_owned();

@@ -71,10 +71,11 @@ struct Entry {
 }
 
 /// An attempt this soon after a "still queued" answer, with no grant heard, is answered from
-/// that answer instead of the database: `StoreLock` re-tries right after subscribing, so that a
-/// release in between is not missed, and here such a release's grant to us is recorded (the
-/// expectation is set before the first attempt) and taken without a statement, while a release
-/// that granted someone else changes nothing for us. Saves one commit per contended acquire.
+/// that answer instead of the database: `StoreLock` re-tries right after subscribing when the
+/// listener cannot vouch for the gap (it is reconnecting: `WakeSubscription::live_since`), so
+/// that a release in between is not missed, and here such a release's grant to us is recorded
+/// (the expectation is set before the first attempt) and taken without a statement, while a
+/// release that granted someone else changes nothing for us. Saves that re-try's commit.
 const RECENT: Duration = Duration::from_millis(10);
 
 /// The hand-offs this client's waiters expect, by owner id (32 hex digits).

@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{timeout, Instant};
 
 use crate::error::{to_lock_error, Codes};
-use crate::handoff::Handoffs;
+use crate::handoff::{Handoffs, GRANT};
 
 /// How long the listener may hear nothing before it checks that its connection still answers:
 /// a half-open TCP connection would otherwise swallow notifications forever.
@@ -102,6 +102,10 @@ async fn run(
                 // just after (the hub is live, `WakeHub::set_live_since`).
                 if let Some(waiter) = handoffs.heard(n.payload()) {
                     hub.wake_or_keep(&waiter);
+                    continue;
+                }
+                // Another client's grant: nobody here waits for it, nor observes it.
+                if n.payload().starts_with(GRANT) {
                     continue;
                 }
                 // The observers of a name (`dlock:<name>`) are woken apart from its waiters.
