@@ -53,6 +53,9 @@ fn with_baseline(url: &str) -> Value {
     let base = report["cases"].as_array().and_then(|c| c.first()).cloned().unwrap_or_default();
     assert!(base["ops"].as_u64().unwrap_or(0) > 0, "{url}: the baseline ran: {base}");
     assert!(report["ratios"]["uncontended_vs_baseline"].is_number(), "{url}: {}", report["ratios"]);
+    // The two took turns (`--interleave`, on by default), so their ratio compares the same minutes.
+    assert_eq!(base["interleaved_with"], "uncontended", "{url}: {base}");
+    assert!(report["interleave_ms"].as_u64().unwrap_or(0) > 0, "{url}: {report}");
     report
 }
 

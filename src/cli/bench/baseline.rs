@@ -13,16 +13,17 @@ use dlock::{LockError, Scheme};
 use tokio::time::Instant;
 
 use super::cases::Plan;
+use super::turns::Schedule;
 use super::{from_latencies, CaseResult};
 
-/// Runs the baseline loop for the plan's backend.
-pub(crate) async fn run(plan: &Plan) -> Result<CaseResult, LockError> {
+/// Runs the baseline loop for the plan's backend, on `schedule`.
+pub(crate) async fn run(plan: &Plan, schedule: Schedule<'_>) -> Result<CaseResult, LockError> {
     let url = plan.config.url.as_str();
     match Scheme::of(url)? {
-        Scheme::Redis => redis_baseline(std::slice::from_ref(&url.to_owned()), plan).await,
-        Scheme::Redlock => redis_baseline(&redlock_masters(url)?, plan).await,
-        Scheme::Postgres | Scheme::Mysql | Scheme::Sqlite => sql_baseline(url, plan).await,
-        Scheme::ZooKeeper => zk_baseline(url, plan).await,
+        Scheme::Redis => redis_baseline(std::slice::from_ref(&url.to_owned()), plan, schedule).await,
+        Scheme::Redlock => redis_baseline(&redlock_masters(url)?, plan, schedule).await,
+        Scheme::Postgres | Scheme::Mysql | Scheme::Sqlite => sql_baseline(url, plan, schedule).await,
+        Scheme::ZooKeeper => zk_baseline(url, schedule).await,
         _ => Ok(CaseResult {
             name: "baseline".into(),
             note: Some("no server: the memory backend has no baseline".into()),
@@ -31,16 +32,14 @@ pub(crate) async fn run(plan: &Plan) -> Result<CaseResult, LockError> {
     }
 }
 
-/// Times `op` back to back for the plan's duration.
-async fn timed<F, Fut>(plan: &Plan, mut op: F) -> Result<CaseResult, LockError>
+/// Times `op` back to back for the schedule's duration.
+async fn timed<F, Fut>(mut schedule: Schedule<'_>, mut op: F) -> Result<CaseResult, LockError>
 where
     F: FnMut(u64) -> Fut,
     Fut: std::future::Future<Output = Result<(), LockError>>,
 {
-    let begun = Instant::now();
-    let end = begun + plan.duration;
     let (mut lat, mut errors, mut i) = (Vec::new(), 0u64, 0u64);
-    while Instant::now() < end {
+    while schedule.next().await {
         i += 1;
         let t = Instant::now();
         match op(i).await {
@@ -49,7 +48,7 @@ where
             Err(_) => errors += 1,
         }
     }
-    let mut r = from_latencies("baseline", lat, begun.elapsed(), 1);
+    let mut r = from_latencies("baseline", lat, schedule.elapsed(), 1);
     r.errors = errors;
     Ok(r)
 }
@@ -80,7 +79,7 @@ fn redlock_masters(_url: &str) -> Result<Vec<String>, LockError> {
 }
 
 #[cfg(feature = "redis")]
-async fn redis_baseline(urls: &[String], plan: &Plan) -> Result<CaseResult, LockError> {
+async fn redis_baseline(urls: &[String], plan: &Plan, schedule: Schedule<'_>) -> Result<CaseResult, LockError> {
     let err = |e: redis::RedisError| LockError::backend("redis", e);
     let mut conns = Vec::new();
     for url in urls {
@@ -92,7 +91,7 @@ async fn redis_baseline(urls: &[String], plan: &Plan) -> Result<CaseResult, Lock
     );
     let key = format!("{}/baseline", plan.run_id);
     let (ttl, owner) = (ttl_ms(plan.ttl), format!("baseline-{}", std::process::id()));
-    timed(plan, |_| {
+    timed(schedule, |_| {
         let (conns, key, owner, release) = (conns.clone(), key.clone(), owner.clone(), release.clone());
         async move {
             let attempts = conns.into_iter().map(|mut c| {
@@ -121,7 +120,7 @@ async fn redis_baseline(urls: &[String], plan: &Plan) -> Result<CaseResult, Lock
 }
 
 #[cfg(not(feature = "redis"))]
-async fn redis_baseline(_urls: &[String], _plan: &Plan) -> Result<CaseResult, LockError> {
+async fn redis_baseline(_urls: &[String], _plan: &Plan, _schedule: Schedule<'_>) -> Result<CaseResult, LockError> {
     Err(LockError::config("dlock was built without the redis feature"))
 }
 
@@ -174,27 +173,34 @@ const SQLITE: SqlText = SqlText {
 };
 
 #[cfg(feature = "sql")]
-async fn sql_baseline(url: &str, plan: &Plan) -> Result<CaseResult, LockError> {
+async fn sql_baseline(url: &str, plan: &Plan, schedule: Schedule<'_>) -> Result<CaseResult, LockError> {
     use sqlx::Connection;
     let err = |e: sqlx::Error| LockError::backend("sql", e);
     match Scheme::of(url)? {
         Scheme::Postgres => {
-            sql_loop::<sqlx::Postgres>(sqlx::PgConnection::connect(url).await.map_err(err)?, &POSTGRES, plan).await
+            sql_loop::<sqlx::Postgres>(sqlx::PgConnection::connect(url).await.map_err(err)?, &POSTGRES, plan, schedule)
+                .await
         }
         Scheme::Mysql => {
-            sql_loop::<sqlx::MySql>(sqlx::MySqlConnection::connect(url).await.map_err(err)?, &MYSQL, plan).await
+            sql_loop::<sqlx::MySql>(sqlx::MySqlConnection::connect(url).await.map_err(err)?, &MYSQL, plan, schedule)
+                .await
         }
         _ => {
             let mut c = sqlx::SqliteConnection::connect(url).await.map_err(err)?;
             sqlx::query("PRAGMA journal_mode = WAL").execute(&mut c).await.map_err(err)?;
-            sql_loop::<sqlx::Sqlite>(c, &SQLITE, plan).await
+            sql_loop::<sqlx::Sqlite>(c, &SQLITE, plan, schedule).await
         }
     }
 }
 
 /// The baseline loop on one connection of any of the three databases.
 #[cfg(feature = "sql")]
-async fn sql_loop<DB>(mut c: DB::Connection, sql: &SqlText, plan: &Plan) -> Result<CaseResult, LockError>
+async fn sql_loop<DB>(
+    mut c: DB::Connection,
+    sql: &SqlText,
+    plan: &Plan,
+    schedule: Schedule<'_>,
+) -> Result<CaseResult, LockError>
 where
     DB: sqlx::Database,
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
@@ -208,7 +214,7 @@ where
     let owner = format!("baseline-{}", std::process::id());
     let ttl = i64::try_from(ttl_ms(plan.ttl)).unwrap_or(i64::MAX);
     let c = tokio::sync::Mutex::new(c);
-    timed(plan, |_| {
+    timed(schedule, |_| {
         let (c, name, owner) = (&c, name.as_str(), owner.as_str());
         async move {
             let mut c = c.lock().await;
@@ -221,12 +227,12 @@ where
 }
 
 #[cfg(not(feature = "sql"))]
-async fn sql_baseline(_url: &str, _plan: &Plan) -> Result<CaseResult, LockError> {
+async fn sql_baseline(_url: &str, _plan: &Plan, _schedule: Schedule<'_>) -> Result<CaseResult, LockError> {
     Err(LockError::config("dlock was built without the SQL features"))
 }
 
 #[cfg(feature = "zk")]
-async fn zk_baseline(url: &str, plan: &Plan) -> Result<CaseResult, LockError> {
+async fn zk_baseline(url: &str, schedule: Schedule<'_>) -> Result<CaseResult, LockError> {
     use zookeeper_client::{Acls, Client, CreateMode};
     let err = |e: zookeeper_client::Error| LockError::backend("zookeeper", e);
     let rest = url.split_once("://").map(|(_, r)| r).unwrap_or_default();
@@ -246,7 +252,7 @@ async fn zk_baseline(url: &str, plan: &Plan) -> Result<CaseResult, LockError> {
         .map_err(err)?;
     let path = format!("/dlock-bench-baseline-{}", std::process::id());
     let mode = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
-    timed(plan, |_| {
+    timed(schedule, |_| {
         let (client, path, mode) = (&client, path.clone(), &mode);
         async move {
             client.create(&path, &[], mode).await.map_err(err)?;
@@ -258,6 +264,6 @@ async fn zk_baseline(url: &str, plan: &Plan) -> Result<CaseResult, LockError> {
 }
 
 #[cfg(not(feature = "zk"))]
-async fn zk_baseline(_url: &str, _plan: &Plan) -> Result<CaseResult, LockError> {
+async fn zk_baseline(_url: &str, _schedule: Schedule<'_>) -> Result<CaseResult, LockError> {
     Err(LockError::config("dlock was built without the zk feature"))
 }

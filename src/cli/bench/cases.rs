@@ -8,6 +8,7 @@ use dlock::{AcquireOptions, Config, DistributedLock, LockError, LockName};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use super::turns::Schedule;
 use super::{from_latencies, percentile, CaseResult};
 
 /// What every case needs.
@@ -35,12 +36,12 @@ impl Plan {
     }
 }
 
-/// One client: try_acquire + release of one free name, back to back.
-pub(crate) async fn uncontended(plan: &Plan) -> Result<CaseResult, LockError> {
+/// One client: try_acquire + release of one free name, back to back, on `schedule`.
+pub(crate) async fn uncontended(plan: &Plan, schedule: Schedule<'_>) -> Result<CaseResult, LockError> {
     let lock = plan.client().await?;
     let name = plan.name("uncontended")?;
     let opts = plan.options();
-    let (lat, errors, elapsed, first) = loop_one(&*lock, &name, &opts, plan.duration).await?;
+    let (lat, errors, elapsed, first) = loop_one(&*lock, &name, &opts, schedule).await?;
     let mut r = from_latencies("uncontended", lat, elapsed, 1);
     r.errors = errors;
     r.note = first.map(|f| format!("first failure: {f}"));
@@ -56,14 +57,12 @@ async fn loop_one(
     lock: &dyn DistributedLock,
     name: &LockName,
     opts: &AcquireOptions,
-    duration: Duration,
+    mut schedule: Schedule<'_>,
 ) -> Result<(Vec<Duration>, u64, Duration, Option<String>), LockError> {
-    let begun = Instant::now();
-    let end = begun + duration;
     let mut lat = Vec::new();
     let mut errors = 0u64;
     let mut first: Option<String> = None;
-    while Instant::now() < end {
+    while schedule.next().await {
         let t = Instant::now();
         let failure = match lock.try_acquire(name, opts).await {
             Ok(Some(lease)) => match lease.release().await {
@@ -81,7 +80,7 @@ async fn loop_one(
         errors += 1;
         first.get_or_insert(failure);
     }
-    Ok((lat, errors, begun.elapsed(), first))
+    Ok((lat, errors, schedule.elapsed(), first))
 }
 
 /// Distinct names, one per client, all at once.
@@ -92,7 +91,7 @@ pub(crate) async fn spread(plan: &Plan) -> Result<CaseResult, LockError> {
         let lock = plan.client().await?;
         let name = plan.name(&format!("spread/{i}"))?;
         let (opts, duration) = (plan.options(), plan.duration);
-        tasks.spawn(async move { loop_one(&*lock, &name, &opts, duration).await });
+        tasks.spawn(async move { loop_one(&*lock, &name, &opts, Schedule::alone(duration)).await });
     }
     let mut all = Vec::new();
     let (mut errors, mut first) = (0, None);

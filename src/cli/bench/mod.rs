@@ -13,9 +13,13 @@
 //! - `spread`: the same clients on distinct names.
 //! - `held`: `--held` leases with auto-renew in this process: CPU share of one core and resident
 //!   memory per lease while they renew.
+//!
+//! `baseline` and `uncontended` run interleaved, in alternating turns of `--interleave` (see
+//! [`turns`]), so that their ratio compares them in the same machine state.
 
 mod baseline;
 mod cases;
+mod turns;
 
 use std::time::Duration;
 
@@ -43,6 +47,10 @@ pub(crate) struct BenchArgs {
     /// Cases to run, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "baseline,uncontended,contended,spread,held")]
     pub(crate) cases: Vec<String>,
+    /// `baseline` and `uncontended` take turns of this long (their ratio then compares the same
+    /// minutes); `0s` runs them one after the other.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "250ms")]
+    pub(crate) interleave: Duration,
     /// Print the report as JSON on stdout (progress still goes to stderr).
     #[arg(long)]
     pub(crate) json: bool,
@@ -78,6 +86,9 @@ pub(crate) struct CaseResult {
     pub(crate) clients: usize,
     pub(crate) ops: u64,
     pub(crate) errors: u64,
+    /// The case that took turns with this one (`--interleave`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) interleaved_with: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) note: Option<String>,
 }
@@ -99,6 +110,8 @@ pub(crate) struct BenchReport {
     backend: String,
     url: String,
     duration_ms: u128,
+    /// The turns of `baseline` and `uncontended` (0: one after the other).
+    interleave_ms: u128,
     clients: usize,
     ttl_ms: u128,
     cases: Vec<CaseResult>,
@@ -138,35 +151,56 @@ pub(crate) async fn run(args: BenchArgs, out: &crate::Redactor) -> Result<bool, 
     ));
     let mut results = Vec::new();
     let mut ok = true;
-    let chosen: Vec<&&str> = KNOWN.iter().filter(|k| args.cases.iter().any(|c| c == *k)).collect();
+    let chosen: Vec<&str> = KNOWN.iter().copied().filter(|k| args.cases.iter().any(|c| c == k)).collect();
+    let paired = !args.interleave.is_zero() && chosen.contains(&"baseline") && chosen.contains(&"uncontended");
     let progress = crate::cli::progress::Progress::new(chosen.len(), out);
+    let turns = turns::Turns::new(args.interleave);
     for name in chosen {
-        progress.started(&format!("{name} …"), Some(&format!("[bench] {name} …")));
-        let result = match *name {
-            "baseline" => baseline::run(&plan).await,
-            "uncontended" => cases::uncontended(&plan).await,
-            "contended" => cases::contended(&plan).await,
-            "spread" => cases::spread(&plan).await,
-            _ => cases::held(&plan).await,
-        };
-        let result = match result {
-            Ok(r) => r,
-            Err(e) => {
-                ok = false;
-                CaseResult {
-                    name: (*name).to_owned(),
-                    note: Some(format!("error: {e}")),
-                    errors: 1,
-                    ..Default::default()
+        let mut ran = Vec::new();
+        match name {
+            "uncontended" if paired => continue,
+            "baseline" if paired => {
+                progress.started(
+                    "baseline and uncontended, taking turns …",
+                    Some("[bench] baseline and uncontended, taking turns …"),
+                );
+                let d = plan.duration;
+                let (b, u) = tokio::join!(
+                    baseline::run(&plan, turns::Schedule::taking_turns(&turns, 0, d)),
+                    cases::uncontended(&plan, turns::Schedule::taking_turns(&turns, 1, d)),
+                );
+                for (r, other) in [(b, "uncontended"), (u, "baseline")] {
+                    ran.push(r.map(|mut r| {
+                        r.interleaved_with = Some(other.to_owned());
+                        r
+                    }));
                 }
             }
-        };
-        // A case that did nothing measured nothing: the run fails and says why (its note).
-        if result.exclusion_ok == Some(false) || (result.ops == 0 && result.errors > 0) {
-            ok = false;
+            _ => {
+                progress.started(&format!("{name} …"), Some(&format!("[bench] {name} …")));
+                let alone = turns::Schedule::alone(plan.duration);
+                ran.push(match name {
+                    "baseline" => baseline::run(&plan, alone).await,
+                    "uncontended" => cases::uncontended(&plan, alone).await,
+                    "contended" => cases::contended(&plan).await,
+                    "spread" => cases::spread(&plan).await,
+                    _ => cases::held(&plan).await,
+                });
+            }
         }
-        progress.finished(&format!("[bench] {}", one_line(&result)), true);
-        results.push(result);
+        let names = if name == "baseline" && paired { vec!["baseline", "uncontended"] } else { vec![name] };
+        for (result, name) in ran.into_iter().zip(names) {
+            let result = result.unwrap_or_else(|e| {
+                ok = false;
+                CaseResult { name: name.to_owned(), note: Some(format!("error: {e}")), errors: 1, ..Default::default() }
+            });
+            // A case that did nothing measured nothing: the run fails and says why (its note).
+            if result.exclusion_ok == Some(false) || (result.ops == 0 && result.errors > 0) {
+                ok = false;
+            }
+            progress.finished(&format!("[bench] {}", one_line(&result)), true);
+            results.push(result);
+        }
     }
     progress.done();
     let ratios = ratios(&results);
@@ -174,6 +208,7 @@ pub(crate) async fn run(args: BenchArgs, out: &crate::Redactor) -> Result<bool, 
         backend,
         url: config.redacted_url(),
         duration_ms: args.duration.as_millis(),
+        interleave_ms: if paired { args.interleave.as_millis() } else { 0 },
         clients: args.clients,
         ttl_ms: args.ttl.as_millis(),
         cases: results,
