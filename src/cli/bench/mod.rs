@@ -169,27 +169,30 @@ pub(crate) async fn run(args: BenchArgs, out: &crate::Redactor) -> Result<bool, 
                     baseline::run(&plan, turns::Schedule::taking_turns(&turns, 0, d)),
                     cases::uncontended(&plan, turns::Schedule::taking_turns(&turns, 1, d)),
                 );
-                for (r, other) in [(b, "uncontended"), (u, "baseline")] {
-                    ran.push(r.map(|mut r| {
-                        r.interleaved_with = Some(other.to_owned());
-                        r
-                    }));
+                for (case, r, other) in [("baseline", b, "uncontended"), ("uncontended", u, "baseline")] {
+                    ran.push((
+                        case,
+                        r.map(|mut r| {
+                            r.interleaved_with = Some(other.to_owned());
+                            r
+                        }),
+                    ));
                 }
             }
             _ => {
                 progress.started(&format!("{name} …"), Some(&format!("[bench] {name} …")));
                 let alone = turns::Schedule::alone(plan.duration);
-                ran.push(match name {
+                let r = match name {
                     "baseline" => baseline::run(&plan, alone).await,
                     "uncontended" => cases::uncontended(&plan, alone).await,
                     "contended" => cases::contended(&plan).await,
                     "spread" => cases::spread(&plan).await,
                     _ => cases::held(&plan).await,
-                });
+                };
+                ran.push((name, r));
             }
         }
-        let names = if name == "baseline" && paired { vec!["baseline", "uncontended"] } else { vec![name] };
-        for (result, name) in ran.into_iter().zip(names) {
+        for (name, result) in ran {
             let result = result.unwrap_or_else(|e| {
                 ok = false;
                 CaseResult { name: name.to_owned(), note: Some(format!("error: {e}")), errors: 1, ..Default::default() }
