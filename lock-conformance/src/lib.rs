@@ -120,7 +120,8 @@
 //! the randomized `nemesis`; then, appended: several locks at once (`acquire_all_*`), the server's
 //! bound on validity (`validity_within_server_bound`), re-grants (`regrant_extends_lease`), the
 //! quiet period after an empty restart (`fault_restart_quiet_period`), release cancelled at each
-//! await point (`release_cancelled`), retried after a failure (`release_retried_after_failure`),
+//! await point (`release_cancelled`), retried after a failure (`release_retried_after_failure`), answered after its answer was lost
+//! (`release_reply_lost`),
 //! a slow grant renewed in time (`slow_grant_renewed_in_time`), the lost signal by
 //! `valid_until` (`lost_by_valid_until`), busy at the deadline is `Timeout`
 //! (`busy_at_deadline_is_timeout`), `WaitPolicy::Forever` outlasting transient errors
@@ -269,6 +270,7 @@ macro_rules! conformance_tests {
                 fault_restart_quiet_period,
                 release_cancelled,
                 release_retried_after_failure,
+                release_reply_lost,
                 busy_at_deadline_is_timeout,
                 forever_survives_transient_errors,
                 long_name_prefixes,

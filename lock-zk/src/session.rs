@@ -218,21 +218,26 @@ pub(crate) async fn delete_every(
 }
 
 /// Deletes `path`: `Released` if it was there, `NotOwner` if it was gone (or the session is,
-/// which deleted it).
+/// which deleted it). A node found gone after an earlier try of ours went unanswered is
+/// `Released`: that try may have deleted it (its answer lost with the connection), and calling
+/// it a loss would tell the caller its lock was taken when it was released as asked.
 pub(crate) async fn delete_with_retry(client: &Client, path: &str) -> Result<ReleaseOutcome, LockError> {
     let end = Instant::now() + cleanup_budget(client);
     let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
     let mut last = LockError::unavailable(BACKEND, "the lock node could not be deleted");
+    let mut unanswered = false;
     while Instant::now() < end {
         if client.state().is_terminated() {
             return Ok(ReleaseOutcome::NotOwner);
         }
         match call(client.session_timeout(), "deleting the lock node", client.delete(path, None)).await {
             Ok(()) => return Ok(ReleaseOutcome::Released),
+            Err(Failure::Server(ZkError::NoNode)) if unanswered => return Ok(ReleaseOutcome::Released),
             Err(Failure::Server(ZkError::NoNode)) | Err(Failure::SessionGone) => return Ok(ReleaseOutcome::NotOwner),
             Err(Failure::Server(e)) => return Err(LockError::backend(BACKEND, e)),
             Err(Failure::Transient(e)) => {
                 last = e;
+                unanswered = true;
                 sleep(backoff.next_delay()).await;
             }
         }

@@ -503,3 +503,52 @@ pub async fn slow_grant_renewed_in_time(fx: &dyn Fixture) -> CaseResult {
     outcome?;
     Ok(format!("grant took {} ms of a {} ms ttl; held 3 ttls", ms(took), ms(ttl)))
 }
+
+/// A release whose request reached the server but whose answer was lost (every connection of
+/// the holder reset while the answer was on its way) released the lock: however the client
+/// goes on (retrying in place, or answering `Unavailable` for the next `release()` to retry),
+/// finding the entry gone after its own unanswered try must answer `Ok`, never `Lost`: nothing
+/// else touched the lock. Three rounds, each reset half way through the answer's trip.
+pub async fn release_reply_lost(fx: &dyn Fixture) -> CaseResult {
+    let cx = Ctx::new(fx, "release_reply_lost").await?;
+    let (holder, link) = cx.linked().await?;
+    let other = cx.client().await?;
+    let delay = cx.ttl() / 10;
+    let mut firsts = Vec::new();
+    for round in 0..3 {
+        let name = cx.name(&format!("reply-lost/{round}"))?;
+        let lease = holder.acquire(&name, &cx.opts(cx.ttl() * 4)).await?;
+        link.set_latency(delay).await;
+        let reset = async {
+            // The request arrives after one delay, its answer after two: cut in between.
+            tokio::time::sleep(delay * 3 / 2).await;
+            link.reset_connections().await;
+        };
+        let (first, ()) = tokio::join!(lease.release(), reset);
+        link.set_latency(Duration::ZERO).await;
+        let first_text = match &first {
+            Ok(()) => "Ok".to_owned(),
+            Err(e) => e.to_string().chars().take(60).collect(),
+        };
+        let answer = match first {
+            Err(LockError::Unavailable { .. }) => lease.release().await,
+            other => other,
+        };
+        match answer {
+            Ok(()) => {}
+            Err(LockError::Lost { .. }) => fail!(
+                "round {round}: a release whose answer was lost (first answer {first_text}) reported the lease \
+                 lost; nothing but the release touched it ({:?})",
+                lease.lost().reason()
+            ),
+            Err(e) => fail!("round {round}: the release after the reset failed: {e} (first answer {first_text})"),
+        }
+        ensure!(!lease.lost().is_fired(), "round {round}: the released lease fired its lost signal");
+        match other.try_acquire(&name, &cx.opts(cx.ttl())).await? {
+            Some(next) => next.release().await?,
+            None => fail!("round {round}: release() answered Ok but the lock was still held"),
+        }
+        firsts.push(first_text);
+    }
+    Ok(format!("{} ms each way, reset after {} ms; first answers {firsts:?}", ms(delay), ms(delay * 3 / 2)))
+}

@@ -190,6 +190,7 @@ registry! {
     restart::fault_restart_quiet_period, 14, "after an empty restart nothing is granted while a forgotten lease may be believed";
     lease::release_cancelled, 12, "a release() dropped at any await point still frees the lock well before its ttl";
     lease::release_retried_after_failure, 10, "a release after a failed release reaches the server; Ok means freed";
+    lease::release_reply_lost, 10, "a release whose answer was lost with the connection is Ok, never Lost";
     waiting::busy_at_deadline_is_timeout, 10, "a lock busy at the deadline is Timeout, never Unavailable, over a slow link";
     waiting::forever_survives_transient_errors, 12, "WaitPolicy::Forever retries transient errors until granted";
     names::long_name_prefixes, 6, "long names differing only in their last byte or character are independent locks";
