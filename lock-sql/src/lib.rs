@@ -87,17 +87,18 @@
 //!
 //! WITH cur AS (SELECT name FROM dlock_leases WHERE name = $1 AND owner = $2
 //!               AND expires_at > NOW_MS FOR NO KEY UPDATE),
-//!   head AS (SELECT owner, ttl_ms, holder, metadata FROM dlock_leases_waiters
+//!   head AS (SELECT owner, ttl_ms, holder, metadata, wake FROM dlock_leases_waiters
 //!            WHERE name = $1 AND EXISTS (SELECT 1 FROM cur) AND expires_at > NOW_MS
 //!            ORDER BY seq, owner LIMIT 1 FOR UPDATE),
 //!   granted AS (UPDATE dlock_leases l SET owner = h.owner,              -- NULL: nobody waits
 //!                 fence = GREATEST(l.fence + 1, NOW_US),                -- when handed over
 //!                 expires_at = CLOCK_MS + h.ttl_ms, holder = h.holder, metadata = h.metadata
 //!               FROM cur LEFT JOIN head h ON h.ttl_ms > 0 WHERE l.name = cur.name
-//!               RETURNING l.owner, l.fence),
+//!               RETURNING l.owner, l.fence, h.wake),
 //!   dequeued AS (DELETE FROM dlock_leases_waiters w USING granted g
 //!                WHERE w.name = $1 AND w.owner = g.owner)
-//! SELECT pg_notify('dlock_leases', 'dlock-grant:' || g.owner || ':' || g.fence) FROM granted g;
+//! SELECT pg_notify(COALESCE(g.wake, 'dlock_leases'), 'dlock-grant:' || g.owner || ':' || g.fence)
+//!   FROM granted g;  -- wake: the head's client's own channel (its queue entry names it)
 //! -- CLOCK_MS: clock_timestamp(), read once the row is locked (now() is the statement's start)
 //! ```
 //!
@@ -122,14 +123,18 @@
 //! head that vanished with a grant in flight keeps the lock for its ttl; only heads whose entry
 //! is live (refreshed within `8 × max_poll + 250 ms`) are granted. Queue entries written by an
 //! older version (`ttl_ms = 0`) are only woken, with `dlock-waiter:<owner>`, as before. The
-//! columns this adds to a PostgreSQL waiter table make an older client refuse that table at
+//! columns this adds (and `wake`, below) to a PostgreSQL waiter table make an older client refuse that table at
 //! connect (its squatting check names them, a `Config` error): upgrade every client of one table
 //! together.
 //!
-//! Waiters are woken by `LISTEN`/`NOTIFY`: release notifies on the channel named like the table,
-//! in the same statement (so only a committed release notifies), and only when someone waits:
-//! the payload `dlock-grant:<owner>:<fence>` names the head of the waiter queue, so every client
-//! hears it and only the one holding that waiter takes it; every kind has its own payload
+//! Waiters are woken by `LISTEN`/`NOTIFY`: release notifies in the same statement (so only a
+//! committed release notifies), and only when someone waits, with the payload
+//! `dlock-grant:<owner>:<fence>` naming the head of the waiter queue, on the channel the head's
+//! queue entry names: its client's own (`dlock_w_<32 hex>`, which that client's listener
+//! `LISTEN`s on beside the table's channel), so one client hears it, not every client of the
+//! table. An older version's entry names none and is notified on the channel named like the
+//! table, which every client hears. The read-write lock and the semaphore notify per name on
+//! the table's channel; every kind has its own payload
 //! prefix, none the start of another, so no kind wakes another's waiters. Election observers
 //! (`watch_changes`, contract §5.8) keep a row in the waiter queue that holds nobody back;
 //! while one lives, grants and releases of that name also notify `dlock:<name>` (statements

@@ -44,7 +44,7 @@ pub(crate) struct Bounds {
 /// in a background task, reconnecting with back-off.
 pub(crate) async fn start(
     options: PgConnectOptions,
-    channel: String,
+    channels: Vec<String>,
     hub: WakeHub,
     handoffs: Arc<Handoffs>,
     bounds: Bounds,
@@ -60,18 +60,18 @@ pub(crate) async fn start(
         .connect_lazy_with(options);
     let rt = tokio::runtime::Handle::try_current()
         .map_err(|_| LockError::config("lock-sql needs a Tokio runtime: connect from within one"))?;
-    let listener = open(&pool, &channel, bounds).await?;
+    let listener = open(&pool, &channels, bounds).await?;
     hub.set_live_since(Some(Instant::now()));
-    let task = rt.spawn(run(pool, channel, hub, handoffs, listener, bounds));
+    let task = rt.spawn(run(pool, channels, hub, handoffs, listener, bounds));
     Ok(Listener { task })
 }
 
-async fn open(pool: &PgPool, channel: &str, bounds: Bounds) -> Result<PgListener, LockError> {
+async fn open(pool: &PgPool, channels: &[String], bounds: Bounds) -> Result<PgListener, LockError> {
     let work = async {
         let mut l = PgListener::connect_with(pool).await?;
         // We reconnect ourselves, so that we know when to wake everybody.
         l.eager_reconnect(false);
-        l.listen(channel).await?;
+        l.listen_all(channels.iter().map(String::as_str)).await?;
         Ok::<_, sqlx::Error>(l)
     };
     match timeout(bounds.connect + bounds.query, work).await {
@@ -86,7 +86,7 @@ async fn open(pool: &PgPool, channel: &str, bounds: Bounds) -> Result<PgListener
 
 async fn run(
     pool: PgPool,
-    channel: String,
+    channels: Vec<String>,
     hub: WakeHub,
     handoffs: Arc<Handoffs>,
     mut listener: PgListener,
@@ -121,7 +121,7 @@ async fn run(
                 Err(_) => format!("a ping did not answer within {:?}", bounds.query),
             },
         };
-        tracing::warn!(channel, reason = %broken, "postgres listener lost its connection; reconnecting");
+        tracing::warn!(?channels, reason = %broken, "postgres listener lost its connection; reconnecting");
         drop(listener);
         hub.set_live_since(None);
         // Waiters also wake on their own timers (never later than the holder's lease ends), so
@@ -130,12 +130,12 @@ async fn run(
         let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
         listener = loop {
             tokio::time::sleep(backoff.next_delay()).await;
-            match open(&pool, &channel, bounds).await {
+            match open(&pool, &channels, bounds).await {
                 Ok(l) => break l,
-                Err(e) => tracing::debug!(channel, error = %e, "postgres listener reconnect failed"),
+                Err(e) => tracing::debug!(?channels, error = %e, "postgres listener reconnect failed"),
             }
         };
-        tracing::info!(channel, "postgres listener reconnected");
+        tracing::info!(?channels, "postgres listener reconnected");
         hub.set_live_since(Some(Instant::now()));
         // Releases sent while we were away are lost: let every waiter try again.
         hub.wake_all();

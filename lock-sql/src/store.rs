@@ -176,7 +176,7 @@ impl SqlStore {
     ) -> Result<bool, LockError> {
         let has = |c: &str| facts.columns.iter().any(|(name, _)| name.eq_ignore_ascii_case(c));
         let mut added = false;
-        for column in ["ttl_ms", "holder", "metadata"] {
+        for column in ["ttl_ms", "holder", "metadata", "wake"] {
             let Some(alter) = self.dialect.add_queue_column(table, column) else { continue };
             if has(column) {
                 continue;

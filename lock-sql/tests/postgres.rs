@@ -95,7 +95,7 @@ async fn extra_listener_reconnects() {
     let a = fx.client().await.unwrap();
     let b = fx.client().await.unwrap();
     let killed: Vec<bool> =
-        sqlx::query_scalar("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = $1")
+        sqlx::query_scalar("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE starts_with(query, $1)")
             .bind(&listen)
             .fetch_all(&admin)
             .await
@@ -103,7 +103,7 @@ async fn extra_listener_reconnects() {
     assert_eq!(killed.len(), 2, "each client keeps one LISTEN connection");
     let back = async {
         loop {
-            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE query = $1")
+            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE starts_with(query, $1)")
                 .bind(&listen)
                 .fetch_one(&admin)
                 .await
@@ -375,4 +375,88 @@ async fn extra_an_early_wake_up_is_kept_for_its_waiter() {
     let nobody = store.subscribe_waiter(&name, other).await.unwrap().unwrap();
     let quiet = tokio::time::timeout(Duration::from_millis(50), nobody.woken()).await;
     assert!(quiet.is_err(), "another waiter does not get it");
+}
+
+/// A hand-off notifies the head's own client only (its queue entry names the channel that
+/// client listens on alone), not every client of the table; an entry without a channel (queued
+/// by an older version, or in a queue table made before the column existed, which connecting
+/// adds) is notified on the table's channel, which every client still listens on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extra_a_handoff_notifies_only_the_heads_client() {
+    use lock_core::{AcquireOptions, DistributedLock, LockName, OwnerId};
+    let fx = SqlFixture::postgres().await.unwrap();
+    let table = format!("dlock_wake_{}", &OwnerId::random().to_hex()[..12]);
+    let admin = sqlx::PgPool::connect(fx.url()).await.unwrap();
+    // The queue table as the previous version made it: no `wake` column.
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "CREATE TABLE \"{table}_waiters\" (name TEXT COLLATE \"C\" NOT NULL, owner TEXT NOT NULL, \
+         seq BIGINT NOT NULL, expires_at BIGINT NOT NULL, ttl_ms BIGINT NOT NULL DEFAULT 0, holder TEXT, \
+         metadata TEXT, PRIMARY KEY (name, owner))"
+    )))
+    .execute(&admin)
+    .await
+    .unwrap();
+    let opts = fx.options().table(table.clone());
+    let (holder, waiter) = (lock_sql::connect(fx.url(), opts.clone()), lock_sql::connect(fx.url(), opts));
+    let (holder, waiter) = (holder.await.unwrap(), waiter.await.unwrap());
+    let mut raw = sqlx::postgres::PgListener::connect(fx.url()).await.unwrap();
+    raw.listen(&table).await.unwrap();
+    let name = LockName::new("handed").unwrap();
+    let lease_opts = AcquireOptions::new(Duration::from_secs(10)).wait(Duration::from_secs(10));
+    let queued = |owner_is: &'static str| {
+        let (admin, table) = (admin.clone(), table.clone());
+        async move {
+            let sql = format!("SELECT count(*) FROM \"{table}_waiters\" WHERE name = 'handed' AND {owner_is}");
+            for _ in 0..200 {
+                let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(sql.clone())).fetch_one(&admin).await.unwrap();
+                if n > 0 {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            panic!("no waiter entry ({owner_is}) appeared");
+        }
+    };
+
+    // A waiter of this version: its entry names its client's channel.
+    let held = holder.acquire(&name, &lease_opts).await.unwrap();
+    let wait = tokio::spawn(async move { waiter.acquire(&name, &lease_opts).await.map(|l| (l, waiter)) });
+    queued("wake IS NOT NULL").await;
+    held.release().await.unwrap();
+    let (lease, _waiter) = wait.await.unwrap().unwrap();
+    let grants = grants_heard(&mut raw).await;
+    assert!(grants.is_empty(), "the hand-off was notified on the table's channel too: {grants:?}");
+    lease.release().await.unwrap();
+
+    // An older version's entry (no channel): notified on the table's channel.
+    let name = LockName::new("handed").unwrap();
+    let held = holder.acquire(&name, &AcquireOptions::new(Duration::from_secs(10))).await.unwrap();
+    let old = OwnerId::random().to_hex();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO \"{table}_waiters\" (name, owner, seq, expires_at, ttl_ms) \
+         VALUES ('handed', $1, 1, (extract(epoch from now()) * 1000)::bigint + 60000, 10000)"
+    )))
+    .bind(&old)
+    .execute(&admin)
+    .await
+    .unwrap();
+    queued("wake IS NULL").await;
+    held.release().await.unwrap();
+    let grants = grants_heard(&mut raw).await;
+    assert_eq!(grants.len(), 1, "the older waiter's grant: {grants:?}");
+    assert!(grants[0].starts_with(&format!("dlock-grant:{old}:")), "{grants:?}");
+    for t in [format!("{table}_waiters"), table] {
+        sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE \"{t}\""))).execute(&admin).await.unwrap();
+    }
+}
+
+/// The grant notifications heard until none comes for 500 ms.
+async fn grants_heard(raw: &mut sqlx::postgres::PgListener) -> Vec<String> {
+    let mut grants = Vec::new();
+    while let Ok(Ok(m)) = tokio::time::timeout(Duration::from_millis(500), raw.recv()).await {
+        if m.payload().starts_with("dlock-grant:") {
+            grants.push(m.payload().to_owned());
+        }
+    }
+    grants
 }

@@ -72,7 +72,14 @@ fn sqlstate(db: &(dyn DatabaseError + 'static)) -> Class {
 /// A PostgreSQL database: its pool, its statements and its listener.
 pub(crate) struct Postgres {
     pool: Arc<ConnPool<PgConnection>>,
+    /// The table's channel: every client of the table listens on it (observers, and waiters
+    /// queued by an older version, which name no channel of their own).
     channel: String,
+    /// This client's own channel, named in its waiters' queue entries: a hand-off to one of
+    /// them notifies only this client's listener, not every client's (one delivery per
+    /// hand-off; PostgreSQL before 19 still signals every listening backend, which then skips
+    /// a channel it does not listen on).
+    wake: String,
     /// Statements bounded by the `statement_timeout` of every session.
     profile: Profile,
     sql: Statements,
@@ -129,10 +136,14 @@ async fn open(
     timeout(bound, ping).await.map_err(|_| too_slow(CODES, bound))?.map_err(|e| unreachable(CODES, e))?;
     let bounds = listen::Bounds { connect: bound, query: options.request_timeout, codes: CODES };
     let handoffs = Arc::new(Handoffs::default());
-    let listener = listen::start(opts, options.table.clone(), hub, Arc::clone(&handoffs), bounds).await?;
+    // 40 bytes, within PostgreSQL's 63 for a channel name whatever the table's name.
+    let wake = format!("dlock_w_{}", lock_core::OwnerId::random().to_hex());
+    let channels = vec![options.table.clone(), wake.clone()];
+    let listener = listen::start(opts, channels, hub, Arc::clone(&handoffs), bounds).await?;
     let sql = Statements::new(&options.table);
     let profile = Profile::new(CODES, true, true, sql.lease_ddl.clone(), sql.queue_ddl.clone());
-    let mut dialect = Postgres { pool, channel: options.table.clone(), profile, sql, handoffs, _listener: listener };
+    let channel = options.table.clone();
+    let mut dialect = Postgres { pool, channel, wake, profile, sql, handoffs, _listener: listener };
     dialect.profile.statement_bound = options.request_timeout;
     Ok(Arc::new(dialect))
 }
@@ -200,7 +211,7 @@ struct Args<'a> {
     name: &'a str,
     owner: &'a str,
     ms: i64,
-    /// The NOTIFY channel (release only).
+    /// The NOTIFY channel (release: the table's; acquire: the one its waiters are woken on).
     channel: &'a str,
     /// Acquire only.
     who: Who<'a>,
@@ -247,7 +258,7 @@ impl Dialect for Postgres {
     async fn acquire(&self, grant: Grant<'_>) -> Result<Upsert, sqlx::Error> {
         let Grant { name, owner, ttl_ms, who, wait } = grant;
         let sql = if wait.may_be_queued() { &self.sql.acquire } else { &self.sql.acquire_first };
-        let args = (Args { sql, name, owner, ms: ttl_ms, channel: "", who }, wait);
+        let args = (Args { sql, name, owner, ms: ttl_ms, channel: &self.wake, who }, wait);
         let row = self
             .pool
             .with(Use::Take, &args, |c, (a, wait)| {
@@ -260,6 +271,7 @@ impl Dialect for Postgres {
                         .bind(a.who.metadata)
                         .bind(wait.lifetime_ms())
                         .bind(wait.place())
+                        .bind(a.channel)
                         .fetch_all(c)
                         .await
                 })

@@ -28,10 +28,12 @@ const CLOCK: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
 const REFUSAL_COMMITS_ASYNC: &str = "set_config('synchronous_commit', 'off', true)";
 
 /// The waiter queue's columns that later versions added, with their `ADD COLUMN` definition:
-/// what a hand-off grants the head (its ttl, holder and metadata). `ttl_ms = 0` (an entry written
-/// by an older version) is never granted in a release, only woken.
+/// what a hand-off grants the head (its ttl, holder and metadata), and the channel its client
+/// listens on alone (`wake`). `ttl_ms = 0` (an entry written by an older version) is never
+/// granted in a release, only woken; `wake` NULL (an older version's) is notified on the
+/// table's channel, which every client listens on too.
 pub(super) const QUEUE_ADDED: &[(&str, &str)] =
-    &[("ttl_ms", "BIGINT NOT NULL DEFAULT 0"), ("holder", "TEXT"), ("metadata", "TEXT")];
+    &[("ttl_ms", "BIGINT NOT NULL DEFAULT 0"), ("holder", "TEXT"), ("metadata", "TEXT"), ("wake", "TEXT")];
 
 pub(super) const FLAVOR: Flavor = Flavor {
     quote: '"',
@@ -87,7 +89,7 @@ impl Statements {
         let qq = quote_table(&queue_table(t), '"');
         // The head of the queue: the live waiter with the lowest (seq, owner).
         let head = format!(
-            "SELECT w.owner FROM {qq} w WHERE w.name = f.name AND w.expires_at > {NOW} \
+            "SELECT w.owner, w.wake FROM {qq} w WHERE w.name = f.name AND w.expires_at > {NOW} \
              AND w.seq < {OBSERVER_SEQ} ORDER BY w.seq, w.owner LIMIT 1"
         );
         let lease_ddl = format!(
@@ -97,7 +99,7 @@ impl Statements {
         let queue_ddl = format!(
             "CREATE TABLE IF NOT EXISTS {qq} (name TEXT COLLATE \"C\" NOT NULL, owner TEXT NOT NULL, \
              seq BIGINT NOT NULL, expires_at BIGINT NOT NULL, ttl_ms BIGINT NOT NULL DEFAULT 0, holder TEXT, \
-             metadata TEXT, PRIMARY KEY (name, owner))"
+             metadata TEXT, wake TEXT, PRIMARY KEY (name, owner))"
         );
         // `dlock:<name>` for election observers, only while one observes (crate::observers).
         let notify_observers = |name: &str| observers::notify(t, &qq, name, NOW);
@@ -151,7 +153,8 @@ impl Statements {
                 "WITH freed AS ( \
                    UPDATE {qt} SET owner = NULL, expires_at = {NOW} \
                    WHERE name = $1 AND fence = $2 AND owner IS NOT NULL AND expires_at > {NOW} RETURNING name) \
-                 SELECT (SELECT pg_notify($3, $4 || h.owner) FROM ({head}) h)::text, {} FROM freed f",
+                 SELECT (SELECT pg_notify(COALESCE(h.wake, $3), $4 || h.owner) FROM ({head}) h)::text, {} \
+                 FROM freed f",
                 notify_observers("f.name")
             )
             .into(),
@@ -178,7 +181,8 @@ impl Statements {
 
 /// The exclusive acquire statement (see `Statements::new`): `$1` name, `$2` owner, `$3` ttl ms,
 /// `$4` holder, `$5` metadata, `$6` the queue entry's lifetime in ms (0: never queue), `$7` the
-/// caller's place. A refusal reads the lease row again under a row lock (`cur`): the fence it
+/// caller's place, `$8` the channel its client listens on alone (a hand-off to it notifies
+/// only there). A refusal reads the lease row again under a row lock (`cur`): the fence it
 /// reports is the latest committed grant's, which is what a queued waiter compares a hand-off's
 /// fence with (crate::handoff). `clean_up`: a grant deletes the caller's queue entry and the name's expired
 /// ones (only an attempt that may be queued needs it: the clause costs the server a DELETE's
@@ -212,11 +216,12 @@ fn acquire_sql(qt: &str, qq: &str, notify_observers: &str, clean_up: bool) -> St
               OR ((l.owner IS NULL OR l.expires_at <= {NOW}) AND NOT EXISTS (SELECT 1 FROM ahead)) \
            RETURNING fence, {notify_observers}), \
          queued AS ( \
-           INSERT INTO {qq} AS w (name, owner, seq, expires_at, ttl_ms, holder, metadata) \
-           SELECT $1, $2, {NOW_US}, {NOW} + $6::bigint, $3::bigint, $4, $5 \
+           INSERT INTO {qq} AS w (name, owner, seq, expires_at, ttl_ms, holder, metadata, wake) \
+           SELECT $1, $2, {NOW_US}, {NOW} + $6::bigint, $3::bigint, $4, $5, $8::text \
            WHERE $6::bigint > 0 AND NOT EXISTS (SELECT 1 FROM granted) \
            ON CONFLICT (name, owner) DO UPDATE SET expires_at = EXCLUDED.expires_at, \
-             ttl_ms = EXCLUDED.ttl_ms, holder = EXCLUDED.holder, metadata = EXCLUDED.metadata \
+             ttl_ms = EXCLUDED.ttl_ms, holder = EXCLUDED.holder, metadata = EXCLUDED.metadata, \
+             wake = EXCLUDED.wake \
            RETURNING seq), \
          cur AS (SELECT owner, fence, expires_at FROM {qt} WHERE name = $1 FOR NO KEY UPDATE){dequeued} \
          SELECT fence, NULL::bigint AS remaining, NULL::bigint AS seq, NULL::bigint AS seen FROM granted \
@@ -235,7 +240,8 @@ fn acquire_sql(qt: &str, qq: &str, notify_observers: &str, clean_up: bool) -> St
 /// of that entry in progress is waited for and the entry skipped, the next one taken; a leave
 /// after this lock finds its grant, crate::handoff); a head that carries a ttl gets the lease —
 /// new fence, `expires_at` read from the clock now that the row is locked + its ttl, its holder
-/// and metadata — and loses its entry, and is notified `dlock-grant:<owner>:<fence>`; without
+/// and metadata — and loses its entry, and is notified `dlock-grant:<owner>:<fence>` on its client's
+/// own channel (`wake`; the table's for an older version's entry, which has none); without
 /// such a head our row is freed (a free row passed on stays as it is) and a head of an older
 /// version (ttl 0) is only woken. The
 /// name's observers are notified either way. Notifications are delivered on commit.
@@ -245,7 +251,7 @@ fn handing(qt: &str, qq: &str, notify_observers: &str, pass_on: bool) -> String 
     format!(
         "WITH cur AS (SELECT name FROM {qt} WHERE name = $1 AND {which} FOR NO KEY UPDATE), \
          head AS ( \
-           SELECT w.owner, w.ttl_ms, w.holder, w.metadata FROM {qq} w \
+           SELECT w.owner, w.ttl_ms, w.holder, w.metadata, w.wake FROM {qq} w \
            WHERE w.name = $1 AND EXISTS (SELECT 1 FROM cur) AND w.expires_at > {NOW} AND w.seq < {OBSERVER_SEQ} \
            ORDER BY w.seq, w.owner LIMIT 1 FOR UPDATE), \
          granted AS ( \
@@ -257,10 +263,11 @@ fn handing(qt: &str, qq: &str, notify_observers: &str, pass_on: bool) -> String 
              metadata = CASE WHEN h.owner IS NULL THEN l.metadata ELSE h.metadata END \
            FROM cur LEFT JOIN head h ON h.ttl_ms > 0 \
            WHERE l.name = cur.name AND (h.owner IS NOT NULL OR (l.owner = $2 AND l.expires_at > {NOW})) \
-           RETURNING l.name, l.owner, l.fence), \
+           RETURNING l.name, l.owner, l.fence, h.wake), \
          dequeued AS (DELETE FROM {qq} w USING granted g WHERE w.name = $1 AND w.owner = g.owner) \
-         SELECT (CASE WHEN g.owner IS NOT NULL THEN pg_notify($3, '{GRANT}' || g.owner || ':' || g.fence) \
-                 ELSE (SELECT pg_notify($3, $4 || h.owner) FROM head h) END)::text, \
+         SELECT (CASE WHEN g.owner IS NOT NULL \
+                   THEN pg_notify(COALESCE(g.wake, $3), '{GRANT}' || g.owner || ':' || g.fence) \
+                 ELSE (SELECT pg_notify(COALESCE(h.wake, $3), $4 || h.owner) FROM head h) END)::text, \
                 {notify_observers} FROM granted g"
     )
 }
@@ -294,6 +301,7 @@ mod tests {
                     .bind(None::<String>)
                     .bind(60_000i64)
                     .bind(i64::MAX)
+                    .bind("dlock_w_test")
                     .fetch_one(&mut *tx)
                     .await
                     .unwrap();
