@@ -120,14 +120,13 @@
 //! the randomized `nemesis`; then, appended: several locks at once (`acquire_all_*`), the server's
 //! bound on validity (`validity_within_server_bound`), re-grants (`regrant_extends_lease`), the
 //! quiet period after an empty restart (`fault_restart_quiet_period`), release cancelled at each
-//! await point (`release_cancelled`), retried after a failure (`release_retried_after_failure`), answered after its answer was lost
-//! (`release_reply_lost`),
-//! a slow grant renewed in time (`slow_grant_renewed_in_time`), the lost signal by
-//! `valid_until` (`lost_by_valid_until`), busy at the deadline is `Timeout`
-//! (`busy_at_deadline_is_timeout`), `WaitPolicy::Forever` outlasting transient errors
-//! (`forever_survives_transient_errors`), long look-alike names (`long_name_prefixes`), and the
-//! read-write lock and semaphore under faults (`kinds_pause_past_ttl`, `kinds_server_pause`,
-//! `kinds_nemesis`), leader election (`election_nemesis`, `election_resign_hands_over`,
+//! await point (`release_cancelled`), retried after a failure (`release_retried_after_failure`),
+//! whose answer was lost with the connection (`release_reply_lost`), a slow grant renewed in
+//! time (`slow_grant_renewed_in_time`), the lost signal by `valid_until` (`lost_by_valid_until`),
+//! busy at the deadline is `Timeout` (`busy_at_deadline_is_timeout`), `WaitPolicy::Forever`
+//! outlasting transient errors (`forever_survives_transient_errors`), long look-alike names
+//! (`long_name_prefixes`), and the read-write lock and semaphore under faults
+//! (`kinds_pause_past_ttl`, `kinds_server_pause`, `kinds_nemesis`), leader election (`election_nemesis`, `election_resign_hands_over`,
 //! `election_observers_converge`, `election_observers_notified`), run-once jobs (`hold_at_least_early_release`,
 //! `hold_at_least_late_release`), the fairness a `fifo` backend owes (`fifo_no_overtaking`,
 //! `fifo_vanished_head`) and the same for its read-write locks and semaphores when their own

@@ -123,9 +123,9 @@
 //! head that vanished with a grant in flight keeps the lock for its ttl; only heads whose entry
 //! is live (refreshed within `8 × max_poll + 250 ms`) are granted. Queue entries written by an
 //! older version (`ttl_ms = 0`) are only woken, with `dlock-waiter:<owner>`, as before. The
-//! columns this adds (and `wake`, below) to a PostgreSQL waiter table make an older client refuse that table at
-//! connect (its squatting check names them, a `Config` error): upgrade every client of one table
-//! together.
+//! columns this adds to a PostgreSQL waiter table (and `wake`, below) make an older client
+//! refuse that table at connect (its squatting check names them, a `Config` error): upgrade
+//! every client of one table together.
 //!
 //! Waiters are woken by `LISTEN`/`NOTIFY`: release notifies in the same statement (so only a
 //! committed release notifies), and only when someone waits, with the payload

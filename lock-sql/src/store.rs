@@ -167,7 +167,7 @@ impl SqlStore {
     }
 
     /// Adds the waiter queue's columns that a queue made by an older version lacks and the
-    /// dialect adds ([`Dialect::add_queue_column`]); true when it added any. Any other
+    /// dialect adds ([`Dialect::added_queue_columns`]); true when it added any. Any other
     /// difference is left to the judge.
     async fn add_missing_queue_columns(
         &self,
@@ -176,8 +176,7 @@ impl SqlStore {
     ) -> Result<bool, LockError> {
         let has = |c: &str| facts.columns.iter().any(|(name, _)| name.eq_ignore_ascii_case(c));
         let mut added = false;
-        for column in ["ttl_ms", "holder", "metadata", "wake"] {
-            let Some(alter) = self.dialect.add_queue_column(table, column) else { continue };
+        for (column, alter) in self.dialect.added_queue_columns(table) {
             if has(column) {
                 continue;
             }

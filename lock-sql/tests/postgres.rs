@@ -342,11 +342,16 @@ async fn extra_observers_are_notified_only_while_they_observe() {
 /// How many notifications with `payload` arrive until none comes for 500 ms (other tests' are
 /// skipped).
 async fn heard(raw: &mut sqlx::postgres::PgListener, payload: &str) -> usize {
-    let mut n = 0;
+    payloads(raw).await.iter().filter(|p| *p == payload).count()
+}
+
+/// The payloads that arrive until none comes for 500 ms.
+async fn payloads(raw: &mut sqlx::postgres::PgListener) -> Vec<String> {
+    let mut all = Vec::new();
     while let Ok(Ok(m)) = tokio::time::timeout(Duration::from_millis(500), raw.recv()).await {
-        n += usize::from(m.payload() == payload);
+        all.push(m.payload().to_owned());
     }
-    n
+    all
 }
 
 /// The listener's hub is live once its LISTEN is confirmed: a waiter's subscription says so
@@ -452,11 +457,5 @@ async fn extra_a_handoff_notifies_only_the_heads_client() {
 
 /// The grant notifications heard until none comes for 500 ms.
 async fn grants_heard(raw: &mut sqlx::postgres::PgListener) -> Vec<String> {
-    let mut grants = Vec::new();
-    while let Ok(Ok(m)) = tokio::time::timeout(Duration::from_millis(500), raw.recv()).await {
-        if m.payload().starts_with("dlock-grant:") {
-            grants.push(m.payload().to_owned());
-        }
-    }
-    grants
+    payloads(raw).await.into_iter().filter(|p| p.starts_with("dlock-grant:")).collect()
 }

@@ -201,10 +201,10 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     async fn hand_on(&self, _name: &str, _owner: &str) -> Result<(), sqlx::Error> {
         Ok(())
     }
-    /// The `ALTER TABLE` that adds `column` to an existing waiter queue `table` made by an
-    /// older version; `None` when the dialect's queue has no such added column.
-    fn add_queue_column(&self, _table: &str, _column: &str) -> Option<String> {
-        None
+    /// The columns later versions added to the waiter queue, each with the `ALTER TABLE` that
+    /// adds it to an existing queue `table` made by an older version; none by default.
+    fn added_queue_columns(&self, _table: &str) -> Vec<(&'static str, String)> {
+        Vec::new()
     }
     /// Marks `owner` as an election observer of `name` for `lifetime_ms` (crate::observers):
     /// grants and releases of `name` then notify. Only where the dialect [`Dialect::listens`];

@@ -298,9 +298,12 @@ impl Dialect for Postgres {
         self.pool.with(Use::Keep, &args, |c, a| Box::pin(handing(c, a))).await.map(drop)
     }
 
-    fn add_queue_column(&self, table: &str, column: &str) -> Option<String> {
-        let (_, def) = sql::QUEUE_ADDED.iter().find(|(c, _)| *c == column)?;
-        Some(format!("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {column} {def}", quote_table(table, '"')))
+    fn added_queue_columns(&self, table: &str) -> Vec<(&'static str, String)> {
+        let quoted = quote_table(table, '"');
+        sql::QUEUE_ADDED
+            .iter()
+            .map(|&(column, def)| (column, format!("ALTER TABLE {quoted} ADD COLUMN IF NOT EXISTS {column} {def}")))
+            .collect()
     }
 
     async fn observe(&self, name: &str, owner: &str, lifetime_ms: i64) -> Result<(), sqlx::Error> {
