@@ -14,9 +14,12 @@
 //! lost signal is therefore never later than with a task per lease. A renewal may start a little
 //! early (`watchdog::renewal_slack`), never late. What runs here must not block: the renewal
 //! futures and `LeaseEvents` calls are the ones that ran in those tasks, but a blocking one now
-//! holds back every lease of the runtime (said on `LeaseEvents`).
+//! holds back every lease of the runtime (said on `LeaseEvents`). A panic in them is caught
+//! where it is called and loses that one lease (its lost signal fires); a renewal that never
+//! answers is one future among the others and is dropped at `valid_until`.
 
 use std::collections::{BTreeSet, HashMap};
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures::future::{AbortHandle, Abortable, BoxFuture};
@@ -26,6 +29,7 @@ use tokio::runtime::{Handle, Id};
 use tokio::sync::Notify;
 use tokio::time::{sleep_until, Instant};
 
+use crate::lease::panic_message;
 use crate::watchdog::{Step, Watch, MAX_SLACK};
 use crate::LockError;
 
@@ -196,7 +200,15 @@ struct Closing(Arc<Driver>);
 
 impl Drop for Closing {
     fn drop(&mut self) {
-        drop(self.0.close());
+        let entries = self.0.close();
+        // Unwinding despite the guards in `run`: nothing renews these leases or watches their
+        // `valid_until` any more, so their holders are told now rather than never.
+        if std::thread::panicking() {
+            for entry in &entries {
+                entry.watch.shared.declare_lost("the watchdog driver of its runtime panicked");
+            }
+        }
+        drop(entries);
     }
 }
 
@@ -210,7 +222,13 @@ async fn run(driver: Arc<Driver>) {
         let mut going_on = Vec::new();
         let mut ended = Vec::new();
         for (id, mut entry) in driver.take_due(now) {
-            match entry.watch.on_wake(now) {
+            // A panic here (a hook called on a loss by time) must not unwind out of the one
+            // task that keeps every lease of the runtime: it loses this lease only.
+            let step = std::panic::catch_unwind(AssertUnwindSafe(|| entry.watch.on_wake(now))).unwrap_or_else(|p| {
+                entry.watch.shared.lose_to_panic("its watchdog step", &panic_message(p.as_ref()));
+                Step::Done
+            });
+            match step {
                 Step::Done => ended.push(entry),
                 Step::Wait(_) => going_on.push((id, entry)),
                 Step::Renew => {
@@ -244,7 +262,18 @@ fn renewal(id: u64, entry: &mut Entry) -> Renewal {
     let shared = Arc::clone(&entry.watch.shared);
     let (stop, registration) = AbortHandle::new_pair();
     entry.renewal = Some(stop);
-    Abortable::new(async move { shared.renew_once().await }, registration).map(move |outcome| (id, outcome)).boxed()
+    let renew = async move {
+        // A renewal that panics (a backend's handle, a hook) loses its own lease; unwinding
+        // would end the driver, and with it every lease of the runtime.
+        match AssertUnwindSafe(shared.renew_once()).catch_unwind().await {
+            Ok(outcome) => outcome,
+            Err(panic) => {
+                shared.lose_to_panic("its renewal", &panic_message(panic.as_ref()));
+                Err(shared.lost_error())
+            }
+        }
+    };
+    Abortable::new(renew, registration).map(move |outcome| (id, outcome)).boxed()
 }
 
 fn answered(driver: &Driver, id: u64, outcome: Result<Result<(), LockError>, futures::future::Aborted>) {

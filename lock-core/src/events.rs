@@ -11,7 +11,10 @@ use crate::LockError;
 /// Called by a [`Lease`](crate::Lease) as its life goes on. Exactly one of [`LeaseEvents::lost`]
 /// and [`LeaseEvents::released`] is called per lease, once. Calls come from the runtime's
 /// watchdog driver (one task for every lease of the runtime) or the caller's task: keep them
-/// short and non-blocking (count, record, return), or every lease's renewals wait.
+/// short and non-blocking (count, record, return), or every lease's renewals wait. A hook that
+/// panics is caught: a panic in `renewed` or `renew_failed` loses that lease (its lost signal
+/// fires and it is released in the background), one in `lost` or `released` is logged; no other
+/// lease is affected.
 pub trait LeaseEvents: Send + Sync + 'static {
     /// A renewal succeeded (the watchdog's or [`Lease::renew`](crate::Lease::renew)).
     fn renewed(&self) {}

@@ -1,6 +1,7 @@
 //! The `Lease` guard: fencing token, validity, renewal watchdog, lost signal, release on drop
 //! (docs/contract.md §3). Backends only supply a [`LeaseHandle`]; everything else lives here, once.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -200,15 +201,44 @@ impl Shared {
         }
     }
 
-    /// The hold ended (lost with a reason, or released): tells the observer, once.
+    /// The hold ended (lost with a reason, or released): tells the observer, once. A panic of
+    /// that hook changes nothing more: the hold has ended already.
     fn end(&self, lost: Option<&str>) {
         if self.ended.swap(true, Ordering::SeqCst) {
             return;
         }
-        if let Some(events) = &self.events {
-            match lost {
-                Some(reason) => events.lost(reason, self.granted.elapsed()),
-                None => events.released(self.granted.elapsed()),
+        let held = self.granted.elapsed();
+        match lost {
+            Some(reason) => drop(self.tell("lost", |events| events.lost(reason, held))),
+            None => drop(self.tell("released", |events| events.released(held))),
+        }
+    }
+
+    /// Calls one hook of the observer, if there is one; the panic's message if it panicked. It is
+    /// caught here, where the calls come from the runtime's one watchdog driver: unwinding
+    /// there would end every lease's renewals (docs/contract.md §3, faults stay local).
+    fn tell(&self, hook: &'static str, call: impl FnOnce(&dyn LeaseEvents)) -> Result<(), String> {
+        let Some(events) = &self.events else { return Ok(()) };
+        std::panic::catch_unwind(AssertUnwindSafe(|| call(events.as_ref()))).map_err(|payload| {
+            let panic = panic_message(payload.as_ref());
+            tracing::error!(lock = %self.name, token = self.token.0, hook, panic, "a LeaseEvents hook panicked");
+            panic
+        })
+    }
+
+    /// A panic in this lease's renewal or in one of its hooks: the lease is lost (nobody can
+    /// say what it left behind) and no other lease is touched. The lock is released on the
+    /// server in the background, so it does not stay taken by a holder that was told it lost it.
+    pub(crate) fn lose_to_panic(self: &Arc<Self>, what: &str, panic: &str) {
+        let reason = format!("{what} panicked: {panic}");
+        if self.lost.fire(&reason) {
+            tracing::error!(lock = %self.name, token = self.token.0, "lease lost: {reason}");
+            self.end(Some(&reason));
+            if self.released.load(Ordering::SeqCst) {
+                return;
+            }
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(release::release_until_answered(Arc::clone(self)));
             }
         }
     }
@@ -247,13 +277,15 @@ impl Shared {
     pub(crate) async fn renew_once(self: &Arc<Self>) -> Result<(), LockError> {
         let span = tracing::debug_span!("dlock.renew", lock = %self.name, token = self.token.0);
         let result = self.renew_attempt().instrument(span).await;
-        if let Some(events) = &self.events {
-            match &result {
-                Ok(()) => events.renewed(),
-                // A loss is told once, by `end`.
-                Err(LockError::Lost { .. }) => {}
-                Err(e) => events.renew_failed(e),
-            }
+        let told = match &result {
+            Ok(()) => self.tell("renewed", |events| events.renewed()),
+            // A loss is told once, by `end`.
+            Err(LockError::Lost { .. }) => Ok(()),
+            Err(e) => self.tell("renew_failed", |events| events.renew_failed(e)),
+        };
+        if let Err(panic) = told {
+            self.lose_to_panic("its LeaseEvents hook", &panic);
+            return Err(self.lost_error());
         }
         result
     }
@@ -300,6 +332,15 @@ impl Shared {
 
     pub(crate) fn lost_error(&self) -> LockError {
         LockError::Lost { name: self.name.as_str().to_owned() }
+    }
+}
+
+/// The message of a caught panic, when it has one.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    match (payload.downcast_ref::<&str>(), payload.downcast_ref::<String>()) {
+        (Some(s), _) => (*s).to_owned(),
+        (_, Some(s)) => s.clone(),
+        _ => "a panic without a message".to_owned(),
     }
 }
 

@@ -305,3 +305,120 @@ async fn renewals_due_close_together_start_together() {
     assert!(firsts[2] >= ms(350) && firsts[2] <= ms(351), "{firsts:?}");
     drop(leases);
 }
+
+/// An observer whose `renewed` (or `lost`) hook panics.
+struct Panicky {
+    on_renewed: bool,
+}
+
+impl crate::LeaseEvents for Panicky {
+    fn renewed(&self) {
+        if self.on_renewed {
+            panic!("the renewed hook of a test observer panics");
+        }
+    }
+    fn lost(&self, _reason: &str, _held: Duration) {
+        panic!("the lost hook of a test observer panics");
+    }
+}
+
+/// A renewal that panics in the backend's handle.
+struct PanickingHandle;
+
+#[async_trait]
+impl LeaseHandle for PanickingHandle {
+    async fn renew(&self, _ttl: Duration) -> Result<RenewOutcome, LockError> {
+        panic!("the renewal of a test handle panics");
+    }
+    async fn release(&self) -> Result<ReleaseOutcome, LockError> {
+        Ok(ReleaseOutcome::Released)
+    }
+}
+
+/// Leases on the same runtime as a faulty one keep renewing on cadence for several ttls; a
+/// lease made afterwards renews too (the driver lives).
+async fn others_go_on(others: &[(Arc<Server>, Lease)], opts: &AcquireOptions) {
+    let before: Vec<usize> = others.iter().map(|(s, _)| s.renewals()).collect();
+    tokio::time::sleep(Duration::from_millis(1050)).await;
+    for (i, (server, lease)) in others.iter().enumerate() {
+        assert!(lease.is_valid(), "lease {i} next to a faulty one was lost: {:?}", lease.lost().reason());
+        // Every 100 ms.
+        let renewed = server.renewals() - before[i];
+        assert!(renewed >= 10, "lease {i} next to a faulty one renewed {renewed} times in 1050 ms");
+    }
+    let late = Server::new(Answer::Renewed);
+    let late_lease = lease(99, &late, opts);
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    assert!(late.renewals() >= 3, "a lease made after the fault renewed {} times", late.renewals());
+    assert!(late_lease.is_valid());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_renewed_hook_loses_its_lease_and_no_other() {
+    let opts = AcquireOptions::new(Duration::from_millis(300));
+    let others: Vec<_> = (0..3)
+        .map(|i| {
+            let s = Server::new(Answer::Renewed);
+            let l = lease(i, &s, &opts);
+            (s, l)
+        })
+        .collect();
+    let faulty = Server::new(Answer::Renewed);
+    let bad = lease(10, &faulty, &opts.clone().events(Arc::new(Panicky { on_renewed: true })));
+    // The first renewal is due at 100 ms; the hook panics when it answers.
+    let at = lost_at(&bad, Duration::from_millis(250)).await.expect("the panicking lease's lost signal fires");
+    assert!(!bad.is_valid());
+    let reason = bad.lost().reason().unwrap_or_default().to_owned();
+    assert!(reason.contains("panicked"), "lost for another reason: {reason}");
+    assert!(at.elapsed() < Duration::from_millis(250));
+    // Told it lost the lock, the holder does not keep it taken: released on the server.
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(faulty.releases.load(Ordering::SeqCst), 1, "the lease lost to a panic was not released");
+    others_go_on(&others, &opts).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_renewal_loses_its_lease_and_no_other() {
+    let opts = AcquireOptions::new(Duration::from_millis(300));
+    let others: Vec<_> = (0..3)
+        .map(|i| {
+            let s = Server::new(Answer::Renewed);
+            let l = lease(i, &s, &opts);
+            (s, l)
+        })
+        .collect();
+    let grant = LeaseGrant::new(
+        LockName::new("driver/panics").expect("valid"),
+        FencingToken(10),
+        OwnerId::random(),
+        Instant::now(),
+        Arc::new(PanickingHandle),
+    );
+    let bad = Lease::new(grant, &opts);
+    lost_at(&bad, Duration::from_millis(250)).await.expect("the panicking lease's lost signal fires");
+    let reason = bad.lost().reason().unwrap_or_default().to_owned();
+    assert!(reason.contains("renewal panicked"), "lost for another reason: {reason}");
+    others_go_on(&others, &opts).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_lost_hook_and_a_hanging_renewal_delay_no_other_lease() {
+    let opts = AcquireOptions::new(Duration::from_millis(300));
+    let others: Vec<_> = (0..3)
+        .map(|i| {
+            let s = Server::new(Answer::Renewed);
+            let l = lease(i, &s, &opts);
+            (s, l)
+        })
+        .collect();
+    // Expires by time at 300 ms, calling its panicking `lost` hook from the driver.
+    let quiet = Server::new(Answer::Renewed);
+    let expiring = lease(20, &quiet, &opts.clone().auto_renew(false).events(Arc::new(Panicky { on_renewed: false })));
+    // Renews into a renewal that never answers.
+    let hanging = Server::new(Answer::Hang);
+    let stalled = lease(21, &hanging, &opts);
+    let lost = lost_at(&expiring, Duration::from_millis(400)).await.expect("lost at valid_until");
+    assert!(lost.elapsed() < Duration::from_millis(400));
+    lost_at(&stalled, Duration::from_millis(400)).await.expect("a hanging renewal loses its lease at valid_until");
+    others_go_on(&others, &opts).await;
+}
