@@ -169,6 +169,9 @@ pub(crate) struct Shared {
     renew_unanswered: AtomicBool,
     /// `t0 + hold_at_least`: a release before it leaves the lock taken until then.
     pub(crate) hold_until: Option<Instant>,
+    /// `hold_until` no longer applies: the lease was part of a set that was never all held
+    /// (`acquire_all`), so no job ran under it.
+    pub(crate) hold_waived: AtomicBool,
     /// `AcquireOptions::events`, told once when the hold ends (`ended`) and of each renewal.
     events: Option<Arc<dyn LeaseEvents>>,
     granted: Instant,
@@ -389,6 +392,7 @@ impl Lease {
             release_state: tokio::sync::Mutex::new(ReleaseState::NotSent),
             renew_unanswered: AtomicBool::new(false),
             hold_until: options.hold_at_least.and_then(|d| grant.started.checked_add(d)),
+            hold_waived: AtomicBool::new(false),
             events: options.events.as_ref().map(|e| Arc::clone(&e.0)),
             granted: grant.started,
             ended: AtomicBool::new(false),
@@ -477,6 +481,11 @@ impl Lease {
 }
 
 impl Lease {
+    /// Makes a later release (or drop) free the lock at once, whatever `hold_at_least` said.
+    pub(crate) fn waive_hold(&self) {
+        self.shared.hold_waived.store(true, Ordering::SeqCst);
+    }
+
     /// Takes the lease off its driver's schedule and stops a renewal in flight (after
     /// `released` is set, which the driver also checks, so a lease the driver holds at this
     /// moment is dropped by it).

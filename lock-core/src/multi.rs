@@ -4,6 +4,7 @@
 //! already taken.
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -15,7 +16,9 @@ use crate::{AcquireOptions, DistributedLock, Lease, LockError, LockName, WaitPol
 ///   that overlap can not wait on each other in a cycle.
 /// - `options.wait` is one budget for the whole set: each name waits only for what is left of it.
 /// - If any name cannot be had (timeout, error, the future is dropped), the leases already taken
-///   are released before the error is returned (or in the background, on drop).
+///   are released before the error is returned (or in the background, on drop), at once even
+///   under `hold_at_least` (no job ran under a partial set); a clean-up still going on at the
+///   deadline (a slow server) finishes in the background rather than stretch the caller's wait.
 /// - The leases come back in the caller's order. A name given twice is `InvalidOptions`: locks
 ///   are not reentrant, so it would wait on itself.
 ///
@@ -60,7 +63,7 @@ pub async fn acquire_all(
         match lock.acquire(&names[i], &opts).await {
             Ok(lease) => taken.push((i, lease)),
             Err(e) => {
-                release_all(taken).await;
+                release_all(taken, deadline).await;
                 return Err(e);
             }
         }
@@ -69,10 +72,26 @@ pub async fn acquire_all(
     Ok(taken.into_iter().map(|(_, l)| l).collect())
 }
 
-/// Releases in reverse order; errors are ignored (each lease also frees itself at its ttl).
-async fn release_all(taken: Vec<(usize, Lease)>) {
-    for (_, lease) in taken.into_iter().rev() {
-        let _ = lease.release().await;
+/// How long past the caller's deadline the clean-up of a failed set may keep the caller: one
+/// quick round trip, so that on a healthy server the names are free when the error returns.
+const CLEANUP_GRACE: Duration = Duration::from_millis(50);
+
+/// Releases the leases of a set that was never all held: at once, whatever `hold_at_least`
+/// says (no job ran under them), side by side, and waiting for them no later than the
+/// deadline (or [`CLEANUP_GRACE`] from now, if that is later); releases still going on then
+/// finish in the background (a dropped release moves to a task, a dropped lease releases
+/// itself). Errors are ignored: each lease also frees itself at its ttl.
+async fn release_all(taken: Vec<(usize, Lease)>, deadline: Option<Instant>) {
+    for (_, lease) in &taken {
+        lease.waive_hold();
+    }
+    let releases = futures::future::join_all(taken.iter().map(|(_, lease)| lease.release()));
+    match deadline {
+        Some(deadline) => {
+            let until = deadline.max(Instant::now() + CLEANUP_GRACE);
+            let _ = tokio::time::timeout_at(until, releases).await;
+        }
+        None => drop(releases.await),
     }
 }
 
@@ -109,6 +128,21 @@ mod tests {
         for n in names(&["a", "z"]) {
             assert!(other.try_acquire(&n, &opts).await.expect("answers").is_some(), "{n} was left held");
         }
+        held.release().await.expect("release");
+    }
+
+    #[tokio::test]
+    async fn a_failed_set_under_hold_at_least_frees_its_names_at_once() {
+        let lock = MemoryLock::new();
+        let other = lock.client();
+        let opts = AcquireOptions::new(Duration::from_secs(5)).wait(Duration::from_millis(100));
+        let held = other.acquire(&names(&["m"])[0], &opts).await.expect("free");
+        let hold = opts.clone().hold_at_least(Duration::from_secs(30));
+        let r = acquire_all(&lock, &names(&["z", "m", "a"]), &hold).await;
+        assert!(matches!(r, Err(LockError::Timeout { .. })), "{r:?}");
+        // No job ran under the partial set: hold_at_least does not keep it.
+        let probe = AcquireOptions::new(Duration::from_secs(5));
+        assert!(other.try_acquire(&names(&["a"])[0], &probe).await.expect("answers").is_some(), "a kept until t0 + d");
         held.release().await.expect("release");
     }
 

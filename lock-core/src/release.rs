@@ -111,6 +111,9 @@ const MIN_HOLD_LEFT: Duration = Duration::from_millis(2);
 
 /// How long the lock must stay taken after a release now (`hold_at_least`), if at all.
 fn held_for(shared: &Shared, now: Instant) -> Option<Duration> {
+    if shared.hold_waived.load(std::sync::atomic::Ordering::SeqCst) {
+        return None;
+    }
     let left = shared.hold_until?.saturating_duration_since(now);
     // Rounded up to the millisecond: servers keep millisecond expiries, never a shorter hold.
     let millis = u64::try_from(left.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);

@@ -283,6 +283,15 @@ impl<S: LeaseStore> LeaseHandle for StoreLeaseHandle<S> {
     async fn release(&self) -> Result<ReleaseOutcome, LockError> {
         self.store.release(&self.name, self.owner).await
     }
+    /// Its own request, not a renewal round: a round bounds itself by the ttl it renews for,
+    /// which here is what is left of `hold_at_least` (a few ms near `t0 + d`) and shorter than
+    /// one round trip, so a release there answered `Unavailable`. The release path bounds it.
+    async fn release_after(&self, after: Duration) -> Result<ReleaseOutcome, LockError> {
+        Ok(match self.store.renew(&self.name, self.owner, after).await? {
+            RenewOutcome::Renewed => ReleaseOutcome::Released,
+            RenewOutcome::NotOwner => ReleaseOutcome::NotOwner,
+        })
+    }
 }
 
 /// Cleans up in the background after an attempt or a wait that did not end in a lease: an

@@ -118,3 +118,148 @@ async fn run_locked_fallible_returns_one_flat_result_and_releases() {
     assert!(matches!(&busy, Err(JobError::Lock(_))), "a busy lock must come back as the lock error: {busy:?}");
     held.release().await.expect("release");
 }
+
+/// A lease store over a link with `latency` each way, one request at a time per call.
+mod slow {
+    use std::collections::HashMap;
+    use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use lock_core::{
+        async_trait, Capabilities, FencingToken, LeaseStore, LockError, LockName, OwnerId, ReleaseOutcome,
+        RenewOutcome, TryLock,
+    };
+    use tokio::time::Instant;
+
+    pub(crate) struct Slow {
+        latency: Duration,
+        entries: Mutex<HashMap<LockName, (OwnerId, Instant)>>,
+        fence: AtomicU64,
+        releases: AtomicUsize,
+    }
+
+    impl Slow {
+        pub(crate) fn new(latency: Duration) -> Slow {
+            Slow { latency, entries: Mutex::default(), fence: AtomicU64::new(0), releases: AtomicUsize::new(0) }
+        }
+        fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<LockName, (OwnerId, Instant)>> {
+            self.entries.lock().unwrap_or_else(|e| e.into_inner())
+        }
+        /// Whether `name` is held at the server now.
+        pub(crate) fn held(&self, name: &LockName) -> bool {
+            self.entries().get(name).is_some_and(|(_, exp)| *exp > Instant::now())
+        }
+    }
+
+    #[async_trait]
+    impl LeaseStore for Slow {
+        fn backend(&self) -> &str {
+            "slow"
+        }
+        fn capabilities(&self) -> Capabilities {
+            Capabilities::new()
+        }
+        async fn try_lock(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<TryLock, LockError> {
+            tokio::time::sleep(self.latency).await;
+            let now = Instant::now();
+            let answer = {
+                let mut entries = self.entries();
+                match entries.get(name) {
+                    Some((o, exp)) if *o != owner && *exp > now => TryLock::Held { remaining: Some(*exp - now) },
+                    _ => {
+                        entries.insert(name.clone(), (owner, now + ttl));
+                        TryLock::Acquired { token: FencingToken(self.fence.fetch_add(1, Ordering::SeqCst) + 1) }
+                    }
+                }
+            };
+            tokio::time::sleep(self.latency).await;
+            Ok(answer)
+        }
+        async fn renew(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<RenewOutcome, LockError> {
+            tokio::time::sleep(self.latency).await;
+            let now = Instant::now();
+            let answer = match self.entries().get_mut(name) {
+                Some((o, exp)) if *o == owner && *exp > now => {
+                    *exp = now + ttl;
+                    RenewOutcome::Renewed
+                }
+                _ => RenewOutcome::NotOwner,
+            };
+            tokio::time::sleep(self.latency).await;
+            Ok(answer)
+        }
+        async fn release(&self, name: &LockName, owner: OwnerId) -> Result<ReleaseOutcome, LockError> {
+            self.releases.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(self.latency).await;
+            let answer = {
+                let mut entries = self.entries();
+                match entries.get(name) {
+                    Some((o, exp)) if *o == owner && *exp > Instant::now() => {
+                        entries.remove(name);
+                        ReleaseOutcome::Released
+                    }
+                    _ => ReleaseOutcome::NotOwner,
+                }
+            };
+            tokio::time::sleep(self.latency).await;
+            Ok(answer)
+        }
+    }
+}
+
+/// A release a few ms before `t0 + d` over a link slower than that: the lock is ours and stays
+/// taken until `t0 + d`, so the answer is `Ok`, not `Unavailable` (the renewal that moves the
+/// lease's end once went through a renewal round bounded by the few ms left).
+#[tokio::test]
+async fn a_release_just_before_t0_plus_hold_at_least_answers_ok_over_a_slow_link() {
+    use std::sync::Arc;
+
+    use lock_core::StoreLock;
+
+    let store = Arc::new(slow::Slow::new(Duration::from_millis(10)));
+    let lock = StoreLock::from_arc(Arc::clone(&store));
+    let hold = Duration::from_millis(400);
+    for left in [3u64, 8, 15] {
+        let n = name(&format!("near-end-{left}"));
+        let t0 = Instant::now();
+        let opts = AcquireOptions::new(Duration::from_secs(5)).auto_renew(false).hold_at_least(hold);
+        let lease = lock.acquire(&n, &opts).await.expect("free");
+        tokio::time::sleep_until(t0 + hold - Duration::from_millis(left)).await;
+        let answer = lease.release().await;
+        assert!(answer.is_ok(), "release {left} ms before t0 + d answered {answer:?}");
+        tokio::time::sleep_until(t0 + hold + Duration::from_millis(100)).await;
+        assert!(!store.held(&n), "still held 100 ms after t0 + d");
+    }
+}
+
+/// `acquire_all` whose set fails cleans up side by side and within its wait (plus a short
+/// grace), not one slow release after the other; the releases still reach the server.
+#[tokio::test]
+async fn acquire_all_clean_up_does_not_overrun_the_wait() {
+    use std::sync::Arc;
+
+    use lock_core::{acquire_all, LockError, StoreLock};
+
+    let store = Arc::new(slow::Slow::new(Duration::from_millis(250)));
+    let lock = StoreLock::from_arc(Arc::clone(&store));
+    let names: Vec<LockName> = ["a", "b", "c", "z"].iter().map(|n| name(&format!("set/{n}"))).collect();
+    // z is held by someone else.
+    let other = StoreLock::from_arc(Arc::clone(&store));
+    let _z = other.acquire(&names[3], &AcquireOptions::new(Duration::from_secs(30))).await.expect("free");
+    // Three grants of 500 ms each, then z answers busy at the deadline.
+    let wait = Duration::from_millis(2500);
+    let opts = AcquireOptions::new(Duration::from_secs(30)).wait(wait).request_timeout(Duration::from_secs(5));
+    let t = Instant::now();
+    let r = acquire_all(&lock, &names, &opts).await;
+    let took = t.elapsed();
+    assert!(matches!(r, Err(LockError::Timeout { .. })), "{r:?}");
+    // Three releases one after the other take 1.5 s past the deadline.
+    assert!(took < wait + Duration::from_millis(1000), "the clean-up kept the caller {took:?} (wait {wait:?})");
+    let freed = async {
+        while names[..3].iter().any(|n| store.held(n)) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(3), freed).await.expect("the partial set was released in the background");
+}
