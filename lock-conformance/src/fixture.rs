@@ -99,6 +99,28 @@ pub trait Fixture: Send + Sync + 'static {
         Ok(false)
     }
 
+    /// Sends, as an attacker who can read the lock's queue and send on its channels (a
+    /// PostgreSQL role with `SELECT` only, a Redis user with read keys and `+publish`), a raw
+    /// grant message naming each waiter now queued on `name`, with fencing token `token`:
+    /// what a forged, late or duplicated hand-off message looks like to the waiting client.
+    /// `Ok(Some(n))`: `n` messages were sent (0 when nobody is queued yet); `Ok(None)` (the
+    /// default): the backend has no grant messages (or the fixture cannot forge them), and
+    /// `forged_grant_ignored` is then not_applicable with that reason. Messages are hints: a
+    /// waiter must only ever return a grant the server confirms (docs/contract.md §4).
+    async fn forge_grant(&self, _name: &LockName, _token: u64) -> Result<Option<usize>, LockError> {
+        Ok(None)
+    }
+
+    /// How long a grant its waiter never takes up (the waiter's `acquire` future was dropped at
+    /// the instant of the hand-off) may keep the lock from others: what
+    /// `waiter_departed_at_grant` allows. The default is generous — twice the longer of
+    /// [`Fixture::base_ttl`] and [`Fixture::expiry_bound`], what a backend that lets such a grant
+    /// run out by its ttl needs; a backend that withdraws it promptly declares its tighter bound
+    /// (docs/contract.md §4 asks for 100 ms in a live process).
+    fn untaken_grant_bound(&self) -> Duration {
+        self.base_ttl().max(self.expiry_bound()) * 2
+    }
+
     /// Why `case` cannot hold for this fixture's way of building clients, or `None` (the
     /// default) to run it. The runner reports the case `NOT APPLICABLE` with this reason, in
     /// strict mode too: use it only for a limit the product documents (e.g. a session the

@@ -135,7 +135,11 @@
 //! releasing reader nor a newcomer overtakes a queued writer; `semaphore_fifo_order`: freed
 //! permits go to the waiters in arrival order, never to a `try_acquire`;
 //! `kinds_fifo_vanished_head`: a waiter that registered and vanished, through
-//! `Fixture::lease_stores`, holds the next back for a bounded time only). Each runs under
+//! `Fixture::lease_stores`, holds the next back for a bounded time only), forged grant messages
+//! that must not make a waiter hold (`forged_grant_ignored`, through [`Fixture::forge_grant`]), a
+//! grant to a waiter that left at that instant (`waiter_departed_at_grant`, bounded by
+//! [`Fixture::untaken_grant_bound`]) and a panicking hook that loses only its own lease
+//! (`panicking_hook_loses_only_its_lease`). Each runs under
 //! an overall time limit ([`Case::time_limit`]): a hang is a failure with a clear detail, never
 //! a stuck test.
 //!
@@ -294,6 +298,9 @@ macro_rules! conformance_tests {
                 semaphore_fifo_order,
                 kinds_fifo_vanished_head,
                 idle_collected_tokens_rise,
+                forged_grant_ignored,
+                waiter_departed_at_grant,
+                panicking_hook_loses_only_its_lease,
             ]
         }
     };

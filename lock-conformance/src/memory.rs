@@ -85,6 +85,12 @@ crate::impl_fixture! {
     fn provenance(&self) -> String {
         "in-process memory server".into()
     }
+
+    /// A dropped waiter's queue guard withdraws its place, or releases a grant it was handed,
+    /// as the future drops: 100 ms by the contract, with room for a loaded machine.
+    fn untaken_grant_bound(&self) -> Duration {
+        (self.base_ttl / 2).max(Duration::from_millis(100))
+    }
 }
 
 /// A memory client's partition switch. Latency and resets have no in-memory counterpart: the

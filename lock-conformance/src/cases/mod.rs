@@ -17,11 +17,13 @@ use tokio::time::Instant;
 
 use crate::{ClientLink, Fixture};
 
+pub mod contained;
 pub mod election;
 pub mod exclusion;
 pub mod fairness;
 pub mod faults;
 pub mod fencing;
+pub mod grants;
 pub mod hold;
 pub mod idle;
 pub mod inspect;
@@ -215,6 +217,9 @@ registry! {
     kinds_fifo::rw_fifo_no_overtaking, 14, "rw lock (fifo): with a writer queued, neither the releasing reader nor a newcomer overtakes it";
     kinds_fifo::semaphore_fifo_order, 20, "semaphore (fifo): waiters get freed permits in arrival order, try_acquire never overtakes";
     kinds_fifo::kinds_fifo_vanished_head, 20, "rw lock and semaphore (fifo): a vanished queued waiter holds the next back for a bounded time only";
+    grants::forged_grant_ignored, 10, "forged grant messages never make a waiter return a lease or choose its token (needs Fixture::forge_grant)";
+    grants::waiter_departed_at_grant, 12, "a grant to a waiter whose acquire was dropped at the release frees within the fixture's untaken_grant_bound";
+    contained::panicking_hook_loses_only_its_lease, 12, "a panicking LeaseEvents hook loses its own lease (lost signal fires) and no other lease stops renewing";
 }
 
 /// Every case of the suite, in report order.
