@@ -46,11 +46,24 @@ enum Bug {
     FairHeadStuck,
     /// A batch of renewals applies each one but answers every lease with the first one's outcome.
     BatchAnsweredAsOne,
+    /// Correct, with a queue whose release hands the lock to the live head and tells it in a
+    /// message (as PostgreSQL and Redis do); the message is a hint, the grant is read back.
+    HandOff,
+    /// `HandOff`, but a waiter takes a grant message for a grant: whoever can send one makes it
+    /// hold, with the token the message names.
+    TrustsMessage,
+    /// `HandOff`, but a waiter that leaves withdraws only its queue place, having forgotten
+    /// that it may have been handed the lock meanwhile: the grant stands until its ttl.
+    AbandonForgetsPlace,
 }
 
 impl Bug {
     fn queues(self) -> bool {
-        matches!(self, Bug::Fair | Bug::FairOvertaken | Bug::FairHeadStuck)
+        matches!(self, Bug::Fair | Bug::FairOvertaken | Bug::FairHeadStuck) || self.hands_off()
+    }
+
+    fn hands_off(self) -> bool {
+        matches!(self, Bug::HandOff | Bug::TrustsMessage | Bug::AbandonForgetsPlace)
     }
 
     /// What a store with this bug declares: the two `Claims…` bugs promise what they do not
@@ -75,6 +88,30 @@ struct State {
     queues: HashMap<LockName, Vec<(OwnerId, Instant)>>,
     /// The highest fence of every collected name: new counters start there.
     floor: u64,
+    /// Grant messages waiting for each owner's client (name, token): genuine or forged.
+    messages: HashMap<OwnerId, (LockName, u64)>,
+    /// The ttl each queued waiter asked for, for the grant a hand-off gives it.
+    ttls: HashMap<OwnerId, Duration>,
+}
+
+impl State {
+    /// Hands `name` (just freed) to the first live waiter of its queue, if any, and sends it a
+    /// grant message.
+    fn hand_off(&mut self, name: &LockName, now: Instant) {
+        let queue = self.queues.entry(name.clone()).or_default();
+        queue.retain(|(_, exp)| *exp > now);
+        if queue.is_empty() {
+            return;
+        }
+        let (head, _) = queue.remove(0);
+        let ttl = self.ttls.get(&head).copied().unwrap_or(ENTRY_LIFE);
+        self.entries.insert(name.clone(), (head, now + ttl));
+        let floor = self.floor;
+        let fence = self.fences.entry(name.clone()).or_insert(floor);
+        *fence += 1;
+        let token = *fence;
+        self.messages.insert(head, (name.clone(), token));
+    }
 }
 
 struct Server {
@@ -144,8 +181,14 @@ impl LeaseStore for Store {
     async fn abandon(&self, name: &LockName, owner: OwnerId) -> Result<(), LockError> {
         self.delay().await;
         let mut s = self.check()?;
-        if let Some(q) = s.queues.get_mut(&self.key(name)) {
+        let key = self.key(name);
+        if let Some(q) = s.queues.get_mut(&key) {
             q.retain(|(o, _)| *o != owner);
+        }
+        // A grant handed to this waiter meanwhile is withdrawn and passed on.
+        if self.server.bug == Bug::HandOff && s.entries.get(&key).is_some_and(|(o, _)| *o == owner) {
+            s.entries.remove(&key);
+            s.hand_off(&key, Instant::now());
         }
         Ok(())
     }
@@ -191,6 +234,22 @@ impl Store {
         }
         let key = self.key(name);
         let now = Instant::now();
+        if bug.hands_off() {
+            let mut s = self.check()?;
+            if waiting {
+                s.ttls.insert(owner, ttl);
+            }
+            let message = s.messages.remove(&owner).filter(|(n, _)| *n == key);
+            if let (Some((_, token)), Bug::TrustsMessage) = (message, bug) {
+                return Ok(TryLock::HandedOver { token: FencingToken(token), started: now });
+            }
+            // Handed to us: confirmed by the server's entry, and started afresh from this attempt.
+            if s.entries.get(&key).is_some_and(|(o, exp)| *o == owner && *exp > now) {
+                s.entries.insert(key.clone(), (owner, now + ttl));
+                let token = s.fences.get(&key).copied().unwrap_or_default();
+                return Ok(TryLock::Acquired { token: FencingToken(token) });
+            }
+        }
         let blocked = {
             let s = self.check()?;
             let queue = s.queues.get(&key).map(Vec::as_slice).unwrap_or_default();
@@ -272,6 +331,9 @@ impl Store {
         match s.entries.get(name) {
             Some((o, _)) if *o == owner || bug == Bug::ReleaseAnyOwner => {
                 s.entries.remove(name);
+                if bug.hands_off() {
+                    s.hand_off(name, Instant::now());
+                }
                 Ok(ReleaseOutcome::Released)
             }
             _ => Ok(ReleaseOutcome::NotOwner),
@@ -324,6 +386,22 @@ impl Fixture for Mutant {
     async fn delete_entry(&self, name: &LockName) -> Result<bool, LockError> {
         self.0.state.lock().unwrap_or_else(|e| e.into_inner()).entries.remove(name);
         Ok(true)
+    }
+    /// Queued waiters of a store that hands off get the message its release sends them.
+    async fn forge_grant(&self, name: &LockName, token: u64) -> Result<Option<usize>, LockError> {
+        if !self.0.bug.hands_off() {
+            return Ok(None);
+        }
+        let mut s = self.0.state.lock().unwrap_or_else(|e| e.into_inner());
+        let queued: Vec<OwnerId> = s.queues.get(name).map(|q| q.iter().map(|(o, _)| *o).collect()).unwrap_or_default();
+        for owner in &queued {
+            s.messages.insert(*owner, (name.clone(), token));
+        }
+        Ok(Some(queued.len()))
+    }
+    /// A departed waiter's abandon runs as its future drops.
+    fn untaken_grant_bound(&self) -> Duration {
+        self.base_ttl() / 2
     }
     async fn collect_idle(&self, name: &LockName) -> Result<bool, LockError> {
         let mut s = self.0.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -455,6 +533,21 @@ async fn a_fair_queue_passes_and_its_breaches_are_caught() {
     }
     assert_fails(Bug::FairOvertaken, &["fifo_no_overtaking"]).await;
     assert_fails(Bug::FairHeadStuck, &["fifo_vanished_head"]).await;
+}
+
+/// A store that hands the lock to its queue's head with a message passes the grant cases;
+/// one whose waiter trusts the message, and one whose departing waiter forgets it may have been
+/// handed the lock, are caught.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_off_passes_and_its_breaches_are_caught() {
+    let grants = ["forged_grant_ignored", "waiter_departed_at_grant", "mutual_exclusion", "fifo_order"];
+    let got = outcomes(Bug::HandOff, &grants).await;
+    assert_eq!(got.len(), grants.len(), "not every case ran: {got:?}");
+    for (name, outcome, detail) in got {
+        assert_eq!(outcome, Outcome::Passed, "a correct hand-off must pass {name}: {detail}");
+    }
+    assert_fails(Bug::TrustsMessage, &["forged_grant_ignored"]).await;
+    assert_fails(Bug::AbandonForgetsPlace, &["waiter_departed_at_grant"]).await;
 }
 
 /// Renewals gathered into one request must still answer each lease: a batch answered with one
