@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use lock_core::{AcquireOptions, DistributedLock, Lease, LockError, LockName};
+use lock_core::{AcquireOptions, DistributedLock, Lease, LeaseModel, LockError, LockName};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -109,7 +109,10 @@ pub fn vanished_head_bound(ttl: Duration) -> Duration {
 }
 
 /// Declared `fifo`: a queued waiter whose client vanished (cut off, then its future dropped,
-/// so it cannot withdraw) delays the next waiter by at most [`vanished_head_bound`].
+/// so it cannot withdraw) delays the next waiter by at most [`vanished_head_bound`] — plus,
+/// for per-session leases, the fixture's [`Fixture::expiry_bound`]: a vanished head's queue
+/// entry lives as long as its session (a ZooKeeper session timeout, from the client's own
+/// configuration, so that `dlock conformance` holds against a deployment as configured).
 pub async fn fifo_vanished_head(fx: &dyn Fixture) -> CaseResult {
     let cx = Ctx::new(fx, "fifo_vanished_head").await?;
     needs_fifo(&cx)?;
@@ -118,7 +121,11 @@ pub async fn fifo_vanished_head(fx: &dyn Fixture) -> CaseResult {
     let (a, w) = (cx.client().await?, cx.client().await?);
     // Short waiter ttls keep the bound (and the case) short.
     let ttl = (cx.ttl() / 2).max(cx.caps.min_ttl);
-    let bound = vanished_head_bound(ttl);
+    let session = match cx.caps.lease_model {
+        LeaseModel::PerSession => cx.expiry(),
+        _ => Duration::ZERO,
+    };
+    let bound = vanished_head_bound(ttl) + session;
     // Long enough to see the bound broken, short enough to end the case soon after.
     let waiting = AcquireOptions::new(ttl).wait(bound + cx.ttl()).request_timeout(cx.request_timeout());
     let held = a.acquire(&name, &cx.opts(cx.ttl())).await?;
@@ -135,9 +142,11 @@ pub async fn fifo_vanished_head(fx: &dyn Fixture) -> CaseResult {
     let (lease, at) = match got {
         Ok(Ok(x)) => x,
         Ok(Err(LockError::Timeout { waited, .. })) => fail!(
-            "the next waiter was not served in {} ms after release behind a vanished head (bound {} ms)",
+            "the next waiter was not served in {} ms after release behind a vanished head (bound {} ms, {} ms of it \
+             the session's expiry bound)",
             ms(waited),
-            ms(bound)
+            ms(bound),
+            ms(session)
         ),
         Ok(Err(e)) => return Err(e.into()),
         Err(e) => fail!("the next waiter panicked: {e}"),
@@ -146,10 +155,12 @@ pub async fn fifo_vanished_head(fx: &dyn Fixture) -> CaseResult {
     let delay = at.saturating_duration_since(released);
     ensure!(
         delay <= bound,
-        "the next waiter got the lock {} ms after release behind a vanished head (bound {} ms for waiters of ttl {} ms)",
+        "the next waiter got the lock {} ms after release behind a vanished head (bound {} ms for waiters of ttl {} ms, \
+         {} ms of it the session's expiry bound)",
         ms(delay),
         ms(bound),
-        ms(ttl)
+        ms(ttl),
+        ms(session)
     );
     Ok(format!("next waiter served {} ms after release (bound {} ms)", ms(delay), ms(bound)))
 }
