@@ -148,7 +148,9 @@
 //! repeated tokens, a token handed out twice after a takeover, leases that never or too early
 //! expire, colliding or truncated names, false `fifo` and `durable_fencing` claims, a queue that
 //! newcomers overtake or whose vanished head never expires, a read-write lock and semaphore whose
-//! queue single tries overtake — `tests/mutants/kinds.rs`) and asserts
+//! queue single tries overtake — `tests/mutants/kinds.rs` —, a hand-off whose waiter trusts the
+//! grant message or forgets, when it leaves, that it may have been handed the lock, and a client
+//! whose leases all renew through one task that a panicking hook ends) and asserts
 //! the cases report `failed`; its correct store, with link latency, must pass the release,
 //! deadline and renewal cases that fail on a `Lease`/`StoreLock` without their fixes.
 //!
