@@ -4,6 +4,7 @@
 //! `nest:b`'s (`nest:b:{…`) never meet, and `list`'s `SCAN` pattern of one never matches the
 //! other's. What the two do share is ACL scope: `~nest:*` covers `nest:b`'s keys too, so the
 //! README tells operators not to nest prefixes of applications that must not touch each other.
+//! ZooKeeper roots nested in each other are tested the same way.
 
 use std::time::Duration;
 
@@ -58,5 +59,44 @@ async fn a_prefix_inside_another_keeps_its_locks_apart() {
     assert_eq!(inner.inspect(&names[0]).await.expect("inspect").and_then(|i| i.holder).as_deref(), Some("inner"));
     for lease in held {
         let _ = lease.release().await;
+    }
+}
+
+/// ZooKeeper roots nested in each other (`/…/app` and `/…/app/b`): the outer root's lock named
+/// `b` lives in the inner root's node. dlock tells its queue nodes from lock names, so the two
+/// still lock apart and list only their own; the README still says not to nest roots (a node
+/// the outer client created is a container node, which the server deletes once it is empty).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nested_zookeeper_roots_lock_apart() {
+    let server = dlock_testkit::servers::zookeeper::ZkServer::start().await.expect("a ZooKeeper server");
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    let root = format!("/nest{}-{nanos}", std::process::id());
+    let outer = dlock::connect_with(&Config::from_url(&server.url_with_root(&root))).await.expect("outer client");
+    let inner_url = server.url_with_root(&format!("{root}/b"));
+    let inner = dlock::connect_with(&Config::from_url(&inner_url)).await.expect("inner client");
+    let opts = |who: &str| {
+        AcquireOptions::new(Duration::from_secs(30))
+            .wait(Duration::from_secs(20))
+            .holder(Holder::new(who).expect("valid"))
+    };
+    let (x, b) = (LockName::new("x").expect("valid"), LockName::new("b").expect("valid"));
+    let inner_x = inner.try_acquire(&x, &opts("inner")).await.expect("inner asks").expect("inner gets x");
+    let outer_b = outer.try_acquire(&b, &opts("outer")).await.expect("outer asks").expect("outer gets b");
+    let outer_x = outer.try_acquire(&x, &opts("outer")).await.expect("outer asks").expect("outer gets its own x");
+    let names = |infos: Vec<dlock::HolderInfo>| {
+        let mut v: Vec<(String, Option<String>)> = infos.into_iter().map(|i| (i.name, i.holder)).collect();
+        v.sort();
+        v
+    };
+    let outer_seen = names(outer.list("", 100).await.expect("outer lists"));
+    let want_outer = vec![("b".to_owned(), Some("outer".to_owned())), ("x".to_owned(), Some("outer".to_owned()))];
+    assert_eq!(outer_seen, want_outer);
+    let inner_seen = names(inner.list("", 100).await.expect("inner lists"));
+    assert_eq!(inner_seen, vec![("x".to_owned(), Some("inner".to_owned()))]);
+    // Held is held, on each side.
+    assert!(outer.try_acquire(&b, &opts("outer-2")).await.expect("outer asks").is_none());
+    assert!(inner.try_acquire(&x, &opts("inner-2")).await.expect("inner asks").is_none());
+    for lease in [outer_b, outer_x, inner_x] {
+        lease.release().await.expect("released");
     }
 }
