@@ -149,9 +149,62 @@ impl Config {
 
     /// Loads defaults < `dlock.toml` in the working directory (or the file named by
     /// `DLOCK_CONFIG`) < `DLOCK_*` environment variables.
+    ///
+    /// When neither names a `url`, this is the quick start's embedded SQLite file
+    /// ([`DEFAULT_URL`], `dlock.db` in the working directory), and a `WARN` says so: on more than
+    /// one host that is one lock per host, not one lock. Production code that must not fall
+    /// back calls [`Config::load_required`].
     pub fn load() -> Result<Self, LockError> {
-        let file = std::env::var_os("DLOCK_CONFIG").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("dlock.toml"));
-        Self::figment(Some(&file)).and_then(Self::extract)
+        let (config, url_given) = Self::load_default_file()?;
+        if !url_given {
+            let file =
+                std::env::current_dir().map(|d| d.join("dlock.db")).unwrap_or_else(|_| PathBuf::from("dlock.db"));
+            tracing::warn!(
+                backend = "sqlite",
+                url = DEFAULT_URL,
+                file = %file.display(),
+                "no backend URL configured (neither DLOCK_URL nor url in {}): falling back to the SQLite file {}, \
+                 which locks only among processes of this host; set DLOCK_URL or url in the config file, or call \
+                 Config::load_required() to make a missing URL an error",
+                Self::default_file().display(),
+                file.display()
+            );
+        }
+        Ok(config)
+    }
+
+    /// [`Config::load`] without the fallback: a `Config` error when neither `DLOCK_URL` nor the
+    /// config file (`dlock.toml` or the file named by `DLOCK_CONFIG`) names a `url`.
+    ///
+    /// ```
+    /// # figment::Jail::expect_with(|jail| {
+    /// jail.set_env("DLOCK_URL", "memory://");
+    /// assert_eq!(dlock::Config::load_required().expect("a URL is set").url, "memory://");
+    /// # Ok(()) });
+    /// ```
+    pub fn load_required() -> Result<Self, LockError> {
+        let (config, url_given) = Self::load_default_file()?;
+        if !url_given {
+            return Err(LockError::config(format!(
+                "no backend URL configured: set DLOCK_URL (e.g. DLOCK_URL=postgres://user@host/db) or write \
+                 url = \"…\" in {}; Config::load() would fall back to a SQLite file in the working directory",
+                Self::default_file().display()
+            )));
+        }
+        Ok(config)
+    }
+
+    /// The config file [`Config::load`] reads: the one `DLOCK_CONFIG` names, else `dlock.toml`
+    /// in the working directory (it need not exist).
+    pub fn default_file() -> PathBuf {
+        std::env::var_os("DLOCK_CONFIG").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("dlock.toml"))
+    }
+
+    /// The config of [`Config::load`] and whether the file or the environment named a `url`.
+    fn load_default_file() -> Result<(Self, bool), LockError> {
+        let fig = Self::figment(Some(&Self::default_file()))?;
+        let url_given = fig.find_value("url").is_ok();
+        Ok((Self::extract(fig)?, url_given))
     }
 
     /// Loads defaults < the given file (which must exist) < `DLOCK_*` environment variables.
@@ -317,6 +370,74 @@ mod tests {
             let c = Config::load().map_err(|e| e.to_string())?;
             assert_eq!(c.url, DEFAULT_URL);
             assert_eq!(c.ttl, Duration::from_secs(30));
+            Ok(())
+        });
+    }
+
+    /// Logs written by `f`, at every level.
+    fn logs_of(f: impl FnOnce()) -> String {
+        use std::sync::{Arc, Mutex};
+        #[derive(Clone, Default)]
+        struct Buf(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Buf {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap_or_else(|e| e.into_inner()).extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buf = Buf::default();
+        let sink = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || sink.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::TRACE)
+            .finish();
+        tracing::subscriber::with_default(subscriber, f);
+        let bytes = buf.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    #[test]
+    fn the_fallback_to_sqlite_is_said_out_loud() {
+        Jail::expect_with(|jail| {
+            let logs = logs_of(|| assert_eq!(Config::load().expect("loads").url, DEFAULT_URL));
+            assert!(logs.contains("WARN"), "{logs}");
+            for piece in ["sqlite", "dlock.db", "DLOCK_URL", "load_required"] {
+                assert!(logs.contains(piece), "the warning should name {piece:?}: {logs}");
+            }
+            // A URL from the file or the environment: no warning.
+            jail.create_file("dlock.toml", "url = \"memory://file\"\n")?;
+            let logs = logs_of(|| assert_eq!(Config::load().expect("loads").url, "memory://file"));
+            assert!(!logs.contains("falling back"), "{logs}");
+            jail.create_file("dlock.toml", "ttl = \"5s\"\n")?;
+            jail.set_env("DLOCK_URL", "memory://env");
+            let logs = logs_of(|| assert_eq!(Config::load().expect("loads").url, "memory://env"));
+            assert!(!logs.contains("falling back"), "{logs}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn load_required_refuses_to_fall_back() {
+        Jail::expect_with(|jail| {
+            let says = |e: LockError| match e {
+                LockError::Config { reason } => {
+                    assert!(reason.contains("DLOCK_URL") && reason.contains("dlock.toml"), "{reason}");
+                }
+                other => panic!("expected a Config error, got {other}"),
+            };
+            says(Config::load_required().expect_err("no URL anywhere"));
+            // A file without a url is no URL either.
+            jail.create_file("dlock.toml", "ttl = \"5s\"\n")?;
+            says(Config::load_required().expect_err("a file without url"));
+            jail.create_file("dlock.toml", "url = \"memory://file\"\nttl = \"5s\"\n")?;
+            let c = Config::load_required().expect("a URL in the file");
+            assert_eq!((c.url.as_str(), c.ttl), ("memory://file", Duration::from_secs(5)));
+            jail.set_env("DLOCK_URL", "memory://env");
+            assert_eq!(Config::load_required().expect("a URL in the environment").url, "memory://env");
             Ok(())
         });
     }

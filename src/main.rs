@@ -93,9 +93,14 @@ impl Target {
     /// The configuration, its URL handed to the redactor before anything may print it.
     fn load(&self, redactor: &Redactor) -> Result<Config, LockError> {
         redactor.add(self.url.clone());
-        let mut config = match &self.config {
-            Some(path) => Config::load_file(path)?,
-            None => Config::load()?,
+        let mut config = match (&self.config, &self.url) {
+            (Some(path), _) => Config::load_file(path)?,
+            // --url given: nothing falls back, so Config::load's warning would be wrong.
+            (None, Some(url)) => {
+                let fig = Config::figment(Some(&Config::default_file()))?.merge(("url", url.as_str()));
+                Config::extract(fig)?
+            }
+            (None, None) => Config::load()?,
         };
         if let Some(url) = &self.url {
             config.url = url.clone();

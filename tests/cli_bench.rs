@@ -78,3 +78,51 @@ fn unknown_case_is_a_usage_error() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown bench case"));
 }
+
+/// The SQL baseline measures in a table made for the run, never in one that exists: a table of
+/// the old fixed name, made first by someone else with a trigger, would run their code as the
+/// bench's user (here it only counts the rows it sees).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sql_baseline_never_uses_a_table_someone_else_made() {
+    use sqlx::Connection;
+    let url = common::postgres_url();
+    let mut db = sqlx::PgConnection::connect(&url).await.expect("the PostgreSQL test server");
+    let log = format!("dlock_bench_squat_log_{}", std::process::id());
+    let run = |sql: String| sqlx::raw_sql(sqlx::AssertSqlSafe(sql));
+    for sql in [
+        "DROP TABLE IF EXISTS dlock_bench_baseline".to_owned(),
+        format!("CREATE TABLE {log} (seen BIGINT)"),
+        "CREATE TABLE dlock_bench_baseline (name TEXT PRIMARY KEY, owner TEXT, fence BIGINT NOT NULL, \
+         expires_at BIGINT NOT NULL)"
+            .to_owned(),
+        format!(
+            "CREATE FUNCTION {log}_fn() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN INSERT INTO {log} VALUES (NEW.fence); RETURN NEW; END $$"
+        ),
+        format!(
+            "CREATE TRIGGER {log}_t BEFORE INSERT OR UPDATE ON dlock_bench_baseline FOR EACH ROW \
+             EXECUTE FUNCTION {log}_fn()"
+        ),
+    ] {
+        run(sql.clone()).execute(&mut db).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_dlock"))
+        .args(["bench", "--json", "--cases", "baseline", "--duration", "300ms", "--url", &url])
+        .env_remove("DLOCK_URL")
+        .output()
+        .expect("the dlock binary runs");
+    let seen: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {log}")))
+        .fetch_one(&mut db)
+        .await
+        .expect("count the trigger's rows");
+    for sql in
+        ["DROP TABLE dlock_bench_baseline".to_owned(), format!("DROP FUNCTION {log}_fn()"), format!("DROP TABLE {log}")]
+    {
+        run(sql.clone()).execute(&mut db).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}: {stderr}", out.status);
+    let report: Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
+    assert!(report["cases"][0]["ops"].as_u64().unwrap_or(0) > 0, "the baseline ran: {report}");
+    assert_eq!(seen, 0, "the baseline wrote through the squatted table's trigger");
+}

@@ -125,4 +125,63 @@ async fn checks_a_zookeeper_server_version_and_container_nodes() {
     assert_eq!(finding(&report, "container nodes")["status"], "ok", "{report:#}");
     assert_eq!(finding(&report, "clock skew")["status"], "ok", "{report:#}");
     assert_eq!(code, Some(0), "warnings alone exit 0: {report:#}");
+    // With digest credentials the probe node is the creator's alone (as the lock client's are),
+    // and the probe still works.
+    let url = server.url_with_root("/dlock-doctor-auth").replacen("zk://", "zk://doctor:pw@", 1);
+    let (report, _) = tokio::task::spawn_blocking(move || doctor(&url)).await.expect("joined");
+    assert_eq!(finding(&report, "container nodes")["status"], "ok", "{report:#}");
+}
+
+/// With `[zk] tls_ca_file` the deployment speaks TLS: doctor's ZooKeeper checks, which speak
+/// plaintext, send nothing (not even the srvr word, nor the credentials) and say why.
+#[test]
+fn zookeeper_with_tls_gets_no_plaintext() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a local port");
+    let port = listener.local_addr().expect("its address").port();
+    listener.set_nonblocking(true).expect("nonblocking");
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let (seen, stop) = (Arc::clone(&accepted), Arc::new(std::sync::atomic::AtomicBool::new(false)));
+    let stopped = Arc::clone(&stop);
+    let watcher = std::thread::spawn(move || {
+        while !stopped.load(Ordering::SeqCst) {
+            if let Ok((mut stream, _)) = listener.accept() {
+                // A TLS ClientHello (a lock client with TLS) is not plaintext; anything else is.
+                use std::io::Read;
+                let _ = stream.set_nonblocking(false);
+                let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(2)));
+                let mut first = [0u8; 1];
+                if matches!(stream.read(&mut first), Ok(1) if first[0] != 0x16) {
+                    seen.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    });
+    let ca = tempfile::NamedTempFile::new().expect("a CA file");
+    let out = Command::new(env!("CARGO_BIN_EXE_dlock"))
+        .args(["doctor", "--json", "--url", &format!("zk://u:Hunter2word@127.0.0.1:{port}/dlock-doctor-tls")])
+        .env_remove("DLOCK_URL")
+        .env_remove("DLOCK_CONFIG")
+        .env("DLOCK_ZK__TLS_CA_FILE", ca.path())
+        .env("DLOCK_REQUEST_TIMEOUT", "1s")
+        .current_dir(env!("CARGO_TARGET_TMPDIR"))
+        .output()
+        .expect("the dlock binary runs");
+    stop.store(true, Ordering::SeqCst);
+    watcher.join().expect("the watcher ends");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        0,
+        "doctor spoke plaintext to a TLS deployment\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    let report: Value =
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("no JSON report: {e}\n{stdout}\n{stderr}"));
+    let tls = finding(&report, "tls");
+    assert_eq!(tls["status"], "fail", "{report:#}");
+    assert!(tls["detail"].as_str().unwrap_or("").contains("plaintext"), "{tls}");
+    assert_eq!(report["ok"], false, "{report:#}");
 }

@@ -218,3 +218,53 @@ fn run_holder_is_what_status_shows() {
     let out = output(&["run", "--url", &url, "--name", "jobs/held", "--holder", "bad\nid", "--", "true"], &[]);
     assert_eq!(code(&out), 2, "an invalid holder id is a usage error");
 }
+
+/// Holder ids and metadata come from the server, where anyone with write access to the table can
+/// store anything: `status`, `list` and `watch` print them with control characters escaped, so
+/// a stored `ESC [2J` (clear screen) or a C1 CSI cannot drive the operator's terminal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_text_is_printed_with_control_characters_escaped() {
+    use sqlx::Connection;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("escape.db");
+    let url = format!("sqlite://{}", path.display());
+    let lock = dlock::connect_with(&Config::from_url(&url)).await.expect("the library connects");
+    let name = LockName::new("jobs/escape").expect("a valid name");
+    let opts = AcquireOptions::new(Duration::from_secs(60)).holder(Holder::new("plain").expect("valid"));
+    let lease = lock.acquire(&name, &opts).await.expect("the test takes the lock");
+    // What a hostile writer of the table stores (Holder::new refuses it; the server does not).
+    let evil_holder = "evil\u{1b}[2J\u{9b}31m\u{7}";
+    let evil_meta = "m\u{1b}]0;owned\u{7}\r\n";
+    let mut db = sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display())).await.expect("open the db");
+    let updated = sqlx::query("UPDATE dlock_leases SET holder = ?, metadata = ? WHERE name = ?")
+        .bind(evil_holder)
+        .bind(evil_meta)
+        .bind(name.as_str())
+        .execute(&mut db)
+        .await
+        .expect("update the row");
+    assert_eq!(updated.rows_affected(), 1, "the lease row exists");
+    let runs: [&[&str]; 6] = [
+        &["status", "--url", &url, "jobs/escape"],
+        &["status", "--url", &url, "--json", "jobs/escape"],
+        &["list", "--url", &url],
+        &["list", "--url", &url, "--json"],
+        &["watch", "--url", &url, "--count", "0", "jobs/escape"],
+        &["watch", "--url", &url, "--count", "0", "--json", "jobs/escape"],
+    ];
+    for args in runs {
+        let out = output(args, &[]);
+        assert_eq!(code(&out), 0, "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let text = stdout(&out);
+        assert!(text.contains("evil"), "{args:?} shows the holder: {text}");
+        let raw: Vec<char> = text.chars().filter(|c| c.is_control() && *c != '\n').collect();
+        assert!(raw.is_empty(), "{args:?} printed raw control characters {raw:?}: {text:?}");
+        if args.contains(&"--json") {
+            // Still JSON, and the text reads back as stored.
+            let v: Value = serde_json::from_str(&text).expect("JSON");
+            let entry = if v.is_array() { v[0].clone() } else { v };
+            assert_eq!(entry["holder"], evil_holder, "{text}");
+        }
+    }
+    lease.release().await.expect("release");
+}

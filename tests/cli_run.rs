@@ -180,3 +180,40 @@ fn sigterm_is_forwarded_and_the_lock_released() {
     let out = output(&["run", "--url", &url, "--name", "sig", "--wait", "0s", "--", "true"]);
     assert_eq!(code(&out), 0, "released after the command ended: {}", stderr(&out));
 }
+
+/// The command gets what it needs (lock name, token, holder) and the rest of dlock's caller's
+/// environment, but none of dlock's own configuration: `DLOCK_URL` carries the password, and any
+/// `DLOCK_*` variable (`DLOCK_CONFIG`, a deployment's `DLOCK_API_TOKEN`) may be a secret or point at one.
+#[test]
+fn the_command_gets_no_dlock_configuration() {
+    let (dir, url) = sqlite_db();
+    let seen = dir.path().join("env");
+    let script = format!("env > '{}'", seen.display());
+    let out = dlock(&["run", "--name", "jobs/env", "--holder", "cron@host-1", "--", "sh", "-c", &script])
+        .env("DLOCK_URL", &url)
+        .env("DLOCK_API_TOKEN", "Kiwi9Secret")
+        .env("DLOCK_LOG", "warn")
+        .env("APP_SETTING", "kept")
+        .output()
+        .expect("the dlock binary runs");
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let env = std::fs::read_to_string(&seen).expect("the command wrote its environment");
+    let vars: Vec<(&str, &str)> = env.lines().filter_map(|l| l.split_once('=')).collect();
+    let get = |k: &str| vars.iter().find(|(key, _)| *key == k).map(|(_, v)| *v);
+    assert_eq!(get("DLOCK_LOCK_NAME"), Some("jobs/env"), "{env}");
+    assert_eq!(get("DLOCK_HOLDER"), Some("cron@host-1"), "{env}");
+    assert!(get("DLOCK_FENCING_TOKEN").is_some_and(|t| t.parse::<u64>().is_ok()), "{env}");
+    assert_eq!(get("APP_SETTING"), Some("kept"), "the caller's own environment is passed on: {env}");
+    assert!(get("PATH").is_some(), "{env}");
+    let dlock_vars: Vec<&str> = vars.iter().map(|(k, _)| *k).filter(|k| k.starts_with("DLOCK_")).collect();
+    assert_eq!(
+        dlock_vars
+            .iter()
+            .copied()
+            .filter(|k| !["DLOCK_LOCK_NAME", "DLOCK_HOLDER", "DLOCK_FENCING_TOKEN"].contains(k))
+            .count(),
+        0,
+        "dlock's configuration reached the command: {dlock_vars:?}"
+    );
+    assert!(!env.contains("Kiwi9Secret") && !env.contains(&url), "{env}");
+}

@@ -21,7 +21,7 @@ impl Backoff {
     /// The next delay.
     pub fn next_delay(&mut self) -> Duration {
         let base = self.current;
-        self.current = (self.current * 2).min(self.max);
+        self.current = self.current.saturating_mul(2).min(self.max);
         let nanos = base.as_nanos().min(u64::MAX as u128) as u64;
         Duration::from_nanos(rand::rng().random_range(nanos / 2..=nanos))
     }
@@ -46,5 +46,16 @@ mod tests {
         }
         let late = b.next_delay();
         assert!(late >= Duration::from_millis(50), "{late:?}");
+    }
+
+    #[test]
+    fn huge_bounds_never_panic() {
+        for (min, max) in [(Duration::MAX, Duration::MAX), (Duration::MAX / 2 + Duration::from_secs(1), Duration::MAX)]
+        {
+            let mut b = Backoff::new(min, max);
+            for _ in 0..3 {
+                assert!(b.next_delay() <= max);
+            }
+        }
     }
 }

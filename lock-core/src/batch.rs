@@ -79,14 +79,21 @@ async fn run<Q: Send + 'static, A: Send + 'static>(
 ) {
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
-        let until = Instant::now() + gather;
+        // A window too long for an `Instant` has no deadline: the round waits until it is full.
+        let until = Instant::now().checked_add(gather);
         while batch.len() < max {
+            let window = async {
+                match until {
+                    Some(until) => sleep_until(until).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 ask = rx.recv() => match ask {
                     Some(ask) => batch.push(ask),
                     None => break,
                 },
-                _ = sleep_until(until) => break,
+                _ = window => break,
             }
         }
         // Callers that gave up need no work on the server.
@@ -131,6 +138,19 @@ mod tests {
         }
         assert_eq!(got, (0..10u32).map(|n| Some(n * 2)).collect::<Vec<_>>());
         assert_eq!(rounds.load(Ordering::SeqCst), 1, "ten asks within the window took one round");
+    }
+
+    /// A window too long to compute a deadline for is "until the round is full", not a panic of
+    /// the round task (which would leave every caller without an answer).
+    #[tokio::test]
+    async fn a_huge_window_waits_for_a_full_round() {
+        let batcher = Arc::new(Batcher::new(Duration::MAX, 2, |batch: Vec<u32>| async move {
+            batch.into_iter().map(|n| n + 1).collect::<Vec<_>>()
+        }));
+        let (a, b) = (Arc::clone(&batcher), Arc::clone(&batcher));
+        let both = async { tokio::join!(a.ask(1), b.ask(2)) };
+        let got = tokio::time::timeout(Duration::from_secs(30), both).await.expect("a full round answers");
+        assert_eq!(got, (Some(2), Some(3)));
     }
 
     #[tokio::test]

@@ -259,6 +259,7 @@ impl Observer {
 /// leader's late write is then rejected), and stop when [`Leadership::lost`] fires. Dropping it
 /// resigns in the background.
 #[derive(Debug)]
+#[must_use = "a leadership dropped at once resigns at once; bind it for as long as this candidate leads"]
 pub struct Leadership {
     lease: Lease,
     changed: Arc<Notify>,

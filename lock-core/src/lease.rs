@@ -364,6 +364,7 @@ pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 /// lease.release().await?;
 /// # Ok(()) }
 /// ```
+#[must_use = "a lease dropped at once releases the lock at once; bind it (`let lease = …`) for as long as the work runs"]
 pub struct Lease {
     shared: Arc<Shared>,
     runtime: Option<tokio::runtime::Handle>,

@@ -178,13 +178,53 @@ impl fmt::Display for FencingToken {
 
 /// A random 128-bit id, unique per acquisition. Renew and release act only if the server still
 /// stores this owner.
+///
+/// Drawn from the thread's CSPRNG (rand's `ThreadRng`, seeded from the OS), in uuid v4 form.
+/// That generator's state is memory, so a copy of the process would draw the same ids as the
+/// original — two owners that renew and release each other's leases:
+/// - **`fork`**: the generator is reseeded from the OS when the process id differs from the one
+///   it was last seeded in, so a forked child never repeats its parent's ids.
+/// - **VM snapshots and process checkpoints** (CRIU, Firecracker snapshots, a cloned VM) keep
+///   the process id: nothing inside the process can tell that it was restored, and two clones
+///   of one snapshot can draw the same ids. Restart the processes that hold or take locks after
+///   restoring a snapshot more than once (or drop every `Lease` before taking the snapshot).
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct OwnerId(u128);
 
+thread_local! {
+    /// The process id this thread's generator was last seeded in (0: not yet checked here).
+    static SEEDED_IN: ForkCheck = const { ForkCheck::new() };
+}
+
+/// Tells a thread whose generator state was copied into another process (`fork`) apart from the
+/// one that seeded it: by the process id it was seeded in.
+struct ForkCheck(std::cell::Cell<u32>);
+
+impl ForkCheck {
+    const fn new() -> Self {
+        ForkCheck(std::cell::Cell::new(0))
+    }
+
+    /// Whether a generator last seeded in another process than `pid` (or never checked) must be
+    /// reseeded before it draws; records `pid` as seeded.
+    fn must_reseed(&self, pid: u32) -> bool {
+        self.0.replace(pid) != pid
+    }
+}
+
 impl OwnerId {
-    /// A fresh random id (uuid v4 from a thread-local CSPRNG: no system call per acquisition).
+    /// A fresh random id (uuid v4 from the thread's CSPRNG, reseeded from the OS after a fork:
+    /// one `getpid` per acquisition, no entropy system call).
     pub fn random() -> Self {
-        OwnerId(uuid::Uuid::new_v4().as_u128())
+        use rand::RngCore;
+        let mut rng = rand::rng();
+        if SEEDED_IN.with(|check| check.must_reseed(std::process::id())) {
+            // Without the OS (no entropy source at all) the thread's own seeding failed already.
+            let _ = rng.reseed();
+        }
+        let mut bytes = [0u8; 16];
+        rng.fill_bytes(&mut bytes);
+        OwnerId(uuid::Builder::from_random_bytes(bytes).into_uuid().as_u128())
     }
 
     /// The id as 32 lowercase hex digits, the form stored by backends.
@@ -256,5 +296,22 @@ mod tests {
         let o = OwnerId::random();
         assert_eq!(OwnerId::from_hex(&o.to_hex()), Some(o));
         assert_ne!(OwnerId::random(), OwnerId::random());
+        assert_eq!(uuid::Uuid::from_u128(o.as_u128()).get_version_num(), 4, "uuid v4 form");
+    }
+
+    /// A generator state copied into another process (a `fork`) is reseeded before it draws: the
+    /// check answers yes on the first draw of a thread and whenever the process id has changed.
+    #[test]
+    fn the_generator_is_reseeded_when_the_process_id_changes() {
+        let check = ForkCheck::new();
+        assert!(check.must_reseed(100), "a thread's first draw reseeds");
+        assert!(!check.must_reseed(100), "same process: no reseed");
+        assert!(check.must_reseed(101), "a forked child (new pid) reseeds");
+        assert!(!check.must_reseed(101));
+        assert!(check.must_reseed(100), "any change of pid reseeds");
+        // The real thread-local check is the same one, fed the real pid.
+        let _ = OwnerId::random();
+        assert!(!SEEDED_IN.with(|c| c.must_reseed(std::process::id())), "seeded in this process");
+        assert!(SEEDED_IN.with(|c| c.must_reseed(std::process::id().wrapping_add(1))), "as if forked");
     }
 }

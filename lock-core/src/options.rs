@@ -17,7 +17,9 @@ pub enum WaitPolicy {
 }
 
 impl WaitPolicy {
-    /// When a wait that starts at `begun` ends; `None` for [`WaitPolicy::Forever`].
+    /// When a wait that starts at `begun` ends; `None` for [`WaitPolicy::Forever`], and for a
+    /// `For` too long to be an `Instant` (a wait that long has no end; [`AcquireOptions::validate`]
+    /// refuses one above about 100 years before any wait starts).
     pub fn deadline(self, begun: tokio::time::Instant) -> Option<tokio::time::Instant> {
         match self {
             WaitPolicy::NoWait => Some(begun),
@@ -42,7 +44,8 @@ impl WaitPolicy {
 pub struct AcquireOptions {
     /// Lease time granted by the server for each acquisition or renewal.
     pub ttl: Duration,
-    /// How long `acquire` waits.
+    /// How long `acquire` waits. A `For` above about 100 years is `InvalidOptions` (not a
+    /// panic, not a silent "forever"): a wait without end is [`WaitPolicy::Forever`].
     pub wait: WaitPolicy,
     /// Renew in the background while the `Lease` lives (default on).
     pub auto_renew: bool,
@@ -326,6 +329,39 @@ mod tests {
             ] {
                 assert!(matches!(lock.acquire(&name, &o).await, Err(LockError::InvalidOptions { .. })), "{o:?}");
                 assert!(matches!(lock.try_acquire(&name, &o).await, Err(LockError::InvalidOptions { .. })), "{o:?}");
+            }
+        }
+    }
+
+    /// Every entry point a library user can reach with options, on the memory backend: a huge
+    /// duration anywhere is `InvalidOptions`, never a panic (`Instant + Duration` overflow).
+    #[tokio::test]
+    async fn extreme_durations_never_panic_in_any_entry_point() {
+        use crate::{acquire_all, DistributedLock, DistributedRwLock, DistributedSemaphore, LockName, MemoryLock};
+        let lock = MemoryLock::new();
+        let name = LockName::new("extreme-all").expect("valid");
+        let base = AcquireOptions::new(Duration::from_secs(10)).wait(Duration::from_millis(10));
+        for d in [Duration::MAX, Duration::MAX - Duration::from_nanos(1), Duration::from_secs(u64::MAX / 4)] {
+            let table = [
+                ("ttl", base.clone().ttl(d)),
+                ("wait", base.clone().wait(d)),
+                ("renew_every", base.clone().renew_every(d)),
+                ("request_timeout", base.clone().request_timeout(d)),
+                ("max_hold", base.clone().max_hold(d)),
+                ("hold_at_least", base.clone().hold_at_least(d)),
+            ];
+            for (field, o) in table {
+                let invalid = |r: Result<(), LockError>| matches!(r, Err(LockError::InvalidOptions { .. }));
+                assert!(invalid(lock.acquire(&name, &o).await.map(drop)), "acquire, {field} = {d:?}");
+                assert!(invalid(lock.try_acquire(&name, &o).await.map(drop)), "try_acquire, {field} = {d:?}");
+                assert!(invalid(lock.acquire_read(&name, &o).await.map(drop)), "acquire_read, {field} = {d:?}");
+                assert!(invalid(lock.try_acquire_read(&name, &o).await.map(drop)), "try_acquire_read, {field}");
+                assert!(invalid(lock.acquire_write(&name, &o).await.map(drop)), "acquire_write, {field} = {d:?}");
+                assert!(invalid(lock.try_acquire_write(&name, &o).await.map(drop)), "try_acquire_write, {field}");
+                assert!(invalid(lock.acquire_permit(&name, 2, &o).await.map(drop)), "acquire_permit, {field}");
+                assert!(invalid(lock.try_acquire_permit(&name, 2, &o).await.map(drop)), "try_acquire_permit, {field}");
+                let names = [name.clone()];
+                assert!(invalid(acquire_all(&lock, &names, &o).await.map(drop)), "acquire_all, {field} = {d:?}");
             }
         }
     }

@@ -36,7 +36,10 @@ const DELIMITERS: &[char] = &['/', '?', '#', '@', ':', ',', '&', '=', ';', '%', 
 /// A `scheme://[user[:password]@]host1[:port1][,host2[:port2]…][/path][?query]` URL cut into its
 /// parts by one small parser that also reads multi-host lists (`redlock://`, `zk://`), which the
 /// `url` crate refuses.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// Its `Debug` hides the password and the secret query values (a `{:?}` in a log line must not
+/// leak them); the fields themselves hold the text as written.
+#[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct UrlParts<'a> {
     /// The scheme, as written (`redis`).
@@ -105,6 +108,19 @@ impl<'a> UrlParts<'a> {
             Some(q) => format!("{}?{q}", self.path),
             None => self.path.to_owned(),
         }
+    }
+}
+
+impl std::fmt::Debug for UrlParts<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UrlParts")
+            .field("scheme", &self.scheme)
+            .field("user", &self.user)
+            .field("password", &self.password.map(|_| MASK))
+            .field("hosts", &self.hosts)
+            .field("path", &self.path)
+            .field("query", &self.query.map(redact_query))
+            .finish()
     }
 }
 
@@ -354,6 +370,23 @@ fn percent_encode(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `{:?}` of the public parts shows no secret: not the password, not a secret query value.
+    #[test]
+    fn url_parts_debug_hides_the_secrets() {
+        let raw = "redis://app:Hunter2word@h1:6379,h2:6379/0?password=Kiwi9Secret&timeout=3";
+        let parts = UrlParts::parse(raw).expect("parses");
+        assert_eq!(parts.password, Some("Hunter2word"), "the field keeps the text as written");
+        let shown = format!("{parts:?} {parts:#?}");
+        for secret in ["Hunter2word", "Kiwi9Secret"] {
+            assert!(!shown.contains(secret), "Debug shows {secret}: {shown}");
+        }
+        for kept in ["app", "h1:6379", "h2:6379", "/0", "timeout=3", MASK] {
+            assert!(shown.contains(kept), "Debug lost {kept}: {shown}");
+        }
+        let bare = UrlParts::parse("zk://h:2181/root").expect("parses");
+        assert!(format!("{bare:?}").contains("password: None"), "{bare:?}");
+    }
 
     /// Every printable ASCII character that is not a letter or digit.
     fn specials() -> impl Iterator<Item = char> {

@@ -59,7 +59,7 @@ async fn a_waiter_gets_the_lock_right_at_t0_plus_hold_at_least() {
     tokio::time::sleep(Duration::from_millis(20)).await;
     lease.release().await.expect("release");
     let (at, l) = waiter.await.expect("joined");
-    l.expect("granted");
+    let _granted = l.expect("granted");
     assert!(at >= t0 + hold && at < t0 + hold + Duration::from_millis(150), "granted {:?} after t0", at - t0);
 }
 

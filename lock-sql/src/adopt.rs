@@ -8,9 +8,12 @@
 //! checked: its columns (names and types) are exactly those of dlock's `CREATE TABLE`, it has no
 //! trigger (and on PostgreSQL no rule and is a plain table), and on PostgreSQL its owner is the
 //! connecting user, a role it belongs to, or a superuser. MySQL has no table owners: any user
-//! with `CREATE` on the database can make the table first, so there only the columns and the
-//! triggers are checked — and `information_schema.TRIGGERS` shows a table's triggers only to a
-//! user with the `TRIGGER` privilege on it. SQLite files are guarded by file permissions.
+//! with `CREATE` on the database can make the table first, so there the columns, the triggers
+//! and the kind of table are checked: a `BASE TABLE` with dlock's engine (InnoDB), not a view
+//! (whose columns look right while a trigger on the table behind it rewrites the tokens) nor
+//! another engine (MyISAM has no transactions and no row locks) — and
+//! `information_schema.TRIGGERS` shows a table's triggers only to a user with the `TRIGGER`
+//! privilege on it. SQLite files are guarded by file permissions.
 
 use lock_core::LockError;
 
@@ -36,6 +39,51 @@ pub(crate) struct TableFacts {
     /// Triggers, rules, or "not a plain table": anything that runs code or changes what a
     /// statement does.
     pub(crate) hooks: Vec<String>,
+}
+
+/// The engine every MySQL/MariaDB table of dlock's is created with (`ENGINE=InnoDB`).
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+const MYSQL_ENGINE: &str = "InnoDB";
+
+/// MySQL/MariaDB: what `information_schema.TABLES` says `schema.table` is, as hooks for
+/// [`judge`] (empty for a `BASE TABLE` of dlock's engine). The dialect adds them to the triggers.
+#[cfg(feature = "mysql")]
+pub(crate) async fn mysql_table_kind(
+    c: &mut sqlx::MySqlConnection,
+    schema: Option<&str>,
+    table: &str,
+) -> Result<Vec<String>, sqlx::Error> {
+    let row = sqlx::query_as::<_, (String, Option<String>)>(
+        "SELECT CAST(TABLE_TYPE AS CHAR), CAST(ENGINE AS CHAR) FROM information_schema.TABLES \
+         WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?",
+    )
+    .bind(schema)
+    .bind(table)
+    .fetch_optional(&mut *c)
+    .await?;
+    Ok(match row {
+        Some((table_type, engine)) => mysql_kind_hooks(&table_type, engine.as_deref()),
+        // Gone since it was found: the next statement creates dlock's own.
+        None => Vec::new(),
+    })
+}
+
+/// The objections to a MySQL/MariaDB table of this `TABLE_TYPE` and `ENGINE`.
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+fn mysql_kind_hooks(table_type: &str, engine: Option<&str>) -> Vec<String> {
+    if !table_type.eq_ignore_ascii_case("BASE TABLE") {
+        return vec![format!(
+            "table type {table_type:?}: it is not a base table (a view's columns can look right while what is behind \
+             it, a trigger on its table, decides the tokens)"
+        )];
+    }
+    match engine {
+        Some(e) if e.eq_ignore_ascii_case(MYSQL_ENGINE) => Vec::new(),
+        other => vec![format!(
+            "engine {:?} (dlock's tables are {MYSQL_ENGINE}: transactions and row locks keep the tokens rising)",
+            other.unwrap_or("none")
+        )],
+    }
 }
 
 /// The columns (name, type) a `CREATE TABLE` statement of ours declares, lower case.
@@ -123,6 +171,25 @@ mod tests {
             columns: columns.iter().map(|(n, t)| (n.to_string(), t.to_string())).collect(),
             owner,
             hooks: hooks.iter().map(|h| h.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn mysql_adopts_only_base_tables_of_its_engine() {
+        assert!(mysql_kind_hooks("BASE TABLE", Some("InnoDB")).is_empty());
+        assert!(mysql_kind_hooks("base table", Some("innodb")).is_empty());
+        for (table_type, engine, says) in [
+            ("VIEW", None, "not a base table"),
+            ("SYSTEM VIEW", Some("MEMORY"), "not a base table"),
+            ("SEQUENCE", Some("InnoDB"), "not a base table"),
+            ("BASE TABLE", Some("MyISAM"), "engine \"MyISAM\""),
+            ("BASE TABLE", Some("MEMORY"), "engine \"MEMORY\""),
+            ("BASE TABLE", None, "engine \"none\""),
+        ] {
+            let hooks = mysql_kind_hooks(table_type, engine);
+            assert!(hooks.len() == 1 && hooks[0].contains(says), "{table_type} {engine:?}: {hooks:?}");
+            let judged = judge("my", MY, &facts(&[("kind", "varchar(8)")], Owner::NotTracked, &[&hooks[0]]));
+            assert!(matches!(judged, Err(LockError::Config { reason }) if reason.contains(says)));
         }
     }
 

@@ -6,7 +6,7 @@ use std::fmt::Write;
 use clap::Args;
 use dlock::{HolderInfo, LockError};
 
-use crate::cli::status::remaining;
+use crate::cli::status::{json_printable, printable, remaining};
 use crate::Redactor;
 
 /// Arguments of `dlock list`.
@@ -31,7 +31,8 @@ pub(crate) async fn run(args: ListArgs, out: &Redactor) -> Result<bool, LockErro
     let lock = dlock::connect_with(&config).await?;
     let held = lock.list(&args.prefix, args.limit).await?;
     if args.json {
-        out.println(&serde_json::to_string_pretty(&held).map_err(|e| LockError::backend("dlock", e))?);
+        let text = serde_json::to_string_pretty(&held).map_err(|e| LockError::backend("dlock", e))?;
+        out.println(&json_printable(text));
     } else {
         out.println(&table(&held));
         if held.len() >= args.limit && args.limit > 0 {
@@ -45,18 +46,21 @@ fn table(held: &[HolderInfo]) -> String {
     if held.is_empty() {
         return "no held locks".into();
     }
+    // Names and holder ids come from the server: escaped before they are measured or printed.
+    let names: Vec<_> = held.iter().map(|h| printable(&h.name)).collect();
+    let holders: Vec<_> = held.iter().map(|h| printable(h.holder.as_deref().unwrap_or("-"))).collect();
     let width = |f: &dyn Fn(&HolderInfo) -> usize, title: &str| held.iter().map(f).max().unwrap_or(0).max(title.len());
-    let wn = width(&|h| h.name.len(), "NAME");
-    let wh = width(&|h| h.holder.as_deref().map_or(1, str::len), "HOLDER");
+    let wn = names.iter().map(|n| n.len()).max().unwrap_or(0).max("NAME".len());
+    let wh = holders.iter().map(|h| h.len()).max().unwrap_or(0).max("HOLDER".len());
     let wt = width(&|h| h.token.to_string().len(), "TOKEN");
     let mut text =
         format!("{:<wn$}  {:<wh$}  {:>wt$}  {:<9}  {:<12}  METADATA\n", "NAME", "HOLDER", "TOKEN", "KIND", "REMAINING");
-    for h in held {
+    for ((h, name), holder) in held.iter().zip(&names).zip(&holders) {
         let _ = writeln!(
             text,
             "{:<wn$}  {:<wh$}  {:>wt$}  {:<9}  {:<12}  {}",
-            h.name,
-            h.holder.as_deref().unwrap_or("-"),
+            name,
+            holder,
             h.token.to_string(),
             h.kind.as_str(),
             remaining(h.remaining),

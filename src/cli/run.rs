@@ -2,7 +2,9 @@
 //! holding a lock, the way `flock`, `consul lock` and `etcdctl lock` do, with the lease kept
 //! renewed and the fencing token handed to the command.
 //!
-//! The command gets `DLOCK_FENCING_TOKEN` and `DLOCK_LOCK_NAME` in its environment. SIGINT and
+//! The command gets `DLOCK_FENCING_TOKEN`, `DLOCK_LOCK_NAME` and (with `--holder`) `DLOCK_HOLDER`
+//! in its environment, and none of dlock's own `DLOCK_*` variables (`DLOCK_URL` holds the
+//! backend's password): a command that needs the backend is given its URL by the caller. SIGINT and
 //! SIGTERM sent to dlock are forwarded to it. When it ends, the lock is released and dlock exits
 //! with its status (128 + N when a signal N ended it). When the lease is lost first, the command
 //! gets SIGTERM, SIGKILL after `--grace`, and dlock exits 3. See [`crate::exit`] for the codes.
@@ -84,12 +86,20 @@ async fn run_inner(args: RunArgs, out: &Redactor) -> Result<Exit, LockError> {
     let lock = dlock::connect_with(&config).await?;
     let lease = lock.acquire(&name, &opts).await?;
     let (program, rest) = args.command.split_first().ok_or_else(|| LockError::config("no command to run"))?;
-    let spawned = Command::new(program)
-        .args(rest)
-        .env("DLOCK_FENCING_TOKEN", lease.token().get().to_string())
-        .env("DLOCK_LOCK_NAME", name.as_str())
-        .kill_on_drop(true)
-        .spawn();
+    let mut command = Command::new(program);
+    command.args(rest);
+    // dlock's own configuration stays with dlock: DLOCK_URL carries the backend's password, and
+    // any other DLOCK_* variable may be a secret or name one. The command gets what it needs.
+    for (key, _) in std::env::vars_os() {
+        if key.as_encoded_bytes().starts_with(b"DLOCK_") {
+            command.env_remove(key);
+        }
+    }
+    command.env("DLOCK_FENCING_TOKEN", lease.token().get().to_string()).env("DLOCK_LOCK_NAME", name.as_str());
+    if let Some(holder) = &args.holder {
+        command.env("DLOCK_HOLDER", holder);
+    }
+    let spawned = command.kill_on_drop(true).spawn();
     let mut child = match spawned {
         Ok(c) => c,
         Err(e) => {

@@ -45,7 +45,32 @@ pub(crate) fn json(name: &str, info: Option<&HolderInfo>) -> Result<String, Lock
         }
         None => serde_json::json!({ "name": name, "held": false }),
     };
-    serde_json::to_string(&value).map_err(|e| LockError::backend("dlock", e))
+    serde_json::to_string(&value).map(json_printable).map_err(|e| LockError::backend("dlock", e))
+}
+
+/// `text` with every control character escaped (`\u{1b}`), for a terminal: holder ids, metadata
+/// and names come from the server, where anyone who can write the lock's table or keys can
+/// store an escape sequence that would clear or retitle the operator's screen.
+pub(crate) fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return text.into();
+    }
+    text.chars()
+        .map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() })
+        .collect::<String>()
+        .into()
+}
+
+/// JSON text from serde_json with the control characters it leaves raw (DEL and the C1 range,
+/// U+007F to U+009F, which some terminals obey) written as `\u` escapes: the same JSON value,
+/// printable. serde_json escapes the C0 range itself; outside strings JSON is ASCII.
+pub(crate) fn json_printable(json: String) -> String {
+    if !json.chars().any(|c| ('\u{7f}'..='\u{9f}').contains(&c)) {
+        return json;
+    }
+    json.chars()
+        .map(|c| if ('\u{7f}'..='\u{9f}').contains(&c) { format!("\\u{:04x}", c as u32) } else { c.to_string() })
+        .collect()
 }
 
 /// The state of one lock as `key: value` lines.
@@ -53,8 +78,8 @@ pub(crate) fn human(name: &str, info: Option<&HolderInfo>) -> String {
     let Some(info) = info else { return format!("{name}: free") };
     format!(
         "name:      {}\nholder:    {}\ntoken:     {}\nkind:      {}\nremaining: {}\nmetadata:  {}",
-        info.name,
-        info.holder.as_deref().unwrap_or("-"),
+        printable(&info.name),
+        printable(info.holder.as_deref().unwrap_or("-")),
         info.token,
         info.kind.as_str(),
         remaining(info.remaining),

@@ -108,10 +108,11 @@ pub(crate) async fn run(args: WatchArgs, out: &Redactor) -> Result<bool, LockErr
 /// One line per state.
 fn line(name: &str, info: Option<&HolderInfo>) -> String {
     match info {
-        None => format!("{name}: free"),
+        None => format!("{}: free", status::printable(name)),
         Some(i) => format!(
-            "{name}: held by {} with token {} ({}, {} left)",
-            i.holder.as_deref().unwrap_or("-"),
+            "{}: held by {} with token {} ({}, {} left)",
+            status::printable(name),
+            status::printable(i.holder.as_deref().unwrap_or("-")),
             i.token,
             i.kind.as_str(),
             status::remaining(i.remaining)

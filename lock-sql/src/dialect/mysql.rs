@@ -375,7 +375,7 @@ impl Dialect for Mysql {
                     .fetch_all(&mut *c)
                     .await?;
                     // Visible only with the TRIGGER privilege on the table (see adopt.rs).
-                    let hooks = sqlx::query_scalar::<_, String>(
+                    let mut hooks = sqlx::query_scalar::<_, String>(
                         "SELECT CAST(CONCAT('trigger ', TRIGGER_NAME) AS CHAR) FROM information_schema.TRIGGERS \
                          WHERE EVENT_OBJECT_SCHEMA = COALESCE(?, DATABASE()) AND EVENT_OBJECT_TABLE = ?",
                     )
@@ -383,6 +383,7 @@ impl Dialect for Mysql {
                     .bind(*t)
                     .fetch_all(&mut *c)
                     .await?;
+                    hooks.extend(crate::adopt::mysql_table_kind(&mut *c, *schema, t).await?);
                     Ok((columns, hooks))
                 })
             })

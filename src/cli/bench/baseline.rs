@@ -4,7 +4,9 @@
 //! - Redis: `SET key owner NX PX ttl` + an owner-checked scripted delete (`EVALSHA`).
 //! - Redlock: the same on every master, in parallel.
 //! - PostgreSQL, MySQL/MariaDB, SQLite: one upsert that takes a free row and bumps its fence,
-//!   one owner-checked update that frees it (sqlx, one connection).
+//!   one owner-checked update that frees it (sqlx, one connection), in a table made for the run
+//!   and dropped after it: `CREATE TABLE` of a new name, never a table that exists, which someone
+//!   else may have made first with a trigger that runs as the bench's user.
 //! - ZooKeeper: create an ephemeral node, delete it.
 
 use std::time::Duration;
@@ -125,7 +127,8 @@ async fn redis_baseline(_urls: &[String], _plan: &Plan, _schedule: Schedule<'_>)
 }
 
 /// One dialect's baseline statements: the table, one upsert that takes a free row and bumps its
-/// fence, one owner-checked update that frees it (binds: name, owner[, ttl in ms]).
+/// fence, one owner-checked update that frees it (binds: name, owner[, ttl in ms]). `{t}` is the
+/// run's table.
 #[cfg(feature = "sql")]
 struct SqlText {
     create: &'static str,
@@ -135,41 +138,41 @@ struct SqlText {
 
 #[cfg(feature = "sql")]
 const POSTGRES: SqlText = SqlText {
-    create: "CREATE TABLE IF NOT EXISTS dlock_bench_baseline (name TEXT PRIMARY KEY, owner TEXT, \
+    create: "CREATE TABLE {t} (name TEXT PRIMARY KEY, owner TEXT, \
              fence BIGINT NOT NULL, expires_at BIGINT NOT NULL)",
-    acquire: "INSERT INTO dlock_bench_baseline AS t (name, owner, fence, expires_at) \
+    acquire: "INSERT INTO {t} AS t (name, owner, fence, expires_at) \
               VALUES ($1, $2, 1, (extract(epoch from clock_timestamp()) * 1000)::bigint + $3) \
               ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, fence = t.fence + 1, \
               expires_at = excluded.expires_at \
               WHERE t.owner IS NULL OR t.expires_at <= (extract(epoch from clock_timestamp()) * 1000)::bigint \
               RETURNING fence",
-    release: "UPDATE dlock_bench_baseline SET owner = NULL WHERE name = $1 AND owner = $2",
+    release: "UPDATE {t} SET owner = NULL WHERE name = $1 AND owner = $2",
 };
 
 // One client: no race to guard, so the simplest upsert is the floor.
 #[cfg(feature = "sql")]
 const MYSQL: SqlText = SqlText {
-    create: "CREATE TABLE IF NOT EXISTS dlock_bench_baseline (name VARCHAR(255) PRIMARY KEY, owner VARCHAR(64), \
+    create: "CREATE TABLE {t} (name VARCHAR(255) PRIMARY KEY, owner VARCHAR(64), \
              fence BIGINT NOT NULL, expires_at BIGINT NOT NULL)",
-    acquire: "INSERT INTO dlock_bench_baseline (name, owner, fence, expires_at) \
+    acquire: "INSERT INTO {t} (name, owner, fence, expires_at) \
               VALUES (?, ?, 1, CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED) + ?) \
               ON DUPLICATE KEY UPDATE \
               fence = IF(owner IS NULL, fence + 1, fence), \
               owner = IF(owner IS NULL, VALUES(owner), owner)",
-    release: "UPDATE dlock_bench_baseline SET owner = NULL WHERE name = ? AND owner = ?",
+    release: "UPDATE {t} SET owner = NULL WHERE name = ? AND owner = ?",
 };
 
 #[cfg(feature = "sql")]
 const SQLITE: SqlText = SqlText {
-    create: "CREATE TABLE IF NOT EXISTS dlock_bench_baseline (name TEXT PRIMARY KEY, owner TEXT, \
+    create: "CREATE TABLE {t} (name TEXT PRIMARY KEY, owner TEXT, \
              fence INTEGER NOT NULL, expires_at INTEGER NOT NULL)",
-    acquire: "INSERT INTO dlock_bench_baseline AS t (name, owner, fence, expires_at) \
+    acquire: "INSERT INTO {t} AS t (name, owner, fence, expires_at) \
               VALUES (?1, ?2, 1, CAST(unixepoch('subsec') * 1000 AS INTEGER) + ?3) \
               ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, fence = t.fence + 1, \
               expires_at = excluded.expires_at \
               WHERE t.owner IS NULL OR t.expires_at <= CAST(unixepoch('subsec') * 1000 AS INTEGER) \
               RETURNING fence",
-    release: "UPDATE dlock_bench_baseline SET owner = NULL WHERE name = ?1 AND owner = ?2",
+    release: "UPDATE {t} SET owner = NULL WHERE name = ?1 AND owner = ?2",
 };
 
 #[cfg(feature = "sql")]
@@ -209,21 +212,43 @@ where
     for<'t> i64: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
 {
     let err = |e: sqlx::Error| LockError::backend("sql", e);
-    sqlx::query::<DB>(sql.create).execute(&mut c).await.map_err(err)?;
+    // A new name each run, created without IF NOT EXISTS: a table that is already there (made
+    // first by someone else, perhaps with a trigger) is an error, never used.
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    let table = format!("dlock_bench_baseline_{}_{nanos:08x}", std::process::id());
+    let text = |s: &str| sqlx::AssertSqlSafe(s.replace("{t}", &table));
+    let (acquire, release) = (sql.acquire.replace("{t}", &table), sql.release.replace("{t}", &table));
+    sqlx::query::<DB>(text(sql.create)).execute(&mut c).await.map_err(|e| {
+        LockError::config(format!(
+            "dlock bench cannot create its baseline table {table} ({e}); it needs CREATE and DROP on the database"
+        ))
+    })?;
     let name = format!("{}/baseline", plan.run_id);
     let owner = format!("baseline-{}", std::process::id());
     let ttl = i64::try_from(ttl_ms(plan.ttl)).unwrap_or(i64::MAX);
     let c = tokio::sync::Mutex::new(c);
-    timed(schedule, |_| {
+    let result = timed(schedule, |_| {
         let (c, name, owner) = (&c, name.as_str(), owner.as_str());
+        let (acquire, release) = (acquire.as_str(), release.as_str());
         async move {
             let mut c = c.lock().await;
-            sqlx::query::<DB>(sql.acquire).bind(name).bind(owner).bind(ttl).execute(&mut *c).await.map_err(err)?;
-            sqlx::query::<DB>(sql.release).bind(name).bind(owner).execute(&mut *c).await.map_err(err)?;
+            let q = sqlx::query::<DB>(sqlx::AssertSqlSafe(acquire));
+            q.bind(name).bind(owner).bind(ttl).execute(&mut *c).await.map_err(err)?;
+            sqlx::query::<DB>(sqlx::AssertSqlSafe(release))
+                .bind(name)
+                .bind(owner)
+                .execute(&mut *c)
+                .await
+                .map_err(err)?;
             Ok(())
         }
     })
-    .await
+    .await;
+    let dropped = sqlx::query::<DB>(text("DROP TABLE {t}")).execute(&mut *c.lock().await).await;
+    if let Err(e) = dropped {
+        tracing::warn!("dlock bench could not drop its baseline table {table}: {e}; drop it by hand");
+    }
+    result
 }
 
 #[cfg(not(feature = "sql"))]

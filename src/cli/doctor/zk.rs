@@ -12,6 +12,18 @@ use super::{clock_skew, Finding};
 use crate::cli::raw;
 
 pub(super) async fn checks(config: &Config) -> Result<Vec<Finding>, LockError> {
+    // These checks speak plaintext (the srvr word, a raw client): to a TLS deployment they would
+    // send its digest credentials in the clear, to whoever answers on its port.
+    if let Some(ca) = &config.zk.tls_ca_file {
+        return Ok(vec![Finding::fail(
+            "tls",
+            format!(
+                "[zk] tls_ca_file ({}) is set, and dlock doctor checks ZooKeeper only in plaintext: nothing was sent",
+                ca.display()
+            ),
+            "check the ensemble with zkServer.sh status (or point doctor at a plaintext test server without tls_ca_file)",
+        )]);
+    }
     let target = raw::ZkTarget::parse(&config.url);
     let mut findings = Vec::new();
     for host in target.hosts.split(',').filter(|h| !h.is_empty()) {
@@ -19,7 +31,7 @@ pub(super) async fn checks(config: &Config) -> Result<Vec<Finding>, LockError> {
     }
     let (client, target) = raw::zk(&config.url).await?;
     findings.push(session(&client, config.zk.session_timeout));
-    findings.extend(probe(&client, &target.root).await);
+    findings.extend(probe(&client, &target.root, target.auth.is_some()).await);
     Ok(findings)
 }
 
@@ -96,13 +108,24 @@ fn session(client: &Client, asked: Duration) -> Finding {
     }
 }
 
+/// The probe node's ACL: the lock client's (lock-zk's `acl.rs`), the creator's alone when the
+/// URL carries credentials (`anyone` cannot be narrowed without them).
+fn probe_acls(authenticated: bool) -> Acls<'static> {
+    if authenticated {
+        Acls::creator_all()
+    } else {
+        Acls::anyone_all()
+    }
+}
+
 /// Creates a container node under the root (container nodes are what the lock recipe uses for
 /// its parents; a server before 3.5 refuses them), reads its creation time for the clock check,
-/// and deletes it.
-async fn probe(client: &Client, root: &str) -> Vec<Finding> {
+/// and deletes it. With credentials the node is the creator's alone, as the lock client's are:
+/// nobody else may change it (or plant children in it) while it exists.
+async fn probe(client: &Client, root: &str, authenticated: bool) -> Vec<Finding> {
     const CHECK: &str = "container nodes";
     let path = format!("{root}/dlock-doctor-{:016x}", rand_u64());
-    let options = CreateMode::Container.with_acls(Acls::anyone_all());
+    let options = CreateMode::Container.with_acls(probe_acls(authenticated));
     let before = SystemTime::now();
     let created = tokio::time::timeout(raw::WAIT, client.create(&path, &[], &options)).await;
     let after = SystemTime::now();
@@ -144,4 +167,15 @@ fn rand_u64() -> u64 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(std::process::id().into());
     h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_probe_node_is_the_creators_alone_with_credentials() {
+        assert_eq!(probe_acls(true), Acls::creator_all());
+        assert_eq!(probe_acls(false), Acls::anyone_all(), "without credentials only world access exists");
+    }
 }
