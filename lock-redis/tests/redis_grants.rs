@@ -294,3 +294,39 @@ async fn a_wait_that_ends_as_it_is_granted_leaves_the_lock_free() {
         );
     }
 }
+
+/// Many waits cancelled at every point of their wait (before, during and after their first
+/// attempt, their subscription and their queued attempt) leave no entry behind that keeps a
+/// free lock from a fresh `try_acquire`.
+#[tokio::test]
+async fn cancelled_waiters_leave_a_free_lock_free() {
+    let fx = RedisFixture::start().await.unwrap();
+    let (a, fresh) = (fx.redis_client().await.unwrap(), fx.redis_client().await.unwrap());
+    let waiters = Arc::new(fx.redis_client().await.unwrap());
+    let name = LockName::new("cancelled").unwrap();
+    let held = a.acquire(&name, &opts(Duration::from_secs(5))).await.unwrap();
+    let mut waits = Vec::new();
+    for i in 0..40u64 {
+        let (name, waiters) = (name.clone(), Arc::clone(&waiters));
+        let w = tokio::spawn(async move { waiters.acquire(&name, &opts(Duration::from_secs(30))).await });
+        // 0 to 9 ms into the wait: its first attempt, subscription and queued attempt.
+        tokio::time::sleep(Duration::from_micros(i % 10 * 1000 + i * 37)).await;
+        w.abort();
+        waits.push(w);
+    }
+    for w in waits {
+        assert!(w.await.unwrap_err().is_cancelled(), "no wait may get the lock while it is held");
+    }
+    held.release().await.unwrap();
+    let released = Instant::now();
+    let took = loop {
+        if let Some(l) = fresh.try_acquire(&name, &opts(Duration::ZERO)).await.unwrap() {
+            l.release().await.unwrap();
+            break released.elapsed();
+        }
+        assert!(released.elapsed() < Duration::from_secs(5), "the free lock stayed unavailable");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    eprintln!("free for a fresh try {took:?} after the release");
+    assert!(took < Duration::from_millis(700), "free for a fresh try only {took:?} after the release");
+}
