@@ -125,7 +125,8 @@
 //! its lease (until its next renewal answers "not owner"). The restart quiet period does not
 //! help here, because the boot marker was replicated long before. [`RedisOptions::min_replicas_ack`]
 //! `= n` closes that window: each grant and renewal is followed by `WAIT n` on the same
-//! connection; a grant fewer than `n` replicas acknowledged is released and answered
+//! connection, in the same attempt (a retry on a fresh connection sends both again, so a `WAIT`
+//! never counts another connection's or node's writes); a grant fewer than `n` replicas acknowledged is released and answered
 //! `Unavailable`. This holds when the promoted replica acknowledged: always with `n` = all
 //! replicas; with fewer, it rests on Sentinel choosing the replica with the largest
 //! replication offset (equal `replica-priority`). Tokens keep rising across a failover
@@ -148,7 +149,10 @@
 //! - **Failover** (a master killed, its replica promoted after `cluster-node-timeout`): as with
 //!   Sentinel, replication is asynchronous, so only [`RedisOptions::min_replicas_ack`] (`WAIT`
 //!   on the slot's master after each grant and renewal) keeps a lease across it; it rests on the
-//!   promoted replica being one that acknowledged (always so with one replica per master). A
+//!   promoted replica being one that acknowledged (always so with one replica per master).
+//!   `WAIT` goes to the master of the slot in the client's slot map: after a `MOVED` that is the
+//!   node that ran the script, but a script that followed `ASK` (a slot half-migrated) ran on
+//!   the importing node, and its `WAIT` is counted on the source (issue 27 item 2: open). A
 //!   promoted replica that has no replica itself acknowledges nothing: renewals fail
 //!   (`Unavailable`) until one follows it. Tokens rise across it (`TIME` floor; the nodes'
 //!   clocks must agree to within the time between two grants of a name).
