@@ -1,159 +1,55 @@
 //! The client's side of a grant in the release (crate::scripts::queue, "Grants in the release"):
-//! the exclusive lock of a single instance hands itself to the queue's head, and the head takes
-//! it without a round trip of its own.
+//! the exclusive lock of a single instance hands itself to the queue's head, provisionally, and
+//! the head claims it with its own acquire script.
 //!
-//! ## Where the head's validity starts (docs/contract.md §3)
+//! ## A grant is confirmed by the server (docs/contract.md §4, issue 27)
 //!
-//! Not at the notification: the server's lease began at the grant, earlier. Each attempt of a
-//! wait carries its number `n` in the waiter's queue entry (and rewrites the entry with it), and
-//! the grant's notification names the number of the entry it granted. The head takes a grant
-//! only when that number is the one of its **latest** attempt `S` that answered "queued", and
-//! then with validity from `S`'s send instant:
+//! The release's message to the head (`@<owner>` on the head's wake channel) is a hint, never a
+//! grant: it names no token, and a waiter that hears it only wakes and runs its acquire script,
+//! as after any wake-up. That script finds the lease its own (the release wrote it) and
+//! re-grants it (contract §3): the lease is extended to the head's ttl and the token comes back
+//! in the reply. So `acquire` returns only a lease the server confirmed, with the server's token,
+//! and its validity counts from that script call's send instant, like any acquire. Anyone who
+//! can publish (a user with read rights and `+publish`), a late or a duplicated message can wake
+//! a waiter, never make it hold. The cost is one round trip on the hand-off, on the script's
+//! shortest path (owner check, `PEXPIRE`, token read).
 //!
-//! 1. Redis runs scripts one at a time. Only `S` wrote an entry numbered `n`, so the release
-//!    that granted it ran after `S`, which ran after it was sent: the grant's `TIME` is later
-//!    than `S`'s send instant, and the server's lease (`PEXPIRE ttl` at the grant) outlasts
-//!    `sent + ttl`. The usual `drift` margin covers the two clocks' rates.
-//! 2. A notification of an earlier attempt's entry (a grant `S` did not see because the lease
-//!    it granted had already ended, delivered late) names another number: dropped, and the
-//!    waiter runs its script, which finds the lock ours (then re-grants it: contract §3) or not.
-//! 3. An attempt whose answer was lost may have rewritten the entry with its own number: its
-//!    grant names a number that no "queued" answer carried, so it is not taken either; the
-//!    script's re-grant takes it instead.
+//! ## The bound on an untaken grant
 //!
-//! A long wait since `S` leaves little validity: the head takes a notified grant only while
-//! `now < sent + ttl/2`, else it runs the script, which re-grants the lease it holds.
+//! The release grants the head the lease for the claim window only, [`CLAIM_MS`] (at most the
+//! head's ttl); the head's claim extends it to its ttl. A head that does not claim — its process
+//! died, or was cut off — therefore holds the lock for the claim window, not for its ttl. The
+//! grant removed its entry, so once the window has passed the lock is free for the next
+//! waiter, which takes it at its next attempt: at most one re-try interval of that waiter later
+//! (`4 × max_poll_interval`, 2 s at most, or the holder's remaining lease it last saw if
+//! shorter). A vanished head therefore keeps the lock from the others for at most
+//! `min(ttl, 1 s) + 4 × max_poll_interval` plus one request (3 s plus a round trip with the
+//! default poll settings, whatever the ttl). A wait that ends in a live process (deadline,
+//! dropped future) abandons (`crate::scripts::ABANDON`): a grant it has not claimed is
+//! released there and handed on to the next waiter, in the same script, one round trip after
+//! the wait ended.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::Duration;
-
-use tokio::time::Instant;
-
-/// Past this many waits recorded (waits that ended without `forget`, say by an error), the
-/// record is cleared: a forgotten wait only loses a grant's shortcut, never safety.
-const CAP: usize = 4096;
-
-/// What this client knows of one waiting owner.
-#[derive(Default)]
-struct Entry {
-    /// The number of its next attempt.
-    next: u64,
-    /// Its latest attempt that answered "queued": number and send instant.
-    queued: Option<(u64, Instant)>,
-    /// The latest grant heard: token and the attempt number it names.
-    heard: Option<(i64, u64)>,
-}
-
-/// The grants this client's waiters expect, by owner id (32 hex digits).
-#[derive(Default)]
-pub(crate) struct Handoffs {
-    inner: Mutex<HashMap<String, Entry>>,
-}
-
-impl Handoffs {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// A waiting attempt of `owner` is about to be sent: its number (from 1). From now on the
-    /// grants to `owner` are recorded.
-    pub(crate) fn attempt(&self, owner: &str) -> u64 {
-        let mut map = self.lock();
-        if map.len() >= CAP && !map.contains_key(owner) {
-            map.clear();
-        }
-        let e = map.entry(owner.to_owned()).or_default();
-        e.next += 1;
-        e.next
-    }
-
-    /// `owner`'s attempt `n`, sent at `sent`, answered "queued".
-    pub(crate) fn queued(&self, owner: &str, n: u64, sent: Instant) {
-        if let Some(e) = self.lock().get_mut(owner) {
-            e.queued = Some((n, sent));
-        }
-    }
-
-    /// The wait of `owner` ended (granted by its own script, or left).
-    pub(crate) fn forget(&self, owner: &str) {
-        self.lock().remove(owner);
-    }
-
-    /// A grant notification's payload after its `!`: `<owner>:<token>:<attempt>`. Records it
-    /// when the owner is one of ours and returns that owner, the waiter to wake.
-    pub(crate) fn heard<'p>(&self, payload: &'p str) -> Option<&'p str> {
-        let mut parts = payload.splitn(3, ':');
-        let (owner, token, n) = (parts.next()?, parts.next()?, parts.next()?);
-        let (token, n) = (token.parse::<i64>().ok()?, n.parse::<u64>().ok()?);
-        let mut map = self.lock();
-        let e = map.get_mut(owner)?;
-        if e.heard.is_none_or(|(t, _)| token > t) {
-            e.heard = Some((token, n));
-        }
-        Some(owner)
-    }
-
-    /// The grant to `owner` (lease time `ttl`) to take without a round trip, with the instant
-    /// its validity starts (the module docs); `None`: run the script (no grant heard, one that
-    /// names another attempt than the latest "queued" one, or too little validity left).
-    /// Forgets `owner` when it returns a grant.
-    pub(crate) fn take(&self, owner: &str, ttl: Duration, now: Instant) -> Option<(i64, Instant)> {
-        let mut map = self.lock();
-        let e = map.get_mut(owner)?;
-        let (token, n) = e.heard?;
-        let (latest, sent) = e.queued?;
-        if n != latest || sent.checked_add(ttl / 2).is_none_or(|until| now >= until) {
-            return None;
-        }
-        map.remove(owner);
-        Some((token, sent))
-    }
-}
+/// The claim window of a grant in the release (ms): how long the queue's head holds a lock the
+/// release granted it before its own acquire script claims it. A woken head claims within a
+/// round trip or two; the window is four times the reservation of a woken head that takes no
+/// grants (`RESERVE_MS`), so that a head slowed by a loaded machine does not lose its turn, and
+/// short beside the ttls locks are taken for, so that a head that died does not hold the lock
+/// for its ttl (the module docs).
+pub(crate) const CLAIM_MS: u64 = 1000;
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::time::Duration;
 
-    /// The rule of the module docs, case by case; each `None` is a grant that, taken, could
-    /// outlast the server's lease.
-    #[test]
-    fn takes_only_a_grant_of_the_latest_queued_attempt() {
-        let h = Handoffs::default();
-        let (o, ttl) = ("ab".repeat(16), Duration::from_secs(10));
-        let t0 = Instant::now();
-        assert_eq!(h.heard(&format!("{o}:5:1")), None, "no wait of ours: not recorded");
-        assert_eq!(h.attempt(&o), 1);
-        h.queued(&o, 1, t0);
-        assert_eq!(h.take(&o, ttl, t0), None, "nothing heard");
-        assert_eq!(h.attempt(&o), 2, "an attempt whose answer is lost");
-        assert_eq!(h.heard(&format!("{o}:7:2")), Some(o.as_str()));
-        assert_eq!(h.take(&o, ttl, t0), None, "a grant of an attempt that never answered queued");
-        assert_eq!(h.attempt(&o), 3);
-        let t3 = t0 + Duration::from_millis(5);
-        h.queued(&o, 3, t3);
-        assert_eq!(h.heard(&format!("{o}:6:1")), Some(o.as_str()), "an older grant, late");
-        assert_eq!(h.take(&o, ttl, t3), None, "the late grant is still not of the latest attempt");
-        assert!(h.heard(&format!("{o}:8:3")).is_some());
-        assert_eq!(h.take(&o, ttl, t3 + Duration::from_secs(5)), None, "half the ttl gone: run the script");
-        assert_eq!(h.take(&o, ttl, t3 + Duration::from_secs(1)), Some((8, t3)), "validity from attempt 3's send");
-        assert_eq!(h.take(&o, ttl, t3), None, "taken once");
-        assert_eq!(h.heard(&format!("{o}:9:3")), None, "forgotten once taken");
-        for bad in ["", "x", "x:1", "x:y:1", "x:1:y", "x:-1:"] {
-            h.attempt("x");
-            assert_eq!(h.heard(bad), None, "{bad}");
-        }
-    }
+    use futures::StreamExt;
 
-    /// One attempt of `owner` with grant terms `ttl:n` on a real server; the script's reply.
-    async fn attempt(
-        c: &mut redis::aio::MultiplexedConnection,
-        k: &crate::scripts::Keys,
-        owner: &str,
-        ttl_ms: u64,
-        n: u64,
-    ) -> Vec<i64> {
-        crate::scripts::ACQUIRE
+    use super::CLAIM_MS;
+    use crate::scripts::{Keys, ACQUIRE, RELEASE};
+
+    /// One waiting attempt of `owner` for `ttl_ms` with grant terms (it takes grants in the
+    /// release) on a real server; the script's reply.
+    async fn attempt(c: &mut redis::aio::MultiplexedConnection, k: &Keys, owner: &str, ttl_ms: u64) -> Vec<i64> {
+        ACQUIRE
             .key(&k.lock)
             .key(&k.fence)
             .key("ho:boot")
@@ -164,53 +60,72 @@ mod tests {
             .arg("")
             .arg("")
             .arg(0)
-            .arg(2000)
+            .arg(20_000)
             .arg(&k.channel)
             .arg(150)
             .arg("ho:wake:A")
-            .arg(if n > 0 { format!("{ttl_ms}:{n}") } else { String::new() })
+            .arg(format!("{ttl_ms}"))
             .invoke_async(c)
             .await
             .unwrap()
     }
 
-    /// Against a real server, the case the attempt numbers exist for: a grant whose lease ended
-    /// before the waiter's latest "queued" attempt, its notification delivered only after that
-    /// attempt, while another owner holds the lock. Taking it would make two holders.
+    /// The next message on `wake`.
+    async fn heard(wake: &mut redis::aio::PubSubStream) -> String {
+        let m = tokio::time::timeout(Duration::from_secs(2), wake.next()).await.unwrap().unwrap();
+        String::from_utf8(m.get_payload_bytes().to_vec()).unwrap()
+    }
+
+    /// The lease's owner and PTTL.
+    async fn lease(c: &mut redis::aio::MultiplexedConnection, k: &Keys) -> (Option<String>, i64) {
+        let o: Option<String> = redis::cmd("HGET").arg(&k.lock).arg("o").query_async(c).await.unwrap();
+        let pttl: i64 = redis::cmd("PTTL").arg(&k.lock).query_async(c).await.unwrap();
+        (o, pttl)
+    }
+
+    /// The module's rules against a real server: the release grants the head for the claim
+    /// window only and tells it `@<owner>`, no token; the head's script claims the grant (same
+    /// token, its full ttl); a grant nobody claims lapses after the window and the next waiter
+    /// takes the lock then, not after the head's ttl.
     #[tokio::test]
-    async fn a_late_grant_to_an_earlier_attempt_is_not_taken() {
-        use futures::StreamExt;
+    async fn a_grant_in_the_release_is_provisional_until_claimed() {
         let server = dlock_testkit::servers::redis::RedisServer::start_local().await.unwrap();
         let client = redis::Client::open(server.url()).unwrap();
         let mut c = client.get_multiplexed_async_connection().await.unwrap();
-        let k = crate::scripts::Keys::new("ho", &lock_core::LockName::new("late").unwrap());
+        let k = Keys::new("ho", &lock_core::LockName::new("claim").unwrap());
         let mut wake = client.get_async_pubsub().await.unwrap();
         wake.subscribe("ho:wake:A").await.unwrap();
         let mut wake = wake.into_on_message();
-        let (h, w, ttl) = (Handoffs::default(), "w".repeat(32), Duration::from_millis(300));
+        let release = |c: &mut redis::aio::MultiplexedConnection, who: &'static str| {
+            let (mut c, k) = (c.clone(), &k);
+            async move { k.hand_off(&RELEASE, who, 150, "").invoke_async::<i64>(&mut c).await.unwrap() }
+        };
 
-        assert_eq!(attempt(&mut c, &k, "a", 10_000, 0).await[0], 1);
-        let n1 = h.attempt(&w);
-        let sent1 = Instant::now();
-        assert_eq!(attempt(&mut c, &k, &w, 300, n1).await[0], 0);
-        h.queued(&w, n1, sent1);
-        let released: i64 = k.hand_off(&crate::scripts::RELEASE, "a", 150, "").invoke_async(&mut c).await.unwrap();
-        assert_eq!(released, 1);
-        // The grant's notification is held back (a slow pub/sub connection) ...
-        let late = tokio::time::timeout(Duration::from_secs(2), wake.next()).await.unwrap().unwrap();
-        let late = String::from_utf8(late.get_payload_bytes().to_vec()).unwrap();
-        assert!(late.starts_with(&format!("!{w}:")), "{late}");
-        // ... while that lease ends, `b` takes the lock, and `w` tries again: queued.
-        tokio::time::sleep(ttl + Duration::from_millis(50)).await;
-        assert_eq!(attempt(&mut c, &k, "b", 10_000, 0).await[0], 1);
-        let n2 = h.attempt(&w);
-        let sent2 = Instant::now();
-        assert_eq!(attempt(&mut c, &k, &w, 300, n2).await[0], 0, "b holds it");
-        h.queued(&w, n2, sent2);
-        // Now the late notification arrives.
-        assert_eq!(h.heard(late.strip_prefix('!').unwrap()), Some(w.as_str()));
-        assert_eq!(h.take(&w, ttl, Instant::now()), None, "not taken: b holds the lock");
-        let o: Option<String> = redis::cmd("HGET").arg(&k.lock).arg("o").query_async(&mut c).await.unwrap();
-        assert_eq!(o.as_deref(), Some("b"));
+        assert_eq!(attempt(&mut c, &k, "a", 60_000).await[0], 1);
+        assert_eq!(attempt(&mut c, &k, "w", 60_000).await[0], 0);
+        assert_eq!(attempt(&mut c, &k, "v", 60_000).await[0], 0);
+        assert_eq!(release(&mut c, "a").await, 1);
+        let (o, pttl) = lease(&mut c, &k).await;
+        assert_eq!(o.as_deref(), Some("w"), "the release granted the head");
+        assert!(pttl > 0 && pttl <= CLAIM_MS as i64, "for the claim window only: {pttl}");
+        assert_eq!(heard(&mut wake).await, "@w", "a wake-up naming no token");
+        let token: i64 = redis::cmd("HGET").arg(&k.lock).arg("f").query_async(&mut c).await.unwrap();
+        assert_eq!(attempt(&mut c, &k, "w", 60_000).await, [1, token], "the claim: the grant's token");
+        assert!(lease(&mut c, &k).await.1 > 59_000, "claimed: the head's ttl");
+
+        // `v` is granted and never claims: the lock is free once the window has passed.
+        assert_eq!(attempt(&mut c, &k, "x", 60_000).await[0], 0, "x queues behind v");
+        assert_eq!(release(&mut c, "w").await, 1);
+        assert_eq!(heard(&mut wake).await, "@v");
+        assert_eq!(lease(&mut c, &k).await.0.as_deref(), Some("v"));
+        assert_eq!(attempt(&mut c, &k, "x", 60_000).await[0], 0, "v holds the grant in its window");
+        tokio::time::sleep(Duration::from_millis(CLAIM_MS + 100)).await;
+        assert_eq!(attempt(&mut c, &k, "x", 60_000).await[0], 1, "the unclaimed grant lapsed");
+
+        // A head with a ttl below the window is granted for its ttl.
+        assert_eq!(attempt(&mut c, &k, "y", 300).await[0], 0);
+        assert_eq!(release(&mut c, "x").await, 1);
+        let (o, pttl) = lease(&mut c, &k).await;
+        assert!(o.as_deref() == Some("y") && pttl > 0 && pttl <= 300, "{o:?} {pttl}");
     }
 }

@@ -218,36 +218,39 @@ impl KindStore for RedisKinds {
         let (kind, name) = (g.kind, g.name);
         let (owner, ms) = (g.owner.to_hex(), ttl_ms(ttl).to_string());
         let args = [&*owner, &ms];
-        let (r, key): (i64, String) = match kind {
+        let (script, keys): (&Script, Vec<String>) = match kind {
             LockKind::Permit => {
                 let k = SemKeys::new(&self.base.prefix, name);
-                (self.invoke(&ZSET_RENEW, &[&k.holders, &k.tokens, &k.permits], &args, true).await?, k.holders)
+                (&ZSET_RENEW, vec![k.holders, k.tokens, k.permits])
             }
-            LockKind::Write => {
-                let k = RwKeys::new(&self.base.prefix, name);
-                (self.invoke(&RENEW, &[&k.writer], &args, true).await?, k.writer)
-            }
+            LockKind::Write => (&RENEW, vec![RwKeys::new(&self.base.prefix, name).writer]),
             _ => {
                 let k = RwKeys::new(&self.base.prefix, name);
-                (self.invoke(&ZSET_RENEW, &[&k.readers, &k.tokens], &args, true).await?, k.readers)
+                (&ZSET_RENEW, vec![k.readers, k.tokens])
             }
         };
-        let acks = self.base.min_replicas_ack;
-        if r == 1 && acks > 0 {
-            // A renewal the promoted replica never got would be forgotten at a failover, as a
-            // grant would (see single.rs); `WAIT` after it, on a connection of the same node.
-            let ack_ms = self.base.ack_wait_ms;
-            let acked: i64 = self
-                .base
-                .node
-                .run_idempotent(self.base.node.request_timeout(), |mut c| {
-                    let key = key.clone();
-                    async move { c.wait_replicas(&key, acks, ack_ms).await }
-                })
-                .await?;
-            if acked < i64::from(acks) {
-                return Err(self.base.not_acknowledged(acked, "renewal"));
-            }
+        // A renewal the promoted replica never got would be forgotten at a failover, as a grant
+        // would (see single.rs). `WAIT` goes on the connection that wrote, in the same attempt:
+        // a `WAIT` sent again alone, after a reconnect (to a new primary, say), would count
+        // another connection's writes, not this renewal.
+        let (acks, ack_ms) = (self.base.min_replicas_ack, self.base.ack_wait_ms);
+        let (node, keys, args) = (&self.base.node, &keys, &args);
+        let (r, acked): (i64, i64) = node
+            .run_idempotent(node.request_timeout(), |mut c| async move {
+                let mut call = script.prepare_invoke();
+                for key in keys {
+                    call.key(key);
+                }
+                for arg in args {
+                    call.arg(*arg);
+                }
+                let r: i64 = call.invoke_async(&mut c).await?;
+                let acked = if acks > 0 && r == 1 { c.wait_replicas(&keys[0], acks, ack_ms).await? } else { i64::MAX };
+                Ok((r, acked))
+            })
+            .await?;
+        if r == 1 && acked < i64::from(acks) {
+            return Err(self.base.not_acknowledged(acked, "renewal"));
         }
         Ok(renewed(r))
     }

@@ -68,14 +68,18 @@
 //!   `@<owner>` of the head on the head's client's own wake channel, which wakes that waiter
 //!   only and reaches no other client (one delivery per release), and a `try_acquire` never
 //!   overtakes a queued waiter. A head that asks no replica acknowledgements and stores no
-//!   holder id or metadata is granted the lock by the release itself and holds without a
-//!   round trip of its own (validity from its latest "queued" attempt's send instant;
-//!   `handoff.rs`, "Grants in the release" in `scripts/queue.rs`); such a head that vanished
-//!   holds the lock for its ttl at most, like a vanished holder. Bounds: a head that vanished
-//!   keeps a free lock from the others for at most 250 ms (its reservation) plus one re-try of
-//!   another waiter (at most `4 × max_poll_interval`); a waiter that vanished while others hold
-//!   the lock drops out when its registration ends (`2 × (4 × max_poll_interval +
-//!   request_timeout)`); a wait that ends without a grant leaves the queue at once. A vanished
+//!   holder id or metadata is granted the lock by the release itself, provisionally for the
+//!   **claim window** (`min(ttl, 1 s)`), and claims it with its own acquire script, woken by
+//!   the message: **a grant is confirmed by the server**, the message is a hint that names no
+//!   token, and the lease's token and validity come from the claim's reply, as for any
+//!   acquire (`handoff.rs`, "Grants in the release" in `scripts/queue.rs`). Bounds: a head that
+//!   vanished keeps a free lock from the others for at most 250 ms (its reservation) or, when
+//!   the release granted it, the claim window, plus one re-try of the next waiter (at most
+//!   `4 × max_poll_interval`): **the bound on an untaken grant**, 3 s plus a round trip with
+//!   the default poll settings; a waiter that vanished while others hold the lock drops out
+//!   when its registration ends (`2 × (4 × max_poll_interval + request_timeout)`); a wait that
+//!   ends without a grant (deadline, dropped future) leaves the queue at once, releasing a
+//!   grant it had not claimed and handing it on, one round trip after it ended. A vanished
 //!   holder publishes nothing, so waiters also re-try on a timer bounded by the holder's
 //!   remaining ttl. Every grant also publishes `+`, and a release with nobody queued `-`,
 //!   which no waiter acts on: they wake election observers of any client
@@ -121,7 +125,8 @@
 //! its lease (until its next renewal answers "not owner"). The restart quiet period does not
 //! help here, because the boot marker was replicated long before. [`RedisOptions::min_replicas_ack`]
 //! `= n` closes that window: each grant and renewal is followed by `WAIT n` on the same
-//! connection; a grant fewer than `n` replicas acknowledged is released and answered
+//! connection, in the same attempt (a retry on a fresh connection sends both again, so a `WAIT`
+//! never counts another connection's or node's writes); a grant fewer than `n` replicas acknowledged is released and answered
 //! `Unavailable`. This holds when the promoted replica acknowledged: always with `n` = all
 //! replicas; with fewer, it rests on Sentinel choosing the replica with the largest
 //! replication offset (equal `replica-priority`). Tokens keep rising across a failover
@@ -144,7 +149,10 @@
 //! - **Failover** (a master killed, its replica promoted after `cluster-node-timeout`): as with
 //!   Sentinel, replication is asynchronous, so only [`RedisOptions::min_replicas_ack`] (`WAIT`
 //!   on the slot's master after each grant and renewal) keeps a lease across it; it rests on the
-//!   promoted replica being one that acknowledged (always so with one replica per master). A
+//!   promoted replica being one that acknowledged (always so with one replica per master).
+//!   `WAIT` goes to the master of the slot in the client's slot map: after a `MOVED` that is the
+//!   node that ran the script, but a script that followed `ASK` (a slot half-migrated) ran on
+//!   the importing node, and its `WAIT` is counted on the source (issue 27 item 2: open). A
 //!   promoted replica that has no replica itself acknowledges nothing: renewals fail
 //!   (`Unavailable`) until one follows it. Tokens rise across it (`TIME` floor; the nodes'
 //!   clocks must agree to within the time between two grants of a name).

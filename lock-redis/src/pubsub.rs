@@ -26,7 +26,6 @@ use futures::StreamExt;
 use lock_core::{ChangeFeed, LockError, WakeHub, WakeSubscription};
 
 use crate::endpoint::Endpoint;
-use crate::handoff::Handoffs;
 use redis::aio::PubSubSink;
 use tokio::time::{timeout, Instant};
 use tokio_util::sync::{CancellationToken, DropGuard};
@@ -71,8 +70,6 @@ struct Inner {
     connect_timeout: Duration,
     request_timeout: Duration,
     stop: CancellationToken,
-    /// Grants in the release heard on the wake channel (crate::handoff).
-    handoffs: Handoffs,
 }
 
 /// The notification side of one client (one server for Redis, N for Redlock).
@@ -109,7 +106,6 @@ impl Notifier {
             connect_timeout,
             request_timeout,
             stop: stop.clone(),
-            handoffs: Handoffs::default(),
         });
         let wake_channel = format!("{key_prefix}:wake:{}", lock_core::OwnerId::random().to_hex());
         Notifier { inner, wake_channel, started: Mutex::new(false), _stop: stop.drop_guard() }
@@ -118,11 +114,6 @@ impl Notifier {
     /// This client's wake channel, as the scripts take it.
     pub(crate) fn wake_channel(&self) -> &str {
         &self.wake_channel
-    }
-
-    /// The grants in the release that this client's waiters heard (crate::handoff).
-    pub(crate) fn handoffs(&self) -> &Handoffs {
-        &self.inner.handoffs
     }
 
     /// Registers a queued waiter as `owner` on this client's wake channel (see
@@ -441,10 +432,12 @@ async fn pump(
                 match payload {
                     b"+" | b"-" => {}
                     b"all" => strong.wake_every(&channel),
-                    // A release granted one queued owner the lock (crate::handoff): record it,
-                    // wake its waiter, if it is ours.
+                    // `!<owner>:<token>:<attempt>`, an older releaser's grant: only a wake-up for
+                    // that owner's waiter, which then asks the server (crate::handoff); the
+                    // token in it is never used.
                     [b'!', grant @ ..] => {
-                        if let Some(owner) = std::str::from_utf8(grant).ok().and_then(|g| strong.handoffs.heard(g)) {
+                        let owner = grant.split(|b| *b == b':').next().and_then(|o| std::str::from_utf8(o).ok());
+                        if let Some(owner) = owner.filter(|o| !o.is_empty()) {
                             strong.wake_owner(&channel, owner);
                         }
                     }

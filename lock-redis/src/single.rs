@@ -16,7 +16,6 @@ use crate::pubsub::Notifier;
 use crate::scripts::{Keys, ABANDON, ACQUIRE, RELEASE, RENEW};
 use crate::RedisOptions;
 use redis::Script;
-use tokio::time::Instant;
 
 pub(crate) const BACKEND: &str = "redis";
 
@@ -211,20 +210,11 @@ impl LeaseStore for RedisStore {
         let fence_ms = if self.idle_ms > 0 { ms.saturating_add(self.idle_ms) } else { 0 };
         // Only a waiting attempt takes a place in the queue; a single try must not.
         let reg_ms = if waiting { self.registration(ttl) } else { 0 };
-        // A release may grant a queued waiter the lock itself (crate::handoff), unless the grant
-        // must reach replicas (the waiter's own WAIT) or carry a holder id or metadata.
-        let handoffs = self.notifier.handoffs();
+        // A release may grant a queued waiter the lock provisionally, which its next attempt
+        // claims (crate::handoff), unless the grant must reach replicas (the waiter's own WAIT)
+        // or carry a holder id or metadata.
         let takes_grants = waiting && self.min_replicas_ack == 0 && who.0.is_empty() && who.1.is_empty();
-        let (attempt, grant) = if takes_grants {
-            if let Some((token, started)) = handoffs.take(&owner, ttl, Instant::now()) {
-                return Ok(TryLock::HandedOver { token: token_from(BACKEND, token)?, started });
-            }
-            let n = handoffs.attempt(&owner);
-            (n, format!("{ms}:{n}"))
-        } else {
-            (0, String::new())
-        };
-        let sent = Instant::now();
+        let grant = if takes_grants { ms.to_string() } else { String::new() };
         let (keys, owner, who, grant) = (&keys, &owner, &who, &grant);
         let (boot, quiet, wake) = (&self.boot, self.boot.quiet_ms(), self.notifier.wake_channel());
         let (acks, ack_ms) = (self.min_replicas_ack, self.ack_wait_ms);
@@ -271,18 +261,8 @@ impl LeaseStore for RedisStore {
                 let _ = self.release(name, owner_id).await;
                 Err(self.not_acknowledged(acked, "grant"))
             }
-            (true, token) => {
-                if takes_grants {
-                    handoffs.forget(owner);
-                }
-                Ok(TryLock::Acquired { token: token_from(BACKEND, token)? })
-            }
-            (false, pttl) => {
-                if takes_grants {
-                    handoffs.queued(owner, attempt, sent);
-                }
-                Ok(TryLock::Held { remaining: remaining_from(pttl) })
-            }
+            (true, token) => Ok(TryLock::Acquired { token: token_from(BACKEND, token)? }),
+            (false, pttl) => Ok(TryLock::Held { remaining: remaining_from(pttl) }),
         }
     }
 
@@ -312,9 +292,9 @@ impl LeaseStore for RedisStore {
         Ok(if released == 1 { ReleaseOutcome::Released } else { ReleaseOutcome::NotOwner })
     }
 
-    /// Also releases a grant in the release that the wait never took (crate::handoff).
+    /// Also releases a grant in the release that the wait never claimed, and hands it on
+    /// (crate::handoff).
     async fn abandon(&self, name: &LockName, owner: OwnerId) -> Result<(), LockError> {
-        self.notifier.handoffs().forget(&owner.to_hex());
         self.hand_off(&ABANDON, name, owner).await.map(drop)
     }
 

@@ -65,7 +65,8 @@ key_space! {
 impl Keys {
     /// A call of a script that may hand the lock to the queue's head (release, abandon), ready
     /// to invoke: KEYS lock, queue, fence (a grant to the head issues a token); ARGV owner,
-    /// channel, reserve ms, the caller's wake channel (`""`: none; only abandon reads it).
+    /// channel, reserve ms, the caller's wake channel (`""`: none; only abandon reads it), the
+    /// claim window of a grant to the head in ms ([`crate::handoff::CLAIM_MS`]).
     pub(crate) fn hand_off<'a>(
         &self,
         script: &'a Script,
@@ -75,7 +76,7 @@ impl Keys {
     ) -> ScriptInvocation<'a> {
         let mut call = script.prepare_invoke();
         call.key(&self.lock).key(&self.queue).key(&self.fence);
-        call.arg(owner).arg(&self.channel).arg(reserve_ms).arg(wake_channel);
+        call.arg(owner).arg(&self.channel).arg(reserve_ms).arg(wake_channel).arg(crate::handoff::CLAIM_MS);
         call
     }
 }
@@ -84,14 +85,16 @@ impl Keys {
 /// is no queue). ARGV: owner, ttl ms, quiet ms, holder id (`''`: none), metadata (`'+'`
 /// followed by it; `''`: none), fence expiry ms (`'0'`: none), registration ms (`'0'`: a single
 /// try, which does not queue), channel, reserve ms, the caller's wake channel (optional; `''`
-/// or absent: woken on `channel`; [`queue`]), grant terms (optional; `'<ttl ms>:<attempt>'`:
-/// a release may grant this waiter the lock itself, [`queue`]). A grant stores holder and metadata in the
+/// or absent: woken on `channel`; [`queue`]), grant terms (optional; `'<ttl ms>'`: a release
+/// may grant this waiter the lock provisionally, and this script, finding the lock its own,
+/// claims it: [`queue`], `crate::handoff`). A grant stores holder and metadata in the
 /// lease hash as `h` and `m` (docs/contract.md §5.6), so they expire with it, and lets the fence
 /// key expire after the given time (`idle_gc_after`, §5.7): tokens are floored by the server
 /// clock, so none goes back without it. A free lock goes only to the queue's head or, with an
 /// empty queue, to anyone ([`queue`]). With a queue key, a grant publishes `+` on the channel
 /// (for election observers; no waiter acts on it).
-/// Returns `{1, token}` when granted (or already ours: the stored token, lease refreshed),
+/// Returns `{1, token}` when granted (or already ours: the stored token, lease refreshed to
+/// `ttl`, which is also how a waiter claims a grant in the release: the first branch, kept short),
 /// `{0, ms}` when someone else holds it (ms: its PTTL), a queued waiter is ahead (ms: until the
 /// head's reservation ends) or the server is in its quiet period after losing its state (ms: the
 /// quiet time left; see `crate::boot`).
@@ -177,8 +180,8 @@ return 0
 pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW_SRC));
 
 /// Owner-checked release that hands off. KEYS: lock, and (single instance) queue and fence.
-/// ARGV: owner, channel, reserve ms. With a queue, its head is granted the lock (when its entry
-/// takes grants, [`queue`]) or reserved and woken alone, and an empty queue publishes `-`, which
+/// ARGV: owner, channel, reserve ms, (unused), claim window ms. With a queue, its head is granted
+/// the lock provisionally (when its entry takes grants, [`queue`]) or reserved and woken alone, and an empty queue publishes `-`, which
 /// wakes no waiter (every waiter registers before it waits), only election observers; without
 /// one (Redlock) `released` wakes one waiter per client. Returns 1 released, 0 not ours.
 const RELEASE_SRC: &str = effects_lua!(
@@ -200,15 +203,15 @@ end
     token_lua!(),
     queue_lua!(),
     r#"
-freed(KEYS[2], tonumber(ARGV[3]), ARGV[2], KEYS[1], KEYS[3], s)
+freed(KEYS[2], tonumber(ARGV[3]), ARGV[2], KEYS[1], KEYS[3], s, tonumber(ARGV[5]))
 return 1
 "#
 );
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SRC));
 
 /// A wait that ended without a grant leaves the queue. KEYS: lock, queue, fence. ARGV: owner,
-/// channel, reserve ms. A lease the owner holds is a release's grant it never took: it is
-/// released and handed on like a release. When it was the head and the lock is free, the next
+/// channel, reserve ms, the caller's wake channel, claim window ms. A lease the owner holds is
+/// a release's grant it never claimed: it is released and handed on like a release. When it was the head and the lock is free, the next
 /// head is reserved and woken. Returns 1.
 const ABANDON_SRC: &str = effects_lua!(
     wake_lua!(),
@@ -217,7 +220,7 @@ const ABANDON_SRC: &str = effects_lua!(
     r#"
 if redis.call('HGET', KEYS[1], 'o') == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  freed(KEYS[2], tonumber(ARGV[3]), ARGV[2], KEYS[1], KEYS[3])
+  freed(KEYS[2], tonumber(ARGV[3]), ARGV[2], KEYS[1], KEYS[3], nil, tonumber(ARGV[5]))
 end
 local now = queue_now()
 local q, had = queue_load(KEYS[2], now)

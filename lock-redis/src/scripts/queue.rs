@@ -31,27 +31,33 @@
 //! ## Grants in the release
 //!
 //! How a release grants the lock to the queue's head itself (the single instance's exclusive
-//! lock; `crate::handoff` holds the client's side and why the grant is safe).
+//! lock; `crate::handoff` holds the client's side, why a grant is confirmed and the bound on an
+//! untaken grant).
 //!
 //! A waiter that can take such a grant (its client listens on a wake channel, asks no replica
-//! acknowledgements and stores no holder id or metadata) queues as
-//! `owner:<ttl ms>:<attempt>~<wake channel>`, `attempt` numbering its attempts within the wait;
-//! each attempt rewrites the entry with its own number. A release whose head has such an entry
-//! grants that head the lease in the same script — new token as an acquire would issue it,
-//! `PEXPIRE ttl`, the entry gone — and publishes `!<owner>:<token>:<attempt>` on the head's
-//! wake channel (and `+` on the name's channel, for observers). The head takes it without a
-//! round trip of its own, with validity from the send instant of the attempt `attempt`, which
-//! the server ran before the release. A grant to a head that vanished holds the lock for that
-//! head's ttl (at most), like a holder that vanished.
+//! acknowledgements and stores no holder id or metadata) queues as `owner:<ttl ms>~<wake
+//! channel>`. A release whose head has such an entry grants that head the lease in the same
+//! script **provisionally** — new token as an acquire would issue it, `PEXPIRE min(ttl, claim
+//! window)` (`crate::handoff::CLAIM_MS`, 1 s), the entry gone — and publishes `@<owner>` on the
+//! head's wake channel (and `+` on the name's channel, for observers). The message only wakes
+//! the head; the head's acquire script, finding the lease its own, **claims** it: `PEXPIRE ttl`
+//! and the token in its reply. A grant nobody claims lapses at the end of the claim window,
+//! and the next waiter takes the free lock at its next attempt.
+//!
+//! An older client's entry `owner:<ttl>:<attempt>~…` is only woken (its client would take a
+//! message's token without asking); an older releaser grants no new entry (it reads
+//! `<ttl>:<attempt>` terms only) and wakes it instead. Either way the lock is served, one
+//! script later.
 //!
 //! Assumptions: a live waiter re-tries before its registration ends (the registration is twice
 //! its longest re-try interval, see `RedisStore::registration`) and, once woken, within
-//! `reserve` ms; one that does not loses its place (it re-registers at the tail), which costs
+//! `reserve` ms (a head granted the lock: within the claim window); one that does not loses its
+//! place (it re-registers at the tail), which costs
 //! fairness, never exclusion: the lease is checked exactly as without a queue.
 
 /// Lua shared by the queues of this module and of [`super::redlock`]: `entry_of(owner, wake,
 /// grant)`, the queue entry of `owner` with wake channel `wake` (`''` or nil: none) and grant
-/// terms `grant` (`'<ttl ms>:<attempt>'`, or `''`/nil: none; the module docs),
+/// terms `grant` (`'<ttl ms>'`, or `''`/nil: none; the module docs),
 /// `entry_parts(entry)`, its owner, grant terms and wake channel, and `wake(entry, channel)`,
 /// which wakes the waiter of `entry` on its own wake channel, else on the name's `channel`.
 macro_rules! wake_lua {
@@ -104,8 +110,9 @@ pub(crate) use token_lua;
 /// Lua shared by the scripts that use the queue (after [`wake_lua`] and [`token_lua`]):
 /// `queue_now()`, `queue_load(key, now, s)`, `queue_save(key, q, now, had)`, `wake(entry,
 /// channel)`, `reserve_head(q, now, reserve, channel, always)` and `freed(key, reserve, channel,
-/// lock, fence, s)` (`lock`, `fence`: the lease's keys, to grant the lock to a head that takes
-/// grants (the module docs); nil: only wake it; `s`: the queue key's value when already read).
+/// lock, fence, s, claim)` (`lock`, `fence`: the lease's keys, and `claim`: the claim window in
+/// ms, to grant the lock provisionally to a head that takes grants (the module docs); nil: only
+/// wake it; `s`: the queue key's value when already read, nil: read it).
 macro_rules! queue_lua {
     () => {
         r#"
@@ -148,23 +155,26 @@ local function reserve_head(q, now, reserve, channel, always)
   if cut then head[2] = now + reserve end
   if cut or always then wake(head[1], channel) end
 end
--- Grants the free lock to the head of `q` when its entry takes grants (crate::scripts::queue); whether it did.
-local function grant_head(q, t, lock, fence, channel)
+-- Grants the free lock to the head of `q` when its entry takes grants (crate::scripts::queue),
+-- provisionally: for the claim window `claim` ms (at most the head's ttl) until the head's own
+-- acquire script claims it; whether it did. The message only wakes the head: it names no token.
+local function grant_head(q, t, lock, fence, channel, claim)
   local owner, grant, own = entry_parts(q[1][1])
-  local ttl, attempt = string.match(grant or '', '^(%d+):(%d+)$')
+  local ttl = tonumber(string.match(grant or '', '^(%d+)$'))
   if not (ttl and own) then return false end
   local token = string.format('%d', grant_token(fence, t))
   redis.call('HSET', lock, 'o', owner, 'f', token)
-  redis.call('PEXPIRE', lock, ttl)
+  redis.call('PEXPIRE', lock, string.format('%d', math.min(ttl, claim)))
   table.remove(q, 1)
-  redis.call('PUBLISH', own, '!' .. owner .. ':' .. token .. ':' .. attempt)
+  redis.call('PUBLISH', own, '@' .. owner)
   redis.call('PUBLISH', channel, '+')
   return true
 end
--- The lock was freed: the head of the queue at `k` is granted the lock (given `lock` and
--- `fence`, when its entry takes grants) or reserved and woken; with nobody queued, `-` tells
--- the observers only (crate::pubsub), so that another process's election observer hears it.
-local function freed(k, reserve, channel, lock, fence, s)
+-- The lock was freed: the head of the queue at `k` is granted the lock provisionally (given
+-- `lock`, `fence` and the claim window `claim` ms, when its entry takes grants) or reserved and
+-- woken; with nobody queued, `-` tells the observers only (crate::pubsub), so that another
+-- process's election observer hears it.
+local function freed(k, reserve, channel, lock, fence, s, claim)
   -- Read before the clock: most releases find no queue and need no TIME.
   if s == nil then s = redis.call('GET', k) end
   if not s then
@@ -176,7 +186,7 @@ local function freed(k, reserve, channel, lock, fence, s)
   local q, had = queue_load(k, now, s)
   if not q[1] then
     redis.call('PUBLISH', channel, '-')
-  elseif not (lock and grant_head(q, t, lock, fence, channel)) then
+  elseif not (lock and claim and grant_head(q, t, lock, fence, channel, claim)) then
     reserve_head(q, now, reserve, channel, true)
   end
   queue_save(k, q, now, had)
@@ -275,7 +285,7 @@ mod tests {
         acquire_with(c, k, owner, reg, wake, "").await
     }
 
-    /// [`acquire`] with grant terms `grant` (`"<ttl ms>:<attempt>"`, `""`: none).
+    /// [`acquire`] with grant terms `grant` (`"<ttl ms>"`, `""`: none).
     async fn acquire_with(
         c: &mut redis::aio::MultiplexedConnection,
         k: &Keys,
@@ -370,10 +380,10 @@ mod tests {
     }
 
     /// A release grants the lock to a head whose entry takes grants: the lease is the head's,
-    /// for the head's ttl, with a higher token, and the head's wake channel alone hears
-    /// `!owner:token:attempt` naming the head's latest attempt; a head without grant terms is
-    /// woken as before; a waiter that abandons a grant it never took releases it and hands the
-    /// lock on.
+    /// for the claim window, with a higher token, and the head's wake channel alone hears
+    /// `@owner` (no token); the head's script claims it for its ttl; a head without grant terms
+    /// (or an older client's `<ttl>:<attempt>` terms) is woken as before; a waiter that abandons
+    /// a grant it never claimed releases it and hands the lock on.
     #[tokio::test]
     async fn a_release_grants_the_lock_to_a_head_that_takes_grants() {
         let server = dlock_testkit::servers::redis::RedisServer::start_local().await.unwrap();
@@ -401,39 +411,44 @@ mod tests {
 
         let first = acquire(&mut c, &k, "a", 0, "").await;
         assert_eq!(first[0], 1);
-        assert_eq!(acquire_with(&mut c, &k, "w", 2000, "fq:wake:A", "9000:1").await[0], 0);
-        assert_eq!(acquire_with(&mut c, &k, "w", 2000, "fq:wake:A", "9000:2").await[0], 0, "attempt 2 rewrites it");
+        assert_eq!(acquire_with(&mut c, &k, "w", 2000, "fq:wake:A", "9000").await[0], 0);
+        assert_eq!(acquire_with(&mut c, &k, "w", 2000, "fq:wake:A", "9000").await[0], 0, "re-registering");
         assert_eq!(acquire_with(&mut c, &k, "v", 2000, "fq:wake:A", "").await[0], 0, "behind w, no grant terms");
         assert_eq!(release(&mut c, "a").await, 1);
         let (o, pttl) = owner(&mut c).await;
         assert_eq!(o.as_deref(), Some("w"), "the release granted the head");
-        assert!(pttl > 8000 && pttl <= 9000, "for the head's own ttl: {pttl}");
-        let granted = heard(&mut on_wake, quiet).await;
-        assert_eq!(granted.len(), 1, "one notification: {granted:?}");
-        let (who, rest) = granted[0].strip_prefix('!').and_then(|g| g.split_once(':')).unwrap();
-        let (token, attempt) = rest.split_once(':').unwrap();
-        assert_eq!((who, attempt), ("w", "2"), "names the head and its latest attempt");
-        assert!(token.parse::<i64>().unwrap() > first[1], "a higher token: {token} after {}", first[1]);
-        // The head's script re-grants what it holds: same token.
-        let again = acquire_with(&mut c, &k, "w", 2000, "fq:wake:A", "9000:3").await;
-        assert_eq!(again, [1, token.parse::<i64>().unwrap()]);
+        let claim = crate::handoff::CLAIM_MS as i64;
+        assert!(pttl > claim - 500 && pttl <= claim, "for the claim window: {pttl}");
+        assert_eq!(heard(&mut on_wake, quiet).await, ["@w"], "one wake-up, no token");
+        let token: i64 = redis::cmd("HGET").arg(&k.lock).arg("f").query_async(&mut c).await.unwrap();
+        assert!(token > first[1], "a higher token: {token} after {}", first[1]);
+        // The head's script claims what it was granted: same token, its own ttl.
+        let again = acquire_with(&mut c, &k, "w", 2000, "fq:wake:A", "9000").await;
+        assert_eq!(again, [1, token]);
+        assert!(owner(&mut c).await.1 > 4000, "claimed for the ttl of its attempt (5 s)");
 
-        // `v` has no grant terms: woken, not granted.
+        // `v` has no grant terms: woken, not granted; nor is an older client's entry.
+        assert_eq!(acquire_with(&mut c, &k, "u", 2000, "fq:wake:A", "9000:3").await[0], 0);
         assert_eq!(release(&mut c, "w").await, 1);
         assert_eq!(owner(&mut c).await.0, None, "no grant terms: the lock stays free for v to take");
-        assert_eq!(heard(&mut on_wake, quiet).await, ["@v"]);
+        // Within v's reservation (RESERVE ms).
         assert_eq!(acquire(&mut c, &k, "v", 2000, "fq:wake:A").await[0], 1);
+        assert_eq!(heard(&mut on_wake, quiet).await, ["@v"]);
+        assert_eq!(release(&mut c, "v").await, 1);
+        assert_eq!(owner(&mut c).await.0, None, "an older client's terms: woken, not granted");
+        assert_eq!(acquire(&mut c, &k, "u", 2000, "fq:wake:A").await[0], 1);
+        assert_eq!(heard(&mut on_wake, quiet).await, ["@u"]);
 
         // `x` is granted, never takes it, and abandons: the grant is released and `y` granted.
-        assert_eq!(acquire_with(&mut c, &k, "x", 2000, "fq:wake:A", "9000:1").await[0], 0);
-        assert_eq!(acquire_with(&mut c, &k, "y", 2000, "fq:wake:A", "9000:1").await[0], 0);
-        assert_eq!(release(&mut c, "v").await, 1);
+        assert_eq!(acquire_with(&mut c, &k, "x", 2000, "fq:wake:A", "9000").await[0], 0);
+        assert_eq!(acquire_with(&mut c, &k, "y", 2000, "fq:wake:A", "9000").await[0], 0);
+        assert_eq!(release(&mut c, "u").await, 1);
         assert_eq!(owner(&mut c).await.0.as_deref(), Some("x"));
         let left: i64 = k.hand_off(&ABANDON, "x", RESERVE as u64, "fq:wake:A").invoke_async(&mut c).await.unwrap();
         assert_eq!(left, 1);
         assert_eq!(owner(&mut c).await.0.as_deref(), Some("y"), "the untaken grant went on to the next head");
         let notes = heard(&mut on_wake, quiet).await;
-        assert!(notes.len() == 2 && notes[0].starts_with("!x:") && notes[1].starts_with("!y:"), "{notes:?}");
+        assert_eq!(notes, ["@x", "@y"]);
         assert_eq!(release(&mut c, "y").await, 1);
         let queue: Option<String> = redis::cmd("GET").arg(&k.queue).query_async(&mut c).await.unwrap();
         assert_eq!(queue, None, "every entry gone");

@@ -1,0 +1,332 @@
+//! The single instance's hand-off (issue 27): a grant message is a hint, never a grant, and a
+//! grant its waiter does not take up lapses within the claim window.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use lock_conformance::proxy::FaultProxy;
+use lock_conformance::ClientLink;
+use lock_core::{AcquireOptions, DistributedLock, Lease, LockError, LockName};
+
+use crate::common::RedisFixture;
+
+/// Every lease of these cases: long, so that a lease nobody takes up shows as a lock held for it.
+const TTL: Duration = Duration::from_secs(10);
+
+fn opts(wait: Duration) -> AcquireOptions {
+    AcquireOptions::new(TTL).wait(wait).request_timeout(Duration::from_secs(1))
+}
+
+async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url).unwrap().get_multiplexed_async_connection().await.unwrap()
+}
+
+/// The first entry of the name's waiter queue, `(owner, grant terms, wake channel)`, once there is
+/// one (waits up to 5 s).
+async fn queued_head(c: &mut redis::aio::MultiplexedConnection, queue: &str) -> (String, String, String) {
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let s: Option<String> = redis::cmd("GET").arg(queue).query_async(c).await.unwrap();
+        if let Some(entry) = s.as_deref().and_then(|s| s.split_whitespace().next()) {
+            let (head, wake) = entry.split_once('~').expect("an entry with a wake channel");
+            let (owner, terms) = head.split_once(':').unwrap_or((head, ""));
+            return (owner.to_owned(), terms.to_owned(), wake.to_owned());
+        }
+        assert!(Instant::now() < until, "no waiter queued on {queue}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The token the server holds for `name`, if anyone holds it.
+async fn held_token(lock: &impl DistributedLock, name: &LockName) -> Option<u64> {
+    lock.inspect(name).await.unwrap().map(|i| i.token.0)
+}
+
+/// Asserts that the waiter `w` is still waiting (has returned nothing) while `holder` holds.
+async fn still_waiting(
+    w: &mut tokio::task::JoinHandle<Result<Lease, LockError>>,
+    holder: &Lease,
+    lock: &impl DistributedLock,
+    what: &str,
+) {
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    if w.is_finished() {
+        let got = w.await.unwrap();
+        let token = got.as_ref().map(|l| l.token().0);
+        panic!("{what}: the waiter returned {token:?} while another client holds the lock (token {})", holder.token());
+    }
+    assert_eq!(held_token(lock, holder.name()).await, Some(holder.token().0), "{what}: the holder still holds");
+}
+
+/// A Redis user that may read every key and publish, but write nothing, reads the waiter's queue
+/// entry and publishes a forged grant `!<owner>:<i64::MAX>:<n>` on its wake channel for every
+/// attempt number it can guess: the waiter keeps waiting while the holder holds, and then returns
+/// the server's token, not the forged one.
+#[tokio::test]
+async fn a_forged_grant_from_a_read_only_user_grants_nothing() {
+    let fx = RedisFixture::start().await.unwrap();
+    let Some(addr) = fx.server.addr() else {
+        eprintln!("NOT APPLICABLE a_forged_grant_from_a_read_only_user_grants_nothing: no address to log in at");
+        return;
+    };
+    let (holder, waiter) = (fx.redis_client().await.unwrap(), fx.redis_client().await.unwrap());
+    let name = LockName::new("forged").unwrap();
+    let mut admin = raw(fx.server.url()).await;
+    let user = format!("dlock-forger-{:08x}", rand::random::<u32>());
+    let _: () = redis::cmd("ACL")
+        .arg(&["SETUSER", &user, "on", ">forger-pw", "~*", "&*", "-@all", "+@read", "+publish"])
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let mut forger = raw(&format!("redis://{user}:forger-pw@{addr}")).await;
+    let write: redis::RedisResult<()> =
+        redis::cmd("SET").arg(format!("{}:x", fx.options.key_prefix)).arg(1).query_async(&mut forger).await;
+    assert!(write.is_err(), "the forger may not write");
+
+    let held = holder.acquire(&name, &opts(Duration::from_secs(5))).await.unwrap();
+    let mut w = tokio::spawn({
+        let name = name.clone();
+        async move { waiter.acquire(&name, &opts(Duration::from_secs(30))).await }
+    });
+    let queue = fx.key(&name.escaped(), "queue");
+    queued_head(&mut forger, &queue).await;
+    // Let the wait settle (its attempt after subscribing rewrites the entry).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (owner, terms, wake) = queued_head(&mut forger, &queue).await;
+    // The attempt number the entry names, if any, first; then every small one.
+    let mut guesses: Vec<u64> = terms.split(':').skip(1).filter_map(|n| n.parse().ok()).collect();
+    guesses.extend(1..=5);
+    for n in guesses {
+        let forged = format!("!{owner}:{}:{n}", i64::MAX);
+        let heard: i64 = redis::cmd("PUBLISH").arg(&wake).arg(&forged).query_async(&mut forger).await.unwrap();
+        assert_eq!(heard, 1, "the waiter's client listens on {wake}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    still_waiting(&mut w, &held, &holder, "forged grants").await;
+
+    held.release().await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(10), w).await.expect("granted after the release").unwrap();
+    let got = got.unwrap();
+    assert!(got.token() > held.token(), "{} after {}", got.token(), held.token());
+    assert!(got.token().0 < (i64::MAX / 2) as u64, "the forged token: {}", got.token());
+    assert_eq!(held_token(&holder, &name).await, Some(got.token().0), "the server's token");
+    got.release().await.unwrap();
+    let _: i64 = redis::cmd("ACL").arg("DELUSER").arg(&user).query_async(&mut admin).await.unwrap();
+}
+
+/// A genuine grant delivered late — held back on the waiter's link while the lease it granted was
+/// force-released and another client took the lock — and then replayed, makes the waiter hold
+/// nothing while that client holds.
+#[tokio::test]
+async fn a_late_and_replayed_genuine_grant_grants_nothing() {
+    let fx = RedisFixture::start().await.unwrap();
+    let Some(addr) = fx.server.addr() else {
+        eprintln!("NOT APPLICABLE a_late_and_replayed_genuine_grant_grants_nothing: no address to proxy");
+        return;
+    };
+    let proxy: Arc<FaultProxy> = FaultProxy::start(addr).await.unwrap();
+    let waiter = lock_redis::connect(&format!("redis://{}", proxy.local_addr()), fx.options.clone()).await.unwrap();
+    let (a, b) = (fx.redis_client().await.unwrap(), fx.redis_client().await.unwrap());
+    let name = LockName::new("late").unwrap();
+    let mut c = raw(fx.server.url()).await;
+
+    let held_a = a.acquire(&name, &opts(Duration::from_secs(5))).await.unwrap();
+    let mut w = tokio::spawn({
+        let name = name.clone();
+        async move { waiter.acquire(&name, &opts(Duration::from_secs(30))).await }
+    });
+    let queue = fx.key(&name.escaped(), "queue");
+    queued_head(&mut c, &queue).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (owner, _, wake) = queued_head(&mut c, &queue).await;
+    let mut spy = redis::Client::open(fx.server.url()).unwrap().get_async_pubsub().await.unwrap();
+    spy.subscribe(&wake).await.unwrap();
+    let mut spy = spy.into_on_message();
+
+    proxy.set_partitioned(true).await;
+    held_a.release().await.unwrap();
+    let grant = tokio::time::timeout(Duration::from_secs(2), spy.next()).await.expect("the release's message").unwrap();
+    let grant = String::from_utf8(grant.get_payload_bytes().to_vec()).unwrap();
+    assert!(grant[1..].starts_with(&owner), "a message to the waiter: {grant}");
+    // The lease that message granted ends (an operator's release) and `b` takes the lock.
+    a.force_release(&name).await.unwrap();
+    let held_b = b.try_acquire(&name, &opts(Duration::ZERO)).await.unwrap().expect("free after the force-release");
+    proxy.set_partitioned(false).await;
+    still_waiting(&mut w, &held_b, &b, "the late grant").await;
+    for _ in 0..3 {
+        let _: i64 = redis::cmd("PUBLISH").arg(&wake).arg(&grant).query_async(&mut c).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    still_waiting(&mut w, &held_b, &b, "the replayed grant").await;
+
+    held_b.release().await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(10), w).await.expect("granted after the release").unwrap();
+    let got = got.unwrap();
+    assert!(got.token() > held_b.token(), "{} after {}", got.token(), held_b.token());
+    assert_eq!(held_token(&b, &name).await, Some(got.token().0), "the server's token");
+    got.release().await.unwrap();
+}
+
+/// A head granted in the release whose client is gone (cut off, its wait dropped, so nothing
+/// reaches the server any more) holds the lock for the claim window only: the waiter behind it
+/// gets the lock well within the ttl.
+#[tokio::test]
+async fn a_grant_to_a_vanished_head_lapses_within_the_claim_window() {
+    let fx = RedisFixture::start().await.unwrap();
+    let Some(addr) = fx.server.addr() else {
+        eprintln!("NOT APPLICABLE a_grant_to_a_vanished_head_lapses_within_the_claim_window: no address to proxy");
+        return;
+    };
+    let proxy: Arc<FaultProxy> = FaultProxy::start(addr).await.unwrap();
+    let ghost = lock_redis::connect(&format!("redis://{}", proxy.local_addr()), fx.options.clone()).await.unwrap();
+    let (a, next) = (fx.redis_client().await.unwrap(), fx.redis_client().await.unwrap());
+    let name = LockName::new("ghost").unwrap();
+    let mut c = raw(fx.server.url()).await;
+    let queue = fx.key(&name.escaped(), "queue");
+
+    let held = a.acquire(&name, &opts(Duration::from_secs(5))).await.unwrap();
+    let head = tokio::spawn({
+        let name = name.clone();
+        async move { ghost.acquire(&name, &opts(Duration::from_secs(30))).await }
+    });
+    let (ghost_owner, _, _) = queued_head(&mut c, &queue).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let w = tokio::spawn({
+        let name = name.clone();
+        async move { next.acquire(&name, &opts(Duration::from_secs(30))).await.map(|l| (Instant::now(), l)) }
+    });
+    // Both queued, the ghost first.
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let s: Option<String> = redis::cmd("GET").arg(&queue).query_async(&mut c).await.unwrap();
+        if s.as_deref().is_some_and(|s| s.split_whitespace().count() == 4) {
+            break;
+        }
+        assert!(Instant::now() < until, "the second waiter never queued: {s:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.set_partitioned(true).await;
+    head.abort();
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let granted: Option<String> =
+        redis::cmd("HGET").arg(fx.key(&name.escaped(), "lock")).arg("o").query_async(&mut c).await.unwrap();
+    assert_eq!(granted.as_deref(), Some(ghost_owner.as_str()), "the release granted the vanished head");
+    let (at, lease) =
+        tokio::time::timeout(Duration::from_secs(25), w).await.expect("the next waiter").unwrap().unwrap();
+    let delay = at - released;
+    eprintln!("the next waiter got the lock {delay:?} after the release to a vanished head");
+    assert!(delay < Duration::from_secs(5), "{delay:?} behind a vanished head granted for a ttl of {TTL:?}");
+    lease.release().await.unwrap();
+    proxy.set_partitioned(false).await;
+}
+
+/// A wait that ends — its future dropped, or its deadline passed — at the instant a release grants
+/// it leaves the lock free for another client at once, whatever the timing of the race.
+#[tokio::test]
+async fn a_wait_that_ends_as_it_is_granted_leaves_the_lock_free() {
+    let fx = RedisFixture::start().await.unwrap();
+    let (a, waiter, other) = (
+        fx.redis_client().await.unwrap(),
+        Arc::new(fx.redis_client().await.unwrap()),
+        fx.redis_client().await.unwrap(),
+    );
+    let mut c = raw(fx.server.url()).await;
+    for round in 0..12u64 {
+        let name = LockName::new(format!("left-{round}")).unwrap();
+        let queue = fx.key(&name.escaped(), "queue");
+        let held = a.acquire(&name, &opts(Duration::from_secs(5))).await.unwrap();
+        // Even rounds drop the future; odd ones let the wait's deadline pass.
+        let by_deadline = round % 2 == 1;
+        let wait = if by_deadline { Duration::from_millis(600) } else { Duration::from_secs(30) };
+        let begun = Instant::now();
+        let w = tokio::spawn({
+            let (name, waiter) = (name.clone(), Arc::clone(&waiter));
+            async move { (waiter.acquire(&name, &opts(wait)).await, Instant::now()) }
+        });
+        queued_head(&mut c, &queue).await;
+        // Release around the moment the wait ends.
+        let end = begun + Duration::from_millis(600);
+        // Round r releases r − 6 ms from the wait's end, 6 ms before it to 5 ms after.
+        let at = end - Duration::from_millis(6) + Duration::from_millis(round);
+        tokio::time::sleep_until(at.into()).await;
+        let release = tokio::spawn(async move { held.release().await });
+        let mut left = None;
+        if !by_deadline {
+            tokio::time::sleep_until(end.into()).await;
+            w.abort();
+            left = Some(Instant::now());
+        }
+        release.await.unwrap().unwrap();
+        let (outcome, left) = match w.await {
+            // Granted before it ended: the lease is released like any other.
+            Ok((Ok(lease), _)) => {
+                lease.release().await.unwrap();
+                ("granted before it ended", Instant::now())
+            }
+            Ok((Err(e), at)) => {
+                assert!(matches!(e, LockError::Timeout { .. }), "{e}");
+                ("deadline", at)
+            }
+            Err(e) => {
+                assert!(e.is_cancelled(), "{e}");
+                ("dropped", left.unwrap())
+            }
+        };
+        let took = loop {
+            if let Some(l) = other.try_acquire(&name, &opts(Duration::ZERO)).await.unwrap() {
+                l.release().await.unwrap();
+                break left.elapsed();
+            }
+            assert!(left.elapsed() < Duration::from_secs(5), "round {round}: the lock stayed taken");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        eprintln!("round {round} ({outcome}): free {took:?} after the wait ended");
+        // The contract's 100 ms, with a margin for a loaded machine; below the claim window
+        // (1 s), which is how long a grant the wait left behind would hold.
+        assert!(
+            took < Duration::from_millis(700),
+            "round {round} ({outcome}): free only {took:?} after the wait ended"
+        );
+    }
+}
+
+/// Many waits cancelled at every point of their wait (before, during and after their first
+/// attempt, their subscription and their queued attempt) leave no entry behind that keeps a
+/// free lock from a fresh `try_acquire`.
+#[tokio::test]
+async fn cancelled_waiters_leave_a_free_lock_free() {
+    let fx = RedisFixture::start().await.unwrap();
+    let (a, fresh) = (fx.redis_client().await.unwrap(), fx.redis_client().await.unwrap());
+    let waiters = Arc::new(fx.redis_client().await.unwrap());
+    let name = LockName::new("cancelled").unwrap();
+    let held = a.acquire(&name, &opts(Duration::from_secs(5))).await.unwrap();
+    let mut waits = Vec::new();
+    for i in 0..40u64 {
+        let (name, waiters) = (name.clone(), Arc::clone(&waiters));
+        let w = tokio::spawn(async move { waiters.acquire(&name, &opts(Duration::from_secs(30))).await });
+        // 0 to 9 ms into the wait: its first attempt, subscription and queued attempt.
+        tokio::time::sleep(Duration::from_micros(i % 10 * 1000 + i * 37)).await;
+        w.abort();
+        waits.push(w);
+    }
+    for w in waits {
+        assert!(w.await.unwrap_err().is_cancelled(), "no wait may get the lock while it is held");
+    }
+    held.release().await.unwrap();
+    let released = Instant::now();
+    let took = loop {
+        if let Some(l) = fresh.try_acquire(&name, &opts(Duration::ZERO)).await.unwrap() {
+            l.release().await.unwrap();
+            break released.elapsed();
+        }
+        assert!(released.elapsed() < Duration::from_secs(5), "the free lock stayed unavailable");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    eprintln!("free for a fresh try {took:?} after the release");
+    assert!(took < Duration::from_millis(700), "free for a fresh try only {took:?} after the release");
+}
