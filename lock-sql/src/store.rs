@@ -415,20 +415,26 @@ impl LeaseStore for SqlStore {
         };
         let handoffs = if waiting { self.dialect.handoffs() } else { None };
         if let Some(h) = handoffs {
-            // A release may have granted us the lease already (crate::handoff): take it, with
-            // the validity of our latest "still queued" statement, sent before that grant.
-            if let Some((fence, sent)) = h.take(&o, claim.ttl, Instant::now()) {
-                self.places.granted(claim.owner);
-                return self.fence_token(fence).map(|token| TryLock::HandedOver { token, started: sent });
-            }
-            if let Some(rem) = h.recent(&o, Instant::now()) {
+            if h.claim_due(&o) {
+                // A grant was announced (crate::handoff): only a hint. The claim confirms it
+                // with the database, whose answer (fence, validity from this statement's send)
+                // is the lease; nothing confirmed, and the acquire statement runs as usual.
+                let attempt = self.attempt(claim.owner);
+                let (n, ms) = (claim.name.as_str(), ttl_ms(claim.ttl));
+                let claimed = self.run("claim a hand-off", || self.dialect.claim(n, &o, ms)).await?;
+                attempt.finished();
+                if let Some(fence) = claimed {
+                    self.places.granted(claim.owner);
+                    h.forget(&o);
+                    return self.token(fence);
+                }
+            } else if let Some(rem) = h.recent(&o, Instant::now()) {
                 return Ok(TryLock::Held { remaining: rem });
             }
             h.expect(&o);
         }
         let attempt = self.attempt(claim.owner);
         let grant = Grant { name: claim.name.as_str(), owner: &o, ttl_ms: ttl_ms(claim.ttl), who, wait };
-        // Before the statement is sent: where a hand-off's validity may start.
         let sent = Instant::now();
         let upsert = self.run("acquire", || self.dialect.acquire(grant)).await?;
         attempt.finished();
@@ -442,8 +448,8 @@ impl LeaseStore for SqlStore {
             }
             Upsert::Held { remaining: rem, seq, seen, ahead } => {
                 let mut rem = remaining(rem);
-                if let (Some(h), Some(_), Some(seen)) = (handoffs, seq, seen) {
-                    h.queued(&o, sent, seen, rem);
+                if let (Some(h), Some(_)) = (handoffs, seq) {
+                    h.queued(&o, rem);
                 }
                 if rem.is_none() && seen.is_some() && self.dialect.listens() {
                     // Free (or expired) but owed to a waiter queued before us: hand it to the
