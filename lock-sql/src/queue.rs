@@ -155,6 +155,11 @@ impl Places {
         ahead.map_or(QUEUED_POLL_MAX_HEAD, |ahead| queued_poll(ahead, place.streak))
     }
 
+    /// Whether `owner` has a record (a waiting acquire that may be queued).
+    pub(crate) fn has(&self, owner: OwnerId) -> bool {
+        self.lock().contains_key(&owner)
+    }
+
     /// Forgets `owner`'s place; whether it had one.
     pub(crate) fn take(&self, owner: OwnerId) -> bool {
         self.lock().remove(&owner).is_some()

@@ -292,7 +292,19 @@ impl SqlStore {
         F: Fn() -> Fut + Send + 'static,
         Fut: Future<Output = Result<bool, sqlx::Error>> + Send + 'static,
     {
-        let Some(until) = self.inflight.take(owner) else { return };
+        if let Some(until) = self.inflight.take(owner) {
+            self.again_later(until, release);
+        }
+    }
+
+    /// Runs `op` again in the background soon and once more at `until` (when an attempt in
+    /// flight can no longer commit), each bounded by the request timeout, stopping at the
+    /// first that answers `true`.
+    fn again_later<F, Fut>(&self, until: Instant, op: F)
+    where
+        F: Fn() -> Fut + Send + 'static,
+        Fut: Future<Output = Result<bool, sqlx::Error>> + Send + 'static,
+    {
         let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
         let (bound, label) = (self.request_timeout, self.label());
         rt.spawn(async move {
@@ -300,7 +312,7 @@ impl SqlStore {
             let early = REPEAT_SOON.iter().map(|d| now + *d).filter(|at| *at < until);
             for at in early.chain(std::iter::once(until)) {
                 tokio::time::sleep_until(at).await;
-                match timeout(bound, release()).await {
+                match timeout(bound, op()).await {
                     Ok(Ok(true)) => {
                         tracing::debug!(
                             backend = label,
@@ -309,8 +321,8 @@ impl SqlStore {
                         return;
                     }
                     Ok(Ok(false)) => {}
-                    Ok(Err(e)) => tracing::debug!(backend = label, error = %e, "repeated release failed"),
-                    Err(_) => tracing::debug!(backend = label, "repeated release timed out"),
+                    Ok(Err(e)) => tracing::debug!(backend = label, error = %e, "repeated clean-up failed"),
+                    Err(_) => tracing::debug!(backend = label, "repeated clean-up timed out"),
                 }
             }
         });
@@ -476,17 +488,36 @@ impl LeaseStore for SqlStore {
         }
     }
 
+    /// Deletes the waiter's entry, then (where releases hand off) releases a grant it may have
+    /// received meanwhile and hands the lock on. The place is forgotten only once both ran: a
+    /// clean-up cut short (the bounded inline one at a deadline) is finished by the background
+    /// one, which would otherwise find nothing to do while a grant to a waiter gone stays
+    /// taken. An attempt that may still land (cancelled in flight) can re-queue the waiter or
+    /// grant it after this: the release repeats itself (`release`), and so does the leave.
     async fn abandon(&self, name: &LockName, owner: OwnerId) -> Result<(), LockError> {
         let (n, o) = (name.as_str(), owner.to_hex());
         if let Some(h) = self.dialect.handoffs() {
             h.forget(&o);
         }
-        if self.places.take(owner) {
-            self.run("leave the waiter queue", || self.dialect.leave_queue(n, &o)).await?;
-            // Where releases hand off, one may have granted us the lease before our entry went:
-            // release it and hand it on (crate::handoff). The entry went first, so no release
-            // that starts from now on grants us anything.
-            self.run("hand the lock on", || self.dialect.hand_on(n, &o)).await?;
+        if !self.places.has(owner) {
+            return Ok(());
+        }
+        self.run("leave the waiter queue", || self.dialect.leave_queue(n, &o)).await?;
+        // A release that started before the delete may have granted us the lease: release it
+        // and hand it on (crate::handoff). No release that starts after the delete grants us.
+        self.run("hand the lock on", || self.dialect.hand_on(n, &o)).await?;
+        self.places.take(owner);
+        if let Some(until) = self.inflight.take_leave(owner) {
+            let (dialect, name) = (Arc::clone(&self.dialect), n.to_owned());
+            self.again_later(until, move || {
+                let (dialect, name, o) = (Arc::clone(&dialect), name.clone(), o.clone());
+                async move {
+                    dialect.leave_queue(&name, &o).await?;
+                    dialect.hand_on(&name, &o).await?;
+                    // Every repeat runs: a late attempt leaves no trace to tell that it landed.
+                    Ok(false)
+                }
+            });
         }
         Ok(())
     }

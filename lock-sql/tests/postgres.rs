@@ -42,6 +42,12 @@ async fn extra_a_dead_heads_grant_lapses() {
     common::check_dead_head_lapses(&SqlFixture::postgres().await.unwrap()).await.unwrap();
 }
 
+/// A waiter's clean-up cut short with a grant in flight is finished by the next (issue 27 item 5).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extra_a_cut_abandon_is_finished_later() {
+    common::check_cut_abandon_finishes(&SqlFixture::postgres().await.unwrap()).await.unwrap();
+}
+
 /// LISTEN/NOTIFY: a waiter gets the lock right after the release, long before any poll or
 /// the 10 s lease would have let it in.
 #[tokio::test]

@@ -127,3 +127,48 @@ pub async fn check_dead_head_lapses(fx: &SqlFixture) -> Result<(), LockError> {
     }
     Ok(())
 }
+
+/// A waiter's clean-up that is cut short (the bounded inline one at its deadline: here its
+/// first statement is held up by a locked queue row past the bound) while a release's grant to
+/// it is in flight must be finished by the later (background) one: the lock is free at once
+/// after it, not only once the grant lapses.
+pub async fn check_cut_abandon_finishes(fx: &SqlFixture) -> Result<(), LockError> {
+    use sqlx::Connection;
+    let lock = fx.sql_client().await?;
+    let store = lock.store();
+    let table = fx.options().table;
+    let name = LockName::new("cut-abandon")?;
+    let ttl = Duration::from_secs(30);
+    let (holder, a) = (OwnerId::random(), OwnerId::random());
+    let TryLock::Acquired { .. } = store.try_lock(&name, holder, ttl).await? else { panic!("free") };
+    let _sa = queue(store, &Claim::new(&name, a, ttl)).await?;
+    let mut admin = sqlx::PgConnection::connect(fx.url()).await.expect("admin");
+    // A lapsed entry the waiter's leave deletes too (it clears the name's lapsed entries).
+    let q = format!("\"{table}_waiters\"");
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO {q} (name, owner, seq, expires_at) VALUES ('cut-abandon', 'lapsed', 0, 0)"
+    )))
+    .execute(&mut admin)
+    .await
+    .expect("insert");
+    assert_eq!(store.release(&name, holder).await?, ReleaseOutcome::Released);
+    assert!(store.inspect(&name).await?.is_some(), "granted to the head");
+    let mut tx = admin.begin().await.expect("begin");
+    sqlx::query(sqlx::AssertSqlSafe(format!("SELECT * FROM {q} WHERE owner = 'lapsed' FOR UPDATE")))
+        .execute(&mut *tx)
+        .await
+        .expect("lock the lapsed entry");
+    let cut = timeout(Duration::from_millis(200), store.abandon(&name, a)).await;
+    assert!(cut.is_err(), "the clean-up should be held up by the locked row: {cut:?}");
+    tx.commit().await.expect("commit");
+    // The background clean-up.
+    store.abandon(&name, a).await?;
+    let other = OwnerId::random();
+    let got = store.try_lock(&name, other, ttl).await?;
+    assert!(
+        matches!(got, TryLock::Acquired { .. }),
+        "the grant to a waiter that left still holds the lock after its clean-up: {got:?}"
+    );
+    store.release(&name, other).await?;
+    Ok(())
+}
