@@ -121,6 +121,8 @@ pub(crate) struct Mysql {
     renew: Arc<str>,
     /// The multi-row renewal up to its lease list (see `renew_many`).
     renew_many: Arc<str>,
+    /// Which of a batch are still ours, up to its lease list (see `renew_batch`).
+    renew_read: Arc<str>,
     release: Arc<str>,
     force_release: Arc<str>,
     inspect: Arc<str>,
@@ -264,6 +266,7 @@ impl Mysql {
             )
             .into(),
             renew_many: format!("UPDATE {qt} SET expires_at = {NOW} + ? WHERE expires_at > {NOW} AND ").into(),
+            renew_read: format!("SELECT name, owner FROM {qt} WHERE expires_at > {NOW} AND ").into(),
             release: format!(
                 "UPDATE {qt} SET owner = NULL, expires_at = {NOW} \
                  WHERE name = ? AND owner = ? AND expires_at > {NOW}"
