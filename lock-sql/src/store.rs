@@ -364,6 +364,13 @@ fn check_table_len(table: &str) -> Result<(), LockError> {
     Ok(())
 }
 
+/// How long a round of renewals waits for the leases it renews apart (`SqlStore::renew_many`):
+/// an eighth of the ttl (a renewal is sent with two thirds of its validity left, so the other
+/// leases of the round keep most of theirs), at most the request timeout.
+fn apart_bound(request_timeout: Duration, ttl: Duration) -> Duration {
+    request_timeout.min(ttl / 8).max(Duration::from_millis(1))
+}
+
 /// When [`SqlStore::release_again_later`] repeats a release before the attempt's bound: a
 /// statement overtaken in transit lands within milliseconds.
 const REPEAT_SOON: [Duration; 2] = [Duration::from_millis(20), Duration::from_millis(200)];
@@ -529,20 +536,36 @@ impl LeaseStore for SqlStore {
         Ok(if ours { RenewOutcome::Renewed } else { RenewOutcome::NotOwner })
     }
 
-    /// One statement for a round of renewals (lock-core gathers them). Each lease is still one
-    /// at a time with its own release, as in `renew`: the guards are taken in owner order, so two
-    /// rounds holding the same lease (a manual renewal next to the watchdog's) never wait on
-    /// each other in a cycle.
+    /// One statement for a round of renewals (lock-core gathers them), and one lease's trouble
+    /// delays no other's (issue 27 item 8). Each lease is still one at a time with its own
+    /// release, as in `renew`, but a round takes the turns it can have at once: a lease whose
+    /// turn is taken (its own renewal or release in flight, maybe hanging on a row someone else
+    /// locked) is renewed apart. So is one the round's statement did not renew (PostgreSQL skips
+    /// rows locked by another transaction instead of waiting for them; elsewhere: no longer
+    /// ours, which its own renewal confirms). Those run side by side after the round's
+    /// statement, each bounded by [`apart_bound`]: the round's answers wait at most that long
+    /// for them, and one that did not answer is retried by the watchdog.
     async fn renew_many(&self, leases: &[(LockName, OwnerId)], ttl: Duration) -> Vec<Result<RenewOutcome, LockError>> {
         let mut owners: Vec<OwnerId> = leases.iter().map(|(_, owner)| *owner).collect();
         owners.sort_by_key(|owner| owner.as_u128());
         owners.dedup();
         let mut serial = Vec::with_capacity(owners.len());
+        let mut busy = std::collections::HashSet::new();
         for owner in owners {
-            serial.push(self.one_at_a_time(owner).await);
+            match self.serial.try_lock(owner) {
+                Some(turn) => serial.push(turn),
+                None => {
+                    busy.insert(owner);
+                }
+            }
         }
-        let hex: Vec<(&str, String)> = leases.iter().map(|(name, owner)| (name.as_str(), owner.to_hex())).collect();
-        let mut unique: Vec<(&str, &str)> = hex.iter().map(|(name, owner)| (*name, owner.as_str())).collect();
+        let hex: Vec<(&str, String, OwnerId)> =
+            leases.iter().map(|(name, owner)| (name.as_str(), owner.to_hex(), *owner)).collect();
+        let mut unique: Vec<(&str, &str)> = hex
+            .iter()
+            .filter(|(_, _, owner)| !busy.contains(owner))
+            .map(|(name, owner, _)| (*name, owner.as_str()))
+            .collect();
         unique.sort_unstable();
         unique.dedup();
         let ms = ttl_ms(ttl);
@@ -550,18 +573,56 @@ impl LeaseStore for SqlStore {
         // connection has not prepared yet costs one more round trip, which a slow link's
         // renewal cannot spare.
         let ours = match unique.as_slice() {
+            [] => Ok(Vec::new()),
             [(name, owner)] => self.run("renew", || self.dialect.renew(name, owner, ms)).await.map(|o| vec![o]),
             _ => self.run("renew", || self.dialect.renew_many(&unique, ms)).await,
         };
         drop(serial);
+        // Renewed apart: the busy ones, and those a round of several did not renew.
+        let mut apart: Vec<(&str, &str, OwnerId)> = hex
+            .iter()
+            .filter(|(name, owner, id)| {
+                busy.contains(id)
+                    || (unique.len() > 1
+                        && ours.as_ref().is_ok_and(|ours| {
+                            unique.binary_search(&(*name, owner.as_str())).is_ok_and(|i| ours.get(i) != Some(&true))
+                        }))
+            })
+            .map(|(name, owner, id)| (*name, owner.as_str(), *id))
+            .collect();
+        apart.sort_unstable_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+        apart.dedup_by(|a, b| (a.0, a.1) == (b.0, b.1));
+        let bound = apart_bound(self.request_timeout, ttl);
+        let alone = futures::future::join_all(apart.iter().map(|(name, owner, id)| async move {
+            let work = async {
+                let _serial = self.one_at_a_time(*id).await;
+                self.run("renew", || self.dialect.renew(name, owner, ms)).await
+            };
+            timeout(bound, work).await.unwrap_or_else(|_| {
+                Err(LockError::unavailable(
+                    self.label(),
+                    format!("a renewal apart from its round did not answer within {bound:?}; it is retried"),
+                ))
+            })
+        }))
+        .await;
         hex.iter()
-            .map(|(name, owner)| match &ours {
-                Ok(ours) => {
-                    let renewed =
-                        unique.binary_search(&(*name, owner.as_str())).is_ok_and(|i| ours.get(i) == Some(&true));
-                    Ok(if renewed { RenewOutcome::Renewed } else { RenewOutcome::NotOwner })
+            .map(|(name, owner, _)| {
+                if let Ok(i) = apart.binary_search_by(|(n, o, _)| (*n, *o).cmp(&(*name, owner.as_str()))) {
+                    return match &alone[i] {
+                        Ok(true) => Ok(RenewOutcome::Renewed),
+                        Ok(false) => Ok(RenewOutcome::NotOwner),
+                        Err(e) => Err(self.for_each(e)),
+                    };
                 }
-                Err(e) => Err(self.for_each(e)),
+                match &ours {
+                    Ok(ours) => {
+                        let renewed =
+                            unique.binary_search(&(*name, owner.as_str())).is_ok_and(|i| ours.get(i) == Some(&true));
+                        Ok(if renewed { RenewOutcome::Renewed } else { RenewOutcome::NotOwner })
+                    }
+                    Err(e) => Err(self.for_each(e)),
+                }
             })
             .collect()
     }

@@ -555,3 +555,47 @@ async fn forge_grants(holder: lock_sql::SqlLock, waiter: lock_sql::SqlLock, forg
     lease.release().await.unwrap();
     forger.close().await;
 }
+
+/// One lease's trouble never delays another's renewal (issue 27 item 8): 60 leases renewed in
+/// shared rounds (ttl 3 s). Another transaction locks one lease's row for 4.5 s: first alone,
+/// then another lease's row with a manual renewal of that lease hanging on it, holding that
+/// lease's turn (the request timeout is 6 s). Every other lease stays valid. Before, the round's one UPDATE
+/// waited on the locked row, and the round waited for the hanging lease's turn, until every
+/// lease of the round had expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extra_a_locked_row_stalls_no_other_renewal() {
+    use lock_core::{AcquireOptions, DistributedLock, LockName};
+    use sqlx::Connection;
+    let fx = SqlFixture::postgres().await.unwrap();
+    let options = lock_sql::SqlOptions { request_timeout: Duration::from_secs(6), ..fx.options() };
+    let lock = lock_sql::connect(fx.url(), options).await.unwrap();
+    let table = fx.options().table;
+    let opts = AcquireOptions::new(Duration::from_secs(3));
+    let names: Vec<LockName> = (0..60).map(|i| LockName::new(format!("stall-{i}")).unwrap()).collect();
+    let leases = futures::future::try_join_all(names.iter().map(|n| lock.acquire(n, &opts))).await.unwrap();
+    let mut admin = sqlx::PgConnection::connect(fx.url()).await.unwrap();
+    for (k, manual) in [(0, false), (1, true)] {
+        let mut tx = admin.begin().await.unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(format!("SELECT * FROM \"{table}\" WHERE name = 'stall-{k}' FOR UPDATE")))
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        let hold = Duration::from_millis(4500);
+        let hanging = async {
+            if manual {
+                let _ = tokio::time::timeout(hold, leases[k].renew()).await;
+            }
+        };
+        tokio::join!(hanging, tokio::time::sleep(hold));
+        let lost: Vec<&str> = leases[2..].iter().filter(|l| !l.is_valid()).map(|l| l.name().as_str()).collect();
+        tx.rollback().await.unwrap();
+        assert!(
+            lost.is_empty(),
+            "{} leases lost beside the one whose row was locked (manual renewal hanging: {manual}): {lost:?}",
+            lost.len()
+        );
+    }
+    for lease in leases.into_iter().skip(2) {
+        lease.release().await.unwrap();
+    }
+}

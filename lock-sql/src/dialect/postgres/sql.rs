@@ -133,11 +133,14 @@ impl Statements {
                  WHERE name = $1 AND owner = $2 AND expires_at > {NOW}"
             )
             .into(),
+            // Rows another transaction holds locked are skipped, not waited for: the store
+            // renews those apart, so that one locked row stalls no other lease of the round.
             renew_many: format!(
-                "UPDATE {qt} AS l SET expires_at = {NOW} + $1::bigint \
-                 FROM unnest($2::text[], $3::text[]) AS r(name, owner) \
-                 WHERE l.name = r.name AND l.owner = r.owner AND l.expires_at > {NOW} \
-                 RETURNING l.name, l.owner"
+                "WITH mine AS (SELECT l.name FROM {qt} l \
+                   JOIN unnest($2::text[], $3::text[]) AS r(name, owner) ON l.name = r.name AND l.owner = r.owner \
+                   WHERE l.expires_at > {NOW} FOR NO KEY UPDATE OF l SKIP LOCKED) \
+                 UPDATE {qt} AS l SET expires_at = {NOW} + $1::bigint FROM mine \
+                 WHERE l.name = mine.name RETURNING l.name, l.owner"
             )
             .into(),
             release: handing(&qt, &qq, &notify_observers("g.name"), false).into(),
