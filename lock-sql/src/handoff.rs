@@ -1,54 +1,58 @@
 //! PostgreSQL's grant in the release: the hand-off of an exclusive lock to the head of its
-//! waiter queue without a statement of the head's own.
+//! waiter queue, which the head confirms with one cheap statement of its own.
 //!
 //! A release (and a waiter's leave, and a refused attempt that finds the lock free but owed to
 //! a queued waiter) that frees a name whose queue head is live grants the lease to that head in
-//! the same statement — new fence from the row's counter, `expires_at` = the database clock read
-//! **after the statement locked the lease row** + the head's ttl (its queue entry carries ttl,
-//! holder and metadata), the head's entry deleted — and notifies `dlock-grant:<owner>:<fence>`.
-//! Only the client holding that waiter records it ([`Handoffs`]) and wakes it; the waiter then
-//! holds without another statement.
+//! the same statement — new fence from the row's counter, the head's holder and metadata (its
+//! queue entry carries ttl, holder and metadata), the head's entry deleted — and notifies
+//! `dlock-grant:<owner>:<fence>` on the head's client's channel.
 //!
-//! ## Where the head's validity starts (docs/contract.md §3)
+//! ## The grant is provisional until the head claims it
 //!
-//! Not at the notification: the server's lease began at the grant, earlier. The head takes as
-//! its start `t_s`, the send instant of its **latest** acquire statement `S` that answered
-//! "still queued", and only for a grant whose fence `F` is above the fence `L` that `S` saw:
+//! The release's grant lasts [`CLAIM_WINDOW`] (`min(head's ttl, 1 s)`, `expires_at` = the
+//! database clock read under the row's lock + that), not the head's ttl: a head that does not
+//! take it up (its process died, its future was dropped at that instant) holds the lock that
+//! long, and then it is free (the head's entry is gone), for the next waiter or a newcomer.
+//! The head **claims** it: one `UPDATE … SET expires_at = now + ttl WHERE name = … AND owner =
+//! <head> RETURNING fence` by primary key. The lease the head returns is that statement's answer
+//! — the fence read from the row, validity counted from the claim's send instant (contract
+//! §3's re-grant: the row is already ours) — never the notification's.
 //!
-//! 1. `S` read the lease row under a row lock (its upsert locks the conflicting row, and its
-//!    refused branch re-reads it `FOR NO KEY UPDATE`, so `L` is the latest committed version's
-//!    fence, not an older snapshot's). The granting statement `G` locks the same row before it
-//!    reads the clock. The two locks exclude each other.
-//! 2. Fences only grow, one per grant, in the row's commit order. If `G` had locked the row
-//!    before `S`, `S` would have waited for `G`'s commit and then seen `G`'s grant or a later
-//!    one: owner = us (then `S` answers "granted" itself) or a fence `≥ F` (then `F ≤ L`). So
-//!    `F > L` means `G` locked the row after `S` did, hence after `S` was sent: `G`'s clock
-//!    reading `X` is later than `t_s`, and the server's `expires_at = X + ttl` is later than
-//!    `t_s + ttl`. The usual `drift` margin covers the two clocks' rates.
-//! 3. A notification with `F ≤ L` (a grant `S` already saw superseded, delivered late) is
-//!    dropped; the waiter runs its statement instead.
+//! 1 s: far above what a live head needs (the notification plus one statement, ~1 ms here;
+//! a loaded machine's scheduling delays of tens of ms), far below the default ttls. A head whose
+//! claim comes later still takes the grant when nobody took the lapsed lock meanwhile (same
+//! fence, nobody else held it); else its claim finds the row not its own and it queues again.
 //!
-//! A long wait since `S` leaves little validity: the head takes a notified grant only while
-//! `now < t_s + ttl/2`, else it runs its acquire statement, which finds the row already ours and
-//! re-grants it (`expires_at = now + ttl`, same fence: contract §3's re-grant), with validity from
-//! that statement's own send instant. A taken grant's watchdog renews on its usual schedule
-//! counted from `t_s` (`t_s + ttl/3`), so after a wait of more than ttl/3 its first renewal
-//! starts at once. Waiters re-try at least every `4 × max_poll` (≤ 2 s), so with the default
-//! ttls the notified grant is almost always the one taken.
+//! The bound on an untaken grant: the grant lapses after the claim window; the next waiter
+//! re-tries at the latest `4 × max_poll` after its last attempt (≤ 2 s; `StoreLock`'s fallback
+//! re-try), and an attempt that finds the provisional grant sleeps only until it lapses, so the
+//! next waiter holds within `max(claim window, 4 × max_poll) + one statement` of the release
+//! (≤ 2 s + a statement with the defaults); a newcomer's `try_acquire` succeeds once the claim
+//! window has passed when nobody else waits.
+//!
+//! ## A notification is a hint
+//!
+//! `NOTIFY` needs no privilege, and anyone who can read the queue knows a waiter's owner id and
+//! channel: a notification's owner only says which waiter to wake, and its fence is not read
+//! at all. A waiter woken by a grant notification runs the claim; when that finds nothing
+//! (forged, late, duplicated, or the grant lapsed and went to someone else) it runs its acquire
+//! statement as after any wake-up. A forged notification thus costs the waiter one or two
+//! statements, never a lease the database did not grant.
 //!
 //! ## Lost notifications, leaving, vanished heads
 //!
 //! * A notification lost (listener reconnecting): the head's timer re-try finds the row ours and
-//!   re-grants it, as above; after a reconnect every waiter re-tries at once.
+//!   re-grants it (the acquire statement re-grants an own row, expired or not, with its fence);
+//!   after a reconnect every waiter re-tries at once.
 //! * A head whose wait ends without taking a grant (time-out, error, dropped future) leaves the
-//!   queue in two steps: its entry goes first (a release in progress locks the head's entry
-//!   `FOR UPDATE`, so it either granted before the delete, or skips the deleted entry and takes the
-//!   next one); then a statement releases what it was granted and hands the lock on to the next
-//!   head (or hands a free lock to it), in the release's statement.
-//! * A head that vanished with a grant in flight: the grant expires after its ttl like any lease.
+//!   queue in two statements: its entry goes first (a release in progress locks the head's
+//!   entry `FOR UPDATE`, so it either granted before the delete, or skips the deleted entry and
+//!   takes the next one); then a statement releases what it was granted and hands the lock on to
+//!   the next head (or hands a free lock to it). The waiter's record is forgotten only once both
+//!   ran, so a clean-up cut short (its bounded inline run) is finished by the background one.
+//! * A head that vanished with a grant in flight: the grant lapses after the claim window (above).
 //!   Only heads whose entry is live are granted, so a head that vanished more than its entry's
-//!   lifetime (`8 × max_poll + 250 ms`) before the release is never granted; one that vanished
-//!   in that window holds the lock for its ttl.
+//!   lifetime (`8 × max_poll + 250 ms`) before the release is never granted.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -59,26 +63,29 @@ use tokio::time::Instant;
 /// The payload prefix of a grant's notification: `dlock-grant:<owner>:<fence>`.
 pub(crate) const GRANT: &str = "dlock-grant:";
 
+/// How long a release's grant to the queue's head lasts before the head claims it (at most the
+/// head's ttl): the bound on a grant nobody takes up (module docs).
+pub(crate) const CLAIM_WINDOW: Duration = Duration::from_secs(1);
+
 /// What this client knows of one waiting owner.
 #[derive(Default)]
 struct Entry {
-    /// The highest fence a grant notification named.
-    heard: Option<i64>,
-    /// The send instant and the seen fence of its latest attempt that answered "still queued".
-    seen: Option<(Instant, i64)>,
-    /// When that answer arrived, and the holder's remaining lease it reported.
+    /// A grant notification named it since its latest answer: its next attempt claims first.
+    granted: bool,
+    /// When its latest "still queued" answer arrived, and the holder's remaining lease it
+    /// reported.
     answered: Option<(Instant, Option<Duration>)>,
 }
 
 /// An attempt this soon after a "still queued" answer, with no grant heard, is answered from
 /// that answer instead of the database: `StoreLock` re-tries right after subscribing when the
 /// listener cannot vouch for the gap (it is reconnecting: `WakeSubscription::live_since`), so
-/// that a release in between is not missed, and here such a release's grant to us is recorded
-/// (the expectation is set before the first attempt) and taken without a statement, while a
+/// that a release in between is not missed, and such a release's grant to us is heard (the
+/// expectation is set before the first attempt) and makes the next attempt claim, while a
 /// release that granted someone else changes nothing for us. Saves that re-try's commit.
 const RECENT: Duration = Duration::from_millis(10);
 
-/// The hand-offs this client's waiters expect, by owner id (32 hex digits).
+/// The hand-offs this client's waiters may have been granted, by owner id (32 hex digits).
 #[derive(Default)]
 pub(crate) struct Handoffs {
     inner: Mutex<HashMap<String, Entry>>,
@@ -89,16 +96,15 @@ impl Handoffs {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A waiting attempt of `owner` starts: from now on its grant notifications are recorded.
+    /// A waiting attempt of `owner` starts: from now on its grant notifications are heard.
     /// Called before the attempt is sent, so that no notification of a grant after it is missed.
     pub(crate) fn expect(&self, owner: &str) {
         self.lock().entry(owner.to_owned()).or_default();
     }
 
-    /// `owner`'s attempt sent at `sent` answered "still queued", having seen `fence`.
-    pub(crate) fn queued(&self, owner: &str, sent: Instant, fence: i64, remaining: Option<Duration>) {
+    /// `owner`'s attempt answered "still queued", the holder's lease `remaining`.
+    pub(crate) fn queued(&self, owner: &str, remaining: Option<Duration>) {
         if let Some(e) = self.lock().get_mut(owner) {
-            e.seen = Some((sent, fence));
             e.answered = Some((Instant::now(), remaining));
         }
     }
@@ -111,7 +117,7 @@ impl Handoffs {
     pub(crate) fn recent(&self, owner: &str, now: Instant) -> Option<Option<Duration>> {
         let mut map = self.lock();
         let e = map.get_mut(owner)?;
-        if e.heard.is_some() {
+        if e.granted {
             return None;
         }
         let (at, remaining) = e.answered.take()?;
@@ -119,43 +125,25 @@ impl Handoffs {
         (age < RECENT).then(|| remaining.map(|r| r.saturating_sub(age)))
     }
 
-    /// The wait of `owner` ended (granted by its own statement, or left).
+    /// Whether a grant notification named `owner` since its latest answer (cleared): its
+    /// attempt then claims before it runs the acquire statement.
+    pub(crate) fn claim_due(&self, owner: &str) -> bool {
+        self.lock().get_mut(owner).is_some_and(|e| std::mem::take(&mut e.granted))
+    }
+
+    /// The wait of `owner` ended (granted by a statement, or left).
     pub(crate) fn forget(&self, owner: &str) {
         self.lock().remove(owner);
     }
 
-    /// A notification: when it is a grant to an owner of ours, records it and returns the
-    /// key of the waiter to wake.
+    /// A notification: when it names a grant to an owner of ours, returns the key of the waiter
+    /// to wake. Only a hint (module docs): whoever sent it, the fence it names is not read.
     pub(crate) fn heard(&self, payload: &str) -> Option<String> {
-        let (owner, fence) = payload.strip_prefix(GRANT)?.split_once(':')?;
-        let fence = fence.parse::<i64>().ok()?;
+        let (owner, _fence) = payload.strip_prefix(GRANT)?.split_once(':')?;
         let mut map = self.lock();
         let e = map.get_mut(owner)?;
-        e.heard = Some(e.heard.map_or(fence, |f| f.max(fence)));
+        e.granted = true;
         Some(crate::wake::waiter(owner))
-    }
-
-    /// The grant to `owner` (lease time `ttl`) to take without a statement, with the instant its
-    /// validity starts (see the module docs); `None`: run the acquire statement (no grant heard,
-    /// one older than the latest "still queued", or too little validity left). Forgets `owner`
-    /// when it returns a grant.
-    pub(crate) fn take(&self, owner: &str, ttl: Duration, now: Instant) -> Option<(i64, Instant)> {
-        let mut map = self.lock();
-        let e = map.get_mut(owner)?;
-        let fence = e.heard?;
-        let (sent, seen) = e.seen?;
-        if fence <= seen {
-            // Stale: a grant that answer already saw superseded.
-            e.heard = None;
-            return None;
-        }
-        if sent.checked_add(ttl / 2).is_none_or(|until| now >= until) {
-            // Ours, but too little validity left from `sent`: the statement re-grants it
-            // (`heard` stays, so that `recent` does not answer for the database).
-            return None;
-        }
-        map.remove(owner);
-        Some((fence, sent))
     }
 }
 
@@ -170,25 +158,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn takes_only_grants_after_the_latest_queued_answer() {
+    fn a_grant_notification_only_wakes_its_waiter() {
         let h = Handoffs::default();
-        let (o, ttl) = ("ab".repeat(16), Duration::from_secs(10));
-        let t0 = Instant::now();
+        let o = "ab".repeat(16);
         assert_eq!(h.heard(&payload(&o, 5)), None, "not expected: not ours");
         h.expect(&o);
-        h.queued(&o, t0, 7, None);
+        assert!(!h.claim_due(&o), "no grant heard");
+        h.queued(&o, None);
         assert_eq!(h.recent(&o, Instant::now()), Some(None), "just answered: no statement");
         assert_eq!(h.recent(&o, Instant::now()), None, "once");
-        assert_eq!(h.heard(&payload(&o, 7)), Some(crate::wake::waiter(&o)));
-        assert_eq!(h.take(&o, ttl, t0), None, "a grant the queued answer already saw superseded");
-        assert!(h.heard(&payload(&o, 8)).is_some());
-        assert_eq!(h.take(&o, ttl, t0 + Duration::from_secs(5)), None, "half the ttl gone: run the statement");
+        h.queued(&o, None);
+        assert_eq!(h.heard(&payload(&o, i64::MAX)), Some(crate::wake::waiter(&o)));
         assert_eq!(h.recent(&o, Instant::now()), None, "a grant heard: never answered without a statement");
-        h.heard(&payload(&o, 9));
-        assert_eq!(h.take(&o, ttl, t0 + Duration::from_secs(1)), Some((9, t0)));
-        assert_eq!(h.take(&o, ttl, t0), None, "taken once");
-        assert_eq!(h.heard(&payload(&o, 10)), None, "forgotten once taken");
-        for bad in ["dlock-grant:", "dlock-grant:x", "dlock-grant:x:y", "dlock-waiter:x:1"] {
+        assert!(h.claim_due(&o), "a grant heard: the next attempt claims");
+        assert!(!h.claim_due(&o), "once per notification");
+        h.forget(&o);
+        assert_eq!(h.heard(&payload(&o, 10)), None, "forgotten once the wait ended");
+        for bad in ["dlock-grant:", "dlock-grant:x", "dlock-waiter:x:1"] {
             h.expect("x");
             assert_eq!(h.heard(bad), None, "{bad}");
         }

@@ -5,7 +5,9 @@
 //! after it may then reach the database first, find nothing, and the grant commits afterwards:
 //! a lock nobody holds, taken until its ttl. So such an attempt is remembered with the moment
 //! after which it can no longer commit (the server bounds every statement), and a release of
-//! that owner is repeated once that moment has passed.
+//! that owner is repeated once that moment has passed. A refused attempt that lands late
+//! re-queues its departed waiter the same way, so the waiter's leave is repeated too (each
+//! clean-up takes the record for itself: [`Inflight::take`], [`Inflight::take_leave`]).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -18,6 +20,8 @@ use tokio::time::Instant;
 #[derive(Default)]
 pub(crate) struct Inflight {
     map: Mutex<HashMap<u128, Instant>>,
+    /// The same, for the queue leave of an abandoned wait.
+    leave: Mutex<HashMap<u128, Instant>>,
 }
 
 /// One attempt in flight; [`Attempt::finished`] when its outcome is known.
@@ -40,6 +44,12 @@ impl Inflight {
         let until = self.map.lock().unwrap_or_else(|e| e.into_inner()).remove(&owner.as_u128())?;
         (until > Instant::now()).then_some(until)
     }
+
+    /// [`Inflight::take`] for the leave of an abandoned wait, apart from the release's.
+    pub(crate) fn take_leave(&self, owner: OwnerId) -> Option<Instant> {
+        let until = self.leave.lock().unwrap_or_else(|e| e.into_inner()).remove(&owner.as_u128())?;
+        (until > Instant::now()).then_some(until)
+    }
 }
 
 impl Attempt<'_> {
@@ -54,13 +64,15 @@ impl Drop for Attempt<'_> {
         if self.finished {
             return;
         }
-        let mut map = self.inflight.map.lock().unwrap_or_else(|e| e.into_inner());
-        // Owners whose attempt ended with an error the caller does not clean up after are
-        // never taken: forget every entry whose statement can no longer commit anyway.
         let now = Instant::now();
-        map.retain(|_, until| *until > now);
-        let until = map.entry(self.owner).or_insert(self.until);
-        *until = (*until).max(self.until);
+        for map in [&self.inflight.map, &self.inflight.leave] {
+            let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
+            // Owners whose attempt ended with an error the caller does not clean up after are
+            // never taken: forget every entry whose statement can no longer commit anyway.
+            map.retain(|_, until| *until > now);
+            let until = map.entry(self.owner).or_insert(self.until);
+            *until = (*until).max(self.until);
+        }
     }
 }
 
@@ -77,6 +89,8 @@ mod tests {
         drop(inflight.begin(b, Duration::from_secs(5)));
         assert!(inflight.take(b).is_some_and(|t| t > Instant::now() + Duration::from_secs(4)));
         assert_eq!(inflight.take(b), None, "taken once");
+        assert!(inflight.take_leave(b).is_some(), "the leave takes its own record");
+        assert_eq!(inflight.take_leave(b), None, "taken once");
         drop(inflight.begin(b, Duration::ZERO));
         assert_eq!(inflight.take(b), None, "already past its bound");
         drop(inflight.begin(a, Duration::ZERO));

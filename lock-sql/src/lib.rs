@@ -92,7 +92,8 @@
 //!            ORDER BY seq, owner LIMIT 1 FOR UPDATE),
 //!   granted AS (UPDATE dlock_leases l SET owner = h.owner,              -- NULL: nobody waits
 //!                 fence = GREATEST(l.fence + 1, NOW_US),                -- when handed over
-//!                 expires_at = CLOCK_MS + h.ttl_ms, holder = h.holder, metadata = h.metadata
+//!                 expires_at = CLOCK_MS + LEAST(h.ttl_ms, 1000),  -- provisional: the claim window
+//!                 holder = h.holder, metadata = h.metadata
 //!               FROM cur LEFT JOIN head h ON h.ttl_ms > 0 WHERE l.name = cur.name
 //!               RETURNING l.owner, l.fence, h.wake),
 //!   dequeued AS (DELETE FROM dlock_leases_waiters w USING granted g
@@ -106,26 +107,34 @@
 //! queue in the same statement, below.)
 //!
 //! **The grant in the release** (`handoff.rs`): a release that frees a name with a live queue
-//! head hands the lease straight to that head — a new fence, the head's ttl, holder and metadata
-//! (its queue entry carries them) — and notifies it with the new fence; the head then holds
-//! without a statement of its own, so a hand-off costs one commit, not two in series. The head
-//! does **not** count its validity from the notification (the server's lease began earlier, at
-//! the release) but from the send instant of its latest acquire attempt that answered "still
-//! queued": that attempt locked the lease row before the release did, and the release reads
-//! the clock only once it holds the lock, so the server's lease outlasts the head's
-//! `valid_until` (docs/contract.md §3). A grant notified with a fence not above the one that
-//! attempt saw is stale and ignored; with more than ttl/2 gone since that attempt the head runs
-//! its acquire instead, which finds the row its own and re-grants it. A waiter whose wait ends
-//! with a grant in flight (time-out, drop) deletes its queue entry, then releases what it was
-//! given and hands the lock on to the next head; a refused attempt that finds the lock free or
-//! expired but owed to a queued waiter hands it to that waiter. A lost notification costs only
-//! latency: every waiter re-tries on its own timer, and its acquire finds the row its own. A
-//! head that vanished with a grant in flight keeps the lock for its ttl; only heads whose entry
-//! is live (refreshed within `8 × max_poll + 250 ms`) are granted. Queue entries written by an
-//! older version (`ttl_ms = 0`) are only woken, with `dlock-waiter:<owner>`, as before. The
-//! columns this adds to a PostgreSQL waiter table (and `wake`, below) make an older client
-//! refuse that table at connect (its squatting check names them, a `Config` error): upgrade
-//! every client of one table together.
+//! head grants the lease to that head — a new fence, the head's holder and metadata (its queue
+//! entry carries them) — **provisionally**, for the claim window `min(head's ttl, 1 s)`, and
+//! notifies it. A notification is only a hint (`NOTIFY` needs no privilege: anyone who can read
+//! the queue could forge one): it wakes the head, whose **claim** — one owner-checked `UPDATE`
+//! by primary key that extends its own row to its ttl and returns the row's fence — is the
+//! lease, with validity from the claim's send instant (the row is already its own: a re-grant,
+//! docs/contract.md §3). A claim that finds the row not its own (a forged, late or duplicated
+//! notification; a grant that lapsed and went to another) falls back to the acquire statement.
+//! A hand-off thus costs the release's commit and the claim, two statements in series.
+//!
+//! **An untaken grant lapses.** A head that never claims (its process died; its future was
+//! dropped as the grant came) holds the lock for the claim window; then it is free (the head's
+//! entry went with the grant), for the next waiter, which re-tries within `4 × max_poll` of its
+//! last attempt and, finding the provisional grant, sleeps only until it lapses: the next waiter
+//! holds within `max(claim window, 4 × max_poll)` + one statement of the release (≤ 2 s + a
+//! statement), a newcomer once the window has passed. A waiter whose wait ends with a grant in
+//! flight (time-out, drop) deletes its queue entry, then releases what it was given and hands
+//! the lock on to the next head; its record is forgotten only once both statements ran, so a
+//! clean-up cut short is finished by the background one, and both are repeated while a
+//! cancelled attempt of it may still land (a late refused statement would re-queue it). A
+//! refused attempt that finds the lock free or expired but owed to a queued waiter hands it to
+//! that waiter. A lost notification costs only latency: every waiter re-tries on its own timer,
+//! and its acquire finds the row its own. Only heads whose entry is live (refreshed within
+//! `8 × max_poll + 250 ms`) are granted. Queue entries written by an older version (`ttl_ms =
+//! 0`) are only woken, with `dlock-waiter:<owner>`, as before. The columns this adds to a
+//! PostgreSQL waiter table (and `wake`, below) make an older client refuse that table at
+//! connect (its squatting check names them, a `Config` error): upgrade every client of one
+//! table together.
 //!
 //! Waiters are woken by `LISTEN`/`NOTIFY`: release notifies in the same statement (so only a
 //! committed release notifies), and only when someone waits, with the payload

@@ -2,8 +2,10 @@
 //! [`WakeHub`]. Releases run `pg_notify(<table>, <key>)` in the same statement that frees the
 //! row, so a notification is sent exactly when (and only if) the release commits. Election
 //! observers of a name ([`WakeHub::observe`]) hear its `dlock:<name>` key. A grant in a
-//! release (`dlock-grant:<owner>:<fence>`, crate::handoff) is recorded for its waiter, if it is
-//! one of ours, before that waiter is woken.
+//! release (`dlock-grant:<owner>:<fence>`, crate::handoff) only wakes its waiter, if it is one
+//! of ours, marked to claim first: `NOTIFY` needs no privilege, so a notification is a hint
+//! whoever sent it, on whichever channel, and its fence is never read; the waiter's lease is
+//! what the database answers to its claim.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -97,7 +99,7 @@ async fn run(
         // loses nothing.
         let broken = match timeout(IDLE_PING, listener.try_recv()).await {
             Ok(Ok(Some(n))) => {
-                // A grant to one of our waiters is recorded before the waiter wakes to take it.
+                // A grant to one of our waiters: the waiter is marked to claim before it wakes.
                 // Wake-ups nobody waits for yet are kept: the waiter they are for may register
                 // just after (the hub is live, `WakeHub::set_live_since`).
                 if let Some(waiter) = handoffs.heard(n.payload()) {

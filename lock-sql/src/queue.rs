@@ -16,9 +16,9 @@
 //! ttls for ttls under 2 s). This rests on a waiter attempting at least every `4 × max_poll`,
 //! which `StoreLock` guarantees (its fallback re-try when notified, its poll cap otherwise).
 //!
-//! On PostgreSQL a release grants the lock to the head in the same statement and notifies it
-//! with its owner id and the new fence ([`crate::handoff`]): only the client holding that
-//! waiter wakes it, and a release nobody waits for or observes sends no notification. Election observers' rows (crate::observers)
+//! On PostgreSQL a release grants the lock to the head in the same statement, provisionally
+//! until the head claims it, and notifies it with its owner id ([`crate::handoff`]): only the
+//! client holding that waiter wakes it, and a release nobody waits for or observes sends no notification. Election observers' rows (crate::observers)
 //! share the table with the place `i64::MAX`: never ahead of a waiter, never the head. MySQL
 //! and SQLite cannot notify; their waiters poll, and the queue makes the polls fair. A refused
 //! attempt there also learns how many live waiters are ahead of it, and the waiter polls by that
@@ -153,6 +153,11 @@ impl Places {
             place.written = written;
         }
         ahead.map_or(QUEUED_POLL_MAX_HEAD, |ahead| queued_poll(ahead, place.streak))
+    }
+
+    /// Whether `owner` has a record (a waiting acquire that may be queued).
+    pub(crate) fn has(&self, owner: OwnerId) -> bool {
+        self.lock().contains_key(&owner)
     }
 
     /// Forgets `owner`'s place; whether it had one.

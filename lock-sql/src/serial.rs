@@ -36,6 +36,15 @@ impl OwnerLocks {
         g
     }
 
+    /// The turn of `owner` when nobody else has it; `None` without waiting otherwise.
+    pub(crate) fn try_lock(&self, owner: OwnerId) -> Option<OwnerGuard<'_>> {
+        let key = owner.as_u128();
+        let mutex = Arc::clone(self.map.lock().unwrap_or_else(|e| e.into_inner()).entry(key).or_default());
+        let mut g = OwnerGuard { locks: self, owner: key, guard: None };
+        g.guard = Some(mutex.try_lock_owned().ok()?);
+        Some(g)
+    }
+
     #[cfg(test)]
     fn len(&self) -> usize {
         self.map.lock().unwrap_or_else(|e| e.into_inner()).len()
@@ -73,6 +82,8 @@ mod tests {
         drop(other);
         let same = tokio::time::timeout(Duration::from_millis(50), locks.lock(owner(1))).await;
         assert!(same.is_err(), "the same owner must wait");
+        assert!(locks.try_lock(owner(1)).is_none(), "taken: no turn without waiting");
+        assert!(locks.try_lock(owner(2)).is_some(), "free: the turn at once");
         drop(held);
         assert_eq!(locks.len(), 0, "entries are forgotten once unused");
         let _again = locks.lock(owner(1)).await;

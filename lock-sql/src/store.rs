@@ -292,7 +292,19 @@ impl SqlStore {
         F: Fn() -> Fut + Send + 'static,
         Fut: Future<Output = Result<bool, sqlx::Error>> + Send + 'static,
     {
-        let Some(until) = self.inflight.take(owner) else { return };
+        if let Some(until) = self.inflight.take(owner) {
+            self.again_later(until, release);
+        }
+    }
+
+    /// Runs `op` again in the background soon and once more at `until` (when an attempt in
+    /// flight can no longer commit), each bounded by the request timeout, stopping at the
+    /// first that answers `true`.
+    fn again_later<F, Fut>(&self, until: Instant, op: F)
+    where
+        F: Fn() -> Fut + Send + 'static,
+        Fut: Future<Output = Result<bool, sqlx::Error>> + Send + 'static,
+    {
         let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
         let (bound, label) = (self.request_timeout, self.label());
         rt.spawn(async move {
@@ -300,7 +312,7 @@ impl SqlStore {
             let early = REPEAT_SOON.iter().map(|d| now + *d).filter(|at| *at < until);
             for at in early.chain(std::iter::once(until)) {
                 tokio::time::sleep_until(at).await;
-                match timeout(bound, release()).await {
+                match timeout(bound, op()).await {
                     Ok(Ok(true)) => {
                         tracing::debug!(
                             backend = label,
@@ -309,8 +321,8 @@ impl SqlStore {
                         return;
                     }
                     Ok(Ok(false)) => {}
-                    Ok(Err(e)) => tracing::debug!(backend = label, error = %e, "repeated release failed"),
-                    Err(_) => tracing::debug!(backend = label, "repeated release timed out"),
+                    Ok(Err(e)) => tracing::debug!(backend = label, error = %e, "repeated clean-up failed"),
+                    Err(_) => tracing::debug!(backend = label, "repeated clean-up timed out"),
                 }
             }
         });
@@ -350,6 +362,13 @@ fn check_table_len(table: &str) -> Result<(), LockError> {
         )));
     }
     Ok(())
+}
+
+/// How long a round of renewals waits for the leases it renews apart (`SqlStore::renew_many`):
+/// an eighth of the ttl (a renewal is sent with two thirds of its validity left, so the other
+/// leases of the round keep most of theirs), at most the request timeout.
+fn apart_bound(request_timeout: Duration, ttl: Duration) -> Duration {
+    request_timeout.min(ttl / 8).max(Duration::from_millis(1))
 }
 
 /// When [`SqlStore::release_again_later`] repeats a release before the attempt's bound: a
@@ -415,20 +434,26 @@ impl LeaseStore for SqlStore {
         };
         let handoffs = if waiting { self.dialect.handoffs() } else { None };
         if let Some(h) = handoffs {
-            // A release may have granted us the lease already (crate::handoff): take it, with
-            // the validity of our latest "still queued" statement, sent before that grant.
-            if let Some((fence, sent)) = h.take(&o, claim.ttl, Instant::now()) {
-                self.places.granted(claim.owner);
-                return self.fence_token(fence).map(|token| TryLock::HandedOver { token, started: sent });
-            }
-            if let Some(rem) = h.recent(&o, Instant::now()) {
+            if h.claim_due(&o) {
+                // A grant was announced (crate::handoff): only a hint. The claim confirms it
+                // with the database, whose answer (fence, validity from this statement's send)
+                // is the lease; nothing confirmed, and the acquire statement runs as usual.
+                let attempt = self.attempt(claim.owner);
+                let (n, ms) = (claim.name.as_str(), ttl_ms(claim.ttl));
+                let claimed = self.run("claim a hand-off", || self.dialect.claim(n, &o, ms)).await?;
+                attempt.finished();
+                if let Some(fence) = claimed {
+                    self.places.granted(claim.owner);
+                    h.forget(&o);
+                    return self.token(fence);
+                }
+            } else if let Some(rem) = h.recent(&o, Instant::now()) {
                 return Ok(TryLock::Held { remaining: rem });
             }
             h.expect(&o);
         }
         let attempt = self.attempt(claim.owner);
         let grant = Grant { name: claim.name.as_str(), owner: &o, ttl_ms: ttl_ms(claim.ttl), who, wait };
-        // Before the statement is sent: where a hand-off's validity may start.
         let sent = Instant::now();
         let upsert = self.run("acquire", || self.dialect.acquire(grant)).await?;
         attempt.finished();
@@ -442,8 +467,8 @@ impl LeaseStore for SqlStore {
             }
             Upsert::Held { remaining: rem, seq, seen, ahead } => {
                 let mut rem = remaining(rem);
-                if let (Some(h), Some(_), Some(seen)) = (handoffs, seq, seen) {
-                    h.queued(&o, sent, seen, rem);
+                if let (Some(h), Some(_)) = (handoffs, seq) {
+                    h.queued(&o, rem);
                 }
                 if rem.is_none() && seen.is_some() && self.dialect.listens() {
                     // Free (or expired) but owed to a waiter queued before us: hand it to the
@@ -470,17 +495,36 @@ impl LeaseStore for SqlStore {
         }
     }
 
+    /// Deletes the waiter's entry, then (where releases hand off) releases a grant it may have
+    /// received meanwhile and hands the lock on. The place is forgotten only once both ran: a
+    /// clean-up cut short (the bounded inline one at a deadline) is finished by the background
+    /// one, which would otherwise find nothing to do while a grant to a waiter gone stays
+    /// taken. An attempt that may still land (cancelled in flight) can re-queue the waiter or
+    /// grant it after this: the release repeats itself (`release`), and so does the leave.
     async fn abandon(&self, name: &LockName, owner: OwnerId) -> Result<(), LockError> {
         let (n, o) = (name.as_str(), owner.to_hex());
         if let Some(h) = self.dialect.handoffs() {
             h.forget(&o);
         }
-        if self.places.take(owner) {
-            self.run("leave the waiter queue", || self.dialect.leave_queue(n, &o)).await?;
-            // Where releases hand off, one may have granted us the lease before our entry went:
-            // release it and hand it on (crate::handoff). The entry went first, so no release
-            // that starts from now on grants us anything.
-            self.run("hand the lock on", || self.dialect.hand_on(n, &o)).await?;
+        if !self.places.has(owner) {
+            return Ok(());
+        }
+        self.run("leave the waiter queue", || self.dialect.leave_queue(n, &o)).await?;
+        // A release that started before the delete may have granted us the lease: release it
+        // and hand it on (crate::handoff). No release that starts after the delete grants us.
+        self.run("hand the lock on", || self.dialect.hand_on(n, &o)).await?;
+        self.places.take(owner);
+        if let Some(until) = self.inflight.take_leave(owner) {
+            let (dialect, name) = (Arc::clone(&self.dialect), n.to_owned());
+            self.again_later(until, move || {
+                let (dialect, name, o) = (Arc::clone(&dialect), name.clone(), o.clone());
+                async move {
+                    dialect.leave_queue(&name, &o).await?;
+                    dialect.hand_on(&name, &o).await?;
+                    // Every repeat runs: a late attempt leaves no trace to tell that it landed.
+                    Ok(false)
+                }
+            });
         }
         Ok(())
     }
@@ -492,20 +536,36 @@ impl LeaseStore for SqlStore {
         Ok(if ours { RenewOutcome::Renewed } else { RenewOutcome::NotOwner })
     }
 
-    /// One statement for a round of renewals (lock-core gathers them). Each lease is still one
-    /// at a time with its own release, as in `renew`: the guards are taken in owner order, so two
-    /// rounds holding the same lease (a manual renewal next to the watchdog's) never wait on
-    /// each other in a cycle.
+    /// One statement for a round of renewals (lock-core gathers them), and one lease's trouble
+    /// delays no other's (issue 27 item 8). Each lease is still one at a time with its own
+    /// release, as in `renew`, but a round takes the turns it can have at once: a lease whose
+    /// turn is taken (its own renewal or release in flight, maybe hanging on a row someone else
+    /// locked) is renewed apart. So is one the round's statement did not renew (PostgreSQL skips
+    /// rows locked by another transaction instead of waiting for them; elsewhere: no longer
+    /// ours, which its own renewal confirms). Those run side by side after the round's
+    /// statement, each bounded by [`apart_bound`]: the round's answers wait at most that long
+    /// for them, and one that did not answer is retried by the watchdog.
     async fn renew_many(&self, leases: &[(LockName, OwnerId)], ttl: Duration) -> Vec<Result<RenewOutcome, LockError>> {
         let mut owners: Vec<OwnerId> = leases.iter().map(|(_, owner)| *owner).collect();
         owners.sort_by_key(|owner| owner.as_u128());
         owners.dedup();
         let mut serial = Vec::with_capacity(owners.len());
+        let mut busy = std::collections::HashSet::new();
         for owner in owners {
-            serial.push(self.one_at_a_time(owner).await);
+            match self.serial.try_lock(owner) {
+                Some(turn) => serial.push(turn),
+                None => {
+                    busy.insert(owner);
+                }
+            }
         }
-        let hex: Vec<(&str, String)> = leases.iter().map(|(name, owner)| (name.as_str(), owner.to_hex())).collect();
-        let mut unique: Vec<(&str, &str)> = hex.iter().map(|(name, owner)| (*name, owner.as_str())).collect();
+        let hex: Vec<(&str, String, OwnerId)> =
+            leases.iter().map(|(name, owner)| (name.as_str(), owner.to_hex(), *owner)).collect();
+        let mut unique: Vec<(&str, &str)> = hex
+            .iter()
+            .filter(|(_, _, owner)| !busy.contains(owner))
+            .map(|(name, owner, _)| (*name, owner.as_str()))
+            .collect();
         unique.sort_unstable();
         unique.dedup();
         let ms = ttl_ms(ttl);
@@ -513,18 +573,56 @@ impl LeaseStore for SqlStore {
         // connection has not prepared yet costs one more round trip, which a slow link's
         // renewal cannot spare.
         let ours = match unique.as_slice() {
+            [] => Ok(Vec::new()),
             [(name, owner)] => self.run("renew", || self.dialect.renew(name, owner, ms)).await.map(|o| vec![o]),
             _ => self.run("renew", || self.dialect.renew_many(&unique, ms)).await,
         };
         drop(serial);
+        // Renewed apart: the busy ones, and those a round of several did not renew.
+        let mut apart: Vec<(&str, &str, OwnerId)> = hex
+            .iter()
+            .filter(|(name, owner, id)| {
+                busy.contains(id)
+                    || (unique.len() > 1
+                        && ours.as_ref().is_ok_and(|ours| {
+                            unique.binary_search(&(*name, owner.as_str())).is_ok_and(|i| ours.get(i) != Some(&true))
+                        }))
+            })
+            .map(|(name, owner, id)| (*name, owner.as_str(), *id))
+            .collect();
+        apart.sort_unstable_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+        apart.dedup_by(|a, b| (a.0, a.1) == (b.0, b.1));
+        let bound = apart_bound(self.request_timeout, ttl);
+        let alone = futures::future::join_all(apart.iter().map(|(name, owner, id)| async move {
+            let work = async {
+                let _serial = self.one_at_a_time(*id).await;
+                self.run("renew", || self.dialect.renew(name, owner, ms)).await
+            };
+            timeout(bound, work).await.unwrap_or_else(|_| {
+                Err(LockError::unavailable(
+                    self.label(),
+                    format!("a renewal apart from its round did not answer within {bound:?}; it is retried"),
+                ))
+            })
+        }))
+        .await;
         hex.iter()
-            .map(|(name, owner)| match &ours {
-                Ok(ours) => {
-                    let renewed =
-                        unique.binary_search(&(*name, owner.as_str())).is_ok_and(|i| ours.get(i) == Some(&true));
-                    Ok(if renewed { RenewOutcome::Renewed } else { RenewOutcome::NotOwner })
+            .map(|(name, owner, _)| {
+                if let Ok(i) = apart.binary_search_by(|(n, o, _)| (*n, *o).cmp(&(*name, owner.as_str()))) {
+                    return match &alone[i] {
+                        Ok(true) => Ok(RenewOutcome::Renewed),
+                        Ok(false) => Ok(RenewOutcome::NotOwner),
+                        Err(e) => Err(self.for_each(e)),
+                    };
                 }
-                Err(e) => Err(self.for_each(e)),
+                match &ours {
+                    Ok(ours) => {
+                        let renewed =
+                            unique.binary_search(&(*name, owner.as_str())).is_ok_and(|i| ours.get(i) == Some(&true));
+                        Ok(if renewed { RenewOutcome::Renewed } else { RenewOutcome::NotOwner })
+                    }
+                    Err(e) => Err(self.for_each(e)),
+                }
             })
             .collect()
     }

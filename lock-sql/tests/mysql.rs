@@ -177,3 +177,55 @@ async fn extra_acquire_condition_once_in_both_assignment_modes() {
         assert_eq!(store.release(&name, b).await.unwrap(), lock_core::ReleaseOutcome::Released);
     }
 }
+
+/// One lease's trouble never delays another's renewal (issue 27 item 8, MySQL part): 200
+/// leases renewed in shared rounds over a 30 ms link, one of them force-released. MySQL's
+/// batched UPDATE then matches one row fewer than it was given; asking each lease on its own
+/// after that (one round trip each, in sequence: seconds) lost every lease of the round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extra_a_lease_lost_in_a_round_delays_no_other() {
+    use lock_conformance::ClientLink;
+    use lock_core::{AcquireOptions, DistributedLock, LockName};
+    let fx = SqlFixture::mysql().await.unwrap();
+    let (url, proxy) = fx.linked_url().await.unwrap().expect("a network fixture");
+    let lock = lock_sql::connect(&url, fx.options()).await.unwrap();
+    let admin = fx.sql_client().await.unwrap();
+    let opts = AcquireOptions::new(Duration::from_secs(3));
+    let names: Vec<LockName> = (0..200).map(|i| LockName::new(format!("round-{i}")).unwrap()).collect();
+    let leases = futures::future::try_join_all(names.iter().map(|n| lock.acquire(n, &opts))).await.unwrap();
+    proxy.set_latency(Duration::from_millis(30)).await;
+    assert!(admin.force_release(&names[0]).await.unwrap().is_some(), "force-released");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let lost: Vec<&str> = leases[1..].iter().filter(|l| !l.is_valid()).map(|l| l.name().as_str()).collect();
+    assert!(lost.is_empty(), "{} leases lost beside the force-released one: {lost:?}", lost.len());
+    assert!(!leases[0].is_valid(), "the force-released lease is lost");
+    proxy.set_latency(Duration::ZERO).await;
+    for lease in leases.into_iter().skip(1) {
+        lease.release().await.unwrap();
+    }
+}
+
+/// One locked row stalls no other renewal of its round (issue 27 item 8): 60 leases renewed in
+/// shared rounds (ttl 3 s); another transaction locks one lease's row for 4.5 s. Every other
+/// lease stays valid. Before, the round's one UPDATE waited on the locked row (up to the lock
+/// wait timeout, then again on every retry) until every lease of the round had expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extra_a_locked_row_stalls_no_other_renewal() {
+    use lock_core::{AcquireOptions, DistributedLock, LockName};
+    let fx = SqlFixture::mysql().await.unwrap();
+    let options = lock_sql::SqlOptions { request_timeout: Duration::from_secs(6), ..fx.options() };
+    let lock = lock_sql::connect(fx.url(), options).await.unwrap();
+    let table = fx.options().table;
+    let opts = AcquireOptions::new(Duration::from_secs(3));
+    let names: Vec<LockName> = (0..60).map(|i| LockName::new(format!("stall-{i}")).unwrap()).collect();
+    let leases = futures::future::try_join_all(names.iter().map(|n| lock.acquire(n, &opts))).await.unwrap();
+    let mut admin = common::Admin::connect(&fx).await;
+    admin.lock_rows(&table, "name = 'stall-0'").await;
+    tokio::time::sleep(Duration::from_millis(4500)).await;
+    let lost: Vec<&str> = leases[1..].iter().filter(|l| !l.is_valid()).map(|l| l.name().as_str()).collect();
+    admin.run("ROLLBACK").await;
+    assert!(lost.is_empty(), "{} leases lost beside the one whose row was locked: {lost:?}", lost.len());
+    for lease in leases.into_iter().skip(1) {
+        lease.release().await.unwrap();
+    }
+}

@@ -24,16 +24,28 @@ async fn extra_unreachable_is_unavailable() {
     common::check_unreachable("postgres://postgres@127.0.0.1:1/test").await;
 }
 
-/// The grant in the release: the head's validity starts before the release, not at the
-/// notification (contract §3), and a head that leaves with a grant in flight hands it on.
+/// The grant in the release: provisional until the head claims it (the claim's answer is the
+/// lease), and a head that leaves with a grant in flight hands it on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn extra_handoff_validity_starts_before_the_release() {
-    common::check_handoff_validity(&SqlFixture::postgres().await.unwrap()).await.unwrap();
+async fn extra_handoff_is_provisional_until_claimed() {
+    common::check_handoff_claim(&SqlFixture::postgres().await.unwrap()).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extra_handoff_leave_hands_on() {
     common::check_handoff_leave(&SqlFixture::postgres().await.unwrap()).await.unwrap();
+}
+
+/// A grant nobody takes up lapses after the claim window (issue 27 item 5).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extra_a_dead_heads_grant_lapses() {
+    common::check_dead_head_lapses(&SqlFixture::postgres().await.unwrap()).await.unwrap();
+}
+
+/// A waiter's clean-up cut short with a grant in flight is finished by the next (issue 27 item 5).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extra_a_cut_abandon_is_finished_later() {
+    common::check_cut_abandon_finishes(&SqlFixture::postgres().await.unwrap()).await.unwrap();
 }
 
 /// LISTEN/NOTIFY: a waiter gets the lock right after the release, long before any poll or
@@ -458,4 +470,132 @@ async fn extra_a_handoff_notifies_only_the_heads_client() {
 /// The grant notifications heard until none comes for 500 ms.
 async fn grants_heard(raw: &mut sqlx::postgres::PgListener) -> Vec<String> {
     payloads(raw).await.into_iter().filter(|p| p.starts_with("dlock-grant:")).collect()
+}
+
+/// A grant notification is a hint, never a grant (issue 27 item 1): a role with no privilege
+/// but `SELECT` on the lock's tables (`NOTIFY` needs none) reads the waiter's owner id and
+/// channel and sends it `dlock-grant:<owner>:<fence>` on every channel its client listens on,
+/// forged (fence 9e18) and replayed (the fence a genuine hand-off would carry next), while
+/// another client holds. The waiter must keep waiting, and after the release return the
+/// database's grant: the fence the row holds, far below the forged one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extra_a_forged_grant_notification_is_only_a_hint() {
+    use lock_core::OwnerId;
+    let fx = SqlFixture::postgres().await.unwrap();
+    let table = fx.options().table;
+    let admin = sqlx::PgPool::connect(fx.url()).await.unwrap();
+    let role = format!("dlock_forger_{}", &OwnerId::random().to_hex()[..12]);
+    let run = |sql: String| {
+        let admin = admin.clone();
+        async move { sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&admin).await.unwrap() }
+    };
+    // The tables exist once a client connected.
+    let (holder, waiter) = (fx.sql_client().await.unwrap(), fx.sql_client().await.unwrap());
+    run(format!("CREATE ROLE {role} LOGIN")).await;
+    run(format!("GRANT SELECT ON \"{table}\", \"{table}_waiters\" TO {role}")).await;
+    let mut url = url::Url::parse(fx.url()).unwrap();
+    url.set_username(&role).unwrap();
+    url.set_password(None).unwrap();
+    // The role goes whatever the outcome.
+    let outcome = tokio::spawn(forge_grants(holder, waiter, url.to_string(), table)).await;
+    run(format!("DROP OWNED BY {role}")).await;
+    run(format!("DROP ROLE {role}")).await;
+    if let Err(e) = outcome {
+        std::panic::resume_unwind(e.into_panic());
+    }
+}
+
+async fn forge_grants(holder: lock_sql::SqlLock, waiter: lock_sql::SqlLock, forger_url: String, table: String) {
+    use lock_core::{AcquireOptions, DistributedLock, LockName};
+    let forger = sqlx::PgPool::connect(&forger_url).await.unwrap();
+    let name = LockName::new("forged").unwrap();
+    let opts = AcquireOptions::new(Duration::from_secs(10)).wait(Duration::from_secs(20));
+    let held = holder.acquire(&name, &opts).await.unwrap();
+    let wait = tokio::spawn({
+        let (name, opts) = (name.clone(), opts.clone());
+        async move { waiter.acquire(&name, &opts).await.map(|l| (l, waiter)) }
+    });
+    let entry = format!("SELECT owner, wake FROM \"{table}_waiters\" WHERE name = 'forged'");
+    let mut found = None;
+    for _ in 0..300 {
+        found = sqlx::query_as::<_, (String, Option<String>)>(sqlx::AssertSqlSafe(entry.clone()))
+            .fetch_optional(&forger)
+            .await
+            .unwrap();
+        if found.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (owner, wake) = found.expect("the waiter's queue entry, read by the SELECT-only role");
+    let wake = wake.expect("the entry names its client's channel");
+    let replayed = held.token().0 + 1;
+    for fence in ["9000000000000000000".to_owned(), replayed.to_string()] {
+        for channel in [&table, &wake] {
+            let forged = format!("NOTIFY \"{channel}\", 'dlock-grant:{owner}:{fence}'");
+            sqlx::query(sqlx::AssertSqlSafe(forged)).execute(&forger).await.unwrap();
+        }
+    }
+    let t = tokio::time::Instant::now();
+    while t.elapsed() < Duration::from_millis(500) {
+        if wait.is_finished() {
+            let got = wait.await.unwrap().map(|(l, _)| l.token());
+            panic!("the waiter returned while another client holds: {got:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let info = holder.inspect(&name).await.unwrap().expect("still held");
+    assert_eq!(info.token, held.token(), "the holder still holds, with its own fence");
+    held.release().await.unwrap();
+    let (lease, waiter) = tokio::time::timeout(Duration::from_secs(10), wait).await.unwrap().unwrap().unwrap();
+    let row = waiter.inspect(&name).await.unwrap().expect("held by the waiter");
+    assert_eq!(lease.token(), row.token, "the waiter's fence is the row's");
+    assert!(lease.token() > info.token, "{:?} after {:?}", lease.token(), info.token);
+    assert!(lease.token().0 < 9_000_000_000_000_000_000, "the forged fence: {:?}", lease.token());
+    lease.release().await.unwrap();
+    forger.close().await;
+}
+
+/// One lease's trouble never delays another's renewal (issue 27 item 8): 60 leases renewed in
+/// shared rounds (ttl 3 s). Another transaction locks one lease's row for 4.5 s: first alone,
+/// then another lease's row with a manual renewal of that lease hanging on it, holding that
+/// lease's turn (the request timeout is 6 s). Every other lease stays valid. Before, the round's one UPDATE
+/// waited on the locked row, and the round waited for the hanging lease's turn, until every
+/// lease of the round had expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extra_a_locked_row_stalls_no_other_renewal() {
+    use lock_core::{AcquireOptions, DistributedLock, LockName};
+    use sqlx::Connection;
+    let fx = SqlFixture::postgres().await.unwrap();
+    let options = lock_sql::SqlOptions { request_timeout: Duration::from_secs(6), ..fx.options() };
+    let lock = lock_sql::connect(fx.url(), options).await.unwrap();
+    let table = fx.options().table;
+    let opts = AcquireOptions::new(Duration::from_secs(3));
+    let names: Vec<LockName> = (0..60).map(|i| LockName::new(format!("stall-{i}")).unwrap()).collect();
+    let leases = futures::future::try_join_all(names.iter().map(|n| lock.acquire(n, &opts))).await.unwrap();
+    let mut admin = sqlx::PgConnection::connect(fx.url()).await.unwrap();
+    for (k, manual) in [(0, false), (1, true)] {
+        let mut tx = admin.begin().await.unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(format!("SELECT * FROM \"{table}\" WHERE name = 'stall-{k}' FOR UPDATE")))
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        let hold = Duration::from_millis(4500);
+        let hanging = async {
+            if manual {
+                let _ = tokio::time::timeout(hold, leases[k].renew()).await;
+            }
+        };
+        tokio::join!(hanging, tokio::time::sleep(hold));
+        let lost: Vec<&str> = leases[2..].iter().filter(|l| !l.is_valid()).map(|l| l.name().as_str()).collect();
+        tx.rollback().await.unwrap();
+        assert!(
+            lost.is_empty(),
+            "{} leases lost beside the one whose row was locked (manual renewal hanging: {manual}): {lost:?}",
+            lost.len()
+        );
+    }
+    for lease in leases.into_iter().skip(2) {
+        lease.release().await.unwrap();
+    }
 }

@@ -195,6 +195,13 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     fn handoffs(&self) -> Option<&crate::handoff::Handoffs> {
         None
     }
+    /// Where releases hand off: the claim of a grant a notification announced (crate::handoff):
+    /// extends `owner`'s own row of `name` to `ttl_ms` from the database clock and returns its
+    /// fence; `None` when the row is not `owner`'s (the notification was forged, stale, or the
+    /// grant lapsed and went to another). By default `None`.
+    async fn claim(&self, _name: &str, _owner: &str, _ttl_ms: i64) -> Result<Option<i64>, sqlx::Error> {
+        Ok(None)
+    }
     /// After [`Dialect::leave_queue`] of a waiter, where releases hand off: releases what
     /// `owner` may have been granted meanwhile and hands `name` on to the next head (or hands it
     /// a free or expired row). By default nothing.

@@ -121,6 +121,13 @@ pub(crate) struct Mysql {
     renew: Arc<str>,
     /// The multi-row renewal up to its lease list (see `renew_many`).
     renew_many: Arc<str>,
+    /// `renew_many` that does not wait for a row another transaction holds locked (see
+    /// `renew_batch`).
+    renew_many_nowait: Arc<str>,
+    /// Which of a batch are still ours, up to its lease list (see `renew_batch`).
+    renew_read: Arc<str>,
+    /// The lease table, quoted.
+    quoted: Arc<str>,
     release: Arc<str>,
     force_release: Arc<str>,
     inspect: Arc<str>,
@@ -186,14 +193,15 @@ async fn open(
              durable_fencing = false; set innodb_flush_log_at_trx_commit = 1 on the server"
         );
     }
-    let mut dialect = Mysql::new(pool, &options.table, supports_returning(&version), durable);
+    let mut dialect =
+        Mysql::new(pool, &options.table, supports_returning(&version), durable, version.contains("MariaDB"));
     // Row-lock waits end after innodb_lock_wait_timeout; the statement itself is short.
     dialect.profile.statement_bound = options.request_timeout.max(Duration::from_secs(lock_wait));
     Ok(Arc::new(dialect))
 }
 
 impl Mysql {
-    fn new(pool: Arc<ConnPool<MySqlConnection>>, t: &str, returning: bool, durable: bool) -> Mysql {
+    fn new(pool: Arc<ConnPool<MySqlConnection>>, t: &str, returning: bool, durable: bool, mariadb: bool) -> Mysql {
         let qt = quote_table(t, '`');
         let qq = quote_table(&queue_table(t), '`');
         // The condition is evaluated once, in the first assignment, into the session variable
@@ -264,6 +272,18 @@ impl Mysql {
             )
             .into(),
             renew_many: format!("UPDATE {qt} SET expires_at = {NOW} + ? WHERE expires_at > {NOW} AND ").into(),
+            // MariaDB: a lock wait of 0 fails at once; MySQL's least is 1 s, set by a hint.
+            renew_many_nowait: if mariadb {
+                format!("SET STATEMENT innodb_lock_wait_timeout = 0 FOR UPDATE {qt} SET expires_at = {NOW} + ? WHERE expires_at > {NOW} AND ")
+            } else {
+                format!(
+                    "UPDATE /*+ SET_VAR(innodb_lock_wait_timeout = 1) */ {qt} SET expires_at = {NOW} + ? \
+                     WHERE expires_at > {NOW} AND "
+                )
+            }
+            .into(),
+            renew_read: format!("SELECT name, owner FROM {qt} WHERE expires_at > {NOW} AND ").into(),
+            quoted: qt.clone().into(),
             release: format!(
                 "UPDATE {qt} SET owner = NULL, expires_at = {NOW} \
                  WHERE name = ? AND owner = ? AND expires_at > {NOW}"

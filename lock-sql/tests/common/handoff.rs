@@ -1,5 +1,6 @@
-//! PostgreSQL's grant in the release (lock-sql `handoff.rs`), at the store level: where the
-//! head's validity starts, and a head that leaves with a grant in flight.
+//! PostgreSQL's grant in the release (lock-sql `handoff.rs`), at the store level: the head's
+//! claim, a head that leaves with a grant in flight, a head that never claims, and a leave cut
+//! short.
 
 use std::time::Duration;
 
@@ -19,13 +20,11 @@ async fn queue(store: &lock_sql::SqlStore, claim: &Claim<'_>) -> Result<lock_cor
     Ok(sub)
 }
 
-/// The head must not start its validity when it hears of the grant: the server's lease began
-/// at the release. The head queues, the holder releases 1.5 s later (granting the head in the
-/// same statement), and the head takes the grant only 1 s after the notification (a slow
-/// listener or a busy runtime). Its `valid_until` (start + ttl − drift) must still end before
-/// the server's `expires_at`, read back by `inspect` (lower bound: the read's send instant +
-/// the remaining lease). A head that started at the notification would be ~1 s past it.
-pub async fn check_handoff_validity(fx: &SqlFixture) -> Result<(), LockError> {
+/// The release's grant to the head is provisional (lock-sql `handoff.rs`): it lasts the claim
+/// window (1 s, not the head's 8 s ttl) until the head claims it; the claim returns the row's
+/// fence as an ordinary grant (validity from the claim's own send instant) and extends the
+/// lease to the head's ttl, with the holder and metadata its queue entry carried.
+pub async fn check_handoff_claim(fx: &SqlFixture) -> Result<(), LockError> {
     let lock = fx.sql_client().await?;
     let store = lock.store();
     let name = LockName::new("handoff-validity")?;
@@ -35,25 +34,20 @@ pub async fn check_handoff_validity(fx: &SqlFixture) -> Result<(), LockError> {
     let who = Holder::new("the-head")?.with_metadata("m")?;
     let claim = Claim::new(&name, head, ttl).holder(Some(&who));
     let sub = queue(store, &claim).await?;
-    let queued = Instant::now();
-    sleep(Duration::from_millis(1500)).await;
     assert_eq!(store.release(&name, holder).await?, ReleaseOutcome::Released);
     timeout(Duration::from_secs(2), sub.woken()).await.expect("the head is notified of its grant");
-    sleep(Duration::from_millis(1000)).await;
+    let provisional = store.inspect(&name).await?.expect("granted to the head");
+    let left = provisional.remaining.expect("a remaining lease");
+    assert!(left <= Duration::from_secs(1), "an unclaimed grant lasts the claim window, not the ttl: {left:?}");
+    let sent = Instant::now();
     let got = store.try_claim(&claim, true).await?;
-    let TryLock::HandedOver { token, started } = got else { panic!("expected the release's hand-off, got {got:?}") };
+    let TryLock::Acquired { token } = got else { panic!("expected the claimed grant, got {got:?}") };
+    assert_eq!(token, provisional.token, "the claim returns the row's fence");
     assert!(token > first, "fence {token:?} after {first:?}");
-    let asked = Instant::now();
-    let info = store.inspect(&name).await?.expect("granted to the head");
-    let server_end = asked + info.remaining.expect("a remaining lease");
-    let valid_until = started + ttl - clock_drift(ttl);
-    assert!(
-        valid_until <= server_end,
-        "the head's validity ends {:?} after the server's lease (started {:?} after it queued)",
-        valid_until - server_end,
-        started.saturating_duration_since(queued)
-    );
-    assert!(started <= queued, "validity starts at the head's last queue statement, before {queued:?}");
+    let info = store.inspect(&name).await?.expect("held by the head");
+    let left = info.remaining.expect("a remaining lease");
+    assert!(left > ttl - Duration::from_secs(2), "the claim extends the lease to the ttl: {left:?}");
+    assert!(sent + ttl - clock_drift(ttl) <= Instant::now() + left, "validity within the server's lease");
     assert_eq!((info.token, info.holder.as_deref(), info.metadata.as_deref()), (token, Some("the-head"), Some("m")));
     assert_eq!(store.release(&name, head).await?, ReleaseOutcome::Released);
     Ok(())
@@ -78,13 +72,103 @@ pub async fn check_handoff_leave(fx: &SqlFixture) -> Result<(), LockError> {
     store.abandon(&name, a).await?;
     timeout(Duration::from_secs(2), sb.woken()).await.expect("the next head is notified");
     let got = store.try_claim(&cb, true).await?;
-    let token = match got {
-        TryLock::HandedOver { token, .. } | TryLock::Acquired { token } => token,
-        other => panic!("the next head gets the lock: {other:?}"),
-    };
+    let TryLock::Acquired { token } = got else { panic!("the next head gets the lock: {got:?}") };
     assert!(token > granted.token, "fence {token:?} after {:?}", granted.token);
     assert_eq!(store.release(&name, a).await?, ReleaseOutcome::NotOwner, "a's grant was handed on");
     assert_eq!(store.release(&name, b).await?, ReleaseOutcome::Released);
     assert!(store.inspect(&name).await?.is_none(), "free at the end");
+    Ok(())
+}
+
+/// A head that never takes up its grant (its process died; here: it queued and then does
+/// nothing) holds the lock only for the claim window (1 s), not its 30 s ttl: a next waiter
+/// queued behind it holds within `max(claim window, 4 × max_poll) + a statement` (≤ 2 s plus
+/// one statement here, asserted with slack at 5 s), and with nobody else waiting a newcomer's
+/// `try_acquire` gets it once the window has passed.
+pub async fn check_dead_head_lapses(fx: &SqlFixture) -> Result<(), LockError> {
+    use lock_core::{AcquireOptions, DistributedLock};
+    let (lock, next) = (fx.sql_client().await?, fx.sql_client().await?);
+    let store = lock.store();
+    let ttl = Duration::from_secs(30);
+    let opts = AcquireOptions::new(ttl).wait(Duration::from_secs(20));
+    for behind in [true, false] {
+        let name = LockName::new(format!("dead-head-{behind}"))?;
+        let (holder, dead) = (OwnerId::random(), OwnerId::random());
+        let TryLock::Acquired { .. } = store.try_lock(&name, holder, ttl).await? else { panic!("free") };
+        let _sub = queue(store, &Claim::new(&name, dead, ttl)).await?;
+        let waiter = behind.then(|| {
+            let (next, name, opts) = (next.clone(), name.clone(), opts.clone());
+            tokio::spawn(async move { next.acquire(&name, &opts).await })
+        });
+        // The next waiter queues behind the dead head before the release.
+        sleep(Duration::from_millis(300)).await;
+        assert_eq!(store.release(&name, holder).await?, ReleaseOutcome::Released);
+        let released = Instant::now();
+        let lease = match waiter {
+            Some(w) => w.await.expect("waiter task").map_err(|e| {
+                LockError::backend(
+                    "test",
+                    format!("the next waiter behind a dead head: {e} after {:?}", released.elapsed()),
+                )
+            })?,
+            None => loop {
+                if let Some(lease) = next.try_acquire(&name, &opts).await? {
+                    break lease;
+                }
+                assert!(released.elapsed() < Duration::from_secs(5), "a dead head's grant still holds the lock");
+                sleep(Duration::from_millis(20)).await;
+            },
+        };
+        let took = released.elapsed();
+        eprintln!("behind a dead head (next waiter queued: {behind}): held {took:?} after the release");
+        assert!(took < Duration::from_secs(5), "a dead head held the lock {took:?} (ttl {ttl:?})");
+        assert!(took >= Duration::from_millis(900), "not before the claim window ended: {took:?}");
+        lease.release().await?;
+    }
+    Ok(())
+}
+
+/// A waiter's clean-up that is cut short (the bounded inline one at its deadline: here its
+/// first statement is held up by a locked queue row past the bound) while a release's grant to
+/// it is in flight must be finished by the later (background) one: the lock is free at once
+/// after it, not only once the grant lapses.
+pub async fn check_cut_abandon_finishes(fx: &SqlFixture) -> Result<(), LockError> {
+    use sqlx::Connection;
+    let lock = fx.sql_client().await?;
+    let store = lock.store();
+    let table = fx.options().table;
+    let name = LockName::new("cut-abandon")?;
+    let ttl = Duration::from_secs(30);
+    let (holder, a) = (OwnerId::random(), OwnerId::random());
+    let TryLock::Acquired { .. } = store.try_lock(&name, holder, ttl).await? else { panic!("free") };
+    let _sa = queue(store, &Claim::new(&name, a, ttl)).await?;
+    let mut admin = sqlx::PgConnection::connect(fx.url()).await.expect("admin");
+    // A lapsed entry the waiter's leave deletes too (it clears the name's lapsed entries).
+    let q = format!("\"{table}_waiters\"");
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO {q} (name, owner, seq, expires_at) VALUES ('cut-abandon', 'lapsed', 0, 0)"
+    )))
+    .execute(&mut admin)
+    .await
+    .expect("insert");
+    assert_eq!(store.release(&name, holder).await?, ReleaseOutcome::Released);
+    assert!(store.inspect(&name).await?.is_some(), "granted to the head");
+    let mut tx = admin.begin().await.expect("begin");
+    sqlx::query(sqlx::AssertSqlSafe(format!("SELECT * FROM {q} WHERE owner = 'lapsed' FOR UPDATE")))
+        .execute(&mut *tx)
+        .await
+        .expect("lock the lapsed entry");
+    let cut = timeout(Duration::from_millis(200), store.abandon(&name, a)).await;
+    assert!(cut.is_err(), "the clean-up should be held up by the locked row: {cut:?}");
+    tx.commit().await.expect("commit");
+    // The background clean-up.
+    store.abandon(&name, a).await?;
+    let other = OwnerId::random();
+    let got = store.try_lock(&name, other, ttl).await?;
+    assert!(
+        matches!(got, TryLock::Acquired { .. }),
+        "the grant to a waiter that left still holds the lock after its clean-up: {got:?}"
+    );
+    store.release(&name, other).await?;
     Ok(())
 }

@@ -307,3 +307,46 @@ pub async fn check_overtaken_acquire_is_freed_soon(fx: &SqlFixture) -> Result<()
     eprintln!("an overtaken acquire's grant was freed; the lock was free again after {took:?}");
     Ok(())
 }
+
+/// Queue entries of waiters that are gone never hold a free lock back (issue 27 item 6): many
+/// waiters cancelled (futures dropped at staggered instants, so at every await point: before,
+/// during and after their statements) while a 2 s lease is held; once it is released, a
+/// newcomer's `try_acquire` succeeds within 1 s. (Before, late statements of cancelled
+/// attempts re-queued their departed waiters, whose entries then counted for their whole
+/// lifetime: 4–5 s.)
+pub async fn check_cancelled_waiters_leave_no_trace(fx: &SqlFixture) -> Result<(), LockError> {
+    use lock_core::{AcquireOptions, DistributedLock};
+    let (holder, waiters, fresh) = (fx.sql_client().await?, fx.sql_client().await?, fx.sql_client().await?);
+    let opts = AcquireOptions::new(Duration::from_secs(2)).wait(Duration::from_secs(10));
+    for round in 0..3 {
+        let name = LockName::new(format!("cancelled-many-{round}"))?;
+        let held = holder.acquire(&name, &opts).await?;
+        let tasks: Vec<_> = (0..24u64)
+            .map(|i| {
+                let (waiters, name, opts) = (waiters.clone(), name.clone(), opts.clone());
+                let cut = Duration::from_micros(300 + (i * 7919 + round * 104_729) % 60_000);
+                tokio::spawn(async move { tokio::time::timeout(cut, waiters.acquire(&name, &opts)).await.is_err() })
+            })
+            .collect();
+        for t in tasks {
+            assert!(t.await.expect("waiter task"), "every waiter is cancelled while the lock is held");
+        }
+        held.release().await?;
+        // The background clean-ups of the cancelled waiters (each a couple of statements).
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let t = Instant::now();
+        let lease = loop {
+            if let Some(lease) = fresh.try_acquire(&name, &opts).await? {
+                break lease;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(1),
+                "round {round}: a free lock refused a newcomer for {:?} after its waiters were cancelled",
+                t.elapsed() + Duration::from_millis(300)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        lease.release().await?;
+    }
+    Ok(())
+}

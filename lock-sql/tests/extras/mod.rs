@@ -29,6 +29,9 @@ macro_rules! extra_tests {
             extra_kinds_hostile_names => check_kinds_hostile_names,
             extra_kinds_expiry_and_takeover => check_kinds_expiry_and_takeover,
         );
+        check_tests!(multi $fx;
+            extra_cancelled_waiters_leave_no_trace => check_cancelled_waiters_leave_no_trace,
+        );
 
         #[tokio::test]
         async fn extra_bad_table_is_config_error() {

@@ -247,6 +247,7 @@ impl Dialect for Postgres {
         let hot = [
             Arc::clone(&self.sql.acquire),
             Arc::clone(&self.sql.acquire_first),
+            Arc::clone(&self.sql.claim),
             Arc::clone(&self.sql.renew),
             Arc::clone(&self.sql.renew_many),
             Arc::clone(&self.sql.release),
@@ -291,6 +292,21 @@ impl Dialect for Postgres {
 
     fn handoffs(&self) -> Option<&Handoffs> {
         Some(&self.handoffs)
+    }
+
+    async fn claim(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<Option<i64>, sqlx::Error> {
+        let args = (Arc::clone(&self.sql.claim), name, owner, ttl_ms);
+        self.pool
+            .with(Use::Take, &args, |c, (sql, name, owner, ms)| {
+                Box::pin(
+                    sqlx::query_scalar::<_, i64>(AssertSqlSafe(Arc::clone(sql)))
+                        .bind(*name)
+                        .bind(*owner)
+                        .bind(*ms)
+                        .fetch_optional(c),
+                )
+            })
+            .await
     }
 
     async fn hand_on(&self, name: &str, owner: &str) -> Result<(), sqlx::Error> {

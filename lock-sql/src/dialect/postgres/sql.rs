@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use super::super::queue_table;
 use super::super::rw::Flavor;
-use crate::handoff::GRANT;
+use crate::handoff::{CLAIM_WINDOW, GRANT};
 use crate::observers::{self, OBSERVER_SEQ};
 use crate::options::quote_table;
 
@@ -67,6 +67,8 @@ pub(super) struct Statements {
     /// `acquire` without the grant's queue clean-up, for attempts that cannot be queued.
     pub(super) acquire_first: Arc<str>,
     pub(super) leave_queue: Arc<str>,
+    /// The head's claim of a provisional grant (crate::handoff).
+    pub(super) claim: Arc<str>,
     pub(super) observe: Arc<str>,
     pub(super) renew: Arc<str>,
     /// Every given lease's renewal in one statement (see `renew_many`).
@@ -118,17 +120,27 @@ impl Statements {
             acquire: acquire_sql(&qt, &qq, &notify_observers("l.name"), true).into(),
             acquire_first: acquire_sql(&qt, &qq, &notify_observers("l.name"), false).into(),
             observe: observers::mark(&qq, NOW).into(),
+            // By primary key, owner-checked, expired or not: an own row lapsed is still nobody
+            // else's (contract §3's re-grant, same fence). The acquire statement does the same
+            // for an own row; this skips its queue and refusal work.
+            claim: format!(
+                "UPDATE {qt} SET expires_at = {NOW} + $3::bigint WHERE name = $1 AND owner = $2 RETURNING fence"
+            )
+            .into(),
             leave_queue: format!("DELETE FROM {qq} WHERE name = $1 AND (owner = $2 OR expires_at <= {NOW})").into(),
             renew: format!(
                 "UPDATE {qt} SET expires_at = {NOW} + $3::bigint \
                  WHERE name = $1 AND owner = $2 AND expires_at > {NOW}"
             )
             .into(),
+            // Rows another transaction holds locked are skipped, not waited for: the store
+            // renews those apart, so that one locked row stalls no other lease of the round.
             renew_many: format!(
-                "UPDATE {qt} AS l SET expires_at = {NOW} + $1::bigint \
-                 FROM unnest($2::text[], $3::text[]) AS r(name, owner) \
-                 WHERE l.name = r.name AND l.owner = r.owner AND l.expires_at > {NOW} \
-                 RETURNING l.name, l.owner"
+                "WITH mine AS (SELECT l.name FROM {qt} l \
+                   JOIN unnest($2::text[], $3::text[]) AS r(name, owner) ON l.name = r.name AND l.owner = r.owner \
+                   WHERE l.expires_at > {NOW} FOR NO KEY UPDATE OF l SKIP LOCKED) \
+                 UPDATE {qt} AS l SET expires_at = {NOW} + $1::bigint FROM mine \
+                 WHERE l.name = mine.name RETURNING l.name, l.owner"
             )
             .into(),
             release: handing(&qt, &qq, &notify_observers("g.name"), false).into(),
@@ -238,14 +250,16 @@ fn acquire_sql(qt: &str, qq: &str, notify_observers: &str, clean_up: bool) -> St
 /// expired row, whoever `$2` is), one statement that answers a row when it freed or passed on:
 /// lock the lease row (`cur`), then the head of the queue (`head`, `FOR UPDATE`: a leave's delete
 /// of that entry in progress is waited for and the entry skipped, the next one taken; a leave
-/// after this lock finds its grant, crate::handoff); a head that carries a ttl gets the lease —
-/// new fence, `expires_at` read from the clock now that the row is locked + its ttl, its holder
-/// and metadata — and loses its entry, and is notified `dlock-grant:<owner>:<fence>` on its client's
+/// after this lock finds its grant, crate::handoff); a head that carries a ttl gets the lease
+/// provisionally — new fence, `expires_at` read from the clock now that the row is locked + the
+/// claim window (at most its ttl; its claim extends it), its holder and metadata — and loses
+/// its entry, and is notified `dlock-grant:<owner>:<fence>` on its client's
 /// own channel (`wake`; the table's for an older version's entry, which has none); without
 /// such a head our row is freed (a free row passed on stays as it is) and a head of an older
 /// version (ttl 0) is only woken. The
 /// name's observers are notified either way. Notifications are delivered on commit.
 fn handing(qt: &str, qq: &str, notify_observers: &str, pass_on: bool) -> String {
+    let claim_ms = CLAIM_WINDOW.as_millis();
     let ours = format!("owner = $2 AND expires_at > {NOW}");
     let which = if pass_on { format!("(({ours}) OR owner IS NULL OR expires_at <= {NOW})") } else { ours };
     format!(
@@ -258,7 +272,7 @@ fn handing(qt: &str, qq: &str, notify_observers: &str, pass_on: bool) -> String 
            UPDATE {qt} l SET \
              owner = h.owner, \
              fence = CASE WHEN h.owner IS NULL THEN l.fence ELSE GREATEST(l.fence + 1, {NOW_US}) END, \
-             expires_at = CASE WHEN h.owner IS NULL THEN {NOW} ELSE {CLOCK} + h.ttl_ms END, \
+             expires_at = CASE WHEN h.owner IS NULL THEN {NOW} ELSE {CLOCK} + LEAST(h.ttl_ms, {claim_ms}) END, \
              holder = CASE WHEN h.owner IS NULL THEN l.holder ELSE h.holder END, \
              metadata = CASE WHEN h.owner IS NULL THEN l.metadata ELSE h.metadata END \
            FROM cur LEFT JOIN head h ON h.ttl_ms > 0 \
