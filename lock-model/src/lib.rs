@@ -1,0 +1,37 @@
+#![doc = include_str!("../README.md")]
+
+//! Exhaustive checks of dlock's lock protocols, as designs.
+//!
+//! A test against a real server explores one interleaving per run; the holes the reviews found
+//! (a grant trusted from a message, a waiter's place given up before its clean-up ran) each
+//! needed one particular interleaving of a release, a late or forged message and a waiter that
+//! left. The protocols are small enough to explore every interleaving up to a bound, so each is
+//! written here as a state machine and checked breadth-first.
+//!
+//! ## Why Stateright
+//! [Stateright](https://docs.rs/stateright) is a maintained Rust model checker: a model is a
+//! plain Rust state machine (`Model`: initial states, actions, next state, `always` /
+//! `sometimes` properties), checked breadth- or depth-first on all cores, and a violated
+//! property comes back as a path of actions (the counterexample trace the tests print). It runs
+//! under `cargo test` like any test, so CI checks the models with the code; a TLA+ spec would need
+//! a JVM toolchain CI does not have and a second language for the same decisions. Its actor
+//! layer (lossy, duplicating networks) is not used: the network here is a few fields of the
+//! state, which keeps the fault budget (how many messages may be forged, duplicated, lost)
+//! explicit and the state count small.
+//!
+//! ## What is modelled, and what is only tested
+//! - [`handoff`]: the exclusive lock's waiter queue with the grant in the release, as both the
+//!   Redis scripts and the PostgreSQL statements run it: a release grants the queue's live head
+//!   and sends it a message; the message is a hint; the head claims the grant by running its
+//!   acquire again; a head that left or died never claims. Forged, duplicated, lost and late
+//!   messages, lost replies, waiters that leave (time-out, dropped future) and processes that die
+//!   are all in the model; time is abstract ticks with the server's and the clients' clocks at the
+//!   same rate (the code's `drift` margin covers a bounded rate difference, not modelled).
+//! - Everything else (renewal rounds, Redlock, ZooKeeper, failover) is tested against real
+//!   servers by the conformance suite, not model-checked.
+//!
+//! Every model has bug switches that put back a design error found before; the tests assert that
+//! the checker finds a counterexample with each switch on, so a model that stopped checking
+//! anything would fail its own tests.
+
+pub mod handoff;

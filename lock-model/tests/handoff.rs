@@ -1,0 +1,90 @@
+//! The hand-off model: the design holds every property within the bounds, and each known
+//! design error, switched back on, gives a counterexample for the property it breaks.
+//!
+//! `DLOCK_MODEL_DEEP=1` also explores the longer bounds of [`Handoff::deep`] (minutes).
+
+use std::collections::BTreeSet;
+
+use lock_model::handoff::{Bugs, Handoff};
+use stateright::{Checker, HasDiscoveries, Model};
+
+/// Explores `model` to the end of its bounds; every property must hold.
+fn assert_holds(model: Handoff) {
+    let checker = model.clone().checker().symmetry().threads(2).spawn_bfs().join();
+    eprintln!(
+        "{model:?}: {} states, {} unique, depth {}",
+        checker.state_count(),
+        checker.unique_state_count(),
+        checker.max_depth()
+    );
+    assert!(checker.is_done(), "the exploration must end within its bounds");
+    checker.assert_properties();
+}
+
+#[test]
+fn the_design_survives_forged_duplicated_lost_and_late_messages() {
+    assert_holds(Handoff::network(Bugs::default()));
+}
+
+#[test]
+fn the_design_survives_crashes_and_waiters_that_leave() {
+    assert_holds(Handoff::processes(Bugs::default()));
+}
+
+#[test]
+fn the_design_survives_every_fault_together_deep() {
+    if std::env::var_os("DLOCK_MODEL_DEEP").is_none() {
+        eprintln!("NOT RUN: the deep bounds take minutes; run with DLOCK_MODEL_DEEP=1");
+        return;
+    }
+    for model in Handoff::deep(Bugs::default()) {
+        assert_holds(model);
+    }
+}
+
+/// Asserts that `model` (with its bug switched on) has a counterexample of `property`; prints
+/// the trace.
+fn assert_breaks(model: Handoff, property: &'static str) {
+    let bugs = model.bugs;
+    let checker = model
+        .checker()
+        .symmetry()
+        .threads(2)
+        .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([property])))
+        .spawn_bfs()
+        .join();
+    let path = checker
+        .discovery(property)
+        .unwrap_or_else(|| panic!("no counterexample of {property:?} with {bugs:?}: the model no longer checks it"));
+    eprintln!("{property} broken by {bugs:?}: {:?}", path.into_actions());
+}
+
+#[test]
+fn trusting_the_message_gives_two_holders() {
+    let bugs = Bugs { trust_message: true, ..Bugs::default() };
+    assert_breaks(Handoff::network(bugs), "no two believers");
+}
+
+#[test]
+fn trusting_the_message_takes_a_forged_token() {
+    let bugs = Bugs { trust_message: true, ..Bugs::default() };
+    assert_breaks(Handoff::network(bugs), "tokens come from the server");
+}
+
+#[test]
+fn a_full_ttl_grant_outlives_a_dead_head() {
+    let bugs = Bugs { full_ttl_grant: true, ..Bugs::default() };
+    assert_breaks(Handoff::processes(bugs), "an untaken grant lapses");
+}
+
+#[test]
+fn abandon_that_forgets_its_place_first_keeps_the_grant() {
+    let bugs = Bugs { abandon_forgets_place_first: true, ..Bugs::default() };
+    assert_breaks(Handoff::processes(bugs), "an untaken grant lapses");
+}
+
+#[test]
+fn abandon_overtaken_by_its_own_attempt_keeps_the_grant() {
+    let bugs = Bugs { abandon_overtakes_attempt: true, ..Bugs::default() };
+    assert_breaks(Handoff::processes(bugs), "an untaken grant lapses");
+}
