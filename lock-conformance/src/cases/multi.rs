@@ -54,14 +54,26 @@ pub async fn acquire_all_releases_on_failure(fx: &dyn Fixture) -> CaseResult {
         Err(e) => fail!("acquire_all returned {e} instead of Timeout"),
     }
     ensure!(took < wait + cx.ttl(), "Timeout after {} ms for a wait of {} ms", ms(took), ms(wait));
+    // A clean-up that outlasted the wait (plus its grace) finishes in the background (§5.5):
+    // the names must be free within a second of the error.
+    let returned = Instant::now();
     for name in [&set[0], &set[2]] {
-        match b.try_acquire(name, &cx.opts(Duration::ZERO)).await? {
-            Some(l) => l.release().await?,
-            None => fail!("{name} stayed held after acquire_all failed"),
+        loop {
+            match b.try_acquire(name, &cx.opts(Duration::ZERO)).await? {
+                Some(l) => {
+                    l.release().await?;
+                    break;
+                }
+                None if returned.elapsed() < Duration::from_secs(1) => {
+                    tokio::time::sleep(Duration::from_millis(20)).await
+                }
+                None => fail!("{name} stayed held 1 s after acquire_all failed"),
+            }
         }
     }
+    let freed = returned.elapsed();
     held.release().await?;
-    Ok(format!("timed out in {} ms, nothing left held", ms(took)))
+    Ok(format!("timed out in {} ms, nothing left held {} ms later", ms(took), ms(freed)))
 }
 
 /// Two clients take the same two names in opposite orders, many times: both finish.
