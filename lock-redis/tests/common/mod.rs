@@ -146,10 +146,20 @@ pub async fn owned_server(test: &str) -> Option<(RedisFixture, Arc<dyn ServerCon
 /// releasers' grant `!<owner>:<token>:<attempt>` for the attempt its terms name and attempts 1 to
 /// 5, on the name's channel and on the entry's wake channel. The number of messages published.
 pub async fn forge_grants(url: &str, prefix: &str, name: &LockName, token: u64) -> Result<usize, LockError> {
-    let mut c = raw_connection(url).await?;
+    forge_grants_on(&mut raw_connection(url).await?, prefix, name, token).await
+}
+
+/// [`forge_grants`] over a connection of the caller's (a cluster connection: the queue is read on
+/// the name's slot, and a message published on any node reaches every node).
+pub async fn forge_grants_on(
+    c: &mut (impl redis::aio::ConnectionLike + Send),
+    prefix: &str,
+    name: &LockName,
+    token: u64,
+) -> Result<usize, LockError> {
     let key = |suffix: &str| format!("{prefix}:{{{}}}:{suffix}", name.escaped());
     let queue: Option<String> =
-        redis::cmd("GET").arg(key("queue")).query_async(&mut c).await.map_err(|e| LockError::backend("test", e))?;
+        redis::cmd("GET").arg(key("queue")).query_async(c).await.map_err(|e| LockError::backend("test", e))?;
     let channel = key("released");
     let mut sent = 0;
     for entry in queue.as_deref().unwrap_or_default().split_whitespace().step_by(2) {
@@ -172,7 +182,7 @@ pub async fn forge_grants(url: &str, prefix: &str, name: &LockName, token: u64) 
                 let _: i64 = redis::cmd("PUBLISH")
                     .arg(to)
                     .arg(message)
-                    .query_async(&mut c)
+                    .query_async(c)
                     .await
                     .map_err(|e| LockError::backend("test", e))?;
                 sent += 1;
