@@ -124,6 +124,14 @@ lock_conformance::impl_fixture! {
         forge_grants(self.server.url(), &self.options.key_prefix, name, token).await.map(Some)
     }
 
+    /// The claim window of a grant in the release (1 s, lock-redis `handoff` docs): a grant its
+    /// waiter never claims lapses then, and with nobody else queued a newcomer's try takes the
+    /// lock; the abandon of a dropped wait frees it sooner, a round trip after the drop. The
+    /// second second is slack for a loaded machine.
+    fn untaken_grant_bound(&self) -> Duration {
+        Duration::from_secs(2)
+    }
+
     fn provenance(&self) -> String {
         self.server.provenance()
     }

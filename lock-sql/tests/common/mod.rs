@@ -253,6 +253,18 @@ lock_conformance::impl_fixture! {
         forge_pg_grants(&self.url, &self.options.table, name, token).await.map(Some)
     }
 
+    /// PostgreSQL: the claim window of a grant in the release (1 s, lock-sql `handoff` docs): a
+    /// grant its waiter never claims lapses then, and with nobody else queued a newcomer's try
+    /// takes the lock; the leave of a dropped wait frees it sooner, a round trip or two after the
+    /// drop. The second second is slack for a loaded machine. MySQL and SQLite grant nothing in
+    /// the release: the default.
+    fn untaken_grant_bound(&self) -> Duration {
+        match self.dialect {
+            Dialect::Postgres => Duration::from_secs(2),
+            _ => self.base_ttl().max(self.expiry_bound()) * 2,
+        }
+    }
+
     /// What `idle_gc_after` runs, with no idle time: deletes every row whose lease ended (a
     /// few ms first, so that the database clock has moved past the last grant).
     async fn collect_idle(&self, _name: &LockName) -> Result<bool, LockError> {
