@@ -186,6 +186,10 @@ lock_conformance::impl_fixture! {
         common::lease_stores_at(&self.cluster.url(), &self.options).await
     }
 
+    async fn forge_grant(&self, name: &LockName, token: u64) -> Result<Option<usize>, LockError> {
+        common::forge_grants_on(&mut self.raw().await?, &self.options.key_prefix, name, token).await.map(Some)
+    }
+
     fn provenance(&self) -> String {
         format!("local redis-server cluster, 3 masters + 3 replicas ({:?})", self.cluster)
     }

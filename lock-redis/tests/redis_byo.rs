@@ -49,6 +49,14 @@ lock_conformance::impl_fixture! {
         self.0.delete_entry(name).await
     }
 
+    async fn forge_grant(&self, name: &LockName, token: u64) -> Result<Option<usize>, LockError> {
+        self.0.forge_grant(name, token).await
+    }
+
+    fn untaken_grant_bound(&self) -> std::time::Duration {
+        self.0.untaken_grant_bound()
+    }
+
     /// Every kind from one backend: they share its connections.
     async fn lease_stores(&self) -> Result<Vec<(&'static str, Arc<dyn LeaseStore>)>, LockError> {
         let backend = self.backend().await?;

@@ -107,6 +107,11 @@ impl Fixture for SentinelFixture {
         common::lease_stores_at(&self.deployment.url(), &self.options).await
     }
 
+    /// On the primary, where the queue is written and every client subscribes.
+    async fn forge_grant(&self, name: &LockName, token: u64) -> Result<Option<usize>, LockError> {
+        common::forge_grants(&self.primary_url().await?, &self.options.key_prefix, name, token).await.map(Some)
+    }
+
     fn provenance(&self) -> String {
         format!("local redis-server primary + 2 replicas + 3 sentinels ({:?})", self.deployment)
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use common::SqlFixture;
 use lock_conformance::{LinkedClient, ServerControl};
-use lock_core::{LeaseStore, LockError};
+use lock_core::{LeaseStore, LockError, LockName};
 use lock_sql::SqlBackend;
 use sqlx::postgres::PgPoolOptions;
 
@@ -53,6 +53,14 @@ lock_conformance::impl_fixture! {
 
     fn server(&self) -> Option<Arc<dyn ServerControl>> {
         self.0.server()
+    }
+
+    async fn forge_grant(&self, name: &LockName, token: u64) -> Result<Option<usize>, LockError> {
+        self.0.forge_grant(name, token).await
+    }
+
+    fn untaken_grant_bound(&self) -> std::time::Duration {
+        self.0.untaken_grant_bound()
     }
 
     /// Every kind from one backend: they share its pool.

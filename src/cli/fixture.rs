@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dlock::url::UrlParts;
-use dlock::{Config, DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, Scheme};
+use dlock::{Config, DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockName, Scheme};
 use lock_conformance::proxy::ProxyGroup;
 use lock_conformance::{async_trait, Fixture, LinkedClient};
 
@@ -126,6 +126,22 @@ impl Fixture for UrlFixture {
         self.prefix.clone()
     }
 
+    /// Sends what anyone who may read the lock's queue and publish (Redis) or `NOTIFY`
+    /// (PostgreSQL) can send its waiters: see [`forge_redis`] and [`forge_postgres`]. Redlock,
+    /// MySQL, SQLite and ZooKeeper send no grant messages: `None`.
+    async fn forge_grant(&self, name: &LockName, token: u64) -> Result<Option<usize>, LockError> {
+        match self.scheme {
+            #[cfg(feature = "redis")]
+            Scheme::Redis => forge_redis(&self.config, name, token).await.map(Some),
+            #[cfg(feature = "postgres")]
+            Scheme::Postgres => forge_postgres(&self.config, name, token).await.map(Some),
+            _ => {
+                let _ = (name, token);
+                Ok(None)
+            }
+        }
+    }
+
     fn expiry_bound(&self) -> Duration {
         // A ZooKeeper lock outlives its vanished holder until the session expires.
         #[cfg(feature = "zk")]
@@ -138,4 +154,83 @@ impl Fixture for UrlFixture {
     fn provenance(&self) -> String {
         format!("configured deployment {}", self.config.redacted_url())
     }
+}
+
+/// For every entry of the name's queue (`owner[:terms][~wake channel]`, each followed by its
+/// registration's end), the grant wake-up `@<owner>` and an older releaser's grant
+/// `!<owner>:<token>:<attempt>` (the entry's attempt and 1 to 5) on the name's channel and the
+/// entry's wake channel. On the primary behind Sentinels; on a cluster, on the node that answers
+/// for the name's slot (a message published there reaches every node). How many were published.
+#[cfg(feature = "redis")]
+async fn forge_redis(config: &Config, name: &LockName, token: u64) -> Result<usize, LockError> {
+    use super::raw::{redis, redis_query};
+    let key = |suffix: &str| format!("{}:{{{}}}:{suffix}", config.redis.key_prefix, name.escaped());
+    let urls = if config.url.to_ascii_lowercase().starts_with("redis+sentinel:") {
+        vec![super::raw::sentinel_primary(&config.url).await?]
+    } else {
+        super::raw::redis_urls(&config.url)?
+    };
+    let mut last = LockError::config("the Redis URL names no server");
+    for url in urls {
+        let mut conn = redis(&url).await?;
+        // Other nodes of a cluster answer MOVED.
+        let queue: Option<String> = match redis_query(&mut conn, redis::cmd("GET").arg(key("queue"))).await {
+            Ok(queue) => queue,
+            Err(e) => {
+                last = e;
+                continue;
+            }
+        };
+        let channel = key("released");
+        let mut sent = 0;
+        for entry in queue.as_deref().unwrap_or_default().split_whitespace().step_by(2) {
+            let (head, wake) = match entry.split_once('~') {
+                Some((head, wake)) => (head, Some(wake)),
+                None => (entry, None),
+            };
+            let mut terms = head.split(':');
+            let owner = terms.next().unwrap_or_default();
+            if owner.is_empty() {
+                continue;
+            }
+            let mut attempts: Vec<u64> = terms.skip(1).filter_map(|n| n.parse().ok()).chain(1..=5).collect();
+            attempts.dedup();
+            let mut messages: Vec<String> = attempts.iter().map(|n| format!("!{owner}:{token}:{n}")).collect();
+            messages.push(format!("@{owner}"));
+            for to in std::iter::once(channel.as_str()).chain(wake) {
+                for message in &messages {
+                    redis_query::<i64>(&mut conn, redis::cmd("PUBLISH").arg(to).arg(message)).await?;
+                    sent += 1;
+                }
+            }
+        }
+        return Ok(sent);
+    }
+    Err(last)
+}
+
+/// `dlock-grant:<owner>:<token>` for every queue entry of the name, on the table's channel and
+/// the channel the entry names. How many were sent.
+#[cfg(feature = "postgres")]
+async fn forge_postgres(config: &Config, name: &LockName, token: u64) -> Result<usize, LockError> {
+    use super::raw::{within, Sql};
+    let Sql::Postgres(mut c) = Sql::connect(&config.url).await? else { return Ok(0) };
+    let table = &config.sql.table;
+    let select = format!("SELECT owner, wake FROM \"{table}_waiters\" WHERE name = $1");
+    let entries: Vec<(String, Option<String>)> = within(
+        "postgres",
+        "reading the waiter queue",
+        sqlx::query_as(sqlx::AssertSqlSafe(select)).bind(name.as_str()).fetch_all(&mut c),
+    )
+    .await?;
+    let mut sent = 0;
+    for (owner, wake) in &entries {
+        let forged = format!("dlock-grant:{owner}:{token}");
+        for channel in std::iter::once(table.as_str()).chain(wake.as_deref()) {
+            let notify = sqlx::query("SELECT pg_notify($1, $2)").bind(channel).bind(&forged).execute(&mut c);
+            within("postgres", "NOTIFY", notify).await?;
+            sent += 1;
+        }
+    }
+    Ok(sent)
 }

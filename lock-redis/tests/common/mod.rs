@@ -120,6 +120,18 @@ lock_conformance::impl_fixture! {
         lease_stores_at(self.server.url(), &self.options).await
     }
 
+    async fn forge_grant(&self, name: &LockName, token: u64) -> Result<Option<usize>, LockError> {
+        forge_grants(self.server.url(), &self.options.key_prefix, name, token).await.map(Some)
+    }
+
+    /// The claim window of a grant in the release (1 s, lock-redis `handoff` docs): a grant its
+    /// waiter never claims lapses then, and with nobody else queued a newcomer's try takes the
+    /// lock; the abandon of a dropped wait frees it sooner, a round trip after the drop. The
+    /// second second is slack for a loaded machine.
+    fn untaken_grant_bound(&self) -> Duration {
+        Duration::from_secs(2)
+    }
+
     fn provenance(&self) -> String {
         self.server.provenance()
     }
@@ -134,6 +146,58 @@ pub async fn owned_server(test: &str) -> Option<(RedisFixture, Arc<dyn ServerCon
         return None;
     };
     Some((fx, server))
+}
+
+/// What an attacker who may read keys and publish (`+@read +publish`) can send the waiters of
+/// `name` on the server at `url`: for every entry of the name's queue (`owner[:terms][~wake]`,
+/// each followed by its registration's end), the current grant wake-up `@<owner>` and the older
+/// releasers' grant `!<owner>:<token>:<attempt>` for the attempt its terms name and attempts 1 to
+/// 5, on the name's channel and on the entry's wake channel. The number of messages published.
+pub async fn forge_grants(url: &str, prefix: &str, name: &LockName, token: u64) -> Result<usize, LockError> {
+    forge_grants_on(&mut raw_connection(url).await?, prefix, name, token).await
+}
+
+/// [`forge_grants`] over a connection of the caller's (a cluster connection: the queue is read on
+/// the name's slot, and a message published on any node reaches every node).
+pub async fn forge_grants_on(
+    c: &mut (impl redis::aio::ConnectionLike + Send),
+    prefix: &str,
+    name: &LockName,
+    token: u64,
+) -> Result<usize, LockError> {
+    let key = |suffix: &str| format!("{prefix}:{{{}}}:{suffix}", name.escaped());
+    let queue: Option<String> =
+        redis::cmd("GET").arg(key("queue")).query_async(c).await.map_err(|e| LockError::backend("test", e))?;
+    let channel = key("released");
+    let mut sent = 0;
+    for entry in queue.as_deref().unwrap_or_default().split_whitespace().step_by(2) {
+        let (head, wake) = match entry.split_once('~') {
+            Some((head, wake)) => (head, Some(wake)),
+            None => (entry, None),
+        };
+        let mut terms = head.split(':');
+        let owner = terms.next().unwrap_or_default();
+        if owner.is_empty() {
+            continue;
+        }
+        // Terms are `<ttl ms>` or an older client's `<ttl ms>:<attempt>`.
+        let mut attempts: Vec<u64> = terms.skip(1).filter_map(|n| n.parse().ok()).chain(1..=5).collect();
+        attempts.dedup();
+        let mut messages: Vec<String> = attempts.iter().map(|n| format!("!{owner}:{token}:{n}")).collect();
+        messages.push(format!("@{owner}"));
+        for to in std::iter::once(channel.as_str()).chain(wake) {
+            for message in &messages {
+                let _: i64 = redis::cmd("PUBLISH")
+                    .arg(to)
+                    .arg(message)
+                    .query_async(c)
+                    .await
+                    .map_err(|e| LockError::backend("test", e))?;
+                sent += 1;
+            }
+        }
+    }
+    Ok(sent)
 }
 
 /// Deletes `key` on the server at `url` with a one-off connection.

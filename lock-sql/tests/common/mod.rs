@@ -245,6 +245,26 @@ lock_conformance::impl_fixture! {
         self.provenance.clone()
     }
 
+    /// PostgreSQL only: MySQL and SQLite send no grant messages (their waiters poll).
+    async fn forge_grant(&self, name: &LockName, token: u64) -> Result<Option<usize>, LockError> {
+        if self.dialect != Dialect::Postgres {
+            return Ok(None);
+        }
+        forge_pg_grants(&self.url, &self.options.table, name, token).await.map(Some)
+    }
+
+    /// PostgreSQL: the claim window of a grant in the release (1 s, lock-sql `handoff` docs): a
+    /// grant its waiter never claims lapses then, and with nobody else queued a newcomer's try
+    /// takes the lock; the leave of a dropped wait frees it sooner, a round trip or two after the
+    /// drop. The second second is slack for a loaded machine. MySQL and SQLite grant nothing in
+    /// the release: the default.
+    fn untaken_grant_bound(&self) -> Duration {
+        match self.dialect {
+            Dialect::Postgres => Duration::from_secs(2),
+            _ => self.base_ttl().max(self.expiry_bound()) * 2,
+        }
+    }
+
     /// What `idle_gc_after` runs, with no idle time: deletes every row whose lease ended (a
     /// few ms first, so that the database clock has moved past the last grant).
     async fn collect_idle(&self, _name: &LockName) -> Result<bool, LockError> {
@@ -253,6 +273,36 @@ lock_conformance::impl_fixture! {
         lock.store().collect_idle(Duration::ZERO).await?;
         Ok(true)
     }
+}
+
+/// What a role that may only `SELECT` the lock's tables can send the waiters of `name` (`NOTIFY`
+/// needs no privilege): for every queue entry of the name, `dlock-grant:<owner>:<token>` on the
+/// table's channel and on the channel the entry names (`wake`). The number of notifications sent.
+pub async fn forge_pg_grants(url: &str, table: &str, name: &LockName, token: u64) -> Result<usize, LockError> {
+    use sqlx::Connection;
+    let test_error = |e: sqlx::Error| LockError::backend("test", e);
+    let mut c = sqlx::PgConnection::connect(url).await.map_err(test_error)?;
+    let entries: Vec<(String, Option<String>)> =
+        sqlx::query_as(sqlx::AssertSqlSafe(format!("SELECT owner, wake FROM \"{table}_waiters\" WHERE name = $1")))
+            .bind(name.as_str())
+            .fetch_all(&mut c)
+            .await
+            .map_err(test_error)?;
+    let mut sent = 0;
+    for (owner, wake) in &entries {
+        let forged = format!("dlock-grant:{owner}:{token}");
+        for channel in std::iter::once(table).chain(wake.as_deref()) {
+            sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(channel)
+                .bind(&forged)
+                .execute(&mut c)
+                .await
+                .map_err(test_error)?;
+            sent += 1;
+        }
+    }
+    c.close().await.map_err(test_error)?;
+    Ok(sent)
 }
 
 impl Drop for SqlFixture {
