@@ -241,7 +241,7 @@ impl Store {
             }
             let message = s.messages.remove(&owner).filter(|(n, _)| *n == key);
             if let (Some((_, token)), Bug::TrustsMessage) = (message, bug) {
-                return Ok(TryLock::HandedOver { token: FencingToken(token), started: now });
+                return Ok(TryLock::Acquired { token: FencingToken(token) });
             }
             // Handed to us: confirmed by the server's entry, and started afresh from this attempt.
             if s.entries.get(&key).is_some_and(|(o, exp)| *o == owner && *exp > now) {
@@ -673,9 +673,7 @@ mod one_watchdog {
         async fn try_acquire(&self, name: &LockName, opts: &AcquireOptions) -> Result<Option<Lease>, LockError> {
             let (owner, started) = (OwnerId::random(), Instant::now());
             Ok(match self.store.try_lock(name, owner, opts.ttl).await? {
-                TryLock::Acquired { token } | TryLock::HandedOver { token, .. } => {
-                    Some(self.lease(name, owner, token, started, opts))
-                }
+                TryLock::Acquired { token } => Some(self.lease(name, owner, token, started, opts)),
                 _ => None,
             })
         }

@@ -62,18 +62,6 @@ pub enum TryLock {
         /// The new fencing token.
         token: FencingToken,
     },
-    /// Granted to this owner by another client's statement, a hand-off (PostgreSQL's release
-    /// grants the lease to the head of its waiter queue and notifies it), and taken up without a
-    /// request of its own. `started` replaces the instant before "the successful request" of
-    /// docs/contract.md §3: it must be a local instant before a request of this owner that the
-    /// server processed **before** the grant, so that the server's lease (granted later, for
-    /// `ttl`) outlasts `started + ttl`. Only waiting attempts return it.
-    HandedOver {
-        /// The new fencing token.
-        token: FencingToken,
-        /// Where the lease's validity starts (earlier than this attempt).
-        started: Instant,
-    },
     /// Someone else holds it.
     Held {
         /// The holder's remaining lease, when the server says: waiters sleep no longer than this.
@@ -378,10 +366,6 @@ impl<S: LeaseStore> DistributedLock for StoreLock<S> {
                 pending.armed = false;
                 Ok(Some(self.lease(name, owner, token, started, opts)))
             }
-            Ok(TryLock::HandedOver { token, started: since }) => {
-                pending.armed = false;
-                Ok(Some(self.lease(name, owner, token, since.min(started), opts)))
-            }
             Ok(TryLock::Held { .. }) => {
                 pending.armed = false;
                 Ok(None)
@@ -460,13 +444,6 @@ impl<S: LeaseStore> StoreLock<S> {
                     pending.waiting = false;
                     tracing::debug!(token = token.0, waited_ms = begun.elapsed().as_millis() as u64, "acquired");
                     return Ok(self.lease(name, owner, token, started, opts));
-                }
-                Some(Ok(TryLock::HandedOver { token, started: since })) => {
-                    pending.armed = false;
-                    pending.waiting = false;
-                    tracing::debug!(token = token.0, waited_ms = begun.elapsed().as_millis() as u64, "handed over");
-                    // Never later than this attempt's own start.
-                    return Ok(self.lease(name, owner, token, since.min(started), opts));
                 }
                 Some(Ok(TryLock::Held { remaining })) => {
                     pending.armed = false;
