@@ -328,7 +328,7 @@ mod url;
 pub use backend::RedisBackend;
 pub use boot::cluster_boot_markers;
 pub use kinds::{RedisKinds, RedisRwLock, RedisSemaphore};
-pub use options::RedisOptions;
+pub use options::{RedisOptions, DEFAULT_MAX_CLOCK_OFFSET};
 pub use redlock::RedlockStore;
 pub use single::RedisStore;
 
