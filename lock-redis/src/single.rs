@@ -12,6 +12,7 @@ use crate::acl::Needs;
 use crate::boot::Boot;
 use crate::conn::Node;
 use crate::endpoint::{parse_sentinel, Endpoint, SCHEME};
+use crate::options::min_ttl;
 use crate::pubsub::Notifier;
 use crate::scripts::{Keys, ABANDON, ACQUIRE, RELEASE, RENEW};
 use crate::RedisOptions;
@@ -226,6 +227,7 @@ impl LeaseStore for RedisStore {
         // Cluster included (a cluster forwards every PUBLISH to every node).
         caps.notify_changes = true;
         caps.max_clock_offset = self.max_clock_offset;
+        caps.min_ttl = min_ttl(self.max_clock_offset);
         caps
     }
 
@@ -370,5 +372,14 @@ mod tests {
         let options = RedisOptions { max_clock_offset: Duration::from_millis(40), ..RedisOptions::default() };
         assert_eq!(clock_offset_allowance(&EndpointKind::Fixed, &options), Duration::ZERO);
         assert_eq!(clock_offset_allowance(&EndpointKind::Failover, &options), Duration::from_millis(40));
+    }
+
+    #[test]
+    fn min_ttl_leaves_room_beyond_the_allowance() {
+        assert_eq!(min_ttl(Duration::ZERO), Duration::from_millis(10));
+        for offset in [1, 50, 400, 59_000].map(Duration::from_millis) {
+            let ttl = min_ttl(offset);
+            assert!(ttl > lock_core::clock_drift(ttl) + offset, "{offset:?}: {ttl:?}");
+        }
     }
 }
