@@ -199,6 +199,16 @@ fn clock_offsets(report: &Value) -> Vec<(String, Value)> {
         .collect()
 }
 
+/// A clock finding that was measured, not "could not check". Every node runs on this machine, so
+/// the offsets are about 0; whether a reading is over the allowance is the unit tests' business
+/// (a round trip stretched by a loaded machine may make one look off), so both ok and warn pass.
+fn assert_measured(f: &Value) {
+    let detail = f["detail"].as_str().unwrap_or("");
+    assert!(f["status"] == "ok" || f["status"] == "warn", "{f}");
+    assert!(detail.contains(" ms ") && detail.contains("allowance 50 ms"), "{f}");
+    assert!(!detail.starts_with("could not check"), "{f}");
+}
+
 /// After a failover the promoted replica judges the leases by its own clock, so doctor measures
 /// every node of a Sentinel deployment: one offset line per data node (all local here, so within
 /// the allowance) and their spread; the other checks run on the primary.
@@ -213,12 +223,11 @@ async fn reports_the_clock_offset_of_every_sentinel_node() {
     for i in 0..3 {
         let addr = d.data_addr(i).to_string();
         let (_, f) = offsets.iter().find(|(a, _)| *a == addr).unwrap_or_else(|| panic!("no {addr}: {report:#}"));
-        assert_eq!(f["status"], "ok", "{f}");
-        assert!(f["detail"].as_str().unwrap_or("").contains("ms from this machine's clock"), "{f}");
+        assert_measured(f);
     }
     let primary = d.primary().await.expect("the primary").to_string();
     assert!(offsets.iter().any(|(a, f)| *a == primary && f["check"].as_str().unwrap_or("").contains("primary")));
-    assert_eq!(finding(&report, "clock spread")["status"], "ok", "{report:#}");
+    assert_measured(finding(&report, "clock spread"));
     assert_eq!(finding(&report, "scripts")["status"], "ok", "{report:#}");
 }
 
@@ -234,9 +243,9 @@ async fn reports_the_clock_offset_of_every_cluster_node() {
     for i in 0..cluster.len() {
         let addr = cluster.addr(i).to_string();
         let (_, f) = offsets.iter().find(|(a, _)| *a == addr).unwrap_or_else(|| panic!("no {addr}: {report:#}"));
-        assert_eq!(f["status"], "ok", "{f}");
+        assert_measured(f);
     }
     let masters = offsets.iter().filter(|(_, f)| f["check"].as_str().unwrap_or("").contains(" master ")).count();
     assert_eq!(masters, 3, "{report:#}");
-    assert_eq!(finding(&report, "clock spread")["status"], "ok", "{report:#}");
+    assert_measured(finding(&report, "clock spread"));
 }
