@@ -185,3 +185,67 @@ fn zookeeper_with_tls_gets_no_plaintext() {
     assert!(tls["detail"].as_str().unwrap_or("").contains("plaintext"), "{tls}");
     assert_eq!(report["ok"], false, "{report:#}");
 }
+
+/// The `clock offset: <role> <addr>` findings of a report, by address.
+fn clock_offsets(report: &Value) -> Vec<(String, Value)> {
+    report["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .filter_map(|f| {
+            let check = f["check"].as_str()?.strip_prefix("clock offset: ")?;
+            Some((check.rsplit(' ').next()?.to_owned(), f.clone()))
+        })
+        .collect()
+}
+
+/// A clock finding that was measured, not "could not check". Every node runs on this machine, so
+/// the offsets are about 0; whether a reading is over the allowance is the unit tests' business
+/// (a round trip stretched by a loaded machine may make one look off), so both ok and warn pass.
+fn assert_measured(f: &Value) {
+    let detail = f["detail"].as_str().unwrap_or("");
+    assert!(f["status"] == "ok" || f["status"] == "warn", "{f}");
+    assert!(detail.contains(" ms ") && detail.contains("allowance 50 ms"), "{f}");
+    assert!(!detail.starts_with("could not check"), "{f}");
+}
+
+/// After a failover the promoted replica judges the leases by its own clock, so doctor measures
+/// every node of a Sentinel deployment: one offset line per data node (all local here, so within
+/// the allowance) and their spread; the other checks run on the primary.
+#[tokio::test]
+async fn reports_the_clock_offset_of_every_sentinel_node() {
+    use dlock_testkit::servers::redis_sentinel::RedisSentinelDeployment;
+    let d = RedisSentinelDeployment::start().await.expect("a local Sentinel deployment");
+    let url = d.url();
+    let (report, _) = tokio::task::spawn_blocking(move || doctor(&url)).await.expect("joined");
+    let offsets = clock_offsets(&report);
+    assert_eq!(offsets.len(), 3, "one line per data node: {report:#}");
+    for i in 0..3 {
+        let addr = d.data_addr(i).to_string();
+        let (_, f) = offsets.iter().find(|(a, _)| *a == addr).unwrap_or_else(|| panic!("no {addr}: {report:#}"));
+        assert_measured(f);
+    }
+    let primary = d.primary().await.expect("the primary").to_string();
+    assert!(offsets.iter().any(|(a, f)| *a == primary && f["check"].as_str().unwrap_or("").contains("primary")));
+    assert_measured(finding(&report, "clock spread"));
+    assert_eq!(finding(&report, "scripts")["status"], "ok", "{report:#}");
+}
+
+/// Every master and replica of a Cluster gets its offset line.
+#[tokio::test]
+async fn reports_the_clock_offset_of_every_cluster_node() {
+    use dlock_testkit::servers::redis_cluster::RedisCluster;
+    let cluster = RedisCluster::start().await.expect("a local Redis Cluster");
+    let url = cluster.url();
+    let (report, _) = tokio::task::spawn_blocking(move || doctor(&url)).await.expect("joined");
+    let offsets = clock_offsets(&report);
+    assert_eq!(offsets.len(), cluster.len(), "one line per node: {report:#}");
+    for i in 0..cluster.len() {
+        let addr = cluster.addr(i).to_string();
+        let (_, f) = offsets.iter().find(|(a, _)| *a == addr).unwrap_or_else(|| panic!("no {addr}: {report:#}"));
+        assert_measured(f);
+    }
+    let masters = offsets.iter().filter(|(_, f)| f["check"].as_str().unwrap_or("").contains(" master ")).count();
+    assert_eq!(masters, 3, "{report:#}");
+    assert_measured(finding(&report, "clock spread"));
+}

@@ -53,6 +53,11 @@ pub struct Capabilities {
     /// `watch_changes` gives a feed of grants and releases heard from the backend (docs/contract.md
     /// §5.8), so election observers in other processes learn of a change without polling.
     pub notify_changes: bool,
+    /// How far the clocks of the servers that may judge one lease can disagree: after a failover
+    /// the promoted replica times every lease by its own clock (Redis ≥ 7 replicates expiries as
+    /// absolute times, docs/contract.md §3). Added to the drift allowance of every lease
+    /// (`valid_until = t0 + ttl − drift − max_clock_offset`); zero for one server judging alone.
+    pub max_clock_offset: Duration,
 }
 
 impl Default for Capabilities {
@@ -70,6 +75,7 @@ impl Default for Capabilities {
             inspect: false,
             list: false,
             notify_changes: false,
+            max_clock_offset: Duration::ZERO,
         }
     }
 }

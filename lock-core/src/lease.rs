@@ -72,6 +72,9 @@ pub struct LeaseGrant {
     pub started: Instant,
     /// Owner-checked renew and release.
     pub handle: Arc<dyn LeaseHandle>,
+    /// Added to the options' drift allowance ([`Capabilities::max_clock_offset`](crate::Capabilities::max_clock_offset));
+    /// zero unless set with [`LeaseGrant::with_clock_offset`].
+    pub max_clock_offset: Duration,
 }
 
 impl LeaseGrant {
@@ -83,7 +86,14 @@ impl LeaseGrant {
         started: Instant,
         handle: Arc<dyn LeaseHandle>,
     ) -> Self {
-        LeaseGrant { name, token, owner, started, handle }
+        LeaseGrant { name, token, owner, started, handle, max_clock_offset: Duration::ZERO }
+    }
+
+    /// Shortens the lease's validity by `offset` beyond the drift allowance: the servers'
+    /// clocks may disagree by that much ([`Capabilities::max_clock_offset`](crate::Capabilities::max_clock_offset)).
+    pub fn with_clock_offset(mut self, offset: Duration) -> Self {
+        self.max_clock_offset = offset;
+        self
     }
 }
 
@@ -376,7 +386,7 @@ impl Lease {
     /// Builds the guard for a fresh grant and hands it to its runtime's watchdog driver
     /// (renewal when `options.auto_renew`, and in every case the loss timer at `valid_until`).
     pub fn new(grant: LeaseGrant, options: &AcquireOptions) -> Lease {
-        let drift = options.drift();
+        let drift = options.drift().saturating_add(grant.max_clock_offset);
         let valid_until =
             grant.started.checked_add(options.ttl).and_then(|t| t.checked_sub(drift)).unwrap_or(grant.started);
         let shared = Arc::new(Shared {
@@ -626,5 +636,32 @@ mod tests {
         assert!(!lease.is_valid());
         assert!(matches!(lease.renew().await, Err(LockError::Lost { .. })));
         assert!(matches!(lease.release().await, Err(LockError::Lost { .. })));
+    }
+
+    /// After a failover the new primary times the lease by its own clock, which may run ahead
+    /// of the old one's by up to `max_clock_offset`: the holder stops relying on the lease that
+    /// much earlier, at the grant and after every renewal.
+    #[tokio::test]
+    async fn the_clock_offset_shortens_validity_at_grant_and_renewal() {
+        let ttl = Duration::from_secs(10);
+        let opts = AcquireOptions::new(ttl).auto_renew(false);
+        let offset = Duration::from_millis(50);
+        let t0 = Instant::now();
+        let grant = |offset| {
+            let handle = Arc::new(SlowRenew { released: AtomicBool::new(false) });
+            LeaseGrant::new(LockName::new("skew").expect("valid"), FencingToken(1), OwnerId::random(), t0, handle)
+                .with_clock_offset(offset)
+        };
+        let plain = Lease::new(grant(Duration::ZERO), &opts);
+        let skewed = Lease::new(grant(offset), &opts);
+        assert_eq!(plain.valid_until(), t0 + ttl - opts.drift());
+        assert_eq!(skewed.valid_until(), t0 + ttl - opts.drift() - offset);
+        let sent = Instant::now();
+        skewed.renew().await.expect("renewed");
+        let vu = skewed.valid_until();
+        assert!(vu <= Instant::now() + ttl - opts.drift() - offset, "a renewal forgot the offset: {vu:?}");
+        assert!(vu >= sent + ttl - opts.drift() - offset, "the renewal did not extend: {vu:?}");
+        plain.release().await.expect("released");
+        skewed.release().await.expect("released");
     }
 }

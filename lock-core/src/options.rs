@@ -207,6 +207,13 @@ impl AcquireOptions {
         if self.ttl <= self.drift() {
             return Err(LockError::invalid_options("ttl is shorter than the clock-drift allowance"));
         }
+        if self.ttl <= self.drift().saturating_add(caps.max_clock_offset) {
+            return Err(LockError::invalid_options(format!(
+                "ttl {:?} is not longer than the clock-drift allowance plus this backend's max_clock_offset {:?}; \
+                 use a longer ttl (or, if the servers' clocks agree more closely, a smaller max_clock_offset)",
+                self.ttl, caps.max_clock_offset
+            )));
+        }
         if self.request_timeout.is_zero() {
             return Err(LockError::invalid_options("request_timeout is zero"));
         }
@@ -373,5 +380,18 @@ mod tests {
         assert!(o.auto_renew);
         assert_eq!(o.wait, WaitPolicy::Forever);
         assert_eq!(o.drift(), Duration::from_millis(92));
+    }
+
+    #[test]
+    fn a_ttl_within_drift_plus_the_clock_offset_is_refused() {
+        let mut caps = Capabilities::new();
+        caps.max_clock_offset = Duration::from_millis(50);
+        // drift(50ms) = 2.5 ms: fine alone, not with 50 ms of clock offset on top.
+        let short = AcquireOptions::new(Duration::from_millis(50));
+        assert!(short.validate(&Capabilities::new()).is_ok());
+        let e = short.validate(&caps).expect_err("refused");
+        assert!(matches!(e, LockError::InvalidOptions { .. }), "{e:?}");
+        assert!(e.to_string().contains("max_clock_offset"), "{e}");
+        assert!(AcquireOptions::new(Duration::from_millis(60)).validate(&caps).is_ok());
     }
 }

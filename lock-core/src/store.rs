@@ -206,7 +206,9 @@ impl<S: LeaseStore> StoreLock<S> {
             name: name.clone(),
             owner,
         });
-        Lease::new(LeaseGrant::new(name.clone(), token, owner, started, handle), opts)
+        let grant = LeaseGrant::new(name.clone(), token, owner, started, handle)
+            .with_clock_offset(self.store.capabilities().max_clock_offset);
+        Lease::new(grant, opts)
     }
 
     /// One attempt bounded by `bound`; `None` when the server did not answer within it (the

@@ -133,6 +133,15 @@
 //! because they are floored by the promoted server's `TIME`: this assumes the servers' clocks
 //! agree to within the time between two grants of a name.
 //!
+//! **Clocks.** The promoted replica judges every lease's expiry by its own wall clock: Redis ≥ 7
+//! replicates `PEXPIRE`/`PX` as an absolute `PEXPIREAT`, computed by the old primary's clock, so
+//! a replica whose clock runs `δ` ahead ends every lease `δ` early. A lease is safe only while
+//! the nodes' clocks agree within [`RedisOptions::max_clock_offset`] (default 50 ms), which
+//! Sentinel and Cluster clients subtract from every lease:
+//! `valid_until = t0 + ttl − (ttl/100 + 2 ms) − max_clock_offset` (docs/contract.md §3; a ttl
+//! not above that allowance is `InvalidOptions`). Run NTP on every node; `dlock doctor` reports
+//! each node's offset and warns past the allowance.
+//!
 //! ## Redis Cluster
 //!
 //! `redis+cluster://[user:password@]n1:p1,n2:p2,…[?tls=true]` (any nodes; the client learns the
@@ -155,7 +164,9 @@
 //!   the importing node, and its `WAIT` is counted on the source (issue 27 item 2: open). A
 //!   promoted replica that has no replica itself acknowledges nothing: renewals fail
 //!   (`Unavailable`) until one follows it. Tokens rise across it (`TIME` floor; the nodes'
-//!   clocks must agree to within the time between two grants of a name).
+//!   clocks must agree to within the time between two grants of a name). The promoted replica
+//!   times the leases by its own clock, as under Sentinel ("Clocks" above): the same
+//!   [`RedisOptions::max_clock_offset`] applies.
 //! - **Resharding** (a slot migrated while its locks are held): `MIGRATE` moves the lease,
 //!   fence and holder keys together (one slot); scripts on a key not yet moved run on the
 //!   source, on a moved one the client follows `ASK`. A script needs all its keys on one node:
@@ -328,7 +339,7 @@ mod url;
 pub use backend::RedisBackend;
 pub use boot::cluster_boot_markers;
 pub use kinds::{RedisKinds, RedisRwLock, RedisSemaphore};
-pub use options::RedisOptions;
+pub use options::{RedisOptions, DEFAULT_MAX_CLOCK_OFFSET};
 pub use redlock::RedlockStore;
 pub use single::RedisStore;
 

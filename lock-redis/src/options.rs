@@ -64,6 +64,17 @@ pub struct RedisOptions {
     /// proxy: `{ "10.0.0.5:6379" = "127.0.0.1:16379" }`. Nodes not listed are reached as
     /// announced. Empty by default.
     pub cluster_node_map: BTreeMap<String, String>,
+    /// Redis Sentinel and Cluster only: how far the wall clocks of the nodes may disagree. After
+    /// a failover the promoted replica judges every lease's expiry by its own clock (Redis ≥ 7
+    /// replicates `PEXPIRE` as an absolute `PEXPIREAT`), so a lease ends up to this much earlier
+    /// than the old primary would have ended it; every lease's validity is shortened by it
+    /// (`valid_until = t0 + ttl − (ttl/100 + 2ms) − max_clock_offset`, docs/contract.md §3) and a
+    /// ttl must exceed that allowance. `dlock doctor` measures the nodes' offsets. Ignored on a
+    /// single server and by Redlock (no failover: one clock judges each key). There the
+    /// shortest ttl accepted is `2 × (max_clock_offset + 2 ms)` (at least 10 ms), which must not
+    /// exceed `max_ttl`. Default 50 ms.
+    #[serde(with = "humantime_serde")]
+    pub max_clock_offset: Duration,
 }
 
 impl Default for RedisOptions {
@@ -78,6 +89,7 @@ impl Default for RedisOptions {
             min_replicas_ack: 0,
             idle_gc_after: None,
             cluster_node_map: BTreeMap::new(),
+            max_clock_offset: DEFAULT_MAX_CLOCK_OFFSET,
         }
     }
 }
@@ -100,6 +112,14 @@ impl RedisOptions {
                 "redis max_ttl {:?} is out of range; use the longest lease ttl you need, e.g. \"60s\" (at most {} days)",
                 self.max_ttl,
                 MAX_DURATION.as_secs() / 86_400
+            )));
+        }
+        if min_ttl(self.max_clock_offset) > self.max_ttl {
+            return Err(LockError::config(format!(
+                "redis max_clock_offset {:?} leaves no usable lease within max_ttl {:?} (a ttl must be at least twice \
+                 the offset plus 2 ms); set it to how far the nodes' clocks may disagree (NTP keeps them within a \
+                 few ms), e.g. \"50ms\"",
+                self.max_clock_offset, self.max_ttl
             )));
         }
         if self.quiet_period() > MAX_DURATION {
@@ -135,6 +155,18 @@ impl RedisOptions {
             ))),
         }
     }
+}
+
+/// The default [`RedisOptions::max_clock_offset`]: NTP (chrony, systemd-timesyncd) keeps the
+/// hosts of one site within a few ms, so 50 ms leaves a wide margin and costs a 30 s lease
+/// 0.17 % of its validity; clocks that disagree more are a fault `dlock doctor` reports.
+pub const DEFAULT_MAX_CLOCK_OFFSET: Duration = Duration::from_millis(50);
+
+/// The shortest ttl worth granting where the leases allow `max_clock_offset`: 10 ms, or twice
+/// the fixed part of the allowance (`2 ms + max_clock_offset`), so that about half of the
+/// shortest lease is still valid (and a ttl within the allowance is refused as below it).
+pub(crate) fn min_ttl(max_clock_offset: Duration) -> Duration {
+    (max_clock_offset.saturating_add(Duration::from_millis(2)).saturating_mul(2)).max(Duration::from_millis(10))
 }
 
 /// The longest `max_ttl` and quiet period accepted: the scripts compute with them in Lua
@@ -198,5 +230,18 @@ mod tests {
             let o = RedisOptions { key_prefix: good.into(), ..RedisOptions::default() };
             assert!(o.validate().is_ok(), "{good:?} must be accepted");
         }
+    }
+
+    #[test]
+    fn max_clock_offset_is_typed_and_below_max_ttl() {
+        assert_eq!(RedisOptions::default().max_clock_offset, DEFAULT_MAX_CLOCK_OFFSET);
+        let o: RedisOptions = serde_json::from_str(r#"{"max_clock_offset":"5ms"}"#).expect("a duration");
+        assert_eq!(o.max_clock_offset, Duration::from_millis(5));
+        assert!(o.validate().is_ok());
+        assert!(serde_json::from_str::<RedisOptions>(r#"{"max_clock_offset":"fast"}"#).is_err());
+        assert!(serde_json::from_str::<RedisOptions>(r#"{"max_clock_offset":"-5ms"}"#).is_err());
+        let o = RedisOptions { max_clock_offset: Duration::from_secs(30), ..RedisOptions::default() };
+        let e = o.validate().expect_err("no lease would be valid");
+        assert!(matches!(e, LockError::Config { .. }) && e.to_string().contains("max_clock_offset"), "{e}");
     }
 }

@@ -12,6 +12,7 @@ use crate::acl::Needs;
 use crate::boot::Boot;
 use crate::conn::Node;
 use crate::endpoint::{parse_sentinel, Endpoint, SCHEME};
+use crate::options::min_ttl;
 use crate::pubsub::Notifier;
 use crate::scripts::{Keys, ABANDON, ACQUIRE, RELEASE, RENEW};
 use crate::RedisOptions;
@@ -37,11 +38,41 @@ pub struct RedisStore {
     pub(crate) ack_wait_ms: u64,
     /// `RedisOptions::idle_gc_after` in ms (0: fence keys never expire).
     idle_ms: u64,
+    /// `RedisOptions::max_clock_offset` where a failover can hand the leases to another
+    /// node's clock (Sentinel, Cluster); zero for a fixed server.
+    max_clock_offset: Duration,
 }
 
 impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisStore").field("server", &self.node.label).field("key_prefix", &self.prefix).finish()
+    }
+}
+
+/// What kind of deployment a store talks to, as far as clocks go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EndpointKind {
+    /// One server, whose clock alone judges its keys.
+    Fixed,
+    /// A primary whose replicas may take over (Sentinel) or a Cluster's masters and replicas.
+    Failover,
+}
+
+impl EndpointKind {
+    fn of(endpoint: &Endpoint) -> EndpointKind {
+        match endpoint {
+            Endpoint::Fixed(_) => EndpointKind::Fixed,
+            Endpoint::Sentinel(_) | Endpoint::Cluster(_) => EndpointKind::Failover,
+        }
+    }
+}
+
+/// The clock-offset allowance added to every lease's drift: a failover moves the leases to a
+/// replica that times them by its own clock (Redis ≥ 7 replicates expiries as absolute times).
+fn clock_offset_allowance(kind: &EndpointKind, options: &RedisOptions) -> Duration {
+    match kind {
+        EndpointKind::Fixed => Duration::ZERO,
+        EndpointKind::Failover => options.max_clock_offset,
     }
 }
 
@@ -79,6 +110,7 @@ impl RedisStore {
         let db = endpoint.settings().db();
         // A script may touch one slot only on a cluster: one boot marker per name from the start.
         let per_name = matches!(endpoint, Endpoint::Cluster(_));
+        let endpoint_kind = EndpointKind::of(&endpoint);
         let node = Node::new(endpoint.clone(), url, BACKEND, options.connect_timeout, options.request_timeout);
         node.ping(options.connect_timeout + options.request_timeout).await?;
         crate::acl::check(&node, &options.key_prefix, db, needs).await?;
@@ -97,6 +129,7 @@ impl RedisStore {
             min_replicas_ack: options.min_replicas_ack,
             ack_wait_ms: options.replica_ack_wait_ms(),
             idle_ms: options.idle_gc_after.map_or(0, ttl_ms),
+            max_clock_offset: clock_offset_allowance(&endpoint_kind, options),
         })
     }
 
@@ -193,6 +226,8 @@ impl LeaseStore for RedisStore {
         // Grants and releases publish on the name's channel (crate::scripts), Sentinel and
         // Cluster included (a cluster forwards every PUBLISH to every node).
         caps.notify_changes = true;
+        caps.max_clock_offset = self.max_clock_offset;
+        caps.min_ttl = min_ttl(self.max_clock_offset);
         caps
     }
 
@@ -325,5 +360,26 @@ impl LeaseStore for RedisStore {
 
     async fn force_release(&self, name: &LockName) -> Result<Option<FencingToken>, LockError> {
         crate::inspect::force_release(self, name).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_deployment_with_failover_adds_the_clock_offset() {
+        let options = RedisOptions { max_clock_offset: Duration::from_millis(40), ..RedisOptions::default() };
+        assert_eq!(clock_offset_allowance(&EndpointKind::Fixed, &options), Duration::ZERO);
+        assert_eq!(clock_offset_allowance(&EndpointKind::Failover, &options), Duration::from_millis(40));
+    }
+
+    #[test]
+    fn min_ttl_leaves_room_beyond_the_allowance() {
+        assert_eq!(min_ttl(Duration::ZERO), Duration::from_millis(10));
+        for offset in [1, 50, 400, 59_000].map(Duration::from_millis) {
+            let ttl = min_ttl(offset);
+            assert!(ttl > lock_core::clock_drift(ttl) + offset, "{offset:?}: {ttl:?}");
+        }
     }
 }

@@ -237,3 +237,24 @@ async fn empty_restart_of_the_primary_waits_the_quiet_period() {
     assert!(l.token() > lease.token(), "token went from {} to {}", lease.token(), l.token());
     eprintln!("MEASURED empty restart of the primary: the next grant came {window:?} after the restart");
 }
+
+/// A failover hands the leases to a replica that times them by its own clock: a Sentinel
+/// client's lease is valid `max_clock_offset` less than `ttl − drift`, and a ttl
+/// within that allowance is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_allow_for_the_nodes_clock_offset() {
+    let d = RedisSentinelDeployment::start().await.unwrap();
+    let offset = Duration::from_millis(80);
+    let c = lock_redis::connect(&d.url(), RedisOptions { max_clock_offset: offset, ..options(0) }).await.unwrap();
+    assert_eq!(c.capabilities().max_clock_offset, offset);
+    let o = opts(10_000);
+    let t0 = tokio::time::Instant::now();
+    let lease = c.acquire(&LockName::new("sentinel-clock").unwrap(), &o).await.unwrap();
+    let t1 = tokio::time::Instant::now();
+    let vu = lease.valid_until();
+    assert!(vu <= t1 + o.ttl - o.drift() - offset, "the lease ignores the clock offset: valid {:?} after t0", vu - t0);
+    assert!(vu >= t0 + o.ttl - o.drift() - offset, "shortened by more than the offset");
+    lease.release().await.unwrap();
+    let short = c.acquire(&LockName::new("sentinel-clock-short").unwrap(), &opts(60)).await;
+    assert!(matches!(short, Err(LockError::InvalidOptions { .. })), "{short:?}");
+}

@@ -160,6 +160,14 @@ pub async fn declared_kinds(fx: &dyn Fixture) -> CaseResult {
         kinds.push("semaphore");
     }
     ensure!(cx.caps.min_ttl <= cx.caps.max_ttl, "min_ttl {:?} > max_ttl {:?}", cx.caps.min_ttl, cx.caps.max_ttl);
+    // A declared min_ttl must be usable: longer than its drift plus the clock-offset allowance.
+    let allowance = lock_core::clock_drift(cx.caps.min_ttl) + cx.caps.max_clock_offset;
+    ensure!(
+        cx.caps.min_ttl > allowance,
+        "min_ttl {:?} is not above its drift plus max_clock_offset ({:?}): every such lease is refused",
+        cx.caps.min_ttl,
+        allowance
+    );
     ensure!(
         cx.caps.min_ttl <= cx.fx.base_ttl(),
         "the fixture's base_ttl {:?} is below the backend's min_ttl {:?}: raise Fixture::base_ttl",

@@ -3,7 +3,7 @@
 //! the deployment cannot be reached, 78 for a bad configuration).
 //!
 //! One module per backend: [`redis`] (eviction policy, persistence, scripts, ACL, connection
-//! limit, clock), [`sql`] (durability settings, table privileges, connection budget, clock),
+//! limit, clock; on Sentinel and Cluster every node's clock offset), [`sql`] (durability settings, table privileges, connection budget, clock),
 //! [`zk`] (server version and container nodes, ensemble mode, clock). Every backend's checks
 //! also connect the way the lock client does ([`client_connects`]), which runs the backend's
 //! own start-up checks (ACL permissions, tables).
