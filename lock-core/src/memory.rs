@@ -307,7 +307,7 @@ impl MemoryLock {
             lease_model: LeaseModel::PerLock,
             durable_fencing: false,
             durable_leases: false,
-            min_ttl: Duration::from_millis(1),
+            min_ttl: Duration::from_millis(3),
             inspect: true,
             list: true,
             notify_changes: true,
