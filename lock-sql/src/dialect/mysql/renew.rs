@@ -21,28 +21,7 @@ impl Mysql {
     /// lease of its round (issue 27 item 8).
     pub(super) async fn renew_batch(&self, leases: &[(&str, &str)], ttl_ms: i64) -> Result<Vec<bool>, sqlx::Error> {
         let n = leases.len();
-        let sql: Arc<str> = format!(
-            "{}name IN ({}) AND (name, owner) IN ({})",
-            self.renew_many_nowait,
-            lease_params(n, 0, "?", ", "),
-            lease_params(n, 0, "(?, ?)", ", ")
-        )
-        .into();
-        let args = (sql, leases, ttl_ms);
-        let done = self
-            .pool
-            .with(Use::Keep, &args, |c, a| {
-                let mut query = sqlx::query(AssertSqlSafe(Arc::clone(&a.0))).bind(a.2);
-                for (name, _) in a.1 {
-                    query = query.bind(name.as_bytes());
-                }
-                for (name, owner) in a.1 {
-                    query = query.bind(name.as_bytes()).bind(owner.as_bytes());
-                }
-                Box::pin(query.execute(c))
-            })
-            .await;
-        let done = match done {
+        let done = match self.update_batch(&self.renew_many_nowait, leases, ttl_ms).await {
             Ok(done) => done,
             // A row of the batch is locked by another transaction: renew the others, skipping
             // it, instead of waiting (one locked row stalled every lease of the round, issue 27
@@ -143,19 +122,24 @@ impl Mysql {
         }
     }
 
-    /// The batch that waits for locked rows (servers without `SKIP LOCKED`).
-    async fn renew_waiting(&self, leases: &[(&str, &str)], ttl_ms: i64) -> Result<Vec<bool>, sqlx::Error> {
+    /// Runs one batched renewal UPDATE (`prefix` is the statement up to its `WHERE` tail) for
+    /// every lease, each row found by primary key and checked against its owner.
+    async fn update_batch(
+        &self,
+        prefix: &str,
+        leases: &[(&str, &str)],
+        ttl_ms: i64,
+    ) -> Result<sqlx::mysql::MySqlQueryResult, sqlx::Error> {
         let n = leases.len();
         let sql: Arc<str> = format!(
             "{}name IN ({}) AND (name, owner) IN ({})",
-            self.renew_many,
+            prefix,
             lease_params(n, 0, "?", ", "),
             lease_params(n, 0, "(?, ?)", ", ")
         )
         .into();
         let args = (sql, leases, ttl_ms);
-        let done = self
-            .pool
+        self.pool
             .with(Use::Keep, &args, |c, a| {
                 let mut query = sqlx::query(AssertSqlSafe(Arc::clone(&a.0))).bind(a.2);
                 for (name, _) in a.1 {
@@ -166,7 +150,13 @@ impl Mysql {
                 }
                 Box::pin(query.execute(c))
             })
-            .await?;
+            .await
+    }
+
+    /// The batch that waits for locked rows (servers without `SKIP LOCKED`).
+    async fn renew_waiting(&self, leases: &[(&str, &str)], ttl_ms: i64) -> Result<Vec<bool>, sqlx::Error> {
+        let n = leases.len();
+        let done = self.update_batch(&self.renew_many, leases, ttl_ms).await?;
         // All matched, or the store asks the others apart.
         Ok(vec![done.rows_affected() == n as u64; n])
     }
