@@ -89,9 +89,8 @@ async fn conformance_leaves_no_nodes_in_zookeeper() {
     let url = server.url_with_root("/dlock-cleanup");
     for filter in ["hostile_names", "semaphore"] {
         let url = url.clone();
-        // A short session keeps the vanished-holder parts short; 6 s still leaves a lease bound
-        // (lock-zk `server_bound`: 2.3 s) above the suite's 1.5 s base ttl.
-        tokio::task::spawn_blocking(move || conformance(&url, filter, &[("DLOCK_ZK__SESSION_TIMEOUT", "6s")]))
+        // A short session keeps the vanished-holder parts short.
+        tokio::task::spawn_blocking(move || conformance(&url, filter, &[("DLOCK_ZK__SESSION_TIMEOUT", "2s")]))
             .await
             .expect("joined");
     }
