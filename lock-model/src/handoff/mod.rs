@@ -35,7 +35,9 @@
 //! Time is abstract: a tick is the unit of ttl; server and clients share the clock's rate (the
 //! code's `drift` margin is what covers a bounded rate difference).
 
-use stateright::{Model, Property, Representative};
+use stateright::{Model, Property};
+
+mod symmetry;
 
 /// Ticks a lease lasts from its grant or claim.
 pub const TTL: u8 = 4;
@@ -508,63 +510,6 @@ impl Handoff {
                 _ => {}
             }
         }
-    }
-}
-
-impl Representative for State {
-    /// Clients are interchangeable: the least of the states that rename them.
-    fn representative(&self) -> State {
-        let n = self.clients.len();
-        let mut best = self.clone();
-        for perm in permutations(n) {
-            let renamed = self.renamed(&perm);
-            if renamed < best {
-                best = renamed;
-            }
-        }
-        best
-    }
-}
-
-/// Every order of `0..n` (n is at most a handful).
-fn permutations(n: usize) -> Vec<Vec<u8>> {
-    if n == 0 {
-        return vec![Vec::new()];
-    }
-    let mut out = Vec::new();
-    for p in permutations(n - 1) {
-        for i in 0..=p.len() {
-            let mut q = p.clone();
-            q.insert(i, (n - 1) as u8);
-            out.push(q);
-        }
-    }
-    out
-}
-
-impl State {
-    /// This state with client `c` called `perm[c]`.
-    fn renamed(&self, perm: &[u8]) -> State {
-        let mut s = self.clone();
-        let to = |c: u8| perm[c as usize];
-        for (c, &new) in perm.iter().enumerate() {
-            let new = new as usize;
-            s.clients[new] = self.clients[c];
-            s.polls[new] = self.polls[c];
-            s.rounds[new] = self.rounds[c];
-            s.strays[new] = self.strays[c];
-        }
-        if let Some(g) = s.owner.as_mut() {
-            g.client = to(g.client);
-        }
-        for e in &mut s.queue {
-            e.0 = to(e.0);
-        }
-        for m in &mut s.net {
-            m.0 = to(m.0);
-        }
-        s.net.sort_unstable();
-        s
     }
 }
 
