@@ -297,15 +297,7 @@ mod tests {
         let base = AcquireOptions::new(Duration::from_secs(10)).wait(Duration::from_secs(1));
         let huge = [Duration::MAX, Duration::MAX - Duration::from_nanos(1), Duration::from_secs(u64::MAX / 4)];
         for d in huge {
-            let table: Vec<(&str, AcquireOptions)> = vec![
-                ("ttl", base.clone().ttl(d)),
-                ("wait", base.clone().wait(d)),
-                ("renew_every", base.clone().renew_every(d)),
-                ("request_timeout", base.clone().request_timeout(d)),
-                ("max_hold", base.clone().max_hold(d)),
-                ("hold_at_least", base.clone().hold_at_least(d)),
-            ];
-            for (field, o) in table {
+            for (field, o) in with_each_duration(&base, d) {
                 assert!(
                     matches!(o.validate(&caps), Err(LockError::InvalidOptions { .. })),
                     "{field} = {d:?} was not InvalidOptions"
@@ -320,24 +312,16 @@ mod tests {
         assert!(base.clone().wait_policy(WaitPolicy::Forever).validate(&caps).is_ok());
     }
 
-    #[tokio::test]
-    async fn extreme_durations_never_panic_in_acquire() {
-        use crate::{DistributedLock, LockName, MemoryLock};
-        let lock = MemoryLock::new();
-        let name = LockName::new("extreme").expect("valid");
-        let base = AcquireOptions::new(Duration::from_secs(10)).wait(Duration::from_millis(10));
-        for d in [Duration::MAX, Duration::from_secs(u64::MAX / 4)] {
-            for o in [
-                base.clone().ttl(d),
-                base.clone().wait(d),
-                base.clone().renew_every(d),
-                base.clone().request_timeout(d),
-                base.clone().max_hold(d),
-            ] {
-                assert!(matches!(lock.acquire(&name, &o).await, Err(LockError::InvalidOptions { .. })), "{o:?}");
-                assert!(matches!(lock.try_acquire(&name, &o).await, Err(LockError::InvalidOptions { .. })), "{o:?}");
-            }
-        }
+    /// `base` with each of its durations in turn set to `d`, named by field.
+    fn with_each_duration(base: &AcquireOptions, d: Duration) -> [(&'static str, AcquireOptions); 6] {
+        [
+            ("ttl", base.clone().ttl(d)),
+            ("wait", base.clone().wait(d)),
+            ("renew_every", base.clone().renew_every(d)),
+            ("request_timeout", base.clone().request_timeout(d)),
+            ("max_hold", base.clone().max_hold(d)),
+            ("hold_at_least", base.clone().hold_at_least(d)),
+        ]
     }
 
     /// Every entry point a library user can reach with options, on the memory backend: a huge
@@ -349,15 +333,7 @@ mod tests {
         let name = LockName::new("extreme-all").expect("valid");
         let base = AcquireOptions::new(Duration::from_secs(10)).wait(Duration::from_millis(10));
         for d in [Duration::MAX, Duration::MAX - Duration::from_nanos(1), Duration::from_secs(u64::MAX / 4)] {
-            let table = [
-                ("ttl", base.clone().ttl(d)),
-                ("wait", base.clone().wait(d)),
-                ("renew_every", base.clone().renew_every(d)),
-                ("request_timeout", base.clone().request_timeout(d)),
-                ("max_hold", base.clone().max_hold(d)),
-                ("hold_at_least", base.clone().hold_at_least(d)),
-            ];
-            for (field, o) in table {
+            for (field, o) in with_each_duration(&base, d) {
                 let invalid = |r: Result<(), LockError>| matches!(r, Err(LockError::InvalidOptions { .. }));
                 assert!(invalid(lock.acquire(&name, &o).await.map(drop)), "acquire, {field} = {d:?}");
                 assert!(invalid(lock.try_acquire(&name, &o).await.map(drop)), "try_acquire, {field} = {d:?}");
