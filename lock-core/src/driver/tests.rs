@@ -337,6 +337,17 @@ impl LeaseHandle for PanickingHandle {
 
 /// Leases on the same runtime as a faulty one keep renewing on cadence for several ttls; a
 /// lease made afterwards renews too (the driver lives).
+/// `n` leases whose servers renew them, beside the faulty one of a test.
+fn healthy(n: usize, opts: &AcquireOptions) -> Vec<(Arc<Server>, Lease)> {
+    (0..n)
+        .map(|i| {
+            let s = Server::new(Answer::Renewed);
+            let l = lease(i, &s, opts);
+            (s, l)
+        })
+        .collect()
+}
+
 async fn others_go_on(others: &[(Arc<Server>, Lease)], opts: &AcquireOptions) {
     let before: Vec<usize> = others.iter().map(|(s, _)| s.renewals()).collect();
     tokio::time::sleep(Duration::from_millis(1050)).await;
@@ -356,13 +367,7 @@ async fn others_go_on(others: &[(Arc<Server>, Lease)], opts: &AcquireOptions) {
 #[tokio::test(start_paused = true)]
 async fn a_panicking_renewed_hook_loses_its_lease_and_no_other() {
     let opts = AcquireOptions::new(Duration::from_millis(300));
-    let others: Vec<_> = (0..3)
-        .map(|i| {
-            let s = Server::new(Answer::Renewed);
-            let l = lease(i, &s, &opts);
-            (s, l)
-        })
-        .collect();
+    let others = healthy(3, &opts);
     let faulty = Server::new(Answer::Renewed);
     let bad = lease(10, &faulty, &opts.clone().events(Arc::new(Panicky { on_renewed: true })));
     // The first renewal is due at 100 ms; the hook panics when it answers.
@@ -380,13 +385,7 @@ async fn a_panicking_renewed_hook_loses_its_lease_and_no_other() {
 #[tokio::test(start_paused = true)]
 async fn a_panicking_renewal_loses_its_lease_and_no_other() {
     let opts = AcquireOptions::new(Duration::from_millis(300));
-    let others: Vec<_> = (0..3)
-        .map(|i| {
-            let s = Server::new(Answer::Renewed);
-            let l = lease(i, &s, &opts);
-            (s, l)
-        })
-        .collect();
+    let others = healthy(3, &opts);
     let grant = LeaseGrant::new(
         LockName::new("driver/panics").expect("valid"),
         FencingToken(10),
@@ -404,13 +403,7 @@ async fn a_panicking_renewal_loses_its_lease_and_no_other() {
 #[tokio::test(start_paused = true)]
 async fn a_panicking_lost_hook_and_a_hanging_renewal_delay_no_other_lease() {
     let opts = AcquireOptions::new(Duration::from_millis(300));
-    let others: Vec<_> = (0..3)
-        .map(|i| {
-            let s = Server::new(Answer::Renewed);
-            let l = lease(i, &s, &opts);
-            (s, l)
-        })
-        .collect();
+    let others = healthy(3, &opts);
     // Expires by time at 300 ms, calling its panicking `lost` hook from the driver.
     let quiet = Server::new(Answer::Renewed);
     let expiring = lease(20, &quiet, &opts.clone().auto_renew(false).events(Arc::new(Panicky { on_renewed: false })));
