@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+pub mod blocking;
 mod client;
 pub mod config;
 pub mod connect;

@@ -303,6 +303,7 @@ macro_rules! conformance_tests {
                 forged_grant_ignored,
                 waiter_departed_at_grant,
                 panicking_hook_loses_only_its_lease,
+                handles,
             ]
         }
     };

@@ -24,6 +24,7 @@ pub mod fairness;
 pub mod faults;
 pub mod fencing;
 pub mod grants;
+pub mod handles;
 pub mod hold;
 pub mod idle;
 pub mod inspect;
@@ -219,6 +220,7 @@ registry! {
     kinds_fifo::kinds_fifo_vanished_head, 20, "rw lock and semaphore (fifo): a vanished queued waiter holds the next back for a bounded time only";
     grants::forged_grant_ignored, 10, "forged grant messages never make a waiter return a lease or choose its token (needs Fixture::forge_grant)";
     grants::waiter_departed_at_grant, 12, "a grant to a waiter whose acquire was dropped at the release frees within the fixture's untaken_grant_bound";
+    handles::handles, 16, "handles: try_*_for answers None after about its wait on a busy lock, run_locked frees, bad input is typed, on every kind";
     contained::panicking_hook_loses_only_its_lease, 12, "a panicking LeaseEvents hook loses its own lease (lost signal fires) and no other lease stops renewing";
 }
 
