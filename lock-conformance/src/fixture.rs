@@ -121,6 +121,20 @@ pub trait Fixture: Send + Sync + 'static {
         self.base_ttl().max(self.expiry_bound()) * 2
     }
 
+    /// A waiter for `name` with `opts` in a process of its own, which the suite kills with
+    /// SIGKILL while it is queued (`queued_head_killed`): usually a
+    /// [`ChildWaiter`](crate::waiter_process::ChildWaiter) of this test binary, which the binary
+    /// serves with [`waiter_child_test!`](crate::waiter_child_test). `Ok(None)` (the default):
+    /// the fixture cannot, and the case is not_applicable with that reason (an in-process
+    /// server has no second process to kill: give the reason by [`Fixture::not_applicable`]).
+    async fn queued_waiter(
+        &self,
+        _name: &LockName,
+        _opts: &lock_core::AcquireOptions,
+    ) -> Result<Option<Box<dyn crate::waiter_process::QueuedWaiter>>, LockError> {
+        Ok(None)
+    }
+
     /// Why `case` cannot hold for this fixture's way of building clients, or `None` (the
     /// default) to run it. The runner reports the case `NOT APPLICABLE` with this reason, in
     /// strict mode too: use it only for a limit the product documents (e.g. a session the

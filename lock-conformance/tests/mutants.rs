@@ -152,6 +152,24 @@ async fn a_hand_off_passes_and_its_breaches_are_caught() {
     assert_fails(Bug::AbandonForgetsPlace, &["waiter_departed_at_grant"]).await;
 }
 
+/// The departure cases: a correct hand-off passes them; a waiter that forgets, as it leaves at
+/// the release, that it may have been handed the lock, one whose leave the store ignores, and a
+/// release whose grant to the head is not provisional (a killed head keeps the lock for its
+/// ttl) are caught.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_leaving_at_the_release_are_caught() {
+    let races = ["wait_deadline_races_release", "dropped_wait_races_release"];
+    let cases = [races[0], races[1], "queued_head_killed"];
+    let got = outcomes(Bug::HandOff, &cases).await;
+    assert_eq!(got.len(), cases.len(), "not every case ran: {got:?}");
+    for (name, outcome, detail) in got {
+        assert_eq!(outcome, Outcome::Passed, "a correct hand-off must pass {name}: {detail}");
+    }
+    assert_fails(Bug::AbandonForgetsPlace, &races).await;
+    assert_fails(Bug::LeaveIgnored, &races).await;
+    assert_fails(Bug::GrantNotProvisional, &["queued_head_killed"]).await;
+}
+
 /// Renewals gathered into one request must still answer each lease: a batch answered with one
 /// outcome keeps a deleted lease alive (or loses the live ones with it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

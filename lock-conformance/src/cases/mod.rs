@@ -18,6 +18,7 @@ use tokio::time::Instant;
 use crate::{ClientLink, Fixture};
 
 pub mod contained;
+pub mod departure;
 pub mod election;
 pub mod exclusion;
 pub mod fairness;
@@ -220,6 +221,9 @@ registry! {
     grants::forged_grant_ignored, 10, "forged grant messages never make a waiter return a lease or choose its token (needs Fixture::forge_grant)";
     grants::waiter_departed_at_grant, 12, "a grant to a waiter whose acquire was dropped at the release frees within the fixture's untaken_grant_bound";
     contained::panicking_hook_loses_only_its_lease, 12, "a panicking LeaseEvents hook loses its own lease (lost signal fires) and no other lease stops renewing";
+    departure::wait_deadline_races_release, 12, "a wait(d) whose deadline races a release either holds the lease or leaves the lock free within 100 ms";
+    departure::dropped_wait_races_release, 12, "an acquire dropped as a release lands either holds the lease or leaves the lock free within 100 ms";
+    departure::queued_head_killed, 16, "a queued waiter killed with SIGKILL holds the next back for the declared bound only (needs Fixture::queued_waiter)";
 }
 
 /// Every case of the suite, in report order.

@@ -7,10 +7,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use lock_conformance::waiter_process::QueuedWaiter;
 use lock_conformance::{async_trait, ClientLink, DownSwitch, Fixture, LinkedClient, ServerControl};
 use lock_core::{
-    Capabilities, Claim, DistributedLock, FencingToken, LeaseStore, LockError, LockName, OwnerId, ReleaseOutcome,
-    RenewOutcome, StoreLock, TryLock,
+    AcquireOptions, Capabilities, Claim, DistributedLock, FencingToken, LeaseStore, LockError, LockName, OwnerId,
+    ReleaseOutcome, RenewOutcome, StoreLock, TryLock,
 };
 use tokio::time::Instant;
 
@@ -51,6 +52,12 @@ pub(crate) enum Bug {
     /// `HandOff`, but a waiter that leaves withdraws only its queue place, having forgotten
     /// that it may have been handed the lock meanwhile: the grant stands until its ttl.
     AbandonForgetsPlace,
+    /// `HandOff`, but a waiter that leaves (its deadline, a dropped future) does not withdraw at
+    /// all: its queue place and any grant it was handed stand until they lapse.
+    LeaveIgnored,
+    /// `HandOff`, but the release's grant runs for the head's whole ttl instead of a short claim
+    /// window: a head that died while queued keeps the lock from everyone for its ttl.
+    GrantNotProvisional,
 }
 
 impl Bug {
@@ -59,7 +66,10 @@ impl Bug {
     }
 
     fn hands_off(self) -> bool {
-        matches!(self, Bug::HandOff | Bug::TrustsMessage | Bug::AbandonForgetsPlace)
+        matches!(
+            self,
+            Bug::HandOff | Bug::TrustsMessage | Bug::AbandonForgetsPlace | Bug::LeaveIgnored | Bug::GrantNotProvisional
+        )
     }
 
     /// What a store with this bug declares: the two `Claims…` bugs promise what they do not
@@ -75,6 +85,11 @@ impl Bug {
 /// How long a queue entry counts after the waiter's last attempt: StoreLock's waiters poll at
 /// least every max_poll (125 ms for the 500 ms ttl), so this is many polls.
 const ENTRY_LIFE: Duration = Duration::from_millis(600);
+
+/// How long a grant the release hands to the queue's head lasts until the head claims it (the
+/// head's next attempt extends it to its ttl): `min(ttl, CLAIM_WINDOW)`, as lock-sql and
+/// lock-redis do with 1 s.
+const CLAIM_WINDOW: Duration = Duration::from_secs(1);
 
 #[derive(Default)]
 pub(crate) struct State {
@@ -93,7 +108,7 @@ pub(crate) struct State {
 impl State {
     /// Hands `name` (just freed) to the first live waiter of its queue, if any, and sends it a
     /// grant message.
-    fn hand_off(&mut self, name: &LockName, now: Instant) {
+    fn hand_off(&mut self, name: &LockName, now: Instant, bug: Bug) {
         let queue = self.queues.entry(name.clone()).or_default();
         queue.retain(|(_, exp)| *exp > now);
         if queue.is_empty() {
@@ -101,7 +116,9 @@ impl State {
         }
         let (head, _) = queue.remove(0);
         let ttl = self.ttls.get(&head).copied().unwrap_or(ENTRY_LIFE);
-        self.entries.insert(name.clone(), (head, now + ttl));
+        // Provisional until the head claims it (its next attempt), unless the bug says otherwise.
+        let window = if bug == Bug::GrantNotProvisional { ttl } else { ttl.min(CLAIM_WINDOW) };
+        self.entries.insert(name.clone(), (head, now + window));
         let floor = self.floor;
         let fence = self.fences.entry(name.clone()).or_insert(floor);
         *fence += 1;
@@ -184,14 +201,18 @@ impl LeaseStore for Store {
     async fn abandon(&self, name: &LockName, owner: OwnerId) -> Result<(), LockError> {
         self.delay().await;
         let mut s = self.check()?;
+        if self.server.bug == Bug::LeaveIgnored {
+            return Ok(());
+        }
         let key = self.key(name);
         if let Some(q) = s.queues.get_mut(&key) {
             q.retain(|(o, _)| *o != owner);
         }
         // A grant handed to this waiter meanwhile is withdrawn and passed on.
-        if self.server.bug == Bug::HandOff && s.entries.get(&key).is_some_and(|(o, _)| *o == owner) {
+        let withdraws = matches!(self.server.bug, Bug::HandOff | Bug::GrantNotProvisional);
+        if withdraws && s.entries.get(&key).is_some_and(|(o, _)| *o == owner) {
             s.entries.remove(&key);
-            s.hand_off(&key, Instant::now());
+            s.hand_off(&key, Instant::now(), self.server.bug);
         }
         Ok(())
     }
@@ -335,7 +356,7 @@ impl Store {
             Some((o, _)) if *o == owner || bug == Bug::ReleaseAnyOwner => {
                 s.entries.remove(name);
                 if bug.hands_off() {
-                    s.hand_off(name, Instant::now());
+                    s.hand_off(name, Instant::now(), bug);
                 }
                 Ok(ReleaseOutcome::Released)
             }
@@ -402,6 +423,19 @@ impl Fixture for Mutant {
         }
         Ok(Some(queued.len()))
     }
+    /// An in-process waiter "killed" as a process is: its link cut for good, then its future
+    /// dropped, so no clean-up of its own reaches the server.
+    async fn queued_waiter(
+        &self,
+        name: &LockName,
+        opts: &AcquireOptions,
+    ) -> Result<Option<Box<dyn QueuedWaiter>>, LockError> {
+        let cut = Arc::new(AtomicBool::new(false));
+        let client = StoreLock::new(Store { server: self.0.clone(), cut: cut.clone(), latency: Arc::default() });
+        let (name, opts) = (name.clone(), opts.clone());
+        let task = tokio::spawn(async move { client.acquire(&name, &opts).await.map(drop) });
+        Ok(Some(Box::new(Doomed { cut, task })))
+    }
     /// A departed waiter's abandon runs as its future drops.
     fn untaken_grant_bound(&self) -> Duration {
         self.base_ttl() / 2
@@ -414,5 +448,23 @@ impl Fixture for Mutant {
             s.floor = s.floor.max(fence);
         }
         Ok(true)
+    }
+}
+
+/// The mutant's [`QueuedWaiter`]: a waiting task whose link the kill cuts before dropping it.
+struct Doomed {
+    cut: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<Result<(), LockError>>,
+}
+
+#[async_trait]
+impl QueuedWaiter for Doomed {
+    async fn finished(&mut self) -> Option<String> {
+        self.task.is_finished().then(|| "the waiting task ended (it got the lock or failed)".to_owned())
+    }
+    async fn kill(&mut self) -> Result<(), LockError> {
+        self.cut.store(true, Ordering::SeqCst);
+        self.task.abort();
+        Ok(())
     }
 }
