@@ -231,8 +231,10 @@ fn killed_head_bound(cx: &Ctx<'_>, head: Duration, next: Duration) -> Duration {
 
 /// A holder holds; a waiter in a process of its own ([`Fixture::queued_waiter`]) queues with a
 /// long ttl; the next waiter queues behind it; the first is killed with SIGKILL and the holder
-/// releases: the next waiter is served within [`killed_head_bound`], never after the dead
-/// head's ttl.
+/// releases: the next waiter is served within the longer of the fixture's
+/// [`Fixture::untaken_grant_bound`] and a queue entry's life (`12 × max_poll + 250 ms` of the
+/// head's ttl, the SQL queue's), plus its own re-try interval (`4 × max_poll`), the session for
+/// per-session leases and a second — never after the dead head's ttl.
 pub async fn queued_head_killed(fx: &dyn Fixture) -> CaseResult {
     let cx = Ctx::new(fx, "queued_head_killed").await?;
     let name = cx.name("killed")?;
