@@ -112,10 +112,11 @@ pub trait Fixture: Send + Sync + 'static {
     }
 
     /// How long a grant its waiter never takes up (the waiter's `acquire` future was dropped at
-    /// the instant of the hand-off) may keep the lock from others: what
-    /// `waiter_departed_at_grant` allows. The default is generous — twice the longer of
-    /// [`Fixture::base_ttl`] and [`Fixture::expiry_bound`], what a backend that lets such a grant
-    /// run out by its ttl needs; a backend that withdraws it promptly declares its tighter bound
+    /// the instant of the hand-off, or its process was killed) may keep the lock from others:
+    /// what `waiter_departed_at_grant` allows, and the grant's part of `queued_head_killed`'s
+    /// bound. The default is generous — twice the longer of [`Fixture::base_ttl`] and
+    /// [`Fixture::expiry_bound`], what a backend that lets such a grant run out by its ttl
+    /// needs; a backend that withdraws it promptly declares its tighter bound
     /// (docs/contract.md §4 asks for 100 ms in a live process).
     fn untaken_grant_bound(&self) -> Duration {
         self.base_ttl().max(self.expiry_bound()) * 2
