@@ -10,6 +10,7 @@ use std::time::Duration;
 use common::SqlFixture;
 
 lock_conformance::conformance_tests!(mysql, || async { crate::common::SqlFixture::mysql().await });
+lock_conformance::waiter_child_test!(common::connect_child);
 
 server_extra_tests!(mysql_server, mysql, mysql_private, Mysql);
 

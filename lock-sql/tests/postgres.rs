@@ -11,6 +11,7 @@ use std::time::Duration;
 use common::SqlFixture;
 
 lock_conformance::conformance_tests!(postgres, || async { crate::common::SqlFixture::postgres().await });
+lock_conformance::waiter_child_test!(common::connect_child);
 
 server_extra_tests!(postgres_server, postgres, postgres_private, Postgres);
 
