@@ -318,7 +318,7 @@ async fn extra_cancelled_acquire_leaves_no_grant() {
     eprintln!("a cancelled acquire's late grant was freed after {took:?}");
 }
 
-/// Election observers cost a NOTIFY only where someone observes (lock-sql/src/observers.rs):
+/// Election observers cost a NOTIFY only where someone observes (lock-sql/src/dialect/postgres/observers.rs):
 /// a grant and a release of an unobserved name send no `dlock:<name>`; with an observer's feed
 /// registered both do, and the feed fires; once the feed is dropped its row goes and the
 /// notifications stop.

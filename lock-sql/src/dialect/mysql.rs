@@ -575,10 +575,6 @@ impl Dialect for Mysql {
             .await?;
         Ok(done.rows_affected())
     }
-
-    async fn notify(&self, _payload: &str) -> Result<(), sqlx::Error> {
-        Ok(())
-    }
 }
 
 #[cfg(test)]

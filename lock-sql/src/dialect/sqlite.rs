@@ -420,8 +420,4 @@ impl Dialect for Lite {
     async fn kind_owner(&self, stmt: &OwnerStmt<'_>) -> Result<u64, sqlx::Error> {
         Ok(owner_stmt::<Sqlite, _, &str>(&self.pool, stmt, stmt.name).await?.rows_affected())
     }
-
-    async fn notify(&self, _payload: &str) -> Result<(), sqlx::Error> {
-        Ok(())
-    }
 }

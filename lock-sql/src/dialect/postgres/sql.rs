@@ -2,10 +2,10 @@
 
 use std::sync::Arc;
 
-use super::super::queue_table;
-use super::super::rw::Flavor;
-use crate::handoff::{CLAIM_WINDOW, GRANT};
-use crate::observers::{self, OBSERVER_SEQ};
+use super::handoff::{CLAIM_WINDOW, GRANT};
+use super::observers::{self, OBSERVER_SEQ};
+use crate::dialect::queue_table;
+use crate::dialect::rw::Flavor;
 use crate::options::quote_table;
 
 /// Milliseconds since the Unix epoch, on the database's clock.
@@ -16,7 +16,7 @@ pub(super) const NOW_US: &str = "(extract(epoch from now()) * 1000000)::bigint";
 
 /// Milliseconds since the Unix epoch on the database's clock **when evaluated** (`now()` is the
 /// statement's start): a hand-off's lease starts when its statement holds the lease row's lock,
-/// after the head's last "still queued" statement (crate::handoff).
+/// after the head's last "still queued" statement (handoff.rs).
 const CLOCK: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
 
 /// Evaluated by a refused acquire only (non-null): its transaction wrote nothing but the
@@ -67,7 +67,7 @@ pub(super) struct Statements {
     /// `acquire` without the grant's queue clean-up, for attempts that cannot be queued.
     pub(super) acquire_first: Arc<str>,
     pub(super) leave_queue: Arc<str>,
-    /// The head's claim of a provisional grant (crate::handoff).
+    /// The head's claim of a provisional grant (handoff.rs).
     pub(super) claim: Arc<str>,
     pub(super) observe: Arc<str>,
     pub(super) renew: Arc<str>,
@@ -103,7 +103,7 @@ impl Statements {
              seq BIGINT NOT NULL, expires_at BIGINT NOT NULL, ttl_ms BIGINT NOT NULL DEFAULT 0, holder TEXT, \
              metadata TEXT, wake TEXT, PRIMARY KEY (name, owner))"
         );
-        // `dlock:<name>` for election observers, only while one observes (crate::observers).
+        // `dlock:<name>` for election observers, only while one observes (observers.rs).
         let notify_observers = |name: &str| observers::notify(t, &qq, name, NOW);
         Statements {
             lease_ddl,
@@ -150,7 +150,7 @@ impl Statements {
             // 50 µs a statement even with the queue empty (BENCHMARKS.md, 2026-12-02 07:00). With a
             // live waiter it changes nothing (no write, no commit to flush) and `release` runs.
             // The waiter check reads the statement's snapshot, like `release`'s head lookup: a
-            // waiter queued since is found by its own re-try (crate::handoff).
+            // waiter queued since is found by its own re-try (handoff.rs).
             release_unqueued: format!(
                 "UPDATE {qt} l SET owner = NULL, expires_at = {NOW} \
                  WHERE l.name = $1 AND l.owner = $2 AND l.expires_at > {NOW} \
@@ -196,7 +196,7 @@ impl Statements {
 /// caller's place, `$8` the channel its client listens on alone (a hand-off to it notifies
 /// only there). A refusal reads the lease row again under a row lock (`cur`): the fence it
 /// reports is the latest committed grant's, which is what a queued waiter compares a hand-off's
-/// fence with (crate::handoff). `clean_up`: a grant deletes the caller's queue entry and the name's expired
+/// fence with (handoff.rs). `clean_up`: a grant deletes the caller's queue entry and the name's expired
 /// ones (only an attempt that may be queued needs it: the clause costs the server a DELETE's
 /// executor set-up per acquire, BENCHMARKS.md "SQL acquire statements").
 fn acquire_sql(qt: &str, qq: &str, notify_observers: &str, clean_up: bool) -> String {
@@ -250,7 +250,7 @@ fn acquire_sql(qt: &str, qq: &str, notify_observers: &str, clean_up: bool) -> St
 /// expired row, whoever `$2` is), one statement that answers a row when it freed or passed on:
 /// lock the lease row (`cur`), then the head of the queue (`head`, `FOR UPDATE`: a leave's delete
 /// of that entry in progress is waited for and the entry skipped, the next one taken; a leave
-/// after this lock finds its grant, crate::handoff); a head that carries a ttl gets the lease
+/// after this lock finds its grant, handoff.rs); a head that carries a ttl gets the lease
 /// provisionally — new fence, `expires_at` read from the clock now that the row is locked + the
 /// claim window (at most its ttl; its claim extends it), its holder and metadata — and loses
 /// its entry, and is notified `dlock-grant:<owner>:<fence>` on its client's
