@@ -13,7 +13,7 @@ use crate::dialect::Who;
 use crate::pool::Use;
 use crate::queue::Wait;
 
-/// The acquire upsert's condition (see `Mysql::new`): the caller as owner, then the
+/// The acquire upsert's condition (see `sql::upsert`): the caller as owner, then the
 /// queue check's name, owner, place and owner.
 fn bind_cond<'q>(
     q: QueryAs<'q, MySql, Row, MySqlArguments>,
@@ -24,7 +24,7 @@ fn bind_cond<'q>(
     q.bind(owner).bind(name).bind(owner).bind(place).bind(owner)
 }
 
-/// The count of the waiters ahead (see `Mysql::new`): name, owner, place, owner.
+/// The count of the waiters ahead (see `sql::ahead`): name, owner, place, owner.
 fn bind_ahead<'q>(
     q: QueryAs<'q, MySql, Row, MySqlArguments>,
     name: &'q [u8],

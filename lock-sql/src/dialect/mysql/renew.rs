@@ -6,7 +6,8 @@ use std::sync::Arc;
 use sqlx::mysql::MySqlDatabaseError;
 use sqlx::{AssertSqlSafe, Executor};
 
-use super::{Mysql, NOW};
+use super::sql::NOW;
+use super::Mysql;
 use crate::dialect::{lease_params, renewed_of};
 use crate::pool::Use;
 

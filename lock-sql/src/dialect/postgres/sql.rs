@@ -89,11 +89,6 @@ impl Statements {
     pub(super) fn new(t: &str) -> Statements {
         let qt = quote_table(t, '"');
         let qq = quote_table(&queue_table(t), '"');
-        // The head of the queue: the live waiter with the lowest (seq, owner).
-        let head = format!(
-            "SELECT w.owner, w.wake FROM {qq} w WHERE w.name = f.name AND w.expires_at > {NOW} \
-             AND w.seq < {OBSERVER_SEQ} ORDER BY w.seq, w.owner LIMIT 1"
-        );
         let lease_ddl = format!(
             "CREATE TABLE IF NOT EXISTS {qt} (name TEXT COLLATE \"C\" NOT NULL PRIMARY KEY, owner TEXT, \
              fence BIGINT NOT NULL, expires_at BIGINT NOT NULL, holder TEXT, metadata TEXT)"
@@ -144,32 +139,9 @@ impl Statements {
             )
             .into(),
             release: handing(&qt, &qq, &notify_observers("g.name"), false).into(),
-            // What `release` does when the queue holds no live waiter for the name (the row freed,
-            // fence, holder and metadata kept, observers notified), as one UPDATE: `release`'s
-            // lease-row lock, head lookup `FOR UPDATE`, join and queue DELETE cost the server about
-            // 50 µs a statement even with the queue empty (BENCHMARKS.md, 2026-12-02 07:00). With a
-            // live waiter it changes nothing (no write, no commit to flush) and `release` runs.
-            // The waiter check reads the statement's snapshot, like `release`'s head lookup: a
-            // waiter queued since is found by its own re-try (handoff.rs).
-            release_unqueued: format!(
-                "UPDATE {qt} l SET owner = NULL, expires_at = {NOW} \
-                 WHERE l.name = $1 AND l.owner = $2 AND l.expires_at > {NOW} \
-                 AND NOT EXISTS (SELECT 1 FROM {qq} w WHERE w.name = $1 AND w.expires_at > {NOW} \
-                 AND w.seq < {OBSERVER_SEQ}) \
-                 RETURNING {}",
-                notify_observers("l.name")
-            )
-            .into(),
+            release_unqueued: release_unqueued_sql(&qt, &qq, &notify_observers("l.name")).into(),
             hand_on: handing(&qt, &qq, &notify_observers("g.name"), true).into(),
-            force_release: format!(
-                "WITH freed AS ( \
-                   UPDATE {qt} SET owner = NULL, expires_at = {NOW} \
-                   WHERE name = $1 AND fence = $2 AND owner IS NOT NULL AND expires_at > {NOW} RETURNING name) \
-                 SELECT (SELECT pg_notify(COALESCE(h.wake, $3), $4 || h.owner) FROM ({head}) h)::text, {} \
-                 FROM freed f",
-                notify_observers("f.name")
-            )
-            .into(),
+            force_release: force_release_sql(&qt, &qq, &notify_observers("f.name")).into(),
             inspect: format!(
                 "SELECT name, fence, expires_at - {NOW}, holder, metadata FROM {qt} \
                  WHERE name = $1 AND owner IS NOT NULL AND expires_at > {NOW}"
@@ -189,6 +161,40 @@ impl Statements {
             .into(),
         }
     }
+}
+
+/// What `release` does when the queue holds no live waiter for the name (the row freed, fence,
+/// holder and metadata kept, observers notified), as one UPDATE: `release`'s lease-row lock, head
+/// lookup `FOR UPDATE`, join and queue DELETE cost the server about 50 µs a statement even with
+/// the queue empty (BENCHMARKS.md, 2026-12-02 07:00). With a live waiter it changes nothing (no
+/// write, no commit to flush) and `release` runs. The waiter check reads the statement's
+/// snapshot, like `release`'s head lookup: a waiter queued since is found by its own re-try
+/// (handoff.rs).
+fn release_unqueued_sql(qt: &str, qq: &str, notify_observers: &str) -> String {
+    format!(
+        "UPDATE {qt} l SET owner = NULL, expires_at = {NOW} \
+         WHERE l.name = $1 AND l.owner = $2 AND l.expires_at > {NOW} \
+         AND NOT EXISTS (SELECT 1 FROM {qq} w WHERE w.name = $1 AND w.expires_at > {NOW} \
+         AND w.seq < {OBSERVER_SEQ}) \
+         RETURNING {notify_observers}"
+    )
+}
+
+/// An operator's release (`$1` name, `$2` the fence of the grant it frees, `$3` the table's
+/// channel, `$4` the wake-up prefix): frees that grant only, and wakes the head of the queue
+/// (the live waiter with the lowest `(seq, owner)`) on its client's channel.
+fn force_release_sql(qt: &str, qq: &str, notify_observers: &str) -> String {
+    let head = format!(
+        "SELECT w.owner, w.wake FROM {qq} w WHERE w.name = f.name AND w.expires_at > {NOW} \
+         AND w.seq < {OBSERVER_SEQ} ORDER BY w.seq, w.owner LIMIT 1"
+    );
+    format!(
+        "WITH freed AS ( \
+           UPDATE {qt} SET owner = NULL, expires_at = {NOW} \
+           WHERE name = $1 AND fence = $2 AND owner IS NOT NULL AND expires_at > {NOW} RETURNING name) \
+         SELECT (SELECT pg_notify(COALESCE(h.wake, $3), $4 || h.owner) FROM ({head}) h)::text, {notify_observers} \
+         FROM freed f"
+    )
 }
 
 /// The exclusive acquire statement (see `Statements::new`): `$1` name, `$2` owner, `$3` ttl ms,
