@@ -91,7 +91,7 @@ pub(crate) enum Upsert {
     /// Held by another owner for about `remaining` more ms (`None`: unknown, or free but owed
     /// to a waiter queued before us); `seq`: our place in the queue, when the attempt queued;
     /// `seen`: the fence of the latest grant, read under the row's lock (PostgreSQL only: what
-    /// a hand-off's fence is compared with, crate::handoff); `ahead`: how many live waiters
+    /// a hand-off's fence is compared with, postgres/handoff.rs); `ahead`: how many live waiters
     /// are queued before us (the databases that cannot notify, whose waiters poll by it:
     /// crate::queue::queued_poll).
     Held { remaining: Option<i64>, seq: Option<i64>, seen: Option<i64>, ahead: Option<i64> },

@@ -88,7 +88,7 @@ fn row(count: &str) -> String {
 /// SIMULTANEOUS_ASSIGNMENT: every one sees the old row), and the first one always runs, so the
 /// variable never carries a value from an earlier statement; fence comes first and reads the
 /// old owner in both modes. A free row is not taken while a live waiter queued before us waits
-/// (queue.rs); the binds of the condition: see `bind_cond`.
+/// (queue.rs); the binds of the condition: see `Mysql::upsert`.
 pub(super) fn upsert(qt: &str, qq: &str, returning: bool, count: &str) -> String {
     let cond = format!(
         "(owner = ? OR ((owner IS NULL OR expires_at <= {NOW}) AND NOT EXISTS ( \
