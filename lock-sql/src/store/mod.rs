@@ -36,7 +36,7 @@ use tables::{check_table_len, Tables};
 pub struct SqlStore {
     pub(crate) dialect: Arc<dyn Dialect>,
     table: String,
-    pub(crate) request_timeout: Duration,
+    /// Runs every statement within the request timeout (which it holds).
     runner: Runner,
     /// Renew and release of one lease run one at a time.
     serial: OwnerLocks,
@@ -67,7 +67,6 @@ impl SqlStore {
             runner: Runner::new(dialect.codes(), options.request_timeout),
             dialect,
             table: options.table.clone(),
-            request_timeout: options.request_timeout,
             serial: OwnerLocks::default(),
             inflight: Inflight::default(),
             places: Places::default(),
@@ -81,7 +80,7 @@ impl SqlStore {
             idle::start(Arc::downgrade(&store.dialect), idle, options.request_timeout);
         }
         // Best effort, bounded: a failure resurfaces, with its real error, when a statement runs.
-        let _ = timeout(store.request_timeout, store.dialect.warm_up()).await;
+        let _ = timeout(store.runner.request_timeout(), store.dialect.warm_up()).await;
         Ok(store)
     }
 
@@ -163,7 +162,7 @@ impl SqlStore {
         Fut: Future<Output = Result<bool, sqlx::Error>> + Send + 'static,
     {
         if let Some(until) = self.inflight.take(owner) {
-            again_later(until, self.request_timeout, self.label(), release);
+            again_later(until, self.runner.request_timeout(), self.label(), release);
         }
     }
 
@@ -329,7 +328,7 @@ impl LeaseStore for SqlStore {
         self.places.take(owner);
         if let Some(until) = self.inflight.take_leave(owner) {
             let (dialect, name) = (Arc::clone(&self.dialect), n.to_owned());
-            again_later(until, self.request_timeout, self.label(), move || {
+            again_later(until, self.runner.request_timeout(), self.label(), move || {
                 let (dialect, name, o) = (Arc::clone(&dialect), name.clone(), o.clone());
                 async move {
                     dialect.leave_queue(&name, &o).await?;
@@ -405,7 +404,7 @@ impl LeaseStore for SqlStore {
             .collect();
         apart.sort_unstable_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
         apart.dedup_by(|a, b| (a.0, a.1) == (b.0, b.1));
-        let bound = apart_bound(self.request_timeout, ttl);
+        let bound = apart_bound(self.runner.request_timeout(), ttl);
         let alone = futures::future::join_all(apart.iter().map(|(name, owner, id)| async move {
             let work = async {
                 let _serial = self.one_at_a_time(*id).await;
