@@ -8,7 +8,9 @@ use tokio::sync::OnceCell;
 
 use crate::dialect::{self, Dialect};
 use crate::kinds::{self, SqlKinds};
-use crate::{SqlLock, SqlOptions, SqlRwLock, SqlSemaphore, SqlStore};
+use crate::kinds::{SqlRwLock, SqlSemaphore};
+use crate::options::SqlOptions;
+use crate::store::{SqlLock, SqlStore};
 
 /// One connection to a database that hands out every lock kind over the same connections:
 /// [`SqlBackend::lock`], [`SqlBackend::rw`], [`SqlBackend::semaphore`]. Cheap to clone; clones

@@ -417,14 +417,11 @@ mod store;
 pub use backend::SqlBackend;
 pub use kinds::{SqlKinds, SqlRwLock, SqlSemaphore};
 pub use options::{SqlOptions, DEFAULT_TABLE};
-pub use store::SqlStore;
+pub use store::{SqlLock, SqlStore};
 
 #[cfg(doc)]
 use lock_core::Capabilities;
 use lock_core::{LockError, StoreLock};
-
-/// The SQL lock: a [`lock_core::DistributedLock`] over a [`SqlStore`].
-pub type SqlLock = StoreLock<SqlStore>;
 
 /// Connects to the database named by `url` and returns the lock.
 ///

@@ -20,8 +20,8 @@ use crate::adopt::{Owner, TableFacts};
 use crate::decide::Plan;
 use crate::error::{Class, Codes};
 use crate::options::quote_table;
+use crate::options::SqlOptions;
 use crate::pool::{ConnPool, Setup, Use};
-use crate::SqlOptions;
 use sql::{FLAVOR, NOW, NOW_US, NO_COUNT};
 
 mod acquire;

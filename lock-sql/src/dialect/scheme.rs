@@ -16,7 +16,7 @@ use super::postgres;
 #[cfg(feature = "sqlite")]
 use super::sqlite;
 use super::Dialect;
-use crate::SqlOptions;
+use crate::options::SqlOptions;
 
 /// The databases a URL can name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

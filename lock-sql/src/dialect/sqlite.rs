@@ -22,7 +22,7 @@ use crate::adopt::{Owner, TableFacts};
 use crate::decide::Plan;
 use crate::error::{Class, Codes};
 use crate::options::quote_table;
-use crate::SqlOptions;
+use crate::options::SqlOptions;
 
 /// Milliseconds since the Unix epoch, on the host's clock.
 const NOW: &str = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)";

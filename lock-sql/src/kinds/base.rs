@@ -14,8 +14,8 @@ use crate::decide::{family, Plan};
 use crate::dialect::rw::{Attempt, KindSql, OwnerStmt};
 use crate::dialect::Wakeup;
 use crate::millis::{remaining, ttl_ms};
+use crate::options::SqlOptions;
 use crate::store::SqlStore;
-use crate::SqlOptions;
 
 /// How often an acquire transaction is re-run after a deadlock or lock-wait time-out (MySQL
 /// 1213/1205, PostgreSQL 40001/40P01, SQLite busy) before the caller gets `Unavailable`.

@@ -18,21 +18,24 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_core::{
     Capabilities, ChangeFeed, Claim, FencingToken, HolderInfo, LeaseModel, LeaseStore, LockError, LockKind, LockName,
-    OwnerId, ReleaseOutcome, RenewOutcome, TryLock, WakeMethod, WakeSubscription,
+    OwnerId, ReleaseOutcome, RenewOutcome, StoreLock, TryLock, WakeMethod, WakeSubscription,
 };
 use tokio::time::{timeout, Instant};
 
 use crate::dialect::{self, queue_table, Dialect, Grant, Seen, Upsert, Wakeup, Who};
 use crate::inflight::{again_later, Inflight};
 use crate::millis::{remaining, ttl_ms};
+use crate::options::SqlOptions;
 use crate::queue::{Places, Wait};
 use crate::serial::{OwnerGuard, OwnerLocks};
-use crate::SqlOptions;
 use run::Runner;
 use tables::{check_table_len, Tables};
 
+/// The SQL lock: a [`lock_core::DistributedLock`] over a [`SqlStore`].
+pub type SqlLock = StoreLock<SqlStore>;
+
 /// A lease table in PostgreSQL, MySQL/MariaDB or SQLite: the [`LeaseStore`] behind
-/// [`SqlLock`](crate::SqlLock). See the crate docs for the algorithm.
+/// [`SqlLock`]. See the crate docs for the algorithm.
 pub struct SqlStore {
     pub(crate) dialect: Arc<dyn Dialect>,
     table: String,
@@ -355,7 +358,7 @@ impl LeaseStore for SqlStore {
     /// locked) is renewed apart. So is one the round's statement did not renew (PostgreSQL skips
     /// rows locked by another transaction instead of waiting for them; elsewhere: no longer
     /// ours, which its own renewal confirms). Those run side by side after the round's
-    /// statement, each bounded by [`apart_bound`]: the round's answers wait at most that long
+    /// statement, each bounded by `apart_bound`: the round's answers wait at most that long
     /// for them, and one that did not answer is retried by the watchdog.
     async fn renew_many(&self, leases: &[(LockName, OwnerId)], ttl: Duration) -> Vec<Result<RenewOutcome, LockError>> {
         let mut owners: Vec<OwnerId> = leases.iter().map(|(_, owner)| *owner).collect();

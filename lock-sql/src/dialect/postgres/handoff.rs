@@ -13,9 +13,10 @@
 //! database clock read under the row's lock + that), not the head's ttl: a head that does not
 //! take it up (its process died, its future was dropped at that instant) holds the lock that
 //! long, and then it is free (the head's entry is gone), for the next waiter or a newcomer.
-//! The head **claims** it: one `UPDATE … SET expires_at = now + ttl WHERE name = … AND owner =
-//! <head> RETURNING fence` by primary key. The lease the head returns is that statement's answer
-//! — the fence read from the row, validity counted from the claim's send instant (contract
+//! The head **claims** it: one
+//! `UPDATE … SET expires_at = now + ttl WHERE name = … AND owner = <head> RETURNING fence`
+//! by primary key. The lease the head returns is that statement's answer — the fence read from
+//! the row, validity counted from the claim's send instant (contract
 //! §3's re-grant: the row is already ours) — never the notification's.
 //!
 //! 1 s: far above what a live head needs (the notification plus one statement, ~1 ms here;
