@@ -1,6 +1,7 @@
-//! PostgreSQL's grant in the release (lock-sql `handoff.rs`), at the store level: the head's
-//! claim, a head that leaves with a grant in flight, a head that never claims, and a leave cut
-//! short; and the forged grant notifications of the conformance suite's `forged_grant_ignored`.
+//! PostgreSQL's grant in the release (lock-sql `dialect/postgres/handoff.rs`), at the store
+//! level: the head's claim, a head that leaves with a grant in flight, a head that never claims,
+//! and a leave cut short; and the forged grant notifications of the conformance suite's
+//! `forged_grant_ignored`.
 
 use std::time::Duration;
 
@@ -20,10 +21,10 @@ async fn queue(store: &lock_sql::SqlStore, claim: &Claim<'_>) -> Result<lock_cor
     Ok(sub)
 }
 
-/// The release's grant to the head is provisional (lock-sql `handoff.rs`): it lasts the claim
-/// window (1 s, not the head's 8 s ttl) until the head claims it; the claim returns the row's
-/// fence as an ordinary grant (validity from the claim's own send instant) and extends the
-/// lease to the head's ttl, with the holder and metadata its queue entry carried.
+/// The release's grant to the head is provisional (lock-sql `dialect/postgres/handoff.rs`): it
+/// lasts the claim window (1 s, not the head's 8 s ttl) until the head claims it; the claim
+/// returns the row's fence as an ordinary grant (validity from the claim's own send instant) and
+/// extends the lease to the head's ttl, with the holder and metadata its queue entry carried.
 pub async fn check_handoff_claim(fx: &SqlFixture) -> Result<(), LockError> {
     let lock = fx.sql_client().await?;
     let store = lock.store();
