@@ -43,7 +43,6 @@ const KNOWN_CIRCLES: &[&str] = &[
     "lock_core::: driver, lease, release, watchdog",
     "lock_core::: renewals, store",
     "lock_redis::: inspect, single",
-    "lock_sql::: dialect, idle, observers, store",
     "lock_zk::: keeper, root_watch, session",
     "lock_zk::: acquire, client, inspect, lease",
     "dlock_testkit::: local, servers",
@@ -54,13 +53,7 @@ const KNOWN_CIRCLES: &[&str] = &[
 const KNOWN_LONG: &[&str] = &[
     "lock-core/src/store.rs wait",
     "lock-redis/src/redlock.rs round",
-    "lock-sql/src/dialect/mysql.rs new",
-    "lock-sql/src/dialect/postgres/sql.rs new",
     "lock-zk/src/acquire.rs with_session",
-    "lock-conformance/src/cases/kinds.rs semaphore",
-    "lock-conformance/src/cases/kinds_faults.rs kinds_nemesis",
-    "lock-conformance/src/cases/nemesis.rs nemesis",
-    "lock-conformance/src/cases/restart.rs fault_restart_quiet_period",
 ];
 
 /// Fails on what is found but not known, and on what is known but no longer found.
