@@ -40,7 +40,10 @@ pub async fn connect(url: &str, options: EtcdOptions) -> Result<EtcdLock, LockEr
         .with_connect_timeout(options.connect_timeout)
         .with_timeout(options.request_timeout)
         .with_keep_alive(options.keep_alive, options.keep_alive)
-        .with_keep_alive_while_idle(true);
+        .with_keep_alive_while_idle(true)
+        // A member cut off from the leader refuses requests and ends its watches instead of
+        // serving stale state or stalling them: the waiter then reads again through another.
+        .with_require_leader(true);
     if let Some((user, password)) = &url.user {
         connect = connect.with_user(user.clone(), password.clone()).with_auto_token_refresh(true);
     }
