@@ -84,6 +84,8 @@ impl EtcdLock {
 /// The backend's promises (each checked by the conformance suite).
 pub(crate) fn capabilities() -> Capabilities {
     let mut caps = Capabilities::new();
+    caps.rw_lock = true;
+    caps.semaphore = true;
     caps.fifo = true;
     caps.wake = WakeMethod::Watch;
     caps.lease_model = LeaseModel::PerLock;

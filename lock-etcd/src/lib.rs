@@ -57,8 +57,29 @@
 //! from its value, its create revision as the token; no remaining time), and `force_release`
 //! deletes it (owner-checked by create revision) and revokes its lease.
 //!
-//! Not done yet: read-write locks and semaphores (`DistributedRwLock`, `DistributedSemaphore`),
-//! change feeds for election observers (`watch_changes`), and TLS (`etcds://`).
+//! ## Read-write locks and semaphores
+//!
+//! [`EtcdLock`] also implements [`DistributedRwLock`](lock_core::DistributedRwLock) and
+//! [`DistributedSemaphore`](lock_core::DistributedSemaphore) on the same queue machinery
+//! (lease per acquisition, key created in a transaction, grant confirmed by a read that first
+//! checks our key, create revision as token). Each kind has its own queue, so one name used as
+//! a lock, a read-write lock and a semaphore names three independent things:
+//! `<prefix>/lock/<name>/`, `<prefix>/rw/<name>/` and `<prefix>/sem/<name>/`.
+//!
+//! - **Read-write lock**: readers queue `r<lease>`, writers `w<lease>` under one prefix. A
+//!   writer holds when no key is older and watches its predecessor; a reader holds when no
+//!   *writer* key is older and watches the nearest older writer. FIFO: a queued writer holds
+//!   back the readers behind it. A writer's token (its create revision) is above every grant
+//!   before it, since all of them queued earlier; co-readers' tokens follow arrival, not the
+//!   order in which they learn of their grants.
+//! - **Semaphore** of `n` permits: a waiter holds while fewer than `n` keys are older, every one
+//!   of which must say the same `n` (`InvalidOptions` otherwise; `n = 0` too). A waiting
+//!   permit watches the whole queue for deletions (any holder ahead may leave first), so a
+//!   release wakes every waiting permit of that name, each of which reads the queue again; the
+//!   exclusive lock and the read-write lock wake exactly one waiter per release.
+//!
+//! Not done yet: change feeds for election observers (`watch_changes`; observers poll), and
+//! TLS (`etcds://`).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), lock_core::LockError> {
@@ -79,6 +100,7 @@ mod keys;
 mod kinds;
 mod lease;
 mod queue;
+mod recipe;
 
 pub use client::{connect, from_client, EtcdLock};
 pub use config::{EtcdOptions, DEFAULT_PORT};

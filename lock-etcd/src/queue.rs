@@ -9,13 +9,17 @@ use etcd_client::{
     Compare, CompareOp, EventType, GetOptions, LeaseGrantOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
     TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
 };
-use lock_core::{AcquireOptions, Backoff, FencingToken, Lease, LeaseGrant, LockError, LockName, OwnerId, WaitPolicy};
+use lock_core::{
+    permits_mismatch, AcquireOptions, Backoff, FencingToken, Lease, LeaseGrant, LockError, LockName, OwnerId,
+    WaitPolicy,
+};
 use tokio::time::{sleep, sleep_until, Instant};
 
 use crate::client::{capabilities, EtcdLock};
 use crate::error::{is_lease_gone, malformed, timed};
 use crate::keys::Entry;
 use crate::lease::{ttl_secs, EtcdHandle, KeepAlive, Pending};
+use crate::recipe::{Recipe, Watch};
 
 /// How long after the lease grant the transaction that queues our key on it is sent: enough
 /// for the server to take the grant first, almost always (else the transaction is sent again).
@@ -40,10 +44,11 @@ impl From<LockError> for Stop {
 enum Ahead {
     /// Our key is gone.
     Gone,
-    /// None: we hold the lock (read at the server, in the same transaction that checked our key).
+    /// None that blocks us: we hold the lock (read at the server, in the same transaction that
+    /// checked our key).
     Nobody,
-    /// The newest key ahead of ours, and the revision the read saw.
-    Key(Vec<u8>, i64),
+    /// Some block us: watch this.
+    Blocked(Watch),
 }
 
 /// Our queued key.
@@ -60,6 +65,7 @@ struct Queued {
 /// The per-acquisition state of `acquire`/`try_acquire`.
 pub(crate) struct Attempt<'a> {
     lock: &'a EtcdLock,
+    recipe: Recipe,
     name: &'a LockName,
     opts: &'a AcquireOptions,
     begun: Instant,
@@ -75,15 +81,25 @@ pub(crate) struct Attempt<'a> {
 
 impl EtcdLock {
     /// One attempt: `Ok(None)` when busy.
-    pub(crate) async fn try_once(&self, name: &LockName, opts: &AcquireOptions) -> Result<Option<Lease>, LockError> {
+    pub(crate) async fn try_once(
+        &self,
+        recipe: Recipe,
+        name: &LockName,
+        opts: &AcquireOptions,
+    ) -> Result<Option<Lease>, LockError> {
         opts.validate(&capabilities())?;
-        Box::pin(Attempt::new(self, name, opts, false).run()).await
+        Box::pin(Attempt::new(self, recipe, name, opts, false).run()).await
     }
 
     /// Waits as `opts.wait` says; `Timeout` when the lock stayed busy.
-    pub(crate) async fn wait_for(&self, name: &LockName, opts: &AcquireOptions) -> Result<Lease, LockError> {
+    pub(crate) async fn wait_for(
+        &self,
+        recipe: Recipe,
+        name: &LockName,
+        opts: &AcquireOptions,
+    ) -> Result<Lease, LockError> {
         opts.validate(&capabilities())?;
-        let mut attempt = Attempt::new(self, name, opts, true);
+        let mut attempt = Attempt::new(self, recipe, name, opts, true);
         match Box::pin(attempt.run()).await? {
             Some(lease) => Ok(lease),
             None => Err(attempt.timeout_error()),
@@ -92,7 +108,7 @@ impl EtcdLock {
 }
 
 impl<'a> Attempt<'a> {
-    fn new(lock: &'a EtcdLock, name: &'a LockName, opts: &'a AcquireOptions, queue: bool) -> Self {
+    fn new(lock: &'a EtcdLock, recipe: Recipe, name: &'a LockName, opts: &'a AcquireOptions, queue: bool) -> Self {
         let begun = Instant::now();
         let (deadline, wait) = match opts.wait {
             _ if !queue => (None, false),
@@ -102,7 +118,7 @@ impl<'a> Attempt<'a> {
             _ => (None, true),
         };
         let backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
-        Attempt { lock, name, opts, begun, deadline, wait, seen_busy: false, unavailable_since: None, backoff }
+        Attempt { lock, recipe, name, opts, begun, deadline, wait, seen_busy: false, unavailable_since: None, backoff }
     }
 
     fn per_request(&self) -> Duration {
@@ -183,7 +199,7 @@ impl<'a> Attempt<'a> {
         // Armed before anything is sent: a grant whose answer is lost is revoked too.
         let pending = Pending::new(client.clone(), lease, self.opts.ttl, self.per_request());
         let owner = OwnerId::random();
-        let key = self.lock.keys().waiter(self.name, lease);
+        let key = self.lock.keys().waiter(self.recipe, self.name, lease);
         let sent = Instant::now();
         let mut c = client;
         let grant_opts = LeaseGrantOptions::new().with_id(lease);
@@ -206,7 +222,21 @@ impl<'a> Attempt<'a> {
         };
         self.answered();
         let queued = Queued { pending, key, rev, owner, refreshed: sent, keep_alive: KeepAlive::new() };
-        if head == rev {
+        // The oldest key holds, whatever the kind; for the shared kinds a younger one may too.
+        let holds = head == rev
+            || match self.recipe {
+                Recipe::Exclusive | Recipe::Write => false,
+                Recipe::Read | Recipe::Permit(_) => match self.ahead(&queued).await {
+                    Ok((Ahead::Nobody, _)) => true,
+                    Ok((Ahead::Gone, _)) => return Err(Stop::Restart("our key vanished as it was queued")),
+                    Ok(_) => false,
+                    Err(e) => {
+                        queued.pending.revoke_now().await;
+                        return Err(Stop::Fail(e));
+                    }
+                },
+            };
+        if holds {
             return Ok(Some(self.grant(queued, sent)));
         }
         self.seen_busy = true;
@@ -220,9 +250,9 @@ impl<'a> Attempt<'a> {
     /// Creates our key (if absent: a retried transaction finds it) and reads, in the same
     /// transaction, the oldest key of the queue. Returns our key's create revision and the oldest's.
     async fn enqueue(&self, key: &str, lease: i64, owner: OwnerId) -> Result<(i64, i64), Stop> {
-        let queue = self.lock.keys().queue(self.name);
+        let queue = self.lock.keys().queue_of(self.recipe, self.name);
         let oldest = GetOptions::new().with_prefix().with_sort(SortTarget::Create, SortOrder::Ascend).with_limit(1);
-        let value = Entry::encode(owner, self.opts.holder.as_ref());
+        let value = Entry::encode(owner, self.opts.holder.as_ref(), self.recipe);
         let txn = Txn::new()
             .when([Compare::create_revision(key, CompareOp::Equal, 0)])
             .and_then([
@@ -254,6 +284,10 @@ impl<'a> Attempt<'a> {
         loop {
             let ahead = match self.ahead(&q).await {
                 Ok(a) => a,
+                Err(e) if !e.is_retryable() => {
+                    q.pending.revoke_now().await;
+                    return Err(Stop::Fail(e));
+                }
                 Err(e) => {
                     if let Err(e) = self.after_transient(e).await {
                         q.pending.revoke_now().await;
@@ -263,9 +297,9 @@ impl<'a> Attempt<'a> {
                 }
             };
             self.answered();
-            let (pred, seen) = match ahead {
-                Ahead::Gone => return Err(Stop::Restart("our key vanished while we waited")),
-                Ahead::Nobody => {
+            let (watch, seen) = match ahead {
+                (Ahead::Gone, _) => return Err(Stop::Restart("our key vanished while we waited")),
+                (Ahead::Nobody, _) => {
                     if q.refreshed.elapsed() > self.opts.ttl / 2 {
                         // Our keep-alives failed for a while: restart the ttl before granting.
                         let sent = Instant::now();
@@ -279,11 +313,15 @@ impl<'a> Attempt<'a> {
                     let started = q.refreshed;
                     return Ok(Some(self.grant(q, started)));
                 }
-                Ahead::Key(pred, seen) => (pred, seen),
+                (Ahead::Blocked(watch), seen) => (watch, seen),
             };
             let mut c = self.lock.client();
             let opts = WatchOptions::new().with_start_revision(seen + 1).with_filters([WatchFilterType::NoPut]);
-            let mut stream = match timed(self.bound(), "watching the key ahead", c.watch(pred, Some(opts))).await {
+            let (target, opts) = match watch {
+                Watch::Key(key) => (key, opts),
+                Watch::Queue => (self.lock.keys().queue_of(self.recipe, self.name).into_bytes(), opts.with_prefix()),
+            };
+            let mut stream = match timed(self.bound(), "watching the keys ahead", c.watch(target, Some(opts))).await {
                 Ok(s) => s,
                 Err(_) => {
                     sleep(self.backoff.next_delay()).await;
@@ -326,32 +364,49 @@ impl<'a> Attempt<'a> {
         }
     }
 
-    /// Reads, in one transaction that first checks our key still exists, the newest key
-    /// created before ours.
-    async fn ahead(&self, q: &Queued) -> Result<Ahead, LockError> {
-        let queue = self.lock.keys().queue(self.name);
-        let before = GetOptions::new()
-            .with_prefix()
-            .with_max_create_revision(q.rev - 1)
-            .with_sort(SortTarget::Create, SortOrder::Descend)
-            .with_limit(1)
-            .with_keys_only();
+    /// Reads, in one transaction that first checks our key still exists, the keys ahead of
+    /// ours that our kind waits for: the newest of them (exclusive, read, write), or all of them
+    /// (a semaphore: fewer than `n` lets us in; each must agree on `n`). Returns what the server
+    /// says, and the revision it read at.
+    async fn ahead(&self, q: &Queued) -> Result<(Ahead, i64), LockError> {
+        let blockers = self.lock.keys().blockers(self.recipe, self.name);
+        let before = GetOptions::new().with_prefix().with_max_create_revision(q.rev - 1);
+        let before = match self.recipe {
+            Recipe::Permit(_) => before,
+            _ => before.with_sort(SortTarget::Create, SortOrder::Descend).with_limit(1).with_keys_only(),
+        };
         let txn = Txn::new()
             .when([Compare::create_revision(q.key.as_str(), CompareOp::Equal, q.rev)])
-            .and_then([TxnOp::get(queue.as_str(), Some(before))]);
+            .and_then([TxnOp::get(blockers.as_str(), Some(before))]);
         let mut c = self.lock.client();
         let resp = timed(self.bound(), "reading the queue ahead of us", c.txn(txn)).await?;
-        if !resp.succeeded() {
-            return Ok(Ahead::Gone);
-        }
         let seen = resp.header().map(|h| h.revision()).ok_or_else(|| malformed("a header"))?;
-        Ok(match resp.op_responses().into_iter().next() {
-            Some(TxnOpResponse::Get(got)) => match got.kvs().first() {
-                Some(kv) => Ahead::Key(kv.key().to_vec(), seen),
+        if !resp.succeeded() {
+            return Ok((Ahead::Gone, seen));
+        }
+        let Some(TxnOpResponse::Get(got)) = resp.op_responses().into_iter().next() else {
+            return Err(malformed("the queue ahead of us"));
+        };
+        let ahead = match self.recipe {
+            Recipe::Permit(n) => {
+                for kv in got.kvs() {
+                    match Entry::decode(kv.value()).permits {
+                        Some(held) if held != n => return Err(permits_mismatch(self.name, held, n)),
+                        _ => {}
+                    }
+                }
+                if got.kvs().len() < usize::try_from(n).unwrap_or(usize::MAX) {
+                    Ahead::Nobody
+                } else {
+                    Ahead::Blocked(Watch::Queue)
+                }
+            }
+            _ => match got.kvs().first() {
+                Some(kv) => Ahead::Blocked(Watch::Key(kv.key().to_vec())),
                 None => Ahead::Nobody,
             },
-            _ => return Err(malformed("the queue ahead of us")),
-        })
+        };
+        Ok((ahead, seen))
     }
 
     /// The lease of a grant the server confirmed; `started` is when the server last (re)started

@@ -51,7 +51,7 @@ impl ClusterFixture {
 
 lock_conformance::impl_fixture! {
     ClusterFixture, backend: "etcd-cluster", |f| {
-        client: f.connect().await?,
+        every_kind: f.connect().await?,
     }
 
     fn server(&self) -> Option<Arc<dyn ServerControl>> {

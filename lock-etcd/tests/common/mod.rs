@@ -81,7 +81,7 @@ pub fn unique_prefix() -> String {
 
 lock_conformance::impl_fixture! {
     EtcdFixture, backend: "etcd", |f| {
-        client: f.connect().await?,
+        every_kind: f.connect().await?,
     }
 
     async fn linked_client(&self) -> Result<Option<LinkedClient>, LockError> {
