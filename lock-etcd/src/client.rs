@@ -100,6 +100,8 @@ pub(crate) fn capabilities() -> Capabilities {
     // need the server to free a vanished holder's lock close to its ttl.
     // The holder id and metadata are the value of the holder's key (crate::inspect).
     caps.inspect = true;
+    // Election observers: a watch on the lock's queue (crate::observe).
+    caps.notify_changes = true;
     caps.list = true;
     caps.min_ttl = Duration::from_secs(1);
     // etcd's own maximum lease TTL.

@@ -2,8 +2,8 @@
 
 use async_trait::async_trait;
 use lock_core::{
-    AcquireOptions, Capabilities, DistributedLock, DistributedRwLock, DistributedSemaphore, FencingToken, HolderInfo,
-    Lease, LockError, LockName,
+    AcquireOptions, Capabilities, ChangeFeed, DistributedLock, DistributedRwLock, DistributedSemaphore, FencingToken,
+    HolderInfo, Lease, LockError, LockName,
 };
 
 use crate::client::{backend, capabilities, EtcdLock};
@@ -37,6 +37,10 @@ impl DistributedLock for EtcdLock {
 
     async fn force_release(&self, name: &LockName) -> Result<Option<FencingToken>, LockError> {
         self.force_release_now(name).await
+    }
+
+    async fn watch_changes(&self, name: &LockName) -> Result<Option<ChangeFeed>, LockError> {
+        self.watch_changes_now(name).await
     }
 }
 

@@ -78,8 +78,10 @@
 //!   release wakes every waiting permit of that name, each of which reads the queue again; the
 //!   exclusive lock and the read-write lock wake exactly one waiter per release.
 //!
-//! Not done yet: change feeds for election observers (`watch_changes`; observers poll), and
-//! TLS (`etcds://`).
+//! Election observers hear of grants and releases through `watch_changes`: a watch on the
+//! lock's queue (any change under it fires the feed; the observer reads the holder back).
+//!
+//! Not done yet: TLS (`etcds://`).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), lock_core::LockError> {
@@ -99,6 +101,7 @@ mod inspect;
 mod keys;
 mod kinds;
 mod lease;
+mod observe;
 mod queue;
 mod recipe;
 
