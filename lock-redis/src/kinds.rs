@@ -15,10 +15,11 @@ use lock_core::{
 use redis::Script;
 
 use crate::acl::Needs;
+use crate::reply::{remaining_from, token_from, ttl_ms};
 use crate::scripts::{
     RwKeys, SemKeys, RENEW, RW_READ, RW_READ_RELEASE, RW_WRITE, RW_WRITE_RELEASE, SEM_ACQUIRE, SEM_RELEASE, ZSET_RENEW,
 };
-use crate::single::{remaining_from, token_from, ttl_ms, BACKEND, RESERVE_MS};
+use crate::single::{BACKEND, RESERVE_MS};
 use crate::{RedisOptions, RedisStore};
 
 /// A read-write lock client of one Redis server (docs/contract.md §5.2). Backend label `redis`.
@@ -135,7 +136,7 @@ impl RedisKinds {
                         }
                     })
                     .await?;
-                // WAIT on the connection that wrote, as the exclusive lock does (single.rs).
+                // WAIT on the connection that wrote, as the exclusive lock does (crate::single).
                 let acked = if acks > 0 && reply.first() == Some(&1) {
                     c.clone().wait_replicas(keys[0], acks, ack_ms).await?
                 } else {
@@ -230,7 +231,7 @@ impl KindStore for RedisKinds {
             }
         };
         // A renewal the promoted replica never got would be forgotten at a failover, as a grant
-        // would (see single.rs). `WAIT` goes on the connection that wrote, in the same attempt:
+        // would (see crate::single). `WAIT` goes on the connection that wrote, in the same attempt:
         // a `WAIT` sent again alone, after a reconnect (to a new primary, say), would count
         // another connection's writes, not this renewal.
         let (acks, ack_ms) = (self.base.min_replicas_ack, self.base.ack_wait_ms);

@@ -21,7 +21,8 @@ use crate::conn::Node;
 use crate::endpoint::Endpoint;
 use crate::pubsub::Notifier;
 use crate::scripts::{Keys, REDLOCK_ABANDON, REDLOCK_ACQUIRE, REDLOCK_FENCE, REDLOCK_RELEASE, RENEW};
-use crate::single::{parse_pair, remaining_from, token_from, ttl_ms, RESERVE_MS};
+use crate::reply::{parse_pair, remaining_from, token_from, ttl_ms};
+use crate::single::RESERVE_MS;
 use crate::RedisOptions;
 
 pub(crate) const BACKEND: &str = "redlock";

@@ -1,4 +1,4 @@
-//! The single-instance backend.
+//! The single-instance backend: [`RedisStore`], its connection and its grants.
 
 use std::time::Duration;
 
@@ -14,6 +14,7 @@ use crate::conn::Node;
 use crate::endpoint::{parse_sentinel, Endpoint, SCHEME};
 use crate::options::min_ttl;
 use crate::pubsub::Notifier;
+use crate::reply::{parse_pair, remaining_from, token_from, ttl_ms};
 use crate::scripts::{Keys, ABANDON, ACQUIRE, RELEASE, RENEW};
 use crate::RedisOptions;
 use redis::Script;
@@ -171,35 +172,16 @@ impl RedisStore {
     }
 }
 
+/// The acquire script's holder and metadata arguments (see `scripts::ACQUIRE_SRC`).
+fn who_args(claim: &Claim<'_>) -> (String, String) {
+    let holder = claim.holder_id().unwrap_or_default().to_owned();
+    let metadata = claim.metadata().map(|m| format!("+{m}")).unwrap_or_default();
+    (holder, metadata)
+}
+
 /// Whether `url` starts with `<scheme>://` (any case).
 fn has_scheme(url: &str, scheme: &str) -> bool {
     url.get(..scheme.len() + 3).is_some_and(|s| s.eq_ignore_ascii_case(&format!("{scheme}://")))
-}
-
-/// The ttl in whole milliseconds (at least 1), as Redis `PX` wants it.
-pub(crate) fn ttl_ms(ttl: Duration) -> u64 {
-    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
-}
-
-/// Parses `{flag, value}` from the acquire scripts.
-pub(crate) fn parse_pair(backend: &str, reply: Vec<i64>) -> Result<(bool, i64), LockError> {
-    match reply.as_slice() {
-        [flag, value] => Ok((*flag == 1, *value)),
-        other => Err(LockError::backend(backend, format!("unexpected reply from the acquire script: {other:?}"))),
-    }
-}
-
-pub(crate) fn token_from(backend: &str, value: i64) -> Result<FencingToken, LockError> {
-    u64::try_from(value)
-        .ok()
-        .filter(|v| *v > 0)
-        .map(FencingToken)
-        .ok_or_else(|| LockError::backend(backend, format!("the server returned an invalid fencing token {value}")))
-}
-
-/// A `PTTL` answer as a remaining lease (negative answers mean "no expiry" or "gone").
-pub(crate) fn remaining_from(pttl: i64) -> Option<Duration> {
-    u64::try_from(pttl).ok().map(Duration::from_millis)
 }
 
 #[async_trait]
@@ -241,7 +223,7 @@ impl LeaseStore for RedisStore {
         let owner_id = owner;
         let owner = owner.to_hex();
         let ms = ttl_ms(ttl);
-        let who = crate::inspect::who_args(claim);
+        let who = who_args(claim);
         let fence_ms = if self.idle_ms > 0 { ms.saturating_add(self.idle_ms) } else { 0 };
         // Only a waiting attempt takes a place in the queue; a single try must not.
         let reg_ms = if waiting { self.registration(ttl) } else { 0 };
@@ -351,15 +333,15 @@ impl LeaseStore for RedisStore {
     }
 
     async fn inspect(&self, name: &LockName) -> Result<Option<HolderInfo>, LockError> {
-        crate::inspect::inspect(self, name).await
+        self.read_holder(name).await
     }
 
     async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<HolderInfo>, LockError> {
-        crate::inspect::list(self, prefix, limit).await
+        self.scan_holders(prefix, limit).await
     }
 
     async fn force_release(&self, name: &LockName) -> Result<Option<FencingToken>, LockError> {
-        crate::inspect::force_release(self, name).await
+        self.free_whoever_holds(name).await
     }
 }
 
