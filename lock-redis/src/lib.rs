@@ -332,7 +332,8 @@ mod options;
 mod pubsub;
 mod redlock;
 mod reply;
-mod scripts;
+#[doc(hidden)]
+pub mod scripts;
 mod single;
 mod url;
 

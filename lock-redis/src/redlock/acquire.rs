@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use super::store::{RedlockStore, BACKEND};
 use crate::conn::Node;
 use crate::reply::{parse_pair, remaining_from, token_from, ttl_ms};
-use crate::scripts::{Keys, REDLOCK_ABANDON, REDLOCK_ACQUIRE, REDLOCK_FENCE};
+use crate::scripts::{Keys, RedlockAcquire, RedlockFence, RedlockUndo};
 use crate::single::RESERVE_MS;
 
 /// What a waiting attempt registers on each master: its ticket and how long the place lasts.
@@ -203,31 +203,23 @@ impl RedlockStore {
 
     /// One master's answer to the lease step.
     async fn lease_vote(&self, node: &Node, attempt: &Attempt<'_>) -> Vote {
-        let (keys, owner, id, boot, wake) =
-            (&attempt.keys, &attempt.owner, &attempt.id, &self.boot, self.notifier.wake_channel());
-        let (name, ms, place) = (attempt.name, attempt.ttl_ms, attempt.place);
-        let reply: Result<Vec<i64>, LockError> = node
+        let call = RedlockAcquire {
+            keys: &attempt.keys,
+            owner: &attempt.owner,
+            ttl_ms: attempt.ttl_ms,
+            attempt: &attempt.id,
+            quiet_ms: self.boot.quiet_ms(),
+            registration_ms: attempt.place.map_or(0, |p| p.registration_ms),
+            ticket: attempt.place.map_or(0, |p| p.ticket),
+            reserve_ms: RESERVE_MS,
+            wake: self.notifier.wake_channel(),
+        };
+        let (boot, name) = (&self.boot, attempt.name);
+        let reply = node
             .run_idempotent(attempt.per_node, |c| async move {
                 boot.with_marker(name, |marker| {
                     let mut c = c.clone();
-                    async move {
-                        REDLOCK_ACQUIRE
-                            .key(&keys.lock)
-                            .key(&keys.fence)
-                            .key(marker)
-                            .key(&keys.redlock_queue)
-                            .arg(owner)
-                            .arg(ms)
-                            .arg(id)
-                            .arg(boot.quiet_ms())
-                            .arg(place.map_or(0, |p| p.registration_ms))
-                            .arg(place.map_or(0, |p| p.ticket))
-                            .arg(&keys.channel)
-                            .arg(RESERVE_MS)
-                            .arg(wake)
-                            .invoke_async(&mut c)
-                            .await
-                    }
+                    async move { call.invoke(&marker, &mut c).await }
                 })
                 .await
             })
@@ -295,25 +287,13 @@ impl RedlockStore {
     /// there.
     fn undo(&self, attempt: &Attempt<'_>, refused_by: &[bool]) {
         for (node, _) in self.nodes.iter().zip(refused_by).filter(|(_, refused)| !**refused) {
-            let (node, lock, channel) = (Arc::clone(node), attempt.keys.lock.clone(), attempt.keys.channel.clone());
-            let (owner, id, queue) = (attempt.owner.clone(), attempt.id.clone(), attempt.keys.redlock_queue.clone());
+            let (node, keys, owner, id) =
+                (Arc::clone(node), attempt.keys.clone(), attempt.owner.clone(), attempt.id.clone());
             let (wake, per_node) = (self.notifier.wake_channel().to_owned(), attempt.per_node);
             tokio::spawn(async move {
-                let (lock, owner, id, channel, queue, wake) = (&lock, &owner, &id, &channel, &queue, &wake);
-                let undone = node
-                    .run(per_node, |mut c| async move {
-                        REDLOCK_ABANDON
-                            .key(lock)
-                            .key(queue)
-                            .arg(owner)
-                            .arg(id)
-                            .arg(channel)
-                            .arg(RESERVE_MS)
-                            .arg(wake)
-                            .invoke_async::<i64>(&mut c)
-                            .await
-                    })
-                    .await;
+                let call =
+                    RedlockUndo { keys: &keys, owner: &owner, attempt: &id, reserve_ms: RESERVE_MS, wake: &wake };
+                let undone = node.run(per_node, |mut c| async move { call.invoke(&mut c).await }).await;
                 if let Err(e) = undone {
                     tracing::debug!(error = %e, "undo of a failed redlock attempt failed; the ttl frees it");
                 }
@@ -344,14 +324,11 @@ fn fence_on(
     wanted: &str,
     bound: Duration,
 ) -> impl Future<Output = Result<(bool, i64), LockError>> + Send + 'static {
-    let (fence, fence_by) = (attempt.keys.fence.clone(), attempt.keys.fence_by.clone());
-    let (id, wanted) = (attempt.id.clone(), wanted.to_owned());
+    let (keys, id, wanted) = (attempt.keys.clone(), attempt.id.clone(), wanted.to_owned());
     async move {
-        let (fence, fence_by, wanted, id) = (&fence, &fence_by, &wanted, &id);
-        node.run_idempotent(bound, |mut c| async move {
-            REDLOCK_FENCE.key(fence).key(fence_by).arg(wanted.as_str()).arg(id).invoke_async::<Vec<i64>>(&mut c).await
-        })
-        .await
-        .and_then(|r| parse_pair(BACKEND, r))
+        let call = RedlockFence { keys: &keys, token: &wanted, attempt: &id };
+        node.run_idempotent(bound, |mut c| async move { call.invoke(&mut c).await })
+            .await
+            .and_then(|r| parse_pair(BACKEND, r))
     }
 }

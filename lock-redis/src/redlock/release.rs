@@ -7,7 +7,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use lock_core::{LockError, LockName, OwnerId, ReleaseOutcome};
 
 use super::store::{RedlockStore, BACKEND};
-use crate::scripts::{Keys, REDLOCK_RELEASE};
+use crate::scripts::{Keys, RedlockRelease};
 use crate::single::RESERVE_MS;
 
 impl RedlockStore {
@@ -20,18 +20,9 @@ impl RedlockStore {
             .nodes
             .iter()
             .map(|n| async move {
-                n.run(bound, |mut c| async move {
-                    REDLOCK_RELEASE
-                        .key(&keys.lock)
-                        .key(&keys.redlock_queue)
-                        .arg(owner)
-                        .arg(&keys.channel)
-                        .arg(RESERVE_MS)
-                        .arg(self.notifier.wake_channel())
-                        .invoke_async(&mut c)
-                        .await
-                })
-                .await
+                let wake = self.notifier.wake_channel();
+                let call = RedlockRelease { keys, owner, reserve_ms: RESERVE_MS, wake };
+                n.run(bound, |mut c| async move { call.invoke(&mut c).await }).await
             })
             .collect();
         let mut replies = Vec::with_capacity(self.nodes.len());

@@ -8,7 +8,7 @@ use lock_core::{escape_prefix, FencingToken, HolderInfo, LockError, LockKind, Lo
 
 use super::store::{RedisStore, BACKEND, RESERVE_MS};
 use crate::reply::{remaining_from, token_from};
-use crate::scripts::{Keys, FORCE_RELEASE, INSPECT};
+use crate::scripts::{ForceRelease, Inspect};
 
 /// Most `SCAN` calls one `list` makes (each looks at about [`SCAN_COUNT`] keys).
 const MAX_SCANS: usize = 10_000;
@@ -28,14 +28,12 @@ fn strip(field: &str) -> Option<String> {
 impl RedisStore {
     /// The holder of `name`, read in one script (token, `PTTL`, holder id and metadata).
     pub(super) async fn read_holder(&self, name: &LockName) -> Result<Option<HolderInfo>, LockError> {
-        let keys: Keys = self.keys(name);
-        let lock = &keys.lock;
-        let reply: Vec<String> =
-            self.node
-                .run_idempotent(self.node.request_timeout(), |mut c| async move {
-                    INSPECT.key(lock).invoke_async(&mut c).await
-                })
-                .await?;
+        let keys = self.keys(name);
+        let call = Inspect { keys: &keys };
+        let reply = self
+            .node
+            .run_idempotent(self.node.request_timeout(), |mut c| async move { call.invoke(&mut c).await })
+            .await?;
         let [token, pttl, holder, metadata] = reply.as_slice() else {
             if reply.is_empty() {
                 return Ok(None);
@@ -53,20 +51,10 @@ impl RedisStore {
 
     /// Frees `name` whoever holds it, keeping the fence counter (one script); the freed token.
     pub(super) async fn free_whoever_holds(&self, name: &LockName) -> Result<Option<FencingToken>, LockError> {
-        let keys: Keys = self.keys(name);
-        let keys = &keys;
-        let reply: Vec<String> = self
-            .node
-            .run(self.node.request_timeout(), |mut c| async move {
-                FORCE_RELEASE
-                    .key(&keys.lock)
-                    .key(&keys.queue)
-                    .arg(&keys.channel)
-                    .arg(RESERVE_MS)
-                    .invoke_async(&mut c)
-                    .await
-            })
-            .await?;
+        let keys = self.keys(name);
+        let call = ForceRelease { keys: &keys, reserve_ms: RESERVE_MS };
+        let reply =
+            self.node.run(self.node.request_timeout(), |mut c| async move { call.invoke(&mut c).await }).await?;
         match reply.as_slice() {
             [] => Ok(None),
             [token] => Ok(Some(token_from(BACKEND, token.parse::<i64>().unwrap_or(0))?)),
