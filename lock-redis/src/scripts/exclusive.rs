@@ -44,12 +44,10 @@ if qk then qs = redis.call('GET', qk) end
 local function grant()
   -- The holder changed: observers of other processes (crate::pubsub) hear `+`; waiters ignore it.
   if qk then redis.call('PUBLISH', ARGV[8], '+') end
-  local token = grant_token(KEYS[2], t)
-  redis.call('HSET', KEYS[1], 'o', ARGV[1], 'f', string.format('%d', token))
+  local token = grant_lease(KEYS[1], KEYS[2], ARGV[1], ARGV[2], t)
   if ARGV[4] and ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'h', ARGV[4]) end
   if ARGV[5] and ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'm', ARGV[5]) end
   if ARGV[6] and tonumber(ARGV[6]) > 0 then redis.call('PEXPIRE', KEYS[2], ARGV[6]) end
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1, token}
 end
 -- The common case, free with nobody queued, is granted before the queue's helpers are even

@@ -180,9 +180,7 @@ if not turn then
 end
 if i > 0 then table.remove(q, i) end
 queue_save(KEYS[4], q, now, had)
-local token = grant_token(KEYS[5], t)
-redis.call('HSET', KEYS[3], 'o', ARGV[1], 'f', string.format('%d', token))
-redis.call('PEXPIRE', KEYS[3], ARGV[2])
+local token = grant_lease(KEYS[3], KEYS[5], ARGV[1], ARGV[2], t)
 return {1, token}
 "#
 );

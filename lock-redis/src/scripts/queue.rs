@@ -87,7 +87,8 @@ end
 pub(crate) use wake_lua;
 
 /// Lua of every script that issues a token: `grant_token(fence, t)`, the token a grant issues,
-/// never below the server clock in µs (`t`: `TIME`'s reply). Before [`queue_lua`], which uses it.
+/// never below the server clock in µs (`t`: `TIME`'s reply), and `grant_lease(lock, fence,
+/// owner, ttl, t)`, an exclusive lease with that token. Before [`queue_lua`], which uses it.
 macro_rules! token_lua {
     () => {
         r#"
@@ -100,6 +101,15 @@ local function grant_token(fence, t)
     token = floor
     redis.call('SET', fence, string.format('%d', token))
   end
+  return token
+end
+-- The grant tail of every exclusive lease (an acquire, a release's grant to the queue's head, a
+-- writer): the lease hash `lock` is `owner`'s for `ttl` ms (a decimal string), with the next
+-- token of `fence`; the token.
+local function grant_lease(lock, fence, owner, ttl, t)
+  local token = grant_token(fence, t)
+  redis.call('HSET', lock, 'o', owner, 'f', string.format('%d', token))
+  redis.call('PEXPIRE', lock, ttl)
   return token
 end
 "#
@@ -162,9 +172,7 @@ local function grant_head(q, t, lock, fence, channel, claim)
   local owner, grant, own = entry_parts(q[1][1])
   local ttl = tonumber(string.match(grant or '', '^(%d+)$'))
   if not (ttl and own) then return false end
-  local token = string.format('%d', grant_token(fence, t))
-  redis.call('HSET', lock, 'o', owner, 'f', token)
-  redis.call('PEXPIRE', lock, string.format('%d', math.min(ttl, claim)))
+  grant_lease(lock, fence, owner, string.format('%d', math.min(ttl, claim)), t)
   table.remove(q, 1)
   redis.call('PUBLISH', own, '@' .. owner)
   redis.call('PUBLISH', channel, '+')
