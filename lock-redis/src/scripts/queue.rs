@@ -117,33 +117,18 @@ end
 }
 pub(crate) use token_lua;
 
-/// Lua shared by the scripts that use the queue (after [`wake_lua`] and [`token_lua`]):
-/// `queue_now()`, `queue_load(key, now, s)`, `queue_save(key, q, now, had)`, `wake(entry,
-/// channel)`, `reserve_head(q, now, reserve, channel, always)` and `freed(key, reserve, channel,
-/// lock, fence, s, claim)` (`lock`, `fence`: the lease's keys, and `claim`: the claim window in
-/// ms, to grant the lock provisionally to a head that takes grants (the module docs); nil: only
-/// wake it; `s`: the queue key's value when already read, nil: read it).
-macro_rules! queue_lua {
+/// Lua of every waiter queue, the exclusive lock's and Redlock's ticket queue (after
+/// [`wake_lua`]): `queue_now()`, `queue_save(key, q, now, had)` and `reserve_head(q, now,
+/// reserve, channel, always)`.
+macro_rules! queue_core_lua {
     () => {
         r#"
 local function queue_now()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
--- The live registrations {owner, ends} in arrival order, and whether the key existed; `s`, when
--- given, is the key's value already read (false: no key).
-local function queue_load(k, now, s)
-  local q = {}
-  if s == nil then s = redis.call('GET', k) end
-  if s then
-    for o, e in string.gmatch(s, '(%S+) (%d+)') do
-      e = tonumber(e)
-      if e > now then q[#q + 1] = {o, e} end
-    end
-  end
-  return q, s ~= false
-end
 -- Writes the queue back (deletes it when empty); the key lives as long as its last registration.
+-- An entry is its owner, the end of its registration and, in a ticket queue, its ticket.
 local function queue_save(k, q, now, had)
   if #q == 0 then
     if had then redis.call('DEL', k) end
@@ -152,6 +137,7 @@ local function queue_save(k, q, now, had)
   local parts, last = {}, now + 1
   for i, x in ipairs(q) do
     parts[i] = x[1] .. ' ' .. string.format('%d', x[2])
+    if x[3] then parts[i] = parts[i] .. ' ' .. string.format('%d', x[3]) end
     if x[2] > last then last = x[2] end
   end
   redis.call('SET', k, table.concat(parts, ' '), 'PX', string.format('%d', last - now))
@@ -164,6 +150,34 @@ local function reserve_head(q, now, reserve, channel, always)
   local cut = head[2] > now + reserve
   if cut then head[2] = now + reserve end
   if cut or always then wake(head[1], channel) end
+end
+"#
+    };
+}
+pub(crate) use queue_core_lua;
+
+/// Lua shared by the scripts that use the queue (after [`wake_lua`] and [`token_lua`]):
+/// [`queue_core_lua`], `queue_load(key, now, s)`, `wake(entry, channel)` and `freed(key, reserve, channel,
+/// lock, fence, s, claim)` (`lock`, `fence`: the lease's keys, and `claim`: the claim window in
+/// ms, to grant the lock provisionally to a head that takes grants (the module docs); nil: only
+/// wake it; `s`: the queue key's value when already read, nil: read it).
+macro_rules! queue_lua {
+    () => {
+        concat!(
+            $crate::scripts::queue::queue_core_lua!(),
+            r#"
+-- The live registrations {owner, ends} in arrival order, and whether the key existed; `s`, when
+-- given, is the key's value already read (false: no key).
+local function queue_load(k, now, s)
+  local q = {}
+  if s == nil then s = redis.call('GET', k) end
+  if s then
+    for o, e in string.gmatch(s, '(%S+) (%d+)') do
+      e = tonumber(e)
+      if e > now then q[#q + 1] = {o, e} end
+    end
+  end
+  return q, s ~= false
 end
 -- Grants the free lock to the head of `q` when its entry takes grants (crate::scripts::queue),
 -- provisionally: for the claim window `claim` ms (at most the head's ttl) until the head's own
@@ -200,6 +214,7 @@ local function freed(k, reserve, channel, lock, fence, s, claim)
   queue_save(k, q, now, had)
 end
 "#
+        )
     };
 }
 pub(crate) use queue_lua;

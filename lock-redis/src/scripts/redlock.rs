@@ -47,18 +47,15 @@ use redis::Script;
 
 use super::keys::Keys;
 
-/// Lua shared by the ticket-queue scripts: `tq_now()`, `tq_load(key, now)`,
-/// `tq_save(key, q, now, had)`, `tq_register(q, owner, ticket, ends)`, `tq_remove(q, owner)` and
-/// `tq_reserve(q, now, reserve, channel, always)`. An entry is `{owner, ends, ticket}`.
+/// Lua shared by the ticket-queue scripts: the queue's core (`queue_now`, `queue_save`,
+/// `reserve_head`: `super::queue::queue_core_lua`), `tq_load(key, now)`, `tq_register(q, owner,
+/// ticket, ends)` and `tq_remove(q, owner)`. An entry is `{owner, ends, ticket}`.
 macro_rules! ticket_queue_lua {
     () => {
         concat!(
             super::queue::wake_lua!(),
+            $crate::scripts::queue::queue_core_lua!(),
             r#"
-local function tq_now()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
 -- The live registrations, in ticket order (as stored), and whether the key existed.
 local function tq_load(k, now)
   local q = {}
@@ -70,18 +67,6 @@ local function tq_load(k, now)
     end
   end
   return q, s ~= false
-end
-local function tq_save(k, q, now, had)
-  if #q == 0 then
-    if had then redis.call('DEL', k) end
-    return
-  end
-  local parts, last = {}, now + 1
-  for i, x in ipairs(q) do
-    parts[i] = x[1] .. ' ' .. string.format('%d', x[2]) .. ' ' .. string.format('%d', x[3])
-    if x[2] > last then last = x[2] end
-  end
-  redis.call('SET', k, table.concat(parts, ' '), 'PX', string.format('%d', last - now))
 end
 -- Removes `owner`'s entry; whether it was the head.
 local function tq_remove(q, owner)
@@ -105,15 +90,6 @@ local function tq_register(q, owner, ticket, ends)
     end
   end
   table.insert(q, pos, {owner, ends, ticket})
-end
--- The key is free: the head gets at most `reserve` ms to take it, and is woken (it alone) when
--- its reservation starts, or always when `always`.
-local function tq_reserve(q, now, reserve, channel, always)
-  local head = q[1]
-  if not head then return end
-  local cut = head[2] > now + reserve
-  if cut then head[2] = now + reserve end
-  if cut or always then wake(head[1], channel) end
 end
 "#
         )
@@ -144,7 +120,7 @@ if qk then
   if reg > 0 then tq_register(q, me, tonumber(ARGV[6]), now + reg) end
 end
 local function refuse(ms)
-  if qk then tq_save(qk, q, now, had) end
+  if qk then queue_save(qk, q, now, had) end
   return {0, ms}
 end
 if holder and holder ~= ARGV[1] then return refuse(redis.call('PTTL', KEYS[1])) end
@@ -153,12 +129,12 @@ if not holder then
   if quiet > 0 then return refuse(quiet) end
   local head = q[1]
   if head and head[1] ~= me then
-    tq_reserve(q, now, tonumber(ARGV[8]), ARGV[7], false)
+    reserve_head(q, now, tonumber(ARGV[8]), ARGV[7], false)
     return refuse(math.max(1, head[2] - now))
   end
 end
 -- Granted: the entry stays (the grant may not reach a majority; the undo keeps the place).
-if qk then tq_save(qk, q, now, had) end
+if qk then queue_save(qk, q, now, had) end
 redis.call('HSET', KEYS[1], 'o', ARGV[1], 'a', ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -211,11 +187,11 @@ const REDLOCK_ABANDON_SRC: &str = effects_lua!(
 if redis.call('HGET', KEYS[1], 'o') == ARGV[1] and redis.call('HGET', KEYS[1], 'a') == ARGV[2] then
   redis.call('DEL', KEYS[1])
   if KEYS[2] then
-    local now = tq_now()
+    local now = queue_now()
     local q, had = tq_load(KEYS[2], now)
     if q[1] then
-      if q[1][1] ~= entry_of(ARGV[1], ARGV[5]) then tq_reserve(q, now, tonumber(ARGV[4]), ARGV[3], true) end
-      tq_save(KEYS[2], q, now, had)
+      if q[1][1] ~= entry_of(ARGV[1], ARGV[5]) then reserve_head(q, now, tonumber(ARGV[4]), ARGV[3], true) end
+      queue_save(KEYS[2], q, now, had)
       return 1
     end
   end
@@ -259,17 +235,17 @@ const REDLOCK_RELEASE_SRC: &str = effects_lua!(
     r#"
 local mine = redis.call('HGET', KEYS[1], 'o') == ARGV[1]
 if mine then redis.call('DEL', KEYS[1]) end
-local now = tq_now()
+local now = queue_now()
 local q, had = tq_load(KEYS[2], now)
 local was_head = tq_remove(q, entry_of(ARGV[1], ARGV[4]))
 if not redis.call('HGET', KEYS[1], 'o') then
   if q[1] then
-    tq_reserve(q, now, tonumber(ARGV[3]), ARGV[2], mine or was_head)
+    reserve_head(q, now, tonumber(ARGV[3]), ARGV[2], mine or was_head)
   elseif mine then
     redis.call('PUBLISH', ARGV[2], 'released')
   end
 end
-tq_save(KEYS[2], q, now, had)
+queue_save(KEYS[2], q, now, had)
 if mine then return 1 end
 return 0
 "#
