@@ -327,12 +327,13 @@ mod cluster;
 mod conn;
 mod endpoint;
 mod handoff;
-mod inspect;
 mod kinds;
 mod options;
 mod pubsub;
 mod redlock;
-mod scripts;
+mod reply;
+#[doc(hidden)]
+pub mod scripts;
 mod single;
 mod url;
 
