@@ -35,7 +35,6 @@ mod backoff;
 mod batch;
 mod capabilities;
 mod changes;
-mod driver;
 mod election;
 mod error;
 mod events;
@@ -50,13 +49,11 @@ mod multi;
 mod name;
 mod options;
 pub mod redact;
-mod release;
 mod renewals;
 #[cfg(feature = "sqlx")]
 mod sqlx_token;
 mod store;
 mod wake;
-mod watchdog;
 
 pub use backoff::Backoff;
 pub use batch::{Batcher, RoundFn};
