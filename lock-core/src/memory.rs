@@ -19,9 +19,9 @@ use tokio::sync::oneshot;
 use tokio::time::{sleep_until, Instant};
 
 use crate::{
-    AcquireOptions, Capabilities, ChangeFeed, DistributedLock, DistributedRwLock, DistributedSemaphore, FencingToken,
-    HolderInfo, Lease, LeaseGrant, LeaseHandle, LeaseModel, LockError, LockName, OwnerId, ReleaseOutcome, RenewOutcome,
-    WakeHub, WakeMethod,
+    AcquireOptions, Capabilities, ChangeFeed, Deadline, DistributedLock, DistributedRwLock, DistributedSemaphore,
+    FencingToken, HolderInfo, Lease, LeaseGrant, LeaseHandle, LeaseModel, LockError, LockName, OwnerId, ReleaseOutcome,
+    RenewOutcome, WakeHub, WakeMethod,
 };
 
 mod idle;
@@ -363,9 +363,9 @@ impl MemoryLock {
         opts: &AcquireOptions,
     ) -> Result<Lease, LockError> {
         opts.validate(&Self::caps())?;
-        let begun = Instant::now();
-        let deadline = opts.wait.deadline(begun);
-        self.until_reachable(deadline).await?;
+        // Queued means busy: at the deadline the answer is `Timeout`.
+        let deadline = Deadline::new(opts.wait, Instant::now());
+        self.until_reachable(deadline.at()).await?;
         let at = Instant::now();
         let owner = OwnerId::random();
         let (tx, rx) = oneshot::channel();
@@ -375,7 +375,7 @@ impl MemoryLock {
             if e.fits(mode) && !e.has_waiters() {
                 return Ok(Err(e.grant(owner, mode, opts.ttl, at, opts.holder.as_ref())));
             }
-            if deadline.is_some_and(|d| d <= at) {
+            if deadline.passed(at) {
                 return Ok(Ok(false));
             }
             e.queue.push_back(Waiter { owner, mode, ttl: opts.ttl, who: opts.holder.clone(), tx });
@@ -383,7 +383,7 @@ impl MemoryLock {
         })?;
         match queued {
             Err(token) => return Ok(self.lease(family, name, owner, token, at, opts)),
-            Ok(false) => return Err(LockError::Timeout { name: name.as_str().to_owned(), waited: Duration::ZERO }),
+            Ok(false) => return Err(deadline.timeout(name)),
             Ok(true) => {}
         }
         let mut guard = QueueGuard { client: self, family, name, owner, rx: Some(rx) };
@@ -393,7 +393,7 @@ impl MemoryLock {
             let next_expiry = self
                 .with_entry(family, name, |e| e.holders.iter().map(|h| h.expires).min())
                 .map(|h| h.min(Instant::now() + Duration::from_millis(50)));
-            let wake_at = match (next_expiry, deadline) {
+            let wake_at = match (next_expiry, deadline.at()) {
                 (Some(h), Some(d)) => Some(h.min(d)),
                 (h, d) => h.or(d),
             };
@@ -413,8 +413,8 @@ impl MemoryLock {
                         guard.rx = None;
                         return Ok(self.lease(family, name, owner, g.token, g.at, opts));
                     }
-                    if deadline.is_some_and(|d| now >= d) {
-                        return Err(LockError::Timeout { name: name.as_str().to_owned(), waited: now - begun });
+                    if deadline.passed(now) {
+                        return Err(deadline.timeout(name));
                     }
                 }
             }
