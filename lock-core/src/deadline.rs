@@ -14,12 +14,13 @@ use crate::{LockError, LockName, WaitPolicy};
 /// cut short by the deadline: the caller asked to wait that long for a busy lock, and it stayed
 /// busy. A wait that never saw the lock busy answers with its failure instead (the server, not
 /// the holder, kept it from the lock). Backend authors who write their own wait (those that do
-/// not use [`StoreLock`](crate::StoreLock)) call [`Deadline::busy`] on each "held"
+/// not use [`StoreLock`](crate::backend::StoreLock)) call [`Deadline::busy`] on each "held"
 /// answer and end with [`Deadline::or_timeout`].
 ///
 /// ```
 /// use std::time::Duration;
-/// use lock_core::{Deadline, LockError, LockName, WaitPolicy};
+/// use lock_core::backend::Deadline;
+/// use lock_core::{LockError, LockName, WaitPolicy};
 /// use tokio::time::Instant;
 ///
 /// let name = LockName::new("jobs").unwrap();

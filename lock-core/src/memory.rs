@@ -18,10 +18,12 @@ use async_trait::async_trait;
 use tokio::sync::oneshot;
 use tokio::time::{sleep_until, Instant};
 
+use crate::deadline::Deadline;
+use crate::lease::{LeaseGrant, LeaseHandle, ReleaseOutcome, RenewOutcome};
+use crate::wake::WakeHub;
 use crate::{
-    AcquireOptions, Capabilities, ChangeFeed, Deadline, DistributedLock, DistributedRwLock, DistributedSemaphore,
-    FencingToken, HolderInfo, Lease, LeaseGrant, LeaseHandle, LeaseModel, LockError, LockName, OwnerId, ReleaseOutcome,
-    RenewOutcome, WakeHub, WakeMethod,
+    AcquireOptions, Capabilities, ChangeFeed, DistributedLock, DistributedRwLock, DistributedSemaphore, FencingToken,
+    HolderInfo, Lease, LeaseModel, LockError, LockName, OwnerId, WakeMethod,
 };
 
 mod idle;
@@ -157,7 +159,7 @@ impl Entry {
             .chain(self.queue.iter().map(|w| w.mode))
             .find(|m| *m != Mode::Permit(n));
         match other {
-            Some(Mode::Permit(m)) => Err(crate::permits_mismatch(name, m, n)),
+            Some(Mode::Permit(m)) => Err(crate::kinds::permits_mismatch(name, m, n)),
             _ => Ok(()),
         }
     }
@@ -341,7 +343,7 @@ impl MemoryLock {
     /// Waiting forever means forever (docs/contract.md §4): while the server is out of reach, try again
     /// with capped back-off. With a deadline, the first failure is the answer.
     async fn until_reachable(&self, deadline: Option<Instant>) -> Result<(), LockError> {
-        let mut backoff = crate::Backoff::new(Duration::from_millis(5), Duration::from_millis(250));
+        let mut backoff = crate::backoff::Backoff::new(Duration::from_millis(5), Duration::from_millis(250));
         loop {
             match self.reachable() {
                 Err(e) if deadline.is_none() => {
@@ -424,7 +426,7 @@ impl MemoryLock {
 }
 
 fn permits(n: u32) -> Result<Mode, LockError> {
-    crate::check_permits(n)?;
+    crate::kinds::check_permits(n)?;
     Ok(Mode::Permit(n))
 }
 

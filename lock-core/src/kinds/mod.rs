@@ -4,7 +4,7 @@
 //! A backend implements [`KindStore`] — one attempt, renewal, release and wake-up subscription
 //! of one grant of a given [`LockKind`] — and [`StoreRwLock`] / [`StoreSemaphore`] assemble the
 //! traits from it: each side (read, write, permit) is a [`LeaseStore`] over that store, so
-//! [`StoreLock`](crate::StoreLock) gives waiting, back-off, time-outs, cancel-safety and the
+//! [`StoreLock`](crate::backend::StoreLock) gives waiting, back-off, time-outs, cancel-safety and the
 //! lease watchdog. The rules every such backend shares live here, once: the writer's claim
 //! ([`writer_claim`]), the permits check ([`check_permits`]) and the permits-mismatch error
 //! ([`permits_mismatch`]).
@@ -18,10 +18,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::{
-    Capabilities, LeaseStore, LockError, LockKind, LockName, OwnerId, ReleaseOutcome, RenewOutcome, TryLock,
-    WakeSubscription,
-};
+use crate::lease::{ReleaseOutcome, RenewOutcome};
+use crate::store::{LeaseStore, TryLock};
+use crate::wake::WakeSubscription;
+use crate::{Capabilities, LockError, LockKind, LockName, OwnerId};
 
 pub use rw::StoreRwLock;
 pub use semaphore::StoreSemaphore;

@@ -5,10 +5,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::{KindSide, KindStore};
-use crate::{
-    AcquireOptions, Capabilities, DistributedLock, DistributedRwLock, Lease, LeaseStore, LockError, LockKind, LockName,
-    StoreLock,
-};
+use crate::store::{LeaseStore, StoreLock};
+use crate::{AcquireOptions, Capabilities, DistributedLock, DistributedRwLock, Lease, LockError, LockKind, LockName};
 
 /// A read-write lock (docs/contract.md §5.2) over a [`KindStore`].
 ///

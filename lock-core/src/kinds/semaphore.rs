@@ -5,9 +5,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::{check_permits, KindSide, KindStore};
+use crate::store::{LeaseStore, StoreLock};
 use crate::{
-    AcquireOptions, Capabilities, DistributedLock, DistributedSemaphore, Lease, LeaseStore, LockError, LockKind,
-    LockName, StoreLock,
+    AcquireOptions, Capabilities, DistributedLock, DistributedSemaphore, Lease, LockError, LockKind, LockName,
 };
 
 /// A semaphore (docs/contract.md §5.3) over a [`KindStore`].

@@ -52,7 +52,7 @@ pub trait LeaseHandle: Send + Sync + 'static {
     }
 }
 
-/// What a backend hands to [`Lease::new`] after the server granted a lock.
+/// What a backend hands to [`Lease::new`](crate::Lease::new) after the server granted a lock.
 #[derive(Clone)]
 #[non_exhaustive]
 pub struct LeaseGrant {

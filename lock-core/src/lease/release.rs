@@ -12,7 +12,8 @@ use tokio::time::{timeout, Instant};
 
 use super::handle::ReleaseOutcome;
 use super::shared::{ReleaseState, Shared};
-use crate::{Backoff, LockError};
+use crate::backoff::Backoff;
+use crate::LockError;
 
 /// One owner-checked release attempt, unless an earlier one was answered already.
 pub(crate) async fn release_once(shared: Arc<Shared>) -> Result<(), LockError> {

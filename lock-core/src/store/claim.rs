@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::{FencingToken, Holder, LockName, OwnerId};
 
 /// What one acquire attempt asks for: the name, the owner id, the lease time and the
-/// acquirer's identity ([`AcquireOptions::holder`], docs/contract.md §5.6).
+/// acquirer's identity ([`AcquireOptions::holder`](crate::AcquireOptions::holder), docs/contract.md §5.6).
 #[derive(Clone, Copy, Debug)]
 #[non_exhaustive]
 pub struct Claim<'a> {

@@ -8,7 +8,8 @@ use async_trait::async_trait;
 
 use super::lease_store::LeaseStore;
 use super::renewals::Renewals;
-use crate::{LeaseHandle, LockError, LockName, OwnerId, ReleaseOutcome, RenewOutcome};
+use crate::lease::{LeaseHandle, ReleaseOutcome, RenewOutcome};
+use crate::{LockError, LockName, OwnerId};
 
 pub(super) struct StoreLeaseHandle<S> {
     pub(super) store: Arc<S>,

@@ -5,10 +5,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::claim::{Claim, TryLock};
-use crate::{
-    Capabilities, ChangeFeed, FencingToken, HolderInfo, LockError, LockName, OwnerId, ReleaseOutcome, RenewOutcome,
-    WakeSubscription,
-};
+use crate::lease::{ReleaseOutcome, RenewOutcome};
+use crate::wake::WakeSubscription;
+use crate::{Capabilities, ChangeFeed, FencingToken, HolderInfo, LockError, LockName, OwnerId};
 
 /// The primitives of a lease-entry backend. Every method is one owner-checked, atomic server
 /// operation; none waits for the lock.
@@ -75,7 +74,7 @@ pub trait LeaseStore: Send + Sync + 'static {
     }
 
     /// Frees `name` whoever holds it, keeping its fence (docs/contract.md §5.6,
-    /// [`DistributedLock::force_release`]): the freed holder's token, `None` when it was free.
+    /// [`DistributedLock::force_release`](crate::DistributedLock::force_release)): the freed holder's token, `None` when it was free.
     /// `Unsupported` by default.
     async fn force_release(&self, _name: &LockName) -> Result<Option<FencingToken>, LockError> {
         Err(LockError::Unsupported { backend: self.backend().to_owned(), feature: "force_release" })
@@ -93,7 +92,7 @@ pub trait LeaseStore: Send + Sync + 'static {
         self.subscribe(name).await
     }
 
-    /// A feed of changes of `name`'s holder for observers ([`DistributedLock::watch_changes`]);
+    /// A feed of changes of `name`'s holder for observers ([`DistributedLock::watch_changes`](crate::DistributedLock::watch_changes));
     /// `None` (the default) when the backend does not notify.
     async fn watch_changes(&self, _name: &LockName) -> Result<Option<ChangeFeed>, LockError> {
         Ok(None)

@@ -15,9 +15,10 @@ use super::lease_store::LeaseStore;
 use super::pending::PendingRelease;
 use super::renewals::Renewals;
 use super::wait::Wait;
+use crate::lease::LeaseGrant;
 use crate::{
-    AcquireOptions, Capabilities, ChangeFeed, DistributedLock, FencingToken, HolderInfo, Lease, LeaseGrant, LockError,
-    LockName, OwnerId,
+    AcquireOptions, Capabilities, ChangeFeed, DistributedLock, FencingToken, HolderInfo, Lease, LockError, LockName,
+    OwnerId,
 };
 
 /// Turns a [`LeaseStore`] into a [`DistributedLock`].

@@ -11,7 +11,10 @@ use super::attempt::{attempt, no_answer};
 use super::claim::{Claim, TryLock};
 use super::lease_store::LeaseStore;
 use super::pending::PendingRelease;
-use crate::{AcquireOptions, Backoff, Deadline, FencingToken, LockError, WakeSubscription};
+use crate::backoff::Backoff;
+use crate::deadline::Deadline;
+use crate::wake::WakeSubscription;
+use crate::{AcquireOptions, FencingToken, LockError};
 
 /// The first (and shortest) poll interval, the one a newcomer uses.
 const MIN_POLL: Duration = Duration::from_millis(5);

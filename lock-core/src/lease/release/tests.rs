@@ -10,10 +10,8 @@ use async_trait::async_trait;
 
 use tokio::time::Instant;
 
-use crate::{
-    AcquireOptions, FencingToken, Lease, LeaseGrant, LeaseHandle, LockError, LockName, OwnerId, ReleaseOutcome,
-    RenewOutcome,
-};
+use crate::lease::{LeaseGrant, LeaseHandle, ReleaseOutcome, RenewOutcome};
+use crate::{AcquireOptions, FencingToken, Lease, LockError, LockName, OwnerId};
 
 /// A server holding one lease for us: reachable or not, with some latency per request.
 struct FakeServer {

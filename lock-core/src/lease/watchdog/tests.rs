@@ -8,10 +8,8 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use super::*;
-use crate::{
-    AcquireOptions, FencingToken, Lease, LeaseGrant, LeaseHandle, LockError, LockName, OwnerId, ReleaseOutcome,
-    RenewOutcome,
-};
+use crate::lease::{LeaseGrant, LeaseHandle, ReleaseOutcome, RenewOutcome};
+use crate::{AcquireOptions, FencingToken, Lease, LockError, LockName, OwnerId};
 
 #[test]
 fn renewals_start_at_most_a_sixteenth_of_their_cadence_and_50_ms_early() {
