@@ -24,7 +24,7 @@ pub mod redact;
 /// Jittered exponential back-off between retries.
 pub use crate::backoff::Backoff;
 /// Gathering many leases' requests into rounds (one statement, pipeline or `sync` each).
-pub use crate::batch::{Batcher, RoundFn};
+pub use crate::batch::Batcher;
 /// The producer side of a [`ChangeFeed`](crate::ChangeFeed).
 pub use crate::changes::ChangeSignal;
 /// The end of one acquire wait and the answer owed when it comes.

@@ -60,7 +60,7 @@ mod wake;
 pub use capabilities::{Capabilities, LeaseModel, WakeMethod};
 pub use changes::ChangeFeed;
 pub use election::{Election, Leadership};
-pub use error::{BoxError, LockError};
+pub use error::LockError;
 pub use events::{EventsRef, LeaseEvents};
 pub use fenced::{FencedRegister, StaleToken};
 pub use holder::{Holder, HolderInfo, MAX_HOLDER_LEN, MAX_METADATA_LEN};
@@ -79,5 +79,5 @@ pub use backend::redact;
 pub use backend::{
     async_trait, check_permits, escape_prefix, permits_mismatch, writer_claim, Backoff, Batcher, ChangeSignal, Claim,
     Deadline, KindAttempt, KindGrant, KindStore, LeaseGrant, LeaseHandle, LeaseStore, LossTrigger, ReleaseOutcome,
-    RenewOutcome, RoundFn, StoreLock, StoreRwLock, StoreSemaphore, TryLock, WakeHub, WakeSubscription,
+    RenewOutcome, StoreLock, StoreRwLock, StoreSemaphore, TryLock, WakeHub, WakeSubscription,
 };

@@ -21,7 +21,8 @@
 //!            "cannot parse '***@a' in redlock://u:***@a:1,b:2");
 //! ```
 
-use crate::{BoxError, LockError};
+use crate::error::BoxError;
+use crate::LockError;
 
 /// What a hidden secret is replaced by.
 pub const MASK: &str = "***";
@@ -243,7 +244,7 @@ fn chain_text(error: &(dyn std::error::Error + 'static)) -> String {
 
 /// Every secret of `raw`, as the small parser and the `url` crate read it, with the forms a
 /// message may quote it in (percent-decoded, percent-encoded, `{:?}`-escaped, cut into pieces).
-fn secrets(raw: &str) -> Vec<String> {
+pub fn secrets(raw: &str) -> Vec<String> {
     let mut found: Vec<String> = Vec::new();
     match UrlParts::parse(raw) {
         Some(parts) => found.extend(parts.password.map(str::to_owned)),

@@ -25,11 +25,6 @@ impl LossTrigger {
     pub fn fire(&self, reason: &str) {
         self.shared.declare_lost(reason);
     }
-
-    /// Whether the lease is already lost or released (a backend can stop watching then).
-    pub fn is_done(&self) -> bool {
-        self.shared.is_over()
-    }
 }
 
 /// A read-only view of a [`Lease`](crate::Lease): token, validity and lost signal.
