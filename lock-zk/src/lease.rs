@@ -12,9 +12,9 @@ use lock_core::{
 };
 use tokio::time::{sleep, Instant};
 
-use crate::client::ZkLock;
-use crate::keeper::{Keeper, Node};
-use crate::session::{classify, connected, Failure, Session, BACKEND};
+use crate::keeper::{Keeper, Session};
+use crate::node::Node;
+use crate::session::{classify, connected, Failure, BACKEND};
 
 /// What the acquire proved of its node when it found it holding.
 pub(crate) struct Granted {
@@ -25,25 +25,18 @@ pub(crate) struct Granted {
     pub(crate) confirmed: Instant,
 }
 
-impl ZkLock {
-    pub(crate) fn grant(
-        &self,
-        session: &Session,
-        name: &LockName,
-        node: Node,
-        granted: Granted,
-        opts: &AcquireOptions,
-    ) -> Lease {
-        let Granted { owner, zxid, confirmed } = granted;
-        let node = Arc::new(node);
-        let handle = Arc::new(ZkHandle { keeper: Arc::clone(&session.keeper), node: Arc::clone(&node) });
-        // zxids are positive; the cast cannot change their order.
-        let token = FencingToken(zxid.max(0) as u64);
-        let opts = session_bound(opts, session.client.session_timeout());
-        let lease = Lease::new(LeaseGrant::new(name.clone(), token, owner, confirmed, handle), &opts);
-        session.keeper.hold(node, lease.loss_trigger(), lease.lost());
-        lease
-    }
+/// The lease of a node the acquire found holding: runs on the session-bound options and is
+/// handed to the session's keeper to watch.
+pub(crate) fn grant(session: &Session, name: &LockName, node: Node, granted: Granted, opts: &AcquireOptions) -> Lease {
+    let Granted { owner, zxid, confirmed } = granted;
+    let node = Arc::new(node);
+    let handle = Arc::new(ZkHandle { keeper: Arc::clone(&session.keeper), node: Arc::clone(&node) });
+    // zxids are positive; the cast cannot change their order.
+    let token = FencingToken(zxid.max(0) as u64);
+    let opts = session_bound(opts, session.client.session_timeout());
+    let lease = Lease::new(LeaseGrant::new(name.clone(), token, owner, confirmed, handle), &opts);
+    session.keeper.hold(node, lease.loss_trigger(), lease.lost());
+    lease
 }
 
 /// The options the `Lease` runs on: the caller's, with the ttl cut to the negotiated session

@@ -167,13 +167,15 @@ mod acl;
 mod acquire;
 mod client;
 mod config;
+mod hints;
 mod inspect;
 mod keeper;
-mod kinds;
 mod lease;
+mod node;
 mod observe;
 mod recipe;
 mod root_watch;
+mod scope;
 mod session;
 mod tls;
 
