@@ -416,7 +416,7 @@ impl Attempt<'_> {
         }
         let node = Node::new(&queued.prefix, std::mem::take(&mut queued.path), queued.guard.clean);
         let granted = Granted { owner: queued.owner, zxid: token, confirmed: sent };
-        Ok(Some(grant(&scope.session, self.name, node, granted, self.opts)))
+        Ok(Some(grant(&scope.session, self.name, node, granted, self.opts, self.client.tick_time)))
     }
 
     /// The watch phase: watches `paths` (the nodes the recipe says we wait for; with

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock_testkit::servers::zookeeper::ZkServer;
+use dlock_testkit::servers::zookeeper::{ZkServer, TICK};
 use lock_conformance::proxy::FaultProxy;
 use lock_conformance::{ClientLink, LinkedClient, ServerControl};
 use lock_core::AcquireOptions;
@@ -36,6 +36,8 @@ impl ZkFixture {
             session_timeout,
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(3),
+            // The test servers' tick (a lease's validity allows for half of it).
+            tick_time: TICK,
             ..ZkOptions::default()
         };
         Ok(ZkFixture { server, root, options })
