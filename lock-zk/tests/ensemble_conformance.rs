@@ -75,6 +75,10 @@ lock_conformance::impl_fixture! {
         Ok(Some(LinkedClient { client: Arc::new(client), link: Arc::new(group) }))
     }
 
+    fn base_ttl(&self) -> Duration {
+        common::lease_bound(self.options.session_timeout)
+    }
+
     fn expiry_bound(&self) -> Duration {
         // The leader expires a silent session after its timeout (rounded up to a tick).
         self.options.session_timeout + Duration::from_millis(400)

@@ -138,6 +138,10 @@ lock_conformance::impl_fixture! {
         self.server.control()
     }
 
+    fn base_ttl(&self) -> Duration {
+        lease_bound(self.options.session_timeout)
+    }
+
     fn expiry_bound(&self) -> Duration {
         // The server expires a silent session after its timeout (rounded up to a tick).
         self.options.session_timeout + Duration::from_millis(400)
@@ -184,6 +188,12 @@ pub async fn drop_while_waiting<T>(wait: impl std::future::Future<Output = T>) {
 
 pub fn name(s: &str) -> LockName {
     LockName::new(s).expect("valid name")
+}
+
+/// The longest lease lock-zk grants on a session at the test servers' tick (`lease::server_bound`:
+/// the session less half a tick and 9/20 of it), as the suite's base ttl: 1 s of a 2 s session.
+pub fn lease_bound(session: Duration) -> Duration {
+    session - TICK.min(session / 2) / 2 - session * 9 / 20
 }
 
 pub fn opts(ttl_ms: u64) -> AcquireOptions {
