@@ -44,14 +44,19 @@ enum Settled {
     Retry,
 }
 
-/// Our node, once created: its path, its czxid, the queue as listed right behind the create,
-/// and whether the create was the acquisition's only one (sent once, answered).
+/// Our node, once created: its path, its czxid, the queue as listed right behind the create
+/// with when that create was sent, and whether the create was the acquisition's only one (sent
+/// once, answered).
 struct Created {
     path: String,
     czxid: i64,
-    listed: Option<Vec<String>>,
+    listed: Option<Listed>,
     clean: bool,
 }
+
+/// A listing of the queue, and when the request that proves it was sent: the create it was
+/// pipelined behind, or the `sync` it was sent behind.
+type Listed = (Vec<String>, Instant);
 
 /// Our node in the queue, from its create until the pass ends.
 struct Queued {
@@ -63,9 +68,7 @@ struct Queued {
     own: String,
     czxid: i64,
     /// The queue as listed right behind the create, for the first look.
-    listed: Option<Vec<String>>,
-    /// When the create was sent.
-    sent: Instant,
+    listed: Option<Listed>,
     /// Deletes our node if the pass ends without a grant; its `clean` says whether the node is
     /// the acquisition's only one.
     guard: NodeGuard,
@@ -274,15 +277,15 @@ impl Attempt<'_> {
         }
         let mut queued = self.enqueue(scope, &parent).await?;
 
-        // valid_until counts from the create when the lock was free at once, else from the
-        // listing that found us first after a wake-up: either way a request answered while our
-        // node held the lock. The create is a write, so the leader has heard from our session;
-        // a later listing is a follower's local read and proves that only behind a `sync`
-        // (sent in the same round trip: one session's requests are served in order).
-        let mut woken = false;
+        // valid_until counts from the request that found our node holding: the create, when the
+        // listing pipelined behind it did, else the listing that did (after a wake-up, a retry,
+        // or a create whose answer was lost). The create is a write, so the leader has heard
+        // from our session; a later listing is a follower's local read and proves that only
+        // behind a `sync` (sent in the same round trip: one session's requests are served in
+        // order). Never from an earlier create whose listing was not used: a create held up
+        // by a stalled link would start the lease already spent.
         loop {
-            let sent = if woken { Instant::now() } else { queued.sent };
-            let Some(children) = self.list(scope, &parent, &mut queued).await? else { continue };
+            let Some((children, sent)) = self.list(scope, &parent, &mut queued).await? else { continue };
             let Some(index) = children.iter().position(|c| *c == queued.own) else {
                 // Deleted by someone else, or the session expired under us.
                 return Err(Stop::Restart(NODE_VANISHED));
@@ -302,7 +305,7 @@ impl Attempt<'_> {
                 return Ok(None);
             }
             let paths: Vec<String> = watched.iter().map(|c| format!("{parent}/{c}")).collect();
-            woken |= self.watch(scope, &paths, until_granted).await?;
+            self.watch(scope, &paths, until_granted).await?;
         }
     }
 
@@ -342,25 +345,23 @@ impl Attempt<'_> {
         let owner = OwnerId::random();
         let prefix = format!("{parent}/{}", node_prefix(owner, &self.recipe.role()));
         let mut guard = NodeGuard::new(scope.session.client.clone(), parent.to_owned(), prefix.clone());
-        let sent = Instant::now();
         let Created { path, czxid, listed, clean } = self.create(scope, parent, &prefix).await?;
         guard.path = Some(path.clone());
         guard.clean = clean;
         let own = path.rsplit('/').next().unwrap_or_default().to_owned();
-        Ok(Queued { owner, prefix, path, own, czxid, listed, sent, guard })
+        Ok(Queued { owner, prefix, path, own, czxid, listed, guard })
     }
 
     /// The list phase: the queue as it stands (the listing made with the create the first
     /// time, else one behind a `sync`), ours and the other kinds' nodes sorted out, with any
-    /// earlier node of this acquisition deleted. `None`: look again.
-    async fn list(
-        &mut self,
-        scope: &Scope<'_>,
-        parent: &str,
-        queued: &mut Queued,
-    ) -> Result<Option<Vec<String>>, Stop> {
+    /// earlier node of this acquisition deleted, and when the request that proves the listing
+    /// was sent. `None`: look again.
+    async fn list(&mut self, scope: &Scope<'_>, parent: &str, queued: &mut Queued) -> Result<Option<Listed>, Stop> {
         let client = &scope.session.client;
-        let listed = queued.listed.take();
+        let (listed, sent) = match queued.listed.take() {
+            Some((children, sent)) => (Some(children), sent),
+            None => (None, Instant::now()),
+        };
         let listing = async {
             match listed {
                 Some(children) => Ok(children),
@@ -382,7 +383,7 @@ impl Attempt<'_> {
                 return Ok(None);
             }
         }
-        Ok(Some(children))
+        Ok(Some((children, sent)))
     }
 
     /// The decide phase's grant: our node holds. A permit is marked granted first; then the
@@ -421,9 +422,8 @@ impl Attempt<'_> {
 
     /// The watch phase: watches `paths` (the nodes the recipe says we wait for; with
     /// `until_granted`, a predecessor we wait on until it is granted) and waits for the first
-    /// to fire. True when the queue is to be listed again because something changed; false
-    /// after a failure that was waited out (look again, as before).
-    async fn watch(&mut self, scope: &Scope<'_>, paths: &[String], until_granted: bool) -> Result<bool, Stop> {
+    /// to fire; then (or after a failure that was waited out) the queue is listed again.
+    async fn watch(&mut self, scope: &Scope<'_>, paths: &[String], until_granted: bool) -> Result<(), Stop> {
         let client = &scope.session.client;
         // All watch requests go out before the first answer is awaited (one round trip).
         let requests: Vec<_> = paths.iter().map(|p| client.get_and_watch_data(p)).collect();
@@ -438,13 +438,13 @@ impl Attempt<'_> {
                 Err(Failure::Server(ZkError::NoNode)) => relist = true,
                 Err(f) => {
                     self.settle(f, &scope.url.root).await?;
-                    return Ok(false);
+                    return Ok(());
                 }
             }
         }
         self.answered();
         if relist || watchers.is_empty() {
-            return Ok(true);
+            return Ok(());
         }
         let mut pending: Vec<_> = watchers.into_iter().map(|w| Box::pin(w.changed())).collect();
         let changed = std::future::poll_fn(|cx| {
@@ -474,7 +474,7 @@ impl Attempt<'_> {
         if event.event_type == EventType::Session {
             return Err(Stop::Restart(SESSION_ENDED));
         }
-        Ok(true)
+        Ok(())
     }
 
     /// Deletes nodes of this acquisition other than our own (see [`sort_out`]); false when a
@@ -519,6 +519,7 @@ impl Attempt<'_> {
                 }
             }
             let options = CreateMode::EphemeralSequential.with_acls(acls);
+            let sent = Instant::now();
             // The listing is sent right behind the create and served after it (one session's
             // requests are ordered): a free lock is granted in one round trip.
             // Where the parent may be missing (first use of the name by this client, or the
@@ -552,7 +553,7 @@ impl Attempt<'_> {
                         }
                     }
                     scope.parents.note(parent, true);
-                    return Ok(Created { path, czxid: stat.czxid, listed, clean });
+                    return Ok(Created { path, czxid: stat.czxid, listed: listed.map(|l| (l, sent)), clean });
                 }
                 Err(Settled::NoNode) => self.make_parent(scope, parent).await?,
                 Err(Settled::Retry) => outcome_unknown = true,
