@@ -57,6 +57,15 @@ impl Default for ZkOptions {
 }
 
 impl ZkOptions {
+    /// The longest lease a client with these options grants on a session of `session_timeout`
+    /// (as asked: a server with other `minSessionTimeout`/`maxSessionTimeout` may negotiate
+    /// another): what the leader surely keeps of the session after a request the quorum
+    /// answered, given `tick_time` (crate docs, "When a lease counts as lost"). A longer ttl is
+    /// cut to it; so a test or conformance fixture's base ttl must fit in it.
+    pub fn lease_bound(&self) -> Duration {
+        crate::lease::server_bound(self.session_timeout, self.tick_time)
+    }
+
     pub(crate) fn validate(&self) -> Result<(), LockError> {
         if self.session_timeout < Duration::from_millis(100) {
             return Err(LockError::config(format!(

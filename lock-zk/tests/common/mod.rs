@@ -190,10 +190,10 @@ pub fn name(s: &str) -> LockName {
     LockName::new(s).expect("valid name")
 }
 
-/// The longest lease lock-zk grants on a session at the test servers' tick (`lease::server_bound`:
-/// the session less half a tick and 9/20 of it), as the suite's base ttl: 1 s of a 2 s session.
+/// The longest lease lock-zk grants on a session at the test servers' tick
+/// ([`ZkOptions::lease_bound`]), as the suite's base ttl: 1 s of a 2 s session.
 pub fn lease_bound(session: Duration) -> Duration {
-    session - TICK.min(session / 2) / 2 - session * 9 / 20
+    ZkOptions { session_timeout: session, tick_time: TICK, ..ZkOptions::default() }.lease_bound()
 }
 
 pub fn opts(ttl_ms: u64) -> AcquireOptions {
