@@ -110,8 +110,11 @@
 //! `valid_until` never exceeds what the server keeps for us (docs/contract.md §3): the lease runs on
 //! what the **leader** is sure to keep of the negotiated session after a request the quorum
 //! answered, whenever the asked ttl is longer (then [`Lease::ttl`] reports that bound, and a
-//! `renew_every` the shorter lease could not survive is cut to a third of it). It counts from
-//! the create or from a listing sent behind a `sync`, and each renewal (a `sync` and a read)
+//! `renew_every` the shorter lease could not survive is cut to a third of it;
+//! [`ZkOptions::lease_bound`] tells it in advance). It counts from the send of the request that
+//! found our node holding: the create, when the listing pipelined behind it did, else the
+//! listing sent behind a `sync` that did (never from an earlier create whose answer was lost,
+//! which would start the lease spent after a stall). Each renewal (a `sync` and a read)
 //! moves it to `sent + bound − drift`. So `is_valid()` is right by the clock alone, even after a
 //! process stall during which no task ran. With `auto_renew(false)` a lease therefore ends one
 //! bound after the grant unless you call `renew()`.
