@@ -40,6 +40,11 @@ impl Recipe {
         }
     }
 
+    /// The znode under which this kind's queue of `name` lives: `<root>/<marker><escaped name>`.
+    pub(crate) fn parent(self, root: &str, name: &LockName) -> String {
+        format!("{root}/{}{}", self.marker(), name.escaped())
+    }
+
     /// The word between the owner and the sequence in our node names.
     pub(crate) fn role(self) -> String {
         match self {

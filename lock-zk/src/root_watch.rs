@@ -34,7 +34,7 @@ use lock_core::{LossTrigger, LostSignal};
 use tokio::time::timeout;
 use zookeeper_client::{AddWatchMode, Client, EventType, PersistentWatcher, SessionState, WatchedEvent};
 
-use crate::keeper::{Held, Node};
+use crate::node::{Held, Node};
 use crate::session::ZkError;
 
 /// From how many leases watched node by node a session moves further leases under the root
