@@ -23,8 +23,8 @@ use std::time::Duration;
 use lock_conformance::runner::{run_suite, Outcome, Report, RunOptions};
 use lock_conformance::{async_trait, ClientLink, DownSwitch, Fixture, LinkedClient, ServerControl};
 use lock_core::{
-    Capabilities, DistributedLock, FencingToken, LeaseStore, LockError, LockName, OwnerId, ReleaseOutcome,
-    RenewOutcome, StoreLock, TryLock,
+    backend::{LeaseStore, ReleaseOutcome, RenewOutcome, StoreLock, TryLock},
+    Capabilities, DistributedLock, FencingToken, LockError, LockName, OwnerId,
 };
 use tokio::time::Instant;
 
@@ -153,7 +153,7 @@ impl Fixture for ToyFixture {
     }
 
     // Server fault hook. A real backend would return its server's control here (the
-    // dlock workspace uses `dlock_testkit::local::LocalServer`).
+    // dlock workspace uses `dlock_testkit::servers::local::LocalServer`).
     fn server(&self) -> Option<Arc<dyn ServerControl>> {
         let server = self.server.clone();
         // Leases are lost with the process; the fence counters are "on disk".

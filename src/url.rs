@@ -1,10 +1,10 @@
 //! Backend URLs: the one scheme table (which scheme names which backend, the cargo feature that
 //! compiles it in, its default port) used by config, connect and the CLI, and the one redactor
-//! ([`lock_core::redact`]) every URL shown to a person goes through.
+//! ([`lock_core::backend::redact`]) every URL shown to a person goes through.
 
 use lock_core::LockError;
 
-pub use lock_core::redact::{redact_error, redact_message, redact_url, UrlParts};
+pub use lock_core::backend::redact::{redact_error, redact_message, redact_url, UrlParts};
 
 /// The backend a URL names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -73,13 +73,3 @@ pub use memory::MemoryLock;
 pub use multi::acquire_all;
 pub use name::{FencingToken, LockName, OwnerId, MAX_NAME_LEN};
 pub use options::{clock_drift, AcquireOptions, WaitPolicy, DEFAULT_TTL};
-
-// moved to backend:: — kept at the root, hidden, until the other crates import from `backend`.
-#[doc(hidden)]
-pub use backend::redact;
-#[doc(hidden)]
-pub use backend::{
-    async_trait, check_permits, escape_prefix, permits_mismatch, writer_claim, Backoff, Batcher, ChangeSignal, Claim,
-    Deadline, KindAttempt, KindGrant, KindStore, LeaseGrant, LeaseHandle, LeaseStore, LossTrigger, ReleaseOutcome,
-    RenewOutcome, StoreLock, StoreRwLock, StoreSemaphore, TryLock, WakeHub, WakeSubscription,
-};

@@ -18,7 +18,7 @@ use tokio::time::timeout;
 use crate::cluster::Conn;
 use crate::endpoint::Endpoint;
 use crate::scripts::all_sources;
-use lock_core::redact::redact_url;
+use lock_core::backend::redact::redact_url;
 
 /// Why a connect failed, in a form every waiting request can rebuild a `LockError` from.
 #[derive(Clone, Debug)]

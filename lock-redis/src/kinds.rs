@@ -9,8 +9,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::{
-    Capabilities, KindAttempt, KindGrant, KindStore, LeaseStore, LockError, LockKind, LockName, OwnerId,
-    ReleaseOutcome, RenewOutcome, StoreRwLock, StoreSemaphore, TryLock, WakeSubscription,
+    backend::{
+        KindAttempt, KindGrant, KindStore, LeaseStore, ReleaseOutcome, RenewOutcome, StoreRwLock, StoreSemaphore,
+        TryLock, WakeSubscription,
+    },
+    Capabilities, LockError, LockKind, LockName, OwnerId,
 };
 
 use crate::acl::Needs;
@@ -152,7 +155,9 @@ impl KindStore for RedisKinds {
                 Err(self.base.not_acknowledged(acked, "grant"))
             }
             (1, token) => Ok(TryLock::Acquired { token: token_from(BACKEND, token)? }),
-            (-1, other) if a.kind == LockKind::Permit => Err(lock_core::permits_mismatch(a.name, other, a.permits)),
+            (-1, other) if a.kind == LockKind::Permit => {
+                Err(lock_core::backend::permits_mismatch(a.name, other, a.permits))
+            }
             (_, ms) => Ok(TryLock::Held { remaining: remaining_from(ms) }),
         }
     }

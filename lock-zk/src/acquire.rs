@@ -6,7 +6,7 @@ use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use lock_core::{AcquireOptions, Backoff, Lease, LockError, LockName, OwnerId, WaitPolicy};
+use lock_core::{backend::Backoff, AcquireOptions, Lease, LockError, LockName, OwnerId, WaitPolicy};
 use tokio::time::{sleep, sleep_until, Instant};
 use zookeeper_client::{CreateMode, EventType};
 

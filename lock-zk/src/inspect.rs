@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use lock_core::{escape_prefix, AcquireOptions, HolderInfo, LockError, LockKind, LockName};
+use lock_core::{backend::escape_prefix, AcquireOptions, HolderInfo, LockError, LockKind, LockName};
 use zookeeper_client::{Client, Error as ZkError};
 
 use crate::recipe::{queue, Recipe};

@@ -18,7 +18,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt};
-use lock_core::{Backoff, Batcher, LossTrigger, LostSignal};
+use lock_core::{
+    backend::{Backoff, Batcher, LossTrigger},
+    LostSignal,
+};
 use tokio::sync::mpsc;
 use tokio::time::{sleep, timeout};
 use zookeeper_client::{Client, EventType, MultiReadResult, SessionState, Stat};

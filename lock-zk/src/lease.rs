@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::{
-    AcquireOptions, Backoff, FencingToken, Lease, LeaseGrant, LeaseHandle, LockError, LockName, OwnerId,
-    ReleaseOutcome, RenewOutcome,
+    backend::{Backoff, LeaseGrant, LeaseHandle, ReleaseOutcome, RenewOutcome},
+    AcquireOptions, FencingToken, Lease, LockError, LockName, OwnerId,
 };
 use tokio::time::{sleep, Instant};
 

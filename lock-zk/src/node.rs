@@ -4,7 +4,10 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use lock_core::{LockError, LossTrigger, LostSignal, ReleaseOutcome};
+use lock_core::{
+    backend::{LossTrigger, ReleaseOutcome},
+    LockError, LostSignal,
+};
 use zookeeper_client::Client;
 
 use crate::session::{delete_every, delete_with_retry};

@@ -15,7 +15,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use lock_core::{ChangeFeed, ChangeSignal, LockError};
+use lock_core::{backend::ChangeSignal, ChangeFeed, LockError};
 use tokio::sync::oneshot;
 use zookeeper_client::{Client, Error as ZkError, OneshotWatcher};
 

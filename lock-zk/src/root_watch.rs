@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use lock_core::{LossTrigger, LostSignal};
+use lock_core::{backend::LossTrigger, LostSignal};
 use tokio::time::timeout;
 use zookeeper_client::{AddWatchMode, Client, EventType, PersistentWatcher, SessionState, WatchedEvent};
 

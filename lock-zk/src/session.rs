@@ -5,7 +5,10 @@
 use std::future::Future;
 use std::time::Duration;
 
-use lock_core::{Backoff, LockError, ReleaseOutcome};
+use lock_core::{
+    backend::{Backoff, ReleaseOutcome},
+    LockError,
+};
 use tokio::time::{sleep, timeout, Instant};
 use zookeeper_client::{Client, SessionState};
 

@@ -8,7 +8,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use futures::stream::{FuturesUnordered, StreamExt};
-use lock_core::{FencingToken, LeaseStore, LockError, LockName, OwnerId, TryLock};
+use lock_core::{
+    backend::{LeaseStore, TryLock},
+    FencingToken, LockError, LockName, OwnerId,
+};
 use rand::Rng;
 use tokio::time::Instant;
 

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt};
-use lock_core::{LockError, LockName, OwnerId, RenewOutcome};
+use lock_core::{backend::RenewOutcome, LockError, LockName, OwnerId};
 
 use super::store::RedlockStore;
 use crate::reply::ttl_ms;

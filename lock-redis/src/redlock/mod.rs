@@ -5,7 +5,7 @@
 //! One file per phase, as [`RedlockStore`]'s methods: `acquire` (the lease step on every
 //! master, the fence store that makes the token durable, the undo of a failed attempt),
 //! `extend` (the renewal round) and `release` (the release round, also a wait's withdrawal);
-//! `store` holds the masters and the [`lock_core::LeaseStore`] that calls the phases.
+//! `store` holds the masters and the [`lock_core::backend::LeaseStore`] that calls the phases.
 
 mod acquire;
 mod extend;

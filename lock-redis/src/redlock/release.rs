@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt};
-use lock_core::{LockError, LockName, OwnerId, ReleaseOutcome};
+use lock_core::{backend::ReleaseOutcome, LockError, LockName, OwnerId};
 
 use super::store::{RedlockStore, BACKEND};
 use crate::scripts::{Keys, RedlockRelease};

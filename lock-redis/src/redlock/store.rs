@@ -8,8 +8,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::future::join_all;
 use lock_core::{
-    Capabilities, LeaseModel, LeaseStore, LockError, LockName, OwnerId, ReleaseOutcome, RenewOutcome, TryLock,
-    WakeMethod, WakeSubscription,
+    backend::{LeaseStore, ReleaseOutcome, RenewOutcome, TryLock, WakeSubscription},
+    Capabilities, LeaseModel, LockError, LockName, OwnerId, WakeMethod,
 };
 use tokio::time::Instant;
 

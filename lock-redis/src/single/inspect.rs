@@ -4,7 +4,7 @@
 //! walks the key space with `SCAN` over the prefix's exclusive-lock keys; `free_whoever_holds`
 //! deletes the lease hash (never the fence counter).
 
-use lock_core::{escape_prefix, FencingToken, HolderInfo, LockError, LockKind, LockName};
+use lock_core::{backend::escape_prefix, FencingToken, HolderInfo, LockError, LockKind, LockName};
 
 use super::store::{RedisStore, BACKEND, RESERVE_MS};
 use crate::reply::{remaining_from, token_from};

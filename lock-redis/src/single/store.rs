@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::{
-    Capabilities, ChangeFeed, Claim, FencingToken, HolderInfo, LeaseModel, LeaseStore, LockError, LockName, OwnerId,
-    ReleaseOutcome, RenewOutcome, TryLock, WakeMethod, WakeSubscription,
+    backend::{Claim, LeaseStore, ReleaseOutcome, RenewOutcome, TryLock, WakeSubscription},
+    Capabilities, ChangeFeed, FencingToken, HolderInfo, LeaseModel, LockError, LockName, OwnerId, WakeMethod,
 };
 
 use crate::acl::Needs;

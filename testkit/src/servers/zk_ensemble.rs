@@ -19,8 +19,8 @@ use lock_conformance::proxy::FaultProxy;
 use lock_conformance::{async_trait, ClientLink, DeploymentControl, ServerControl};
 use lock_core::LockError;
 
+use super::local::LocalServer;
 use super::zookeeper::{classpath, four_letters, java, quorum_peer_args, serves, TICK};
-use crate::local::LocalServer;
 use crate::process::{free_port, ChildServer};
 
 /// How long a fresh ensemble may take to elect a leader (three cold JVMs on two busy cores).
