@@ -37,12 +37,14 @@ pub struct Deadline {
     /// `None`: the wait has no end ([`WaitPolicy::Forever`], or a `For` too long for an instant).
     at: Option<Instant>,
     seen_busy: bool,
+    /// Until when the server said it grants nothing (its quiet period after lost state).
+    quiet_until: Option<Instant>,
 }
 
 impl Deadline {
     /// The deadline of a wait by `policy` that began at `begun` (see [`WaitPolicy::deadline`]).
     pub fn new(policy: WaitPolicy, begun: Instant) -> Self {
-        Deadline { begun, at: policy.deadline(begun), seen_busy: false }
+        Deadline { begun, at: policy.deadline(begun), seen_busy: false, quiet_until: None }
     }
 
     /// When the wait began.
@@ -86,7 +88,16 @@ impl Deadline {
 
     /// The `Timeout` of this wait for `name`, waited until now.
     pub fn timeout(&self, name: &LockName) -> LockError {
-        LockError::Timeout { name: name.as_str().to_owned(), waited: self.begun.elapsed() }
+        let now = Instant::now();
+        let quiet_left = self.quiet_until.map(|q| q.saturating_duration_since(now)).filter(|d| !d.is_zero());
+        LockError::Timeout { name: name.as_str().to_owned(), waited: self.begun.elapsed(), quiet_left }
+    }
+
+    /// The server refused a grant because it is in its quiet period for `left` more (a busy
+    /// answer whose `Timeout` then says so).
+    pub fn quiet(&mut self, left: Duration) {
+        self.seen_busy = true;
+        self.quiet_until = Some(Instant::now() + left);
     }
 
     /// The answer of a wait that ends with `failure`: `Timeout` when the lock was seen busy and

@@ -28,12 +28,15 @@ pub enum LockError {
         reason: String,
     },
     /// The lock was not granted within the caller's wait.
-    #[error("lock {name:?} was not granted within {waited:?}; wait longer or check who holds it")]
+    #[error("lock {name:?} was not granted within {waited:?}; {}", timeout_hint(*quiet_left))]
     Timeout {
         /// The lock's name.
         name: String,
         /// How long the caller waited.
         waited: Duration,
+        /// Set when the server was refusing every grant because it lost its state (or the
+        /// deployment is new): how much of that quiet period was left when the wait ended.
+        quiet_left: Option<Duration>,
     },
     /// The lease is no longer ours: it expired, another owner took it, or the session ended.
     #[error("lease on {name:?} was lost; stop using the protected resource and acquire again")]
@@ -121,5 +124,18 @@ impl LockError {
     /// True when retrying the same call later may succeed.
     pub fn is_retryable(&self) -> bool {
         matches!(self, LockError::Unavailable { .. } | LockError::Timeout { .. })
+    }
+}
+
+/// What a `Timeout` tells the caller to do: nobody may hold the lock when the server is in its
+/// quiet period, so "check who holds it" would send them looking for a holder that is not there.
+fn timeout_hint(quiet_left: Option<Duration>) -> String {
+    match quiet_left {
+        Some(left) => format!(
+            "the server grants nothing for {left:?} more: it lost its state, or this deployment or key \
+             prefix is new (mark a new deployment fresh so its first lock is granted at once: on Redis \
+             `SET <key_prefix>:boot 0`, see docs/contract.md §3)"
+        ),
+        None => "wait longer or check who holds it".to_owned(),
     }
 }

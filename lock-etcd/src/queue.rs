@@ -146,7 +146,7 @@ impl<'a> Attempt<'a> {
     }
 
     fn timeout_error(&self) -> LockError {
-        LockError::Timeout { name: self.name.as_str().to_owned(), waited: self.begun.elapsed() }
+        LockError::Timeout { name: self.name.as_str().to_owned(), waited: self.begun.elapsed(), quiet_left: None }
     }
 
     /// Passes until an answer: a grant, busy (`None`), or an error. A transient failure starts

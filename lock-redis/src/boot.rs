@@ -88,6 +88,29 @@ impl Boot {
     }
 }
 
+impl Boot {
+    /// Says once per key prefix and process that nothing is granted for `left` more, and why: a
+    /// wait in a quiet period must never be silent (a new prefix looks like a server that lost
+    /// its state, and its first lock would otherwise wait `restart_quiet_period` without a word).
+    pub(crate) fn announce_quiet(&self, left: Duration) {
+        static ANNOUNCED: std::sync::LazyLock<std::sync::Mutex<std::collections::HashSet<String>>> =
+            std::sync::LazyLock::new(Default::default);
+        let first = ANNOUNCED.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(self.prefix.clone());
+        if first {
+            tracing::warn!(
+                prefix = %self.prefix,
+                left_ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
+                "Redis key prefix {:?}: nothing is granted for {left:?} more (the restart quiet period). The \
+                 server lost its state, or this prefix was never used on it. If the deployment is new, \
+                 mark it fresh with `SET {}:boot 0` (on a Redis Cluster, every key of \
+                 lock_redis::cluster_boot_markers); `[redis] restart_quiet_period` sets the wait",
+                self.prefix,
+                self.prefix
+            );
+        }
+    }
+}
+
 /// The boot marker of hash slot `slot` on a Redis Cluster: `<prefix>:{<tag>}:boot`, where `<tag>`
 /// is the shortest decimal number whose hash slot is `slot`. One marker per slot, not per name:
 /// a master that restarts empty loses exactly the markers of its slots, so the names of those

@@ -161,7 +161,7 @@ impl Attempt<'_> {
     }
 
     fn timeout_error(&self) -> LockError {
-        LockError::Timeout { name: self.name.as_str().to_owned(), waited: self.begun.elapsed() }
+        LockError::Timeout { name: self.name.as_str().to_owned(), waited: self.begun.elapsed(), quiet_left: None }
     }
 
     /// After a transient failure: waits a little and says whether to retry. Gives up with

@@ -302,7 +302,9 @@ impl ZkLock {
         let begun = attempt.begun();
         match attempt.run(|d| self.scope(d)).await? {
             Some(lease) => Ok(lease),
-            None => Err(LockError::Timeout { name: name.as_str().to_owned(), waited: begun.elapsed() }),
+            None => {
+                Err(LockError::Timeout { name: name.as_str().to_owned(), waited: begun.elapsed(), quiet_left: None })
+            }
         }
     }
 

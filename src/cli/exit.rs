@@ -54,7 +54,10 @@ mod tests {
 
     #[test]
     fn errors_map_to_distinct_codes() {
-        assert_eq!(of_error(&LockError::Timeout { name: "x".into(), waited: Default::default() }), BUSY);
+        assert_eq!(
+            of_error(&LockError::Timeout { name: "x".into(), waited: Default::default(), quiet_left: None }),
+            BUSY
+        );
         assert_eq!(of_error(&LockError::Lost { name: "x".into() }), LOST);
         assert_eq!(of_error(&LockError::unavailable("redis", "down")), UNAVAILABLE);
         assert_eq!(of_error(&LockError::config("bad")), CONFIG);

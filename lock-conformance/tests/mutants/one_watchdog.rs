@@ -100,7 +100,11 @@ impl DistributedLock for Client {
                 return Ok(lease);
             }
             if deadline.is_some_and(|d| Instant::now() >= d) || opts.wait == WaitPolicy::NoWait {
-                return Err(LockError::Timeout { name: name.as_str().to_owned(), waited: begun.elapsed() });
+                return Err(LockError::Timeout {
+                    name: name.as_str().to_owned(),
+                    waited: begun.elapsed(),
+                    quiet_left: None,
+                });
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }

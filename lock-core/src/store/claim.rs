@@ -57,4 +57,11 @@ pub enum TryLock {
         /// The holder's remaining lease, when the server says: waiters sleep no longer than this.
         remaining: Option<Duration>,
     },
+    /// Nobody holds it, but the server grants nothing for `remaining` more: it lost its state
+    /// (or the deployment is new) and a lease it forgot may still be believed (docs/contract.md
+    /// §3, "Quiet period"). A wait that ends meanwhile is a `Timeout` that says so.
+    Quiet {
+        /// How long the quiet period lasts from the answer.
+        remaining: Duration,
+    },
 }

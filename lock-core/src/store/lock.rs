@@ -113,7 +113,7 @@ impl<S: LeaseStore> DistributedLock for StoreLock<S> {
                 pending.armed = false;
                 Ok(Some(self.lease(name, owner, token, started, opts)))
             }
-            Ok(TryLock::Held { .. }) => {
+            Ok(TryLock::Held { .. } | TryLock::Quiet { .. }) => {
                 pending.armed = false;
                 Ok(None)
             }

@@ -130,6 +130,10 @@ impl<'a, S: LeaseStore> Wait<'a, S> {
                 Ok(Next::Granted(token, started))
             }
             Some(Ok(TryLock::Held { remaining })) => Ok(self.held(remaining, started).await),
+            Some(Ok(TryLock::Quiet { remaining })) => {
+                self.deadline.quiet(remaining);
+                Ok(self.held(Some(remaining), started).await)
+            }
             None if self.deadline.passed(Instant::now()) => Err(self.unanswered_at_deadline(bound)),
             Some(Err(e)) if !e.is_retryable() => {
                 self.pending.armed = e.outcome_unknown();

@@ -83,7 +83,12 @@ local function busy(ms)
 end
 if holder then return busy(redis.call('PTTL', KEYS[1])) end
 if quiet < 0 then quiet = quiet_left(KEYS[3], ARGV[3], now) end
-if quiet > 0 then return busy(quiet) end
+if quiet > 0 then
+  -- `{2, ms}`: refused for the quiet period, not for a holder (the caller says so).
+  local r = busy(quiet)
+  r[1] = 2
+  return r
+end
 local head = q[1]
 if head and entry_parts(head[1]) ~= ARGV[1] then
   reserve_head(q, now, tonumber(ARGV[9]), ARGV[8], false)
@@ -97,7 +102,8 @@ return grant()
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_SRC));
 
 script_call! {
-    /// A call of `ACQUIRE_SRC`, always with the queue key: `{1, token}` or `{0, ms}`.
+    /// A call of `ACQUIRE_SRC`, always with the queue key: `{1, token}`, `{0, ms}` (held), or
+    /// `{2, ms}` (nobody holds it, but the restart quiet period lasts `ms` more).
     Acquire -> Vec<i64> = ACQUIRE;
     {
         /// The lock's keys: lock, fence, queue and channel.

@@ -305,6 +305,11 @@ impl LeaseStore for RedisStore {
             .acquire_acked(name, &keys.lock, |marker, mut c| async move { call.invoke(&marker, &mut c).await })
             .await?;
         let acks = self.min_replicas_ack;
+        if let [2, left] = reply.as_slice() {
+            let remaining = remaining_from(*left).unwrap_or_default();
+            self.boot.announce_quiet(remaining);
+            return Ok(TryLock::Quiet { remaining });
+        }
         match parse_pair(BACKEND, reply)? {
             (true, _) if acked < i64::from(acks) => {
                 // Not on enough replicas: a failover now could forget this grant. Give it back.
