@@ -31,8 +31,12 @@
 //!   session as the lease: expiry decided by the leader from its followers' ping answers, a
 //!   follower cut off, a client's link that stalls, and the client's validity rule from
 //!   lock-zk (the session less half a tick and the client's longest silence).
-//! - Everything else (renewal rounds, Redlock, failover) is tested against real servers by the
-//!   conformance suite, not model-checked.
+//! - [`redlock`]: Redlock over three masters: the two rounds (grants with fence floors, then a
+//!   majority storing the token), time-outs with requests still in flight, partial grants and
+//!   their background undo (by attempt id), a master restarting without its data (quiet period).
+//! - Everything else (renewal rounds, the Redlock ticket queue, failover with
+//!   `min_replicas_ack`) is tested against real servers by the conformance suite, not
+//!   model-checked.
 //!
 //! Every model has bug switches that put back a design error found before; the tests assert that
 //! the checker finds a counterexample with each switch on, so a model that stopped checking
@@ -40,4 +44,5 @@
 
 pub mod handoff;
 mod permutations;
+pub mod redlock;
 pub mod zk;
