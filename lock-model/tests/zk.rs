@@ -62,7 +62,7 @@ fn the_design_survives_a_cut_follower_and_a_stalled_link() {
 }
 
 #[test]
-fn the_design_survives_longer_sessions_and_two_rounds_deep() {
+fn the_design_survives_the_exact_client_timers_deep() {
     if std::env::var_os("DLOCK_MODEL_DEEP").is_none() {
         eprintln!("NOT RUN: the deep bounds take minutes; run with DLOCK_MODEL_DEEP=1");
         return;
