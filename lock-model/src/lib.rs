@@ -27,11 +27,22 @@
 //!   messages, lost replies, waiters that leave (time-out, dropped future) and processes that die
 //!   are all in the model; time is abstract ticks with the server's and the clients' clocks at the
 //!   same rate (the code's `drift` margin covers a bounded rate difference, not modelled).
-//! - Everything else (renewal rounds, Redlock, ZooKeeper, failover) is tested against real
-//!   servers by the conformance suite, not model-checked.
+//! - [`zk`]: the ZooKeeper recipe (ephemeral sequential nodes, predecessor watches) with the
+//!   session as the lease: expiry decided by the leader from its followers' ping answers, a
+//!   follower cut off, a client's link that stalls, and the client's validity rule from
+//!   lock-zk (the session less half a tick and the client's longest silence).
+//! - [`redlock`]: Redlock over three masters: the two rounds (grants with fence floors, then a
+//!   majority storing the token), time-outs with requests still in flight, partial grants and
+//!   their background undo (by attempt id), a master restarting without its data (quiet period).
+//! - Everything else (renewal rounds, the Redlock ticket queue, failover with
+//!   `min_replicas_ack`) is tested against real servers by the conformance suite, not
+//!   model-checked.
 //!
 //! Every model has bug switches that put back a design error found before; the tests assert that
 //! the checker finds a counterexample with each switch on, so a model that stopped checking
 //! anything would fail its own tests.
 
 pub mod handoff;
+mod permutations;
+pub mod redlock;
+pub mod zk;

@@ -10,7 +10,7 @@ impl Representative for State {
     fn representative(&self) -> State {
         let n = self.clients.len();
         let mut best = self.clone();
-        for perm in permutations(n) {
+        for perm in crate::permutations::all(n) {
             let renamed = self.renamed(&perm);
             if renamed < best {
                 best = renamed;
@@ -18,22 +18,6 @@ impl Representative for State {
         }
         best
     }
-}
-
-/// Every order of `0..n` (n is at most a handful).
-fn permutations(n: usize) -> Vec<Vec<u8>> {
-    if n == 0 {
-        return vec![Vec::new()];
-    }
-    let mut out = Vec::new();
-    for p in permutations(n - 1) {
-        for i in 0..=p.len() {
-            let mut q = p.clone();
-            q.insert(i, (n - 1) as u8);
-            out.push(q);
-        }
-    }
-    out
 }
 
 impl State {

@@ -1,0 +1,141 @@
+//! The Redlock model's state: the masters, the requests in flight on each client's connection
+//! to each master, the background tasks not yet sent, and what each client believes.
+
+/// A request of one client to one master.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Op {
+    /// Round 1: take the key for `attempt` and read the fence floor.
+    Acquire {
+        /// The attempt id the grant writes.
+        attempt: u8,
+    },
+    /// Round 2: store `token` if it is above the master's counter (set-if-greater).
+    Fence {
+        /// The token the attempt chose.
+        token: u8,
+    },
+    /// A failed attempt's undo: free the key if it is still this attempt's.
+    Undo {
+        /// The failed attempt.
+        attempt: u8,
+    },
+    /// The holder's owner-checked release.
+    Release,
+}
+
+/// One master's record of the lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key {
+    /// Whose it is.
+    pub owner: u8,
+    /// The attempt that last granted or re-granted it.
+    pub attempt: u8,
+    /// The tick from which it is gone (PEXPIRE).
+    pub expires: u8,
+}
+
+/// One master.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Master {
+    /// The lock key, if set (it may be past `expires`).
+    pub key: Option<Key>,
+    /// The fence counter (set-if-greater).
+    pub fence: u8,
+    /// After a restart that lost its data, it grants nothing before this tick.
+    pub quiet_until: u8,
+}
+
+impl Master {
+    /// The key, if it is still live at `now`.
+    pub fn live(&self, now: u8) -> Option<Key> {
+        self.key.filter(|k| k.expires > now)
+    }
+}
+
+/// What one client is doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Client {
+    /// Between attempts (or before the first).
+    Idle,
+    /// Round 1 of `attempt`, started at `t0`: masks of the masters that granted, refused
+    /// ("held") or failed (timed out), and the highest floor read.
+    Round1 {
+        /// The attempt id.
+        attempt: u8,
+        /// Its start instant (the lease's validity counts from it).
+        t0: u8,
+        /// Masters that granted.
+        granted: u8,
+        /// Masters that answered "held".
+        refused: u8,
+        /// Masters that timed out.
+        failed: u8,
+        /// The highest fence floor the grants read.
+        floor: u8,
+    },
+    /// Round 2 of `attempt`: storing `token` on a majority.
+    Round2 {
+        /// The attempt id.
+        attempt: u8,
+        /// Its start instant.
+        t0: u8,
+        /// The token chosen: the highest floor + 1.
+        token: u8,
+        /// Masters that refused in round 1 (no undo goes there).
+        refused1: u8,
+        /// Masters that stored the token.
+        stored: u8,
+        /// Masters that refused the store or timed out.
+        failed: u8,
+    },
+    /// Holds `token`, believed valid while `now < valid_until`.
+    Holding {
+        /// The fencing token.
+        token: u8,
+        /// By its own clock.
+        valid_until: u8,
+    },
+    /// Released, lapsed, or out of attempts.
+    Done,
+}
+
+/// Masters, connections, background tasks, clients.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct State {
+    /// The clock (masters and clients run at the same rate).
+    pub now: u8,
+    /// The masters' fine clock (µs in the code), one step per request a master runs: the
+    /// masters' clocks are assumed to agree (see the module docs).
+    pub micros: u8,
+    /// The masters.
+    pub masters: Vec<Master>,
+    /// Requests sent and not yet run, in order, per client and master (`c * masters + m`): one
+    /// connection per master, so they run in the order they were sent.
+    pub chans: Vec<Vec<Op>>,
+    /// Background tasks spawned but not yet sent (client, master, request): an undo may go out
+    /// after the same client's next attempt.
+    pub pool: Vec<(u8, u8, Op)>,
+    /// Per client.
+    pub clients: Vec<Client>,
+    /// Per client: attempts left.
+    pub attempts: Vec<u8>,
+    /// Per client: the last attempt id used.
+    pub last_attempt: Vec<u8>,
+    /// Time-outs left in this run.
+    pub lose: u8,
+    /// Restarts (with the data lost) left in this run.
+    pub restart: u8,
+    /// The highest token any client took.
+    pub max_taken: u8,
+    /// A client took a token not above an earlier taker's.
+    pub regressed: bool,
+    /// A client held the lock after another had (shows the path is reached).
+    pub second_holder: bool,
+}
+
+impl State {
+    /// `c` holds a lease it believes valid by its own clock.
+    pub fn believes(&self, c: usize) -> bool {
+        matches!(self.clients[c], Client::Holding { valid_until, .. } if self.now < valid_until)
+    }
+}

@@ -1,0 +1,38 @@
+//! Clients are interchangeable (each with its own follower): states that differ only by the
+//! clients' names are one state to explore.
+
+use stateright::Representative;
+
+use super::state::State;
+
+impl Representative for State {
+    /// The least of the state and its renamings (two clients: the swap; more: every order).
+    fn representative(&self) -> State {
+        let mut best = self.clone();
+        for perm in crate::permutations::all(self.clients.len()) {
+            let renamed = self.renamed(&perm);
+            if renamed < best {
+                best = renamed;
+            }
+        }
+        best
+    }
+}
+
+impl State {
+    /// This state with client `c` called `perm[c]`.
+    fn renamed(&self, perm: &[u8]) -> State {
+        let mut s = self.clone();
+        for (c, &new) in perm.iter().enumerate() {
+            let new = new as usize;
+            s.clients[new] = self.clients[c];
+            s.sessions[new] = self.sessions[c];
+            s.links[new] = self.links[c];
+            s.rounds[new] = self.rounds[c];
+        }
+        for node in &mut s.nodes {
+            node.1 = perm[node.1 as usize];
+        }
+        s
+    }
+}

@@ -1,0 +1,89 @@
+//! The ZooKeeper model: lock-zk's validity rule holds every property within the bounds, and the
+//! rules it replaced, switched back on, give counterexamples.
+//!
+//! `DLOCK_MODEL_DEEP=1` also explores the longer bounds of [`Zk::deep`] (minutes).
+
+use std::collections::BTreeSet;
+
+use lock_model::zk::{bound, Bugs, Zk};
+use stateright::{Checker, HasDiscoveries, Model};
+
+/// Explores `model` to the end of its bounds; every property must hold.
+fn assert_holds(model: Zk) {
+    let checker = model.clone().checker().symmetry().threads(2).spawn_bfs().join();
+    eprintln!(
+        "{model:?}: {} states, {} unique, depth {}",
+        checker.state_count(),
+        checker.unique_state_count(),
+        checker.max_depth()
+    );
+    assert!(checker.is_done(), "the exploration must end within its bounds");
+    checker.assert_properties();
+}
+
+/// Asserts that `model` (with its bug switched on) has a counterexample of `property`; prints
+/// the trace.
+fn assert_breaks(model: Zk, property: &'static str) {
+    let bugs = model.bugs;
+    let checker = model
+        .checker()
+        .symmetry()
+        .threads(2)
+        .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([property])))
+        .spawn_bfs()
+        .join();
+    let path = checker
+        .discovery(property)
+        .unwrap_or_else(|| panic!("no counterexample of {property:?} with {bugs:?}: the model no longer checks it"));
+    eprintln!("{property} broken by {bugs:?}: {:?}", path.into_actions());
+}
+
+#[test]
+fn the_bound_matches_lock_zk_at_every_tick() {
+    // lock-zk's `the_bound_allows_for_the_leaders_lag` table, (session, tick) → bound in ms,
+    // each row in a unit that divides the session into twentieths and the tick into halves.
+    let table = [
+        ((10_000, 2_000), 500, 4_500),
+        ((4_000, 2_000), 200, 1_200),
+        ((60_000, 2_000), 1_000, 32_000),
+        ((2_000, 2_000), 100, 600),
+        ((2_000, 200), 100, 1_000),
+        ((400, 200), 20, 120),
+    ];
+    for ((session, tick), unit, want) in table {
+        let got = u32::from(bound::fixed((session / unit) as u8, (tick / unit) as u8)) * unit;
+        assert_eq!(got, want, "session {session} ms, tick {tick} ms");
+    }
+}
+
+#[test]
+fn the_design_survives_a_cut_follower_and_a_stalled_link() {
+    assert_holds(Zk::small(Bugs::default()));
+}
+
+#[test]
+fn the_design_survives_the_exact_client_timers_deep() {
+    if std::env::var_os("DLOCK_MODEL_DEEP").is_none() {
+        eprintln!("NOT RUN: the deep bounds take minutes; run with DLOCK_MODEL_DEEP=1");
+        return;
+    }
+    assert_holds(Zk::deep(Bugs::default()));
+}
+
+#[test]
+fn three_quarters_of_the_session_gives_two_holders() {
+    let bugs = Bugs { renewals_ignore_ping_gap: true, ..Bugs::default() };
+    assert_breaks(Zk::small(bugs), "no two believers");
+}
+
+#[test]
+fn three_quarters_of_the_session_outlives_the_node() {
+    let bugs = Bugs { renewals_ignore_ping_gap: true, ..Bugs::default() };
+    assert_breaks(Zk::small(bugs), "a lost lease is signalled before it is gone");
+}
+
+#[test]
+fn the_ping_gap_alone_outlives_the_node() {
+    let bugs = Bugs { bound_ignores_half_tick: true, ..Bugs::default() };
+    assert_breaks(Zk::small(bugs), "a lost lease is signalled before it is gone");
+}
