@@ -9,7 +9,6 @@
 //! with its status (128 + N when a signal N ended it). When the lease is lost first, the command
 //! gets SIGTERM, SIGKILL after `--grace`, and dlock exits 3. See [`crate::exit`] for the codes.
 
-use std::process::ExitStatus;
 use std::time::Duration;
 
 use clap::Args;
@@ -149,10 +148,4 @@ fn forward(pid: Option<Pid>, sig: Signal) {
     if let Some(pid) = pid {
         let _ = kill(pid, sig);
     }
-}
-
-/// `ExitStatus` of a command, as a shell reports it.
-pub(crate) fn status_code(status: ExitStatus) -> i32 {
-    use std::os::unix::process::ExitStatusExt;
-    status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
 }
