@@ -49,6 +49,7 @@ mod memory;
 mod multi;
 mod name;
 mod options;
+mod provider;
 pub mod redact;
 mod release;
 mod renewals;
@@ -77,6 +78,7 @@ pub use memory::MemoryLock;
 pub use multi::acquire_all;
 pub use name::{escape_prefix, FencingToken, LockName, OwnerId, MAX_NAME_LEN};
 pub use options::{clock_drift, AcquireOptions, WaitPolicy, DEFAULT_TTL};
+pub use provider::LockProvider;
 pub use store::{Claim, LeaseStore, StoreLock, TryLock};
 pub use wake::{WakeHub, WakeSubscription};
 
