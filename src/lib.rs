@@ -1,6 +1,8 @@
 #![doc = include_str!("../README.md")]
 
 mod backends;
+#[cfg(feature = "cli")]
+pub mod cli;
 mod client;
 pub mod config;
 pub mod connect;

@@ -13,7 +13,7 @@
 
 use std::process::{ExitCode, ExitStatus};
 
-use dlock::LockError;
+use crate::LockError;
 
 /// An exit code of the tool.
 pub(crate) type Exit = u8;

@@ -11,21 +11,21 @@
 
 use std::time::Duration;
 
+use crate::{Holder, LockError, LockName, WaitPolicy};
 use clap::Args;
-use dlock::{Holder, LockError, LockName, WaitPolicy};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use tokio::process::Command;
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::cli::exit::{self, Exit};
-use crate::Redactor;
+use crate::cli::redactor::Redactor;
 
 /// Arguments of `dlock run`.
 #[derive(Args)]
 pub(crate) struct RunArgs {
     #[command(flatten)]
-    target: crate::Target,
+    target: crate::cli::target::Target,
     /// The lock name.
     #[arg(long)]
     name: String,
@@ -82,7 +82,7 @@ async fn run_inner(args: RunArgs, out: &Redactor) -> Result<Exit, LockError> {
     // Listen before the command exists, so a signal that arrives early is not lost.
     let mut sigint = signal(SignalKind::interrupt()).map_err(|e| LockError::backend("dlock", e))?;
     let mut sigterm = signal(SignalKind::terminate()).map_err(|e| LockError::backend("dlock", e))?;
-    let lock = dlock::connect_with(&config).await?;
+    let lock = crate::connect_with(&config).await?;
     let lease = lock.acquire(&name, &opts).await?;
     let (program, rest) = args.command.split_first().ok_or_else(|| LockError::config("no command to run"))?;
     let mut command = Command::new(program);

@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dlock::{AcquireOptions, Config, DistributedLock, LockError, LockName};
+use crate::{AcquireOptions, Config, DistributedLock, LockError, LockName};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -32,7 +32,7 @@ impl Plan {
     }
 
     async fn client(&self) -> Result<Arc<dyn DistributedLock>, LockError> {
-        dlock::connect_with(&self.config).await
+        crate::connect_with(&self.config).await
     }
 }
 
