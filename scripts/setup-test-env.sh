@@ -9,6 +9,10 @@ missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 dpkg -s zookeeper >/dev/null 2>&1 || missing+=(zookeeper)
 command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
+# lock-etcd: the server and etcdctl for its tests, protoc for etcd-client's generated gRPC code.
+command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
+command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
 if ((${#missing[@]})); then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     log "installing: ${missing[*]}"
@@ -42,4 +46,4 @@ for _ in $(seq 1 60); do
 done
 [ -n "${DLOCK_TEST_POSTGRES_URL:-}" ] || pg_up || { log "PostgreSQL does not answer on 127.0.0.1:5432"; exit 1; }
 [ -n "${DLOCK_TEST_MYSQL_URL:-}" ] || my_up || { log "MariaDB does not answer on 127.0.0.1:3306"; exit 1; }
-log "ready: redis-server $(redis-server --version | awk '{print $3}'), zookeeper $(dpkg-query -W -f='${Version}' zookeeper 2>/dev/null || echo '?'), PostgreSQL and MariaDB up"
+log "ready: redis-server $(redis-server --version | awk '{print $3}'), zookeeper $(dpkg-query -W -f='${Version}' zookeeper 2>/dev/null || echo '?'), etcd $(dpkg-query -W -f='${Version}' etcd-server 2>/dev/null || echo '?'), PostgreSQL and MariaDB up"

@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 mod backends;
+pub mod blocking;
 #[cfg(feature = "cli")]
 pub mod cli;
 mod client;

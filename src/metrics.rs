@@ -1,4 +1,4 @@
-//! Metrics through the [`metrics`](::metrics) facade (feature `metrics`): [`Metered`] wraps any
+//! Metrics through the [`metrics`] facade (feature `metrics`): [`Metered`] wraps any
 //! [`DistributedLock`], [`DistributedRwLock`] or [`DistributedSemaphore`], so the backends stay
 //! free of it. Install any `metrics` recorder (Prometheus, StatsD, …) and these appear:
 //!

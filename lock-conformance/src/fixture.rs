@@ -112,13 +112,28 @@ pub trait Fixture: Send + Sync + 'static {
     }
 
     /// How long a grant its waiter never takes up (the waiter's `acquire` future was dropped at
-    /// the instant of the hand-off) may keep the lock from others: what
-    /// `waiter_departed_at_grant` allows. The default is generous — twice the longer of
-    /// [`Fixture::base_ttl`] and [`Fixture::expiry_bound`], what a backend that lets such a grant
-    /// run out by its ttl needs; a backend that withdraws it promptly declares its tighter bound
+    /// the instant of the hand-off, or its process was killed) may keep the lock from others:
+    /// what `waiter_departed_at_grant` allows, and the grant's part of `queued_head_killed`'s
+    /// bound. The default is generous — twice the longer of [`Fixture::base_ttl`] and
+    /// [`Fixture::expiry_bound`], what a backend that lets such a grant run out by its ttl
+    /// needs; a backend that withdraws it promptly declares its tighter bound
     /// (docs/contract.md §4 asks for 100 ms in a live process).
     fn untaken_grant_bound(&self) -> Duration {
         self.base_ttl().max(self.expiry_bound()) * 2
+    }
+
+    /// A waiter for `name` with `opts` in a process of its own, which the suite kills with
+    /// SIGKILL while it is queued (`queued_head_killed`): usually a
+    /// [`ChildWaiter`](crate::waiter_process::ChildWaiter) of this test binary, which the binary
+    /// serves with [`waiter_child_test!`](crate::waiter_child_test). `Ok(None)` (the default):
+    /// the fixture cannot, and the case is not_applicable with that reason (an in-process
+    /// server has no second process to kill: give the reason by [`Fixture::not_applicable`]).
+    async fn queued_waiter(
+        &self,
+        _name: &LockName,
+        _opts: &lock_core::AcquireOptions,
+    ) -> Result<Option<Box<dyn crate::waiter_process::QueuedWaiter>>, LockError> {
+        Ok(None)
     }
 
     /// Why `case` cannot hold for this fixture's way of building clients, or `None` (the

@@ -73,6 +73,10 @@
 //! - [`Fixture::expiry_bound`]: how long a vanished holder keeps a lock — the ttl for per-lock
 //!   leases, the session timeout for per-session ones (ZooKeeper).
 //! - [`Fixture::base_ttl`]: the lease time of timing cases; bounds are generous multiples of it.
+//! - [`Fixture::queued_waiter`]: a waiter in a process of its own that `queued_head_killed`
+//!   kills with SIGKILL while it is queued: [`waiter_process::ChildWaiter`] re-runs the test
+//!   binary on the ignored test that [`waiter_child_test!`] defines, which connects from a target
+//!   string the fixture chooses (not applicable without it, with the reason).
 //!
 //! A fixture for a networked backend, with both hooks:
 //!
@@ -138,8 +142,12 @@
 //! `Fixture::lease_stores`, holds the next back for a bounded time only), forged grant messages
 //! that must not make a waiter hold (`forged_grant_ignored`, through [`Fixture::forge_grant`]), a
 //! grant to a waiter that left at that instant (`waiter_departed_at_grant`, bounded by
-//! [`Fixture::untaken_grant_bound`]) and a panicking hook that loses only its own lease
-//! (`panicking_hook_loses_only_its_lease`). Each runs under
+//! [`Fixture::untaken_grant_bound`]), a panicking hook that loses only its own lease
+//! (`panicking_hook_loses_only_its_lease`), waiters that leave a few ms before or after the
+//! release — their `wait(d)` runs out (`wait_deadline_races_release`), their polled future is
+//! dropped (`dropped_wait_races_release`): they hold the lease, or the lock is free within
+//! 100 ms — and a queued waiter in another process killed with SIGKILL
+//! (`queued_head_killed`, through [`Fixture::queued_waiter`]). Each runs under
 //! an overall time limit ([`Case::time_limit`]): a hang is a failure with a clear detail, never
 //! a stuck test.
 //!
@@ -149,7 +157,9 @@
 //! expire, colliding or truncated names, false `fifo` and `durable_fencing` claims, a queue that
 //! newcomers overtake or whose vanished head never expires, a read-write lock and semaphore whose
 //! queue single tries overtake — `tests/mutants/kinds.rs` —, a hand-off whose waiter trusts the
-//! grant message or forgets, when it leaves, that it may have been handed the lock, and a client
+//! grant message or forgets, when it leaves, that it may have been handed the lock, one that
+//! ignores a leaving waiter, one whose grant to the queue's head runs for the head's whole ttl
+//! instead of a claim window, and a client
 //! whose leases all renew through one task that a panicking hook ends) and asserts
 //! the cases report `failed`; its correct store, with link latency, must pass the release,
 //! deadline and renewal cases that fail on a `Lease`/`StoreLock` without their fixes.
@@ -186,6 +196,7 @@ pub mod harness;
 pub mod memory;
 pub mod proxy;
 pub mod runner;
+pub mod waiter_process;
 
 pub use async_trait::async_trait;
 /// What [`impl_fixture!`] names from `lock_core`, whatever the caller imports.
@@ -303,6 +314,10 @@ macro_rules! conformance_tests {
                 forged_grant_ignored,
                 waiter_departed_at_grant,
                 panicking_hook_loses_only_its_lease,
+                handles,
+                wait_deadline_races_release,
+                dropped_wait_races_release,
+                queued_head_killed,
             ]
         }
     };

@@ -40,6 +40,7 @@ mod election;
 mod error;
 mod events;
 mod fenced;
+mod handle;
 mod holder;
 mod kind;
 mod kinds;
@@ -67,6 +68,7 @@ pub use election::{Election, Leadership};
 pub use error::{BoxError, LockError};
 pub use events::{EventsRef, LeaseEvents};
 pub use fenced::{FencedRegister, StaleToken};
+pub use handle::{Handles, LockHandle, RwLockHandle, SemaphoreHandle, SemaphoreHandles};
 pub use holder::{Holder, HolderInfo, MAX_HOLDER_LEN, MAX_METADATA_LEN};
 pub use kind::LockKind;
 pub use kinds::{

@@ -221,7 +221,7 @@ pub trait DistributedLockExt: DistributedLock {
 }
 
 /// Runs `f` while `lease` holds; stops it when the lease is lost (`Err(Lost)`), releases after.
-async fn under_lease<F, Fut, T>(lease: Lease, f: F) -> Result<T, LockError>
+pub(crate) async fn under_lease<F, Fut, T>(lease: Lease, f: F) -> Result<T, LockError>
 where
     F: FnOnce(LeaseObserver) -> Fut,
     Fut: Future<Output = T>,

@@ -447,3 +447,4 @@ mod redis_extra {
 mod redis_kinds;
 
 lock_conformance::conformance_tests!(redis, || async { crate::common::RedisFixture::start().await }, strict);
+lock_conformance::waiter_child_test!(common::connect_child);

@@ -332,3 +332,4 @@ mod redlock_extra {
 }
 
 lock_conformance::conformance_tests!(redlock, || async { crate::common::RedlockFixture::start().await }, strict);
+lock_conformance::waiter_child_test!(common::connect_redlock_child);

@@ -3,12 +3,14 @@
 
 use std::sync::Arc;
 
-use lock_core::{LockError, StoreLock, WakeHub};
+use lock_core::{LockError, StoreLock};
 use tokio::sync::OnceCell;
 
 use crate::dialect::{self, Dialect};
 use crate::kinds::{self, SqlKinds};
-use crate::{SqlLock, SqlOptions, SqlRwLock, SqlSemaphore, SqlStore};
+use crate::kinds::{SqlRwLock, SqlSemaphore};
+use crate::options::SqlOptions;
+use crate::store::{SqlLock, SqlStore};
 
 /// One connection to a database that hands out every lock kind over the same connections:
 /// [`SqlBackend::lock`], [`SqlBackend::rw`], [`SqlBackend::semaphore`]. Cheap to clone; clones
@@ -46,14 +48,13 @@ impl SqlBackend {
     /// Over the application's PostgreSQL pool; see the type's docs for what it costs.
     #[cfg(feature = "postgres")]
     pub async fn from_pg_pool(pool: sqlx::PgPool, options: SqlOptions) -> Result<SqlBackend, LockError> {
-        SqlBackend::over(options, |options, hub| async move { dialect::postgres::from_pool(pool, &options, hub).await })
-            .await
+        SqlBackend::over(options, |options| async move { dialect::postgres::from_pool(pool, &options).await }).await
     }
 
     /// Over the application's MySQL / MariaDB pool; see the type's docs for what it costs.
     #[cfg(feature = "mysql")]
     pub async fn from_mysql_pool(pool: sqlx::MySqlPool, options: SqlOptions) -> Result<SqlBackend, LockError> {
-        SqlBackend::over(options, |options, _| async move { dialect::mysql::from_pool(pool, &options).await }).await
+        SqlBackend::over(options, |options| async move { dialect::mysql::from_pool(pool, &options).await }).await
     }
 
     /// Over the application's SQLite pool. Its connect options stay the application's: open the
@@ -61,18 +62,17 @@ impl SqlBackend {
     /// `busy_timeout` no longer than [`SqlOptions::request_timeout`].
     #[cfg(feature = "sqlite")]
     pub async fn from_sqlite_pool(pool: sqlx::SqlitePool, options: SqlOptions) -> Result<SqlBackend, LockError> {
-        SqlBackend::over(options, |options, _| async move { dialect::sqlite::from_pool(pool, &options).await }).await
+        SqlBackend::over(options, |options| async move { dialect::sqlite::from_pool(pool, &options).await }).await
     }
 
     async fn over<F, Fut>(options: SqlOptions, open: F) -> Result<SqlBackend, LockError>
     where
-        F: FnOnce(SqlOptions, WakeHub) -> Fut,
+        F: FnOnce(SqlOptions) -> Fut,
         Fut: std::future::Future<Output = Result<Arc<dyn Dialect>, LockError>>,
     {
         options.validate()?;
-        let hub = WakeHub::new();
-        let dialect = open(options.clone(), hub.clone()).await?;
-        Ok(SqlBackend::new(SqlStore::over(dialect, options, hub).await?))
+        let dialect = open(options.clone()).await?;
+        Ok(SqlBackend::new(SqlStore::over(dialect, options).await?))
     }
 
     fn new(store: SqlStore) -> SqlBackend {

@@ -106,7 +106,7 @@
 //! (The acquire shown is the statement's core; the real one also checks and updates the waiter
 //! queue in the same statement, below.)
 //!
-//! **The grant in the release** (`handoff.rs`): a release that frees a name with a live queue
+//! **The grant in the release** (`dialect/postgres/handoff.rs`): a release that frees a name with a live queue
 //! head grants the lease to that head — a new fence, the head's holder and metadata (its queue
 //! entry carries them) — **provisionally**, for the claim window `min(head's ttl, 1 s)`, and
 //! notifies it. A notification is only a hint (`NOTIFY` needs no privilege: anyone who can read
@@ -147,7 +147,7 @@
 //! prefix, none the start of another, so no kind wakes another's waiters. Election observers
 //! (`watch_changes`, contract §5.8) keep a row in the waiter queue that holds nobody back;
 //! while one lives, grants and releases of that name also notify `dlock:<name>` (statements
-//! simplified above; see `observers.rs`). Each client keeps **one**
+//! simplified above; see `dialect/postgres/observers.rs`). Each client keeps **one**
 //! listening connection. While that connection
 //! is down notifications are lost, so after reconnecting it wakes every local waiter; and every
 //! waiter also re-tries on its own timer, never later than the holder's lease ends. Use READ
@@ -404,32 +404,24 @@ mod backend;
 mod decide;
 mod dialect;
 mod error;
-mod handoff;
-mod idle;
 mod inflight;
 mod kinds;
-#[cfg(feature = "postgres")]
-mod listen;
-mod observers;
+mod millis;
 mod options;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod pool;
 mod queue;
 mod serial;
 mod store;
-mod wake;
 
 pub use backend::SqlBackend;
 pub use kinds::{SqlKinds, SqlRwLock, SqlSemaphore};
 pub use options::{SqlOptions, DEFAULT_TABLE};
-pub use store::SqlStore;
+pub use store::{SqlLock, SqlStore};
 
 #[cfg(doc)]
 use lock_core::Capabilities;
 use lock_core::{LockError, StoreLock};
-
-/// The SQL lock: a [`lock_core::DistributedLock`] over a [`SqlStore`].
-pub type SqlLock = StoreLock<SqlStore>;
 
 /// Connects to the database named by `url` and returns the lock.
 ///

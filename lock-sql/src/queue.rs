@@ -17,9 +17,10 @@
 //! which `StoreLock` guarantees (its fallback re-try when notified, its poll cap otherwise).
 //!
 //! On PostgreSQL a release grants the lock to the head in the same statement, provisionally
-//! until the head claims it, and notifies it with its owner id ([`crate::handoff`]): only the
-//! client holding that waiter wakes it, and a release nobody waits for or observes sends no notification. Election observers' rows (crate::observers)
-//! share the table with the place `i64::MAX`: never ahead of a waiter, never the head. MySQL
+//! until the head claims it, and notifies it with its owner id (`dialect/postgres/handoff.rs`):
+//! only the client holding that waiter wakes it, and a release nobody waits for or observes
+//! sends no notification. Election observers' rows (`dialect/postgres/observers.rs`) share the
+//! table with the place `i64::MAX`: never ahead of a waiter, never the head. MySQL
 //! and SQLite cannot notify; their waiters poll, and the queue makes the polls fair. A refused
 //! attempt there also learns how many live waiters are ahead of it, and the waiter polls by that
 //! place ([`queued_poll`]): the head and the one behind it every millisecond or two, the others

@@ -10,6 +10,7 @@ use std::time::Duration;
 use common::SqlFixture;
 
 lock_conformance::conformance_tests!(mysql, || async { crate::common::SqlFixture::mysql().await });
+lock_conformance::waiter_child_test!(common::connect_child);
 
 server_extra_tests!(mysql_server, mysql, mysql_private, Mysql);
 
@@ -211,14 +212,9 @@ async fn extra_a_lease_lost_in_a_round_delays_no_other() {
 /// wait timeout, then again on every retry) until every lease of the round had expired.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extra_a_locked_row_stalls_no_other_renewal() {
-    use lock_core::{AcquireOptions, DistributedLock, LockName};
     let fx = SqlFixture::mysql().await.unwrap();
-    let options = lock_sql::SqlOptions { request_timeout: Duration::from_secs(6), ..fx.options() };
-    let lock = lock_sql::connect(fx.url(), options).await.unwrap();
+    let (_lock, leases) = common::stall_leases(&fx).await;
     let table = fx.options().table;
-    let opts = AcquireOptions::new(Duration::from_secs(3));
-    let names: Vec<LockName> = (0..60).map(|i| LockName::new(format!("stall-{i}")).unwrap()).collect();
-    let leases = futures::future::try_join_all(names.iter().map(|n| lock.acquire(n, &opts))).await.unwrap();
     let mut admin = common::Admin::connect(&fx).await;
     admin.lock_rows(&table, "name = 'stall-0'").await;
     tokio::time::sleep(Duration::from_millis(4500)).await;

@@ -11,6 +11,7 @@ use std::time::Duration;
 use common::SqlFixture;
 
 lock_conformance::conformance_tests!(postgres, || async { crate::common::SqlFixture::postgres().await });
+lock_conformance::waiter_child_test!(common::connect_child);
 
 server_extra_tests!(postgres_server, postgres, postgres_private, Postgres);
 
@@ -318,7 +319,7 @@ async fn extra_cancelled_acquire_leaves_no_grant() {
     eprintln!("a cancelled acquire's late grant was freed after {took:?}");
 }
 
-/// Election observers cost a NOTIFY only where someone observes (lock-sql/src/observers.rs):
+/// Election observers cost a NOTIFY only where someone observes (lock-sql/src/dialect/postgres/observers.rs):
 /// a grant and a release of an unobserved name send no `dlock:<name>`; with an observer's feed
 /// registered both do, and the feed fires; once the feed is dropped its row goes and the
 /// notifications stop.
@@ -564,15 +565,10 @@ async fn forge_grants(holder: lock_sql::SqlLock, waiter: lock_sql::SqlLock, forg
 /// lease of the round had expired.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extra_a_locked_row_stalls_no_other_renewal() {
-    use lock_core::{AcquireOptions, DistributedLock, LockName};
     use sqlx::Connection;
     let fx = SqlFixture::postgres().await.unwrap();
-    let options = lock_sql::SqlOptions { request_timeout: Duration::from_secs(6), ..fx.options() };
-    let lock = lock_sql::connect(fx.url(), options).await.unwrap();
+    let (_lock, leases) = common::stall_leases(&fx).await;
     let table = fx.options().table;
-    let opts = AcquireOptions::new(Duration::from_secs(3));
-    let names: Vec<LockName> = (0..60).map(|i| LockName::new(format!("stall-{i}")).unwrap()).collect();
-    let leases = futures::future::try_join_all(names.iter().map(|n| lock.acquire(n, &opts))).await.unwrap();
     let mut admin = sqlx::PgConnection::connect(fx.url()).await.unwrap();
     for (k, manual) in [(0, false), (1, true)] {
         let mut tx = admin.begin().await.unwrap();

@@ -9,6 +9,7 @@ use std::time::Duration;
 use common::SqlFixture;
 
 lock_conformance::conformance_tests!(sqlite, || async { crate::common::SqlFixture::sqlite().await });
+lock_conformance::waiter_child_test!(common::connect_child);
 use lock_core::{AcquireOptions, DistributedLock, LockError, LockName};
 
 extra_tests!(SqlFixture::sqlite);

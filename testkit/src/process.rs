@@ -20,7 +20,7 @@ use lock_core::LockError;
 /// process, leaves only two test processes picking the same port in the same instant.
 const SERVER_PORTS: std::ops::Range<u16> = 20_000..32_768;
 
-/// A free TCP port on 127.0.0.1 for a server to bind (see [`SERVER_PORTS`]).
+/// A free TCP port on 127.0.0.1 for a server to bind (see `SERVER_PORTS`).
 pub fn free_port() -> Result<u16, LockError> {
     static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
     static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);

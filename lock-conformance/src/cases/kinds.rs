@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_core::{DistributedRwLock, DistributedSemaphore, FencingToken, LockError};
+use lock_core::{DistributedRwLock, DistributedSemaphore, FencingToken, Lease, LockError};
 use tokio::time::{timeout, Instant};
 
 use super::{ensure, fail, ms, CaseError, CaseResult, Ctx};
@@ -175,13 +175,40 @@ pub async fn semaphore(fx: &dyn Fixture) -> CaseResult {
     if !cx.caps.semaphore {
         return Err(CaseError::NotApplicable("the backend declares semaphore = false".into()));
     }
-    const N: u32 = 3;
-    let name = cx.name("sem")?;
     let wait = cx.ttl() * 4;
     let mut clients = Vec::new();
-    for _ in 0..=N {
+    for _ in 0..=SEMAPHORE_N {
         clients.push(semaphore_client(&cx).await?);
     }
+    let (held, tokens, handoff) = semaphore_limit_and_handoff(&cx, &clients, wait).await?;
+    let freed = semaphore_vanished_permit(&cx, &clients, wait).await?;
+    for l in held {
+        l.release().await?;
+    }
+    semaphore_churn(&cx, &clients, wait).await?;
+    Ok(format!(
+        "{SEMAPHORE_N} permits, tokens {tokens:?}, hand-off {} ms, vanished permit freed after {} ms; churn of {} \
+         grants clean",
+        ms(handoff),
+        ms(freed),
+        clients.len() * 3
+    ))
+}
+
+/// The permits of the `semaphore` case.
+const SEMAPHORE_N: u32 = 3;
+
+/// `N` clients take the `N` permits, with increasing tokens; the next is refused, and one
+/// asking for another `n` is `InvalidOptions`; it then waits, and gets a permit when one is
+/// released, with a token above all. The permits held (still `N`), their first tokens and how
+/// long the hand-off took.
+async fn semaphore_limit_and_handoff(
+    cx: &Ctx<'_>,
+    clients: &[Arc<dyn DistributedSemaphore>],
+    wait: Duration,
+) -> Result<(Vec<Lease>, Vec<FencingToken>, Duration), CaseError> {
+    const N: u32 = SEMAPHORE_N;
+    let name = cx.name("sem")?;
     let mut held = Vec::new();
     let mut tokens: Vec<FencingToken> = Vec::new();
     for c in clients.iter().take(N as usize) {
@@ -221,12 +248,20 @@ pub async fn semaphore(fx: &dyn Fixture) -> CaseResult {
         "a permit beyond {N} after the hand-off"
     );
     held.push(got);
+    Ok((held, tokens, handoff))
+}
 
-    // A holder that stops renewing loses its permit after the ttl; the others keep theirs.
-    let name2 = cx.name("sem-expiry")?;
-    let vanishing = clients[0].acquire_permit(&name2, 1, &cx.opts(wait).auto_renew(false)).await?;
+/// A holder that stops renewing loses its permit after the ttl (not much before), to a taker
+/// with a greater token; how long after the holder's acquire the taker got it.
+async fn semaphore_vanished_permit(
+    cx: &Ctx<'_>,
+    clients: &[Arc<dyn DistributedSemaphore>],
+    wait: Duration,
+) -> Result<Duration, CaseError> {
+    let name = cx.name("sem-expiry")?;
+    let vanishing = clients[0].acquire_permit(&name, 1, &cx.opts(wait).auto_renew(false)).await?;
     let t0 = Instant::now();
-    let next = clients[1].acquire_permit(&name2, 1, &cx.opts(cx.expiry() * 3)).await?;
+    let next = clients[1].acquire_permit(&name, 1, &cx.opts(cx.expiry() * 3)).await?;
     let freed = t0.elapsed();
     ensure!(next.token() > vanishing.token(), "token after expiry {} not above {}", next.token(), vanishing.token());
     ensure!(
@@ -236,19 +271,24 @@ pub async fn semaphore(fx: &dyn Fixture) -> CaseResult {
         ms(cx.ttl())
     );
     next.release().await?;
-    for l in held {
-        l.release().await?;
-    }
+    Ok(freed)
+}
 
-    // Churn: clients take and return permits at once; never more than N holders, and no token
-    // repeats (docs/contract.md §2: tokens of shared holders never repeat).
-    let name3 = cx.name("sem-churn")?;
+/// Churn: clients take and return permits at once; never more than `N - 1` holders, and no
+/// token repeats (docs/contract.md §2: tokens of shared holders never repeat).
+async fn semaphore_churn(
+    cx: &Ctx<'_>,
+    clients: &[Arc<dyn DistributedSemaphore>],
+    wait: Duration,
+) -> Result<(), CaseError> {
+    const N: u32 = SEMAPHORE_N;
+    let name = cx.name("sem-churn")?;
     let holders = Arc::new(AtomicUsize::new(0));
     let granted = Arc::new(Mutex::new(Vec::<FencingToken>::new()));
     let mut tasks = Vec::new();
     for (i, c) in clients.iter().enumerate() {
         let (c, holders, granted, name, opts) =
-            (Arc::clone(c), Arc::clone(&holders), Arc::clone(&granted), name3.clone(), cx.opts(wait * 3));
+            (Arc::clone(c), Arc::clone(&holders), Arc::clone(&granted), name.clone(), cx.opts(wait * 3));
         tasks.push(tokio::spawn(async move {
             let mut violations = Vec::new();
             for _ in 0..3 {
@@ -268,10 +308,5 @@ pub async fn semaphore(fx: &dyn Fixture) -> CaseResult {
     }
     let violations = violations_of(tasks, wait * 6, "a churn task", "the permit churn").await?;
     ensure!(violations.is_empty(), "permit churn broken: {violations:?}");
-    Ok(format!(
-        "{N} permits, tokens {tokens:?}, hand-off {} ms, vanished permit freed after {} ms; churn of {} grants clean",
-        ms(handoff),
-        ms(freed),
-        clients.len() * 3
-    ))
+    Ok(())
 }

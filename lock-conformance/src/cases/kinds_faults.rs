@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_core::{AcquireOptions, DistributedRwLock, DistributedSemaphore, FencedRegister, Lease, LeaseModel};
+use lock_core::{AcquireOptions, DistributedRwLock, DistributedSemaphore, FencedRegister, Lease, LeaseModel, LockName};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
@@ -259,97 +259,28 @@ pub async fn kinds_nemesis(fx: &dyn Fixture) -> CaseResult {
     let mut rng = StdRng::seed_from_u64(seed);
     let run_for = nemesis::duration();
     let ttl = cx.ttl();
-    let deadline = Instant::now() + run_for;
-    let log = Arc::new(Log::default());
+    let crew = Crew {
+        log: Arc::new(Log::default()),
+        opts: cx.opts(ttl * 2),
+        deadline: Instant::now() + run_for,
+        ttl,
+        per_lock: cx.caps.lease_model != LeaseModel::PerSession,
+    };
     let register = Arc::new(FencedRegister::new(0u64));
-    let per_lock = cx.caps.lease_model != LeaseModel::PerSession;
-    let opts = cx.opts(ttl * 2);
     let mut workers = Vec::new();
     for i in 0..3u64 {
-        let mut wrng = StdRng::seed_from_u64(seed.wrapping_add(1 + i));
         if cx.caps.rw_lock {
-            let (c, name, log, register, opts) =
-                (rw_client(&cx).await?, cx.name("rw")?, log.clone(), register.clone(), opts.clone());
-            workers.push(tokio::spawn(async move {
-                while Instant::now() < deadline {
-                    let write = wrng.random_bool(0.4);
-                    let o = vanish_sometimes(&opts, per_lock, &mut wrng);
-                    let got = if write { c.acquire_write(&name, &o).await } else { c.acquire_read(&name, &o).await };
-                    let Ok(lease) = got else {
-                        log.errors.fetch_add(1, Ordering::Relaxed);
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                        continue;
-                    };
-                    let start = Instant::now();
-                    if write {
-                        let token = lease.token().get();
-                        match register.write_as(lease.owner(), lease.token(), |v| std::mem::replace(v, token)) {
-                            Ok(prev) if prev >= token && prev != 0 => log
-                                .violations
-                                .lock()
-                                .unwrap_or_else(|e| e.into_inner())
-                                .push(format!("writer token {token} accepted after {prev}")),
-                            Err(stale) if lease.is_valid() => {
-                                log.violations.lock().unwrap_or_else(|e| e.into_inner()).push(format!(
-                                    "a valid writer's token {token} was rejected: the register had {}",
-                                    stale.highest
-                                ))
-                            }
-                            _ => {}
-                        }
-                    }
-                    hold(&lease, &o, ttl, &mut wrng).await;
-                    record(&log.rw, &lease, write, start);
-                    if lease.release().await.is_err() {
-                        log.errors.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }));
+            let rng = StdRng::seed_from_u64(seed.wrapping_add(1 + i));
+            workers.push(rw_worker(rw_client(&cx).await?, cx.name("rw")?, register.clone(), crew.clone(), rng));
         }
         if cx.caps.semaphore {
-            let (c, name, log, opts) = (semaphore_client(&cx).await?, cx.name("sem")?, log.clone(), opts.clone());
-            let mut wrng = StdRng::seed_from_u64(seed.wrapping_add(100 + i));
-            workers.push(tokio::spawn(async move {
-                while Instant::now() < deadline {
-                    let o = vanish_sometimes(&opts, per_lock, &mut wrng);
-                    let Ok(lease) = c.acquire_permit(&name, PERMITS, &o).await else {
-                        log.errors.fetch_add(1, Ordering::Relaxed);
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                        continue;
-                    };
-                    let start = Instant::now();
-                    hold(&lease, &o, ttl, &mut wrng).await;
-                    record(&log.permits, &lease, false, start);
-                    if lease.release().await.is_err() {
-                        log.errors.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }));
+            let rng = StdRng::seed_from_u64(seed.wrapping_add(100 + i));
+            workers.push(permit_worker(semaphore_client(&cx).await?, cx.name("sem")?, crew.clone(), rng));
         }
     }
-    let server = fx.server();
-    let restarts = server.as_ref().is_some_and(|s| s.persistent()) && cx.caps.durable_leases && cx.caps.durable_fencing;
-    let mut faults = Vec::new();
-    if let Some(s) = &server {
-        while Instant::now() + ttl / 4 < deadline {
-            tokio::time::sleep(Duration::from_millis(
-                rng.random_range(ttl.as_millis() as u64 / 8..=ttl.as_millis() as u64 / 2),
-            ))
-            .await;
-            let span = Duration::from_millis(rng.random_range(ttl.as_millis() as u64 / 4..=ttl.as_millis() as u64 * 2));
-            if restarts && rng.random_bool(0.3) {
-                faults.push("restart".to_owned());
-                s.stop().await?;
-                s.start().await?;
-            } else {
-                faults.push(format!("pause {} ms", ms(span)));
-                s.pause(true).await?;
-                tokio::time::sleep(span).await;
-                s.pause(false).await?;
-            }
-        }
-    }
+    let faults = server_faults(&cx, crew.deadline, &mut rng).await?;
     nemesis::join_workers(workers, ttl, &cx, "a client", seed).await?;
+    let log = &crew.log;
     let rw = log.rw.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let permits = log.permits.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let mut violations = log.violations.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -369,6 +300,117 @@ pub async fn kinds_nemesis(fx: &dyn Fixture) -> CaseResult {
         faults.iter().take(6).cloned().collect::<Vec<_>>().join(", "),
         log.errors.load(Ordering::Relaxed)
     ))
+}
+
+/// What every worker of [`kinds_nemesis`] shares: the log, the options, when to stop, the
+/// ttl, and whether holders may vanish by not renewing (per-lock leases).
+#[derive(Clone)]
+struct Crew {
+    log: Arc<Log>,
+    opts: AcquireOptions,
+    deadline: Instant,
+    ttl: Duration,
+    per_lock: bool,
+}
+
+/// A client that mixes reads and writes of `name` until the deadline; each writer writes its
+/// token to the fenced `register`, which must accept every valid writer and only rising tokens.
+fn rw_worker(
+    c: Arc<dyn DistributedRwLock>,
+    name: LockName,
+    register: Arc<FencedRegister<u64>>,
+    crew: Crew,
+    mut rng: StdRng,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let log = &crew.log;
+        while Instant::now() < crew.deadline {
+            let write = rng.random_bool(0.4);
+            let o = vanish_sometimes(&crew.opts, crew.per_lock, &mut rng);
+            let got = if write { c.acquire_write(&name, &o).await } else { c.acquire_read(&name, &o).await };
+            let Ok(lease) = got else {
+                log.errors.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            };
+            let start = Instant::now();
+            if write {
+                write_token(&lease, &register, log);
+            }
+            hold(&lease, &o, crew.ttl, &mut rng).await;
+            record(&log.rw, &lease, write, start);
+            if lease.release().await.is_err() {
+                log.errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    })
+}
+
+/// A writer's write to the fenced register: a token at or below the last one accepted, or a
+/// valid writer's token refused, is a violation.
+fn write_token(lease: &Lease, register: &FencedRegister<u64>, log: &Log) {
+    let token = lease.token().get();
+    let violation = match register.write_as(lease.owner(), lease.token(), |v| std::mem::replace(v, token)) {
+        Ok(prev) if prev >= token && prev != 0 => format!("writer token {token} accepted after {prev}"),
+        Err(stale) if lease.is_valid() => {
+            format!("a valid writer's token {token} was rejected: the register had {}", stale.highest)
+        }
+        _ => return,
+    };
+    log.violations.lock().unwrap_or_else(|e| e.into_inner()).push(violation);
+}
+
+/// A client that takes and returns permits of `name` until the deadline.
+fn permit_worker(
+    c: Arc<dyn DistributedSemaphore>,
+    name: LockName,
+    crew: Crew,
+    mut rng: StdRng,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let log = &crew.log;
+        while Instant::now() < crew.deadline {
+            let o = vanish_sometimes(&crew.opts, crew.per_lock, &mut rng);
+            let Ok(lease) = c.acquire_permit(&name, PERMITS, &o).await else {
+                log.errors.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            };
+            let start = Instant::now();
+            hold(&lease, &o, crew.ttl, &mut rng).await;
+            record(&log.permits, &lease, false, start);
+            if lease.release().await.is_err() {
+                log.errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    })
+}
+
+/// Pauses the server (or, where leases and fencing are durable, restarts it) at random until
+/// the deadline; the faults injected, for the report. None without [`Fixture::server`].
+async fn server_faults(cx: &Ctx<'_>, deadline: Instant, rng: &mut StdRng) -> Result<Vec<String>, CaseError> {
+    let Some(s) = cx.fx.server() else { return Ok(Vec::new()) };
+    let ttl = cx.ttl();
+    let restarts = s.persistent() && cx.caps.durable_leases && cx.caps.durable_fencing;
+    let mut faults = Vec::new();
+    while Instant::now() + ttl / 4 < deadline {
+        tokio::time::sleep(Duration::from_millis(
+            rng.random_range(ttl.as_millis() as u64 / 8..=ttl.as_millis() as u64 / 2),
+        ))
+        .await;
+        let span = Duration::from_millis(rng.random_range(ttl.as_millis() as u64 / 4..=ttl.as_millis() as u64 * 2));
+        if restarts && rng.random_bool(0.3) {
+            faults.push("restart".to_owned());
+            s.stop().await?;
+            s.start().await?;
+        } else {
+            faults.push(format!("pause {} ms", ms(span)));
+            s.pause(true).await?;
+            tokio::time::sleep(span).await;
+            s.pause(false).await?;
+        }
+    }
+    Ok(faults)
 }
 
 /// One acquisition in five (per-lock leases only) stops renewing: a holder paused past its ttl.

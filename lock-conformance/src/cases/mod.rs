@@ -18,12 +18,14 @@ use tokio::time::Instant;
 use crate::{ClientLink, Fixture};
 
 pub mod contained;
+pub mod departure;
 pub mod election;
 pub mod exclusion;
 pub mod fairness;
 pub mod faults;
 pub mod fencing;
 pub mod grants;
+pub mod handles;
 pub mod hold;
 pub mod idle;
 pub mod inspect;
@@ -219,7 +221,11 @@ registry! {
     kinds_fifo::kinds_fifo_vanished_head, 20, "rw lock and semaphore (fifo): a vanished queued waiter holds the next back for a bounded time only";
     grants::forged_grant_ignored, 10, "forged grant messages never make a waiter return a lease or choose its token (needs Fixture::forge_grant)";
     grants::waiter_departed_at_grant, 12, "a grant to a waiter whose acquire was dropped at the release frees within the fixture's untaken_grant_bound";
+    handles::handles, 16, "handles: try_*_for answers None after about its wait on a busy lock, run_locked frees, bad input is typed, on every kind";
     contained::panicking_hook_loses_only_its_lease, 12, "a panicking LeaseEvents hook loses its own lease (lost signal fires) and no other lease stops renewing";
+    departure::wait_deadline_races_release, 12, "a wait(d) whose deadline races a release either holds the lease or leaves the lock free within 100 ms";
+    departure::dropped_wait_races_release, 12, "an acquire dropped as a release lands either holds the lease or leaves the lock free within 100 ms";
+    departure::queued_head_killed, 16, "a queued waiter killed with SIGKILL holds the next back for the declared bound only (needs Fixture::queued_waiter)";
 }
 
 /// Every case of the suite, in report order.

@@ -70,22 +70,7 @@ pub async fn nemesis(fx: &dyn Fixture) -> CaseResult {
     let ttl = cx.ttl();
     let names: Vec<LockName> = (0..LOCKS).map(|i| cx.name(&format!("n{i}"))).collect::<Result<_, _>>()?;
     let registers: Arc<Vec<FencedRegister<u64>>> = Arc::new((0..LOCKS).map(|_| FencedRegister::new(0)).collect());
-
-    let mut clients: Vec<Arc<dyn DistributedLock>> = Vec::new();
-    let mut links: Vec<Arc<dyn ClientLink>> = Vec::new();
-    for _ in 0..LINKED {
-        match cx.linked().await {
-            Ok((c, l)) => {
-                clients.push(c);
-                links.push(l);
-            }
-            Err(CaseError::NotApplicable(_)) => break,
-            Err(e) => return Err(e),
-        }
-    }
-    for _ in 0..PLAIN {
-        clients.push(cx.client().await?);
-    }
+    let (clients, links) = nemesis_clients(&cx).await?;
     let server = fx.server();
     let restarts_allowed =
         server.as_ref().is_some_and(|s| s.persistent()) && cx.caps.durable_leases && cx.caps.durable_fencing;
@@ -101,42 +86,12 @@ pub async fn nemesis(fx: &dyn Fixture) -> CaseResult {
         workers.push(tokio::spawn(async move {
             while Instant::now() < deadline {
                 let lock = wrng.random_range(0..LOCKS);
-                let lease = match client.acquire(&names[lock], &opts).await {
-                    Ok(l) => l,
-                    Err(_) => {
-                        log.errors.fetch_add(1, Ordering::Relaxed);
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                        continue;
-                    }
+                let Ok(lease) = client.acquire(&names[lock], &opts).await else {
+                    log.errors.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
                 };
-                let start = Instant::now();
-                let token = lease.token().get();
-                match registers[lock].write_as(lease.owner(), lease.token(), |v| std::mem::replace(v, token)) {
-                    Ok(prev) if prev >= token && prev != 0 => log.violation(format!(
-                        "lock {lock}: client {i} wrote token {token} after token {prev}: not strictly increasing"
-                    )),
-                    Ok(_) => {}
-                    Err(stale) if lease.is_valid() => log.violation(format!(
-                        "lock {lock}: client {i} held a valid lease with token {token} but the register had seen {}",
-                        stale.highest
-                    )),
-                    Err(_) => {}
-                }
-                let hold = Duration::from_millis(wrng.random_range(0..=(ttl.as_millis() as u64 / 2).max(1)));
-                tokio::select! {
-                    _ = tokio::time::sleep(hold) => {}
-                    _ = lease.lost().fired() => {}
-                }
-                let end = Instant::now().min(lease.valid_until());
-                if end > start {
-                    log.windows.lock().unwrap_or_else(|e| e.into_inner()).push(Window {
-                        lock,
-                        client: i,
-                        token,
-                        start,
-                        end,
-                    });
-                }
+                hold_and_log(&lease, &registers[lock], &log, Holder { lock, client: i }, ttl, &mut wrng).await;
                 if lease.release().await.is_err() {
                     log.errors.fetch_add(1, Ordering::Relaxed);
                 }
@@ -165,6 +120,70 @@ pub async fn nemesis(fx: &dyn Fixture) -> CaseResult {
         log.errors.load(Ordering::Relaxed),
         ms(run_for)
     ))
+}
+
+/// The nemesis's clients: up to [`LINKED`] whose links it can break (as many as the fixture
+/// offers), then [`PLAIN`] ordinary ones; and the links.
+async fn nemesis_clients(cx: &Ctx<'_>) -> Result<(Vec<Arc<dyn DistributedLock>>, Vec<Arc<dyn ClientLink>>), CaseError> {
+    let mut clients: Vec<Arc<dyn DistributedLock>> = Vec::new();
+    let mut links: Vec<Arc<dyn ClientLink>> = Vec::new();
+    for _ in 0..LINKED {
+        match cx.linked().await {
+            Ok((c, l)) => {
+                clients.push(c);
+                links.push(l);
+            }
+            Err(CaseError::NotApplicable(_)) => break,
+            Err(e) => return Err(e),
+        }
+    }
+    for _ in 0..PLAIN {
+        clients.push(cx.client().await?);
+    }
+    Ok((clients, links))
+}
+
+/// Which lock a nemesis lease is of, and which client holds it.
+#[derive(Clone, Copy)]
+struct Holder {
+    lock: usize,
+    client: usize,
+}
+
+/// One hold of a nemesis client: writes the lease's token to the lock's fenced register (a
+/// token at or below the last accepted, or a valid lease's token refused, is a violation),
+/// holds up to half a ttl or until the lease is lost, and logs the window it was valid in.
+async fn hold_and_log(
+    lease: &lock_core::Lease,
+    register: &FencedRegister<u64>,
+    log: &Log,
+    who: Holder,
+    ttl: Duration,
+    rng: &mut StdRng,
+) {
+    let Holder { lock, client: i } = who;
+    let start = Instant::now();
+    let token = lease.token().get();
+    match register.write_as(lease.owner(), lease.token(), |v| std::mem::replace(v, token)) {
+        Ok(prev) if prev >= token && prev != 0 => log.violation(format!(
+            "lock {lock}: client {i} wrote token {token} after token {prev}: not strictly increasing"
+        )),
+        Ok(_) => {}
+        Err(stale) if lease.is_valid() => log.violation(format!(
+            "lock {lock}: client {i} held a valid lease with token {token} but the register had seen {}",
+            stale.highest
+        )),
+        Err(_) => {}
+    }
+    let hold = Duration::from_millis(rng.random_range(0..=(ttl.as_millis() as u64 / 2).max(1)));
+    tokio::select! {
+        _ = tokio::time::sleep(hold) => {}
+        _ = lease.lost().fired() => {}
+    }
+    let end = Instant::now().min(lease.valid_until());
+    if end > start {
+        log.windows.lock().unwrap_or_else(|e| e.into_inner()).push(Window { lock, client: i, token, start, end });
+    }
 }
 
 /// What the nemesis can hurt: the clients' links, the server (the whole deployment) and, for a

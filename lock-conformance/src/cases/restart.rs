@@ -112,6 +112,18 @@ pub async fn fault_restart_quiet_period(fx: &dyn Fixture) -> CaseResult {
     };
     let (grants, released_at) = futures::future::join(futures::future::join_all(attempts), let_go).await;
 
+    let notes = no_early_grant(&probes, grants, restarted_at, released_at).await?;
+    Ok(format!("down {} ms; {}", ms(restarted_at.saturating_duration_since(down_at)), notes.join(", ")))
+}
+
+/// Every conflicting acquire was granted, and none before the lease it conflicts with had
+/// ended (`valid_until`) or was released; one note per probe.
+async fn no_early_grant(
+    probes: &[Probe],
+    grants: Vec<Granted>,
+    restarted_at: Instant,
+    released_at: Instant,
+) -> Result<Vec<String>, CaseError> {
     let (mut notes, mut early) = (Vec::new(), Vec::new());
     for (probe, (granted, at)) in probes.iter().zip(grants) {
         let lease =
@@ -134,7 +146,7 @@ pub async fn fault_restart_quiet_period(fx: &dyn Fixture) -> CaseResult {
          grant nothing until the leases it forgot have ended",
         early.join("; ")
     );
-    Ok(format!("down {} ms; {}", ms(restarted_at.saturating_duration_since(down_at)), notes.join(", ")))
+    Ok(notes)
 }
 
 /// An acquire's outcome and the instant its answer arrived (the grant happened before it).

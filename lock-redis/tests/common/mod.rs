@@ -135,6 +135,30 @@ lock_conformance::impl_fixture! {
     fn provenance(&self) -> String {
         self.server.provenance()
     }
+
+    /// This test binary re-run as a child (`conformance_waiter_child`, which `redis.rs` defines).
+    async fn queued_waiter(
+        &self,
+        name: &LockName,
+        opts: &lock_core::AcquireOptions,
+    ) -> Result<Option<Box<dyn lock_conformance::waiter_process::QueuedWaiter>>, LockError> {
+        let target = format!("{} {}", self.options.key_prefix, self.server.url());
+        let child = lock_conformance::waiter_process::ChildWaiter::spawn(&target, name, opts).await?;
+        Ok(Some(Box::new(child)))
+    }
+}
+
+/// The client of a `RedlockFixture`'s child waiter: its `redlock://` URL is the target.
+pub async fn connect_redlock_child(target: String) -> Result<Arc<dyn lock_core::DistributedLock>, LockError> {
+    Ok(Arc::new(lock_redis::connect_redlock(&target, test_options()).await?))
+}
+
+/// The client of a `RedisFixture`'s child waiter: the key prefix and URL of its target.
+pub async fn connect_child(target: String) -> Result<Arc<dyn lock_core::DistributedLock>, LockError> {
+    let (prefix, url) =
+        target.split_once(' ').ok_or_else(|| LockError::config(format!("bad child target {target:?}")))?;
+    let options = RedisOptions { key_prefix: prefix.to_owned(), ..test_options() };
+    Ok(Arc::new(lock_redis::connect(url, options).await?))
 }
 
 /// A fresh server and its control, or `None` (said on stderr, as `NOT APPLICABLE <test>`) when
@@ -295,6 +319,16 @@ impl ServerControl for AllMasters {
 lock_conformance::impl_fixture! {
     RedlockFixture, backend: "redlock", |f| {
         client: f.redlock_client().await?,
+    }
+
+    /// This test binary re-run as a child (`conformance_waiter_child`, which `redlock.rs` defines).
+    async fn queued_waiter(
+        &self,
+        name: &LockName,
+        opts: &lock_core::AcquireOptions,
+    ) -> Result<Option<Box<dyn lock_conformance::waiter_process::QueuedWaiter>>, LockError> {
+        let child = lock_conformance::waiter_process::ChildWaiter::spawn(&self.url(), name, opts).await?;
+        Ok(Some(Box::new(child)))
     }
 
     async fn linked_client(&self) -> Result<Option<LinkedClient>, LockError> {

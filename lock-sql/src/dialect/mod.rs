@@ -1,6 +1,10 @@
 //! The three databases behind one [`Dialect`] trait: each dialect owns its SQL text, the order
 //! in which its statements bind their values, how it encodes a name, and its error codes. The
 //! store and the lock kinds above never ask which database they talk to.
+//!
+//! This file holds the trait and the values that cross it; the dialects import them from here
+//! and nothing here imports a dialect ([`scheme`] is where a URL picks one), so the store
+//! depends on the trait and the dialects on these shared types, never the other way round.
 
 #[cfg(feature = "mysql")]
 pub(crate) mod mysql;
@@ -8,19 +12,21 @@ pub(crate) mod params;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 pub(crate) mod rw;
+pub(crate) mod scheme;
 #[cfg(feature = "sqlite")]
 pub(crate) mod sqlite;
 
-use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::{LockError, WakeHub};
+use lock_core::{ChangeFeed, LockError, LockKind, WakeSubscription};
+use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 use crate::adopt::TableFacts;
 use crate::decide::Plan;
 use crate::error::{classify, to_lock_error, Class, Codes};
 use crate::queue::Wait;
-use crate::SqlOptions;
 use rw::{Attempt, KindSql, OwnerStmt};
 
 /// The lease table's columns, in order: the one list that the DDL, the column upgrade
@@ -85,7 +91,7 @@ pub(crate) enum Upsert {
     /// Held by another owner for about `remaining` more ms (`None`: unknown, or free but owed
     /// to a waiter queued before us); `seq`: our place in the queue, when the attempt queued;
     /// `seen`: the fence of the latest grant, read under the row's lock (PostgreSQL only: what
-    /// a hand-off's fence is compared with, crate::handoff); `ahead`: how many live waiters
+    /// a hand-off's fence is compared with, postgres/handoff.rs); `ahead`: how many live waiters
     /// are queued before us (the databases that cannot notify, whose waiters poll by it:
     /// crate::queue::queued_poll).
     Held { remaining: Option<i64>, seq: Option<i64>, seen: Option<i64>, ahead: Option<i64> },
@@ -97,7 +103,7 @@ pub(crate) struct Profile {
     pub(crate) durable: bool,
     pub(crate) listens: bool,
     /// Set once the session settings are known (zero until then).
-    pub(crate) statement_bound: std::time::Duration,
+    pub(crate) statement_bound: Duration,
     pub(crate) lease_ddl: String,
     pub(crate) queue_ddl: String,
 }
@@ -105,7 +111,7 @@ pub(crate) struct Profile {
 impl Profile {
     /// A profile with the two tables' DDL; `statement_bound` is set by the caller.
     pub(crate) fn new(codes: Codes, durable: bool, listens: bool, lease_ddl: String, queue_ddl: String) -> Profile {
-        Profile { codes, durable, listens, statement_bound: std::time::Duration::ZERO, lease_ddl, queue_ddl }
+        Profile { codes, durable, listens, statement_bound: Duration::ZERO, lease_ddl, queue_ddl }
     }
 }
 
@@ -137,6 +143,35 @@ pub(crate) fn ahead_of(qq: &str, now: &str) -> String {
 /// The suffix of the waiter queue's table name.
 pub(crate) const QUEUE_SUFFIX: &str = "_waiters";
 
+/// What a waiter waits for, or a release announces. Only a dialect that notifies
+/// ([`Dialect::listens`]) turns it into a wake-up key; the store and the kinds never see one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Wakeup<'a> {
+    /// Grants and releases of the exclusive lock `name` (its election observers).
+    Exclusive(&'a str),
+    /// The queued waiter `owner` (32 hex digits) of an exclusive lock.
+    Waiter(&'a str),
+    /// One side (read, write or permit) of the read-write lock or semaphore `name`.
+    Side(LockKind, &'a str),
+}
+
+/// The store's view of the grants a dialect's releases hand to queued waiters, as this client
+/// heard of them (PostgreSQL's grant in the release: `postgres/handoff.rs`), by owner id.
+pub(crate) trait Handoff: Send + Sync {
+    /// A waiting attempt of `owner` starts: from now on its grant notifications are heard.
+    fn expect(&self, owner: &str);
+    /// `owner`'s attempt answered "still queued", the holder's lease `remaining`.
+    fn queued(&self, owner: &str, remaining: Option<Duration>);
+    /// The answer to give an attempt of `owner` without a statement, when its latest "still
+    /// queued" answer is recent enough and no grant was heard since.
+    fn recent(&self, owner: &str, now: Instant) -> Option<Option<Duration>>;
+    /// Whether a grant notification named `owner` since its latest answer (cleared): its
+    /// attempt then claims before it runs the acquire statement.
+    fn claim_due(&self, owner: &str) -> bool;
+    /// The wait of `owner` ended (granted by a statement, or left).
+    fn forget(&self, owner: &str);
+}
+
 /// One database. Every method runs one operation (a statement, or one short transaction) and
 /// leaves retries and time limits to the caller (the store's `run`).
 #[async_trait]
@@ -157,7 +192,7 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     }
     /// How long the server lets one statement run (waits for row locks included): after that,
     /// a statement whose caller went away can no longer commit.
-    fn statement_bound(&self) -> std::time::Duration {
+    fn statement_bound(&self) -> Duration {
         self.profile().statement_bound
     }
     /// The lease table's `CREATE TABLE IF NOT EXISTS`.
@@ -190,12 +225,12 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     /// Deletes `owner`'s queue entry for `name` (a wait that ended without a grant), and the
     /// name's expired entries.
     async fn leave_queue(&self, name: &str, owner: &str) -> Result<(), sqlx::Error>;
-    /// Where releases hand the lock to the queue's head (crate::handoff): the grants this
+    /// Where releases hand the lock to the queue's head (postgres/handoff.rs): the grants this
     /// client's waiters were notified of. `None` (the default): no hand-offs.
-    fn handoffs(&self) -> Option<&crate::handoff::Handoffs> {
+    fn handoffs(&self) -> Option<&dyn Handoff> {
         None
     }
-    /// Where releases hand off: the claim of a grant a notification announced (crate::handoff):
+    /// Where releases hand off: the claim of a grant a notification announced (postgres/handoff.rs):
     /// extends `owner`'s own row of `name` to `ttl_ms` from the database clock and returns its
     /// fence; `None` when the row is not `owner`'s (the notification was forged, stale, or the
     /// grant lapsed and went to another). By default `None`.
@@ -213,7 +248,7 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     fn added_queue_columns(&self, _table: &str) -> Vec<(&'static str, String)> {
         Vec::new()
     }
-    /// Marks `owner` as an election observer of `name` for `lifetime_ms` (crate::observers):
+    /// Marks `owner` as an election observer of `name` for `lifetime_ms` (postgres/observers.rs):
     /// grants and releases of `name` then notify. Only where the dialect [`Dialect::listens`];
     /// by default nothing.
     async fn observe(&self, _name: &str, _owner: &str, _lifetime_ms: i64) -> Result<(), sqlx::Error> {
@@ -258,63 +293,18 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     async fn kind_acquire(&self, sql: &KindSql, attempt: &Attempt<'_>) -> Result<Plan, sqlx::Error>;
     /// One owner-checked autocommit statement of a side; the rows it changed.
     async fn kind_owner(&self, stmt: &OwnerStmt<'_>) -> Result<u64, sqlx::Error>;
-    /// Sends a wake-up with `payload` to the listeners of every client (no-op unless
-    /// [`Dialect::listens`]).
-    async fn notify(&self, payload: &str) -> Result<(), sqlx::Error>;
-}
-
-/// The databases a URL can name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Db {
-    Sqlite,
-    Postgres,
-    Mysql,
-}
-
-impl Db {
-    /// The crate feature that brings the dialect.
-    fn feature(self) -> &'static str {
-        match self {
-            Db::Sqlite => "sqlite",
-            Db::Postgres => "postgres",
-            Db::Mysql => "mysql",
-        }
+    /// Sends `wakeup` to the listeners of every client (no-op unless [`Dialect::listens`]).
+    async fn notify(&self, _wakeup: Wakeup<'_>) -> Result<(), sqlx::Error> {
+        Ok(())
     }
-}
-
-/// Splits off the scheme and maps `mariadb:` to sqlx's `mysql:`.
-fn parse_url(url: &str) -> Result<(Db, String), LockError> {
-    let scheme = url.split_once(':').map(|(s, _)| s.to_ascii_lowercase());
-    match scheme.as_deref() {
-        Some("sqlite") => Ok((Db::Sqlite, url.to_owned())),
-        Some("postgres") | Some("postgresql") => Ok((Db::Postgres, url.to_owned())),
-        Some("mysql") => Ok((Db::Mysql, url.to_owned())),
-        Some("mariadb") => Ok((Db::Mysql, format!("mysql{}", &url["mariadb".len()..]))),
-        _ => Err(LockError::config(
-            "sql URL must start with sqlite:, postgres:, postgresql:, mysql: or mariadb: \
-             (e.g. sqlite://dlock.db or postgres://user@host/db)",
-        )),
+    /// A subscription to `wakeup`, where the dialect [`Dialect::listens`]; `None` by default.
+    fn subscribe(&self, _wakeup: Wakeup<'_>) -> Option<WakeSubscription> {
+        None
     }
-}
-
-/// Connects the dialect the URL's scheme names: the one place that tells the databases apart.
-pub(crate) async fn connect(url: &str, options: &SqlOptions, hub: WakeHub) -> Result<Arc<dyn Dialect>, LockError> {
-    let (db, url) = parse_url(url)?;
-    // Silences "unused" in builds without PostgreSQL, the only dialect that wakes waiters.
-    let _ = &hub;
-    match db {
-        #[cfg(feature = "sqlite")]
-        Db::Sqlite => sqlite::connect(&url, options).await,
-        #[cfg(feature = "postgres")]
-        Db::Postgres => postgres::connect(&url, options, hub).await,
-        #[cfg(feature = "mysql")]
-        Db::Mysql => mysql::connect(&url, options).await,
-        #[allow(unreachable_patterns)]
-        missing => Err(LockError::config(format!(
-            "this build of lock-sql has no {} support: enable the crate feature \"{}\" (on by default)",
-            missing.feature(),
-            missing.feature()
-        ))),
+    /// The feed of an election observer of `name` (docs/contract.md §5.8), kept while `keep`'s
+    /// receiver waits, where the dialect [`Dialect::listens`]; `None` by default.
+    fn change_feed(&self, _name: &str, _keep: oneshot::Sender<()>) -> Option<ChangeFeed> {
+        None
     }
 }
 
@@ -333,7 +323,7 @@ pub(crate) fn unreachable(codes: Codes, e: sqlx::Error) -> LockError {
 }
 
 /// The first contact did not finish within `connect_timeout`.
-pub(crate) fn too_slow(codes: Codes, bound: std::time::Duration) -> LockError {
+pub(crate) fn too_slow(codes: Codes, bound: Duration) -> LockError {
     LockError::unavailable(codes.label, format!("no connection within {bound:?} (connect_timeout)"))
 }
 
@@ -362,64 +352,5 @@ mod tests {
         assert_eq!(like_prefix(""), "%");
         assert_eq!(like_prefix("jobs/"), "jobs/%");
         assert_eq!(like_prefix("a%b_c!d\\e"), "a!%b!_c!!d\\e%");
-    }
-
-    #[test]
-    fn schemes() {
-        assert_eq!(parse_url("sqlite://x.db").unwrap().0, Db::Sqlite);
-        assert_eq!(parse_url("postgresql://h/db").unwrap().0, Db::Postgres);
-        assert_eq!(parse_url("POSTGRES://h/db").unwrap().0, Db::Postgres);
-        assert_eq!(parse_url("mariadb://root@h:3306/test").unwrap(), (Db::Mysql, "mysql://root@h:3306/test".into()));
-        for bad in ["redis://h", "nocolon", "", "mssql://h"] {
-            assert!(matches!(parse_url(bad), Err(LockError::Config { .. })), "{bad}");
-        }
-    }
-
-    /// Misspelt, unknown or repeated URL parameters are Config errors before any connection is
-    /// tried (port 1: nothing listens; a connection attempt would be Unavailable instead).
-    #[cfg(all(feature = "postgres", feature = "mysql", feature = "sqlite"))]
-    #[tokio::test]
-    async fn unknown_url_parameters_are_config_errors() {
-        for (url, says) in [
-            ("postgres://u:pw@127.0.0.1:1/db?ssl_mode=verify-full", "did you mean \"sslmode\""),
-            ("postgres://u:pw@127.0.0.1:1/db?SSLMODE=verify-full", "did you mean \"sslmode\""),
-            ("postgres://u:pw@127.0.0.1:1/db?sslmode=verify-full&sslpassword=pw", "\"sslpassword\""),
-            ("postgresql://u:pw@127.0.0.1:1/db?connect_timeout=5", "\"connect_timeout\""),
-            ("postgres://u:pw@127.0.0.1:1/db?sslmode=verify-full&sslmode=disable", "twice"),
-            ("postgres://u:pw@127.0.0.1:1/db?sslmode=verify-full#x", "fragment"),
-            ("mysql://u:pw@127.0.0.1:1/db?ssl_mode=VERIFY_IDENTITY", "did you mean \"ssl-mode\""),
-            ("mariadb://u:pw@127.0.0.1:1/db?SSL-MODE=VERIFY_IDENTITY", "did you mean \"ssl-mode\""),
-            ("mysql://u:pw@127.0.0.1:1/db?sslrootcert=/ca.pem", "\"sslrootcert\""),
-            ("mysql://u:pw@127.0.0.1:1/db?ssl-mode=verify_ca&sslmode=preferred", "twice"),
-            ("sqlite://x.db?MODE=ro", "did you mean \"mode\""),
-            ("sqlite://x.db?mode=ro&mode=rwc", "twice"),
-        ] {
-            match connect(url, &SqlOptions::default(), WakeHub::new()).await {
-                Err(LockError::Config { reason }) => {
-                    assert!(reason.contains(says), "{url}: {reason}");
-                    assert!(!reason.contains("pw"), "{url}: {reason}");
-                }
-                Err(e) => panic!("{url}: expected a Config error, got {e}"),
-                Ok(_) => panic!("{url}: connected"),
-            }
-        }
-        // Wrong values of a known parameter: the driver refuses them (Config too).
-        for url in
-            ["mysql://u@127.0.0.1:1/db?ssl-mode=VERIFY-IDENTITY", "postgres://u@127.0.0.1:1/db?sslmode=verify_full"]
-        {
-            let r = connect(url, &SqlOptions::default(), WakeHub::new()).await;
-            assert!(matches!(r, Err(LockError::Config { .. })), "{url}");
-        }
-    }
-
-    /// A build without a dialect's feature refuses its URLs with a Config error that names the
-    /// feature (runs in such builds: `--no-default-features --features sqlite`).
-    #[cfg(not(feature = "postgres"))]
-    #[tokio::test]
-    async fn a_dialect_left_out_is_a_config_error() {
-        let Err(e) = connect("postgres://u@h/db", &SqlOptions::default(), WakeHub::new()).await else {
-            panic!("connected without postgres support")
-        };
-        assert!(matches!(&e, LockError::Config { reason } if reason.contains("\"postgres\"")), "{e}");
     }
 }

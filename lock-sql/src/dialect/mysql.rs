@@ -14,27 +14,19 @@ use sqlx::{AssertSqlSafe, Executor};
 use tokio::time::timeout;
 
 use super::params::Accepted;
-use super::rw::{acquire_tx, owner_stmt, Attempt, Flavor, KindSql, OwnerStmt};
+use super::rw::{acquire_tx, owner_stmt, Attempt, KindSql, OwnerStmt};
 use super::{ahead_of, bad_url, queue_table, too_slow, unreachable, Dialect, Grant, Profile, Seen, Upsert, Who};
 use crate::adopt::{Owner, TableFacts};
 use crate::decide::Plan;
 use crate::error::{Class, Codes};
 use crate::options::quote_table;
+use crate::options::SqlOptions;
 use crate::pool::{ConnPool, Setup, Use};
-use crate::SqlOptions;
+use sql::{FLAVOR, NOW, NOW_US, NO_COUNT};
 
 mod acquire;
 mod renew;
-
-/// Milliseconds since the Unix epoch, on the database's clock.
-const NOW: &str = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)";
-
-/// Microseconds since the Unix epoch, on the database's clock: the floor of new fences.
-const NOW_US: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
-
-/// The session variable that carries the acquire upsert's condition from its first assignment
-/// to the others (see `Mysql::new`); named so that an application sharing the pool won't use it.
-const GRANTED: &str = "@dlock_granted";
+mod sql;
 
 pub(crate) const CODES: Codes = Codes { label: "mysql", database: server_error };
 
@@ -73,33 +65,6 @@ fn server_error(db: &(dyn DatabaseError + 'static)) -> Class {
         _ => Class::Other,
     }
 }
-
-const FLAVOR: Flavor = Flavor {
-    quote: '`',
-    now: NOW,
-    create: |c, h| {
-        [
-            format!(
-                "CREATE TABLE IF NOT EXISTS {c} (kind VARCHAR(8) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, \
-                 name VARBINARY(255) NOT NULL, fence BIGINT NOT NULL, permits BIGINT NOT NULL, \
-                 claim_owner VARCHAR(32) CHARACTER SET ascii COLLATE ascii_bin NULL, claim_until BIGINT NOT NULL, \
-                 PRIMARY KEY (kind, name)) ENGINE=InnoDB"
-            ),
-            format!(
-                "CREATE TABLE IF NOT EXISTS {h} (kind VARCHAR(8) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, \
-                 name VARBINARY(255) NOT NULL, owner VARCHAR(32) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, \
-                 mode BIGINT NOT NULL, fence BIGINT NOT NULL, expires_at BIGINT NOT NULL, \
-                 PRIMARY KEY (kind, name, owner)) ENGINE=InnoDB"
-            ),
-        ]
-    },
-    insert: "INSERT",
-    // Not MySQL's INSERT IGNORE: it would turn real errors into warnings.
-    on_conflict: " ON DUPLICATE KEY UPDATE fence = fence",
-    for_update: " FOR UPDATE",
-    numbered: false,
-    begin: Some("START TRANSACTION"),
-};
 
 /// A MySQL or MariaDB database: its pool and its statements.
 pub(crate) struct Mysql {
@@ -204,61 +169,15 @@ impl Mysql {
     fn new(pool: Arc<ConnPool<MySqlConnection>>, t: &str, returning: bool, durable: bool, mariadb: bool) -> Mysql {
         let qt = quote_table(t, '`');
         let qq = quote_table(&queue_table(t), '`');
-        // The condition is evaluated once, in the first assignment, into the session variable
-        // `@dlock_granted`; the later assignments only read it. Both servers evaluate the
-        // assignments' expressions left to right (MySQL: later ones see earlier new values;
-        // MariaDB with SIMULTANEOUS_ASSIGNMENT: every one sees the old row), and the first one
-        // always runs, so the variable never carries a value from an earlier statement; fence
-        // comes first and reads the old owner in both modes. (Repeating the condition, queue
-        // subquery included, in each of the five assignments cost the server about as much as
-        // the rest of the statement: BENCHMARKS.md, "SQL acquire statements".)
-        // A free row is not taken while a live waiter queued before us waits (queue.rs); the
-        // binds of the condition: see `bind_cond`.
-        let cond = format!(
-            "(owner = ? OR ((owner IS NULL OR expires_at <= {NOW}) AND NOT EXISTS ( \
-               SELECT 1 FROM {qq} w WHERE w.name = ? AND w.owner <> ? AND w.expires_at > {NOW} \
-               AND (w.seq, w.owner) < (?, ?))))"
-        );
-        // The live waiters queued before the caller (binds: name, owner, place, owner), for the
-        // attempts of a queued waiter that skip the entry's refresh (queue.rs, `Wait::refresh`).
-        let ahead = format!(
-            "(SELECT COUNT(*) FROM {qq} w WHERE w.name = ? AND w.owner <> ? AND w.expires_at > {NOW} \
-             AND (w.seq, w.owner) < (?, ?))"
-        );
-        let row = |count: &str| format!("owner, fence, CAST(expires_at - {NOW} AS SIGNED), {count}");
-        let returning_clause =
-            |count: &str| if returning { format!(" RETURNING {}", row(count)) } else { String::new() };
-        let lease_ddl = format!(
-            "CREATE TABLE IF NOT EXISTS {qt} (name VARBINARY(255) NOT NULL PRIMARY KEY, \
-             owner VARBINARY(32) NULL, fence BIGINT NOT NULL, expires_at BIGINT NOT NULL, \
-             holder VARBINARY(255) NULL, metadata VARBINARY(1024) NULL) ENGINE=InnoDB"
-        );
-        let queue_ddl = format!(
-            "CREATE TABLE IF NOT EXISTS {qq} (name VARBINARY(255) NOT NULL, owner VARBINARY(32) NOT NULL, \
-             seq BIGINT NOT NULL, expires_at BIGINT NOT NULL, PRIMARY KEY (name, owner)) ENGINE=InnoDB"
-        );
-        let acquire = |count: &str| {
-            format!(
-                "INSERT INTO {qt} (name, owner, fence, expires_at, holder, metadata) \
-                 VALUES (?, ?, {NOW_US}, {NOW} + ?, ?, ?) \
-                 ON DUPLICATE KEY UPDATE \
-                   fence = IF({GRANTED} := {cond}, IF(owner = ?, fence, GREATEST(fence + 1, {NOW_US})), fence), \
-                   owner = IF({GRANTED}, ?, owner), \
-                   expires_at = IF({GRANTED}, {NOW} + ?, expires_at), \
-                   holder = IF({GRANTED}, ?, holder), \
-                   metadata = IF({GRANTED}, ?, metadata){}",
-                returning_clause(count)
-            )
-        };
-        let read_back = |count: &str| format!("SELECT {} FROM {qt} WHERE name = ?", row(count));
-        const NO_COUNT: &str = "CAST(NULL AS SIGNED)";
+        let (lease_ddl, queue_ddl) = sql::ddl(&qt, &qq);
+        let ahead = sql::ahead(&qq);
         Mysql {
             pool,
             profile: Profile::new(CODES, durable, false, lease_ddl, queue_ddl),
-            acquire: acquire(NO_COUNT).into(),
-            acquire_counting: acquire(&ahead).into(),
-            read_back: read_back(NO_COUNT).into(),
-            read_back_counting: read_back(&ahead).into(),
+            acquire: sql::upsert(&qt, &qq, returning, NO_COUNT).into(),
+            acquire_counting: sql::upsert(&qt, &qq, returning, &ahead).into(),
+            read_back: sql::read_back(&qt, NO_COUNT).into(),
+            read_back_counting: sql::read_back(&qt, &ahead).into(),
             enqueue: format!(
                 "INSERT INTO {qq} (name, owner, seq, expires_at) VALUES (?, ?, {NOW_US}, {NOW} + ?) \
                  ON DUPLICATE KEY UPDATE expires_at = {NOW} + ?{}",
@@ -272,16 +191,7 @@ impl Mysql {
             )
             .into(),
             renew_many: format!("UPDATE {qt} SET expires_at = {NOW} + ? WHERE expires_at > {NOW} AND ").into(),
-            // MariaDB: a lock wait of 0 fails at once; MySQL's least is 1 s, set by a hint.
-            renew_many_nowait: if mariadb {
-                format!("SET STATEMENT innodb_lock_wait_timeout = 0 FOR UPDATE {qt} SET expires_at = {NOW} + ? WHERE expires_at > {NOW} AND ")
-            } else {
-                format!(
-                    "UPDATE /*+ SET_VAR(innodb_lock_wait_timeout = 1) */ {qt} SET expires_at = {NOW} + ? \
-                     WHERE expires_at > {NOW} AND "
-                )
-            }
-            .into(),
+            renew_many_nowait: sql::renew_many_nowait(&qt, mariadb).into(),
             renew_read: format!("SELECT name, owner FROM {qt} WHERE expires_at > {NOW} AND ").into(),
             quoted: qt.clone().into(),
             release: format!(
@@ -574,10 +484,6 @@ impl Dialect for Mysql {
             .with(Use::Keep, stmt, |c, s| Box::pin(owner_stmt::<MySql, _, &[u8]>(c, s, s.name.as_bytes())))
             .await?;
         Ok(done.rows_affected())
-    }
-
-    async fn notify(&self, _payload: &str) -> Result<(), sqlx::Error> {
-        Ok(())
     }
 }
 

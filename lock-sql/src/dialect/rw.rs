@@ -210,8 +210,20 @@ where
     if sql.begin.is_none() {
         return result;
     }
+    end_tx::<DB, _>(c, result).await
+}
+
+/// Ends the transaction open on `c`: commits when `result` is Ok, else rolls back (a failed
+/// rollback joins the error). Every transaction of this crate is opened and ended within one
+/// pooled use of its connection, so a connection never goes back to the pool inside one (on
+/// MySQL an open one would keep its rows locked for every other client).
+pub(crate) async fn end_tx<DB, T>(c: &mut DB::Connection, result: Result<T, sqlx::Error>) -> Result<T, sqlx::Error>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+{
     let result = match result {
-        Ok(plan) => (&mut *c).execute("COMMIT").await.map(|_| plan),
+        Ok(v) => (&mut *c).execute("COMMIT").await.map(|_| v),
         Err(e) => Err(e),
     };
     let Err(e) = result else { return result };

@@ -22,7 +22,7 @@ use crate::adopt::{Owner, TableFacts};
 use crate::decide::Plan;
 use crate::error::{Class, Codes};
 use crate::options::quote_table;
-use crate::SqlOptions;
+use crate::options::SqlOptions;
 
 /// Milliseconds since the Unix epoch, on the host's clock.
 const NOW: &str = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)";
@@ -419,9 +419,5 @@ impl Dialect for Lite {
 
     async fn kind_owner(&self, stmt: &OwnerStmt<'_>) -> Result<u64, sqlx::Error> {
         Ok(owner_stmt::<Sqlite, _, &str>(&self.pool, stmt, stmt.name).await?.rows_affected())
-    }
-
-    async fn notify(&self, _payload: &str) -> Result<(), sqlx::Error> {
-        Ok(())
     }
 }

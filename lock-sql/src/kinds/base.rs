@@ -12,9 +12,10 @@ use lock_core::{
 
 use crate::decide::{family, Plan};
 use crate::dialect::rw::{Attempt, KindSql, OwnerStmt};
-use crate::store::{remaining, ttl_ms, SqlStore};
-use crate::wake;
-use crate::SqlOptions;
+use crate::dialect::Wakeup;
+use crate::millis::{remaining, ttl_ms};
+use crate::options::SqlOptions;
+use crate::store::SqlStore;
 
 /// How often an acquire transaction is re-run after a deadlock or lock-wait time-out (MySQL
 /// 1213/1205, PostgreSQL 40001/40P01, SQLite busy) before the caller gets `Unavailable`.
@@ -86,16 +87,15 @@ impl SqlKinds {
         if !self.store.dialect.listens() {
             return;
         }
-        let keys = match kind {
+        let n = name.as_str();
+        let sides = match kind {
             // The last reader out lets a writer in; a writer out lets readers and writers in.
-            LockKind::Read => vec![wake::side(LockKind::Write, name.as_str())],
-            LockKind::Write => {
-                vec![wake::side(LockKind::Write, name.as_str()), wake::side(LockKind::Read, name.as_str())]
-            }
-            _ => vec![wake::side(kind, name.as_str())],
+            LockKind::Read => vec![Wakeup::Side(LockKind::Write, n)],
+            LockKind::Write => vec![Wakeup::Side(LockKind::Write, n), Wakeup::Side(LockKind::Read, n)],
+            _ => vec![Wakeup::Side(kind, n)],
         };
-        for key in keys {
-            if let Err(e) = self.store.run("notify waiters", || self.store.dialect.notify(&key)).await {
+        for side in sides {
+            if let Err(e) = self.store.run("notify waiters", || self.store.dialect.notify(side)).await {
                 tracing::debug!(error = %e, "could not notify waiters; they poll");
             }
         }
@@ -175,7 +175,7 @@ impl KindStore for SqlKinds {
     }
 
     async fn subscribe(&self, kind: LockKind, name: &LockName) -> Result<Option<WakeSubscription>, LockError> {
-        Ok(self.store.subscribe_key(&wake::side(kind, name.as_str())))
+        Ok(self.store.subscribe(Wakeup::Side(kind, name.as_str())))
     }
 }
 

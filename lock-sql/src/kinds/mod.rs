@@ -1,6 +1,6 @@
 //! Read-write locks and semaphores in the database (docs/contract.md §5.2, §5.3): the kinds'
 //! statements as a [`KindStore`](lock_core::KindStore) over the pools and listener of the
-//! exclusive [`SqlStore`](crate::SqlStore); [`StoreRwLock`] / [`StoreSemaphore`] in lock-core
+//! exclusive [`SqlStore`](crate::store::SqlStore); [`StoreRwLock`] / [`StoreSemaphore`] in lock-core
 //! make the traits of it. The tables and statements are in the crate docs.
 
 mod base;
@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use lock_core::{LockError, StoreRwLock, StoreSemaphore};
 
-use crate::SqlOptions;
+use crate::options::SqlOptions;
 pub use base::SqlKinds;
 
 /// A read-write lock in the database (docs/contract.md §5.2), made by

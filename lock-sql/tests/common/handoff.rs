@@ -1,6 +1,7 @@
-//! PostgreSQL's grant in the release (lock-sql `handoff.rs`), at the store level: the head's
-//! claim, a head that leaves with a grant in flight, a head that never claims, and a leave cut
-//! short.
+//! PostgreSQL's grant in the release (lock-sql `dialect/postgres/handoff.rs`), at the store
+//! level: the head's claim, a head that leaves with a grant in flight, a head that never claims,
+//! and a leave cut short; and the forged grant notifications of the conformance suite's
+//! `forged_grant_ignored`.
 
 use std::time::Duration;
 
@@ -20,10 +21,10 @@ async fn queue(store: &lock_sql::SqlStore, claim: &Claim<'_>) -> Result<lock_cor
     Ok(sub)
 }
 
-/// The release's grant to the head is provisional (lock-sql `handoff.rs`): it lasts the claim
-/// window (1 s, not the head's 8 s ttl) until the head claims it; the claim returns the row's
-/// fence as an ordinary grant (validity from the claim's own send instant) and extends the
-/// lease to the head's ttl, with the holder and metadata its queue entry carried.
+/// The release's grant to the head is provisional (lock-sql `dialect/postgres/handoff.rs`): it
+/// lasts the claim window (1 s, not the head's 8 s ttl) until the head claims it; the claim
+/// returns the row's fence as an ordinary grant (validity from the claim's own send instant) and
+/// extends the lease to the head's ttl, with the holder and metadata its queue entry carried.
 pub async fn check_handoff_claim(fx: &SqlFixture) -> Result<(), LockError> {
     let lock = fx.sql_client().await?;
     let store = lock.store();
@@ -171,4 +172,34 @@ pub async fn check_cut_abandon_finishes(fx: &SqlFixture) -> Result<(), LockError
     );
     store.release(&name, other).await?;
     Ok(())
+}
+
+/// What a role that may only `SELECT` the lock's tables can send the waiters of `name` (`NOTIFY`
+/// needs no privilege): for every queue entry of the name, `dlock-grant:<owner>:<token>` on the
+/// table's channel and on the channel the entry names (`wake`). The number of notifications sent.
+pub async fn forge_pg_grants(url: &str, table: &str, name: &LockName, token: u64) -> Result<usize, LockError> {
+    use sqlx::Connection;
+    let test_error = |e: sqlx::Error| LockError::backend("test", e);
+    let mut c = sqlx::PgConnection::connect(url).await.map_err(test_error)?;
+    let entries: Vec<(String, Option<String>)> =
+        sqlx::query_as(sqlx::AssertSqlSafe(format!("SELECT owner, wake FROM \"{table}_waiters\" WHERE name = $1")))
+            .bind(name.as_str())
+            .fetch_all(&mut c)
+            .await
+            .map_err(test_error)?;
+    let mut sent = 0;
+    for (owner, wake) in &entries {
+        let forged = format!("dlock-grant:{owner}:{token}");
+        for channel in std::iter::once(table).chain(wake.as_deref()) {
+            sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(channel)
+                .bind(&forged)
+                .execute(&mut c)
+                .await
+                .map_err(test_error)?;
+            sent += 1;
+        }
+    }
+    c.close().await.map_err(test_error)?;
+    Ok(sent)
 }

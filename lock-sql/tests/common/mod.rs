@@ -18,10 +18,13 @@ use lock_sql::{SqlLock, SqlOptions};
 use sqlx::Executor;
 use tokio::time::Instant;
 
+mod child;
 mod fake_tls;
 mod handoff;
 mod safety;
 mod squat;
+#[allow(unused_imports)]
+pub use child::connect_child;
 #[allow(unused_imports)]
 pub use fake_tls::*;
 #[allow(unused_imports)]
@@ -245,6 +248,15 @@ lock_conformance::impl_fixture! {
         self.provenance.clone()
     }
 
+    /// This test binary re-run as a child (`conformance_waiter_child`, every dialect's file).
+    async fn queued_waiter(
+        &self,
+        name: &LockName,
+        opts: &AcquireOptions,
+    ) -> Result<Option<Box<dyn lock_conformance::waiter_process::QueuedWaiter>>, LockError> {
+        child::queued_waiter(self, name, opts).await
+    }
+
     /// PostgreSQL only: MySQL and SQLite send no grant messages (their waiters poll).
     async fn forge_grant(&self, name: &LockName, token: u64) -> Result<Option<usize>, LockError> {
         if self.dialect != Dialect::Postgres {
@@ -273,36 +285,6 @@ lock_conformance::impl_fixture! {
         lock.store().collect_idle(Duration::ZERO).await?;
         Ok(true)
     }
-}
-
-/// What a role that may only `SELECT` the lock's tables can send the waiters of `name` (`NOTIFY`
-/// needs no privilege): for every queue entry of the name, `dlock-grant:<owner>:<token>` on the
-/// table's channel and on the channel the entry names (`wake`). The number of notifications sent.
-pub async fn forge_pg_grants(url: &str, table: &str, name: &LockName, token: u64) -> Result<usize, LockError> {
-    use sqlx::Connection;
-    let test_error = |e: sqlx::Error| LockError::backend("test", e);
-    let mut c = sqlx::PgConnection::connect(url).await.map_err(test_error)?;
-    let entries: Vec<(String, Option<String>)> =
-        sqlx::query_as(sqlx::AssertSqlSafe(format!("SELECT owner, wake FROM \"{table}_waiters\" WHERE name = $1")))
-            .bind(name.as_str())
-            .fetch_all(&mut c)
-            .await
-            .map_err(test_error)?;
-    let mut sent = 0;
-    for (owner, wake) in &entries {
-        let forged = format!("dlock-grant:{owner}:{token}");
-        for channel in std::iter::once(table).chain(wake.as_deref()) {
-            sqlx::query("SELECT pg_notify($1, $2)")
-                .bind(channel)
-                .bind(&forged)
-                .execute(&mut c)
-                .await
-                .map_err(test_error)?;
-            sent += 1;
-        }
-    }
-    c.close().await.map_err(test_error)?;
-    Ok(sent)
 }
 
 impl Drop for SqlFixture {

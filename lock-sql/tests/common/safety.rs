@@ -350,3 +350,16 @@ pub async fn check_cancelled_waiters_leave_no_trace(fx: &SqlFixture) -> Result<(
     }
     Ok(())
 }
+
+/// The subject of the tests in which one locked row must stall no other renewal: 60 leases
+/// `stall-0` … `stall-59` (ttl 3 s, renewed in shared rounds) of one client whose request
+/// timeout is 6 s, and that client, which must outlive them.
+pub async fn stall_leases(fx: &SqlFixture) -> (lock_sql::SqlLock, Vec<lock_core::Lease>) {
+    use lock_core::{AcquireOptions, DistributedLock};
+    let options = lock_sql::SqlOptions { request_timeout: Duration::from_secs(6), ..fx.options() };
+    let lock = lock_sql::connect(fx.url(), options).await.unwrap();
+    let opts = AcquireOptions::new(Duration::from_secs(3));
+    let names: Vec<LockName> = (0..60).map(|i| LockName::new(format!("stall-{i}")).unwrap()).collect();
+    let leases = futures::future::try_join_all(names.iter().map(|n| lock.acquire(n, &opts))).await.unwrap();
+    (lock, leases)
+}

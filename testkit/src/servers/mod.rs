@@ -58,6 +58,7 @@ macro_rules! server_newtype {
     };
 }
 
+pub mod etcd;
 pub mod mysql;
 mod peer_links;
 pub mod postgres;

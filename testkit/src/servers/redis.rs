@@ -10,7 +10,7 @@
 //! A server that lost its state grants nothing for a quiet period (lock-redis, "Restarts"), and
 //! a server it never saw counts as one that lost its state. A server started here is fresh, so
 //! it is marked as such for the default key prefix `dlock` ([`RedisServer::mark_fresh`]); a
-//! restart through [`ServerControl`] is not, so restarts keep their quiet period.
+//! restart through [`ServerControl`](crate::ServerControl) is not, so restarts keep their quiet period.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -13,18 +13,7 @@ use crate::dialect::Who;
 use crate::pool::Use;
 use crate::queue::Wait;
 
-/// The acquire upsert's condition (see `Mysql::new`): the caller as owner, then the
-/// queue check's name, owner, place and owner.
-fn bind_cond<'q>(
-    q: QueryAs<'q, MySql, Row, MySqlArguments>,
-    name: &'q [u8],
-    owner: &'q [u8],
-    place: i64,
-) -> QueryAs<'q, MySql, Row, MySqlArguments> {
-    q.bind(owner).bind(name).bind(owner).bind(place).bind(owner)
-}
-
-/// The count of the waiters ahead (see `Mysql::new`): name, owner, place, owner.
+/// The count of the waiters ahead (see `sql::ahead`): name, owner, place, owner.
 fn bind_ahead<'q>(
     q: QueryAs<'q, MySql, Row, MySqlArguments>,
     name: &'q [u8],
@@ -60,7 +49,9 @@ impl Mysql {
                         .bind(a.ms)
                         .bind(h)
                         .bind(m);
-                    upsert = bind_cond(upsert, n, o, p).bind(o).bind(o).bind(a.ms).bind(h).bind(m);
+                    // The condition (see `sql::upsert`): the caller as owner, then the queue check,
+                    // bound as the count of the waiters ahead is.
+                    upsert = bind_ahead(upsert.bind(o), n, o, p).bind(o).bind(o).bind(a.ms).bind(h).bind(m);
                     if d.returning {
                         if count {
                             upsert = bind_ahead(upsert, n, o, p);

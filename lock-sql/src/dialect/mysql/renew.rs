@@ -3,10 +3,13 @@
 
 use std::sync::Arc;
 
-use sqlx::mysql::MySqlDatabaseError;
+use sqlx::mysql::{MySql, MySqlArguments, MySqlDatabaseError};
+use sqlx::query::QueryAs;
 use sqlx::{AssertSqlSafe, Executor};
 
-use super::{Mysql, NOW};
+use super::sql::NOW;
+use super::Mysql;
+use crate::dialect::rw::end_tx;
 use crate::dialect::{lease_params, renewed_of};
 use crate::pool::Use;
 
@@ -32,25 +35,11 @@ impl Mysql {
         if done.rows_affected() == n as u64 {
             return Ok(vec![true; n]);
         }
-        let read: Arc<str> = format!(
-            "{}name IN ({}) AND (name, owner) IN ({})",
-            self.renew_read,
-            lease_params(n, 0, "?", ", "),
-            lease_params(n, 0, "(?, ?)", ", ")
-        )
-        .into();
-        let args = (read, leases);
+        let args = (batch(&self.renew_read, n, ""), leases);
         let back = self
             .pool
             .with(Use::Keep, &args, |c, a| {
-                let mut query = sqlx::query_as::<_, (Vec<u8>, Vec<u8>)>(AssertSqlSafe(Arc::clone(&a.0)));
-                for (name, _) in a.1 {
-                    query = query.bind(name.as_bytes());
-                }
-                for (name, owner) in a.1 {
-                    query = query.bind(name.as_bytes()).bind(owner.as_bytes());
-                }
-                Box::pin(query.fetch_all(c))
+                Box::pin(bind_leases(sqlx::query_as(AssertSqlSafe(Arc::clone(&a.0))), a.1).fetch_all(c))
             })
             .await?;
         Ok(renewed_of(leases, &text(back)))
@@ -61,13 +50,7 @@ impl Mysql {
     /// were renewed. A server without `SKIP LOCKED` gets the batch that waits, as before.
     async fn renew_skipping_locked(&self, leases: &[(&str, &str)], ttl_ms: i64) -> Result<Vec<bool>, sqlx::Error> {
         let n = leases.len();
-        let lock: Arc<str> = format!(
-            "{}name IN ({}) AND (name, owner) IN ({}) FOR UPDATE SKIP LOCKED",
-            self.renew_read,
-            lease_params(n, 0, "?", ", "),
-            lease_params(n, 0, "(?, ?)", ", ")
-        )
-        .into();
+        let lock = batch(&self.renew_read, n, " FOR UPDATE SKIP LOCKED");
         let args = (lock, leases, ttl_ms, Arc::clone(&self.quoted));
         let back = self
             .pool
@@ -77,14 +60,8 @@ impl Mysql {
                     // the connection never goes back to the pool inside a transaction.
                     (&mut *c).execute("START TRANSACTION").await?;
                     let result = async {
-                        let mut query = sqlx::query_as::<_, (Vec<u8>, Vec<u8>)>(AssertSqlSafe(Arc::clone(&a.0)));
-                        for (name, _) in a.1 {
-                            query = query.bind(name.as_bytes());
-                        }
-                        for (name, owner) in a.1 {
-                            query = query.bind(name.as_bytes()).bind(owner.as_bytes());
-                        }
-                        let locked = query.fetch_all(&mut *c).await?;
+                        let query = sqlx::query_as(AssertSqlSafe(Arc::clone(&a.0)));
+                        let locked = bind_leases(query, a.1).fetch_all(&mut *c).await?;
                         if !locked.is_empty() {
                             // The rows this transaction locked, still ours: by name.
                             let renew = format!(
@@ -101,17 +78,7 @@ impl Mysql {
                         Ok::<_, sqlx::Error>(locked)
                     }
                     .await;
-                    let result = match result {
-                        Ok(locked) => (&mut *c).execute("COMMIT").await.map(|_| locked),
-                        Err(e) => Err(e),
-                    };
-                    let Err(e) = result else { return result };
-                    match (&mut *c).execute("ROLLBACK").await {
-                        Ok(_) => Err(e),
-                        Err(rollback) => {
-                            Err(sqlx::Error::Protocol(format!("{e}; the rollback failed too: {rollback}")))
-                        }
-                    }
+                    end_tx::<MySql, _>(c, result).await
                 })
             })
             .await;
@@ -130,15 +97,7 @@ impl Mysql {
         leases: &[(&str, &str)],
         ttl_ms: i64,
     ) -> Result<sqlx::mysql::MySqlQueryResult, sqlx::Error> {
-        let n = leases.len();
-        let sql: Arc<str> = format!(
-            "{}name IN ({}) AND (name, owner) IN ({})",
-            prefix,
-            lease_params(n, 0, "?", ", "),
-            lease_params(n, 0, "(?, ?)", ", ")
-        )
-        .into();
-        let args = (sql, leases, ttl_ms);
+        let args = (batch(prefix, leases.len(), ""), leases, ttl_ms);
         self.pool
             .with(Use::Keep, &args, |c, a| {
                 let mut query = sqlx::query(AssertSqlSafe(Arc::clone(&a.0))).bind(a.2);
@@ -161,6 +120,28 @@ impl Mysql {
         Ok(vec![done.rows_affected() == n as u64; n])
     }
 }
+
+/// The statement `prefix` (up to its `WHERE` tail) over `n` leases, each row found by primary
+/// key and checked against its owner, then `tail`: binds the names, then each name and owner
+/// ([`bind_leases`]).
+fn batch(prefix: &str, n: usize, tail: &str) -> Arc<str> {
+    let (names, pairs) = (lease_params(n, 0, "?", ", "), lease_params(n, 0, "(?, ?)", ", "));
+    format!("{prefix}name IN ({names}) AND (name, owner) IN ({pairs}){tail}").into()
+}
+
+/// Binds the leases of a [`batch`] read: every name, then every name and owner, as bytes.
+fn bind_leases<'q>(mut query: Leases<'q>, leases: &'q [(&str, &str)]) -> Leases<'q> {
+    for (name, _) in leases {
+        query = query.bind(name.as_bytes());
+    }
+    for (name, owner) in leases {
+        query = query.bind(name.as_bytes()).bind(owner.as_bytes());
+    }
+    query
+}
+
+/// A [`batch`] read of `(name, owner)` rows.
+type Leases<'q> = QueryAs<'q, MySql, (Vec<u8>, Vec<u8>), MySqlArguments>;
 
 /// Names and owners as the tables store them (bytes), as text.
 fn text(rows: Vec<(Vec<u8>, Vec<u8>)>) -> Vec<(String, String)> {

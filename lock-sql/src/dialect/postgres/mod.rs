@@ -1,32 +1,42 @@
 //! PostgreSQL: one upsert with a CTE per acquire, releases that notify in the same statement,
 //! and one LISTEN connection per client (see the crate docs).
+//!
+//! Everything only PostgreSQL does lives in this folder, beside the dialect that uses it: the
+//! statements ([`sql`]), the listener ([`listen`]) and the keys it hears ([`wake`]), the grant in
+//! the release ([`handoff`]) and the election observers' SQL ([`observers`]). The store sees
+//! none of it: it names a [`Wakeup`] and asks [`Dialect::handoffs`], and this dialect answers.
 
 use std::str::FromStr;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use lock_core::{LockError, WakeHub};
+use lock_core::{ChangeFeed, LockError, WakeHub, WakeSubscription};
 use sqlx::error::DatabaseError;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, Postgres as Pg};
 use sqlx::{AssertSqlSafe, Executor};
+use tokio::sync::oneshot;
 use tokio::time::timeout;
 
 use super::params::Accepted;
 use super::rw::{acquire_tx, owner_stmt, Attempt, KindSql, OwnerStmt};
-use super::{bad_url, renewed_of, too_slow, unreachable, Dialect, Grant, Profile, Seen, SeenRow, Upsert, Who};
+use super::{
+    bad_url, renewed_of, too_slow, unreachable, Dialect, Grant, Handoff, Profile, Seen, SeenRow, Upsert, Wakeup, Who,
+};
 use crate::adopt::{Owner, TableFacts};
 use crate::decide::Plan;
 use crate::error::{Class, Codes};
-use crate::handoff::Handoffs;
-use crate::listen::{self, Listener};
-use crate::observers;
 use crate::options::quote_table;
+use crate::options::SqlOptions;
 use crate::pool::{ConnPool, Setup, Use};
-use crate::wake;
-use crate::SqlOptions;
+use handoff::Handoffs;
+use listen::Listener;
 use sql::{Statements, FLAVOR};
 
+mod handoff;
+mod listen;
+mod observers;
 mod sql;
+mod wake;
 
 pub(crate) const CODES: Codes = Codes { label: "postgres", database: sqlstate };
 
@@ -85,11 +95,13 @@ pub(crate) struct Postgres {
     sql: Statements,
     /// The grants this client's waiters were notified of (the listener records them).
     handoffs: Arc<Handoffs>,
+    /// The listener's wake-ups, fanned out to this client's waiters and observers.
+    hub: WakeHub,
     /// Stops with the dialect (and so with the store).
     _listener: Listener,
 }
 
-pub(crate) async fn connect(url: &str, options: &SqlOptions, hub: WakeHub) -> Result<Arc<dyn Dialect>, LockError> {
+pub(crate) async fn connect(url: &str, options: &SqlOptions) -> Result<Arc<dyn Dialect>, LockError> {
     PARAMS.check_url(url)?;
     let mut opts = PgConnectOptions::from_str(url).map_err(|e| bad_url(CODES, e))?;
     // Name our sessions in pg_stat_activity, unless the URL already does.
@@ -97,14 +109,14 @@ pub(crate) async fn connect(url: &str, options: &SqlOptions, hub: WakeHub) -> Re
         opts = opts.application_name("dlock");
     }
     let pool = ConnPool::new(opts.clone(), options.max_connections, options.connect_timeout, Some(session(options)));
-    open(pool, opts, options, hub).await
+    open(pool, opts, options).await
 }
 
 /// Over the application's own pool (see [`ConnPool::app`] for the cost); the listener opens one
 /// connection of its own with the pool's connect options.
-pub(crate) async fn from_pool(pool: PgPool, options: &SqlOptions, hub: WakeHub) -> Result<Arc<dyn Dialect>, LockError> {
+pub(crate) async fn from_pool(pool: PgPool, options: &SqlOptions) -> Result<Arc<dyn Dialect>, LockError> {
     let opts = (*pool.connect_options()).clone();
-    open(ConnPool::app(pool, options.connect_timeout, Some(session(options))), opts, options, hub).await
+    open(ConnPool::app(pool, options.connect_timeout, Some(session(options))), opts, options).await
 }
 
 /// The settings every session of ours runs with. Fences must survive a crash of the server: a
@@ -126,7 +138,6 @@ async fn open(
     pool: Arc<ConnPool<PgConnection>>,
     opts: PgConnectOptions,
     options: &SqlOptions,
-    hub: WakeHub,
 ) -> Result<Arc<dyn Dialect>, LockError> {
     let bound = options.connect_timeout;
     // Connect once now, so that a wrong URL or a dead server fails here, clearly.
@@ -136,14 +147,15 @@ async fn open(
     timeout(bound, ping).await.map_err(|_| too_slow(CODES, bound))?.map_err(|e| unreachable(CODES, e))?;
     let bounds = listen::Bounds { connect: bound, query: options.request_timeout, codes: CODES };
     let handoffs = Arc::new(Handoffs::default());
+    let hub = WakeHub::new();
     // 40 bytes, within PostgreSQL's 63 for a channel name whatever the table's name.
     let wake = format!("dlock_w_{}", lock_core::OwnerId::random().to_hex());
     let channels = vec![options.table.clone(), wake.clone()];
-    let listener = listen::start(opts, channels, hub, Arc::clone(&handoffs), bounds).await?;
+    let listener = listen::start(opts, channels, hub.clone(), Arc::clone(&handoffs), bounds).await?;
     let sql = Statements::new(&options.table);
     let profile = Profile::new(CODES, true, true, sql.lease_ddl.clone(), sql.queue_ddl.clone());
     let channel = options.table.clone();
-    let mut dialect = Postgres { pool, channel, wake, profile, sql, handoffs, _listener: listener };
+    let mut dialect = Postgres { pool, channel, wake, profile, sql, handoffs, hub, _listener: listener };
     dialect.profile.statement_bound = options.request_timeout;
     Ok(Arc::new(dialect))
 }
@@ -290,8 +302,8 @@ impl Dialect for Postgres {
         self.pool.with(Use::Take, &args, |c, a| Box::pin(observers::run(c, a))).await
     }
 
-    fn handoffs(&self) -> Option<&Handoffs> {
-        Some(&self.handoffs)
+    fn handoffs(&self) -> Option<&dyn Handoff> {
+        Some(&*self.handoffs)
     }
 
     async fn claim(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<Option<i64>, sqlx::Error> {
@@ -455,8 +467,9 @@ impl Dialect for Postgres {
         Ok(done.rows_affected())
     }
 
-    async fn notify(&self, payload: &str) -> Result<(), sqlx::Error> {
-        let args = (self.channel.as_str(), payload);
+    async fn notify(&self, wakeup: Wakeup<'_>) -> Result<(), sqlx::Error> {
+        let payload = wake::key(wakeup);
+        let args = (self.channel.as_str(), payload.as_str());
         self.pool
             .with(Use::Take, &args, |c, (channel, payload)| {
                 Box::pin(async move {
@@ -469,5 +482,13 @@ impl Dialect for Postgres {
                 })
             })
             .await
+    }
+
+    fn subscribe(&self, wakeup: Wakeup<'_>) -> Option<WakeSubscription> {
+        Some(self.hub.subscribe(&wake::key(wakeup)))
+    }
+
+    fn change_feed(&self, name: &str, keep: oneshot::Sender<()>) -> Option<ChangeFeed> {
+        Some(self.hub.observe(&wake::exclusive(name), keep))
     }
 }

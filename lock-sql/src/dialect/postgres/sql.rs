@@ -2,10 +2,10 @@
 
 use std::sync::Arc;
 
-use super::super::queue_table;
-use super::super::rw::Flavor;
-use crate::handoff::{CLAIM_WINDOW, GRANT};
-use crate::observers::{self, OBSERVER_SEQ};
+use super::handoff::{CLAIM_WINDOW, GRANT};
+use super::observers::{self, OBSERVER_SEQ};
+use crate::dialect::queue_table;
+use crate::dialect::rw::Flavor;
 use crate::options::quote_table;
 
 /// Milliseconds since the Unix epoch, on the database's clock.
@@ -16,7 +16,7 @@ pub(super) const NOW_US: &str = "(extract(epoch from now()) * 1000000)::bigint";
 
 /// Milliseconds since the Unix epoch on the database's clock **when evaluated** (`now()` is the
 /// statement's start): a hand-off's lease starts when its statement holds the lease row's lock,
-/// after the head's last "still queued" statement (crate::handoff).
+/// after the head's last "still queued" statement (handoff.rs).
 const CLOCK: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
 
 /// Evaluated by a refused acquire only (non-null): its transaction wrote nothing but the
@@ -67,7 +67,7 @@ pub(super) struct Statements {
     /// `acquire` without the grant's queue clean-up, for attempts that cannot be queued.
     pub(super) acquire_first: Arc<str>,
     pub(super) leave_queue: Arc<str>,
-    /// The head's claim of a provisional grant (crate::handoff).
+    /// The head's claim of a provisional grant (handoff.rs).
     pub(super) claim: Arc<str>,
     pub(super) observe: Arc<str>,
     pub(super) renew: Arc<str>,
@@ -89,11 +89,6 @@ impl Statements {
     pub(super) fn new(t: &str) -> Statements {
         let qt = quote_table(t, '"');
         let qq = quote_table(&queue_table(t), '"');
-        // The head of the queue: the live waiter with the lowest (seq, owner).
-        let head = format!(
-            "SELECT w.owner, w.wake FROM {qq} w WHERE w.name = f.name AND w.expires_at > {NOW} \
-             AND w.seq < {OBSERVER_SEQ} ORDER BY w.seq, w.owner LIMIT 1"
-        );
         let lease_ddl = format!(
             "CREATE TABLE IF NOT EXISTS {qt} (name TEXT COLLATE \"C\" NOT NULL PRIMARY KEY, owner TEXT, \
              fence BIGINT NOT NULL, expires_at BIGINT NOT NULL, holder TEXT, metadata TEXT)"
@@ -103,7 +98,7 @@ impl Statements {
              seq BIGINT NOT NULL, expires_at BIGINT NOT NULL, ttl_ms BIGINT NOT NULL DEFAULT 0, holder TEXT, \
              metadata TEXT, wake TEXT, PRIMARY KEY (name, owner))"
         );
-        // `dlock:<name>` for election observers, only while one observes (crate::observers).
+        // `dlock:<name>` for election observers, only while one observes (observers.rs).
         let notify_observers = |name: &str| observers::notify(t, &qq, name, NOW);
         Statements {
             lease_ddl,
@@ -144,32 +139,9 @@ impl Statements {
             )
             .into(),
             release: handing(&qt, &qq, &notify_observers("g.name"), false).into(),
-            // What `release` does when the queue holds no live waiter for the name (the row freed,
-            // fence, holder and metadata kept, observers notified), as one UPDATE: `release`'s
-            // lease-row lock, head lookup `FOR UPDATE`, join and queue DELETE cost the server about
-            // 50 µs a statement even with the queue empty (BENCHMARKS.md, 2026-12-02 07:00). With a
-            // live waiter it changes nothing (no write, no commit to flush) and `release` runs.
-            // The waiter check reads the statement's snapshot, like `release`'s head lookup: a
-            // waiter queued since is found by its own re-try (crate::handoff).
-            release_unqueued: format!(
-                "UPDATE {qt} l SET owner = NULL, expires_at = {NOW} \
-                 WHERE l.name = $1 AND l.owner = $2 AND l.expires_at > {NOW} \
-                 AND NOT EXISTS (SELECT 1 FROM {qq} w WHERE w.name = $1 AND w.expires_at > {NOW} \
-                 AND w.seq < {OBSERVER_SEQ}) \
-                 RETURNING {}",
-                notify_observers("l.name")
-            )
-            .into(),
+            release_unqueued: release_unqueued_sql(&qt, &qq, &notify_observers("l.name")).into(),
             hand_on: handing(&qt, &qq, &notify_observers("g.name"), true).into(),
-            force_release: format!(
-                "WITH freed AS ( \
-                   UPDATE {qt} SET owner = NULL, expires_at = {NOW} \
-                   WHERE name = $1 AND fence = $2 AND owner IS NOT NULL AND expires_at > {NOW} RETURNING name) \
-                 SELECT (SELECT pg_notify(COALESCE(h.wake, $3), $4 || h.owner) FROM ({head}) h)::text, {} \
-                 FROM freed f",
-                notify_observers("f.name")
-            )
-            .into(),
+            force_release: force_release_sql(&qt, &qq, &notify_observers("f.name")).into(),
             inspect: format!(
                 "SELECT name, fence, expires_at - {NOW}, holder, metadata FROM {qt} \
                  WHERE name = $1 AND owner IS NOT NULL AND expires_at > {NOW}"
@@ -191,12 +163,46 @@ impl Statements {
     }
 }
 
+/// What `release` does when the queue holds no live waiter for the name (the row freed, fence,
+/// holder and metadata kept, observers notified), as one UPDATE: `release`'s lease-row lock, head
+/// lookup `FOR UPDATE`, join and queue DELETE cost the server about 50 µs a statement even with
+/// the queue empty (BENCHMARKS.md, 2026-12-02 07:00). With a live waiter it changes nothing (no
+/// write, no commit to flush) and `release` runs. The waiter check reads the statement's
+/// snapshot, like `release`'s head lookup: a waiter queued since is found by its own re-try
+/// (handoff.rs).
+fn release_unqueued_sql(qt: &str, qq: &str, notify_observers: &str) -> String {
+    format!(
+        "UPDATE {qt} l SET owner = NULL, expires_at = {NOW} \
+         WHERE l.name = $1 AND l.owner = $2 AND l.expires_at > {NOW} \
+         AND NOT EXISTS (SELECT 1 FROM {qq} w WHERE w.name = $1 AND w.expires_at > {NOW} \
+         AND w.seq < {OBSERVER_SEQ}) \
+         RETURNING {notify_observers}"
+    )
+}
+
+/// An operator's release (`$1` name, `$2` the fence of the grant it frees, `$3` the table's
+/// channel, `$4` the wake-up prefix): frees that grant only, and wakes the head of the queue
+/// (the live waiter with the lowest `(seq, owner)`) on its client's channel.
+fn force_release_sql(qt: &str, qq: &str, notify_observers: &str) -> String {
+    let head = format!(
+        "SELECT w.owner, w.wake FROM {qq} w WHERE w.name = f.name AND w.expires_at > {NOW} \
+         AND w.seq < {OBSERVER_SEQ} ORDER BY w.seq, w.owner LIMIT 1"
+    );
+    format!(
+        "WITH freed AS ( \
+           UPDATE {qt} SET owner = NULL, expires_at = {NOW} \
+           WHERE name = $1 AND fence = $2 AND owner IS NOT NULL AND expires_at > {NOW} RETURNING name) \
+         SELECT (SELECT pg_notify(COALESCE(h.wake, $3), $4 || h.owner) FROM ({head}) h)::text, {notify_observers} \
+         FROM freed f"
+    )
+}
+
 /// The exclusive acquire statement (see `Statements::new`): `$1` name, `$2` owner, `$3` ttl ms,
 /// `$4` holder, `$5` metadata, `$6` the queue entry's lifetime in ms (0: never queue), `$7` the
 /// caller's place, `$8` the channel its client listens on alone (a hand-off to it notifies
 /// only there). A refusal reads the lease row again under a row lock (`cur`): the fence it
 /// reports is the latest committed grant's, which is what a queued waiter compares a hand-off's
-/// fence with (crate::handoff). `clean_up`: a grant deletes the caller's queue entry and the name's expired
+/// fence with (handoff.rs). `clean_up`: a grant deletes the caller's queue entry and the name's expired
 /// ones (only an attempt that may be queued needs it: the clause costs the server a DELETE's
 /// executor set-up per acquire, BENCHMARKS.md "SQL acquire statements").
 fn acquire_sql(qt: &str, qq: &str, notify_observers: &str, clean_up: bool) -> String {
@@ -250,7 +256,7 @@ fn acquire_sql(qt: &str, qq: &str, notify_observers: &str, clean_up: bool) -> St
 /// expired row, whoever `$2` is), one statement that answers a row when it freed or passed on:
 /// lock the lease row (`cur`), then the head of the queue (`head`, `FOR UPDATE`: a leave's delete
 /// of that entry in progress is waited for and the entry skipped, the next one taken; a leave
-/// after this lock finds its grant, crate::handoff); a head that carries a ttl gets the lease
+/// after this lock finds its grant, handoff.rs); a head that carries a ttl gets the lease
 /// provisionally — new fence, `expires_at` read from the clock now that the row is locked + the
 /// claim window (at most its ttl; its claim extends it), its holder and metadata — and loses
 /// its entry, and is notified `dlock-grant:<owner>:<fence>` on its client's

@@ -13,9 +13,10 @@
 //! database clock read under the row's lock + that), not the head's ttl: a head that does not
 //! take it up (its process died, its future was dropped at that instant) holds the lock that
 //! long, and then it is free (the head's entry is gone), for the next waiter or a newcomer.
-//! The head **claims** it: one `UPDATE … SET expires_at = now + ttl WHERE name = … AND owner =
-//! <head> RETURNING fence` by primary key. The lease the head returns is that statement's answer
-//! — the fence read from the row, validity counted from the claim's send instant (contract
+//! The head **claims** it: one
+//! `UPDATE … SET expires_at = now + ttl WHERE name = … AND owner = <head> RETURNING fence`
+//! by primary key. The lease the head returns is that statement's answer — the fence read from
+//! the row, validity counted from the claim's send instant (contract
 //! §3's re-grant: the row is already ours) — never the notification's.
 //!
 //! 1 s: far above what a live head needs (the notification plus one statement, ~1 ms here;
@@ -60,6 +61,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::dialect::Handoff;
+
 /// The payload prefix of a grant's notification: `dlock-grant:<owner>:<fence>`.
 pub(crate) const GRANT: &str = "dlock-grant:";
 
@@ -96,14 +99,26 @@ impl Handoffs {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// A notification: when it names a grant to an owner of ours, returns the key of the waiter
+    /// to wake. Only a hint (module docs): whoever sent it, the fence it names is not read.
+    pub(crate) fn heard(&self, payload: &str) -> Option<String> {
+        let (owner, _fence) = payload.strip_prefix(GRANT)?.split_once(':')?;
+        let mut map = self.lock();
+        let e = map.get_mut(owner)?;
+        e.granted = true;
+        Some(super::wake::waiter(owner))
+    }
+}
+
+impl Handoff for Handoffs {
     /// A waiting attempt of `owner` starts: from now on its grant notifications are heard.
     /// Called before the attempt is sent, so that no notification of a grant after it is missed.
-    pub(crate) fn expect(&self, owner: &str) {
+    fn expect(&self, owner: &str) {
         self.lock().entry(owner.to_owned()).or_default();
     }
 
     /// `owner`'s attempt answered "still queued", the holder's lease `remaining`.
-    pub(crate) fn queued(&self, owner: &str, remaining: Option<Duration>) {
+    fn queued(&self, owner: &str, remaining: Option<Duration>) {
         if let Some(e) = self.lock().get_mut(owner) {
             e.answered = Some((Instant::now(), remaining));
         }
@@ -114,7 +129,7 @@ impl Handoffs {
     /// and no grant was heard since. A wake-up for another reason (a reconnected listener, an
     /// older version's release) that comes that soon then waits for the waiter's fallback
     /// re-try: latency, never safety (nothing is granted here).
-    pub(crate) fn recent(&self, owner: &str, now: Instant) -> Option<Option<Duration>> {
+    fn recent(&self, owner: &str, now: Instant) -> Option<Option<Duration>> {
         let mut map = self.lock();
         let e = map.get_mut(owner)?;
         if e.granted {
@@ -127,23 +142,13 @@ impl Handoffs {
 
     /// Whether a grant notification named `owner` since its latest answer (cleared): its
     /// attempt then claims before it runs the acquire statement.
-    pub(crate) fn claim_due(&self, owner: &str) -> bool {
+    fn claim_due(&self, owner: &str) -> bool {
         self.lock().get_mut(owner).is_some_and(|e| std::mem::take(&mut e.granted))
     }
 
     /// The wait of `owner` ended (granted by a statement, or left).
-    pub(crate) fn forget(&self, owner: &str) {
+    fn forget(&self, owner: &str) {
         self.lock().remove(owner);
-    }
-
-    /// A notification: when it names a grant to an owner of ours, returns the key of the waiter
-    /// to wake. Only a hint (module docs): whoever sent it, the fence it names is not read.
-    pub(crate) fn heard(&self, payload: &str) -> Option<String> {
-        let (owner, _fence) = payload.strip_prefix(GRANT)?.split_once(':')?;
-        let mut map = self.lock();
-        let e = map.get_mut(owner)?;
-        e.granted = true;
-        Some(crate::wake::waiter(owner))
     }
 }
 
@@ -168,7 +173,7 @@ mod tests {
         assert_eq!(h.recent(&o, Instant::now()), Some(None), "just answered: no statement");
         assert_eq!(h.recent(&o, Instant::now()), None, "once");
         h.queued(&o, None);
-        assert_eq!(h.heard(&payload(&o, i64::MAX)), Some(crate::wake::waiter(&o)));
+        assert_eq!(h.heard(&payload(&o, i64::MAX)), Some(super::super::wake::waiter(&o)));
         assert_eq!(h.recent(&o, Instant::now()), None, "a grant heard: never answered without a statement");
         assert!(h.claim_due(&o), "a grant heard: the next attempt claims");
         assert!(!h.claim_due(&o), "once per notification");

@@ -1,4 +1,15 @@
 //! [`SqlStore`]: the lease table as a [`LeaseStore`], over whichever [`Dialect`] the URL names.
+//!
+//! The store is what the exclusive lock's algorithm sees (acquire, renew, release, the waiter
+//! queue's bookkeeping) and what the read-write lock and the semaphore borrow (the runner, the
+//! tables, the clean-up of abandoned attempts). It never asks which database it talks to: the
+//! dialect answers, the [`run::Runner`] re-runs and bounds, [`tables`] sets the tables up, and
+//! the background tasks ([`idle`], [`observer`]) work over the dialect alone.
+
+mod idle;
+mod observer;
+mod run;
+mod tables;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -6,27 +17,30 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::{
-    Backoff, Capabilities, ChangeFeed, Claim, FencingToken, HolderInfo, LeaseModel, LeaseStore, LockError, LockKind,
-    LockName, OwnerId, ReleaseOutcome, RenewOutcome, TryLock, WakeHub, WakeMethod, WakeSubscription,
+    Capabilities, ChangeFeed, Claim, FencingToken, HolderInfo, LeaseModel, LeaseStore, LockError, LockKind, LockName,
+    OwnerId, ReleaseOutcome, RenewOutcome, StoreLock, TryLock, WakeMethod, WakeSubscription,
 };
 use tokio::time::{timeout, Instant};
 
-use crate::dialect::{
-    self, queue_table, Dialect, Grant, Seen, Upsert, Who, ADDED_COLUMNS, LEASE_COLUMNS, QUEUE_SUFFIX,
-};
-use crate::error::{classify, to_lock_error, Class};
-use crate::inflight::Inflight;
+use crate::dialect::{self, queue_table, Dialect, Grant, Seen, Upsert, Wakeup, Who};
+use crate::inflight::{again_later, Inflight};
+use crate::millis::{remaining, ttl_ms};
+use crate::options::SqlOptions;
 use crate::queue::{Places, Wait};
 use crate::serial::{OwnerGuard, OwnerLocks};
-use crate::SqlOptions;
+use run::Runner;
+use tables::{check_table_len, Tables};
+
+/// The SQL lock: a [`lock_core::DistributedLock`] over a [`SqlStore`].
+pub type SqlLock = StoreLock<SqlStore>;
 
 /// A lease table in PostgreSQL, MySQL/MariaDB or SQLite: the [`LeaseStore`] behind
-/// [`SqlLock`](crate::SqlLock). See the crate docs for the algorithm.
+/// [`SqlLock`]. See the crate docs for the algorithm.
 pub struct SqlStore {
     pub(crate) dialect: Arc<dyn Dialect>,
     table: String,
-    pub(crate) request_timeout: Duration,
-    hub: WakeHub,
+    /// Runs every statement within the request timeout (which it holds).
+    runner: Runner,
     /// Renew and release of one lease run one at a time.
     serial: OwnerLocks,
     /// Acquire attempts whose statement may still commit.
@@ -46,22 +60,16 @@ impl SqlStore {
     /// Connects, creates the lease table if missing, and (PostgreSQL) starts the listener.
     pub async fn connect(url: &str, options: SqlOptions) -> Result<SqlStore, LockError> {
         options.validate()?;
-        let hub = WakeHub::new();
-        let dialect = dialect::connect(url, &options, hub.clone()).await?;
-        SqlStore::over(dialect, options, hub).await
+        let dialect = dialect::scheme::connect(url, &options).await?;
+        SqlStore::over(dialect, options).await
     }
 
     /// The store over a connected dialect: creates the lease table if missing.
-    pub(crate) async fn over(
-        dialect: Arc<dyn Dialect>,
-        options: SqlOptions,
-        hub: WakeHub,
-    ) -> Result<SqlStore, LockError> {
+    pub(crate) async fn over(dialect: Arc<dyn Dialect>, options: SqlOptions) -> Result<SqlStore, LockError> {
         let store = SqlStore {
+            runner: Runner::new(dialect.codes(), options.request_timeout),
             dialect,
             table: options.table.clone(),
-            request_timeout: options.request_timeout,
-            hub,
             serial: OwnerLocks::default(),
             inflight: Inflight::default(),
             places: Places::default(),
@@ -72,10 +80,10 @@ impl SqlStore {
         let ddl = store.dialect.queue_ddl().to_owned();
         store.create("create the waiter queue table", &queue_table(&options.table), &ddl).await?;
         if let Some(idle) = options.idle_gc_after {
-            crate::idle::start(Arc::downgrade(&store.dialect), idle, options.request_timeout);
+            idle::start(Arc::downgrade(&store.dialect), idle, options.request_timeout);
         }
         // Best effort, bounded: a failure resurfaces, with its real error, when a statement runs.
-        let _ = timeout(store.request_timeout, store.dialect.warm_up()).await;
+        let _ = timeout(store.runner.request_timeout(), store.dialect.warm_up()).await;
         Ok(store)
     }
 
@@ -102,93 +110,9 @@ impl SqlStore {
         &self.table
     }
 
-    /// Creates `table` with `ddl` (a `CREATE TABLE IF NOT EXISTS`) unless it exists: a user
-    /// with only the documented privileges then works once someone else made the tables.
-    /// Then, whoever made it, the table must be what `ddl` creates ([`crate::adopt`]).
+    /// Creates `table` with `ddl` unless it exists, then judges it ([`tables`]).
     pub(crate) async fn create(&self, what: &str, table: &str, ddl: &str) -> Result<(), LockError> {
-        if !self.run("look for the lock tables", || self.dialect.table_exists(table)).await? {
-            self.create_missing(what, ddl).await?;
-        }
-        let mut facts = self.run("inspect the lock tables", || self.dialect.table_facts(table)).await?;
-        let added = if table == self.table {
-            self.add_missing_columns(&facts).await?
-        } else if table == queue_table(&self.table) {
-            self.add_missing_queue_columns(table, &facts).await?
-        } else {
-            false
-        };
-        if added {
-            facts = self.run("inspect the lock tables", || self.dialect.table_facts(table)).await?;
-        }
-        crate::adopt::judge(self.label(), ddl, &facts)
-    }
-
-    async fn create_missing(&self, what: &str, ddl: &str) -> Result<(), LockError> {
-        let mut tries = 0;
-        loop {
-            match self.run(what, || self.dialect.execute(ddl)).await {
-                Ok(()) => return Ok(()),
-                // Concurrent `CREATE TABLE IF NOT EXISTS` can still collide in PostgreSQL's
-                // catalog (unique violation on pg_type); the second try sees the table.
-                Err(LockError::Backend { .. }) if tries < 3 => {
-                    tries += 1;
-                    tokio::time::sleep(Duration::from_millis(20 * tries)).await;
-                }
-                Err(e) => return Err(e),
-            }
-        }
-    }
-
-    /// Adds the columns of [`ADDED_COLUMNS`] that a lease table made by an older version lacks
-    /// (`ALTER TABLE … ADD COLUMN`; needs `ALTER` only then); true when it added any. Runs
-    /// before the table is judged ([`crate::adopt`]), which then sees exactly dlock's columns.
-    /// Idempotent: a column another client added meanwhile counts as added.
-    async fn add_missing_columns(&self, facts: &crate::adopt::TableFacts) -> Result<bool, LockError> {
-        let has = |c: &str| facts.columns.iter().any(|(name, _)| name.eq_ignore_ascii_case(c));
-        let missing: Vec<&str> = LEASE_COLUMNS.iter().copied().filter(|c| !has(c)).collect();
-        if missing.is_empty() || missing.iter().any(|c| !ADDED_COLUMNS.contains(c)) {
-            // Complete, or not a dlock table at all: the judge says which.
-            return Ok(false);
-        }
-        for column in &missing {
-            let alter = self.dialect.add_column(&self.table, column);
-            if let Err(e) = self.run("add a column to the lease table", || self.dialect.execute(&alter)).await {
-                let now = self.run("inspect the lock tables", || self.dialect.table_facts(&self.table)).await?;
-                if !now.columns.iter().any(|(name, _)| name.eq_ignore_ascii_case(column)) {
-                    return Err(LockError::config(format!(
-                        "the lease table {} lacks the column {column} (added in this version) and adding it \
-                         failed: {e}; run `{alter}` as the table's owner",
-                        self.table
-                    )));
-                }
-            }
-        }
-        Ok(true)
-    }
-
-    /// Adds the waiter queue's columns that a queue made by an older version lacks and the
-    /// dialect adds ([`Dialect::added_queue_columns`]); true when it added any. Any other
-    /// difference is left to the judge.
-    async fn add_missing_queue_columns(
-        &self,
-        table: &str,
-        facts: &crate::adopt::TableFacts,
-    ) -> Result<bool, LockError> {
-        let has = |c: &str| facts.columns.iter().any(|(name, _)| name.eq_ignore_ascii_case(c));
-        let mut added = false;
-        for (column, alter) in self.dialect.added_queue_columns(table) {
-            if has(column) {
-                continue;
-            }
-            self.run("add a column to the waiter queue", || self.dialect.execute(&alter)).await.map_err(|e| {
-                LockError::config(format!(
-                    "the waiter queue {table} lacks the column {column} (added in this version) and adding it \
-                     failed: {e}; run `{alter}` as the table's owner"
-                ))
-            })?;
-            added = true;
-        }
-        Ok(added)
+        Tables { runner: &self.runner, dialect: &*self.dialect, lease: &self.table }.create(what, table, ddl).await
     }
 
     /// Deletes the rows of names nobody has held for at least `idle` (docs/contract.md §5.7)
@@ -200,14 +124,13 @@ impl SqlStore {
         self.run("collect idle lock rows", || self.dialect.collect_idle(ms)).await
     }
 
-    /// Runs `op`, re-running it on transient conflicts (deadlock, busy), all within
-    /// `request_timeout`.
+    /// Runs `op` within the request timeout, re-running it on transient conflicts ([`Runner`]).
     pub(crate) async fn run<T, F, Fut>(&self, what: &str, op: F) -> Result<T, LockError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, sqlx::Error>>,
     {
-        self.run_bounded(what, usize::MAX, op).await
+        self.runner.run(what, op).await
     }
 
     /// [`SqlStore::run`], re-running at most `conflicts` times on transient conflicts.
@@ -216,64 +139,16 @@ impl SqlStore {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, sqlx::Error>>,
     {
-        self.run_tracked(what, conflicts, op).await.map(|(v, _)| v)
+        self.runner.run_bounded(what, conflicts, op).await
     }
 
-    /// Runs an owner-checked release; whether it freed a live lease of ours. A release whose
-    /// connection broke may have committed before the reply was lost: the re-run then finds
-    /// nothing of ours, because we freed it. That is a release, not a lost lease.
+    /// Runs an owner-checked release; whether it freed a live lease of ours ([`Runner::run_release`]).
     pub(crate) async fn run_release<F, Fut>(&self, what: &str, op: F) -> Result<bool, LockError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<bool, sqlx::Error>>,
     {
-        let (freed, unknown) = self.run_tracked(what, usize::MAX, op).await?;
-        if !freed && unknown {
-            tracing::debug!(
-                backend = self.label(),
-                "{what}: an earlier attempt may have committed; counted as released"
-            );
-        }
-        Ok(freed || unknown)
-    }
-
-    /// The retry loop: also says whether an attempt before the last one ended with its outcome
-    /// unknown (the connection broke under it).
-    async fn run_tracked<T, F, Fut>(&self, what: &str, conflicts: usize, mut op: F) -> Result<(T, bool), LockError>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T, sqlx::Error>>,
-    {
-        let codes = self.dialect.codes();
-        let mut conflicted = 0;
-        let work = async {
-            let mut backoff = Backoff::new(Duration::from_millis(2), Duration::from_millis(100));
-            let mut broken = 0;
-            loop {
-                match op().await {
-                    Ok(v) => return Ok((v, broken > 0)),
-                    // Every statement is safe to repeat: acquire and renew are idempotent for one
-                    // owner, and a repeated release is told apart by `run_release`.
-                    Err(e) if broken < 2 && classify(codes, &e) == Class::Broken => {
-                        broken += 1;
-                        tracing::debug!(backend = codes.label, error = %e, "{what}: connection broken; retrying on another");
-                    }
-                    Err(e) if conflicted < conflicts && classify(codes, &e) == Class::Transient => {
-                        conflicted += 1;
-                        tracing::debug!(backend = codes.label, error = %e, "{what}: transient conflict; retrying");
-                        tokio::time::sleep(backoff.next_delay()).await;
-                    }
-                    Err(e) => return Err(to_lock_error(codes, what, e)),
-                }
-            }
-        };
-        match timeout(self.request_timeout, work).await {
-            Ok(r) => r,
-            Err(_) => Err(LockError::unavailable(
-                codes.label,
-                format!("{what} did not answer within {:?} (request_timeout)", self.request_timeout),
-            )),
-        }
+        self.runner.run_release(what, op).await
     }
 
     /// Starts tracking an acquire attempt of `owner` (see [`Inflight`]); the server ends its
@@ -282,55 +157,21 @@ impl SqlStore {
         self.inflight.begin(owner, self.dialect.statement_bound().saturating_mul(2))
     }
 
-    /// When an attempt of `owner` may still commit, runs `release` again in the background: soon
-    /// (a statement that merely arrived after the first release, on another connection, is the
-    /// usual case: the conformance case `release_cancelled` saw a grant land behind its release
-    /// and stay taken for 2.8–3 s until the last repeat) and once more when it no longer can
-    /// commit; each bounded by the request timeout, stopping at the first that frees a grant.
+    /// When an attempt of `owner` may still commit, runs `release` again in the background,
+    /// soon and once more when it no longer can commit ([`again_later`]).
     pub(crate) fn release_again_later<F, Fut>(&self, owner: OwnerId, release: F)
     where
         F: Fn() -> Fut + Send + 'static,
         Fut: Future<Output = Result<bool, sqlx::Error>> + Send + 'static,
     {
         if let Some(until) = self.inflight.take(owner) {
-            self.again_later(until, release);
+            again_later(until, self.runner.request_timeout(), self.label(), release);
         }
     }
 
-    /// Runs `op` again in the background soon and once more at `until` (when an attempt in
-    /// flight can no longer commit), each bounded by the request timeout, stopping at the
-    /// first that answers `true`.
-    fn again_later<F, Fut>(&self, until: Instant, op: F)
-    where
-        F: Fn() -> Fut + Send + 'static,
-        Fut: Future<Output = Result<bool, sqlx::Error>> + Send + 'static,
-    {
-        let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
-        let (bound, label) = (self.request_timeout, self.label());
-        rt.spawn(async move {
-            let now = tokio::time::Instant::now();
-            let early = REPEAT_SOON.iter().map(|d| now + *d).filter(|at| *at < until);
-            for at in early.chain(std::iter::once(until)) {
-                tokio::time::sleep_until(at).await;
-                match timeout(bound, op()).await {
-                    Ok(Ok(true)) => {
-                        tracing::debug!(
-                            backend = label,
-                            "freed a grant that committed after its acquire was abandoned"
-                        );
-                        return;
-                    }
-                    Ok(Ok(false)) => {}
-                    Ok(Err(e)) => tracing::debug!(backend = label, error = %e, "repeated clean-up failed"),
-                    Err(_) => tracing::debug!(backend = label, "repeated clean-up timed out"),
-                }
-            }
-        });
-    }
-
-    /// A subscription to wake-ups under `key`, when the dialect sends any.
-    pub(crate) fn subscribe_key(&self, key: &str) -> Option<WakeSubscription> {
-        self.dialect.listens().then(|| self.hub.subscribe(key))
+    /// A subscription to `wakeup`, when the dialect sends any.
+    pub(crate) fn subscribe(&self, wakeup: Wakeup<'_>) -> Option<WakeSubscription> {
+        self.dialect.subscribe(wakeup)
     }
 
     /// The token of a grant with fence `fence`.
@@ -350,37 +191,11 @@ impl SqlStore {
     }
 }
 
-/// PostgreSQL silently truncates identifiers past 63 bytes (the queue table could then collide
-/// with the lease table) and MySQL refuses names past 64: refuse them here, clearly.
-fn check_table_len(table: &str) -> Result<(), LockError> {
-    if table.len() + QUEUE_SUFFIX.len() > 63 {
-        return Err(LockError::config(format!(
-            "lease table name {table:?} is too long: the waiter queue adds the table {}; use a table name of at \
-             most {} characters",
-            queue_table(table),
-            63 - QUEUE_SUFFIX.len()
-        )));
-    }
-    Ok(())
-}
-
 /// How long a round of renewals waits for the leases it renews apart (`SqlStore::renew_many`):
 /// an eighth of the ttl (a renewal is sent with two thirds of its validity left, so the other
 /// leases of the round keep most of theirs), at most the request timeout.
 fn apart_bound(request_timeout: Duration, ttl: Duration) -> Duration {
     request_timeout.min(ttl / 8).max(Duration::from_millis(1))
-}
-
-/// When [`SqlStore::release_again_later`] repeats a release before the attempt's bound: a
-/// statement overtaken in transit lands within milliseconds.
-const REPEAT_SOON: [Duration; 2] = [Duration::from_millis(20), Duration::from_millis(200)];
-
-pub(crate) fn ttl_ms(ttl: Duration) -> i64 {
-    i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX).max(1)
-}
-
-pub(crate) fn remaining(ms: Option<i64>) -> Option<Duration> {
-    ms.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0)))
 }
 
 impl SqlStore {
@@ -435,7 +250,7 @@ impl LeaseStore for SqlStore {
         let handoffs = if waiting { self.dialect.handoffs() } else { None };
         if let Some(h) = handoffs {
             if h.claim_due(&o) {
-                // A grant was announced (crate::handoff): only a hint. The claim confirms it
+                // A grant was announced (dialect/postgres/handoff.rs): only a hint. The claim confirms it
                 // with the database, whose answer (fence, validity from this statement's send)
                 // is the lease; nothing confirmed, and the acquire statement runs as usual.
                 let attempt = self.attempt(claim.owner);
@@ -472,7 +287,7 @@ impl LeaseStore for SqlStore {
                 }
                 if rem.is_none() && seen.is_some() && self.dialect.listens() {
                     // Free (or expired) but owed to a waiter queued before us: hand it to the
-                    // head now rather than wait for the head's own timer (crate::handoff).
+                    // head now rather than wait for the head's own timer (dialect/postgres/handoff.rs).
                     let (n, a) = (claim.name.as_str(), "");
                     if let Err(e) = self.run("hand the lock on", || self.dialect.hand_on(n, a)).await {
                         tracing::debug!(backend = self.label(), error = %e, "handing a free lock on failed");
@@ -511,12 +326,12 @@ impl LeaseStore for SqlStore {
         }
         self.run("leave the waiter queue", || self.dialect.leave_queue(n, &o)).await?;
         // A release that started before the delete may have granted us the lease: release it
-        // and hand it on (crate::handoff). No release that starts after the delete grants us.
+        // and hand it on (dialect/postgres/handoff.rs). No release that starts after the delete grants us.
         self.run("hand the lock on", || self.dialect.hand_on(n, &o)).await?;
         self.places.take(owner);
         if let Some(until) = self.inflight.take_leave(owner) {
             let (dialect, name) = (Arc::clone(&self.dialect), n.to_owned());
-            self.again_later(until, move || {
+            again_later(until, self.runner.request_timeout(), self.label(), move || {
                 let (dialect, name, o) = (Arc::clone(&dialect), name.clone(), o.clone());
                 async move {
                     dialect.leave_queue(&name, &o).await?;
@@ -543,7 +358,7 @@ impl LeaseStore for SqlStore {
     /// locked) is renewed apart. So is one the round's statement did not renew (PostgreSQL skips
     /// rows locked by another transaction instead of waiting for them; elsewhere: no longer
     /// ours, which its own renewal confirms). Those run side by side after the round's
-    /// statement, each bounded by [`apart_bound`]: the round's answers wait at most that long
+    /// statement, each bounded by `apart_bound`: the round's answers wait at most that long
     /// for them, and one that did not answer is retried by the watchdog.
     async fn renew_many(&self, leases: &[(LockName, OwnerId)], ttl: Duration) -> Vec<Result<RenewOutcome, LockError>> {
         let mut owners: Vec<OwnerId> = leases.iter().map(|(_, owner)| *owner).collect();
@@ -592,7 +407,7 @@ impl LeaseStore for SqlStore {
             .collect();
         apart.sort_unstable_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
         apart.dedup_by(|a, b| (a.0, a.1) == (b.0, b.1));
-        let bound = apart_bound(self.request_timeout, ttl);
+        let bound = apart_bound(self.runner.request_timeout(), ttl);
         let alone = futures::future::join_all(apart.iter().map(|(name, owner, id)| async move {
             let work = async {
                 let _serial = self.one_at_a_time(*id).await;
@@ -650,21 +465,21 @@ impl LeaseStore for SqlStore {
     }
 
     async fn subscribe(&self, name: &LockName) -> Result<Option<WakeSubscription>, LockError> {
-        Ok(self.subscribe_key(&crate::wake::exclusive(name.as_str())))
+        Ok(self.subscribe(Wakeup::Exclusive(name.as_str())))
     }
 
-    /// PostgreSQL: grants and releases of an observed name notify `dlock:<name>`
-    /// (crate::observers); the other databases do not notify.
+    /// PostgreSQL: grants and releases of an observed name notify (store/observer.rs); the
+    /// other databases do not notify.
     async fn watch_changes(&self, name: &LockName) -> Result<Option<ChangeFeed>, LockError> {
         if !self.dialect.listens() {
             return Ok(None);
         }
-        crate::observers::watch(self, &self.hub, name).await.map(Some)
+        observer::watch(&self.runner, &self.dialect, name.as_str()).await
     }
 
     /// A release wakes the head of the queue only, by its owner id (queue.rs).
     async fn subscribe_waiter(&self, _name: &LockName, owner: OwnerId) -> Result<Option<WakeSubscription>, LockError> {
-        Ok(self.subscribe_key(&crate::wake::waiter(&owner.to_hex())))
+        Ok(self.subscribe(Wakeup::Waiter(&owner.to_hex())))
     }
 
     async fn inspect(&self, name: &LockName) -> Result<Option<HolderInfo>, LockError> {

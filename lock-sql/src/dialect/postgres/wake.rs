@@ -3,9 +3,12 @@
 //! their `:`), so a key names exactly one (kind, lock name): an exclusive lock named like a
 //! rw lock's key never wakes that rw lock's waiters, nor the reverse. The exclusive lock hands a
 //! release to the head of its waiter queue: that payload names the waiter's owner id, so every
-//! client hears it but only the one holding that waiter wakes anybody (see queue.rs).
+//! client hears it but only the one holding that waiter wakes anybody (see queue.rs). The store
+//! and the kinds name a [`Wakeup`]; only this dialect turns it into a key.
 
 use lock_core::LockKind;
+
+use crate::dialect::Wakeup;
 
 /// The prefix of the exclusive lock's keys.
 pub(crate) const EXCLUSIVE: &str = "dlock:";
@@ -37,6 +40,15 @@ pub(crate) fn side(kind: LockKind, name: &str) -> String {
     format!("{}{name}", prefix(kind))
 }
 
+/// The key of `wakeup`.
+pub(crate) fn key(wakeup: Wakeup<'_>) -> String {
+    match wakeup {
+        Wakeup::Exclusive(name) => exclusive(name),
+        Wakeup::Waiter(owner) => waiter(owner),
+        Wakeup::Side(kind, name) => side(kind, name),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -47,7 +59,7 @@ mod tests {
         let mut prefixes: Vec<&str> = sides.iter().map(|s| prefix(*s)).collect();
         prefixes.push(EXCLUSIVE);
         prefixes.push(WAITER);
-        prefixes.push(crate::handoff::GRANT);
+        prefixes.push(super::super::handoff::GRANT);
         for a in &prefixes {
             for b in &prefixes {
                 assert!(a == b || !b.starts_with(a), "{a:?} is a prefix of {b:?}");

@@ -2,7 +2,7 @@
 //! [`WakeHub`]. Releases run `pg_notify(<table>, <key>)` in the same statement that frees the
 //! row, so a notification is sent exactly when (and only if) the release commits. Election
 //! observers of a name ([`WakeHub::observe`]) hear its `dlock:<name>` key. A grant in a
-//! release (`dlock-grant:<owner>:<fence>`, crate::handoff) only wakes its waiter, if it is one
+//! release (`dlock-grant:<owner>:<fence>`, handoff.rs) only wakes its waiter, if it is one
 //! of ours, marked to claim first: `NOTIFY` needs no privilege, so a notification is a hint
 //! whoever sent it, on whichever channel, and its fence is never read; the waiter's lease is
 //! what the database answers to its claim.
@@ -15,8 +15,8 @@ use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 use tokio::task::JoinHandle;
 use tokio::time::{timeout, Instant};
 
+use super::handoff::{Handoffs, GRANT};
 use crate::error::{to_lock_error, Codes};
-use crate::handoff::{Handoffs, GRANT};
 
 /// How long the listener may hear nothing before it checks that its connection still answers:
 /// a half-open TCP connection would otherwise swallow notifications forever.

@@ -1,0 +1,109 @@
+//! # lock-etcd
+//!
+//! The etcd v3 backend of dlock (docs/contract.md), built as a third party would build one:
+//! on lock-core's public API only, and certified by lock-conformance's public suite.
+//!
+//! ## Client library
+//!
+//! [`etcd-client`](https://docs.rs/etcd-client) 0.21, the maintained etcd v3 gRPC client
+//! (tonic 0.14 / prost 0.14, the versions already in this workspace). It generates its gRPC
+//! code from etcd's protos at build time, so building this crate needs `protoc` (Debian
+//! `protobuf-compiler`, or `PROTOC=/path/to/protoc`). That is why the crate is not part of
+//! dlock's default build; `scripts/setup-test-env.sh` installs `protoc` and etcd.
+//!
+//! ## The algorithm (etcd's own `concurrency.Mutex` recipe, with a lease per acquisition)
+//!
+//! - **A lease per acquisition.** Each `acquire`/`try_acquire` grants its own etcd lease with
+//!   the ttl (whole seconds, rounded up: the server keeps the lease at least as long as the
+//!   holder relies on it). Renewal is a keep-alive of that lease; release deletes the key and
+//!   revokes the lease. Why not one lease per client (as etcd's `Session`): the caller's `ttl`
+//!   is per acquisition (docs/contract.md §3), a keep-alive failure or a lease expiry then loses
+//!   one lock instead of every lock of the process, and a waiter that leaves revokes exactly
+//!   its own key. The price is one `LeaseGrant` per acquisition and one keep-alive per held
+//!   lease per renewal.
+//! - **A key per waiter**, `<prefix>/lock/<escaped name>/<lease id>`, attached to the lease and
+//!   created in a transaction (`create_revision == 0`, so a retried create finds its own key)
+//!   that also reads the queue's oldest key.
+//! - **The holder is the key with the lowest create revision** under the name's prefix.
+//! - **Each waiter watches only its predecessor** (the newest key created before its own) for
+//!   deletion, from the revision it read it at, so no deletion is missed and a release wakes
+//!   exactly one waiter: FIFO, no herd.
+//! - **A grant is confirmed by the server, never inferred from a watch event** (issue 27's
+//!   rule): after every wake-up the waiter reads, in one transaction that first checks its own
+//!   key still exists with its create revision, whether any key is older than its own. Only
+//!   "none" grants; a watch event only says "look again".
+//! - **The fencing token is the key's create revision**: cluster-wide, strictly increasing,
+//!   persisted and replicated, so it survives restarts and leader changes. Grants of a name
+//!   follow create-revision order, so tokens grow with each grant.
+//! - **Lost signal.** Each renewal keeps the lease alive and then reads the key back (same
+//!   create revision, same lease). The lease is lost when the server says the lease or the key
+//!   is gone (an operator deleted it), and — as for every backend — by the clock when no
+//!   renewal succeeded before `valid_until`, which is counted from the moment the request
+//!   that last (re)started the lease was sent (`t0 + ttl − drift`), so `is_valid()` never
+//!   claims a lock the server may already have freed.
+//! - **Waiters that leave** (timed out, refused, or their `acquire` future dropped) revoke their
+//!   lease at once (in the background when dropped), which deletes their key: the next waiter
+//!   is woken at once, and a grant the waiter did not take up is withdrawn the same way.
+//! - Every request is bounded by `request_timeout` (never beyond the caller's wait); a waiter
+//!   keeps its own lease alive while it waits.
+//!
+//! Assumptions: etcd's linearizable reads and transactions (the default; no `--consistency=s`
+//! proxy in between), and clocks on client and server that run at about the same rate (the
+//! lease is timed by the leader's clock, the holder's validity by the client's; the drift
+//! allowance covers the rest). A holder that pauses past its validity can still write after
+//! its lease is gone — use the fencing token (Jepsen's etcd 3.4.3 analysis).
+//!
+//! Inspection: `inspect` and `list` report the oldest key of each queue (holder id and metadata
+//! from its value, its create revision as the token; no remaining time), and `force_release`
+//! deletes it (owner-checked by create revision) and revokes its lease.
+//!
+//! ## Read-write locks and semaphores
+//!
+//! [`EtcdLock`] also implements [`DistributedRwLock`](lock_core::DistributedRwLock) and
+//! [`DistributedSemaphore`](lock_core::DistributedSemaphore) on the same queue machinery
+//! (lease per acquisition, key created in a transaction, grant confirmed by a read that first
+//! checks our key, create revision as token). Each kind has its own queue, so one name used as
+//! a lock, a read-write lock and a semaphore names three independent things:
+//! `<prefix>/lock/<name>/`, `<prefix>/rw/<name>/` and `<prefix>/sem/<name>/`.
+//!
+//! - **Read-write lock**: readers queue `r<lease>`, writers `w<lease>` under one prefix. A
+//!   writer holds when no key is older and watches its predecessor; a reader holds when no
+//!   *writer* key is older and watches the nearest older writer. FIFO: a queued writer holds
+//!   back the readers behind it. A writer's token (its create revision) is above every grant
+//!   before it, since all of them queued earlier; co-readers' tokens follow arrival, not the
+//!   order in which they learn of their grants.
+//! - **Semaphore** of `n` permits: a waiter holds while fewer than `n` keys are older, every one
+//!   of which must say the same `n` (`InvalidOptions` otherwise; `n = 0` too). A waiting
+//!   permit watches the whole queue for deletions (any holder ahead may leave first), so a
+//!   release wakes every waiting permit of that name, each of which reads the queue again; the
+//!   exclusive lock and the read-write lock wake exactly one waiter per release.
+//!
+//! Election observers hear of grants and releases through `watch_changes`: a watch on the
+//! lock's queue (any change under it fires the feed; the observer reads the holder back).
+//!
+//! Not done yet: TLS (`etcds://`).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), lock_core::LockError> {
+//! use std::time::Duration;
+//! use lock_core::{AcquireOptions, DistributedLock, LockName};
+//! let lock = lock_etcd::connect("etcd://etcd1:2379,etcd2:2379/myapp", lock_etcd::EtcdOptions::default()).await?;
+//! let lease = lock.acquire(&LockName::new("nightly-report")?, &AcquireOptions::new(Duration::from_secs(10))).await?;
+//! println!("fencing token {}", lease.token());
+//! lease.release().await?;
+//! # Ok(()) }
+//! ```
+
+mod client;
+mod config;
+mod error;
+mod inspect;
+mod keys;
+mod kinds;
+mod lease;
+mod observe;
+mod queue;
+mod recipe;
+
+pub use client::{connect, from_client, EtcdLock};
+pub use config::{EtcdOptions, DEFAULT_PORT};

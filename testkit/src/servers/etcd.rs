@@ -1,0 +1,360 @@
+//! Local etcd servers for tests (see servers/mod.rs for the provisioning order).
+//!
+//! [`EtcdServer::start`] uses `DLOCK_TEST_ETCD_URL` when it is set (then there is no server
+//! control), and otherwise runs a single-member etcd (Debian `etcd-server`, or `etcd` on `PATH`)
+//! on free ports of 127.0.0.1, with its data directory in a temp dir kept across `stop`/`start`
+//! (keys, leases and revisions survive a restart as in production). The heartbeat is 25 ms and
+//! the election timeout 250 ms, so the server's shortest lease is 1 s (etcd's minimum TTL is
+//! 1.5 election timeouts, rounded up to a second) and a restarted member leads again quickly.
+//! There is no container path (etcd's images live outside Docker Hub's official library).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lock_conformance::DeploymentControl;
+use lock_core::LockError;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::{provision, TestServer};
+use crate::local::LocalServer;
+use crate::process::{find_binary, free_addr, server_dir, ChildServer};
+use crate::ServerControl;
+
+/// The environment variable naming an existing etcd cluster to test against
+/// (`etcd://host:2379[,host:2379]/prefix`).
+pub const ENV_URL: &str = "DLOCK_TEST_ETCD_URL";
+
+/// How long a fresh etcd may take to serve requests.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The member's heartbeat interval, in ms.
+pub const HEARTBEAT_MS: u64 = 25;
+
+/// The member's election timeout, in ms.
+pub const ELECTION_MS: u64 = 250;
+
+server_newtype!(
+    /// An etcd server for one test: a local single-member cluster the test owns, or an external
+    /// URL. Derefs to its [`TestServer`] (`url()` is `etcd://127.0.0.1:<port>`).
+    EtcdServer,
+    etcd
+);
+
+impl EtcdServer {
+    /// `DLOCK_TEST_ETCD_URL` if set, else a fresh local etcd on free ports.
+    pub async fn start() -> Result<EtcdServer, LockError> {
+        let server = provision(
+            "etcd",
+            None,
+            |addr| format!("etcd://{addr}"),
+            || async { Self::start_local().await.map(EtcdServer::into_test_server) },
+        )
+        .await?;
+        Ok(EtcdServer(server))
+    }
+
+    /// Always a fresh local etcd (ignores `DLOCK_TEST_ETCD_URL`).
+    pub async fn start_local() -> Result<EtcdServer, LockError> {
+        let program = etcd_binary()?;
+        let dir = server_dir("etcd")?;
+        let (client, peer) = (free_addr()?, free_addr()?);
+        let args = member_args("dlock", &dir.path().join("data"), client, peer, &format!("dlock=http://{peer}"));
+        let child = ChildServer::new(&program, args, dir.path());
+        let local = LocalServer::new("etcd", child, client)
+            .persistent(true)
+            .ready_within(START_TIMEOUT)
+            .ready_when(healthy)
+            .start()
+            .await?;
+        Ok(EtcdServer(local.into_test_server(&program, format!("etcd://{client}"), vec![Box::new(dir)])))
+    }
+
+    /// `url()` with the key prefix `prefix` (replacing the path of an external URL).
+    pub fn url_with_prefix(&self, prefix: &str) -> String {
+        let prefix = prefix.trim_matches('/');
+        match self.url().strip_prefix("etcd://") {
+            Some(rest) => format!("etcd://{}/{prefix}", rest.split('/').next().unwrap_or(rest)),
+            None => format!("{}/{prefix}", self.url().trim_end_matches('/')),
+        }
+    }
+}
+
+/// The installed `etcd`, or an error that says how to get one.
+fn etcd_binary() -> Result<std::path::PathBuf, LockError> {
+    find_binary("etcd", &["/usr/bin", "/usr/local/bin"]).ok_or_else(|| {
+        LockError::unavailable(
+            "test",
+            format!(
+                "etcd not found; install it (apt-get install etcd-server, or scripts/setup-test-env.sh), or set \
+                 {ENV_URL}=etcd://host:2379/prefix to test against a running cluster"
+            ),
+        )
+    })
+}
+
+/// The command line of one member named `name`: data in `data`, clients on `client`, peers on
+/// `peer`, in the cluster `initial` (`name=http://addr,…`).
+pub fn member_args(
+    name: &str,
+    data: &std::path::Path,
+    client: SocketAddr,
+    peer: SocketAddr,
+    initial: &str,
+) -> Vec<String> {
+    let data = data.display().to_string();
+    let client = format!("http://{client}");
+    let peer = format!("http://{peer}");
+    [
+        "--name",
+        name,
+        "--data-dir",
+        &data,
+        "--listen-client-urls",
+        &client,
+        "--advertise-client-urls",
+        &client,
+        "--listen-peer-urls",
+        &peer,
+        "--initial-advertise-peer-urls",
+        &peer,
+        "--initial-cluster",
+        initial,
+        "--initial-cluster-state",
+        "new",
+        "--heartbeat-interval",
+        &HEARTBEAT_MS.to_string(),
+        "--election-timeout",
+        &ELECTION_MS.to_string(),
+        "--logger",
+        "zap",
+        "--log-level",
+        "warn",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// Whether the member at `addr` serves requests: `/health` answers `"health":"true"` only once
+/// the cluster has a leader and the member can read through it.
+pub async fn healthy(addr: SocketAddr) -> bool {
+    let talk = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await?;
+        s.write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").await?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).await?;
+        Ok::<_, std::io::Error>(out)
+    };
+    match tokio::time::timeout(Duration::from_secs(2), talk).await {
+        Ok(Ok(out)) => out.contains("\"health\":\"true\""),
+        _ => false,
+    }
+}
+
+/// The status of the member at `addr` through etcd's JSON gateway: whether it answers, and
+/// whether it is the leader (its member id is the leader's).
+async fn is_leader(addr: SocketAddr) -> Option<bool> {
+    let talk = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await?;
+        let req = "POST /v3/maintenance/status HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+                   Content-Length: 2\r\n\r\n{}";
+        s.write_all(req.as_bytes()).await?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).await?;
+        Ok::<_, std::io::Error>(out)
+    };
+    let out = tokio::time::timeout(Duration::from_secs(2), talk).await.ok()?.ok()?;
+    let field = |name: &str| {
+        let start = out.find(&format!("\"{name}\":\""))? + name.len() + 4;
+        out[start..].split('"').next().map(str::to_owned)
+    };
+    Some(field("member_id")? == field("leader")?)
+}
+
+/// How long a restarted cluster may take to elect a leader and serve.
+const CLUSTER_START: Duration = Duration::from_secs(60);
+
+/// A local etcd cluster of 3 (or 5) members on free ports of 127.0.0.1, each a [`LocalServer`]
+/// with its data in one temp dir. As a [`ServerControl`] it is the whole cluster (every member
+/// stopped, started, paused at once); as a [`DeploymentControl`] it kills or pauses one member —
+/// the leader or a follower — while the others keep a quorum.
+pub struct EtcdCluster {
+    members: Vec<Arc<LocalServer>>,
+    _dir: tempfile::TempDir,
+}
+
+impl std::fmt::Debug for EtcdCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdCluster").field("clients", &self.client_addrs()).finish()
+    }
+}
+
+impl EtcdCluster {
+    /// Starts `n` members (3 or 5) and returns once every one serves.
+    pub async fn start(n: usize) -> Result<EtcdCluster, LockError> {
+        if !(1..=7).contains(&n) {
+            return Err(LockError::config(format!("an etcd cluster of {n} members; use 3 or 5")));
+        }
+        let program = etcd_binary()?;
+        let dir = server_dir("etcd-cluster")?;
+        let addrs = (0..n).map(|_| Ok((free_addr()?, free_addr()?))).collect::<Result<Vec<_>, LockError>>()?;
+        let initial: Vec<String> =
+            addrs.iter().enumerate().map(|(i, (_, peer))| format!("m{i}=http://{peer}")).collect();
+        let initial = initial.join(",");
+        let mut members = Vec::new();
+        for (i, (client, peer)) in addrs.iter().enumerate() {
+            let home = dir.path().join(format!("m{i}"));
+            std::fs::create_dir_all(&home)
+                .map_err(|e| LockError::unavailable_from("test", "cannot make a member dir", e))?;
+            let args = member_args(&format!("m{i}"), &home.join("data"), *client, *peer, &initial);
+            let child = ChildServer::new(&program, args, &home);
+            members.push(Arc::new(
+                LocalServer::new(&format!("etcd m{i}"), child, *client)
+                    .persistent(true)
+                    .ready_within(CLUSTER_START)
+                    .ready_when(healthy),
+            ));
+        }
+        let cluster = EtcdCluster { members, _dir: dir };
+        cluster.start_all().await?;
+        Ok(cluster)
+    }
+
+    /// `etcd://h1,h2,h3/<prefix>`.
+    pub fn url(&self, prefix: &str) -> String {
+        let hosts: Vec<String> = self.client_addrs().iter().map(|a| a.to_string()).collect();
+        format!("etcd://{}/{}", hosts.join(","), prefix.trim_matches('/'))
+    }
+
+    /// The client address of every member.
+    pub fn client_addrs(&self) -> Vec<SocketAddr> {
+        self.members.iter().map(|m| m.addr()).collect()
+    }
+
+    /// The index of the member that leads now, if one answers so.
+    pub async fn leader(&self) -> Option<usize> {
+        for (i, m) in self.members.iter().enumerate() {
+            if is_leader(m.addr()).await == Some(true) {
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    /// The index of a member that answers and does not lead.
+    pub async fn follower(&self) -> Option<usize> {
+        for (i, m) in self.members.iter().enumerate() {
+            if is_leader(m.addr()).await == Some(false) {
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    /// Starts every member at once (a member serves only once a quorum runs) and waits for each.
+    async fn start_all(&self) -> Result<(), LockError> {
+        let mut starting = tokio::task::JoinSet::new();
+        for m in &self.members {
+            let control: Arc<dyn ServerControl> = m.clone();
+            starting.spawn(async move { control.start().await });
+        }
+        while let Some(started) = starting.join_next().await {
+            started.map_err(|e| LockError::unavailable_from("test", "a member's start task failed", e))??;
+        }
+        Ok(())
+    }
+
+    /// Waits until every member is healthy (has a leader and reads through it).
+    pub async fn wait_healthy(&self, within: Duration) -> Result<(), LockError> {
+        let end = tokio::time::Instant::now() + within;
+        loop {
+            let mut all = true;
+            for m in &self.members {
+                all &= healthy(m.addr()).await;
+            }
+            if all {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= end {
+                return Err(LockError::unavailable(
+                    "test",
+                    format!("the etcd cluster was not healthy within {within:?}"),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// The whole cluster as one server: what the suite's server fault cases mean for it.
+#[async_trait]
+impl ServerControl for EtcdCluster {
+    async fn stop(&self) -> Result<(), LockError> {
+        for m in &self.members {
+            m.stop().await?;
+        }
+        Ok(())
+    }
+
+    async fn start(&self) -> Result<(), LockError> {
+        self.start_all().await?;
+        self.wait_healthy(CLUSTER_START).await
+    }
+
+    async fn pause(&self, paused: bool) -> Result<(), LockError> {
+        for m in &self.members {
+            m.pause(paused).await?;
+        }
+        Ok(())
+    }
+
+    /// Every member keeps its write-ahead log and snapshots: keys, leases and revisions survive.
+    fn persistent(&self) -> bool {
+        true
+    }
+}
+
+/// Member faults, one at a time; the others keep a quorum throughout.
+#[async_trait]
+impl DeploymentControl for EtcdCluster {
+    fn faults(&self) -> Vec<&'static str> {
+        vec!["kill-leader", "kill-follower", "pause-leader"]
+    }
+
+    async fn inject(&self, fault: &str, span: Duration) -> Result<String, LockError> {
+        let (leader, follower) = (self.leader().await, self.follower().await);
+        let started = tokio::time::Instant::now();
+        let what = match (fault, leader, follower) {
+            ("kill-leader", Some(i), _) | ("kill-follower", _, Some(i)) => {
+                let m = &self.members[i];
+                m.stop().await?;
+                tokio::time::sleep(span).await;
+                ServerControl::start(&**m).await?;
+                format!("member {} ({}) killed for {} ms", i + 1, &fault[5..], span.as_millis())
+            }
+            ("pause-leader", Some(i), _) => {
+                let m = &self.members[i];
+                m.pause(true).await?;
+                tokio::time::sleep(span).await;
+                m.pause(false).await?;
+                format!("leader (member {}) paused for {} ms", i + 1, span.as_millis())
+            }
+            ("kill-leader" | "kill-follower" | "pause-leader", _, _) => {
+                return Ok(format!("no member in that role to hurt (leader {leader:?}, follower {follower:?})"));
+            }
+            (other, _, _) => return Err(LockError::config(format!("unknown etcd cluster fault {other:?}"))),
+        };
+        self.wait_healthy(CLUSTER_START).await?;
+        Ok(format!("{what}; every member served again {} ms after the fault began", started.elapsed().as_millis()))
+    }
+}
+
+impl Drop for EtcdCluster {
+    fn drop(&mut self) {
+        for m in &self.members {
+            m.child().stop();
+        }
+    }
+}

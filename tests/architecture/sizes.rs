@@ -1,0 +1,51 @@
+//! Functions longer than the alarm (100 lines, signature to closing brace, tests excluded).
+
+use crate::source::{item_def, Crate};
+
+pub(crate) const FUNCTION_ALARM: usize = 100;
+
+impl Crate {
+    /// `file:line name (n lines)` for every function over `limit` lines.
+    pub(crate) fn long_functions(&self, limit: usize) -> Vec<(String, String)> {
+        let mut found = Vec::new();
+        for m in self.modules.values() {
+            let code = &m.code;
+            for (i, line) in code.iter().enumerate() {
+                let Some(("fn", name)) = item_def(line) else { continue };
+                let mut depth = 0i32;
+                let mut started = false;
+                let mut end = i;
+                for (j, l) in code.iter().enumerate().skip(i) {
+                    for ch in l.chars() {
+                        match ch {
+                            '{' => {
+                                depth += 1;
+                                started = true
+                            }
+                            '}' => depth -= 1,
+                            _ => {}
+                        }
+                    }
+                    end = j;
+                    if (started && depth <= 0) || (!started && l.trim_end().ends_with(';')) {
+                        break;
+                    }
+                }
+                let lines = end - i + 1;
+                if lines > limit {
+                    found.push((
+                        format!("{} {name}", short(&m.file)),
+                        format!("{}:{} {name} ({lines} lines)", m.file.display(), i + 1),
+                    ));
+                }
+            }
+        }
+        found
+    }
+}
+
+/// A file's path from the workspace root (stable across checkouts).
+pub(crate) fn short(file: &std::path::Path) -> String {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    file.strip_prefix(root).unwrap_or(file).display().to_string()
+}
