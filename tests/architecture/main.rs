@@ -27,7 +27,8 @@ const CRATES: [(&str, &str); 10] = [
 ];
 
 /// The crates users build on: their functions stay under the alarm and their surface is listed.
-const LIBRARIES: [&str; 7] = ["lock_core", "lock_redis", "lock_sql", "lock_zk", "lock_etcd", "lock_conformance", "dlock"];
+const LIBRARIES: [&str; 7] =
+    ["lock_core", "lock_redis", "lock_sql", "lock_zk", "lock_etcd", "lock_conformance", "dlock"];
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
@@ -50,11 +51,8 @@ const KNOWN_CIRCLES: &[&str] = &[
 ];
 
 /// Functions over the alarm today, being split into named steps; the list only shrinks.
-const KNOWN_LONG: &[&str] = &[
-    "lock-core/src/store.rs wait",
-    "lock-redis/src/redlock.rs round",
-    "lock-zk/src/acquire.rs with_session",
-];
+const KNOWN_LONG: &[&str] =
+    &["lock-core/src/store.rs wait", "lock-redis/src/redlock.rs round", "lock-zk/src/acquire.rs with_session"];
 
 /// Fails on what is found but not known, and on what is known but no longer found.
 fn only_known(what: &str, found: Vec<(String, String)>, known: &[&str]) {

@@ -164,20 +164,7 @@ pub(crate) async fn run(args: BenchArgs, out: &crate::cli::redactor::Redactor) -
                     "baseline and uncontended, taking turns …",
                     Some("[bench] baseline and uncontended, taking turns …"),
                 );
-                let d = plan.duration;
-                let (b, u) = tokio::join!(
-                    baseline::run(&plan, turns::Schedule::taking_turns(&turns, 0, d)),
-                    cases::uncontended(&plan, turns::Schedule::taking_turns(&turns, 1, d)),
-                );
-                for (case, r, other) in [("baseline", b, "uncontended"), ("uncontended", u, "baseline")] {
-                    ran.push((
-                        case,
-                        r.map(|mut r| {
-                            r.interleaved_with = Some(other.to_owned());
-                            r
-                        }),
-                    ));
-                }
+                ran = taking_turns(&plan, &turns).await;
             }
             _ => {
                 progress.started(&format!("{name} …"), Some(&format!("[bench] {name} …")));
@@ -224,6 +211,26 @@ pub(crate) async fn run(args: BenchArgs, out: &crate::cli::redactor::Redactor) -
         print_table(&report);
     }
     Ok(ok)
+}
+
+/// The baseline and the uncontended case at once, taking turns on the server, each result naming
+/// the other.
+async fn taking_turns(plan: &cases::Plan, turns: &turns::Turns) -> Vec<(&'static str, Result<CaseResult, LockError>)> {
+    let d = plan.duration;
+    let (b, u) = tokio::join!(
+        baseline::run(plan, turns::Schedule::taking_turns(turns, 0, d)),
+        cases::uncontended(plan, turns::Schedule::taking_turns(turns, 1, d)),
+    );
+    [("baseline", b, "uncontended"), ("uncontended", u, "baseline")]
+        .into_iter()
+        .map(|(case, r, other)| {
+            let r = r.map(|mut r| {
+                r.interleaved_with = Some(other.to_owned());
+                r
+            });
+            (case, r)
+        })
+        .collect()
 }
 
 fn ratios(results: &[CaseResult]) -> Ratios {
