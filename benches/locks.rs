@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use dlock::{
-    AcquireOptions, Capabilities, DistributedLock, LeaseStore, LockError, LockName, OwnerId, ReleaseOutcome,
-    RenewOutcome, StoreLock, TryLock,
+    backend::{LeaseStore, ReleaseOutcome, RenewOutcome, StoreLock, TryLock},
+    AcquireOptions, Capabilities, DistributedLock, LockError, LockName, OwnerId,
 };
 use dlock_testkit::servers::redis::RedisServer;
 use dlock_testkit::servers::zookeeper::ZkServer;

@@ -36,9 +36,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use dlock::backend::{async_trait, Claim, LeaseStore, ReleaseOutcome, RenewOutcome, StoreLock, TryLock};
 use dlock::{
-    async_trait, Capabilities, Claim, Config, Connecting, DistributedLock, Driver, FencingToken, HolderInfo,
-    LeaseStore, LockError, LockKind, LockName, LockProvider, OwnerId, ReleaseOutcome, RenewOutcome, StoreLock, TryLock,
+    Capabilities, Config, Connecting, DistributedLock, Driver, FencingToken, HolderInfo, LockError, LockKind, LockName,
+    LockProvider, OwnerId,
 };
 use lock_conformance::runner::{run_suite, Outcome, Report, RunOptions};
 use lock_conformance::{ClientLink, DownSwitch, Fixture, LinkedClient, ServerControl};
@@ -239,7 +240,7 @@ impl Fixture for ToyFixture {
     }
 
     // Server fault hook. A real backend would return its server's control here (the
-    // dlock workspace uses `dlock_testkit::local::LocalServer`).
+    // dlock workspace uses `dlock_testkit::servers::local::LocalServer`).
     fn server(&self) -> Option<Arc<dyn ServerControl>> {
         let server = self.server.clone();
         // Leases are lost with the process; the fence counters are "on disk".

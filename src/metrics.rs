@@ -30,8 +30,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::{
-    async_trait, AcquireOptions, Capabilities, ChangeFeed, DistributedLock, DistributedRwLock, DistributedSemaphore,
-    EventsRef, FencingToken, HolderInfo, Lease, LeaseEvents, LockError, LockName,
+    backend::async_trait, AcquireOptions, Capabilities, ChangeFeed, DistributedLock, DistributedRwLock,
+    DistributedSemaphore, EventsRef, FencingToken, HolderInfo, Lease, LeaseEvents, LockError, LockName,
 };
 use tokio::time::Instant;
 

@@ -154,7 +154,7 @@ pub trait Fixture: Send + Sync + 'static {
     /// "permit"), for cases that drive the store directly. Empty (default): those cases are not_applicable.
     async fn lease_stores(
         &self,
-    ) -> Result<Vec<(&'static str, std::sync::Arc<dyn lock_core::LeaseStore>)>, lock_core::LockError> {
+    ) -> Result<Vec<(&'static str, std::sync::Arc<dyn lock_core::backend::LeaseStore>)>, lock_core::LockError> {
         Ok(Vec::new())
     }
 }

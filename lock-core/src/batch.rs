@@ -28,7 +28,8 @@ pub struct Batcher<Q, A> {
 }
 
 /// One round: the answers in the order of the requests (fewer answers leave the rest unanswered).
-pub trait RoundFn<Q, A>: Send + Sync + 'static {
+/// Any `Fn(Vec<Q>) -> impl Future<Output = Vec<A>>` is one; named so the batcher can keep it.
+trait RoundFn<Q, A>: Send + Sync + 'static {
     /// Serves one batch.
     fn call(&self, batch: Vec<Q>) -> std::pin::Pin<Box<dyn Future<Output = Vec<A>> + Send>>;
 }
@@ -45,7 +46,14 @@ where
 
 impl<Q: Send + 'static, A: Send + 'static> Batcher<Q, A> {
     /// A batcher whose rounds wait `gather` after their first request for more, up to `max`.
-    pub fn new(gather: Duration, max: usize, round: impl RoundFn<Q, A>) -> Self {
+    ///
+    /// `round` serves one batch: the answers in the order of the requests (fewer answers leave
+    /// the rest unanswered).
+    pub fn new<F, Fut>(gather: Duration, max: usize, round: F) -> Self
+    where
+        F: Fn(Vec<Q>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Vec<A>> + Send + 'static,
+    {
         Batcher { gather, max: max.max(1), round: Arc::new(round), asks: Mutex::new(None) }
     }
 

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 /// A boxed error from a backend's client library, kept as the `source` of [`LockError`].
-pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// Everything that can go wrong when taking, renewing or releasing a lock.
 ///

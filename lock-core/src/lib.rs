@@ -4,11 +4,13 @@
 //!
 //! - [`DistributedLock`]: the object-safe trait every backend implements (`Arc<dyn DistributedLock>`).
 //! - [`Lease`]: a held lock — [`FencingToken`], `valid_until`, renewal watchdog, [`LostSignal`],
-//!   release on drop. Backends supply only a [`LeaseHandle`] (owner-checked renew and release).
-//! - [`LeaseStore`] + [`StoreLock`]: the waiting machinery (notification or jittered back-off,
-//!   timeouts, cancel-safety) for backends with one lease entry per name (Redis, SQL).
-//! - [`KindStore`] + [`StoreRwLock`] / [`StoreSemaphore`]: read-write locks and semaphores on
-//!   the same machinery; a backend supplies only one attempt, renewal and release per kind.
+//!   release on drop. Backends supply only a [`backend::LeaseHandle`] (owner-checked
+//!   renew and release).
+//! - [`backend`]: the backend author's kit — [`backend::LeaseStore`] +
+//!   [`backend::StoreLock`] (the waiting machinery for backends with one lease entry
+//!   per name), [`backend::KindStore`] for read-write locks and semaphores, the
+//!   [`backend::Deadline`] rule, redaction, batching and wake-up helpers. Applications
+//!   need only the root.
 //! - [`LockName`], [`OwnerId`], [`AcquireOptions`], [`Capabilities`], [`LockError`].
 //! - [`MemoryLock`]: the in-memory reference backend, for tests of applications.
 //! - [`FencedRegister`]: the protected-resource side of fencing.
@@ -31,11 +33,12 @@
 //! # Ok(()) }
 //! ```
 
+pub mod backend;
 mod backoff;
 mod batch;
 mod capabilities;
 mod changes;
-mod driver;
+mod deadline;
 mod election;
 mod error;
 mod events;
@@ -51,37 +54,24 @@ mod multi;
 mod name;
 mod options;
 mod provider;
-pub mod redact;
-mod release;
-mod renewals;
 #[cfg(feature = "sqlx")]
 mod sqlx_token;
 mod store;
 mod wake;
-mod watchdog;
 
-pub use backoff::Backoff;
-pub use batch::{Batcher, RoundFn};
 pub use capabilities::{Capabilities, LeaseModel, WakeMethod};
-pub use changes::{ChangeFeed, ChangeSignal};
+pub use changes::ChangeFeed;
 pub use election::{Election, Leadership};
-pub use error::{BoxError, LockError};
+pub use error::LockError;
 pub use events::{EventsRef, LeaseEvents};
 pub use fenced::{FencedRegister, StaleToken};
 pub use handle::{Handles, LockHandle, RwLockHandle, SemaphoreHandle, SemaphoreHandles};
 pub use holder::{Holder, HolderInfo, MAX_HOLDER_LEN, MAX_METADATA_LEN};
 pub use kind::LockKind;
-pub use kinds::{
-    check_permits, permits_mismatch, writer_claim, KindAttempt, KindGrant, KindStore, StoreRwLock, StoreSemaphore,
-};
-pub use lease::{Lease, LeaseGrant, LeaseHandle, LeaseObserver, LossTrigger, LostSignal, ReleaseOutcome, RenewOutcome};
+pub use lease::{Lease, LeaseObserver, LostSignal};
 pub use lock::{DistributedLock, DistributedLockExt, DistributedRwLock, DistributedSemaphore};
 pub use memory::MemoryLock;
 pub use multi::acquire_all;
-pub use name::{escape_prefix, FencingToken, LockName, OwnerId, MAX_NAME_LEN};
+pub use name::{FencingToken, LockName, OwnerId, MAX_NAME_LEN};
 pub use options::{clock_drift, AcquireOptions, WaitPolicy, DEFAULT_TTL};
 pub use provider::LockProvider;
-pub use store::{Claim, LeaseStore, StoreLock, TryLock};
-pub use wake::{WakeHub, WakeSubscription};
-
-pub use async_trait::async_trait;

@@ -18,10 +18,12 @@ use async_trait::async_trait;
 use tokio::sync::oneshot;
 use tokio::time::{sleep_until, Instant};
 
+use crate::deadline::Deadline;
+use crate::lease::{LeaseGrant, LeaseHandle, ReleaseOutcome, RenewOutcome};
+use crate::wake::WakeHub;
 use crate::{
     AcquireOptions, Capabilities, ChangeFeed, DistributedLock, DistributedRwLock, DistributedSemaphore, FencingToken,
-    HolderInfo, Lease, LeaseGrant, LeaseHandle, LeaseModel, LockError, LockName, OwnerId, ReleaseOutcome, RenewOutcome,
-    WakeHub, WakeMethod,
+    HolderInfo, Lease, LeaseModel, LockError, LockName, OwnerId, WakeMethod,
 };
 
 mod idle;
@@ -157,7 +159,7 @@ impl Entry {
             .chain(self.queue.iter().map(|w| w.mode))
             .find(|m| *m != Mode::Permit(n));
         match other {
-            Some(Mode::Permit(m)) => Err(crate::permits_mismatch(name, m, n)),
+            Some(Mode::Permit(m)) => Err(crate::kinds::permits_mismatch(name, m, n)),
             _ => Ok(()),
         }
     }
@@ -341,7 +343,7 @@ impl MemoryLock {
     /// Waiting forever means forever (docs/contract.md §4): while the server is out of reach, try again
     /// with capped back-off. With a deadline, the first failure is the answer.
     async fn until_reachable(&self, deadline: Option<Instant>) -> Result<(), LockError> {
-        let mut backoff = crate::Backoff::new(Duration::from_millis(5), Duration::from_millis(250));
+        let mut backoff = crate::backoff::Backoff::new(Duration::from_millis(5), Duration::from_millis(250));
         loop {
             match self.reachable() {
                 Err(e) if deadline.is_none() => {
@@ -363,9 +365,9 @@ impl MemoryLock {
         opts: &AcquireOptions,
     ) -> Result<Lease, LockError> {
         opts.validate(&Self::caps())?;
-        let begun = Instant::now();
-        let deadline = opts.wait.deadline(begun);
-        self.until_reachable(deadline).await?;
+        // Queued means busy: at the deadline the answer is `Timeout`.
+        let deadline = Deadline::new(opts.wait, Instant::now());
+        self.until_reachable(deadline.at()).await?;
         let at = Instant::now();
         let owner = OwnerId::random();
         let (tx, rx) = oneshot::channel();
@@ -375,7 +377,7 @@ impl MemoryLock {
             if e.fits(mode) && !e.has_waiters() {
                 return Ok(Err(e.grant(owner, mode, opts.ttl, at, opts.holder.as_ref())));
             }
-            if deadline.is_some_and(|d| d <= at) {
+            if deadline.passed(at) {
                 return Ok(Ok(false));
             }
             e.queue.push_back(Waiter { owner, mode, ttl: opts.ttl, who: opts.holder.clone(), tx });
@@ -383,7 +385,7 @@ impl MemoryLock {
         })?;
         match queued {
             Err(token) => return Ok(self.lease(family, name, owner, token, at, opts)),
-            Ok(false) => return Err(LockError::Timeout { name: name.as_str().to_owned(), waited: Duration::ZERO }),
+            Ok(false) => return Err(deadline.timeout(name)),
             Ok(true) => {}
         }
         let mut guard = QueueGuard { client: self, family, name, owner, rx: Some(rx) };
@@ -393,7 +395,7 @@ impl MemoryLock {
             let next_expiry = self
                 .with_entry(family, name, |e| e.holders.iter().map(|h| h.expires).min())
                 .map(|h| h.min(Instant::now() + Duration::from_millis(50)));
-            let wake_at = match (next_expiry, deadline) {
+            let wake_at = match (next_expiry, deadline.at()) {
                 (Some(h), Some(d)) => Some(h.min(d)),
                 (h, d) => h.or(d),
             };
@@ -413,8 +415,8 @@ impl MemoryLock {
                         guard.rx = None;
                         return Ok(self.lease(family, name, owner, g.token, g.at, opts));
                     }
-                    if deadline.is_some_and(|d| now >= d) {
-                        return Err(LockError::Timeout { name: name.as_str().to_owned(), waited: now - begun });
+                    if deadline.passed(now) {
+                        return Err(deadline.timeout(name));
                     }
                 }
             }
@@ -424,7 +426,7 @@ impl MemoryLock {
 }
 
 fn permits(n: u32) -> Result<Mode, LockError> {
-    crate::check_permits(n)?;
+    crate::kinds::check_permits(n)?;
     Ok(Mode::Permit(n))
 }
 

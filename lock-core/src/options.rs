@@ -178,7 +178,7 @@ impl AcquireOptions {
     }
 
     /// The renewal cadence in effect.
-    pub fn renew_interval(&self) -> Duration {
+    pub(crate) fn renew_interval(&self) -> Duration {
         self.renew_every.unwrap_or(self.ttl / 3)
     }
 

@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::{ChangeFeed, ChangeSignal};
+use crate::changes::ChangeSignal;
+use crate::ChangeFeed;
 
 /// Reference-counted per-key notifiers.
 #[derive(Default, Clone)]

@@ -4,9 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use lock_core::backend::async_trait;
 use lock_core::{
-    async_trait, AcquireOptions, Capabilities, DistributedLock, Election, Holder, Lease, LockError, LockName,
-    MemoryLock,
+    AcquireOptions, Capabilities, DistributedLock, Election, Holder, Lease, LockError, LockName, MemoryLock,
 };
 use tokio::time::Instant;
 

@@ -126,10 +126,8 @@ mod slow {
     use std::sync::Mutex;
     use std::time::Duration;
 
-    use lock_core::{
-        async_trait, Capabilities, FencingToken, LeaseStore, LockError, LockName, OwnerId, ReleaseOutcome,
-        RenewOutcome, TryLock,
-    };
+    use lock_core::backend::{async_trait, LeaseStore, ReleaseOutcome, RenewOutcome, TryLock};
+    use lock_core::{Capabilities, FencingToken, LockError, LockName, OwnerId};
     use tokio::time::Instant;
 
     pub(crate) struct Slow {
@@ -215,7 +213,7 @@ mod slow {
 async fn a_release_just_before_t0_plus_hold_at_least_answers_ok_over_a_slow_link() {
     use std::sync::Arc;
 
-    use lock_core::StoreLock;
+    use lock_core::backend::StoreLock;
 
     let store = Arc::new(slow::Slow::new(Duration::from_millis(10)));
     let lock = StoreLock::from_arc(Arc::clone(&store));
@@ -239,7 +237,8 @@ async fn a_release_just_before_t0_plus_hold_at_least_answers_ok_over_a_slow_link
 async fn acquire_all_clean_up_does_not_overrun_the_wait() {
     use std::sync::Arc;
 
-    use lock_core::{acquire_all, LockError, StoreLock};
+    use lock_core::backend::StoreLock;
+    use lock_core::{acquire_all, LockError};
 
     let store = Arc::new(slow::Slow::new(Duration::from_millis(250)));
     let lock = StoreLock::from_arc(Arc::clone(&store));

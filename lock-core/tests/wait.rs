@@ -6,9 +6,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use lock_core::backend::{LeaseStore, ReleaseOutcome, RenewOutcome, StoreLock, TryLock, WakeHub, WakeSubscription};
 use lock_core::{
-    AcquireOptions, Capabilities, DistributedLock, FencingToken, LeaseStore, LockError, LockName, OwnerId,
-    ReleaseOutcome, RenewOutcome, StoreLock, TryLock, WakeHub, WakeMethod, WakeSubscription,
+    AcquireOptions, Capabilities, DistributedLock, FencingToken, LockError, LockName, OwnerId, WakeMethod,
 };
 use tokio::time::Instant;
 

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, SortOrder, SortTarget, Txn, TxnOp};
-use lock_core::{escape_prefix, FencingToken, HolderInfo, LockError, LockKind, LockName};
+use lock_core::{backend::escape_prefix, FencingToken, HolderInfo, LockError, LockKind, LockName};
 
 use crate::client::EtcdLock;
 use crate::error::timed;

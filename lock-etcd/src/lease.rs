@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{Client, Compare, CompareOp, LeaseKeepAliveStream, LeaseKeeper, PutOptions, Txn, TxnOp};
-use lock_core::{Backoff, LeaseHandle, LockError, ReleaseOutcome, RenewOutcome};
+use lock_core::{
+    backend::{Backoff, LeaseHandle, ReleaseOutcome, RenewOutcome},
+    LockError,
+};
 use tokio::sync::Mutex;
 use tokio::time::sleep;
 

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use etcd_client::{WatchOptions, WatchStream};
-use lock_core::{ChangeFeed, ChangeSignal, LockError, LockName};
+use lock_core::{backend::ChangeSignal, ChangeFeed, LockError, LockName};
 use tokio::sync::oneshot;
 
 use crate::client::EtcdLock;

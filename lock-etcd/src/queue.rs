@@ -10,8 +10,8 @@ use etcd_client::{
     TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
 };
 use lock_core::{
-    permits_mismatch, AcquireOptions, Backoff, FencingToken, Lease, LeaseGrant, LockError, LockName, OwnerId,
-    WaitPolicy,
+    backend::{permits_mismatch, Backoff, LeaseGrant},
+    AcquireOptions, FencingToken, Lease, LockError, LockName, OwnerId, WaitPolicy,
 };
 use tokio::time::{sleep, sleep_until, Instant};
 

@@ -26,6 +26,6 @@ pub(crate) enum Watch {
 
 /// A semaphore of `n` permits (`n ≥ 1`).
 pub(crate) fn permits(n: u32) -> Result<Recipe, LockError> {
-    lock_core::check_permits(n)?;
+    lock_core::backend::check_permits(n)?;
     Ok(Recipe::Permit(n))
 }

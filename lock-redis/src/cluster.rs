@@ -24,7 +24,7 @@ use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 use crate::url::parse_node_list;
-use lock_core::redact::{redact_message, redact_url};
+use lock_core::backend::redact::{redact_message, redact_url};
 
 /// The scheme of a cluster URL.
 pub(crate) const SCHEME: &str = "redis+cluster";

@@ -17,8 +17,8 @@ use tokio::time::timeout;
 
 use crate::cluster::Conn;
 use crate::endpoint::Endpoint;
-use crate::scripts::{ALL_SOURCES, REDLOCK_SOURCES};
-use lock_core::redact::redact_url;
+use crate::scripts::all_sources;
+use lock_core::backend::redact::redact_url;
 
 /// Why a connect failed, in a form every waiting request can rebuild a `LockError` from.
 #[derive(Clone, Debug)]
@@ -150,12 +150,12 @@ impl Node {
                 // Load every script now, so calls by SHA succeed at once. On a cluster each
                 // SCRIPT LOAD goes to every master (a pipeline of keyless commands has no slot).
                 if matches!(conn, Conn::Cluster(_)) {
-                    for src in ALL_SOURCES.iter().chain(&REDLOCK_SOURCES) {
+                    for src in all_sources() {
                         let _: redis::Value = redis::cmd("SCRIPT").arg("LOAD").arg(src).query_async(&mut conn).await?;
                     }
                 } else {
                     let mut pipe = redis::pipe();
-                    for src in ALL_SOURCES.iter().chain(&REDLOCK_SOURCES) {
+                    for src in all_sources() {
                         pipe.cmd("SCRIPT").arg("LOAD").arg(src);
                     }
                     let _: Vec<String> = pipe.query_async(&mut conn).await?;

@@ -15,7 +15,7 @@ use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServer
 
 use crate::cluster::ClusterEndpoint;
 use crate::url::{open_client, split_db};
-use lock_core::redact::redact_url;
+use lock_core::backend::redact::redact_url;
 
 /// The scheme of a Sentinel URL.
 pub(crate) const SCHEME: &str = "redis+sentinel";

@@ -9,16 +9,19 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::{
-    Capabilities, KindAttempt, KindGrant, KindStore, LeaseStore, LockError, LockKind, LockName, OwnerId,
-    ReleaseOutcome, RenewOutcome, StoreRwLock, StoreSemaphore, TryLock, WakeSubscription,
+    backend::{
+        KindAttempt, KindGrant, KindStore, LeaseStore, ReleaseOutcome, RenewOutcome, StoreRwLock, StoreSemaphore,
+        TryLock, WakeSubscription,
+    },
+    Capabilities, LockError, LockKind, LockName, OwnerId,
 };
-use redis::Script;
 
 use crate::acl::Needs;
+use crate::reply::{remaining_from, token_from, ttl_ms};
 use crate::scripts::{
-    RwKeys, SemKeys, RENEW, RW_READ, RW_READ_RELEASE, RW_WRITE, RW_WRITE_RELEASE, SEM_ACQUIRE, SEM_RELEASE, ZSET_RENEW,
+    Renew, RwAcquire, RwKeys, RwRelease, SemAcquire, SemKeys, SemRelease, Side, ZsetHolder, ZsetRenew,
 };
-use crate::single::{remaining_from, token_from, ttl_ms, BACKEND, RESERVE_MS};
+use crate::single::{BACKEND, RESERVE_MS};
 use crate::{RedisOptions, RedisStore};
 
 /// A read-write lock client of one Redis server (docs/contract.md §5.2). Backend label `redis`.
@@ -41,121 +44,40 @@ impl RedisKinds {
         Arc::new(RedisKinds { base })
     }
 
-    /// Runs `script` with `keys` and `args`; `idempotent` scripts are retried once on a fresh
-    /// connection when the connection turns out to be dead.
-    async fn invoke<T: redis::FromRedisValue>(
-        &self,
-        script: &Script,
-        keys: &[&str],
-        args: &[&str],
-        idempotent: bool,
-    ) -> Result<T, LockError> {
-        let node = &self.base.node;
-        let call = |mut c| async move {
-            let mut call = script.prepare_invoke();
-            for key in keys {
-                call.key(*key);
-            }
-            for arg in args {
-                call.arg(*arg);
-            }
-            call.invoke_async(&mut c).await
-        };
-        if idempotent {
-            node.run_idempotent(node.request_timeout(), call).await
-        } else {
-            node.run(node.request_timeout(), call).await
-        }
-    }
-
     /// Releases one grant (also a grant given back for want of replica acknowledgements, and
     /// the end of a wait without a grant: the release scripts also drop the owner's queue entry
-    /// and reserve and wake the waiters that may now go in).
+    /// and reserve and wake the waiters that may now go in). Sent once: a retry could not tell
+    /// "released" from "not ours".
     async fn release_grant(
         &self,
         kind: LockKind,
         name: &LockName,
         owner: OwnerId,
     ) -> Result<ReleaseOutcome, LockError> {
-        let (owner, reserve) = (owner.to_hex(), RESERVE_MS.to_string());
-        let r = match kind {
+        let (node, prefix, owner) = (&self.base.node, &self.base.prefix, owner.to_hex());
+        let (owner, reserve_ms) = (owner.as_str(), RESERVE_MS);
+        let r: i64 = match kind {
             LockKind::Permit => {
-                let k = SemKeys::new(&self.base.prefix, name);
-                let keys = [&*k.holders, &k.tokens, &k.permits, &k.queue];
-                self.invoke(&SEM_RELEASE, &keys, &[&owner, &reserve, &k.channel], false).await?
+                let keys = SemKeys::new(prefix, name);
+                let call = SemRelease { keys: &keys, owner, reserve_ms };
+                node.run(node.request_timeout(), |mut c| async move { call.invoke(&mut c).await }).await?
             }
-            LockKind::Write => {
-                let k = RwKeys::new(&self.base.prefix, name);
-                let args = [&*owner, &reserve, &k.to_readers, &k.to_writers];
-                self.invoke(&RW_WRITE_RELEASE, &[&k.writer, &k.queue, &k.readers, &k.tokens], &args, false).await?
-            }
-            _ => {
-                let k = RwKeys::new(&self.base.prefix, name);
-                let args = [&*owner, &reserve, &k.to_readers, &k.to_writers];
-                self.invoke(&RW_READ_RELEASE, &[&k.readers, &k.tokens, &k.writer, &k.queue], &args, false).await?
+            side => {
+                let keys = RwKeys::new(prefix, name);
+                let call = RwRelease { side: side_of(side), keys: &keys, owner, reserve_ms };
+                node.run(node.request_timeout(), |mut c| async move { call.invoke(&mut c).await }).await?
             }
         };
         Ok(released(r))
     }
-
-    /// Runs an acquire script: KEYS `keys` and the boot marker, ARGV `args`, the quiet period in
-    /// ms and `tail`. Its `{flag, value}` reply, and how many replicas acknowledged a grant
-    /// (`WAIT`, with `min_replicas_ack`; `i64::MAX` when not asked).
-    async fn acquire(
-        &self,
-        script: &Script,
-        name: &LockName,
-        keys: &[&str],
-        args: &[&str],
-        tail: &[&str],
-    ) -> Result<(i64, i64, i64), LockError> {
-        let (node, boot) = (&self.base.node, &self.base.boot);
-        let quiet = boot.quiet_ms().to_string();
-        let quiet = quiet.as_str();
-        let (acks, ack_ms) = (self.base.min_replicas_ack, self.base.ack_wait_ms);
-        let (reply, acked): (Vec<i64>, i64) = node
-            .run_idempotent(node.request_timeout(), |c| async move {
-                let reply: Vec<i64> = boot
-                    .with_marker(name, |marker| {
-                        let mut c = c.clone();
-                        async move {
-                            let mut call = script.prepare_invoke();
-                            for key in keys {
-                                call.key(*key);
-                            }
-                            call.key(marker);
-                            for arg in args {
-                                call.arg(*arg);
-                            }
-                            call.arg(quiet);
-                            for arg in tail {
-                                call.arg(*arg);
-                            }
-                            call.invoke_async(&mut c).await
-                        }
-                    })
-                    .await?;
-                // WAIT on the connection that wrote, as the exclusive lock does (single.rs).
-                let acked = if acks > 0 && reply.first() == Some(&1) {
-                    c.clone().wait_replicas(keys[0], acks, ack_ms).await?
-                } else {
-                    i64::MAX
-                };
-                Ok((reply, acked))
-            })
-            .await?;
-        match reply.as_slice() {
-            [flag, value] => Ok((*flag, *value, acked)),
-            other => Err(LockError::backend(BACKEND, format!("unexpected reply from the acquire script: {other:?}"))),
-        }
-    }
 }
 
-fn renewed(r: i64) -> RenewOutcome {
-    if r == 1 {
-        RenewOutcome::Renewed
+/// The read-write lock's side of `kind` (every kind but a permit).
+fn side_of(kind: LockKind) -> Side {
+    if kind == LockKind::Write {
+        Side::Write
     } else {
-        RenewOutcome::NotOwner
+        Side::Read
     }
 }
 
@@ -182,24 +104,48 @@ impl KindStore for RedisKinds {
     }
 
     async fn try_lock(&self, a: KindAttempt<'_>) -> Result<TryLock, LockError> {
-        let (owner, ms) = (a.owner.to_hex(), ttl_ms(a.ttl).to_string());
+        let (base, owner, ttl_ms) = (&self.base, a.owner.to_hex(), ttl_ms(a.ttl));
         // Only a waiting attempt takes a place in the queue; a single try must not.
-        let reg = if a.waiting { self.base.registration(a.ttl) } else { 0 }.to_string();
-        let reserve = RESERVE_MS.to_string();
-        let wake = self.base.notifier.wake_channel();
-        let (flag, value, acked) = match a.kind {
+        let registration_ms = if a.waiting { base.registration(a.ttl) } else { 0 };
+        let (owner, quiet_ms, wake) = (owner.as_str(), base.boot.quiet_ms(), base.notifier.wake_channel());
+        let (reply, acked) = match a.kind {
             LockKind::Permit => {
-                let k = SemKeys::new(&self.base.prefix, a.name);
-                let (keys, permits) = ([&*k.holders, &k.tokens, &k.permits, &k.queue, &k.fence], a.permits.to_string());
-                let tail = [&*reserve, &k.channel, wake];
-                self.acquire(&SEM_ACQUIRE, a.name, &keys, &[&owner, &ms, &permits, &reg], &tail).await?
+                let keys = SemKeys::new(&base.prefix, a.name);
+                let permits = a.permits;
+                let call = SemAcquire {
+                    keys: &keys,
+                    owner,
+                    ttl_ms,
+                    permits,
+                    registration_ms,
+                    quiet_ms,
+                    reserve_ms: RESERVE_MS,
+                    wake,
+                };
+                base.acquire_acked(a.name, &keys.holders, |m, mut c| async move { call.invoke(&m, &mut c).await })
+                    .await?
             }
             kind => {
-                let k = RwKeys::new(&self.base.prefix, a.name);
-                let keys = [&*k.readers, &k.tokens, &k.writer, &k.queue, &k.fence];
-                let tail = [&*reserve, &k.to_readers, &k.to_writers, wake];
-                let script = if kind == LockKind::Write { &RW_WRITE } else { &RW_READ };
-                self.acquire(script, a.name, &keys, &[&owner, &ms, &reg], &tail).await?
+                let keys = RwKeys::new(&base.prefix, a.name);
+                let side = side_of(kind);
+                let call = RwAcquire {
+                    side,
+                    keys: &keys,
+                    owner,
+                    ttl_ms,
+                    registration_ms,
+                    quiet_ms,
+                    reserve_ms: RESERVE_MS,
+                    wake,
+                };
+                base.acquire_acked(a.name, &keys.readers, |m, mut c| async move { call.invoke(&m, &mut c).await })
+                    .await?
+            }
+        };
+        let (flag, value) = match reply.as_slice() {
+            [flag, value] => (*flag, *value),
+            other => {
+                return Err(LockError::backend(BACKEND, format!("unexpected reply from the acquire script: {other:?}")))
             }
         };
         match (flag, value) {
@@ -209,50 +155,36 @@ impl KindStore for RedisKinds {
                 Err(self.base.not_acknowledged(acked, "grant"))
             }
             (1, token) => Ok(TryLock::Acquired { token: token_from(BACKEND, token)? }),
-            (-1, other) if a.kind == LockKind::Permit => Err(lock_core::permits_mismatch(a.name, other, a.permits)),
+            (-1, other) if a.kind == LockKind::Permit => {
+                Err(lock_core::backend::permits_mismatch(a.name, other, a.permits))
+            }
             (_, ms) => Ok(TryLock::Held { remaining: remaining_from(ms) }),
         }
     }
 
+    /// A renewal the promoted replica never got would be forgotten at a failover, as a grant
+    /// would: with `min_replicas_ack` it waits for the replicas (`RedisStore::renew_acked`).
     async fn renew(&self, g: KindGrant<'_>, ttl: Duration) -> Result<RenewOutcome, LockError> {
-        let (kind, name) = (g.kind, g.name);
-        let (owner, ms) = (g.owner.to_hex(), ttl_ms(ttl).to_string());
-        let args = [&*owner, &ms];
-        let (script, keys): (&Script, Vec<String>) = match kind {
+        let (base, owner, ttl_ms) = (&self.base, g.owner.to_hex(), ttl_ms(ttl));
+        let owner = owner.as_str();
+        let renewed = match g.kind {
             LockKind::Permit => {
-                let k = SemKeys::new(&self.base.prefix, name);
-                (&ZSET_RENEW, vec![k.holders, k.tokens, k.permits])
+                let keys = SemKeys::new(&base.prefix, g.name);
+                let call = ZsetRenew { holder: ZsetHolder::Permit(&keys), owner, ttl_ms };
+                base.renew_acked(&keys.holders, |mut c| async move { call.invoke(&mut c).await }).await?
             }
-            LockKind::Write => (&RENEW, vec![RwKeys::new(&self.base.prefix, name).writer]),
+            LockKind::Write => {
+                let keys = RwKeys::new(&base.prefix, g.name);
+                let call = Renew { lock: &keys.writer, owner, ttl_ms };
+                base.renew_acked(&keys.writer, |mut c| async move { call.invoke(&mut c).await }).await?
+            }
             _ => {
-                let k = RwKeys::new(&self.base.prefix, name);
-                (&ZSET_RENEW, vec![k.readers, k.tokens])
+                let keys = RwKeys::new(&base.prefix, g.name);
+                let call = ZsetRenew { holder: ZsetHolder::Reader(&keys), owner, ttl_ms };
+                base.renew_acked(&keys.readers, |mut c| async move { call.invoke(&mut c).await }).await?
             }
         };
-        // A renewal the promoted replica never got would be forgotten at a failover, as a grant
-        // would (see single.rs). `WAIT` goes on the connection that wrote, in the same attempt:
-        // a `WAIT` sent again alone, after a reconnect (to a new primary, say), would count
-        // another connection's writes, not this renewal.
-        let (acks, ack_ms) = (self.base.min_replicas_ack, self.base.ack_wait_ms);
-        let (node, keys, args) = (&self.base.node, &keys, &args);
-        let (r, acked): (i64, i64) = node
-            .run_idempotent(node.request_timeout(), |mut c| async move {
-                let mut call = script.prepare_invoke();
-                for key in keys {
-                    call.key(key);
-                }
-                for arg in args {
-                    call.arg(*arg);
-                }
-                let r: i64 = call.invoke_async(&mut c).await?;
-                let acked = if acks > 0 && r == 1 { c.wait_replicas(&keys[0], acks, ack_ms).await? } else { i64::MAX };
-                Ok((r, acked))
-            })
-            .await?;
-        if r == 1 && acked < i64::from(acks) {
-            return Err(self.base.not_acknowledged(acked, "renewal"));
-        }
-        Ok(renewed(r))
+        Ok(if renewed { RenewOutcome::Renewed } else { RenewOutcome::NotOwner })
     }
 
     /// A release reserves and wakes the waiters it lets in, each by `@<owner>` on its client's

@@ -3,7 +3,7 @@
 //! Redis backends for dlock: a single Redis server ([`connect`], `redis://` / `rediss://`) and
 //! Redlock over N independent masters ([`connect_redlock`], `redlock://h1:p1,h2:p2,…`). Both
 //! implement [`lock_core::DistributedLock`]; waiting, time-outs, cancel-safety and the lease
-//! watchdog come from [`lock_core::StoreLock`]. On a single server there are also read-write
+//! watchdog come from [`lock_core::backend::StoreLock`]. On a single server there are also read-write
 //! locks ([`connect_rw`]) and semaphores ([`connect_semaphore`]).
 //!
 //! ```no_run
@@ -180,8 +180,8 @@
 //! [`connect_rw`] gives a [`RedisRwLock`] ([`lock_core::DistributedRwLock`]) and
 //! [`connect_semaphore`] a [`RedisSemaphore`] ([`lock_core::DistributedSemaphore`]). They use
 //! the same connection, pub/sub and script machinery as the exclusive lock; each side (read,
-//! write, permit) is a small [`lock_core::LeaseStore`], so waiting, time-outs, cancel-safety
-//! and the lease watchdog are [`lock_core::StoreLock`]'s. Redlock does not offer them (its
+//! write, permit) is a small [`lock_core::backend::LeaseStore`], so waiting, time-outs, cancel-safety
+//! and the lease watchdog are [`lock_core::backend::StoreLock`]'s. Redlock does not offer them (its
 //! capabilities say `rw_lock: false, semaphore: false`).
 //!
 //! **Keys.** A name used as an exclusive lock, a read-write lock and a semaphore is three
@@ -327,12 +327,13 @@ mod cluster;
 mod conn;
 mod endpoint;
 mod handoff;
-mod inspect;
 mod kinds;
 mod options;
 mod pubsub;
 mod redlock;
-mod scripts;
+mod reply;
+#[doc(hidden)]
+pub mod scripts;
 mod single;
 mod url;
 
@@ -343,7 +344,7 @@ pub use options::{RedisOptions, DEFAULT_MAX_CLOCK_OFFSET};
 pub use redlock::RedlockStore;
 pub use single::RedisStore;
 
-use lock_core::{LockError, StoreLock};
+use lock_core::{backend::StoreLock, LockError};
 
 /// A lock client of one Redis server. Backend label `redis`.
 pub type RedisLock = StoreLock<RedisStore>;

@@ -23,7 +23,10 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use futures::StreamExt;
-use lock_core::{ChangeFeed, LockError, WakeHub, WakeSubscription};
+use lock_core::{
+    backend::{WakeHub, WakeSubscription},
+    ChangeFeed, LockError,
+};
 
 use crate::endpoint::Endpoint;
 use redis::aio::PubSubSink;

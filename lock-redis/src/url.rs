@@ -1,7 +1,7 @@
 //! URL handling: validation and the `redlock://` list of masters. Passwords are hidden by
-//! lock-core's one redaction (`lock_core::redact`), as everywhere else.
+//! lock-core's one redaction (`lock_core::backend::redact`), as everywhere else.
 
-use lock_core::redact::{redact_message, redact_url};
+use lock_core::backend::redact::{redact_message, redact_url};
 use lock_core::LockError;
 
 /// Checks a `redis://` / `rediss://` URL and opens a (not yet connected) client for it.

@@ -19,7 +19,7 @@ use lock_conformance::proxy::ProxyGroup;
 use lock_conformance::runner::{run_case, runs_alone, Outcome};
 use lock_conformance::{async_trait, DeploymentControl, Fixture, LinkedClient, ServerControl};
 use lock_core::{
-    AcquireOptions, DistributedLock, DistributedRwLock, DistributedSemaphore, LeaseStore, LockError, LockName,
+    backend::LeaseStore, AcquireOptions, DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockName,
 };
 use lock_redis::RedisOptions;
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use common::RedisFixture;
 use lock_conformance::proxy::FaultProxy;
 use lock_conformance::{LinkedClient, ServerControl};
-use lock_core::{LeaseStore, LockError, LockName};
+use lock_core::{backend::LeaseStore, LockError, LockName};
 use lock_redis::RedisBackend;
 
 /// A fresh server, with every client built from a `redis::Client` of the "application".

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use dlock_testkit::servers::redis_sentinel::RedisSentinelDeployment;
 use lock_conformance::proxy::FaultProxy;
 use lock_conformance::{async_trait, DeploymentControl, Fixture, LinkedClient, ServerControl};
-use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LeaseStore, LockError, LockName};
+use lock_core::{backend::LeaseStore, DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockName};
 use lock_redis::RedisOptions;
 
 /// How long a client connect may wait for the deployment to settle after a node fault: the

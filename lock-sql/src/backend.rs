@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use lock_core::{LockError, StoreLock};
+use lock_core::{backend::StoreLock, LockError};
 use tokio::sync::OnceCell;
 
 use crate::dialect::{self, Dialect};

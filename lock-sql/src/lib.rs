@@ -421,7 +421,7 @@ pub use store::{SqlLock, SqlStore};
 
 #[cfg(doc)]
 use lock_core::Capabilities;
-use lock_core::{LockError, StoreLock};
+use lock_core::{backend::StoreLock, LockError};
 
 /// Connects to the database named by `url` and returns the lock.
 ///

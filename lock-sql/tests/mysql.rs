@@ -71,7 +71,7 @@ async fn extra_durable_fencing_follows_innodb_flush_setting() {
 /// returned inside its transaction would keep it locked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extra_conflict_rolls_back_before_reuse() {
-    use lock_core::{OwnerId, TryLock};
+    use lock_core::{backend::TryLock, OwnerId};
     let fx = SqlFixture::mysql().await.unwrap();
     let t = fx.options().table;
     // innodb_lock_wait_timeout = 2 s (whole seconds of request_timeout); 0.9 s left to re-run.
@@ -94,7 +94,7 @@ async fn extra_conflict_rolls_back_before_reuse() {
         "the first attempt waited out the lock: {:?}",
         started.elapsed()
     );
-    assert_eq!(read.renew(&name, first, ttl).await.unwrap(), lock_core::RenewOutcome::Renewed);
+    assert_eq!(read.renew(&name, first, ttl).await.unwrap(), lock_core::backend::RenewOutcome::Renewed);
     assert_counter_row_free(&mut admin, &t).await;
 
     // An attempt that fails for good after locking the counter row: a user without DELETE on
@@ -141,7 +141,10 @@ async fn assert_counter_row_free(admin: &mut common::Admin, t: &str) {
 /// and a free lock is granted with a greater token.
 #[tokio::test]
 async fn extra_acquire_condition_once_in_both_assignment_modes() {
-    use lock_core::{LeaseStore, LockName, OwnerId, TryLock};
+    use lock_core::{
+        backend::{LeaseStore, TryLock},
+        LockName, OwnerId,
+    };
     use sqlx::Executor;
     let fx = SqlFixture::mysql().await.unwrap();
     let name = LockName::new("condition-once").unwrap();
@@ -170,12 +173,12 @@ async fn extra_acquire_condition_once_in_both_assignment_modes() {
         stale().await;
         let again = store.try_lock(&name, a, ttl).await.unwrap();
         assert!(matches!(again, TryLock::Acquired { token } if token == t1), "mode {mode:?}: re-grant, {again:?}");
-        assert_eq!(store.release(&name, b).await.unwrap(), lock_core::ReleaseOutcome::NotOwner);
-        assert_eq!(store.release(&name, a).await.unwrap(), lock_core::ReleaseOutcome::Released);
+        assert_eq!(store.release(&name, b).await.unwrap(), lock_core::backend::ReleaseOutcome::NotOwner);
+        assert_eq!(store.release(&name, a).await.unwrap(), lock_core::backend::ReleaseOutcome::Released);
         stale().await;
         let TryLock::Acquired { token: t2 } = store.try_lock(&name, b, ttl).await.unwrap() else { panic!("free") };
         assert!(t2 > t1, "mode {mode:?}: the token must grow");
-        assert_eq!(store.release(&name, b).await.unwrap(), lock_core::ReleaseOutcome::Released);
+        assert_eq!(store.release(&name, b).await.unwrap(), lock_core::backend::ReleaseOutcome::Released);
     }
 }
 

@@ -194,7 +194,7 @@ async fn extra_fences_survive_a_crash_of_an_async_commit_server() {
 /// granted once the row is free, instead of failing with "current transaction is aborted".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extra_conflict_rolls_back_before_reuse() {
-    use lock_core::{OwnerId, TryLock};
+    use lock_core::{backend::TryLock, OwnerId};
     let fx = SqlFixture::postgres().await.unwrap();
     let url = format!("{}?options[lock_timeout]=100", fx.url());
     let options = lock_sql::SqlOptions { max_connections: 1, ..fx.options() };
@@ -208,7 +208,7 @@ async fn extra_conflict_rolls_back_before_reuse() {
     let _admin = unlock.await.unwrap();
     assert!(matches!(got, Ok(TryLock::Acquired { .. })), "after lock-timeout conflicts: {got:?}");
     // The one pooled connection is usable for plain statements too.
-    assert_eq!(read.renew(&name, first, ttl).await.unwrap(), lock_core::RenewOutcome::Renewed);
+    assert_eq!(read.renew(&name, first, ttl).await.unwrap(), lock_core::backend::RenewOutcome::Renewed);
 }
 
 /// Wake-up keys are per kind (issue 10.16): releasing an exclusive lock whose name looks like a
@@ -216,7 +216,10 @@ async fn extra_conflict_rolls_back_before_reuse() {
 /// released wakes no exclusive waiter named like its key; the right release does wake.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extra_wake_keys_are_per_kind() {
-    use lock_core::{LeaseStore, LockName, OwnerId, TryLock};
+    use lock_core::{
+        backend::{LeaseStore, TryLock},
+        LockName, OwnerId,
+    };
     let fx = SqlFixture::postgres().await.unwrap();
     let exclusive = Arc::clone(fx.sql_client().await.unwrap().store()) as Arc<dyn LeaseStore>;
     let rw = lock_sql::connect_rw(fx.url(), fx.options()).await.unwrap();
@@ -265,7 +268,7 @@ async fn extra_wake_keys_are_per_kind() {
     // The exclusive lock wakes the head of its waiter queue, by owner id.
     let (holder, waiter, z) = (OwnerId::random(), OwnerId::random(), name("z"));
     assert!(matches!(exclusive.try_lock(&z, holder, ttl).await.unwrap(), TryLock::Acquired { .. }));
-    let queued = lock_core::Claim::new(&z, waiter, ttl);
+    let queued = lock_core::backend::Claim::new(&z, waiter, ttl);
     assert!(matches!(exclusive.try_claim(&queued, true).await.unwrap(), TryLock::Held { .. }));
     let own = exclusive.subscribe_waiter(&z, waiter).await.unwrap().expect("postgres listens");
     exclusive.release(&z, holder).await.unwrap();
@@ -325,7 +328,10 @@ async fn extra_cancelled_acquire_leaves_no_grant() {
 /// notifications stop.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extra_observers_are_notified_only_while_they_observe() {
-    use lock_core::{LeaseStore, LockName, OwnerId, TryLock};
+    use lock_core::{
+        backend::{LeaseStore, TryLock},
+        LockName, OwnerId,
+    };
     let fx = SqlFixture::postgres().await.unwrap();
     let store = Arc::clone(fx.sql_client().await.unwrap().store()) as Arc<dyn LeaseStore>;
     let mut raw = sqlx::postgres::PgListener::connect(fx.url()).await.unwrap();
@@ -372,7 +378,7 @@ async fn payloads(raw: &mut sqlx::postgres::PgListener) -> Vec<String> {
 /// registered, is kept for it and for nobody else.
 #[tokio::test]
 async fn extra_an_early_wake_up_is_kept_for_its_waiter() {
-    use lock_core::{LeaseStore, LockName, OwnerId};
+    use lock_core::{backend::LeaseStore, LockName, OwnerId};
     let fx = SqlFixture::postgres().await.unwrap();
     let store = lock_sql::SqlStore::connect(fx.url(), fx.options()).await.unwrap();
     let admin = sqlx::PgPool::connect(fx.url()).await.unwrap();

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use common::SqlFixture;
 use lock_conformance::{LinkedClient, ServerControl};
-use lock_core::{LeaseStore, LockError, LockName};
+use lock_core::{backend::LeaseStore, LockError, LockName};
 use lock_sql::SqlBackend;
 use sqlx::postgres::PgPoolOptions;
 

@@ -8,6 +8,7 @@ use base64::Engine as _;
 use lock_core::LockError;
 use zookeeper_client::{Acl, Acls, Client, CreateMode, Permission};
 
+use crate::config::ZkUrl;
 use crate::session::ZkError;
 
 /// A persistent child that keeps a protected root from ever being empty: an empty root whose
@@ -21,6 +22,21 @@ pub(crate) const KEEPER: &str = "~dlock";
 pub(crate) fn digest_id(user: &str, password: &str) -> String {
     let hash = sha1_smol::Sha1::from(format!("{user}:{password}")).digest().bytes();
     format!("{user}:{}", base64::engine::general_purpose::STANDARD.encode(hash))
+}
+
+/// Our digest id when `url` carries credentials.
+pub(crate) fn url_digest_id(url: &ZkUrl) -> Option<String> {
+    url.digest.as_ref().map(|(user, password)| digest_id(user, password))
+}
+
+/// The ACL of every node we create: the credentials' user's only when `url` carries them,
+/// open to everyone otherwise.
+pub(crate) fn node_acls(url: &ZkUrl) -> Acls<'static> {
+    if url.digest.is_some() {
+        Acls::creator_all()
+    } else {
+        Acls::anyone_all()
+    }
 }
 
 /// What anyone but `ours` (a digest id) may do to a node with this ACL beyond reading it, as

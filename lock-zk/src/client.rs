@@ -1,24 +1,32 @@
-//! The client: connection, the session it keeps (re-made after an expiry), where each kind's
-//! queue lives, and the entry points every lock kind goes through.
+//! The lock client, [`ZkLock`], defined and implemented here: connection, the session it keeps
+//! (re-made after an expiry), where each kind's queue lives, and every lock kind's entry points
+//! (each kind is a [`Recipe`] run through the same acquire machinery, over the current
+//! session's [`Scope`]).
 
-use std::collections::HashSet;
 use std::fmt;
-use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{AcquireOptions, Capabilities, Lease, LeaseModel, LockError, LockName, WakeMethod};
+use async_trait::async_trait;
+use lock_core::{
+    AcquireOptions, Capabilities, ChangeFeed, DistributedLock, DistributedRwLock, DistributedSemaphore, FencingToken,
+    HolderInfo, Lease, LeaseModel, LockError, LockName, WakeMethod,
+};
 use tokio::time::{timeout, Instant};
-use zookeeper_client::{Acls, Client};
+use zookeeper_client::{Client, OneshotWatcher};
 
-use crate::acl::{digest_id, ensure_root};
+use crate::acl::{ensure_root, url_digest_id};
 use crate::acquire::Attempt;
 use crate::config::{ZkOptions, ZkUrl};
-use crate::keeper::Keeper;
-use crate::recipe::Recipe;
-use crate::session::{classify, server_error, Failure, Session, ZkError, BACKEND};
+use crate::hints::Hints;
+use crate::inspect::failed;
+use crate::keeper::{Keeper, Session};
+use crate::recipe::{permits, Recipe};
+use crate::scope::Scope;
+use crate::session::{classify, server_error, Failure, ZkError, BACKEND};
 use crate::tls::Tls;
+use crate::{inspect, observe};
 
 /// Connects to a ZooKeeper ensemble and returns a lock client with its own session.
 ///
@@ -85,55 +93,21 @@ pub async fn from_client(client: Client, root: &str, options: ZkOptions) -> Resu
 /// one expired; leases of an expired session are lost). Cheap to clone; clones share the session.
 #[derive(Clone)]
 pub struct ZkLock {
-    pub(crate) inner: Arc<Inner>,
+    inner: Arc<Inner>,
 }
 
-pub(crate) struct Inner {
-    pub(crate) url: ZkUrl,
-    pub(crate) options: ZkOptions,
+struct Inner {
+    url: ZkUrl,
+    options: ZkOptions,
     tls: Tls,
     session: tokio::sync::Mutex<Option<Session>>,
     /// The session is the application's ([`from_client`]): never replaced by one of ours.
     app_session: bool,
-    pub(crate) watch_events: AtomicU64,
+    watch_events: AtomicU64,
     /// Parents known to exist, so that acquires skip creating them.
-    pub(crate) parents: Hints,
-    /// Parents whose lock this client last found busy with a try (see `Attempt::with_session`).
-    pub(crate) busy: Hints,
-}
-
-/// A bounded set of parent paths this client learnt something about. Only hints: forgetting
-/// one, or a hash shared by two paths, costs one extra request. Hashes rather than paths: the
-/// set holds one entry per name in use, ten thousand when as many leases are held.
-#[derive(Default)]
-pub(crate) struct Hints(Mutex<HashSet<u64>>, RandomState);
-
-/// How many parents one [`Hints`] remembers.
-const MAX_HINTS: usize = 10_000;
-
-impl Hints {
-    fn set(&self) -> std::sync::MutexGuard<'_, HashSet<u64>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub(crate) fn contains(&self, parent: &str) -> bool {
-        let key = self.1.hash_one(parent);
-        self.set().contains(&key)
-    }
-
-    /// Adds (`true`) or removes `parent`.
-    pub(crate) fn note(&self, parent: &str, on: bool) {
-        let key = self.1.hash_one(parent);
-        let mut set = self.set();
-        if !on {
-            set.remove(&key);
-            return;
-        }
-        if set.len() >= MAX_HINTS && !set.contains(&key) {
-            set.clear();
-        }
-        set.insert(key);
-    }
+    parents: Hints,
+    /// Parents whose lock this client last found busy with a try (see `Attempt::busy_listing`).
+    busy: Hints,
 }
 
 impl fmt::Debug for ZkLock {
@@ -173,25 +147,12 @@ impl ZkLock {
         self.inner.session.lock().await.as_ref().map(|s| s.id)
     }
 
-    pub(crate) fn parent(&self, recipe: Recipe, name: &LockName) -> String {
-        format!("{}/{}{}", self.inner.url.root, recipe.marker(), name.escaped())
-    }
-
-    /// Our digest id when the URL carries credentials (see [`crate::acl`]).
-    pub(crate) fn digest_id(&self) -> Option<String> {
-        self.inner.url.digest.as_ref().map(|(user, password)| digest_id(user, password))
-    }
-
-    pub(crate) fn acls(&self) -> Acls<'static> {
-        if self.inner.url.digest.is_some() {
-            Acls::creator_all()
-        } else {
-            Acls::anyone_all()
-        }
+    fn parent(&self, recipe: Recipe, name: &LockName) -> String {
+        recipe.parent(&self.inner.url.root, name)
     }
 
     /// The current session, or a new one if there is none or it ended (expired, closed).
-    pub(crate) async fn session(&self, deadline: Instant) -> Result<Session, LockError> {
+    async fn session(&self, deadline: Instant) -> Result<Session, LockError> {
         // Another call may be establishing a session right now: wait for it, within our limit.
         let mut current = match tokio::time::timeout_at(deadline, self.inner.session.lock()).await {
             Ok(guard) => guard,
@@ -257,7 +218,7 @@ impl ZkLock {
             Ok(Ok(c)) => c,
         };
         let left = bound.saturating_sub(started.elapsed()).max(Duration::from_millis(1));
-        let ours = self.digest_id();
+        let ours = url_digest_id(url);
         create_root(&client, &url.root, ours.as_deref(), left, "the new ZooKeeper session ended at once").await?;
         let id = client.session_id().0;
         tracing::debug!(session = id, timeout = ?client.session_timeout(), "zookeeper session established");
@@ -286,7 +247,7 @@ async fn create_root(
     }
 }
 
-pub(crate) fn capabilities() -> Capabilities {
+fn capabilities() -> Capabilities {
     let mut caps = Capabilities::new();
     caps.rw_lock = true;
     caps.semaphore = true;
@@ -307,32 +268,159 @@ pub(crate) fn capabilities() -> Capabilities {
 }
 
 impl ZkLock {
+    /// What an acquisition's next pass works over: the current session (a new one if it
+    /// ended), made by `deadline`, and this client's URL, hints and counters.
+    async fn scope(&self, deadline: Instant) -> Result<Scope<'_>, LockError> {
+        let session = self.session(deadline).await?;
+        let inner = &*self.inner;
+        Ok(Scope {
+            session,
+            url: &inner.url,
+            parents: &inner.parents,
+            busy: &inner.busy,
+            watch_events: &inner.watch_events,
+        })
+    }
+
     /// One attempt (try_acquire*): `Ok(None)` when busy.
     #[tracing::instrument(name = "dlock.try_acquire", level = "debug", skip_all, fields(backend = BACKEND, lock = %name, kind = ?recipe))]
-    pub(crate) async fn try_once(
+    async fn try_once(
         &self,
         recipe: Recipe,
         name: &LockName,
         options: &AcquireOptions,
     ) -> Result<Option<Lease>, LockError> {
         options.validate(&capabilities())?;
-        Attempt::new(self, recipe, name, options, false).run().await
+        Attempt::new(recipe, name, options, false, &self.inner.options).run(|d| self.scope(d)).await
     }
 
     /// Queues and waits (acquire*) until granted or `options.wait` ends (`Timeout`).
     #[tracing::instrument(name = "dlock.acquire", level = "debug", skip_all, fields(backend = BACKEND, lock = %name, kind = ?recipe))]
-    pub(crate) async fn wait_for(
-        &self,
-        recipe: Recipe,
-        name: &LockName,
-        options: &AcquireOptions,
-    ) -> Result<Lease, LockError> {
+    async fn wait_for(&self, recipe: Recipe, name: &LockName, options: &AcquireOptions) -> Result<Lease, LockError> {
         options.validate(&capabilities())?;
-        let attempt = Attempt::new(self, recipe, name, options, true);
+        let attempt = Attempt::new(recipe, name, options, true, &self.inner.options);
         let begun = attempt.begun();
-        match attempt.run().await? {
+        match attempt.run(|d| self.scope(d)).await? {
             Some(lease) => Ok(lease),
             None => Err(LockError::Timeout { name: name.as_str().to_owned(), waited: begun.elapsed() }),
         }
+    }
+
+    /// The bound of one read request, and by when its session must be there.
+    fn read_bounds(&self) -> (Duration, Instant) {
+        let bound = self.inner.options.request_timeout;
+        (bound, Instant::now() + self.inner.options.connect_timeout + bound)
+    }
+
+    /// Lists `parent`'s queue behind a `sync` and leaves a watch on it, through the current
+    /// session (see [`observe::arm`]).
+    async fn arm(&self, parent: &str) -> Result<(Option<String>, OneshotWatcher), LockError> {
+        let (bound, deadline) = self.read_bounds();
+        let session = self.session(deadline).await?;
+        observe::arm(&session.client, parent, bound).await.map_err(|f| failed(&self.inner.url.root, f))
+    }
+}
+
+#[async_trait]
+impl DistributedLock for ZkLock {
+    fn backend(&self) -> &str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        capabilities()
+    }
+
+    async fn try_acquire(&self, name: &LockName, options: &AcquireOptions) -> Result<Option<Lease>, LockError> {
+        self.try_once(Recipe::Exclusive, name, options).await
+    }
+
+    async fn acquire(&self, name: &LockName, options: &AcquireOptions) -> Result<Lease, LockError> {
+        self.wait_for(Recipe::Exclusive, name, options).await
+    }
+
+    async fn inspect(&self, name: &LockName) -> Result<Option<HolderInfo>, LockError> {
+        let (bound, deadline) = self.read_bounds();
+        let session = self.session(deadline).await?;
+        inspect::holder_of(&session.client, &self.inner.url.root, name, bound).await
+    }
+
+    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<HolderInfo>, LockError> {
+        let (bound, deadline) = self.read_bounds();
+        let session = self.session(deadline).await?;
+        inspect::list(&session.client, &self.inner.url.root, prefix, limit, bound).await
+    }
+
+    async fn force_release(&self, name: &LockName) -> Result<Option<FencingToken>, LockError> {
+        let (bound, deadline) = self.read_bounds();
+        let session = self.session(deadline).await?;
+        inspect::force_release(&session.client, &self.inner.url.root, name, bound).await
+    }
+
+    async fn watch_changes(&self, name: &LockName) -> Result<Option<ChangeFeed>, LockError> {
+        let parent = self.parent(Recipe::Exclusive, name);
+        let (seen, watcher) = self.arm(&parent).await?;
+        let lock = self.clone();
+        let rearm = move || {
+            let (lock, parent) = (lock.clone(), parent.clone());
+            async move { lock.arm(&parent).await }
+        };
+        Ok(Some(observe::feed(rearm, seen, watcher)))
+    }
+}
+
+#[async_trait]
+impl DistributedRwLock for ZkLock {
+    fn backend(&self) -> &str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        capabilities()
+    }
+
+    async fn try_acquire_read(&self, name: &LockName, options: &AcquireOptions) -> Result<Option<Lease>, LockError> {
+        self.try_once(Recipe::Read, name, options).await
+    }
+
+    async fn acquire_read(&self, name: &LockName, options: &AcquireOptions) -> Result<Lease, LockError> {
+        self.wait_for(Recipe::Read, name, options).await
+    }
+
+    async fn try_acquire_write(&self, name: &LockName, options: &AcquireOptions) -> Result<Option<Lease>, LockError> {
+        self.try_once(Recipe::Write, name, options).await
+    }
+
+    async fn acquire_write(&self, name: &LockName, options: &AcquireOptions) -> Result<Lease, LockError> {
+        self.wait_for(Recipe::Write, name, options).await
+    }
+}
+
+#[async_trait]
+impl DistributedSemaphore for ZkLock {
+    fn backend(&self) -> &str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        capabilities()
+    }
+
+    async fn try_acquire_permit(
+        &self,
+        name: &LockName,
+        permits_total: u32,
+        options: &AcquireOptions,
+    ) -> Result<Option<Lease>, LockError> {
+        self.try_once(permits(permits_total)?, name, options).await
+    }
+
+    async fn acquire_permit(
+        &self,
+        name: &LockName,
+        permits_total: u32,
+        options: &AcquireOptions,
+    ) -> Result<Lease, LockError> {
+        self.wait_for(permits(permits_total)?, name, options).await
     }
 }

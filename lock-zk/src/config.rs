@@ -34,6 +34,14 @@ pub struct ZkOptions {
     /// the chain and that the certificate names the host or IP of the URL; digest credentials
     /// then no longer cross the wire in clear. Needs lock-zk's `tls` feature.
     pub tls_ca_file: Option<std::path::PathBuf>,
+    /// The servers' `tickTime` (ZooKeeper's default is 2 s). Through a follower, the leader —
+    /// which alone expires sessions — learns of our requests only from the follower's answers
+    /// to its pings, every half tick, so a lease's validity is cut by half a tick (see the
+    /// crate docs, "When a lease counts as lost"). Never taken as more than half the negotiated
+    /// session timeout: ZooKeeper negotiates no session shorter than two ticks unless its
+    /// `minSessionTimeout` is lowered. Set it when your servers run another tick.
+    #[serde(with = "humantime_serde")]
+    pub tick_time: Duration,
 }
 
 impl Default for ZkOptions {
@@ -43,11 +51,21 @@ impl Default for ZkOptions {
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(5),
             tls_ca_file: None,
+            tick_time: Duration::from_secs(2),
         }
     }
 }
 
 impl ZkOptions {
+    /// The longest lease a client with these options grants on a session of `session_timeout`
+    /// (as asked: a server with other `minSessionTimeout`/`maxSessionTimeout` may negotiate
+    /// another): what the leader surely keeps of the session after a request the quorum
+    /// answered, given `tick_time` (crate docs, "When a lease counts as lost"). A longer ttl is
+    /// cut to it; so a test or conformance fixture's base ttl must fit in it.
+    pub fn lease_bound(&self) -> Duration {
+        crate::lease::server_bound(self.session_timeout, self.tick_time)
+    }
+
     pub(crate) fn validate(&self) -> Result<(), LockError> {
         if self.session_timeout < Duration::from_millis(100) {
             return Err(LockError::config(format!(
@@ -57,6 +75,11 @@ impl ZkOptions {
         }
         if self.session_timeout > Duration::from_secs(24 * 3600) {
             return Err(LockError::config("zookeeper session_timeout is longer than a day; use seconds to minutes"));
+        }
+        if self.tick_time.is_zero() {
+            return Err(LockError::config(
+                "zookeeper tick_time is zero; give the servers' tickTime (ZooKeeper's default is 2s)",
+            ));
         }
         if self.connect_timeout.is_zero() || self.request_timeout.is_zero() {
             return Err(LockError::config("zookeeper connect_timeout and request_timeout must be above zero"));
@@ -275,6 +298,9 @@ mod tests {
         let o: ZkOptions = serde_json::from_str(r#"{"session_timeout":"2s"}"#).unwrap();
         assert_eq!(o.session_timeout, Duration::from_secs(2));
         assert_eq!(o.request_timeout, ZkOptions::default().request_timeout);
+        assert_eq!(o.tick_time, Duration::from_secs(2));
+        let o: ZkOptions = serde_json::from_str(r#"{"tick_time":"200ms"}"#).unwrap();
+        assert_eq!(o.tick_time, Duration::from_millis(200));
         assert!(serde_json::from_str::<ZkOptions>(r#"{"sesion_timeout":"2s"}"#).is_err());
     }
 }

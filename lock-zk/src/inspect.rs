@@ -5,11 +5,9 @@
 
 use std::time::Duration;
 
-use lock_core::{escape_prefix, AcquireOptions, HolderInfo, LockError, LockKind, LockName};
-use tokio::time::Instant;
+use lock_core::{backend::escape_prefix, AcquireOptions, HolderInfo, LockError, LockKind, LockName};
 use zookeeper_client::{Client, Error as ZkError};
 
-use crate::client::ZkLock;
 use crate::recipe::{queue, Recipe};
 use crate::session::{call, server_error, Failure, BACKEND};
 
@@ -43,16 +41,17 @@ fn decode(data: &[u8]) -> (Option<String>, Option<String>) {
     }
 }
 
-pub(crate) fn failed(lock: &ZkLock, f: Failure) -> LockError {
+/// A failed read as the caller's error (`root` names where an authorisation is missing).
+pub(crate) fn failed(root: &str, f: Failure) -> LockError {
     match f {
         Failure::Transient(e) => e,
         Failure::SessionGone => LockError::unavailable(BACKEND, "the ZooKeeper session ended during the read"),
-        Failure::Server(e) => server_error(e, &lock.inner.url.root),
+        Failure::Server(e) => server_error(e, root),
     }
 }
 
 /// The path of the lowest node of the exclusive queue under `parent` (the holder's), if any.
-async fn lowest(client: &Client, lock: &ZkLock, parent: &str, bound: Duration) -> Result<Option<String>, LockError> {
+async fn lowest(client: &Client, root: &str, parent: &str, bound: Duration) -> Result<Option<String>, LockError> {
     // Behind a `sync` (pipelined): a follower's own state may not yet hold a grant or release
     // the leader already committed (the ensemble suite saw "reported nobody" while held).
     let listing = async {
@@ -62,22 +61,22 @@ async fn lowest(client: &Client, lock: &ZkLock, parent: &str, bound: Duration) -
     let children = match call(bound, "listing the lock's queue", listing).await {
         Ok(c) => c,
         Err(Failure::Server(ZkError::NoNode)) => return Ok(None),
-        Err(f) => return Err(failed(lock, f)),
+        Err(f) => return Err(failed(root, f)),
     };
     Ok(queue(Recipe::Exclusive, children).into_iter().next().map(|first| format!("{parent}/{first}")))
 }
 
 /// The holder of `name`: the lowest node of its queue, read right after listing (a node that
 /// went away in between is followed by the next listing, a few times at most).
-async fn holder_of(
+pub(crate) async fn holder_of(
     client: &Client,
-    lock: &ZkLock,
+    root: &str,
     name: &LockName,
     bound: Duration,
 ) -> Result<Option<HolderInfo>, LockError> {
-    let parent = lock.parent(Recipe::Exclusive, name);
+    let parent = Recipe::Exclusive.parent(root, name);
     for _ in 0..3 {
-        let Some(path) = lowest(client, lock, &parent, bound).await? else { return Ok(None) };
+        let Some(path) = lowest(client, root, &parent, bound).await? else { return Ok(None) };
         match call(bound, "reading the holder's node", client.get_data(&path)).await {
             Ok((data, stat)) => {
                 let token = u64::try_from(stat.czxid).map_err(|_| {
@@ -90,86 +89,73 @@ async fn holder_of(
                 ));
             }
             Err(Failure::Server(ZkError::NoNode)) => continue,
-            Err(f) => return Err(failed(lock, f)),
+            Err(f) => return Err(failed(root, f)),
         }
     }
     Err(LockError::unavailable(BACKEND, format!("the queue of {name} changed under three reads in a row; try again")))
 }
 
-impl ZkLock {
-    pub(crate) fn bound(&self) -> (Duration, Instant) {
-        let bound = self.inner.options.request_timeout;
-        (bound, Instant::now() + self.inner.options.connect_timeout + bound)
+/// Up to `limit` held exclusive locks whose names start with `prefix`, in name order.
+pub(crate) async fn list(
+    client: &Client,
+    root: &str,
+    prefix: &str,
+    limit: usize,
+    bound: Duration,
+) -> Result<Vec<HolderInfo>, LockError> {
+    let children = match call(bound, "listing the lock root", client.list_children(root)).await {
+        Ok(c) => c,
+        Err(Failure::Server(ZkError::NoNode)) => Vec::new(),
+        Err(f) => return Err(failed(root, f)),
+    };
+    let escaped = escape_prefix(prefix);
+    // Exclusive locks' parents are the bare escaped names (the other kinds' carry a `~`).
+    let mut names: Vec<LockName> = children
+        .iter()
+        .filter(|c| c.starts_with(&escaped))
+        .filter_map(|c| LockName::from_escaped(c))
+        .filter(|n| n.as_str().starts_with(prefix))
+        .collect();
+    names.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+    let mut held = Vec::new();
+    for name in names {
+        if held.len() >= limit {
+            break;
+        }
+        if let Some(info) = holder_of(client, root, &name, bound).await? {
+            held.push(info);
+        }
     }
+    Ok(held)
+}
 
-    pub(crate) async fn inspect_now(&self, name: &LockName) -> Result<Option<HolderInfo>, LockError> {
-        let (bound, deadline) = self.bound();
-        let session = self.session(deadline).await?;
-        holder_of(&session.client, self, name, bound).await
-    }
-
-    pub(crate) async fn list_now(&self, prefix: &str, limit: usize) -> Result<Vec<HolderInfo>, LockError> {
-        let (bound, deadline) = self.bound();
-        let session = self.session(deadline).await?;
-        let root = &self.inner.url.root;
-        let children = match call(bound, "listing the lock root", session.client.list_children(root)).await {
-            Ok(c) => c,
-            Err(Failure::Server(ZkError::NoNode)) => Vec::new(),
-            Err(f) => return Err(failed(self, f)),
+/// Deletes the holder's node of `name` (the lowest of its queue), whoever's session made it:
+/// the holder's node watch fires its lost signal, and the next node is created later, so its
+/// `czxid` (token) is higher. The deleted node's token, `None` when nobody held `name`.
+pub(crate) async fn force_release(
+    client: &Client,
+    root: &str,
+    name: &LockName,
+    bound: Duration,
+) -> Result<Option<lock_core::FencingToken>, LockError> {
+    let parent = Recipe::Exclusive.parent(root, name);
+    for _ in 0..3 {
+        let Some(path) = lowest(client, root, &parent, bound).await? else { return Ok(None) };
+        let stat = match call(bound, "reading the holder's node", client.check_stat(&path)).await {
+            Ok(Some(stat)) => stat,
+            Ok(None) | Err(Failure::Server(ZkError::NoNode)) => continue,
+            Err(f) => return Err(failed(root, f)),
         };
-        let escaped = escape_prefix(prefix);
-        // Exclusive locks' parents are the bare escaped names (the other kinds' carry a `~`).
-        let mut names: Vec<LockName> = children
-            .iter()
-            .filter(|c| c.starts_with(&escaped))
-            .filter_map(|c| LockName::from_escaped(c))
-            .filter(|n| n.as_str().starts_with(prefix))
-            .collect();
-        names.sort_by(|a, b| a.as_str().cmp(b.as_str()));
-        let mut held = Vec::new();
-        for name in names {
-            if held.len() >= limit {
-                break;
-            }
-            if let Some(info) = holder_of(&session.client, self, &name, bound).await? {
-                held.push(info);
-            }
+        let token = u64::try_from(stat.czxid).map_err(|_| {
+            LockError::backend(BACKEND, format!("the holder's node has a negative czxid {}", stat.czxid))
+        })?;
+        match call(bound, "deleting the holder's node", client.delete(&path, None)).await {
+            Ok(()) => return Ok(Some(lock_core::FencingToken(token))),
+            Err(Failure::Server(ZkError::NoNode)) => continue,
+            Err(f) => return Err(failed(root, f)),
         }
-        Ok(held)
     }
-
-    /// Deletes the holder's node of `name` (the lowest of its queue), whoever's session made it:
-    /// the holder's node watch fires its lost signal, and the next node is created later, so its
-    /// `czxid` (token) is higher. The deleted node's token, `None` when nobody held `name`.
-    pub(crate) async fn force_release_now(
-        &self,
-        name: &LockName,
-    ) -> Result<Option<lock_core::FencingToken>, LockError> {
-        let (bound, deadline) = self.bound();
-        let session = self.session(deadline).await?;
-        let client = &session.client;
-        let parent = self.parent(Recipe::Exclusive, name);
-        for _ in 0..3 {
-            let Some(path) = lowest(client, self, &parent, bound).await? else { return Ok(None) };
-            let stat = match call(bound, "reading the holder's node", client.check_stat(&path)).await {
-                Ok(Some(stat)) => stat,
-                Ok(None) | Err(Failure::Server(ZkError::NoNode)) => continue,
-                Err(f) => return Err(failed(self, f)),
-            };
-            let token = u64::try_from(stat.czxid).map_err(|_| {
-                LockError::backend(BACKEND, format!("the holder's node has a negative czxid {}", stat.czxid))
-            })?;
-            match call(bound, "deleting the holder's node", client.delete(&path, None)).await {
-                Ok(()) => return Ok(Some(lock_core::FencingToken(token))),
-                Err(Failure::Server(ZkError::NoNode)) => continue,
-                Err(f) => return Err(failed(self, f)),
-            }
-        }
-        Err(LockError::unavailable(
-            BACKEND,
-            format!("the queue of {name} changed under three tries in a row; try again"),
-        ))
-    }
+    Err(LockError::unavailable(BACKEND, format!("the queue of {name} changed under three tries in a row; try again")))
 }
 
 #[cfg(test)]

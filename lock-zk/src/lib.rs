@@ -86,9 +86,10 @@
 //! gives up first. Its lost signal fires when:
 //!
 //! - the session expires or is closed, or the lock node is deleted (watch events);
-//! - the server may have expired the session: the server keeps a session at least
-//!   `session_timeout` after it last heard from the client, and it heard from us no earlier
-//!   than when we sent a request it answered. `valid_until` is bounded by that (below), so a
+//! - the server may have expired the session: the leader keeps a session at least
+//!   `session_timeout` after it last heard of it, and it heard of us no earlier than half a tick
+//!   and 9/20 of the session before we sent a request the quorum answered (below).
+//!   `valid_until` is bounded by that, so a
 //!   suspended connection or a paused server ends the lease by the clock before the server can
 //!   hand the lock to someone else, assuming only that both clocks run at about the same rate;
 //! - `valid_until` passes without a successful renewal (the `Lease` watchdog, as for every
@@ -106,14 +107,31 @@
 //! as long as it holds them; each of those leases is checked once when it joins and again after
 //! every reconnection (a persistent watch replays nothing missed while disconnected).
 //!
-//! `valid_until` never exceeds what the server keeps for us (docs/contract.md §3): the lease runs on the
-//! **negotiated session timeout** whenever the asked ttl is longer (then [`Lease::ttl`] reports
-//! the session timeout, and a `renew_every` the shorter lease could not survive is cut to a
-//! third of it). It counts from the create (a write, so the leader heard from us) or from a
-//! listing sent behind a `sync`, and each renewal moves it to `sent + session_timeout − drift`.
-//! So `is_valid()` is right by the clock alone, even after a process stall during which no
-//! task ran. With `auto_renew(false)` a lease therefore ends one session timeout after the
-//! grant unless you call `renew()`.
+//! `valid_until` never exceeds what the server keeps for us (docs/contract.md §3): the lease runs on
+//! what the **leader** is sure to keep of the negotiated session after a request the quorum
+//! answered, whenever the asked ttl is longer (then [`Lease::ttl`] reports that bound, and a
+//! `renew_every` the shorter lease could not survive is cut to a third of it;
+//! [`ZkOptions::lease_bound`] tells it in advance). It counts from the send of the request that
+//! found our node holding: the create, when the listing pipelined behind it did, else the
+//! listing sent behind a `sync` that did (never from an earlier create whose answer was lost,
+//! which would start the lease spent after a stall). Each renewal (a `sync` and a read)
+//! moves it to `sent + bound − drift`. So `is_valid()` is right by the clock alone, even after a
+//! process stall during which no task ran. With `auto_renew(false)` a lease therefore ends one
+//! bound after the grant unless you call `renew()`.
+//!
+//! The bound is `session_timeout − tickTime/2 − 9/20 · session_timeout` (at least 3/10 of the
+//! session; 4.5 s of a 10 s session at ZooKeeper's default 2 s tick). Only the leader expires
+//! sessions, and through a follower it hears of ours only from the follower's answers to its
+//! pings, every half tick; a create or `sync` the follower forwards refreshes nothing. A
+//! follower cut off from the leader right after our request never reports it, so the leader's
+//! last news of us may be half a tick older than the request, and older again by however long
+//! our client went without reaching the follower: up to 9/20 of the session while it keeps its
+//! connection (its ping and connection timers), for instance across a stalled link. Measured in
+//! `tests/ensemble.rs` at the default tick: with the former ¾ of the session, such a grant
+//! outlived the leader's view of the session by 3.9 s. The assumptions: [`ZkOptions::tick_time`]
+//! is at least the servers' `tickTime` (taken as at most half the session, as ZooKeeper's
+//! default `minSessionTimeout` ensures), and a client given to [`from_client`] has a connection
+//! timeout of at most 2/5 of its session (the crate's default).
 //!
 //! [`Lease::ttl`]: lock_core::Lease::ttl
 //!
@@ -167,13 +185,15 @@ mod acl;
 mod acquire;
 mod client;
 mod config;
+mod hints;
 mod inspect;
 mod keeper;
-mod kinds;
 mod lease;
+mod node;
 mod observe;
 mod recipe;
 mod root_watch;
+mod scope;
 mod session;
 mod tls;
 

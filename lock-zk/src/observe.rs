@@ -12,14 +12,13 @@
 //! does not answer) fire the feed once, since the holder may have changed meanwhile, and the
 //! watch is armed again after a short pause.
 
+use std::future::Future;
 use std::time::Duration;
 
-use lock_core::{ChangeFeed, ChangeSignal, LockError, LockName};
+use lock_core::{backend::ChangeSignal, ChangeFeed, LockError};
 use tokio::sync::oneshot;
 use zookeeper_client::{Client, Error as ZkError, OneshotWatcher};
 
-use crate::client::ZkLock;
-use crate::inspect::failed;
 use crate::recipe::{queue, Recipe};
 use crate::session::{call, Failure};
 
@@ -28,7 +27,11 @@ const RETRY: Duration = Duration::from_millis(200);
 
 /// Lists the queue under `parent` behind a `sync` and leaves a watch on it: the lowest node
 /// (the holder's; `None` when nobody holds it) and the watch.
-async fn arm(client: &Client, parent: &str, bound: Duration) -> Result<(Option<String>, OneshotWatcher), Failure> {
+pub(crate) async fn arm(
+    client: &Client,
+    parent: &str,
+    bound: Duration,
+) -> Result<(Option<String>, OneshotWatcher), Failure> {
     loop {
         let listing = async {
             let (synced, children) = tokio::join!(client.sync(parent), client.list_and_watch_children(parent));
@@ -48,34 +51,33 @@ async fn arm(client: &Client, parent: &str, bound: Duration) -> Result<(Option<S
     }
 }
 
-impl ZkLock {
-    async fn arm(&self, parent: &str) -> Result<(Option<String>, OneshotWatcher), LockError> {
-        let (bound, deadline) = self.bound();
-        let session = self.session(deadline).await?;
-        arm(&session.client, parent, bound).await.map_err(|f| failed(self, f))
-    }
-
-    pub(crate) async fn watch_changes_now(&self, name: &LockName) -> Result<Option<ChangeFeed>, LockError> {
-        let parent = self.parent(Recipe::Exclusive, name);
-        let (seen, watcher) = self.arm(&parent).await?;
-        let signal = ChangeSignal::new();
-        // The feed keeps `stop`'s sender: dropping the feed ends the task.
-        let (keep, stop) = oneshot::channel::<()>();
-        let feed = signal.feed(keep);
-        tokio::spawn(follow(self.clone(), parent, seen, watcher, signal, stop));
-        Ok(Some(feed))
-    }
+/// The feed of the holder changes of one queue, whose first watch the caller armed (`seen`,
+/// `watcher`: what [`arm`] answered); `rearm` arms it again, through whatever session the
+/// client has by then. Dropping the feed ends its task.
+pub(crate) fn feed<A, F>(rearm: A, seen: Option<String>, watcher: OneshotWatcher) -> ChangeFeed
+where
+    A: Fn() -> F + Send + 'static,
+    F: Future<Output = Result<(Option<String>, OneshotWatcher), LockError>> + Send + 'static,
+{
+    let signal = ChangeSignal::new();
+    // The feed keeps `stop`'s sender: dropping the feed ends the task.
+    let (keep, stop) = oneshot::channel::<()>();
+    let feed = signal.feed(keep);
+    tokio::spawn(follow(rearm, seen, watcher, signal, stop));
+    feed
 }
 
 /// Waits for the watch to fire, re-arms it, and fires the feed when the holder changed.
-async fn follow(
-    lock: ZkLock,
-    parent: String,
+async fn follow<A, F>(
+    rearm: A,
     mut seen: Option<String>,
     mut watcher: OneshotWatcher,
     signal: ChangeSignal,
     mut stop: oneshot::Receiver<()>,
-) {
+) where
+    A: Fn() -> F,
+    F: Future<Output = Result<(Option<String>, OneshotWatcher), LockError>>,
+{
     loop {
         tokio::select! {
             _ = &mut stop => return,
@@ -85,7 +87,7 @@ async fn follow(
         watcher = loop {
             let armed = tokio::select! {
                 _ = &mut stop => return,
-                armed = lock.arm(&parent) => armed,
+                armed = rearm() => armed,
             };
             match armed {
                 Ok((lowest, w)) => {
@@ -96,7 +98,7 @@ async fn follow(
                     break w;
                 }
                 Err(e) => {
-                    tracing::debug!(parent, error = %e, "observe: arming the children watch failed; retrying");
+                    tracing::debug!(error = %e, "observe: arming the children watch failed; retrying");
                     if !failing {
                         failing = true;
                         signal.changed();

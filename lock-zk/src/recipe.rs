@@ -40,6 +40,11 @@ impl Recipe {
         }
     }
 
+    /// The znode under which this kind's queue of `name` lives: `<root>/<marker><escaped name>`.
+    pub(crate) fn parent(self, root: &str, name: &LockName) -> String {
+        format!("{root}/{}{}", self.marker(), name.escaped())
+    }
+
     /// The word between the owner and the sequence in our node names.
     pub(crate) fn role(self) -> String {
         match self {
@@ -83,7 +88,7 @@ impl Recipe {
             }),
             Recipe::Permit(n) => {
                 if let Some(m) = ahead.iter().filter_map(|c| role_of(c).and_then(permits_of)).find(|m| *m != n) {
-                    return Err(lock_core::permits_mismatch(name, m, n));
+                    return Err(lock_core::backend::permits_mismatch(name, m, n));
                 }
                 let n = usize::try_from(n).unwrap_or(usize::MAX);
                 Ok(match ahead.len() {
@@ -168,7 +173,7 @@ pub(crate) fn queue(recipe: Recipe, mut children: Vec<String>) -> Vec<String> {
 }
 
 pub(crate) fn permits(n: u32) -> Result<Recipe, LockError> {
-    lock_core::check_permits(n)?;
+    lock_core::backend::check_permits(n)?;
     Ok(Recipe::Permit(n))
 }
 

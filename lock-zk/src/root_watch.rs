@@ -30,11 +30,11 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use lock_core::{LossTrigger, LostSignal};
+use lock_core::{backend::LossTrigger, LostSignal};
 use tokio::time::timeout;
 use zookeeper_client::{AddWatchMode, Client, EventType, PersistentWatcher, SessionState, WatchedEvent};
 
-use crate::keeper::{Held, Node};
+use crate::node::{Held, Node};
 use crate::session::ZkError;
 
 /// From how many leases watched node by node a session moves further leases under the root

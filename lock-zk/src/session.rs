@@ -3,27 +3,20 @@
 //! by its unique prefix), and guaranteed deletes that go on in the background.
 
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{Backoff, LockError, ReleaseOutcome};
+use lock_core::{
+    backend::{Backoff, ReleaseOutcome},
+    LockError,
+};
 use tokio::time::{sleep, timeout, Instant};
 use zookeeper_client::{Client, SessionState};
 
-use crate::keeper::Keeper;
 use crate::recipe;
 
 pub(crate) type ZkError = zookeeper_client::Error;
 
 pub(crate) const BACKEND: &str = "zookeeper";
-
-#[derive(Clone)]
-pub(crate) struct Session {
-    pub(crate) client: Client,
-    pub(crate) id: i64,
-    /// Watches and renews the session's held leases.
-    pub(crate) keeper: Arc<Keeper>,
-}
 
 /// How one request failed, sorted by what the recipe does about it.
 pub(crate) enum Failure {

@@ -5,17 +5,97 @@
 use std::time::Duration;
 
 use dlock_testkit::servers::zk_ensemble::{EnsembleOptions, ZkEnsemble};
+use dlock_testkit::servers::zookeeper::TICK;
+use lock_conformance::proxy::FaultProxy;
+use lock_conformance::ClientLink;
 use lock_core::{AcquireOptions, DistributedLock, LockError, LockName};
 use lock_zk::ZkOptions;
 use tokio::time::Instant;
 
+/// Options for the test ensembles, which run the test kit's short tick unless a case says otherwise.
 fn options(session: Duration) -> ZkOptions {
     ZkOptions {
         session_timeout: session,
         connect_timeout: Duration::from_secs(10),
         request_timeout: Duration::from_secs(3),
+        tick_time: TICK,
         ..ZkOptions::default()
     }
+}
+
+/// ZooKeeper's default tickTime. The leader hears of a follower's sessions from its pings every
+/// half tick and expires sessions on tick boundaries (never sooner than `session` after it last
+/// heard of one, up to a tick and a half later): with the test kit's 200 ms tick those delays are
+/// too small to matter next to a session, with 2 s they are not.
+const DEFAULT_TICK: Duration = Duration::from_secs(2);
+
+/// A grant through a follower, at ZooKeeper's default tick, just after the client's link to that
+/// follower stalled for a while (shorter than the client's connection timeout, 2/5 of the
+/// session: the client notices nothing), and the follower cut off from the quorum right after the
+/// grant. The leader last heard of the session from the follower's report of the requests before
+/// the stall: the create reached the follower but no report of it reached the leader (the cut
+/// comes within milliseconds; the follower reports every second). So the leader expires the
+/// session about `session` after the stall began, and the old holder's lease must have ended by
+/// the time a client on the majority side is granted the lock.
+///
+/// Fails with validity counted as ¾ of the session from the create (the stall, 21 s of a 60 s
+/// session, is more than the quarter allowed for the leader's lag, even with the tick rounding):
+/// the holder's `valid_until` lies past the majority's grant. Passes with the bound of
+/// `lease::server_bound` (half a tick and 9/20 of the session).
+#[tokio::test]
+async fn a_grant_after_a_stalled_client_link_ends_before_the_leader_expires_the_session() -> Result<(), LockError> {
+    // Long enough that the stall it allows (under 2/5 of it) exceeds the old quarter by more
+    // than the leader's rounding (a tick and a half, 3 s): the failure without the bound is
+    // certain, not a matter of phase.
+    let session = Duration::from_secs(60);
+    // The client drops a connection that answered nothing for 2/5 of the session (24 s), checked
+    // every 1/20 (3 s); the stall stays 3 s short of that.
+    let stall = Duration::from_secs(21);
+    let ensemble = ZkEnsemble::start(EnsembleOptions::default().tick(DEFAULT_TICK)).await?;
+    let follower = ensemble.follower().await.expect("a follower");
+    let link = FaultProxy::start(ensemble.client_addrs()[follower]).await?;
+    let root = "/dlock-ensemble-stalled-link";
+    let zk = ZkOptions { tick_time: DEFAULT_TICK, ..options(session) };
+    let holder = lock_zk::connect(&format!("zk://{}{root}", link.local_addr()), zk.clone()).await?;
+    let majority = lock_zk::connect(&ensemble.others_url(follower, root), zk).await?;
+    let name = LockName::new("stalled-link")?;
+    let opts = AcquireOptions::new(Duration::from_secs(120)).wait(Duration::from_secs(120));
+    // A request answered right before the stall, so the client's connection timer starts there.
+    let warm_up = holder.try_acquire(&LockName::new("warm-up")?, &opts).await?.expect("a fresh name is free");
+    warm_up.release().await?;
+    link.set_partitioned(true).await;
+    let stalled = Instant::now();
+    tokio::time::sleep(stall).await;
+    link.set_partitioned(false).await;
+    let lease = holder.acquire(&name, &opts).await?;
+    ensemble.partition(follower, true).await;
+    let granted_first = Instant::now();
+    assert_eq!(
+        link.connections_accepted(),
+        1,
+        "the holder's client reconnected during the stall (which tells the leader of the session): the case needs a shorter stall"
+    );
+    let second = majority.acquire(&name, &opts).await?;
+    let granted = Instant::now();
+    let overlap = lease.is_valid() || lease.valid_until() > granted;
+    eprintln!(
+        "MEASURED zk tick 2 s, {session:?} session, client link stalled {stall:?}: first grant {:?} after the stall began, \
+         majority granted {:?} after it; old lease valid_until − majority grant = {:?} (before it by {:?}); lost signal fired: {}",
+        granted_first - stalled,
+        granted - stalled,
+        lease.valid_until().checked_duration_since(granted),
+        granted.checked_duration_since(lease.valid_until()),
+        lease.lost().is_fired()
+    );
+    assert!(second.token() > lease.token(), "the new holder's token is higher");
+    assert!(
+        !overlap,
+        "two valid holders: the first holder's lease runs {:?} past the majority's grant",
+        lease.valid_until().saturating_duration_since(granted)
+    );
+    ensemble.partition(follower, false).await;
+    second.release().await?;
+    Ok(())
 }
 
 /// The holder's follower is partitioned from the quorum (its client still reaches it). The leader

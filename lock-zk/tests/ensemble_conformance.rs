@@ -10,13 +10,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_testkit::servers::zk_ensemble::{EnsembleOptions, ZkEnsemble};
+use dlock_testkit::servers::zookeeper::TICK;
 use lock_conformance::proxy::ProxyGroup;
 use lock_conformance::{DeploymentControl, LinkedClient, ServerControl};
 use lock_core::{LockError, LockName};
 use lock_zk::{ZkLock, ZkOptions};
 
 /// The session of the suite's clients: short, so that the expiry cases run in seconds. A leader
-/// election longer than its lease part (three quarters) costs the holders their leases — safely,
+/// election longer than its lease part (about half, `lease::server_bound`) costs the holders their leases — safely,
 /// with the lost signal — which the nemesis's node faults exercise on purpose.
 const SESSION: Duration = Duration::from_secs(2);
 
@@ -34,6 +35,7 @@ impl EnsembleFixture {
             session_timeout: SESSION,
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(3),
+            tick_time: TICK,
             ..ZkOptions::default()
         };
         Ok(EnsembleFixture { ensemble, root: common::uuid_like_root(), options })
@@ -71,6 +73,10 @@ lock_conformance::impl_fixture! {
         let url = format!("zk://{}{}", hosts.join(","), self.root);
         let client = lock_zk::connect(&url, self.options.clone()).await?;
         Ok(Some(LinkedClient { client: Arc::new(client), link: Arc::new(group) }))
+    }
+
+    fn base_ttl(&self) -> Duration {
+        common::lease_bound(self.options.session_timeout)
     }
 
     fn expiry_bound(&self) -> Duration {

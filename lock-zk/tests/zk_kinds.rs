@@ -270,7 +270,7 @@ async fn semaphore_under_churn_never_exceeds_its_permits_and_wakes_few() {
 async fn lost_replies_in_read_write_and_permit_acquires_leave_no_orphan_node() {
     use lock_core::{DistributedRwLock, DistributedSemaphore};
     // A session long enough that a grant made through 200 ms round trips and a reset link is
-    // still valid (three quarters of the session, lock-zk's `server_bound`) when it is released.
+    // still valid (about half of the session, lock-zk's `server_bound`) when it is released.
     let fx = ZkFixture::with_session_timeout(Duration::from_secs(4)).await.unwrap();
     let (client, link) = fx.connect_linked().await.unwrap();
     let other = fx.connect().await.unwrap();

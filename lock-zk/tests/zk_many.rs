@@ -18,7 +18,7 @@ use tokio::time::{sleep, timeout};
 /// More than the 64 leases a session watches node by node.
 const MANY: usize = 70;
 
-/// Long enough that `valid_until` (three quarters of it) cannot explain a loss seen in 3 s.
+/// Long enough that `valid_until` (about half of it, `lease::server_bound`) cannot explain a loss seen in 3 s.
 const LONG_SESSION: Duration = Duration::from_secs(20);
 
 async fn hold_many(lock: &ZkLock, tag: &str) -> Vec<Lease> {

@@ -547,3 +547,36 @@ async fn a_forever_wait_outlasts_connect_timeout_and_its_session() {
     assert!(lease.token() > held.token());
     lease.release().await.unwrap();
 }
+
+/// A create held up by a stalled link: the acquire sends it, the link holds every byte for
+/// twice the lease, the request bound gives up on the answer, and once the link heals the node
+/// is found holding (the lock is free). The lease counts from the request that found it
+/// holding, not from that first create's send: counted from there it was spent before it was
+/// granted (`dlock conformance`'s forever_survives_transient_errors saw such a lease lost at
+/// once, whenever the holder's release reached the server before the waiter's held-up create).
+#[tokio::test]
+async fn a_grant_whose_create_was_held_up_starts_a_whole_lease() {
+    // The client keeps a connection that answers nothing for 2/5 of the session (2.4 s): the
+    // held bytes reach the server when the link heals, as after a stall TCP rides out.
+    let fx = ZkFixture::with_session_timeout(Duration::from_secs(6)).await.unwrap();
+    let (client, link) = fx.connect_linked().await.unwrap();
+    let n = name("held-up-create");
+    let ttl = Duration::from_millis(800);
+    let o = opts(800).wait(Duration::from_secs(20)).request_timeout(Duration::from_millis(300));
+    link.set_partitioned(true).await;
+    let task = tokio::spawn({
+        let (client, n) = (client.clone(), n.clone());
+        async move { client.acquire(&n, &o).await }
+    });
+    sleep(ttl * 2).await;
+    link.set_partitioned(false).await;
+    let lease = task.await.expect("joined").expect("granted once the link heals");
+    let left = lease.valid_until().saturating_duration_since(Instant::now());
+    assert!(
+        lease.is_valid() && left > ttl / 2,
+        "a fresh grant was {} with {left:?} of its {ttl:?} left (lost: {:?})",
+        if lease.is_valid() { "valid" } else { "already invalid" },
+        lease.lost().reason()
+    );
+    lease.release().await.unwrap();
+}

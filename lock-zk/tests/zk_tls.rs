@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use dlock_testkit::servers::zookeeper::ZkServer;
+use dlock_testkit::servers::zookeeper::{ZkServer, TICK};
 use lock_core::{AcquireOptions, DistributedLock, LockError, LockName};
 use lock_zk::ZkOptions;
 
@@ -15,6 +15,7 @@ fn options(ca: Option<std::path::PathBuf>) -> ZkOptions {
         connect_timeout: Duration::from_secs(3),
         request_timeout: Duration::from_secs(3),
         tls_ca_file: ca,
+        tick_time: TICK,
     }
 }
 

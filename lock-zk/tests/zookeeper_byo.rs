@@ -51,6 +51,10 @@ lock_conformance::impl_fixture! {
         self.0.server()
     }
 
+    fn base_ttl(&self) -> Duration {
+        self.0.base_ttl()
+    }
+
     fn expiry_bound(&self) -> Duration {
         self.0.expiry_bound()
     }

@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use lock_core::{async_trait, DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockProvider};
+use lock_core::backend::async_trait;
+use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockProvider};
 use lock_redis::{RedisBackend, Redlock};
 
 use crate::driver::Connecting;

@@ -13,7 +13,7 @@
 //! 2. a container from an official image, when this crate is built with the `containers`
 //!    feature and `docker info` answers;
 //! 3. a local server binary on a free port of 127.0.0.1 in a temp dir, run as a
-//!    [`local::LocalServer`] — the one shape every local server has: a [`process::ChildServer`]
+//!    [`servers::local::LocalServer`] — the one shape every local server has: a [`process::ChildServer`]
 //!    (stopped by PID, never left behind), a readiness check, and stop/start/pause as a
 //!    [`ServerControl`].
 //!
@@ -26,7 +26,6 @@
 //! cargo nextest run -p lock-redis --features dlock-testkit/containers
 //! ```
 
-pub mod local;
 pub mod process;
 pub mod servers;
 

@@ -13,7 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::{
-    AcquireOptions, Capabilities, DistributedRwLock, DistributedSemaphore, Lease, LockError, LockName, OwnerId, TryLock,
+    backend::TryLock, AcquireOptions, Capabilities, DistributedRwLock, DistributedSemaphore, Lease, LockError,
+    LockName, OwnerId,
 };
 use tokio::task::JoinHandle;
 use tokio::time::Instant;

@@ -7,7 +7,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{LeaseStore, OwnerId, TryLock};
+use lock_core::{
+    backend::{LeaseStore, TryLock},
+    OwnerId,
+};
 use tokio::time::{sleep_until, Instant};
 
 use super::{ensure, fail, ms, CaseError, CaseResult, Ctx};

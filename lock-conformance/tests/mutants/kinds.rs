@@ -9,9 +9,12 @@ use std::time::Duration;
 use lock_conformance::runner::{run_suite, Outcome, RunOptions};
 use lock_conformance::{async_trait, Fixture};
 use lock_core::{
-    Capabilities, DistributedLock, DistributedRwLock, DistributedSemaphore, FencingToken, KindAttempt, KindGrant,
-    KindStore, LeaseStore, LockError, LockKind, LockName, MemoryLock, OwnerId, ReleaseOutcome, RenewOutcome,
-    StoreRwLock, StoreSemaphore, TryLock,
+    backend::{
+        KindAttempt, KindGrant, KindStore, LeaseStore, ReleaseOutcome, RenewOutcome, StoreRwLock, StoreSemaphore,
+        TryLock,
+    },
+    Capabilities, DistributedLock, DistributedRwLock, DistributedSemaphore, FencingToken, LockError, LockKind,
+    LockName, MemoryLock, OwnerId,
 };
 use tokio::time::Instant;
 

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use lock_conformance::{async_trait, Fixture};
 use lock_core::{
-    AcquireOptions, Capabilities, DistributedLock, Lease, LeaseEvents, LeaseGrant, LeaseHandle, LeaseStore, LockError,
-    LockName, OwnerId, ReleaseOutcome, RenewOutcome, TryLock, WaitPolicy,
+    backend::{LeaseGrant, LeaseHandle, LeaseStore, ReleaseOutcome, RenewOutcome, TryLock},
+    AcquireOptions, Capabilities, DistributedLock, Lease, LeaseEvents, LockError, LockName, OwnerId, WaitPolicy,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;

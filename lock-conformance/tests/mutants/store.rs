@@ -10,8 +10,8 @@ use std::time::Duration;
 use lock_conformance::waiter_process::QueuedWaiter;
 use lock_conformance::{async_trait, ClientLink, DownSwitch, Fixture, LinkedClient, ServerControl};
 use lock_core::{
-    AcquireOptions, Capabilities, Claim, DistributedLock, FencingToken, LeaseStore, LockError, LockName, OwnerId,
-    ReleaseOutcome, RenewOutcome, StoreLock, TryLock,
+    backend::{Claim, LeaseStore, ReleaseOutcome, RenewOutcome, StoreLock, TryLock},
+    AcquireOptions, Capabilities, DistributedLock, FencingToken, LockError, LockName, OwnerId,
 };
 use tokio::time::Instant;
 

@@ -4,16 +4,15 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use super::{KindSide, KindStore};
-use crate::{
-    AcquireOptions, Capabilities, DistributedLock, DistributedRwLock, Lease, LeaseStore, LockError, LockKind, LockName,
-    StoreLock,
-};
+use super::side::KindSide;
+use super::store::KindStore;
+use crate::store::{LeaseStore, StoreLock};
+use crate::{AcquireOptions, Capabilities, DistributedLock, DistributedRwLock, Lease, LockError, LockKind, LockName};
 
 /// A read-write lock (docs/contract.md §5.2) over a [`KindStore`].
 ///
 /// Many readers or one writer. A writer that is refused while it waits leaves a short claim
-/// ([`writer_claim`](super::writer_claim)) that makes new readers wait, so readers arriving
+/// ([`writer_claim`](super::rules::writer_claim)) that makes new readers wait, so readers arriving
 /// after a waiting writer do not starve it; waiters are served in arrival order only where the
 /// store keeps a waiter queue and its capabilities declare `fifo` (Redis). Every grant, read or write, has its own lease and a fencing token above
 /// every token issued before for this read-write lock.

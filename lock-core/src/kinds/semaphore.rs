@@ -4,10 +4,12 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use super::{check_permits, KindSide, KindStore};
+use super::rules::check_permits;
+use super::side::KindSide;
+use super::store::KindStore;
+use crate::store::{LeaseStore, StoreLock};
 use crate::{
-    AcquireOptions, Capabilities, DistributedLock, DistributedSemaphore, Lease, LeaseStore, LockError, LockKind,
-    LockName, StoreLock,
+    AcquireOptions, Capabilities, DistributedLock, DistributedSemaphore, Lease, LockError, LockKind, LockName,
 };
 
 /// A semaphore (docs/contract.md §5.3) over a [`KindStore`].
@@ -15,7 +17,7 @@ use crate::{
 /// Up to `permits` holders of one name at once, each with its own lease and a fencing token
 /// above every token issued before for this semaphore. The number of permits is stored with
 /// the semaphore while anyone holds it: a caller asking for a different number gets
-/// `InvalidOptions` ([`permits_mismatch`](super::permits_mismatch)).
+/// `InvalidOptions` ([`permits_mismatch`](super::rules::permits_mismatch)).
 pub struct StoreSemaphore<B> {
     store: Arc<B>,
 }

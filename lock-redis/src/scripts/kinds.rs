@@ -3,8 +3,9 @@
 
 use std::sync::LazyLock;
 
-use lock_core::LockName;
 use redis::Script;
+
+use super::keys::{RwKeys, SemKeys};
 
 use super::kinds_queue::kinds_queue_lua;
 use super::queue::{queue_lua, token_lua, wake_lua};
@@ -58,48 +59,37 @@ end
 /// exclusive queue and the `kq_*` helpers of [`super::kinds_queue`]).
 macro_rules! kinds_queued_prelude {
     () => {
-        concat!(kinds_prelude!(), wake_lua!(), token_lua!(), queue_lua!(), kinds_queue_lua!())
+        concat!(kinds_prelude!(), wake_lua!(), token_lua!(), queue_lua!(), kinds_queue_lua!(), zset_grant_lua!())
     };
 }
 
-key_space! {
-    /// The keys and channels of one read-write lock (a key space of its own: `…:rw:*`).
-    RwKeys ":rw" {
-        /// Sorted set: reader owner → server time (ms) its lease ends.
-        readers: "readers",
-        /// Hash: reader owner → its fencing token.
-        tokens: "tokens",
-        /// Hash `{o: owner, f: token}` with `PX ttl`: the writer.
-        writer: "writer",
-        /// String: the waiting readers (`r:<owner>`) and writers (`w:<owner>`) in arrival order,
-        /// each with the end of its registration ([`super::kinds_queue`]). While a writer is
-        /// queued, new readers wait behind it (writers are not starved).
-        queue: "queue",
-        /// Integer: the highest token issued for this read-write lock.
-        fence: "fence",
-        /// Channel: `@<owner>` wakes that waiting reader.
-        to_readers: "to-readers",
-        /// Channel: `@<owner>` wakes that waiting writer.
-        to_writers: "to-writers",
-    }
-}
-
-key_space! {
-    /// The keys and channel of one semaphore (a key space of its own: `…:sem:*`).
-    SemKeys ":sem" {
-        /// Sorted set: holder owner → server time (ms) its lease ends.
-        holders: "holders",
-        /// Hash: holder owner → its fencing token.
-        tokens: "tokens",
-        /// String: the number of permits every user must agree on (expires with the last holder).
-        permits: "permits",
-        /// String: the waiting owners (`p:<owner>`) in arrival order ([`super::kinds_queue`]).
-        queue: "queue",
-        /// Integer: the highest token issued for this semaphore.
-        fence: "fence",
-        /// Channel: `@<owner>` wakes that waiter.
-        channel: "released",
-    }
+/// The grant of a sorted-set holder (reader, permit), shared by the read and permit acquires,
+/// after [`kinds_prelude!`] and `token_lua!()`: `zset_renewed(zset, tokens, owner, ttl,
+/// expiring)`, the refresh of a holder that asks again (its token, nil when not a holder), and
+/// `zset_grant(zset, tokens, fence, owner, ttl)`, a new holder with the next token.
+macro_rules! zset_grant_lua {
+    () => {
+        r#"
+-- Already a holder of `zset` (its token in `tokens`): its lease now ends `ttl` ms from now and
+-- the keys `expiring` expire with the longest lease; its token, nil when not a holder.
+local function zset_renewed(zset, tokens, owner, ttl, expiring)
+  local mine = redis.call('ZSCORE', zset, owner)
+  local token = redis.call('HGET', tokens, owner)
+  if not (mine and token) then return nil end
+  redis.call('ZADD', zset, ms(now + tonumber(ttl)), owner)
+  expire_with(zset, expiring)
+  return tonumber(token)
+end
+-- A new holder of `zset`: the next token (stored in `tokens`), its lease ending `ttl` ms from
+-- now. The caller gives the keys their expiry (`expire_with`) once it wrote them all.
+local function zset_grant(zset, tokens, fence, owner, ttl)
+  local token = grant_token(fence, t)
+  redis.call('ZADD', zset, ms(now + tonumber(ttl)), owner)
+  redis.call('HSET', tokens, owner, string.format('%d', token))
+  return token
+end
+"#
+    };
 }
 
 /// Read acquire. KEYS: readers, tokens, writer, queue, fence, boot marker. ARGV: owner, ttl ms,
@@ -108,30 +98,19 @@ key_space! {
 /// its kind's channel; crate::scripts::kinds_queue). `{1, token}` granted (or already ours: lease refreshed, same
 /// token); `{0, ms}` refused: a writer holds (ms = its PTTL), it is not this reader's turn in
 /// the queue (ms = until the first registration ahead of it or the readers' leases end), or the quiet period after the server lost its state (the time left).
-pub(super) const RW_READ_SRC: &str = concat!(
+const RW_READ_SRC: &str = concat!(
     kinds_queued_prelude!(),
     r#"
 purge(KEYS[1], KEYS[2])
 local me, reg, reserve = kq_entry('r', ARGV[1], ARGV[8]), tonumber(ARGV[3]), tonumber(ARGV[5])
 local chans = {r = ARGV[6], w = ARGV[7]}
 local q, had = queue_load(KEYS[4], now)
-local mine = redis.call('ZSCORE', KEYS[1], ARGV[1])
-local token = redis.call('HGET', KEYS[2], ARGV[1])
-if mine and token then
-  redis.call('ZADD', KEYS[1], ms(now + tonumber(ARGV[2])), ARGV[1])
-  expire_with(KEYS[1], {KEYS[1], KEYS[2]})
-  local i = kq_place(q, me)
-  if i > 0 then
-    table.remove(q, i)
-    queue_save(KEYS[4], q, now, had)
-  end
-  return {1, tonumber(token)}
+local again = zset_renewed(KEYS[1], KEYS[2], ARGV[1], ARGV[2], {KEYS[1], KEYS[2]})
+if again then
+  kq_leave(KEYS[4], q, had, me)
+  return {1, again}
 end
-local function busy(ms)
-  kq_register(q, me, reg)
-  queue_save(KEYS[4], q, now, had)
-  return {0, ms}
-end
+local function busy(ms) return kq_refuse(KEYS[4], q, had, me, reg, ms) end
 local quiet = quiet_left(KEYS[6], ARGV[4], now)
 if quiet > 0 then return busy(quiet) end
 if redis.call('EXISTS', KEYS[3]) == 1 then
@@ -152,9 +131,7 @@ if i > 0 then
   table.remove(q, i)
   can = can - 1
 end
-token = grant_token(KEYS[5], t)
-redis.call('ZADD', KEYS[1], ms(now + tonumber(ARGV[2])), ARGV[1])
-redis.call('HSET', KEYS[2], ARGV[1], string.format('%d', token))
+local token = zset_grant(KEYS[1], KEYS[2], KEYS[5], ARGV[1], ARGV[2])
 expire_with(KEYS[1], {KEYS[1], KEYS[2]})
 -- The readers queued behind this one share with it: they are reserved and woken too.
 kq_reserve(q, can, reserve, chans, math.huge)
@@ -162,16 +139,16 @@ queue_save(KEYS[4], q, now, had)
 return {1, token}
 "#
 );
-pub(crate) static RW_READ: LazyLock<Script> = LazyLock::new(|| Script::new(RW_READ_SRC));
+static RW_READ: LazyLock<Script> = LazyLock::new(|| Script::new(RW_READ_SRC));
 
 /// Write acquire. KEYS: readers, tokens, writer, queue, fence, boot marker. ARGV: owner, ttl
 /// ms, registration ms (`0`: a single try), quiet ms, reserve ms, readers' channel, writers'
-/// channel, the caller's wake channel (optional, as in [`RW_READ_SRC`]). `{1, token}` granted
+/// channel, the caller's wake channel (optional, as in `RW_READ_SRC`). `{1, token}` granted
 /// (or already ours); `{0, ms}` refused: someone holds (ms: how
 /// long the holders' leases last at most), it is not this writer's turn (ms: until the first
 /// registration ahead of it ends) or the quiet period. A refused waiting writer keeps its place in the
 /// queue, which holds back every reader arriving after it.
-pub(super) const RW_WRITE_SRC: &str = concat!(
+const RW_WRITE_SRC: &str = concat!(
     kinds_queued_prelude!(),
     r#"
 purge(KEYS[1], KEYS[2])
@@ -181,18 +158,10 @@ local q, had = queue_load(KEYS[4], now)
 local holder = redis.call('HGET', KEYS[3], 'o')
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[3], ARGV[2])
-  local i = kq_place(q, me)
-  if i > 0 then
-    table.remove(q, i)
-    queue_save(KEYS[4], q, now, had)
-  end
+  kq_leave(KEYS[4], q, had, me)
   return {1, tonumber(redis.call('HGET', KEYS[3], 'f'))}
 end
-local function busy(ms)
-  kq_register(q, me, reg)
-  queue_save(KEYS[4], q, now, had)
-  return {0, ms}
-end
+local function busy(ms) return kq_refuse(KEYS[4], q, had, me, reg, ms) end
 local quiet = quiet_left(KEYS[6], ARGV[4], now)
 if quiet > 0 then return busy(quiet) end
 if holder then return busy(redis.call('PTTL', KEYS[3])) end
@@ -211,46 +180,44 @@ if not turn then
 end
 if i > 0 then table.remove(q, i) end
 queue_save(KEYS[4], q, now, had)
-local token = grant_token(KEYS[5], t)
-redis.call('HSET', KEYS[3], 'o', ARGV[1], 'f', string.format('%d', token))
-redis.call('PEXPIRE', KEYS[3], ARGV[2])
+local token = grant_lease(KEYS[3], KEYS[5], ARGV[1], ARGV[2], t)
 return {1, token}
 "#
 );
-pub(crate) static RW_WRITE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_WRITE_SRC));
+static RW_WRITE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_WRITE_SRC));
 
-/// Writer release, also the end of a write wait without a grant (abandon). KEYS: writer, queue,
-/// readers, tokens. ARGV: owner, reserve ms, readers' channel, writers' channel. Frees the
+/// Writer release, also the end of a write wait without a grant (abandon). KEYS: readers,
+/// tokens, writer, queue (as the reader's release). ARGV: owner, reserve ms, readers' channel, writers' channel. Frees the
 /// writer if it is the owner's and drops the owner's queue entry; then the grantable heads (the
 /// next writer, or the run of readers at the head) are reserved and woken. Returns 1
 /// released, 0 not ours.
-pub(super) const RW_WRITE_RELEASE_SRC: &str = concat!(
+const RW_WRITE_RELEASE_SRC: &str = concat!(
     kinds_queued_prelude!(),
     r#"
-local mine = redis.call('HGET', KEYS[1], 'o') == ARGV[1]
-if mine then redis.call('DEL', KEYS[1]) end
-local q, had = queue_load(KEYS[2], now)
+local mine = redis.call('HGET', KEYS[3], 'o') == ARGV[1]
+if mine then redis.call('DEL', KEYS[3]) end
+local q, had = queue_load(KEYS[4], now)
 local i = kq_place(q, 'w:' .. ARGV[1])
 if i > 0 then table.remove(q, i) end
 if mine or i > 0 then
-  purge(KEYS[3], KEYS[4])
-  local can = rw_grantable(q, redis.call('EXISTS', KEYS[1]) == 1, redis.call('ZCARD', KEYS[3]))
+  purge(KEYS[1], KEYS[2])
+  local can = rw_grantable(q, redis.call('EXISTS', KEYS[3]) == 1, redis.call('ZCARD', KEYS[1]))
   local wake_from = math.huge
   if mine then wake_from = 1 end
   kq_reserve(q, can, tonumber(ARGV[2]), {r = ARGV[3], w = ARGV[4]}, wake_from)
-  queue_save(KEYS[2], q, now, had)
+  queue_save(KEYS[4], q, now, had)
 end
 if mine then return 1 end
 return 0
 "#
 );
-pub(crate) static RW_WRITE_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_WRITE_RELEASE_SRC));
+static RW_WRITE_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_WRITE_RELEASE_SRC));
 
 /// Reader release, also the end of a read wait without a grant (abandon). KEYS: readers,
 /// tokens, writer, queue. ARGV: owner, reserve ms, readers' channel, writers' channel. Frees the
 /// owner's read lease and drops its queue entry; the last reader out lets the head writer in
 /// (reserved and woken). Returns 1 released, 0 not ours (or its lease already ended).
-pub(super) const RW_READ_RELEASE_SRC: &str = concat!(
+const RW_READ_RELEASE_SRC: &str = concat!(
     kinds_queued_prelude!(),
     r#"
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
@@ -277,15 +244,15 @@ if mine then return 1 end
 return 0
 "#
 );
-pub(crate) static RW_READ_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_READ_RELEASE_SRC));
+static RW_READ_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_READ_RELEASE_SRC));
 
 /// Semaphore acquire. KEYS: holders, tokens, permits, queue, fence, boot marker. ARGV: owner,
 /// ttl ms, permits, registration ms (`0`: a single try), quiet ms, reserve ms, channel, the
-/// caller's wake channel (optional, as in [`RW_READ_SRC`]). `{1, token}` granted (or already ours); `{0, ms}` refused: all permits taken (ms until the
+/// caller's wake channel (optional, as in `RW_READ_SRC`). `{1, token}` granted (or already ours); `{0, ms}` refused: all permits taken (ms until the
 /// first lease ends), the free permits belong to waiters queued ahead (ms until the first
 /// registration ahead ends) or the quiet period; `{-1, n}` the semaphore is in use with `n` permits,
 /// not `permits`.
-pub(super) const SEM_ACQUIRE_SRC: &str = concat!(
+const SEM_ACQUIRE_SRC: &str = concat!(
     kinds_queued_prelude!(),
     r#"
 purge(KEYS[1], KEYS[2])
@@ -299,23 +266,12 @@ end
 local me, reg, reserve = kq_entry('p', ARGV[1], ARGV[8]), tonumber(ARGV[4]), tonumber(ARGV[6])
 local chans = {p = ARGV[7]}
 local q, had = queue_load(KEYS[4], now)
-local mine = redis.call('ZSCORE', KEYS[1], ARGV[1])
-local token = redis.call('HGET', KEYS[2], ARGV[1])
-if mine and token then
-  redis.call('ZADD', KEYS[1], ms(now + tonumber(ARGV[2])), ARGV[1])
-  expire_with(KEYS[1], {KEYS[1], KEYS[2], KEYS[3]})
-  local i = kq_place(q, me)
-  if i > 0 then
-    table.remove(q, i)
-    queue_save(KEYS[4], q, now, had)
-  end
-  return {1, tonumber(token)}
+local again = zset_renewed(KEYS[1], KEYS[2], ARGV[1], ARGV[2], {KEYS[1], KEYS[2], KEYS[3]})
+if again then
+  kq_leave(KEYS[4], q, had, me)
+  return {1, again}
 end
-local function busy(ms)
-  kq_register(q, me, reg)
-  queue_save(KEYS[4], q, now, had)
-  return {0, ms}
-end
+local function busy(ms) return kq_refuse(KEYS[4], q, had, me, reg, ms) end
 local quiet = quiet_left(KEYS[6], ARGV[5], now)
 if quiet > 0 then return busy(quiet) end
 local free = n - redis.call('ZCARD', KEYS[1])
@@ -328,9 +284,7 @@ if not turn then
   return busy(kq_first_end(q, ahead(q, i)) or 1)
 end
 if i > 0 then table.remove(q, i) end
-token = grant_token(KEYS[5], t)
-redis.call('ZADD', KEYS[1], ms(now + tonumber(ARGV[2])), ARGV[1])
-redis.call('HSET', KEYS[2], ARGV[1], string.format('%d', token))
+local token = zset_grant(KEYS[1], KEYS[2], KEYS[5], ARGV[1], ARGV[2])
 redis.call('SET', KEYS[3], ARGV[3])
 expire_with(KEYS[1], {KEYS[1], KEYS[2], KEYS[3]})
 -- The other free permits belong to the heads of the queue: reserved (and woken if new).
@@ -339,13 +293,13 @@ queue_save(KEYS[4], q, now, had)
 return {1, token}
 "#
 );
-pub(crate) static SEM_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(SEM_ACQUIRE_SRC));
+static SEM_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(SEM_ACQUIRE_SRC));
 
 /// Permit release, also the end of a permit wait without a grant (abandon). KEYS: holders,
 /// tokens, permits, queue. ARGV: owner, reserve ms, channel. Frees the owner's permit and drops
 /// its queue entry; the heads that now have a permit are reserved, and the one this release let
 /// in is woken. Returns 1 released, 0 not ours (or its lease already ended).
-pub(super) const SEM_RELEASE_SRC: &str = concat!(
+const SEM_RELEASE_SRC: &str = concat!(
     kinds_queued_prelude!(),
     r#"
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
@@ -374,11 +328,11 @@ if mine then return 1 end
 return 0
 "#
 );
-pub(crate) static SEM_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(SEM_RELEASE_SRC));
+static SEM_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(SEM_RELEASE_SRC));
 
 /// Renew of a sorted-set holder (reader, permit). KEYS: holders, tokens[, permits].
 /// ARGV: owner, ttl ms. Returns 1 renewed, 0 not ours (or its lease already ended).
-pub(super) const ZSET_RENEW_SRC: &str = concat!(
+const ZSET_RENEW_SRC: &str = concat!(
     kinds_prelude!(),
     r#"
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
@@ -390,4 +344,150 @@ end
 return 0
 "#
 );
-pub(crate) static ZSET_RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(ZSET_RENEW_SRC));
+static ZSET_RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(ZSET_RENEW_SRC));
+
+/// The side of a read-write lock a script call is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// A reader: `RW_READ_SRC`, `RW_READ_RELEASE_SRC`.
+    Read,
+    /// The writer: `RW_WRITE_SRC`, `RW_WRITE_RELEASE_SRC`.
+    Write,
+}
+
+script_call! {
+    /// A call of `RW_READ_SRC` or `RW_WRITE_SRC`, which share their keys and arguments:
+    /// `{1, token}` or `{0, ms}`.
+    RwAcquire -> Vec<i64> = match side {
+        Side::Read => &*RW_READ,
+        Side::Write => &*RW_WRITE,
+    };
+    {
+        /// Reader or writer.
+        side: Side,
+        /// The read-write lock's keys.
+        keys: &'a RwKeys,
+        /// The owner's id.
+        owner: &'a str,
+        /// The lease's ttl in ms.
+        ttl_ms: u64,
+        /// How long a refused attempt's place in the queue lasts (ms), 0: a single try, no place.
+        registration_ms: u64,
+        /// The restart quiet period in ms (`crate::boot`).
+        quiet_ms: u64,
+        /// How long a grantable head has to come (ms).
+        reserve_ms: u64,
+        /// The caller's wake channel, `""`: woken on its side's channel.
+        wake: &'a str,
+    }
+    marker marker;
+    keys [&keys.readers, &keys.tokens, &keys.writer, &keys.queue, &keys.fence, marker]
+    args [owner, ttl_ms, registration_ms, quiet_ms, reserve_ms, &keys.to_readers, &keys.to_writers, wake]
+}
+
+script_call! {
+    /// A call of `RW_READ_RELEASE_SRC` or `RW_WRITE_RELEASE_SRC` (also a wait's abandon): 1
+    /// released, 0 not ours.
+    RwRelease -> i64 = match side {
+        Side::Read => &*RW_READ_RELEASE,
+        Side::Write => &*RW_WRITE_RELEASE,
+    };
+    {
+        /// Reader or writer.
+        side: Side,
+        /// The read-write lock's keys.
+        keys: &'a RwKeys,
+        /// The owner's id.
+        owner: &'a str,
+        /// How long a grantable head has to come (ms).
+        reserve_ms: u64,
+    }
+    keys [&keys.readers, &keys.tokens, &keys.writer, &keys.queue]
+    args [owner, reserve_ms, &keys.to_readers, &keys.to_writers]
+}
+
+script_call! {
+    /// A call of `SEM_ACQUIRE_SRC`: `{1, token}`, `{0, ms}` or `{-1, permits in use}`.
+    SemAcquire -> Vec<i64> = SEM_ACQUIRE;
+    {
+        /// The semaphore's keys.
+        keys: &'a SemKeys,
+        /// The owner's id.
+        owner: &'a str,
+        /// The lease's ttl in ms.
+        ttl_ms: u64,
+        /// The number of permits the caller agrees on.
+        permits: u32,
+        /// How long a refused attempt's place in the queue lasts (ms), 0: a single try, no place.
+        registration_ms: u64,
+        /// The restart quiet period in ms (`crate::boot`).
+        quiet_ms: u64,
+        /// How long a grantable head has to come (ms).
+        reserve_ms: u64,
+        /// The caller's wake channel, `""`: woken on the semaphore's channel.
+        wake: &'a str,
+    }
+    marker marker;
+    keys [&keys.holders, &keys.tokens, &keys.permits, &keys.queue, &keys.fence, marker]
+    args [owner, ttl_ms, permits, registration_ms, quiet_ms, reserve_ms, &keys.channel, wake]
+}
+
+script_call! {
+    /// A call of `SEM_RELEASE_SRC` (also a wait's abandon): 1 released, 0 not ours.
+    SemRelease -> i64 = SEM_RELEASE;
+    {
+        /// The semaphore's keys.
+        keys: &'a SemKeys,
+        /// The owner's id.
+        owner: &'a str,
+        /// How long a grantable head has to come (ms).
+        reserve_ms: u64,
+    }
+    keys [&keys.holders, &keys.tokens, &keys.permits, &keys.queue]
+    args [owner, reserve_ms, &keys.channel]
+}
+
+/// Whose sorted-set lease `ZSET_RENEW_SRC` renews.
+#[derive(Debug, Clone, Copy)]
+pub enum ZsetHolder<'a> {
+    /// A reader of a read-write lock.
+    Reader(&'a RwKeys),
+    /// A permit of a semaphore (its `permits` key expires with the holders).
+    Permit(&'a SemKeys),
+}
+
+impl ZsetHolder<'_> {
+    /// The script's keys: holders, tokens and, for a permit, the number of permits.
+    fn keys(&self) -> Vec<&str> {
+        match self {
+            ZsetHolder::Reader(k) => vec![&k.readers, &k.tokens],
+            ZsetHolder::Permit(k) => vec![&k.holders, &k.tokens, &k.permits],
+        }
+    }
+}
+
+script_call! {
+    /// A call of `ZSET_RENEW_SRC`: 1 renewed, 0 not ours (or its lease already ended).
+    ZsetRenew -> i64 = ZSET_RENEW;
+    {
+        /// The holder's keys.
+        holder: ZsetHolder<'a>,
+        /// The owner's id.
+        owner: &'a str,
+        /// The new ttl in ms.
+        ttl_ms: u64,
+    }
+    keys [holder.keys()]
+    args [owner, ttl_ms]
+}
+
+/// The sources of this file, loaded on every new connection.
+pub(super) const SOURCES: [&str; 7] = [
+    RW_READ_SRC,
+    RW_WRITE_SRC,
+    RW_WRITE_RELEASE_SRC,
+    RW_READ_RELEASE_SRC,
+    SEM_ACQUIRE_SRC,
+    SEM_RELEASE_SRC,
+    ZSET_RENEW_SRC,
+];

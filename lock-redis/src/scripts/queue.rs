@@ -8,7 +8,7 @@
 //! price of an O(waiters) rewrite per refused attempt. A waiter registers at its first refused
 //! attempt and each later attempt pushes its registration forward, so a waiter that vanished
 //! (crash, lost clean-up) drops out once its registration ends; a waiter that gives up removes
-//! itself at once ([`ABANDON`](super::ABANDON)).
+//! itself at once (the abandon script, `super::exclusive`).
 //!
 //! The rules, in the scripts:
 //! - A free lock goes to the caller only if the queue is empty or the caller is its head. A
@@ -87,7 +87,8 @@ end
 pub(crate) use wake_lua;
 
 /// Lua of every script that issues a token: `grant_token(fence, t)`, the token a grant issues,
-/// never below the server clock in µs (`t`: `TIME`'s reply). Before [`queue_lua`], which uses it.
+/// never below the server clock in µs (`t`: `TIME`'s reply), and `grant_lease(lock, fence,
+/// owner, ttl, t)`, an exclusive lease with that token. Before [`queue_lua`], which uses it.
 macro_rules! token_lua {
     () => {
         r#"
@@ -102,38 +103,32 @@ local function grant_token(fence, t)
   end
   return token
 end
+-- The grant tail of every exclusive lease (an acquire, a release's grant to the queue's head, a
+-- writer): the lease hash `lock` is `owner`'s for `ttl` ms (a decimal string), with the next
+-- token of `fence`; the token.
+local function grant_lease(lock, fence, owner, ttl, t)
+  local token = grant_token(fence, t)
+  redis.call('HSET', lock, 'o', owner, 'f', string.format('%d', token))
+  redis.call('PEXPIRE', lock, ttl)
+  return token
+end
 "#
     };
 }
 pub(crate) use token_lua;
 
-/// Lua shared by the scripts that use the queue (after [`wake_lua`] and [`token_lua`]):
-/// `queue_now()`, `queue_load(key, now, s)`, `queue_save(key, q, now, had)`, `wake(entry,
-/// channel)`, `reserve_head(q, now, reserve, channel, always)` and `freed(key, reserve, channel,
-/// lock, fence, s, claim)` (`lock`, `fence`: the lease's keys, and `claim`: the claim window in
-/// ms, to grant the lock provisionally to a head that takes grants (the module docs); nil: only
-/// wake it; `s`: the queue key's value when already read, nil: read it).
-macro_rules! queue_lua {
+/// Lua of every waiter queue, the exclusive lock's and Redlock's ticket queue (after
+/// [`wake_lua`]): `queue_now()`, `queue_save(key, q, now, had)` and `reserve_head(q, now,
+/// reserve, channel, always)`.
+macro_rules! queue_core_lua {
     () => {
         r#"
 local function queue_now()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
--- The live registrations {owner, ends} in arrival order, and whether the key existed; `s`, when
--- given, is the key's value already read (false: no key).
-local function queue_load(k, now, s)
-  local q = {}
-  if s == nil then s = redis.call('GET', k) end
-  if s then
-    for o, e in string.gmatch(s, '(%S+) (%d+)') do
-      e = tonumber(e)
-      if e > now then q[#q + 1] = {o, e} end
-    end
-  end
-  return q, s ~= false
-end
 -- Writes the queue back (deletes it when empty); the key lives as long as its last registration.
+-- An entry is its owner, the end of its registration and, in a ticket queue, its ticket.
 local function queue_save(k, q, now, had)
   if #q == 0 then
     if had then redis.call('DEL', k) end
@@ -142,6 +137,7 @@ local function queue_save(k, q, now, had)
   local parts, last = {}, now + 1
   for i, x in ipairs(q) do
     parts[i] = x[1] .. ' ' .. string.format('%d', x[2])
+    if x[3] then parts[i] = parts[i] .. ' ' .. string.format('%d', x[3]) end
     if x[2] > last then last = x[2] end
   end
   redis.call('SET', k, table.concat(parts, ' '), 'PX', string.format('%d', last - now))
@@ -155,6 +151,34 @@ local function reserve_head(q, now, reserve, channel, always)
   if cut then head[2] = now + reserve end
   if cut or always then wake(head[1], channel) end
 end
+"#
+    };
+}
+pub(crate) use queue_core_lua;
+
+/// Lua shared by the scripts that use the queue (after [`wake_lua`] and [`token_lua`]):
+/// [`queue_core_lua`], `queue_load(key, now, s)`, `wake(entry, channel)` and `freed(key, reserve, channel,
+/// lock, fence, s, claim)` (`lock`, `fence`: the lease's keys, and `claim`: the claim window in
+/// ms, to grant the lock provisionally to a head that takes grants (the module docs); nil: only
+/// wake it; `s`: the queue key's value when already read, nil: read it).
+macro_rules! queue_lua {
+    () => {
+        concat!(
+            $crate::scripts::queue::queue_core_lua!(),
+            r#"
+-- The live registrations {owner, ends} in arrival order, and whether the key existed; `s`, when
+-- given, is the key's value already read (false: no key).
+local function queue_load(k, now, s)
+  local q = {}
+  if s == nil then s = redis.call('GET', k) end
+  if s then
+    for o, e in string.gmatch(s, '(%S+) (%d+)') do
+      e = tonumber(e)
+      if e > now then q[#q + 1] = {o, e} end
+    end
+  end
+  return q, s ~= false
+end
 -- Grants the free lock to the head of `q` when its entry takes grants (crate::scripts::queue),
 -- provisionally: for the claim window `claim` ms (at most the head's ttl) until the head's own
 -- acquire script claims it; whether it did. The message only wakes the head: it names no token.
@@ -162,9 +186,7 @@ local function grant_head(q, t, lock, fence, channel, claim)
   local owner, grant, own = entry_parts(q[1][1])
   local ttl = tonumber(string.match(grant or '', '^(%d+)$'))
   if not (ttl and own) then return false end
-  local token = string.format('%d', grant_token(fence, t))
-  redis.call('HSET', lock, 'o', owner, 'f', token)
-  redis.call('PEXPIRE', lock, string.format('%d', math.min(ttl, claim)))
+  grant_lease(lock, fence, owner, string.format('%d', math.min(ttl, claim)), t)
   table.remove(q, 1)
   redis.call('PUBLISH', own, '@' .. owner)
   redis.call('PUBLISH', channel, '+')
@@ -192,265 +214,7 @@ local function freed(k, reserve, channel, lock, fence, s, claim)
   queue_save(k, q, now, had)
 end
 "#
+        )
     };
 }
 pub(crate) use queue_lua;
-
-#[cfg(test)]
-mod tests {
-    use futures::StreamExt;
-    use lock_core::LockName;
-
-    use crate::scripts::{Keys, ABANDON, ACQUIRE, RELEASE};
-
-    const RESERVE: i64 = 150;
-
-    /// The queue's rules against a real server: a newcomer (single try or waiting) does not
-    /// overtake a queued waiter, a release wakes the head alone, a head that vanished is
-    /// skipped once its reservation ends, and a waiter that gives up leaves the queue.
-    #[tokio::test]
-    async fn queue_hands_off_in_order_and_skips_a_vanished_head() {
-        let server = dlock_testkit::servers::redis::RedisServer::start_local().await.unwrap();
-        let client = redis::Client::open(server.url()).unwrap();
-        let mut c = client.get_multiplexed_async_connection().await.unwrap();
-        let k = Keys::new("fq", &LockName::new("n").unwrap());
-        let mut sub = client.get_async_pubsub().await.unwrap();
-        sub.subscribe(&k.channel).await.unwrap();
-        let mut messages = sub.into_on_message();
-        let (conn, k) = (c.clone(), &k);
-        // `reg` 0: a single try; otherwise a waiting attempt registering for `reg` ms.
-        let attempt = |owner: &'static str, reg: i64| {
-            let mut c = conn.clone();
-            async move { acquire(&mut c, k, owner, reg, "").await }
-        };
-        let release = |owner: &'static str| {
-            let mut c = conn.clone();
-            async move {
-                let r: redis::RedisResult<i64> =
-                    k.hand_off(&RELEASE, owner, RESERVE as u64, "").invoke_async(&mut c).await;
-                r
-            }
-        };
-        // The next hand-off; grants (`+`) and releases nobody waits for (`-`) are for observers.
-        async fn next(messages: &mut redis::aio::PubSubStream) -> String {
-            loop {
-                let m = tokio::time::timeout(std::time::Duration::from_secs(2), messages.next()).await;
-                let payload = String::from_utf8(m.unwrap().unwrap().get_payload_bytes().to_vec()).unwrap();
-                if payload != "+" && payload != "-" {
-                    return payload;
-                }
-            }
-        }
-
-        assert_eq!(attempt("a", 0).await[0], 1, "a free lock with no queue goes to the first try");
-        let w = attempt("w", 2000).await;
-        assert!(w[0] == 0 && w[1] > 4000, "a waiter is refused with the holder's ttl: {w:?}");
-        assert_eq!(attempt("w", 2000).await[0], 0, "re-registering is idempotent");
-        assert_eq!(release("a").await.unwrap(), 1);
-        assert_eq!(next(&mut messages).await, "@w", "the release wakes the head alone");
-        let n = attempt("n", 0).await;
-        assert!(n[0] == 0 && n[1] <= RESERVE, "a single try does not overtake the reserved head: {n:?}");
-        assert_eq!(attempt("n", 2000).await[0], 0, "nor does a waiting newcomer");
-        assert_eq!(attempt("w", 2000).await[0], 1, "the head takes the lock");
-        assert_eq!(release("w").await.unwrap(), 1);
-        assert_eq!(next(&mut messages).await, "@n", "the next release wakes the next in line");
-
-        // `n` vanishes: it holds the free lock back for its reservation only.
-        assert_eq!(attempt("m", 0).await[0], 0, "the reserved head keeps the lock from a newcomer");
-        tokio::time::sleep(std::time::Duration::from_millis(RESERVE as u64 + 50)).await;
-        assert_eq!(attempt("m", 0).await[0], 1, "once its reservation ended the vanished head is skipped");
-
-        // A waiter that gives up leaves the queue; the release wakes the one behind it.
-        assert_eq!(attempt("y", 2000).await[0], 0);
-        assert_eq!(attempt("z", 2000).await[0], 0);
-        let left: i64 = k.hand_off(&ABANDON, "y", RESERVE as u64, "").invoke_async(&mut c).await.unwrap();
-        assert_eq!(left, 1);
-        assert_eq!(release("m").await.unwrap(), 1);
-        assert_eq!(next(&mut messages).await, "@z", "the waiter that gave up is not woken");
-        assert_eq!(attempt("z", 2000).await[0], 1);
-        assert_eq!(release("z").await.unwrap(), 1);
-        let queue: Option<String> = redis::cmd("GET").arg(&k.queue).query_async(&mut c).await.unwrap();
-        assert_eq!(queue, None, "an empty queue leaves no key behind");
-    }
-
-    /// One acquire attempt of `owner` registering for `reg` ms (0: a single try) with wake
-    /// channel `wake` (`""`: none): the script's reply.
-    async fn acquire(
-        c: &mut redis::aio::MultiplexedConnection,
-        k: &Keys,
-        owner: &str,
-        reg: i64,
-        wake: &str,
-    ) -> Vec<i64> {
-        acquire_with(c, k, owner, reg, wake, "").await
-    }
-
-    /// [`acquire`] with grant terms `grant` (`"<ttl ms>"`, `""`: none).
-    async fn acquire_with(
-        c: &mut redis::aio::MultiplexedConnection,
-        k: &Keys,
-        owner: &str,
-        reg: i64,
-        wake: &str,
-        grant: &str,
-    ) -> Vec<i64> {
-        let r: Vec<i64> = ACQUIRE
-            .key(&k.lock)
-            .key(&k.fence)
-            .key("fq:boot")
-            .key(&k.queue)
-            .arg(owner)
-            .arg(5000)
-            .arg(0)
-            .arg("")
-            .arg("")
-            .arg(0)
-            .arg(reg)
-            .arg(&k.channel)
-            .arg(RESERVE)
-            .arg(wake)
-            .arg(grant)
-            .invoke_async(c)
-            .await
-            .unwrap();
-        r
-    }
-
-    /// The payloads that arrive on `messages` within `within`.
-    async fn heard(messages: &mut redis::aio::PubSubStream, within: std::time::Duration) -> Vec<String> {
-        let mut got = Vec::new();
-        while let Ok(Some(m)) = tokio::time::timeout(within, messages.next()).await {
-            got.push(String::from_utf8_lossy(m.get_payload_bytes()).into_owned());
-        }
-        got
-    }
-
-    /// A waiter queued with a wake channel is woken there, and only there: the name's channel,
-    /// which every client used to hear, carries no hand-off for it; a waiter without one (an
-    /// older client) is still woken on the name's channel; abandoning with the wake channel
-    /// removes the entry.
-    #[tokio::test]
-    async fn a_waiter_with_a_wake_channel_is_woken_on_it_alone() {
-        let server = dlock_testkit::servers::redis::RedisServer::start_local().await.unwrap();
-        let client = redis::Client::open(server.url()).unwrap();
-        let mut c = client.get_multiplexed_async_connection().await.unwrap();
-        let k = Keys::new("fq", &LockName::new("w").unwrap());
-        let (mut on_name, mut on_wake) =
-            (client.get_async_pubsub().await.unwrap(), client.get_async_pubsub().await.unwrap());
-        on_name.subscribe(&k.channel).await.unwrap();
-        on_wake.subscribe("fq:wake:A").await.unwrap();
-        let (mut on_name, mut on_wake) = (on_name.into_on_message(), on_wake.into_on_message());
-        let quiet = std::time::Duration::from_millis(300);
-        async fn attempt(
-            c: &mut redis::aio::MultiplexedConnection,
-            k: &Keys,
-            owner: &str,
-            reg: i64,
-            wake: &str,
-        ) -> i64 {
-            acquire(c, k, owner, reg, wake).await[0]
-        }
-
-        assert_eq!(attempt(&mut c, &k, "a", 0, "").await, 1);
-        assert_eq!(attempt(&mut c, &k, "w", 2000, "fq:wake:A").await, 0);
-        assert_eq!(attempt(&mut c, &k, "v", 2000, "").await, 0);
-        assert_eq!(attempt(&mut c, &k, "w", 2000, "fq:wake:A").await, 0, "re-registering is idempotent");
-        let _ = heard(&mut on_name, quiet).await;
-        assert_eq!(k.hand_off(&RELEASE, "a", RESERVE as u64, "").invoke_async::<i64>(&mut c).await.unwrap(), 1);
-        // Within the head's reservation (RESERVE ms), so it is not skipped.
-        assert_eq!(attempt(&mut c, &k, "v", 2000, "").await, 0, "the head keeps its place");
-        assert_eq!(attempt(&mut c, &k, "w", 2000, "fq:wake:A").await, 1, "the head, by its entry, takes the lock");
-        assert_eq!(heard(&mut on_wake, quiet).await, ["@w"], "the head is woken on its wake channel");
-        let named = heard(&mut on_name, quiet).await;
-        assert!(named.iter().all(|m| !m.starts_with('@')), "no hand-off on the name's channel: {named:?}");
-        assert_eq!(k.hand_off(&RELEASE, "w", RESERVE as u64, "").invoke_async::<i64>(&mut c).await.unwrap(), 1);
-        assert!(
-            heard(&mut on_name, quiet).await.contains(&"@v".to_owned()),
-            "an entry without one: the name's channel"
-        );
-        assert_eq!(attempt(&mut c, &k, "v", 2000, "").await, 1);
-
-        assert_eq!(attempt(&mut c, &k, "x", 2000, "fq:wake:A").await, 0);
-        let left: i64 = k.hand_off(&ABANDON, "x", RESERVE as u64, "fq:wake:A").invoke_async(&mut c).await.unwrap();
-        assert_eq!(left, 1);
-        let queue: Option<String> = redis::cmd("GET").arg(&k.queue).query_async(&mut c).await.unwrap();
-        assert_eq!(queue, None, "abandoned by its entry");
-        assert_eq!(k.hand_off(&RELEASE, "v", RESERVE as u64, "").invoke_async::<i64>(&mut c).await.unwrap(), 1);
-        assert!(heard(&mut on_wake, quiet).await.is_empty(), "nobody queued: no wake");
-    }
-
-    /// A release grants the lock to a head whose entry takes grants: the lease is the head's,
-    /// for the claim window, with a higher token, and the head's wake channel alone hears
-    /// `@owner` (no token); the head's script claims it for its ttl; a head without grant terms
-    /// (or an older client's `<ttl>:<attempt>` terms) is woken as before; a waiter that abandons
-    /// a grant it never claimed releases it and hands the lock on.
-    #[tokio::test]
-    async fn a_release_grants_the_lock_to_a_head_that_takes_grants() {
-        let server = dlock_testkit::servers::redis::RedisServer::start_local().await.unwrap();
-        let client = redis::Client::open(server.url()).unwrap();
-        let mut c = client.get_multiplexed_async_connection().await.unwrap();
-        let k = Keys::new("fq", &LockName::new("g").unwrap());
-        let mut on_wake = client.get_async_pubsub().await.unwrap();
-        on_wake.subscribe("fq:wake:A").await.unwrap();
-        let mut on_wake = on_wake.into_on_message();
-        let quiet = std::time::Duration::from_millis(300);
-        let owner = |c: &mut redis::aio::MultiplexedConnection| {
-            let mut c = c.clone();
-            let key = k.lock.clone();
-            async move {
-                let o: Option<String> = redis::cmd("HGET").arg(&key).arg("o").query_async(&mut c).await.unwrap();
-                let pttl: i64 = redis::cmd("PTTL").arg(&key).query_async(&mut c).await.unwrap();
-                (o, pttl)
-            }
-        };
-        let release = |c: &mut redis::aio::MultiplexedConnection, who: &'static str| {
-            let mut c = c.clone();
-            let k = &k;
-            async move { k.hand_off(&RELEASE, who, RESERVE as u64, "").invoke_async::<i64>(&mut c).await.unwrap() }
-        };
-
-        let first = acquire(&mut c, &k, "a", 0, "").await;
-        assert_eq!(first[0], 1);
-        assert_eq!(acquire_with(&mut c, &k, "w", 2000, "fq:wake:A", "9000").await[0], 0);
-        assert_eq!(acquire_with(&mut c, &k, "w", 2000, "fq:wake:A", "9000").await[0], 0, "re-registering");
-        assert_eq!(acquire_with(&mut c, &k, "v", 2000, "fq:wake:A", "").await[0], 0, "behind w, no grant terms");
-        assert_eq!(release(&mut c, "a").await, 1);
-        let (o, pttl) = owner(&mut c).await;
-        assert_eq!(o.as_deref(), Some("w"), "the release granted the head");
-        let claim = crate::handoff::CLAIM_MS as i64;
-        assert!(pttl > claim - 500 && pttl <= claim, "for the claim window: {pttl}");
-        assert_eq!(heard(&mut on_wake, quiet).await, ["@w"], "one wake-up, no token");
-        let token: i64 = redis::cmd("HGET").arg(&k.lock).arg("f").query_async(&mut c).await.unwrap();
-        assert!(token > first[1], "a higher token: {token} after {}", first[1]);
-        // The head's script claims what it was granted: same token, its own ttl.
-        let again = acquire_with(&mut c, &k, "w", 2000, "fq:wake:A", "9000").await;
-        assert_eq!(again, [1, token]);
-        assert!(owner(&mut c).await.1 > 4000, "claimed for the ttl of its attempt (5 s)");
-
-        // `v` has no grant terms: woken, not granted; nor is an older client's entry.
-        assert_eq!(acquire_with(&mut c, &k, "u", 2000, "fq:wake:A", "9000:3").await[0], 0);
-        assert_eq!(release(&mut c, "w").await, 1);
-        assert_eq!(owner(&mut c).await.0, None, "no grant terms: the lock stays free for v to take");
-        // Within v's reservation (RESERVE ms).
-        assert_eq!(acquire(&mut c, &k, "v", 2000, "fq:wake:A").await[0], 1);
-        assert_eq!(heard(&mut on_wake, quiet).await, ["@v"]);
-        assert_eq!(release(&mut c, "v").await, 1);
-        assert_eq!(owner(&mut c).await.0, None, "an older client's terms: woken, not granted");
-        assert_eq!(acquire(&mut c, &k, "u", 2000, "fq:wake:A").await[0], 1);
-        assert_eq!(heard(&mut on_wake, quiet).await, ["@u"]);
-
-        // `x` is granted, never takes it, and abandons: the grant is released and `y` granted.
-        assert_eq!(acquire_with(&mut c, &k, "x", 2000, "fq:wake:A", "9000").await[0], 0);
-        assert_eq!(acquire_with(&mut c, &k, "y", 2000, "fq:wake:A", "9000").await[0], 0);
-        assert_eq!(release(&mut c, "u").await, 1);
-        assert_eq!(owner(&mut c).await.0.as_deref(), Some("x"));
-        let left: i64 = k.hand_off(&ABANDON, "x", RESERVE as u64, "fq:wake:A").invoke_async(&mut c).await.unwrap();
-        assert_eq!(left, 1);
-        assert_eq!(owner(&mut c).await.0.as_deref(), Some("y"), "the untaken grant went on to the next head");
-        let notes = heard(&mut on_wake, quiet).await;
-        assert_eq!(notes, ["@x", "@y"]);
-        assert_eq!(release(&mut c, "y").await, 1);
-        let queue: Option<String> = redis::cmd("GET").arg(&k.queue).query_async(&mut c).await.unwrap();
-        assert_eq!(queue, None, "every entry gone");
-    }
-}

@@ -10,7 +10,7 @@ use std::time::Duration;
 use dlock_testkit::servers::redis::RedisServer;
 use lock_conformance::proxy::{FaultProxy, ProxyGroup};
 use lock_conformance::{async_trait, Fixture, LinkedClient, ServerControl};
-use lock_core::{LeaseStore, LockError, LockName};
+use lock_core::{backend::LeaseStore, LockError, LockName};
 use lock_redis::RedisOptions;
 
 /// Options for tests: short timeouts, so fault cases finish quickly.

@@ -19,7 +19,7 @@ pub(crate) mod sqlite;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::{ChangeFeed, LockError, LockKind, WakeSubscription};
+use lock_core::{backend::WakeSubscription, ChangeFeed, LockError, LockKind};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 

@@ -4,7 +4,7 @@
 //! A parameter given twice (or under two of its spellings) is refused too: the driver takes the
 //! last one, while a reader, and the TLS warning, see the first.
 
-use lock_core::redact::{redact_message, secrets};
+use lock_core::backend::redact::{redact_message, secrets};
 use lock_core::LockError;
 
 /// The parameters one dialect accepts.

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::{
-    Capabilities, KindAttempt, KindGrant, KindStore, LockError, LockKind, LockName, OwnerId, ReleaseOutcome,
-    RenewOutcome, TryLock, WakeSubscription,
+    backend::{KindAttempt, KindGrant, KindStore, ReleaseOutcome, RenewOutcome, TryLock, WakeSubscription},
+    Capabilities, LockError, LockKind, LockName, OwnerId,
 };
 
 use crate::decide::{family, Plan};
@@ -109,7 +109,7 @@ impl KindStore for SqlKinds {
     }
 
     fn capabilities(&self) -> Capabilities {
-        let mut caps = lock_core::LeaseStore::capabilities(&*self.store);
+        let mut caps = lock_core::backend::LeaseStore::capabilities(&*self.store);
         // The waiter queue is the exclusive lock's; readers, writers and permits are not
         // served in arrival order.
         caps.fifo = false;
@@ -135,7 +135,7 @@ impl KindStore for SqlKinds {
         match plan {
             Plan::Again(fence) | Plan::Grant(fence) => self.store.token(fence),
             Plan::Refuse { remaining: rem, .. } => Ok(TryLock::Held { remaining: remaining(rem) }),
-            Plan::BadPermits(other) => Err(lock_core::permits_mismatch(a.name, other, a.permits)),
+            Plan::BadPermits(other) => Err(lock_core::backend::permits_mismatch(a.name, other, a.permits)),
         }
     }
 

@@ -1,5 +1,5 @@
 //! Read-write locks and semaphores in the database (docs/contract.md §5.2, §5.3): the kinds'
-//! statements as a [`KindStore`](lock_core::KindStore) over the pools and listener of the
+//! statements as a [`KindStore`](lock_core::backend::KindStore) over the pools and listener of the
 //! exclusive [`SqlStore`](crate::store::SqlStore); [`StoreRwLock`] / [`StoreSemaphore`] in lock-core
 //! make the traits of it. The tables and statements are in the crate docs.
 
@@ -7,7 +7,10 @@ mod base;
 
 use std::sync::Arc;
 
-use lock_core::{LockError, StoreRwLock, StoreSemaphore};
+use lock_core::{
+    backend::{StoreRwLock, StoreSemaphore},
+    LockError,
+};
 
 use crate::options::SqlOptions;
 pub use base::SqlKinds;

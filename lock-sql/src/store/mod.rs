@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::{
-    Capabilities, ChangeFeed, Claim, FencingToken, HolderInfo, LeaseModel, LeaseStore, LockError, LockKind, LockName,
-    OwnerId, ReleaseOutcome, RenewOutcome, StoreLock, TryLock, WakeMethod, WakeSubscription,
+    backend::{Claim, LeaseStore, ReleaseOutcome, RenewOutcome, StoreLock, TryLock, WakeSubscription},
+    Capabilities, ChangeFeed, FencingToken, HolderInfo, LeaseModel, LockError, LockKind, LockName, OwnerId, WakeMethod,
 };
 use tokio::time::{timeout, Instant};
 

@@ -11,7 +11,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use lock_core::{Backoff, LockError};
+use lock_core::{backend::Backoff, LockError};
 use tokio::time::timeout;
 
 use crate::error::{classify, to_lock_error, Class, Codes};

@@ -5,14 +5,20 @@
 
 use std::time::Duration;
 
-use lock_core::{clock_drift, Claim, Holder, LeaseStore, LockError, LockName, OwnerId, ReleaseOutcome, TryLock};
+use lock_core::{
+    backend::{Claim, LeaseStore, ReleaseOutcome, TryLock},
+    clock_drift, Holder, LockError, LockName, OwnerId,
+};
 use tokio::time::{sleep, timeout, Instant};
 
 use super::SqlFixture;
 
 /// Queues `owner` as a waiter of `name` (the wait's first attempt and the re-try after the
 /// subscription, as `acquire` does); refused both times. Returns the subscription.
-async fn queue(store: &lock_sql::SqlStore, claim: &Claim<'_>) -> Result<lock_core::WakeSubscription, LockError> {
+async fn queue(
+    store: &lock_sql::SqlStore,
+    claim: &Claim<'_>,
+) -> Result<lock_core::backend::WakeSubscription, LockError> {
     let sub = store.subscribe_waiter(claim.name, claim.owner).await?.expect("postgres notifies waiters");
     for _ in 0..2 {
         let got = store.try_claim(claim, true).await?;

@@ -11,8 +11,8 @@ use std::time::Duration;
 use lock_conformance::proxy::FaultProxy;
 use lock_conformance::{Fixture, LinkedClient, ServerControl};
 use lock_core::{
-    AcquireOptions, DistributedLock, DistributedRwLock, DistributedSemaphore, LeaseStore, LockError, LockName, OwnerId,
-    TryLock,
+    backend::{LeaseStore, TryLock},
+    AcquireOptions, DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockName, OwnerId,
 };
 use lock_sql::{SqlLock, SqlOptions};
 use sqlx::Executor;
@@ -420,11 +420,11 @@ pub async fn check_idempotent_and_remaining(fx: &SqlFixture) -> Result<(), LockE
         }
         other => panic!("expected Held with remaining, got {other:?}"),
     }
-    assert_eq!(store.release(&name, OwnerId::random()).await?, lock_core::ReleaseOutcome::NotOwner);
-    assert_eq!(store.renew(&name, OwnerId::random(), ttl).await?, lock_core::RenewOutcome::NotOwner);
-    assert_eq!(store.renew(&name, me, ttl).await?, lock_core::RenewOutcome::Renewed);
-    assert_eq!(store.release(&name, me).await?, lock_core::ReleaseOutcome::Released);
-    assert_eq!(store.release(&name, me).await?, lock_core::ReleaseOutcome::NotOwner);
+    assert_eq!(store.release(&name, OwnerId::random()).await?, lock_core::backend::ReleaseOutcome::NotOwner);
+    assert_eq!(store.renew(&name, OwnerId::random(), ttl).await?, lock_core::backend::RenewOutcome::NotOwner);
+    assert_eq!(store.renew(&name, me, ttl).await?, lock_core::backend::RenewOutcome::Renewed);
+    assert_eq!(store.release(&name, me).await?, lock_core::backend::ReleaseOutcome::Released);
+    assert_eq!(store.release(&name, me).await?, lock_core::backend::ReleaseOutcome::NotOwner);
     let TryLock::Acquired { token: t3 } = store.try_lock(&name, me, ttl).await? else { panic!("free") };
     assert!(t3 > t1, "after release even the same owner gets a new token");
     Ok(())

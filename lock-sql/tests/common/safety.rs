@@ -4,7 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{LeaseStore, LockError, LockName, OwnerId, TryLock};
+use lock_core::{
+    backend::{LeaseStore, TryLock},
+    LockError, LockName, OwnerId,
+};
 use sqlx::Executor;
 use tokio::time::Instant;
 
@@ -43,7 +46,11 @@ pub async fn check_release_after_lost_reply(fx: &SqlFixture) -> Result<(), LockE
         proxy.reset_connections().await;
         proxy.set_latency(Duration::ZERO).await;
         let outcome = release.await.expect("release task")?;
-        assert_eq!(outcome, lock_core::ReleaseOutcome::Released, "{label}: a committed release whose reply was lost");
+        assert_eq!(
+            outcome,
+            lock_core::backend::ReleaseOutcome::Released,
+            "{label}: a committed release whose reply was lost"
+        );
         let other = OwnerId::random();
         assert!(
             matches!(store.try_lock(&name, other, ttl).await?, TryLock::Acquired { .. }),
@@ -146,7 +153,7 @@ pub async fn check_renewals_not_starved(fx: &SqlFixture) -> Result<(), LockError
     let took = t.elapsed();
     admin.run("ROLLBACK").await;
     let _ = hung.await;
-    assert_eq!(renewed?, lock_core::RenewOutcome::Renewed);
+    assert_eq!(renewed?, lock_core::backend::RenewOutcome::Renewed);
     assert!(took < quick, "a renewal waited {took:?} behind another lease's hung renewal");
 
     // A burst of acquires, each holding a pooled connection while it waits for a row lock.
@@ -172,9 +179,9 @@ pub async fn check_renewals_not_starved(fx: &SqlFixture) -> Result<(), LockError
     for b in burst {
         let _ = b.await;
     }
-    assert_eq!(renewed?, lock_core::RenewOutcome::Renewed, "renewal behind a burst of waiting acquires");
+    assert_eq!(renewed?, lock_core::backend::RenewOutcome::Renewed, "renewal behind a burst of waiting acquires");
     assert!(took < quick, "a renewal waited {took:?} behind a burst of waiting acquires");
-    assert_eq!(write.release(&nw, w).await?, lock_core::ReleaseOutcome::Released);
+    assert_eq!(write.release(&nw, w).await?, lock_core::backend::ReleaseOutcome::Released);
     Ok(())
 }
 
@@ -214,8 +221,8 @@ pub async fn check_least_privilege(fx: &SqlFixture) -> Result<(), LockError> {
         for (label, store) in &stores {
             let (name, me) = (LockName::new(format!("least-{label}"))?, OwnerId::random());
             assert!(matches!(store.try_lock(&name, me, ttl).await?, TryLock::Acquired { .. }), "{label}");
-            assert_eq!(store.renew(&name, me, ttl).await?, lock_core::RenewOutcome::Renewed, "{label}");
-            assert_eq!(store.release(&name, me).await?, lock_core::ReleaseOutcome::Released, "{label}");
+            assert_eq!(store.renew(&name, me, ttl).await?, lock_core::backend::RenewOutcome::Renewed, "{label}");
+            assert_eq!(store.release(&name, me).await?, lock_core::backend::ReleaseOutcome::Released, "{label}");
         }
         admin.run(&format!("REVOKE DELETE ON \"{t}_holders\" FROM {grantee}")).await;
         let read = &stores[1].1;

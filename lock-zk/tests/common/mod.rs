@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock_testkit::servers::zookeeper::ZkServer;
+use dlock_testkit::servers::zookeeper::{ZkServer, TICK};
 use lock_conformance::proxy::FaultProxy;
 use lock_conformance::{ClientLink, LinkedClient, ServerControl};
 use lock_core::AcquireOptions;
@@ -36,6 +36,8 @@ impl ZkFixture {
             session_timeout,
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(3),
+            // The test servers' tick (a lease's validity allows for half of it).
+            tick_time: TICK,
             ..ZkOptions::default()
         };
         Ok(ZkFixture { server, root, options })
@@ -136,6 +138,10 @@ lock_conformance::impl_fixture! {
         self.server.control()
     }
 
+    fn base_ttl(&self) -> Duration {
+        lease_bound(self.options.session_timeout)
+    }
+
     fn expiry_bound(&self) -> Duration {
         // The server expires a silent session after its timeout (rounded up to a tick).
         self.options.session_timeout + Duration::from_millis(400)
@@ -182,6 +188,12 @@ pub async fn drop_while_waiting<T>(wait: impl std::future::Future<Output = T>) {
 
 pub fn name(s: &str) -> LockName {
     LockName::new(s).expect("valid name")
+}
+
+/// The longest lease lock-zk grants on a session at the test servers' tick
+/// ([`ZkOptions::lease_bound`]), as the suite's base ttl: 1 s of a 2 s session.
+pub fn lease_bound(session: Duration) -> Duration {
+    ZkOptions { session_timeout: session, tick_time: TICK, ..ZkOptions::default() }.lease_bound()
 }
 
 pub fn opts(ttl_ms: u64) -> AcquireOptions {

@@ -17,8 +17,8 @@ use lock_conformance::DeploymentControl;
 use lock_core::LockError;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use super::local::LocalServer;
 use super::{provision, TestServer};
-use crate::local::LocalServer;
 use crate::process::{find_binary, free_addr, server_dir, ChildServer};
 use crate::ServerControl;
 

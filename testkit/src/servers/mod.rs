@@ -10,7 +10,7 @@
 //!    feature and `docker info` answers. The host port is fixed at start, so a stop/start keeps
 //!    the address; stop, start, pause and unpause go through Docker.
 //! 3. A local server binary, started by the backend's own file in this folder (`redis.rs`,
-//!    `postgres.rs`, …) as a [`LocalServer`](crate::local::LocalServer): free port, temp dir,
+//!    `postgres.rs`, …) as a [`LocalServer`](crate::servers::local::LocalServer): free port, temp dir,
 //!    stopped by PID.
 //!
 //! It prints which one it used to stderr, and [`TestServer::provenance`] says it again for
@@ -59,6 +59,7 @@ macro_rules! server_newtype {
 }
 
 pub mod etcd;
+pub mod local;
 pub mod mysql;
 mod peer_links;
 pub mod postgres;

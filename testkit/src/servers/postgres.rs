@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use lock_core::LockError;
 
-use crate::local::LocalServer;
+use super::local::LocalServer;
 use crate::process::{find_binary, free_addr, is_root, server_dir, ChildServer};
 use crate::servers::{provision, ContainerSpec, TestServer};
 

@@ -5,7 +5,7 @@
 //! session the leader already expired (CURATOR-498).
 //!
 //! `syncLimit × tickTime` is how long a follower cut off from the leader keeps serving; it is
-//! [`EnsembleOptions::sync_limit`] × [`TICK`]. Members are stopped by PID when dropped.
+//! [`EnsembleOptions::sync_limit`] × [`EnsembleOptions::tick`] ([`TICK`] by default). Members are stopped by PID when dropped.
 //!
 //! For the conformance suite the ensemble is "the server" ([`ServerControl`]: every member
 //! stopped, started or paused at once) and offers node faults ([`DeploymentControl`]: the
@@ -19,8 +19,8 @@ use lock_conformance::proxy::FaultProxy;
 use lock_conformance::{async_trait, ClientLink, DeploymentControl, ServerControl};
 use lock_core::LockError;
 
+use super::local::LocalServer;
 use super::zookeeper::{classpath, four_letters, java, quorum_peer_args, serves, TICK};
-use crate::local::LocalServer;
 use crate::process::{free_port, ChildServer};
 
 /// How long a fresh ensemble may take to elect a leader (three cold JVMs on two busy cores).
@@ -34,11 +34,13 @@ pub struct EnsembleOptions {
     pub members: usize,
     /// Ticks a follower may lag or be cut off from the leader before it gives up.
     pub sync_limit: u32,
+    /// The members' `tickTime` ([`TICK`] unless set); `minSessionTimeout` is two ticks.
+    pub tick: Duration,
 }
 
 impl Default for EnsembleOptions {
     fn default() -> Self {
-        EnsembleOptions { members: 3, sync_limit: 5 }
+        EnsembleOptions { members: 3, sync_limit: 5, tick: TICK }
     }
 }
 
@@ -46,6 +48,12 @@ impl EnsembleOptions {
     /// With `sync_limit` ticks.
     pub fn sync_limit(mut self, ticks: u32) -> Self {
         self.sync_limit = ticks;
+        self
+    }
+
+    /// With a `tickTime` of `tick` (ZooKeeper's own default is 2 s).
+    pub fn tick(mut self, tick: Duration) -> Self {
+        self.tick = tick;
         self
     }
 }
@@ -118,11 +126,11 @@ impl ZkEnsemble {
                  clientPortAddress=127.0.0.1\nminSessionTimeout={min}\nmaxSessionTimeout=120000\nmaxClientCnxns=0\n\
                  admin.enableServer=false\n4lw.commands.whitelist=*\nautopurge.purgeInterval=0\n\
                  reconfigEnabled=false\ncnxTimeout=1000\n{servers}",
-                tick = TICK.as_millis(),
+                tick = options.tick.as_millis(),
                 sync = options.sync_limit,
                 data = data.display(),
                 client = ports[i].0,
-                min = (TICK * 2).as_millis(),
+                min = (options.tick * 2).as_millis(),
             );
             std::fs::create_dir_all(&data)
                 .and_then(|_| std::fs::write(data.join("myid"), format!("{}\n", i + 1)))

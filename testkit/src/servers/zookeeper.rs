@@ -15,8 +15,8 @@ use std::time::Duration;
 use lock_core::LockError;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use super::local::LocalServer;
 use super::{provision, ContainerSpec, TestServer};
-use crate::local::LocalServer;
 use crate::process::{find_binary, free_addr, server_dir, ChildServer};
 
 /// The environment variable naming an existing ZooKeeper ensemble to test against

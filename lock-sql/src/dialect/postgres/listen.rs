@@ -10,7 +10,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{Backoff, LockError, WakeHub};
+use lock_core::{
+    backend::{Backoff, WakeHub},
+    LockError,
+};
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 use tokio::task::JoinHandle;
 use tokio::time::{timeout, Instant};

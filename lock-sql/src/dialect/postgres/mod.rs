@@ -10,7 +10,10 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use lock_core::{ChangeFeed, LockError, WakeHub, WakeSubscription};
+use lock_core::{
+    backend::{WakeHub, WakeSubscription},
+    ChangeFeed, LockError,
+};
 use sqlx::error::DatabaseError;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, Postgres as Pg};
 use sqlx::{AssertSqlSafe, Executor};

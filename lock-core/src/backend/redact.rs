@@ -2,7 +2,7 @@
 //! message (a client library's error, a log line) that may quote it.
 //!
 //! Secrets are the userinfo password (`scheme://user:PASSWORD@host…`) and the values of secret
-//! query parameters (`password`, `sslpassword`, `sslkey`, `token`, … — see [`is_secret_param`]).
+//! query parameters (`password`, `sslpassword`, `sslkey`, `token`, …).
 //!
 //! Users paste passwords as they are, so the password may hold `/`, `?`, `#`, `@`, `:` or `%`
 //! unencoded. Where that makes a URL ambiguous the redactor hides too much rather than too little:
@@ -11,7 +11,7 @@
 //! `url` (or a backend using it) reads differently still shows no secret.
 //!
 //! ```
-//! use lock_core::redact::{redact_message, redact_url};
+//! use lock_core::backend::redact::{redact_message, redact_url};
 //! assert_eq!(redact_url("redis://u:s3cret@h:6379/0"), "redis://u:***@h:6379/0");
 //! assert_eq!(redact_url("zk://u:p/w?d@h1:1,h2:2/root"), "zk://u:***@h1:1,h2:2/root");
 //! assert_eq!(redact_url("postgres://h/db?sslpassword=k3y&sslmode=verify-full"),
@@ -21,7 +21,8 @@
 //!            "cannot parse '***@a' in redlock://u:***@a:1,b:2");
 //! ```
 
-use crate::{BoxError, LockError};
+use crate::error::BoxError;
+use crate::LockError;
 
 /// What a hidden secret is replaced by.
 pub const MASK: &str = "***";
@@ -126,7 +127,7 @@ impl std::fmt::Debug for UrlParts<'_> {
 
 /// Whether a query parameter's value is a secret. Case, `-` and `_` do not matter
 /// (`sslPassword`, `ssl-key`, `auth_token`).
-pub fn is_secret_param(key: &str) -> bool {
+fn is_secret_param(key: &str) -> bool {
     let k: String = key.chars().filter(|c| *c != '-' && *c != '_').collect::<String>().to_ascii_lowercase();
     k.contains("pass")
         || k.contains("secret")

@@ -1,22 +1,26 @@
-//! The single-instance backend.
+//! The single-instance backend: [`RedisStore`], its connection and its grants.
 
+use std::future::Future;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::{
-    Capabilities, ChangeFeed, Claim, FencingToken, HolderInfo, LeaseModel, LeaseStore, LockError, LockName, OwnerId,
-    ReleaseOutcome, RenewOutcome, TryLock, WakeMethod, WakeSubscription,
+    backend::{Claim, LeaseStore, ReleaseOutcome, RenewOutcome, TryLock, WakeSubscription},
+    Capabilities, ChangeFeed, FencingToken, HolderInfo, LeaseModel, LockError, LockName, OwnerId, WakeMethod,
 };
 
 use crate::acl::Needs;
 use crate::boot::Boot;
+use crate::cluster::Conn;
 use crate::conn::Node;
 use crate::endpoint::{parse_sentinel, Endpoint, SCHEME};
+use crate::handoff::CLAIM_MS;
 use crate::options::min_ttl;
 use crate::pubsub::Notifier;
-use crate::scripts::{Keys, ABANDON, ACQUIRE, RELEASE, RENEW};
+use crate::reply::{parse_pair, remaining_from, token_from, ttl_ms};
+use crate::scripts::{Acquire, HandOff, HandOffScript, Keys, Renew};
 use crate::RedisOptions;
-use redis::Script;
+use redis::RedisResult;
 
 pub(crate) const BACKEND: &str = "redis";
 
@@ -145,18 +149,71 @@ impl RedisStore {
         ttl_ms(retry.saturating_mul(2))
     }
 
-    /// Runs a script that may hand the lock to the queue's head (release, abandon). KEYS: lock,
-    /// queue, fence. ARGV: owner, channel, reserve ms, our wake channel. Sent once, as a release always
-    /// was: a retry could not tell "released" from "not ours".
-    async fn hand_off(&self, script: &Script, name: &LockName, owner: OwnerId) -> Result<i64, LockError> {
-        let keys = self.keys(name);
-        let owner = owner.to_hex();
-        let (keys, owner, wake) = (&keys, &owner, self.notifier.wake_channel());
+    /// Runs a script that may hand the lock to the queue's head (release, abandon). Sent once,
+    /// as a release always was: a retry could not tell "released" from "not ours".
+    async fn hand_off(&self, script: HandOffScript, name: &LockName, owner: OwnerId) -> Result<i64, LockError> {
+        let (keys, owner) = (self.keys(name), owner.to_hex());
+        let wake = self.notifier.wake_channel();
+        let call = HandOff { script, keys: &keys, owner: &owner, reserve_ms: RESERVE_MS, wake, claim_ms: CLAIM_MS };
+        self.node.run(self.node.request_timeout(), |mut c| async move { call.invoke(&mut c).await }).await
+    }
+
+    /// Runs an acquire script (`call`, given the boot marker of `name`) and, when it granted and
+    /// `min_replicas_ack` asks for it, `WAIT`s on the connection that wrote: it counts the
+    /// replicas that have this write (`written`, a key the grant wrote, routes it on a
+    /// cluster). The script's reply, and how many replicas acknowledged (`i64::MAX`: not asked).
+    pub(crate) async fn acquire_acked<F, Fut>(
+        &self,
+        name: &LockName,
+        written: &str,
+        call: F,
+    ) -> Result<(Vec<i64>, i64), LockError>
+    where
+        F: Fn(String, Conn) -> Fut,
+        Fut: Future<Output = RedisResult<Vec<i64>>>,
+    {
+        let (boot, call) = (&self.boot, &call);
+        let (acks, ack_ms) = (self.min_replicas_ack, self.ack_wait_ms);
         self.node
-            .run(self.node.request_timeout(), |mut c| async move {
-                keys.hand_off(script, owner, RESERVE_MS, wake).invoke_async(&mut c).await
+            .run_idempotent(self.node.request_timeout(), |c| async move {
+                let reply = boot.with_marker(name, |marker| call(marker, c.clone())).await?;
+                let acked = if acks > 0 && reply.first() == Some(&1) {
+                    c.clone().wait_replicas(written, acks, ack_ms).await?
+                } else {
+                    i64::MAX
+                };
+                Ok((reply, acked))
             })
             .await
+    }
+
+    /// Runs a renew script (`call`) and, when it renewed and `min_replicas_ack` asks for it,
+    /// `WAIT`s on the connection that wrote, in the same attempt: a `WAIT` sent again alone,
+    /// after a reconnect (to a new primary, say), would count another connection's writes.
+    /// Whether it renewed; a renewal not on enough replicas is `Unavailable`.
+    pub(crate) async fn renew_acked<F, Fut>(&self, written: &str, call: F) -> Result<bool, LockError>
+    where
+        F: Fn(Conn) -> Fut,
+        Fut: Future<Output = RedisResult<i64>>,
+    {
+        let call = &call;
+        let (acks, ack_ms) = (self.min_replicas_ack, self.ack_wait_ms);
+        let (renewed, acked): (i64, i64) = self
+            .node
+            .run_idempotent(self.node.request_timeout(), |c| async move {
+                let renewed = call(c.clone()).await?;
+                let acked = if acks > 0 && renewed == 1 {
+                    c.clone().wait_replicas(written, acks, ack_ms).await?
+                } else {
+                    i64::MAX
+                };
+                Ok((renewed, acked))
+            })
+            .await?;
+        if renewed == 1 && acked < i64::from(acks) {
+            return Err(self.not_acknowledged(acked, "renewal"));
+        }
+        Ok(renewed == 1)
     }
 
     pub(crate) fn not_acknowledged(&self, acked: i64, what: &str) -> LockError {
@@ -171,35 +228,16 @@ impl RedisStore {
     }
 }
 
+/// The acquire script's holder and metadata arguments (`crate::scripts::Acquire`).
+fn who_args(claim: &Claim<'_>) -> (String, String) {
+    let holder = claim.holder_id().unwrap_or_default().to_owned();
+    let metadata = claim.metadata().map(|m| format!("+{m}")).unwrap_or_default();
+    (holder, metadata)
+}
+
 /// Whether `url` starts with `<scheme>://` (any case).
 fn has_scheme(url: &str, scheme: &str) -> bool {
     url.get(..scheme.len() + 3).is_some_and(|s| s.eq_ignore_ascii_case(&format!("{scheme}://")))
-}
-
-/// The ttl in whole milliseconds (at least 1), as Redis `PX` wants it.
-pub(crate) fn ttl_ms(ttl: Duration) -> u64 {
-    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
-}
-
-/// Parses `{flag, value}` from the acquire scripts.
-pub(crate) fn parse_pair(backend: &str, reply: Vec<i64>) -> Result<(bool, i64), LockError> {
-    match reply.as_slice() {
-        [flag, value] => Ok((*flag == 1, *value)),
-        other => Err(LockError::backend(backend, format!("unexpected reply from the acquire script: {other:?}"))),
-    }
-}
-
-pub(crate) fn token_from(backend: &str, value: i64) -> Result<FencingToken, LockError> {
-    u64::try_from(value)
-        .ok()
-        .filter(|v| *v > 0)
-        .map(FencingToken)
-        .ok_or_else(|| LockError::backend(backend, format!("the server returned an invalid fencing token {value}")))
-}
-
-/// A `PTTL` answer as a remaining lease (negative answers mean "no expiry" or "gone").
-pub(crate) fn remaining_from(pttl: i64) -> Option<Duration> {
-    u64::try_from(pttl).ok().map(Duration::from_millis)
 }
 
 #[async_trait]
@@ -241,7 +279,7 @@ impl LeaseStore for RedisStore {
         let owner_id = owner;
         let owner = owner.to_hex();
         let ms = ttl_ms(ttl);
-        let who = crate::inspect::who_args(claim);
+        let who = who_args(claim);
         let fence_ms = if self.idle_ms > 0 { ms.saturating_add(self.idle_ms) } else { 0 };
         // Only a waiting attempt takes a place in the queue; a single try must not.
         let reg_ms = if waiting { self.registration(ttl) } else { 0 };
@@ -250,46 +288,23 @@ impl LeaseStore for RedisStore {
         // or carry a holder id or metadata.
         let takes_grants = waiting && self.min_replicas_ack == 0 && who.0.is_empty() && who.1.is_empty();
         let grant = if takes_grants { ms.to_string() } else { String::new() };
-        let (keys, owner, who, grant) = (&keys, &owner, &who, &grant);
-        let (boot, quiet, wake) = (&self.boot, self.boot.quiet_ms(), self.notifier.wake_channel());
-        let (acks, ack_ms) = (self.min_replicas_ack, self.ack_wait_ms);
-        let (reply, acked): (Vec<i64>, i64) = self
-            .node
-            .run_idempotent(self.node.request_timeout(), |c| async move {
-                let reply: Vec<i64> = boot
-                    .with_marker(name, |marker| {
-                        let mut c = c.clone();
-                        async move {
-                            ACQUIRE
-                                .key(&keys.lock)
-                                .key(&keys.fence)
-                                .key(marker)
-                                .key(&keys.queue)
-                                .arg(owner)
-                                .arg(ms)
-                                .arg(quiet)
-                                .arg(&who.0)
-                                .arg(&who.1)
-                                .arg(fence_ms)
-                                .arg(reg_ms)
-                                .arg(&keys.channel)
-                                .arg(RESERVE_MS)
-                                .arg(wake)
-                                .arg(grant)
-                                .invoke_async(&mut c)
-                                .await
-                        }
-                    })
-                    .await?;
-                // WAIT on the connection that wrote: it counts the replicas that have this write.
-                let acked = if acks > 0 && reply.first() == Some(&1) {
-                    c.clone().wait_replicas(&keys.lock, acks, ack_ms).await?
-                } else {
-                    i64::MAX
-                };
-                Ok((reply, acked))
-            })
+        let call = Acquire {
+            keys: &keys,
+            owner: &owner,
+            ttl_ms: ms,
+            quiet_ms: self.boot.quiet_ms(),
+            holder: &who.0,
+            metadata: &who.1,
+            fence_ms,
+            registration_ms: reg_ms,
+            reserve_ms: RESERVE_MS,
+            wake: self.notifier.wake_channel(),
+            grant: &grant,
+        };
+        let (reply, acked) = self
+            .acquire_acked(name, &keys.lock, |marker, mut c| async move { call.invoke(&marker, &mut c).await })
             .await?;
+        let acks = self.min_replicas_ack;
         match parse_pair(BACKEND, reply)? {
             (true, _) if acked < i64::from(acks) => {
                 // Not on enough replicas: a failover now could forget this grant. Give it back.
@@ -302,35 +317,21 @@ impl LeaseStore for RedisStore {
     }
 
     async fn renew(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<RenewOutcome, LockError> {
-        let keys = self.keys(name);
-        let owner = owner.to_hex();
-        let ms = ttl_ms(ttl);
-        let (keys, owner) = (&keys, &owner);
-        let (acks, ack_ms) = (self.min_replicas_ack, self.ack_wait_ms);
-        let (renewed, acked): (i64, i64) = self
-            .node
-            .run_idempotent(self.node.request_timeout(), |mut c| async move {
-                let renewed: i64 = RENEW.key(&keys.lock).arg(owner).arg(ms).invoke_async(&mut c).await?;
-                let acked =
-                    if acks > 0 && renewed == 1 { c.wait_replicas(&keys.lock, acks, ack_ms).await? } else { i64::MAX };
-                Ok((renewed, acked))
-            })
-            .await?;
-        if renewed == 1 && acked < i64::from(acks) {
-            return Err(self.not_acknowledged(acked, "renewal"));
-        }
-        Ok(if renewed == 1 { RenewOutcome::Renewed } else { RenewOutcome::NotOwner })
+        let (keys, owner) = (self.keys(name), owner.to_hex());
+        let call = Renew { lock: &keys.lock, owner: &owner, ttl_ms: ttl_ms(ttl) };
+        let renewed = self.renew_acked(&keys.lock, |mut c| async move { call.invoke(&mut c).await }).await?;
+        Ok(if renewed { RenewOutcome::Renewed } else { RenewOutcome::NotOwner })
     }
 
     async fn release(&self, name: &LockName, owner: OwnerId) -> Result<ReleaseOutcome, LockError> {
-        let released = self.hand_off(&RELEASE, name, owner).await?;
+        let released = self.hand_off(HandOffScript::Release, name, owner).await?;
         Ok(if released == 1 { ReleaseOutcome::Released } else { ReleaseOutcome::NotOwner })
     }
 
     /// Also releases a grant in the release that the wait never claimed, and hands it on
     /// (crate::handoff).
     async fn abandon(&self, name: &LockName, owner: OwnerId) -> Result<(), LockError> {
-        self.hand_off(&ABANDON, name, owner).await.map(drop)
+        self.hand_off(HandOffScript::Abandon, name, owner).await.map(drop)
     }
 
     async fn subscribe(&self, name: &LockName) -> Result<Option<WakeSubscription>, LockError> {
@@ -351,15 +352,15 @@ impl LeaseStore for RedisStore {
     }
 
     async fn inspect(&self, name: &LockName) -> Result<Option<HolderInfo>, LockError> {
-        crate::inspect::inspect(self, name).await
+        self.read_holder(name).await
     }
 
     async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<HolderInfo>, LockError> {
-        crate::inspect::list(self, prefix, limit).await
+        self.scan_holders(prefix, limit).await
     }
 
     async fn force_release(&self, name: &LockName) -> Result<Option<FencingToken>, LockError> {
-        crate::inspect::force_release(self, name).await
+        self.free_whoever_holds(name).await
     }
 }
 

@@ -29,8 +29,10 @@ use tokio::runtime::{Handle, Id};
 use tokio::sync::Notify;
 use tokio::time::{sleep_until, Instant};
 
-use crate::lease::panic_message;
-use crate::watchdog::{Step, Watch, MAX_SLACK};
+use super::loss::lose_to_panic;
+use super::renew::renew_once;
+use super::shared::panic_message;
+use super::watchdog::{Step, Watch, MAX_SLACK};
 use crate::LockError;
 
 /// The drivers of the runtimes that have leases: few entries, one per runtime.
@@ -225,7 +227,7 @@ async fn run(driver: Arc<Driver>) {
             // A panic here (a hook called on a loss by time) must not unwind out of the one
             // task that keeps every lease of the runtime: it loses this lease only.
             let step = std::panic::catch_unwind(AssertUnwindSafe(|| entry.watch.on_wake(now))).unwrap_or_else(|p| {
-                entry.watch.shared.lose_to_panic("its watchdog step", &panic_message(p.as_ref()));
+                lose_to_panic(&entry.watch.shared, "its watchdog step", &panic_message(p.as_ref()));
                 Step::Done
             });
             match step {
@@ -265,10 +267,10 @@ fn renewal(id: u64, entry: &mut Entry) -> Renewal {
     let renew = async move {
         // A renewal that panics (a backend's handle, a hook) loses its own lease; unwinding
         // would end the driver, and with it every lease of the runtime.
-        match AssertUnwindSafe(shared.renew_once()).catch_unwind().await {
+        match AssertUnwindSafe(renew_once(&shared)).catch_unwind().await {
             Ok(outcome) => outcome,
             Err(panic) => {
-                shared.lose_to_panic("its renewal", &panic_message(panic.as_ref()));
+                lose_to_panic(&shared, "its renewal", &panic_message(panic.as_ref()));
                 Err(shared.lost_error())
             }
         }

@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use tokio::time::timeout;
 
-use crate::{Batcher, LeaseStore, LockError, LockName, OwnerId, RenewOutcome};
+use super::lease_store::LeaseStore;
+use crate::batch::Batcher;
+use crate::lease::RenewOutcome;
+use crate::{LockError, LockName, OwnerId};
 
 /// How long a round waits for more renewals: short against any lease (a renewal is due a third
 /// of a ttl before it is needed), long enough to gather many leases' renewals.

@@ -8,10 +8,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use crate::{
-    AcquireOptions, FencingToken, Lease, LeaseGrant, LeaseHandle, LockError, LockName, OwnerId, ReleaseOutcome,
-    RenewOutcome,
-};
+use crate::lease::{LeaseGrant, LeaseHandle, ReleaseOutcome, RenewOutcome};
+use crate::{AcquireOptions, FencingToken, Lease, LockError, LockName, OwnerId};
 
 #[derive(Clone, Copy)]
 enum Answer {

@@ -17,8 +17,8 @@ use async_trait::async_trait;
 use lock_core::LockError;
 use tokio::time::Instant;
 
+use super::{Source, TestServer};
 use crate::process::{children_of, pid_alive, signal, threads_stopped, ChildServer};
-use crate::servers::{Source, TestServer};
 use crate::ServerControl;
 
 /// A readiness check beyond "the port accepts connections": `true` once the server serves.

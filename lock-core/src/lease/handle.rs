@@ -1,0 +1,92 @@
+//! What a backend supplies for a lease and hands over with a grant: the owner-checked renew
+//! and release of one grant ([`LeaseHandle`]), their answers, and the grant itself
+//! ([`LeaseGrant`]). A leaf: the rest of `lease/` builds on these.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::time::Instant;
+
+use crate::{FencingToken, LockError, LockName, OwnerId};
+
+/// The answer of a renewal on the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RenewOutcome {
+    /// Still ours (on per-lock backends the lease now runs until `now + ttl`, server clock).
+    Renewed,
+    /// Another owner holds it, or no entry exists: the lease is lost.
+    NotOwner,
+}
+
+/// The answer of a release on the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReleaseOutcome {
+    /// It was ours and is now free.
+    Released,
+    /// It was no longer ours; nothing was changed.
+    NotOwner,
+}
+
+/// The backend-specific part of a lease: an owner-checked renew and release of one grant.
+#[async_trait]
+pub trait LeaseHandle: Send + Sync + 'static {
+    /// Confirms this grant still owns the lock and, on per-lock backends, extends its server-side
+    /// lease to `now + ttl` (server clock). Per-session backends (ZooKeeper) ignore `ttl`: the
+    /// session, kept alive by the client, is the lease (docs/contract.md §3).
+    async fn renew(&self, ttl: Duration) -> Result<RenewOutcome, LockError>;
+    /// Frees the lock if this grant still owns it.
+    async fn release(&self) -> Result<ReleaseOutcome, LockError>;
+
+    /// Frees the lock `after` from now if this grant still owns it (`hold_at_least`,
+    /// docs/contract.md §3); `Released` means it is ours and will be free then. By default an
+    /// owner-checked renewal for `after`, which on per-lock backends makes the server-side lease
+    /// end then. Per-session backends (ZooKeeper), whose renewal ignores the ttl, override it.
+    async fn release_after(&self, after: Duration) -> Result<ReleaseOutcome, LockError> {
+        Ok(match self.renew(after).await? {
+            RenewOutcome::Renewed => ReleaseOutcome::Released,
+            RenewOutcome::NotOwner => ReleaseOutcome::NotOwner,
+        })
+    }
+}
+
+/// What a backend hands to [`Lease::new`](crate::Lease::new) after the server granted a lock.
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct LeaseGrant {
+    /// The lock's name.
+    pub name: LockName,
+    /// The fencing token of this acquisition.
+    pub token: FencingToken,
+    /// The owner id stored on the server.
+    pub owner: OwnerId,
+    /// The monotonic instant taken before the successful request was sent.
+    pub started: Instant,
+    /// Owner-checked renew and release.
+    pub handle: Arc<dyn LeaseHandle>,
+    /// Added to the options' drift allowance ([`Capabilities::max_clock_offset`](crate::Capabilities::max_clock_offset));
+    /// zero unless set with [`LeaseGrant::with_clock_offset`].
+    pub max_clock_offset: Duration,
+}
+
+impl LeaseGrant {
+    /// Bundles a grant.
+    pub fn new(
+        name: LockName,
+        token: FencingToken,
+        owner: OwnerId,
+        started: Instant,
+        handle: Arc<dyn LeaseHandle>,
+    ) -> Self {
+        LeaseGrant { name, token, owner, started, handle, max_clock_offset: Duration::ZERO }
+    }
+
+    /// Shortens the lease's validity by `offset` beyond the drift allowance: the servers'
+    /// clocks may disagree by that much ([`Capabilities::max_clock_offset`](crate::Capabilities::max_clock_offset)).
+    pub fn with_clock_offset(mut self, offset: Duration) -> Self {
+        self.max_clock_offset = offset;
+        self
+    }
+}

@@ -1,0 +1,105 @@
+//! The [`LeaseStore`] trait: the primitives a backend with one lease entry per name supplies.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::claim::{Claim, TryLock};
+use crate::lease::{ReleaseOutcome, RenewOutcome};
+use crate::wake::WakeSubscription;
+use crate::{Capabilities, ChangeFeed, FencingToken, HolderInfo, LockError, LockName, OwnerId};
+
+/// The primitives of a lease-entry backend. Every method is one owner-checked, atomic server
+/// operation; none waits for the lock.
+#[async_trait]
+pub trait LeaseStore: Send + Sync + 'static {
+    /// The backend label (`redis`, `postgres`, …).
+    fn backend(&self) -> &str;
+
+    /// What the backend promises.
+    fn capabilities(&self) -> Capabilities;
+
+    /// One attempt: take the lock for `owner` if it is free, expired, or already `owner`'s.
+    async fn try_lock(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<TryLock, LockError>;
+
+    /// Extend `owner`'s lease to `now + ttl` if `owner` still holds it.
+    async fn renew(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<RenewOutcome, LockError>;
+
+    /// [`LeaseStore::renew`] for many leases at once, the answers in the order of `leases`
+    /// (the renewals of many held leases are gathered into rounds, see `renewals.rs`). By
+    /// default the renewals are sent side by side, one request each; stores that can do it in
+    /// one statement or one round trip override this.
+    async fn renew_many(&self, leases: &[(LockName, OwnerId)], ttl: Duration) -> Vec<Result<RenewOutcome, LockError>> {
+        futures::future::join_all(leases.iter().map(|(name, owner)| self.renew(name, *owner, ttl))).await
+    }
+
+    /// Free the lock if `owner` still holds it, and wake waiters.
+    async fn release(&self, name: &LockName, owner: OwnerId) -> Result<ReleaseOutcome, LockError>;
+
+    /// One attempt made while `acquire` waits (the same owner re-tries until granted or the
+    /// wait ends). A store may leave something behind here that its next attempts refresh —
+    /// e.g. a writer's claim that holds back new readers so writers are not starved — and take
+    /// it back in [`LeaseStore::abandon`]. By default the same as [`LeaseStore::try_lock`].
+    async fn try_lock_waiting(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<TryLock, LockError> {
+        self.try_lock(name, owner, ttl).await
+    }
+
+    /// A wait by `owner` ended without a grant (time-out, error, dropped future): withdraw what
+    /// its attempts left behind (owner-checked). Runs in the background; by default nothing.
+    async fn abandon(&self, _name: &LockName, _owner: OwnerId) -> Result<(), LockError> {
+        Ok(())
+    }
+
+    /// One attempt for `claim` (`waiting`: made while `acquire` waits). Stores that keep the
+    /// holder's identity with the lease (`Capabilities::inspect`) override this; by default the
+    /// identity is not stored and the attempt is [`LeaseStore::try_lock`] (or
+    /// [`LeaseStore::try_lock_waiting`]).
+    async fn try_claim(&self, claim: &Claim<'_>, waiting: bool) -> Result<TryLock, LockError> {
+        if waiting {
+            self.try_lock_waiting(claim.name, claim.owner, claim.ttl).await
+        } else {
+            self.try_lock(claim.name, claim.owner, claim.ttl).await
+        }
+    }
+
+    /// Who holds `name` now (docs/contract.md §5.6); `Unsupported` by default.
+    async fn inspect(&self, _name: &LockName) -> Result<Option<HolderInfo>, LockError> {
+        Err(LockError::Unsupported { backend: self.backend().to_owned(), feature: "inspect" })
+    }
+
+    /// The held names starting with `prefix`, at most `limit`, in name order; `Unsupported` by
+    /// default.
+    async fn list(&self, _prefix: &str, _limit: usize) -> Result<Vec<HolderInfo>, LockError> {
+        Err(LockError::Unsupported { backend: self.backend().to_owned(), feature: "list" })
+    }
+
+    /// Frees `name` whoever holds it, keeping its fence (docs/contract.md §5.6,
+    /// [`DistributedLock::force_release`](crate::DistributedLock::force_release)): the freed holder's token, `None` when it was free.
+    /// `Unsupported` by default.
+    async fn force_release(&self, _name: &LockName) -> Result<Option<FencingToken>, LockError> {
+        Err(LockError::Unsupported { backend: self.backend().to_owned(), feature: "force_release" })
+    }
+
+    /// Subscribes to release hints for `name` (before the next attempt, so no release is
+    /// missed). `None` means the backend polls.
+    async fn subscribe(&self, _name: &LockName) -> Result<Option<WakeSubscription>, LockError> {
+        Ok(None)
+    }
+
+    /// Subscribes the wait of `owner` to release hints for `name`: a store that hands the lock
+    /// to one queued waiter wakes that waiter only. By default [`LeaseStore::subscribe`].
+    async fn subscribe_waiter(&self, name: &LockName, _owner: OwnerId) -> Result<Option<WakeSubscription>, LockError> {
+        self.subscribe(name).await
+    }
+
+    /// A feed of changes of `name`'s holder for observers ([`DistributedLock::watch_changes`](crate::DistributedLock::watch_changes));
+    /// `None` (the default) when the backend does not notify.
+    async fn watch_changes(&self, _name: &LockName) -> Result<Option<ChangeFeed>, LockError> {
+        Ok(None)
+    }
+
+    /// Longest sleep between polls (and between fallback re-tries of notified waiters).
+    fn max_poll_interval(&self, ttl: Duration) -> Duration {
+        (ttl / 4).clamp(Duration::from_millis(20), Duration::from_millis(500))
+    }
+}

@@ -1,0 +1,309 @@
+//! The exclusive lock's scripts on a single instance (acquire, renew, the hand-off of a release
+//! or an abandon, inspect, the operator's release), each with its typed call: the keys and
+//! arguments in the order the Lua reads them, written once, here.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+use super::keys::Keys;
+use super::queue::{queue_lua, token_lua, wake_lua};
+use crate::boot::quiet_lua;
+
+/// Single instance acquire. KEYS: lock, fence, boot marker, queue (optional: without it there
+/// is no queue). ARGV: owner, ttl ms, quiet ms, holder id (`''`: none), metadata (`'+'`
+/// followed by it; `''`: none), fence expiry ms (`'0'`: none), registration ms (`'0'`: a single
+/// try, which does not queue), channel, reserve ms, the caller's wake channel (optional; `''`
+/// or absent: woken on `channel`; [`super::queue`]), grant terms (optional; `'<ttl ms>'`: a release
+/// may grant this waiter the lock provisionally, and this script, finding the lock its own,
+/// claims it: [`super::queue`], `crate::handoff`). A grant stores holder and metadata in the
+/// lease hash as `h` and `m` (docs/contract.md §5.6), so they expire with it, and lets the fence
+/// key expire after the given time (`idle_gc_after`, §5.7): tokens are floored by the server
+/// clock, so none goes back without it. A free lock goes only to the queue's head or, with an
+/// empty queue, to anyone ([`super::queue`]). With a queue key, a grant publishes `+` on the channel
+/// (for election observers; no waiter acts on it).
+/// Returns `{1, token}` when granted (or already ours: the stored token, lease refreshed to
+/// `ttl`, which is also how a waiter claims a grant in the release: the first branch, kept short),
+/// `{0, ms}` when someone else holds it (ms: its PTTL), a queued waiter is ahead (ms: until the
+/// head's reservation ends) or the server is in its quiet period after losing its state (ms: the
+/// quiet time left; see `crate::boot`).
+const ACQUIRE_SRC: &str = effects_lua!(
+    quiet_lua!(),
+    token_lua!(),
+    r#"
+local holder = redis.call('HGET', KEYS[1], 'o')
+if holder == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, tonumber(redis.call('HGET', KEYS[1], 'f'))}
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local qk = KEYS[4]
+local qs = false
+if qk then qs = redis.call('GET', qk) end
+local function grant()
+  -- The holder changed: observers of other processes (crate::pubsub) hear `+`; waiters ignore it.
+  if qk then redis.call('PUBLISH', ARGV[8], '+') end
+  local token = grant_lease(KEYS[1], KEYS[2], ARGV[1], ARGV[2], t)
+  if ARGV[4] and ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'h', ARGV[4]) end
+  if ARGV[5] and ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'm', ARGV[5]) end
+  if ARGV[6] and tonumber(ARGV[6]) > 0 then redis.call('PEXPIRE', KEYS[2], ARGV[6]) end
+  return {1, token}
+end
+-- The common case, free with nobody queued, is granted before the queue's helpers are even
+-- defined: they are most of this script's cost (issue 11's profile).
+local quiet = -1
+if not holder and not qs then
+  quiet = quiet_left(KEYS[3], ARGV[3], now)
+  if quiet == 0 then return grant() end
+end
+"#,
+    wake_lua!(),
+    queue_lua!(),
+    r#"
+local reg = tonumber(ARGV[7] or '0') or 0
+local me = entry_of(ARGV[1], ARGV[10], ARGV[11])
+local q, had = {}, false
+if qk then q, had = queue_load(qk, now, qs) end
+-- Refused: register (or push the registration forward, as this attempt) when waiting, and
+-- keep the queue. Entries are the owner's whatever their attempt number.
+local function busy(ms)
+  if qk and reg > 0 then
+    local found = false
+    for _, x in ipairs(q) do
+      if entry_parts(x[1]) == ARGV[1] then
+        x[1], x[2] = me, now + reg
+        found = true
+      end
+    end
+    if not found then q[#q + 1] = {me, now + reg} end
+  end
+  if qk then queue_save(qk, q, now, had) end
+  return {0, ms}
+end
+if holder then return busy(redis.call('PTTL', KEYS[1])) end
+if quiet < 0 then quiet = quiet_left(KEYS[3], ARGV[3], now) end
+if quiet > 0 then return busy(quiet) end
+local head = q[1]
+if head and entry_parts(head[1]) ~= ARGV[1] then
+  reserve_head(q, now, tonumber(ARGV[9]), ARGV[8], false)
+  return busy(math.max(1, head[2] - now))
+end
+if head then table.remove(q, 1) end
+if qk then queue_save(qk, q, now, had) end
+return grant()
+"#
+);
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_SRC));
+
+script_call! {
+    /// A call of `ACQUIRE_SRC`, always with the queue key: `{1, token}` or `{0, ms}`.
+    Acquire -> Vec<i64> = ACQUIRE;
+    {
+        /// The lock's keys: lock, fence, queue and channel.
+        keys: &'a Keys,
+        /// The owner's id.
+        owner: &'a str,
+        /// The lease's ttl in ms.
+        ttl_ms: u64,
+        /// The restart quiet period in ms (`crate::boot`).
+        quiet_ms: u64,
+        /// The holder id to store, `""`: none.
+        holder: &'a str,
+        /// The metadata to store, `+` followed by it; `""`: none.
+        metadata: &'a str,
+        /// After how long (ms) the fence key may expire, 0: never.
+        fence_ms: u64,
+        /// How long a refused attempt's place in the queue lasts (ms), 0: a single try, no place.
+        registration_ms: u64,
+        /// How long the queue's head has to take a lock it finds free (ms).
+        reserve_ms: u64,
+        /// The caller's wake channel, `""`: woken on the name's channel.
+        wake: &'a str,
+        /// Grant terms, `"<ttl ms>"`: a release may grant this waiter the lock; `""`: none.
+        grant: &'a str,
+    }
+    marker marker;
+    keys [&keys.lock, &keys.fence, marker, &keys.queue]
+    args [owner, ttl_ms, quiet_ms, holder, metadata, fence_ms, registration_ms, &keys.channel, reserve_ms, wake, grant]
+}
+
+/// Owner-checked renew. KEYS: lock. ARGV: owner, ttl ms. Returns 1 renewed, 0 not ours.
+const RENEW_SRC: &str = r#"
+if redis.call('HGET', KEYS[1], 'o') == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+"#;
+static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW_SRC));
+
+script_call! {
+    /// A call of `RENEW_SRC`, also the writer's renewal of a read-write lock: 1 renewed, 0
+    /// not ours.
+    Renew -> i64 = RENEW;
+    {
+        /// The lease hash (`Keys::lock`, `RwKeys::writer`).
+        lock: &'a str,
+        /// The owner's id.
+        owner: &'a str,
+        /// The new ttl in ms.
+        ttl_ms: u64,
+    }
+    keys [lock]
+    args [owner, ttl_ms]
+}
+
+/// Owner-checked release that hands off. KEYS: lock, and (single instance) queue and fence.
+/// ARGV: owner, channel, reserve ms, (unused), claim window ms. With a queue, its head is granted
+/// the lock provisionally (when its entry takes grants, [`super::queue`]) or reserved and woken alone, and an empty queue publishes `-`, which
+/// wakes no waiter (every waiter registers before it waits), only election observers; without
+/// one (Redlock) `released` wakes one waiter per client. Returns 1 released, 0 not ours.
+const RELEASE_SRC: &str = effects_lua!(
+    r#"
+if redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+if not KEYS[2] then
+  redis.call('PUBLISH', ARGV[2], 'released')
+  return 1
+end
+-- Nobody queued, the common case: `-` for the observers, without defining the queue's helpers.
+local s = redis.call('GET', KEYS[2])
+if not s then
+  redis.call('PUBLISH', ARGV[2], '-')
+  return 1
+end
+"#,
+    wake_lua!(),
+    token_lua!(),
+    queue_lua!(),
+    r#"
+freed(KEYS[2], tonumber(ARGV[3]), ARGV[2], KEYS[1], KEYS[3], s, tonumber(ARGV[5]))
+return 1
+"#
+);
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SRC));
+
+/// A wait that ended without a grant leaves the queue. KEYS: lock, queue, fence. ARGV: owner,
+/// channel, reserve ms, the caller's wake channel, claim window ms. A lease the owner holds is
+/// a release's grant it never claimed: it is released and handed on like a release. When it was the head and the lock is free, the next
+/// head is reserved and woken. Returns 1.
+const ABANDON_SRC: &str = effects_lua!(
+    wake_lua!(),
+    token_lua!(),
+    queue_lua!(),
+    r#"
+if redis.call('HGET', KEYS[1], 'o') == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  freed(KEYS[2], tonumber(ARGV[3]), ARGV[2], KEYS[1], KEYS[3], nil, tonumber(ARGV[5]))
+end
+local now = queue_now()
+local q, had = queue_load(KEYS[2], now)
+local was_head = q[1] ~= nil and entry_parts(q[1][1]) == ARGV[1]
+for i, x in ipairs(q) do
+  if entry_parts(x[1]) == ARGV[1] then
+    table.remove(q, i)
+    break
+  end
+end
+if was_head and not redis.call('HGET', KEYS[1], 'o') then
+  reserve_head(q, now, tonumber(ARGV[3]), ARGV[2], true)
+end
+queue_save(KEYS[2], q, now, had)
+return 1
+"#
+);
+static ABANDON: LazyLock<Script> = LazyLock::new(|| Script::new(ABANDON_SRC));
+
+/// Which script ends a hold or a wait and hands the lock on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandOffScript {
+    /// `RELEASE_SRC`.
+    Release,
+    /// `ABANDON_SRC`.
+    Abandon,
+}
+
+script_call! {
+    /// A call of `RELEASE_SRC` or `ABANDON_SRC`, which share their keys and arguments: 1
+    /// released (abandon: always 1), 0 not ours.
+    HandOff -> i64 = match script {
+        HandOffScript::Release => &*RELEASE,
+        HandOffScript::Abandon => &*ABANDON,
+    };
+    {
+        /// Release or abandon.
+        script: HandOffScript,
+        /// The lock's keys: lock, queue, fence (a grant to the head issues a token) and channel.
+        keys: &'a Keys,
+        /// The owner's id.
+        owner: &'a str,
+        /// How long the woken head has to come (ms).
+        reserve_ms: u64,
+        /// The caller's wake channel (only abandon reads it), `""`: none.
+        wake: &'a str,
+        /// The claim window of a grant to the head in ms (`crate::handoff::CLAIM_MS`).
+        claim_ms: u64,
+    }
+    keys [&keys.lock, &keys.queue, &keys.fence]
+    args [owner, &keys.channel, reserve_ms, wake, claim_ms]
+}
+
+/// Read one lease (docs/contract.md §5.6). KEYS: lock. Returns `{}` when nobody holds it, else
+/// `{token, pttl, holder, metadata}` as strings, holder and metadata `'+'`-prefixed when present
+/// and `''` when not.
+const INSPECT_SRC: &str = r#"
+-- HGET, not HMGET: the commands the ACL check already asks for (crate::acl).
+if not redis.call('HGET', KEYS[1], 'o') then return {} end
+local f = redis.call('HGET', KEYS[1], 'f') or '0'
+local h = redis.call('HGET', KEYS[1], 'h')
+if h then h = '+' .. h else h = '' end
+local m = redis.call('HGET', KEYS[1], 'm') or ''
+return {f, tostring(redis.call('PTTL', KEYS[1])), h, m}
+"#;
+static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(INSPECT_SRC));
+
+script_call! {
+    /// A call of `INSPECT_SRC`: `{}` or `{token, pttl, holder, metadata}`.
+    Inspect -> Vec<String> = INSPECT;
+    {
+        /// The lock's keys (the lease hash).
+        keys: &'a Keys,
+    }
+    keys [&keys.lock]
+    args []
+}
+
+/// An operator's release (docs/contract.md §5.6), whoever the owner: deletes the lease hash but
+/// not the fence counter, so the next grant's token is higher, and hands the lock to the queue's
+/// head like a release. KEYS: lock, queue. ARGV: channel, reserve ms. Returns `{fence}` of the freed lease, `{}` when the lock was free.
+const FORCE_RELEASE_SRC: &str = effects_lua!(
+    wake_lua!(),
+    token_lua!(),
+    queue_lua!(),
+    r#"
+if not redis.call('HGET', KEYS[1], 'o') then return {} end
+local f = redis.call('HGET', KEYS[1], 'f') or '0'
+redis.call('DEL', KEYS[1])
+freed(KEYS[2], tonumber(ARGV[2]), ARGV[1])
+return {f}
+"#
+);
+static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(FORCE_RELEASE_SRC));
+
+script_call! {
+    /// A call of `FORCE_RELEASE_SRC`: `{fence}` of the freed lease, `{}` when the lock was free.
+    ForceRelease -> Vec<String> = FORCE_RELEASE;
+    {
+        /// The lock's keys: lock, queue and channel.
+        keys: &'a Keys,
+        /// How long the woken head has to come (ms).
+        reserve_ms: u64,
+    }
+    keys [&keys.lock, &keys.queue]
+    args [&keys.channel, reserve_ms]
+}
+
+/// The sources of this file, loaded on every new connection.
+pub(super) const SOURCES: [&str; 6] =
+    [ACQUIRE_SRC, RENEW_SRC, RELEASE_SRC, ABANDON_SRC, INSPECT_SRC, FORCE_RELEASE_SRC];

@@ -1,0 +1,101 @@
+//! The key layout: every key and channel of one lock, read-write lock or semaphore, each under
+//! the hash tag `{<escaped name>}`, so that each script runs on one Redis Cluster slot.
+
+use lock_core::LockName;
+
+/// Declares the keys of one key space: a struct of `String`s, each `<prefix>:{<escaped
+/// name>}<space>:<suffix>`, so every key of one lock shares the hash tag (one Cluster slot).
+/// `escaped()` is injective and never contains braces, so the tag is exactly the name.
+macro_rules! key_space {
+    ($(#[$doc:meta])* $keys:ident $space:literal { $($(#[$fdoc:meta])* $field:ident: $suffix:literal,)* }) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone)]
+        pub struct $keys {
+            $($(#[$fdoc])* pub $field: String,)*
+        }
+
+        impl $keys {
+            /// The keys of `name` under `prefix`.
+            pub fn new(prefix: &str, name: &LockName) -> $keys {
+                let tag = format!("{prefix}:{{{}}}{}", name.escaped(), $space);
+                $keys { $($field: format!("{tag}:{}", $suffix),)* }
+            }
+        }
+    };
+}
+
+key_space! {
+    /// The keys and channel of one lock.
+    Keys "" {
+        /// Hash `{o: owner, f: fence}` with a `PX` expiry: the lease.
+        lock: "lock",
+        /// Integer, no expiry: the highest token issued.
+        fence: "fence",
+        /// Redlock: the attempt id that stored `fence`, so that only that attempt counts an equal
+        /// counter as its own store.
+        fence_by: "fence-by",
+        /// Pub/sub channel that a release publishes to.
+        channel: "released",
+        /// String: the owners waiting, in arrival order (single instance; see `super::queue`).
+        queue: "queue",
+        /// String: the owners waiting, in ticket order (one Redlock master; see `super::redlock`).
+        redlock_queue: "rl-queue",
+    }
+}
+
+key_space! {
+    /// The keys and channels of one read-write lock (a key space of its own: `…:rw:*`).
+    RwKeys ":rw" {
+        /// Sorted set: reader owner → server time (ms) its lease ends.
+        readers: "readers",
+        /// Hash: reader owner → its fencing token.
+        tokens: "tokens",
+        /// Hash `{o: owner, f: token}` with `PX ttl`: the writer.
+        writer: "writer",
+        /// String: the waiting readers (`r:<owner>`) and writers (`w:<owner>`) in arrival order,
+        /// each with the end of its registration (`super::kinds_queue`). While a writer is
+        /// queued, new readers wait behind it (writers are not starved).
+        queue: "queue",
+        /// Integer: the highest token issued for this read-write lock.
+        fence: "fence",
+        /// Channel: `@<owner>` wakes that waiting reader.
+        to_readers: "to-readers",
+        /// Channel: `@<owner>` wakes that waiting writer.
+        to_writers: "to-writers",
+    }
+}
+
+key_space! {
+    /// The keys and channel of one semaphore (a key space of its own: `…:sem:*`).
+    SemKeys ":sem" {
+        /// Sorted set: holder owner → server time (ms) its lease ends.
+        holders: "holders",
+        /// Hash: holder owner → its fencing token.
+        tokens: "tokens",
+        /// String: the number of permits every user must agree on (expires with the last holder).
+        permits: "permits",
+        /// String: the waiting owners (`p:<owner>`) in arrival order (`super::kinds_queue`).
+        queue: "queue",
+        /// Integer: the highest token issued for this semaphore.
+        fence: "fence",
+        /// Channel: `@<owner>` wakes that waiter.
+        channel: "released",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_share_a_tag_and_never_collide() {
+        let a = Keys::new("p", &LockName::new("a/b").unwrap());
+        let b = Keys::new("p", &LockName::new("a%2Fb").unwrap());
+        assert_ne!(a.lock, b.lock);
+        assert_eq!(a.lock, "p:{a%2Fb}:lock");
+        assert_eq!(a.fence, "p:{a%2Fb}:fence");
+        let braces = Keys::new("p", &LockName::new("x}{y").unwrap());
+        assert_eq!(braces.lock.matches('{').count(), 1);
+        assert_eq!(a.channel, "p:{a%2Fb}:released");
+    }
+}

@@ -1,0 +1,83 @@
+//! The Lua scripts against fresh local `redis-server`s, called through the typed calls the
+//! stores use (`lock_redis::scripts`), so a test and the backend send the same keys and
+//! arguments in the same order.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use lock_redis::scripts::{Acquire, HandOff, HandOffScript, Keys};
+
+#[path = "scripts/exclusive.rs"]
+mod exclusive;
+#[path = "scripts/handoff.rs"]
+mod handoff;
+#[path = "scripts/kinds.rs"]
+mod kinds;
+#[path = "scripts/quiet.rs"]
+mod quiet;
+#[path = "scripts/redlock.rs"]
+mod redlock;
+
+/// A fresh local server (kept alive by the first half), its client and a connection to it.
+async fn fresh_server() -> (dlock_testkit::servers::redis::RedisServer, redis::Client, redis::aio::MultiplexedConnection)
+{
+    let server = dlock_testkit::servers::redis::RedisServer::start_local().await.unwrap();
+    let client = redis::Client::open(server.url()).unwrap();
+    let c = client.get_multiplexed_async_connection().await.unwrap();
+    (server, client, c)
+}
+
+/// The messages of `channels`, from now on.
+async fn listen(client: &redis::Client, channels: &[&str]) -> redis::aio::PubSubStream {
+    let mut sub = client.get_async_pubsub().await.unwrap();
+    for channel in channels {
+        sub.subscribe(*channel).await.unwrap();
+    }
+    sub.into_on_message()
+}
+
+/// The payloads that arrive on `messages`, until none comes within `within`.
+async fn heard(messages: &mut redis::aio::PubSubStream, within: Duration) -> Vec<String> {
+    let mut got = Vec::new();
+    while let Ok(Some(m)) = tokio::time::timeout(within, messages.next()).await {
+        got.push(String::from_utf8_lossy(m.get_payload_bytes()).into_owned());
+    }
+    got
+}
+
+/// The next payload on `messages`, if one comes within `within`.
+async fn next(messages: &mut redis::aio::PubSubStream, within: Duration) -> Option<String> {
+    let m = tokio::time::timeout(within, messages.next()).await.ok()??;
+    Some(String::from_utf8_lossy(m.get_payload_bytes()).into_owned())
+}
+
+/// The value of the string key `key`, if any.
+async fn get(c: &mut redis::aio::MultiplexedConnection, key: &str) -> Option<String> {
+    redis::cmd("GET").arg(key).query_async(c).await.unwrap()
+}
+
+/// An exclusive acquire of `owner` for 5 s: `reg` 0 a single try, else a waiting attempt
+/// registering for `reg` ms, with wake channel `wake` (`""`: none) and no grant terms.
+fn acquire<'a>(k: &'a Keys, owner: &'a str, reg: u64, reserve_ms: u64, wake: &'a str) -> Acquire<'a> {
+    Acquire {
+        keys: k,
+        owner,
+        ttl_ms: 5000,
+        quiet_ms: 0,
+        holder: "",
+        metadata: "",
+        fence_ms: 0,
+        registration_ms: reg,
+        reserve_ms,
+        wake,
+        grant: "",
+    }
+}
+
+/// A release (or abandon) of `owner` of the exclusive lock, with a claim window of 1 s.
+fn hand_off<'a>(script: HandOffScript, k: &'a Keys, owner: &'a str, reserve_ms: u64, wake: &'a str) -> HandOff<'a> {
+    HandOff { script, keys: k, owner, reserve_ms, wake, claim_ms: CLAIM_MS }
+}
+
+/// The claim window of a grant in the release these tests use (the backend's is 1 s too).
+const CLAIM_MS: u64 = 1000;

@@ -1,0 +1,135 @@
+//! Grants in the release (`scripts/queue.rs`, "Grants in the release"; `handoff.rs` in the
+//! crate): a release grants the queue's head that takes grants provisionally, the head's acquire
+//! claims it.
+
+use std::time::Duration;
+
+use lock_core::LockName;
+use lock_redis::scripts::HandOffScript::{Abandon, Release};
+use lock_redis::scripts::{Acquire, Keys};
+
+use crate::{acquire, fresh_server, get, hand_off, heard, listen, CLAIM_MS};
+
+const RESERVE: u64 = 150;
+
+/// A waiting attempt of `owner` for `ttl_ms`, woken on `fq:wake:A`, with grant terms `grant`
+/// (`"<ttl ms>"`, `""`: none).
+fn waiting<'a>(k: &'a Keys, owner: &'a str, ttl_ms: u64, grant: &'a str) -> Acquire<'a> {
+    Acquire { ttl_ms, grant, ..acquire(k, owner, 20_000, RESERVE, "fq:wake:A") }
+}
+
+/// The lease's owner and PTTL.
+async fn lease(c: &mut redis::aio::MultiplexedConnection, k: &Keys) -> (Option<String>, i64) {
+    let o: Option<String> = redis::cmd("HGET").arg(&k.lock).arg("o").query_async(c).await.unwrap();
+    let pttl: i64 = redis::cmd("PTTL").arg(&k.lock).query_async(c).await.unwrap();
+    (o, pttl)
+}
+
+/// A release grants the lock to a head whose entry takes grants: the lease is the head's, for
+/// the claim window, with a higher token, and the head's wake channel alone hears `@owner` (no
+/// token); the head's script claims it for its ttl; a head without grant terms (or an older
+/// client's `<ttl>:<attempt>` terms) is woken as before; a waiter that abandons a grant it
+/// never claimed releases it and hands the lock on.
+#[tokio::test]
+async fn a_release_grants_the_lock_to_a_head_that_takes_grants() {
+    let (_server, client, mut c) = fresh_server().await;
+    let k = Keys::new("fq", &LockName::new("g").unwrap());
+    let mut on_wake = listen(&client, &["fq:wake:A"]).await;
+    let quiet = Duration::from_millis(300);
+    let conn = c.clone();
+    let attempt = |owner: &'static str, grant: &'static str| {
+        let (mut c, k) = (conn.clone(), &k);
+        async move { waiting(k, owner, 5000, grant).invoke("fq:boot", &mut c).await.unwrap() }
+    };
+    let release = |owner: &'static str| {
+        let (mut c, k) = (conn.clone(), &k);
+        async move { hand_off(Release, k, owner, RESERVE, "").invoke(&mut c).await.unwrap() }
+    };
+
+    let first = acquire(&k, "a", 0, RESERVE, "").invoke("fq:boot", &mut c).await.unwrap();
+    assert_eq!(first[0], 1);
+    assert_eq!(attempt("w", "9000").await[0], 0);
+    assert_eq!(attempt("w", "9000").await[0], 0, "re-registering");
+    assert_eq!(attempt("v", "").await[0], 0, "behind w, no grant terms");
+    assert_eq!(release("a").await, 1);
+    let (o, pttl) = lease(&mut c, &k).await;
+    assert_eq!(o.as_deref(), Some("w"), "the release granted the head");
+    let claim = CLAIM_MS as i64;
+    assert!(pttl > claim - 500 && pttl <= claim, "for the claim window: {pttl}");
+    assert_eq!(heard(&mut on_wake, quiet).await, ["@w"], "one wake-up, no token");
+    let token: i64 = redis::cmd("HGET").arg(&k.lock).arg("f").query_async(&mut c).await.unwrap();
+    assert!(token > first[1], "a higher token: {token} after {}", first[1]);
+    // The head's script claims what it was granted: same token, its own ttl.
+    assert_eq!(attempt("w", "9000").await, [1, token]);
+    assert!(lease(&mut c, &k).await.1 > 4000, "claimed for the ttl of its attempt (5 s)");
+
+    // `v` has no grant terms: woken, not granted; nor is an older client's entry.
+    assert_eq!(attempt("u", "9000:3").await[0], 0);
+    assert_eq!(release("w").await, 1);
+    assert_eq!(lease(&mut c, &k).await.0, None, "no grant terms: the lock stays free for v to take");
+    // Within v's reservation (RESERVE ms).
+    assert_eq!(attempt("v", "").await[0], 1);
+    assert_eq!(heard(&mut on_wake, quiet).await, ["@v"]);
+    assert_eq!(release("v").await, 1);
+    assert_eq!(lease(&mut c, &k).await.0, None, "an older client's terms: woken, not granted");
+    assert_eq!(attempt("u", "").await[0], 1);
+    assert_eq!(heard(&mut on_wake, quiet).await, ["@u"]);
+
+    // `x` is granted, never takes it, and abandons: the grant is released and `y` granted.
+    assert_eq!(attempt("x", "9000").await[0], 0);
+    assert_eq!(attempt("y", "9000").await[0], 0);
+    assert_eq!(release("u").await, 1);
+    assert_eq!(lease(&mut c, &k).await.0.as_deref(), Some("x"));
+    assert_eq!(hand_off(Abandon, &k, "x", RESERVE, "fq:wake:A").invoke(&mut c).await.unwrap(), 1);
+    assert_eq!(lease(&mut c, &k).await.0.as_deref(), Some("y"), "the untaken grant went on to the next head");
+    assert_eq!(heard(&mut on_wake, quiet).await, ["@x", "@y"]);
+    assert_eq!(release("y").await, 1);
+    assert_eq!(get(&mut c, &k.queue).await, None, "every entry gone");
+}
+
+/// The release grants the head for the claim window only and tells it `@<owner>`, no token;
+/// the head's script claims the grant (same token, its full ttl); a grant nobody claims lapses
+/// after the window and the next waiter takes the lock then, not after the head's ttl.
+#[tokio::test]
+async fn a_grant_in_the_release_is_provisional_until_claimed() {
+    let (_server, client, mut c) = fresh_server().await;
+    let k = Keys::new("ho", &LockName::new("claim").unwrap());
+    let mut wake = listen(&client, &["fq:wake:A"]).await;
+    let conn = c.clone();
+    let attempt = |owner: &'static str, ttl_ms: u64| {
+        let (mut c, k, grant) = (conn.clone(), &k, ttl_ms.to_string());
+        async move { waiting(k, owner, ttl_ms, &grant).invoke("ho:boot", &mut c).await.unwrap() }
+    };
+    let release = |owner: &'static str| {
+        let (mut c, k) = (conn.clone(), &k);
+        async move { hand_off(Release, k, owner, RESERVE, "").invoke(&mut c).await.unwrap() }
+    };
+    let within = Duration::from_secs(2);
+
+    assert_eq!(attempt("a", 60_000).await[0], 1);
+    assert_eq!(attempt("w", 60_000).await[0], 0);
+    assert_eq!(attempt("v", 60_000).await[0], 0);
+    assert_eq!(release("a").await, 1);
+    let (o, pttl) = lease(&mut c, &k).await;
+    assert_eq!(o.as_deref(), Some("w"), "the release granted the head");
+    assert!(pttl > 0 && pttl <= CLAIM_MS as i64, "for the claim window only: {pttl}");
+    assert_eq!(crate::next(&mut wake, within).await.as_deref(), Some("@w"), "a wake-up naming no token");
+    let token: i64 = redis::cmd("HGET").arg(&k.lock).arg("f").query_async(&mut c).await.unwrap();
+    assert_eq!(attempt("w", 60_000).await, [1, token], "the claim: the grant's token");
+    assert!(lease(&mut c, &k).await.1 > 59_000, "claimed: the head's ttl");
+
+    // `v` is granted and never claims: the lock is free once the window has passed.
+    assert_eq!(attempt("x", 60_000).await[0], 0, "x queues behind v");
+    assert_eq!(release("w").await, 1);
+    assert_eq!(crate::next(&mut wake, within).await.as_deref(), Some("@v"));
+    assert_eq!(lease(&mut c, &k).await.0.as_deref(), Some("v"));
+    assert_eq!(attempt("x", 60_000).await[0], 0, "v holds the grant in its window");
+    tokio::time::sleep(Duration::from_millis(CLAIM_MS + 100)).await;
+    assert_eq!(attempt("x", 60_000).await[0], 1, "the unclaimed grant lapsed");
+
+    // A head with a ttl below the window is granted for its ttl.
+    assert_eq!(attempt("y", 300).await[0], 0);
+    assert_eq!(release("x").await, 1);
+    let (o, pttl) = lease(&mut c, &k).await;
+    assert!(o.as_deref() == Some("y") && pttl > 0 && pttl <= 300, "{o:?} {pttl}");
+}

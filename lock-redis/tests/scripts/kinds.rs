@@ -1,0 +1,200 @@
+//! The read-write lock's and the semaphore's scripts and their waiter queues
+//! (`scripts/kinds_queue.rs` has the rules).
+
+use std::time::Duration;
+
+use lock_core::LockName;
+use lock_redis::scripts::{RwAcquire, RwKeys, RwRelease, SemAcquire, SemKeys, SemRelease, Side};
+
+use crate::{fresh_server, get, heard, listen};
+
+// Well above the 200 ms of listening in `woken`, so that reservations outlast the listening.
+const RESERVE: u64 = 1000;
+const REG: u64 = 5000;
+
+/// The wake-ups published since the last call (each `@<owner>`), in order.
+async fn woken(messages: &mut redis::aio::PubSubStream) -> Vec<String> {
+    heard(messages, Duration::from_millis(200)).await
+}
+
+/// An attempt on `side` of `owner` for 5 s: `reg` 0 a single try, else a waiting attempt.
+fn side<'a>(side: Side, keys: &'a RwKeys, owner: &'a str, reg: u64, reserve_ms: u64, wake: &'a str) -> RwAcquire<'a> {
+    RwAcquire { side, keys, owner, ttl_ms: 5000, registration_ms: reg, quiet_ms: 0, reserve_ms, wake }
+}
+
+/// A permit attempt of `owner` for 5 s agreeing on `permits`.
+fn permit<'a>(keys: &'a SemKeys, owner: &'a str, permits: u32, reg: u64, wake: &'a str) -> SemAcquire<'a> {
+    SemAcquire { keys, owner, ttl_ms: 5000, permits, registration_ms: reg, quiet_ms: 0, reserve_ms: RESERVE, wake }
+}
+
+/// A reader's re-attempt returns its token; a refused waiting writer's place in the queue
+/// holds new readers back (not the readers already in); the writer's token is above the
+/// readers'; a single try takes no place. Permits must agree while held; an empty semaphore
+/// starts afresh.
+#[tokio::test]
+async fn grants_of_readers_writers_and_permits() {
+    let (_server, _client, mut c) = fresh_server().await;
+    let rw = RwKeys::new("t", &LockName::new("s").unwrap());
+    let conn = c.clone();
+    let attempt = |s: Side, owner: &'static str, reg: u64| {
+        let (mut c, rw) = (conn.clone(), &rw);
+        async move { side(s, rw, owner, reg, 150, "").invoke("t:boot", &mut c).await.unwrap() }
+    };
+    let leave = |s: Side, owner: &'static str| {
+        let (mut c, rw) = (conn.clone(), &rw);
+        async move { RwRelease { side: s, keys: rw, owner, reserve_ms: 150 }.invoke(&mut c).await.unwrap() }
+    };
+    let r1 = attempt(Side::Read, "r1", 0).await;
+    assert_eq!(r1[0], 1);
+    assert_eq!(attempt(Side::Read, "r1", 0).await, r1, "a reader's re-attempt returns the same grant");
+    assert_eq!(attempt(Side::Write, "w1", 0).await[0], 0);
+    assert_eq!(attempt(Side::Read, "r2", 0).await[0], 1, "a single try takes no place");
+    let refused = attempt(Side::Write, "w1", 3000).await;
+    assert_eq!(refused[0], 0);
+    assert!(refused[1] > 4000 && refused[1] <= 5000, "the readers' remaining lease: {}", refused[1]);
+    assert_eq!(attempt(Side::Read, "r3", 0).await[0], 0, "a queued writer holds new readers back");
+    assert_eq!(attempt(Side::Read, "r1", 0).await, r1, "a reader already in keeps its grant");
+    for owner in ["r1", "r2"] {
+        assert_eq!(leave(Side::Read, owner).await, 1);
+    }
+    let w = attempt(Side::Write, "w1", 3000).await;
+    assert_eq!(w[0], 1);
+    assert!(w[1] > r1[1]);
+    assert_eq!(attempt(Side::Write, "w1", 3000).await, w, "a writer's re-attempt returns the same grant");
+    assert_eq!(
+        get(&mut c, &rw.queue).await,
+        None,
+        "the granted writer left the queue, and an empty queue leaves no key"
+    );
+    assert_eq!(leave(Side::Write, "w2").await, 0, "not ours");
+
+    let sk = SemKeys::new("t", &LockName::new("s").unwrap());
+    let take = |owner: &'static str, n: u32| {
+        let (mut c, sk) = (conn.clone(), &sk);
+        async move { permit(sk, owner, n, 0, "").invoke("t:boot", &mut c).await.unwrap() }
+    };
+    let p1 = take("p1", 1).await;
+    assert_eq!(p1[0], 1);
+    assert_eq!(take("p1", 1).await, p1, "a re-attempt returns the same grant");
+    assert_eq!(take("p2", 1).await[0], 0);
+    assert_eq!(take("p2", 2).await, vec![-1, 1], "in use with 1 permit");
+    assert_eq!(SemRelease { keys: &sk, owner: "p1", reserve_ms: 150 }.invoke(&mut c).await.unwrap(), 1);
+    let p2 = take("p2", 2).await;
+    assert_eq!(p2[0], 1, "an empty semaphore takes a new number of permits");
+    assert!(p2[1] > p1[1]);
+}
+
+/// The kinds' queues: the freed permit goes to the head alone (woken alone), nobody overtakes,
+/// a vanished reserved head is skipped after its reservation; a writer's release wakes the run
+/// of readers at the head and not the writer behind them, a reader behind a queued writer
+/// waits, the last reader out wakes that writer.
+#[tokio::test]
+async fn kinds_queues_hand_off_in_order() {
+    let (_server, client, c) = fresh_server().await;
+    let name = LockName::new("kq").unwrap();
+    let (sk, rw) = (SemKeys::new("kq", &name), RwKeys::new("kq", &name));
+    let mut messages = listen(&client, &[&sk.channel, &rw.to_readers, &rw.to_writers]).await;
+    let take = |owner: &'static str, reg: u64| {
+        let (mut c, sk) = (c.clone(), &sk);
+        async move { permit(sk, owner, 2, reg, "").invoke("kq:boot", &mut c).await.unwrap()[0] }
+    };
+    let give_back = |owner: &'static str| {
+        let (mut c, sk) = (c.clone(), &sk);
+        async move { SemRelease { keys: sk, owner, reserve_ms: RESERVE }.invoke(&mut c).await.unwrap() }
+    };
+    assert_eq!((take("a", 0).await, take("b", REG).await), (1, 1), "free permits, empty queue");
+    for w in ["w1", "w2", "w3"] {
+        assert_eq!(take(w, REG).await, 0);
+    }
+    assert_eq!(give_back("a").await, 1);
+    assert_eq!(woken(&mut messages).await, ["@w1"], "a freed permit wakes the head alone");
+    assert_eq!(take("n", 0).await, 0, "a single try does not take the head's permit");
+    assert_eq!(take("w2", REG).await, 0, "nor does the second in line");
+    assert_eq!(take("w1", REG).await, 1, "the head takes it");
+    assert_eq!(give_back("b").await, 1);
+    assert_eq!(woken(&mut messages).await, ["@w2"]);
+    // `w2` vanishes: w3 waits for the reservation only.
+    assert_eq!(take("w3", REG).await, 0);
+    tokio::time::sleep(Duration::from_millis(RESERVE + 50)).await;
+    assert_eq!(take("w3", REG).await, 1, "the vanished head is skipped once its reservation ended");
+
+    let attempt = |s: Side, owner: &'static str, reg: u64| {
+        let (mut c, rw) = (c.clone(), &rw);
+        async move { side(s, rw, owner, reg, RESERVE, "").invoke("kq:boot", &mut c).await.unwrap()[0] }
+    };
+    let leave = |s: Side, owner: &'static str| {
+        let (mut c, rw) = (c.clone(), &rw);
+        async move { RwRelease { side: s, keys: rw, owner, reserve_ms: RESERVE }.invoke(&mut c).await.unwrap() }
+    };
+    assert_eq!(attempt(Side::Write, "W", 0).await, 1);
+    for (who, s) in [("r1", Side::Read), ("r2", Side::Read), ("w2", Side::Write), ("r3", Side::Read)] {
+        assert_eq!(attempt(s, who, REG).await, 0, "{who} waits while a writer holds");
+    }
+    let _ = woken(&mut messages).await;
+    assert_eq!(leave(Side::Write, "W").await, 1);
+    assert_eq!(woken(&mut messages).await, ["@r1", "@r2"], "the writer's release wakes the readers at the head");
+    assert_eq!(attempt(Side::Read, "r3", REG).await, 0, "a reader behind a queued writer does not join");
+    assert_eq!(attempt(Side::Read, "n", 0).await, 0, "nor does a newcomer's single try");
+    let (r2, r1) = (attempt(Side::Read, "r2", REG).await, attempt(Side::Read, "r1", REG).await);
+    assert_eq!((r2, r1), (1, 1), "the readers at the head share");
+    assert_eq!(attempt(Side::Write, "w2", REG).await, 0, "the writer waits for the readers");
+    assert_eq!(leave(Side::Read, "r1").await, 1);
+    assert_eq!(woken(&mut messages).await, Vec::<String>::new(), "a reader left, another still holds");
+    assert_eq!(leave(Side::Read, "r2").await, 1);
+    assert_eq!(woken(&mut messages).await, ["@w2"], "the last reader out wakes the head writer");
+    assert_eq!(attempt(Side::Write, "w2", REG).await, 1);
+    // A wait that ends without a grant leaves the queue (abandon is the release script).
+    assert_eq!(leave(Side::Read, "r3").await, 0, "r3 held nothing");
+    assert_eq!(leave(Side::Write, "w2").await, 1);
+    assert_eq!(get(&mut c.clone(), &rw.queue).await, None, "an empty queue leaves no key behind");
+}
+
+/// A permit waiter and a writer queued with a wake channel are woken there, and only there
+/// (the kind's channel, which every client of the name hears, carries no wake-up of theirs);
+/// re-registering with it keeps the place; a waiter without one is woken on the kind's
+/// channel.
+#[tokio::test]
+async fn kinds_waiters_are_woken_on_their_wake_channel() {
+    let (_server, client, c) = fresh_server().await;
+    let name = LockName::new("kw").unwrap();
+    let (sk, rw) = (SemKeys::new("kw", &name), RwKeys::new("kw", &name));
+    let mut named = listen(&client, &[&sk.channel, &rw.to_readers, &rw.to_writers]).await;
+    let mut own = listen(&client, &["kw:wake:A"]).await;
+    let take = |owner: &'static str, reg: u64, wake: &'static str| {
+        let (mut c, sk) = (c.clone(), &sk);
+        async move { permit(sk, owner, 1, reg, wake).invoke("kw:boot", &mut c).await.unwrap()[0] }
+    };
+    let give_back = |owner: &'static str| {
+        let (mut c, sk) = (c.clone(), &sk);
+        async move { SemRelease { keys: sk, owner, reserve_ms: RESERVE }.invoke(&mut c).await.unwrap() }
+    };
+    assert_eq!(take("a", 0, "").await, 1);
+    assert_eq!(take("w", REG, "kw:wake:A").await, 0);
+    assert_eq!(take("v", REG, "").await, 0);
+    assert_eq!(take("w", REG, "kw:wake:A").await, 0, "re-registering keeps the place");
+    let _ = (woken(&mut named).await, woken(&mut own).await);
+    assert_eq!(give_back("a").await, 1);
+    assert_eq!(woken(&mut own).await, ["@w"], "woken on its wake channel");
+    let heard = woken(&mut named).await;
+    assert!(heard.iter().all(|m| !m.starts_with('@')), "nothing for it on the kind's channel: {heard:?}");
+    assert_eq!(take("v", REG, "").await, 0, "w keeps its place");
+    assert_eq!(take("w", REG, "kw:wake:A").await, 1);
+    assert_eq!(give_back("w").await, 1);
+    assert_eq!(woken(&mut named).await, ["@v"], "no wake channel: the kind's channel");
+    assert!(woken(&mut own).await.is_empty());
+    assert_eq!(take("v", REG, "").await, 1);
+
+    // A writer queued behind a holder, woken on its wake channel by the release.
+    let write = |owner: &'static str, reg: u64, wake: &'static str| {
+        let (mut c, rw) = (c.clone(), &rw);
+        async move { side(Side::Write, rw, owner, reg, RESERVE, wake).invoke("kw:boot", &mut c).await.unwrap()[0] }
+    };
+    assert_eq!(write("W", 0, "").await, 1);
+    assert_eq!(write("X", REG, "kw:wake:A").await, 0);
+    let _ = (woken(&mut named).await, woken(&mut own).await);
+    let left = RwRelease { side: Side::Write, keys: &rw, owner: "W", reserve_ms: RESERVE };
+    assert_eq!(left.invoke(&mut c.clone()).await.unwrap(), 1);
+    assert_eq!(woken(&mut own).await, ["@X"]);
+    assert!(woken(&mut named).await.iter().all(|m| !m.starts_with('@')));
+    assert_eq!(write("X", REG, "kw:wake:A").await, 1, "the woken writer takes it");
+}

@@ -1,0 +1,164 @@
+//! Redlock's per-master scripts and the ticket queue (`scripts/redlock.rs` has the rules).
+
+use std::time::Duration;
+
+use lock_core::LockName;
+use lock_redis::scripts::{Keys, RedlockAcquire, RedlockFence, RedlockRelease, RedlockUndo};
+
+use crate::{fresh_server, get, heard, listen, next};
+
+const RESERVE: u64 = 150;
+
+/// An attempt of `owner` for 5 s: `reg` 0 a single try, else a waiting attempt with `ticket`.
+fn attempt<'a>(
+    k: &'a Keys,
+    owner: &'a str,
+    attempt: &'a str,
+    reg: u64,
+    ticket: u64,
+    wake: &'a str,
+) -> RedlockAcquire<'a> {
+    RedlockAcquire {
+        keys: k,
+        owner,
+        ttl_ms: 5000,
+        attempt,
+        quiet_ms: 0,
+        registration_ms: reg,
+        ticket,
+        reserve_ms: RESERVE,
+        wake,
+    }
+}
+
+/// An undo of a later attempt leaves its grant alone; set-if-greater counts only the attempt
+/// that stored a token as its store; the floor is the stored counter when it is ahead of the
+/// clock.
+#[tokio::test]
+async fn undo_and_fence_are_scoped_to_one_attempt() {
+    let (_server, _client, mut c) = fresh_server().await;
+    let r = Keys::new("t", &LockName::new("r").unwrap());
+    for id in ["a1", "a2"] {
+        assert_eq!(attempt(&r, "o1", id, 0, 0, "").invoke("t:boot", &mut c).await.unwrap()[0], 1);
+    }
+    let undo = |id| RedlockUndo { keys: &r, owner: "o1", attempt: id, reserve_ms: RESERVE, wake: "" };
+    assert_eq!(undo("a1").invoke(&mut c).await.unwrap(), 0, "a stale undo must not free a later attempt's grant");
+    assert_eq!(undo("a2").invoke(&mut c).await.unwrap(), 1);
+
+    let big = "9000000000000001";
+    let big_n: i64 = big.parse().unwrap();
+    let conn = c.clone();
+    let fence = |token: &'static str, id: &'static str| {
+        let (mut c, r) = (conn.clone(), &r);
+        async move { RedlockFence { keys: r, token, attempt: id }.invoke(&mut c).await.unwrap() }
+    };
+    assert_eq!(fence(big, "f1").await, vec![1, big_n], "a greater token is stored");
+    assert_eq!(fence(big, "f1").await, vec![1, big_n], "a re-delivery of the same attempt still counts");
+    assert_eq!(fence(big, "f2").await, vec![0, big_n], "an equal counter stored by another attempt is not ours");
+    assert_eq!(fence("5", "f3").await, vec![0, big_n], "a lower token never overwrites");
+    let g = attempt(&r, "o3", "a", 0, 0, "").invoke("t:boot", &mut c).await.unwrap();
+    assert_eq!(g[1].to_string(), big, "the floor is the stored counter when it is ahead of the clock");
+}
+
+/// Two key prefixes standing for two masters: registrations that arrive in opposite orders
+/// give both the same head; the head alone is granted (not a waiting newcomer, not a single
+/// try); a head whose round failed keeps its place and its undo wakes nobody; a release wakes
+/// the next head alone; a vanished head is skipped once its reservation ends.
+#[tokio::test]
+async fn ticket_queue_agrees_on_the_head_whatever_the_arrival_order() {
+    let (_server, client, conn) = fresh_server().await;
+    let name = LockName::new("tq").unwrap();
+    let (m1, m2) = (Keys::new("m1", &name), Keys::new("m2", &name));
+    let mut messages = listen(&client, &[&m1.channel]).await;
+    // `reg` 0: a single try; otherwise a waiting attempt with `ticket`. Whether it was granted.
+    let take = |k: &Keys, owner: &'static str, id: &'static str, reg: u64, ticket: u64| {
+        let (mut c, k) = (conn.clone(), k.clone());
+        async move { attempt(&k, owner, id, reg, ticket, "").invoke("tq:boot", &mut c).await.unwrap()[0] == 1 }
+    };
+    let release = |k: &Keys, owner: &'static str| {
+        let (mut c, k) = (conn.clone(), k.clone());
+        async move { RedlockRelease { keys: &k, owner, reserve_ms: RESERVE, wake: "" }.invoke(&mut c).await.unwrap() }
+    };
+    let undo = |k: &Keys, owner: &'static str, id: &'static str| {
+        let (mut c, k) = (conn.clone(), k.clone());
+        async move {
+            RedlockUndo { keys: &k, owner, attempt: id, reserve_ms: RESERVE, wake: "" }.invoke(&mut c).await.unwrap()
+        }
+    };
+    let soon = Duration::from_secs(2);
+
+    for k in [&m1, &m2] {
+        assert!(take(k, "h", "a0", 0, 0).await, "a free key with no queue goes to the first try");
+    }
+    // x (ticket 200) reaches m1 first, y (ticket 100) reaches m2 first.
+    assert!(!take(&m1, "x", "a1", 2000, 200).await);
+    assert!(!take(&m2, "y", "a1", 2000, 100).await);
+    assert!(!take(&m1, "y", "a1", 2000, 100).await);
+    assert!(!take(&m2, "x", "a1", 2000, 200).await);
+    assert_eq!(release(&m1, "h").await, 1);
+    assert_eq!(next(&mut messages, soon).await.as_deref(), Some("@y"), "the lowest ticket is woken");
+    assert_eq!(release(&m2, "h").await, 1);
+    for k in [&m1, &m2] {
+        assert!(!take(k, "n", "a1", 0, 0).await, "a single try does not overtake the head");
+        assert!(!take(k, "x", "a2", 2000, 200).await, "nor does a later ticket");
+    }
+    // y's round fails elsewhere: its undo frees m1 but keeps its place and wakes nobody.
+    assert!(take(&m1, "y", "a2", 2000, 100).await, "the head is granted");
+    assert_eq!(undo(&m1, "y", "a1").await, 0, "an undo of another attempt frees nothing");
+    assert_eq!(undo(&m1, "y", "a2").await, 1);
+    let quiet = Duration::from_millis(300);
+    assert_eq!(next(&mut messages, quiet).await, None, "the head's own undo wakes nobody");
+    assert!(!take(&m1, "x", "a3", 2000, 200).await, "the head kept its place");
+    assert_eq!(
+        next(&mut messages, soon).await.as_deref(),
+        Some("@y"),
+        "finding the key free behind a head starts the head's reservation and wakes it"
+    );
+    for k in [&m1, &m2] {
+        assert!(take(k, "y", "a3", 2000, 100).await, "the head wins its next round everywhere");
+    }
+    assert_eq!(release(&m1, "y").await, 1);
+    assert_eq!(next(&mut messages, soon).await.as_deref(), Some("@x"), "the next head alone");
+    // x vanishes: it holds m1 back for its reservation only.
+    assert!(!take(&m1, "n", "a1", 0, 0).await);
+    tokio::time::sleep(Duration::from_millis(RESERVE + 50)).await;
+    assert!(take(&m1, "n", "a1", 0, 0).await, "once its reservation ended the vanished head is skipped");
+    assert_eq!(release(&m1, "n").await, 1);
+    assert_eq!(get(&mut conn.clone(), &m1.redlock_queue).await, None, "an empty queue leaves no key behind");
+}
+
+/// A waiter queued with a wake channel (`owner~channel`) is woken there and not on the name's
+/// channel; its own undo (it is the head) wakes nobody; its release, by its entry, removes its
+/// place.
+#[tokio::test]
+async fn ticket_queue_wakes_an_entry_on_its_wake_channel() {
+    let (_server, client, mut c) = fresh_server().await;
+    let k = Keys::new("m1", &LockName::new("tqw").unwrap());
+    let (mut on_name, mut on_wake) = (listen(&client, &[&k.channel]).await, listen(&client, &["m1:wake:Y"]).await);
+    let conn = c.clone();
+    let take = |owner: &'static str, id: &'static str, reg: u64, wake: &'static str| {
+        let (mut c, k) = (conn.clone(), &k);
+        async move { attempt(k, owner, id, reg, 100, wake).invoke("tq:boot", &mut c).await.unwrap()[0] == 1 }
+    };
+    let release = |owner: &'static str, wake: &'static str| {
+        let (mut c, k) = (conn.clone(), &k);
+        async move { RedlockRelease { keys: k, owner, reserve_ms: RESERVE, wake }.invoke(&mut c).await.unwrap() }
+    };
+    let quiet = Duration::from_millis(300);
+
+    assert!(take("h", "a0", 0, "").await);
+    assert!(!take("y", "a1", 2000, "m1:wake:Y").await);
+    assert!(!take("y", "a1", 2000, "m1:wake:Y").await, "re-registering keeps one entry");
+    let _ = heard(&mut on_name, quiet).await;
+    assert_eq!(release("h", "").await, 1);
+    assert!(take("y", "a2", 2000, "m1:wake:Y").await, "the head, by its entry, is granted");
+    assert_eq!(heard(&mut on_wake, quiet).await, ["@y"], "woken on its wake channel");
+    let named = heard(&mut on_name, quiet).await;
+    assert!(named.iter().all(|m| !m.starts_with('@')), "no hand-off on the name's channel: {named:?}");
+    let undo = RedlockUndo { keys: &k, owner: "y", attempt: "a2", reserve_ms: RESERVE, wake: "m1:wake:Y" };
+    assert_eq!(undo.invoke(&mut c).await.unwrap(), 1);
+    assert!(heard(&mut on_wake, quiet).await.is_empty(), "the head's own undo wakes nobody");
+    assert!(take("y", "a3", 2000, "m1:wake:Y").await);
+    assert_eq!(release("y", "m1:wake:Y").await, 1);
+    assert_eq!(get(&mut c, &k.redlock_queue).await, None, "the release removed its entry");
+}
