@@ -1,10 +1,12 @@
-//! [`Client`]: one connection to the backend a URL names, handing out every lock kind over it.
+//! [`Client`]: one connection to the backend a URL names, handing out every lock kind over it:
+//! the backend's [`LockProvider`] plus the URL it was made from (for redacting errors).
 
 use std::sync::Arc;
 
-use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, MemoryLock};
+use lock_core::{Capabilities, DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockProvider};
 
-use crate::url::{redact_error, Scheme};
+use crate::registry::driver_of;
+use crate::url::redact_error;
 use crate::Config;
 
 /// One connection to a backend, from which the exclusive lock, the read-write lock and the
@@ -29,53 +31,21 @@ use crate::Config;
 /// Built from what the application already has: [`Client::from_sql`] over
 /// [`lock_sql::SqlBackend::from_pg_pool`] (or the MySQL / SQLite pool),
 /// [`Client::from_redis`] over [`lock_redis::RedisBackend::from_client`], [`Client::from_zk`]
-/// over [`lock_zk::from_client`]; their docs say what each costs.
+/// over [`lock_zk::from_client`]; their docs say what each costs. Any other backend (one of your
+/// own): [`Client::from_provider`], or register its scheme ([`crate::register_backend`]) and
+/// connect by URL.
 #[derive(Clone)]
 pub struct Client {
-    backend: Backend,
-    /// For redacting errors of the kinds made later (may hold a password; never shown). A build
-    /// with only ZooKeeper makes no kind that can fail later.
-    #[cfg_attr(not(any(feature = "sql", feature = "redis")), allow(dead_code))]
+    provider: Arc<dyn LockProvider>,
+    /// For redacting errors of the kinds made later (may hold a password; never shown). Empty
+    /// for a client over a handle the application built.
     url: String,
-}
-
-#[derive(Clone)]
-enum Backend {
-    Memory(MemoryLock),
-    #[cfg(feature = "sql")]
-    Sql(lock_sql::SqlBackend),
-    #[cfg(feature = "redis")]
-    Redis(lock_redis::RedisBackend),
-    #[cfg(feature = "redis")]
-    Redlock(lock_redis::Redlock),
-    #[cfg(feature = "zk")]
-    Zk(lock_zk::ZkLock),
 }
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Client").field("backend", &self.lock().backend()).finish()
+        f.debug_struct("Client").field("backend", &self.provider.backend()).finish()
     }
-}
-
-/// A client of one of the kinds beyond the exclusive lock (`$method` on the SQL and Redis
-/// backends, which set up its tables or check its ACL on first use; Redlock has none).
-macro_rules! kind_client {
-    ($client:expr, $kind:ident, $method:ident, $what:literal) => {{
-        let client = $client;
-        let made: Arc<dyn $kind> = match &client.backend {
-            Backend::Memory(m) => Arc::new(m.clone()),
-            #[cfg(feature = "sql")]
-            Backend::Sql(b) => Arc::new(b.$method().await.map_err(|e| client.redact(e))?),
-            #[cfg(feature = "redis")]
-            Backend::Redis(b) => Arc::new(b.$method().await.map_err(|e| client.redact(e))?),
-            #[cfg(feature = "redis")]
-            Backend::Redlock(_) => return Err(unsupported(Scheme::Redlock, $what)),
-            #[cfg(feature = "zk")]
-            Backend::Zk(z) => Arc::new(z.clone()),
-        };
-        Ok(made)
-    }};
 }
 
 impl Client {
@@ -84,59 +54,72 @@ impl Client {
         Client::from_config(&Config::from_url(url)).await
     }
 
-    /// Connects to the backend named by `config.url`, with the config's tuning keys; the
-    /// config's `request_timeout`, when set, bounds every request of every backend.
+    /// Connects to the backend named by `config.url` (a shipped backend, or one registered with
+    /// [`crate::register_backend`]), with the config's tuning keys; the config's
+    /// `request_timeout`, when set, bounds every request of every backend.
     pub async fn from_config(config: &Config) -> Result<Client, LockError> {
         config.validate()?;
-        let backend = open(config).await.map_err(|e| redact_error(e, &config.url))?;
-        Ok(Client { backend, url: config.url.clone() })
+        let driver = driver_of(&config.url)?;
+        let connect = driver.connect.ok_or_else(|| driver.not_compiled())?;
+        let provider = connect(config).await.map_err(|e| redact_error(e, &config.url))?;
+        Ok(Client { provider, url: config.url.clone() })
+    }
+
+    /// Over a provider the application built (a backend of its own, or a shipped one over
+    /// connections it already has).
+    pub fn from_provider(provider: Arc<dyn LockProvider>) -> Client {
+        Client { provider, url: String::new() }
     }
 
     /// Over an SQL backend the application built (e.g. from its own sqlx pool).
     #[cfg(feature = "sql")]
     pub fn from_sql(backend: lock_sql::SqlBackend) -> Client {
-        Client { backend: Backend::Sql(backend), url: String::new() }
+        Client::from_provider(Arc::new(crate::backends::SqlProvider::new(backend)))
     }
 
     /// Over a Redis backend the application built (e.g. from its own `redis::Client`).
     #[cfg(feature = "redis")]
     pub fn from_redis(backend: lock_redis::RedisBackend) -> Client {
-        Client { backend: Backend::Redis(backend), url: String::new() }
+        Client::from_provider(Arc::new(crate::backends::RedisProvider::new(backend)))
     }
 
     /// Over a ZooKeeper lock client the application built (e.g. over its own session).
     #[cfg(feature = "zk")]
     pub fn from_zk(client: lock_zk::ZkLock) -> Client {
-        Client { backend: Backend::Zk(client), url: String::new() }
+        Client::from_provider(Arc::new(crate::backends::ZkProvider(client)))
+    }
+
+    /// The backend's provider, for what the lock kinds do not cover (e.g. [`LockProvider::purge`]).
+    pub fn provider(&self) -> &Arc<dyn LockProvider> {
+        &self.provider
+    }
+
+    /// The backend's name (`postgres`, `redis`, …).
+    pub fn backend(&self) -> &str {
+        self.provider.backend()
+    }
+
+    /// What the exclusive lock promises.
+    pub fn capabilities(&self) -> Capabilities {
+        self.provider.capabilities()
     }
 
     /// The exclusive lock (docs/contract.md §5.1).
     pub fn lock(&self) -> Arc<dyn DistributedLock> {
-        match &self.backend {
-            Backend::Memory(m) => Arc::new(m.clone()),
-            #[cfg(feature = "sql")]
-            Backend::Sql(b) => Arc::new(b.lock()),
-            #[cfg(feature = "redis")]
-            Backend::Redis(b) => Arc::new(b.lock()),
-            #[cfg(feature = "redis")]
-            Backend::Redlock(l) => Arc::new(l.clone()),
-            #[cfg(feature = "zk")]
-            Backend::Zk(z) => Arc::new(z.clone()),
-        }
+        self.provider.lock()
     }
 
     /// The read-write lock (docs/contract.md §5.2); `Unsupported` on Redlock. On SQL the first
     /// call creates its tables if missing; on Redis it checks the user's ACL once.
     pub async fn rw(&self) -> Result<Arc<dyn DistributedRwLock>, LockError> {
-        kind_client!(self, DistributedRwLock, rw, "read-write locks")
+        self.provider.rw().await.map_err(|e| self.redact(e))
     }
 
     /// The semaphore (docs/contract.md §5.3); `Unsupported` on Redlock.
     pub async fn semaphore(&self) -> Result<Arc<dyn DistributedSemaphore>, LockError> {
-        kind_client!(self, DistributedSemaphore, semaphore, "semaphores")
+        self.provider.semaphore().await.map_err(|e| self.redact(e))
     }
 
-    #[cfg_attr(not(any(feature = "sql", feature = "redis")), allow(dead_code))]
     fn redact(&self, e: LockError) -> LockError {
         if self.url.is_empty() {
             e
@@ -146,41 +129,13 @@ impl Client {
     }
 }
 
-async fn open(config: &Config) -> Result<Backend, LockError> {
-    let url = config.url.as_str();
-    if let Some(warning) = crate::tls::weak_tls_warning(url) {
-        tracing::warn!("{warning}");
-    }
-    match Scheme::of(url)?.compiled()? {
-        Scheme::Memory => Ok(Backend::Memory(MemoryLock::named(url.split_once("://").map(|(_, n)| n).unwrap_or("")))),
-        #[cfg(feature = "sql")]
-        Scheme::Sqlite | Scheme::Postgres | Scheme::Mysql => {
-            Ok(Backend::Sql(lock_sql::SqlBackend::connect(url, config.sql_options()).await?))
-        }
-        #[cfg(feature = "redis")]
-        Scheme::Redis => Ok(Backend::Redis(lock_redis::RedisBackend::connect(url, config.redis_options()).await?)),
-        #[cfg(feature = "redis")]
-        Scheme::Redlock => Ok(Backend::Redlock(lock_redis::connect_redlock(url, config.redis_options()).await?)),
-        #[cfg(feature = "zk")]
-        Scheme::ZooKeeper => Ok(Backend::Zk(lock_zk::connect(url, config.zk_options()).await?)),
-        #[allow(unreachable_patterns)]
-        other => Err(other.not_compiled()),
-    }
-}
-
-/// Whether the backend of `scheme` has `kind` ("read-write locks", "semaphores"): the
-/// `Unsupported` error when it does not, or `Config` when the backend is not compiled in.
-pub(crate) fn check_kind(scheme: Scheme, kind: &'static str) -> Result<(), LockError> {
-    match scheme {
-        Scheme::Redlock => Err(unsupported(scheme, kind)),
-        _ => Ok(()),
-    }
-}
-
-fn unsupported(scheme: Scheme, feature: &'static str) -> LockError {
-    if scheme.is_compiled() {
-        LockError::unsupported(format!("{scheme:?}").to_lowercase(), feature)
-    } else {
-        scheme.not_compiled()
+/// The `Unsupported` error, before connecting, when the backend `config.url` names offers only
+/// the exclusive lock (`kind`: "read-write locks", "semaphores").
+pub(crate) fn check_kind(config: &Config, kind: &'static str) -> Result<(), LockError> {
+    let driver = driver_of(&config.url)?;
+    match driver.connect {
+        None => Err(driver.not_compiled()),
+        Some(_) if driver.exclusive_only => Err(LockError::unsupported(driver.name, kind)),
+        Some(_) => Ok(()),
     }
 }

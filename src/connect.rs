@@ -8,7 +8,6 @@ use std::sync::Arc;
 use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LockError};
 
 use crate::client::check_kind;
-use crate::url::Scheme;
 use crate::{Client, Config};
 
 /// Connects to the backend named by `url`, with default tuning.
@@ -46,7 +45,7 @@ pub async fn connect_with(config: &Config) -> Result<Arc<dyn DistributedLock>, L
 /// ```
 pub async fn connect_rw_with(config: &Config) -> Result<Arc<dyn DistributedRwLock>, LockError> {
     config.validate()?;
-    check_kind(Scheme::of(&config.url)?, "read-write locks")?;
+    check_kind(config, "read-write locks")?;
     Client::from_config(config).await?.rw().await
 }
 
@@ -54,7 +53,7 @@ pub async fn connect_rw_with(config: &Config) -> Result<Arc<dyn DistributedRwLoc
 /// Every backend but Redlock offers it; Redlock answers `Unsupported`.
 pub async fn connect_semaphore_with(config: &Config) -> Result<Arc<dyn DistributedSemaphore>, LockError> {
     config.validate()?;
-    check_kind(Scheme::of(&config.url)?, "semaphores")?;
+    check_kind(config, "semaphores")?;
     Client::from_config(config).await?.semaphore().await
 }
 

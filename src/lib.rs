@@ -1,19 +1,28 @@
 #![doc = include_str!("../README.md")]
 
+mod backends;
 pub mod blocking;
+#[cfg(feature = "cli")]
+pub mod cli;
 mod client;
 pub mod config;
 pub mod connect;
+mod driver;
+mod load;
 #[cfg(feature = "metrics")]
 pub mod metrics;
+mod registry;
+mod scheme;
 pub mod tls;
 pub mod url;
 
 pub use client::Client;
 pub use config::Config;
 pub use connect::{connect, connect_rw_with, connect_semaphore_with, connect_with};
+pub use driver::{ConnectFn, Connecting, Driver};
 pub use lock_core::*;
-pub use url::Scheme;
+pub use registry::{driver_of, drivers, register_backend};
+pub use scheme::Scheme;
 
 /// The Redis and Redlock backends.
 #[cfg(feature = "redis")]

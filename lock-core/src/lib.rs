@@ -53,6 +53,7 @@ mod memory;
 mod multi;
 mod name;
 mod options;
+mod provider;
 #[cfg(feature = "sqlx")]
 mod sqlx_token;
 mod store;
@@ -73,3 +74,4 @@ pub use memory::MemoryLock;
 pub use multi::acquire_all;
 pub use name::{FencingToken, LockName, OwnerId, MAX_NAME_LEN};
 pub use options::{clock_drift, AcquireOptions, WaitPolicy, DEFAULT_TTL};
+pub use provider::LockProvider;

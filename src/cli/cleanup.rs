@@ -9,9 +9,11 @@
 //!   `SCAN`, removed with `DEL`);
 //! - ZooKeeper: the lock nodes `<root>/[rw~|sem~]<escaped prefix>…` with their children.
 //!
+//! - a registered backend: its provider's [`crate::LockProvider::purge`].
+//!
 //! The fencing counters go too: no client will ever use these names again.
 
-use dlock::{Config, LockError, LockName, Scheme};
+use crate::{Client, Config, LockError, LockName, Scheme};
 
 /// Deletes what the run with names under `prefix` left behind; how many rows, keys or znodes.
 pub(crate) async fn purge(config: &Config, prefix: &str) -> Result<u64, LockError> {
@@ -19,6 +21,7 @@ pub(crate) async fn purge(config: &Config, prefix: &str) -> Result<u64, LockErro
     let escaped = LockName::new(prefix)?.escaped();
     match Scheme::of(&config.url)? {
         Scheme::Memory => Ok(0),
+        Scheme::Registered(_) => Client::from_config(config).await?.provider().purge(&LockName::new(prefix)?).await,
         #[cfg(feature = "sql")]
         Scheme::Postgres | Scheme::Mysql | Scheme::Sqlite => sql(config, prefix).await,
         #[cfg(feature = "redis")]

@@ -2,8 +2,8 @@
 //! in the form `dlock.toml` takes, or as JSON. The URL is shown redacted and the whole text
 //! passes the redactor, so no password reaches the terminal.
 
+use crate::LockError;
 use clap::Args;
-use dlock::LockError;
 use serde_json::Value;
 
 use super::redactor::Redactor;
@@ -12,7 +12,7 @@ use super::redactor::Redactor;
 #[derive(Args)]
 pub(crate) struct ConfigArgs {
     #[command(flatten)]
-    target: crate::Target,
+    target: crate::cli::target::Target,
     /// Print JSON instead of TOML.
     #[arg(long)]
     json: bool,

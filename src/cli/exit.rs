@@ -13,7 +13,7 @@
 
 use std::process::{ExitCode, ExitStatus};
 
-use dlock::LockError;
+use crate::LockError;
 
 /// An exit code of the tool.
 pub(crate) type Exit = u8;
@@ -40,7 +40,9 @@ pub(crate) fn of_error(e: &LockError) -> Exit {
 
 /// A command's status as a shell reports it (128 + N for a signal N), clamped to a byte.
 pub(crate) fn of_status(status: ExitStatus) -> Exit {
-    u8::try_from(crate::cli::run::status_code(status).clamp(0, 255)).unwrap_or(u8::MAX)
+    use std::os::unix::process::ExitStatusExt;
+    let shell = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+    u8::try_from(shell.clamp(0, 255)).unwrap_or(u8::MAX)
 }
 
 /// For `main`.

@@ -5,12 +5,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock::url::UrlParts;
-use dlock::{Config, DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockName, Scheme};
+use crate::url::UrlParts;
+use crate::{Config, DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockName, Scheme};
 use lock_conformance::proxy::ProxyGroup;
 use lock_conformance::{async_trait, Fixture, LinkedClient};
 
-/// A deployment named by a URL. The suite's clients are made with [`dlock::connect_with`].
+/// A deployment named by a URL. The suite's clients are made with [`crate::connect_with`].
 pub(crate) struct UrlFixture {
     config: Config,
     scheme: Scheme,
@@ -41,13 +41,13 @@ impl UrlFixture {
         let hosts: Vec<String> = proxied.iter().map(SocketAddr::to_string).collect();
         let Some(parts) = UrlParts::parse(&self.config.url) else { return Ok(None) };
         config.url = format!("{}{}{}", parts.head(), hosts.join(","), parts.tail());
-        let client = dlock::connect_with(&config).await?;
+        let client = crate::connect_with(&config).await?;
         Ok(Some(LinkedClient { client, link: Arc::new(group) }))
     }
 
     pub(crate) async fn new(config: Config) -> Result<Self, LockError> {
         let scheme = Scheme::of(&config.url)?;
-        let first = dlock::connect_with(&config).await?;
+        let first = crate::connect_with(&config).await?;
         let prefix = format!("dlock-conformance-{:08x}/", rand_u32());
         Ok(UrlFixture { backend: first.backend().to_owned(), config, scheme, prefix, _first: first })
     }
@@ -67,11 +67,11 @@ impl Fixture for UrlFixture {
     }
 
     async fn client(&self) -> Result<Arc<dyn DistributedLock>, LockError> {
-        dlock::connect_with(&self.config).await
+        crate::connect_with(&self.config).await
     }
 
     async fn rw_client(&self) -> Result<Option<Arc<dyn DistributedRwLock>>, LockError> {
-        match dlock::connect_rw_with(&self.config).await {
+        match crate::connect_rw_with(&self.config).await {
             Ok(c) => Ok(Some(c)),
             Err(LockError::Unsupported { .. }) => Ok(None),
             Err(e) => Err(e),
@@ -79,7 +79,7 @@ impl Fixture for UrlFixture {
     }
 
     async fn semaphore_client(&self) -> Result<Option<Arc<dyn DistributedSemaphore>>, LockError> {
-        match dlock::connect_semaphore_with(&self.config).await {
+        match crate::connect_semaphore_with(&self.config).await {
             Ok(c) => Ok(Some(c)),
             Err(LockError::Unsupported { .. }) => Ok(None),
             Err(e) => Err(e),
@@ -118,7 +118,7 @@ impl Fixture for UrlFixture {
         let rewritten: Vec<String> = group.proxies().iter().map(|p| p.local_addr().to_string()).collect();
         let mut config = self.config.clone();
         config.url = format!("{}{}{}", parts.head(), rewritten.join(","), parts.tail());
-        let client = dlock::connect_with(&config).await?;
+        let client = crate::connect_with(&config).await?;
         Ok(Some(LinkedClient { client, link: Arc::new(group) }))
     }
 

@@ -3,17 +3,17 @@
 
 use std::fmt::Write;
 
+use crate::{HolderInfo, LockError};
 use clap::Args;
-use dlock::{HolderInfo, LockError};
 
+use crate::cli::redactor::Redactor;
 use crate::cli::status::{json_printable, printable, remaining};
-use crate::Redactor;
 
 /// Arguments of `dlock list`.
 #[derive(Args)]
 pub(crate) struct ListArgs {
     #[command(flatten)]
-    target: crate::Target,
+    target: crate::cli::target::Target,
     /// Only names starting with this text (default: every name).
     #[arg(long, default_value = "")]
     prefix: String,
@@ -28,7 +28,7 @@ pub(crate) struct ListArgs {
 /// Prints the held locks.
 pub(crate) async fn run(args: ListArgs, out: &Redactor) -> Result<bool, LockError> {
     let config = args.target.load(out)?;
-    let lock = dlock::connect_with(&config).await?;
+    let lock = crate::connect_with(&config).await?;
     let held = lock.list(&args.prefix, args.limit).await?;
     if args.json {
         let text = serde_json::to_string_pretty(&held).map_err(|e| LockError::backend("dlock", e))?;

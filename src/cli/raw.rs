@@ -10,7 +10,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use dlock::{LockError, Scheme};
+use crate::{LockError, Scheme};
 
 /// The bound on connecting and on every request made through these connections.
 pub(crate) const WAIT: Duration = Duration::from_secs(10);

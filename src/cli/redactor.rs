@@ -1,5 +1,5 @@
 //! The CLI's output gate: every line it prints and every log line of the libraries below it is
-//! passed through [`dlock::url::redact_message`] with the URLs this run was given, so no client
+//! passed through [`crate::url::redact_message`] with the URLs this run was given, so no client
 //! library that logs or echoes its connection string can put a secret on the terminal.
 
 use std::io::Write;
@@ -26,7 +26,7 @@ impl Redactor {
     /// `text` with the secrets of every known URL hidden.
     pub(crate) fn scrub(&self, text: &str) -> String {
         let urls = self.urls.read().unwrap_or_else(PoisonError::into_inner);
-        urls.iter().fold(text.to_owned(), |text, url| dlock::url::redact_message(&text, url))
+        urls.iter().fold(text.to_owned(), |text, url| crate::url::redact_message(&text, url))
     }
 
     /// Prints a line on stdout, secrets hidden.

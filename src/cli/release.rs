@@ -1,20 +1,20 @@
 //! `dlock release --force NAME [--json]`: an operator's override for a holder that is stuck or
 //! gone (docs/contract.md §5.6). It frees the lock whoever holds it
-//! ([`dlock::DistributedLock::force_release`]), then takes it over once (`try_acquire`) and
+//! ([`crate::DistributedLock::force_release`]), then takes it over once (`try_acquire`) and
 //! releases that, so a token higher than the old holder's has been issued: a fenced resource
 //! that has seen it refuses the old holder's writes. Prints both tokens. The old holder's next
 //! renewal fails and its lease reports itself lost.
 
+use crate::{FencingToken, Holder, LockError};
 use clap::Args;
-use dlock::{FencingToken, Holder, LockError};
 
-use crate::Redactor;
+use crate::cli::redactor::Redactor;
 
 /// Arguments of `dlock release`.
 #[derive(Args)]
 pub(crate) struct ReleaseArgs {
     #[command(flatten)]
-    lock: crate::NamedLock,
+    lock: crate::cli::target::NamedLock,
     /// Required: free the lock whoever holds it (there is no owner-checked release from the
     /// command line; the holder's own process releases with its lease).
     #[arg(long, required = true)]

@@ -9,24 +9,23 @@
 //! with its status (128 + N when a signal N ended it). When the lease is lost first, the command
 //! gets SIGTERM, SIGKILL after `--grace`, and dlock exits 3. See [`crate::exit`] for the codes.
 
-use std::process::ExitStatus;
 use std::time::Duration;
 
+use crate::{Holder, LockError, LockName, WaitPolicy};
 use clap::Args;
-use dlock::{Holder, LockError, LockName, WaitPolicy};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use tokio::process::Command;
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::cli::exit::{self, Exit};
-use crate::Redactor;
+use crate::cli::redactor::Redactor;
 
 /// Arguments of `dlock run`.
 #[derive(Args)]
 pub(crate) struct RunArgs {
     #[command(flatten)]
-    target: crate::Target,
+    target: crate::cli::target::Target,
     /// The lock name.
     #[arg(long)]
     name: String,
@@ -83,7 +82,7 @@ async fn run_inner(args: RunArgs, out: &Redactor) -> Result<Exit, LockError> {
     // Listen before the command exists, so a signal that arrives early is not lost.
     let mut sigint = signal(SignalKind::interrupt()).map_err(|e| LockError::backend("dlock", e))?;
     let mut sigterm = signal(SignalKind::terminate()).map_err(|e| LockError::backend("dlock", e))?;
-    let lock = dlock::connect_with(&config).await?;
+    let lock = crate::connect_with(&config).await?;
     let lease = lock.acquire(&name, &opts).await?;
     let (program, rest) = args.command.split_first().ok_or_else(|| LockError::config("no command to run"))?;
     let mut command = Command::new(program);
@@ -149,10 +148,4 @@ fn forward(pid: Option<Pid>, sig: Signal) {
     if let Some(pid) = pid {
         let _ = kill(pid, sig);
     }
-}
-
-/// `ExitStatus` of a command, as a shell reports it.
-pub(crate) fn status_code(status: ExitStatus) -> i32 {
-    use std::os::unix::process::ExitStatusExt;
-    status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
 }

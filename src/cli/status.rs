@@ -5,16 +5,16 @@
 
 use std::time::Duration;
 
+use crate::{HolderInfo, LockError};
 use clap::Args;
-use dlock::{HolderInfo, LockError};
 
-use crate::Redactor;
+use crate::cli::redactor::Redactor;
 
 /// Arguments of `dlock status`.
 #[derive(Args)]
 pub(crate) struct StatusArgs {
     #[command(flatten)]
-    lock: crate::NamedLock,
+    lock: crate::cli::target::NamedLock,
     /// Print one JSON object (`"held": false` when free).
     #[arg(long)]
     json: bool,

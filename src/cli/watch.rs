@@ -6,17 +6,17 @@
 
 use std::time::Duration;
 
+use crate::{FencingToken, HolderInfo, LockError};
 use clap::Args;
-use dlock::{FencingToken, HolderInfo, LockError};
 
+use crate::cli::redactor::Redactor;
 use crate::cli::status;
-use crate::Redactor;
 
 /// Arguments of `dlock watch`.
 #[derive(Args)]
 pub(crate) struct WatchArgs {
     #[command(flatten)]
-    lock: crate::NamedLock,
+    lock: crate::cli::target::NamedLock,
     /// How often to ask the backend (it is polled: a holder shorter than this may be missed).
     #[arg(long, value_parser = humantime::parse_duration, default_value = "200ms")]
     interval: Duration,
@@ -39,7 +39,7 @@ pub(crate) async fn run(args: WatchArgs, out: &Redactor) -> Result<bool, LockErr
     if args.interval.is_zero() {
         return Err(LockError::invalid_options("--interval must be above zero"));
     }
-    let lock = dlock::connect_with(&config).await?;
+    let lock = crate::connect_with(&config).await?;
     let print = |info: Option<&HolderInfo>| -> Result<(), LockError> {
         if args.json {
             out.println(&status::json(name.as_str(), info)?);

@@ -16,6 +16,10 @@ struct Items {
 impl Crate {
     pub(crate) fn public_api(&self, crate_name: &str) -> BTreeSet<String> {
         let mut out = BTreeSet::new();
+        // Inherent impls may sit in any module of the crate (a type's loading methods beside the
+        // code they need): a type's methods are its own module's plus those of impls in modules
+        // that define no type of that name.
+        let all: Vec<Items> = self.modules.values().map(|m| items(&m.code)).collect();
         let mut reachable = vec![Vec::<String>::new()];
         while let Some(at) = reachable.pop() {
             let Some(m) = self.modules.get(&at) else { continue };
@@ -30,14 +34,14 @@ impl Crate {
                 }
             }
             let here = items(&m.code);
-            list(&prefix, None, &here, &mut out);
+            list(&prefix, None, &here, &all, &mut out);
             for u in m.uses.iter().filter(|u| u.public) {
                 let original = u.path.last().cloned().unwrap_or_default();
                 let defined = self.resolve_use(&at, &u.path).and_then(|d| self.modules.get(&d));
                 match defined {
                     Some(d) if !u.glob && items(&d.code).kinds.contains_key(&original) => {
                         let there = items(&d.code);
-                        list(&prefix, Some((&original, &u.name)), &there, &mut out);
+                        list(&prefix, Some((&original, &u.name)), &there, &all, &mut out);
                     }
                     _ if u.glob => {
                         out.insert(format!("{prefix}::* = use {}::*", u.path.join("::")));
@@ -52,8 +56,9 @@ impl Crate {
     }
 }
 
-/// Lines for every item of `items` (or only `original`, listed as `name`).
-fn list(prefix: &str, only: Option<(&String, &String)>, items: &Items, out: &mut BTreeSet<String>) {
+/// Lines for every item of `items` (or only `original`, listed as `name`), with its methods
+/// (from `items` and from the modules of `all` that define no item of that name).
+fn list(prefix: &str, only: Option<(&String, &String)>, items: &Items, all: &[Items], out: &mut BTreeSet<String>) {
     for (name, kind) in &items.kinds {
         let shown = match only {
             Some((original, _)) if original != name => continue,
@@ -61,7 +66,8 @@ fn list(prefix: &str, only: Option<(&String, &String)>, items: &Items, out: &mut
             None => name,
         };
         out.insert(format!("{prefix}::{shown} {kind}"));
-        for method in items.methods.get(name).into_iter().flatten() {
+        let elsewhere = all.iter().filter(|m| !m.kinds.contains_key(name)).flat_map(|m| m.methods.get(name));
+        for method in items.methods.get(name).into_iter().chain(elsewhere).flatten() {
             out.insert(format!("{prefix}::{shown}::{method} fn"));
         }
     }

@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use dlock::{LockError, Scheme};
+use crate::{LockError, Scheme};
 use tokio::time::Instant;
 
 use super::cases::Plan;
@@ -26,6 +26,11 @@ pub(crate) async fn run(plan: &Plan, schedule: Schedule<'_>) -> Result<CaseResul
         Scheme::Redlock => redis_baseline(&redlock_masters(url)?, plan, schedule).await,
         Scheme::Postgres | Scheme::Mysql | Scheme::Sqlite => sql_baseline(url, plan, schedule).await,
         Scheme::ZooKeeper => zk_baseline(url, schedule).await,
+        Scheme::Registered(name) => Ok(CaseResult {
+            name: "baseline".into(),
+            note: Some(format!("no baseline: dlock has no client-library loop for the registered backend {name:?}")),
+            ..Default::default()
+        }),
         _ => Ok(CaseResult {
             name: "baseline".into(),
             note: Some("no server: the memory backend has no baseline".into()),

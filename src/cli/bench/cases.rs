@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dlock::{AcquireOptions, Config, DistributedLock, LockError, LockName};
+use crate::{AcquireOptions, Config, DistributedLock, LockError, LockName};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -32,7 +32,7 @@ impl Plan {
     }
 
     async fn client(&self) -> Result<Arc<dyn DistributedLock>, LockError> {
-        dlock::connect_with(&self.config).await
+        crate::connect_with(&self.config).await
     }
 }
 
@@ -115,6 +115,29 @@ struct Handoffs {
     to_other: u64,
 }
 
+impl Handoffs {
+    /// Client `me` was granted the lock at `at`: one hand-off sample from the last release.
+    fn granted(&mut self, me: usize, at: Instant) {
+        if let Some((from, released)) = self.last_release.take() {
+            self.samples.push(at.saturating_duration_since(released));
+            if from != me {
+                self.to_other += 1;
+            }
+        }
+    }
+}
+
+/// The work under the lock: a read-yield-write that loses updates if two hold it at once.
+async fn guarded_increment(inside: &AtomicBool, overlaps: &AtomicU64, counter: &AtomicU64) {
+    if inside.swap(true, Ordering::SeqCst) {
+        overlaps.fetch_add(1, Ordering::SeqCst);
+    }
+    let seen = counter.load(Ordering::SeqCst);
+    tokio::task::yield_now().await;
+    counter.store(seen + 1, Ordering::SeqCst);
+    inside.store(false, Ordering::SeqCst);
+}
+
 /// Clients contending for one name.
 pub(crate) async fn contended(plan: &Plan) -> Result<CaseResult, LockError> {
     let name = plan.name("contended")?;
@@ -159,23 +182,8 @@ pub(crate) async fn contended(plan: &Plan) -> Result<CaseResult, LockError> {
                 };
                 let granted = Instant::now();
                 lat.push(granted - t);
-                {
-                    let mut h = handoffs.lock().unwrap_or_else(|e| e.into_inner());
-                    if let Some((from, at)) = h.last_release.take() {
-                        h.samples.push(granted.saturating_duration_since(at));
-                        if from != me {
-                            h.to_other += 1;
-                        }
-                    }
-                }
-                // The work under the lock: a read-yield-write that loses updates if two hold it.
-                if inside.swap(true, Ordering::SeqCst) {
-                    overlaps.fetch_add(1, Ordering::SeqCst);
-                }
-                let seen = counter.load(Ordering::SeqCst);
-                tokio::task::yield_now().await;
-                counter.store(seen + 1, Ordering::SeqCst);
-                inside.store(false, Ordering::SeqCst);
+                handoffs.lock().unwrap_or_else(|e| e.into_inner()).granted(me, granted);
+                guarded_increment(&inside, &overlaps, &counter).await;
                 grants += 1;
                 handoffs.lock().unwrap_or_else(|e| e.into_inner()).last_release = Some((me, Instant::now()));
                 if let Err(e) = lease.release().await {

@@ -23,15 +23,15 @@ mod turns;
 
 use std::time::Duration;
 
+use crate::{Config, LockError};
 use clap::Args;
-use dlock::{Config, LockError};
 use serde::Serialize;
 
 /// Arguments of `dlock bench`.
 #[derive(Args)]
 pub(crate) struct BenchArgs {
     #[command(flatten)]
-    pub(crate) target: crate::Target,
+    pub(crate) target: crate::cli::target::Target,
     /// How long each timed case runs.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
     pub(crate) duration: Duration,
@@ -121,7 +121,7 @@ pub(crate) struct BenchReport {
 const KNOWN: [&str; 5] = ["baseline", "uncontended", "contended", "spread", "held"];
 
 /// Runs the selected cases; `Ok(false)` when a case failed its exclusion check or errored.
-pub(crate) async fn run(args: BenchArgs, out: &crate::Redactor) -> Result<bool, LockError> {
+pub(crate) async fn run(args: BenchArgs, out: &crate::cli::redactor::Redactor) -> Result<bool, LockError> {
     for c in &args.cases {
         if !KNOWN.contains(&c.as_str()) {
             return Err(LockError::config(format!("unknown bench case {c:?}; the cases are {}", KNOWN.join(", "))));
@@ -131,7 +131,7 @@ pub(crate) async fn run(args: BenchArgs, out: &crate::Redactor) -> Result<bool, 
         return Err(LockError::config("--clients and --duration must be above zero"));
     }
     let config: Config = args.target.load(out)?;
-    let lock = dlock::connect_with(&config).await?;
+    let lock = crate::connect_with(&config).await?;
     let backend = lock.backend().to_owned();
     let plan = cases::Plan {
         config: config.clone(),
@@ -164,20 +164,7 @@ pub(crate) async fn run(args: BenchArgs, out: &crate::Redactor) -> Result<bool, 
                     "baseline and uncontended, taking turns …",
                     Some("[bench] baseline and uncontended, taking turns …"),
                 );
-                let d = plan.duration;
-                let (b, u) = tokio::join!(
-                    baseline::run(&plan, turns::Schedule::taking_turns(&turns, 0, d)),
-                    cases::uncontended(&plan, turns::Schedule::taking_turns(&turns, 1, d)),
-                );
-                for (case, r, other) in [("baseline", b, "uncontended"), ("uncontended", u, "baseline")] {
-                    ran.push((
-                        case,
-                        r.map(|mut r| {
-                            r.interleaved_with = Some(other.to_owned());
-                            r
-                        }),
-                    ));
-                }
+                ran = taking_turns(&plan, &turns).await;
             }
             _ => {
                 progress.started(&format!("{name} …"), Some(&format!("[bench] {name} …")));
@@ -224,6 +211,26 @@ pub(crate) async fn run(args: BenchArgs, out: &crate::Redactor) -> Result<bool, 
         print_table(&report);
     }
     Ok(ok)
+}
+
+/// The baseline and the uncontended case at once, taking turns on the server, each result naming
+/// the other.
+async fn taking_turns(plan: &cases::Plan, turns: &turns::Turns) -> Vec<(&'static str, Result<CaseResult, LockError>)> {
+    let d = plan.duration;
+    let (b, u) = tokio::join!(
+        baseline::run(plan, turns::Schedule::taking_turns(turns, 0, d)),
+        cases::uncontended(plan, turns::Schedule::taking_turns(turns, 1, d)),
+    );
+    [("baseline", b, "uncontended"), ("uncontended", u, "baseline")]
+        .into_iter()
+        .map(|(case, r, other)| {
+            let r = r.map(|mut r| {
+                r.interleaved_with = Some(other.to_owned());
+                r
+            });
+            (case, r)
+        })
+        .collect()
 }
 
 fn ratios(results: &[CaseResult]) -> Ratios {

@@ -18,8 +18,8 @@ mod zk;
 use std::fmt::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::{Config, LockError, Scheme};
 use clap::Args;
-use dlock::{Config, LockError, Scheme};
 use serde::Serialize;
 
 use super::redactor::Redactor;
@@ -28,7 +28,7 @@ use super::redactor::Redactor;
 #[derive(Args)]
 pub(crate) struct DoctorArgs {
     #[command(flatten)]
-    target: crate::Target,
+    target: crate::cli::target::Target,
     /// Print the findings as JSON on stdout.
     #[arg(long)]
     json: bool,
@@ -92,7 +92,7 @@ pub(crate) async fn run(args: DoctorArgs, out: &Redactor) -> Result<bool, LockEr
     let ok = findings.iter().all(|f| f.status != Status::Fail);
     if args.json {
         let report = Report {
-            backend: format!("{scheme:?}").to_lowercase(),
+            backend: scheme.driver().map_or_else(|| format!("{scheme:?}").to_lowercase(), |d| d.name.to_owned()),
             url: config.redacted_url(),
             ok,
             findings: &findings,
@@ -112,6 +112,11 @@ async fn backend_checks(scheme: Scheme, config: &Config) -> Result<Vec<Finding>,
             "memory:// is an in-process lock: it excludes only within this process",
             "use redis://, postgres://, mysql://, sqlite:// or zk:// to lock across processes",
         )]),
+        Scheme::Registered(name) => Ok(vec![Finding::warn(
+            "backend",
+            format!("dlock has no checks of the registered backend {name:?}: only that it connects"),
+            "check its durability, eviction and privileges as its documentation says",
+        )]),
         #[cfg(feature = "redis")]
         Scheme::Redis | Scheme::Redlock => redis::checks(config).await,
         #[cfg(feature = "sql")]
@@ -128,7 +133,7 @@ async fn backend_checks(scheme: Scheme, config: &Config) -> Result<Vec<Finding>,
 /// the first lock client would) run on the way. An unreachable deployment is an error (exit 69):
 /// there is nothing to check.
 async fn client_connects(config: &Config) -> Result<Finding, LockError> {
-    match tokio::time::timeout(super::raw::WAIT, dlock::connect_with(config)).await {
+    match tokio::time::timeout(super::raw::WAIT, crate::connect_with(config)).await {
         Ok(Ok(lock)) => Ok(Finding::ok("client", format!("a {} lock client connects", lock.backend()))),
         Ok(Err(e @ LockError::Unavailable { .. })) => Err(e),
         Ok(Err(e)) => {

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use dlock::{Config, LockError};
+use crate::{Config, LockError};
 use redis::aio::MultiplexedConnection;
 
 use super::{clock_skew, Finding};

@@ -5,7 +5,7 @@
 
 use std::time::SystemTime;
 
-use dlock::{Config, LockError};
+use crate::{Config, LockError};
 
 use super::{clock_skew, Finding};
 use crate::cli::raw::Sql;

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use dlock::{Config, LockError};
+use crate::{Config, LockError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use zookeeper_client::{Acls, Client, CreateMode};
 

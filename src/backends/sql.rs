@@ -1,0 +1,57 @@
+//! The SQL backends (PostgreSQL, MySQL/MariaDB, SQLite) as a [`LockProvider`]: one pool and, on
+//! PostgreSQL, one listener, shared by every kind.
+
+use std::sync::Arc;
+
+use lock_core::backend::async_trait;
+use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockProvider};
+use lock_sql::SqlBackend;
+
+use crate::driver::Connecting;
+use crate::Config;
+
+/// Connects the database the URL names, with the `[sql]` options; warns once when the URL's TLS
+/// mode does not verify the server. (The `sql` feature alone compiles no database to connect.)
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")), allow(dead_code))]
+pub(super) fn connect(config: &Config) -> Connecting<'_> {
+    Box::pin(async move {
+        if let Some(warning) = crate::tls::weak_tls_warning(&config.url) {
+            tracing::warn!("{warning}");
+        }
+        let backend = SqlBackend::connect(&config.url, config.sql_options()).await?;
+        Ok(Arc::new(SqlProvider::new(backend)) as Arc<dyn LockProvider>)
+    })
+}
+
+/// A [`SqlBackend`] as a provider.
+pub(crate) struct SqlProvider {
+    backend: SqlBackend,
+    /// Which database (`postgres`, `mysql`, `sqlite`), as its locks say.
+    name: String,
+}
+
+impl SqlProvider {
+    pub(crate) fn new(backend: SqlBackend) -> SqlProvider {
+        let name = backend.lock().backend().to_owned();
+        SqlProvider { backend, name }
+    }
+}
+
+#[async_trait]
+impl LockProvider for SqlProvider {
+    fn backend(&self) -> &str {
+        &self.name
+    }
+
+    fn lock(&self) -> Arc<dyn DistributedLock> {
+        Arc::new(self.backend.lock())
+    }
+
+    async fn rw(&self) -> Result<Arc<dyn DistributedRwLock>, LockError> {
+        Ok(Arc::new(self.backend.rw().await?))
+    }
+
+    async fn semaphore(&self) -> Result<Arc<dyn DistributedSemaphore>, LockError> {
+        Ok(Arc::new(self.backend.semaphore().await?))
+    }
+}
