@@ -8,6 +8,8 @@ mod client;
 pub mod config;
 pub mod connect;
 mod driver;
+#[cfg(feature = "etcd")]
+pub mod etcd;
 mod load;
 #[cfg(feature = "metrics")]
 pub mod metrics;

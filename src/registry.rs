@@ -20,7 +20,7 @@ pub(crate) const VALUE_KEYS: &[&str] = &["url", "ttl", "wait", "request_timeout"
 pub(crate) const SHIPPED_SECTIONS: &[&str] = &["sql", "redis", "zk"];
 
 /// Adds a backend to the table: from then on its URLs work in `dlock.toml`, `DLOCK_URL`,
-/// [`crate::Client`], [`crate::connect`] and the `dlock` tool (`dlock::cli::main` in the
+/// [`crate::Client`], [`crate::connect()`] and the `dlock` tool (`dlock::cli::main` in the
 /// application's own binary), and its `[name]` section of the configuration reaches its connect
 /// function through [`crate::Config::section`].
 ///
@@ -71,14 +71,28 @@ pub fn register_backend(driver: Driver) -> Result<(), LockError> {
     Ok(())
 }
 
+/// Registers, once, the backends this build offers through the open table (as a third party
+/// would): before the table is first read, so their URLs and sections are known everywhere.
+fn feature_backends() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        #[cfg(feature = "etcd")]
+        if let Err(e) = crate::etcd::register() {
+            tracing::error!("the etcd backend could not be registered: {e}");
+        }
+    });
+}
+
 /// Every row of the table: the shipped backends (compiled in or not), then the registered ones.
 pub fn drivers() -> Vec<Driver> {
+    feature_backends();
     let registered = REGISTERED.read().unwrap_or_else(|e| e.into_inner());
     SHIPPED.iter().chain(registered.iter()).copied().collect()
 }
 
 /// The names of the registered backends, which are also their configuration sections.
 pub(crate) fn registered_names() -> Vec<&'static str> {
+    feature_backends();
     REGISTERED.read().unwrap_or_else(|e| e.into_inner()).iter().map(|d| d.name).collect()
 }
 

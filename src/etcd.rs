@@ -1,0 +1,56 @@
+//! etcd (`etcd://[user:pass@]h1:2379,h2:2379/prefix`, cargo feature `etcd`): the `lock-etcd` crate
+//! plugged into the backend table the way any third party's backend is — a [`Driver`] made with
+//! the public [`Driver::new`], its `[etcd]` configuration section read through
+//! [`Config::section`], and [`register_backend`](crate::register_backend). With the feature on,
+//! the facade registers it before the table is first read, so `dlock.toml`, `DLOCK_URL`,
+//! [`crate::Client`] and the `dlock` tool know `etcd://` without a call; the etcd-client it builds
+//! on needs `protoc` at build time, hence a feature of its own, off by default.
+
+use std::sync::Arc;
+
+use lock_core::backend::async_trait;
+use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockProvider};
+use lock_etcd::{EtcdLock, EtcdOptions};
+
+use crate::{Config, Connecting, Driver};
+
+/// The backend's row: name `etcd` (its config section), scheme `etcd`, port 2379.
+pub fn driver() -> Driver {
+    Driver::new("etcd", &["etcd"], connect).default_port(lock_etcd::DEFAULT_PORT)
+}
+
+/// Registers [`driver`]; the facade does it itself when the feature is on, so this is only for
+/// code that builds its own table order.
+pub fn register() -> Result<(), LockError> {
+    crate::register_backend(driver())
+}
+
+fn connect(config: &Config) -> Connecting<'_> {
+    Box::pin(async move {
+        let options: EtcdOptions = config.section("etcd")?;
+        let lock = lock_etcd::connect(&config.url, options).await?;
+        Ok(Arc::new(EtcdProvider(lock)) as Arc<dyn LockProvider>)
+    })
+}
+
+/// An [`EtcdLock`] (every kind over one client) as a provider.
+struct EtcdProvider(EtcdLock);
+
+#[async_trait]
+impl LockProvider for EtcdProvider {
+    fn backend(&self) -> &str {
+        DistributedLock::backend(&self.0)
+    }
+
+    fn lock(&self) -> Arc<dyn DistributedLock> {
+        Arc::new(self.0.clone())
+    }
+
+    async fn rw(&self) -> Result<Arc<dyn DistributedRwLock>, LockError> {
+        Ok(Arc::new(self.0.clone()))
+    }
+
+    async fn semaphore(&self) -> Result<Arc<dyn DistributedSemaphore>, LockError> {
+        Ok(Arc::new(self.0.clone()))
+    }
+}
