@@ -19,12 +19,6 @@ pub fn driver() -> Driver {
     Driver::new("etcd", &["etcd"], connect).default_port(lock_etcd::DEFAULT_PORT)
 }
 
-/// Registers [`driver`]; the facade does it itself when the feature is on, so this is only for
-/// code that builds its own table order.
-pub fn register() -> Result<(), LockError> {
-    crate::register_backend(driver())
-}
-
 fn connect(config: &Config) -> Connecting<'_> {
     Box::pin(async move {
         let options: EtcdOptions = config.section("etcd")?;

@@ -77,7 +77,7 @@ fn feature_backends() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         #[cfg(feature = "etcd")]
-        if let Err(e) = crate::etcd::register() {
+        if let Err(e) = register_backend(crate::etcd::driver()) {
             tracing::error!("the etcd backend could not be registered: {e}");
         }
     });
