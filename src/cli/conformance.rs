@@ -3,6 +3,7 @@
 
 use std::fmt::Write;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Args;
 use lock_conformance::memory::MemoryFixture;
@@ -36,10 +37,13 @@ pub(crate) async fn run(args: ConformanceArgs, out: &Redactor) -> Result<bool, L
     // Names under this prefix are deleted after the run (`None`: an in-process server).
     let mut cleanup = None;
     let fixture: Arc<dyn Fixture> = match Scheme::of(&config.url)? {
-        // The in-process server offers every fault hook; keep it alive for the whole run.
+        // The in-process server offers every fault hook; keep it alive for the whole run. Its
+        // cases share one process with the tool's other work, so they get the base ttl of the
+        // tool's other fixtures (1.5 s): at the memory fixture's own 500 ms, a loaded machine that
+        // stalls the process for a third of a second loses leases of the cases running then.
         Scheme::Memory => {
             let name = config.url.split_once("://").map(|(_, n)| n).unwrap_or("");
-            Arc::new(MemoryFixture::with_server(MemoryLock::named(name)))
+            Arc::new(MemoryFixture::with_server(MemoryLock::named(name)).with_base_ttl(Duration::from_millis(1500)))
         }
         _ => {
             let fixture = fixture::UrlFixture::new(config.clone()).await?;
