@@ -157,3 +157,45 @@ fn dlock_url_is_used_when_no_url_is_given() {
     let json: Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(json["url"], "memory://from-env");
 }
+
+/// `dlock init` marks a new deployment fresh: a key prefix never used waits the restart quiet
+/// period for its first lock (60 s by default) unless the operator says it is new. After `init`
+/// the first `try_acquire` is granted; a second `init` leaves the marker alone, `--force`
+/// overwrites it; another prefix of the same server still waits (the check that the wait is
+/// real, so the first assertion means something).
+#[tokio::test]
+async fn init_marks_a_new_redis_prefix_fresh() {
+    use std::time::Duration;
+
+    use dlock::{AcquireOptions, DistributedLock, LockName};
+
+    let server = RedisServer::start().await.expect("a Redis server for the test");
+    let url = server.url().to_owned();
+    let prefix = format!("init{:x}", std::process::id());
+    let prefix_env = [("DLOCK_REDIS__KEY_PREFIX", prefix.as_str())];
+    let out = dlock(&["init", "--url", &url], &prefix_env);
+    assert!(out.status.success(), "init: {}\n{}", text(&out.stdout), text(&out.stderr));
+    assert!(text(&out.stdout).contains("marked fresh"), "{}", text(&out.stdout));
+    let again = dlock(&["init", "--url", &url], &prefix_env);
+    assert!(again.status.success() && text(&again.stdout).contains("already marked"), "{}", text(&again.stdout));
+    let forced = dlock(&["init", "--url", &url, "--force"], &prefix_env);
+    assert!(forced.status.success() && text(&forced.stdout).contains("--force"), "{}", text(&forced.stdout));
+
+    let client = |prefix: String| {
+        let url = url.clone();
+        async move {
+            let options = lock_redis::RedisOptions { key_prefix: prefix, ..Default::default() };
+            lock_redis::connect(&url, options).await.expect("connects")
+        }
+    };
+    let opts = AcquireOptions::new(Duration::from_secs(5));
+    let name = LockName::new("first").expect("valid");
+    let marked = client(prefix.clone()).await;
+    let lease = marked.try_acquire(&name, &opts).await.expect("answers");
+    assert!(lease.is_some(), "a prefix marked by dlock init waited for its first lock");
+    let unmarked = client(format!("{prefix}-other")).await;
+    assert!(
+        unmarked.try_acquire(&name, &opts).await.expect("answers").is_none(),
+        "an unmarked new prefix was not quiet"
+    );
+}

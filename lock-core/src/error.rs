@@ -134,7 +134,7 @@ fn timeout_hint(quiet_left: Option<Duration>) -> String {
         Some(left) => format!(
             "the server grants nothing for {left:?} more: it lost its state, or this deployment or key \
              prefix is new (mark a new deployment fresh so its first lock is granted at once: on Redis \
-             `SET <key_prefix>:boot 0`, see docs/contract.md §3)"
+             `dlock init --url …`, or `SET <key_prefix>:boot 0`; docs/contract.md §3)"
         ),
         None => "wait longer or check who holds it".to_owned(),
     }

@@ -102,8 +102,8 @@ impl Boot {
                 left_ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
                 "Redis key prefix {:?}: nothing is granted for {left:?} more (the restart quiet period). The \
                  server lost its state, or this prefix was never used on it. If the deployment is new, \
-                 mark it fresh with `SET {}:boot 0` (on a Redis Cluster, every key of \
-                 lock_redis::cluster_boot_markers); `[redis] restart_quiet_period` sets the wait",
+                 mark it fresh with `dlock init --url …` or `SET {}:boot 0` (on a Redis Cluster, every \
+                 key of lock_redis::cluster_boot_markers); `[redis] restart_quiet_period` sets the wait",
                 self.prefix,
                 self.prefix
             );

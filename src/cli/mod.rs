@@ -36,6 +36,7 @@ mod conformance;
 mod doctor;
 mod exit;
 mod fixture;
+mod init;
 mod list;
 mod progress;
 mod raw;
@@ -78,6 +79,9 @@ enum Command {
     List(list::ListArgs),
     /// Print a line each time a lock's holder changes (polls every --interval), until Ctrl-C.
     Watch(watch::WatchArgs),
+    /// Mark a new deployment fresh (Redis: its boot marker), so its first lock is granted at once
+    /// instead of after the restart quiet period.
+    Init(init::InitArgs),
     /// Free a lock whoever holds it (--force), take it over and release it, so the old holder's
     /// writes are fenced out; prints both tokens.
     Release(release::ReleaseArgs),
@@ -132,6 +136,7 @@ where
             Command::List(args) => list::run(args, &out).await,
             Command::Watch(args) => watch::run(args, &out).await,
             Command::Release(args) => release::run(args, &out).await,
+            Command::Init(args) => init::run(args, &out).await,
         };
         match result {
             Ok(true) => exit::SUCCESS,

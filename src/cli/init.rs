@@ -1,0 +1,77 @@
+//! `dlock init --url URL [--force]`: marks a new deployment fresh, so its first lock is granted
+//! at once instead of after the restart quiet period (docs/contract.md §3). dlock cannot tell a
+//! key prefix never used from one whose data was lost; the operator can, and this is how they
+//! say it: the boot marker `<key_prefix>:boot` is set to 0 on the server (single instance), on
+//! the primary the Sentinels name, or on every Redlock master. Without `--force` a marker that is
+//! already there is left alone (the deployment is in use, or in a quiet period that protects
+//! forgotten leases); `--force` overwrites it, only for a deployment known to hold no lease.
+//! Redis Cluster keeps one marker per hash slot (`lock_redis::cluster_boot_markers`), which this
+//! command does not write yet: it says so. Other backends keep their state and need no marking.
+
+use clap::Args;
+
+use crate::cli::redactor::Redactor;
+use crate::{LockError, Scheme};
+
+/// Arguments of `dlock init`.
+#[derive(Args)]
+pub(crate) struct InitArgs {
+    #[command(flatten)]
+    target: crate::cli::target::Target,
+    /// Overwrite a marker that is already there (ends a running quiet period: only for a
+    /// deployment known to hold no lease).
+    #[arg(long)]
+    force: bool,
+}
+
+/// Marks every server of the deployment; prints one line per server.
+pub(crate) async fn run(args: InitArgs, out: &Redactor) -> Result<bool, LockError> {
+    let config = args.target.load(out)?;
+    let scheme = config.url.split_once("://").map_or("", |(s, _)| s).to_ascii_lowercase();
+    match Scheme::of(&config.url)? {
+        #[cfg(feature = "redis")]
+        Scheme::Redis if scheme == "redis+cluster" => Err(LockError::config(format!(
+            "dlock init does not mark a Redis Cluster yet: set each key of lock_redis::cluster_boot_markers({:?}) to 0",
+            config.redis.key_prefix
+        ))),
+        #[cfg(feature = "redis")]
+        Scheme::Redis | Scheme::Redlock => {
+            let servers = match scheme.as_str() {
+                "redis+sentinel" => vec![crate::cli::raw::sentinel_primary(&config.url).await?],
+                _ => crate::cli::raw::redis_urls(&config.url)?,
+            };
+            let marker = format!("{}:boot", config.redis.key_prefix);
+            for server in servers {
+                let line = mark(&server, &marker, args.force).await?;
+                out.println(&format!("{}: {line}", crate::url::redact_url(&server)));
+            }
+            Ok(true)
+        }
+        _ => {
+            out.println("nothing to mark: this backend keeps its state across restarts (no quiet period)");
+            Ok(true)
+        }
+    }
+}
+
+/// Sets `marker` to 0 on one server (only if missing unless `force`); says what it found.
+#[cfg(feature = "redis")]
+async fn mark(server: &str, marker: &str, force: bool) -> Result<String, LockError> {
+    use crate::cli::raw::{redis, redis_query};
+    let mut conn = redis(server).await?;
+    let before: Option<String> = redis_query(&mut conn, redis::cmd("GET").arg(marker)).await?;
+    match before {
+        None => {
+            let set: Option<String> = redis_query(&mut conn, redis::cmd("SET").arg(marker).arg(0).arg("NX")).await?;
+            Ok(if set.is_some() { format!("marked fresh ({marker} = 0)") } else { format!("{marker} appeared meanwhile; left alone") })
+        }
+        Some(value) if force => {
+            let _: () = redis_query(&mut conn, redis::cmd("SET").arg(marker).arg(0)).await?;
+            Ok(format!("marked fresh ({marker} was {value}, now 0: --force)"))
+        }
+        Some(value) => Ok(format!(
+            "already marked ({marker} = {value}); left alone (a value in the future is a quiet period: --force ends it, \
+             only for a deployment known to hold no lease)"
+        )),
+    }
+}
