@@ -2,7 +2,12 @@
 //! register its backends first and then be the tool:
 //!
 //! ```no_run
-//! # fn connect(c: &dlock::Config) -> dlock::Connecting<'_> { unimplemented!() }
+//! # use std::sync::Arc;
+//! # use dlock::{Config, Connecting, LockProvider, MemoryLock};
+//! // A toy connect function: the backend's client for this configuration.
+//! fn connect(_config: &Config) -> Connecting<'_> {
+//!     Box::pin(async { Ok(Arc::new(MemoryLock::new()) as Arc<dyn LockProvider>) })
+//! }
 //! fn main() -> std::process::ExitCode {
 //!     if let Err(e) = dlock::register_backend(dlock::Driver::new("etcd", &["etcd"], connect)) {
 //!         eprintln!("{e}");
