@@ -1,39 +1,15 @@
 //! The Redlock model: the design holds every property within the bounds, and each known design
 //! error, switched back on, gives a counterexample.
 
-use std::collections::BTreeSet;
-
 use lock_model::redlock::{Bugs, Redlock};
-use stateright::{Checker, HasDiscoveries, Model};
 
-/// Explores `model` to the end of its bounds; every property must hold.
-fn assert_holds(model: Redlock) {
-    let checker = model.clone().checker().symmetry().threads(2).spawn_bfs().join();
-    eprintln!(
-        "{model:?}: {} states, {} unique, depth {}",
-        checker.state_count(),
-        checker.unique_state_count(),
-        checker.max_depth()
-    );
-    assert!(checker.is_done(), "the exploration must end within its bounds");
-    checker.assert_properties();
-}
+mod common;
+use common::{assert_holds, Search};
 
-/// Asserts that `model` (with its bug switched on) has a counterexample of `property`; prints
-/// the trace. Depth-first: the counterexamples are deep and the bounds too wide to sweep.
+/// Asserts that `model` (its bugs switched on) has a counterexample of `property`.
 fn assert_breaks(model: Redlock, property: &'static str) {
     let bugs = model.bugs;
-    let checker = model
-        .checker()
-        .symmetry()
-        .threads(2)
-        .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([property])))
-        .spawn_dfs()
-        .join();
-    let path = checker
-        .discovery(property)
-        .unwrap_or_else(|| panic!("no counterexample of {property:?} with {bugs:?}: the model no longer checks it"));
-    eprintln!("{property} broken by {bugs:?}: {:?}", path.into_actions());
+    common::assert_breaks(model, &bugs, property, Search::Dfs);
 }
 
 #[test]

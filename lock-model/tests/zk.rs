@@ -3,39 +3,15 @@
 //!
 //! `DLOCK_MODEL_DEEP=1` also explores the longer bounds of [`Zk::deep`] (minutes).
 
-use std::collections::BTreeSet;
-
 use lock_model::zk::{bound, Bugs, Zk};
-use stateright::{Checker, HasDiscoveries, Model};
 
-/// Explores `model` to the end of its bounds; every property must hold.
-fn assert_holds(model: Zk) {
-    let checker = model.clone().checker().symmetry().threads(2).spawn_bfs().join();
-    eprintln!(
-        "{model:?}: {} states, {} unique, depth {}",
-        checker.state_count(),
-        checker.unique_state_count(),
-        checker.max_depth()
-    );
-    assert!(checker.is_done(), "the exploration must end within its bounds");
-    checker.assert_properties();
-}
+mod common;
+use common::{assert_holds, Search};
 
-/// Asserts that `model` (with its bug switched on) has a counterexample of `property`; prints
-/// the trace.
+/// Asserts that `model` (its bugs switched on) has a counterexample of `property`.
 fn assert_breaks(model: Zk, property: &'static str) {
     let bugs = model.bugs;
-    let checker = model
-        .checker()
-        .symmetry()
-        .threads(2)
-        .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([property])))
-        .spawn_bfs()
-        .join();
-    let path = checker
-        .discovery(property)
-        .unwrap_or_else(|| panic!("no counterexample of {property:?} with {bugs:?}: the model no longer checks it"));
-    eprintln!("{property} broken by {bugs:?}: {:?}", path.into_actions());
+    common::assert_breaks(model, &bugs, property, Search::Bfs);
 }
 
 #[test]

@@ -1,0 +1,53 @@
+//! The two checks every model's tests make, written once: a design holds every property within
+//! its bounds, and a bug switched back on gives a counterexample of a named property.
+
+use std::collections::BTreeSet;
+use std::fmt::Debug;
+use std::hash::Hash;
+
+use stateright::{Checker, CheckerBuilder, HasDiscoveries, Model, Representative};
+
+/// How a bug search explores: breadth-first finds the shortest trace; depth-first reaches deep
+/// counterexamples in bounds too wide to sweep.
+#[allow(dead_code)] // each test binary uses the searches its model needs
+pub(crate) enum Search {
+    Bfs,
+    Dfs,
+}
+
+/// Explores `model` to the end of its bounds (breadth-first, symmetry-reduced); every property
+/// must hold.
+pub(crate) fn assert_holds<M>(model: M)
+where
+    M: Model + Clone + Debug + Send + Sync + 'static,
+    M::State: Hash + Send + Sync + Clone + PartialEq + Debug + Representative + 'static,
+    M::Action: Clone + PartialEq + Debug,
+{
+    let checker = model.clone().checker().symmetry().threads(2).spawn_bfs().join();
+    eprintln!(
+        "{model:?}: {} states, {} unique, depth {}",
+        checker.state_count(),
+        checker.unique_state_count(),
+        checker.max_depth()
+    );
+    assert!(checker.is_done(), "the exploration must end within its bounds");
+    checker.assert_properties();
+}
+
+/// Asserts that `model`, whose switched-on bugs are `bugs`, has a counterexample of `property`;
+/// prints the trace.
+pub(crate) fn assert_breaks<M>(model: M, bugs: &dyn Debug, property: &'static str, search: Search)
+where
+    M: Model + Send + Sync + 'static,
+    M::State: Hash + Send + Sync + Clone + PartialEq + Debug + Representative + 'static,
+    M::Action: Clone + PartialEq + Debug,
+{
+    let builder: CheckerBuilder<M> =
+        model.checker().symmetry().threads(2).finish_when(HasDiscoveries::AnyOf(BTreeSet::from([property])));
+    let path = match search {
+        Search::Bfs => builder.spawn_bfs().join().discovery(property),
+        Search::Dfs => builder.spawn_dfs().join().discovery(property),
+    }
+    .unwrap_or_else(|| panic!("no counterexample of {property:?} with {bugs:?}: the model no longer checks it"));
+    eprintln!("{property} broken by {bugs:?}: {:?}", path.into_actions());
+}
