@@ -15,3 +15,17 @@ pub(crate) fn all(n: usize) -> Vec<Vec<u8>> {
     }
     out
 }
+
+/// The least of `state` and its renamings by every order of its `clients` clients: the one state
+/// a symmetry-reduced checker explores for all of them. `renamed(state, perm)` calls client `c`
+/// `perm[c]`.
+pub(crate) fn least_renaming<S: Clone + Ord>(state: &S, clients: usize, renamed: impl Fn(&S, &[u8]) -> S) -> S {
+    let mut best = state.clone();
+    for perm in all(clients) {
+        let candidate = renamed(state, &perm);
+        if candidate < best {
+            best = candidate;
+        }
+    }
+    best
+}

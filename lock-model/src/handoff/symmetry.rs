@@ -8,15 +8,7 @@ use super::State;
 impl Representative for State {
     /// Clients are interchangeable: the least of the states that rename them.
     fn representative(&self) -> State {
-        let n = self.clients.len();
-        let mut best = self.clone();
-        for perm in crate::permutations::all(n) {
-            let renamed = self.renamed(&perm);
-            if renamed < best {
-                best = renamed;
-            }
-        }
-        best
+        crate::permutations::least_renaming(self, self.clients.len(), State::renamed)
     }
 }
 

@@ -8,14 +8,7 @@ use super::state::State;
 impl Representative for State {
     /// The least of the state and its renamings (two clients: the swap; more: every order).
     fn representative(&self) -> State {
-        let mut best = self.clone();
-        for perm in crate::permutations::all(self.clients.len()) {
-            let renamed = self.renamed(&perm);
-            if renamed < best {
-                best = renamed;
-            }
-        }
-        best
+        crate::permutations::least_renaming(self, self.clients.len(), State::renamed)
     }
 }
 
