@@ -10,6 +10,8 @@ use crate::driver::{ConnectFn, Connecting, Driver};
 use crate::scheme::Scheme;
 use crate::Config;
 
+#[cfg(any(feature = "sql", feature = "redis"))]
+mod kinds;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "sql")]

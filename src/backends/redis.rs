@@ -6,6 +6,7 @@ use lock_core::backend::async_trait;
 use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockProvider};
 use lock_redis::{RedisBackend, Redlock};
 
+use super::kinds::{EveryKind, KindsProvider};
 use crate::driver::Connecting;
 use crate::Config;
 
@@ -25,35 +26,21 @@ pub(super) fn connect_redlock(config: &Config) -> Connecting<'_> {
     })
 }
 
-/// A [`RedisBackend`] as a provider: one command connection and one pub/sub connection.
-pub(crate) struct RedisProvider {
-    backend: RedisBackend,
-    name: String,
-}
-
-impl RedisProvider {
-    pub(crate) fn new(backend: RedisBackend) -> RedisProvider {
-        let name = backend.lock().backend().to_owned();
-        RedisProvider { backend, name }
-    }
-}
+/// A [`RedisBackend`] as a provider.
+pub(crate) type RedisProvider = KindsProvider<RedisBackend>;
 
 #[async_trait]
-impl LockProvider for RedisProvider {
-    fn backend(&self) -> &str {
-        &self.name
-    }
-
+impl EveryKind for RedisBackend {
     fn lock(&self) -> Arc<dyn DistributedLock> {
-        Arc::new(self.backend.lock())
+        Arc::new(RedisBackend::lock(self))
     }
 
     async fn rw(&self) -> Result<Arc<dyn DistributedRwLock>, LockError> {
-        Ok(Arc::new(self.backend.rw().await?))
+        Ok(Arc::new(RedisBackend::rw(self).await?))
     }
 
     async fn semaphore(&self) -> Result<Arc<dyn DistributedSemaphore>, LockError> {
-        Ok(Arc::new(self.backend.semaphore().await?))
+        Ok(Arc::new(RedisBackend::semaphore(self).await?))
     }
 }
 

@@ -7,6 +7,7 @@ use lock_core::backend::async_trait;
 use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockProvider};
 use lock_sql::SqlBackend;
 
+use super::kinds::{EveryKind, KindsProvider};
 use crate::driver::Connecting;
 use crate::Config;
 
@@ -24,34 +25,19 @@ pub(super) fn connect(config: &Config) -> Connecting<'_> {
 }
 
 /// A [`SqlBackend`] as a provider.
-pub(crate) struct SqlProvider {
-    backend: SqlBackend,
-    /// Which database (`postgres`, `mysql`, `sqlite`), as its locks say.
-    name: String,
-}
-
-impl SqlProvider {
-    pub(crate) fn new(backend: SqlBackend) -> SqlProvider {
-        let name = backend.lock().backend().to_owned();
-        SqlProvider { backend, name }
-    }
-}
+pub(crate) type SqlProvider = KindsProvider<SqlBackend>;
 
 #[async_trait]
-impl LockProvider for SqlProvider {
-    fn backend(&self) -> &str {
-        &self.name
-    }
-
+impl EveryKind for SqlBackend {
     fn lock(&self) -> Arc<dyn DistributedLock> {
-        Arc::new(self.backend.lock())
+        Arc::new(SqlBackend::lock(self))
     }
 
     async fn rw(&self) -> Result<Arc<dyn DistributedRwLock>, LockError> {
-        Ok(Arc::new(self.backend.rw().await?))
+        Ok(Arc::new(SqlBackend::rw(self).await?))
     }
 
     async fn semaphore(&self) -> Result<Arc<dyn DistributedSemaphore>, LockError> {
-        Ok(Arc::new(self.backend.semaphore().await?))
+        Ok(Arc::new(SqlBackend::semaphore(self).await?))
     }
 }
