@@ -80,7 +80,12 @@ async fn scenario(config: Config, envs: &[(&str, &str)], tag: &str) {
     assert!(table.contains("HOLDER") && table.contains("test-holder-7") && table.contains(n), "{table}");
 
     // Forced release: both tokens printed, the old one the test's, the takeover's higher.
-    let forced = json(&output(&["release", "--force", "--url", &url, "--json", n], envs));
+    // Without --yes and without a terminal a live holder is not evicted.
+    let refused = output(&["release", "--force", "--url", &url, "--json", n], envs);
+    assert_eq!(code(&refused), 2, "{}", String::from_utf8_lossy(&refused.stderr));
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("--yes") && said.contains("test-holder-7"), "{said}");
+    let forced = json(&output(&["release", "--force", "--yes", "--url", &url, "--json", n], envs));
     assert_eq!(forced["old_token"].as_u64(), Some(held), "{forced}");
     let takeover = forced["takeover_token"].as_u64().expect("the takeover got a token");
     assert!(takeover > held, "{forced}");
@@ -93,7 +98,7 @@ async fn scenario(config: Config, envs: &[(&str, &str)], tag: &str) {
     let next = lock.acquire(&name, &AcquireOptions::new(Duration::from_secs(5))).await.expect("free again");
     assert!(next.token().get() > takeover && next.token().get() > held);
     // A forced release of a held lock the tool did not take prints it as the old token.
-    let again = json(&output(&["release", "--force", "--url", &url, "--json", n], envs));
+    let again = json(&output(&["release", "--force", "-y", "--url", &url, "--json", n], envs));
     assert_eq!(again["old_token"].as_u64(), Some(next.token().get()), "{again}");
     drop(next);
     let free = json(&output(&["release", "--force", "--url", &url, "--json", n], envs));

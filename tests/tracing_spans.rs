@@ -17,15 +17,25 @@ struct Spans(Arc<Mutex<Vec<String>>>);
 
 impl<S: tracing::Subscriber> Layer<S> for Spans {
     fn on_new_span(&self, attrs: &Attributes<'_>, _id: &Id, _ctx: Context<'_, S>) {
-        struct Fields(String);
-        impl tracing::field::Visit for Fields {
-            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-                self.0.push_str(&format!(" {}={:?}", field.name(), value));
-            }
-        }
         let mut fields = Fields(attrs.metadata().name().to_owned());
         attrs.record(&mut fields);
         self.0.lock().unwrap_or_else(|e| e.into_inner()).push(fields.0);
+    }
+
+    /// Events are recorded as `event:<target> <level> field=value…`.
+    fn on_event(&self, event: &tracing::Event<'_>, _ctx: Context<'_, S>) {
+        let meta = event.metadata();
+        let mut fields = Fields(format!("event:{} {}", meta.target(), meta.level()));
+        event.record(&mut fields);
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(fields.0);
+    }
+}
+
+struct Fields(String);
+
+impl tracing::field::Visit for Fields {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.push_str(&format!(" {}={:?}", field.name(), value));
     }
 }
 
@@ -58,6 +68,26 @@ async fn lifecycle(url: &str, spans: &Spans) {
     }
     let acquire = &spans.named("dlock.acquire")[0];
     assert!(acquire.contains(&format!("backend={:?}", lock.backend())), "{acquire}");
+    force_release_is_audited(&*lock, &name, spans).await;
+}
+
+/// An operator's `force_release` of a live holder leaves one WARN on `dlock::audit` naming the
+/// lock, the evicted token and the holder id; freeing a free lock says nobody held it.
+async fn force_release_is_audited(lock: &dyn dlock::DistributedLock, name: &LockName, spans: &Spans) {
+    let name = &LockName::new(format!("{name}-audit")).expect("valid");
+    let opts = AcquireOptions::new(Duration::from_secs(10)).holder(dlock::Holder::new("audited-worker").expect("id"));
+    let lease = lock.try_acquire(name, &opts).await.expect("answered").expect("free");
+    let token = lease.token().get();
+    assert_eq!(lock.force_release(name).await.expect("forced").map(|t| t.get()), Some(token));
+    assert_eq!(lock.force_release(name).await.expect("forced again"), None);
+    drop(lease);
+    let audit = spans.named("event:dlock::audit");
+    let evicted: Vec<_> = audit.iter().filter(|e| e.contains("holder=\"audited-worker\"")).collect();
+    assert_eq!(evicted.len(), 1, "one audit line for the eviction: {audit:#?}");
+    let line = evicted[0];
+    assert!(line.contains(" WARN ") || line.contains("WARN"), "{line}");
+    assert!(line.contains(&format!("token={token}")) && line.contains(name.as_str()), "{line}");
+    assert!(audit.iter().any(|e| e.contains("nobody held it")), "the second call says nobody held: {audit:#?}");
 }
 
 /// Runs `lifecycle` with the recording layer as the default subscriber of this thread; the

@@ -17,9 +17,13 @@
 //!
 //! Either way: hide secrets of URLs in every message with [`redact`], gather many leases'
 //! requests into one round trip with a [`Batcher`], space retries with a [`Backoff`], and tell
-//! observers of holder changes through a [`ChangeSignal`].
+//! observers of holder changes through a [`ChangeSignal`]. An operator's `force_release` leaves its
+//! audit line through [`audited_force_release`].
 
 pub mod redact;
+
+/// The audit line of an operator's `force_release` (who was evicted), written once.
+pub use crate::audit::{audited_force_release, AUDIT_TARGET};
 
 /// Jittered exponential back-off between retries.
 pub use crate::backoff::Backoff;

@@ -33,6 +33,7 @@
 //! # Ok(()) }
 //! ```
 
+mod audit;
 pub mod backend;
 mod backoff;
 mod batch;

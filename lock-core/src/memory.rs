@@ -18,6 +18,7 @@ use async_trait::async_trait;
 use tokio::sync::oneshot;
 use tokio::time::{sleep_until, Instant};
 
+use crate::audit::audited_force_release;
 use crate::deadline::Deadline;
 use crate::lease::{LeaseGrant, LeaseHandle, ReleaseOutcome, RenewOutcome};
 use crate::wake::WakeHub;
@@ -521,7 +522,8 @@ impl DistributedLock for MemoryLock {
 
     async fn force_release(&self, name: &LockName) -> Result<Option<FencingToken>, LockError> {
         self.reachable()?;
-        Ok(self.force_release_now(name))
+        let before = async { Ok(self.inspect_now(name)) };
+        audited_force_release(BACKEND, name, before, async { Ok(self.force_release_now(name)) }).await
     }
 
     async fn watch_changes(&self, name: &LockName) -> Result<Option<ChangeFeed>, LockError> {

@@ -6,6 +6,8 @@ use lock_core::{
     HolderInfo, Lease, LockError, LockName,
 };
 
+use lock_core::backend::audited_force_release;
+
 use crate::client::{backend, capabilities, EtcdLock};
 use crate::recipe::{permits, Recipe};
 
@@ -36,7 +38,7 @@ impl DistributedLock for EtcdLock {
     }
 
     async fn force_release(&self, name: &LockName) -> Result<Option<FencingToken>, LockError> {
-        self.force_release_now(name).await
+        Box::pin(audited_force_release(backend(), name, self.inspect_now(name), self.force_release_now(name))).await
     }
 
     async fn watch_changes(&self, name: &LockName) -> Result<Option<ChangeFeed>, LockError> {

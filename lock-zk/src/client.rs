@@ -16,6 +16,8 @@ use lock_core::{
 use tokio::time::{timeout, Instant};
 use zookeeper_client::{Client, OneshotWatcher};
 
+use lock_core::backend::audited_force_release;
+
 use crate::acl::{ensure_root, url_digest_id};
 use crate::acquire::Attempt;
 use crate::config::{ZkOptions, ZkUrl};
@@ -356,7 +358,10 @@ impl DistributedLock for ZkLock {
     async fn force_release(&self, name: &LockName) -> Result<Option<FencingToken>, LockError> {
         let (bound, deadline) = self.read_bounds();
         let session = self.session(deadline).await?;
-        inspect::force_release(&session.client, &self.inner.url.root, name, bound).await
+        let client = &session.client;
+        let root = &self.inner.url.root;
+        let before = inspect::holder_of(client, root, name, bound);
+        audited_force_release(BACKEND, name, before, inspect::force_release(client, root, name, bound)).await
     }
 
     async fn watch_changes(&self, name: &LockName) -> Result<Option<ChangeFeed>, LockError> {

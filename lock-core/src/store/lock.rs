@@ -15,6 +15,7 @@ use super::lease_store::LeaseStore;
 use super::pending::PendingRelease;
 use super::renewals::Renewals;
 use super::wait::Wait;
+use crate::audit::audited_force_release;
 use crate::lease::LeaseGrant;
 use crate::{
     AcquireOptions, Capabilities, ChangeFeed, DistributedLock, FencingToken, HolderInfo, Lease, LockError, LockName,
@@ -91,7 +92,8 @@ impl<S: LeaseStore> DistributedLock for StoreLock<S> {
     }
 
     async fn force_release(&self, name: &LockName) -> Result<Option<FencingToken>, LockError> {
-        self.store.force_release(name).await
+        let backend = self.store.backend();
+        audited_force_release(backend, name, self.store.inspect(name), self.store.force_release(name)).await
     }
 
     async fn watch_changes(&self, name: &LockName) -> Result<Option<ChangeFeed>, LockError> {
