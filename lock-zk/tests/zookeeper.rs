@@ -4,3 +4,4 @@
 mod common;
 
 lock_conformance::conformance_tests!(zookeeper, || async { common::ZkFixture::start().await }, strict);
+lock_conformance::waiter_child_test!(common::connect_child);

@@ -162,6 +162,34 @@ lock_conformance::impl_fixture! {
     fn provenance(&self) -> String {
         self.server.provenance().to_owned()
     }
+
+    /// This test binary re-run as a child (`conformance_waiter_child`, which `zookeeper.rs`
+    /// defines), on a session of the fixture's timeout: killed, its node lives until the server
+    /// expires that session.
+    async fn queued_waiter(
+        &self,
+        name: &LockName,
+        opts: &AcquireOptions,
+    ) -> Result<Option<Box<dyn lock_conformance::waiter_process::QueuedWaiter>>, LockError> {
+        let target = format!("{} {}", self.options.session_timeout.as_millis(), self.url());
+        let child = lock_conformance::waiter_process::ChildWaiter::spawn(&target, name, opts).await?;
+        Ok(Some(Box::new(child)))
+    }
+}
+
+/// The client of a `ZkFixture`'s child waiter: `<session timeout ms> <url>`.
+pub async fn connect_child(target: String) -> Result<Arc<dyn lock_core::DistributedLock>, LockError> {
+    let bad = || LockError::config(format!("bad child target {target:?}"));
+    let (session_ms, url) = target.split_once(' ').ok_or_else(bad)?;
+    let session_timeout = Duration::from_millis(session_ms.parse().map_err(|_| bad())?);
+    let options = ZkOptions {
+        session_timeout,
+        connect_timeout: Duration::from_secs(5),
+        request_timeout: Duration::from_secs(3),
+        tick_time: TICK,
+        ..ZkOptions::default()
+    };
+    Ok(Arc::new(lock_zk::connect(url, options).await?))
 }
 
 // ---- Helpers of the ZooKeeper-specific tests ----
