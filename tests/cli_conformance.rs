@@ -95,24 +95,25 @@ async fn redis_sentinel() {
 
 /// `dlock conformance --url redis+cluster://…` against a local cluster of 3 masters + 3 replicas:
 /// every script goes to its slot's master; the linked clients reach every node through a proxy.
-/// The cluster is new, so every slot's boot marker for the default prefix is set to 0 first, as
-/// an operator does for a new cluster (README, "Redis Cluster").
+/// The cluster is new, so `dlock init` marks it fresh first (every slot's boot marker of the
+/// default prefix set to 0 on its master), as an operator does for a new cluster: without it
+/// every first lock would wait the 60 s restart quiet period and the run would fail.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_cluster() {
     use dlock_testkit::servers::redis_cluster::RedisCluster;
     let cluster = RedisCluster::start().await.expect("a local Redis Cluster");
-    let nodes: Vec<String> = (0..cluster.len()).map(|i| format!("redis://{}", cluster.addr(i))).collect();
-    let client = redis::cluster::ClusterClient::new(nodes).expect("cluster client");
-    let con = client.get_async_connection().await.expect("a cluster connection");
-    for chunk in lock_redis::cluster_boot_markers("dlock").chunks(512) {
-        let sets = chunk.iter().map(|key| {
-            let mut c = con.clone();
-            async move { redis::cmd("SET").arg(key).arg("0").query_async::<()>(&mut c).await }
-        });
-        for r in futures::future::join_all(sets).await {
-            r.expect("a boot marker set");
-        }
-    }
+    let init = |url: String| {
+        tokio::task::spawn_blocking(move || {
+            Command::new(env!("CARGO_BIN_EXE_dlock")).args(["init", "--url", &url]).output().expect("dlock init runs")
+        })
+    };
+    let out = init(cluster.url()).await.expect("joined");
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{said}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(said.contains("all 16384 slot markers"), "{said}");
+    let again = init(cluster.url()).await.expect("joined");
+    let said = String::from_utf8_lossy(&again.stdout);
+    assert!(said.contains("16384 already marked, left alone"), "a second init leaves them: {said}");
     let report = conformance_off_runtime(cluster.url()).await;
     assert_eq!(report["backend"], "redis");
     drop(cluster);

@@ -102,7 +102,7 @@ impl Boot {
                 left_ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
                 "Redis key prefix {:?}: nothing is granted for {left:?} more (the restart quiet period). The \
                  server lost its state, or this prefix was never used on it. If the deployment is new, \
-                 mark it fresh with `dlock init --url …` or `SET {}:boot 0` (on a Redis Cluster, every \
+                 mark it fresh with `dlock init --url …` (or `SET {}:boot 0`; on a Redis Cluster every \
                  key of lock_redis::cluster_boot_markers); `[redis] restart_quiet_period` sets the wait",
                 self.prefix,
                 self.prefix
@@ -115,7 +115,8 @@ impl Boot {
 /// is the shortest decimal number whose hash slot is `slot`. One marker per slot, not per name:
 /// a master that restarts empty loses exactly the markers of its slots, so the names of those
 /// slots wait the quiet period once, while a name never used before on a healthy cluster is
-/// granted at once. To mark a new cluster fresh, `SET` each of [`cluster_boot_markers`] to 0.
+/// granted at once. To mark a new cluster fresh, `SET` each of [`cluster_boot_markers`] to 0
+/// (`dlock init --url redis+cluster://…` does).
 pub(crate) fn slot_marker(prefix: &str, slot: u16) -> String {
     format!("{prefix}:{{{}}}:boot", slot_tags()[usize::from(slot)])
 }

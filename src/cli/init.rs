@@ -5,8 +5,9 @@
 //! the primary the Sentinels name, or on every Redlock master. Without `--force` a marker that is
 //! already there is left alone (the deployment is in use, or in a quiet period that protects
 //! forgotten leases); `--force` overwrites it, only for a deployment known to hold no lease.
-//! Redis Cluster keeps one marker per hash slot (`lock_redis::cluster_boot_markers`), which this
-//! command does not write yet: it says so. Other backends keep their state and need no marking.
+//! Redis Cluster keeps one marker per hash slot (`lock_redis::cluster_boot_markers`): every one
+//! of the 16384 is set, each on its slot's master. Other backends keep their state and need no
+//! marking.
 
 use clap::Args;
 
@@ -30,10 +31,11 @@ pub(crate) async fn run(args: InitArgs, out: &Redactor) -> Result<bool, LockErro
     let scheme = config.url.split_once("://").map_or("", |(s, _)| s).to_ascii_lowercase();
     match Scheme::of(&config.url)? {
         #[cfg(feature = "redis")]
-        Scheme::Redis if scheme == "redis+cluster" => Err(LockError::config(format!(
-            "dlock init does not mark a Redis Cluster yet: set each key of lock_redis::cluster_boot_markers({:?}) to 0",
-            config.redis.key_prefix
-        ))),
+        Scheme::Redis if scheme == "redis+cluster" => {
+            let line = mark_cluster(&config.url, &config.redis.key_prefix, args.force).await?;
+            out.println(&format!("{}: {line}", crate::url::redact_url(&config.url)));
+            Ok(true)
+        }
         #[cfg(feature = "redis")]
         Scheme::Redis | Scheme::Redlock => {
             let servers = match scheme.as_str() {
@@ -52,6 +54,45 @@ pub(crate) async fn run(args: InitArgs, out: &Redactor) -> Result<bool, LockErro
             Ok(true)
         }
     }
+}
+
+/// Sets every slot's boot marker of `prefix` to 0 on a Redis Cluster (only those missing unless
+/// `force`), 512 at a time through a cluster connection that routes each to its slot's master.
+#[cfg(feature = "redis")]
+async fn mark_cluster(url: &str, prefix: &str, force: bool) -> Result<String, LockError> {
+    use crate::cli::raw::within;
+    let nodes = crate::cli::raw::redis_urls(url)?;
+    let client = redis::cluster::ClusterClient::new(nodes)
+        .map_err(|e| LockError::config(format!("invalid redis+cluster URL: {e}")))?;
+    let con = within("redis", "connect to the cluster", client.get_async_connection()).await?;
+    let markers = lock_redis::cluster_boot_markers(prefix);
+    let (mut marked, mut kept) = (0usize, 0usize);
+    for chunk in markers.chunks(512) {
+        let sets = chunk.iter().map(|key| {
+            let mut con = con.clone();
+            let mut set = redis::cmd("SET");
+            set.arg(key).arg(0);
+            if !force {
+                set.arg("NX");
+            }
+            async move { set.query_async::<Option<String>>(&mut con).await }
+        });
+        let answers = within("redis", "set the slots' boot markers", async {
+            futures::future::join_all(sets).await.into_iter().collect::<Result<Vec<_>, _>>()
+        })
+        .await?;
+        let set = answers.iter().filter(|a| a.is_some()).count();
+        marked += set;
+        kept += answers.len() - set;
+    }
+    Ok(match (marked, kept) {
+        (_, 0) if force => format!("marked fresh: all {marked} slot markers of {prefix:?} set to 0 (--force)"),
+        (_, 0) => format!("marked fresh: all {marked} slot markers of {prefix:?} set to 0"),
+        _ => format!(
+            "{marked} slot markers of {prefix:?} set to 0; {kept} already marked, left alone (a value in the future is a \
+             quiet period: --force ends it, only for a deployment known to hold no lease)"
+        ),
+    })
 }
 
 /// Sets `marker` to 0 on one server (only if missing unless `force`); says what it found.
