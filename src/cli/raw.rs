@@ -10,7 +10,9 @@
 use std::future::Future;
 use std::time::Duration;
 
-use crate::{LockError, Scheme};
+use crate::LockError;
+#[cfg(feature = "sql")]
+use crate::Scheme;
 
 /// The bound on connecting and on every request made through these connections.
 pub(crate) const WAIT: Duration = Duration::from_secs(10);
@@ -110,6 +112,7 @@ pub(crate) async fn redis_query<T: redis::FromRedisValue>(
     within("redis", "command", cmd.query_async::<T>(conn)).await
 }
 
+#[cfg(feature = "zk")]
 /// A ZooKeeper URL's servers, root (default `/dlock`) and `user:password` digest credentials.
 pub(crate) struct ZkTarget {
     pub(crate) hosts: String,
@@ -117,6 +120,7 @@ pub(crate) struct ZkTarget {
     pub(crate) auth: Option<String>,
 }
 
+#[cfg(feature = "zk")]
 impl ZkTarget {
     pub(crate) fn parse(url: &str) -> ZkTarget {
         let rest = url.split_once("://").map(|(_, r)| r).unwrap_or_default();
