@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use rand::Rng;
+use rand::RngExt;
 
 /// Exponential back-off with "full jitter": each delay is uniform in `[base/2, base]`, where
 /// `base` doubles from `min` up to `max`.

@@ -216,7 +216,7 @@ impl OwnerId {
     /// A fresh random id (uuid v4 from the thread's CSPRNG, reseeded from the OS after a fork:
     /// one `getpid` per acquisition, no entropy system call).
     pub fn random() -> Self {
-        use rand::RngCore;
+        use rand::Rng;
         let mut rng = rand::rng();
         if SEEDED_IN.with(|check| check.must_reseed(std::process::id())) {
             // Without the OS (no entropy source at all) the thread's own seeding failed already.

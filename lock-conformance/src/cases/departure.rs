@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::{AcquireOptions, DistributedLock, Lease, LeaseModel, LockError, LockName};
-use rand::Rng;
+use rand::RngExt;
 use tokio::time::Instant;
 
 use super::{ensure, fail, ms, CaseError, CaseResult, Ctx};

@@ -10,7 +10,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use lock_core::{DistributedLock, Election, FencedRegister, Holder, LockError, WakeMethod};
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 use tokio::time::Instant;
 
 use super::nemesis::{self, inject_faults, overlaps, Hooks, Window};

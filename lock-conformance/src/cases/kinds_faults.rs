@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use lock_core::{AcquireOptions, DistributedRwLock, DistributedSemaphore, FencedRegister, Lease, LeaseModel, LockName};
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 use tokio::time::Instant;
 
 use super::{ensure, fail, ms, nemesis, CaseError, CaseResult, Ctx};

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use lock_core::{DistributedLock, FencedRegister, LockName};
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 use tokio::time::Instant;
 
 use super::{fail, ms, CaseError, CaseResult, Ctx};

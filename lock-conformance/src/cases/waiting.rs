@@ -4,7 +4,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lock_core::{DistributedLock, Lease, LockError, LockName, WaitPolicy, WakeMethod};
-use rand::Rng;
+use rand::RngExt;
 use tokio::time::Instant;
 
 use super::{ensure, fail, ms, CaseError, CaseResult, Ctx};

@@ -12,7 +12,7 @@ use lock_core::{
     backend::{LeaseStore, TryLock},
     FencingToken, LockError, LockName, OwnerId,
 };
-use rand::Rng;
+use rand::RngExt;
 use tokio::time::Instant;
 
 use super::store::{RedlockStore, BACKEND};
