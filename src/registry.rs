@@ -166,6 +166,7 @@ mod tests {
         assert_eq!(Scheme::of("MariaDB://h/db").ok(), Some(Scheme::Mysql));
         assert_eq!(Scheme::of("rediss://h").ok(), Some(Scheme::Redis));
         assert_eq!(Scheme::of("redis+sentinel://a:1,b:2,c:3/m").ok(), Some(Scheme::Redis));
+        assert_eq!(Scheme::of("rediss+sentinel://a:1,b:2,c:3/m").ok(), Some(Scheme::Redis));
         assert_eq!(Scheme::of("redis+cluster://a:1,b:2,c:3").ok(), Some(Scheme::Redis));
         assert_eq!(Scheme::of("redlock://a:1,b:2,c:3").ok(), Some(Scheme::Redlock));
         assert_eq!(Scheme::of("zk://h:2181/r").ok(), Some(Scheme::ZooKeeper));

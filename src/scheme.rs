@@ -14,7 +14,7 @@ pub enum Scheme {
     Postgres,
     /// `mysql://` or `mariadb://`.
     Mysql,
-    /// `redis://` or `rediss://` (TLS).
+    /// `redis://` or `rediss://` (TLS), `redis[s]+sentinel://` (through Sentinels), `redis+cluster://`.
     Redis,
     /// `redlock://h1:p1,h2:p2,…`.
     Redlock,

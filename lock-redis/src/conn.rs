@@ -167,7 +167,11 @@ impl Node {
                 Ok(Ok(conn)) => Ok(conn),
                 Ok(Err(e)) => {
                     let message = hide(&e.to_string(), password.as_deref());
-                    if is_auth_error(&e) {
+                    let sentinel_refused = is_auth_error(&e)
+                        && timeout(connect_timeout, endpoint.sentinels_refuse_login()).await == Ok(true);
+                    if sentinel_refused {
+                        Err(ConnectError::Config(crate::sentinel::refused_message(&label, &message)))
+                    } else if is_auth_error(&e) {
                         Err(ConnectError::Config(auth_message("cannot connect to", &label, &message)))
                     } else {
                         Err(ConnectError::Unavailable(format!("cannot connect to {label}: {message}")))

@@ -117,8 +117,15 @@
 //! reconnect (command and pub/sub connection) asks them again, and the redis crate checks the
 //! named server answers `ROLE` as master. A dropped connection, a time-out or a `READONLY`
 //! reply (a demoted primary) replaces the connection, so after a failover the client follows
-//! the new primary. Credentials and database are the data nodes'; Sentinels are asked without
-//! AUTH. The URL takes no parameters (any is a `Config` error).
+//! the new primary. Credentials and database are the data nodes' and never sent to a
+//! Sentinel; the Sentinels' own ACL user, if they need one, is
+//! `?sentinel_username=…&sentinel_password=…` (percent-encoded; no other parameter is
+//! accepted). `rediss+sentinel://` is TLS to the Sentinels and to the data nodes they name, both
+//! verified with `tls_ca_file` (or the webpki roots) and the address the Sentinel gave, before
+//! any AUTH: a Sentinel that names a plaintext server or one with another certificate gets an
+//! `Unavailable` error, never the password. With plaintext Sentinels, whoever can make a
+//! Sentinel answer chooses where the data password goes (docs/security.md).
+//! [`sentinel_primary`] finds the primary the same way, for tools.
 //!
 //! **Failover.** Replication is asynchronous: a grant or renewal the promoted replica never
 //! received is forgotten, and another client can get the lock while the holder still believes
@@ -334,6 +341,7 @@ mod redlock;
 mod reply;
 #[doc(hidden)]
 pub mod scripts;
+mod sentinel;
 mod single;
 mod url;
 
@@ -342,6 +350,7 @@ pub use boot::cluster_boot_markers;
 pub use kinds::{RedisKinds, RedisRwLock, RedisSemaphore};
 pub use options::{RedisOptions, DEFAULT_MAX_CLOCK_OFFSET};
 pub use redlock::RedlockStore;
+pub use sentinel::sentinel_primary;
 pub use single::RedisStore;
 
 use lock_core::{backend::StoreLock, LockError};

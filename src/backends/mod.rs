@@ -104,8 +104,8 @@ pub(crate) const SHIPPED: &[Driver] = &[
         // redis+sentinel: lock-redis asks the Sentinels for the primary; redis+cluster: the
         // cluster client routes by slot (same backend and options).
         name: "redis",
-        schemes: &["redis", "rediss", "redis+sentinel", "redis+cluster"],
-        form: "redis://host:port (rediss:// for TLS, redis+sentinel://s1:p1,s2:p2,s3:p3/<master> via Sentinel, \
+        schemes: &["redis", "rediss", "redis+sentinel", "rediss+sentinel", "redis+cluster"],
+        form: "redis://host:port (rediss:// for TLS, redis+sentinel://s1:p1,s2:p2,s3:p3/<master> via Sentinel, rediss+sentinel:// with TLS, \
                redis+cluster://n1:p1,n2:p2,… for Redis Cluster)",
         default_port: Some(6379),
         exclusive_only: false,

@@ -65,8 +65,8 @@ async fn redis(config: &Config, escaped: &str) -> Result<u64, LockError> {
     let pattern = format!("{}:{{{}*", literal(&config.redis.key_prefix)?, literal(escaped)?);
     let mut removed = 0;
     // Behind Sentinel the keys are on the current primary (the replicas follow it).
-    let urls = if config.url.to_ascii_lowercase().starts_with("redis+sentinel:") {
-        vec![super::raw::sentinel_primary(&config.url).await?]
+    let urls = if super::raw::is_sentinel(&config.url) {
+        vec![super::raw::sentinel_primary(config).await?]
     } else {
         super::raw::redis_urls(&config.url)?
     };

@@ -96,7 +96,7 @@ impl Fixture for UrlFixture {
         }
         // The Sentinels hand the client the primary's own address: a proxy in front of the
         // Sentinels would leave the data path unbroken, and a cut that does not cut proves nothing.
-        if url.starts_with("redis+sentinel:") {
+        if super::raw::is_sentinel(&url) {
             return Ok(None);
         }
         #[cfg(feature = "redis")]
@@ -180,8 +180,8 @@ impl Fixture for UrlFixture {
 async fn forge_redis(config: &Config, name: &LockName, token: u64) -> Result<usize, LockError> {
     use super::raw::{redis, redis_query};
     let key = |suffix: &str| format!("{}:{{{}}}:{suffix}", config.redis.key_prefix, name.escaped());
-    let urls = if config.url.to_ascii_lowercase().starts_with("redis+sentinel:") {
-        vec![super::raw::sentinel_primary(&config.url).await?]
+    let urls = if super::raw::is_sentinel(&config.url) {
+        vec![super::raw::sentinel_primary(config).await?]
     } else {
         super::raw::redis_urls(&config.url)?
     };

@@ -39,7 +39,7 @@ pub(crate) async fn run(args: InitArgs, out: &Redactor) -> Result<bool, LockErro
         #[cfg(feature = "redis")]
         Scheme::Redis | Scheme::Redlock => {
             let servers = match scheme.as_str() {
-                "redis+sentinel" => vec![crate::cli::raw::sentinel_primary(&config.url).await?],
+                "redis+sentinel" | "rediss+sentinel" => vec![crate::cli::raw::sentinel_primary(&config).await?],
                 _ => crate::cli::raw::redis_urls(&config.url)?,
             };
             let marker = format!("{}:boot", config.redis.key_prefix);

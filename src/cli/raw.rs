@@ -3,9 +3,9 @@
 //! the bench baseline. Every wait is bounded by [`WAIT`].
 //!
 //! Assumptions: TLS servers are verified against the webpki roots (a `tls_ca_file` in the
-//! config is not used here); `dlock doctor` does not resolve `redis+sentinel://` URLs (point
-//! `--url` at the master to check it); the clean-up asks the Sentinels for the primary
-//! ([`sentinel_primary`]); a `redis+cluster://` URL means the nodes it names.
+//! config is not used here, except to ask the Sentinels); the clean-up, `init` and `doctor`
+//! ask the Sentinels for the primary ([`sentinel_primary`]); a `redis+cluster://` URL means
+//! the nodes it names.
 
 use std::future::Future;
 use std::time::Duration;
@@ -66,41 +66,19 @@ pub(crate) async fn redis(url: &str) -> Result<redis::aio::MultiplexedConnection
     within("redis", "connect", client.get_multiplexed_async_connection()).await
 }
 
-/// The current primary of a `redis+sentinel://[user:pass@]s1:p1,s2:p2/<master>[/<db>]` URL as a
-/// `redis://` URL with the same credentials and database: the first Sentinel that answers
-/// `SENTINEL GET-MASTER-ADDR-BY-NAME` names it (sentinels listen on 26379 unless told).
+/// Whether `url` names a primary behind Sentinels (`redis+sentinel://`, `rediss+sentinel://`).
+pub(crate) fn is_sentinel(url: &str) -> bool {
+    let scheme = url.split_once("://").map_or("", |(s, _)| s).to_ascii_lowercase();
+    scheme == "redis+sentinel" || scheme == "rediss+sentinel"
+}
+
+/// The current primary of a Sentinel URL as a `redis://` (`rediss://`) URL with the data nodes'
+/// credentials and database, found as the lock client finds it (lock-redis's
+/// `sentinel_primary`): the Sentinels get only their own `sentinel_*` credentials, never the
+/// data password, and the named server is checked (TLS, `ROLE` master) before it is used.
 #[cfg(feature = "redis")]
-pub(crate) async fn sentinel_primary(url: &str) -> Result<String, LockError> {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let (auth, rest) = match rest.rsplit_once('@') {
-        Some((a, r)) => (format!("{a}@"), r),
-        None => (String::new(), rest),
-    };
-    let mut parts = rest.splitn(3, '/');
-    let hosts = parts.next().unwrap_or_default();
-    let master = parts.next().filter(|m| !m.is_empty()).ok_or_else(|| {
-        LockError::config("the redis+sentinel URL names no master; use redis+sentinel://s1:p1,s2:p2,s3:p3/<master>")
-    })?;
-    let db = parts.next().map(|d| format!("/{d}")).unwrap_or_default();
-    let mut last = LockError::config("the redis+sentinel URL names no Sentinel");
-    for host in hosts.split(',').filter(|h| !h.is_empty()) {
-        let host = if host.rsplit_once(':').is_some_and(|(_, p)| !p.contains(']')) {
-            host.to_owned()
-        } else {
-            format!("{host}:26379")
-        };
-        let ask = async {
-            let mut conn = redis(&format!("redis://{auth}{host}")).await?;
-            let cmd = redis::cmd("SENTINEL").arg("GET-MASTER-ADDR-BY-NAME").arg(master).clone();
-            redis_query::<Option<(String, u16)>>(&mut conn, &cmd).await
-        };
-        match ask.await {
-            Ok(Some((h, p))) => return Ok(format!("redis://{auth}{h}:{p}{db}")),
-            Ok(None) => last = LockError::config(format!("Sentinel {host} knows no master named {master:?}")),
-            Err(e) => last = e,
-        }
-    }
-    Err(last)
+pub(crate) async fn sentinel_primary(config: &crate::Config) -> Result<String, LockError> {
+    lock_redis::sentinel_primary(&config.url, &config.redis_options()).await
 }
 
 /// Runs one Redis command within [`WAIT`].

@@ -13,7 +13,7 @@ use crate::acl::Needs;
 use crate::boot::Boot;
 use crate::cluster::Conn;
 use crate::conn::Node;
-use crate::endpoint::{parse_sentinel, Endpoint, SCHEME};
+use crate::endpoint::{is_sentinel, Endpoint};
 use crate::handoff::CLAIM_MS;
 use crate::options::min_ttl;
 use crate::pubsub::Notifier;
@@ -86,8 +86,8 @@ impl RedisStore {
     pub(crate) async fn connect(url: &str, options: &RedisOptions, needs: Needs) -> Result<RedisStore, LockError> {
         options.validate()?;
         let ca = options.read_ca().await?;
-        let endpoint = if has_scheme(url, SCHEME) {
-            parse_sentinel(url)?.endpoint()?
+        let endpoint = if is_sentinel(url) {
+            crate::endpoint::sentinel(url, ca.as_deref())?
         } else if has_scheme(url, crate::cluster::SCHEME) {
             Endpoint::Cluster(crate::cluster::ClusterEndpoint::parse(url, &options.cluster_node_map)?)
         } else {

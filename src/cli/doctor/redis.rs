@@ -16,7 +16,7 @@ use crate::cli::raw;
 pub(super) async fn checks(config: &Config) -> Result<Vec<Finding>, LockError> {
     let deployment = Deployment::of(&config.url);
     let urls = match deployment {
-        Deployment::Sentinel => vec![raw::sentinel_primary(&config.url).await?],
+        Deployment::Sentinel => vec![raw::sentinel_primary(config).await?],
         _ => raw::redis_urls(&config.url)?,
     };
     let mut findings = server_checks(&urls).await;

@@ -59,6 +59,7 @@ macro_rules! server_newtype {
 }
 
 pub mod etcd;
+pub mod fake_sentinel;
 pub mod local;
 pub mod mysql;
 mod peer_links;
