@@ -44,5 +44,6 @@
 
 pub mod handoff;
 mod permutations;
+pub mod pg;
 pub mod redlock;
 pub mod zk;
