@@ -42,6 +42,7 @@
 //! the checker finds a counterexample with each switch on, so a model that stopped checking
 //! anything would fail its own tests.
 
+pub mod failover;
 pub mod handoff;
 mod permutations;
 pub mod pg;
