@@ -82,3 +82,16 @@ fn a_round_waiting_for_a_locked_row_loses_an_untroubled_lease() {
     let bugs = rounds::Bugs { round_waits_for_locked_rows: true };
     common::assert_breaks(Rounds::small(bugs), &bugs, "an untroubled lease is renewed in time", Search::Bfs);
 }
+
+#[test]
+fn the_renewal_schedule_matches_lock_core_at_every_row() {
+    // lock-core's `renewal_due_table` (lease/watchdog/tests.rs), in whole seconds from now:
+    // (valid_until − now, validity, every) → due − now. Its half-second row (a cadence near the
+    // validity: 14.5 s) the model's whole ticks round down: never later than lock-core's.
+    let table = [((29, 29, 10), 10), ((25, 29, 10), 6), ((10, 29, 10), 0), ((0, 29, 10), 0), ((29, 29, 28), 14)];
+    let now = 100;
+    for ((left, validity, every), want) in table {
+        let got = rounds::renewal_due(now, now + left, validity, every) - now;
+        assert_eq!(got, want, "left {left}, validity {validity}, every {every}");
+    }
+}
