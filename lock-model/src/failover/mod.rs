@@ -9,8 +9,8 @@
 //!   `WAIT 1` **on the same connection, in the same attempt**: it counts the replicas that have
 //!   that connection's writes. Acknowledged: the lease, valid from the script's send. Not
 //!   acknowledged (the wait timed out): the grant is released and the attempt answers
-//!   `Unavailable`. A connection that broke between the two (a failover) fails the attempt; a
-//!   retry sends both again.
+//!   `Unavailable`. A connection that broke between the two (a failover) makes the attempt send
+//!   both again on a fresh connection, as the same owner (`run_idempotent`).
 //! - **Renew**: the renew script (owner-checked, extends to `now + ttl`), then `WAIT` alike;
 //!   not acknowledged, the lease keeps its previous validity and the watchdog tries again.
 //! - **Release**: the owner-checked release script.

@@ -53,7 +53,7 @@ impl Failover {
 pub enum Action {
     /// Time passes.
     Tick,
-    /// The client's acquire script runs on the primary and grants.
+    /// The client's acquire script runs on the primary and grants (a retry may be refused).
     Acquire(u8),
     /// The client's `WAIT` answers (acknowledged, or timed out with fewer).
     Wait(u8),
@@ -101,14 +101,23 @@ impl Failover {
         }
     }
 
-    /// The acquire script grants `c` (a free key or its own), when it would.
+    /// The acquire script grants `c` (a free key or its own), when it would; a new attempt
+    /// (not a retry) takes the next owner id.
     fn grantable(s: &State, c: u8) -> bool {
-        let me = c * OWNERS + s.attempts[c as usize].saturating_sub(1);
+        let retry = s.clients[c as usize] == Client::Retrying;
+        let me = c * OWNERS + s.attempts[c as usize] - u8::from(!retry);
         s.primary.data.lease.is_none_or(|(owner, _, expires)| owner == me || expires <= s.now)
     }
 
     fn acquire(s: &mut State, c: u8) {
-        s.attempts[c as usize] -= 1;
+        if !Self::grantable(s, c) {
+            // A retry refused (the lock went to another meanwhile): the attempt ends.
+            s.clients[c as usize] = Client::Idle;
+            return;
+        }
+        if s.clients[c as usize] != Client::Retrying {
+            s.attempts[c as usize] -= 1;
+        }
         let me = Self::owner(s, c);
         let mut data = s.primary.data;
         let token = match data.lease {
@@ -142,13 +151,13 @@ impl Failover {
             }
             s.max_taken = s.max_taken.max(token);
             s.clients[c as usize] = Client::Holding { token, valid_until: t0 + TTL, renewal: None, sent: t0 };
-        } else {
-            // Not acknowledged: released on the same connection (a broken one releases nothing;
-            // the grant it made, if the new primary has it, runs out by its ttl).
-            if epoch == s.epoch {
-                Self::release(s, c);
-            }
+        } else if epoch == s.epoch {
+            // Not acknowledged (or too late): released on the same connection.
+            Self::release(s, c);
             s.clients[c as usize] = Client::Idle;
+        } else {
+            // The connection broke: the attempt sends the script and its `WAIT` again.
+            s.clients[c as usize] = Client::Retrying;
         }
     }
 
@@ -198,6 +207,7 @@ impl Failover {
         let i = c as usize;
         match s.clients[i] {
             Client::Idle if s.attempts[i] > 0 && Self::grantable(s, c) => actions.push(Action::Acquire(c)),
+            Client::Retrying => actions.push(Action::Acquire(c)),
             Client::Acking { .. } => actions.push(Action::Wait(c)),
             Client::Holding { valid_until, renewal, sent, .. } => {
                 match renewal {

@@ -23,6 +23,9 @@ pub struct Node {
 pub enum Client {
     /// Not holding; may try to acquire.
     Idle,
+    /// Its attempt's connection broke before the `WAIT` answered: the attempt sends both again
+    /// on a fresh connection, as the same owner.
+    Retrying,
     /// Its acquire script was granted `token` (sent at `t0`) on the primary of `epoch`, a write
     /// at `offset`; its `WAIT` is still to answer.
     Acking {
