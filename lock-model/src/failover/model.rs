@@ -1,0 +1,305 @@
+//! The failover model's steps and properties (see the module docs of [`crate::failover`]).
+
+use stateright::{Model, Property};
+
+use super::state::{Client, Data, Node, State};
+
+/// Ticks a lease lasts from its grant or renewal.
+pub const TTL: u8 = 3;
+/// Owner ids per client (attempts are fewer).
+pub(crate) const OWNERS: u8 = 8;
+/// `min_replicas_ack`: the one replica.
+const ACKS: u8 = 1;
+
+/// Design errors found before, each put back by its switch; every one must give a counterexample.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Bugs {
+    /// The `WAIT` goes out on another connection than the script's (sent again alone after a
+    /// reconnect, issue 27): that connection wrote nothing, so it answers at once with every
+    /// replica, whatever the script's write became.
+    pub wait_on_other_connection: bool,
+}
+
+/// One model: the clients, the bounds and the bug switches.
+#[derive(Clone, Debug)]
+pub struct Failover {
+    /// Clients contending for the one lock name.
+    pub clients: u8,
+    /// Acquire attempts each client may make.
+    pub attempts: u8,
+    /// The last tick explored.
+    pub max_tick: u8,
+    /// Failovers in one run.
+    pub failovers: u8,
+    /// Which known errors to put back.
+    pub bugs: Bugs,
+}
+
+impl Failover {
+    /// The bounds the tests check: two clients of two attempts each, four ticks, two failovers
+    /// (the second promotes the old primary back).
+    pub fn small(bugs: Bugs) -> Failover {
+        Failover { clients: 2, attempts: 2, max_tick: 4, failovers: 2, bugs }
+    }
+
+    /// The longer exploration (`DLOCK_MODEL_DEEP=1`): three attempts each over five ticks.
+    pub fn deep(bugs: Bugs) -> Failover {
+        Failover { clients: 2, attempts: 3, max_tick: 5, failovers: 2, bugs }
+    }
+}
+
+/// One step of the exploration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// Time passes.
+    Tick,
+    /// The client's acquire script runs on the primary and grants (a retry may be refused).
+    Acquire(u8),
+    /// The client's `WAIT` answers (acknowledged, or timed out with fewer).
+    Wait(u8),
+    /// The holder's renew script runs on the primary.
+    Renew(u8),
+    /// The `WAIT` after the holder's renewal answers.
+    RenewWait(u8),
+    /// The holder releases.
+    Release(u8),
+    /// The holder's validity ran out: the lost signal.
+    Lapse(u8),
+    /// The replica applies the primary's oldest write it lacks.
+    Replicate,
+    /// The replica is promoted; the old primary comes back as its replica.
+    Promote,
+}
+
+impl Failover {
+    /// The owner id of `c`'s current attempt: each acquisition has its own (lock-core's
+    /// `OwnerId` per lease), so a grant that comes back after a failover is never taken for a
+    /// later attempt's.
+    pub fn owner(s: &State, c: u8) -> u8 {
+        c * OWNERS + s.attempts[c as usize]
+    }
+
+    /// A write on the primary: its data becomes `data`; the replica will apply it in turn.
+    /// Returns the write's offset.
+    fn write(s: &mut State, data: Data) -> u8 {
+        s.primary.data = data;
+        s.primary.offset += 1;
+        s.backlog.push(data);
+        s.primary.offset
+    }
+
+    /// What a `WAIT` of a connection of `epoch` whose write is at `offset` answers now: how many
+    /// replicas have that write, or `None` when the connection broke (a failover since).
+    fn acked(&self, s: &State, epoch: u8, offset: u8) -> Option<u8> {
+        if epoch == s.epoch {
+            Some(u8::from(s.replica.offset >= offset))
+        } else if self.bugs.wait_on_other_connection {
+            // A fresh connection has written nothing: every replica has all of it.
+            Some(ACKS)
+        } else {
+            None
+        }
+    }
+
+    /// The acquire script grants `c` (a free key or its own), when it would; a new attempt
+    /// (not a retry) takes the next owner id.
+    fn grantable(s: &State, c: u8) -> bool {
+        let retry = s.clients[c as usize] == Client::Retrying;
+        let me = c * OWNERS + s.attempts[c as usize] - u8::from(!retry);
+        s.primary.data.lease.is_none_or(|(owner, _, expires)| owner == me || expires <= s.now)
+    }
+
+    fn acquire(s: &mut State, c: u8) {
+        if !Self::grantable(s, c) {
+            // A retry refused (the lock went to another meanwhile): the attempt ends.
+            s.clients[c as usize] = Client::Idle;
+            return;
+        }
+        if s.clients[c as usize] != Client::Retrying {
+            s.attempts[c as usize] -= 1;
+        }
+        let me = Self::owner(s, c);
+        let mut data = s.primary.data;
+        let token = match data.lease {
+            Some((owner, token, expires)) if owner == me && expires > s.now => token,
+            _ => {
+                data.fence += 1;
+                data.fence
+            }
+        };
+        data.lease = Some((me, token, s.now + TTL));
+        let offset = Self::write(s, data);
+        s.clients[c as usize] = Client::Acking { t0: s.now, token, epoch: s.epoch, offset };
+    }
+
+    /// The owner-checked release script (also what a grant without its acknowledgements runs).
+    fn release(s: &mut State, c: u8) {
+        let me = Self::owner(s, c);
+        if s.primary.data.lease.is_some_and(|(owner, _, _)| owner == me) {
+            let data = Data { lease: None, ..s.primary.data };
+            Self::write(s, data);
+        }
+    }
+
+    fn wait(&self, s: &mut State, c: u8) {
+        let Client::Acking { t0, token, epoch, offset } = s.clients[c as usize] else { return };
+        // A grant acknowledged only after its validity passed is a lease lost on arrival: its
+        // holder never acts on it (and it counts for no taker's token).
+        if self.acked(s, epoch, offset).is_some_and(|n| n >= ACKS) && s.now < t0 + TTL {
+            if token <= s.max_taken {
+                s.regressed = true;
+            }
+            s.max_taken = s.max_taken.max(token);
+            s.clients[c as usize] = Client::Holding { token, valid_until: t0 + TTL, renewal: None, sent: t0 };
+        } else if epoch == s.epoch {
+            // Not acknowledged (or too late): released on the same connection.
+            Self::release(s, c);
+            s.clients[c as usize] = Client::Idle;
+        } else {
+            // The connection broke: the attempt sends the script and its `WAIT` again.
+            s.clients[c as usize] = Client::Retrying;
+        }
+    }
+
+    fn holder_step(&self, s: &mut State, action: Action, c: u8) {
+        let Client::Holding { token, valid_until, renewal, sent } = s.clients[c as usize] else { return };
+        let (i, me) = (c as usize, Self::owner(s, c));
+        match action {
+            Action::Renew(_) => match s.primary.data.lease {
+                Some((owner, t, expires)) if owner == me && t == token && expires > s.now => {
+                    let data = Data { lease: Some((me, token, s.now + TTL)), ..s.primary.data };
+                    let offset = Self::write(s, data);
+                    let renewal = Some((s.now, s.epoch, offset));
+                    s.clients[i] = Client::Holding { token, valid_until, renewal, sent: s.now };
+                }
+                _ => s.clients[i] = Client::Ended,
+            },
+            Action::RenewWait(_) => {
+                let Some((t0, epoch, offset)) = renewal else { return };
+                let renewed = self.acked(s, epoch, offset).is_some_and(|n| n >= ACKS);
+                let valid_until = if renewed { valid_until.max(t0 + TTL) } else { valid_until };
+                s.clients[i] = Client::Holding { token, valid_until, renewal: None, sent };
+            }
+            Action::Release(_) => {
+                Self::release(s, c);
+                s.clients[i] = if s.attempts[i] > 0 { Client::Idle } else { Client::Ended };
+            }
+            Action::Lapse(_) => s.clients[i] = Client::Ended,
+            _ => {}
+        }
+    }
+
+    fn promote(s: &mut State) {
+        s.failovers -= 1;
+        s.epoch += 1;
+        for c in 0..s.clients.len() {
+            let me = Self::owner(s, c as u8);
+            if s.believes(c) && s.replica.data.lease.is_some_and(|(owner, _, _)| owner == me) {
+                s.kept_across_failover = true;
+            }
+        }
+        s.primary = s.replica;
+        s.replica = Node { data: s.primary.data, offset: s.primary.offset };
+        s.backlog.clear();
+    }
+
+    fn client_actions(&self, s: &State, c: u8, actions: &mut Vec<Action>) {
+        let i = c as usize;
+        match s.clients[i] {
+            Client::Idle if s.attempts[i] > 0 && Self::grantable(s, c) => actions.push(Action::Acquire(c)),
+            Client::Retrying => actions.push(Action::Acquire(c)),
+            Client::Acking { .. } => actions.push(Action::Wait(c)),
+            Client::Holding { valid_until, renewal, sent, .. } => {
+                match renewal {
+                    None if sent < s.now => actions.push(Action::Renew(c)),
+                    None => {}
+                    Some(_) => actions.push(Action::RenewWait(c)),
+                }
+                if renewal.is_none() && s.now < valid_until {
+                    actions.push(Action::Release(c));
+                }
+                if s.now >= valid_until {
+                    actions.push(Action::Lapse(c));
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+impl Model for Failover {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        let n = self.clients as usize;
+        let node = Node { data: Data { lease: None, fence: 0 }, offset: 0 };
+        vec![State {
+            now: 0,
+            primary: node,
+            replica: node,
+            backlog: Vec::new(),
+            epoch: 0,
+            failovers: self.failovers,
+            clients: vec![Client::Idle; n],
+            attempts: vec![self.attempts; n],
+            max_taken: 0,
+            regressed: false,
+            kept_across_failover: false,
+        }]
+    }
+
+    fn actions(&self, s: &State, actions: &mut Vec<Action>) {
+        if s.now < self.max_tick {
+            actions.push(Action::Tick);
+        }
+        for c in 0..self.clients {
+            self.client_actions(s, c, actions);
+        }
+        if !s.backlog.is_empty() {
+            actions.push(Action::Replicate);
+        }
+        if s.failovers > 0 {
+            actions.push(Action::Promote);
+        }
+    }
+
+    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+        let mut s = last.clone();
+        match action {
+            Action::Tick => s.now += 1,
+            Action::Acquire(c) => Self::acquire(&mut s, c),
+            Action::Wait(c) => self.wait(&mut s, c),
+            Action::Renew(c) | Action::RenewWait(c) | Action::Release(c) | Action::Lapse(c) => {
+                self.holder_step(&mut s, action, c)
+            }
+            Action::Replicate => {
+                s.replica.data = s.backlog.remove(0);
+                s.replica.offset += 1;
+            }
+            Action::Promote => Self::promote(&mut s),
+        }
+        Some(s)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always("no two believers", |_, s: &State| {
+                (0..s.clients.len()).filter(|&c| s.believes(c)).count() <= 1
+            }),
+            Property::always("tokens increase", |_, s: &State| !s.regressed),
+            Property::always("a lost lease is signalled before it is gone", |_, s: &State| {
+                (0..s.clients.len()).all(|c| {
+                    let Client::Holding { token, .. } = s.clients[c] else { return true };
+                    let me = Failover::owner(s, c as u8);
+                    !s.believes(c)
+                        || s.primary
+                            .data
+                            .lease
+                            .is_some_and(|(owner, t, expires)| owner == me && t == token && expires > s.now)
+                })
+            }),
+            Property::sometimes("a lease survives a failover", |_, s: &State| s.kept_across_failover),
+        ]
+    }
+}

@@ -1,0 +1,89 @@
+//! The failover model's state: two nodes and their replication, what each client believes.
+
+/// One node's lock data (the lease key and the fence counter).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Data {
+    /// The lease: owner id (`Failover::owner`), token, expiry (absolute, as Redis 7 replicates `PEXPIREAT`).
+    pub lease: Option<(u8, u8, u8)>,
+    /// The fence counter.
+    pub fence: u8,
+}
+
+/// One node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Node {
+    /// Its data.
+    pub data: Data,
+    /// Its replication offset: how many writes it has.
+    pub offset: u8,
+}
+
+/// What one client is doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Client {
+    /// Not holding; may try to acquire.
+    Idle,
+    /// Its attempt's connection broke before the `WAIT` answered: the attempt sends both again
+    /// on a fresh connection, as the same owner.
+    Retrying,
+    /// Its acquire script was granted `token` (sent at `t0`) on the primary of `epoch`, a write
+    /// at `offset`; its `WAIT` is still to answer.
+    Acking {
+        /// Send instant.
+        t0: u8,
+        /// The token granted.
+        token: u8,
+        /// The failover epoch of its connection.
+        epoch: u8,
+        /// The replication offset of its write.
+        offset: u8,
+    },
+    /// Holds `token`, believed valid while `now < valid_until`; a renewal whose `WAIT` is still
+    /// to answer: `(t0, epoch, offset)`.
+    Holding {
+        /// The fencing token.
+        token: u8,
+        /// By its own clock.
+        valid_until: u8,
+        /// A renewal awaiting its acknowledgement.
+        renewal: Option<(u8, u8, u8)>,
+        /// When its latest grant or renewal was sent (the watchdog tries at most once a tick).
+        sent: u8,
+    },
+    /// Its lease was lost (or it released its last one).
+    Ended,
+}
+
+/// Nodes, replication, clients.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct State {
+    /// The clock (every node and client agree).
+    pub now: u8,
+    /// The primary.
+    pub primary: Node,
+    /// The replica.
+    pub replica: Node,
+    /// The primary's writes the replica has not applied yet, oldest first: the data after each.
+    pub backlog: Vec<Data>,
+    /// Failovers so far (a connection made before the latest is broken).
+    pub epoch: u8,
+    /// Failovers left.
+    pub failovers: u8,
+    /// Each client's state.
+    pub clients: Vec<Client>,
+    /// Acquire attempts left per client.
+    pub attempts: Vec<u8>,
+    /// The highest token any client took.
+    pub max_taken: u8,
+    /// A client took a token not above an earlier taker's.
+    pub regressed: bool,
+    /// A holder's lease survived a failover (shows the path is reached).
+    pub kept_across_failover: bool,
+}
+
+impl State {
+    /// `c` holds a lease it believes valid.
+    pub fn believes(&self, c: usize) -> bool {
+        matches!(self.clients[c], Client::Holding { valid_until, .. } if self.now < valid_until)
+    }
+}

@@ -1,0 +1,38 @@
+//! Clients are interchangeable: states that differ only by the clients' names are one state to
+//! explore.
+
+use stateright::Representative;
+
+use super::model::OWNERS;
+use super::state::{Data, State};
+
+impl Representative for State {
+    /// The least of the state and its renamings.
+    fn representative(&self) -> State {
+        crate::permutations::least_renaming(self, self.clients.len(), State::renamed)
+    }
+}
+
+fn rename(data: &mut Data, perm: &[u8]) {
+    if let Some(lease) = data.lease.as_mut() {
+        // An owner id is its client's number and the attempt's.
+        lease.0 = perm[(lease.0 / OWNERS) as usize] * OWNERS + lease.0 % OWNERS;
+    }
+}
+
+impl State {
+    /// This state with client `c` called `perm[c]`.
+    fn renamed(&self, perm: &[u8]) -> State {
+        let mut s = self.clone();
+        for (c, &new) in perm.iter().enumerate() {
+            s.clients[new as usize] = self.clients[c];
+            s.attempts[new as usize] = self.attempts[c];
+        }
+        rename(&mut s.primary.data, perm);
+        rename(&mut s.replica.data, perm);
+        for data in &mut s.backlog {
+            rename(data, perm);
+        }
+        s
+    }
+}

@@ -1,0 +1,53 @@
+//! The exclusive lock on PostgreSQL, as lock-sql runs it: the lease row, the waiter queue, the
+//! grant in the release claimed by the head, `NOTIFY` as a hint, the waiter's leave, renewals.
+//!
+//! ## The protocol (`lock-sql/src/dialect/postgres/`, `lock-sql/src/store/`)
+//! - **The row**: owner, fence and `expires_at` by the database's clock. Each statement runs
+//!   atomically under the row's lock ([`server`] mirrors the statements).
+//! - **Acquire** (one statement with its queue CTE): an own row is re-granted, expired or not,
+//!   with its fence and `expires_at = now + ttl`; a free or expired row goes to the caller when
+//!   no live waiter is queued before it (new fence), else to that waiter (as a release would)
+//!   and the caller queues; a live row of another queues the caller (or refreshes its entry).
+//! - **Release** (owner-checked, live rows only) grants the row to the first live queue entry
+//!   **provisionally** (new fence, the claim window [`CLAIM`]), deletes the entry and notifies
+//!   the head's client.
+//! - **The notification is a hint**: it wakes the head, which runs its **claim** (owner-checked
+//!   `UPDATE` that extends its own row to `now + ttl` and returns the fence); a claim that finds
+//!   the row not its own falls back to the acquire statement. The lease is the statement's
+//!   answer, valid from its send instant.
+//! - **Leaving** (a wait that timed out, a dropped future) runs after the waiter's own
+//!   statement in flight, then two statements: delete the entry; release a grant it was given
+//!   and hand on. The waiter's record is forgotten only once both ran, so a clean-up cut short
+//!   is finished by the background retry (the same statements later: in the model a cut changes
+//!   nothing, since "later" is already every interleaving).
+//! - **Renewal**: `UPDATE … SET expires_at = now + ttl WHERE owner = … AND expires_at > now`;
+//!   a lease is lost when a renewal finds the row not its own or its validity passes unrenewed.
+//!   The renewal rounds (one statement for several leases) are [`rounds`].
+//!
+//! ## Faults in the model
+//! Notifications are lost, duplicated, delivered late and in any order, and forged (anyone who
+//! can read the queue can `NOTIFY` a waiter's channel, with any fence). A statement's answer is
+//! lost after it ran (the client sends it again). Waiters leave with a statement in flight or
+//! not; processes die at any point (a statement already sent still runs, a renewal too).
+//!
+//! ## Properties
+//! - `no two believers`: never two clients that each believe they hold a valid lease.
+//! - `tokens come from the server`, `tokens increase` (from taker to taker).
+//! - `a lost lease is signalled before it is gone`: while a client believes its lease, the row
+//!   is its own, with its token, and live.
+//! - `an untaken grant lapses`: a provisional grant whose head died or is leaving is live at
+//!   most [`CLAIM`] ticks more; a waiter that finished leaving owns no live row at all.
+//!
+//! ## Time
+//! Ticks of the database's clock. A client counts `ttl − drift` on its own clock from the send
+//! of the statement that answered; the model takes the slowest clock the drift margin allows,
+//! whose belief ends at `t0 + ttl` in the database's ticks ([`Pg::valid_until`]).
+
+mod model;
+pub mod rounds;
+mod server;
+mod state;
+mod symmetry;
+
+pub use model::{Action, Bugs, Pg, CLAIM, DRIFT, ENTRY_LIFE, FORGED, TTL};
+pub use state::{Client, InFlight, Row, State, Stmt};

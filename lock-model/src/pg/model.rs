@@ -1,0 +1,463 @@
+//! The PostgreSQL model's clients, faults and properties (see the module docs of [`crate::pg`]).
+
+use stateright::{Model, Property};
+
+use super::state::{Client, InFlight, State, Stmt};
+
+/// Ticks a lease lasts from its grant, claim or renewal.
+pub const TTL: u8 = 4;
+/// Ticks a release's provisional grant lasts unless its head claims it (`CLAIM_WINDOW`).
+pub const CLAIM: u8 = 1;
+/// Ticks a queue entry stays live after its waiter's latest attempt.
+pub const ENTRY_LIFE: u8 = 2;
+/// The drift margin, in ticks: how much slower than the database's a client's clock may run
+/// over one lease (`lock_core::clock_drift`'s `ttl/100 + 2 ms`, scaled up to one tick).
+pub const DRIFT: u8 = 1;
+/// The fence a forged notification names: above anything the database issues within the bounds.
+pub const FORGED: u8 = 200;
+
+/// Design errors found before, each put back by its switch; every one must give a counterexample.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Bugs {
+    /// A waiter takes a `dlock-grant:<owner>:<fence>` notification as the lease: its fence,
+    /// validity from its latest queued attempt, no statement (before 4355d3d).
+    pub trust_notify: bool,
+    /// The waiter's record is forgotten before its two abandon statements run, so a clean-up cut
+    /// short leaves the background retry nothing to do (before 1668a5f).
+    pub abandon_forgets_place_first: bool,
+    /// A re-grant of an own row (the claim; the acquire's own-row branch) keeps the row's
+    /// `expires_at` while the client counts a full ttl from its send (the SQL re-grant before
+    /// d0bcadb, which fixed it for the read-write lock and the semaphore: `Plan::Again` →
+    /// `Write::Extend` in `lock-sql/src/decide.rs`).
+    pub claim_keeps_expiry: bool,
+    /// The client counts the whole ttl on its own clock, without the drift margin.
+    pub no_drift_margin: bool,
+}
+
+/// One model: the clients, the bounds of the exploration and the bug switches.
+#[derive(Clone, Debug)]
+pub struct Pg {
+    /// Clients contending for the one lock name.
+    pub clients: u8,
+    /// Acquisitions each client makes (one after another).
+    pub rounds: u8,
+    /// The last tick explored.
+    pub max_tick: u8,
+    /// Forged notifications in one run.
+    pub forge: u8,
+    /// Duplicated notifications in one run.
+    pub dup: u8,
+    /// Lost notifications or statement replies in one run.
+    pub lose: u8,
+    /// Fallback re-tries each waiter may make without a notification.
+    pub polls: u8,
+    /// Processes that may die in one run.
+    pub crash: u8,
+    /// Waits that may end early (time-out, dropped future) in one run.
+    pub leave: u8,
+    /// Inline clean-ups that may be cut short in one run.
+    pub cut: u8,
+    /// Which known errors to put back.
+    pub bugs: Bugs,
+}
+
+impl Pg {
+    /// The notifications' faults, as the tests check them: two clients of two acquisitions over
+    /// five ticks with renewals, one forged, one duplicated and one lost notification or reply.
+    pub fn notify(bugs: Bugs) -> Pg {
+        Pg { clients: 2, rounds: 2, max_tick: 4, forge: 1, dup: 1, lose: 1, polls: 0, crash: 0, leave: 0, cut: 0, bugs }
+    }
+
+    /// The processes' faults, as the tests check them: two clients of two acquisitions over five
+    /// ticks with renewals, one crash, one early leave whose clean-up may be cut, one re-try.
+    pub fn processes(bugs: Bugs) -> Pg {
+        Pg { clients: 2, rounds: 2, max_tick: 4, forge: 0, dup: 0, lose: 0, polls: 1, crash: 1, leave: 1, cut: 1, bugs }
+    }
+
+    /// The longer exploration (`DLOCK_MODEL_DEEP=1`): both fault sets one tick longer (every
+    /// fault together at once is beyond a few minutes' memory and time).
+    pub fn deep(bugs: Bugs) -> [Pg; 2] {
+        [Pg { max_tick: 5, ..Pg::notify(bugs) }, Pg { max_tick: 5, ..Pg::processes(bugs) }]
+    }
+
+    /// The end of a lease the database answered to a statement sent at `t0`, in the database's
+    /// ticks: the client counts `ttl − drift` on a clock that may run slow by the drift margin,
+    /// which is `t0 + ttl` at the latest (a faster clock only ends the belief sooner, and every
+    /// property is kept by a shorter belief, so the model takes the slowest).
+    pub fn valid_until(&self, t0: u8) -> u8 {
+        if self.bugs.no_drift_margin {
+            t0 + TTL + DRIFT
+        } else {
+            t0 + TTL
+        }
+    }
+}
+
+/// One step of the exploration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// Time passes.
+    Tick,
+    /// The client sends its acquire statement.
+    Send(u8),
+    /// The database runs the client's statement and the answer arrives.
+    Apply(u8),
+    /// The database runs it, the answer is lost: the client sends it again.
+    ApplyReplyLost(u8),
+    /// A waiter's fallback timer: it sends its acquire statement without a notification.
+    Poll(u8),
+    /// The waiter's wait ends (time-out or dropped future).
+    Leave(u8),
+    /// The database runs the leaving waiter's next abandon statement.
+    Abandon(u8),
+    /// (bug) The clean-up is cut short and nothing is left to finish it.
+    Cut(u8),
+    /// A statement of a client that is gone runs on the database.
+    Stray(u8),
+    /// The holder sends a renewal.
+    Renew(u8),
+    /// The database runs the holder's renewal and the answer arrives.
+    Renewed(u8),
+    /// The holder's validity ran out unrenewed: the lost signal fires.
+    Lapse(u8),
+    /// The holder releases.
+    Release(u8),
+    /// The client's process dies.
+    Crash(u8),
+    /// Notification `i` arrives.
+    Deliver(usize),
+    /// Notification `i` is lost.
+    Drop(usize),
+    /// Notification `i` is duplicated.
+    Dup(usize),
+    /// Anyone who can read the queue sends `NOTIFY` naming the waiter, with a fence of its choosing.
+    Forge(u8),
+}
+
+impl Pg {
+    fn take(&self, s: &mut State, c: u8, token: u8, t0: u8) {
+        if token <= s.max_taken {
+            s.regressed = true;
+        }
+        s.max_taken = s.max_taken.max(token);
+        s.clients[c as usize] = Client::Holding { token, valid_until: self.valid_until(t0), renewal: None };
+    }
+
+    /// The lease of `c` ended: released (`again`: it may ask again, as a new owner id would;
+    /// the model keeps the client's id, so only a release, which frees the row, lets it) or
+    /// lost (it is done).
+    fn end(s: &mut State, c: u8, again: bool) {
+        let i = c as usize;
+        s.clients[i] = if again && s.rounds[i] > 0 {
+            s.rounds[i] -= 1;
+            Client::Idle
+        } else {
+            Client::Ended
+        };
+    }
+
+    fn client_actions(&self, s: &State, c: u8, actions: &mut Vec<Action>) {
+        let i = c as usize;
+        match s.clients[i] {
+            Client::Idle => actions.push(Action::Send(c)),
+            Client::Attempting { leaving, .. } => {
+                actions.push(Action::Apply(c));
+                if !leaving && s.lose > 0 {
+                    actions.push(Action::ApplyReplyLost(c));
+                }
+                if !leaving && s.leave > 0 {
+                    actions.push(Action::Leave(c));
+                }
+            }
+            Client::Waiting { .. } => {
+                if s.polls[i] > 0 {
+                    actions.push(Action::Poll(c));
+                }
+                if s.leave > 0 {
+                    actions.push(Action::Leave(c));
+                }
+                if s.forge > 0 {
+                    actions.push(Action::Forge(c));
+                }
+            }
+            Client::Holding { valid_until, renewal, .. } => {
+                match renewal {
+                    // A renewal sent in the tick its lease was counted from would extend nothing.
+                    None if valid_until < self.valid_until(s.now) => actions.push(Action::Renew(c)),
+                    None => {}
+                    Some(_) => actions.push(Action::Renewed(c)),
+                }
+                // Renewal and release of one lease run one at a time; a lease already lost by
+                // time is not released but signalled (`Lapse`).
+                if renewal.is_none() && s.now < valid_until {
+                    actions.push(Action::Release(c));
+                }
+                if s.now >= valid_until {
+                    actions.push(Action::Lapse(c));
+                }
+            }
+            Client::Leaving { .. } => {
+                actions.push(Action::Abandon(c));
+                if self.bugs.abandon_forgets_place_first && s.cut > 0 {
+                    actions.push(Action::Cut(c));
+                }
+            }
+            Client::Left | Client::Ended | Client::Dead { .. } => {}
+        }
+        if s.crash > 0 && !matches!(s.clients[i], Client::Left | Client::Ended | Client::Dead { .. }) {
+            actions.push(Action::Crash(c));
+        }
+        if s.strays[i].is_some() {
+            actions.push(Action::Stray(c));
+        }
+    }
+
+    /// The database runs the attempt of `c`; with `lost`, its answer never arrives.
+    fn apply(&self, s: &mut State, c: u8, lost: bool) {
+        let Client::Attempting { t0, stmt, leaving } = s.clients[c as usize] else { return };
+        let reply = match stmt {
+            Stmt::Claim => {
+                let claimed = s.row.is_some_and(|r| r.owner == c && r.provisional && r.expires > s.now);
+                let reply = self.claim(s, c);
+                if claimed && reply.is_some() && !lost {
+                    s.handed_over = true;
+                }
+                reply
+            }
+            Stmt::Acquire => self.acquire(s, c),
+        };
+        s.clients[c as usize] = if lost {
+            Client::Attempting { t0: s.now, stmt, leaving }
+        } else if leaving {
+            Client::Leaving { entry_gone: false }
+        } else {
+            match (reply, stmt) {
+                (Some(token), _) => return self.take(s, c, token, t0),
+                // The claim found the row not its own: the acquire statement, as after any wake-up.
+                (None, Stmt::Claim) => Client::Attempting { t0: s.now, stmt: Stmt::Acquire, leaving },
+                (None, Stmt::Acquire) => Client::Waiting { t0 },
+            }
+        };
+    }
+
+    /// A notification reaches `to`: a hint that wakes a waiter to claim (or, with the bug, the
+    /// lease itself).
+    fn on_notify(&self, s: &mut State, to: u8, token: u8) {
+        if let Client::Waiting { t0 } = s.clients[to as usize] {
+            if self.bugs.trust_notify {
+                self.take(s, to, token, t0);
+            } else {
+                s.clients[to as usize] = Client::Attempting { t0: s.now, stmt: Stmt::Claim, leaving: false };
+            }
+        }
+    }
+
+    fn step(&self, s: &mut State, action: Action) {
+        match action {
+            Action::Tick => s.now += 1,
+            Action::Send(c) => {
+                s.clients[c as usize] = Client::Attempting { t0: s.now, stmt: Stmt::Acquire, leaving: false }
+            }
+            Action::Poll(c) => {
+                s.polls[c as usize] -= 1;
+                s.clients[c as usize] = Client::Attempting { t0: s.now, stmt: Stmt::Acquire, leaving: false };
+            }
+            Action::Apply(c) => self.apply(s, c, false),
+            Action::ApplyReplyLost(c) => {
+                s.lose -= 1;
+                self.apply(s, c, true);
+            }
+            Action::Leave(c) => {
+                s.leave -= 1;
+                s.clients[c as usize] = match s.clients[c as usize] {
+                    // The leave runs after its own statement in flight (awaited, same connection).
+                    Client::Attempting { t0, stmt, .. } => Client::Attempting { t0, stmt, leaving: true },
+                    _ => Client::Leaving { entry_gone: false },
+                };
+            }
+            Action::Abandon(c) => {
+                let Client::Leaving { entry_gone } = s.clients[c as usize] else { return };
+                if entry_gone {
+                    Self::release(s, c);
+                    s.clients[c as usize] = Client::Left;
+                } else {
+                    s.queue.retain(|&(q, _)| q != c);
+                    s.clients[c as usize] = Client::Leaving { entry_gone: true };
+                }
+            }
+            Action::Cut(c) => {
+                s.cut -= 1;
+                s.clients[c as usize] = Client::Left;
+            }
+            Action::Stray(c) => match s.strays[c as usize].take() {
+                Some(InFlight::Acquire) => drop(self.acquire(s, c)),
+                Some(InFlight::Renew) => drop(Self::renew(s, c)),
+                None => {}
+            },
+            Action::Renew(c) | Action::Renewed(c) | Action::Lapse(c) | Action::Release(c) => {
+                self.holder_step(s, action, c)
+            }
+            Action::Crash(c) => {
+                s.crash -= 1;
+                let held = matches!(s.clients[c as usize], Client::Holding { .. });
+                s.strays[c as usize] = match s.clients[c as usize] {
+                    // A claim in flight is an acquire's own-row branch (it may do less, never more).
+                    Client::Attempting { .. } => Some(InFlight::Acquire),
+                    Client::Holding { renewal: Some(_), .. } => Some(InFlight::Renew),
+                    _ => None,
+                };
+                s.clients[c as usize] = Client::Dead { held };
+            }
+            Action::Deliver(i) => {
+                let (to, token) = s.net.remove(i);
+                self.on_notify(s, to, token);
+            }
+            Action::Drop(i) => {
+                s.lose -= 1;
+                s.net.remove(i);
+            }
+            Action::Dup(i) => {
+                s.dup -= 1;
+                s.net.push(s.net[i]);
+                s.net.sort_unstable();
+            }
+            Action::Forge(c) => {
+                s.forge -= 1;
+                s.net.push((c, FORGED));
+                s.net.sort_unstable();
+            }
+        }
+    }
+
+    /// A holder's renewal, its answer, its lapse and its release.
+    fn holder_step(&self, s: &mut State, action: Action, c: u8) {
+        let Client::Holding { token, valid_until, renewal } = s.clients[c as usize] else { return };
+        match (action, renewal) {
+            (Action::Renew(_), None) => {
+                s.clients[c as usize] = Client::Holding { token, valid_until, renewal: Some(s.now) };
+            }
+            (Action::Renewed(_), Some(t0)) => {
+                if Self::renew(s, c) {
+                    s.renewed = true;
+                    let valid_until = valid_until.max(self.valid_until(t0));
+                    s.clients[c as usize] = Client::Holding { token, valid_until, renewal: None };
+                } else {
+                    Self::end(s, c, false);
+                }
+            }
+            (Action::Lapse(_), _) => {
+                // A renewal still in flight may yet run: it can only find the row not ours.
+                if renewal.is_some() {
+                    s.strays[c as usize] = Some(InFlight::Renew);
+                }
+                Self::end(s, c, false);
+            }
+            (Action::Release(_), None) => {
+                Self::release(s, c);
+                Self::end(s, c, true);
+            }
+            _ => {}
+        }
+    }
+
+    /// Forgets what can no longer change the outcome, so equal futures are one state.
+    fn normalize(&self, s: &mut State) {
+        for c in 0..s.clients.len() {
+            match s.clients[c] {
+                Client::Waiting { .. } if !self.bugs.trust_notify => s.clients[c] = Client::Waiting { t0: 0 },
+                Client::Left | Client::Ended | Client::Dead { .. } => {
+                    s.polls[c] = 0;
+                    s.rounds[c] = 0;
+                    let gone = c as u8;
+                    s.net.retain(|&(to, _)| to != gone);
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+impl Model for Pg {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        let n = self.clients as usize;
+        vec![State {
+            now: 0,
+            row: None,
+            fence: 0,
+            queue: Vec::new(),
+            clients: vec![Client::Idle; n],
+            polls: vec![self.polls; n],
+            rounds: vec![self.rounds.saturating_sub(1); n],
+            strays: vec![None; n],
+            net: Vec::new(),
+            forge: self.forge,
+            dup: self.dup,
+            lose: self.lose,
+            crash: self.crash,
+            leave: self.leave,
+            cut: self.cut,
+            max_taken: 0,
+            regressed: false,
+            handed_over: false,
+            renewed: false,
+        }]
+    }
+
+    fn actions(&self, s: &State, actions: &mut Vec<Action>) {
+        if s.now < self.max_tick {
+            actions.push(Action::Tick);
+        }
+        for c in 0..self.clients {
+            self.client_actions(s, c, actions);
+        }
+        for i in 0..s.net.len() {
+            actions.push(Action::Deliver(i));
+            if s.lose > 0 {
+                actions.push(Action::Drop(i));
+            }
+            if s.dup > 0 {
+                actions.push(Action::Dup(i));
+            }
+        }
+    }
+
+    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+        let mut s = last.clone();
+        self.step(&mut s, action);
+        self.normalize(&mut s);
+        Some(s)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always("no two believers", |_, s: &State| {
+                (0..s.clients.len()).filter(|&c| s.believes(c)).count() <= 1
+            }),
+            Property::always("tokens come from the server", |_, s: &State| {
+                s.clients.iter().all(|c| !matches!(c, Client::Holding { token, .. } if *token > s.fence))
+            }),
+            Property::always("tokens increase", |_, s: &State| !s.regressed),
+            Property::always("a lost lease is signalled before it is gone", |_, s: &State| {
+                (0..s.clients.len()).all(|c| {
+                    let Client::Holding { token, .. } = s.clients[c] else { return true };
+                    !s.believes(c) || s.live_row().is_some_and(|r| r.owner == c as u8 && r.token == token)
+                })
+            }),
+            Property::always("an untaken grant lapses", |_, s: &State| {
+                let Some(r) = s.live_row() else { return true };
+                match s.clients[r.owner as usize] {
+                    Client::Left => false,
+                    Client::Dead { held: false } | Client::Leaving { .. } if r.provisional => {
+                        r.expires <= s.now + CLAIM
+                    }
+                    _ => true,
+                }
+            }),
+            Property::sometimes("a head claims the release's grant", |_, s: &State| s.handed_over),
+            Property::sometimes("a renewal extends a lease", |_, s: &State| s.renewed),
+        ]
+    }
+}

@@ -1,0 +1,106 @@
+//! The PostgreSQL statements of the exclusive lock as the model's server steps, each one atomic
+//! (the row's lock, then the statement), mirroring `lock-sql/src/dialect/postgres/sql.rs`.
+
+use super::model::{Pg, CLAIM, ENTRY_LIFE, TTL};
+use super::state::{Row, State};
+
+impl Pg {
+    /// The expiry a re-grant of an own row (the claim, the acquire's own-row branch) writes:
+    /// `now + ttl`, as the client counts its validity from that statement's send.
+    fn regrant_expiry(&self, s: &State, row: Row) -> u8 {
+        if self.bugs.claim_keeps_expiry {
+            row.expires
+        } else {
+            s.now + TTL
+        }
+    }
+
+    /// Queue entries past their life are not live (the statements skip them).
+    fn prune(s: &mut State) {
+        let now = s.now;
+        s.queue.retain(|&(_, live)| live > now);
+    }
+
+    fn enqueue(s: &mut State, c: u8) {
+        let live = s.now + ENTRY_LIFE;
+        match s.queue.iter_mut().find(|(q, _)| *q == c) {
+            Some(e) => e.1 = live,
+            None => s.queue.push((c, live)),
+        }
+    }
+
+    /// The release's grant: the first live entry gets the row provisionally (the claim window
+    /// `min(ttl, 1 s)`) with a new fence, its entry is deleted, and its client is notified.
+    pub(super) fn hand_on(s: &mut State) {
+        Self::prune(s);
+        if s.queue.is_empty() {
+            s.row = None;
+            return;
+        }
+        let (head, _) = s.queue.remove(0);
+        s.fence += 1;
+        s.row = Some(Row { owner: head, token: s.fence, expires: s.now + CLAIM, provisional: true });
+        s.net.push((head, s.fence));
+        s.net.sort_unstable();
+    }
+
+    /// The acquire statement: `Some(token)` granted, `None` queued. An own row is re-granted,
+    /// expired or not, with its fence; a free or expired row goes to the caller only when no
+    /// live waiter is queued before it, else it is handed to that waiter and the caller queues.
+    pub(super) fn acquire(&self, s: &mut State, c: u8) -> Option<u8> {
+        Self::prune(s);
+        match s.row {
+            Some(r) if r.owner == c => {
+                let expires = self.regrant_expiry(s, r);
+                s.row = Some(Row { expires, provisional: false, ..r });
+                s.queue.retain(|&(q, _)| q != c);
+                Some(r.token)
+            }
+            Some(r) if r.expires > s.now => {
+                Self::enqueue(s, c);
+                None
+            }
+            _ => match s.queue.first() {
+                Some(&(head, _)) if head != c => {
+                    Self::hand_on(s);
+                    Self::enqueue(s, c);
+                    None
+                }
+                _ => {
+                    s.queue.retain(|&(q, _)| q != c);
+                    s.fence += 1;
+                    s.row = Some(Row { owner: c, token: s.fence, expires: s.now + TTL, provisional: false });
+                    Some(s.fence)
+                }
+            },
+        }
+    }
+
+    /// The claim: `UPDATE … SET expires_at = now + ttl WHERE name = … AND owner = <c> RETURNING
+    /// fence`. `None`: the row is not `c`'s (the client falls back to the acquire statement).
+    pub(super) fn claim(&self, s: &mut State, c: u8) -> Option<u8> {
+        let r = s.row.filter(|r| r.owner == c)?;
+        let expires = self.regrant_expiry(s, r);
+        s.row = Some(Row { expires, provisional: false, ..r });
+        Some(r.token)
+    }
+
+    /// The renewal: `UPDATE … SET expires_at = now + ttl WHERE … owner = <c> AND expires_at >
+    /// now`; whether it renewed.
+    pub(super) fn renew(s: &mut State, c: u8) -> bool {
+        match s.live_row() {
+            Some(r) if r.owner == c => {
+                s.row = Some(Row { expires: s.now + TTL, ..r });
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The owner-checked release (live rows only), with the grant to the queue's head.
+    pub(super) fn release(s: &mut State, c: u8) {
+        if s.live_row().is_some_and(|r| r.owner == c) {
+            Self::hand_on(s);
+        }
+    }
+}

@@ -1,0 +1,47 @@
+//! The `min_replicas_ack` failover model: the design holds every property within the bounds,
+//! and a `WAIT` on another connection gives a counterexample.
+//!
+//! `DLOCK_MODEL_DEEP=1` also explores the longer bounds of [`Failover::deep`].
+
+use lock_model::failover::{Bugs, Failover};
+
+mod common;
+use common::{assert_holds, Search};
+
+/// Asserts that `model` (its bugs switched on) has a counterexample of `property`.
+fn assert_breaks(model: Failover, property: &'static str) {
+    let bugs = model.bugs;
+    common::assert_breaks(model, &bugs, property, Search::Bfs);
+}
+
+#[test]
+fn acknowledged_grants_survive_a_failover() {
+    assert_holds(Failover::small(Bugs::default()));
+}
+
+#[test]
+fn acknowledged_grants_survive_a_failover_deep() {
+    if std::env::var_os("DLOCK_MODEL_DEEP").is_none() {
+        eprintln!("NOT RUN: the deep bounds take longer; run with DLOCK_MODEL_DEEP=1");
+        return;
+    }
+    assert_holds(Failover::deep(Bugs::default()));
+}
+
+#[test]
+fn a_wait_on_another_connection_gives_two_holders() {
+    let bugs = Bugs { wait_on_other_connection: true };
+    assert_breaks(Failover::small(bugs), "no two believers");
+}
+
+#[test]
+fn a_wait_on_another_connection_outlives_the_lease() {
+    let bugs = Bugs { wait_on_other_connection: true };
+    assert_breaks(Failover::small(bugs), "a lost lease is signalled before it is gone");
+}
+
+#[test]
+fn a_wait_on_another_connection_repeats_a_token() {
+    let bugs = Bugs { wait_on_other_connection: true };
+    assert_breaks(Failover::small(bugs), "tokens increase");
+}

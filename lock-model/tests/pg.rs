@@ -1,0 +1,97 @@
+//! The PostgreSQL model: the design holds every property within the bounds, and each known
+//! design error, switched back on, gives a counterexample for the property it breaks.
+//!
+//! `DLOCK_MODEL_DEEP=1` also explores the longer bounds of [`Pg::deep`] (minutes).
+
+use lock_model::pg::rounds::{self, Rounds};
+use lock_model::pg::{Bugs, Pg};
+
+mod common;
+use common::{assert_holds, Search};
+
+/// Asserts that `model` (its bugs switched on) has a counterexample of `property`.
+fn assert_breaks(model: Pg, property: &'static str) {
+    let bugs = model.bugs;
+    common::assert_breaks(model, &bugs, property, Search::Bfs);
+}
+
+#[test]
+fn the_design_survives_forged_duplicated_lost_and_late_notifications() {
+    assert_holds(Pg::notify(Bugs::default()));
+}
+
+#[test]
+fn the_design_survives_crashes_and_cut_clean_ups() {
+    assert_holds(Pg::processes(Bugs::default()));
+}
+
+#[test]
+fn the_design_survives_longer_runs_deep() {
+    if std::env::var_os("DLOCK_MODEL_DEEP").is_none() {
+        eprintln!("NOT RUN: the deep bounds take minutes; run with DLOCK_MODEL_DEEP=1");
+        return;
+    }
+    for model in Pg::deep(Bugs::default()) {
+        assert_holds(model);
+    }
+}
+
+#[test]
+fn trusting_the_notification_gives_two_holders() {
+    let bugs = Bugs { trust_notify: true, ..Bugs::default() };
+    assert_breaks(Pg::notify(bugs), "no two believers");
+}
+
+#[test]
+fn trusting_the_notification_takes_a_forged_fence() {
+    let bugs = Bugs { trust_notify: true, ..Bugs::default() };
+    assert_breaks(Pg::notify(bugs), "tokens come from the server");
+}
+
+#[test]
+fn abandon_that_forgets_its_place_first_keeps_the_grant() {
+    let bugs = Bugs { abandon_forgets_place_first: true, ..Bugs::default() };
+    assert_breaks(Pg::processes(bugs), "an untaken grant lapses");
+}
+
+#[test]
+fn a_regrant_that_keeps_the_expiry_gives_two_holders() {
+    let bugs = Bugs { claim_keeps_expiry: true, ..Bugs::default() };
+    assert_breaks(Pg::notify(bugs), "no two believers");
+}
+
+#[test]
+fn a_regrant_that_keeps_the_expiry_outlives_the_row() {
+    let bugs = Bugs { claim_keeps_expiry: true, ..Bugs::default() };
+    assert_breaks(Pg::notify(bugs), "a lost lease is signalled before it is gone");
+}
+
+#[test]
+fn no_drift_margin_gives_two_holders() {
+    let bugs = Bugs { no_drift_margin: true, ..Bugs::default() };
+    assert_breaks(Pg::notify(bugs), "no two believers");
+}
+
+#[test]
+fn the_renewal_round_survives_a_locked_row() {
+    assert_holds(Rounds::small(rounds::Bugs::default()));
+}
+
+#[test]
+fn a_round_waiting_for_a_locked_row_loses_an_untroubled_lease() {
+    let bugs = rounds::Bugs { round_waits_for_locked_rows: true };
+    common::assert_breaks(Rounds::small(bugs), &bugs, "an untroubled lease is renewed in time", Search::Bfs);
+}
+
+#[test]
+fn the_renewal_schedule_matches_lock_core_at_every_row() {
+    // lock-core's `renewal_due_table` (lease/watchdog/tests.rs), in whole seconds from now:
+    // (valid_until − now, validity, every) → due − now. Its half-second row (a cadence near the
+    // validity: 14.5 s) the model's whole ticks round down: never later than lock-core's.
+    let table = [((29, 29, 10), 10), ((25, 29, 10), 6), ((10, 29, 10), 0), ((0, 29, 10), 0), ((29, 29, 28), 14)];
+    let now = 100;
+    for ((left, validity, every), want) in table {
+        let got = rounds::renewal_due(now, now + left, validity, every) - now;
+        assert_eq!(got, want, "left {left}, validity {validity}, every {every}");
+    }
+}
