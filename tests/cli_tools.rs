@@ -199,3 +199,57 @@ async fn init_marks_a_new_redis_prefix_fresh() {
         "an unmarked new prefix was not quiet"
     );
 }
+
+/// A wait is never silent: `dlock acquire` on a new key prefix (a 4 s quiet period here) says on
+/// stderr, after two seconds, that nobody holds the lock and the server grants nothing for some
+/// seconds more, naming `dlock init`; behind a live holder it names the holder instead.
+#[tokio::test]
+async fn acquire_says_why_it_waits() {
+    use std::time::{Duration, Instant};
+
+    use dlock::{AcquireOptions, DistributedLock, Holder, LockName};
+
+    let server = RedisServer::start().await.expect("a Redis server for the test");
+    let url = server.url().to_owned();
+    let prefix = format!("waitsay{:x}", std::process::id());
+    let envs = [("DLOCK_REDIS__KEY_PREFIX", prefix.as_str()), ("DLOCK_REDIS__RESTART_QUIET_PERIOD", "4s")];
+    let started = Instant::now();
+    let out = {
+        let (url, envs) = (url.clone(), envs.map(|(k, v)| (k, v.to_owned())));
+        tokio::task::spawn_blocking(move || {
+            let envs: Vec<(&str, &str)> = envs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            dlock(&["acquire", "--url", &url, "--hold", "0s", "quiet"], &envs)
+        })
+        .await
+        .expect("joined")
+    };
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(started.elapsed() >= Duration::from_secs(3), "the quiet period was real: {:?}", started.elapsed());
+    assert!(
+        stderr.contains("waiting for \"quiet\"")
+            && stderr.contains("restart quiet period")
+            && stderr.contains("dlock init"),
+        "{stderr}"
+    );
+
+    // Behind a holder: the line names it.
+    let options = lock_redis::RedisOptions { key_prefix: prefix.clone(), ..Default::default() };
+    let lock = lock_redis::connect(&url, options).await.expect("connects");
+    let name = LockName::new("held").expect("valid");
+    let holder = AcquireOptions::new(Duration::from_secs(4)).holder(Holder::new("the-other-job").expect("id"));
+    let lease = lock.acquire(&name, &holder.wait(Duration::from_secs(10))).await.expect("granted");
+    let out = {
+        let (url, envs) = (url.clone(), envs.map(|(k, v)| (k, v.to_owned())));
+        tokio::task::spawn_blocking(move || {
+            let envs: Vec<(&str, &str)> = envs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            dlock(&["acquire", "--url", &url, "--hold", "0s", "held"], &envs)
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    lease.release().await.expect("released");
+    let out = out.await.expect("joined");
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("held by the-other-job"), "{stderr}");
+}

@@ -1,5 +1,5 @@
 //! `dlock acquire NAME [--hold 1s]`: takes a lock, prints its fencing token, holds it, releases
-//! it.
+//! it. While it waits it says why on stderr ([`waiting`]).
 
 use std::time::Duration;
 
@@ -7,6 +7,7 @@ use clap::Args;
 
 use crate::cli::redactor::Redactor;
 use crate::cli::target::Target;
+use crate::cli::waiting;
 use crate::{LockError, LockName};
 
 #[derive(Args)]
@@ -25,7 +26,7 @@ pub(crate) async fn run(args: AcquireArgs, out: &Redactor) -> Result<bool, LockE
     let config = args.target.load(out)?;
     let lock = crate::connect_with(&config).await?;
     let name = LockName::new(&args.name)?;
-    let lease = lock.acquire(&name, &config.acquire_options()).await?;
+    let lease = waiting::acquire_saying(&*lock, &config, &name, &config.acquire_options(), out).await?;
     out.println(&format!("acquired {:?} on {} with fencing token {}", name.as_str(), lock.backend(), lease.token()));
     tokio::select! {
         _ = tokio::time::sleep(args.hold) => {}

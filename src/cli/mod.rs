@@ -50,6 +50,7 @@ mod release;
 mod run;
 mod status;
 mod target;
+mod waiting;
 mod watch;
 
 use self::redactor::Redactor;

@@ -83,7 +83,7 @@ async fn run_inner(args: RunArgs, out: &Redactor) -> Result<Exit, LockError> {
     let mut sigint = signal(SignalKind::interrupt()).map_err(|e| LockError::backend("dlock", e))?;
     let mut sigterm = signal(SignalKind::terminate()).map_err(|e| LockError::backend("dlock", e))?;
     let lock = crate::connect_with(&config).await?;
-    let lease = lock.acquire(&name, &opts).await?;
+    let lease = crate::cli::waiting::acquire_saying(&*lock, &config, &name, &opts, out).await?;
     let (program, rest) = args.command.split_first().ok_or_else(|| LockError::config("no command to run"))?;
     let mut command = Command::new(program);
     command.args(rest);
