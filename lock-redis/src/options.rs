@@ -76,9 +76,9 @@ pub struct RedisOptions {
     #[serde(with = "humantime_serde")]
     pub max_clock_offset: Duration,
     /// The most waiters one exclusive lock name may have queued on the server (single instance,
-    /// Sentinel and Cluster). A waiting `acquire` that would be one more fails at once with
+    /// Sentinel and Cluster; each Redlock master). A waiting `acquire` that would be one more fails at once with
     /// `InvalidOptions` saying so (raise this, or let fewer clients wait on one name); the
-    /// queue's work per attempt does not grow with its length, its memory does (about 200 bytes
+    /// queue's work per attempt does not grow with its length, its memory does (about 450 bytes
     /// per waiter). Every client of a name should agree on it. At least 1. Default 10,000.
     pub max_waiters: u32,
 }

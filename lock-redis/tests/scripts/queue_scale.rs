@@ -12,6 +12,7 @@ use crate::{acquire, fresh_server, hand_off, listen, next};
 const WAITERS: usize = 10_000;
 const REG: u64 = 600_000;
 const RESERVE: u64 = 150;
+const WAKE: &str = "q:wake:0123456789abcdef";
 
 fn waiter(i: usize) -> String {
     format!("w{i:05}")
@@ -130,7 +131,10 @@ async fn measure_ten_thousand_waiters() {
     let t = Instant::now();
     let mut batch = Vec::new();
     for i in 0..WAITERS {
-        let r = acquire(&k, &waiter(i), REG, RESERVE, "").invoke("q:boot", &mut c).await.unwrap();
+        // A client's entry: a 32-hex owner id, grant terms and its wake channel.
+        let owner = format!("{i:032x}");
+        let call = lock_redis::scripts::Acquire { grant: "30000", ..acquire(&k, &owner, REG, RESERVE, WAKE) };
+        let r = call.invoke("q:boot", &mut c).await.unwrap();
         assert_eq!(r[0], 0);
         if (i + 1) % 1000 == 0 {
             batch.push(evalsha_usec(&mut c).await);
@@ -153,7 +157,9 @@ async fn measure_ten_thousand_waiters() {
     let register_wall = t.elapsed();
     reset_stats(&mut c).await;
     for i in 0..1000 {
-        let r = acquire(&k, &waiter(WAITERS - 1 - i), REG, RESERVE, "").invoke("q:boot", &mut c).await.unwrap();
+        let owner = format!("{:032x}", WAITERS - 1 - i);
+        let call = lock_redis::scripts::Acquire { grant: "30000", ..acquire(&k, &owner, REG, RESERVE, WAKE) };
+        let r = call.invoke("q:boot", &mut c).await.unwrap();
         assert_eq!(r[0], 0);
     }
     let retry = evalsha_usec(&mut c).await;
@@ -164,8 +170,9 @@ async fn measure_ten_thousand_waiters() {
     let hammer = tokio::spawn(async move {
         let mut i = 0;
         while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
-            let w = waiter(i % WAITERS);
-            acquire(&k2, &w, REG, RESERVE, "").invoke("q:boot", &mut load).await.unwrap();
+            let owner = format!("{:032x}", i % WAITERS);
+            let call = lock_redis::scripts::Acquire { grant: "30000", ..acquire(&k2, &owner, REG, RESERVE, WAKE) };
+            call.invoke("q:boot", &mut load).await.unwrap();
             i += 1;
         }
         i
@@ -183,5 +190,42 @@ async fn measure_ten_thousand_waiters() {
         pct(&busy, 0.5),
         pct(&busy, 0.99),
         busy[busy.len() - 1]
+    );
+}
+
+/// Not a check: the server time per script call with 8 waiters taking turns (each round: the
+/// holder releases, which grants the head provisionally, the head claims, the releaser queues
+/// again at the tail), the common contended case.
+#[tokio::test]
+#[ignore = "a measurement; run with --run-ignored only and read its output"]
+async fn measure_eight_waiters_taking_turns() {
+    let (_server, _client, mut c) = fresh_server().await;
+    let k = Keys::new("q", &LockName::new("turns").unwrap());
+    let owners: Vec<String> = (0..9).map(|i| format!("o{i}")).collect();
+    let take = |c: &mut redis::aio::MultiplexedConnection, owner: &str, reg: u64| {
+        let (mut c, k, owner) = (c.clone(), k.clone(), owner.to_owned());
+        async move {
+            let call = lock_redis::scripts::Acquire { grant: "5000", ..acquire(&k, &owner, reg, RESERVE, "q:wake:A") };
+            call.invoke("q:boot", &mut c).await.unwrap()
+        }
+    };
+    assert_eq!(take(&mut c, &owners[0], 0).await[0], 1);
+    for o in &owners[1..] {
+        assert_eq!(take(&mut c, o, REG).await[0], 0);
+    }
+    reset_stats(&mut c).await;
+    let rounds = 3000;
+    let t = Instant::now();
+    for r in 0..rounds {
+        let (holder, head) = (&owners[r % 9], &owners[(r + 1) % 9]);
+        assert_eq!(hand_off(Release, &k, holder, RESERVE, "").invoke(&mut c).await.unwrap(), 1);
+        assert_eq!(take(&mut c, head, REG).await[0], 1, "round {r}: the head claims");
+        assert_eq!(take(&mut c, holder, REG).await[0], 0);
+    }
+    println!(
+        "8 waiters taking turns: {:.1} us/call over {} calls, {:?} per round",
+        evalsha_usec(&mut c).await,
+        rounds * 3,
+        t.elapsed() / rounds as u32
     );
 }
