@@ -39,10 +39,13 @@ pub(crate) enum Needs {
 }
 
 /// The least ACL, as documented in the crate docs (`~<prefix>:* &<prefix>:*` plus these).
+/// The sorted-set and hash commands are the exclusive lock's waiter queue's
+/// (`crate::scripts::waiters`).
 pub(crate) const EXCLUSIVE_ACL: &str = "+evalsha +script|load +ping +subscribe +unsubscribe +publish +hget +hset \
-                                        +pexpire +pttl +time +incr +get +set +del";
+                                        +pexpire +pttl +time +incr +get +set +del +zadd +zrange +zrangebyscore \
+                                        +zscore +zrem +zcard +hdel";
 /// What read-write locks and semaphores need on top of [`EXCLUSIVE_ACL`].
-pub(crate) const KINDS_ACL: &str = "+zadd +zrange +zrangebyscore +zremrangebyscore +zscore +zrem +zcard +hdel +exists";
+pub(crate) const KINDS_ACL: &str = "+zremrangebyscore +exists";
 
 /// The commands to check, each as the script would send it (so key and channel patterns are
 /// checked too).
@@ -69,19 +72,16 @@ fn commands(prefix: &str, db: i64, needs: Needs) -> Vec<Vec<String>> {
         k("pttl", &[]),
         k("incr", &[]),
         k("del", &[]),
+        k("zadd", &["1", "x"]),
+        k("zrange", &["0", "-1"]),
+        k("zrangebyscore", &["-inf", "1"]),
+        k("zscore", &["x"]),
+        k("zrem", &["x"]),
+        k("zcard", &[]),
+        k("hdel", &["x"]),
     ];
     if needs == Needs::Kinds {
-        out.extend([
-            k("zadd", &["1", "x"]),
-            k("zrange", &["0", "-1"]),
-            k("zrangebyscore", &["-inf", "1"]),
-            k("zremrangebyscore", &["-inf", "1"]),
-            k("zscore", &["x"]),
-            k("zrem", &["x"]),
-            k("zcard", &[]),
-            k("hdel", &["x"]),
-            k("exists", &[]),
-        ]);
+        out.extend([k("zremrangebyscore", &["-inf", "1"]), k("exists", &[])]);
     }
     if db != 0 {
         out.push(vec!["select".to_owned(), db.to_string()]);

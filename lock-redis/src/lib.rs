@@ -27,7 +27,8 @@
 //!   the head of the waiter queue (below). Scripts are called by SHA and re-loaded on `NOSCRIPT`.
 //!   Scripts are also loaded once per new connection (one pipelined round trip), so the
 //!   first call by SHA does not pay a `NOSCRIPT` round trip.
-//! - **Keys**: `<prefix>:{<escaped name>}:lock`, `…:fence`, `…:queue` and the channel `…:released`. The
+//! - **Keys**: `<prefix>:{<escaped name>}:lock`, `…:fence`, the waiter queue's `…:waiters`,
+//!   `…:waiter-ends` and `…:waiter-entries`, and the channel `…:released`. The
 //!   name is percent-escaped (never stripped, so distinct names never collide) and is the hash
 //!   tag: all keys of a lock live in one Redis Cluster slot, and every key is passed in `KEYS`,
 //!   so every script runs on Redis Cluster (`redis+cluster://`, below).
@@ -62,8 +63,9 @@
 //!   and unsubscribed when unused) and attempt once more before it waits, so a release in
 //!   between is not missed. SUBSCRIBE is queued without waiting for its confirmation; the
 //!   confirmation leaves each waiter a wake-up permit. A refused waiting attempt also takes a
-//!   place in the lock's **waiter queue** on the server (`…:queue`, same hash tag; its rules and
-//!   assumptions in `scripts/queue.rs`): a free lock goes only to the queue's head (or to
+//!   place in the lock's **waiter queue** on the server (two sorted sets and a hash, same hash
+//!   tag, O(log n) per attempt however many wait; its rules and assumptions in
+//!   `scripts/queue.rs`, its keys in `scripts/waiters.rs`): a free lock goes only to the queue's head (or to
 //!   anyone when it is empty, so a free lock stays one round trip), a release publishes
 //!   `@<owner>` of the head on the head's client's own wake channel, which wakes that waiter
 //!   only and reaches no other client (one delivery per release), and a `try_acquire` never
@@ -88,6 +90,14 @@
 //!   every channel is re-subscribed and every waiter re-tries. Read-write locks and semaphores
 //!   queue their waiters the same way (`…:rw:queue`, `…:sem:queue`; below), so they declare
 //!   `fifo` too.
+//! - **At most [`RedisOptions::max_waiters`] waiters per name** (default 10,000): a waiting
+//!   `acquire` that would be one more fails at once with `InvalidOptions` naming the option
+//!   (raise it, or let fewer clients wait on one name); it never queues. Clients from before
+//!   this queue kept it in one string, `…:queue`, rewritten on every refused attempt (quadratic
+//!   work with thousands of waiters); the new keys have other names, so clients of both
+//!   versions on one name never meet a `WRONGTYPE`, but each sees only its own version's
+//!   waiters: mixed versions lose **fairness** (they may overtake each other) during a rolling
+//!   upgrade, **never exclusion**, which the lease alone decides.
 //! - **Failures**: every command is bounded by `request_timeout` and every connect by
 //!   `connect_timeout`; an unreachable server is `LockError::Unavailable`, a bad URL
 //!   `LockError::Config`. A connection that failed or timed out is replaced, never reused.
@@ -98,9 +108,9 @@
 //!   (no certificate check) logs a warning at connect.
 //! - **Least privilege** (tested with such a user): for the exclusive lock and Redlock,
 //!   `ACL SETUSER <user> on >… ~<prefix>:* &<prefix>:* -@all +evalsha +script|load +ping
-//!   +subscribe +unsubscribe +publish +hget +hset +pexpire +pttl +time +incr +get +set +del`;
-//!   read-write locks and semaphores add `+zadd +zrange +zrangebyscore +zremrangebyscore
-//!   +zscore +zrem +zcard +hdel +exists`; a database other than 0 in the URL adds `+select`.
+//!   +subscribe +unsubscribe +publish +hget +hset +pexpire +pttl +time +incr +get +set +del
+//!   +zadd +zrange +zrangebyscore +zscore +zrem +zcard +hdel` (the sorted sets and the hash: the
+//!   waiter queue); read-write locks and semaphores add `+zremrangebyscore +exists`; a database other than 0 in the URL adds `+select`.
 //!   Every one of them is checked **once at connect** (on Redis ≥ 7, through
 //!   `redis.acl_check_cmd`, on this client's own keys and channels): a missing one is a
 //!   `Config` error naming it, instead of a script failing half-way (Redis scripts do not roll
@@ -297,7 +307,8 @@
 //!   (an attempt id stored with the owner), so a late undo never frees the same owner's next,
 //!   successful attempt.
 //! - **Waiting, in ticket order** (`fifo`): each master keeps a waiter queue per name
-//!   (`…:rl-queue`, a string like the single instance's, so the least ACL is the same), ordered
+//!   (`…:rl-waiters` and `…:rl-waiter-ends`, sorted sets like the single instance's queue, with
+//!   its O(log n) updates and its `max_waiters` cap per master), ordered
 //!   by a **ticket** the waiter picks once per wait (its wall-clock µs when the wait began, the
 //!   owner id breaking ties) and sends with every attempt to every master. Arrival order would
 //!   not do: concurrent registrations reach masters in different orders, their heads would
@@ -348,7 +359,7 @@ mod url;
 pub use backend::RedisBackend;
 pub use boot::cluster_boot_markers;
 pub use kinds::{RedisKinds, RedisRwLock, RedisSemaphore};
-pub use options::{RedisOptions, DEFAULT_MAX_CLOCK_OFFSET};
+pub use options::{RedisOptions, DEFAULT_MAX_CLOCK_OFFSET, DEFAULT_MAX_WAITERS};
 pub use redlock::RedlockStore;
 pub use sentinel::sentinel_primary;
 pub use single::RedisStore;

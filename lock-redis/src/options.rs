@@ -75,6 +75,12 @@ pub struct RedisOptions {
     /// exceed `max_ttl`. Default 50 ms.
     #[serde(with = "humantime_serde")]
     pub max_clock_offset: Duration,
+    /// The most waiters one exclusive lock name may have queued on the server (single instance,
+    /// Sentinel and Cluster; each Redlock master). A waiting `acquire` that would be one more fails at once with
+    /// `InvalidOptions` saying so (raise this, or let fewer clients wait on one name); the
+    /// queue's work per attempt does not grow with its length, its memory does (about 450 bytes
+    /// per waiter). Every client of a name should agree on it. At least 1. Default 10,000.
+    pub max_waiters: u32,
 }
 
 impl Default for RedisOptions {
@@ -90,6 +96,7 @@ impl Default for RedisOptions {
             idle_gc_after: None,
             cluster_node_map: BTreeMap::new(),
             max_clock_offset: DEFAULT_MAX_CLOCK_OFFSET,
+            max_waiters: DEFAULT_MAX_WAITERS,
         }
     }
 }
@@ -120,6 +127,12 @@ impl RedisOptions {
                  the offset plus 2 ms); set it to how far the nodes' clocks may disagree (NTP keeps them within a \
                  few ms), e.g. \"50ms\"",
                 self.max_clock_offset, self.max_ttl
+            )));
+        }
+        if self.max_waiters == 0 {
+            return Err(LockError::config(format!(
+                "redis max_waiters is 0, so no acquire could wait; use the most waiters one name may have, e.g. \
+                 {DEFAULT_MAX_WAITERS}"
             )));
         }
         if self.quiet_period() > MAX_DURATION {
@@ -161,6 +174,10 @@ impl RedisOptions {
 /// hosts of one site within a few ms, so 50 ms leaves a wide margin and costs a 30 s lease
 /// 0.17 % of its validity; clocks that disagree more are a fault `dlock doctor` reports.
 pub const DEFAULT_MAX_CLOCK_OFFSET: Duration = Duration::from_millis(50);
+
+/// The default [`RedisOptions::max_waiters`]: far more waiters on one name than a sane design
+/// has, and a few MB of server memory at most.
+pub const DEFAULT_MAX_WAITERS: u32 = 10_000;
 
 /// The shortest ttl worth granting where the leases allow `max_clock_offset`: 10 ms, or twice
 /// the fixed part of the allowance (`2 ms + max_clock_offset`), so that about half of the
@@ -223,6 +240,10 @@ mod tests {
         ] {
             assert!(matches!(bad.validate(), Err(LockError::Config { .. })), "{bad:?}");
         }
+        let o: RedisOptions = serde_json::from_str(r#"{"max_waiters":50}"#).unwrap();
+        assert_eq!((o.max_waiters, d.max_waiters), (50, DEFAULT_MAX_WAITERS));
+        let none = RedisOptions { max_waiters: 0, ..RedisOptions::default() };
+        assert!(matches!(none.validate(), Err(LockError::Config { .. })), "no waiter at all is refused");
         let huge = RedisOptions { key_prefix: "x".repeat(100_000), ..RedisOptions::default() };
         let e = huge.validate().unwrap_err().to_string();
         assert!(e.len() < 400, "the error does not echo a huge prefix: {} bytes", e.len());

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use lock_core::{FencingToken, LockError};
+use lock_core::{FencingToken, LockError, LockName};
 
 /// The ttl in whole milliseconds (at least 1), as Redis `PX` wants it.
 pub(crate) fn ttl_ms(ttl: Duration) -> u64 {
@@ -29,4 +29,14 @@ pub(crate) fn token_from(backend: &str, value: i64) -> Result<FencingToken, Lock
 /// A `PTTL` answer as a remaining lease (negative answers mean "no expiry" or "gone").
 pub(crate) fn remaining_from(pttl: i64) -> Option<Duration> {
     u64::try_from(pttl).ok().map(Duration::from_millis)
+}
+
+/// A waiting attempt the queue refused: the name has `cap` waiters already (`{3, cap}`, the
+/// acquire scripts). Not retryable: waiting longer would not shorten the queue by itself.
+pub(crate) fn too_many_waiters(name: &LockName, cap: i64) -> LockError {
+    LockError::invalid_options(format!(
+        "lock {:?} already has {cap} waiters, the most redis max_waiters allows; raise max_waiters (every client \
+         of the name should agree on it) or let fewer clients wait on one name (e.g. one waiter per process)",
+        name.as_str()
+    ))
 }

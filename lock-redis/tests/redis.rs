@@ -65,6 +65,40 @@ mod redis_extra {
         l2.release().await.unwrap();
     }
 
+    /// `max_waiters`: with the cap reached, one more waiting `acquire` fails at once with an
+    /// `InvalidOptions` error that names the option and what to do, and is not queued; a single
+    /// try is not limited (it never queues). The queued waiter is served as before.
+    #[tokio::test]
+    async fn waiters_past_max_waiters_are_refused() {
+        let fx = RedisFixture::start().await.unwrap();
+        let options = lock_redis::RedisOptions { max_waiters: 1, ..fx.options.clone() };
+        let (a, b) = (fx.redis_client().await.unwrap(), lock_redis::connect(fx.server.url(), options).await.unwrap());
+        let name = LockName::new("capped").unwrap();
+        let held = a.acquire(&name, &opts(5000)).await.unwrap();
+        let first = tokio::spawn({
+            let (b, name) = (b.clone(), name.clone());
+            async move { b.acquire(&name, &opts(5000)).await }
+        });
+        let waiters = fx.key(&name.escaped(), "waiters");
+        let mut c = raw(&fx).await;
+        let until = Instant::now() + Duration::from_secs(5);
+        while redis::cmd("ZCARD").arg(&waiters).query_async::<usize>(&mut c).await.unwrap() == 0 {
+            assert!(Instant::now() < until, "the first waiter never queued");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let begun = Instant::now();
+        let e = b.acquire(&name, &opts(5000)).await.expect_err("a second waiter is past the cap");
+        assert!(matches!(e, LockError::InvalidOptions { .. }), "{e:?}");
+        assert!(e.to_string().contains("max_waiters") && e.to_string().contains("1 waiters"), "{e}");
+        assert!(begun.elapsed() < Duration::from_secs(2), "refused at once, not at the wait's end");
+        assert!(b.try_acquire(&name, &opts(5000)).await.unwrap().is_none(), "a single try is not limited");
+        let queued: usize = redis::cmd("ZCARD").arg(&waiters).query_async(&mut c).await.unwrap();
+        assert_eq!(queued, 1, "the refused waiter did not queue");
+        held.release().await.unwrap();
+        let got = first.await.unwrap().expect("the queued waiter gets the lock");
+        got.release().await.unwrap();
+    }
+
     /// A Redis without persistence restarts empty: the next token is still greater.
     #[tokio::test]
     async fn restart_empty_keeps_tokens_monotonic() {
@@ -199,6 +233,7 @@ mod redis_extra {
             .arg(&["SETUSER", "minimal", "on", ">pw2", &format!("~{prefix}:*"), &format!("&{prefix}:*"), "-@all"])
             .arg(&["+evalsha", "+script|load", "+ping", "+subscribe", "+unsubscribe", "+publish"])
             .arg(&["+hget", "+hset", "+pexpire", "+pttl", "+time", "+incr", "+get", "+set", "+del"])
+            .arg(&["+zadd", "+zrange", "+zrangebyscore", "+zscore", "+zrem", "+zcard", "+hdel"])
             .query_async(&mut conn)
             .await
             .unwrap();
@@ -248,18 +283,15 @@ mod redis_extra {
             "+get",
             "+set",
             "+del",
-        ];
-        const KINDS: &[&str] = &[
             "+zadd",
             "+zrange",
             "+zrangebyscore",
-            "+zremrangebyscore",
             "+zscore",
             "+zrem",
             "+zcard",
             "+hdel",
-            "+exists",
         ];
+        const KINDS: &[&str] = &["+zremrangebyscore", "+exists"];
         let user = |name: &str, rules: Vec<&str>| {
             let mut c = conn.clone();
             let mut cmd = redis::cmd("ACL");
@@ -274,6 +306,7 @@ mod redis_extra {
         user("nopublish", all.iter().copied().filter(|r| *r != "+publish").collect()).await;
         user("noselect", all.iter().copied().filter(|r| *r != "+select").collect()).await;
         user("exclusiveonly", EXCLUSIVE.to_vec()).await;
+        user("noqueue", EXCLUSIVE.iter().copied().filter(|r| *r != "+zadd").collect()).await;
         // Database 1 must be fresh for this prefix too.
         let _: () = redis::cmd("SELECT").arg(1).query_async(&mut conn).await.unwrap();
         let _: () = redis::cmd("SET").arg(format!("{prefix}:boot")).arg(0).query_async(&mut conn).await.unwrap();
@@ -304,7 +337,8 @@ mod redis_extra {
         refused(lock_redis::connect(&url("nopublish", 0), o()).await.map(|_| ()), "publish");
         refused(lock_redis::connect_rw(&url("nopublish", 0), o()).await.map(|_| ()), "publish");
         refused(lock_redis::connect(&url("noselect", 1), o()).await.map(|_| ()), "select");
-        refused(lock_redis::connect_semaphore(&url("exclusiveonly", 0), o()).await.map(|_| ()), "zadd");
+        refused(lock_redis::connect_semaphore(&url("exclusiveonly", 0), o()).await.map(|_| ()), "zremrangebyscore");
+        refused(lock_redis::connect(&url("noqueue", 0), o()).await.map(|_| ()), "zadd");
         lock_redis::connect(&url("exclusiveonly", 0), o()).await.expect("the exclusive lock needs no more");
     }
 

@@ -24,13 +24,18 @@ async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
     redis::Client::open(url).unwrap().get_multiplexed_async_connection().await.unwrap()
 }
 
-/// The first entry of the name's waiter queue, `(owner, grant terms, wake channel)`, once there is
-/// one (waits up to 5 s).
+/// The first entry of the name's waiter queue (`queue`: its `waiters` key), `(owner, grant
+/// terms, wake channel)`, once there is one (waits up to 5 s).
 async fn queued_head(c: &mut redis::aio::MultiplexedConnection, queue: &str) -> (String, String, String) {
     let until = Instant::now() + Duration::from_secs(5);
+    let entries = format!("{}waiter-entries", queue.strip_suffix("waiters").expect("a waiters key"));
     loop {
-        let s: Option<String> = redis::cmd("GET").arg(queue).query_async(c).await.unwrap();
-        if let Some(entry) = s.as_deref().and_then(|s| s.split_whitespace().next()) {
+        let head: Vec<String> = redis::cmd("ZRANGE").arg(queue).arg(0).arg(0).query_async(c).await.unwrap();
+        let entry: Option<String> = match head.first() {
+            Some(owner) => redis::cmd("HGET").arg(&entries).arg(owner).query_async(c).await.unwrap(),
+            None => None,
+        };
+        if let Some(entry) = entry.as_deref() {
             let (head, wake) = entry.split_once('~').expect("an entry with a wake channel");
             let (owner, terms) = head.split_once(':').unwrap_or((head, ""));
             return (owner.to_owned(), terms.to_owned(), wake.to_owned());
@@ -91,7 +96,7 @@ async fn a_forged_grant_from_a_read_only_user_grants_nothing() {
         let name = name.clone();
         async move { waiter.acquire(&name, &opts(Duration::from_secs(30))).await }
     });
-    let queue = fx.key(&name.escaped(), "queue");
+    let queue = fx.key(&name.escaped(), "waiters");
     queued_head(&mut forger, &queue).await;
     // Let the wait settle (its attempt after subscribing rewrites the entry).
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -138,7 +143,7 @@ async fn a_late_and_replayed_genuine_grant_grants_nothing() {
         let name = name.clone();
         async move { waiter.acquire(&name, &opts(Duration::from_secs(30))).await }
     });
-    let queue = fx.key(&name.escaped(), "queue");
+    let queue = fx.key(&name.escaped(), "waiters");
     queued_head(&mut c, &queue).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (owner, _, wake) = queued_head(&mut c, &queue).await;
@@ -185,7 +190,7 @@ async fn a_grant_to_a_vanished_head_lapses_within_the_claim_window() {
     let (a, next) = (fx.redis_client().await.unwrap(), fx.redis_client().await.unwrap());
     let name = LockName::new("ghost").unwrap();
     let mut c = raw(fx.server.url()).await;
-    let queue = fx.key(&name.escaped(), "queue");
+    let queue = fx.key(&name.escaped(), "waiters");
 
     let held = a.acquire(&name, &opts(Duration::from_secs(5))).await.unwrap();
     let head = tokio::spawn({
@@ -201,11 +206,11 @@ async fn a_grant_to_a_vanished_head_lapses_within_the_claim_window() {
     // Both queued, the ghost first.
     let until = Instant::now() + Duration::from_secs(5);
     loop {
-        let s: Option<String> = redis::cmd("GET").arg(&queue).query_async(&mut c).await.unwrap();
-        if s.as_deref().is_some_and(|s| s.split_whitespace().count() == 4) {
+        let n: usize = redis::cmd("ZCARD").arg(&queue).query_async(&mut c).await.unwrap();
+        if n == 2 {
             break;
         }
-        assert!(Instant::now() < until, "the second waiter never queued: {s:?}");
+        assert!(Instant::now() < until, "the second waiter never queued: {n} waiting");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -238,7 +243,7 @@ async fn a_wait_that_ends_as_it_is_granted_leaves_the_lock_free() {
     let mut c = raw(fx.server.url()).await;
     for round in 0..12u64 {
         let name = LockName::new(format!("left-{round}")).unwrap();
-        let queue = fx.key(&name.escaped(), "queue");
+        let queue = fx.key(&name.escaped(), "waiters");
         let held = a.acquire(&name, &opts(Duration::from_secs(5))).await.unwrap();
         // Even rounds drop the future; odd ones let the wait's deadline pass.
         let by_deadline = round % 2 == 1;

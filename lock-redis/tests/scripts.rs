@@ -13,6 +13,8 @@ mod exclusive;
 mod handoff;
 #[path = "scripts/kinds.rs"]
 mod kinds;
+#[path = "scripts/queue_scale.rs"]
+mod queue_scale;
 #[path = "scripts/quiet.rs"]
 mod quiet;
 #[path = "scripts/redlock.rs"]
@@ -71,7 +73,14 @@ fn acquire<'a>(k: &'a Keys, owner: &'a str, reg: u64, reserve_ms: u64, wake: &'a
         reserve_ms,
         wake,
         grant: "",
+        max_waiters: 10_000,
     }
+}
+
+/// How many of the exclusive queue's three keys exist (0: the queue left no key behind).
+async fn queue_keys(c: &mut redis::aio::MultiplexedConnection, k: &Keys) -> usize {
+    let keys = [&k.waiters, &k.waiter_ends, &k.waiter_entries];
+    redis::cmd("EXISTS").arg(&keys[..]).query_async(c).await.unwrap()
 }
 
 /// A release (or abandon) of `owner` of the exclusive lock, with a claim window of 1 s.

@@ -171,8 +171,8 @@ impl Fixture for UrlFixture {
     }
 }
 
-/// For every entry of the name's queue (`owner[:terms][~wake channel]`, each followed by its
-/// registration's end), the grant wake-up `@<owner>` and an older releaser's grant
+/// For every entry of the name's queue (`owner[:terms][~wake channel]`, the values of its
+/// `waiter-entries` hash), the grant wake-up `@<owner>` and an older releaser's grant
 /// `!<owner>:<token>:<attempt>` (the entry's attempt and 1 to 5) on the name's channel and the
 /// entry's wake channel. On the primary behind Sentinels; on a cluster, on the node that answers
 /// for the name's slot (a message published there reaches every node). How many were published.
@@ -189,8 +189,8 @@ async fn forge_redis(config: &Config, name: &LockName, token: u64) -> Result<usi
     for url in urls {
         let mut conn = redis(&url).await?;
         // Other nodes of a cluster answer MOVED.
-        let queue: Option<String> = match redis_query(&mut conn, redis::cmd("GET").arg(key("queue"))).await {
-            Ok(queue) => queue,
+        let entries: Vec<String> = match redis_query(&mut conn, redis::cmd("HVALS").arg(key("waiter-entries"))).await {
+            Ok(entries) => entries,
             Err(e) => {
                 last = e;
                 continue;
@@ -198,7 +198,7 @@ async fn forge_redis(config: &Config, name: &LockName, token: u64) -> Result<usi
         };
         let channel = key("released");
         let mut sent = 0;
-        for entry in queue.as_deref().unwrap_or_default().split_whitespace().step_by(2) {
+        for entry in entries.iter().map(String::as_str) {
             let (head, wake) = match entry.split_once('~') {
                 Some((head, wake)) => (head, Some(wake)),
                 None => (entry, None),

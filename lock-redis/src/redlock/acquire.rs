@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 use super::store::{RedlockStore, BACKEND};
 use crate::conn::Node;
-use crate::reply::{parse_pair, remaining_from, token_from, ttl_ms};
+use crate::reply::{parse_pair, remaining_from, token_from, too_many_waiters, ttl_ms};
 use crate::scripts::{Keys, RedlockAcquire, RedlockFence, RedlockUndo};
 use crate::single::RESERVE_MS;
 
@@ -30,8 +30,16 @@ struct Place {
 
 /// One master's answer to the lease step.
 enum Vote {
-    Granted { floor: i64 },
-    Held { pttl: i64 },
+    Granted {
+        floor: i64,
+    },
+    Held {
+        pttl: i64,
+    },
+    /// The master's queue is full (`max_waiters`): not registered, nothing taken.
+    Capped {
+        cap: i64,
+    },
     Failed(LockError),
 }
 
@@ -56,8 +64,10 @@ struct Votes {
     floors: Vec<i64>,
     pttls: Vec<i64>,
     errors: Vec<LockError>,
-    /// The masters that answered "held": this attempt took nothing there.
+    /// The masters that answered "held" (or "full"): this attempt took nothing there.
     refused_by: Vec<bool>,
+    /// A master's queue was full: its cap.
+    capped: Option<i64>,
 }
 
 /// How the fence store ended.
@@ -173,6 +183,9 @@ impl RedlockStore {
             return Err(e);
         }
         self.undo(&attempt, &votes.refused_by);
+        if let Some(cap) = votes.capped {
+            return Err(too_many_waiters(name, cap));
+        }
         Ok(self.refusal(&votes, attempt.per_node))
     }
 
@@ -187,13 +200,24 @@ impl RedlockStore {
             .enumerate()
             .map(|(index, node)| async move { (index, self.lease_vote(node, attempt).await) })
             .collect();
-        let mut votes = Votes { floors: Vec::new(), pttls: Vec::new(), errors: Vec::new(), refused_by: vec![false; n] };
+        let mut votes = Votes {
+            floors: Vec::new(),
+            pttls: Vec::new(),
+            errors: Vec::new(),
+            refused_by: vec![false; n],
+            capped: None,
+        };
         while let Some((index, vote)) = pending.next().await {
             match vote {
                 Vote::Granted { floor } => votes.floors.push(floor),
                 Vote::Held { pttl } => {
                     votes.refused_by[index] = true;
                     votes.pttls.push(pttl);
+                }
+                Vote::Capped { cap } => {
+                    votes.refused_by[index] = true;
+                    votes.pttls.push(-1);
+                    votes.capped = Some(cap);
                 }
                 Vote::Failed(e) => votes.errors.push(e),
             }
@@ -216,6 +240,7 @@ impl RedlockStore {
             ticket: attempt.place.map_or(0, |p| p.ticket),
             reserve_ms: RESERVE_MS,
             wake: self.notifier.wake_channel(),
+            max_waiters: self.max_waiters,
         };
         let (boot, name) = (&self.boot, attempt.name);
         let reply = node
@@ -227,6 +252,9 @@ impl RedlockStore {
                 .await
             })
             .await;
+        if let Ok([3, cap]) = reply.as_deref() {
+            return Vote::Capped { cap: *cap };
+        }
         match reply.and_then(|r| parse_pair(BACKEND, r)) {
             Ok((true, floor)) => Vote::Granted { floor },
             Ok((false, pttl)) => Vote::Held { pttl },

@@ -31,6 +31,8 @@ pub struct RedlockStore {
     pub(super) request_timeout: Duration,
     pub(super) boot: Boot,
     pub(super) max_ttl: Duration,
+    /// `RedisOptions::max_waiters`, per master.
+    pub(super) max_waiters: u32,
     /// The ticket of each wait in progress (by its owner id) and when it was last used: one
     /// ticket for every attempt of a wait, on every master.
     pub(super) tickets: Mutex<HashMap<OwnerId, (u64, Instant)>>,
@@ -102,6 +104,7 @@ impl RedlockStore {
             request_timeout: options.request_timeout,
             boot: Boot::new(&options.key_prefix, options.quiet_period(), false),
             max_ttl: options.max_ttl,
+            max_waiters: options.max_waiters,
             tickets: Mutex::new(HashMap::new()),
         })
     }

@@ -7,26 +7,29 @@ use std::sync::LazyLock;
 use redis::Script;
 
 use super::keys::Keys;
-use super::queue::{queue_lua, token_lua, wake_lua};
+use super::queue::{token_lua, wake_lua};
+use super::waiters::waiters_lua;
 use crate::boot::quiet_lua;
 
-/// Single instance acquire. KEYS: lock, fence, boot marker, queue (optional: without it there
-/// is no queue). ARGV: owner, ttl ms, quiet ms, holder id (`''`: none), metadata (`'+'`
-/// followed by it; `''`: none), fence expiry ms (`'0'`: none), registration ms (`'0'`: a single
-/// try, which does not queue), channel, reserve ms, the caller's wake channel (optional; `''`
-/// or absent: woken on `channel`; [`super::queue`]), grant terms (optional; `'<ttl ms>'`: a release
-/// may grant this waiter the lock provisionally, and this script, finding the lock its own,
-/// claims it: [`super::queue`], `crate::handoff`). A grant stores holder and metadata in the
-/// lease hash as `h` and `m` (docs/contract.md §5.6), so they expire with it, and lets the fence
-/// key expire after the given time (`idle_gc_after`, §5.7): tokens are floored by the server
-/// clock, so none goes back without it. A free lock goes only to the queue's head or, with an
-/// empty queue, to anyone ([`super::queue`]). With a queue key, a grant publishes `+` on the channel
-/// (for election observers; no waiter acts on it).
+/// Single instance acquire. KEYS: lock, fence, boot marker, and the queue's keys (optional:
+/// without them there is no queue): waiters, waiter ends, waiter entries ([`super::waiters`]).
+/// ARGV: owner, ttl ms, quiet ms, holder id (`''`: none), metadata (`'+'` followed by it; `''`:
+/// none), fence expiry ms (`'0'`: none), registration ms (`'0'`: a single try, which does not
+/// queue), channel, reserve ms, the caller's wake channel (`''`: woken on `channel`;
+/// [`super::queue`]), grant terms (`'<ttl ms>'`: a release may grant this waiter the lock
+/// provisionally, and this script, finding the lock its own, claims it: [`super::queue`],
+/// `crate::handoff`; `''`: none), the most waiters the name may have. A grant stores holder and
+/// metadata in the lease hash as `h` and `m` (docs/contract.md §5.6), so they expire with it,
+/// and lets the fence key expire after the given time (`idle_gc_after`, §5.7): tokens are
+/// floored by the server clock, so none goes back without it. A free lock goes only to the
+/// queue's head or, with an empty queue, to anyone ([`super::queue`]). With a queue, a grant
+/// publishes `+` on the channel (for election observers; no waiter acts on it).
 /// Returns `{1, token}` when granted (or already ours: the stored token, lease refreshed to
 /// `ttl`, which is also how a waiter claims a grant in the release: the first branch, kept short),
-/// `{0, ms}` when someone else holds it (ms: its PTTL), a queued waiter is ahead (ms: until the
-/// head's reservation ends) or the server is in its quiet period after losing its state (ms: the
-/// quiet time left; see `crate::boot`).
+/// `{0, ms}` when someone else holds it (ms: its PTTL) or a queued waiter is ahead (ms: until the
+/// head's reservation ends), `{2, ms}` when the server is in its quiet period after losing its
+/// state (ms: the quiet time left; see `crate::boot`), and `{3, cap}` when a waiting attempt
+/// would be the name's waiter number `cap + 1` (it is not queued).
 const ACQUIRE_SRC: &str = effects_lua!(
     quiet_lua!(),
     token_lua!(),
@@ -38,12 +41,12 @@ if holder == ARGV[1] then
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local qk = KEYS[4]
-local qs = false
-if qk then qs = redis.call('GET', qk) end
+local Q = nil
+if KEYS[4] then Q = {order = KEYS[4], ends = KEYS[5], data = KEYS[6]} end
+local queued = Q ~= nil and redis.call('ZCARD', Q.order) > 0
 local function grant()
   -- The holder changed: observers of other processes (crate::pubsub) hear `+`; waiters ignore it.
-  if qk then redis.call('PUBLISH', ARGV[8], '+') end
+  if Q then redis.call('PUBLISH', ARGV[8], '+') end
   local token = grant_lease(KEYS[1], KEYS[2], ARGV[1], ARGV[2], t)
   if ARGV[4] and ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'h', ARGV[4]) end
   if ARGV[5] and ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'm', ARGV[5]) end
@@ -53,32 +56,23 @@ end
 -- The common case, free with nobody queued, is granted before the queue's helpers are even
 -- defined: they are most of this script's cost (issue 11's profile).
 local quiet = -1
-if not holder and not qs then
+if not holder and not queued then
   quiet = quiet_left(KEYS[3], ARGV[3], now)
   if quiet == 0 then return grant() end
 end
 "#,
     wake_lua!(),
-    queue_lua!(),
+    waiters_lua!(),
     r#"
 local reg = tonumber(ARGV[7] or '0') or 0
-local me = entry_of(ARGV[1], ARGV[10], ARGV[11])
-local q, had = {}, false
-if qk then q, had = queue_load(qk, now, qs) end
--- Refused: register (or push the registration forward, as this attempt) when waiting, and
--- keep the queue. Entries are the owner's whatever their attempt number.
+local cap = tonumber(ARGV[12] or '') or math.huge
+if queued then wq_purge(Q, now) end
+-- Refused: register (or push the registration forward, as this attempt) when waiting.
 local function busy(ms)
-  if qk and reg > 0 then
-    local found = false
-    for _, x in ipairs(q) do
-      if entry_parts(x[1]) == ARGV[1] then
-        x[1], x[2] = me, now + reg
-        found = true
-      end
-    end
-    if not found then q[#q + 1] = {me, now + reg} end
+  if Q and reg > 0 then
+    local me = entry_of(ARGV[1], ARGV[10], ARGV[11])
+    if not wq_register(Q, ARGV[1], me, now + reg, now, cap) then return {3, cap} end
   end
-  if qk then queue_save(qk, q, now, had) end
   return {0, ms}
 end
 if holder then return busy(redis.call('PTTL', KEYS[1])) end
@@ -86,16 +80,16 @@ if quiet < 0 then quiet = quiet_left(KEYS[3], ARGV[3], now) end
 if quiet > 0 then
   -- `{2, ms}`: refused for the quiet period, not for a holder (the caller says so).
   local r = busy(quiet)
-  r[1] = 2
+  if r[1] == 0 then r[1] = 2 end
   return r
 end
-local head = q[1]
-if head and entry_parts(head[1]) ~= ARGV[1] then
-  reserve_head(q, now, tonumber(ARGV[9]), ARGV[8], false)
-  return busy(math.max(1, head[2] - now))
+local head, ends, entry = nil, nil, nil
+if queued then head, ends, entry = wq_head(Q, now) end
+if head and head ~= ARGV[1] then
+  ends = wq_reserve(Q, head, ends, entry, now, tonumber(ARGV[9]), ARGV[8], false)
+  return busy(math.max(1, ends - now))
 end
-if head then table.remove(q, 1) end
-if qk then queue_save(qk, q, now, had) end
+if head then wq_drop(Q, head) end
 return grant()
 "#
 );
@@ -106,7 +100,7 @@ script_call! {
     /// `{2, ms}` (nobody holds it, but the restart quiet period lasts `ms` more).
     Acquire -> Vec<i64> = ACQUIRE;
     {
-        /// The lock's keys: lock, fence, queue and channel.
+        /// The lock's keys: lock, fence, the queue's three and channel.
         keys: &'a Keys,
         /// The owner's id.
         owner: &'a str,
@@ -128,10 +122,15 @@ script_call! {
         wake: &'a str,
         /// Grant terms, `"<ttl ms>"`: a release may grant this waiter the lock; `""`: none.
         grant: &'a str,
+        /// The most waiters the name may have (`RedisOptions::max_waiters`).
+        max_waiters: u32,
     }
     marker marker;
-    keys [&keys.lock, &keys.fence, marker, &keys.queue]
-    args [owner, ttl_ms, quiet_ms, holder, metadata, fence_ms, registration_ms, &keys.channel, reserve_ms, wake, grant]
+    keys [&keys.lock, &keys.fence, marker, &keys.waiters, &keys.waiter_ends, &keys.waiter_entries]
+    args [
+        owner, ttl_ms, quiet_ms, holder, metadata, fence_ms, registration_ms, &keys.channel, reserve_ms, wake, grant,
+        max_waiters,
+    ]
 }
 
 /// Owner-checked renew. KEYS: lock. ARGV: owner, ttl ms. Returns 1 renewed, 0 not ours.
@@ -160,62 +159,60 @@ script_call! {
     args [owner, ttl_ms]
 }
 
-/// Owner-checked release that hands off. KEYS: lock, and (single instance) queue and fence.
-/// ARGV: owner, channel, reserve ms, (unused), claim window ms. With a queue, its head is granted
-/// the lock provisionally (when its entry takes grants, [`super::queue`]) or reserved and woken alone, and an empty queue publishes `-`, which
-/// wakes no waiter (every waiter registers before it waits), only election observers; without
-/// one (Redlock) `released` wakes one waiter per client. Returns 1 released, 0 not ours.
+/// Owner-checked release that hands off. KEYS: lock, and (single instance) fence and the
+/// queue's three keys ([`super::waiters`]). ARGV: owner, channel, reserve ms, (unused), claim
+/// window ms. With a queue, its head is granted the lock provisionally (when its entry takes
+/// grants, [`super::queue`]) or reserved and woken alone, and an empty queue publishes `-`,
+/// which wakes no waiter (every waiter registers before it waits), only election observers;
+/// without one `released` wakes one waiter per client. Returns 1 released, 0 not ours.
 const RELEASE_SRC: &str = effects_lua!(
     r#"
 if redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
-if not KEYS[2] then
+if not KEYS[3] then
   redis.call('PUBLISH', ARGV[2], 'released')
   return 1
 end
 -- Nobody queued, the common case: `-` for the observers, without defining the queue's helpers.
-local s = redis.call('GET', KEYS[2])
-if not s then
+if redis.call('ZCARD', KEYS[3]) == 0 then
   redis.call('PUBLISH', ARGV[2], '-')
   return 1
 end
 "#,
     wake_lua!(),
     token_lua!(),
-    queue_lua!(),
+    waiters_lua!(),
     r#"
-freed(KEYS[2], tonumber(ARGV[3]), ARGV[2], KEYS[1], KEYS[3], s, tonumber(ARGV[5]))
+local Q = {order = KEYS[3], ends = KEYS[4], data = KEYS[5]}
+freed(Q, tonumber(ARGV[3]), ARGV[2], KEYS[1], KEYS[2], tonumber(ARGV[5]))
 return 1
 "#
 );
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SRC));
 
-/// A wait that ended without a grant leaves the queue. KEYS: lock, queue, fence. ARGV: owner,
-/// channel, reserve ms, the caller's wake channel, claim window ms. A lease the owner holds is
-/// a release's grant it never claimed: it is released and handed on like a release. When it was the head and the lock is free, the next
-/// head is reserved and woken. Returns 1.
+/// A wait that ended without a grant leaves the queue. KEYS: as the release's. ARGV: owner,
+/// channel, reserve ms, the caller's wake channel, claim window ms. A lease the owner holds is a
+/// release's grant it never claimed: it is released and handed on like a release. When it was
+/// the head and the lock is free, the next head is reserved and woken. Returns 1.
 const ABANDON_SRC: &str = effects_lua!(
     wake_lua!(),
     token_lua!(),
-    queue_lua!(),
+    waiters_lua!(),
     r#"
+local Q = {order = KEYS[3], ends = KEYS[4], data = KEYS[5]}
 if redis.call('HGET', KEYS[1], 'o') == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  freed(KEYS[2], tonumber(ARGV[3]), ARGV[2], KEYS[1], KEYS[3], nil, tonumber(ARGV[5]))
+  freed(Q, tonumber(ARGV[3]), ARGV[2], KEYS[1], KEYS[2], tonumber(ARGV[5]))
 end
-local now = queue_now()
-local q, had = queue_load(KEYS[2], now)
-local was_head = q[1] ~= nil and entry_parts(q[1][1]) == ARGV[1]
-for i, x in ipairs(q) do
-  if entry_parts(x[1]) == ARGV[1] then
-    table.remove(q, i)
-    break
-  end
-end
+if redis.call('ZCARD', Q.order) == 0 then return 1 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local was_head = wq_head(Q, now) == ARGV[1]
+wq_drop(Q, ARGV[1])
 if was_head and not redis.call('HGET', KEYS[1], 'o') then
-  reserve_head(q, now, tonumber(ARGV[3]), ARGV[2], true)
+  local head, ends, entry = wq_head(Q, now)
+  if head then wq_reserve(Q, head, ends, entry, now, tonumber(ARGV[3]), ARGV[2], true) end
 end
-queue_save(KEYS[2], q, now, had)
 return 1
 "#
 );
@@ -240,7 +237,8 @@ script_call! {
     {
         /// Release or abandon.
         script: HandOffScript,
-        /// The lock's keys: lock, queue, fence (a grant to the head issues a token) and channel.
+        /// The lock's keys: lock, fence (a grant to the head issues a token), the queue's three
+        /// and channel.
         keys: &'a Keys,
         /// The owner's id.
         owner: &'a str,
@@ -251,7 +249,7 @@ script_call! {
         /// The claim window of a grant to the head in ms (`crate::handoff::CLAIM_MS`).
         claim_ms: u64,
     }
-    keys [&keys.lock, &keys.queue, &keys.fence]
+    keys [&keys.lock, &keys.fence, &keys.waiters, &keys.waiter_ends, &keys.waiter_entries]
     args [owner, &keys.channel, reserve_ms, wake, claim_ms]
 }
 
@@ -282,16 +280,17 @@ script_call! {
 
 /// An operator's release (docs/contract.md §5.6), whoever the owner: deletes the lease hash but
 /// not the fence counter, so the next grant's token is higher, and hands the lock to the queue's
-/// head like a release. KEYS: lock, queue. ARGV: channel, reserve ms. Returns `{fence}` of the freed lease, `{}` when the lock was free.
+/// head like a release. KEYS: lock, the queue's three keys. ARGV: channel, reserve ms. Returns
+/// `{fence}` of the freed lease, `{}` when the lock was free.
 const FORCE_RELEASE_SRC: &str = effects_lua!(
     wake_lua!(),
     token_lua!(),
-    queue_lua!(),
+    waiters_lua!(),
     r#"
 if not redis.call('HGET', KEYS[1], 'o') then return {} end
 local f = redis.call('HGET', KEYS[1], 'f') or '0'
 redis.call('DEL', KEYS[1])
-freed(KEYS[2], tonumber(ARGV[2]), ARGV[1])
+freed({order = KEYS[2], ends = KEYS[3], data = KEYS[4]}, tonumber(ARGV[2]), ARGV[1])
 return {f}
 "#
 );
@@ -301,12 +300,12 @@ script_call! {
     /// A call of `FORCE_RELEASE_SRC`: `{fence}` of the freed lease, `{}` when the lock was free.
     ForceRelease -> Vec<String> = FORCE_RELEASE;
     {
-        /// The lock's keys: lock, queue and channel.
+        /// The lock's keys: lock, the queue's three and channel.
         keys: &'a Keys,
         /// How long the woken head has to come (ms).
         reserve_ms: u64,
     }
-    keys [&keys.lock, &keys.queue]
+    keys [&keys.lock, &keys.waiters, &keys.waiter_ends, &keys.waiter_entries]
     args [&keys.channel, reserve_ms]
 }
 

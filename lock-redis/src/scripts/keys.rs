@@ -36,10 +36,19 @@ key_space! {
         fence_by: "fence-by",
         /// Pub/sub channel that a release publishes to.
         channel: "released",
-        /// String: the owners waiting, in arrival order (single instance; see `super::queue`).
-        queue: "queue",
-        /// String: the owners waiting, in ticket order (one Redlock master; see `super::redlock`).
-        redlock_queue: "rl-queue",
+        /// Sorted set: waiting owner → arrival sequence (single instance; `super::waiters`).
+        /// Older clients queued in one string, `queue`: a new name, so neither meets the
+        /// other's type.
+        waiters: "waiters",
+        /// Sorted set: waiting owner → server time (ms) its registration ends.
+        waiter_ends: "waiter-ends",
+        /// Hash: waiting owner → its queue entry (how it is woken, whether it takes grants).
+        waiter_entries: "waiter-entries",
+        /// Sorted set: waiting entry → its ticket (one Redlock master; `super::redlock`). Older
+        /// clients queued in one string, `rl-queue`.
+        redlock_waiters: "rl-waiters",
+        /// Sorted set: waiting entry → server time (ms) its registration ends.
+        redlock_waiter_ends: "rl-waiter-ends",
     }
 }
 

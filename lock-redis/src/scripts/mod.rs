@@ -61,6 +61,7 @@ mod kinds;
 mod kinds_queue;
 mod queue;
 mod redlock;
+mod waiters;
 
 pub use exclusive::{Acquire, ForceRelease, HandOff, HandOffScript, Inspect, Renew};
 pub use keys::{Keys, RwKeys, SemKeys};

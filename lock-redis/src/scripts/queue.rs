@@ -1,14 +1,13 @@
 //! The waiter queue of a single-instance exclusive lock, kept on the server next to the lease
 //! (same hash tag, so it lives on the lease's Redis Cluster slot).
 //!
-//! One string key holds the waiting owners in arrival order, each with the server time (ms) its
-//! registration ends (`owner ends owner ends …`); it expires with the last registration. A
-//! string, not a list and a sorted set, so that the queue needs no command beyond the ones the
-//! lease already needs (`GET`, `SET`, `DEL`: the documented least ACL is unchanged), at the
-//! price of an O(waiters) rewrite per refused attempt. A waiter registers at its first refused
-//! attempt and each later attempt pushes its registration forward, so a waiter that vanished
-//! (crash, lost clean-up) drops out once its registration ends; a waiter that gives up removes
-//! itself at once (the abandon script, `super::exclusive`).
+//! Three keys hold it (`super::waiters`): the waiting owners in arrival order, the server time
+//! (ms) each one's registration ends, and each one's entry (below); O(log n) per update, and at
+//! most `max_waiters` of them. A waiter registers at its first refused attempt and each later
+//! attempt pushes its registration forward, so a waiter that vanished (crash, lost clean-up)
+//! drops out once its registration ends; a waiter that gives up removes itself at once (the
+//! abandon script, `super::exclusive`). The read-write lock's and the semaphore's queues
+//! (`super::kinds_queue`) are still one string each, rewritten per attempt (`queue_lua`).
 //!
 //! The rules, in the scripts:
 //! - A free lock goes to the caller only if the queue is empty or the caller is its head. A
@@ -26,7 +25,9 @@
 //! used to subscribe to — one delivery per hand-off, not one per client (issue 11's herd). An
 //! older client's entry has no `~` and is woken on the name's channel as before; an older
 //! releaser publishes a `~` entry's wake on the name's channel, which a newer waiter does not
-//! hear: it then takes the lock at its next timed re-try.
+//! hear: it then takes the lock at its next timed re-try. (These older clients queued in the
+//! string key; a client of the string queue and one of the three keys share no queue at all,
+//! `super::waiters` says what that costs.)
 //!
 //! ## Grants in the release
 //!
@@ -156,11 +157,9 @@ end
 }
 pub(crate) use queue_core_lua;
 
-/// Lua shared by the scripts that use the queue (after [`wake_lua`] and [`token_lua`]):
-/// [`queue_core_lua`], `queue_load(key, now, s)`, `wake(entry, channel)` and `freed(key, reserve, channel,
-/// lock, fence, s, claim)` (`lock`, `fence`: the lease's keys, and `claim`: the claim window in
-/// ms, to grant the lock provisionally to a head that takes grants (the module docs); nil: only
-/// wake it; `s`: the queue key's value when already read, nil: read it).
+/// Lua of the string queues of the read-write lock and the semaphore (after [`wake_lua`]):
+/// [`queue_core_lua`] and `queue_load(key, now, s)` (`s`: the key's value when already read,
+/// nil: read it).
 macro_rules! queue_lua {
     () => {
         concat!(
@@ -178,40 +177,6 @@ local function queue_load(k, now, s)
     end
   end
   return q, s ~= false
-end
--- Grants the free lock to the head of `q` when its entry takes grants (crate::scripts::queue),
--- provisionally: for the claim window `claim` ms (at most the head's ttl) until the head's own
--- acquire script claims it; whether it did. The message only wakes the head: it names no token.
-local function grant_head(q, t, lock, fence, channel, claim)
-  local owner, grant, own = entry_parts(q[1][1])
-  local ttl = tonumber(string.match(grant or '', '^(%d+)$'))
-  if not (ttl and own) then return false end
-  grant_lease(lock, fence, owner, string.format('%d', math.min(ttl, claim)), t)
-  table.remove(q, 1)
-  redis.call('PUBLISH', own, '@' .. owner)
-  redis.call('PUBLISH', channel, '+')
-  return true
-end
--- The lock was freed: the head of the queue at `k` is granted the lock provisionally (given
--- `lock`, `fence` and the claim window `claim` ms, when its entry takes grants) or reserved and
--- woken; with nobody queued, `-` tells the observers only (crate::pubsub), so that another
--- process's election observer hears it.
-local function freed(k, reserve, channel, lock, fence, s, claim)
-  -- Read before the clock: most releases find no queue and need no TIME.
-  if s == nil then s = redis.call('GET', k) end
-  if not s then
-    redis.call('PUBLISH', channel, '-')
-    return
-  end
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local q, had = queue_load(k, now, s)
-  if not q[1] then
-    redis.call('PUBLISH', channel, '-')
-  elseif not (lock and claim and grant_head(q, t, lock, fence, channel, claim)) then
-    reserve_head(q, now, reserve, channel, true)
-  end
-  queue_save(k, q, now, had)
 end
 "#
         )

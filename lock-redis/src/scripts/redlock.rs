@@ -9,10 +9,13 @@
 //! Once a waiter's registrations have landed, every master that has them agrees on who is ahead
 //! of whom, so the lowest live ticket is the head everywhere and wins its round.
 //!
-//! One string key per name and master (`Keys::redlock_queue`) holds `owner ends ticket …`
-//! (`ends`: the server time in ms the registration lasts until), sorted; it expires with its
-//! last registration. A string, as on the single instance, so the documented least ACL is
-//! unchanged (`GET`, `SET`, `DEL`).
+//! Two sorted sets per name and master hold it (`Keys::redlock_waiters`: entry → ticket, so that
+//! Redis orders equal tickets by entry, as before; `Keys::redlock_waiter_ends`: entry → the
+//! server time in ms its registration lasts until), with the single instance's O(log n)
+//! updates and cap (`super::waiters`: an attempt drops at most 64 ended registrations, a head
+//! whose registration ended is dropped when met, the keys expire with the last registration, a
+//! new entry past `max_waiters` is refused with `{3, cap}`). Older clients kept one string,
+//! `…:rl-queue`; clients of both versions on one name lose fairness, never exclusion.
 //!
 //! The rules, per master:
 //! - A waiting attempt registers (or refreshes its registration: `ends = now + registration`)
@@ -47,49 +50,18 @@ use redis::Script;
 
 use super::keys::Keys;
 
-/// Lua shared by the ticket-queue scripts: the queue's core (`queue_now`, `queue_save`,
-/// `reserve_head`: `super::queue::queue_core_lua`), `tq_load(key, now)`, `tq_register(q, owner,
-/// ticket, ends)` and `tq_remove(q, owner)`. An entry is `{owner, ends, ticket}`.
+/// Lua shared by the ticket-queue scripts: `wake_lua!()` and the sorted-set queue
+/// (`super::waiters::sorted_queue_lua`; a member is its entry, `owner[~wake channel]`, scored by
+/// its ticket), and `tq_now()`.
 macro_rules! ticket_queue_lua {
     () => {
         concat!(
             super::queue::wake_lua!(),
-            $crate::scripts::queue::queue_core_lua!(),
+            $crate::scripts::waiters::sorted_queue_lua!(),
             r#"
--- The live registrations, in ticket order (as stored), and whether the key existed.
-local function tq_load(k, now)
-  local q = {}
-  local s = redis.call('GET', k)
-  if s then
-    for o, e, t in string.gmatch(s, '(%S+) (%d+) (%d+)') do
-      e = tonumber(e)
-      if e > now then q[#q + 1] = {o, e, tonumber(t)} end
-    end
-  end
-  return q, s ~= false
-end
--- Removes `owner`'s entry; whether it was the head.
-local function tq_remove(q, owner)
-  for i, x in ipairs(q) do
-    if x[1] == owner then
-      table.remove(q, i)
-      return i == 1
-    end
-  end
-  return false
-end
--- (Re-)registers `owner` with `ticket` until `ends`, at its place by (ticket, owner), never by
--- arrival: every master then orders the same waiters the same way.
-local function tq_register(q, owner, ticket, ends)
-  tq_remove(q, owner)
-  local pos = #q + 1
-  for i, x in ipairs(q) do
-    if ticket < x[3] or (ticket == x[3] and owner < x[1]) then
-      pos = i
-      break
-    end
-  end
-  table.insert(q, pos, {owner, ends, ticket})
+local function tq_now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 "#
         )
@@ -97,14 +69,16 @@ end
 }
 
 /// Redlock, per master: take the lease and read the fence floor. KEYS: lock, fence, boot marker,
-/// queue (optional: without it there is no queue, as before queues). ARGV: owner, ttl ms,
+/// the queue's two keys (optional: without them there is no queue). ARGV: owner, ttl ms,
 /// attempt id, quiet ms, registration ms (`0`: a single try, which does not queue), ticket (µs),
-/// channel, reserve ms, the caller's wake channel (optional; see [`super::queue`]: the entry is
-/// then `owner~channel` and is woken there). Returns `{1, floor}` (floor = max(counter, server TIME in µs)) when
-/// granted or already ours, `{0, ms}` when held by another owner (its PTTL), when a queued
-/// waiter is ahead (ms: until the head's reservation ends) or in the quiet period after the
-/// master lost its state (the time left). The attempt id lets [`REDLOCK_ABANDON`] free exactly
-/// one failed attempt.
+/// channel, reserve ms, the caller's wake channel (`''`: none; see [`super::queue`]: the entry
+/// is then `owner~channel` and is woken there), the most waiters the name may have. Returns
+/// `{1, floor}` (floor = max(counter, server TIME in µs)) when granted or already ours, `{0,
+/// ms}` when held by another owner (its PTTL), when a queued waiter is ahead (ms: until the
+/// head's reservation ends) or in the quiet period after the master lost its state (the time
+/// left), `{3, cap}` when a new registration would be the name's waiter number `cap + 1` (not
+/// queued, not granted). The attempt id lets [`REDLOCK_ABANDON`] free exactly one failed
+/// attempt.
 const REDLOCK_ACQUIRE_SRC: &str = effects_lua!(
     crate::boot::quiet_lua!(),
     ticket_queue_lua!(),
@@ -112,29 +86,28 @@ const REDLOCK_ACQUIRE_SRC: &str = effects_lua!(
 local holder = redis.call('HGET', KEYS[1], 'o')
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local qk, reg = KEYS[4], tonumber(ARGV[5] or '0') or 0
+local reg = tonumber(ARGV[5] or '0') or 0
 local me = entry_of(ARGV[1], ARGV[9])
-local q, had = {}, false
-if qk then
-  q, had = tq_load(qk, now)
-  if reg > 0 then tq_register(q, me, tonumber(ARGV[6]), now + reg) end
+local Q = nil
+if KEYS[4] then
+  Q = {order = KEYS[4], ends = KEYS[5]}
+  wq_purge(Q, now)
+  if reg > 0 and not wq_register(Q, me, me, now + reg, now, tonumber(ARGV[10] or '') or math.huge, ARGV[6]) then
+    return {3, tonumber(ARGV[10])}
+  end
 end
-local function refuse(ms)
-  if qk then queue_save(qk, q, now, had) end
-  return {0, ms}
-end
-if holder and holder ~= ARGV[1] then return refuse(redis.call('PTTL', KEYS[1])) end
+if holder and holder ~= ARGV[1] then return {0, redis.call('PTTL', KEYS[1])} end
 if not holder then
   local quiet = quiet_left(KEYS[3], ARGV[4], now)
-  if quiet > 0 then return refuse(quiet) end
-  local head = q[1]
-  if head and head[1] ~= me then
-    reserve_head(q, now, tonumber(ARGV[8]), ARGV[7], false)
-    return refuse(math.max(1, head[2] - now))
+  if quiet > 0 then return {0, quiet} end
+  local head, ends, entry = nil, nil, nil
+  if Q then head, ends, entry = wq_head(Q, now) end
+  if head and head ~= me then
+    ends = wq_reserve(Q, head, ends, entry, now, tonumber(ARGV[8]), ARGV[7], false)
+    return {0, math.max(1, ends - now)}
   end
 end
 -- Granted: the entry stays (the grant may not reach a majority; the undo keeps the place).
-if qk then queue_save(qk, q, now, had) end
 redis.call('HSET', KEYS[1], 'o', ARGV[1], 'a', ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -168,13 +141,15 @@ script_call! {
         reserve_ms: u64,
         /// The caller's wake channel, `""`: woken on the name's channel.
         wake: &'a str,
+        /// The most waiters the name may have on this master (`RedisOptions::max_waiters`).
+        max_waiters: u32,
     }
     marker marker;
-    keys [&keys.lock, &keys.fence, marker, &keys.redlock_queue]
-    args [owner, ttl_ms, attempt, quiet_ms, registration_ms, ticket, &keys.channel, reserve_ms, wake]
+    keys [&keys.lock, &keys.fence, marker, &keys.redlock_waiters, &keys.redlock_waiter_ends]
+    args [owner, ttl_ms, attempt, quiet_ms, registration_ms, ticket, &keys.channel, reserve_ms, wake, max_waiters]
 }
 
-/// Redlock, per master: undo one failed attempt. KEYS: lock, queue (optional). ARGV: owner,
+/// Redlock, per master: undo one failed attempt. KEYS: lock, the queue's two keys (optional). ARGV: owner,
 /// attempt id, channel, reserve ms, the owner's wake channel (optional). Deletes the entry only if it still belongs to this owner
 /// **and** this attempt: a late undo of an earlier attempt (delayed on a slow link or a
 /// reconnected socket) must not free the grant of a later attempt by the same owner. The
@@ -187,11 +162,10 @@ const REDLOCK_ABANDON_SRC: &str = effects_lua!(
 if redis.call('HGET', KEYS[1], 'o') == ARGV[1] and redis.call('HGET', KEYS[1], 'a') == ARGV[2] then
   redis.call('DEL', KEYS[1])
   if KEYS[2] then
-    local now = queue_now()
-    local q, had = tq_load(KEYS[2], now)
-    if q[1] then
-      if q[1][1] ~= entry_of(ARGV[1], ARGV[5]) then reserve_head(q, now, tonumber(ARGV[4]), ARGV[3], true) end
-      queue_save(KEYS[2], q, now, had)
+    local Q, now = {order = KEYS[2], ends = KEYS[3]}, tq_now()
+    local head, ends, entry = wq_head(Q, now)
+    if head then
+      if head ~= entry_of(ARGV[1], ARGV[5]) then wq_reserve(Q, head, ends, entry, now, tonumber(ARGV[4]), ARGV[3], true) end
       return 1
     end
   end
@@ -219,12 +193,12 @@ script_call! {
         /// The owner's wake channel, `""`: none.
         wake: &'a str,
     }
-    keys [&keys.lock, &keys.redlock_queue]
+    keys [&keys.lock, &keys.redlock_waiters, &keys.redlock_waiter_ends]
     args [owner, attempt, &keys.channel, reserve_ms, wake]
 }
 
 /// Redlock, per master: owner-checked release that hands off, and the withdrawal of a wait
-/// (`LeaseStore::abandon`). KEYS: lock, queue. ARGV: owner, channel, reserve ms, the owner's
+/// (`LeaseStore::abandon`). KEYS: lock, the queue's two keys. ARGV: owner, channel, reserve ms, the owner's
 /// wake channel (optional). Removes the
 /// owner's queue entry (held or not), deletes the lease if it is the owner's; then, if the key
 /// is free, the head is reserved and woken when the lease was ours or the owner was the head
@@ -235,17 +209,18 @@ const REDLOCK_RELEASE_SRC: &str = effects_lua!(
     r#"
 local mine = redis.call('HGET', KEYS[1], 'o') == ARGV[1]
 if mine then redis.call('DEL', KEYS[1]) end
-local now = queue_now()
-local q, had = tq_load(KEYS[2], now)
-local was_head = tq_remove(q, entry_of(ARGV[1], ARGV[4]))
+local Q, now, me = {order = KEYS[2], ends = KEYS[3]}, tq_now(), entry_of(ARGV[1], ARGV[4])
+wq_purge(Q, now)
+local was_head = wq_head(Q, now) == me
+wq_drop(Q, me)
 if not redis.call('HGET', KEYS[1], 'o') then
-  if q[1] then
-    reserve_head(q, now, tonumber(ARGV[3]), ARGV[2], mine or was_head)
+  local head, ends, entry = wq_head(Q, now)
+  if head then
+    wq_reserve(Q, head, ends, entry, now, tonumber(ARGV[3]), ARGV[2], mine or was_head)
   elseif mine then
     redis.call('PUBLISH', ARGV[2], 'released')
   end
 end
-queue_save(KEYS[2], q, now, had)
 if mine then return 1 end
 return 0
 "#
@@ -265,7 +240,7 @@ script_call! {
         /// The owner's wake channel, `""`: none.
         wake: &'a str,
     }
-    keys [&keys.lock, &keys.redlock_queue]
+    keys [&keys.lock, &keys.redlock_waiters, &keys.redlock_waiter_ends]
     args [owner, &keys.channel, reserve_ms, wake]
 }
 

@@ -17,7 +17,7 @@ use crate::endpoint::{is_sentinel, Endpoint};
 use crate::handoff::CLAIM_MS;
 use crate::options::min_ttl;
 use crate::pubsub::Notifier;
-use crate::reply::{parse_pair, remaining_from, token_from, ttl_ms};
+use crate::reply::{parse_pair, remaining_from, token_from, too_many_waiters, ttl_ms};
 use crate::scripts::{Acquire, HandOff, HandOffScript, Keys, Renew};
 use crate::RedisOptions;
 use redis::RedisResult;
@@ -45,6 +45,8 @@ pub struct RedisStore {
     /// `RedisOptions::max_clock_offset` where a failover can hand the leases to another
     /// node's clock (Sentinel, Cluster); zero for a fixed server.
     max_clock_offset: Duration,
+    /// `RedisOptions::max_waiters`.
+    max_waiters: u32,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -134,6 +136,7 @@ impl RedisStore {
             ack_wait_ms: options.replica_ack_wait_ms(),
             idle_ms: options.idle_gc_after.map_or(0, ttl_ms),
             max_clock_offset: clock_offset_allowance(&endpoint_kind, options),
+            max_waiters: options.max_waiters,
         })
     }
 
@@ -300,6 +303,7 @@ impl LeaseStore for RedisStore {
             reserve_ms: RESERVE_MS,
             wake: self.notifier.wake_channel(),
             grant: &grant,
+            max_waiters: self.max_waiters,
         };
         let (reply, acked) = self
             .acquire_acked(name, &keys.lock, |marker, mut c| async move { call.invoke(&marker, &mut c).await })
@@ -309,6 +313,9 @@ impl LeaseStore for RedisStore {
             let remaining = remaining_from(*left).unwrap_or_default();
             self.boot.announce_quiet(remaining);
             return Ok(TryLock::Quiet { remaining });
+        }
+        if let [3, cap] = reply.as_slice() {
+            return Err(too_many_waiters(name, *cap));
         }
         match parse_pair(BACKEND, reply)? {
             (true, _) if acked < i64::from(acks) => {

@@ -174,7 +174,7 @@ pub async fn owned_server(test: &str) -> Option<(RedisFixture, Arc<dyn ServerCon
 
 /// What an attacker who may read keys and publish (`+@read +publish`) can send the waiters of
 /// `name` on the server at `url`: for every entry of the name's queue (`owner[:terms][~wake]`,
-/// each followed by its registration's end), the current grant wake-up `@<owner>` and the older
+/// the values of its `waiter-entries` hash), the current grant wake-up `@<owner>` and the older
 /// releasers' grant `!<owner>:<token>:<attempt>` for the attempt its terms name and attempts 1 to
 /// 5, on the name's channel and on the entry's wake channel. The number of messages published.
 pub async fn forge_grants(url: &str, prefix: &str, name: &LockName, token: u64) -> Result<usize, LockError> {
@@ -190,11 +190,14 @@ pub async fn forge_grants_on(
     token: u64,
 ) -> Result<usize, LockError> {
     let key = |suffix: &str| format!("{prefix}:{{{}}}:{suffix}", name.escaped());
-    let queue: Option<String> =
-        redis::cmd("GET").arg(key("queue")).query_async(c).await.map_err(|e| LockError::backend("test", e))?;
+    let entries: Vec<String> = redis::cmd("HVALS")
+        .arg(key("waiter-entries"))
+        .query_async(c)
+        .await
+        .map_err(|e| LockError::backend("test", e))?;
     let channel = key("released");
     let mut sent = 0;
-    for entry in queue.as_deref().unwrap_or_default().split_whitespace().step_by(2) {
+    for entry in entries.iter().map(String::as_str) {
         let (head, wake) = match entry.split_once('~') {
             Some((head, wake)) => (head, Some(wake)),
             None => (entry, None),

@@ -6,7 +6,7 @@ use lock_core::LockName;
 use lock_redis::scripts::HandOffScript::{Abandon, Release};
 use lock_redis::scripts::{Keys, Renew};
 
-use crate::{acquire, fresh_server, get, hand_off, heard, listen};
+use crate::{acquire, fresh_server, hand_off, heard, listen};
 
 const RESERVE: u64 = 150;
 
@@ -85,7 +85,7 @@ async fn queue_hands_off_in_order_and_skips_a_vanished_head() {
     assert_eq!(next(&mut messages).await, "@z", "the waiter that gave up is not woken");
     assert_eq!(attempt("z", 2000).await[0], 1);
     assert_eq!(release("z").await, 1);
-    assert_eq!(get(&mut c, &k.queue).await, None, "an empty queue leaves no key behind");
+    assert_eq!(crate::queue_keys(&mut c, &k).await, 0, "an empty queue leaves no key behind");
 }
 
 /// A waiter queued with a wake channel is woken there, and only there: the name's channel,
@@ -125,7 +125,7 @@ async fn a_waiter_with_a_wake_channel_is_woken_on_it_alone() {
 
     assert_eq!(attempt("x", 2000, "fq:wake:A").await, 0);
     assert_eq!(hand_off(Abandon, &k, "x", RESERVE, "fq:wake:A").invoke(&mut c).await.unwrap(), 1);
-    assert_eq!(get(&mut c, &k.queue).await, None, "abandoned by its entry");
+    assert_eq!(crate::queue_keys(&mut c, &k).await, 0, "abandoned by its entry");
     assert_eq!(release("v").await, 1);
     assert!(heard(&mut on_wake, quiet).await.is_empty(), "nobody queued: no wake");
 }

@@ -8,7 +8,7 @@ use lock_core::LockName;
 use lock_redis::scripts::HandOffScript::{Abandon, Release};
 use lock_redis::scripts::{Acquire, Keys};
 
-use crate::{acquire, fresh_server, get, hand_off, heard, listen, CLAIM_MS};
+use crate::{acquire, fresh_server, hand_off, heard, listen, CLAIM_MS};
 
 const RESERVE: u64 = 150;
 
@@ -84,7 +84,7 @@ async fn a_release_grants_the_lock_to_a_head_that_takes_grants() {
     assert_eq!(lease(&mut c, &k).await.0.as_deref(), Some("y"), "the untaken grant went on to the next head");
     assert_eq!(heard(&mut on_wake, quiet).await, ["@x", "@y"]);
     assert_eq!(release("y").await, 1);
-    assert_eq!(get(&mut c, &k.queue).await, None, "every entry gone");
+    assert_eq!(crate::queue_keys(&mut c, &k).await, 0, "every entry gone");
 }
 
 /// The release grants the head for the claim window only and tells it `@<owner>`, no token;

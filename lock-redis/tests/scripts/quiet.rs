@@ -32,6 +32,7 @@ async fn attempts(c: &mut redis::aio::MultiplexedConnection, owner: &str) -> Vec
         reserve_ms: 150,
         wake: "",
         grant: "",
+        max_waiters: 10_000,
     };
     let read = RwAcquire {
         side: Side::Read,
@@ -64,6 +65,7 @@ async fn attempts(c: &mut redis::aio::MultiplexedConnection, owner: &str) -> Vec
         ticket: 0,
         reserve_ms: 150,
         wake: "",
+        max_waiters: 10_000,
     };
     vec![
         ("exclusive", exclusive.invoke(MARKER, c).await.unwrap()),

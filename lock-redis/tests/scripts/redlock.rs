@@ -5,7 +5,7 @@ use std::time::Duration;
 use lock_core::LockName;
 use lock_redis::scripts::{Keys, RedlockAcquire, RedlockFence, RedlockRelease, RedlockUndo};
 
-use crate::{fresh_server, get, heard, listen, next};
+use crate::{fresh_server, heard, listen, next};
 
 const RESERVE: u64 = 150;
 
@@ -28,7 +28,13 @@ fn attempt<'a>(
         ticket,
         reserve_ms: RESERVE,
         wake,
+        max_waiters: 10_000,
     }
+}
+
+/// How many of a master's two ticket-queue keys exist (0: the queue left no key behind).
+async fn rl_queue_keys(c: &mut redis::aio::MultiplexedConnection, k: &Keys) -> usize {
+    redis::cmd("EXISTS").arg(&k.redlock_waiters).arg(&k.redlock_waiter_ends).query_async(c).await.unwrap()
 }
 
 /// An undo of a later attempt leaves its grant alone; set-if-greater counts only the attempt
@@ -124,7 +130,7 @@ async fn ticket_queue_agrees_on_the_head_whatever_the_arrival_order() {
     tokio::time::sleep(Duration::from_millis(RESERVE + 50)).await;
     assert!(take(&m1, "n", "a1", 0, 0).await, "once its reservation ended the vanished head is skipped");
     assert_eq!(release(&m1, "n").await, 1);
-    assert_eq!(get(&mut conn.clone(), &m1.redlock_queue).await, None, "an empty queue leaves no key behind");
+    assert_eq!(rl_queue_keys(&mut conn.clone(), &m1).await, 0, "an empty queue leaves no key behind");
 }
 
 /// A waiter queued with a wake channel (`owner~channel`) is woken there and not on the name's
@@ -160,5 +166,30 @@ async fn ticket_queue_wakes_an_entry_on_its_wake_channel() {
     assert!(heard(&mut on_wake, quiet).await.is_empty(), "the head's own undo wakes nobody");
     assert!(take("y", "a3", 2000, "m1:wake:Y").await);
     assert_eq!(release("y", "m1:wake:Y").await, 1);
-    assert_eq!(get(&mut c, &k.redlock_queue).await, None, "the release removed its entry");
+    assert_eq!(rl_queue_keys(&mut c, &k).await, 0, "the release removed its entry");
+}
+
+/// A master's ticket queue holds at most `max_waiters` entries: a new one past it is refused
+/// with `{3, cap}` and not queued, a queued one still re-registers, and the ticket order holds
+/// among those queued.
+#[tokio::test]
+async fn ticket_queue_is_capped() {
+    let (_server, _client, mut c) = fresh_server().await;
+    let k = Keys::new("tq", &LockName::new("cap").unwrap());
+    let conn = c.clone();
+    let take = |owner: &'static str, ticket: u64| {
+        let (mut c, k) = (conn.clone(), k.clone());
+        async move {
+            let call = RedlockAcquire { max_waiters: 2, ..attempt(&k, owner, "a", 2000, ticket, "") };
+            call.invoke("tq:boot", &mut c).await.unwrap()
+        }
+    };
+    assert_eq!(attempt(&k, "h", "a", 0, 0, "").invoke("tq:boot", &mut c).await.unwrap()[0], 1);
+    assert_eq!(take("late", 200).await[0], 0);
+    assert_eq!(take("early", 100).await[0], 0);
+    assert_eq!(take("third", 50).await, [3, 2], "past the cap, even with the lowest ticket");
+    assert_eq!(take("late", 200).await[0], 0, "a queued waiter re-registers at the cap");
+    let order: Vec<String> =
+        redis::cmd("ZRANGE").arg(&k.redlock_waiters).arg(0).arg(-1).query_async(&mut c).await.unwrap();
+    assert_eq!(order, ["early", "late"], "ticket order, the refused one not queued");
 }
