@@ -37,6 +37,13 @@ cargo publish --workspace --dry-run --no-verify --allow-dirty --quiet
 # tests build it so `dlock conformance --url etcd://…` runs here too.
 features=dlock-rs/metrics,dlock-rs/etcd
 cargo clippy --workspace --all-targets --features "$features" --quiet -- -D warnings
+# Supply chain: sources and licenses are checked offline by tests/architecture/supply_chain.rs;
+# where cargo-deny is installed, its own check of the same policy (deny.toml) runs too.
+if cargo deny --version >/dev/null 2>&1; then
+  cargo deny --offline check bans licenses sources
+else
+  echo "cargo-deny not installed: deny.toml checked by tests/architecture/supply_chain.rs only" >&2
+fi
 # Every public doc link resolves and no doc has a warning.
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --features "$features" --quiet
 # The Docker provisioning path cannot run here (no engine); keep it compiling.

@@ -1,4 +1,4 @@
-//! Nested namespaces (issue 30 item 8): one application's Redis `key_prefix` may be the start of
+//! Nested namespaces: one application's Redis `key_prefix` may be the start of
 //! another's (`nest` and `nest:b`). Their locks stay apart: every key is
 //! `<prefix>:{<escaped name>}:…`, and no prefix holds `{`, so `nest`'s keys (`nest:{…`) and
 //! `nest:b`'s (`nest:b:{…`) never meet, and `list`'s `SCAN` pattern of one never matches the

@@ -1,4 +1,4 @@
-//! MySQL/MariaDB table adoption on the real server (issue 30 item 3): an existing lock table is
+//! MySQL/MariaDB table adoption on the real server: an existing lock table is
 //! used only if it is a base table of dlock's engine with no trigger. A view over dlock's own
 //! table, behind which a trigger hands every grant token 1, looks right column by column and was
 //! adopted; so was a MyISAM table (no transactions, no row locks).

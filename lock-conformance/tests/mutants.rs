@@ -51,7 +51,7 @@ async fn a_correct_store_passes_the_cases_the_mutants_fail() {
         "fault_partition",
         "fault_entry_deleted",
         "fault_entry_deleted_among_many",
-        // Each of these fails on a lease or a StoreLock without its fix (issue 10 items 5, 6, 8, 9):
+        // Each of these fails on a lease or a StoreLock without its fix:
         // the store's link latency keeps a release in flight when its caller goes away, and cuts
         // the last attempt before a deadline short.
         "release_cancelled",

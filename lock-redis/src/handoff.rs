@@ -2,7 +2,7 @@
 //! the exclusive lock of a single instance hands itself to the queue's head, provisionally, and
 //! the head claims it with its own acquire script.
 //!
-//! ## A grant is confirmed by the server (docs/contract.md §4, issue 27)
+//! ## A grant is confirmed by the server (docs/contract.md §4)
 //!
 //! The release's message to the head (`@<owner>` on the head's wake channel) is a hint, never a
 //! grant: it names no token, and a waiter that hears it only wakes and runs its acquire script,

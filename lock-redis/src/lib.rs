@@ -178,7 +178,7 @@
 //!   promoted replica being one that acknowledged (always so with one replica per master).
 //!   `WAIT` goes to the master of the slot in the client's slot map: after a `MOVED` that is the
 //!   node that ran the script, but a script that followed `ASK` (a slot half-migrated) ran on
-//!   the importing node, and its `WAIT` is counted on the source (issue 27 item 2: open). A
+//!   the importing node, and its `WAIT` is counted on the source (not fixed yet: docs/contract.md, Known gaps). A
 //!   promoted replica that has no replica itself acknowledges nothing: renewals fail
 //!   (`Unavailable`) until one follows it. Tokens rise across it (`TIME` floor; the nodes'
 //!   clocks must agree to within the time between two grants of a name). The promoted replica

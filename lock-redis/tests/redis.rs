@@ -51,7 +51,7 @@ mod redis_extra {
         let b = fx.redis_client().await.unwrap();
         assert_eq!(a.backend(), "redis");
         let caps = a.capabilities();
-        // The exclusive lock queues its waiters on the server (issue 11): arrival order.
+        // The exclusive lock queues its waiters on the server: arrival order.
         assert!(caps.durable_fencing && !caps.durable_leases && caps.fifo);
         let name = LockName::new("basics").unwrap();
         let l1 = a.try_acquire(&name, &opts(2000)).await.unwrap().expect("free");

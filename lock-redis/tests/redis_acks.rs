@@ -1,5 +1,5 @@
 //! `min_replicas_ack` counts the acknowledgements of the write that granted or renewed, on the
-//! connection that made it (issue 27 item 2): one primary, one replica, the client behind a
+//! connection that made it: one primary, one replica, the client behind a
 //! fault proxy.
 
 mod common;
@@ -19,8 +19,8 @@ async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
 /// A renewal's `WAIT` blocks while the only replica is paused, and a connection reset cuts it:
 /// the read-write lock's and the semaphore's renewals answer `Unavailable` (not acknowledged,
 /// or outcome unknown), never "renewed". (On one node a `WAIT` sent again alone on the fresh
-/// connection happens to block too, on Redis 7.0: this case passes without the fix of issue 27
-/// item 2 as well; the fix — the renewal and its `WAIT` retried together — matters when the
+/// connection happens to block too, on Redis 7.0: this case passes without the fix
+/// as well; the fix — the renewal and its `WAIT` retried together — matters when the
 /// fresh connection reaches another node, a new primary.)
 #[tokio::test]
 async fn a_kinds_renewal_counts_acks_of_its_own_write_after_a_reconnect() {

@@ -1,4 +1,4 @@
-//! The single instance's hand-off (issue 27): a grant message is a hint, never a grant, and a
+//! The single instance's hand-off: a grant message is a hint, never a grant, and a
 //! grant its waiter does not take up lapses within the claim window.
 
 mod common;

@@ -201,7 +201,7 @@ mod redlock_extra {
     /// Round 2 counts only masters where this attempt stored its token. Here the quorum read
     /// (masters 0–2) sees M, so the token is M + 1, which masters 3–4 already recorded for
     /// another grant; masters 1–2 cannot store anything (their user lost `+set`). Counting the
-    /// equal counters of 3–4 as stored would grant a second M + 1 (issue 10 item 11).
+    /// equal counters of 3–4 as stored would grant a second M + 1.
     #[tokio::test]
     async fn equal_counter_from_another_grant_is_not_stored() {
         let (fx, c) = five().await;
@@ -230,8 +230,7 @@ mod redlock_extra {
 
     /// A majority of masters restarts empty while a lease is held (not renewing, so its holder
     /// believes it until `valid_until`): the restarted masters grant nothing for their quiet
-    /// period, so another client gets no majority while that lease may still be believed
-    /// (issue 10 item 3).
+    /// period, so another client gets no majority while that lease may still be believed.
     #[tokio::test]
     async fn majority_restarted_empty_grants_nothing_while_a_lease_may_be_believed() {
         let fx = RedlockFixture::start().await.unwrap();

@@ -1,4 +1,4 @@
-//! ACLs that hold (issue 15.3). ZooKeeper checks an ACL per node, not per subtree: an open
+//! ACLs that hold. ZooKeeper checks an ACL per node, not per subtree: an open
 //! parent lets anyone delete an empty child and recreate it open, and an open root lets anyone
 //! plant a node every waiter would queue behind. So with credentials, everything dlock creates
 //! (the nodes above the root included) is readable and writable by that user only, a root

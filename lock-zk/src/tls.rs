@@ -1,4 +1,4 @@
-//! TLS to ZooKeeper's `secureClientPort` (issue 15.2): the CA file of [`ZkOptions::tls_ca_file`]
+//! TLS to ZooKeeper's `secureClientPort`: the CA file of [`ZkOptions::tls_ca_file`]
 //! verifies the chain, and the host name (or IP) of the URL is checked against the certificate.
 
 use lock_core::LockError;

@@ -315,7 +315,7 @@ async fn digest_credentials_protect_the_nodes() {
     lease.release().await.unwrap();
 }
 
-/// Issue 15.3: with credentials, an unauthenticated client can neither read, plant nor delete
+/// With credentials, an unauthenticated client can neither read, plant nor delete
 /// anything under the root, held or idle, even where the root's parent is open to everyone; and
 /// a root that others may change is refused.
 #[tokio::test]

@@ -1,4 +1,4 @@
-//! ZooKeeper over TLS (issue 15.2), against a local server listening on `secureClientPort` with
+//! ZooKeeper over TLS, against a local server listening on `secureClientPort` with
 //! a certificate signed by a CA made for it. Needs lock-zk's `tls` feature:
 //! `cargo nextest run -p lock-zk --features tls --test zk_tls`.
 #![cfg(feature = "tls")]

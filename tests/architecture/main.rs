@@ -7,6 +7,7 @@ mod api;
 mod graph;
 mod sizes;
 mod source;
+mod supply_chain;
 
 use std::path::{Path, PathBuf};
 

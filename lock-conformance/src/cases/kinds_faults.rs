@@ -1,4 +1,4 @@
-//! The other lock kinds under faults (issue 10.18): holders of read-write locks and semaphores
+//! The other lock kinds under faults: holders of read-write locks and semaphores
 //! that stop renewing, a paused server, and a randomized run mixing both, checked like the
 //! exclusive lock: no writer overlaps anyone, at most `permits` permit holders at once, tokens
 //! never repeat and a writer's token is above every token whose lease ended before it began.

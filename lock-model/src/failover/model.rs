@@ -15,7 +15,7 @@ const ACKS: u8 = 1;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Bugs {
     /// The `WAIT` goes out on another connection than the script's (sent again alone after a
-    /// reconnect, issue 27): that connection wrote nothing, so it answers at once with every
+    /// reconnect): that connection wrote nothing, so it answers at once with every
     /// replica, whatever the script's write became.
     pub wait_on_other_connection: bool,
 }

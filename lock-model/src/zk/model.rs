@@ -9,7 +9,7 @@ use super::state::{Client, Link, Session, State};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Bugs {
     /// A lease is believed for ¾ of the session after its confirming request (the rule before
-    /// 670434b, issue 27 item 3): it ignores the client's ping gap, so the leader, which last
+    /// 670434b): it ignores the client's ping gap, so the leader, which last
     /// heard of the session through a follower's ping answer, may expire it first.
     pub renewals_ignore_ping_gap: bool,
     /// The fixed rule without its half tick: the follower's last ping answer before a cut-off

@@ -54,7 +54,7 @@ local function grant()
   return {1, token}
 end
 -- The common case, free with nobody queued, is granted before the queue's helpers are even
--- defined: they are most of this script's cost (issue 11's profile).
+-- defined: they are most of this script's cost (the free path's profile).
 local quiet = -1
 if not holder and not queued then
   quiet = quiet_left(KEYS[3], ARGV[3], now)

@@ -22,7 +22,7 @@
 //! An entry is `owner` or, from a client that listens on a wake channel of its own,
 //! `owner~channel`: its hand-off is then published on that channel (`@<owner>`), which that
 //! client alone subscribes to, instead of on the name's channel that every waiting client
-//! used to subscribe to — one delivery per hand-off, not one per client (issue 11's herd). An
+//! used to subscribe to — one delivery per hand-off, not one per client (the thundering herd). An
 //! older client's entry has no `~` and is woken on the name's channel as before; an older
 //! releaser publishes a `~` entry's wake on the name's channel, which a newer waiter does not
 //! hear: it then takes the lock at its next timed re-try. (These older clients queued in the

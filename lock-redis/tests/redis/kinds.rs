@@ -15,7 +15,7 @@ async fn capabilities_and_labels() {
     let rw = fx.rw().await.unwrap();
     let sem = fx.semaphore().await.unwrap();
     let lock = fx.redis_client().await.unwrap();
-    // Every kind has a waiter queue (issue 11): readers, writers and permits are served in
+    // Every kind has a waiter queue: readers, writers and permits are served in
     // arrival order too.
     for caps in [rw.capabilities(), sem.capabilities(), lock.capabilities()] {
         assert!(caps.rw_lock && caps.semaphore && caps.durable_fencing && caps.fifo, "{caps:?}");
