@@ -366,6 +366,21 @@
 //!   visible. Against squatting in the first place, name the table schema-qualified
 //!   (`locks.dlock_leases`) in a schema only trusted roles may create in; an unqualified name
 //!   follows the session's `search_path`.
+//! * PostgreSQL name resolution is pinned (`dialect/postgres/pin.rs`): an operator or function
+//!   with an exact match on its argument types, planted in a schema on the lock role's
+//!   `search_path` (`numeric * integer`, `text || bigint`, `unnest(text[])`, or `now()` ahead of
+//!   `pg_catalog`), would otherwise run as the lock role inside every statement — read the
+//!   table, make the clock read 0, forge tokens. Every session of this crate, the listener's
+//!   included, runs with `search_path = pg_catalog, pg_temp`, and the statements name the lock
+//!   tables with their schema: an unqualified `table` is resolved once, at connect, under the
+//!   session's own path (where a table of that name is found, else where `CREATE TABLE` would
+//!   put it; the waiter queue and the kinds' tables go next to it). One pinned path covers
+//!   every operator, function and type name; qualifying each by hand would leave the next one
+//!   forgotten. Over the application's pool ([`SqlBackend::from_pg_pool`]) the path (with
+//!   `synchronous_commit` and `statement_timeout`) is put on before each operation and the
+//!   application's own values put back after, one more round trip per operation; a connection
+//!   whose operation was cancelled half-way is closed, not returned with our path. Tested with
+//!   a role whose path puts a hostile schema before `pg_catalog` (`tests/postgres_search_path.rs`).
 //! * PostgreSQL sessions are named `dlock` in `pg_stat_activity` unless the URL sets
 //!   `application_name`.
 //! * Connections: at most [`SqlOptions::max_connections`] per client, plus two that only
