@@ -344,6 +344,16 @@
 //!   against an impostor with a certificate from an unknown CA: the verifying modes refuse it
 //!   (and accept it once `sslrootcert=` / `ssl-ca=` names that CA), `require` / `prefer` hand
 //!   it the session — on PostgreSQL the password in clear, which the impostor simply asks for.
+//!   The mode is judged once, from the driver's own parse of the URL ([`weak_tls_warning`]):
+//!   any spelling, case or percent-encoding (`sslmode=%72equire`), a `?host=` / `hostaddr=`
+//!   that sends the connection elsewhere, and `PGSSLMODE` (which sqlx reads when the URL names
+//!   no mode; an unparsable value it ignores, leaving `prefer`) all count the same. `connect`
+//!   logs a warning (target `lock_sql::tls`) for a mode that does not verify the server, or a
+//!   default one towards a host that is not loopback or a Unix socket; with
+//!   [`SqlOptions::tls`] = [`SqlTls::Verify`] (`[sql] tls = "verify"`) it refuses every such
+//!   mode, the default and `disable` included, with a `Config` error (the application's pool
+//!   too, from its connect options). The switch is an option, not a URL parameter: the URL's
+//!   parameters are the driver's, and one it does not know is refused (below).
 //! * URL parameters: only those the driver reads are accepted (PostgreSQL `sslmode`,
 //!   `sslrootcert`, `sslcert`, `sslkey`, `statement-cache-capacity`, `host`, `hostaddr`, `port`,
 //!   `dbname`, `user`, `password`, `application_name`, `options`, `options[…]` and the dashed
@@ -428,11 +438,13 @@ mod pool;
 mod queue;
 mod serial;
 mod store;
+mod tls;
 
 pub use backend::SqlBackend;
 pub use kinds::{SqlKinds, SqlRwLock, SqlSemaphore};
 pub use options::{SqlOptions, DEFAULT_TABLE};
 pub use store::{SqlLock, SqlStore};
+pub use tls::{weak_tls_warning, SqlTls};
 
 #[cfg(doc)]
 use lock_core::Capabilities;

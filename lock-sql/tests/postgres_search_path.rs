@@ -121,6 +121,7 @@ fn options(table: &str) -> SqlOptions {
         connect_timeout: Duration::from_secs(5),
         request_timeout: Duration::from_secs(5),
         idle_gc_after: None,
+        tls: lock_sql::SqlTls::Warn,
     }
 }
 

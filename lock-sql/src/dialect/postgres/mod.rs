@@ -31,6 +31,7 @@ use crate::error::{Class, Codes};
 use crate::options::quote_table;
 use crate::options::SqlOptions;
 use crate::pool::{ConnPool, Use};
+use crate::tls::Judged;
 use handoff::Handoffs;
 use listen::Listener;
 use sql::{Statements, FLAVOR};
@@ -110,6 +111,7 @@ pub(crate) struct Postgres {
 pub(crate) async fn connect(url: &str, options: &SqlOptions) -> Result<Arc<dyn Dialect>, LockError> {
     PARAMS.check_url(url)?;
     let mut opts = PgConnectOptions::from_str(url).map_err(|e| bad_url(CODES, e))?;
+    Judged::postgres(&opts, Some(url)).enforce(options.tls, Some(url))?;
     // Name our sessions in pg_stat_activity, unless the URL already does.
     if opts.get_application_name().is_none() {
         opts = opts.application_name("dlock");
@@ -128,6 +130,7 @@ pub(crate) async fn connect(url: &str, options: &SqlOptions) -> Result<Arc<dyn D
 /// connection of its own with the pool's connect options.
 pub(crate) async fn from_pool(pool: PgPool, options: &SqlOptions) -> Result<Arc<dyn Dialect>, LockError> {
     let opts = (*pool.connect_options()).clone();
+    Judged::postgres(&opts, None).enforce(options.tls, None)?;
     let bound = options.connect_timeout;
     let table = {
         let mut lent = match timeout(bound, pool.acquire()).await {
