@@ -110,9 +110,10 @@ async fn tls_verify_refuses_unverified_modes() {
 #[cfg(feature = "cli")]
 #[test]
 fn the_cli_shows_the_warning_and_honours_tls_verify() {
-    let run = |url: &str, env: &[(&str, &str)]| {
+    let run_cmd = |args: &[&str], url: &str, env: &[(&str, &str)]| {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_dlock"));
-        cmd.args(["status", "tls-warning", "--url", url])
+        cmd.args(args)
+            .args(["--url", url])
             .env_remove("DLOCK_URL")
             .env_remove("DLOCK_LOG")
             .env_remove("RUST_LOG")
@@ -124,6 +125,7 @@ fn the_cli_shows_the_warning_and_honours_tls_verify() {
         let out = cmd.output().expect("the dlock binary runs");
         format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
     };
+    let run = |url: &str, env: &[(&str, &str)]| run_cmd(&["status", "tls-warning"], url, env);
     let weak = "postgres://app:Hunter2word@127.0.0.2:1/test?sslmode=require";
     let text = run(weak, &[]);
     assert!(text.contains("does not verify the server") && !text.contains("Hunter2word"), "{text}");
@@ -143,4 +145,10 @@ fn the_cli_shows_the_warning_and_honours_tls_verify() {
     // PGSSLMODE=verify-full satisfies it (the connection then fails: nothing listens there).
     let text = run(local, &[("DLOCK_SQL__TLS", "verify"), ("PGSSLMODE", "verify-full")]);
     assert!(!text.contains("refuses") && !text.contains("does not verify"), "{text}");
+    // `dlock doctor` opens a connection of its own for its checks: it is held to the same rule,
+    // so against a live server (which would accept the unverified session) it checks nothing.
+    let live =
+        std::env::var("DLOCK_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    let text = run_cmd(&["doctor"], &live, &[("DLOCK_SQL__TLS", "verify")]);
+    assert!(text.contains("tls = \"verify\" refuses") && !text.contains("synchronous_commit"), "{text}");
 }

@@ -444,7 +444,7 @@ pub use backend::SqlBackend;
 pub use kinds::{SqlKinds, SqlRwLock, SqlSemaphore};
 pub use options::{SqlOptions, DEFAULT_TABLE};
 pub use store::{SqlLock, SqlStore};
-pub use tls::{weak_tls_warning, SqlTls};
+pub use tls::{check_tls, weak_tls_warning, SqlTls};
 
 #[cfg(doc)]
 use lock_core::Capabilities;

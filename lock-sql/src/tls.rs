@@ -183,18 +183,36 @@ fn is_loopback(host: &str) -> bool {
 /// loopback or Unix-socket connection, SQLite, or a URL the driver cannot parse (its error
 /// comes at connect). The URL's password never appears in it.
 pub fn weak_tls_warning(url: &str) -> Option<String> {
+    judge(url)?.warning(url)
+}
+
+/// Checks `url`'s TLS mode against `policy` as [`connect`](crate::connect) does, for a tool
+/// that opens connections of its own with the URL: under [`SqlTls::Verify`] a mode that does
+/// not verify the server is a [`LockError::Config`]; under [`SqlTls::Warn`] it is logged. A URL
+/// that is not PostgreSQL or MySQL, or that the driver cannot parse (its own error comes at
+/// connect), passes.
+pub fn check_tls(url: &str, policy: SqlTls) -> Result<(), LockError> {
+    match judge(url) {
+        Some(judged) => judged.enforce(policy, Some(url)),
+        None => Ok(()),
+    }
+}
+
+/// The TLS of a connection to `url`, as the driver parses it; `None` for SQLite, another
+/// scheme, or a URL the driver refuses.
+fn judge(url: &str) -> Option<Judged> {
     let scheme = url.split_once(':').map(|(s, _)| s.to_ascii_lowercase())?;
     match scheme.as_str() {
         #[cfg(feature = "postgres")]
         "postgres" | "postgresql" => {
             let opts: sqlx::postgres::PgConnectOptions = url.parse().ok()?;
-            Judged::postgres(&opts, Some(url)).warning(url)
+            Some(Judged::postgres(&opts, Some(url)))
         }
         #[cfg(feature = "mysql")]
         "mysql" | "mariadb" => {
             let sqlx_url = format!("mysql{}", &url[scheme.len()..]);
             let opts: sqlx::mysql::MySqlConnectOptions = sqlx_url.parse().ok()?;
-            Judged::mysql(&opts, Some(url)).warning(url)
+            Some(Judged::mysql(&opts, Some(url)))
         }
         _ => None,
     }

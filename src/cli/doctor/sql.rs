@@ -11,7 +11,7 @@ use super::{clock_skew, Finding};
 use crate::cli::raw::Sql;
 
 pub(super) async fn checks(config: &Config) -> Result<Vec<Finding>, LockError> {
-    let mut db = Sql::connect(&config.url).await?;
+    let mut db = Sql::connect(&config.url, config.sql.tls).await?;
     let mut findings = Vec::new();
     match db {
         Sql::Postgres(_) => {
