@@ -391,6 +391,9 @@
 //!   application's own values put back after, one more round trip per operation; a connection
 //!   whose operation was cancelled half-way is closed, not returned with our path. Tested with
 //!   a role whose path puts a hostile schema before `pg_catalog` (`tests/postgres_search_path.rs`).
+//!   Behind a transaction-mode PgBouncer a session's `SET` need not reach the server connection
+//!   of the next transaction: there give the lock role the path itself (`ALTER ROLE … SET
+//!   search_path = pg_catalog, pg_temp`) and name the table schema-qualified.
 //! * PostgreSQL sessions are named `dlock` in `pg_stat_activity` unless the URL sets
 //!   `application_name`.
 //! * Connections: at most [`SqlOptions::max_connections`] per client, plus two that only
