@@ -1,72 +1,29 @@
 //! What a SQL URL's TLS mode protects against, said once at connect.
 //!
-//! sqlx's PostgreSQL modes `prefer` (its default) and `require`, and MySQL's `preferred` (its
-//! default) and `required`, encrypt without checking the server's certificate: a fake server or a
-//! relay reads the password (an impostor simply asks for it in clear), and `prefer`/`preferred`
-//! fall back to plaintext when the server, or a relay, answers "no TLS". Only `verify-full` /
-//! `verify-ca` (PostgreSQL) and `verify_identity` / `verify_ca` (MySQL) authenticate the server.
-//! Connections to the loopback interface or a Unix socket carry no network to attack, so an
-//! absent mode there is not worth a warning; an explicit weak mode always is.
-
-use crate::url::{redact_url, Scheme, UrlParts};
+//! sqlx's PostgreSQL modes `allow`, `prefer` (its default) and `require`, and MySQL's
+//! `preferred` (its default) and `required`, encrypt without checking the server's certificate:
+//! a fake server or a relay reads the password (an impostor simply asks for it in clear), and
+//! `prefer`/`preferred` fall back to plaintext when the server, or a relay, answers "no TLS".
+//! Only `verify-full` / `verify-ca` (PostgreSQL) and `verify_identity` / `verify_ca` (MySQL)
+//! authenticate the server. The judgement is lock-sql's ([`lock_sql::weak_tls_warning`]): it
+//! reads the mode back from the driver's own parse of the URL, so every spelling, encoding,
+//! `?host=` override and the `PGSSLMODE` environment variable count the same; lock-sql logs the
+//! warning at connect (target `lock_sql::tls`, shown by the `dlock` tool by default), and
+//! `[sql] tls = "verify"` refuses such a mode instead.
 
 /// The warning `connect` logs for `url`, or `None` when its TLS mode verifies the server (or the
-/// URL is not a networked SQL one).
+/// URL is not a networked SQL one, or this build has no SQL backend).
 pub fn weak_tls_warning(url: &str) -> Option<String> {
-    let scheme = Scheme::of(url).ok()?;
-    let (verifying, weak): (&[&str], &[&str]) = match scheme {
-        Scheme::Postgres => (&["verify-full", "verify-ca"], &["allow", "prefer", "require"]),
-        Scheme::Mysql => (&["verify_identity", "verify_ca"], &["preferred", "required"]),
-        _ => return None,
-    };
-    let parts = UrlParts::parse(url)?;
-    let mode = parts.query.into_iter().flat_map(|q| q.split('&')).find_map(|pair| match pair.split_once('=') {
-        Some(("sslmode" | "ssl-mode", value)) => Some(value.to_ascii_lowercase()),
-        _ => None,
-    });
-    let advice = format!(
-        "use {}=… {} with the server's CA",
-        if scheme == Scheme::Postgres { "sslmode" } else { "ssl-mode" },
-        verifying[0]
-    );
-    match mode {
-        Some(m) if verifying.contains(&m.as_str()) => None,
-        Some(m) if weak.contains(&m.as_str()) => Some(format!(
-            "{}: TLS mode {m:?} does not verify the server: an impostor or a relay can read the password and \
-             the locks' traffic{}; {advice}",
-            redact_url(url),
-            if m.starts_with("pre") || m == "allow" {
-                ", and the connection falls back to plaintext when TLS is refused"
-            } else {
-                ""
-            }
-        )),
-        // `disable(d)`: plaintext chosen on purpose; other values are rejected by the backend.
-        Some(_) => None,
-        None if is_local(&parts.hosts) => None,
-        None => Some(format!(
-            "{}: no TLS mode, so the client library's default applies, which neither verifies the server nor refuses \
-             plaintext; {advice}",
-            redact_url(url)
-        )),
+    #[cfg(feature = "sql")]
+    return lock_sql::weak_tls_warning(url);
+    #[cfg(not(feature = "sql"))]
+    {
+        let _ = url;
+        None
     }
 }
 
-fn is_local(hosts: &[&str]) -> bool {
-    // No host at all means a Unix socket or the library's local default.
-    hosts.iter().all(|h| {
-        let host = match h.rsplit_once(':') {
-            Some((host, port)) if !host.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => host,
-            _ => h,
-        };
-        matches!(host, "localhost" | "[::1]" | "::1")
-            || host.starts_with("127.")
-            || host.starts_with('%')
-            || host.starts_with('/')
-    })
-}
-
-#[cfg(test)]
+#[cfg(all(test, feature = "postgres", feature = "mysql"))]
 mod tests {
     use super::*;
 
@@ -77,6 +34,8 @@ mod tests {
             ("postgres://u:pw@db.example/app?sslmode=prefer", true),
             ("postgres://u:pw@db.example/app?sslmode=allow", true),
             ("postgres://u:pw@127.0.0.1/app?sslmode=REQUIRE", true),
+            ("postgres://u:pw@db.example/app?sslmode=%72equire", true),
+            ("postgres://u:pw@127.0.0.1/app?host=db.example", true),
             ("postgresql://u:pw@db.example/app", true),
             ("postgres://u:pw@db.example/app?sslmode=verify-full&sslrootcert=/ca.pem", false),
             ("postgres://u:pw@db.example/app?ssl-mode=verify-ca", false),
@@ -96,7 +55,7 @@ mod tests {
             assert_eq!(warning.is_some(), warns, "{url}: {warning:?}");
             if let Some(w) = warning {
                 assert!(!w.contains("pw"), "{w}");
-                assert!(w.contains("verify"), "the warning says what to use: {w}");
+                assert!(w.to_ascii_lowercase().contains("verify"), "the warning says what to use: {w}");
             }
         }
     }

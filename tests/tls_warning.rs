@@ -1,5 +1,7 @@
 //! `connect` warns when a SQL URL's TLS mode does not verify the server, and stays quiet when it
-//! does; the warning never shows the password.
+//! does; the warning never shows the password. Every way to set the mode counts (any spelling or
+//! percent-encoding, `PGSSLMODE`), the `dlock` tool shows the warning, and `[sql] tls =
+//! "verify"` refuses such modes with a `Config` error.
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -38,7 +40,7 @@ async fn connect_warns_when_tls_does_not_verify_the_server() {
     let logs = Logs::default();
     let writer = logs.clone();
     let subscriber = tracing_subscriber::fmt()
-        .with_env_filter("dlock=warn")
+        .with_env_filter("dlock=warn,lock_sql=warn")
         .with_ansi(false)
         .with_writer(move || writer.clone())
         .finish();
@@ -53,6 +55,9 @@ async fn connect_warns_when_tls_does_not_verify_the_server() {
         (with(&pg, "sslmode=prefer"), true),
         (with(&pg, "sslmode=require"), true),
         (with(&my, "ssl-mode=PREFERRED"), true),
+        (with(&pg, "sslmode=%72equire"), true),
+        (with(&pg, "ssl%2Dmode=REQUIRE"), true),
+        (with(&my, "ssl-mode=%52EQUIRED"), true),
         (with(&pg, "sslmode=verify-full"), false),
         (with(&my, "ssl-mode=VERIFY_IDENTITY"), false),
         (pg.clone(), false),
@@ -67,4 +72,83 @@ async fn connect_warns_when_tls_does_not_verify_the_server() {
     let _ = dlock::connect_rw_with(&config("postgres://app:Hunter2word@127.0.0.2:1/test?sslmode=require")).await;
     let text = logs.take();
     assert!(text.contains("WARN") && !text.contains("Hunter2word"), "{text}");
+}
+
+/// `[sql] tls = "verify"` refuses every mode that does not verify the server, before a byte is
+/// sent (nothing listens on 127.0.0.2:1: a connection attempt would be `Unavailable` instead).
+#[tokio::test]
+async fn tls_verify_refuses_unverified_modes() {
+    for (url, refused) in [
+        ("postgres://app:Hunter2word@127.0.0.2:1/test?sslmode=require", true),
+        ("postgres://app:Hunter2word@127.0.0.2:1/test?sslmode=%72equire", true),
+        ("postgres://app:Hunter2word@127.0.0.2:1/test", true),
+        ("postgres://app:Hunter2word@127.0.0.2:1/test?sslmode=disable", true),
+        ("mysql://app:Hunter2word@127.0.0.2:1/test?ssl-mode=REQUIRED", true),
+        ("mariadb://app:Hunter2word@127.0.0.2:1/test", true),
+        ("postgres://app:Hunter2word@127.0.0.2:1/test?sslmode=verify-full", false),
+        ("mysql://app:Hunter2word@127.0.0.2:1/test?ssl-mode=VERIFY_IDENTITY", false),
+    ] {
+        let mut c = config(url);
+        c.sql.tls = dlock::sql::SqlTls::Verify;
+        c.sql.connect_timeout = std::time::Duration::from_millis(500);
+        let err = dlock::connect_with(&c).await.err().unwrap_or_else(|| panic!("{url} connected"));
+        let text = err.to_string();
+        assert!(!text.contains("Hunter2word"), "{text}");
+        assert_eq!(
+            matches!(err, dlock::LockError::Config { .. }) && text.contains("tls = \"verify\""),
+            refused,
+            "{url}: {text}"
+        );
+        if refused {
+            assert!(text.contains("verify-full") || text.contains("VERIFY_IDENTITY"), "says what to do: {text}");
+        }
+    }
+}
+
+/// The `dlock` tool shows the warning at its default log level, including for a mode from
+/// `PGSSLMODE`, and `DLOCK_SQL__TLS=verify` makes it refuse the mode.
+#[cfg(feature = "cli")]
+#[test]
+fn the_cli_shows_the_warning_and_honours_tls_verify() {
+    let run_cmd = |args: &[&str], url: &str, env: &[(&str, &str)]| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_dlock"));
+        cmd.args(args)
+            .args(["--url", url])
+            .env_remove("DLOCK_URL")
+            .env_remove("DLOCK_LOG")
+            .env_remove("RUST_LOG")
+            .env_remove("PGSSLMODE")
+            .env("DLOCK_SQL__CONNECT_TIMEOUT", "500ms");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().expect("the dlock binary runs");
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    };
+    let run = |url: &str, env: &[(&str, &str)]| run_cmd(&["status", "tls-warning"], url, env);
+    let weak = "postgres://app:Hunter2word@127.0.0.2:1/test?sslmode=require";
+    let text = run(weak, &[]);
+    assert!(text.contains("does not verify the server") && !text.contains("Hunter2word"), "{text}");
+    // A local URL without a mode is quiet, unless PGSSLMODE asks for a weak one.
+    let local = "postgres://app:Hunter2word@127.0.0.2:1/test";
+    let text = run(local, &[]);
+    assert!(!text.contains("does not verify the server"), "{text}");
+    let text = run(local, &[("PGSSLMODE", "require")]);
+    assert!(text.contains("does not verify the server") && text.contains("PGSSLMODE"), "{text}");
+    // tls = verify: refused, whether the mode is in the URL, the default, or PGSSLMODE's.
+    for (url, env) in [(weak, None), (local, None), (local, Some("require"))] {
+        let mut vars = vec![("DLOCK_SQL__TLS", "verify")];
+        vars.extend(env.map(|m| ("PGSSLMODE", m)));
+        let text = run(url, &vars);
+        assert!(text.contains("tls = \"verify\" refuses"), "{url} {env:?}: {text}");
+    }
+    // PGSSLMODE=verify-full satisfies it (the connection then fails: nothing listens there).
+    let text = run(local, &[("DLOCK_SQL__TLS", "verify"), ("PGSSLMODE", "verify-full")]);
+    assert!(!text.contains("refuses") && !text.contains("does not verify"), "{text}");
+    // `dlock doctor` opens a connection of its own for its checks: it is held to the same rule,
+    // so against a live server (which would accept the unverified session) it checks nothing.
+    let live =
+        std::env::var("DLOCK_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    let text = run_cmd(&["doctor"], &live, &[("DLOCK_SQL__TLS", "verify")]);
+    assert!(text.contains("tls = \"verify\" refuses") && !text.contains("synchronous_commit"), "{text}");
 }

@@ -344,6 +344,16 @@
 //!   against an impostor with a certificate from an unknown CA: the verifying modes refuse it
 //!   (and accept it once `sslrootcert=` / `ssl-ca=` names that CA), `require` / `prefer` hand
 //!   it the session — on PostgreSQL the password in clear, which the impostor simply asks for.
+//!   The mode is judged once, from the driver's own parse of the URL ([`weak_tls_warning`]):
+//!   any spelling, case or percent-encoding (`sslmode=%72equire`), a `?host=` / `hostaddr=`
+//!   that sends the connection elsewhere, and `PGSSLMODE` (which sqlx reads when the URL names
+//!   no mode; an unparsable value it ignores, leaving `prefer`) all count the same. `connect`
+//!   logs a warning (target `lock_sql::tls`) for a mode that does not verify the server, or a
+//!   default one towards a host that is not loopback or a Unix socket; with
+//!   [`SqlOptions::tls`] = [`SqlTls::Verify`] (`[sql] tls = "verify"`) it refuses every such
+//!   mode, the default and `disable` included, with a `Config` error (the application's pool
+//!   too, from its connect options). The switch is an option, not a URL parameter: the URL's
+//!   parameters are the driver's, and one it does not know is refused (below).
 //! * URL parameters: only those the driver reads are accepted (PostgreSQL `sslmode`,
 //!   `sslrootcert`, `sslcert`, `sslkey`, `statement-cache-capacity`, `host`, `hostaddr`, `port`,
 //!   `dbname`, `user`, `password`, `application_name`, `options`, `options[…]` and the dashed
@@ -366,6 +376,24 @@
 //!   visible. Against squatting in the first place, name the table schema-qualified
 //!   (`locks.dlock_leases`) in a schema only trusted roles may create in; an unqualified name
 //!   follows the session's `search_path`.
+//! * PostgreSQL name resolution is pinned (`dialect/postgres/pin.rs`): an operator or function
+//!   with an exact match on its argument types, planted in a schema on the lock role's
+//!   `search_path` (`numeric * integer`, `text || bigint`, `unnest(text[])`, or `now()` ahead of
+//!   `pg_catalog`), would otherwise run as the lock role inside every statement — read the
+//!   table, make the clock read 0, forge tokens. Every session of this crate, the listener's
+//!   included, runs with `search_path = pg_catalog, pg_temp`, and the statements name the lock
+//!   tables with their schema: an unqualified `table` is resolved once, at connect, under the
+//!   session's own path (where a table of that name is found, else where `CREATE TABLE` would
+//!   put it; the waiter queue and the kinds' tables go next to it). One pinned path covers
+//!   every operator, function and type name; qualifying each by hand would leave the next one
+//!   forgotten. Over the application's pool ([`SqlBackend::from_pg_pool`]) the path (with
+//!   `synchronous_commit` and `statement_timeout`) is put on before each operation and the
+//!   application's own values put back after, one more round trip per operation; a connection
+//!   whose operation was cancelled half-way is closed, not returned with our path. Tested with
+//!   a role whose path puts a hostile schema before `pg_catalog` (`tests/postgres_search_path.rs`).
+//!   Behind a transaction-mode PgBouncer a session's `SET` need not reach the server connection
+//!   of the next transaction: there give the lock role the path itself (`ALTER ROLE … SET
+//!   search_path = pg_catalog, pg_temp`) and name the table schema-qualified.
 //! * PostgreSQL sessions are named `dlock` in `pg_stat_activity` unless the URL sets
 //!   `application_name`.
 //! * Connections: at most [`SqlOptions::max_connections`] per client, plus two that only
@@ -413,11 +441,13 @@ mod pool;
 mod queue;
 mod serial;
 mod store;
+mod tls;
 
 pub use backend::SqlBackend;
 pub use kinds::{SqlKinds, SqlRwLock, SqlSemaphore};
 pub use options::{SqlOptions, DEFAULT_TABLE};
 pub use store::{SqlLock, SqlStore};
+pub use tls::{check_tls, weak_tls_warning, SqlTls};
 
 #[cfg(doc)]
 use lock_core::Capabilities;

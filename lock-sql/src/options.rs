@@ -5,6 +5,8 @@ use std::time::Duration;
 use lock_core::LockError;
 use serde::Deserialize;
 
+use crate::tls::SqlTls;
+
 /// The default lease table.
 pub const DEFAULT_TABLE: &str = "dlock_leases";
 
@@ -47,6 +49,10 @@ pub struct SqlOptions {
     /// At least 1 s and longer than `request_timeout`; needs `DELETE` on the lease table.
     #[serde(with = "humantime_serde")]
     pub idle_gc_after: Option<Duration>,
+    /// What the URL's TLS mode must be (PostgreSQL, MySQL): [`SqlTls::Warn`] (the default)
+    /// accepts any and logs a warning for one that does not verify the server;
+    /// [`SqlTls::Verify`] (`tls = "verify"`) refuses those with a `Config` error.
+    pub tls: SqlTls,
 }
 
 impl Default for SqlOptions {
@@ -57,6 +63,7 @@ impl Default for SqlOptions {
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(5),
             idle_gc_after: None,
+            tls: SqlTls::Warn,
         }
     }
 }

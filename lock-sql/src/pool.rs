@@ -43,6 +43,20 @@ pub(crate) enum Use {
 pub(crate) type Setup<C> =
     Arc<dyn for<'c> Fn(&'c mut C) -> Pin<Box<dyn Future<Output = Result<(), sqlx::Error>> + Send + 'c>> + Send + Sync>;
 
+/// Around every connection borrowed from the application's pool: `enter` puts on the session
+/// settings the statements need and returns the application's values, which `leave` puts
+/// back, so the application's session (its `search_path` above all) is left as it was.
+pub(crate) struct Borrow<C> {
+    pub(crate) enter: Enter<C>,
+    pub(crate) leave: Leave<C>,
+}
+
+/// [`Borrow::enter`]: returns the application's values of what it set.
+pub(crate) type Enter<C> = Arc<dyn for<'c> Fn(&'c mut C) -> ConnFuture<'c, Vec<String>> + Send + Sync>;
+
+/// [`Borrow::leave`]: puts back what `enter` returned.
+pub(crate) type Leave<C> = Arc<dyn for<'c> Fn(&'c mut C, Vec<String>) -> ConnFuture<'c, ()> + Send + Sync>;
+
 pub(crate) struct ConnPool<C: Connection> {
     /// The application's own sqlx pool, when the backend was built from one: connections are
     /// then borrowed from it instead of kept here (see [`ConnPool::app`] for what that costs).
@@ -54,6 +68,8 @@ pub(crate) struct ConnPool<C: Connection> {
     reserved: Semaphore,
     connect_timeout: Duration,
     setup: Option<Setup<C>>,
+    /// Application pools only: settings put on and taken off around each borrowed connection.
+    borrow: Option<Borrow<C>>,
 }
 
 impl<C: Connection + 'static> ConnPool<C> {
@@ -68,6 +84,7 @@ impl<C: Connection + 'static> ConnPool<C> {
             reserved: Semaphore::new(RESERVED),
             connect_timeout,
             setup,
+            borrow: None,
         });
         let weak = Arc::downgrade(&pool);
         // Without a Tokio runtime (sqlx needs one anyway) idle connections are pruned on use.
@@ -97,6 +114,15 @@ where
     /// because the pool cannot say which connections already ran it. No connections are kept
     /// for renew and release: size the pool for both.
     pub(crate) fn app(pool: sqlx::Pool<C::Database>, connect_timeout: Duration, setup: Option<Setup<C>>) -> Arc<Self> {
+        ConnPool::lent(pool, connect_timeout, setup, None)
+    }
+
+    fn lent(
+        pool: sqlx::Pool<C::Database>,
+        connect_timeout: Duration,
+        setup: Option<Setup<C>>,
+        borrow: Option<Borrow<C>>,
+    ) -> Arc<Self> {
         let options = (*pool.connect_options()).clone();
         Arc::new(ConnPool {
             app: Some(pool),
@@ -106,7 +132,39 @@ where
             reserved: Semaphore::new(RESERVED),
             connect_timeout,
             setup,
+            borrow,
         })
+    }
+
+    /// [`ConnPool::app`] whose session settings are put on before each use and taken off after
+    /// (one more round trip per operation than `setup`); a connection whose settings could not
+    /// be put back, or whose use was cancelled half-way, is closed rather than returned.
+    pub(crate) fn app_borrowing(
+        pool: sqlx::Pool<C::Database>,
+        connect_timeout: Duration,
+        borrow: Borrow<C>,
+    ) -> Arc<Self> {
+        ConnPool::lent(pool, connect_timeout, None, Some(borrow))
+    }
+
+    /// A connection of its own, without the session setup (to read the session's defaults
+    /// before the setup overrides them); [`ConnPool::keep`] gives it to the pool afterwards.
+    pub(crate) async fn connect_bare(&self) -> Result<C, sqlx::Error> {
+        match timeout(self.connect_timeout, self.options.connect()).await {
+            Ok(r) => r,
+            Err(_) => Err(sqlx::Error::PoolTimedOut),
+        }
+    }
+
+    /// Runs the setup on `conn` and keeps it as idle (best effort: one whose setup fails is
+    /// dropped).
+    pub(crate) async fn keep(&self, mut conn: C) {
+        if let Some(setup) = &self.setup {
+            if !matches!(timeout(self.connect_timeout, setup(&mut conn)).await, Ok(Ok(()))) {
+                return;
+            }
+        }
+        self.put(conn);
     }
 
     /// [`ConnPool::with`] on a connection of the application's pool: one whose statement failed
@@ -124,6 +182,9 @@ where
             Ok(r) => r?,
             Err(_) => return Err(sqlx::Error::PoolTimedOut),
         };
+        if let Some(borrow) = &self.borrow {
+            return borrowing(borrow, CloseUnlessDone(Some(conn)), arg, op).await;
+        }
         // A connection dropped mid-statement (cancelled) goes back through sqlx's release
         // check, which drains or closes it; one whose statement broke is closed here.
         let result = match &self.setup {
@@ -239,6 +300,41 @@ where
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         idle.retain(|(_, since)| since.elapsed() < CLOSE_IF_IDLE);
         idle.push((conn, Instant::now()));
+    }
+}
+
+/// [`ConnPool::with_app`] with settings put on and taken off around `op`.
+async fn borrowing<C, A, T>(
+    borrow: &Borrow<C>,
+    mut conn: CloseUnlessDone<C::Database>,
+    arg: &A,
+    op: impl for<'c> FnOnce(&'c mut C, &'c A) -> ConnFuture<'c, T>,
+) -> Result<T, sqlx::Error>
+where
+    C: Connection,
+    C::Database: sqlx::Database<Connection = C>,
+    A: Sync + ?Sized,
+{
+    let Some(c) = conn.0.as_deref_mut() else { return Err(sqlx::Error::PoolClosed) };
+    let saved = (borrow.enter)(c).await?;
+    let result = op(c, arg).await;
+    let restored = (borrow.leave)(c, saved).await;
+    if restored.is_ok() && matches!(result, Ok(_) | Err(sqlx::Error::Database(_))) {
+        // Back to the application as it lent it.
+        drop(conn.0.take());
+    }
+    result
+}
+
+/// A borrowed connection that is closed, not returned, unless taken out: dropped half-way (a
+/// cancelled operation), it may still carry our session settings.
+struct CloseUnlessDone<DB: sqlx::Database>(Option<sqlx::pool::PoolConnection<DB>>);
+
+impl<DB: sqlx::Database> Drop for CloseUnlessDone<DB> {
+    fn drop(&mut self) {
+        if let Some(conn) = self.0.as_mut() {
+            conn.close_on_drop();
+        }
     }
 }
 

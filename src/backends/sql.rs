@@ -11,14 +11,12 @@ use super::kinds::{EveryKind, KindsProvider};
 use crate::driver::Connecting;
 use crate::Config;
 
-/// Connects the database the URL names, with the `[sql]` options; warns once when the URL's TLS
-/// mode does not verify the server. (The `sql` feature alone compiles no database to connect.)
+/// Connects the database the URL names, with the `[sql]` options; lock-sql warns once when the
+/// URL's TLS mode does not verify the server, or refuses it under `[sql] tls = "verify"`. (The
+/// `sql` feature alone compiles no database to connect.)
 #[cfg_attr(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")), allow(dead_code))]
 pub(super) fn connect(config: &Config) -> Connecting<'_> {
     Box::pin(async move {
-        if let Some(warning) = crate::tls::weak_tls_warning(&config.url) {
-            tracing::warn!("{warning}");
-        }
         let backend = SqlBackend::connect(&config.url, config.sql_options()).await?;
         Ok(Arc::new(SqlProvider::new(backend)) as Arc<dyn LockProvider>)
     })

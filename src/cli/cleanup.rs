@@ -49,7 +49,7 @@ async fn sql(config: &Config, prefix: &str) -> Result<u64, LockError> {
     if prefix.contains('%') {
         return Err(LockError::config("a SQL clean-up prefix must not contain '%'"));
     }
-    let mut db = super::raw::Sql::connect(&config.url).await?;
+    let mut db = super::raw::Sql::connect(&config.url, config.sql.tls).await?;
     let table = &config.sql.table;
     let mut removed = 0;
     for t in [table.clone(), format!("{table}_counters"), format!("{table}_holders")] {

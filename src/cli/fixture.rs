@@ -229,7 +229,7 @@ async fn forge_redis(config: &Config, name: &LockName, token: u64) -> Result<usi
 #[cfg(feature = "postgres")]
 async fn forge_postgres(config: &Config, name: &LockName, token: u64) -> Result<usize, LockError> {
     use super::raw::{within, Sql};
-    let Sql::Postgres(mut c) = Sql::connect(&config.url).await? else { return Ok(0) };
+    let Sql::Postgres(mut c) = Sql::connect(&config.url, config.sql.tls).await? else { return Ok(0) };
     let table = &config.sql.table;
     let select = format!("SELECT owner, wake FROM \"{table}_waiters\" WHERE name = $1");
     let entries: Vec<(String, Option<String>)> = within(

@@ -112,7 +112,9 @@ where
     let filter = ["DLOCK_LOG", "RUST_LOG"]
         .iter()
         .find_map(|var| tracing_subscriber::EnvFilter::try_from_env(var).ok())
-        .unwrap_or_else(|| "error".into());
+        // Errors only, but for the warning that a SQL URL's TLS does not verify the server: the
+        // one thing a person running the tool must see even when all goes well.
+        .unwrap_or_else(|| "error,lock_sql::tls=warn".into());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

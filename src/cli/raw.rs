@@ -136,8 +136,10 @@ pub(crate) enum Sql {
 
 #[cfg(feature = "sql")]
 impl Sql {
-    pub(crate) async fn connect(url: &str) -> Result<Sql, LockError> {
+    /// Connects with `url` as the lock client would, after the same TLS check (`[sql] tls`).
+    pub(crate) async fn connect(url: &str, tls: lock_sql::SqlTls) -> Result<Sql, LockError> {
         use sqlx::Connection;
+        lock_sql::check_tls(url, tls)?;
         let (scheme, rest) = url.split_once(':').unwrap_or((url, ""));
         Ok(match Scheme::of(url)? {
             Scheme::Postgres => Sql::Postgres(within("postgres", "connect", sqlx::PgConnection::connect(url)).await?),

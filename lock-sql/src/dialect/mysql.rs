@@ -22,6 +22,7 @@ use crate::error::{Class, Codes};
 use crate::options::quote_table;
 use crate::options::SqlOptions;
 use crate::pool::{ConnPool, Setup, Use};
+use crate::tls::Judged;
 use sql::{FLAVOR, NOW, NOW_US, NO_COUNT};
 
 mod acquire;
@@ -107,6 +108,7 @@ pub(crate) struct Mysql {
 pub(crate) async fn connect(url: &str, options: &SqlOptions) -> Result<Arc<dyn Dialect>, LockError> {
     PARAMS.check_url(url)?;
     let opts = MySqlConnectOptions::from_str(url).map_err(|e| bad_url(CODES, e))?;
+    Judged::mysql(&opts, Some(url)).enforce(options.tls, Some(url))?;
     // Row-lock waits end on the server too, not only in our timeout.
     let lock_wait = options.request_timeout.as_secs().clamp(1, 3600);
     // READ COMMITTED: no gap locks, fewer deadlocks between contenders. One text query (sqlx
@@ -117,6 +119,7 @@ pub(crate) async fn connect(url: &str, options: &SqlOptions) -> Result<Arc<dyn D
 
 /// Over the application's own pool (see [`ConnPool::app`] for the cost).
 pub(crate) async fn from_pool(pool: MySqlPool, options: &SqlOptions) -> Result<Arc<dyn Dialect>, LockError> {
+    Judged::mysql(&pool.connect_options(), None).enforce(options.tls, None)?;
     let lock_wait = options.request_timeout.as_secs().clamp(1, 3600);
     open(ConnPool::app(pool, options.connect_timeout, Some(session(lock_wait))), options, lock_wait).await
 }

@@ -26,7 +26,10 @@ impl Accepted {
     pub(crate) fn check_query(&self, query: &str, url: &str) -> Result<(), LockError> {
         let mut seen: Vec<usize> = Vec::new();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
-            let key = pair.split_once('=').map_or(pair, |(k, _)| k);
+            // Decoded as the driver decodes it (`ssl%2Dmode` is `ssl-mode` to sqlx).
+            let raw = pair.split_once('=').map_or(pair, |(k, _)| k);
+            let decoded = url::form_urlencoded::parse(raw.as_bytes()).next().map(|(k, _)| k.into_owned());
+            let key = decoded.as_deref().unwrap_or(raw);
             let entry = self.names.iter().position(|spellings| spellings.contains(&key));
             if entry.is_none() && self.is_bracketed(key) {
                 continue;
@@ -115,7 +118,8 @@ mod tests {
 
     #[test]
     fn known_keys_pass_and_others_are_named() {
-        for ok in ["", "sslmode=x", "ssl-mode=x&port=1", "options[search_path]=a", "port", "&&port=2&"] {
+        for ok in ["", "sslmode=x", "ssl-mode=x&port=1", "options[search_path]=a", "port", "&&port=2&", "ssl%2Dmode=x"]
+        {
             assert!(T.check_query(ok, "x://h").is_ok(), "{ok}");
         }
         for (bad, hint) in [
@@ -138,7 +142,11 @@ mod tests {
 
     #[test]
     fn a_parameter_twice_is_refused() {
-        for bad in ["sslmode=verify-full&sslmode=disable", "sslmode=verify-full&ssl-mode=require"] {
+        for bad in [
+            "sslmode=verify-full&sslmode=disable",
+            "sslmode=verify-full&ssl-mode=require",
+            "sslmode=verify-full&%73slmode=disable",
+        ] {
             assert!(reason(T.check_query(bad, "x://h")).contains("twice"), "{bad}");
         }
     }

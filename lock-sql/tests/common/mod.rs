@@ -88,6 +88,7 @@ fn test_options(table: String) -> SqlOptions {
         connect_timeout: Duration::from_secs(2),
         request_timeout: Duration::from_secs(2),
         idle_gc_after: None,
+        tls: lock_sql::SqlTls::Warn,
     }
 }
 

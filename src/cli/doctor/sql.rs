@@ -10,15 +10,24 @@ use crate::{Config, LockError};
 use super::{clock_skew, Finding};
 use crate::cli::raw::Sql;
 
+/// PostgreSQL statements name every function, operator and catalog with `pg_catalog` (and
+/// casts use keyword type names): this session runs under the lock role's own `search_path`,
+/// where a planted `numeric * integer` or `clock_timestamp()` would otherwise run, and lie.
 pub(super) async fn checks(config: &Config) -> Result<Vec<Finding>, LockError> {
-    let mut db = Sql::connect(&config.url).await?;
+    let mut db = Sql::connect(&config.url, config.sql.tls).await?;
     let mut findings = Vec::new();
     match db {
         Sql::Postgres(_) => {
             findings.push(postgres_durability(&mut db).await);
             findings.push(privileges(&mut db, config).await);
             findings.push(connections(&mut db, config, 3).await);
-            findings.push(clock(&mut db, "SELECT (extract(epoch from clock_timestamp()) * 1000)::bigint").await);
+            findings.push(
+                clock(
+                    &mut db,
+                    "SELECT (extract(epoch from pg_catalog.clock_timestamp()) OPERATOR(pg_catalog.*) 1000)::bigint",
+                )
+                .await,
+            );
         }
         Sql::Mysql(_) => {
             findings.push(mysql_durability(&mut db).await);
@@ -117,7 +126,9 @@ async fn privileges(db: &mut Sql, config: &Config) -> Finding {
 
 async fn has_privilege(db: &mut Sql, table: &str, privilege: &str) -> Result<bool, LockError> {
     let sql = match db {
-        Sql::Postgres(_) => format!("SELECT CASE WHEN has_table_privilege('\"{table}\"', '{privilege}') THEN 1 ELSE 0 END::int8"),
+        Sql::Postgres(_) => {
+            format!("SELECT CASE WHEN pg_catalog.has_table_privilege('\"{table}\"', '{privilege}') THEN 1 ELSE 0 END::bigint")
+        }
         // The user's grants at any level (global, database, table) that cover this table.
         _ => format!(
             "SELECT CAST(COUNT(*) AS SIGNED) FROM (\
@@ -142,9 +153,16 @@ async fn connections(db: &mut Sql, config: &Config, extra: u32) -> Finding {
     let per_client = u64::from(config.sql.max_connections + extra);
     let (max, used) = match db {
         Sql::Postgres(_) => (
-            db.int("SELECT current_setting('max_connections')::int8 - current_setting('superuser_reserved_connections')::int8")
-                .await,
-            db.int("SELECT count(*)::int8 FROM pg_stat_activity WHERE backend_type = 'client backend'").await,
+            db.int(
+                "SELECT pg_catalog.current_setting('max_connections')::bigint OPERATOR(pg_catalog.-) \
+                 pg_catalog.current_setting('superuser_reserved_connections')::bigint",
+            )
+            .await,
+            db.int(
+                "SELECT pg_catalog.count(*)::bigint FROM pg_catalog.pg_stat_activity \
+                 WHERE backend_type OPERATOR(pg_catalog.=) 'client backend'",
+            )
+            .await,
         ),
         _ => (
             db.int("SELECT CAST(@@max_connections AS SIGNED)").await,

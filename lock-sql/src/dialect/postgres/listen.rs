@@ -62,6 +62,7 @@ pub(crate) async fn start(
         .acquire_timeout(bounds.connect)
         .max_lifetime(None)
         .idle_timeout(None)
+        .after_connect(|c, _| super::pin::listener_session(c))
         .connect_lazy_with(options);
     let rt = tokio::runtime::Handle::try_current()
         .map_err(|_| LockError::config("lock-sql needs a Tokio runtime: connect from within one"))?;

@@ -30,7 +30,8 @@ use crate::decide::Plan;
 use crate::error::{Class, Codes};
 use crate::options::quote_table;
 use crate::options::SqlOptions;
-use crate::pool::{ConnPool, Setup, Use};
+use crate::pool::{ConnPool, Use};
+use crate::tls::Judged;
 use handoff::Handoffs;
 use listen::Listener;
 use sql::{Statements, FLAVOR};
@@ -38,6 +39,7 @@ use sql::{Statements, FLAVOR};
 mod handoff;
 mod listen;
 mod observers;
+mod pin;
 mod sql;
 mod wake;
 
@@ -93,6 +95,8 @@ pub(crate) struct Postgres {
     /// hand-off; PostgreSQL before 19 still signals every listening backend, which then skips
     /// a channel it does not listen on).
     wake: String,
+    /// The lock tables' schema ([`pin::qualify`]): the store names them without it.
+    schema: String,
     /// Statements bounded by the `statement_timeout` of every session.
     profile: Profile,
     sql: Statements,
@@ -107,40 +111,51 @@ pub(crate) struct Postgres {
 pub(crate) async fn connect(url: &str, options: &SqlOptions) -> Result<Arc<dyn Dialect>, LockError> {
     PARAMS.check_url(url)?;
     let mut opts = PgConnectOptions::from_str(url).map_err(|e| bad_url(CODES, e))?;
+    Judged::postgres(&opts, Some(url)).enforce(options.tls, Some(url))?;
     // Name our sessions in pg_stat_activity, unless the URL already does.
     if opts.get_application_name().is_none() {
         opts = opts.application_name("dlock");
     }
-    let pool = ConnPool::new(opts.clone(), options.max_connections, options.connect_timeout, Some(session(options)));
-    open(pool, opts, options).await
+    let pool =
+        ConnPool::new(opts.clone(), options.max_connections, options.connect_timeout, Some(pin::session(options)));
+    // The first connection, before its path is pinned, says where the table is.
+    let bound = options.connect_timeout;
+    let mut bare = pool.connect_bare().await.map_err(|e| reached(e, bound))?;
+    let table = pin::qualify(&mut bare, &options.table).await?;
+    pool.keep(bare).await;
+    open(pool, opts, options, table).await
 }
 
 /// Over the application's own pool (see [`ConnPool::app`] for the cost); the listener opens one
 /// connection of its own with the pool's connect options.
 pub(crate) async fn from_pool(pool: PgPool, options: &SqlOptions) -> Result<Arc<dyn Dialect>, LockError> {
     let opts = (*pool.connect_options()).clone();
-    open(ConnPool::app(pool, options.connect_timeout, Some(session(options))), opts, options).await
+    Judged::postgres(&opts, None).enforce(options.tls, None)?;
+    let bound = options.connect_timeout;
+    let table = {
+        let mut lent = match timeout(bound, pool.acquire()).await {
+            Ok(r) => r.map_err(|e| reached(e, bound))?,
+            Err(_) => return Err(too_slow(CODES, bound)),
+        };
+        pin::qualify(&mut lent, &options.table).await?
+    };
+    open(ConnPool::app_borrowing(pool, bound, pin::borrow(options)), opts, options, table).await
 }
 
-/// The settings every session of ours runs with. Fences must survive a crash of the server: a
-/// server configured with `synchronous_commit = off` acknowledges commits it may still lose,
-/// and a lost fence lets a token repeat. The setting is the session's to choose; one round trip
-/// per new connection. And the server ends every statement within the request timeout, so that
-/// one whose caller was cancelled cannot commit a grant long after its clean-up ran (see
-/// inflight.rs).
-fn session(options: &SqlOptions) -> Setup<PgConnection> {
-    let session =
-        format!("SET synchronous_commit = on; SET statement_timeout = {}", options.request_timeout.as_millis().max(1));
-    Arc::new(move |c| {
-        let session = session.clone();
-        Box::pin(async move { c.execute(AssertSqlSafe(session)).await.map(drop) })
-    })
+/// A failed first connection as the error `connect` returns.
+fn reached(e: sqlx::Error, bound: std::time::Duration) -> LockError {
+    match e {
+        sqlx::Error::PoolTimedOut => too_slow(CODES, bound),
+        e => unreachable(CODES, e),
+    }
 }
 
+/// `table`: the lease table with its schema ([`pin::qualify`]).
 async fn open(
     pool: Arc<ConnPool<PgConnection>>,
     opts: PgConnectOptions,
     options: &SqlOptions,
+    table: String,
 ) -> Result<Arc<dyn Dialect>, LockError> {
     let bound = options.connect_timeout;
     // Connect once now, so that a wrong URL or a dead server fails here, clearly.
@@ -155,12 +170,28 @@ async fn open(
     let wake = format!("dlock_w_{}", lock_core::OwnerId::random().to_hex());
     let channels = vec![options.table.clone(), wake.clone()];
     let listener = listen::start(opts, channels, hub.clone(), Arc::clone(&handoffs), bounds).await?;
-    let sql = Statements::new(&options.table);
+    let sql = Statements::new(&table, &options.table);
     let profile = Profile::new(CODES, true, true, sql.lease_ddl.clone(), sql.queue_ddl.clone());
     let channel = options.table.clone();
-    let mut dialect = Postgres { pool, channel, wake, profile, sql, handoffs, hub, _listener: listener };
+    let schema = table.split_once('.').map(|(s, _)| s.to_owned()).unwrap_or_default();
+    let mut dialect = Postgres { pool, channel, wake, schema, profile, sql, handoffs, hub, _listener: listener };
     dialect.profile.statement_bound = options.request_timeout;
     Ok(Arc::new(dialect))
+}
+
+impl Postgres {
+    /// A table the store names (the lease table, or one named after it) with its schema.
+    fn qualified(&self, table: &str) -> String {
+        if table.contains('.') || self.schema.is_empty() {
+            table.to_owned()
+        } else {
+            format!("{}.{table}", self.schema)
+        }
+    }
+
+    fn quote(&self, table: &str) -> String {
+        quote_table(&self.qualified(table), '"')
+    }
 }
 
 /// The catalog's view of table `quoted` (as the session's `search_path` finds it): where, whose,
@@ -239,7 +270,7 @@ impl Dialect for Postgres {
     }
 
     async fn table_exists(&self, table: &str) -> Result<bool, sqlx::Error> {
-        let quoted = quote_table(table, '"');
+        let quoted = self.quote(table);
         self.pool
             .with(Use::Take, quoted.as_str(), |c, t| {
                 Box::pin(sqlx::query_scalar::<_, bool>("SELECT to_regclass($1) IS NOT NULL").bind(t).fetch_one(c))
@@ -248,7 +279,7 @@ impl Dialect for Postgres {
     }
 
     async fn table_facts(&self, table: &str) -> Result<TableFacts, sqlx::Error> {
-        let quoted = quote_table(table, '"');
+        let quoted = self.quote(table);
         self.pool.with(Use::Take, quoted.as_str(), |c, t| Box::pin(pg_table_facts(c, t))).await
     }
 
@@ -330,7 +361,7 @@ impl Dialect for Postgres {
     }
 
     fn added_queue_columns(&self, table: &str) -> Vec<(&'static str, String)> {
-        let quoted = quote_table(table, '"');
+        let quoted = self.quote(table);
         sql::QUEUE_ADDED
             .iter()
             .map(|&(column, def)| (column, format!("ALTER TABLE {quoted} ADD COLUMN IF NOT EXISTS {column} {def}")))
@@ -343,7 +374,7 @@ impl Dialect for Postgres {
     }
 
     fn add_column(&self, table: &str, column: &str) -> String {
-        format!("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {column} TEXT", quote_table(table, '"'))
+        format!("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {column} TEXT", self.quote(table))
     }
 
     async fn collect_idle(&self, idle_ms: i64) -> Result<u64, sqlx::Error> {
@@ -456,7 +487,7 @@ impl Dialect for Postgres {
     }
 
     fn kind_sql(&self, table: &str) -> KindSql {
-        KindSql::build(table, &FLAVOR)
+        KindSql::build(&self.qualified(table), &FLAVOR)
     }
 
     async fn kind_acquire(&self, sql: &KindSql, attempt: &Attempt<'_>) -> Result<Plan, sqlx::Error> {

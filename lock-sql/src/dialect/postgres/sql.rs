@@ -85,8 +85,9 @@ pub(super) struct Statements {
 }
 
 impl Statements {
-    /// The statements over lease table `t` and its waiter queue.
-    pub(super) fn new(t: &str) -> Statements {
+    /// The statements over lease table `t` (with its schema) and its waiter queue; `channel`:
+    /// the table's NOTIFY channel, named after the table as configured.
+    pub(super) fn new(t: &str, channel: &str) -> Statements {
         let qt = quote_table(t, '"');
         let qq = quote_table(&queue_table(t), '"');
         let lease_ddl = format!(
@@ -99,7 +100,7 @@ impl Statements {
              metadata TEXT, wake TEXT, PRIMARY KEY (name, owner))"
         );
         // `dlock:<name>` for election observers, only while one observes (observers.rs).
-        let notify_observers = |name: &str| observers::notify(t, &qq, name, NOW);
+        let notify_observers = |name: &str| observers::notify(channel, &qq, name, NOW);
         Statements {
             lease_ddl,
             queue_ddl,
@@ -306,7 +307,7 @@ mod tests {
             .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
         let mut c = sqlx::PgConnection::connect(&url).await.unwrap();
         let t = format!("dlock_async_{}", &lock_core::OwnerId::random().to_hex()[..12]);
-        let s = Statements::new(&t);
+        let s = Statements::new(&t, &t);
         c.execute(AssertSqlSafe(s.lease_ddl.clone())).await.unwrap();
         c.execute(AssertSqlSafe(s.queue_ddl.clone())).await.unwrap();
         c.execute("SET synchronous_commit = on").await.unwrap();

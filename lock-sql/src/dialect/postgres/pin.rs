@@ -1,0 +1,129 @@
+//! Name resolution pinned: what every operator, function and table in our statements means.
+//!
+//! PostgreSQL resolves unqualified names through the session's `search_path`, and an operator
+//! or function with an exact match on the argument types wins over `pg_catalog`'s, which needs
+//! an implicit cast: `numeric * integer` planted in a schema on the lock role's path beats
+//! `pg_catalog`'s `numeric * numeric`, and runs as the lock role inside every statement (it
+//! can read the table, make the clock read 0, forge tokens). So every session of ours runs with
+//! `search_path = pg_catalog, pg_temp` (`pg_temp` is never searched for functions or
+//! operators, and listed last it is searched last for tables), and the statements name the
+//! lock tables with their schema, which is resolved once, at connect, under the session's own
+//! path: where an existing table of that name is found, else where `CREATE TABLE` would put it.
+//!
+//! Why a pinned path rather than `OPERATOR(pg_catalog.*)` and `pg_catalog.` in every
+//! statement: every operator (`=`, `<=`, `||`, `*`), function and type name would need it,
+//! and one forgotten is a hole no test notices; a pinned path covers them all, and each
+//! statement stays readable. On the application's pool (`from_pg_pool`) the path is put on
+//! before each use and the application's own put back after (one more round trip), so the
+//! application's unqualified names keep working; a use cancelled half-way closes its
+//! connection rather than return it with our path.
+
+use std::sync::Arc;
+
+use lock_core::LockError;
+use sqlx::postgres::PgConnection;
+use sqlx::{AssertSqlSafe, Executor};
+
+use crate::options::{is_plain_identifier, SqlOptions};
+use crate::pool::{Borrow, Setup};
+
+/// The only schemas our statements resolve names in.
+pub(super) const PATH: &str = "pg_catalog, pg_temp";
+
+/// The settings every session of our own pool runs with: the pinned path; durable commits (a
+/// server configured with `synchronous_commit = off` acknowledges commits it may still lose,
+/// and a lost fence lets a token repeat); and a server-side bound on every statement, so that
+/// one whose caller was cancelled cannot commit a grant long after its clean-up ran (see
+/// inflight.rs). One round trip per new connection.
+pub(super) fn session(options: &SqlOptions) -> Setup<PgConnection> {
+    let session = format!(
+        "SET search_path = {PATH}; SET synchronous_commit = on; SET statement_timeout = {}",
+        timeout_ms(options)
+    );
+    Arc::new(move |c| {
+        let session = session.clone();
+        Box::pin(async move { c.execute(AssertSqlSafe(session)).await.map(drop) })
+    })
+}
+
+fn timeout_ms(options: &SqlOptions) -> String {
+    options.request_timeout.as_millis().max(1).to_string()
+}
+
+/// The same settings around each use of the application's connections, and the application's
+/// values put back after. Every name in these two statements is qualified: they run under the
+/// application's path.
+pub(super) fn borrow(options: &SqlOptions) -> Borrow<PgConnection> {
+    let timeout = timeout_ms(options);
+    Borrow {
+        enter: Arc::new(move |c| {
+            let timeout = timeout.clone();
+            Box::pin(async move {
+                let (path, sync, bound): (String, String, String) = sqlx::query_as(
+                    "SELECT pg_catalog.current_setting('search_path'), \
+                       pg_catalog.current_setting('synchronous_commit'), \
+                       pg_catalog.current_setting('statement_timeout'), \
+                       pg_catalog.set_config('search_path', $1, false), \
+                       pg_catalog.set_config('synchronous_commit', 'on', false), \
+                       pg_catalog.set_config('statement_timeout', $2, false)",
+                )
+                .bind(PATH)
+                .bind(timeout)
+                .fetch_one(c)
+                .await
+                .map(|(p, s, b, _, _, _): (String, String, String, String, String, String)| (p, s, b))?;
+                Ok(vec![path, sync, bound])
+            })
+        }),
+        leave: Arc::new(|c, saved| {
+            Box::pin(async move {
+                let [path, sync, bound] = <[String; 3]>::try_from(saved).map_err(|_| sqlx::Error::PoolClosed)?;
+                sqlx::query(
+                    "SELECT pg_catalog.set_config('search_path', $1, false), \
+                       pg_catalog.set_config('synchronous_commit', $2, false), \
+                       pg_catalog.set_config('statement_timeout', $3, false)",
+                )
+                .bind(path)
+                .bind(sync)
+                .bind(bound)
+                .execute(c)
+                .await
+                .map(drop)
+            })
+        }),
+    }
+}
+
+/// `table` with its schema: as given when qualified, else where the session's own path (not
+/// yet pinned on `c`) finds it, or would create it.
+pub(super) async fn qualify(c: &mut PgConnection, table: &str) -> Result<String, LockError> {
+    if table.contains('.') {
+        return Ok(table.to_owned());
+    }
+    let schema: Option<String> = sqlx::query_scalar(
+        "SELECT COALESCE((SELECT n.nspname::pg_catalog.text FROM pg_catalog.pg_class c \
+           JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace \
+           WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass($1)), \
+         pg_catalog.current_schema()::pg_catalog.text)",
+    )
+    .bind(format!("\"{table}\""))
+    .fetch_one(c)
+    .await
+    .map_err(|e| LockError::config(format!("could not find the schema of lease table {table:?}: {e}")))?;
+    match schema {
+        Some(s) if is_plain_identifier(&s) => Ok(format!("{s}.{table}")),
+        Some(s) => Err(LockError::config(format!(
+            "lease table {table:?} resolves to schema {s:?}, which is not a plain identifier; name the table \
+             schema-qualified in a schema named with ASCII letters, digits and underscores (table = \"locks.{table}\")"
+        ))),
+        None => Err(LockError::config(format!(
+            "no schema of the session's search_path exists to hold lease table {table:?}; name it schema-qualified \
+             (table = \"locks.{table}\")"
+        ))),
+    }
+}
+
+/// Runs on each connection of the listener's pool: the pinned path.
+pub(super) fn listener_session(c: &mut PgConnection) -> futures::future::BoxFuture<'_, Result<(), sqlx::Error>> {
+    Box::pin(async move { c.execute(AssertSqlSafe(format!("SET search_path = {PATH}"))).await.map(drop) })
+}
