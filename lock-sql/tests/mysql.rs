@@ -40,7 +40,7 @@ async fn extra_mysql_path_without_returning() {
     common::check_takeover_fence(&fx).await.unwrap();
 }
 
-/// Durable fencing is declared only when InnoDB writes its log at every commit (issue 10.13):
+/// Durable fencing is declared only when InnoDB writes its log at every commit:
 /// the setting is global, so lock-sql checks it at connect. A private server, switched to 2
 /// (commits survive a crash of mysqld but not of the host) and back to 1.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -63,7 +63,7 @@ async fn extra_durable_fencing_follows_innodb_flush_setting() {
     }
 }
 
-/// Issue 15.6 on MySQL/MariaDB: an acquire transaction that fails is rolled back before its
+/// On MySQL/MariaDB: an acquire transaction that fails is rolled back before its
 /// pooled connection is reused. A lock-wait timeout (1205, which on InnoDB ends only the
 /// statement and leaves the transaction open) is re-run and granted once the row is free; a
 /// failure that ends the attempt (here a refused DELETE after the counter row was locked) leaves
@@ -182,7 +182,7 @@ async fn extra_acquire_condition_once_in_both_assignment_modes() {
     }
 }
 
-/// One lease's trouble never delays another's renewal (issue 27 item 8, MySQL part): 200
+/// One lease's trouble never delays another's renewal: 200
 /// leases renewed in shared rounds over a 30 ms link, one of them force-released. MySQL's
 /// batched UPDATE then matches one row fewer than it was given; asking each lease on its own
 /// after that (one round trip each, in sequence: seconds) lost every lease of the round.
@@ -209,7 +209,7 @@ async fn extra_a_lease_lost_in_a_round_delays_no_other() {
     }
 }
 
-/// One locked row stalls no other renewal of its round (issue 27 item 8): 60 leases renewed in
+/// One locked row stalls no other renewal of its round: 60 leases renewed in
 /// shared rounds (ttl 3 s); another transaction locks one lease's row for 4.5 s. Every other
 /// lease stays valid. Before, the round's one UPDATE waited on the locked row (up to the lock
 /// wait timeout, then again on every retry) until every lease of the round had expired.

@@ -37,13 +37,13 @@ async fn extra_handoff_leave_hands_on() {
     common::check_handoff_leave(&SqlFixture::postgres().await.unwrap()).await.unwrap();
 }
 
-/// A grant nobody takes up lapses after the claim window (issue 27 item 5).
+/// A grant nobody takes up lapses after the claim window.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extra_a_dead_heads_grant_lapses() {
     common::check_dead_head_lapses(&SqlFixture::postgres().await.unwrap()).await.unwrap();
 }
 
-/// A waiter's clean-up cut short with a grant in flight is finished by the next (issue 27 item 5).
+/// A waiter's clean-up cut short with a grant in flight is finished by the next.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extra_a_cut_abandon_is_finished_later() {
     common::check_cut_abandon_finishes(&SqlFixture::postgres().await.unwrap()).await.unwrap();
@@ -146,7 +146,7 @@ async fn extra_listener_reconnects() {
     assert!(latency < Duration::from_millis(300), "{latency:?}: woken by a timer, not by NOTIFY");
 }
 
-/// Durable fencing rests on durable commits (issue 10.13). The server acknowledges commits
+/// Durable fencing rests on durable commits. The server acknowledges commits
 /// before they are written (`synchronous_commit = off`, WAL writer every 10 s), and is killed
 /// (SIGKILL) right after several grants: our sessions set `synchronous_commit = on` themselves,
 /// so after the restart the next token of the lock and of the semaphore is above the last one.
@@ -190,7 +190,7 @@ async fn extra_fences_survive_a_crash_of_an_async_commit_server() {
 
 /// A conflict inside an acquire transaction (here PostgreSQL's `lock_timeout`, set through the
 /// URL, firing while a test transaction holds the counter row) rolls the transaction back
-/// before the connection is reused (issue 15.6): the re-run really runs, and the acquire is
+/// before the connection is reused: the re-run really runs, and the acquire is
 /// granted once the row is free, instead of failing with "current transaction is aborted".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extra_conflict_rolls_back_before_reuse() {
@@ -211,7 +211,7 @@ async fn extra_conflict_rolls_back_before_reuse() {
     assert_eq!(read.renew(&name, first, ttl).await.unwrap(), lock_core::backend::RenewOutcome::Renewed);
 }
 
-/// Wake-up keys are per kind (issue 10.16): releasing an exclusive lock whose name looks like a
+/// Wake-up keys are per kind: releasing an exclusive lock whose name looks like a
 /// read-write lock's or semaphore's key wakes none of their waiters, and a permit or writer
 /// released wakes no exclusive waiter named like its key; the right release does wake.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -276,7 +276,7 @@ async fn extra_wake_keys_are_per_kind() {
     exclusive.abandon(&z, waiter).await.unwrap();
 }
 
-/// A cancelled acquire leaves no grant behind (issue 10.7). Its upsert waits for a row another
+/// A cancelled acquire leaves no grant behind. Its upsert waits for a row another
 /// transaction inserted and has not committed; the acquire is cancelled meanwhile, and its
 /// background release finds nothing of ours (the row is not visible yet). Then the row commits
 /// and the cancelled upsert, still running on the server, takes the lock for an owner nobody
@@ -479,7 +479,7 @@ async fn grants_heard(raw: &mut sqlx::postgres::PgListener) -> Vec<String> {
     payloads(raw).await.into_iter().filter(|p| p.starts_with("dlock-grant:")).collect()
 }
 
-/// A grant notification is a hint, never a grant (issue 27 item 1): a role with no privilege
+/// A grant notification is a hint, never a grant: a role with no privilege
 /// but `SELECT` on the lock's tables (`NOTIFY` needs none) reads the waiter's owner id and
 /// channel and sends it `dlock-grant:<owner>:<fence>` on every channel its client listens on,
 /// forged (fence 9e18) and replayed (the fence a genuine hand-off would carry next), while
@@ -563,7 +563,7 @@ async fn forge_grants(holder: lock_sql::SqlLock, waiter: lock_sql::SqlLock, forg
     forger.close().await;
 }
 
-/// One lease's trouble never delays another's renewal (issue 27 item 8): 60 leases renewed in
+/// One lease's trouble never delays another's renewal: 60 leases renewed in
 /// shared rounds (ttl 3 s). Another transaction locks one lease's row for 4.5 s: first alone,
 /// then another lease's row with a manual renewal of that lease hanging on it, holding that
 /// lease's turn (the request timeout is 6 s). Every other lease stays valid. Before, the round's one UPDATE

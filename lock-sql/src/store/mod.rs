@@ -352,7 +352,7 @@ impl LeaseStore for SqlStore {
     }
 
     /// One statement for a round of renewals (lock-core gathers them), and one lease's trouble
-    /// delays no other's (issue 27 item 8). Each lease is still one at a time with its own
+    /// delays no other's. Each lease is still one at a time with its own
     /// release, as in `renew`, but a round takes the turns it can have at once: a lease whose
     /// turn is taken (its own renewal or release in flight, maybe hanging on a row someone else
     /// locked) is renewed apart. So is one the round's statement did not renew (PostgreSQL skips

@@ -1,4 +1,4 @@
-//! An impostor database for the TLS tests (issue 15 item 1): it listens on 127.0.0.1, speaks
+//! An impostor database for the TLS tests: it listens on 127.0.0.1, speaks
 //! just enough PostgreSQL or MySQL to be asked for TLS, completes the TLS handshake with a
 //! certificate signed by a throw-away CA (made with the `openssl` tool), and then plays the
 //! attacker. The PostgreSQL impostor asks for the password in clear and records it; the MySQL one

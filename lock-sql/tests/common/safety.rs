@@ -1,5 +1,5 @@
-//! Backend checks of the SQL safety fixes (issue 10: lost replies, starved renewals; issue
-//! 15: least privilege), shared by the PostgreSQL and MySQL test files.
+//! Backend checks of the SQL safety fixes (lost replies, starved renewals, least privilege),
+//! shared by the PostgreSQL and MySQL test files.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -124,7 +124,7 @@ impl Admin {
     }
 }
 
-/// Renew and release of one lease never wait behind another lease (issue 10.14): a renewal
+/// Renew and release of one lease never wait behind another lease: a renewal
 /// that hangs on a row locked by another transaction does not delay the renewal of a lease
 /// whose owner id shared one of the 64 stripes of old; and a burst of acquires that occupy
 /// every pooled connection (each blocked on a locked row) does not delay a renewal either.
@@ -186,7 +186,7 @@ pub async fn check_renewals_not_starved(fx: &SqlFixture) -> Result<(), LockError
 }
 
 /// The documented privileges are enough once the tables exist, and a missing one is a `Config`
-/// error that names what the user needs (issue 15.5). A fresh database user gets exactly
+/// error that names what the user needs. A fresh database user gets exactly
 /// SELECT, INSERT, UPDATE on the lease table and SELECT, INSERT, UPDATE, DELETE on the two
 /// tables of the kinds (no CREATE): every kind acquires, renews and releases; without DELETE
 /// on the holders table, a read acquire is a `Config` error naming DELETE.
@@ -315,7 +315,7 @@ pub async fn check_overtaken_acquire_is_freed_soon(fx: &SqlFixture) -> Result<()
     Ok(())
 }
 
-/// Queue entries of waiters that are gone never hold a free lock back (issue 27 item 6): many
+/// Queue entries of waiters that are gone never hold a free lock back: many
 /// waiters cancelled (futures dropped at staggered instants, so at every await point: before,
 /// during and after their statements) while a 2 s lease is held; once it is released, a
 /// newcomer's `try_acquire` succeeds within 1 s. (Before, late statements of cancelled

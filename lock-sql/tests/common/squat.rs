@@ -1,4 +1,4 @@
-//! Table squatting (issue 15 item 4): a lock table someone else created first — other columns,
+//! Table squatting: a lock table someone else created first — other columns,
 //! a trigger, another owner — is refused with a `Config` error that says why; a schema-qualified
 //! table name works.
 

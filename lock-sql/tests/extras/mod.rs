@@ -61,7 +61,7 @@ macro_rules! server_extra_tests {
             common::check_provisioned(&server.url).await;
         }
 
-        /// Issue 15.1: verifying TLS modes refuse a self-signed impostor and accept it with its
+        /// Verifying TLS modes refuse a self-signed impostor and accept it with its
         /// CA; the weak modes hand it the session (see tests/common/fake_tls.rs).
         #[tokio::test]
         async fn extra_tls_modes_against_an_impostor() {

@@ -21,14 +21,14 @@ impl Mysql {
     /// the UPDATE (only its owner's own acquire makes a row ours again), and was live then too,
     /// or the UPDATE found it expired and it still is. One more round trip, not one per lease in
     /// sequence, which on a slow link let one lost lease (force-released) expire every other
-    /// lease of its round (issue 27 item 8).
+    /// lease of its round.
     pub(super) async fn renew_batch(&self, leases: &[(&str, &str)], ttl_ms: i64) -> Result<Vec<bool>, sqlx::Error> {
         let n = leases.len();
         let done = match self.update_batch(&self.renew_many_nowait, leases, ttl_ms).await {
             Ok(done) => done,
             // A row of the batch is locked by another transaction: renew the others, skipping
-            // it, instead of waiting (one locked row stalled every lease of the round, issue 27
-            // item 8); the store renews the skipped ones apart.
+            // it, instead of waiting (one locked row stalled every lease of the round); the
+            // store renews the skipped ones apart.
             Err(e) if lock_wait(&e) => return self.renew_skipping_locked(leases, ttl_ms).await,
             Err(e) => return Err(e),
         };
