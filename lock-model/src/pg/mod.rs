@@ -3,7 +3,7 @@
 //!
 //! ## The protocol (`lock-sql/src/dialect/postgres/`, `lock-sql/src/store/`)
 //! - **The row**: owner, fence and `expires_at` by the database's clock. Each statement runs
-//!   atomically under the row's lock ([`server`] mirrors the statements).
+//!   atomically under the row's lock (`server` mirrors the statements).
 //! - **Acquire** (one statement with its queue CTE): an own row is re-granted, expired or not,
 //!   with its fence and `expires_at = now + ttl`; a free or expired row goes to the caller when
 //!   no live waiter is queued before it (new fence), else to that waiter (as a release would)
