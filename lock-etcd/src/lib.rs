@@ -81,7 +81,17 @@
 //! Election observers hear of grants and releases through `watch_changes`: a watch on the
 //! lock's queue (any change under it fires the feed; the observer reads the holder back).
 //!
-//! Not done yet: TLS (`etcds://`).
+//! ## TLS
+//!
+//! `etcds://[user:pass@]h1:2379,h2:2379/prefix` speaks TLS to every member through
+//! etcd-client's `tls` feature: rustls with the ring provider (the one the workspace already
+//! builds for sqlx and Redis; no aws-lc or OpenSSL to compile). Members are verified against
+//! [`EtcdOptions::tls_ca_file`] (a private CA's PEM) or else the webpki (Mozilla) roots; a
+//! certificate that does not verify is a prompt `Unavailable` that names `tls_ca_file`, and a
+//! plaintext `etcd://` URL against a TLS port is an `Unavailable` that names `etcds://`.
+//! Client certificates (an etcd started with `--client-cert-auth` or, in 3.4,
+//! `--trusted-ca-file`) are not offered yet: pass your own [`etcd_client::Client`] to
+//! [`from_client`] for those.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), lock_core::LockError> {

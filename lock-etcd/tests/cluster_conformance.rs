@@ -27,6 +27,7 @@ impl ClusterFixture {
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(3),
             keep_alive: Duration::from_secs(1),
+            ..EtcdOptions::default()
         };
         Ok(ClusterFixture { cluster, prefix: common::unique_prefix(), options })
     }

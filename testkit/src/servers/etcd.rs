@@ -9,6 +9,7 @@
 //! There is no container path (etcd's images live outside Docker Hub's official library).
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -69,6 +70,40 @@ impl EtcdServer {
             .start()
             .await?;
         Ok(EtcdServer(local.into_test_server(&program, format!("etcd://{client}"), vec![Box::new(dir)])))
+    }
+
+    /// Always a fresh local etcd whose client port speaks only TLS, with the member's
+    /// certificate `cert` and key `key` (PEM) (`url()` is `etcds://127.0.0.1:<port>`). No
+    /// `--trusted-ca-file`: etcd 3.4 then demands a client certificate of every client.
+    /// Readiness is read from a plaintext metrics port, since the client port answers no
+    /// plaintext probe.
+    pub async fn start_local_tls(cert: &Path, key: &Path) -> Result<EtcdServer, LockError> {
+        let program = etcd_binary()?;
+        let dir = server_dir("etcd-tls")?;
+        let (client, peer, metrics) = (free_addr()?, free_addr()?, free_addr()?);
+        let plain = format!("http://{client}");
+        let mut args: Vec<String> =
+            member_args("dlock", &dir.path().join("data"), client, peer, &format!("dlock=http://{peer}"))
+                .into_iter()
+                .map(|a| if a == plain { format!("https://{client}") } else { a })
+                .collect();
+        let path = |p: &Path| p.display().to_string();
+        args.extend([
+            "--cert-file".to_owned(),
+            path(cert),
+            "--key-file".to_owned(),
+            path(key),
+            "--listen-metrics-urls".to_owned(),
+            format!("http://{metrics}"),
+        ]);
+        let child = ChildServer::new(&program, args, dir.path());
+        let local = LocalServer::new("etcd (TLS)", child, client)
+            .persistent(true)
+            .ready_within(START_TIMEOUT)
+            .ready_when(move |_| healthy(metrics))
+            .start()
+            .await?;
+        Ok(EtcdServer(local.into_test_server(&program, format!("etcds://{client}"), vec![Box::new(dir)])))
     }
 
     /// `url()` with the key prefix `prefix` (replacing the path of an external URL).
