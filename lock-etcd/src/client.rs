@@ -94,6 +94,18 @@ pub async fn from_client(client: Client, prefix: &str, options: EtcdOptions) -> 
 }
 
 impl EtcdLock {
+    /// The etcd connection this lock client uses (its endpoints, TLS, credentials), for an
+    /// application's own requests next to the locks — `dlock bench` times its floor with it.
+    pub fn etcd_client(&self) -> Client {
+        self.client()
+    }
+
+    /// `<prefix>/`: every key this client writes starts with it (the grant of an etcd role
+    /// limited to the prefix covers them all).
+    pub fn key_root(&self) -> &str {
+        self.inner.keys.root()
+    }
+
     /// A handle of the connection for one request (tonic clients are clones of one channel).
     pub(crate) fn client(&self) -> Client {
         self.inner.client.clone()
