@@ -51,7 +51,11 @@
 //! proxy in between), and clocks on client and server that run at about the same rate (the
 //! lease is timed by the leader's clock, the holder's validity by the client's; the drift
 //! allowance covers the rest). A holder that pauses past its validity can still write after
-//! its lease is gone — use the fencing token (Jepsen's etcd 3.4.3 analysis).
+//! its lease is gone — use the fencing token (Jepsen's etcd 3.4.3 analysis). A leader that
+//! stalls (SIGSTOP, a disk stuck in fsync) past its followers' election can, when it resumes,
+//! still revoke the leases that expired by its own stale clock, through the new leader (etcd
+//! issues 12528 and 15247, fixed in etcd 3.4.28 and 3.5.11): a holder that kept its lease alive
+//! with the new leader then loses its key while it believes it holds. Use an etcd with that fix.
 //!
 //! Inspection: `inspect` and `list` report the oldest key of each queue (holder id and metadata
 //! from its value, its create revision as the token; no remaining time), and `force_release`
