@@ -1,4 +1,5 @@
-//! etcd (`etcd://[user:pass@]h1:2379,h2:2379/prefix`, cargo feature `etcd`): the `lock-etcd` crate
+//! etcd (`etcd://[user:pass@]h1:2379,h2:2379/prefix`, `etcds://…` for TLS with `[etcd] tls_ca_file`
+//! for a private CA; cargo feature `etcd`): the `lock-etcd` crate
 //! plugged into the backend table the way any third party's backend is — a [`Driver`] made with
 //! the public [`Driver::new`], its `[etcd]` configuration section read through
 //! [`Config::section`], and [`register_backend`](crate::register_backend). With the feature on,
@@ -14,9 +15,9 @@ use lock_etcd::{EtcdLock, EtcdOptions};
 
 use crate::{Config, Connecting, Driver};
 
-/// The backend's row: name `etcd` (its config section), scheme `etcd`, port 2379.
+/// The backend's row: name `etcd` (its config section), schemes `etcd` and `etcds` (TLS), port 2379.
 pub fn driver() -> Driver {
-    Driver::new("etcd", &["etcd"], connect).default_port(lock_etcd::DEFAULT_PORT)
+    Driver::new("etcd", &["etcd", "etcds"], connect).default_port(lock_etcd::DEFAULT_PORT)
 }
 
 fn connect(config: &Config) -> Connecting<'_> {

@@ -14,6 +14,8 @@ fn etcd_is_chosen_by_url_and_certified_by_the_tool() {
     let server = runtime.block_on(EtcdServer::start()).expect("an etcd server for the test");
     let url = server.url_with_prefix("/dlock-facade");
     assert_eq!(dlock::Scheme::of(&url).expect("known scheme").driver().map(|d| d.name), Some("etcd"));
+    let tls = url.replacen("etcd://", "etcds://", 1);
+    assert_eq!(dlock::Scheme::of(&tls).expect("etcds is known").driver().map(|d| d.name), Some("etcd"));
     runtime.block_on(async {
         let client = Client::connect(&url).await.expect("connects");
         let name = LockName::new("facade/etcd").expect("valid");

@@ -3,11 +3,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions, GetOptions};
+use etcd_client::{Certificate, Client, ConnectOptions, GetOptions, TlsOptions};
 use lock_core::{Capabilities, LeaseModel, LockError, WakeMethod};
 
 use crate::config::{EtcdOptions, EtcdUrl};
-use crate::error::{timed, BACKEND};
+use crate::error::{plaintext_hint, timed, BACKEND};
 use crate::keys::Keys;
 
 /// A lock client of an etcd cluster; cheap to clone (clones share the connection). Implements
@@ -30,12 +30,15 @@ impl std::fmt::Debug for EtcdLock {
 }
 
 /// Connects to the cluster of `url` (`etcd://[user:pass@]h1:2379,h2:2379/prefix`; the prefix
-/// defaults to `dlock`). With `user:password` the client authenticates (etcd's auth must be on
-/// for that user). A malformed URL is `LockError::Config`; a cluster that does not answer a read
-/// within `options.connect_timeout` is `LockError::Unavailable`.
+/// defaults to `dlock`). `etcds://` speaks TLS to every member (rustls), verifying each against
+/// `options.tls_ca_file` or else the webpki roots. With `user:password` the client authenticates
+/// (etcd's auth must be on for that user). A malformed URL, or a `tls_ca_file` with `etcd://` or
+/// not readable, is `LockError::Config`; a cluster that does not answer a read within
+/// `options.connect_timeout` (or whose certificate does not verify) is `LockError::Unavailable`.
 pub async fn connect(url: &str, options: EtcdOptions) -> Result<EtcdLock, LockError> {
     options.validate()?;
     let url = EtcdUrl::parse(url)?;
+    let tls = tls_options(&url, &options).await?;
     let mut connect = ConnectOptions::new()
         .with_connect_timeout(options.connect_timeout)
         .with_timeout(options.request_timeout)
@@ -44,12 +47,36 @@ pub async fn connect(url: &str, options: EtcdOptions) -> Result<EtcdLock, LockEr
         // A member cut off from the leader refuses requests and ends its watches instead of
         // serving stale state or stalling them: the waiter then reads again through another.
         .with_require_leader(true);
+    if let Some(tls) = tls {
+        connect = connect.with_tls(tls);
+    }
     if let Some((user, password)) = &url.user {
         connect = connect.with_user(user.clone(), password.clone()).with_auto_token_refresh(true);
     }
     let client =
         timed(options.connect_timeout, "connecting to etcd", Client::connect(&url.endpoints, Some(connect))).await?;
-    Box::pin(from_client(client, &url.prefix, options)).await
+    let probed = Box::pin(from_client(client, &url.prefix, options)).await;
+    if url.tls {
+        probed
+    } else {
+        probed.map_err(plaintext_hint)
+    }
+}
+
+/// The TLS settings of an `etcds://` URL (`None` for `etcd://`).
+async fn tls_options(url: &EtcdUrl, options: &EtcdOptions) -> Result<Option<TlsOptions>, LockError> {
+    if !url.tls {
+        if options.tls_ca_file.is_some() {
+            return Err(LockError::config(
+                "etcd tls_ca_file is set but the URL is etcd:// (plaintext); use etcds:// to speak TLS to the members",
+            ));
+        }
+        return Ok(None);
+    }
+    Ok(Some(match options.read_ca().await? {
+        Some(pem) => TlsOptions::new().ca_certificate(Certificate::from_pem(pem)),
+        None => TlsOptions::new().with_webpki_roots(),
+    }))
 }
 
 /// A lock client over the application's own etcd [`Client`] (its endpoints, credentials and TLS);
@@ -67,6 +94,18 @@ pub async fn from_client(client: Client, prefix: &str, options: EtcdOptions) -> 
 }
 
 impl EtcdLock {
+    /// The etcd connection this lock client uses (its endpoints, TLS, credentials), for an
+    /// application's own requests next to the locks — `dlock bench` times its floor with it.
+    pub fn etcd_client(&self) -> Client {
+        self.client()
+    }
+
+    /// `<prefix>/`: every key this client writes starts with it (the grant of an etcd role
+    /// limited to the prefix covers them all).
+    pub fn key_root(&self) -> &str {
+        self.inner.keys.root()
+    }
+
     /// A handle of the connection for one request (tonic clients are clones of one channel).
     pub(crate) fn client(&self) -> Client {
         self.inner.client.clone()

@@ -1,6 +1,7 @@
-//! The connection URL (`etcd://[user:pass@]h1:2379,h2:2379/prefix`) and [`EtcdOptions`].
+//! The connection URL (`etcd[s]://[user:pass@]h1:2379,h2:2379/prefix`) and [`EtcdOptions`].
 
 use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use lock_core::LockError;
@@ -32,6 +33,10 @@ pub struct EtcdOptions {
     /// for a request to time out.
     #[serde(with = "humantime_serde")]
     pub keep_alive: Duration,
+    /// For `etcds://` members whose certificates a private CA signed: that CA's certificate, a
+    /// PEM file. Default: the webpki (Mozilla) roots. Refused with a plaintext `etcd://` URL,
+    /// where it would be silently unused.
+    pub tls_ca_file: Option<PathBuf>,
 }
 
 impl Default for EtcdOptions {
@@ -40,6 +45,7 @@ impl Default for EtcdOptions {
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(5),
             keep_alive: Duration::from_secs(2),
+            tls_ca_file: None,
         }
     }
 }
@@ -55,13 +61,28 @@ impl EtcdOptions {
         }
         Ok(())
     }
+
+    /// The PEM of `tls_ca_file`, if set.
+    pub(crate) async fn read_ca(&self) -> Result<Option<Vec<u8>>, LockError> {
+        let Some(path) = &self.tls_ca_file else { return Ok(None) };
+        match tokio::fs::read(path).await {
+            Ok(pem) => Ok(Some(pem)),
+            Err(e) => Err(LockError::config(format!(
+                "cannot read etcd tls_ca_file {}: {e}; point it at the PEM certificate of the CA that signed the \
+                 members' certificates",
+                path.display()
+            ))),
+        }
+    }
 }
 
 /// A parsed `etcd://` URL.
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) struct EtcdUrl {
-    /// `http://host:port`, one per member.
+    /// `http://host:port` (`https://` with TLS), one per member.
     pub(crate) endpoints: Vec<String>,
+    /// `etcds://`: every member is reached over TLS.
+    pub(crate) tls: bool,
     /// The key prefix, without slashes at either end, never empty.
     pub(crate) prefix: String,
     /// `user:password`, when given.
@@ -72,6 +93,7 @@ impl fmt::Debug for EtcdUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EtcdUrl")
             .field("endpoints", &self.endpoints)
+            .field("tls", &self.tls)
             .field("prefix", &self.prefix)
             .field("user", &self.user.as_ref().map(|(u, _)| u))
             .finish()
@@ -79,20 +101,17 @@ impl fmt::Debug for EtcdUrl {
 }
 
 impl EtcdUrl {
-    /// Parses `etcd://[user:pass@]h1[:port][,h2[:port]…][/prefix]`. `etcds://` (TLS) is refused
-    /// with a `Config` error until TLS is supported.
+    /// Parses `etcd[s]://[user:pass@]h1[:port][,h2[:port]…][/prefix]` (`etcds`: TLS).
     pub(crate) fn parse(url: &str) -> Result<EtcdUrl, LockError> {
         let bad = |why: &str| {
-            LockError::config(format!("bad etcd URL: {why}; expected etcd://[user:pass@]host:2379[,host:2379…]/prefix"))
+            LockError::config(format!(
+                "bad etcd URL: {why}; expected etcd://[user:pass@]host:2379[,host:2379…]/prefix (etcds:// for TLS)"
+            ))
         };
-        let rest = match url.split_once("://") {
-            Some(("etcd", rest)) => rest,
-            Some(("etcds", _)) => {
-                return Err(LockError::config(
-                    "etcds:// (TLS) is not supported by lock-etcd yet; use etcd:// on a trusted network",
-                ))
-            }
-            _ => return Err(bad("the scheme is not etcd://")),
+        let (tls, rest) = match url.split_once("://") {
+            Some(("etcd", rest)) => (false, rest),
+            Some(("etcds", rest)) => (true, rest),
+            _ => return Err(bad("the scheme is not etcd:// or etcds://")),
         };
         if rest.contains(['?', '#']) {
             return Err(bad("query parameters and fragments are not supported"));
@@ -114,7 +133,7 @@ impl EtcdUrl {
         };
         let endpoints = hosts
             .split(',')
-            .map(|h| endpoint(h).ok_or_else(|| bad("a host is empty or its port is not a number")))
+            .map(|h| endpoint(h, tls).ok_or_else(|| bad("a host is empty or its port is not a number")))
             .collect::<Result<Vec<_>, _>>()?;
         let prefix = path.trim_matches('/');
         if prefix.chars().any(char::is_control) {
@@ -125,12 +144,12 @@ impl EtcdUrl {
         } else {
             decode(prefix).ok_or_else(|| bad("bad %-escape in the prefix"))?
         };
-        Ok(EtcdUrl { endpoints, prefix, user })
+        Ok(EtcdUrl { endpoints, tls, prefix, user })
     }
 }
 
-/// `http://host:port` of one URL host (`[::1]:2379` and a missing port allowed).
-fn endpoint(host: &str) -> Option<String> {
+/// `http[s]://host:port` of one URL host (`[::1]:2379` and a missing port allowed).
+fn endpoint(host: &str, tls: bool) -> Option<String> {
     if host.is_empty() {
         return None;
     }
@@ -141,7 +160,8 @@ fn endpoint(host: &str) -> Option<String> {
         }
         _ => false,
     };
-    Some(if has_port { format!("http://{host}") } else { format!("http://{host}:{DEFAULT_PORT}") })
+    let scheme = if tls { "https" } else { "http" };
+    Some(if has_port { format!("{scheme}://{host}") } else { format!("{scheme}://{host}:{DEFAULT_PORT}") })
 }
 
 /// Percent-decodes `s` (`None` on a malformed escape or non-UTF-8 result).
@@ -175,6 +195,9 @@ mod tests {
         let u = EtcdUrl::parse("etcd://127.0.0.1:2379").unwrap();
         assert_eq!((u.prefix.as_str(), u.user), ("dlock", None));
         assert_eq!(EtcdUrl::parse("etcd://[::1]:2379/x").unwrap().endpoints, ["http://[::1]:2379"]);
+        let u = EtcdUrl::parse("etcds://u:p@h1,h2:2391/x").unwrap();
+        assert_eq!((u.tls, u.endpoints), (true, vec!["https://h1:2379".to_owned(), "https://h2:2391".to_owned()]));
+        assert!(!EtcdUrl::parse("etcd://h1/x").unwrap().tls);
         for bad in [
             "zk://h:1/x",
             "etcd://",
@@ -182,7 +205,8 @@ mod tests {
             "etcd://h1,,h2/x",
             "etcd://:pw@h/x",
             "etcd://u@h/x",
-            "etcds://h/x",
+            "etcdss://h/x",
+            "http://h:2379/x",
             "etcd://h/x?a=b",
             "etcd://h/%zz",
         ] {

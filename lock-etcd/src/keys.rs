@@ -24,6 +24,11 @@ impl Keys {
         Keys { root: format!("{prefix}/"), locks: format!("{prefix}/lock/") }
     }
 
+    /// `<prefix>/`: every key of this client starts with it.
+    pub(crate) fn root(&self) -> &str {
+        &self.root
+    }
+
     /// The range of every lock's queue: names are listed by this prefix.
     pub(crate) fn all_locks(&self) -> &str {
         &self.locks

@@ -51,7 +51,11 @@
 //! proxy in between), and clocks on client and server that run at about the same rate (the
 //! lease is timed by the leader's clock, the holder's validity by the client's; the drift
 //! allowance covers the rest). A holder that pauses past its validity can still write after
-//! its lease is gone — use the fencing token (Jepsen's etcd 3.4.3 analysis).
+//! its lease is gone — use the fencing token (Jepsen's etcd 3.4.3 analysis). A leader that
+//! stalls (SIGSTOP, a disk stuck in fsync) past its followers' election can, when it resumes,
+//! still revoke the leases that expired by its own stale clock, through the new leader (etcd
+//! issues 12528 and 15247, fixed in etcd 3.4.28 and 3.5.11): a holder that kept its lease alive
+//! with the new leader then loses its key while it believes it holds. Use an etcd with that fix.
 //!
 //! Inspection: `inspect` and `list` report the oldest key of each queue (holder id and metadata
 //! from its value, its create revision as the token; no remaining time), and `force_release`
@@ -81,7 +85,17 @@
 //! Election observers hear of grants and releases through `watch_changes`: a watch on the
 //! lock's queue (any change under it fires the feed; the observer reads the holder back).
 //!
-//! Not done yet: TLS (`etcds://`).
+//! ## TLS
+//!
+//! `etcds://[user:pass@]h1:2379,h2:2379/prefix` speaks TLS to every member through
+//! etcd-client's `tls` feature: rustls with the ring provider (the one the workspace already
+//! builds for sqlx and Redis; no aws-lc or OpenSSL to compile). Members are verified against
+//! [`EtcdOptions::tls_ca_file`] (a private CA's PEM) or else the webpki (Mozilla) roots; a
+//! certificate that does not verify is a prompt `Unavailable` that names `tls_ca_file`, and a
+//! plaintext `etcd://` URL against a TLS port is an `Unavailable` that names `etcds://`.
+//! Client certificates (an etcd started with `--client-cert-auth` or, in 3.4,
+//! `--trusted-ca-file`) are not offered yet: pass your own [`etcd_client::Client`] to
+//! [`from_client`] for those.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), lock_core::LockError> {

@@ -1,7 +1,9 @@
 //! The shared conformance suite, strict, against ONE 3-member etcd cluster for the whole binary:
 //! "the server" of the fault cases is the whole cluster (every member stopped, paused, restarted
 //! at once), and the nemesis adds member faults — the leader or a follower killed and restarted,
-//! the leader paused — through `Fixture::deployment`.
+//! the leader paused, every client cut off the leader (a fault proxy in front of each member's
+//! client port) — through `Fixture::deployment`. A member cut off from its peers is not among
+//! them: see `EtcdCluster` for why a proxy cannot do that to etcd.
 
 mod common;
 
@@ -27,6 +29,7 @@ impl ClusterFixture {
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(3),
             keep_alive: Duration::from_secs(1),
+            ..EtcdOptions::default()
         };
         Ok(ClusterFixture { cluster, prefix: common::unique_prefix(), options })
     }

@@ -98,6 +98,8 @@ async fn connection_errors_are_typed() {
     let e = lock_etcd::connect(&format!("etcd://127.0.0.1:{port}/x"), options.clone()).await.unwrap_err();
     assert!(matches!(e, LockError::Unavailable { .. }), "{e}");
     assert!(t0.elapsed() < Duration::from_secs(3), "took {:?}", t0.elapsed());
-    let e = lock_etcd::connect("etcds://127.0.0.1:2379/x", options).await.unwrap_err();
+    let e = lock_etcd::connect(&format!("etcds://127.0.0.1:{port}/x"), options.clone()).await.unwrap_err();
+    assert!(matches!(e, LockError::Unavailable { .. }), "{e}");
+    let e = lock_etcd::connect("etcdss://127.0.0.1:2379/x", options).await.unwrap_err();
     assert!(matches!(e, LockError::Config { .. }), "{e}");
 }

@@ -91,7 +91,7 @@ impl Fixture for UrlFixture {
         // `memory://` runs through `MemoryFixture` instead.
         let Some(port) = self.scheme.default_port() else { return Ok(None) };
         let url = self.config.url.to_ascii_lowercase();
-        if url.starts_with("rediss:") || url.contains("mode=verify") {
+        if url.starts_with("rediss:") || url.starts_with("etcds:") || url.contains("mode=verify") {
             return Ok(None);
         }
         // The Sentinels hand the client the primary's own address: a proxy in front of the

@@ -25,6 +25,7 @@ impl EtcdFixture {
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(3),
             keep_alive: Duration::from_secs(1),
+            ..EtcdOptions::default()
         };
         Ok(EtcdFixture { server, prefix: unique_prefix(), options })
     }

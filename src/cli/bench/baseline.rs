@@ -8,6 +8,9 @@
 //!   and dropped after it: `CREATE TABLE` of a new name, never a table that exists, which someone
 //!   else may have made first with a trigger that runs as the bench's user.
 //! - ZooKeeper: create an ephemeral node, delete it.
+//! - etcd: a transaction that puts a key if it does not exist (`create_revision == 0`), then a
+//!   delete of it, on the connection of a `lock_etcd` client (same endpoints, TLS, credentials,
+//!   under the URL's key prefix).
 
 use std::time::Duration;
 
@@ -26,6 +29,8 @@ pub(crate) async fn run(plan: &Plan, schedule: Schedule<'_>) -> Result<CaseResul
         Scheme::Redlock => redis_baseline(&redlock_masters(url)?, plan, schedule).await,
         Scheme::Postgres | Scheme::Mysql | Scheme::Sqlite => sql_baseline(url, plan, schedule).await,
         Scheme::ZooKeeper => zk_baseline(url, schedule).await,
+        #[cfg(feature = "etcd")]
+        Scheme::Registered("etcd") => Box::pin(etcd_baseline(plan, schedule)).await,
         Scheme::Registered(name) => Ok(CaseResult {
             name: "baseline".into(),
             note: Some(format!("no baseline: dlock has no client-library loop for the registered backend {name:?}")),
@@ -296,4 +301,28 @@ async fn zk_baseline(url: &str, schedule: Schedule<'_>) -> Result<CaseResult, Lo
 #[cfg(not(feature = "zk"))]
 async fn zk_baseline(_url: &str, _schedule: Schedule<'_>) -> Result<CaseResult, LockError> {
     Err(LockError::config("dlock was built without the zk feature"))
+}
+
+#[cfg(feature = "etcd")]
+async fn etcd_baseline(plan: &Plan, schedule: Schedule<'_>) -> Result<CaseResult, LockError> {
+    use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+    let options: lock_etcd::EtcdOptions = plan.config.section("etcd")?;
+    let bound = options.request_timeout;
+    let lock = lock_etcd::connect(&plan.config.url, options).await?;
+    let client = lock.etcd_client();
+    let key = format!("{}bench-baseline-{}", lock.key_root(), std::process::id());
+    let err = |e: etcd_client::Error| LockError::backend("etcd", e);
+    let late = || LockError::unavailable("etcd", format!("no answer within {bound:?}"));
+    timed(schedule, |i| {
+        let (mut client, key) = (client.clone(), key.clone());
+        async move {
+            let put = Txn::new()
+                .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+                .and_then([TxnOp::put(key.as_str(), i.to_string(), None)]);
+            tokio::time::timeout(bound, client.txn(put)).await.map_err(|_| late())?.map_err(err)?;
+            tokio::time::timeout(bound, client.delete(key.as_str(), None)).await.map_err(|_| late())?.map_err(err)?;
+            Ok(())
+        }
+    })
+    .await
 }

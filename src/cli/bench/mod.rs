@@ -4,7 +4,8 @@
 //! Cases:
 //! - `baseline`: the least the server must do for one acquire + release, with the client library
 //!   the backend uses (Redis `SET NX PX` + scripted delete; SQL one upsert + one update; ZooKeeper
-//!   create + delete of an ephemeral node; Redlock: the same as Redis on every master in parallel).
+//!   create + delete of an ephemeral node; etcd a put-if-absent transaction + delete; Redlock: the
+//!   same as Redis on every master in parallel).
 //! - `uncontended`: one client, `try_acquire` + `release` of one name in a loop.
 //! - `contended`: `--clients` clients (each its own connections) on one name, each doing a
 //!   read-yield-write of a shared counter while it holds the lock; hand-off time from the

@@ -9,11 +9,13 @@
 //! There is no container path (etcd's images live outside Docker Hub's official library).
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_conformance::DeploymentControl;
+use lock_conformance::proxy::FaultProxy;
+use lock_conformance::{ClientLink, DeploymentControl};
 use lock_core::LockError;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -69,6 +71,40 @@ impl EtcdServer {
             .start()
             .await?;
         Ok(EtcdServer(local.into_test_server(&program, format!("etcd://{client}"), vec![Box::new(dir)])))
+    }
+
+    /// Always a fresh local etcd whose client port speaks only TLS, with the member's
+    /// certificate `cert` and key `key` (PEM) (`url()` is `etcds://127.0.0.1:<port>`). No
+    /// `--trusted-ca-file`: etcd 3.4 then demands a client certificate of every client.
+    /// Readiness is read from a plaintext metrics port, since the client port answers no
+    /// plaintext probe.
+    pub async fn start_local_tls(cert: &Path, key: &Path) -> Result<EtcdServer, LockError> {
+        let program = etcd_binary()?;
+        let dir = server_dir("etcd-tls")?;
+        let (client, peer, metrics) = (free_addr()?, free_addr()?, free_addr()?);
+        let plain = format!("http://{client}");
+        let mut args: Vec<String> =
+            member_args("dlock", &dir.path().join("data"), client, peer, &format!("dlock=http://{peer}"))
+                .into_iter()
+                .map(|a| if a == plain { format!("https://{client}") } else { a })
+                .collect();
+        let path = |p: &Path| p.display().to_string();
+        args.extend([
+            "--cert-file".to_owned(),
+            path(cert),
+            "--key-file".to_owned(),
+            path(key),
+            "--listen-metrics-urls".to_owned(),
+            format!("http://{metrics}"),
+        ]);
+        let child = ChildServer::new(&program, args, dir.path());
+        let local = LocalServer::new("etcd (TLS)", child, client)
+            .persistent(true)
+            .ready_within(START_TIMEOUT)
+            .ready_when(move |_| healthy(metrics))
+            .start()
+            .await?;
+        Ok(EtcdServer(local.into_test_server(&program, format!("etcds://{client}"), vec![Box::new(dir)])))
     }
 
     /// `url()` with the key prefix `prefix` (replacing the path of an external URL).
@@ -179,9 +215,20 @@ const CLUSTER_START: Duration = Duration::from_secs(60);
 /// A local etcd cluster of 3 (or 5) members on free ports of 127.0.0.1, each a [`LocalServer`]
 /// with its data in one temp dir. As a [`ServerControl`] it is the whole cluster (every member
 /// stopped, started, paused at once); as a [`DeploymentControl`] it kills or pauses one member —
-/// the leader or a follower — while the others keep a quorum.
+/// the leader or a follower — while the others keep a quorum, or cuts every client off the
+/// leader.
+///
+/// Clients reach each member through a [`FaultProxy`] of its own ([`EtcdCluster::url`]), so a
+/// member can be cut off from every client while it stays in the cluster. Its peer links cannot
+/// be cut that way: every member dials a peer at the one peer URL the cluster agreed on (member
+/// ids are hashes of those URLs, so a URL per dialer is not possible), and etcd has no option for
+/// the source address of its peer connections (all come from 127.0.0.1), so a TCP proxy in front
+/// of a member cannot tell one dialer from another. A peer partition needs network namespaces or
+/// packet filters, not a proxy.
 pub struct EtcdCluster {
     members: Vec<Arc<LocalServer>>,
+    /// One proxy in front of each member's client port, by member index.
+    gates: Vec<Arc<FaultProxy>>,
     _dir: tempfile::TempDir,
 }
 
@@ -217,18 +264,29 @@ impl EtcdCluster {
                     .ready_when(healthy),
             ));
         }
-        let cluster = EtcdCluster { members, _dir: dir };
+        let mut gates = Vec::new();
+        for (client, _) in &addrs {
+            gates.push(FaultProxy::start(*client).await?);
+        }
+        let cluster = EtcdCluster { members, gates, _dir: dir };
         cluster.start_all().await?;
         Ok(cluster)
     }
 
-    /// `etcd://h1,h2,h3/<prefix>`.
+    /// `etcd://g1,g2,g3/<prefix>`, naming each member through its gate (the proxy the
+    /// `cut-clients-from-leader` fault cuts).
     pub fn url(&self, prefix: &str) -> String {
-        let hosts: Vec<String> = self.client_addrs().iter().map(|a| a.to_string()).collect();
+        let hosts: Vec<String> = self.gates.iter().map(|g| g.local_addr().to_string()).collect();
         format!("etcd://{}/{}", hosts.join(","), prefix.trim_matches('/'))
     }
 
-    /// The client address of every member.
+    /// `etcd://g<i>/<prefix>`: member `i` alone, through its gate.
+    pub fn member_url(&self, i: usize, prefix: &str) -> String {
+        let gate = self.gates.get(i).map(|g| g.local_addr().to_string()).unwrap_or_default();
+        format!("etcd://{gate}/{}", prefix.trim_matches('/'))
+    }
+
+    /// The client address of every member itself (no gate in between).
     pub fn client_addrs(&self) -> Vec<SocketAddr> {
         self.members.iter().map(|m| m.addr()).collect()
     }
@@ -320,7 +378,7 @@ impl ServerControl for EtcdCluster {
 #[async_trait]
 impl DeploymentControl for EtcdCluster {
     fn faults(&self) -> Vec<&'static str> {
-        vec!["kill-leader", "kill-follower", "pause-leader"]
+        vec!["kill-leader", "kill-follower", "pause-leader", "cut-clients-from-leader"]
     }
 
     async fn inject(&self, fault: &str, span: Duration) -> Result<String, LockError> {
@@ -341,7 +399,15 @@ impl DeploymentControl for EtcdCluster {
                 m.pause(false).await?;
                 format!("leader (member {}) paused for {} ms", i + 1, span.as_millis())
             }
-            ("kill-leader" | "kill-follower" | "pause-leader", _, _) => {
+            ("cut-clients-from-leader", Some(i), _) => {
+                // The leader keeps leading: only the clients' connections to it hang, so every
+                // client must find the other members on its own.
+                self.gates[i].set_partitioned(true).await;
+                tokio::time::sleep(span).await;
+                self.gates[i].set_partitioned(false).await;
+                format!("every client cut off the leader (member {}) for {} ms", i + 1, span.as_millis())
+            }
+            ("kill-leader" | "kill-follower" | "pause-leader" | "cut-clients-from-leader", _, _) => {
                 return Ok(format!("no member in that role to hurt (leader {leader:?}, follower {follower:?})"));
             }
             (other, _, _) => return Err(LockError::config(format!("unknown etcd cluster fault {other:?}"))),
@@ -353,6 +419,9 @@ impl DeploymentControl for EtcdCluster {
 
 impl Drop for EtcdCluster {
     fn drop(&mut self) {
+        for g in &self.gates {
+            g.shutdown();
+        }
         for m in &self.members {
             m.child().stop();
         }

@@ -1,0 +1,77 @@
+//! `etcds://` against a local etcd whose client port speaks only TLS, with a certificate from a
+//! private CA made here with `openssl`: the lock works with the CA given, is a fast typed
+//! `Unavailable` without it, and a plaintext `etcd://` URL against the TLS port fails clearly.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use dlock_testkit::process::find_binary;
+use dlock_testkit::servers::etcd::EtcdServer;
+use lock_core::{AcquireOptions, DistributedLock, LockError, LockName};
+use lock_etcd::EtcdOptions;
+
+/// A CA and a server certificate for 127.0.0.1/localhost signed by it, in `dir`.
+fn make_certs(dir: &Path) {
+    let sh = |script: &str| {
+        let out = std::process::Command::new("/bin/sh").arg("-c").arg(script).current_dir(dir).output().unwrap();
+        assert!(out.status.success(), "{script}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    assert!(find_binary("openssl", &[]).is_some(), "this test needs the openssl command (apt-get install openssl)");
+    sh("openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=dlock-test-ca");
+    sh("openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=localhost");
+    sh("printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\nbasicConstraints=CA:FALSE\\n' > ext.cnf");
+    sh("openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 -extfile ext.cnf");
+}
+
+fn options() -> EtcdOptions {
+    EtcdOptions {
+        connect_timeout: Duration::from_secs(5),
+        request_timeout: Duration::from_secs(3),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn tls_from_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    make_certs(d);
+    let server = EtcdServer::start_local_tls(&d.join("server.pem"), &d.join("server.key"))
+        .await
+        .expect("a local etcd with TLS (apt-get install etcd-server)");
+    let url = format!("{}/tls-test", server.url());
+    assert!(url.starts_with("etcds://"), "{url}");
+
+    let with_ca = EtcdOptions { tls_ca_file: Some(d.join("ca.pem")), ..options() };
+    let lock = lock_etcd::connect(&url, with_ca).await.expect("etcds:// with the private CA");
+    let name = LockName::new("tls").unwrap();
+    let lease = lock.try_acquire(&name, &AcquireOptions::new(Duration::from_secs(5))).await.unwrap().expect("free");
+    assert!(lease.token() > lock_core::FencingToken(0));
+    lease.release().await.unwrap();
+
+    // The webpki roots do not know the private CA: refused at the handshake, long before the
+    // 5 s connect timeout, and typed as a connection failure.
+    let t = Instant::now();
+    let e = lock_etcd::connect(&url, options()).await.expect_err("an unknown CA must not verify");
+    eprintln!("without the CA: {e}");
+    assert!(matches!(e, LockError::Unavailable { .. }), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(3), "took {:?}: {e}", t.elapsed());
+    let text = format!("{e}");
+    assert!(text.contains("certificate"), "the error should say the certificate did not verify: {text}");
+
+    // A plaintext client on the TLS port: a clear, typed failure, not a hang.
+    let plain = url.replacen("etcds://", "etcd://", 1);
+    let t = Instant::now();
+    let e = lock_etcd::connect(&plain, options()).await.expect_err("plaintext against a TLS port");
+    eprintln!("plaintext: {e}");
+    assert!(matches!(e, LockError::Unavailable { .. }), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(6), "took {:?}: {e}", t.elapsed());
+    let text = format!("{e}");
+    assert!(text.contains("etcds://"), "the error should point at etcds://: {text}");
+
+    // A CA file that is not there, and a CA file with a plaintext URL: configuration errors.
+    let missing = EtcdOptions { tls_ca_file: Some(d.join("nope.pem")), ..options() };
+    assert!(matches!(lock_etcd::connect(&url, missing).await, Err(LockError::Config { .. })));
+    let unused = EtcdOptions { tls_ca_file: Some(d.join("ca.pem")), ..options() };
+    assert!(matches!(lock_etcd::connect(&plain, unused).await, Err(LockError::Config { .. })));
+}
