@@ -155,6 +155,11 @@ impl KindStore for RedisKinds {
                 Err(self.base.not_acknowledged(acked, "grant"))
             }
             (1, token) => Ok(TryLock::Acquired { token: token_from(BACKEND, token)? }),
+            (2, ms) => {
+                let remaining = remaining_from(ms).unwrap_or_default();
+                self.base.boot.announce_quiet(remaining);
+                Ok(TryLock::Quiet { remaining })
+            }
             (-1, other) if a.kind == LockKind::Permit => {
                 Err(lock_core::backend::permits_mismatch(a.name, other, a.permits))
             }

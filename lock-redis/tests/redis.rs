@@ -544,4 +544,39 @@ mod quiet_is_said {
         let again = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
         assert_eq!(again.matches("restart quiet period").count(), 1, "logs: {again}");
     }
+
+    /// The read-write lock and the semaphore say it the same way: a `Timeout` naming the quiet
+    /// period within 100 ms of a 50 ms wait (they refused in silence before).
+    #[tokio::test]
+    async fn a_new_prefix_says_why_its_first_read_write_and_permit_wait() {
+        use lock_core::{DistributedRwLock, DistributedSemaphore};
+        let fx = crate::common::RedisFixture::start().await.unwrap();
+        let options = |suffix: &str| lock_redis::RedisOptions {
+            key_prefix: format!("{}-{suffix}", fx.options.key_prefix),
+            restart_quiet_period: Some(Duration::from_secs(5)),
+            ..crate::common::test_options()
+        };
+        let opts = AcquireOptions::new(Duration::from_secs(2)).wait(Duration::from_millis(50));
+        let name = LockName::new("first").unwrap();
+        let said = |what: &str, r: Result<lock_core::Lease, LockError>, took: Duration| {
+            match r {
+                Err(LockError::Timeout { quiet_left: Some(left), .. }) => {
+                    assert!(
+                        left > Duration::from_secs(4) && left <= Duration::from_secs(5),
+                        "{what}: quiet left {left:?}"
+                    )
+                }
+                other => panic!("{what}: expected a Timeout naming the quiet period, got {other:?}"),
+            }
+            assert!(took < Duration::from_millis(150), "{what}: the Timeout came after {took:?}");
+        };
+        let rw = lock_redis::connect_rw(fx.server.url(), options("rw")).await.unwrap();
+        let began = Instant::now();
+        said("read", rw.acquire_read(&name, &opts).await, began.elapsed());
+        let began = Instant::now();
+        said("write", rw.acquire_write(&name, &opts).await, began.elapsed());
+        let sem = lock_redis::connect_semaphore(fx.server.url(), options("sem")).await.unwrap();
+        let began = Instant::now();
+        said("permit", sem.acquire_permit(&name, 2, &opts).await, began.elapsed());
+    }
 }

@@ -97,7 +97,9 @@ end
 /// channel, writers' channel, the caller's wake channel (optional; `''` or absent: woken on
 /// its kind's channel; crate::scripts::kinds_queue). `{1, token}` granted (or already ours: lease refreshed, same
 /// token); `{0, ms}` refused: a writer holds (ms = its PTTL), it is not this reader's turn in
-/// the queue (ms = until the first registration ahead of it or the readers' leases end), or the quiet period after the server lost its state (the time left).
+/// the queue (ms = until the first registration ahead of it or the readers' leases end);
+/// `{2, ms}` refused for the quiet period after the server lost its state (the time left; the
+/// caller keeps its queue place).
 const RW_READ_SRC: &str = concat!(
     kinds_queued_prelude!(),
     r#"
@@ -112,7 +114,8 @@ if again then
 end
 local function busy(ms) return kq_refuse(KEYS[4], q, had, me, reg, ms) end
 local quiet = quiet_left(KEYS[6], ARGV[4], now)
-if quiet > 0 then return busy(quiet) end
+-- `{2, ms}`: refused for the quiet period, not for a holder (the caller says so).
+if quiet > 0 then busy(quiet); return {2, quiet} end
 if redis.call('EXISTS', KEYS[3]) == 1 then
   return busy(redis.call('PTTL', KEYS[3]))
 end
@@ -146,7 +149,7 @@ static RW_READ: LazyLock<Script> = LazyLock::new(|| Script::new(RW_READ_SRC));
 /// channel, the caller's wake channel (optional, as in `RW_READ_SRC`). `{1, token}` granted
 /// (or already ours); `{0, ms}` refused: someone holds (ms: how
 /// long the holders' leases last at most), it is not this writer's turn (ms: until the first
-/// registration ahead of it ends) or the quiet period. A refused waiting writer keeps its place in the
+/// registration ahead of it ends); `{2, ms}` the quiet period (time left). A refused waiting writer keeps its place in the
 /// queue, which holds back every reader arriving after it.
 const RW_WRITE_SRC: &str = concat!(
     kinds_queued_prelude!(),
@@ -163,7 +166,8 @@ if holder == ARGV[1] then
 end
 local function busy(ms) return kq_refuse(KEYS[4], q, had, me, reg, ms) end
 local quiet = quiet_left(KEYS[6], ARGV[4], now)
-if quiet > 0 then return busy(quiet) end
+-- `{2, ms}`: refused for the quiet period, not for a holder (the caller says so).
+if quiet > 0 then busy(quiet); return {2, quiet} end
 if holder then return busy(redis.call('PTTL', KEYS[3])) end
 local readers = redis.call('ZCARD', KEYS[1])
 local can = rw_grantable(q, false, readers)
@@ -250,7 +254,7 @@ static RW_READ_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_READ_
 /// ttl ms, permits, registration ms (`0`: a single try), quiet ms, reserve ms, channel, the
 /// caller's wake channel (optional, as in `RW_READ_SRC`). `{1, token}` granted (or already ours); `{0, ms}` refused: all permits taken (ms until the
 /// first lease ends), the free permits belong to waiters queued ahead (ms until the first
-/// registration ahead ends) or the quiet period; `{-1, n}` the semaphore is in use with `n` permits,
+/// registration ahead ends); `{2, ms}` the quiet period (time left); `{-1, n}` the semaphore is in use with `n` permits,
 /// not `permits`.
 const SEM_ACQUIRE_SRC: &str = concat!(
     kinds_queued_prelude!(),
@@ -273,7 +277,8 @@ if again then
 end
 local function busy(ms) return kq_refuse(KEYS[4], q, had, me, reg, ms) end
 local quiet = quiet_left(KEYS[6], ARGV[5], now)
-if quiet > 0 then return busy(quiet) end
+-- `{2, ms}`: refused for the quiet period, not for a holder (the caller says so).
+if quiet > 0 then busy(quiet); return {2, quiet} end
 local free = n - redis.call('ZCARD', KEYS[1])
 if free <= 0 then return busy(left(KEYS[1], true)) end
 local i = kq_place(q, me)
