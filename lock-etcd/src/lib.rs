@@ -28,8 +28,8 @@
 //! - **Each waiter watches only its predecessor** (the newest key created before its own) for
 //!   deletion, from the revision it read it at, so no deletion is missed and a release wakes
 //!   exactly one waiter: FIFO, no herd.
-//! - **A grant is confirmed by the server, never inferred from a watch event** (issue 27's
-//!   rule): after every wake-up the waiter reads, in one transaction that first checks its own
+//! - **A grant is confirmed by the server, never inferred from a watch event** (docs/contract.md
+//!   §4): after every wake-up the waiter reads, in one transaction that first checks its own
 //!   key still exists with its create revision, whether any key is older than its own. Only
 //!   "none" grants; a watch event only says "look again".
 //! - **The fencing token is the key's create revision**: cluster-wide, strictly increasing,

@@ -35,7 +35,7 @@ async fn until_queued(fx: &EtcdFixture, name: &LockName, n: usize) {
 }
 
 /// Holder A, waiters B then C: when B leaves, C's watch on B's key fires, but A still holds, so C
-/// must read that back and go on waiting; it is granted only when A releases (issue 27: a grant
+/// must read that back and go on waiting; it is granted only when A releases (a grant
 /// is confirmed by the server, never inferred from a notification alone).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wake_up_is_only_a_hint() {
