@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use dlock::{
-    backend::{LeaseStore, ReleaseOutcome, RenewOutcome, StoreLock, TryLock},
+    backend::{Claim, LeaseStore, ReleaseOutcome, RenewOutcome, StoreLock, TryLock},
     AcquireOptions, Capabilities, DistributedLock, LockError, LockName, OwnerId,
 };
 use dlock_testkit::servers::redis::RedisServer;
@@ -36,8 +36,11 @@ impl<S: LeaseStore> LeaseStore for PollOnly<S> {
     fn capabilities(&self) -> Capabilities {
         self.0.capabilities()
     }
-    async fn try_lock(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<TryLock, LockError> {
-        self.0.try_lock(name, owner, ttl).await
+    async fn try_lock(&self, claim: &Claim<'_>, waiting: bool) -> Result<TryLock, LockError> {
+        self.0.try_lock(claim, waiting).await
+    }
+    async fn abandon(&self, name: &LockName, owner: OwnerId) -> Result<(), LockError> {
+        self.0.abandon(name, owner).await
     }
     async fn renew(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<RenewOutcome, LockError> {
         self.0.renew(name, owner, ttl).await

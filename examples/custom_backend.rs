@@ -146,12 +146,9 @@ impl LeaseStore for ToyStore {
         caps
     }
 
-    async fn try_lock(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<TryLock, LockError> {
-        self.grant(&Claim::new(name, owner, ttl))
-    }
-
-    // Overridden so the holder's identity is stored with the lease.
-    async fn try_claim(&self, claim: &Claim<'_>, _waiting: bool) -> Result<TryLock, LockError> {
+    // A single try and a waiting attempt are the same here (no queue); the holder's identity
+    // is stored with the lease.
+    async fn try_lock(&self, claim: &Claim<'_>, _waiting: bool) -> Result<TryLock, LockError> {
         self.grant(claim)
     }
 

@@ -126,7 +126,7 @@ mod slow {
     use std::sync::Mutex;
     use std::time::Duration;
 
-    use lock_core::backend::{async_trait, LeaseStore, ReleaseOutcome, RenewOutcome, TryLock};
+    use lock_core::backend::{async_trait, Claim, LeaseStore, ReleaseOutcome, RenewOutcome, TryLock};
     use lock_core::{Capabilities, FencingToken, LockError, LockName, OwnerId};
     use tokio::time::Instant;
 
@@ -158,7 +158,8 @@ mod slow {
         fn capabilities(&self) -> Capabilities {
             Capabilities::new()
         }
-        async fn try_lock(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<TryLock, LockError> {
+        async fn try_lock(&self, claim: &Claim<'_>, _waiting: bool) -> Result<TryLock, LockError> {
+            let (name, owner, ttl) = (claim.name, claim.owner, claim.ttl);
             tokio::time::sleep(self.latency).await;
             let now = Instant::now();
             let answer = {

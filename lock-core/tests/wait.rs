@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::backend::{LeaseStore, ReleaseOutcome, RenewOutcome, StoreLock, TryLock, WakeHub, WakeSubscription};
+use lock_core::backend::{
+    Claim, LeaseStore, ReleaseOutcome, RenewOutcome, StoreLock, TryLock, WakeHub, WakeSubscription,
+};
 use lock_core::{
     AcquireOptions, Capabilities, DistributedLock, FencingToken, LockError, LockName, OwnerId, WakeMethod,
 };
@@ -49,9 +51,9 @@ impl LeaseStore for Counted {
         caps
     }
 
-    async fn try_lock(&self, _name: &LockName, owner: OwnerId, _ttl: Duration) -> Result<TryLock, LockError> {
+    async fn try_lock(&self, claim: &Claim<'_>, _waiting: bool) -> Result<TryLock, LockError> {
         let mut st = self.state.lock().unwrap();
-        st.attempts.push(owner);
+        st.attempts.push(claim.owner);
         Ok(if st.free {
             TryLock::Acquired { token: FencingToken(1) }
         } else {

@@ -71,7 +71,10 @@ async fn extra_durable_fencing_follows_innodb_flush_setting() {
 /// returned inside its transaction would keep it locked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extra_conflict_rolls_back_before_reuse() {
-    use lock_core::{backend::TryLock, OwnerId};
+    use lock_core::{
+        backend::{Claim, TryLock},
+        OwnerId,
+    };
     let fx = SqlFixture::mysql().await.unwrap();
     let t = fx.options().table;
     // innodb_lock_wait_timeout = 2 s (whole seconds of request_timeout); 0.9 s left to re-run.
@@ -86,7 +89,7 @@ async fn extra_conflict_rolls_back_before_reuse() {
     let unlock = admin.rollback_after(2300);
     let second = OwnerId::random();
     let started = std::time::Instant::now();
-    let got = read.try_lock(&name, second, ttl).await;
+    let got = read.try_lock(&Claim::new(&name, second, ttl), false).await;
     let mut admin = unlock.await.unwrap();
     assert!(matches!(got, Ok(TryLock::Acquired { .. })), "after a lock-wait timeout: {got:?}");
     assert!(
@@ -111,7 +114,7 @@ async fn extra_conflict_rolls_back_before_reuse() {
     let result = async {
         let rw = lock_sql::connect_rw(url.as_str(), options).await?;
         let [(_, read), _] = rw.lease_stores();
-        let refused = read.try_lock(&name, OwnerId::random(), ttl).await;
+        let refused = read.try_lock(&Claim::new(&name, OwnerId::random(), ttl), false).await;
         assert!(matches!(&refused, Err(lock_core::LockError::Config { .. })), "{refused:?}");
         // The connection went back to the pool; the row it locked must be free.
         assert_counter_row_free(&mut admin, &t).await;
@@ -142,7 +145,7 @@ async fn assert_counter_row_free(admin: &mut common::Admin, t: &str) {
 #[tokio::test]
 async fn extra_acquire_condition_once_in_both_assignment_modes() {
     use lock_core::{
-        backend::{LeaseStore, TryLock},
+        backend::{Claim, LeaseStore, TryLock},
         LockName, OwnerId,
     };
     use sqlx::Executor;
@@ -166,17 +169,21 @@ async fn extra_acquire_condition_once_in_both_assignment_modes() {
         let stale = || async { sqlx::query("SET @dlock_granted = 1").execute(&pool).await.unwrap() };
         let (a, b) = (OwnerId::random(), OwnerId::random());
         stale().await;
-        let TryLock::Acquired { token: t1 } = store.try_lock(&name, a, ttl).await.unwrap() else { panic!("free") };
+        let TryLock::Acquired { token: t1 } = store.try_lock(&Claim::new(&name, a, ttl), false).await.unwrap() else {
+            panic!("free")
+        };
         stale().await;
-        let held = store.try_lock(&name, b, ttl).await.unwrap();
+        let held = store.try_lock(&Claim::new(&name, b, ttl), false).await.unwrap();
         assert!(matches!(held, TryLock::Held { remaining: Some(_) }), "mode {mode:?}: held, got {held:?}");
         stale().await;
-        let again = store.try_lock(&name, a, ttl).await.unwrap();
+        let again = store.try_lock(&Claim::new(&name, a, ttl), false).await.unwrap();
         assert!(matches!(again, TryLock::Acquired { token } if token == t1), "mode {mode:?}: re-grant, {again:?}");
         assert_eq!(store.release(&name, b).await.unwrap(), lock_core::backend::ReleaseOutcome::NotOwner);
         assert_eq!(store.release(&name, a).await.unwrap(), lock_core::backend::ReleaseOutcome::Released);
         stale().await;
-        let TryLock::Acquired { token: t2 } = store.try_lock(&name, b, ttl).await.unwrap() else { panic!("free") };
+        let TryLock::Acquired { token: t2 } = store.try_lock(&Claim::new(&name, b, ttl), false).await.unwrap() else {
+            panic!("free")
+        };
         assert!(t2 > t1, "mode {mode:?}: the token must grow");
         assert_eq!(store.release(&name, b).await.unwrap(), lock_core::backend::ReleaseOutcome::Released);
     }

@@ -194,7 +194,10 @@ async fn extra_fences_survive_a_crash_of_an_async_commit_server() {
 /// granted once the row is free, instead of failing with "current transaction is aborted".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extra_conflict_rolls_back_before_reuse() {
-    use lock_core::{backend::TryLock, OwnerId};
+    use lock_core::{
+        backend::{Claim, TryLock},
+        OwnerId,
+    };
     let fx = SqlFixture::postgres().await.unwrap();
     let url = format!("{}?options[lock_timeout]=100", fx.url());
     let options = lock_sql::SqlOptions { max_connections: 1, ..fx.options() };
@@ -204,7 +207,7 @@ async fn extra_conflict_rolls_back_before_reuse() {
     admin.lock_rows(&format!("{}_counters", fx.options().table), "kind = 'rw' AND name = 'conflict'").await;
     let unlock = admin.rollback_after(400);
     let second = OwnerId::random();
-    let got = read.try_lock(&name, second, ttl).await;
+    let got = read.try_lock(&Claim::new(&name, second, ttl), false).await;
     let _admin = unlock.await.unwrap();
     assert!(matches!(got, Ok(TryLock::Acquired { .. })), "after lock-timeout conflicts: {got:?}");
     // The one pooled connection is usable for plain statements too.
@@ -217,7 +220,7 @@ async fn extra_conflict_rolls_back_before_reuse() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extra_wake_keys_are_per_kind() {
     use lock_core::{
-        backend::{LeaseStore, TryLock},
+        backend::{Claim, LeaseStore, TryLock},
         LockName, OwnerId,
     };
     let fx = SqlFixture::postgres().await.unwrap();
@@ -230,7 +233,10 @@ async fn extra_wake_keys_are_per_kind() {
     let name = |s: &str| LockName::new(s).unwrap();
     let cycle = |store: Arc<dyn LeaseStore>, n: LockName| async move {
         let o = OwnerId::random();
-        assert!(matches!(store.try_lock(&n, o, ttl).await.unwrap(), TryLock::Acquired { .. }), "{n}");
+        assert!(
+            matches!(store.try_lock(&Claim::new(&n, o, ttl), false).await.unwrap(), TryLock::Acquired { .. }),
+            "{n}"
+        );
         store.release(&n, o).await.unwrap();
     };
     let quiet = Duration::from_millis(500);
@@ -267,9 +273,9 @@ async fn extra_wake_keys_are_per_kind() {
     assert!(tokio::time::timeout(Duration::from_secs(2), own.woken()).await.is_ok(), "a permit release wakes");
     // The exclusive lock wakes the head of its waiter queue, by owner id.
     let (holder, waiter, z) = (OwnerId::random(), OwnerId::random(), name("z"));
-    assert!(matches!(exclusive.try_lock(&z, holder, ttl).await.unwrap(), TryLock::Acquired { .. }));
+    assert!(matches!(exclusive.try_lock(&Claim::new(&z, holder, ttl), false).await.unwrap(), TryLock::Acquired { .. }));
     let queued = lock_core::backend::Claim::new(&z, waiter, ttl);
-    assert!(matches!(exclusive.try_claim(&queued, true).await.unwrap(), TryLock::Held { .. }));
+    assert!(matches!(exclusive.try_lock(&queued, true).await.unwrap(), TryLock::Held { .. }));
     let own = exclusive.subscribe_waiter(&z, waiter).await.unwrap().expect("postgres listens");
     exclusive.release(&z, holder).await.unwrap();
     assert!(tokio::time::timeout(Duration::from_secs(2), own.woken()).await.is_ok(), "an exclusive release wakes");
@@ -329,7 +335,7 @@ async fn extra_cancelled_acquire_leaves_no_grant() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extra_observers_are_notified_only_while_they_observe() {
     use lock_core::{
-        backend::{LeaseStore, TryLock},
+        backend::{Claim, LeaseStore, TryLock},
         LockName, OwnerId,
     };
     let fx = SqlFixture::postgres().await.unwrap();
@@ -340,7 +346,7 @@ async fn extra_observers_are_notified_only_while_they_observe() {
     let key = format!("dlock:{name}");
     let cycle = || async {
         let o = OwnerId::random();
-        let granted = store.try_lock(&name, o, Duration::from_secs(5)).await.unwrap();
+        let granted = store.try_lock(&Claim::new(&name, o, Duration::from_secs(5)), false).await.unwrap();
         assert!(matches!(granted, TryLock::Acquired { .. }));
         store.release(&name, o).await.unwrap();
     };

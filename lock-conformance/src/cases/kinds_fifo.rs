@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::{
-    backend::TryLock, AcquireOptions, Capabilities, DistributedRwLock, DistributedSemaphore, Lease, LockError,
-    LockName, OwnerId,
+    backend::{Claim, TryLock},
+    AcquireOptions, Capabilities, DistributedRwLock, DistributedSemaphore, Lease, LockError, LockName, OwnerId,
 };
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -214,7 +214,10 @@ async fn slow_writer_kept_its_turn(
     let name = cx.name("rw-slow")?;
     let long = cx.opts(cx.ttl() * 20);
     let held = a.acquire_read(&name, &long).await?;
-    expect_refused(write.try_lock_waiting(&name, OwnerId::random(), cx.ttl()).await?, "a writer while a reader held")?;
+    expect_refused(
+        write.try_lock(&Claim::new(&name, OwnerId::random(), cx.ttl()), true).await?,
+        "a writer while a reader held",
+    )?;
     held.release().await?;
     let tries = [
         ("the releaser's try_acquire_write", a.try_acquire_write(&name, &long).await?),
@@ -318,7 +321,10 @@ pub async fn kinds_fifo_vanished_head(fx: &dyn Fixture) -> CaseResult {
     if let (Some(rw), Some(ghost)) = (&fair_rw, write_store) {
         let name = cx.name("rw-ghost")?;
         let held = rw.acquire_read(&name, &cx.opts(cx.ttl())).await?;
-        expect_refused(ghost.try_lock_waiting(&name, OwnerId::random(), ttl).await?, "a writer while a reader held")?;
+        expect_refused(
+            ghost.try_lock(&Claim::new(&name, OwnerId::random(), ttl), true).await?,
+            "a writer while a reader held",
+        )?;
         let next = spawn_rw(&rw_client(&cx).await?, &name, false, waiting.clone());
         tokio::time::sleep(settle(&cx)).await;
         let delay = served_after_release(held, next, "the reader behind a vanished writer", bound, ttl).await?;
@@ -327,7 +333,10 @@ pub async fn kinds_fifo_vanished_head(fx: &dyn Fixture) -> CaseResult {
     if let (Some(sem), Some(ghost)) = (&fair_sem, permit_store) {
         let name = cx.name("sem-ghost")?;
         let held = sem.acquire_permit(&name, 1, &cx.opts(cx.ttl())).await?;
-        expect_refused(ghost.try_lock_waiting(&name, OwnerId::random(), ttl).await?, "a permit while it was held")?;
+        expect_refused(
+            ghost.try_lock(&Claim::new(&name, OwnerId::random(), ttl), true).await?,
+            "a permit while it was held",
+        )?;
         let next = spawn_permit(&semaphore_client(&cx).await?, &name, 1, waiting);
         tokio::time::sleep(settle(&cx)).await;
         let delay = served_after_release(held, next, "the permit waiter behind a vanished one", bound, ttl).await?;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::{
-    backend::{LeaseStore, TryLock},
+    backend::{Claim, LeaseStore, TryLock},
     OwnerId,
 };
 use tokio::time::{sleep_until, Instant};
@@ -69,14 +69,14 @@ async fn check(cx: &Ctx<'_>, label: &str, store: Arc<dyn LeaseStore>, rival: Arc
     let name = cx.name(label)?;
     let (a, b) = (OwnerId::random(), OwnerId::random());
     let t0 = Instant::now();
-    let TryLock::Acquired { token: first } = store.try_lock(&name, a, ttl).await? else {
+    let TryLock::Acquired { token: first } = store.try_lock(&Claim::new(&name, a, ttl), false).await? else {
         fail!("{label}: a fresh name was not granted");
     };
     // The server's first lease ends by now + ttl: it started before the reply came back.
     let first_ends = Instant::now() + ttl;
     tokio::time::sleep_until(t0 + ttl / 2).await;
     let t_re = Instant::now();
-    let TryLock::Acquired { token: again } = store.try_lock(&name, a, ttl).await? else {
+    let TryLock::Acquired { token: again } = store.try_lock(&Claim::new(&name, a, ttl), false).await? else {
         fail!("{label}: a retry by the holder itself (same owner) was refused");
     };
     // The same grant comes back (SQL, Redis), or a fresh one with a greater token (Redlock draws
@@ -86,7 +86,7 @@ async fn check(cx: &Ctx<'_>, label: &str, store: Arc<dyn LeaseStore>, rival: Arc
     let regrant_ends = t_re + ttl;
     // Past the first grant's expiry, well before the re-grant's.
     sleep_until(first_ends + ttl / 8).await;
-    let rival_got = rival.try_lock(&name, b, ttl).await?;
+    let rival_got = rival.try_lock(&Claim::new(&name, b, ttl), false).await?;
     let answered = Instant::now();
     if let TryLock::Acquired { token } = rival_got {
         let _ = rival.release(&name, b).await;
@@ -112,7 +112,7 @@ async fn check(cx: &Ctx<'_>, label: &str, store: Arc<dyn LeaseStore>, rival: Arc
     sleep_until(t_re + ttl).await;
     let deadline = Instant::now() + ttl;
     let granted = loop {
-        if let TryLock::Acquired { token } = rival.try_lock(&name, b, ttl).await? {
+        if let TryLock::Acquired { token } = rival.try_lock(&Claim::new(&name, b, ttl), false).await? {
             break Some(token);
         }
         if Instant::now() >= deadline {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use lock_conformance::{async_trait, Fixture};
 use lock_core::{
-    backend::{LeaseGrant, LeaseHandle, LeaseStore, ReleaseOutcome, RenewOutcome, TryLock},
+    backend::{Claim, LeaseGrant, LeaseHandle, LeaseStore, ReleaseOutcome, RenewOutcome, TryLock},
     AcquireOptions, Capabilities, DistributedLock, Lease, LeaseEvents, LockError, LockName, OwnerId, WaitPolicy,
 };
 use tokio::sync::{mpsc, oneshot};
@@ -87,7 +87,7 @@ impl DistributedLock for Client {
     }
     async fn try_acquire(&self, name: &LockName, opts: &AcquireOptions) -> Result<Option<Lease>, LockError> {
         let (owner, started) = (OwnerId::random(), Instant::now());
-        Ok(match self.store.try_lock(name, owner, opts.ttl).await? {
+        Ok(match self.store.try_lock(&Claim::new(name, owner, opts.ttl), false).await? {
             TryLock::Acquired { token } => Some(self.lease(name, owner, token, started, opts)),
             _ => None,
         })

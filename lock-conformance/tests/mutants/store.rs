@@ -188,11 +188,7 @@ impl LeaseStore for Store {
     fn capabilities(&self) -> Capabilities {
         self.server.bug.capabilities()
     }
-    async fn try_lock_waiting(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<TryLock, LockError> {
-        self.try_claim(&Claim::new(name, owner, ttl), true).await
-    }
-    /// Every attempt, single or waiting, comes here.
-    async fn try_claim(&self, claim: &Claim<'_>, waiting: bool) -> Result<TryLock, LockError> {
+    async fn try_lock(&self, claim: &Claim<'_>, waiting: bool) -> Result<TryLock, LockError> {
         self.delay().await;
         let answer = self.try_lock_queued(claim, waiting);
         self.delay().await;
@@ -215,9 +211,6 @@ impl LeaseStore for Store {
             s.hand_off(&key, Instant::now(), self.server.bug);
         }
         Ok(())
-    }
-    async fn try_lock(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<TryLock, LockError> {
-        self.try_claim(&Claim::new(name, owner, ttl), false).await
     }
     async fn renew(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<RenewOutcome, LockError> {
         self.delay().await;

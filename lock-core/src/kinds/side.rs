@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use super::rules::writer_claim;
 use super::store::{KindAttempt, KindGrant, KindStore};
 use crate::lease::{ReleaseOutcome, RenewOutcome};
-use crate::store::{LeaseStore, TryLock};
+use crate::store::{Claim, LeaseStore, TryLock};
 use crate::wake::WakeSubscription;
 use crate::{Capabilities, LockError, LockKind, LockName, OwnerId};
 
@@ -66,14 +66,10 @@ impl<B: KindStore> LeaseStore for KindSide<B> {
         self.store.backend()
     }
 
-    /// A single try does not wait, so it leaves no claim that would hold readers back.
-    async fn try_lock(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<TryLock, LockError> {
-        self.attempt(name, owner, ttl, false).await
-    }
-
-    /// A waiting writer's refused attempt leaves a short claim that holds back new readers.
-    async fn try_lock_waiting(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<TryLock, LockError> {
-        self.attempt(name, owner, ttl, true).await
+    /// A waiting writer's refused attempt leaves a short claim that holds back new readers; a
+    /// single try does not wait, so it leaves none.
+    async fn try_lock(&self, claim: &Claim<'_>, waiting: bool) -> Result<TryLock, LockError> {
+        self.attempt(claim.name, claim.owner, claim.ttl, waiting).await
     }
 
     /// A wait that ended without a grant withdraws what it left at once ([`KindStore::abandon`]:

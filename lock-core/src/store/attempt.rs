@@ -16,7 +16,7 @@ pub(super) async fn attempt<S: LeaseStore>(
     bound: Duration,
     waiting: bool,
 ) -> Option<Result<TryLock, LockError>> {
-    timeout(bound, store.try_claim(claim, waiting)).await.ok()
+    timeout(bound, store.try_lock(claim, waiting)).await.ok()
 }
 
 /// The error of an attempt that did not answer within `bound`.

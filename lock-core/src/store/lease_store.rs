@@ -19,8 +19,16 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// What the backend promises.
     fn capabilities(&self) -> Capabilities;
 
-    /// One attempt: take the lock for `owner` if it is free, expired, or already `owner`'s.
-    async fn try_lock(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<TryLock, LockError>;
+    /// One attempt: take the lock `claim.name` for `claim.owner` for `claim.ttl` if it is free,
+    /// expired, or already that owner's. A store that keeps the holder's identity with the lease
+    /// (`Capabilities::inspect`) stores `claim.holder` too.
+    ///
+    /// `waiting`: the attempt is made while `acquire` waits (the same owner re-tries until
+    /// granted or the wait ends). Such an attempt may leave something behind that the next ones
+    /// refresh — a queue place, a writer's claim that holds back new readers so writers are not
+    /// starved — and that [`LeaseStore::abandon`] takes back. A single try (`false`) leaves
+    /// nothing.
+    async fn try_lock(&self, claim: &Claim<'_>, waiting: bool) -> Result<TryLock, LockError>;
 
     /// Extend `owner`'s lease to `now + ttl` if `owner` still holds it.
     async fn renew(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<RenewOutcome, LockError>;
@@ -36,30 +44,10 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// Free the lock if `owner` still holds it, and wake waiters.
     async fn release(&self, name: &LockName, owner: OwnerId) -> Result<ReleaseOutcome, LockError>;
 
-    /// One attempt made while `acquire` waits (the same owner re-tries until granted or the
-    /// wait ends). A store may leave something behind here that its next attempts refresh —
-    /// e.g. a writer's claim that holds back new readers so writers are not starved — and take
-    /// it back in [`LeaseStore::abandon`]. By default the same as [`LeaseStore::try_lock`].
-    async fn try_lock_waiting(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<TryLock, LockError> {
-        self.try_lock(name, owner, ttl).await
-    }
-
     /// A wait by `owner` ended without a grant (time-out, error, dropped future): withdraw what
     /// its attempts left behind (owner-checked). Runs in the background; by default nothing.
     async fn abandon(&self, _name: &LockName, _owner: OwnerId) -> Result<(), LockError> {
         Ok(())
-    }
-
-    /// One attempt for `claim` (`waiting`: made while `acquire` waits). Stores that keep the
-    /// holder's identity with the lease (`Capabilities::inspect`) override this; by default the
-    /// identity is not stored and the attempt is [`LeaseStore::try_lock`] (or
-    /// [`LeaseStore::try_lock_waiting`]).
-    async fn try_claim(&self, claim: &Claim<'_>, waiting: bool) -> Result<TryLock, LockError> {
-        if waiting {
-            self.try_lock_waiting(claim.name, claim.owner, claim.ttl).await
-        } else {
-            self.try_lock(claim.name, claim.owner, claim.ttl).await
-        }
     }
 
     /// Who holds `name` now (docs/contract.md §5.6); `Unsupported` by default.

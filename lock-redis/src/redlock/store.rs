@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::future::join_all;
 use lock_core::{
-    backend::{LeaseStore, ReleaseOutcome, RenewOutcome, TryLock, WakeSubscription},
+    backend::{Claim, LeaseStore, ReleaseOutcome, RenewOutcome, TryLock, WakeSubscription},
     Capabilities, LeaseModel, LockError, LockName, OwnerId, WakeMethod,
 };
 use tokio::time::Instant;
@@ -152,12 +152,14 @@ impl LeaseStore for RedlockStore {
         caps
     }
 
-    async fn try_lock(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<TryLock, LockError> {
-        self.single_try(name, owner, ttl).await
-    }
-
-    async fn try_lock_waiting(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<TryLock, LockError> {
-        self.waiting_try(name, owner, ttl).await
+    /// No holder identity on Redlock (`inspect` is unsupported): the claim's holder is not kept.
+    async fn try_lock(&self, claim: &Claim<'_>, waiting: bool) -> Result<TryLock, LockError> {
+        let (name, owner, ttl) = (claim.name, claim.owner, claim.ttl);
+        if waiting {
+            self.waiting_try(name, owner, ttl).await
+        } else {
+            self.single_try(name, owner, ttl).await
+        }
     }
 
     /// Withdraws the wait's places (and any partial grant of it) on every master, handing a

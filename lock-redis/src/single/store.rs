@@ -272,11 +272,7 @@ impl LeaseStore for RedisStore {
         caps
     }
 
-    async fn try_lock(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<TryLock, LockError> {
-        self.try_claim(&Claim::new(name, owner, ttl), false).await
-    }
-
-    async fn try_claim(&self, claim: &Claim<'_>, waiting: bool) -> Result<TryLock, LockError> {
+    async fn try_lock(&self, claim: &Claim<'_>, waiting: bool) -> Result<TryLock, LockError> {
         let (name, owner, ttl) = (claim.name, claim.owner, claim.ttl);
         let keys = self.keys(name);
         let owner_id = owner;

@@ -232,11 +232,7 @@ impl LeaseStore for SqlStore {
         caps
     }
 
-    async fn try_lock(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<TryLock, LockError> {
-        self.try_claim(&Claim::new(name, owner, ttl), false).await
-    }
-
-    async fn try_claim(&self, claim: &Claim<'_>, waiting: bool) -> Result<TryLock, LockError> {
+    async fn try_lock(&self, claim: &Claim<'_>, waiting: bool) -> Result<TryLock, LockError> {
         let o = claim.owner.to_hex();
         let who = Who { holder: claim.holder_id(), metadata: claim.metadata() };
         let wait = if waiting {

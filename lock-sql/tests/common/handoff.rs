@@ -21,7 +21,7 @@ async fn queue(
 ) -> Result<lock_core::backend::WakeSubscription, LockError> {
     let sub = store.subscribe_waiter(claim.name, claim.owner).await?.expect("postgres notifies waiters");
     for _ in 0..2 {
-        let got = store.try_claim(claim, true).await?;
+        let got = store.try_lock(claim, true).await?;
         assert!(matches!(got, TryLock::Held { .. }), "held by another: {got:?}");
     }
     Ok(sub)
@@ -37,7 +37,9 @@ pub async fn check_handoff_claim(fx: &SqlFixture) -> Result<(), LockError> {
     let name = LockName::new("handoff-validity")?;
     let ttl = Duration::from_secs(8);
     let (holder, head) = (OwnerId::random(), OwnerId::random());
-    let TryLock::Acquired { token: first } = store.try_lock(&name, holder, ttl).await? else { panic!("free") };
+    let TryLock::Acquired { token: first } = store.try_lock(&Claim::new(&name, holder, ttl), false).await? else {
+        panic!("free")
+    };
     let who = Holder::new("the-head")?.with_metadata("m")?;
     let claim = Claim::new(&name, head, ttl).holder(Some(&who));
     let sub = queue(store, &claim).await?;
@@ -47,7 +49,7 @@ pub async fn check_handoff_claim(fx: &SqlFixture) -> Result<(), LockError> {
     let left = provisional.remaining.expect("a remaining lease");
     assert!(left <= Duration::from_secs(1), "an unclaimed grant lasts the claim window, not the ttl: {left:?}");
     let sent = Instant::now();
-    let got = store.try_claim(&claim, true).await?;
+    let got = store.try_lock(&claim, true).await?;
     let TryLock::Acquired { token } = got else { panic!("expected the claimed grant, got {got:?}") };
     assert_eq!(token, provisional.token, "the claim returns the row's fence");
     assert!(token > first, "fence {token:?} after {first:?}");
@@ -68,7 +70,9 @@ pub async fn check_handoff_leave(fx: &SqlFixture) -> Result<(), LockError> {
     let name = LockName::new("handoff-leave")?;
     let ttl = Duration::from_secs(30);
     let (holder, a, b) = (OwnerId::random(), OwnerId::random(), OwnerId::random());
-    let TryLock::Acquired { token: first } = store.try_lock(&name, holder, ttl).await? else { panic!("free") };
+    let TryLock::Acquired { token: first } = store.try_lock(&Claim::new(&name, holder, ttl), false).await? else {
+        panic!("free")
+    };
     let (ca, cb) = (Claim::new(&name, a, ttl), Claim::new(&name, b, ttl));
     let _sa = queue(store, &ca).await?;
     let sb = queue(store, &cb).await?;
@@ -78,7 +82,7 @@ pub async fn check_handoff_leave(fx: &SqlFixture) -> Result<(), LockError> {
     // `a` never takes it: its wait ends.
     store.abandon(&name, a).await?;
     timeout(Duration::from_secs(2), sb.woken()).await.expect("the next head is notified");
-    let got = store.try_claim(&cb, true).await?;
+    let got = store.try_lock(&cb, true).await?;
     let TryLock::Acquired { token } = got else { panic!("the next head gets the lock: {got:?}") };
     assert!(token > granted.token, "fence {token:?} after {:?}", granted.token);
     assert_eq!(store.release(&name, a).await?, ReleaseOutcome::NotOwner, "a's grant was handed on");
@@ -101,7 +105,9 @@ pub async fn check_dead_head_lapses(fx: &SqlFixture) -> Result<(), LockError> {
     for behind in [true, false] {
         let name = LockName::new(format!("dead-head-{behind}"))?;
         let (holder, dead) = (OwnerId::random(), OwnerId::random());
-        let TryLock::Acquired { .. } = store.try_lock(&name, holder, ttl).await? else { panic!("free") };
+        let TryLock::Acquired { .. } = store.try_lock(&Claim::new(&name, holder, ttl), false).await? else {
+            panic!("free")
+        };
         let _sub = queue(store, &Claim::new(&name, dead, ttl)).await?;
         let waiter = behind.then(|| {
             let (next, name, opts) = (next.clone(), name.clone(), opts.clone());
@@ -147,7 +153,9 @@ pub async fn check_cut_abandon_finishes(fx: &SqlFixture) -> Result<(), LockError
     let name = LockName::new("cut-abandon")?;
     let ttl = Duration::from_secs(30);
     let (holder, a) = (OwnerId::random(), OwnerId::random());
-    let TryLock::Acquired { .. } = store.try_lock(&name, holder, ttl).await? else { panic!("free") };
+    let TryLock::Acquired { .. } = store.try_lock(&Claim::new(&name, holder, ttl), false).await? else {
+        panic!("free")
+    };
     let _sa = queue(store, &Claim::new(&name, a, ttl)).await?;
     let mut admin = sqlx::PgConnection::connect(fx.url()).await.expect("admin");
     // A lapsed entry the waiter's leave deletes too (it clears the name's lapsed entries).
@@ -171,7 +179,7 @@ pub async fn check_cut_abandon_finishes(fx: &SqlFixture) -> Result<(), LockError
     // The background clean-up.
     store.abandon(&name, a).await?;
     let other = OwnerId::random();
-    let got = store.try_lock(&name, other, ttl).await?;
+    let got = store.try_lock(&Claim::new(&name, other, ttl), false).await?;
     assert!(
         matches!(got, TryLock::Acquired { .. }),
         "the grant to a waiter that left still holds the lock after its clean-up: {got:?}"

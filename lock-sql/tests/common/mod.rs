@@ -11,7 +11,7 @@ use std::time::Duration;
 use lock_conformance::proxy::FaultProxy;
 use lock_conformance::{Fixture, LinkedClient, ServerControl};
 use lock_core::{
-    backend::{LeaseStore, TryLock},
+    backend::{Claim, LeaseStore, TryLock},
     AcquireOptions, DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockName, OwnerId,
 };
 use lock_sql::{SqlLock, SqlOptions};
@@ -412,10 +412,14 @@ pub async fn check_idempotent_and_remaining(fx: &SqlFixture) -> Result<(), LockE
     let name = LockName::new("idempotent")?;
     let me = OwnerId::random();
     let ttl = Duration::from_secs(3);
-    let TryLock::Acquired { token: t1 } = store.try_lock(&name, me, ttl).await? else { panic!("free") };
-    let TryLock::Acquired { token: t2 } = store.try_lock(&name, me, ttl).await? else { panic!("same owner") };
+    let TryLock::Acquired { token: t1 } = store.try_lock(&Claim::new(&name, me, ttl), false).await? else {
+        panic!("free")
+    };
+    let TryLock::Acquired { token: t2 } = store.try_lock(&Claim::new(&name, me, ttl), false).await? else {
+        panic!("same owner")
+    };
     assert_eq!(t1, t2, "a retry by the same owner gets the same grant");
-    match store.try_lock(&name, OwnerId::random(), ttl).await? {
+    match store.try_lock(&Claim::new(&name, OwnerId::random(), ttl), false).await? {
         TryLock::Held { remaining: Some(r) } => {
             assert!(r <= ttl && r > Duration::from_millis(1500), "remaining {r:?} should be close to {ttl:?}")
         }
@@ -426,7 +430,9 @@ pub async fn check_idempotent_and_remaining(fx: &SqlFixture) -> Result<(), LockE
     assert_eq!(store.renew(&name, me, ttl).await?, lock_core::backend::RenewOutcome::Renewed);
     assert_eq!(store.release(&name, me).await?, lock_core::backend::ReleaseOutcome::Released);
     assert_eq!(store.release(&name, me).await?, lock_core::backend::ReleaseOutcome::NotOwner);
-    let TryLock::Acquired { token: t3 } = store.try_lock(&name, me, ttl).await? else { panic!("free") };
+    let TryLock::Acquired { token: t3 } = store.try_lock(&Claim::new(&name, me, ttl), false).await? else {
+        panic!("free")
+    };
     assert!(t3 > t1, "after release even the same owner gets a new token");
     Ok(())
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::{
-    backend::{LeaseStore, TryLock},
+    backend::{Claim, LeaseStore, TryLock},
     LockError, LockName, OwnerId,
 };
 use sqlx::Executor;
@@ -34,7 +34,10 @@ pub async fn check_release_after_lost_reply(fx: &SqlFixture) -> Result<(), LockE
     for (label, store) in stores {
         let name = LockName::new(format!("lost-reply-{label}"))?;
         let me = OwnerId::random();
-        assert!(matches!(store.try_lock(&name, me, ttl).await?, TryLock::Acquired { .. }), "{label}: free");
+        assert!(
+            matches!(store.try_lock(&Claim::new(&name, me, ttl), false).await?, TryLock::Acquired { .. }),
+            "{label}: free"
+        );
         proxy.set_latency(latency).await;
         let release = {
             let (store, name) = (Arc::clone(&store), name.clone());
@@ -53,7 +56,7 @@ pub async fn check_release_after_lost_reply(fx: &SqlFixture) -> Result<(), LockE
         );
         let other = OwnerId::random();
         assert!(
-            matches!(store.try_lock(&name, other, ttl).await?, TryLock::Acquired { .. }),
+            matches!(store.try_lock(&Claim::new(&name, other, ttl), false).await?, TryLock::Acquired { .. }),
             "{label}: the lock must really be free"
         );
         store.release(&name, other).await?;
@@ -72,7 +75,7 @@ pub async fn conflict_reader(
     let [(_, read), _] = rw.lease_stores();
     let name = LockName::new("conflict").unwrap();
     let first = OwnerId::random();
-    assert!(matches!(read.try_lock(&name, first, ttl).await.unwrap(), TryLock::Acquired { .. }));
+    assert!(matches!(read.try_lock(&Claim::new(&name, first, ttl), false).await.unwrap(), TryLock::Acquired { .. }));
     (rw, read, name, first)
 }
 
@@ -140,8 +143,8 @@ pub async fn check_renewals_not_starved(fx: &SqlFixture) -> Result<(), LockError
     let owner = |n: u128| OwnerId::from_hex(&format!("{n:032x}")).expect("32 hex digits");
     let (a, b) = (owner(0x1_0000_0001), owner(0x1_0000_0041));
     let (na, nb) = (LockName::new("hung-a")?, LockName::new("hung-b")?);
-    assert!(matches!(store.try_lock(&na, a, ttl).await?, TryLock::Acquired { .. }));
-    assert!(matches!(store.try_lock(&nb, b, ttl).await?, TryLock::Acquired { .. }));
+    assert!(matches!(store.try_lock(&Claim::new(&na, a, ttl), false).await?, TryLock::Acquired { .. }));
+    assert!(matches!(store.try_lock(&Claim::new(&nb, b, ttl), false).await?, TryLock::Acquired { .. }));
     admin.lock_rows(&table, "name = 'hung-a'").await;
     let hung = {
         let (store, na) = (Arc::clone(&store), na.clone());
@@ -160,15 +163,15 @@ pub async fn check_renewals_not_starved(fx: &SqlFixture) -> Result<(), LockError
     let rw = lock_sql::connect_rw(fx.url(), fx.options()).await?;
     let [(_, read), (_, write)] = rw.lease_stores();
     let (w, nw, nx) = (OwnerId::random(), LockName::new("burst-held")?, LockName::new("burst-busy")?);
-    assert!(matches!(write.try_lock(&nw, w, ttl).await?, TryLock::Acquired { .. }));
+    assert!(matches!(write.try_lock(&Claim::new(&nw, w, ttl), false).await?, TryLock::Acquired { .. }));
     let r0 = OwnerId::random();
-    assert!(matches!(read.try_lock(&nx, r0, ttl).await?, TryLock::Acquired { .. }));
+    assert!(matches!(read.try_lock(&Claim::new(&nx, r0, ttl), false).await?, TryLock::Acquired { .. }));
     read.release(&nx, r0).await?;
     admin.lock_rows(&format!("{table}_counters"), "kind = 'rw' AND name = 'burst-busy'").await;
     let burst: Vec<_> = (0..2 * fx.options().max_connections)
         .map(|_| {
             let (read, nx) = (Arc::clone(&read), nx.clone());
-            tokio::spawn(async move { read.try_lock(&nx, OwnerId::random(), ttl).await })
+            tokio::spawn(async move { read.try_lock(&Claim::new(&nx, OwnerId::random(), ttl), false).await })
         })
         .collect();
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -220,13 +223,16 @@ pub async fn check_least_privilege(fx: &SqlFixture) -> Result<(), LockError> {
         let ttl = Duration::from_secs(5);
         for (label, store) in &stores {
             let (name, me) = (LockName::new(format!("least-{label}"))?, OwnerId::random());
-            assert!(matches!(store.try_lock(&name, me, ttl).await?, TryLock::Acquired { .. }), "{label}");
+            assert!(
+                matches!(store.try_lock(&Claim::new(&name, me, ttl), false).await?, TryLock::Acquired { .. }),
+                "{label}"
+            );
             assert_eq!(store.renew(&name, me, ttl).await?, lock_core::backend::RenewOutcome::Renewed, "{label}");
             assert_eq!(store.release(&name, me).await?, lock_core::backend::ReleaseOutcome::Released, "{label}");
         }
         admin.run(&format!("REVOKE DELETE ON \"{t}_holders\" FROM {grantee}")).await;
         let read = &stores[1].1;
-        match read.try_lock(&LockName::new("least-denied")?, OwnerId::random(), ttl).await {
+        match read.try_lock(&Claim::new(&LockName::new("least-denied")?, OwnerId::random(), ttl), false).await {
             Err(LockError::Config { reason: message, .. }) => {
                 assert!(message.contains("DELETE") && message.contains("denied"), "{message}");
             }
