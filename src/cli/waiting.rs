@@ -45,16 +45,13 @@ pub(crate) async fn acquire_saying(
 async fn why_waiting(lock: &dyn DistributedLock, config: &Config, name: &LockName) -> String {
     match lock.inspect(name).await {
         Ok(Some(holder)) => held_by(&holder),
-        Ok(None) => match quiet_left(config).await {
-            Some(left) => format!(
-                "nobody holds it, but the Redis server grants nothing for {} s more (its restart quiet period: it lost its \
-                 state, or key prefix {:?} is new there; mark a new deployment fresh with `dlock init`)",
-                left.as_secs().max(1),
-                config.redis.key_prefix
-            ),
-            None => "nobody holds it now: a queued waiter is being served, or the backend refuses grants for a while (a \
+        Ok(None) => match quiet_said(config).await {
+            Some(said) => said,
+            None => {
+                "nobody holds it now: a queued waiter is being served, or the backend refuses grants for a while (a \
                      Redis restart quiet period is logged as a warning with DLOCK_LOG=warn)"
-                .to_owned(),
+                    .to_owned()
+            }
         },
         Err(e) => format!("who holds it is unknown ({e})"),
     }
@@ -68,10 +65,11 @@ fn held_by(holder: &HolderInfo) -> String {
     }
 }
 
-/// The quiet period left on a single Redis server (`redis://`, `rediss://`): its boot marker
-/// holds the server time (ms) the period ends. `None` elsewhere, or when it cannot tell.
+/// Why nobody is granted a free lock on a single Redis server (`redis://`, `rediss://`) in its
+/// restart quiet period: its boot marker holds the server time (ms) the period ends. `None`
+/// elsewhere, outside the period, or when it cannot tell.
 #[cfg(feature = "redis")]
-async fn quiet_left(config: &Config) -> Option<Duration> {
+async fn quiet_said(config: &Config) -> Option<String> {
     use crate::cli::raw::{redis, redis_query};
     let scheme = config.url.split_once("://")?.0.to_ascii_lowercase();
     if scheme != "redis" && scheme != "rediss" {
@@ -83,10 +81,17 @@ async fn quiet_left(config: &Config) -> Option<Duration> {
     let ends_ms: u64 = marker?.parse().ok()?;
     let (secs, micros): (u64, u64) = redis_query(&mut conn, &redis::cmd("TIME")).await.ok()?;
     let now_ms = secs * 1000 + micros / 1000;
-    (ends_ms > now_ms).then(|| Duration::from_millis(ends_ms - now_ms))
+    (ends_ms > now_ms).then(|| {
+        format!(
+            "nobody holds it, but the Redis server grants nothing for {} s more (its restart quiet period: it lost its \
+             state, or key prefix {:?} is new there; mark a new deployment fresh with `dlock init`)",
+            Duration::from_millis(ends_ms - now_ms).as_secs().max(1),
+            config.redis.key_prefix
+        )
+    })
 }
 
 #[cfg(not(feature = "redis"))]
-async fn quiet_left(_config: &Config) -> Option<Duration> {
+async fn quiet_said(_config: &Config) -> Option<String> {
     None
 }
