@@ -86,7 +86,7 @@ impl Client {
     /// Over a ZooKeeper lock client the application built (e.g. over its own session).
     #[cfg(feature = "zk")]
     pub fn from_zk(client: lock_zk::ZkLock) -> Client {
-        Client::from_provider(Arc::new(crate::backends::ZkProvider(client)))
+        Client::from_provider(Arc::new(lock_core::backend::EveryKind(client)))
     }
 
     /// The backend's provider, for what the lock kinds do not cover (e.g. [`LockProvider::purge`]).

@@ -9,9 +9,9 @@
 
 use std::sync::Arc;
 
-use lock_core::backend::async_trait;
-use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockProvider};
-use lock_etcd::{EtcdLock, EtcdOptions};
+use lock_core::backend::EveryKind;
+use lock_core::LockProvider;
+use lock_etcd::EtcdOptions;
 
 use crate::{Config, Connecting, Driver};
 
@@ -24,28 +24,6 @@ fn connect(config: &Config) -> Connecting<'_> {
     Box::pin(async move {
         let options: EtcdOptions = config.section("etcd")?;
         let lock = lock_etcd::connect(&config.url, options).await?;
-        Ok(Arc::new(EtcdProvider(lock)) as Arc<dyn LockProvider>)
+        Ok(Arc::new(EveryKind(lock)) as Arc<dyn LockProvider>)
     })
-}
-
-/// An [`EtcdLock`] (every kind over one client) as a provider.
-struct EtcdProvider(EtcdLock);
-
-#[async_trait]
-impl LockProvider for EtcdProvider {
-    fn backend(&self) -> &str {
-        DistributedLock::backend(&self.0)
-    }
-
-    fn lock(&self) -> Arc<dyn DistributedLock> {
-        Arc::new(self.0.clone())
-    }
-
-    async fn rw(&self) -> Result<Arc<dyn DistributedRwLock>, LockError> {
-        Ok(Arc::new(self.0.clone()))
-    }
-
-    async fn semaphore(&self) -> Result<Arc<dyn DistributedSemaphore>, LockError> {
-        Ok(Arc::new(self.0.clone()))
-    }
 }

@@ -41,6 +41,8 @@ pub use crate::kinds::{
 pub use crate::lease::{LeaseGrant, LeaseHandle, LossTrigger, ReleaseOutcome, RenewOutcome};
 /// Escaping a name prefix for a store's pattern or `LIKE` search (`list`).
 pub use crate::name::escape_prefix;
+/// A handle that is every lock kind at once, as a [`LockProvider`](crate::LockProvider).
+pub use crate::provider::EveryKind;
 /// The one-entry-per-name machinery: the store trait, its attempt, and the lock it becomes.
 pub use crate::store::{Claim, LeaseStore, StoreLock, TryLock};
 /// Release hints for waiters: one hub per connection, one subscription per waiting name.

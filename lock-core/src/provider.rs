@@ -52,6 +52,34 @@ pub trait LockProvider: Send + Sync + 'static {
     }
 }
 
+/// A handle that is every lock kind at once (cloned per kind, sharing its connections), as a
+/// [`LockProvider`]: what a backend like ZooKeeper or etcd, whose one client serves the
+/// exclusive lock, the read-write lock and the semaphore, registers instead of writing the
+/// provider out. `purge` stays `Unsupported`.
+pub struct EveryKind<T>(pub T);
+
+#[async_trait]
+impl<T> LockProvider for EveryKind<T>
+where
+    T: DistributedLock + DistributedRwLock + DistributedSemaphore + Clone,
+{
+    fn backend(&self) -> &str {
+        DistributedLock::backend(&self.0)
+    }
+
+    fn lock(&self) -> Arc<dyn DistributedLock> {
+        Arc::new(self.0.clone())
+    }
+
+    async fn rw(&self) -> Result<Arc<dyn DistributedRwLock>, LockError> {
+        Ok(Arc::new(self.0.clone()))
+    }
+
+    async fn semaphore(&self) -> Result<Arc<dyn DistributedSemaphore>, LockError> {
+        Ok(Arc::new(self.0.clone()))
+    }
+}
+
 /// The in-process reference backend: every kind, over one in-process server.
 #[async_trait]
 impl LockProvider for MemoryLock {

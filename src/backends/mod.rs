@@ -23,8 +23,6 @@ mod zk;
 pub(crate) use self::redis::RedisProvider;
 #[cfg(feature = "sql")]
 pub(crate) use self::sql::SqlProvider;
-#[cfg(feature = "zk")]
-pub(crate) use self::zk::ZkProvider;
 
 /// `memory://[name]`: the in-process server of that name (one per name, shared in the process).
 fn memory(config: &Config) -> Connecting<'_> {
