@@ -33,8 +33,14 @@ const BANNED: &[&str] = &["openssl-sys", "openssl", "native-tls"];
 
 const CRATES_IO: &str = "registry+https://github.com/rust-lang/crates.io-index";
 
-/// `cargo metadata` for this machine's platform, offline (the build fetched everything).
-pub(crate) fn metadata() -> Value {
+/// `cargo metadata` for this machine's platform, offline (the build fetched everything); read
+/// once per test binary.
+pub(crate) fn metadata() -> &'static Value {
+    static METADATA: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
+    METADATA.get_or_init(read_metadata)
+}
+
+fn read_metadata() -> Value {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let host = Command::new("rustc").arg("-vV").output().expect("rustc -vV runs");
     let host = String::from_utf8_lossy(&host.stdout)
@@ -166,7 +172,7 @@ fn dependencies_come_from_crates_io_under_accepted_licenses() {
 
 #[test]
 fn the_library_links_no_openssl_and_one_rand() {
-    let closure = normal_closure(&metadata(), "dlock-rs");
+    let closure = normal_closure(metadata(), "dlock-rs");
     assert!(closure.contains_key("lock-core") && closure.contains_key("sqlx-core"), "{:?}", closure.keys());
     let banned: Vec<&&str> = BANNED.iter().filter(|b| closure.contains_key(**b)).collect();
     assert!(banned.is_empty(), "the library links {banned:?} (rustls only)");
