@@ -1,6 +1,6 @@
 //! Functions longer than the alarm (100 lines, signature to closing brace, tests excluded).
 
-use crate::source::{item_def, Crate};
+use crate::source::{item_def, item_end, Crate};
 
 pub(crate) const FUNCTION_ALARM: usize = 100;
 
@@ -12,25 +12,7 @@ impl Crate {
             let code = &m.code;
             for (i, line) in code.iter().enumerate() {
                 let Some(("fn", name)) = item_def(line) else { continue };
-                let mut depth = 0i32;
-                let mut started = false;
-                let mut end = i;
-                for (j, l) in code.iter().enumerate().skip(i) {
-                    for ch in l.chars() {
-                        match ch {
-                            '{' => {
-                                depth += 1;
-                                started = true
-                            }
-                            '}' => depth -= 1,
-                            _ => {}
-                        }
-                    }
-                    end = j;
-                    if (started && depth <= 0) || (!started && l.trim_end().ends_with(';')) {
-                        break;
-                    }
-                }
+                let end = item_end(code, i);
                 let lines = end - i + 1;
                 if lines > limit {
                     found.push((

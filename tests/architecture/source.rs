@@ -237,32 +237,37 @@ fn drop_test_blocks(mut lines: Vec<String>) -> Vec<String> {
     let mut i = 0;
     while i < lines.len() {
         if lines[i].trim() == "#[cfg(test)]" {
-            let mut depth = 0i32;
-            let mut started = false;
-            let mut j = i;
-            while j < lines.len() {
-                for ch in lines[j].chars() {
-                    match ch {
-                        '{' => {
-                            depth += 1;
-                            started = true
-                        }
-                        '}' => depth -= 1,
-                        _ => {}
-                    }
-                }
-                let ends = (started && depth <= 0) || (!started && lines[j].trim_end().ends_with(';'));
-                lines[j].clear();
-                if ends {
-                    break;
-                }
-                j += 1;
+            let end = item_end(&lines, i);
+            for l in &mut lines[i..=end] {
+                l.clear();
             }
-            i = j;
+            i = end;
         }
         i += 1;
     }
     lines
+}
+
+/// The index of the line that ends the item starting at line `start`: where its braces close,
+/// or, for an item without a body, the first line ending in `;`.
+pub(crate) fn item_end(lines: &[String], start: usize) -> usize {
+    let (mut depth, mut started) = (0i32, false);
+    for (j, l) in lines.iter().enumerate().skip(start) {
+        for ch in l.chars() {
+            match ch {
+                '{' => {
+                    depth += 1;
+                    started = true
+                }
+                '}' => depth -= 1,
+                _ => {}
+            }
+        }
+        if (started && depth <= 0) || (!started && l.trim_end().ends_with(';')) {
+            return j;
+        }
+    }
+    lines.len().saturating_sub(1)
 }
 
 const ITEM_KINDS: [&str; 10] =

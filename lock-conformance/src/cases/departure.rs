@@ -12,6 +12,7 @@ use lock_core::{AcquireOptions, DistributedLock, Lease, LeaseModel, LockError, L
 use rand::RngExt;
 use tokio::time::Instant;
 
+use super::fairness::served_behind;
 use super::{ensure, fail, ms, CaseError, CaseResult, Ctx};
 use crate::Fixture;
 
@@ -265,26 +266,7 @@ pub async fn queued_head_killed(fx: &dyn Fixture) -> CaseResult {
     head.kill().await.map_err(|e| CaseError::Skipped(format!("could not kill the waiting process: {e}")))?;
     let released = Instant::now();
     held.release().await?;
-    let (lease, at) = match next.await {
-        Ok(Ok(got)) => got,
-        Ok(Err(LockError::Timeout { waited, .. })) => fail!(
-            "the next waiter was not served in {} ms after the release behind a killed head (bound {} ms; the \
-             head's ttl {} ms)",
-            ms(waited),
-            ms(bound),
-            ms(head_ttl)
-        ),
-        Ok(Err(e)) => return Err(e.into()),
-        Err(e) => fail!("the next waiter panicked: {e}"),
-    };
-    lease.release().await?;
-    let delay = at.saturating_duration_since(released);
-    ensure!(
-        delay <= bound,
-        "the next waiter got the lock {} ms after the release behind a killed head (bound {} ms; the head's ttl {} ms)",
-        ms(delay),
-        ms(bound),
-        ms(head_ttl)
-    );
+    let why = format!("; the head's ttl {} ms", ms(head_ttl));
+    let delay = served_behind(next.await, released, bound, "a killed head", &why).await?;
     Ok(format!("next waiter served {} ms after the release behind a killed head (bound {} ms)", ms(delay), ms(bound)))
 }

@@ -75,13 +75,14 @@ pub async fn election_nemesis(fx: &dyn Fixture) -> CaseResult {
     let violations = Arc::new(Mutex::new(Vec::<String>::new()));
     let errors = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + run_for;
+    let stop = Arc::new(nemesis::Stop::for_run(deadline, &cx));
     let mut workers = Vec::new();
     for (i, election) in elections.into_iter().enumerate() {
-        let (register, windows, violations, errors) =
-            (register.clone(), windows.clone(), violations.clone(), errors.clone());
+        let (register, windows, violations, errors, stop) =
+            (register.clone(), windows.clone(), violations.clone(), errors.clone(), stop.clone());
         let mut wrng = StdRng::seed_from_u64(seed.wrapping_add(1 + i as u64));
         workers.push(tokio::spawn(async move {
-            while Instant::now() < deadline {
+            while stop.go_on() {
                 let leadership = match election.campaign().await {
                     Ok(l) => l,
                     Err(_) => {
@@ -90,6 +91,7 @@ pub async fn election_nemesis(fx: &dyn Fixture) -> CaseResult {
                         continue;
                     }
                 };
+                stop.held();
                 let start = Instant::now();
                 let epoch = leadership.epoch().get();
                 let owner = leadership.lease().owner();
@@ -123,7 +125,9 @@ pub async fn election_nemesis(fx: &dyn Fixture) -> CaseResult {
         }));
     }
     let hooks = Hooks { links: &links, server, restarts_allowed: restarts, deployment: fx.deployment() };
-    let faults = inject_faults(&mut rng, deadline, run_for, ttl, &hooks).await?;
+    let faults = inject_faults(&mut rng, deadline, run_for, ttl, &hooks).await;
+    stop.healed();
+    let faults = faults?;
     nemesis::join_workers(workers, ttl, &cx, "a candidate", seed).await?;
     let mut windows = windows.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let mut violations = violations.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -138,7 +142,11 @@ pub async fn election_nemesis(fx: &dyn Fixture) -> CaseResult {
         }
     }
     nemesis::no_violations(seed, &violations, &faults)?;
-    ensure!(!windows.is_empty(), "seed {seed}: nobody led in {} ms: the run proves nothing", ms(run_for));
+    ensure!(
+        !windows.is_empty(),
+        "seed {seed}: nobody led in {} ms nor in the grace after the faults healed: the run proves nothing",
+        ms(run_for)
+    );
     Ok(format!(
         "seed {seed}: {} leaderships of {CANDIDATES} candidates ({} linked), {} faults ({}), {} client errors",
         windows.len(),

@@ -259,10 +259,11 @@ pub async fn kinds_nemesis(fx: &dyn Fixture) -> CaseResult {
     let mut rng = StdRng::seed_from_u64(seed);
     let run_for = nemesis::duration();
     let ttl = cx.ttl();
+    let deadline = Instant::now() + run_for;
     let crew = Crew {
         log: Arc::new(Log::default()),
         opts: cx.opts(ttl * 2),
-        deadline: Instant::now() + run_for,
+        stop: Arc::new(nemesis::Stop::for_run(deadline, &cx)),
         ttl,
         per_lock: cx.caps.lease_model != LeaseModel::PerSession,
     };
@@ -278,7 +279,9 @@ pub async fn kinds_nemesis(fx: &dyn Fixture) -> CaseResult {
             workers.push(permit_worker(semaphore_client(&cx).await?, cx.name("sem")?, crew.clone(), rng));
         }
     }
-    let faults = server_faults(&cx, crew.deadline, &mut rng).await?;
+    let faults = server_faults(&cx, deadline, &mut rng).await;
+    crew.stop.healed();
+    let faults = faults?;
     nemesis::join_workers(workers, ttl, &cx, "a client", seed).await?;
     let log = &crew.log;
     let rw = log.rw.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -289,7 +292,7 @@ pub async fn kinds_nemesis(fx: &dyn Fixture) -> CaseResult {
     nemesis::no_violations(seed, &violations, &faults)?;
     ensure!(
         rw.len() + permits.len() > 0,
-        "seed {seed}: nobody held anything in {} ms: the run proves nothing",
+        "seed {seed}: nobody held anything in {} ms nor in the grace after the faults healed: the run proves nothing",
         ms(run_for)
     );
     Ok(format!(
@@ -308,12 +311,12 @@ pub async fn kinds_nemesis(fx: &dyn Fixture) -> CaseResult {
 struct Crew {
     log: Arc<Log>,
     opts: AcquireOptions,
-    deadline: Instant,
+    stop: Arc<nemesis::Stop>,
     ttl: Duration,
     per_lock: bool,
 }
 
-/// A client that mixes reads and writes of `name` until the deadline; each writer writes its
+/// A client that mixes reads and writes of `name` until the run stops (`nemesis::Stop`); each writer writes its
 /// token to the fenced `register`, which must accept every valid writer and only rising tokens.
 fn rw_worker(
     c: Arc<dyn DistributedRwLock>,
@@ -324,7 +327,7 @@ fn rw_worker(
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let log = &crew.log;
-        while Instant::now() < crew.deadline {
+        while crew.stop.go_on() {
             let write = rng.random_bool(0.4);
             let o = vanish_sometimes(&crew.opts, crew.per_lock, &mut rng);
             let got = if write { c.acquire_write(&name, &o).await } else { c.acquire_read(&name, &o).await };
@@ -333,6 +336,7 @@ fn rw_worker(
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 continue;
             };
+            crew.stop.held();
             let start = Instant::now();
             if write {
                 write_token(&lease, &register, log);
@@ -360,7 +364,7 @@ fn write_token(lease: &Lease, register: &FencedRegister<u64>, log: &Log) {
     log.violations.lock().unwrap_or_else(|e| e.into_inner()).push(violation);
 }
 
-/// A client that takes and returns permits of `name` until the deadline.
+/// A client that takes and returns permits of `name` until the run stops.
 fn permit_worker(
     c: Arc<dyn DistributedSemaphore>,
     name: LockName,
@@ -369,13 +373,14 @@ fn permit_worker(
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let log = &crew.log;
-        while Instant::now() < crew.deadline {
+        while crew.stop.go_on() {
             let o = vanish_sometimes(&crew.opts, crew.per_lock, &mut rng);
             let Ok(lease) = c.acquire_permit(&name, PERMITS, &o).await else {
                 log.errors.fetch_add(1, Ordering::Relaxed);
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 continue;
             };
+            crew.stop.held();
             let start = Instant::now();
             hold(&lease, &o, crew.ttl, &mut rng).await;
             record(&log.permits, &lease, false, start);

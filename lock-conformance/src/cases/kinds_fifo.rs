@@ -169,16 +169,7 @@ pub async fn rw_fifo_no_overtaking(fx: &dyn Fixture) -> CaseResult {
     }
     held.release().await?;
     // Straight after the release: the queued writer's turn.
-    // Writes first: a free lock with no queue would take them, so they are the likeliest to
-    // overtake before the woken writer's attempt arrives.
-    let tries = [
-        ("the releaser's try_acquire_write", a.try_acquire_write(&name, &long).await?),
-        ("a newcomer's try_acquire_write", c.try_acquire_write(&name, &long).await?),
-        ("the releaser's try_acquire_read", a.try_acquire_read(&name, &long).await?),
-        ("a newcomer's try_acquire_read", c.try_acquire_read(&name, &long).await?),
-    ];
-    let overtook: Vec<&str> = tries.iter().filter(|(_, l)| l.is_some()).map(|(who, _)| *who).collect();
-    drop(tries);
+    let overtook = overtakers(&a, &c, &name, &long).await?;
     if !overtook.is_empty() {
         writer.abort();
         fail!("{} got the lock while a writer was queued", overtook.join(" and "));
@@ -192,6 +183,25 @@ pub async fn rw_fifo_no_overtaking(fx: &dyn Fixture) -> CaseResult {
     ensure!(at_w < at_a, "the returning reader was served before the writer queued ahead of it");
     let slow = slow_writer_kept_its_turn(&cx, &a, &c).await?;
     Ok(format!("hand-off to the queued writer, returning reader served {} ms later{slow}", ms(at_a - at_w)))
+}
+
+/// Who of the releaser `a` and a newcomer `c` gets `name` straight after a release, by
+/// `try_acquire_write` and `try_acquire_read` in that order (writes first: a free lock with no
+/// queue would take them, so they are the likeliest to overtake a queued writer). Every lease
+/// got is dropped again.
+async fn overtakers(
+    a: &Arc<dyn DistributedRwLock>,
+    c: &Arc<dyn DistributedRwLock>,
+    name: &LockName,
+    long: &AcquireOptions,
+) -> Result<Vec<&'static str>, CaseError> {
+    let tries = [
+        ("the releaser's try_acquire_write", a.try_acquire_write(name, long).await?),
+        ("a newcomer's try_acquire_write", c.try_acquire_write(name, long).await?),
+        ("the releaser's try_acquire_read", a.try_acquire_read(name, long).await?),
+        ("a newcomer's try_acquire_read", c.try_acquire_read(name, long).await?),
+    ];
+    Ok(tries.iter().filter(|(_, l)| l.is_some()).map(|(who, _)| *who).collect())
 }
 
 /// The queued writer above is quick: on a loopback link it may win the race for the free lock
@@ -219,14 +229,7 @@ async fn slow_writer_kept_its_turn(
         "a writer while a reader held",
     )?;
     held.release().await?;
-    let tries = [
-        ("the releaser's try_acquire_write", a.try_acquire_write(&name, &long).await?),
-        ("a newcomer's try_acquire_write", c.try_acquire_write(&name, &long).await?),
-        ("the releaser's try_acquire_read", a.try_acquire_read(&name, &long).await?),
-        ("a newcomer's try_acquire_read", c.try_acquire_read(&name, &long).await?),
-    ];
-    let overtook: Vec<&str> = tries.iter().filter(|(_, l)| l.is_some()).map(|(who, _)| *who).collect();
-    drop(tries);
+    let overtook = overtakers(a, c, &name, &long).await?;
     ensure!(overtook.is_empty(), "{} got the lock while a (slow) writer was queued", overtook.join(" and "));
     Ok("; a slow queued writer kept its turn too".into())
 }

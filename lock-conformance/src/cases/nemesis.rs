@@ -6,8 +6,8 @@
 //! `DLOCK_NEMESIS_SECS` sets the duration (default 4 s, for CI; raise it for soak runs);
 //! `DLOCK_NEMESIS_SEED` replays a run.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use lock_core::{DistributedLock, FencedRegister, LockName};
@@ -47,6 +47,46 @@ pub(crate) struct Window {
     pub(crate) end: Instant,
 }
 
+/// When a run's clients stop. At the deadline once anyone has held; if nobody has (a failover in
+/// the run's first second can keep everyone out until after the deadline), they go on until
+/// someone holds or a grace period after the faults healed has passed — so a run that proves
+/// nothing is the deployment's failure, not the seed's bad luck. The grace (two ttls and an
+/// expiry) plus one bounded attempt and hold stays inside [`join_workers`]' bound.
+pub(crate) struct Stop {
+    deadline: Instant,
+    grace: Duration,
+    held: AtomicBool,
+    healed: OnceLock<Instant>,
+}
+
+impl Stop {
+    pub(crate) fn for_run(deadline: Instant, cx: &Ctx<'_>) -> Self {
+        Self::new(deadline, cx.ttl() * 2 + cx.expiry())
+    }
+
+    fn new(deadline: Instant, grace: Duration) -> Self {
+        Stop { deadline, grace, held: AtomicBool::new(false), healed: OnceLock::new() }
+    }
+
+    /// Whether a client should make another attempt now.
+    pub(crate) fn go_on(&self) -> bool {
+        let now = Instant::now();
+        now < self.deadline
+            || (!self.held.load(Ordering::Relaxed) && self.healed.get().is_none_or(|h| now < *h + self.grace))
+    }
+
+    /// Someone held (or led): the run is no longer vacuous.
+    pub(crate) fn held(&self) {
+        self.held.store(true, Ordering::Relaxed);
+    }
+
+    /// The fault injector is done and every link healed (called on its error path too, so no
+    /// client runs on after a failed case).
+    pub(crate) fn healed(&self) {
+        let _ = self.healed.set(Instant::now());
+    }
+}
+
 #[derive(Default)]
 struct Log {
     windows: Mutex<Vec<Window>>,
@@ -77,20 +117,22 @@ pub async fn nemesis(fx: &dyn Fixture) -> CaseResult {
 
     let log = Arc::new(Log::default());
     let deadline = Instant::now() + run_for;
+    let stop = Arc::new(Stop::for_run(deadline, &cx));
     let opts = cx.opts(ttl * 2);
     let mut workers = Vec::new();
     for (i, client) in clients.iter().enumerate() {
-        let (client, names, registers, log, opts) =
-            (client.clone(), names.clone(), registers.clone(), log.clone(), opts.clone());
+        let (client, names, registers, log, opts, stop) =
+            (client.clone(), names.clone(), registers.clone(), log.clone(), opts.clone(), stop.clone());
         let mut wrng = StdRng::seed_from_u64(seed.wrapping_add(1 + i as u64));
         workers.push(tokio::spawn(async move {
-            while Instant::now() < deadline {
+            while stop.go_on() {
                 let lock = wrng.random_range(0..LOCKS);
                 let Ok(lease) = client.acquire(&names[lock], &opts).await else {
                     log.errors.fetch_add(1, Ordering::Relaxed);
                     tokio::time::sleep(Duration::from_millis(20)).await;
                     continue;
                 };
+                stop.held();
                 hold_and_log(&lease, &registers[lock], &log, Holder { lock, client: i }, ttl, &mut wrng).await;
                 if lease.release().await.is_err() {
                     log.errors.fetch_add(1, Ordering::Relaxed);
@@ -100,7 +142,9 @@ pub async fn nemesis(fx: &dyn Fixture) -> CaseResult {
     }
 
     let hooks = Hooks { links: &links, server, restarts_allowed, deployment: fx.deployment() };
-    let faults = inject_faults(&mut rng, deadline, run_for, ttl, &hooks).await?;
+    let faults = inject_faults(&mut rng, deadline, run_for, ttl, &hooks).await;
+    stop.healed();
+    let faults = faults?;
     join_workers(workers, ttl, &cx, "a nemesis client", seed).await?;
 
     let mut windows = log.windows.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -108,7 +152,10 @@ pub async fn nemesis(fx: &dyn Fixture) -> CaseResult {
     violations.extend(overlaps(&mut windows));
     no_violations(seed, &violations, &faults)?;
     if windows.is_empty() {
-        fail!("seed {seed}: no client held any lock in {} ms: the run proves nothing", ms(run_for));
+        fail!(
+            "seed {seed}: no client held any lock in {} ms nor in the grace after the faults healed: the run proves nothing",
+            ms(run_for)
+        );
     }
     let note = hooks.note();
     Ok(format!(
@@ -373,6 +420,26 @@ pub(crate) fn overlaps(windows: &mut [Window]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_run_nobody_held_in_goes_on_until_the_grace_after_healing() {
+        let ms = Duration::from_millis;
+        let stop = Stop::new(Instant::now() + ms(100), ms(50));
+        assert!(stop.go_on(), "before the deadline");
+        tokio::time::advance(ms(200)).await;
+        assert!(stop.go_on(), "nobody held and the faults are still on: go on past the deadline");
+        stop.healed();
+        tokio::time::advance(ms(40)).await;
+        assert!(stop.go_on(), "inside the grace after healing");
+        tokio::time::advance(ms(20)).await;
+        assert!(!stop.go_on(), "the grace is over: the case reports a vacuous run");
+
+        let stop = Stop::new(Instant::now() + ms(100), ms(50));
+        stop.held();
+        assert!(stop.go_on(), "someone held, but the deadline is not reached");
+        tokio::time::advance(ms(100)).await;
+        assert!(!stop.go_on(), "someone held: stop at the deadline, healed or not");
+    }
 
     #[test]
     fn the_overlap_checker_can_fail() {
