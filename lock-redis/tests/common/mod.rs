@@ -189,13 +189,50 @@ pub async fn forge_grants_on(
     name: &LockName,
     token: u64,
 ) -> Result<usize, LockError> {
-    let key = |suffix: &str| format!("{prefix}:{{{}}}:{suffix}", name.escaped());
     let entries: Vec<String> = redis::cmd("HVALS")
-        .arg(key("waiter-entries"))
+        .arg(name_key(prefix, name, "waiter-entries"))
         .query_async(c)
         .await
         .map_err(|e| LockError::backend("test", e))?;
-    let channel = key("released");
+    publish_forgeries(c, &name_key(prefix, name, "released"), &entries, token).await
+}
+
+/// What the same attacker can send the waiters of a Redlock `name` on each master at `urls`: a
+/// master's queue entries (`owner[~wake]`) are the members of its `rl-waiters` sorted set.
+pub async fn forge_redlock_grants(
+    urls: &[&str],
+    prefix: &str,
+    name: &LockName,
+    token: u64,
+) -> Result<usize, LockError> {
+    let mut sent = 0;
+    for url in urls {
+        let c = &mut raw_connection(url).await?;
+        let entries: Vec<String> = redis::cmd("ZRANGE")
+            .arg(name_key(prefix, name, "rl-waiters"))
+            .arg(0)
+            .arg(-1)
+            .query_async(c)
+            .await
+            .map_err(|e| LockError::backend("test", e))?;
+        sent += publish_forgeries(c, &name_key(prefix, name, "released"), &entries, token).await?;
+    }
+    Ok(sent)
+}
+
+fn name_key(prefix: &str, name: &LockName, suffix: &str) -> String {
+    format!("{prefix}:{{{}}}:{suffix}", name.escaped())
+}
+
+/// For each queue entry `owner[:terms][~wake]`: the grant wake-up `@<owner>` and the older
+/// releasers' grant `!<owner>:<token>:<attempt>` for the attempt its terms name and attempts 1
+/// to 5, on `channel` and on the entry's wake channel. The number of messages published.
+async fn publish_forgeries(
+    c: &mut (impl redis::aio::ConnectionLike + Send),
+    channel: &str,
+    entries: &[String],
+    token: u64,
+) -> Result<usize, LockError> {
     let mut sent = 0;
     for entry in entries.iter().map(String::as_str) {
         let (head, wake) = match entry.split_once('~') {
@@ -212,7 +249,7 @@ pub async fn forge_grants_on(
         attempts.dedup();
         let mut messages: Vec<String> = attempts.iter().map(|n| format!("!{owner}:{token}:{n}")).collect();
         messages.push(format!("@{owner}"));
-        for to in std::iter::once(channel.as_str()).chain(wake) {
+        for to in std::iter::once(channel).chain(wake) {
             for message in &messages {
                 let _: i64 = redis::cmd("PUBLISH")
                     .arg(to)
@@ -365,6 +402,13 @@ lock_conformance::impl_fixture! {
 
     async fn lease_stores(&self) -> Result<Vec<(&'static str, Arc<dyn LeaseStore>)>, LockError> {
         Ok(vec![("exclusive", Arc::clone(self.redlock_client().await?.store()) as _)])
+    }
+
+    /// On every master: a Redlock waiter is woken by any master's `@<owner>`, so each is a way
+    /// in for a forged grant.
+    async fn forge_grant(&self, name: &LockName, token: u64) -> Result<Option<usize>, LockError> {
+        let urls: Vec<&str> = self.servers.iter().map(|s| s.url()).collect();
+        forge_redlock_grants(&urls, &self.options.key_prefix, name, token).await.map(Some)
     }
 
     fn server(&self) -> Option<Arc<dyn ServerControl>> {
