@@ -56,6 +56,41 @@ mod redlock_extra {
         let _: () = redis::cmd("PEXPIRE").arg(key).arg(60_000).query_async(m).await.unwrap();
     }
 
+    /// Masters that do not know the prefix (a new deployment, or masters that lost their state)
+    /// grant nothing for the quiet period, and say so: a `Timeout` naming the time left within
+    /// 100 ms of a 50 ms wait, as on a single instance; once every master is marked fresh (what
+    /// `dlock init` does), the first lock is granted at once.
+    #[tokio::test]
+    async fn a_new_prefix_says_why_its_first_lock_waits() {
+        let fx = RedlockFixture::start_n(3).await.unwrap();
+        let prefix = format!("{}-new", fx.options.key_prefix);
+        let options = lock_redis::RedisOptions {
+            key_prefix: prefix.clone(),
+            restart_quiet_period: Some(Duration::from_secs(5)),
+            ..fx.options.clone()
+        };
+        let c = lock_redis::connect_redlock(&fx.url(), options).await.unwrap();
+        let name = LockName::new("first").unwrap();
+        let waiting = AcquireOptions::new(Duration::from_secs(2)).wait(Duration::from_millis(50));
+        let began = Instant::now();
+        let r = c.acquire(&name, &waiting).await;
+        let took = began.elapsed();
+        match r {
+            Err(LockError::Timeout { quiet_left: Some(left), .. }) => {
+                assert!(left > Duration::from_secs(4) && left <= Duration::from_secs(5), "quiet left {left:?}")
+            }
+            other => panic!("expected a Timeout naming the quiet period, got {other:?}"),
+        }
+        assert!(took < Duration::from_millis(150), "the Timeout came after {took:?}");
+        for s in &fx.servers {
+            crate::common::mark_fresh(s.url(), &prefix).await.unwrap();
+        }
+        let began = Instant::now();
+        let lease = c.acquire(&name, &waiting).await.expect("granted at once on masters marked fresh");
+        assert!(began.elapsed() < Duration::from_millis(150), "granted after {:?}", began.elapsed());
+        lease.release().await.unwrap();
+    }
+
     #[tokio::test]
     async fn basics() {
         let (fx, a) = five().await;

@@ -40,6 +40,10 @@ enum Vote {
     Capped {
         cap: i64,
     },
+    /// The master lost its state and grants nothing for `left` ms (the restart quiet period).
+    Quiet {
+        left: i64,
+    },
     Failed(LockError),
 }
 
@@ -68,6 +72,8 @@ struct Votes {
     refused_by: Vec<bool>,
     /// A master's queue was full: its cap.
     capped: Option<i64>,
+    /// The quiet time left (ms) of each master that answered that it is in its quiet period.
+    quiet: Vec<i64>,
 }
 
 /// How the fence store ended.
@@ -206,6 +212,7 @@ impl RedlockStore {
             errors: Vec::new(),
             refused_by: vec![false; n],
             capped: None,
+            quiet: Vec::new(),
         };
         while let Some((index, vote)) = pending.next().await {
             match vote {
@@ -219,9 +226,14 @@ impl RedlockStore {
                     votes.pttls.push(-1);
                     votes.capped = Some(cap);
                 }
+                Vote::Quiet { left } => {
+                    votes.refused_by[index] = true;
+                    votes.quiet.push(left);
+                }
                 Vote::Failed(e) => votes.errors.push(e),
             }
-            if votes.floors.len() >= self.quorum || votes.pttls.len() + votes.errors.len() > n - self.quorum {
+            let refused = votes.pttls.len() + votes.quiet.len();
+            if votes.floors.len() >= self.quorum || refused + votes.errors.len() > n - self.quorum {
                 break;
             }
         }
@@ -252,8 +264,10 @@ impl RedlockStore {
                 .await
             })
             .await;
-        if let Ok([3, cap]) = reply.as_deref() {
-            return Vote::Capped { cap: *cap };
+        match reply.as_deref() {
+            Ok([3, cap]) => return Vote::Capped { cap: *cap },
+            Ok([2, left]) => return Vote::Quiet { left: *left },
+            _ => {}
         }
         match reply.and_then(|r| parse_pair(BACKEND, r)) {
             Ok((true, floor)) => Vote::Granted { floor },
@@ -332,19 +346,34 @@ impl RedlockStore {
         }
     }
 
-    /// The answer of a round without a grant: someone holds a majority (wait at most until the
-    /// earliest of its leases ends), or a split vote or a late round (contenders each took some
-    /// masters, before their registrations landed everywhere): re-try after a random delay so
-    /// that contenders do not collide again. A head is woken earlier by the undos and releases
-    /// of the others.
+    /// The answer of a round without a grant: masters in their restart quiet period that keep a
+    /// majority out (said out loud, as on a single instance: no first lock waits in silence), or
+    /// someone holds a majority (wait at most until the earliest of its leases ends), or a split
+    /// vote or a late round (contenders each took some masters, before their registrations landed
+    /// everywhere): re-try after a random delay so that contenders do not collide again. A head is
+    /// woken earlier by the undos and releases of the others.
     fn refusal(&self, votes: &Votes, per_node: Duration) -> TryLock {
-        if votes.pttls.len() > self.nodes.len() - self.quorum {
+        if let Some(remaining) = quiet_majority(&votes.quiet, self.nodes.len(), self.quorum) {
+            self.boot.announce_quiet(remaining);
+            return TryLock::Quiet { remaining };
+        }
+        if votes.pttls.len() + votes.quiet.len() > self.nodes.len() - self.quorum {
             let min = votes.pttls.iter().copied().filter(|p| *p >= 0).min();
             return TryLock::Held { remaining: min.and_then(remaining_from) };
         }
         let delay = rand::rng().random_range(5..=(per_node.as_millis().clamp(10, 100) as u64));
         TryLock::Held { remaining: Some(Duration::from_millis(delay)) }
     }
+}
+
+/// When masters in their quiet period (`quiet`: the ms each has left) are too many for the
+/// others to make a majority of `n` (`quorum`), how long until enough of them can grant again;
+/// `None` when they do not keep a majority out.
+fn quiet_majority(quiet: &[i64], n: usize, quorum: usize) -> Option<Duration> {
+    let must_wait_for = (quorum + quiet.len()).checked_sub(n).filter(|k| *k > 0)?;
+    let mut left: Vec<i64> = quiet.to_vec();
+    left.sort_unstable();
+    left.get(must_wait_for - 1).map(|ms| Duration::from_millis(u64::try_from(*ms).unwrap_or(0)))
 }
 
 /// One master's fence store of `wanted` (set-if-greater). Owns what it needs, so that the
@@ -361,5 +390,30 @@ fn fence_on(
         node.run_idempotent(bound, |mut c| async move { call.invoke(&mut c).await })
             .await
             .and_then(|r| parse_pair(BACKEND, r))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quiet_masters_are_said_only_when_they_keep_a_majority_out() {
+        let ms = |v: u64| Some(Duration::from_millis(v));
+        // (quiet masters' time left, masters, quorum) → the wait to announce.
+        let table: [(&[i64], usize, usize, Option<Duration>); 7] = [
+            (&[], 5, 3, None),
+            (&[900], 5, 3, None),
+            (&[900, 100], 5, 3, None),
+            // Three of five quiet: two others cannot make three; the first to end decides.
+            (&[900, 100, 500], 5, 3, ms(100)),
+            // All five quiet: three must end, the third-soonest decides.
+            (&[900, 100, 500, 300, 700], 5, 3, ms(500)),
+            (&[60_000], 1, 1, ms(60_000)),
+            (&[0, 0], 3, 2, ms(0)),
+        ];
+        for (quiet, n, quorum, want) in table {
+            assert_eq!(quiet_majority(quiet, n, quorum), want, "{quiet:?} of {n} (quorum {quorum})");
+        }
     }
 }

@@ -74,9 +74,9 @@ end
 /// channel, reserve ms, the caller's wake channel (`''`: none; see [`super::queue`]: the entry
 /// is then `owner~channel` and is woken there), the most waiters the name may have. Returns
 /// `{1, floor}` (floor = max(counter, server TIME in µs)) when granted or already ours, `{0,
-/// ms}` when held by another owner (its PTTL), when a queued waiter is ahead (ms: until the
-/// head's reservation ends) or in the quiet period after the master lost its state (the time
-/// left), `{3, cap}` when a new registration would be the name's waiter number `cap + 1` (not
+/// ms}` when held by another owner (its PTTL) or when a queued waiter is ahead (ms: until the
+/// head's reservation ends), `{2, ms}` in the quiet period after the master lost its state (the
+/// time left), `{3, cap}` when a new registration would be the name's waiter number `cap + 1` (not
 /// queued, not granted). The attempt id lets [`REDLOCK_ABANDON`] free exactly one failed
 /// attempt.
 const REDLOCK_ACQUIRE_SRC: &str = effects_lua!(
@@ -99,7 +99,7 @@ end
 if holder and holder ~= ARGV[1] then return {0, redis.call('PTTL', KEYS[1])} end
 if not holder then
   local quiet = quiet_left(KEYS[3], ARGV[4], now)
-  if quiet > 0 then return {0, quiet} end
+  if quiet > 0 then return {2, quiet} end
   local head, ends, entry = nil, nil, nil
   if Q then head, ends, entry = wq_head(Q, now) end
   if head and head ~= me then
@@ -120,7 +120,7 @@ static REDLOCK_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(REDLOCK_
 
 script_call! {
     /// A call of `REDLOCK_ACQUIRE_SRC` on one master, always with the queue key: `{1,
-    /// floor}` or `{0, ms}`.
+    /// floor}`, `{0, ms}`, `{2, quiet ms}` or `{3, cap}`.
     RedlockAcquire -> Vec<i64> = REDLOCK_ACQUIRE;
     {
         /// The lock's keys: lock, fence, ticket queue and channel.
