@@ -22,3 +22,4 @@ pub use guard::Lease;
 pub use handle::{LeaseGrant, LeaseHandle, ReleaseOutcome, RenewOutcome};
 pub use observer::{LeaseObserver, LossTrigger};
 pub use signal::LostSignal;
+pub use watchdog::renewal_due;
