@@ -54,4 +54,5 @@ pub mod handoff;
 mod permutations;
 pub mod pg;
 pub mod redlock;
+pub mod shared;
 pub mod zk;

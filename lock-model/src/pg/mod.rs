@@ -49,5 +49,6 @@ mod server;
 mod state;
 mod symmetry;
 
-pub use model::{Action, Bugs, Pg, CLAIM, DRIFT, ENTRY_LIFE, FORGED, TTL};
+pub use crate::shared::{NetAction, FORGED};
+pub use model::{Action, Bugs, Pg, CLAIM, DRIFT, ENTRY_LIFE, TTL};
 pub use state::{Client, InFlight, Row, State, Stmt};
