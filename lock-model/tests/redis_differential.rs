@@ -22,11 +22,11 @@ use stateright::Model;
 use tokio::time::Instant;
 
 /// Real time per model tick.
-const TICK: Duration = Duration::from_millis(400);
+const TICK: Duration = Duration::from_millis(800);
 /// Walks per run, run side by side (each on its own keys).
 const WALKS: u64 = 12;
 /// Times a walk that overran half a tick is run again.
-const TRIES: usize = 3;
+const TRIES: usize = 4;
 
 /// The milliseconds a length of `ticks` ticks is given to the scripts (module docs).
 fn ms(ticks: u8) -> u64 {
@@ -91,6 +91,8 @@ impl Real {
         let marker = format!("{prefix}:boot");
         // Marked long ago, as the model's server starts: no quiet period.
         let () = conn.set(&marker, "0").await?;
+        // The server's clock is the reference: the local base is taken after the server's, so a
+        // step is never early by the server's clock, and whether it was late is read there.
         let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut conn).await?;
         let base = Instant::now();
         let base_ms = secs * 1000 + micros / 1000;
@@ -155,28 +157,38 @@ impl Real {
         }
     }
 
-    /// The server as the model sees it, read now.
-    async fn view(&mut self) -> redis::RedisResult<View<i64>> {
+    /// The server as the model sees it, read now, and whether every step of the current tick
+    /// `now` ran in its first half by the server's clock.
+    async fn view(&mut self, now: u8) -> redis::RedisResult<(View<i64>, bool)> {
         let k = &self.keys;
-        let owner: Option<String> = self.conn.hget(&k.lock, "o").await?;
-        let token: Option<i64> = self.conn.hget(&k.lock, "f").await?;
-        let pttl: i64 = self.conn.pttl(&k.lock).await?;
-        let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut self.conn).await?;
+        // One transaction: the expiry and the entries' ends are read at the instant `TIME` says.
+        type Read = (Option<String>, Option<i64>, i64, (i64, i64), Vec<String>, Vec<(String, i64)>);
+        let (owner, token, pttl, (secs, micros), order, ends): Read = redis::pipe()
+            .atomic()
+            .hget(&k.lock, "o")
+            .hget(&k.lock, "f")
+            .pttl(&k.lock)
+            .cmd("TIME")
+            .zrange(&k.waiters, 0, -1)
+            .zrange_withscores(&k.waiter_ends, 0, -1)
+            .query_async(&mut self.conn)
+            .await?;
         let now_ms = secs * 1000 + micros / 1000;
         let client = |o: &str| o.trim_start_matches('c').parse::<u8>().expect("an owner of the walk");
         let lease = match (owner, token) {
             (Some(o), Some(t)) if pttl > 0 => Some((client(&o), t, Self::end_tick(now_ms - self.base_ms + pttl))),
             _ => None,
         };
-        let owners: Vec<String> = self.conn.zrange(&k.waiters, 0, -1).await?;
-        let mut queue = Vec::new();
-        for o in owners {
-            let ends: Option<i64> = self.conn.zscore(&k.waiter_ends, &o).await?;
-            if let Some(ends) = ends.filter(|&e| e > now_ms) {
-                queue.push((client(&o), Self::end_tick(ends - self.base_ms)));
-            }
-        }
-        Ok(View { lease, queue })
+        let ends: BTreeMap<String, i64> = ends.into_iter().collect();
+        let queue = order
+            .iter()
+            .filter_map(|o| {
+                ends.get(o).filter(|&&e| e > now_ms).map(|&e| (client(o), Self::end_tick(e - self.base_ms)))
+            })
+            .collect();
+        let half = i64::try_from((TICK * u32::from(now) + TICK / 2 - Duration::from_millis(50)).as_millis());
+        let in_time = half.is_ok_and(|half| now_ms - self.base_ms < half);
+        Ok((View { lease, queue }, in_time))
     }
 
     /// The model's token for a real one: the same order, a new one for a new one.
@@ -199,11 +211,6 @@ impl Real {
             (c, self.token(t, want), e)
         });
         View { lease, queue: view.queue }
-    }
-
-    /// Half a tick has not passed in the current tick `now`: the steps are still in time.
-    fn in_time(&self, now: u8) -> bool {
-        self.base.elapsed() < TICK * u32::from(now) + TICK / 2 - Duration::from_millis(20)
     }
 }
 
@@ -295,12 +302,12 @@ async fn walk(url: &str, seed: u64, try_no: usize) -> redis::RedisResult<bool> {
             replies.push((op, got, want));
         }
         assert_eq!(model_view(&mirror), model_view(&next), "walk {seed}: the ops of {action:?} are the model's");
-        let view = real.view().await?;
-        let want = model_view(&next);
-        let got = real.translate(view, &want);
-        if !real.in_time(next.now) {
+        let (view, in_time) = real.view(next.now).await?;
+        if !in_time {
             return Ok(false);
         }
+        let want = model_view(&next);
+        let got = real.translate(view, &want);
         for (op, got, want) in replies {
             assert_eq!(got, want, "walk {seed}: the reply to {op:?} after {trace:?}");
         }
