@@ -81,5 +81,5 @@ pub use provider::LockProvider;
 /// rules instead of copies of them. Not part of the API: no stability promise.
 #[doc(hidden)]
 pub mod decisions {
-    pub use crate::lease::renewal_due;
+    pub use crate::lease::{renewal_due, valid_until};
 }

@@ -1,7 +1,46 @@
 //! What the two waiter-queue models share, written once: [`crate::handoff`] (the Redis
 //! scripts) and [`crate::pg`] (the PostgreSQL statements) differ in their server steps, not in
-//! the queue's entries, the grant's hint messages and their faults, or the record of the tokens
-//! clients took.
+//! the queue's entries, the grant's hint messages and their faults, the record of the tokens
+//! clients took, or the client's lease rule, which is lock-core's own ([`belief_end`]).
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use lock_core::clock_drift;
+use tokio::time::Instant;
+
+/// lock-core's rule for the end of a lease answered to a request sent at an instant, given the
+/// ttl and the drift allowance (`lock_core::decisions::valid_until`).
+pub type ValidUntil = fn(Instant, Duration, Duration) -> Option<Instant>;
+
+/// The length of a tick when the models call lock-core's rules.
+pub const TICK: Duration = Duration::from_secs(1);
+
+static BASE: LazyLock<Instant> = LazyLock::new(Instant::now);
+
+/// The instant of tick `tick` on the clock the models give lock-core's rules.
+pub(crate) fn instant(tick: u8) -> Instant {
+    *BASE + TICK * u32::from(tick)
+}
+
+/// The first tick at or after `at`: when a client woken by ticks acts on it (never earlier).
+pub(crate) fn tick_at_or_after(at: Instant) -> u8 {
+    let since = at.saturating_duration_since(*BASE);
+    u8::try_from(since.as_nanos().div_ceil(TICK.as_nanos())).unwrap_or(u8::MAX)
+}
+
+/// The end, in the server's ticks, of a client's belief in a lease of `ttl` ticks answered to a
+/// request sent at tick `t0`, by `rule` (lock-core's `valid_until` unless a bug switch passes
+/// another) with lock-core's drift allowance ([`clock_drift`]). The client counts on its own
+/// clock, which the allowance lets run slow by up to that drift over one lease; the models take
+/// the slowest such clock (a faster one only ends the belief sooner), so the belief ends the
+/// drift after the rule's instant, rounded up to a tick: `t0 + ttl` with lock-core's rule.
+pub fn belief_end(rule: ValidUntil, t0: u8, ttl: u8) -> u8 {
+    let ttl = TICK * u32::from(ttl);
+    let drift = clock_drift(ttl);
+    let end = rule(instant(t0), ttl, drift).and_then(|end| end.checked_add(drift));
+    end.map_or(u8::MAX, tick_at_or_after)
+}
 
 /// The token a forged message names: above anything a server issues within the bounds.
 pub const FORGED: u8 = 200;

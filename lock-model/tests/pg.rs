@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use lock_core::decisions::renewal_due;
 use lock_model::pg::rounds::{self, Rounds};
-use lock_model::pg::{Bugs, Pg};
+use lock_model::pg::{Bugs, Pg, TTL};
 use tokio::time::Instant;
 
 mod common;
@@ -109,4 +109,14 @@ fn a_schedule_that_renews_at_the_end_loses_an_untroubled_lease() {
     }
     let model = Rounds { schedule: at_the_end, ..Rounds::small(rounds::Bugs::default()) };
     common::assert_breaks(model, &"renewal at valid_until", "an untroubled lease is renewed in time", Search::Bfs);
+}
+
+#[test]
+fn the_belief_is_lock_cores_rule_on_the_slowest_clock() {
+    use lock_core::decisions::valid_until;
+    use lock_model::shared::belief_end;
+    // `ttl − drift` from the send on a clock slow by the drift: the whole ttl in server ticks.
+    assert_eq!(belief_end(valid_until, 3, TTL), 3 + TTL);
+    // A rule that forgot the drift believes into the next tick: the `no_drift_margin` switch.
+    assert_eq!(belief_end(|sent, ttl, _| sent.checked_add(ttl), 3, TTL), 3 + TTL + 1);
 }

@@ -35,8 +35,8 @@
 //!
 //! ## Properties
 //! - `no two believers`: never two clients that each hold a lease they believe valid by their own
-//!   clock (`now < valid_until`, with `valid_until = t0 + ttl` and `t0` the send instant of the
-//!   attempt that answered the grant).
+//!   clock (`now < valid_until`, with `valid_until` lock-core's own rule counted from `t0`, the
+//!   send instant of the attempt that answered the grant: [`crate::shared::belief_end`]).
 //! - `tokens come from the server`: no client holds a token the server did not issue.
 //! - `tokens increase`: each client that takes a lease has a token above every earlier taker's.
 //! - `an untaken grant lapses`: a hand-off grant whose waiter died or left is live at most

@@ -1,12 +1,13 @@
 //! The Redis single-instance model's clients, faults and properties (see the module docs of
 //! [`crate::handoff`]).
 
+use lock_core::decisions::valid_until;
 use stateright::{Model, Property};
 
 use super::server::WAKE;
 use super::state::{Client, State};
 use super::{Handoff, CLAIM, TTL};
-use crate::shared::{dequeue, Hints, NetAction, Taken, FORGED};
+use crate::shared::{belief_end, dequeue, Hints, NetAction, Taken, FORGED};
 
 /// One step of the exploration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -86,7 +87,7 @@ impl Handoff {
     fn on_message(&self, s: &mut State, to: u8, token: u8) {
         let Client::Waiting { t0 } = s.clients[to as usize] else { return };
         if self.bugs.trust_message && token != WAKE {
-            s.take(to, token, t0 + TTL);
+            s.take(to, token, belief_end(valid_until, t0, TTL));
             s.handed_over |= token != FORGED;
         } else {
             s.clients[to as usize] = Client::Attempting { t0: s.now, leaving: false };
@@ -105,7 +106,7 @@ impl Handoff {
         match reply {
             Some(token) => {
                 s.handed_over |= was_handoff;
-                s.take(c, token, t0 + TTL);
+                s.take(c, token, belief_end(valid_until, t0, TTL));
             }
             None => s.clients[c as usize] = Client::Waiting { t0 },
         }

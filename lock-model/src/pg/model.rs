@@ -1,9 +1,13 @@
 //! The PostgreSQL model's clients, faults and properties (see the module docs of [`crate::pg`]).
 
+use std::time::Duration;
+
+use lock_core::decisions::valid_until;
 use stateright::{Model, Property};
+use tokio::time::Instant;
 
 use super::state::{Client, InFlight, State, Stmt};
-use crate::shared::{dequeue, Hints, NetAction, Taken};
+use crate::shared::{belief_end, dequeue, Hints, NetAction, Taken, ValidUntil};
 
 /// Ticks a lease lasts from its grant, claim or renewal.
 pub const TTL: u8 = 4;
@@ -11,9 +15,6 @@ pub const TTL: u8 = 4;
 pub const CLAIM: u8 = 1;
 /// Ticks a queue entry stays live after its waiter's latest attempt.
 pub const ENTRY_LIFE: u8 = 2;
-/// The drift margin, in ticks: how much slower than the database's a client's clock may run
-/// over one lease (`lock_core::clock_drift`'s `ttl/100 + 2 ms`, scaled up to one tick).
-pub const DRIFT: u8 = 1;
 
 /// Design errors found before, each put back by its switch; every one must give a counterexample.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -29,7 +30,8 @@ pub struct Bugs {
     /// d0bcadb, which fixed it for the read-write lock and the semaphore: `Plan::Again` →
     /// `Write::Extend` in `lock-sql/src/decide.rs`).
     pub claim_keeps_expiry: bool,
-    /// The client counts the whole ttl on its own clock, without the drift margin.
+    /// The client's lease rule leaves out the drift allowance (lock-core's `valid_until`
+    /// without its drift: the whole ttl on a clock the allowance lets run slow).
     pub no_drift_margin: bool,
 }
 
@@ -83,16 +85,17 @@ impl Pg {
     }
 
     /// The end of a lease the database answered to a statement sent at `t0`, in the database's
-    /// ticks: the client counts `ttl − drift` on a clock that may run slow by the drift margin,
-    /// which is `t0 + ttl` at the latest (a faster clock only ends the belief sooner, and every
-    /// property is kept by a shorter belief, so the model takes the slowest).
+    /// ticks: lock-core's own rule (`valid_until`: `ttl − drift` from the send) on the slowest
+    /// clock its drift allowance permits ([`belief_end`]), which is `t0 + ttl`.
     pub fn valid_until(&self, t0: u8) -> u8 {
-        if self.bugs.no_drift_margin {
-            t0 + TTL + DRIFT
-        } else {
-            t0 + TTL
-        }
+        let rule: ValidUntil = if self.bugs.no_drift_margin { without_drift } else { valid_until };
+        belief_end(rule, t0, TTL)
     }
+}
+
+/// lock-core's lease rule with the drift left out (the `no_drift_margin` switch): the whole ttl.
+fn without_drift(sent: Instant, ttl: Duration, _drift: Duration) -> Option<Instant> {
+    sent.checked_add(ttl)
 }
 
 /// One step of the exploration.

@@ -24,12 +24,13 @@
 //! - `an untroubled lease is renewed in time`: the lease whose row nobody locks never passes
 //!   its validity unrenewed.
 
-use std::sync::LazyLock;
 use std::time::Duration;
 
 use lock_core::decisions::renewal_due;
 use stateright::{Model, Property, Representative};
 use tokio::time::Instant;
+
+use crate::shared::{instant, tick_at_or_after, TICK};
 
 /// Ticks a lease lasts from its grant or renewal.
 pub const TTL: u8 = 6;
@@ -42,18 +43,12 @@ pub const LOCKED_NAME: usize = 1;
 /// lease's `valid_until`, the validity one answered request gives and the cadence.
 pub type Schedule = fn(Instant, Instant, Duration, Duration) -> Instant;
 
-/// The length of a tick on the schedule's clock.
-const TICK: Duration = Duration::from_secs(1);
-
 /// The holder's next renewal in ticks, as `schedule` (lock-core's [`renewal_due`] unless a test
 /// passes another) decides it: the instant it returns, rounded up to the next tick, the first
 /// tick at which a driver woken by ticks would run it (never earlier than the code's due).
 pub fn due_tick(schedule: Schedule, now: u8, valid_until: u8, validity: u8, every: u8) -> u8 {
-    static BASE: LazyLock<Instant> = LazyLock::new(Instant::now);
-    let at = |tick: u8| *BASE + TICK * u32::from(tick);
-    let due = schedule(at(now), at(valid_until), TICK * u32::from(validity), TICK * u32::from(every));
-    let since = due.saturating_duration_since(*BASE);
-    u8::try_from(since.as_nanos().div_ceil(TICK.as_nanos())).unwrap_or(u8::MAX)
+    let span = |ticks: u8| TICK * u32::from(ticks);
+    tick_at_or_after(schedule(instant(now), instant(valid_until), span(validity), span(every)))
 }
 
 /// Design errors found before, each put back by its switch.
