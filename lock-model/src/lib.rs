@@ -55,10 +55,11 @@
 //! ## Models and code
 //! A model proves nothing about the code unless both take the same decisions. [`pg::rounds`]
 //! calls lock-core's renewal schedule itself (`lock_core::decisions::renewal_due`) and takes it
-//! as a parameter, so a test shows that a broken schedule breaks the model; the [`handoff`]
-//! model's server steps are run beside lock-redis's scripts on the same inputs by a
-//! differential test. What the two queue models share (queue entries, hint messages and their
-//! faults, the tokens taken) is [`shared`].
+//! as a parameter, so a test shows that a broken schedule breaks the model; the clients of
+//! [`handoff`] and [`pg`] believe a lease by lock-core's own rule (`valid_until`, through
+//! [`shared::belief_end`]); the [`handoff`] model's server steps are run beside lock-redis's
+//! scripts on the same inputs by a differential test. What the two queue models share (queue
+//! entries, hint messages and their faults, the tokens taken, the belief) is [`shared`].
 
 pub mod failover;
 pub mod handoff;
