@@ -42,9 +42,9 @@
 //!   `NOTIFY` as a hint (lost, duplicated, late, forged), the waiter's two-statement leave and a
 //!   clean-up cut short, crashes, renewals, a drift margin; and [`pg::rounds`], renewal rounds
 //!   (one statement for every lease due) beside a row another transaction locked.
-//! - [`failover`]: Redis with `min_replicas_ack` under failover: asynchronous replication, the
-//!   replica promoted with what it had, each grant and renewal followed by `WAIT` on the same
-//!   connection.
+//! - [`failover`]: Redis with `min_replicas_ack` under failover: one or two replicas with
+//!   asynchronous replication, the most advanced replica promoted with what it had, each grant
+//!   and renewal followed by `WAIT` on the same connection.
 //! - Everything else (the Redlock ticket queue, the read-write lock and the semaphore) is tested
 //!   against real servers by the conformance suite, not model-checked.
 //!
