@@ -76,3 +76,10 @@ pub use multi::acquire_all;
 pub use name::{FencingToken, LockName, OwnerId, MAX_NAME_LEN};
 pub use options::{clock_drift, AcquireOptions, WaitPolicy, DEFAULT_TTL};
 pub use provider::LockProvider;
+
+/// The lease's pure timing decisions, public so that lock-model's models call the code's own
+/// rules instead of copies of them. Not part of the API: no stability promise.
+#[doc(hidden)]
+pub mod decisions {
+    pub use crate::lease::{renewal_due, valid_until};
+}

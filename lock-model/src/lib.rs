@@ -20,13 +20,16 @@
 //! explicit and the state count small.
 //!
 //! ## What is modelled, and what is only tested
-//! - [`handoff`]: the exclusive lock's waiter queue with the grant in the release, as both the
-//!   Redis scripts and the PostgreSQL statements run it: a release grants the queue's live head
-//!   and sends it a message; the message is a hint; the head claims the grant by running its
-//!   acquire again; a head that left or died never claims. Forged, duplicated, lost and late
-//!   messages, lost replies, waiters that leave (time-out, dropped future) and processes that die
-//!   are all in the model; time is abstract ticks with the server's and the clients' clocks at the
-//!   same rate (the code's `drift` margin covers a bounded rate difference, not modelled).
+//! - [`handoff`]: the exclusive lock of a single Redis instance as its scripts run it: the
+//!   waiter queue with the grant in the release (a release grants the queue's live head and
+//!   sends it a message; the message is a hint; the head claims the grant by running its acquire
+//!   again; a head that left or died never claims), a free lock's head reserved, and a restart
+//!   without data with its quiet period. Forged, duplicated, lost and late messages, lost
+//!   replies, waiters that leave (time-out, dropped future) and processes that die are all in the
+//!   model; time is abstract ticks with the server's and the clients' clocks at the same rate
+//!   (the code's `drift` margin covers a bounded rate difference, not modelled). Its server steps
+//!   are compared with the real scripts on a real Redis by the differential test
+//!   (`tests/redis_differential.rs`).
 //! - [`zk`]: the ZooKeeper recipe (ephemeral sequential nodes, predecessor watches) with the
 //!   session as the lease: expiry decided by the leader from its followers' ping answers, a
 //!   follower cut off, a client's link that stalls, and the client's validity rule from
@@ -39,19 +42,29 @@
 //!   `NOTIFY` as a hint (lost, duplicated, late, forged), the waiter's two-statement leave and a
 //!   clean-up cut short, crashes, renewals, a drift margin; and [`pg::rounds`], renewal rounds
 //!   (one statement for every lease due) beside a row another transaction locked.
-//! - [`failover`]: Redis with `min_replicas_ack` under failover: asynchronous replication, the
-//!   replica promoted with what it had, each grant and renewal followed by `WAIT` on the same
-//!   connection.
+//! - [`failover`]: Redis with `min_replicas_ack` under failover: one or two replicas with
+//!   asynchronous replication, the most advanced replica promoted with what it had, each grant
+//!   and renewal followed by `WAIT` on the same connection.
 //! - Everything else (the Redlock ticket queue, the read-write lock and the semaphore) is tested
 //!   against real servers by the conformance suite, not model-checked.
 //!
 //! Every model has bug switches that put back a design error found before; the tests assert that
 //! the checker finds a counterexample with each switch on, so a model that stopped checking
 //! anything would fail its own tests.
+//!
+//! ## Models and code
+//! A model proves nothing about the code unless both take the same decisions. [`pg::rounds`]
+//! calls lock-core's renewal schedule itself (`lock_core::decisions::renewal_due`) and takes it
+//! as a parameter, so a test shows that a broken schedule breaks the model; the clients of
+//! [`handoff`] and [`pg`] believe a lease by lock-core's own rule (`valid_until`, through
+//! [`shared::belief_end`]); the [`handoff`] model's server steps are run beside lock-redis's
+//! scripts on the same inputs by a differential test. What the two queue models share (queue
+//! entries, hint messages and their faults, the tokens taken, the belief) is [`shared`].
 
 pub mod failover;
 pub mod handoff;
 mod permutations;
 pub mod pg;
 pub mod redlock;
+pub mod shared;
 pub mod zk;

@@ -64,3 +64,14 @@ fn abandon_overtaken_by_its_own_attempt_keeps_the_grant() {
     let bugs = Bugs { abandon_overtakes_attempt: true, ..Bugs::default() };
     assert_breaks(Handoff::processes(bugs), "an untaken grant lapses");
 }
+
+#[test]
+fn the_design_survives_a_restart_without_data() {
+    assert_holds(Handoff::restarts(Bugs::default()));
+}
+
+#[test]
+fn a_restart_without_a_quiet_period_gives_two_holders() {
+    let bugs = Bugs { no_quiet_period: true, ..Bugs::default() };
+    assert_breaks(Handoff::restarts(bugs), "no two believers");
+}

@@ -3,8 +3,12 @@
 //!
 //! `DLOCK_MODEL_DEEP=1` also explores the longer bounds of [`Pg::deep`] (minutes).
 
+use std::time::Duration;
+
+use lock_core::decisions::renewal_due;
 use lock_model::pg::rounds::{self, Rounds};
-use lock_model::pg::{Bugs, Pg};
+use lock_model::pg::{Bugs, Pg, TTL};
+use tokio::time::Instant;
 
 mod common;
 use common::{assert_holds, Search};
@@ -84,14 +88,35 @@ fn a_round_waiting_for_a_locked_row_loses_an_untroubled_lease() {
 }
 
 #[test]
-fn the_renewal_schedule_matches_lock_core_at_every_row() {
+fn the_renewal_schedule_is_lock_cores_rounded_up_to_ticks() {
     // lock-core's `renewal_due_table` (lease/watchdog/tests.rs), in whole seconds from now:
     // (valid_until − now, validity, every) → due − now. Its half-second row (a cadence near the
-    // validity: 14.5 s) the model's whole ticks round down: never later than lock-core's.
-    let table = [((29, 29, 10), 10), ((25, 29, 10), 6), ((10, 29, 10), 0), ((0, 29, 10), 0), ((29, 29, 28), 14)];
+    // validity: 14.5 s) the model's ticks round up: never earlier than lock-core's.
+    let table = [((29, 29, 10), 10), ((25, 29, 10), 6), ((10, 29, 10), 0), ((0, 29, 10), 0), ((29, 29, 28), 15)];
     let now = 100;
     for ((left, validity, every), want) in table {
-        let got = rounds::renewal_due(now, now + left, validity, every) - now;
+        let got = rounds::due_tick(renewal_due, now, now + left, validity, every) - now;
         assert_eq!(got, want, "left {left}, validity {validity}, every {every}");
     }
+}
+
+/// The model runs lock-core's schedule, so a broken schedule in the code is a broken model: one
+/// that waits for the end of the validity loses an untroubled lease.
+#[test]
+fn a_schedule_that_renews_at_the_end_loses_an_untroubled_lease() {
+    fn at_the_end(now: Instant, valid_until: Instant, _: Duration, _: Duration) -> Instant {
+        valid_until.max(now)
+    }
+    let model = Rounds { schedule: at_the_end, ..Rounds::small(rounds::Bugs::default()) };
+    common::assert_breaks(model, &"renewal at valid_until", "an untroubled lease is renewed in time", Search::Bfs);
+}
+
+#[test]
+fn the_belief_is_lock_cores_rule_on_the_slowest_clock() {
+    use lock_core::decisions::valid_until;
+    use lock_model::shared::belief_end;
+    // `ttl − drift` from the send on a clock slow by the drift: the whole ttl in server ticks.
+    assert_eq!(belief_end(valid_until, 3, TTL), 3 + TTL);
+    // A rule that forgot the drift believes into the next tick: the `no_drift_margin` switch.
+    assert_eq!(belief_end(|sent, ttl, _| sent.checked_add(ttl), 3, TTL), 3 + TTL + 1);
 }

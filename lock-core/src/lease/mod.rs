@@ -21,4 +21,6 @@ mod watchdog;
 pub use guard::Lease;
 pub use handle::{LeaseGrant, LeaseHandle, ReleaseOutcome, RenewOutcome};
 pub use observer::{LeaseObserver, LossTrigger};
+pub use shared::valid_until;
 pub use signal::LostSignal;
+pub use watchdog::renewal_due;

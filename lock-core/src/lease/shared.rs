@@ -54,13 +54,18 @@ pub(super) struct Shared {
     ended: AtomicBool,
 }
 
+/// Until when a lease answered to a request sent at `sent` may be relied on: `sent + ttl −
+/// drift`, counted from the send, never from the answer (`None` past the clock's range).
+pub fn valid_until(sent: Instant, ttl: Duration, drift: Duration) -> Option<Instant> {
+    sent.checked_add(ttl)?.checked_sub(drift)
+}
+
 impl Shared {
     /// The state of a fresh grant: valid until `t0 + ttl − drift`, where the drift allowance
     /// includes the grant's clock offset.
     pub(super) fn new(grant: LeaseGrant, options: &AcquireOptions) -> Shared {
         let drift = options.drift().saturating_add(grant.max_clock_offset);
-        let valid_until =
-            grant.started.checked_add(options.ttl).and_then(|t| t.checked_sub(drift)).unwrap_or(grant.started);
+        let valid_until = valid_until(grant.started, options.ttl, drift).unwrap_or(grant.started);
         Shared {
             name: grant.name,
             token: grant.token,
@@ -90,7 +95,7 @@ impl Shared {
     /// moved back).
     pub(super) fn extend(&self, sent: Instant) {
         let mut vu = self.valid_until.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(new) = sent.checked_add(self.ttl).and_then(|t| t.checked_sub(self.drift)) {
+        if let Some(new) = valid_until(sent, self.ttl, self.drift) {
             if new > *vu {
                 *vu = new;
             }

@@ -17,7 +17,7 @@ use crate::LockError;
 /// (`valid_until − validity`), but never later than halfway through what is left of the
 /// validity, and never in the past. Counting from the request, not from when its answer came,
 /// keeps a slow grant (two Redlock rounds, a slow link) from being lost right after it came.
-pub(crate) fn renewal_due(now: Instant, valid_until: Instant, validity: Duration, every: Duration) -> Instant {
+pub fn renewal_due(now: Instant, valid_until: Instant, validity: Duration, every: Duration) -> Instant {
     let sent = valid_until.checked_sub(validity).unwrap_or(now);
     let by_cadence = sent.checked_add(every).unwrap_or(valid_until);
     let half_left = now.checked_add(valid_until.saturating_duration_since(now) / 2).unwrap_or(valid_until);

@@ -1,5 +1,5 @@
-//! Redis with `min_replicas_ack` under failover: a primary and one replica with asynchronous
-//! replication, the replica promoted (losing what it had not received), and lock-redis's
+//! Redis with `min_replicas_ack` under failover: a primary and its replicas with asynchronous
+//! replication, a replica promoted (losing what it had not received), and lock-redis's
 //! acknowledged grant and renewal (`RedisStore::acquire_acked` / `renew_acked` in
 //! `lock-redis/src/single/store.rs`).
 //!
@@ -16,22 +16,24 @@
 //! - **Release**: the owner-checked release script.
 //!
 //! ## Faults
-//! Replication is asynchronous: the replica applies the primary's writes in order, whenever it
-//! gets to them. A failover promotes the replica with whatever it had applied; the old primary
-//! comes back as the new primary's replica, resynchronised (its unreplicated writes are gone),
-//! and every client connection to it breaks. A `WAIT` times out at any moment the adversary
-//! likes, with the count it has then.
+//! Replication is asynchronous: each replica applies the primary's writes in order, whenever it
+//! gets to them. A failover promotes the replica with the largest replication offset (Sentinel's
+//! choice with equal `replica-priority`), with whatever it had applied; the old primary and the
+//! other replicas come back as the new primary's replicas, resynchronised (writes the new
+//! primary lacks are gone), and every client connection to the old primary breaks. A `WAIT` times
+//! out at any moment the adversary likes, with the count it has then.
 //!
 //! ## Properties
 //! - `no two believers`, `tokens increase` (from taker to taker).
 //! - `a lost lease is signalled before it is gone`: while a client believes its lease, the
 //!   current primary has it (its owner, its token, live).
 //!
-//! Assumptions: one replica (the promoted replica is always one that acknowledged: with more
-//! replicas this rests on Sentinel promoting the one with the largest offset, lock-redis's
-//! docs); the nodes' clocks agree (lock-redis subtracts `max_clock_offset` for what they do
-//! not); the old primary stops serving as it is replaced (a partitioned old primary that keeps
-//! answering counts no replica in its `WAIT`, so it could only refuse).
+//! Assumptions: one replica ([`Failover::small`]) or two ([`Failover::two_replicas`]); with two,
+//! `min_replicas_ack = 1` is safe only because the promoted replica is the most advanced one
+//! (lock-redis's docs ask this of Sentinel): the `promote_any_replica` switch shows the lease
+//! lost otherwise. The nodes' clocks agree (lock-redis subtracts `max_clock_offset` for what
+//! they do not); the old primary stops serving as it is replaced (a partitioned old primary
+//! that keeps answering counts no replica in its `WAIT`, so it could only refuse).
 
 mod model;
 mod state;

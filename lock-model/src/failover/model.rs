@@ -8,7 +8,7 @@ use super::state::{Client, Data, Node, State};
 pub const TTL: u8 = 3;
 /// Owner ids per client (attempts are fewer).
 pub(crate) const OWNERS: u8 = 8;
-/// `min_replicas_ack`: the one replica.
+/// `min_replicas_ack`.
 const ACKS: u8 = 1;
 
 /// Design errors found before, each put back by its switch; every one must give a counterexample.
@@ -18,6 +18,11 @@ pub struct Bugs {
     /// reconnect): that connection wrote nothing, so it answers at once with every
     /// replica, whatever the script's write became.
     pub wait_on_other_connection: bool,
+    /// Not a bug found before but the model's assumption about Sentinel taken away: the
+    /// failover promotes any replica, not the one with the largest replication offset
+    /// (what lock-redis's docs ask of Sentinel, `replica-priority` left equal): with two
+    /// replicas, one that never had an acknowledged grant.
+    pub promote_any_replica: bool,
 }
 
 /// One model: the clients, the bounds and the bug switches.
@@ -31,6 +36,8 @@ pub struct Failover {
     pub max_tick: u8,
     /// Failovers in one run.
     pub failovers: u8,
+    /// Replicas of the primary.
+    pub replicas: u8,
     /// Which known errors to put back.
     pub bugs: Bugs,
 }
@@ -39,12 +46,22 @@ impl Failover {
     /// The bounds the tests check: two clients of two attempts each, four ticks, two failovers
     /// (the second promotes the old primary back).
     pub fn small(bugs: Bugs) -> Failover {
-        Failover { clients: 2, attempts: 2, max_tick: 4, failovers: 2, bugs }
+        Failover { clients: 2, attempts: 2, max_tick: 4, failovers: 2, replicas: 1, bugs }
     }
 
-    /// The longer exploration (`DLOCK_MODEL_DEEP=1`): three attempts each over five ticks.
-    pub fn deep(bugs: Bugs) -> Failover {
-        Failover { clients: 2, attempts: 3, max_tick: 5, failovers: 2, bugs }
+    /// Two replicas, as the tests check them: two clients of one attempt each, four ticks, two
+    /// failovers (each promotes the most advanced replica; with the bug, either).
+    pub fn two_replicas(bugs: Bugs) -> Failover {
+        Failover { clients: 2, attempts: 1, max_tick: 4, failovers: 2, replicas: 2, bugs }
+    }
+
+    /// The longer exploration (`DLOCK_MODEL_DEEP=1`): one replica with three attempts each over
+    /// five ticks, and two replicas with two attempts each.
+    pub fn deep(bugs: Bugs) -> [Failover; 2] {
+        [
+            Failover { clients: 2, attempts: 3, max_tick: 5, failovers: 2, replicas: 1, bugs },
+            Failover { attempts: 2, ..Failover::two_replicas(bugs) },
+        ]
     }
 }
 
@@ -66,9 +83,10 @@ pub enum Action {
     /// The holder's validity ran out: the lost signal.
     Lapse(u8),
     /// The replica applies the primary's oldest write it lacks.
-    Replicate,
-    /// The replica is promoted; the old primary comes back as its replica.
-    Promote,
+    Replicate(u8),
+    /// The replica is promoted; the old primary and the other replicas come back as its
+    /// replicas.
+    Promote(u8),
 }
 
 impl Failover {
@@ -92,7 +110,7 @@ impl Failover {
     /// replicas have that write, or `None` when the connection broke (a failover since).
     fn acked(&self, s: &State, epoch: u8, offset: u8) -> Option<u8> {
         if epoch == s.epoch {
-            Some(u8::from(s.replica.offset >= offset))
+            Some(s.replicas.iter().filter(|r| r.offset >= offset).count() as u8)
         } else if self.bugs.wait_on_other_connection {
             // A fresh connection has written nothing: every replica has all of it.
             Some(ACKS)
@@ -189,18 +207,39 @@ impl Failover {
         }
     }
 
-    fn promote(s: &mut State) {
+    /// Replica `r` may be promoted: it has the largest replication offset (or, with the bug,
+    /// whatever it has).
+    fn promotable(&self, s: &State, r: usize) -> bool {
+        let most = s.replicas.iter().map(|n| n.offset).max().unwrap_or(0);
+        self.bugs.promote_any_replica || s.replicas[r].offset == most
+    }
+
+    fn promote(s: &mut State, r: usize) {
         s.failovers -= 1;
         s.epoch += 1;
+        let new = s.replicas[r];
         for c in 0..s.clients.len() {
             let me = Self::owner(s, c as u8);
-            if s.believes(c) && s.replica.data.lease.is_some_and(|(owner, _, _)| owner == me) {
+            if s.believes(c) && new.data.lease.is_some_and(|(owner, _, _)| owner == me) {
                 s.kept_across_failover = true;
             }
         }
-        s.primary = s.replica;
-        s.replica = Node { data: s.primary.data, offset: s.primary.offset };
+        s.primary = new;
+        s.replicas.fill(Node { data: new.data, offset: new.offset });
         s.backlog.clear();
+    }
+
+    /// Replica `r` applies the primary's next write it lacks; a write every replica has leaves
+    /// the backlog.
+    fn replicate(s: &mut State, r: usize) {
+        let first = s.primary.offset - s.backlog.len() as u8;
+        let replica = &mut s.replicas[r];
+        replica.data = s.backlog[(replica.offset - first) as usize];
+        replica.offset += 1;
+        let done = s.replicas.iter().map(|n| n.offset).min().unwrap_or(0) - first;
+        s.backlog.drain(..done as usize);
+        // Replicas are interchangeable: one order of them is one state.
+        s.replicas.sort_unstable();
     }
 
     fn client_actions(&self, s: &State, c: u8, actions: &mut Vec<Action>) {
@@ -237,7 +276,7 @@ impl Model for Failover {
         vec![State {
             now: 0,
             primary: node,
-            replica: node,
+            replicas: vec![node; self.replicas as usize],
             backlog: Vec::new(),
             epoch: 0,
             failovers: self.failovers,
@@ -256,11 +295,13 @@ impl Model for Failover {
         for c in 0..self.clients {
             self.client_actions(s, c, actions);
         }
-        if !s.backlog.is_empty() {
-            actions.push(Action::Replicate);
-        }
-        if s.failovers > 0 {
-            actions.push(Action::Promote);
+        for r in 0..s.replicas.len() {
+            if s.replicas[r].offset < s.primary.offset {
+                actions.push(Action::Replicate(r as u8));
+            }
+            if s.failovers > 0 && self.promotable(s, r) {
+                actions.push(Action::Promote(r as u8));
+            }
         }
     }
 
@@ -273,11 +314,8 @@ impl Model for Failover {
             Action::Renew(c) | Action::RenewWait(c) | Action::Release(c) | Action::Lapse(c) => {
                 self.holder_step(&mut s, action, c)
             }
-            Action::Replicate => {
-                s.replica.data = s.backlog.remove(0);
-                s.replica.offset += 1;
-            }
-            Action::Promote => Self::promote(&mut s),
+            Action::Replicate(r) => Self::replicate(&mut s, r as usize),
+            Action::Promote(r) => Self::promote(&mut s, r as usize),
         }
         Some(s)
     }

@@ -61,9 +61,10 @@ pub struct State {
     pub now: u8,
     /// The primary.
     pub primary: Node,
-    /// The replica.
-    pub replica: Node,
-    /// The primary's writes the replica has not applied yet, oldest first: the data after each.
+    /// The replicas (kept sorted: they are interchangeable).
+    pub replicas: Vec<Node>,
+    /// The primary's writes some replica has not applied yet, oldest first: the data after each
+    /// (the last is the primary's offset).
     pub backlog: Vec<Data>,
     /// Failovers so far (a connection made before the latest is broken).
     pub epoch: u8,

@@ -29,7 +29,10 @@ impl State {
             s.attempts[new as usize] = self.attempts[c];
         }
         rename(&mut s.primary.data, perm);
-        rename(&mut s.replica.data, perm);
+        for node in &mut s.replicas {
+            rename(&mut node.data, perm);
+        }
+        s.replicas.sort_unstable();
         for data in &mut s.backlog {
             rename(data, perm);
         }

@@ -4,6 +4,7 @@
 use stateright::Representative;
 
 use super::State;
+use crate::shared::{permute, rename_queue};
 
 impl Representative for State {
     /// Clients are interchangeable: the least of the states that rename them.
@@ -16,24 +17,15 @@ impl State {
     /// This state with client `c` called `perm[c]`.
     fn renamed(&self, perm: &[u8]) -> State {
         let mut s = self.clone();
-        let to = |c: u8| perm[c as usize];
-        for (c, &new) in perm.iter().enumerate() {
-            let new = new as usize;
-            s.clients[new] = self.clients[c];
-            s.polls[new] = self.polls[c];
-            s.rounds[new] = self.rounds[c];
-            s.strays[new] = self.strays[c];
-        }
+        permute(&mut s.clients, &self.clients, perm);
+        permute(&mut s.polls, &self.polls, perm);
+        permute(&mut s.rounds, &self.rounds, perm);
+        permute(&mut s.strays, &self.strays, perm);
         if let Some(g) = s.owner.as_mut() {
-            g.client = to(g.client);
+            g.client = perm[g.client as usize];
         }
-        for e in &mut s.queue {
-            e.0 = to(e.0);
-        }
-        for m in &mut s.net {
-            m.0 = to(m.0);
-        }
-        s.net.sort_unstable();
+        rename_queue(&mut s.queue, perm);
+        s.net.rename(perm);
         s
     }
 }

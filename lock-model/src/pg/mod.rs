@@ -40,8 +40,9 @@
 //!
 //! ## Time
 //! Ticks of the database's clock. A client counts `ttl − drift` on its own clock from the send
-//! of the statement that answered; the model takes the slowest clock the drift margin allows,
-//! whose belief ends at `t0 + ttl` in the database's ticks ([`Pg::valid_until`]).
+//! of the statement that answered (lock-core's own `valid_until`, called by the model); the
+//! model takes the slowest clock the drift allowance permits, whose belief ends at `t0 + ttl` in
+//! the database's ticks ([`Pg::valid_until`], [`crate::shared::belief_end`]).
 
 mod model;
 pub mod rounds;
@@ -49,5 +50,6 @@ mod server;
 mod state;
 mod symmetry;
 
-pub use model::{Action, Bugs, Pg, CLAIM, DRIFT, ENTRY_LIFE, FORGED, TTL};
+pub use crate::shared::{NetAction, FORGED};
+pub use model::{Action, Bugs, Pg, CLAIM, ENTRY_LIFE, TTL};
 pub use state::{Client, InFlight, Row, State, Stmt};

@@ -1,8 +1,13 @@
 //! The PostgreSQL model's clients, faults and properties (see the module docs of [`crate::pg`]).
 
+use std::time::Duration;
+
+use lock_core::decisions::valid_until;
 use stateright::{Model, Property};
+use tokio::time::Instant;
 
 use super::state::{Client, InFlight, State, Stmt};
+use crate::shared::{belief_end, dequeue, Hints, NetAction, Taken, ValidUntil};
 
 /// Ticks a lease lasts from its grant, claim or renewal.
 pub const TTL: u8 = 4;
@@ -10,11 +15,6 @@ pub const TTL: u8 = 4;
 pub const CLAIM: u8 = 1;
 /// Ticks a queue entry stays live after its waiter's latest attempt.
 pub const ENTRY_LIFE: u8 = 2;
-/// The drift margin, in ticks: how much slower than the database's a client's clock may run
-/// over one lease (`lock_core::clock_drift`'s `ttl/100 + 2 ms`, scaled up to one tick).
-pub const DRIFT: u8 = 1;
-/// The fence a forged notification names: above anything the database issues within the bounds.
-pub const FORGED: u8 = 200;
 
 /// Design errors found before, each put back by its switch; every one must give a counterexample.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -30,7 +30,8 @@ pub struct Bugs {
     /// d0bcadb, which fixed it for the read-write lock and the semaphore: `Plan::Again` →
     /// `Write::Extend` in `lock-sql/src/decide.rs`).
     pub claim_keeps_expiry: bool,
-    /// The client counts the whole ttl on its own clock, without the drift margin.
+    /// The client's lease rule leaves out the drift allowance (lock-core's `valid_until`
+    /// without its drift: the whole ttl on a clock the allowance lets run slow).
     pub no_drift_margin: bool,
 }
 
@@ -63,34 +64,38 @@ pub struct Pg {
 
 impl Pg {
     /// The notifications' faults, as the tests check them: two clients of two acquisitions over
-    /// five ticks with renewals, one forged, one duplicated and one lost notification or reply.
+    /// four ticks with renewals, one forged and one lost notification or reply (a duplicate is
+    /// in the longer exploration).
     pub fn notify(bugs: Bugs) -> Pg {
-        Pg { clients: 2, rounds: 2, max_tick: 4, forge: 1, dup: 1, lose: 1, polls: 0, crash: 0, leave: 0, cut: 0, bugs }
+        Pg { clients: 2, rounds: 2, max_tick: 4, forge: 1, dup: 0, lose: 1, polls: 0, crash: 0, leave: 0, cut: 0, bugs }
     }
 
-    /// The processes' faults, as the tests check them: two clients of two acquisitions over five
+    /// The processes' faults, as the tests check them: two clients of two acquisitions over four
     /// ticks with renewals, one crash, one early leave whose clean-up may be cut, one re-try.
     pub fn processes(bugs: Bugs) -> Pg {
         Pg { clients: 2, rounds: 2, max_tick: 4, forge: 0, dup: 0, lose: 0, polls: 1, crash: 1, leave: 1, cut: 1, bugs }
     }
 
-    /// The longer exploration (`DLOCK_MODEL_DEEP=1`): both fault sets one tick longer (every
-    /// fault together at once is beyond a few minutes' memory and time).
-    pub fn deep(bugs: Bugs) -> [Pg; 2] {
-        [Pg { max_tick: 5, ..Pg::notify(bugs) }, Pg { max_tick: 5, ..Pg::processes(bugs) }]
+    /// The longer exploration (`DLOCK_MODEL_DEEP=1`): the notifications' faults with a
+    /// duplicate, and both fault sets one tick longer (every fault together at once is beyond a
+    /// few minutes' memory and time).
+    pub fn deep(bugs: Bugs) -> [Pg; 3] {
+        let dup = Pg { dup: 1, ..Pg::notify(bugs) };
+        [dup.clone(), Pg { max_tick: 5, ..dup }, Pg { max_tick: 5, ..Pg::processes(bugs) }]
     }
 
     /// The end of a lease the database answered to a statement sent at `t0`, in the database's
-    /// ticks: the client counts `ttl − drift` on a clock that may run slow by the drift margin,
-    /// which is `t0 + ttl` at the latest (a faster clock only ends the belief sooner, and every
-    /// property is kept by a shorter belief, so the model takes the slowest).
+    /// ticks: lock-core's own rule (`valid_until`: `ttl − drift` from the send) on the slowest
+    /// clock its drift allowance permits ([`belief_end`]), which is `t0 + ttl`.
     pub fn valid_until(&self, t0: u8) -> u8 {
-        if self.bugs.no_drift_margin {
-            t0 + TTL + DRIFT
-        } else {
-            t0 + TTL
-        }
+        let rule: ValidUntil = if self.bugs.no_drift_margin { without_drift } else { valid_until };
+        belief_end(rule, t0, TTL)
     }
+}
+
+/// lock-core's lease rule with the drift left out (the `no_drift_margin` switch): the whole ttl.
+fn without_drift(sent: Instant, ttl: Duration, _drift: Duration) -> Option<Instant> {
+    sent.checked_add(ttl)
 }
 
 /// One step of the exploration.
@@ -124,22 +129,14 @@ pub enum Action {
     Release(u8),
     /// The client's process dies.
     Crash(u8),
-    /// Notification `i` arrives.
-    Deliver(usize),
-    /// Notification `i` is lost.
-    Drop(usize),
-    /// Notification `i` is duplicated.
-    Dup(usize),
-    /// Anyone who can read the queue sends `NOTIFY` naming the waiter, with a fence of its choosing.
-    Forge(u8),
+    /// A notification is delivered, lost, duplicated or forged (anyone who can read the queue
+    /// can `NOTIFY` a waiter's channel, with a fence of its choosing).
+    Net(NetAction),
 }
 
 impl Pg {
     fn take(&self, s: &mut State, c: u8, token: u8, t0: u8) {
-        if token <= s.max_taken {
-            s.regressed = true;
-        }
-        s.max_taken = s.max_taken.max(token);
+        s.taken.take(token);
         s.clients[c as usize] = Client::Holding { token, valid_until: self.valid_until(t0), renewal: None };
     }
 
@@ -162,7 +159,7 @@ impl Pg {
             Client::Idle => actions.push(Action::Send(c)),
             Client::Attempting { leaving, .. } => {
                 actions.push(Action::Apply(c));
-                if !leaving && s.lose > 0 {
+                if !leaving && s.net.lose > 0 {
                     actions.push(Action::ApplyReplyLost(c));
                 }
                 if !leaving && s.leave > 0 {
@@ -176,8 +173,8 @@ impl Pg {
                 if s.leave > 0 {
                     actions.push(Action::Leave(c));
                 }
-                if s.forge > 0 {
-                    actions.push(Action::Forge(c));
+                if s.net.forge > 0 {
+                    actions.push(Action::Net(NetAction::Forge(c)));
                 }
             }
             Client::Holding { valid_until, renewal, .. } => {
@@ -264,7 +261,7 @@ impl Pg {
             }
             Action::Apply(c) => self.apply(s, c, false),
             Action::ApplyReplyLost(c) => {
-                s.lose -= 1;
+                s.net.lose -= 1;
                 self.apply(s, c, true);
             }
             Action::Leave(c) => {
@@ -281,7 +278,7 @@ impl Pg {
                     Self::release(s, c);
                     s.clients[c as usize] = Client::Left;
                 } else {
-                    s.queue.retain(|&(q, _)| q != c);
+                    dequeue(&mut s.queue, c);
                     s.clients[c as usize] = Client::Leaving { entry_gone: true };
                 }
             }
@@ -308,23 +305,10 @@ impl Pg {
                 };
                 s.clients[c as usize] = Client::Dead { held };
             }
-            Action::Deliver(i) => {
-                let (to, token) = s.net.remove(i);
-                self.on_notify(s, to, token);
-            }
-            Action::Drop(i) => {
-                s.lose -= 1;
-                s.net.remove(i);
-            }
-            Action::Dup(i) => {
-                s.dup -= 1;
-                s.net.push(s.net[i]);
-                s.net.sort_unstable();
-            }
-            Action::Forge(c) => {
-                s.forge -= 1;
-                s.net.push((c, FORGED));
-                s.net.sort_unstable();
+            Action::Net(a) => {
+                if let Some((to, token)) = s.net.step(a) {
+                    self.on_notify(s, to, token);
+                }
             }
         }
     }
@@ -368,8 +352,7 @@ impl Pg {
                 Client::Left | Client::Ended | Client::Dead { .. } => {
                     s.polls[c] = 0;
                     s.rounds[c] = 0;
-                    let gone = c as u8;
-                    s.net.retain(|&(to, _)| to != gone);
+                    s.net.forget(c as u8);
                 }
                 _ => {}
             }
@@ -392,15 +375,11 @@ impl Model for Pg {
             polls: vec![self.polls; n],
             rounds: vec![self.rounds.saturating_sub(1); n],
             strays: vec![None; n],
-            net: Vec::new(),
-            forge: self.forge,
-            dup: self.dup,
-            lose: self.lose,
+            net: Hints::new(self.forge, self.dup, self.lose),
             crash: self.crash,
             leave: self.leave,
             cut: self.cut,
-            max_taken: 0,
-            regressed: false,
+            taken: Taken::default(),
             handed_over: false,
             renewed: false,
         }]
@@ -413,15 +392,7 @@ impl Model for Pg {
         for c in 0..self.clients {
             self.client_actions(s, c, actions);
         }
-        for i in 0..s.net.len() {
-            actions.push(Action::Deliver(i));
-            if s.lose > 0 {
-                actions.push(Action::Drop(i));
-            }
-            if s.dup > 0 {
-                actions.push(Action::Dup(i));
-            }
-        }
+        s.net.actions(|a| actions.push(Action::Net(a)));
     }
 
     fn next_state(&self, last: &State, action: Action) -> Option<State> {
@@ -439,7 +410,7 @@ impl Model for Pg {
             Property::always("tokens come from the server", |_, s: &State| {
                 s.clients.iter().all(|c| !matches!(c, Client::Holding { token, .. } if *token > s.fence))
             }),
-            Property::always("tokens increase", |_, s: &State| !s.regressed),
+            Property::always("tokens increase", |_, s: &State| !s.taken.regressed),
             Property::always("a lost lease is signalled before it is gone", |_, s: &State| {
                 (0..s.clients.len()).all(|c| {
                     let Client::Holding { token, .. } = s.clients[c] else { return true };

@@ -3,9 +3,10 @@
 //! (`SqlStore::renew_many` in `lock-sql/src/store/mod.rs`).
 //!
 //! ## The protocol
-//! - A process holds leases on two names. Each lease's renewal comes due by lock-core's rule
-//!   ([`renewal_due`]: a cadence from the last answered send, never later than halfway through
-//!   what is left); the driver gathers the leases due into one round.
+//! - A process holds leases on two names. Each lease's renewal comes due by lock-core's own
+//!   rule, called here ([`renewal_due`]: a cadence from the last answered send, never later
+//!   than halfway through what is left; [`due_tick`] rounds its instant up to a tick); the
+//!   driver gathers the leases due into one round.
 //! - The round is one `UPDATE … FROM unnest(…) … FOR UPDATE SKIP LOCKED`: a row another
 //!   transaction holds locked is skipped, not waited for. A lease the round did not renew is
 //!   renewed apart, bounded by `min(request timeout, ttl/8)` (under a tick here): a row still
@@ -23,7 +24,13 @@
 //! - `an untroubled lease is renewed in time`: the lease whose row nobody locks never passes
 //!   its validity unrenewed.
 
+use std::time::Duration;
+
+use lock_core::decisions::renewal_due;
 use stateright::{Model, Property, Representative};
+use tokio::time::Instant;
+
+use crate::shared::{instant, tick_at_or_after, TICK};
 
 /// Ticks a lease lasts from its grant or renewal.
 pub const TTL: u8 = 6;
@@ -32,13 +39,16 @@ pub const EVERY: u8 = 2;
 /// The name whose row another transaction may lock.
 pub const LOCKED_NAME: usize = 1;
 
-/// The holder's next renewal, as lock-core's `renewal_due` (`lock-core/src/lease/watchdog.rs`)
-/// decides it, in ticks: `every` after the answered send (`valid_until − validity`), never later
-/// than halfway through what is left, never in the past.
-pub fn renewal_due(now: u8, valid_until: u8, validity: u8, every: u8) -> u8 {
-    let sent = valid_until.saturating_sub(validity);
-    let half_left = now + valid_until.saturating_sub(now) / 2;
-    (sent + every).min(half_left).max(now)
+/// A renewal schedule with lock-core's signature: when the next renewal is due, from `now`, the
+/// lease's `valid_until`, the validity one answered request gives and the cadence.
+pub type Schedule = fn(Instant, Instant, Duration, Duration) -> Instant;
+
+/// The holder's next renewal in ticks, as `schedule` (lock-core's [`renewal_due`] unless a test
+/// passes another) decides it: the instant it returns, rounded up to the next tick, the first
+/// tick at which a driver woken by ticks would run it (never earlier than the code's due).
+pub fn due_tick(schedule: Schedule, now: u8, valid_until: u8, validity: u8, every: u8) -> u8 {
+    let span = |ticks: u8| TICK * u32::from(ticks);
+    tick_at_or_after(schedule(instant(now), instant(valid_until), span(validity), span(every)))
 }
 
 /// Design errors found before, each put back by its switch.
@@ -54,6 +64,9 @@ pub struct Bugs {
 pub struct Rounds {
     /// The last tick explored.
     pub max_tick: u8,
+    /// When a lease's renewal comes due: lock-core's [`renewal_due`], or a broken rule in the
+    /// test that shows a broken schedule breaks a property.
+    pub schedule: Schedule,
     /// Which known errors to put back.
     pub bugs: Bugs,
 }
@@ -61,7 +74,7 @@ pub struct Rounds {
 impl Rounds {
     /// The bounds the tests check: past one ttl and a half, the row locked at any moment.
     pub fn small(bugs: Bugs) -> Rounds {
-        Rounds { max_tick: TTL + 3, bugs }
+        Rounds { max_tick: TTL + 3, schedule: renewal_due, bugs }
     }
 }
 
@@ -134,13 +147,13 @@ impl Rounds {
     }
 
     /// The renewal of name `n`'s lease sent at `t0` runs: renewed, or lost (not ours).
-    fn renew(s: &mut State, n: usize, t0: u8) {
+    fn renew(&self, s: &mut State, n: usize, t0: u8) {
         let Lease::Held { token, valid_until, .. } = s.leases[n] else { return };
         match s.rows[n] {
             Some((0, t, expires)) if t == token && expires > s.now => {
                 s.rows[n] = Some((0, token, s.now + TTL));
                 let valid_until = valid_until.max(t0 + TTL);
-                let due = renewal_due(s.now, valid_until, TTL, EVERY);
+                let due = due_tick(self.schedule, s.now, valid_until, TTL, EVERY);
                 s.leases[n] = Lease::Held { token, valid_until, due, waiting: None };
                 if s.locked && n != LOCKED_NAME {
                     s.renewed_beside_lock = true;
@@ -169,7 +182,7 @@ impl Rounds {
                     *due = s.now + 1;
                 }
             } else {
-                Self::renew(s, n, s.now);
+                self.renew(s, n, s.now);
             }
         }
     }
@@ -193,7 +206,8 @@ impl Model for Rounds {
     type Action = Action;
 
     fn init_states(&self) -> Vec<State> {
-        let lease = Lease::Held { token: 1, valid_until: TTL, due: renewal_due(0, TTL, TTL, EVERY), waiting: None };
+        let lease =
+            Lease::Held { token: 1, valid_until: TTL, due: due_tick(self.schedule, 0, TTL, TTL, EVERY), waiting: None };
         vec![State {
             now: 0,
             rows: [Some((0, 1, TTL)); 2],
@@ -246,7 +260,7 @@ impl Model for Rounds {
             Action::Finish => {
                 for n in 0..2 {
                     if let Lease::Held { waiting: Some(t0), .. } = s.leases[n] {
-                        Self::renew(&mut s, n, t0);
+                        self.renew(&mut s, n, t0);
                     }
                 }
             }

@@ -3,6 +3,7 @@
 
 use super::model::{Pg, CLAIM, ENTRY_LIFE, TTL};
 use super::state::{Row, State};
+use crate::shared::{dequeue, enqueue, prune};
 
 impl Pg {
     /// The expiry a re-grant of an own row (the claim, the acquire's own-row branch) writes:
@@ -15,24 +16,14 @@ impl Pg {
         }
     }
 
-    /// Queue entries past their life are not live (the statements skip them).
-    fn prune(s: &mut State) {
-        let now = s.now;
-        s.queue.retain(|&(_, live)| live > now);
-    }
-
     fn enqueue(s: &mut State, c: u8) {
-        let live = s.now + ENTRY_LIFE;
-        match s.queue.iter_mut().find(|(q, _)| *q == c) {
-            Some(e) => e.1 = live,
-            None => s.queue.push((c, live)),
-        }
+        enqueue(&mut s.queue, c, s.now + ENTRY_LIFE);
     }
 
     /// The release's grant: the first live entry gets the row provisionally (the claim window
     /// `min(ttl, 1 s)`) with a new fence, its entry is deleted, and its client is notified.
-    pub(super) fn hand_on(s: &mut State) {
-        Self::prune(s);
+    pub fn hand_on(s: &mut State) {
+        prune(&mut s.queue, s.now);
         if s.queue.is_empty() {
             s.row = None;
             return;
@@ -40,20 +31,19 @@ impl Pg {
         let (head, _) = s.queue.remove(0);
         s.fence += 1;
         s.row = Some(Row { owner: head, token: s.fence, expires: s.now + CLAIM, provisional: true });
-        s.net.push((head, s.fence));
-        s.net.sort_unstable();
+        s.net.send(head, s.fence);
     }
 
     /// The acquire statement: `Some(token)` granted, `None` queued. An own row is re-granted,
     /// expired or not, with its fence; a free or expired row goes to the caller only when no
     /// live waiter is queued before it, else it is handed to that waiter and the caller queues.
-    pub(super) fn acquire(&self, s: &mut State, c: u8) -> Option<u8> {
-        Self::prune(s);
+    pub fn acquire(&self, s: &mut State, c: u8) -> Option<u8> {
+        prune(&mut s.queue, s.now);
         match s.row {
             Some(r) if r.owner == c => {
                 let expires = self.regrant_expiry(s, r);
                 s.row = Some(Row { expires, provisional: false, ..r });
-                s.queue.retain(|&(q, _)| q != c);
+                dequeue(&mut s.queue, c);
                 Some(r.token)
             }
             Some(r) if r.expires > s.now => {
@@ -67,7 +57,7 @@ impl Pg {
                     None
                 }
                 _ => {
-                    s.queue.retain(|&(q, _)| q != c);
+                    dequeue(&mut s.queue, c);
                     s.fence += 1;
                     s.row = Some(Row { owner: c, token: s.fence, expires: s.now + TTL, provisional: false });
                     Some(s.fence)
@@ -78,7 +68,7 @@ impl Pg {
 
     /// The claim: `UPDATE … SET expires_at = now + ttl WHERE name = … AND owner = <c> RETURNING
     /// fence`. `None`: the row is not `c`'s (the client falls back to the acquire statement).
-    pub(super) fn claim(&self, s: &mut State, c: u8) -> Option<u8> {
+    pub fn claim(&self, s: &mut State, c: u8) -> Option<u8> {
         let r = s.row.filter(|r| r.owner == c)?;
         let expires = self.regrant_expiry(s, r);
         s.row = Some(Row { expires, provisional: false, ..r });
@@ -87,7 +77,7 @@ impl Pg {
 
     /// The renewal: `UPDATE … SET expires_at = now + ttl WHERE … owner = <c> AND expires_at >
     /// now`; whether it renewed.
-    pub(super) fn renew(s: &mut State, c: u8) -> bool {
+    pub fn renew(s: &mut State, c: u8) -> bool {
         match s.live_row() {
             Some(r) if r.owner == c => {
                 s.row = Some(Row { expires: s.now + TTL, ..r });
@@ -98,7 +88,7 @@ impl Pg {
     }
 
     /// The owner-checked release (live rows only), with the grant to the queue's head.
-    pub(super) fn release(s: &mut State, c: u8) {
+    pub fn release(s: &mut State, c: u8) {
         if s.live_row().is_some_and(|r| r.owner == c) {
             Self::hand_on(s);
         }

@@ -1,6 +1,8 @@
 //! The PostgreSQL model's state: the lease row, the waiter queue, the notifications in flight and
 //! what each client believes.
 
+use crate::shared::{Hints, Queue, Taken};
+
 /// Which statement an attempt runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Stmt {
@@ -85,8 +87,8 @@ pub struct State {
     pub row: Option<Row>,
     /// The row's fence column: the last token issued.
     pub fence: u8,
-    /// Waiter queue entries in `seq` order: client and the tick the entry stops being live.
-    pub queue: Vec<(u8, u8)>,
+    /// Waiter queue entries in `seq` order.
+    pub queue: Queue,
     /// Each client's state.
     pub clients: Vec<Client>,
     /// Fallback re-tries left per client.
@@ -95,24 +97,16 @@ pub struct State {
     pub rounds: Vec<u8>,
     /// A statement of a client that is gone (or whose lease ended), still to run on the database.
     pub strays: Vec<Option<InFlight>>,
-    /// Grant notifications in flight: recipient and the fence named (kept sorted).
-    pub net: Vec<(u8, u8)>,
-    /// Forged notifications left.
-    pub forge: u8,
-    /// Duplications left.
-    pub dup: u8,
-    /// Lost notifications or replies left.
-    pub lose: u8,
+    /// Grant notifications in flight (recipient and the fence named) and the network's faults.
+    pub net: Hints,
     /// Crashes left.
     pub crash: u8,
     /// Early leaves left.
     pub leave: u8,
     /// Clean-ups that may be cut short (bounded inline run at a deadline) left.
     pub cut: u8,
-    /// The highest token any client took.
-    pub max_taken: u8,
-    /// A client took a token not above an earlier taker's.
-    pub regressed: bool,
+    /// The tokens clients took.
+    pub taken: Taken,
     /// A head claimed a release's provisional grant (shows the path is reached).
     pub handed_over: bool,
     /// A renewal extended a lease (shows the path is reached).

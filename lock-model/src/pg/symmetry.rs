@@ -4,6 +4,7 @@
 use stateright::Representative;
 
 use super::state::State;
+use crate::shared::{permute, rename_queue};
 
 impl Representative for State {
     /// The least of the state and its renamings.
@@ -16,24 +17,15 @@ impl State {
     /// This state with client `c` called `perm[c]`.
     fn renamed(&self, perm: &[u8]) -> State {
         let mut s = self.clone();
-        let to = |c: u8| perm[c as usize];
-        for (c, &new) in perm.iter().enumerate() {
-            let new = new as usize;
-            s.clients[new] = self.clients[c];
-            s.polls[new] = self.polls[c];
-            s.rounds[new] = self.rounds[c];
-            s.strays[new] = self.strays[c];
-        }
+        permute(&mut s.clients, &self.clients, perm);
+        permute(&mut s.polls, &self.polls, perm);
+        permute(&mut s.rounds, &self.rounds, perm);
+        permute(&mut s.strays, &self.strays, perm);
         if let Some(r) = s.row.as_mut() {
-            r.owner = to(r.owner);
+            r.owner = perm[r.owner as usize];
         }
-        for e in &mut s.queue {
-            e.0 = to(e.0);
-        }
-        for m in &mut s.net {
-            m.0 = to(m.0);
-        }
-        s.net.sort_unstable();
+        rename_queue(&mut s.queue, perm);
+        s.net.rename(perm);
         s
     }
 }

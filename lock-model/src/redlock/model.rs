@@ -40,16 +40,33 @@ pub struct Redlock {
 }
 
 impl Redlock {
-    /// Time-outs and a restart, as the tests check them: two clients of one attempt each, a
-    /// 2-tick ttl over one tick, one time-out and one master restarting without its data.
+    /// Time-outs and a restart: two clients of one attempt each, a 2-tick ttl over one tick,
+    /// one time-out and one master restarting without its data (11.8 million states: the
+    /// longer exploration's; the tests check its parts, [`Redlock::checked`]).
     pub fn small(bugs: Bugs) -> Redlock {
         Redlock { clients: 2, attempts: 1, ttl: 2, max_tick: 1, lose: 1, restart: 1, bugs }
     }
 
-    /// Re-tries, as the tests check them: two clients of two attempts each (a failed attempt is
-    /// undone in the background while the next runs), one time-out, no time passing.
+    /// Re-tries: two clients of two attempts each (a failed attempt is undone in the background
+    /// while the next runs), one time-out, no time passing (14.2 million states: the longer
+    /// exploration's).
     pub fn retries(bugs: Bugs) -> Redlock {
         Redlock { clients: 2, attempts: 2, ttl: 2, max_tick: 0, lose: 1, restart: 0, bugs }
+    }
+
+    /// The bounds `cargo test` checks: [`Redlock::small`]'s time-out and restart apart, and
+    /// [`Redlock::retries`] with attempts that fail by refusal (their undo still runs late).
+    pub fn checked(bugs: Bugs) -> [Redlock; 3] {
+        [
+            Redlock { restart: 0, ..Redlock::small(bugs) },
+            Redlock { lose: 0, ..Redlock::small(bugs) },
+            Redlock { lose: 0, ..Redlock::retries(bugs) },
+        ]
+    }
+
+    /// The longer exploration (`DLOCK_MODEL_DEEP=1`): every fault of each bound together.
+    pub fn deep(bugs: Bugs) -> [Redlock; 2] {
+        [Redlock::small(bugs), Redlock::retries(bugs)]
     }
 
     fn chan(c: u8, m: u8) -> usize {

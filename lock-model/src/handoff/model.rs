@@ -1,0 +1,263 @@
+//! The Redis single-instance model's clients, faults and properties (see the module docs of
+//! [`crate::handoff`]).
+
+use lock_core::decisions::valid_until;
+use stateright::{Model, Property};
+
+use super::server::WAKE;
+use super::state::{Client, State};
+use super::{Handoff, CLAIM, TTL};
+use crate::shared::{belief_end, dequeue, Hints, NetAction, Taken, FORGED};
+
+/// One step of the exploration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// Time passes.
+    Tick,
+    /// The client asks for the lock.
+    Send(u8),
+    /// The server runs the client's attempt and the reply arrives.
+    Apply(u8),
+    /// The server runs it, the reply is lost: the client sends it again.
+    ApplyReplyLost(u8),
+    /// A waiter's fallback timer: it tries again without a message.
+    Poll(u8),
+    /// The waiter's wait ends (time-out or dropped future).
+    Leave(u8),
+    /// The server runs the leaving waiter's abandon step.
+    Abandon(u8),
+    /// (bug) The second abandon step never runs.
+    CutCleanup(u8),
+    /// A request of a client that is gone runs on the server.
+    Stray(u8),
+    /// The holder releases.
+    Release(u8),
+    /// The client's process dies.
+    Crash(u8),
+    /// The server restarts without its data.
+    Restart,
+    /// A message is delivered, lost, duplicated or forged.
+    Net(NetAction),
+}
+
+impl Handoff {
+    fn client_actions(&self, s: &State, c: u8, actions: &mut Vec<Action>) {
+        let i = c as usize;
+        match s.clients[i] {
+            Client::Idle => actions.push(Action::Send(c)),
+            Client::Attempting { leaving, .. } => {
+                actions.push(Action::Apply(c));
+                if !leaving && s.net.lose > 0 {
+                    actions.push(Action::ApplyReplyLost(c));
+                }
+                if !leaving && s.leave > 0 {
+                    actions.push(Action::Leave(c));
+                }
+            }
+            Client::Waiting { .. } => {
+                if s.polls[i] > 0 {
+                    actions.push(Action::Poll(c));
+                }
+                if s.leave > 0 {
+                    actions.push(Action::Leave(c));
+                }
+                if s.net.forge > 0 {
+                    actions.push(Action::Net(NetAction::Forge(c)));
+                }
+            }
+            Client::Holding { .. } => actions.push(Action::Release(c)),
+            Client::Leaving { release_only } => {
+                actions.push(Action::Abandon(c));
+                if release_only {
+                    actions.push(Action::CutCleanup(c));
+                }
+            }
+            Client::Left | Client::Done | Client::Dead { .. } => {}
+        }
+        if s.crash > 0 && !s.clients[i].gone() {
+            actions.push(Action::Crash(c));
+        }
+        if s.strays[i] {
+            actions.push(Action::Stray(c));
+        }
+    }
+
+    /// A message reaches `to`: a hint that wakes a waiter (or, with the bug, a grant naming a
+    /// token is taken as the lease).
+    fn on_message(&self, s: &mut State, to: u8, token: u8) {
+        let Client::Waiting { t0 } = s.clients[to as usize] else { return };
+        if self.bugs.trust_message && token != WAKE {
+            s.take(to, token, belief_end(valid_until, t0, TTL));
+            s.handed_over |= token != FORGED;
+        } else {
+            s.clients[to as usize] = Client::Attempting { t0: s.now, leaving: false };
+        }
+    }
+
+    fn apply(&self, s: &mut State, c: u8) {
+        let Client::Attempting { t0, leaving } = s.clients[c as usize] else { return };
+        let was_handoff = s.grant_live().is_some_and(|g| g.client == c && g.handoff);
+        let reply = self.acquire(s, c);
+        if leaving {
+            self.abandon(s, c);
+            s.clients[c as usize] = Client::Left;
+            return;
+        }
+        match reply {
+            Some(token) => {
+                s.handed_over |= was_handoff;
+                s.take(c, token, belief_end(valid_until, t0, TTL));
+            }
+            None => s.clients[c as usize] = Client::Waiting { t0 },
+        }
+    }
+
+    fn leave(&self, s: &mut State, c: u8) {
+        s.leave -= 1;
+        let in_flight = matches!(s.clients[c as usize], Client::Attempting { .. });
+        s.clients[c as usize] = if in_flight && !self.bugs.abandon_overtakes_attempt {
+            Client::Attempting { t0: s.now, leaving: true }
+        } else {
+            s.strays[c as usize] |= in_flight;
+            Client::Leaving { release_only: false }
+        };
+    }
+
+    fn step(&self, s: &mut State, action: Action) {
+        match action {
+            Action::Tick => s.now += 1,
+            Action::Send(c) => s.clients[c as usize] = Client::Attempting { t0: s.now, leaving: false },
+            Action::Poll(c) => {
+                s.polls[c as usize] -= 1;
+                s.clients[c as usize] = Client::Attempting { t0: s.now, leaving: false };
+            }
+            Action::Apply(c) => self.apply(s, c),
+            Action::ApplyReplyLost(c) => {
+                s.net.lose -= 1;
+                self.acquire(s, c);
+                s.clients[c as usize] = Client::Attempting { t0: s.now, leaving: false };
+            }
+            Action::Leave(c) => self.leave(s, c),
+            Action::Abandon(c) => {
+                let Client::Leaving { release_only } = s.clients[c as usize] else { return };
+                if self.bugs.abandon_forgets_place_first && !release_only {
+                    dequeue(&mut s.queue, c);
+                    s.clients[c as usize] = Client::Leaving { release_only: true };
+                } else {
+                    self.abandon(s, c);
+                    s.clients[c as usize] = Client::Left;
+                }
+            }
+            Action::CutCleanup(c) => s.clients[c as usize] = Client::Left,
+            Action::Stray(c) => {
+                s.strays[c as usize] = false;
+                self.acquire(s, c);
+            }
+            Action::Release(c) => {
+                self.release(s, c);
+                let i = c as usize;
+                s.clients[i] = if s.rounds[i] > 0 { Client::Idle } else { Client::Done };
+                s.rounds[i] = s.rounds[i].saturating_sub(1);
+            }
+            Action::Crash(c) => {
+                s.crash -= 1;
+                let held = matches!(s.clients[c as usize], Client::Holding { .. });
+                s.strays[c as usize] |= matches!(s.clients[c as usize], Client::Attempting { .. });
+                s.clients[c as usize] = Client::Dead { held };
+            }
+            Action::Restart => {
+                s.restart -= 1;
+                Self::restart(s);
+            }
+            Action::Net(a) => {
+                if let Some((to, token)) = s.net.step(a) {
+                    self.on_message(s, to, token);
+                }
+            }
+        }
+    }
+
+    /// Forgets what can no longer change the outcome, so equal futures are one state: the send
+    /// instant of a queued attempt (only a waiter that trusts messages reads it), messages to and
+    /// budgets of clients that are gone or done.
+    fn normalize(&self, s: &mut State) {
+        for c in 0..s.clients.len() {
+            match s.clients[c] {
+                Client::Waiting { .. } if !self.bugs.trust_message => s.clients[c] = Client::Waiting { t0: 0 },
+                Client::Left | Client::Done | Client::Dead { .. } => {
+                    s.polls[c] = 0;
+                    s.rounds[c] = 0;
+                    s.net.forget(c as u8);
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+impl Model for Handoff {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        let n = self.clients as usize;
+        vec![State {
+            now: 0,
+            owner: None,
+            fence: 0,
+            queue: Vec::new(),
+            marker: Some(0),
+            clients: vec![Client::Idle; n],
+            polls: vec![self.polls; n],
+            rounds: vec![self.rounds.saturating_sub(1); n],
+            strays: vec![false; n],
+            net: Hints::new(self.forge, self.dup, self.lose),
+            crash: self.crash,
+            leave: self.leave,
+            restart: self.restart,
+            taken: Taken::default(),
+            handed_over: false,
+        }]
+    }
+
+    fn actions(&self, s: &State, actions: &mut Vec<Action>) {
+        if s.now < self.max_tick {
+            actions.push(Action::Tick);
+        }
+        for c in 0..self.clients {
+            self.client_actions(s, c, actions);
+        }
+        if s.restart > 0 {
+            actions.push(Action::Restart);
+        }
+        s.net.actions(|a| actions.push(Action::Net(a)));
+    }
+
+    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+        let mut s = last.clone();
+        self.step(&mut s, action);
+        self.normalize(&mut s);
+        Some(s)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always("no two believers", |_, s: &State| {
+                (0..s.clients.len()).filter(|&c| s.believes(c)).count() <= 1
+            }),
+            Property::always("tokens come from the server", |_, s: &State| {
+                s.clients.iter().all(|c| !matches!(c, Client::Holding { token, .. } if *token > s.fence))
+            }),
+            Property::always("tokens increase", |_, s: &State| !s.taken.regressed),
+            Property::always("an untaken grant lapses", |_, s: &State| {
+                let Some(g) = s.grant_live() else { return true };
+                match s.clients[g.client as usize] {
+                    Client::Left => false,
+                    Client::Dead { held: false } | Client::Leaving { .. } if g.handoff => g.expires <= s.now + CLAIM,
+                    _ => true,
+                }
+            }),
+            Property::sometimes("a queued waiter is handed the lock", |_, s: &State| s.handed_over),
+        ]
+    }
+}

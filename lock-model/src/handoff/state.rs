@@ -1,0 +1,118 @@
+//! The Redis single-instance model's state: the lease key, the waiter queue, the boot marker,
+//! the messages in flight and what each client believes.
+
+use crate::shared::{Hints, Queue, Taken};
+
+/// What one client is doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Client {
+    /// Has not asked for the lock yet.
+    Idle,
+    /// An acquire sent at `t0` awaits the server; `leaving`: its wait ended meanwhile.
+    Attempting {
+        /// Send instant.
+        t0: u8,
+        /// The wait ended while the attempt was in flight.
+        leaving: bool,
+    },
+    /// Its latest attempt, sent at `t0`, answered "queued".
+    Waiting {
+        /// Send instant of that attempt.
+        t0: u8,
+    },
+    /// Holds a lease with `token`, believed valid while `now < valid_until`.
+    Holding {
+        /// The fencing token it acts with.
+        token: u8,
+        /// By its own clock.
+        valid_until: u8,
+    },
+    /// Its wait ended in a live process; the abandon step still has to run (`release_only`: with
+    /// the bug, only its second step is left).
+    Leaving {
+        /// The entry is already gone, the release of a grant is still to run.
+        release_only: bool,
+    },
+    /// Finished leaving.
+    Left,
+    /// Released its lease.
+    Done,
+    /// Its process died; `held`: while holding a lease it had taken.
+    Dead {
+        /// It held a lease.
+        held: bool,
+    },
+}
+
+impl Client {
+    /// It will never again send anything.
+    pub fn gone(self) -> bool {
+        matches!(self, Client::Left | Client::Done | Client::Dead { .. })
+    }
+}
+
+/// The lease key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Grant {
+    /// Whose it is.
+    pub client: u8,
+    /// Its fencing token.
+    pub token: u8,
+    /// The tick from which it is gone.
+    pub expires: u8,
+    /// Granted by a release to a queue head that has not claimed it yet.
+    pub handoff: bool,
+}
+
+/// Server, clients and network.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct State {
+    /// The server's clock (the clients' run at the same rate).
+    pub now: u8,
+    /// The lease, if one was granted (it may be past `expires`).
+    pub owner: Option<Grant>,
+    /// The last token issued.
+    pub fence: u8,
+    /// The waiter queue.
+    pub queue: Queue,
+    /// The boot marker: `None` after a restart until an acquire sets it, then the end of the
+    /// quiet period it started (`Some(0)`: marked long ago).
+    pub marker: Option<u8>,
+    /// Each client's state.
+    pub clients: Vec<Client>,
+    /// Fallback re-tries left per client.
+    pub polls: Vec<u8>,
+    /// Acquisitions left per client after its current one.
+    pub rounds: Vec<u8>,
+    /// A request of a client that is gone, still to run on the server.
+    pub strays: Vec<bool>,
+    /// Wake-up and grant messages in flight, and the network's fault budgets.
+    pub net: Hints,
+    /// Crashes left.
+    pub crash: u8,
+    /// Early leaves left.
+    pub leave: u8,
+    /// Restarts left.
+    pub restart: u8,
+    /// The tokens clients took.
+    pub taken: Taken,
+    /// A queued waiter took a lease handed to it by a release (shows the path is reached).
+    pub handed_over: bool,
+}
+
+impl State {
+    /// The lease if it is live.
+    pub fn grant_live(&self) -> Option<Grant> {
+        self.owner.filter(|g| g.expires > self.now)
+    }
+
+    /// `c` holds a lease it believes valid.
+    pub fn believes(&self, c: usize) -> bool {
+        matches!(self.clients[c], Client::Holding { valid_until, .. } if self.now < valid_until)
+    }
+
+    pub(super) fn take(&mut self, c: u8, token: u8, valid_until: u8) {
+        self.taken.take(token);
+        self.clients[c as usize] = Client::Holding { token, valid_until };
+    }
+}
