@@ -9,15 +9,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use etcd_client::{Client, Compare, CompareOp, LeaseKeepAliveStream, LeaseKeeper, PutOptions, Txn, TxnOp};
+use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
 use lock_core::{
     backend::{Backoff, LeaseHandle, ReleaseOutcome, RenewOutcome},
     LockError,
 };
-use tokio::sync::Mutex;
 use tokio::time::{sleep, Instant};
 
 use crate::error::{classify, lease_not_found, timed, BACKEND};
+use crate::keepalive::KeepAlive;
 use crate::spare::{Spare, Spares};
 
 /// The lease TTL asked of etcd for a lease of `d`: whole seconds, rounded up, at least one. The
@@ -89,59 +89,6 @@ impl Drop for Pending {
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             let within = self.ttl.saturating_add(Duration::from_secs(1));
             rt.spawn(revoke_until_answered(self.client.clone(), self.id, self.bound, within));
-        }
-    }
-}
-
-/// A keep-alive stream of one lease, opened on first use and again after any failure.
-pub(crate) struct KeepAlive {
-    stream: Mutex<Option<(LeaseKeeper, LeaseKeepAliveStream)>>,
-}
-
-impl KeepAlive {
-    pub(crate) fn new() -> KeepAlive {
-        KeepAlive { stream: Mutex::new(None) }
-    }
-
-    /// The stream, moved out (to go with its lease to the client's spares).
-    async fn take(&self) -> KeepAlive {
-        KeepAlive { stream: Mutex::new(self.stream.lock().await.take()) }
-    }
-
-    /// One keep-alive of `lease`: `Ok(true)` when the server extended it, `Ok(false)` when the
-    /// lease no longer exists. Opening the stream sends the first keep-alive with it (one round
-    /// trip either way).
-    pub(crate) async fn once(&self, client: &Client, lease: i64, bound: Duration) -> Result<bool, LockError> {
-        let mut guard = self.stream.lock().await;
-        if guard.is_none() {
-            let mut c = client.clone();
-            return match tokio::time::timeout(bound, c.lease_keep_alive(lease)).await {
-                Ok(Ok(opened)) => {
-                    *guard = Some(opened);
-                    Ok(true)
-                }
-                Ok(Err(etcd_client::Error::LeaseKeepAliveError(why))) if why.contains("not found") => Ok(false),
-                Ok(Err(e)) => Err(classify("keeping the lease alive", e)),
-                Err(_) => {
-                    Err(LockError::unavailable(BACKEND, format!("keeping the lease alive: no answer within {bound:?}")))
-                }
-            };
-        }
-        let answer = async {
-            let Some((keeper, stream)) = guard.as_mut() else { return Ok(None) };
-            keeper.keep_alive().await?;
-            stream.message().await
-        };
-        match timed(bound, "keeping the lease alive", answer).await {
-            Ok(Some(resp)) => Ok(resp.ttl() > 0),
-            Ok(None) => {
-                *guard = None;
-                Err(LockError::unavailable(BACKEND, "the keep-alive stream ended"))
-            }
-            Err(e) => {
-                *guard = None;
-                Err(e)
-            }
         }
     }
 }

@@ -127,6 +127,7 @@ mod client;
 mod config;
 mod error;
 mod inspect;
+mod keepalive;
 mod keys;
 mod kinds;
 mod lease;

@@ -17,8 +17,9 @@ use tokio::time::{sleep, sleep_until, Instant};
 
 use crate::client::{capabilities, EtcdLock};
 use crate::error::{is_lease_gone, malformed, timed};
+use crate::keepalive::KeepAlive;
 use crate::keys::Entry;
-use crate::lease::{ttl_secs, EtcdHandle, KeepAlive, Pending};
+use crate::lease::{ttl_secs, EtcdHandle, Pending};
 use crate::recipe::{Recipe, Watch};
 use crate::spare::Spare;
 

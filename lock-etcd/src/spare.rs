@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::lease::KeepAlive;
+use crate::keepalive::KeepAlive;
 
 /// How many leases one client keeps: enough for a few locks taken and released side by side;
 /// a release beyond it revokes its lease as before.
