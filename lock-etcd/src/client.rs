@@ -3,12 +3,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{Certificate, Client, ConnectOptions, GetOptions, TlsOptions};
+use etcd_client::{Certificate, Client, ConnectOptions, GetOptions, Identity, TlsOptions};
 use lock_core::{Capabilities, LeaseModel, LockError, WakeMethod};
 
 use crate::config::{EtcdOptions, EtcdUrl};
 use crate::error::{plaintext_hint, timed, BACKEND};
 use crate::keys::Keys;
+use crate::spare::Spares;
 
 /// A lock client of an etcd cluster; cheap to clone (clones share the connection). Implements
 /// [`DistributedLock`](lock_core::DistributedLock).
@@ -21,6 +22,8 @@ pub(crate) struct Inner {
     pub(crate) client: Client,
     pub(crate) keys: Keys,
     pub(crate) options: EtcdOptions,
+    /// Leases released grants left for the next acquisitions (`crate::spare`).
+    pub(crate) spares: Arc<Spares>,
 }
 
 impl std::fmt::Debug for EtcdLock {
@@ -31,9 +34,10 @@ impl std::fmt::Debug for EtcdLock {
 
 /// Connects to the cluster of `url` (`etcd://[user:pass@]h1:2379,h2:2379/prefix`; the prefix
 /// defaults to `dlock`). `etcds://` speaks TLS to every member (rustls), verifying each against
-/// `options.tls_ca_file` or else the webpki roots. With `user:password` the client authenticates
-/// (etcd's auth must be on for that user). A malformed URL, or a `tls_ca_file` with `etcd://` or
-/// not readable, is `LockError::Config`; a cluster that does not answer a read within
+/// `options.tls_ca_file` or else the webpki roots, and offers the client certificate of
+/// `options.tls_cert_file`/`tls_key_file` when set (members with `--client-cert-auth`). With
+/// `user:password` the client authenticates (etcd's auth must be on for that user). A malformed
+/// URL, or a TLS file with `etcd://` or not readable, is `LockError::Config`; a cluster that does not answer a read within
 /// `options.connect_timeout` (or whose certificate does not verify) is `LockError::Unavailable`.
 pub async fn connect(url: &str, options: EtcdOptions) -> Result<EtcdLock, LockError> {
     options.validate()?;
@@ -63,19 +67,25 @@ pub async fn connect(url: &str, options: EtcdOptions) -> Result<EtcdLock, LockEr
     }
 }
 
-/// The TLS settings of an `etcds://` URL (`None` for `etcd://`).
+/// The TLS settings of an `etcds://` URL (`None` for `etcd://`): the members verified against
+/// the CA file or the webpki roots, and the client certificate offered when one is configured.
 async fn tls_options(url: &EtcdUrl, options: &EtcdOptions) -> Result<Option<TlsOptions>, LockError> {
     if !url.tls {
-        if options.tls_ca_file.is_some() {
-            return Err(LockError::config(
-                "etcd tls_ca_file is set but the URL is etcd:// (plaintext); use etcds:// to speak TLS to the members",
-            ));
+        let set = [("tls_ca_file", options.tls_ca_file.is_some()), ("tls_cert_file", options.tls_cert_file.is_some())];
+        if let Some((what, _)) = set.iter().find(|(_, on)| *on) {
+            return Err(LockError::config(format!(
+                "etcd {what} is set but the URL is etcd:// (plaintext); use etcds:// to speak TLS to the members"
+            )));
         }
         return Ok(None);
     }
-    Ok(Some(match options.read_ca().await? {
+    let tls = match options.read_ca().await? {
         Some(pem) => TlsOptions::new().ca_certificate(Certificate::from_pem(pem)),
         None => TlsOptions::new().with_webpki_roots(),
+    };
+    Ok(Some(match options.read_identity().await? {
+        Some((cert, key)) => tls.identity(Identity::from_pem(cert, key)),
+        None => tls,
     }))
 }
 
@@ -90,7 +100,7 @@ pub async fn from_client(client: Client, prefix: &str, options: EtcdOptions) -> 
     let mut probe = client.clone();
     let read = probe.get(keys.all_locks(), Some(GetOptions::new().with_prefix().with_count_only()));
     timed(options.connect_timeout, "reading from etcd", read).await?;
-    Ok(EtcdLock { inner: Arc::new(Inner { client, keys, options }) })
+    Ok(EtcdLock { inner: Arc::new(Inner { client, keys, options, spares: Arc::default() }) })
 }
 
 impl EtcdLock {
@@ -109,6 +119,14 @@ impl EtcdLock {
     /// A handle of the connection for one request (tonic clients are clones of one channel).
     pub(crate) fn client(&self) -> Client {
         self.inner.client.clone()
+    }
+
+    pub(crate) fn spares(&self) -> &Spares {
+        &self.inner.spares
+    }
+
+    pub(crate) fn spares_handle(&self) -> Arc<Spares> {
+        Arc::clone(&self.inner.spares)
     }
 
     pub(crate) fn keys(&self) -> &Keys {

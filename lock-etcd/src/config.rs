@@ -37,6 +37,12 @@ pub struct EtcdOptions {
     /// PEM file. Default: the webpki (Mozilla) roots. Refused with a plaintext `etcd://` URL,
     /// where it would be silently unused.
     pub tls_ca_file: Option<PathBuf>,
+    /// For members that demand a client certificate (etcd's `--client-cert-auth`): this
+    /// client's certificate (chain), a PEM file, offered in every TLS handshake. Set together
+    /// with `tls_key_file`; refused with a plaintext `etcd://` URL.
+    pub tls_cert_file: Option<PathBuf>,
+    /// The private key of `tls_cert_file`, a PEM file.
+    pub tls_key_file: Option<PathBuf>,
 }
 
 impl Default for EtcdOptions {
@@ -46,6 +52,8 @@ impl Default for EtcdOptions {
             request_timeout: Duration::from_secs(5),
             keep_alive: Duration::from_secs(2),
             tls_ca_file: None,
+            tls_cert_file: None,
+            tls_key_file: None,
         }
     }
 }
@@ -59,21 +67,38 @@ impl EtcdOptions {
         if self.request_timeout > Duration::from_secs(3600) {
             return Err(LockError::config("etcd request_timeout is above an hour; use a few seconds"));
         }
+        if self.tls_cert_file.is_some() != self.tls_key_file.is_some() {
+            return Err(LockError::config(
+                "etcd tls_cert_file and tls_key_file go together: set both (the client certificate and its key) or \
+                 neither",
+            ));
+        }
         Ok(())
     }
 
     /// The PEM of `tls_ca_file`, if set.
     pub(crate) async fn read_ca(&self) -> Result<Option<Vec<u8>>, LockError> {
         let Some(path) = &self.tls_ca_file else { return Ok(None) };
-        match tokio::fs::read(path).await {
-            Ok(pem) => Ok(Some(pem)),
-            Err(e) => Err(LockError::config(format!(
-                "cannot read etcd tls_ca_file {}: {e}; point it at the PEM certificate of the CA that signed the \
-                 members' certificates",
-                path.display()
-            ))),
-        }
+        read_pem(path, "tls_ca_file", "the PEM certificate of the CA that signed the members' certificates")
+            .await
+            .map(Some)
     }
+
+    /// The PEMs of the client certificate and its key, if set.
+    pub(crate) async fn read_identity(&self) -> Result<Option<(Vec<u8>, Vec<u8>)>, LockError> {
+        let (Some(cert), Some(key)) = (&self.tls_cert_file, &self.tls_key_file) else { return Ok(None) };
+        let cert = read_pem(cert, "tls_cert_file", "this client's PEM certificate").await?;
+        let key = read_pem(key, "tls_key_file", "the PEM private key of tls_cert_file").await?;
+        Ok(Some((cert, key)))
+    }
+}
+
+/// The contents of the PEM file `path`, the option `what`; a `Config` error saying what it
+/// should hold when it cannot be read.
+async fn read_pem(path: &std::path::Path, what: &str, should_be: &str) -> Result<Vec<u8>, LockError> {
+    tokio::fs::read(path).await.map_err(|e| {
+        LockError::config(format!("cannot read etcd {what} {}: {e}; point it at {should_be}", path.display()))
+    })
 }
 
 /// A parsed `etcd://` URL.

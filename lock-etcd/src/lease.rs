@@ -1,21 +1,24 @@
-//! The server-side lease of one acquisition: granted with the ttl, kept alive as renewal,
-//! revoked on release. [`EtcdHandle`] is a grant's owner-checked renew and release; [`Pending`]
-//! revokes the lease of an acquisition that ends without a grant (timed out, refused, dropped).
+//! The server-side lease of one acquisition: granted with the ttl (or taken from the client's
+//! spares), kept alive as renewal, and on release left to the client's next acquisition once its
+//! key is deleted (`crate::spare`). [`EtcdHandle`] is a grant's owner-checked renew and release;
+//! [`Pending`] revokes the lease of an acquisition that ends without a grant (timed out, refused,
+//! dropped).
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use etcd_client::{Client, Compare, CompareOp, LeaseKeepAliveStream, LeaseKeeper, PutOptions, Txn, TxnOp};
+use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
 use lock_core::{
     backend::{Backoff, LeaseHandle, ReleaseOutcome, RenewOutcome},
     LockError,
 };
-use tokio::sync::Mutex;
-use tokio::time::sleep;
+use tokio::time::{sleep, Instant};
 
 use crate::error::{classify, lease_not_found, timed, BACKEND};
+use crate::keepalive::KeepAlive;
+use crate::spare::{Spare, Spares};
 
 /// The lease TTL asked of etcd for a lease of `d`: whole seconds, rounded up, at least one. The
 /// server keeps the lease at least this long after it received the grant or keep-alive, which
@@ -90,54 +93,6 @@ impl Drop for Pending {
     }
 }
 
-/// A keep-alive stream of one lease, opened on first use and again after any failure.
-pub(crate) struct KeepAlive {
-    stream: Mutex<Option<(LeaseKeeper, LeaseKeepAliveStream)>>,
-}
-
-impl KeepAlive {
-    pub(crate) fn new() -> KeepAlive {
-        KeepAlive { stream: Mutex::new(None) }
-    }
-
-    /// One keep-alive of `lease`: `Ok(true)` when the server extended it, `Ok(false)` when the
-    /// lease no longer exists. Opening the stream sends the first keep-alive with it (one round
-    /// trip either way).
-    pub(crate) async fn once(&self, client: &Client, lease: i64, bound: Duration) -> Result<bool, LockError> {
-        let mut guard = self.stream.lock().await;
-        if guard.is_none() {
-            let mut c = client.clone();
-            return match tokio::time::timeout(bound, c.lease_keep_alive(lease)).await {
-                Ok(Ok(opened)) => {
-                    *guard = Some(opened);
-                    Ok(true)
-                }
-                Ok(Err(etcd_client::Error::LeaseKeepAliveError(why))) if why.contains("not found") => Ok(false),
-                Ok(Err(e)) => Err(classify("keeping the lease alive", e)),
-                Err(_) => {
-                    Err(LockError::unavailable(BACKEND, format!("keeping the lease alive: no answer within {bound:?}")))
-                }
-            };
-        }
-        let answer = async {
-            let Some((keeper, stream)) = guard.as_mut() else { return Ok(None) };
-            keeper.keep_alive().await?;
-            stream.message().await
-        };
-        match timed(bound, "keeping the lease alive", answer).await {
-            Ok(Some(resp)) => Ok(resp.ttl() > 0),
-            Ok(None) => {
-                *guard = None;
-                Err(LockError::unavailable(BACKEND, "the keep-alive stream ended"))
-            }
-            Err(e) => {
-                *guard = None;
-                Err(e)
-            }
-        }
-    }
-}
-
 /// Renew and release of one granted key.
 pub(crate) struct EtcdHandle {
     pub(crate) client: Client,
@@ -150,6 +105,14 @@ pub(crate) struct EtcdHandle {
     pub(crate) bound: Duration,
     /// A release was sent before (its answer may have been lost).
     pub(crate) release_sent: AtomicBool,
+    /// The lease as granted: the one a release may leave to the client's spares (not a hold
+    /// lease of `release_after`).
+    pub(crate) granted_lease: i64,
+    /// The lease's ttl in whole seconds.
+    pub(crate) secs: i64,
+    /// The server (re)started the lease's ttl at or after this instant.
+    pub(crate) refreshed: std::sync::Mutex<Instant>,
+    pub(crate) spares: Arc<Spares>,
 }
 
 /// The pause between tries of a release cut by a connection reset.
@@ -166,6 +129,20 @@ impl EtcdHandle {
     /// Deletes our key if it is still ours; `true` when it was.
     async fn delete_key(&self) -> Result<bool, LockError> {
         delete_if_ours(&self.client, &self.key, self.rev, self.bound).await
+    }
+
+    /// After a release: the lease goes to the client's spares when our delete's own answer said
+    /// the key was ours (so the lease now carries no key), else it is revoked.
+    async fn leave_lease(&self, certainly_empty: bool) {
+        let lease = self.lease.load(Ordering::SeqCst);
+        if certainly_empty && lease == self.granted_lease {
+            let refreshed = *self.refreshed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let spare = Spare { id: lease, secs: self.secs, refreshed, keep_alive: self.keep_alive.take().await };
+            if self.spares.put(spare).is_none() {
+                return;
+            }
+        }
+        let _ = revoke(&self.client, lease, self.bound).await;
     }
 }
 
@@ -184,6 +161,7 @@ impl LeaseHandle for EtcdHandle {
     /// though the lease itself lives.
     async fn renew(&self, _ttl: Duration) -> Result<RenewOutcome, LockError> {
         let lease = self.lease.load(Ordering::SeqCst);
+        let sent = Instant::now();
         // Both at once (one round trip): the keep-alive proves the lease lives on from before
         // this call, the read that our key is still attached to it.
         let (alive, ours) =
@@ -191,27 +169,26 @@ impl LeaseHandle for EtcdHandle {
         if !alive? {
             return Ok(RenewOutcome::NotOwner);
         }
-        if ours? {
-            Ok(RenewOutcome::Renewed)
-        } else {
-            // Our key is gone but our lease is not: nothing else to keep it for.
-            let _ = revoke(&self.client, lease, self.bound).await;
-            Ok(RenewOutcome::NotOwner)
-        }
+        *self.refreshed.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = sent;
+        // A key gone while its lease lives is not revoked here: a renewal that overlaps the
+        // release would revoke the lease the release just left to the next acquisition, and
+        // with it that acquisition's key. Such a lease, with no key, expires on its own.
+        Ok(if ours? { RenewOutcome::Renewed } else { RenewOutcome::NotOwner })
     }
 
-    /// An owner-checked delete of our key (the next waiter's watch fires), then the lease is
-    /// revoked (best effort: it expires by itself otherwise).
+    /// An owner-checked delete of our key (the next waiter's watch fires); then the lease, now
+    /// without a key, is kept for the client's next acquisition (`crate::spare`) or revoked
+    /// (best effort: it expires by itself otherwise).
     async fn release(&self) -> Result<ReleaseOutcome, LockError> {
         // A connection reset answers at once: retry within the bound while the channel redials.
         let end = tokio::time::Instant::now() + self.bound;
-        let deleted = loop {
+        let (deleted, by_us) = loop {
             let sent_before = self.release_sent.swap(true, Ordering::SeqCst);
             match self.delete_key().await {
                 // An earlier delete whose answer was lost may have been ours: the key is gone
                 // either way, and nobody else's was touched.
-                Ok(false) if sent_before => break true,
-                Ok(ours) => break ours,
+                Ok(false) if sent_before => break (true, false),
+                Ok(ours) => break (ours, ours),
                 Err(e @ LockError::Unavailable { .. }) if tokio::time::Instant::now() + RETRY_PAUSE < end => {
                     tracing::debug!(key = %self.key, error = %e, "etcd release failed; retrying");
                     sleep(RETRY_PAUSE).await;
@@ -219,7 +196,7 @@ impl LeaseHandle for EtcdHandle {
                 Err(e) => return Err(e),
             }
         };
-        let _ = revoke(&self.client, self.lease.load(Ordering::SeqCst), self.bound).await;
+        self.leave_lease(by_us).await;
         Ok(if deleted { ReleaseOutcome::Released } else { ReleaseOutcome::NotOwner })
     }
 

@@ -13,14 +13,28 @@
 //!
 //! ## The algorithm (etcd's own `concurrency.Mutex` recipe, with a lease per acquisition)
 //!
-//! - **A lease per acquisition.** Each `acquire`/`try_acquire` grants its own etcd lease with
+//! - **A lease per acquisition.** Each `acquire`/`try_acquire` holds its own etcd lease with
 //!   the ttl (whole seconds, rounded up: the server keeps the lease at least as long as the
-//!   holder relies on it). Renewal is a keep-alive of that lease; release deletes the key and
-//!   revokes the lease. Why not one lease per client (as etcd's `Session`): the caller's `ttl`
-//!   is per acquisition (docs/contract.md §3), a keep-alive failure or a lease expiry then loses
-//!   one lock instead of every lock of the process, and a waiter that leaves revokes exactly
-//!   its own key. The price is one `LeaseGrant` per acquisition and one keep-alive per held
-//!   lease per renewal.
+//!   holder relies on it). Renewal is a keep-alive of that lease; release deletes the key (the
+//!   lease is then kept or revoked, below). Why not one lease per client (as etcd's
+//!   `Session`): the caller's `ttl` is per acquisition (docs/contract.md §3), a keep-alive
+//!   failure or a lease expiry then loses one lock instead of every lock of the process, and a
+//!   waiter that leaves revokes exactly its own key. The price is one keep-alive per held lease
+//!   per renewal.
+//! - **A released lease serves the client's next acquisition.** Release deletes the key
+//!   (owner-checked) and, when that delete's own answer said the key was ours, keeps the lease,
+//!   now without a key, for the next acquisition of this client with the same ttl (in whole
+//!   seconds; at most 8 leases, none older than half its ttl, never two acquisitions on one
+//!   lease). That acquisition sends its queueing transaction and a keep-alive of the lease
+//!   together (one round trip, two requests) and counts its validity from that keep-alive, so
+//!   the free path costs the same two durable writes as a bare put-if-absent + delete (the
+//!   keep-alive is answered by the leader without a write). Otherwise (a client's first
+//!   acquisition with a ttl) the lease is granted with an id the client chooses and the
+//!   transaction follows 3 ms later without waiting for the grant's answer (sent at once it
+//!   overtakes the grant on etcd 3.4; sent after the answer it costs a round trip); on "lease
+//!   not found" it is sent again. A renewal that finds its key gone never revokes the lease:
+//!   overlapping a release, it would revoke the next acquisition's key with it. An unused
+//!   spare simply expires on the server, carrying nothing.
 //! - **A key per waiter**, `<prefix>/lock/<escaped name>/<lease id>`, attached to the lease and
 //!   created in a transaction (`create_revision == 0`, so a retried create finds its own key)
 //!   that also reads the queue's oldest key.
@@ -93,9 +107,10 @@
 //! [`EtcdOptions::tls_ca_file`] (a private CA's PEM) or else the webpki (Mozilla) roots; a
 //! certificate that does not verify is a prompt `Unavailable` that names `tls_ca_file`, and a
 //! plaintext `etcd://` URL against a TLS port is an `Unavailable` that names `etcds://`.
-//! Client certificates (an etcd started with `--client-cert-auth` or, in 3.4,
-//! `--trusted-ca-file`) are not offered yet: pass your own [`etcd_client::Client`] to
-//! [`from_client`] for those.
+//! Members that demand a client certificate (`--client-cert-auth`, or in 3.4 any
+//! `--trusted-ca-file`) get the one of [`EtcdOptions::tls_cert_file`] and
+//! [`EtcdOptions::tls_key_file`] (PEM files, set together; `[etcd] tls_cert_file` /
+//! `tls_key_file` in `dlock.toml`), offered in every handshake.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), lock_core::LockError> {
@@ -112,12 +127,14 @@ mod client;
 mod config;
 mod error;
 mod inspect;
+mod keepalive;
 mod keys;
 mod kinds;
 mod lease;
 mod observe;
 mod queue;
 mod recipe;
+mod spare;
 
 pub use client::{connect, from_client, EtcdLock};
 pub use config::{EtcdOptions, DEFAULT_PORT};

@@ -103,3 +103,64 @@ async fn connection_errors_are_typed() {
     let e = lock_etcd::connect("etcdss://127.0.0.1:2379/x", options).await.unwrap_err();
     assert!(matches!(e, LockError::Config { .. }), "{e}");
 }
+
+/// The lease a key of `name` is attached to (the queue's oldest key), with its create revision.
+async fn holder_lease(fx: &EtcdFixture, name: &LockName) -> Option<(i64, i64)> {
+    let mut raw = fx.raw().await.expect("raw client");
+    let queue = format!("{}/lock/{}/", fx.prefix, name.escaped());
+    let got = raw.get(queue.as_str(), Some(GetOptions::new().with_prefix())).await.expect("range");
+    got.kvs().first().map(|kv| (kv.lease(), kv.create_revision()))
+}
+
+/// A release leaves its lease to the client's next acquisition of the same ttl (the free path
+/// then grants no lease). The reused lease is a fresh one for its new holder: its ttl restarts
+/// with the acquire, so `valid_until` is a whole ttl (less drift) from the call, however long the
+/// lease sat unused; and it carries only the new key (the released one is gone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_released_lease_serves_the_next_acquisition_for_a_whole_ttl() {
+    let fx = EtcdFixture::start().await.unwrap();
+    let c = fx.connect().await.unwrap();
+    let (first, second) = (name("spare-1"), name("spare-2"));
+    let o = AcquireOptions::new(Duration::from_secs(4));
+    let held = c.try_acquire(&first, &o).await.unwrap().expect("free");
+    let (lease, rev) = holder_lease(&fx, &first).await.expect("the holder's key");
+    held.release().await.unwrap();
+    assert_eq!(holder_lease(&fx, &first).await, None, "the released key stayed");
+    // Half a second of the spare's 4 s ttl passes unused.
+    sleep(Duration::from_millis(500)).await;
+    let t0 = Instant::now();
+    let again = c.try_acquire(&second, &o).await.unwrap().expect("free");
+    let (reused, rev2) = holder_lease(&fx, &second).await.expect("the new holder's key");
+    assert_eq!(reused, lease, "the next acquisition granted a new lease instead of the spare");
+    assert!(rev2 > rev && again.token().0 == rev2.unsigned_abs(), "token {} / revision {rev2}", again.token());
+    let short = (t0 + o.ttl - o.drift()).saturating_duration_since(again.valid_until());
+    assert!(
+        short.is_zero(),
+        "valid_until is {short:?} short of t0 + ttl - drift: the reused lease's ttl was not restarted"
+    );
+    // Another ttl rounds to another number of seconds: a lease of its own.
+    let other = c.try_acquire(&first, &AcquireOptions::new(Duration::from_secs(6))).await.unwrap().expect("free");
+    assert_ne!(holder_lease(&fx, &first).await.map(|(l, _)| l), Some(lease));
+    other.release().await.unwrap();
+    again.release().await.unwrap();
+    assert_eq!(queued(&fx, &second).await, 0);
+}
+
+/// A holder that renews after its key was deleted behind its back (an operator) loses the lease
+/// but leaves the lease itself alone: the key is gone, and revoking would also take whatever key
+/// the lease carries next.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_key_is_not_revoked_by_the_renewal() {
+    let fx = EtcdFixture::start().await.unwrap();
+    let c = fx.connect().await.unwrap();
+    let n = name("lost-key");
+    let o = AcquireOptions::new(Duration::from_secs(4)).auto_renew(false);
+    let held = c.try_acquire(&n, &o).await.unwrap().expect("free");
+    let (lease, _) = holder_lease(&fx, &n).await.expect("the holder's key");
+    let mut raw = fx.raw().await.unwrap();
+    let queue = format!("{}/lock/{}/", fx.prefix, n.escaped());
+    raw.delete(queue.as_str(), Some(etcd_client::DeleteOptions::new().with_prefix())).await.unwrap();
+    assert!(held.renew().await.is_err(), "a renewal found the deleted key");
+    let ttl = raw.lease_time_to_live(lease, None).await.unwrap().ttl();
+    assert!(ttl > 0, "the renewal revoked the lease (ttl {ttl})");
+}

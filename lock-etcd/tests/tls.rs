@@ -1,6 +1,7 @@
 //! `etcds://` against a local etcd whose client port speaks only TLS, with a certificate from a
 //! private CA made here with `openssl`: the lock works with the CA given, is a fast typed
-//! `Unavailable` without it, and a plaintext `etcd://` URL against the TLS port fails clearly.
+//! `Unavailable` without it, and a plaintext `etcd://` URL against the TLS port fails clearly;
+//! and a member that demands client certificates serves a client that offers one.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -21,6 +22,17 @@ fn make_certs(dir: &Path) {
     sh("openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=localhost");
     sh("printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\nbasicConstraints=CA:FALSE\\n' > ext.cnf");
     sh("openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 -extfile ext.cnf");
+}
+
+/// A client certificate `client.pem` (key `client.key`) signed by `make_certs`'s CA, in `dir`.
+fn make_client_cert(dir: &Path) {
+    let sh = |script: &str| {
+        let out = std::process::Command::new("/bin/sh").arg("-c").arg(script).current_dir(dir).output().unwrap();
+        assert!(out.status.success(), "{script}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    sh("openssl req -newkey rsa:2048 -nodes -keyout client.key -out client.csr -subj /CN=dlock-client");
+    sh("printf 'basicConstraints=CA:FALSE\\nextendedKeyUsage=clientAuth\\n' > client.cnf");
+    sh("openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out client.pem -days 2 -extfile client.cnf");
 }
 
 fn options() -> EtcdOptions {
@@ -74,4 +86,39 @@ async fn tls_from_url() {
     assert!(matches!(lock_etcd::connect(&url, missing).await, Err(LockError::Config { .. })));
     let unused = EtcdOptions { tls_ca_file: Some(d.join("ca.pem")), ..options() };
     assert!(matches!(lock_etcd::connect(&plain, unused).await, Err(LockError::Config { .. })));
+}
+
+/// A member started with `--client-cert-auth`: the lock works with the client certificate from
+/// the options, and without it no request is served; half a client identity, or one with a
+/// plaintext URL, is a configuration error.
+#[tokio::test]
+async fn client_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    make_certs(d);
+    make_client_cert(d);
+    let server = EtcdServer::start_local_mtls(&d.join("server.pem"), &d.join("server.key"), &d.join("ca.pem"))
+        .await
+        .expect("a local etcd demanding client certificates (apt-get install etcd-server)");
+    let url = format!("{}/mtls-test", server.url());
+    let ca = || EtcdOptions { tls_ca_file: Some(d.join("ca.pem")), ..options() };
+
+    let with_cert =
+        EtcdOptions { tls_cert_file: Some(d.join("client.pem")), tls_key_file: Some(d.join("client.key")), ..ca() };
+    let lock = lock_etcd::connect(&url, with_cert.clone()).await.expect("etcds:// with a client certificate");
+    let name = LockName::new("mtls").unwrap();
+    let lease = lock.try_acquire(&name, &AcquireOptions::new(Duration::from_secs(5))).await.unwrap().expect("free");
+    lease.release().await.unwrap();
+
+    let e = lock_etcd::connect(&url, ca()).await.expect_err("a client without a certificate must be refused");
+    eprintln!("without a client certificate: {e}");
+    assert!(matches!(e, LockError::Unavailable { .. }), "{e}");
+
+    let half = EtcdOptions { tls_key_file: None, ..with_cert.clone() };
+    assert!(matches!(lock_etcd::connect(&url, half).await, Err(LockError::Config { .. })));
+    let missing = EtcdOptions { tls_key_file: Some(d.join("nope.key")), ..with_cert.clone() };
+    assert!(matches!(lock_etcd::connect(&url, missing).await, Err(LockError::Config { .. })));
+    let plain = url.replacen("etcds://", "etcd://", 1);
+    let e = lock_etcd::connect(&plain, EtcdOptions { tls_ca_file: None, ..with_cert }).await.unwrap_err();
+    assert!(matches!(e, LockError::Config { .. }) && e.to_string().contains("tls_cert_file"), "{e}");
 }

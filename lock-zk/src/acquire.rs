@@ -6,7 +6,10 @@ use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use lock_core::{backend::Backoff, AcquireOptions, Lease, LockError, LockName, OwnerId, WaitPolicy};
+use lock_core::{
+    backend::{Backoff, Deadline},
+    AcquireOptions, Lease, LockError, LockName, OwnerId, WaitPolicy,
+};
 use tokio::time::{sleep, sleep_until, Instant};
 use zookeeper_client::{CreateMode, EventType};
 
@@ -81,14 +84,12 @@ pub(crate) struct Attempt<'a> {
     opts: &'a AcquireOptions,
     /// The lock client's options (its request and connect timeouts).
     client: &'a ZkOptions,
-    begun: Instant,
-    /// When waiting ends; `None` waits forever.
-    deadline: Option<Instant>,
+    /// When the call must have answered (for a single try, one request timeout), and whether
+    /// the lock was seen held meanwhile: busy at the deadline is `Timeout`, even when the last
+    /// request was cut short by it (contract §4).
+    deadline: Deadline,
     /// Whether to queue at all (false for try_acquire and `WaitPolicy::NoWait`).
     wait: bool,
-    /// The lock was seen held by someone else during this wait: at the deadline the answer is
-    /// `Timeout`, even when the last request was cut short by it (contract §4).
-    seen_busy: bool,
     unavailable_since: Option<Instant>,
     backoff: Backoff,
 }
@@ -104,33 +105,18 @@ impl<'a> Attempt<'a> {
         client: &'a ZkOptions,
     ) -> Self {
         let begun = Instant::now();
-        let (deadline, wait) = match opts.wait {
-            _ if !queue => (None, false),
-            // A zero wait is one attempt, like NoWait (busy → Timeout), not an instant Unavailable.
-            WaitPolicy::NoWait => (None, false),
-            WaitPolicy::For(w) if w.is_zero() => (None, false),
-            WaitPolicy::For(w) => (Some(begun + w), true),
-            // Forever, and any policy added later: wait until granted.
-            _ => (None, true),
-        };
+        // A zero wait is one attempt, like NoWait (busy → Timeout), not an instant Unavailable.
+        let wait = queue && !matches!(opts.wait, WaitPolicy::NoWait | WaitPolicy::For(Duration::ZERO));
+        // A single try answers within one request timeout.
+        let policy = if wait { opts.wait } else { WaitPolicy::For(opts.request_timeout.min(client.request_timeout)) };
         let backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
-        Attempt {
-            recipe,
-            name,
-            opts,
-            client,
-            begun,
-            deadline,
-            wait,
-            seen_busy: false,
-            unavailable_since: None,
-            backoff,
-        }
+        let deadline = Deadline::new(policy, begun);
+        Attempt { recipe, name, opts, client, deadline, wait, unavailable_since: None, backoff }
     }
 
-    /// When this attempt started.
-    pub(crate) fn begun(&self) -> Instant {
-        self.begun
+    /// The attempt's deadline (its `Timeout` counts from when the attempt started).
+    pub(crate) fn deadline(&self) -> Deadline {
+        self.deadline
     }
 }
 
@@ -142,26 +128,21 @@ impl Attempt<'_> {
     /// When this call must have answered: the end of the caller's wait, or for a single
     /// attempt (try_acquire, `NoWait`) one request timeout; `None` when waiting forever.
     fn limit(&self) -> Option<Instant> {
-        if self.wait {
-            self.deadline
-        } else {
-            Some(self.begun + self.per_request())
-        }
+        self.deadline.at()
     }
 
     /// The bound of one request: the request timeout, never beyond the call's limit (but at
     /// least a little, so that a request sent at the last moment can still be answered).
     fn bound(&self) -> Duration {
-        match self.limit() {
-            Some(l) => {
-                self.per_request().min(l.saturating_duration_since(Instant::now()).max(Duration::from_millis(1)))
-            }
-            None => self.per_request(),
+        let now = Instant::now();
+        if self.deadline.passed(now) {
+            return Duration::from_millis(1);
         }
+        self.deadline.bound(self.per_request(), now)
     }
 
     fn timeout_error(&self) -> LockError {
-        LockError::Timeout { name: self.name.as_str().to_owned(), waited: self.begun.elapsed(), quiet_left: None }
+        self.deadline.timeout(self.name)
     }
 
     /// After a transient failure: waits a little and says whether to retry. Gives up with
@@ -171,13 +152,13 @@ impl Attempt<'_> {
         let now = Instant::now();
         let since = *self.unavailable_since.get_or_insert(now);
         let delay = self.backoff.next_delay();
-        let out_of_time = self.limit().is_some_and(|l| now + delay >= l);
-        if out_of_time && self.wait && self.seen_busy {
+        let out_of_time = self.deadline.left(now) <= delay;
+        if out_of_time && self.wait && self.deadline.seen_busy() {
             return Err(self.timeout_error());
         }
         // Waiting forever means forever (contract §4): only a bounded call gives up on a server
         // that stopped answering.
-        let forever = self.wait && self.deadline.is_none();
+        let forever = self.limit().is_none();
         if out_of_time || (!forever && now.duration_since(since) >= self.client.connect_timeout) {
             return Err(err);
         }
@@ -240,7 +221,7 @@ impl Attempt<'_> {
             };
             let scope = match open(deadline).await {
                 Ok(scope) => scope,
-                Err(e) if self.wait && self.deadline.is_none() && e.is_retryable() => {
+                Err(e) if self.limit().is_none() && e.is_retryable() => {
                     tracing::debug!(lock = %self.name, error = %e, "no zookeeper session yet; waiting forever");
                     sleep(self.backoff.next_delay()).await;
                     continue;
@@ -253,7 +234,7 @@ impl Attempt<'_> {
                 Err(Stop::Restart(why)) => {
                     tracing::info!(lock = %self.name, why, "zookeeper acquire starts over");
                     if self.limit().is_some_and(|l| Instant::now() >= l) {
-                        if self.wait && self.seen_busy {
+                        if self.wait && self.deadline.seen_busy() {
                             return Err(self.timeout_error());
                         }
                         return Err(LockError::unavailable(
@@ -298,7 +279,7 @@ impl Attempt<'_> {
                 Verdict::Wait(watched) => (watched, false),
                 Verdict::WaitGranted(predecessor) => (vec![predecessor], true),
             };
-            self.seen_busy = true;
+            self.deadline.busy();
             if !self.wait {
                 // Busy: the guard deletes our node; acquire turns this into Timeout.
                 scope.busy.note(&parent, true);
@@ -455,7 +436,7 @@ impl Attempt<'_> {
             }
             std::task::Poll::Pending
         });
-        let event = match self.deadline {
+        let event = match self.limit() {
             Some(d) => tokio::select! {
                 ev = changed => ev,
                 _ = sleep_until(d) => {

@@ -301,12 +301,10 @@ impl ZkLock {
     async fn wait_for(&self, recipe: Recipe, name: &LockName, options: &AcquireOptions) -> Result<Lease, LockError> {
         options.validate(&capabilities())?;
         let attempt = Attempt::new(recipe, name, options, true, &self.inner.options);
-        let begun = attempt.begun();
+        let deadline = attempt.deadline();
         match attempt.run(|d| self.scope(d)).await? {
             Some(lease) => Ok(lease),
-            None => {
-                Err(LockError::Timeout { name: name.as_str().to_owned(), waited: begun.elapsed(), quiet_left: None })
-            }
+            None => Err(deadline.timeout(name)),
         }
     }
 

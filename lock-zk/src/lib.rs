@@ -143,7 +143,7 @@
 //!
 //! ## TLS
 //!
-//! With the crate's `tls` feature, [`ZkOptions::tls_ca_file`] names a PEM file of the CA(s)
+//! With the crate's `tls` feature (dlock-rs's `zk-tls`), [`ZkOptions::tls_ca_file`] names a PEM file of the CA(s)
 //! that sign the servers' certificates; every connection then uses TLS (point the URL at
 //! ZooKeeper's `secureClientPort`), verifying the chain and that the certificate names the
 //! URL's host or IP, so digest credentials no longer cross the wire in clear. The feature is

@@ -40,7 +40,8 @@ impl Tls {
     #[cfg(not(feature = "tls"))]
     fn with_ca(_pem: &str) -> Result<Tls, LockError> {
         Err(LockError::config(
-            "tls_ca_file is set but lock-zk was built without its `tls` feature; enable it (features = [\"tls\"])",
+            "tls_ca_file is set but lock-zk was built without its `tls` feature; enable dlock-rs's `zk-tls` feature \
+             (or lock-zk's `tls`)",
         ))
     }
 

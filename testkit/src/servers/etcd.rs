@@ -79,6 +79,16 @@ impl EtcdServer {
     /// Readiness is read from a plaintext metrics port, since the client port answers no
     /// plaintext probe.
     pub async fn start_local_tls(cert: &Path, key: &Path) -> Result<EtcdServer, LockError> {
+        Self::start_local_tls_with(cert, key, None).await
+    }
+
+    /// [`start_local_tls`](Self::start_local_tls), and with `client_ca` the member demands of
+    /// every client a certificate that CA signed (`--client-cert-auth --trusted-ca-file`).
+    pub async fn start_local_mtls(cert: &Path, key: &Path, client_ca: &Path) -> Result<EtcdServer, LockError> {
+        Self::start_local_tls_with(cert, key, Some(client_ca)).await
+    }
+
+    async fn start_local_tls_with(cert: &Path, key: &Path, client_ca: Option<&Path>) -> Result<EtcdServer, LockError> {
         let program = etcd_binary()?;
         let dir = server_dir("etcd-tls")?;
         let (client, peer, metrics) = (free_addr()?, free_addr()?, free_addr()?);
@@ -97,6 +107,9 @@ impl EtcdServer {
             "--listen-metrics-urls".to_owned(),
             format!("http://{metrics}"),
         ]);
+        if let Some(ca) = client_ca {
+            args.extend(["--client-cert-auth".to_owned(), "--trusted-ca-file".to_owned(), path(ca)]);
+        }
         let child = ChildServer::new(&program, args, dir.path());
         let local = LocalServer::new("etcd (TLS)", child, client)
             .persistent(true)
