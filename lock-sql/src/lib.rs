@@ -453,6 +453,20 @@ pub use tls::{check_tls, weak_tls_warning, SqlTls};
 use lock_core::Capabilities;
 use lock_core::{backend::StoreLock, LockError};
 
+/// Pins a PostgreSQL connection of your own the way this crate pins its sessions
+/// (`search_path = pg_catalog, pg_temp`, durable commits), for tools that run statements beside
+/// the lock on its tables: an operator or function planted in a schema on the role's path then
+/// cannot run inside them. Returns `table` with its schema (`schema.table`, unquoted), found under
+/// the connection's own path before it is pinned, or where `CREATE TABLE` would put it: name
+/// every table you use with it, as the pinned path finds no table outside `pg_catalog`.
+///
+/// A table that resolves to no schema, or to one that is not a plain identifier, is
+/// [`LockError::Config`].
+#[cfg(feature = "postgres")]
+pub async fn pin_postgres(conn: &mut sqlx::PgConnection, table: &str) -> Result<String, LockError> {
+    dialect::postgres::pin::tool(conn, table).await
+}
+
 /// Connects to the database named by `url` and returns the lock.
 ///
 /// The scheme selects the database: `sqlite:` (the file is created if missing), `postgres:` /
