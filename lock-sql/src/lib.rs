@@ -325,10 +325,14 @@
 //!   configured with `synchronous_commit = off` still writes each grant before acknowledging it
 //!   (tested: such a server killed with SIGKILL right after several grants hands out a higher
 //!   token after its restart). The server's `fsync` is the operator's: with `fsync = off` a
-//!   crash of the host (not of PostgreSQL) can still lose grants. The one exception is a
-//!   refused acquire, whose transaction writes only a waiter's queue place and a row lock: it
-//!   commits with `synchronous_commit = off` for itself (a crash may lose the place; the
-//!   waiter queues again), so a contended hand-off waits for one flush, not two.
+//!   crash of the host (not of PostgreSQL) can still lose grants. Two commits do not wait for
+//!   the flush: a refused acquire's, whose transaction writes only a waiter's queue place and a
+//!   row lock (a crash may lose the place; the waiter queues again), and a release's that grants
+//!   the lock to the queue's head: nobody holds by that grant until the head's claim, whose
+//!   durable commit comes after it in the WAL and so flushes it too. A contended hand-off thus
+//!   waits for one flush, the claim's. A crash that loses such a release (within about three
+//!   `wal_writer_delay`s of it) loses no lease anyone was told of: the row is back as it was
+//!   before the release, the releaser's until its lease ends.
 //! * **MySQL / MariaDB**: `innodb_flush_log_at_trx_commit` is global, so it is checked at
 //!   connect, not set. Anything but `1` (`0` loses about a second of commits when mysqld
 //!   crashes, `2` when the host does) makes [`Capabilities::durable_fencing`] and
