@@ -325,10 +325,14 @@
 //!   configured with `synchronous_commit = off` still writes each grant before acknowledging it
 //!   (tested: such a server killed with SIGKILL right after several grants hands out a higher
 //!   token after its restart). The server's `fsync` is the operator's: with `fsync = off` a
-//!   crash of the host (not of PostgreSQL) can still lose grants. The one exception is a
-//!   refused acquire, whose transaction writes only a waiter's queue place and a row lock: it
-//!   commits with `synchronous_commit = off` for itself (a crash may lose the place; the
-//!   waiter queues again), so a contended hand-off waits for one flush, not two.
+//!   crash of the host (not of PostgreSQL) can still lose grants. Two commits do not wait for
+//!   the flush: a refused acquire's, whose transaction writes only a waiter's queue place and a
+//!   row lock (a crash may lose the place; the waiter queues again), and a release's that grants
+//!   the lock to the queue's head: nobody holds by that grant until the head's claim, whose
+//!   durable commit comes after it in the WAL and so flushes it too. A contended hand-off thus
+//!   waits for one flush, the claim's. A crash that loses such a release (within about three
+//!   `wal_writer_delay`s of it) loses no lease anyone was told of: the row is back as it was
+//!   before the release, the releaser's until its lease ends.
 //! * **MySQL / MariaDB**: `innodb_flush_log_at_trx_commit` is global, so it is checked at
 //!   connect, not set. Anything but `1` (`0` loses about a second of commits when mysqld
 //!   crashes, `2` when the host does) makes [`Capabilities::durable_fencing`] and
@@ -452,6 +456,20 @@ pub use tls::{check_tls, weak_tls_warning, SqlTls};
 #[cfg(doc)]
 use lock_core::Capabilities;
 use lock_core::{backend::StoreLock, LockError};
+
+/// Pins a PostgreSQL connection of your own the way this crate pins its sessions
+/// (`search_path = pg_catalog, pg_temp`, durable commits), for tools that run statements beside
+/// the lock on its tables: an operator or function planted in a schema on the role's path then
+/// cannot run inside them. Returns `table` with its schema (`schema.table`, unquoted), found under
+/// the connection's own path before it is pinned, or where `CREATE TABLE` would put it: name
+/// every table you use with it, as the pinned path finds no table outside `pg_catalog`.
+///
+/// A table that resolves to no schema, or to one that is not a plain identifier, is
+/// [`LockError::Config`].
+#[cfg(feature = "postgres")]
+pub async fn pin_postgres(conn: &mut sqlx::PgConnection, table: &str) -> Result<String, LockError> {
+    dialect::postgres::pin::tool(conn, table).await
+}
 
 /// Connects to the database named by `url` and returns the lock.
 ///

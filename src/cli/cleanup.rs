@@ -52,12 +52,34 @@ async fn sql(config: &Config, prefix: &str) -> Result<u64, LockError> {
     let mut db = super::raw::Sql::connect(&config.url, config.sql.tls).await?;
     let table = &config.sql.table;
     let mut removed = 0;
+    if let Some((schema, table)) = pin_postgres(&mut db, table).await? {
+        for t in [table.clone(), format!("{table}_counters"), format!("{table}_holders")] {
+            let quoted = format!("\"{schema}\".\"{t}\"");
+            if db.text(&format!("SELECT to_regclass('{quoted}')::text")).await?.is_some() {
+                removed += db.execute(&format!("DELETE FROM {quoted} WHERE name LIKE '{prefix}%'")).await?;
+            }
+        }
+        return Ok(removed);
+    }
     for t in [table.clone(), format!("{table}_counters"), format!("{table}_holders")] {
         if db.table_exists(&t).await? {
             removed += db.execute(&format!("DELETE FROM {} WHERE name LIKE '{prefix}%'", db.ident(&t))).await?;
         }
     }
     Ok(removed)
+}
+
+/// PostgreSQL: the session pinned as the lock's own are (`lock_sql::pin_postgres`), and the
+/// schema and name of the lease table; `None` for the other databases.
+#[cfg(feature = "sql")]
+async fn pin_postgres(db: &mut super::raw::Sql, table: &str) -> Result<Option<(String, String)>, LockError> {
+    #[cfg(feature = "postgres")]
+    if let super::raw::Sql::Postgres(c) = db {
+        let qualified = lock_sql::pin_postgres(c, table).await?;
+        return Ok(qualified.split_once('.').map(|(s, t)| (s.to_owned(), t.to_owned())));
+    }
+    let _ = (db, table);
+    Ok(None)
 }
 
 #[cfg(feature = "redis")]

@@ -191,28 +191,33 @@ async fn sql_baseline(url: &str, plan: &Plan, schedule: Schedule<'_>) -> Result<
     let err = |e: sqlx::Error| LockError::backend("sql", e);
     match Scheme::of(url)? {
         Scheme::Postgres => {
-            sql_loop::<sqlx::Postgres>(sqlx::PgConnection::connect(url).await.map_err(err)?, &POSTGRES, plan, schedule)
-                .await
+            let mut c = sqlx::PgConnection::connect(url).await.map_err(err)?;
+            // Pinned as the lock's own sessions are: the same name resolution, durable commits.
+            let schema = lock_sql::pin_postgres(&mut c, "dlock_bench_baseline").await?;
+            let schema = schema.split_once('.').map(|(s, _)| format!("{s}."));
+            sql_loop::<sqlx::Postgres>(c, &POSTGRES, plan, schedule, schema.as_deref().unwrap_or_default()).await
         }
         Scheme::Mysql => {
-            sql_loop::<sqlx::MySql>(sqlx::MySqlConnection::connect(url).await.map_err(err)?, &MYSQL, plan, schedule)
-                .await
+            let c = sqlx::MySqlConnection::connect(url).await.map_err(err)?;
+            sql_loop::<sqlx::MySql>(c, &MYSQL, plan, schedule, "").await
         }
         _ => {
             let mut c = sqlx::SqliteConnection::connect(url).await.map_err(err)?;
             sqlx::query("PRAGMA journal_mode = WAL").execute(&mut c).await.map_err(err)?;
-            sql_loop::<sqlx::Sqlite>(c, &SQLITE, plan, schedule).await
+            sql_loop::<sqlx::Sqlite>(c, &SQLITE, plan, schedule, "").await
         }
     }
 }
 
-/// The baseline loop on one connection of any of the three databases.
+/// The baseline loop on one connection of any of the three databases; `schema`: the run's
+/// table's schema with its dot, or empty.
 #[cfg(feature = "sql")]
 async fn sql_loop<DB>(
     mut c: DB::Connection,
     sql: &SqlText,
     plan: &Plan,
     schedule: Schedule<'_>,
+    schema: &str,
 ) -> Result<CaseResult, LockError>
 where
     DB: sqlx::Database,
@@ -225,7 +230,7 @@ where
     // A new name each run, created without IF NOT EXISTS: a table that is already there (made
     // first by someone else, perhaps with a trigger) is an error, never used.
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
-    let table = format!("dlock_bench_baseline_{}_{nanos:08x}", std::process::id());
+    let table = format!("{schema}dlock_bench_baseline_{}_{nanos:08x}", std::process::id());
     let text = |s: &str| sqlx::AssertSqlSafe(s.replace("{t}", &table));
     let (acquire, release) = (sql.acquire.replace("{t}", &table), sql.release.replace("{t}", &table));
     sqlx::query::<DB>(text(sql.create)).execute(&mut c).await.map_err(|e| {

@@ -19,6 +19,11 @@
 //! the row, validity counted from the claim's send instant (contract
 //! §3's re-grant: the row is already ours) — never the notification's.
 //!
+//! The release's commit does not wait for the WAL flush (sql.rs `GRANT_COMMITS_ASYNC`): the
+//! claim's does, and it comes after the release's in the WAL, so a claim acknowledged is a
+//! release kept; a crash that loses the release loses no lease (the claim failed with it), and
+//! the row is the releaser's again until its lease ends. That saves the hand-off one flush.
+//!
 //! 1 s: far above what a live head needs (the notification plus one statement, ~1 ms here;
 //! a loaded machine's scheduling delays of tens of ms), far below the default ttls. A head whose
 //! claim comes later still takes the grant when nobody took the lapsed lock meanwhile (same

@@ -39,7 +39,7 @@ use sql::{Statements, FLAVOR};
 mod handoff;
 mod listen;
 mod observers;
-mod pin;
+pub(crate) mod pin;
 mod sql;
 mod wake;
 
@@ -293,6 +293,7 @@ impl Dialect for Postgres {
         let hot = [
             Arc::clone(&self.sql.acquire),
             Arc::clone(&self.sql.acquire_first),
+            Arc::clone(&self.sql.acquire_try),
             Arc::clone(&self.sql.claim),
             Arc::clone(&self.sql.renew),
             Arc::clone(&self.sql.renew_many),
@@ -304,23 +305,31 @@ impl Dialect for Postgres {
 
     async fn acquire(&self, grant: Grant<'_>) -> Result<Upsert, sqlx::Error> {
         let Grant { name, owner, ttl_ms, who, wait } = grant;
-        let sql = if wait.may_be_queued() { &self.sql.acquire } else { &self.sql.acquire_first };
+        let sql = if wait.may_be_queued() {
+            &self.sql.acquire
+        } else if wait.lifetime_ms() > 0 {
+            &self.sql.acquire_first
+        } else {
+            &self.sql.acquire_try
+        };
         let args = (Args { sql, name, owner, ms: ttl_ms, channel: &self.wake, who }, wait);
         let row = self
             .pool
             .with(Use::Take, &args, |c, (a, wait)| {
                 Box::pin(async move {
-                    sqlx::query_as::<_, Row4>(AssertSqlSafe(Arc::clone(a.sql)))
+                    let q = sqlx::query_as::<_, Row4>(AssertSqlSafe(Arc::clone(a.sql)))
                         .bind(a.name)
                         .bind(a.owner)
                         .bind(a.ms)
                         .bind(a.who.holder)
-                        .bind(a.who.metadata)
-                        .bind(wait.lifetime_ms())
-                        .bind(wait.place())
-                        .bind(a.channel)
-                        .fetch_all(c)
-                        .await
+                        .bind(a.who.metadata);
+                    // `try_acquire`'s statement has no queue to write (sql.rs `Attempt::Try`).
+                    let q = if wait.lifetime_ms() > 0 {
+                        q.bind(wait.lifetime_ms()).bind(wait.place()).bind(a.channel)
+                    } else {
+                        q.bind(wait.place())
+                    };
+                    q.fetch_all(c).await
                 })
             })
             .await?;

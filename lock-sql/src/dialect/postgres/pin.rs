@@ -127,3 +127,15 @@ pub(super) async fn qualify(c: &mut PgConnection, table: &str) -> Result<String,
 pub(super) fn listener_session(c: &mut PgConnection) -> futures::future::BoxFuture<'_, Result<(), sqlx::Error>> {
     Box::pin(async move { c.execute(AssertSqlSafe(format!("SET search_path = {PATH}"))).await.map(drop) })
 }
+
+/// A connection of a tool beside the lock (`dlock bench`'s floor, the CLI's clean-up and
+/// conformance fixture): `table` with its schema, found under the connection's own path as
+/// [`qualify`] finds it, then the path pinned and commits made durable as in [`session`], so
+/// that the tool's statements resolve names as the lock's own do.
+pub(crate) async fn tool(c: &mut PgConnection, table: &str) -> Result<String, LockError> {
+    let qualified = qualify(c, table).await?;
+    c.execute(AssertSqlSafe(format!("SET search_path = {PATH}; SET synchronous_commit = on")))
+        .await
+        .map_err(|e| LockError::config(format!("could not pin the session's search_path: {e}")))?;
+    Ok(qualified)
+}

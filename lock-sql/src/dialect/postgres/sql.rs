@@ -27,6 +27,18 @@ const CLOCK: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
 /// so a grant's flush also covers every place it read.
 const REFUSAL_COMMITS_ASYNC: &str = "set_config('synchronous_commit', 'off', true)";
 
+/// Evaluated by a release (or hand-on) that grants the queue's head, in that branch only: its
+/// commit does not wait for the WAL flush, so the head's notification leaves one flush sooner.
+/// Nobody holds by this grant until the head's claim, whose commit does wait for the flush; the
+/// claim updates the row this grant wrote, so its commit record comes after the grant's in the
+/// WAL, and WAL is flushed in order (on a synchronous standby too): a claim acknowledged is a
+/// grant kept. A crash that loses the grant before any later flush (at most about three
+/// `wal_writer_delay`s, 0.6 s by default) loses no lease anyone was told of: the head's claim
+/// failed with the server, and the row is back as it was before the release, the releaser's
+/// until its lease ends (handoff.rs). A release that frees the row, with nobody to claim after
+/// it, keeps the durable commit.
+const GRANT_COMMITS_ASYNC: &str = "set_config('synchronous_commit', 'off', true)";
+
 /// The waiter queue's columns that later versions added, with their `ADD COLUMN` definition:
 /// what a hand-off grants the head (its ttl, holder and metadata), and the channel its client
 /// listens on alone (`wake`). `ttl_ms = 0` (an entry written by an older version) is never
@@ -64,8 +76,10 @@ pub(super) struct Statements {
     pub(super) lease_ddl: String,
     pub(super) queue_ddl: String,
     pub(super) acquire: Arc<str>,
-    /// `acquire` without the grant's queue clean-up, for attempts that cannot be queued.
+    /// `acquire` without the grant's queue clean-up, for a wait's first attempt (no entry yet).
     pub(super) acquire_first: Arc<str>,
+    /// `acquire` for `try_acquire`, which is never queued: without the queue's INSERT either.
+    pub(super) acquire_try: Arc<str>,
     pub(super) leave_queue: Arc<str>,
     /// The head's claim of a provisional grant (handoff.rs).
     pub(super) claim: Arc<str>,
@@ -113,8 +127,9 @@ impl Statements {
             // (and try_acquire) has no entry and runs the statement without that clean-up. (The
             // CTEs' snapshot may miss a row committed meanwhile: then no row comes back, and the
             // waiter just re-tries.)
-            acquire: acquire_sql(&qt, &qq, &notify_observers("l.name"), true).into(),
-            acquire_first: acquire_sql(&qt, &qq, &notify_observers("l.name"), false).into(),
+            acquire: acquire_sql(&qt, &qq, &notify_observers("l.name"), Attempt::Queued).into(),
+            acquire_first: acquire_sql(&qt, &qq, &notify_observers("l.name"), Attempt::First).into(),
+            acquire_try: acquire_sql(&qt, &qq, &notify_observers("l.name"), Attempt::Try).into(),
             observe: observers::mark(&qq, NOW).into(),
             // By primary key, owner-checked, expired or not: an own row lapsed is still nobody
             // else's (contract §3's re-grant, same fence). The acquire statement does the same
@@ -198,16 +213,44 @@ fn force_release_sql(qt: &str, qq: &str, notify_observers: &str) -> String {
     )
 }
 
+/// Which attempt an acquire statement serves: each leaves out the clauses it cannot need, since
+/// a data-modifying clause costs the server its executor set-up on every run even when its
+/// condition is false (BENCHMARKS.md "SQL acquire statements"; docs/benchmarks-log.md
+/// 2026-12-05 16:30).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Attempt {
+    /// `try_acquire`: never queued (`$6` is 0), so no queue INSERT and no clean-up.
+    Try,
+    /// A wait's first attempt: queued when refused; no entry of its own to delete yet.
+    First,
+    /// A later attempt of a wait, which may hold an entry: a grant deletes it.
+    Queued,
+}
+
 /// The exclusive acquire statement (see `Statements::new`): `$1` name, `$2` owner, `$3` ttl ms,
 /// `$4` holder, `$5` metadata, `$6` the queue entry's lifetime in ms (0: never queue), `$7` the
 /// caller's place, `$8` the channel its client listens on alone (a hand-off to it notifies
-/// only there). A refusal reads the lease row again under a row lock (`cur`): the fence it
-/// reports is the latest committed grant's, which is what a queued waiter compares a hand-off's
-/// fence with (handoff.rs). `clean_up`: a grant deletes the caller's queue entry and the name's expired
-/// ones (only an attempt that may be queued needs it: the clause costs the server a DELETE's
-/// executor set-up per acquire, BENCHMARKS.md "SQL acquire statements").
-fn acquire_sql(qt: &str, qq: &str, notify_observers: &str, clean_up: bool) -> String {
-    let dequeued = if clean_up {
+/// only there; [`Attempt::Try`] has neither, and its caller's place is `$6`). A refusal reads the lease row
+/// again under a row lock (`cur`): the fence it reports is the latest committed grant's, which
+/// is what a queued waiter compares a hand-off's fence with (handoff.rs). [`Attempt::Queued`]:
+/// a grant deletes the caller's queue entry and the name's expired ones.
+fn acquire_sql(qt: &str, qq: &str, notify_observers: &str, attempt: Attempt) -> String {
+    let queued = if attempt == Attempt::Try {
+        String::new()
+    } else {
+        format!(
+            "queued AS ( \
+               INSERT INTO {qq} AS w (name, owner, seq, expires_at, ttl_ms, holder, metadata, wake) \
+               SELECT $1, $2, {NOW_US}, {NOW} + $6::bigint, $3::bigint, $4, $5, $8::text \
+               WHERE $6::bigint > 0 AND NOT EXISTS (SELECT 1 FROM granted) \
+               ON CONFLICT (name, owner) DO UPDATE SET expires_at = EXCLUDED.expires_at, \
+                 ttl_ms = EXCLUDED.ttl_ms, holder = EXCLUDED.holder, metadata = EXCLUDED.metadata, \
+                 wake = EXCLUDED.wake \
+               RETURNING seq), "
+        )
+    };
+    let seq = if attempt == Attempt::Try { "NULL::bigint" } else { "(SELECT seq FROM queued)" };
+    let dequeued = if attempt == Attempt::Queued {
         format!(
             ", dequeued AS ( \
                DELETE FROM {qq} WHERE $6::bigint > 0 AND name = $1 AND (owner = $2 OR expires_at <= {NOW}) \
@@ -216,7 +259,7 @@ fn acquire_sql(qt: &str, qq: &str, notify_observers: &str, clean_up: bool) -> St
     } else {
         String::new()
     };
-    format!(
+    let sql = format!(
         "WITH ahead AS ( \
            SELECT 1 FROM {qq} w WHERE w.name = $1 AND w.owner <> $2 AND w.expires_at > {NOW} \
            AND w.seq < {OBSERVER_SEQ} \
@@ -234,22 +277,19 @@ fn acquire_sql(qt: &str, qq: &str, notify_observers: &str, clean_up: bool) -> St
            WHERE l.owner = EXCLUDED.owner \
               OR ((l.owner IS NULL OR l.expires_at <= {NOW}) AND NOT EXISTS (SELECT 1 FROM ahead)) \
            RETURNING fence, {notify_observers}), \
-         queued AS ( \
-           INSERT INTO {qq} AS w (name, owner, seq, expires_at, ttl_ms, holder, metadata, wake) \
-           SELECT $1, $2, {NOW_US}, {NOW} + $6::bigint, $3::bigint, $4, $5, $8::text \
-           WHERE $6::bigint > 0 AND NOT EXISTS (SELECT 1 FROM granted) \
-           ON CONFLICT (name, owner) DO UPDATE SET expires_at = EXCLUDED.expires_at, \
-             ttl_ms = EXCLUDED.ttl_ms, holder = EXCLUDED.holder, metadata = EXCLUDED.metadata, \
-             wake = EXCLUDED.wake \
-           RETURNING seq), \
-         cur AS (SELECT owner, fence, expires_at FROM {qt} WHERE name = $1 FOR NO KEY UPDATE){dequeued} \
+         {queued}cur AS (SELECT owner, fence, expires_at FROM {qt} WHERE name = $1 FOR NO KEY UPDATE){dequeued} \
          SELECT fence, NULL::bigint AS remaining, NULL::bigint AS seq, NULL::bigint AS seen FROM granted \
          UNION ALL \
          SELECT NULL::bigint, \
            CASE WHEN h.owner IS NOT NULL AND h.expires_at > {NOW} THEN h.expires_at - {NOW} END, \
-           (SELECT seq FROM queued), CASE WHEN {REFUSAL_COMMITS_ASYNC} IS NOT NULL THEN h.fence END \
+           {seq}, CASE WHEN {REFUSAL_COMMITS_ASYNC} IS NOT NULL THEN h.fence END \
          FROM cur h WHERE NOT EXISTS (SELECT 1 FROM granted)"
-    )
+    );
+    if attempt == Attempt::Try {
+        sql.replace("$7", "$6")
+    } else {
+        sql
+    }
 }
 
 /// The release (`pass_on` false: `$1` name, `$2` owner, `$3` channel, `$4` the wake-up prefix)
@@ -264,7 +304,8 @@ fn acquire_sql(qt: &str, qq: &str, notify_observers: &str, clean_up: bool) -> St
 /// own channel (`wake`; the table's for an older version's entry, which has none); without
 /// such a head our row is freed (a free row passed on stays as it is) and a head of an older
 /// version (ttl 0) is only woken. The
-/// name's observers are notified either way. Notifications are delivered on commit.
+/// name's observers are notified either way. Notifications are delivered on commit, which for
+/// a grant to a head does not wait for the WAL flush ([`GRANT_COMMITS_ASYNC`]).
 fn handing(qt: &str, qq: &str, notify_observers: &str, pass_on: bool) -> String {
     let claim_ms = CLAIM_WINDOW.as_millis();
     let ours = format!("owner = $2 AND expires_at > {NOW}");
@@ -289,7 +330,8 @@ fn handing(qt: &str, qq: &str, notify_observers: &str, pass_on: bool) -> String 
          SELECT (CASE WHEN g.owner IS NOT NULL \
                    THEN pg_notify(COALESCE(g.wake, $3), '{GRANT}' || g.owner || ':' || g.fence) \
                  ELSE (SELECT pg_notify(COALESCE(h.wake, $3), $4 || h.owner) FROM head h) END)::text, \
-                {notify_observers} FROM granted g"
+                {notify_observers}, CASE WHEN g.owner IS NOT NULL THEN {GRANT_COMMITS_ASYNC} END \
+         FROM granted g"
     )
 }
 
@@ -299,10 +341,63 @@ mod tests {
 
     use super::*;
 
-    /// A refused acquire commits without waiting for the WAL flush; a grant (and the session
-    /// after either) keeps `synchronous_commit = on`.
+    /// `try_acquire`'s statement (no queue clauses, its place as `$6`): granted on a free row,
+    /// refused with the holder's remaining lease and fence, never queued, and never granted a
+    /// free row owed to a live waiter.
     #[tokio::test]
-    async fn only_a_refused_acquire_commits_without_waiting_for_the_flush() {
+    async fn try_acquire_statement_neither_queues_nor_overtakes() {
+        let url = std::env::var("DLOCK_TEST_POSTGRES_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+        let mut c = sqlx::PgConnection::connect(&url).await.unwrap();
+        let t = format!("dlock_try_{}", &lock_core::OwnerId::random().to_hex()[..12]);
+        let s = Statements::new(&t, &t);
+        c.execute(AssertSqlSafe(s.lease_ddl.clone())).await.unwrap();
+        c.execute(AssertSqlSafe(s.queue_ddl.clone())).await.unwrap();
+        type Row = (Option<i64>, Option<i64>, Option<i64>, Option<i64>);
+        let try_acquire = |owner: &'static str| {
+            sqlx::query_as::<_, Row>(AssertSqlSafe(Arc::clone(&s.acquire_try)))
+                .bind("n")
+                .bind(owner)
+                .bind(10_000i64)
+                .bind(None::<String>)
+                .bind(None::<String>)
+                .bind(i64::MAX)
+        };
+        let first = try_acquire("a").fetch_one(&mut c).await.unwrap();
+        assert!(first.0.is_some(), "a free row is granted: {first:?}");
+        let refused = try_acquire("b").fetch_one(&mut c).await.unwrap();
+        assert!(refused.0.is_none() && refused.1.is_some_and(|ms| ms > 9_000), "held: {refused:?}");
+        assert_eq!((refused.2, refused.3), (None, first.0), "not queued; the holder's fence: {refused:?}");
+        let queue = format!("SELECT count(*) FROM {}", quote_table(&queue_table(&t), '"'));
+        let entries: i64 = sqlx::query_scalar(AssertSqlSafe(queue.clone())).fetch_one(&mut c).await.unwrap();
+        assert_eq!(entries, 0, "a try never queues");
+        // "w" waits (queued), then "a" frees the row without handing it on: owed to "w".
+        let waits: Row = sqlx::query_as(AssertSqlSafe(Arc::clone(&s.acquire_first)))
+            .bind("n")
+            .bind("w")
+            .bind(10_000i64)
+            .bind(None::<String>)
+            .bind(None::<String>)
+            .bind(60_000i64)
+            .bind(i64::MAX)
+            .bind("dlock_w_test")
+            .fetch_one(&mut c)
+            .await
+            .unwrap();
+        assert!(waits.2.is_some(), "w is queued: {waits:?}");
+        let free = format!("UPDATE {} SET owner = NULL", quote_table(&t, '"'));
+        c.execute(AssertSqlSafe(free)).await.unwrap();
+        let owed = try_acquire("b").fetch_one(&mut c).await.unwrap();
+        assert!(owed.0.is_none(), "a free row owed to a live waiter is not granted to a try: {owed:?}");
+        let drop_both = format!("DROP TABLE {}, {}", quote_table(&t, '"'), quote_table(&queue_table(&t), '"'));
+        c.execute(AssertSqlSafe(drop_both)).await.unwrap();
+    }
+
+    /// A refused acquire and a release's grant to the queue's head commit without waiting for
+    /// the WAL flush; a grant, a claim, a release that frees (and the session after any of
+    /// them) keep `synchronous_commit = on`.
+    #[tokio::test]
+    async fn only_refusals_and_grants_to_the_head_commit_without_waiting_for_the_flush() {
         let url = std::env::var("DLOCK_TEST_POSTGRES_URL")
             .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
         let mut c = sqlx::PgConnection::connect(&url).await.unwrap();
@@ -336,6 +431,40 @@ mod tests {
         }
         let after: String = sqlx::query_scalar("SHOW synchronous_commit").fetch_one(&mut c).await.unwrap();
         assert_eq!(after, "on", "the setting is the transaction's only");
+        // "b" is queued now: "a"'s release grants it.
+        let release = |owner: &'static str| {
+            sqlx::query(AssertSqlSafe(Arc::clone(&s.release))).bind("n").bind(owner).bind("dlock_test").bind("w:")
+        };
+        let mut tx = c.begin().await.unwrap();
+        assert_eq!(release("a").fetch_all(&mut *tx).await.unwrap().len(), 1, "a's release grants b");
+        let now: String = sqlx::query_scalar("SHOW synchronous_commit").fetch_one(&mut *tx).await.unwrap();
+        assert_eq!(now, "off", "a release that grants the head commits without waiting for the flush");
+        tx.commit().await.unwrap();
+        let granted_at: String =
+            sqlx::query_scalar("SELECT pg_current_wal_insert_lsn()::text").fetch_one(&mut c).await.unwrap();
+        let mut tx = c.begin().await.unwrap();
+        let claimed: Option<i64> = sqlx::query_scalar(AssertSqlSafe(Arc::clone(&s.claim)))
+            .bind("n")
+            .bind("b")
+            .bind(10_000i64)
+            .fetch_optional(&mut *tx)
+            .await
+            .unwrap();
+        assert!(claimed.is_some(), "b claims its grant");
+        let now: String = sqlx::query_scalar("SHOW synchronous_commit").fetch_one(&mut *tx).await.unwrap();
+        assert_eq!(now, "on", "the claim, which makes a holder, commits durably");
+        tx.commit().await.unwrap();
+        let flushed: bool = sqlx::query_scalar("SELECT pg_current_wal_flush_lsn() >= $1::pg_lsn")
+            .bind(&granted_at)
+            .fetch_one(&mut c)
+            .await
+            .unwrap();
+        assert!(flushed, "the claim's flush covers the grant it claimed");
+        let mut tx = c.begin().await.unwrap();
+        assert_eq!(release("b").fetch_all(&mut *tx).await.unwrap().len(), 1, "b's release frees the row");
+        let now: String = sqlx::query_scalar("SHOW synchronous_commit").fetch_one(&mut *tx).await.unwrap();
+        assert_eq!(now, "on", "a release that frees the row, with no claim after it, commits durably");
+        tx.commit().await.unwrap();
         let drop_both = format!("DROP TABLE {}, {}", quote_table(&t, '"'), quote_table(&queue_table(&t), '"'));
         c.execute(AssertSqlSafe(drop_both)).await.unwrap();
     }
