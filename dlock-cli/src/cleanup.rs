@@ -71,7 +71,7 @@ async fn redis(config: &Config, escaped: &str) -> Result<u64, LockError> {
         super::raw::redis_urls(&config.url)?
     };
     for url in urls {
-        let mut conn = super::raw::redis(&url).await?;
+        let mut conn = super::raw::redis(&url, &config.redis_options()).await?;
         // A Redis Cluster: each master deletes its own keys, one key per DEL (keys of several
         // slots in one DEL are refused with CROSSSLOT); replicas follow their masters.
         let cluster = config.url.to_ascii_lowercase().starts_with("redis+cluster://");

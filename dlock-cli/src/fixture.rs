@@ -28,7 +28,7 @@ impl UrlFixture {
     async fn linked_cluster_client(&self) -> Result<Option<LinkedClient>, LockError> {
         let first = super::raw::redis_urls(&self.config.url)?.into_iter().next();
         let Some(first) = first else { return Ok(None) };
-        let mut conn = super::raw::redis(&first).await?;
+        let mut conn = super::raw::redis(&first, &self.config.redis_options()).await?;
         let nodes: String = super::raw::redis_query(&mut conn, redis::cmd("CLUSTER").arg("NODES")).await?;
         // `<id> <ip:port@bus[,hostname]> <flags> …`
         let announced: Vec<SocketAddr> =
@@ -187,7 +187,7 @@ async fn forge_redis(config: &Config, name: &LockName, token: u64) -> Result<usi
     };
     let mut last = LockError::config("the Redis URL names no server");
     for url in urls {
-        let mut conn = redis(&url).await?;
+        let mut conn = redis(&url, &config.redis_options()).await?;
         // Other nodes of a cluster answer MOVED.
         let entries: Vec<String> = match redis_query(&mut conn, redis::cmd("HVALS").arg(key("waiter-entries"))).await {
             Ok(entries) => entries,

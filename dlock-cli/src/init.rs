@@ -44,7 +44,7 @@ pub(crate) async fn run(args: InitArgs, out: &Redactor) -> Result<bool, LockErro
             };
             let marker = format!("{}:boot", config.redis.key_prefix);
             for server in servers {
-                let line = mark(&server, &marker, args.force).await?;
+                let line = mark(&server, &config.redis_options(), &marker, args.force).await?;
                 out.println(&format!("{}: {line}", dlock::url::redact_url(&server)));
             }
             Ok(true)
@@ -97,9 +97,14 @@ async fn mark_cluster(url: &str, prefix: &str, force: bool) -> Result<String, Lo
 
 /// Sets `marker` to 0 on one server (only if missing unless `force`); says what it found.
 #[cfg(feature = "redis")]
-async fn mark(server: &str, marker: &str, force: bool) -> Result<String, LockError> {
+async fn mark(
+    server: &str,
+    options: &dlock::redis::RedisOptions,
+    marker: &str,
+    force: bool,
+) -> Result<String, LockError> {
     use crate::raw::{redis, redis_query};
-    let mut conn = redis(server).await?;
+    let mut conn = redis(server, options).await?;
     let before: Option<String> = redis_query(&mut conn, redis::cmd("GET").arg(marker)).await?;
     match before {
         None => {

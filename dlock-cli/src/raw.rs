@@ -2,10 +2,10 @@
 //! lock API has no call for: `dlock doctor`'s server checks, `dlock conformance`'s clean-up and
 //! the bench baseline. Every wait is bounded by [`WAIT`].
 //!
-//! Assumptions: TLS servers are verified against the webpki roots (a `tls_ca_file` in the
-//! config is not used here, except to ask the Sentinels); the clean-up, `init` and `doctor`
-//! ask the Sentinels for the primary ([`sentinel_primary`]); a `redis+cluster://` URL means
-//! the nodes it names.
+//! Assumptions: TLS Redis servers are verified as the lock client verifies them, against
+//! `[redis] tls_ca_file` when set and the webpki roots otherwise, whether the URL names them or
+//! the Sentinels do; the clean-up, `init` and `doctor` ask the Sentinels for the primary
+//! ([`sentinel_primary`]); a `redis+cluster://` URL means the nodes it names.
 
 use std::future::Future;
 use std::time::Duration;
@@ -59,10 +59,29 @@ pub(crate) fn redis_urls(url: &str) -> Result<Vec<String>, LockError> {
     Ok(masters)
 }
 
-/// A connection to one Redis server.
+/// A connection to one Redis server; a `rediss://` one is verified against the CA of
+/// `options.tls_ca_file` when set (as the lock client does), else against the webpki roots.
 #[cfg(feature = "redis")]
-pub(crate) async fn redis(url: &str) -> Result<redis::aio::MultiplexedConnection, LockError> {
-    let client = redis::Client::open(url).map_err(|e| LockError::config(format!("invalid redis URL: {e}")))?;
+pub(crate) async fn redis(
+    url: &str,
+    options: &dlock::redis::RedisOptions,
+) -> Result<redis::aio::MultiplexedConnection, LockError> {
+    let invalid = |e: redis::RedisError| LockError::config(format!("invalid redis URL: {e}"));
+    let tls = url.get(..9).is_some_and(|s| s.eq_ignore_ascii_case("rediss://"));
+    if tls {
+        // rustls needs a process-wide crypto provider; one the application installed stays.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+    let client = match &options.tls_ca_file {
+        Some(path) if tls => {
+            let pem = tokio::fs::read(path)
+                .await
+                .map_err(|e| LockError::config(format!("cannot read redis tls_ca_file {}: {e}", path.display())))?;
+            let certs = redis::TlsCertificates { client_tls: None, root_cert: Some(pem) };
+            redis::Client::build_with_tls(url, certs).map_err(invalid)?
+        }
+        _ => redis::Client::open(url).map_err(invalid)?,
+    };
     within("redis", "connect", client.get_multiplexed_async_connection()).await
 }
 

@@ -75,7 +75,7 @@ async fn quiet_said(config: &Config) -> Option<String> {
     if scheme != "redis" && scheme != "rediss" {
         return None;
     }
-    let mut conn = redis(&config.url).await.ok()?;
+    let mut conn = redis(&config.url, &config.redis_options()).await.ok()?;
     let marker: Option<String> =
         redis_query(&mut conn, redis::cmd("GET").arg(format!("{}:boot", config.redis.key_prefix))).await.ok()?;
     let ends_ms: u64 = marker?.parse().ok()?;

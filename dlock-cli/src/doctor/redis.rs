@@ -7,6 +7,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use dlock::redis::RedisOptions;
 use dlock::{Config, LockError};
 use redis::aio::MultiplexedConnection;
 
@@ -19,7 +20,7 @@ pub(super) async fn checks(config: &Config) -> Result<Vec<Finding>, LockError> {
         Deployment::Sentinel => vec![raw::sentinel_primary(config).await?],
         _ => raw::redis_urls(&config.url)?,
     };
-    let mut findings = server_checks(&urls).await;
+    let mut findings = server_checks(&urls, &config.redis_options()).await;
     if deployment != Deployment::Servers {
         findings.extend(node_clocks(config, deployment, &urls).await);
     }
@@ -48,13 +49,13 @@ impl Deployment {
     }
 }
 
-async fn server_checks(urls: &[String]) -> Vec<Finding> {
+async fn server_checks(urls: &[String], options: &RedisOptions) -> Vec<Finding> {
     let several = urls.len() > 1;
     let mut findings = Vec::new();
     for (i, url) in urls.iter().enumerate() {
         // Each master of a Redlock URL is its own server; name it in every finding.
         let server = if several { format!("master {}", i + 1) } else { "redis".to_owned() };
-        let mut conn = match raw::redis(url).await {
+        let mut conn = match raw::redis(url, options).await {
             Ok(c) => c,
             Err(e) => {
                 findings.push(Finding::fail(&format!("{server}: reachable"), e.to_string(), "start it or fix the URL"));
@@ -162,8 +163,8 @@ async fn node_clocks(config: &Config, deployment: Deployment, urls: &[String]) -
     let options = config.redis_options();
     let allowance = options.max_clock_offset;
     let nodes = match deployment {
-        Deployment::Sentinel => sentinel_nodes(&urls[..1]).await,
-        _ => cluster_nodes(urls).await,
+        Deployment::Sentinel => sentinel_nodes(&urls[..1], &options).await,
+        _ => cluster_nodes(urls, &options).await,
     };
     let nodes = match nodes {
         Ok(n) => n,
@@ -181,7 +182,7 @@ async fn node_clocks(config: &Config, deployment: Deployment, urls: &[String]) -
         let node = format!("{role} {addr}");
         let reachable = options.cluster_node_map.get(&addr).cloned().unwrap_or_else(|| addr.clone());
         let reading = async {
-            let mut conn = raw::redis(&node_url(&urls[0], &reachable)).await?;
+            let mut conn = raw::redis(&node_url(&urls[0], &reachable), &options).await?;
             read_clock(&mut conn).await
         };
         match reading.await {
@@ -219,9 +220,9 @@ fn url_addr(url: &str) -> String {
 }
 
 /// The primary and the replicas it reports (`INFO replication`, as they announce themselves).
-async fn sentinel_nodes(primary: &[String]) -> Result<Vec<(String, String)>, LockError> {
+async fn sentinel_nodes(primary: &[String], options: &RedisOptions) -> Result<Vec<(String, String)>, LockError> {
     let url = primary.first().ok_or_else(|| LockError::config("no primary"))?;
-    let mut conn = raw::redis(url).await?;
+    let mut conn = raw::redis(url, options).await?;
     let info: String = raw::redis_query(&mut conn, redis::cmd("INFO").arg("replication")).await?;
     let mut nodes = vec![("primary".to_owned(), url_addr(url))];
     nodes.extend(replicas_of(&info).into_iter().map(|a| ("replica".to_owned(), a)));
@@ -242,11 +243,11 @@ fn replicas_of(info: &str) -> Vec<String> {
 }
 
 /// Every master and replica that the first answering seed lists (`CLUSTER NODES`).
-async fn cluster_nodes(seeds: &[String]) -> Result<Vec<(String, String)>, LockError> {
+async fn cluster_nodes(seeds: &[String], options: &RedisOptions) -> Result<Vec<(String, String)>, LockError> {
     let mut last = LockError::config("the redis+cluster URL names no nodes");
     for seed in seeds {
         let listed = async {
-            let mut conn = raw::redis(seed).await?;
+            let mut conn = raw::redis(seed, options).await?;
             raw::redis_query::<String>(&mut conn, redis::cmd("CLUSTER").arg("NODES")).await
         };
         match listed.await {
