@@ -29,6 +29,7 @@
 //! - `dlock doctor --url URL [--json]`: checks the deployment and says what to fix.
 //! - `dlock bench --url URL [--duration 5s] [--clients 8] [--json]`: measures the deployment next to
 //!   a baseline taken in the same run with the same client library.
+//! - `dlock completions bash|zsh|fish`: the shell completion script.
 
 use std::process::ExitCode;
 
@@ -37,6 +38,7 @@ use clap::{Parser, Subcommand};
 mod acquire;
 mod bench;
 mod cleanup;
+mod completions;
 mod config;
 mod conformance;
 mod doctor;
@@ -92,6 +94,9 @@ enum Command {
     /// Free a lock whoever holds it (--force), take it over and release it, so the old holder's
     /// writes are fenced out; prints both tokens.
     Release(release::ReleaseArgs),
+    /// Print the shell completion script (bash, zsh, fish), e.g. `dlock completions bash >
+    /// ~/.local/share/bash-completion/completions/dlock`.
+    Completions(completions::CompletionsArgs),
 }
 
 /// Runs the `dlock` tool on this process's arguments and returns its exit status (see the exit
@@ -146,6 +151,7 @@ where
             Command::Watch(args) => watch::run(args, &out).await,
             Command::Release(args) => release::run(args, &out).await,
             Command::Init(args) => init::run(args, &out).await,
+            Command::Completions(args) => completions::run(args, &out),
         };
         match result {
             Ok(true) => exit::SUCCESS,
