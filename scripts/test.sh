@@ -11,12 +11,20 @@ export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 bash scripts/setup-test-env.sh
 cargo fmt --all --check
 # The library compiles neither the conformance suite nor the test servers (dlock-testkit is a
-# dev-dependency only); only the CLI (the `cli` feature) takes the suite.
-if cargo tree -p dlock-rs -e normal --no-default-features --features redis --prefix none \
-    | grep -E '^(lock-conformance|dlock-testkit|testcontainers|tempfile) '; then
-  echo "the dlock library depends on the test suite or the test servers again (see the cargo tree above)" >&2
-  exit 1
-fi
+# dev-dependency only) nor what only the tool needs (its own package, dlock-cli): no argument
+# parser, progress bars or signal forwarding, and tokio without `process` and `signal`.
+for features in redis postgres,mysql,sqlite,redis,zk; do
+  if cargo tree -p dlock-rs -e normal --no-default-features --features "$features" --prefix none \
+      | grep -E '^(lock-conformance|dlock-testkit|testcontainers|tempfile|clap|indicatif|nix|tracing-subscriber|dlock-cli) '; then
+    echo "the dlock library ($features) depends on the test suite, the test servers or the tool again (see above)" >&2
+    exit 1
+  fi
+  if cargo tree -p dlock-rs -e normal,features --no-default-features --features "$features" -i tokio --prefix none \
+      | grep -E '^tokio feature "(process|signal)"'; then
+    echo "the dlock library ($features) turns on tokio's process or signal again (only dlock-cli needs them)" >&2
+    exit 1
+  fi
+done
 # Each database alone: the library builds with one backend and only that database's SQL driver
 # (about 5 min from cold on 2 busy cores, seconds once built).
 for db in postgres mysql sqlite redis zk etcd; do
@@ -34,8 +42,8 @@ done
 # the registry index, uploads nothing; the builds it would verify are the ones below).
 cargo publish --workspace --dry-run --no-verify --allow-dirty --quiet
 # `etcd` is off by default (its client needs protoc, which setup-test-env.sh installs); the
-# tests build it so `dlock conformance --url etcd://…` runs here too.
-features=dlock-rs/metrics,dlock-rs/etcd
+# tests build it, in the library and in the tool, so `dlock conformance --url etcd://…` runs here too.
+features=dlock-rs/metrics,dlock-rs/etcd,dlock-cli/etcd
 cargo clippy --workspace --all-targets --features "$features" --quiet -- -D warnings
 # Supply chain: sources and licenses are checked offline by tests/architecture/supply_chain.rs;
 # where cargo-deny is installed, its own check of the same policy (deny.toml) runs too.

@@ -2,8 +2,6 @@
 
 mod backends;
 pub mod blocking;
-#[cfg(feature = "cli")]
-pub mod cli;
 mod client;
 pub mod config;
 pub mod connect;

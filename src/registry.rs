@@ -20,8 +20,8 @@ pub(crate) const VALUE_KEYS: &[&str] = &["url", "ttl", "wait", "request_timeout"
 pub(crate) const SHIPPED_SECTIONS: &[&str] = &["sql", "redis", "zk"];
 
 /// Adds a backend to the table: from then on its URLs work in `dlock.toml`, `DLOCK_URL`,
-/// [`crate::Client`], [`crate::connect()`] and the `dlock` tool (`dlock::cli::main` in the
-/// application's own binary), and its `[name]` section of the configuration reaches its connect
+/// [`crate::Client`], [`crate::connect()`] and the `dlock` tool (the `dlock-cli` package's
+/// `dlock_cli::main` in the application's own binary), and its `[name]` section of the configuration reaches its connect
 /// function through [`crate::Config::section`].
 ///
 /// Registering the same name with the same schemes again is a no-op (tests may each register);

@@ -1,15 +1,14 @@
 //! etcd through the open backend table (feature `etcd`): chosen by URL like a bundled backend,
-//! every kind from one `Client`, and the `dlock` tool's `conformance` (the whole suite, with
-//! the tool's own fixture), `run` and `status` against a local etcd.
+//! and every kind from one `Client`, against a local etcd. The `dlock` tool against etcd is
+//! dlock-cli's `cli_etcd.rs`.
 
-use std::process::ExitCode;
 use std::time::Duration;
 
 use dlock::{AcquireOptions, Client, LockName};
 use dlock_testkit::servers::etcd::EtcdServer;
 
 #[test]
-fn etcd_is_chosen_by_url_and_certified_by_the_tool() {
+fn etcd_is_chosen_by_url() {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     let server = runtime.block_on(EtcdServer::start()).expect("an etcd server for the test");
     let url = server.url_with_prefix("/dlock-facade");
@@ -46,9 +45,5 @@ fn etcd_is_chosen_by_url_and_certified_by_the_tool() {
             .await
             .expect("released");
     });
-    let tool = |args: &[&str]| dlock::cli::main_from(std::iter::once("dlock").chain(args.iter().copied()));
-    assert_eq!(tool(&["conformance", "--url", &url]), ExitCode::SUCCESS, "dlock conformance against etcd");
-    assert_eq!(tool(&["run", "--url", &url, "--name", "job", "--", "true"]), ExitCode::SUCCESS);
-    assert_eq!(tool(&["status", "--url", &url, "job"]), ExitCode::SUCCESS);
     drop(server);
 }

@@ -46,7 +46,7 @@
 //! # }
 //! ```
 //!
-//! `examples/custom_backend.rs` of the `dlock` package is a complete third-party backend
+//! `examples/custom_backend.rs` of the `dlock-cli` package is a complete third-party backend
 //! certified in a few lines (`cargo run --example custom_backend`).
 //!
 //! ## Fault hooks

@@ -179,3 +179,16 @@ fn the_library_links_no_openssl_and_one_rand() {
     let rand = closure.get("rand").cloned().unwrap_or_default();
     assert!(rand.len() <= 1, "the library links rand {rand:?}: keep one version");
 }
+
+/// What only the `dlock` tool needs lives in its own package (`dlock-cli`): an application that
+/// depends on the library compiles no argument parser, progress bars, signal forwarding or
+/// conformance suite.
+#[test]
+fn the_library_links_nothing_only_the_tool_needs() {
+    let closure = normal_closure(metadata(), "dlock-rs");
+    let tool_only = ["clap", "indicatif", "nix", "lock-conformance", "tracing-subscriber", "dlock-cli"];
+    let linked: Vec<&&str> = tool_only.iter().filter(|c| closure.contains_key(**c)).collect();
+    assert!(linked.is_empty(), "the library links {linked:?}, which only the dlock tool needs");
+    let tool = normal_closure(metadata(), "dlock-cli");
+    assert!(tool.contains_key("clap") && tool.contains_key("dlock-rs"), "{:?}", tool.keys());
+}

@@ -1,5 +1,5 @@
-//! The bundled backends the CLI's whole-report tests (`cli_bench.rs`, `cli_conformance.rs`)
-//! run against, one test each.
+//! The bundled backends the whole-report tests run against, one test each: the tool's
+//! (`dlock-cli/tests/cli_bench.rs`, `cli_conformance.rs`) and `tests/blocking.rs`.
 
 use std::any::Any;
 

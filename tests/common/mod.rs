@@ -1,5 +1,5 @@
-//! Helpers the facade's test binaries share. Each binary compiles this module and uses a part
-//! of it, hence the allowances.
+//! Helpers the test binaries of the facade and of the tool (`dlock-cli/tests/`, by `#[path]`)
+//! share. Each binary compiles this module and uses a part of it, hence the allowances.
 #![allow(dead_code, unreachable_pub)]
 
 use sqlx::Connection;
