@@ -128,3 +128,36 @@ async fn the_sql_baseline_never_uses_a_table_someone_else_made() {
     assert!(report["cases"][0]["ops"].as_u64().unwrap_or(0) > 0, "the baseline ran: {report}");
     assert_eq!(seen, 0, "the baseline wrote through the squatted table's trigger");
 }
+
+/// `--rtt` puts the round trip between the clients and the server: the baseline (two round
+/// trips per acquire + release) cannot be faster than it, the report says it, and dlock's own
+/// client went through the same proxies (its lock works through them). A URL whose servers it
+/// cannot all proxy is a usage error that says why.
+#[test]
+fn rtt_puts_the_round_trip_in_front_of_baseline_and_client() {
+    let url = common::postgres_url();
+    let out = Command::new(env!("CARGO_BIN_EXE_dlock"))
+        .args(["bench", "--json", "--cases", "baseline,uncontended", "--duration", "600ms", "--rtt", "2ms"])
+        .args(["--url", &url])
+        .env_remove("DLOCK_URL")
+        .output()
+        .expect("the dlock binary runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}: {stderr}", out.status);
+    let report: Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
+    assert_eq!(report["rtt_us"], 2000, "{report}");
+    for case in report["cases"].as_array().expect("cases") {
+        assert_eq!(case["errors"], 0, "{case}");
+        assert!(case["ops"].as_u64().unwrap_or(0) > 0, "{case}");
+        let p50 = case["p50_us"].as_f64().unwrap_or(0.0);
+        assert!(p50 >= 2000.0, "{}: p50 {p50} µs with a 2 ms round trip added: {case}", case["name"]);
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_dlock"))
+        .args(["bench", "--rtt", "1ms", "--url", "redis+sentinel://127.0.0.1:26379/mymaster"])
+        .env_remove("DLOCK_URL")
+        .output()
+        .expect("the dlock binary runs");
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("--rtt cannot put a delay in front of redis+sentinel://"), "{said}");
+}

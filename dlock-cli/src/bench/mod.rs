@@ -20,6 +20,7 @@
 
 mod baseline;
 mod cases;
+mod rtt;
 mod turns;
 
 use std::time::Duration;
@@ -55,6 +56,11 @@ pub(crate) struct BenchArgs {
     /// Print the report as JSON on stdout (progress still goes to stderr).
     #[arg(long)]
     pub(crate) json: bool,
+    /// Add this round-trip time between every client (baseline included) and the server: a
+    /// local proxy per server address delays each direction by half of it (`500us`: 0.25 ms one
+    /// way). For URLs that name every server (not Sentinel, Cluster or SQLite).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub(crate) rtt: Option<Duration>,
 }
 
 /// One measured case. Fields that do not apply to a case are left out of the JSON.
@@ -115,6 +121,8 @@ pub(crate) struct BenchReport {
     interleave_ms: u128,
     clients: usize,
     ttl_ms: u128,
+    /// The round trip `--rtt` added between the clients and the server (0: none).
+    rtt_us: u128,
     cases: Vec<CaseResult>,
     ratios: Ratios,
 }
@@ -131,7 +139,14 @@ pub(crate) async fn run(args: BenchArgs, out: &crate::redactor::Redactor) -> Res
     if args.clients == 0 || args.duration.is_zero() {
         return Err(LockError::config("--clients and --duration must be above zero"));
     }
-    let config: Config = args.target.load(out)?;
+    let mut config: Config = args.target.load(out)?;
+    // The deployment as given, not the local proxies `--rtt` puts in front of it.
+    let shown_url = config.redacted_url();
+    let rtt = args.rtt.filter(|d| !d.is_zero());
+    if let Some(rtt) = rtt {
+        config.url = rtt::through_delay(&config.url, rtt)?;
+        out.add(Some(config.url.clone()));
+    }
     let lock = dlock::connect_with(&config).await?;
     let backend = lock.backend().to_owned();
     let plan = cases::Plan {
@@ -144,11 +159,11 @@ pub(crate) async fn run(args: BenchArgs, out: &crate::redactor::Redactor) -> Res
     };
     drop(lock);
     out.eprintln(&format!(
-        "dlock bench against {} ({backend}): {:?} per case, {} clients, ttl {:?}",
-        config.redacted_url(),
+        "dlock bench against {shown_url} ({backend}): {:?} per case, {} clients, ttl {:?}{}",
         args.duration,
         args.clients,
-        args.ttl
+        args.ttl,
+        rtt.map(|d| format!(", {d:?} round trip added by local proxies")).unwrap_or_default()
     ));
     let mut results = Vec::new();
     let mut ok = true;
@@ -197,11 +212,12 @@ pub(crate) async fn run(args: BenchArgs, out: &crate::redactor::Redactor) -> Res
     let ratios = ratios(&results);
     let report = BenchReport {
         backend,
-        url: config.redacted_url(),
+        url: shown_url,
         duration_ms: args.duration.as_millis(),
         interleave_ms: if paired { args.interleave.as_millis() } else { 0 },
         clients: args.clients,
         ttl_ms: args.ttl.as_millis(),
+        rtt_us: rtt.map_or(0, |d| d.as_micros()),
         cases: results,
         ratios,
     };
@@ -292,7 +308,10 @@ fn one_line(r: &CaseResult) -> String {
 }
 
 fn print_table(report: &BenchReport) {
-    println!("{} ({}), {} clients, {} ms per case", report.backend, report.url, report.clients, report.duration_ms);
+    println!(
+        "{} ({}), {} clients, {} ms per case, {} µs round trip added",
+        report.backend, report.url, report.clients, report.duration_ms, report.rtt_us
+    );
     for r in &report.cases {
         println!("{}", one_line(r));
     }
