@@ -69,13 +69,13 @@ async fn sql(config: &Config, prefix: &str) -> Result<u64, LockError> {
     Ok(removed)
 }
 
-/// PostgreSQL: the session pinned as the lock's own are (`lock_sql::pin_postgres`), and the
+/// PostgreSQL: the session pinned as the lock's own are (`dlock::sql::pin_postgres`), and the
 /// schema and name of the lease table; `None` for the other databases.
 #[cfg(feature = "sql")]
 async fn pin_postgres(db: &mut super::raw::Sql, table: &str) -> Result<Option<(String, String)>, LockError> {
     #[cfg(feature = "postgres")]
     if let super::raw::Sql::Postgres(c) = db {
-        let qualified = lock_sql::pin_postgres(c, table).await?;
+        let qualified = dlock::sql::pin_postgres(c, table).await?;
         return Ok(qualified.split_once('.').map(|(s, t)| (s.to_owned(), t.to_owned())));
     }
     let _ = (db, table);

@@ -232,7 +232,7 @@ async fn forge_postgres(config: &Config, name: &LockName, token: u64) -> Result<
     let Sql::Postgres(mut c) = Sql::connect(&config.url, config.sql.tls).await? else { return Ok(0) };
     let table = &config.sql.table;
     // Names resolved as the lock's own sessions resolve them.
-    let waiters = format!("{}_waiters", lock_sql::pin_postgres(&mut c, table).await?);
+    let waiters = format!("{}_waiters", dlock::sql::pin_postgres(&mut c, table).await?);
     let (schema, waiters) = waiters.split_once('.').unwrap_or(("", &waiters));
     let select = format!("SELECT owner, wake FROM \"{schema}\".\"{waiters}\" WHERE name = $1");
     let entries: Vec<(String, Option<String>)> = within(

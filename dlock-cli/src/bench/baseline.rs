@@ -193,7 +193,7 @@ async fn sql_baseline(url: &str, plan: &Plan, schedule: Schedule<'_>) -> Result<
         Scheme::Postgres => {
             let mut c = sqlx::PgConnection::connect(url).await.map_err(err)?;
             // Pinned as the lock's own sessions are: the same name resolution, durable commits.
-            let schema = lock_sql::pin_postgres(&mut c, "dlock_bench_baseline").await?;
+            let schema = dlock::sql::pin_postgres(&mut c, "dlock_bench_baseline").await?;
             let schema = schema.split_once('.').map(|(s, _)| format!("{s}."));
             sql_loop::<sqlx::Postgres>(c, &POSTGRES, plan, schedule, schema.as_deref().unwrap_or_default()).await
         }
