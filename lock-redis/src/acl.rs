@@ -45,7 +45,8 @@ pub(crate) const EXCLUSIVE_ACL: &str = "+evalsha +script|load +ping +subscribe +
                                         +pexpire +pttl +time +incr +get +set +del +zadd +zrange +zrangebyscore \
                                         +zscore +zrem +zcard +hdel";
 /// What read-write locks and semaphores need on top of [`EXCLUSIVE_ACL`].
-pub(crate) const KINDS_ACL: &str = "+zremrangebyscore +exists";
+/// `zrank` and `zcount` place a waiter and count the readers at the head of the kinds' queues.
+pub(crate) const KINDS_ACL: &str = "+zremrangebyscore +exists +zrank +zcount";
 
 /// The commands to check, each as the script would send it (so key and channel patterns are
 /// checked too).
@@ -81,7 +82,12 @@ fn commands(prefix: &str, db: i64, needs: Needs) -> Vec<Vec<String>> {
         k("hdel", &["x"]),
     ];
     if needs == Needs::Kinds {
-        out.extend([k("zremrangebyscore", &["-inf", "1"]), k("exists", &[])]);
+        out.extend([
+            k("zremrangebyscore", &["-inf", "1"]),
+            k("exists", &[]),
+            k("zrank", &["x"]),
+            k("zcount", &["-inf", "1"]),
+        ]);
     }
     if db != 0 {
         out.push(vec!["select".to_owned(), db.to_string()]);

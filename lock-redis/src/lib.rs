@@ -88,8 +88,8 @@
 //!   (`Capabilities::notify_changes`, contract §5.8). The pub/sub connection is health-checked
 //!   with PING; after it reconnects,
 //!   every channel is re-subscribed and every waiter re-tries. Read-write locks and semaphores
-//!   queue their waiters the same way (`…:rw:queue`, `…:sem:queue`; below), so they declare
-//!   `fifo` too.
+//!   queue their waiters the same way, on the same structure and cap (`…:rw:waiters`,
+//!   `…:sem:waiters`, …; below), so they declare `fifo` too.
 //! - **At most [`RedisOptions::max_waiters`] waiters per name** (default 10,000): a waiting
 //!   `acquire` that would be one more fails at once with `InvalidOptions` naming the option
 //!   (raise it, or let fewer clients wait on one name); it never queues. Clients from before
@@ -110,7 +110,8 @@
 //!   `ACL SETUSER <user> on >… ~<prefix>:* &<prefix>:* -@all +evalsha +script|load +ping
 //!   +subscribe +unsubscribe +publish +hget +hset +pexpire +pttl +time +incr +get +set +del
 //!   +zadd +zrange +zrangebyscore +zscore +zrem +zcard +hdel` (the sorted sets and the hash: the
-//!   waiter queue); read-write locks and semaphores add `+zremrangebyscore +exists`; a database other than 0 in the URL adds `+select`.
+//!   waiter queue); read-write locks and semaphores add `+zremrangebyscore +exists +zrank
+//!   +zcount`; a database other than 0 in the URL adds `+select`.
 //!   Every one of them is checked **once at connect** (on Redis ≥ 7, through
 //!   `redis.acl_check_cmd`, on this client's own keys and channels): a missing one is a
 //!   `Config` error naming it, instead of a script failing half-way (Redis scripts do not roll
@@ -210,12 +211,15 @@
 //! | `<prefix>:{<name>}:rw:readers` | sorted set | reader owner → server time (ms) its lease ends |
 //! | `<prefix>:{<name>}:rw:tokens` | hash | reader owner → its fencing token |
 //! | `<prefix>:{<name>}:rw:writer` | hash, `PX ttl` | `{o: owner, f: token}` of the writer |
-//! | `<prefix>:{<name>}:rw:queue` | string, `PX` | waiting readers `r:<owner>` and writers `w:<owner>` in arrival order, each with the server time (ms) its registration ends |
+//! | `<prefix>:{<name>}:rw:waiters` | sorted set, `PX` | waiting reader `r:<owner>` or writer `w:<owner>` → arrival sequence |
+//! | `<prefix>:{<name>}:rw:waiter-ends` | sorted set, `PX` | waiting member → server time (ms) its registration ends |
+//! | `<prefix>:{<name>}:rw:waiter-entries` | hash, `PX` | waiting member → its entry (`…~<wake channel>`), and the reservation mark `#reserved` |
+//! | `<prefix>:{<name>}:rw:waiting-writers` | sorted set, `PX` | the waiting writers' members → their sequence |
 //! | `<prefix>:{<name>}:rw:fence` | integer | highest token issued for the read-write lock |
 //! | `<prefix>:{<name>}:sem:holders` | sorted set | permit owner → server time (ms) its lease ends |
 //! | `<prefix>:{<name>}:sem:tokens` | hash | permit owner → its fencing token |
 //! | `<prefix>:{<name>}:sem:permits` | string | the number of permits its users agreed on |
-//! | `<prefix>:{<name>}:sem:queue` | string, `PX` | waiting permit owners `p:<owner>` in arrival order, with their registrations' ends |
+//! | `<prefix>:{<name>}:sem:waiters`, `…:sem:waiter-ends`, `…:sem:waiter-entries` | as `rw:*` | waiting permit owners `p:<owner>` |
 //! | `<prefix>:{<name>}:sem:fence` | integer | highest token issued for the semaphore |
 //!
 //! Channels: each client's wake channel `<prefix>:wake:<client id>`, where its queued readers,
@@ -227,7 +231,10 @@
 //!
 //! **Waiter queues** (`fifo`; the rules and assumptions in `scripts/kinds_queue.rs`): a
 //! refused *waiting* attempt takes a place at the tail of the kind's queue, as the exclusive
-//! lock's waiters do. The queue's **grantable heads** are the head writer alone while nobody
+//! lock's waiters do, on the exclusive queue's sorted sets (O(log n) per attempt) and with its
+//! cap: past [`RedisOptions::max_waiters`] a new waiting reader, writer or permit waiter fails
+//! with `InvalidOptions`. The grantable heads are reserved once each (the reservation mark),
+//! so a writer's release that lets in a run of n readers costs O(n) once, not per reader. The queue's **grantable heads** are the head writer alone while nobody
 //! holds, the run of consecutive readers at the head while no writer holds, and the first
 //! `permits − holders` permit waiters. A queued caller is granted only among them; a caller not
 //! queued (a newcomer, `try_acquire_*`, the releaser coming straight back) only when the queue
@@ -246,7 +253,7 @@
 //! **Scripts** (one round trip each; expiries are decided by the server's `TIME`, never by a
 //! client clock; every script first drops the holders whose lease ended):
 //! - *read acquire*: already ours → extend, same token. Else refused while a writer holds
-//!   (answer: its `PTTL`) or while it is not this reader's turn in `rw:queue` (answer: until the
+//!   (answer: its `PTTL`) or while it is not this reader's turn in the queue (answer: until the
 //!   reservations ahead end); else the next token, the reader added with `now + ttl`.
 //! - *write acquire*: already ours → extend, same token. Else refused while a writer or a reader
 //!   holds or while it is not this writer's turn; a refused **waiting** writer keeps its place,
@@ -273,8 +280,7 @@
 //!
 //! **Promised** (`fifo`): waiters are granted in arrival order as far as the kind allows (a
 //! writer alone, consecutive readers together, as many permit waiters as permits are free).
-//! The price: a refused waiting attempt rewrites the queue string (O(waiters)), and a grantable
-//! head that vanished delays the others by its reservation.
+//! The price: a grantable head that vanished delays the others by its reservation.
 //!
 //! ## Redlock
 //!

@@ -291,7 +291,7 @@ mod redis_extra {
             "+zcard",
             "+hdel",
         ];
-        const KINDS: &[&str] = &["+zremrangebyscore", "+exists"];
+        const KINDS: &[&str] = &["+zremrangebyscore", "+exists", "+zrank", "+zcount"];
         let user = |name: &str, rules: Vec<&str>| {
             let mut c = conn.clone();
             let mut cmd = redis::cmd("ACL");

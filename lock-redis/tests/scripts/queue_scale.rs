@@ -88,14 +88,14 @@ async fn ended_registrations_free_the_cap() {
 }
 
 /// `evalsha`'s `usec_per_call` since the last `CONFIG RESETSTAT`.
-async fn evalsha_usec(c: &mut redis::aio::MultiplexedConnection) -> f64 {
+pub(crate) async fn evalsha_usec(c: &mut redis::aio::MultiplexedConnection) -> f64 {
     let info: String = redis::cmd("INFO").arg("commandstats").query_async(c).await.unwrap();
     let line = info.lines().find(|l| l.starts_with("cmdstat_evalsha:")).expect("evalsha ran");
     let field = line.split(',').find_map(|f| f.strip_prefix("usec_per_call=")).unwrap();
     field.parse().unwrap()
 }
 
-async fn reset_stats(c: &mut redis::aio::MultiplexedConnection) {
+pub(crate) async fn reset_stats(c: &mut redis::aio::MultiplexedConnection) {
     let () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(c).await.unwrap();
 }
 
