@@ -9,6 +9,8 @@ use lock_redis::scripts::{Acquire, HandOff, HandOffScript, Keys};
 
 #[path = "scripts/exclusive.rs"]
 mod exclusive;
+#[path = "scripts/free_path.rs"]
+mod free_path;
 #[path = "scripts/handoff.rs"]
 mod handoff;
 #[path = "scripts/kinds.rs"]

@@ -121,6 +121,8 @@ local function grant_head(Q, owner, entry, t, lock, fence, channel, claim)
   if not (ttl and own) then return false end
   grant_lease(lock, fence, owner, wq_fmt(math.min(ttl, claim)), t)
   wq_drop(Q, owner)
+  -- Others still queued: this lease's release must look at the queue (`q`, `super::exclusive`).
+  if redis.call('ZCARD', Q.order) > 0 then redis.call('HSET', lock, 'q', '1') end
   redis.call('PUBLISH', own, '@' .. owner)
   redis.call('PUBLISH', channel, '+')
   return true

@@ -353,7 +353,7 @@ async fn least_acl_user() {
     let _: () = redis::cmd("ACL")
         .arg(&["SETUSER", "kinds", "on", ">pw3", &format!("~{prefix}:*"), &format!("&{prefix}:*"), "-@all"])
         .arg(&["+evalsha", "+script|load", "+ping", "+subscribe", "+unsubscribe", "+publish"])
-        .arg(&["+hget", "+hset", "+pexpire", "+pttl", "+time", "+incr", "+get", "+set", "+del"])
+        .arg(&["+hget", "+hmget", "+hset", "+pexpire", "+pttl", "+time", "+incr", "+get", "+set", "+del"])
         .arg(&["+zadd", "+zrange", "+zrangebyscore", "+zremrangebyscore", "+zscore", "+zrem", "+zcard"])
         .arg(&["+hdel", "+exists", "+zrank", "+zcount"])
         .query_async(&mut conn)
