@@ -288,7 +288,7 @@ script_call! {
 /// `{token, pttl, holder, metadata}` as strings, holder and metadata `'+'`-prefixed when present
 /// and `''` when not.
 const INSPECT_SRC: &str = r#"
--- HGET, not HMGET: the commands the ACL check already asks for (crate::acl).
+-- Each field alone: an absent one reads as false.
 if not redis.call('HGET', KEYS[1], 'o') then return {} end
 local f = redis.call('HGET', KEYS[1], 'f') or '0'
 local h = redis.call('HGET', KEYS[1], 'h')
