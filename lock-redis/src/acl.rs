@@ -41,11 +41,12 @@ pub(crate) enum Needs {
 /// The least ACL, as documented in the crate docs (`~<prefix>:* &<prefix>:*` plus these).
 /// The sorted-set and hash commands are the exclusive lock's waiter queue's
 /// (`crate::scripts::waiters`).
-pub(crate) const EXCLUSIVE_ACL: &str = "+evalsha +script|load +ping +subscribe +unsubscribe +publish +hget +hset \
-                                        +pexpire +pttl +time +incr +get +set +del +zadd +zrange +zrangebyscore \
-                                        +zscore +zrem +zcard +hdel";
-/// What read-write locks and semaphores need on top of [`EXCLUSIVE_ACL`].
-pub(crate) const KINDS_ACL: &str = "+zremrangebyscore +exists";
+pub(crate) const EXCLUSIVE_ACL: &str = "+evalsha +script|load +ping +subscribe +unsubscribe +publish +hget +hmget \
+                                        +hset +pexpire +pttl +time +incr +get +set +del +zadd +zrange +zrangebyscore \
+                                        +zscore +zrem +zcard +hdel +exists";
+/// What read-write locks and semaphores need on top of [`EXCLUSIVE_ACL`]: `zrank` and `zcount`
+/// place a waiter and count the readers at the head of the kinds' queues.
+pub(crate) const KINDS_ACL: &str = "+zremrangebyscore +zrank +zcount";
 
 /// The commands to check, each as the script would send it (so key and channel patterns are
 /// checked too).
@@ -67,6 +68,7 @@ fn commands(prefix: &str, db: i64, needs: Needs) -> Vec<Vec<String>> {
         vec!["get".to_owned(), boot.clone()],
         vec!["set".to_owned(), boot, "0".to_owned()],
         k("hget", &["o"]),
+        k("hmget", &["o", "q"]),
         k("hset", &["o", "x"]),
         k("pexpire", &["1000"]),
         k("pttl", &[]),
@@ -79,9 +81,10 @@ fn commands(prefix: &str, db: i64, needs: Needs) -> Vec<Vec<String>> {
         k("zrem", &["x"]),
         k("zcard", &[]),
         k("hdel", &["x"]),
+        k("exists", &[]),
     ];
     if needs == Needs::Kinds {
-        out.extend([k("zremrangebyscore", &["-inf", "1"]), k("exists", &[])]);
+        out.extend([k("zremrangebyscore", &["-inf", "1"]), k("zrank", &["x"]), k("zcount", &["-inf", "1"])]);
     }
     if db != 0 {
         out.push(vec!["select".to_owned(), db.to_string()]);

@@ -17,7 +17,7 @@ use lock_core::{
 };
 
 use crate::acl::Needs;
-use crate::reply::{remaining_from, token_from, ttl_ms};
+use crate::reply::{remaining_from, token_from, too_many_waiters, ttl_ms};
 use crate::scripts::{
     Renew, RwAcquire, RwKeys, RwRelease, SemAcquire, SemKeys, SemRelease, Side, ZsetHolder, ZsetRenew,
 };
@@ -121,6 +121,7 @@ impl KindStore for RedisKinds {
                     quiet_ms,
                     reserve_ms: RESERVE_MS,
                     wake,
+                    max_waiters: base.max_waiters,
                 };
                 base.acquire_acked(a.name, &keys.holders, |m, mut c| async move { call.invoke(&m, &mut c).await })
                     .await?
@@ -137,6 +138,7 @@ impl KindStore for RedisKinds {
                     quiet_ms,
                     reserve_ms: RESERVE_MS,
                     wake,
+                    max_waiters: base.max_waiters,
                 };
                 base.acquire_acked(a.name, &keys.readers, |m, mut c| async move { call.invoke(&m, &mut c).await })
                     .await?
@@ -160,6 +162,7 @@ impl KindStore for RedisKinds {
                 self.base.boot.announce_quiet(remaining);
                 Ok(TryLock::Quiet { remaining })
             }
+            (3, cap) => Err(too_many_waiters(a.name, cap)),
             (-1, other) if a.kind == LockKind::Permit => {
                 Err(lock_core::backend::permits_mismatch(a.name, other, a.permits))
             }

@@ -43,7 +43,8 @@
 //!   (`durable_leases` is false): holders find no entry at their next renewal and their lost
 //!   signal fires; tokens stay monotonic (`durable_fencing` is true). Until that renewal a
 //!   holder still believes its lease, so a server that lost its state **grants nothing for a
-//!   quiet period** (docs/contract.md §3): every acquire script checks the boot marker `<prefix>:boot`; the
+//!   quiet period** (docs/contract.md §3): an acquire that finds the name's fence missing (the
+//!   free path below says why only then) checks the boot marker `<prefix>:boot`; the
 //!   first one to find it missing writes "quiet until" = server `TIME` +
 //!   [`RedisOptions::restart_quiet_period`] (default [`RedisOptions::max_ttl`], 60 s, the
 //!   longest ttl a client accepts) and every fresh grant of every kind is refused until then,
@@ -57,6 +58,44 @@
 //!   to the slot; [`cluster_boot_markers`] lists them) and the names of a slot whose master
 //!   restarted empty wait once. Redlock masters do the same each, so a majority restarting empty grants nothing
 //!   while a lease may still be believed.
+//! - **The free path** (a free name, nobody queued) is what every uncontended lock pays, so it
+//!   makes the fewest server calls that keep the promises above (before: 9 and 4). *Acquire*:
+//!   `EXISTS` of the lease and the queue (neither key: free, nobody queued), `GET` (the fence),
+//!   `TIME` (the token floor), `SET` (the new fence), `HSET` + `PEXPIRE` (the lease), `PUBLISH
+//!   +` (observers): 7 calls, plus `HSET h`/`HSET m` for a holder id or metadata and `PEXPIRE`
+//!   of the fence with `idle_gc_after`. *Release* with nobody queued behind the lease: `HMGET`
+//!   (owner and the queue mark `q`), `DEL`, `PUBLISH -`: 3 calls. *Renew*: `HGET`, `PEXPIRE`.
+//!   A waiter's claim of its own lease: `EXISTS`, `HGET`, `PEXPIRE`, `HGET`. What each dropped
+//!   call was, and which promise makes it unnecessary:
+//!   - the boot marker's `GET` is made only when the name has no fence. A fence the server still
+//!     has was written by a grant made after the server last lost its state (a loss takes the
+//!     fence with it: restart without persistence, `FLUSHALL`, failover to an empty replica),
+//!     and the first grant after a loss finds no fence, reads the marker and starts the quiet
+//!     period, during which nothing writes a fence (grants are refused; a grant in a release
+//!     needs a live lease, which a loss would have taken). So a present fence proves that no
+//!     lease of this name was forgotten since its last grant: the quiet period has nothing to
+//!     protect. (A restore from an older snapshot brings old fences and an old marker back
+//!     together: the marker never detected that either; tokens still rise by the `TIME` floor.)
+//!     A server used as a Redlock master must not also serve `redis://` clients with the same
+//!     key prefix (Redlock's fence round writes the same key).
+//!   - `INCR` of the fence: the token is `max(fence + 1, TIME µs)` from the `GET` the marker
+//!     check needed anyway, then one `SET`, as before.
+//!   - the owner's `HGET` and the queue's `ZCARD`: one `EXISTS` of both keys says "free, nobody
+//!     queued" (an ended lease's key is gone, an empty queue has no key); the owner is read only
+//!     when either exists.
+//!   - the release's `ZCARD`: every way a waiter comes to be queued behind a lease marks the
+//!     lease (`q`): a registration while it is held, a grant that leaves others queued, a grant
+//!     in the release that does; a lease without the mark had nobody queued behind it, so its
+//!     release publishes `-` without reading the queue (tested one way each).
+//!
+//!   Kept: `TIME` (a token floored by the server clock never repeats one a promoted replica
+//!   missed, or one a restart without persistence forgot), the acquire's `ZCARD` (a free lock
+//!   may be reserved for the queue's head, and a free lock has no lease to carry a mark: the
+//!   `EXISTS`), the
+//!   `+`/`-` messages (election observers of other processes, contract §5.8: skipping them would
+//!   need observers registered on the server, a read on every path). Server time per acquire +
+//!   release and the floor's: BENCHMARKS.md. Read-write locks, semaphores and Redlock keep
+//!   their own scripts (every acquire reads the marker).
 //! - **Waiting, in arrival order** (`fifo`): a waiter's first attempt is the same one round
 //!   trip as a try; only when refused does it register for its client's wake channel (one pub/sub
 //!   connection per client and server, shared by all its waiters, channels reference-counted
@@ -88,8 +127,8 @@
 //!   (`Capabilities::notify_changes`, contract §5.8). The pub/sub connection is health-checked
 //!   with PING; after it reconnects,
 //!   every channel is re-subscribed and every waiter re-tries. Read-write locks and semaphores
-//!   queue their waiters the same way (`…:rw:queue`, `…:sem:queue`; below), so they declare
-//!   `fifo` too.
+//!   queue their waiters the same way, on the same structure and cap (`…:rw:waiters`,
+//!   `…:sem:waiters`, …; below), so they declare `fifo` too.
 //! - **At most [`RedisOptions::max_waiters`] waiters per name** (default 10,000): a waiting
 //!   `acquire` that would be one more fails at once with `InvalidOptions` naming the option
 //!   (raise it, or let fewer clients wait on one name); it never queues. Clients from before
@@ -108,9 +147,10 @@
 //!   (no certificate check) logs a warning at connect.
 //! - **Least privilege** (tested with such a user): for the exclusive lock and Redlock,
 //!   `ACL SETUSER <user> on >… ~<prefix>:* &<prefix>:* -@all +evalsha +script|load +ping
-//!   +subscribe +unsubscribe +publish +hget +hset +pexpire +pttl +time +incr +get +set +del
-//!   +zadd +zrange +zrangebyscore +zscore +zrem +zcard +hdel` (the sorted sets and the hash: the
-//!   waiter queue); read-write locks and semaphores add `+zremrangebyscore +exists`; a database other than 0 in the URL adds `+select`.
+//!   +subscribe +unsubscribe +publish +hget +hmget +hset +pexpire +pttl +time +incr +get +set +del
+//!   +zadd +zrange +zrangebyscore +zscore +zrem +zcard +hdel +exists` (the sorted sets and the
+//!   hash: the waiter queue); read-write locks and semaphores add `+zremrangebyscore +zrank
+//!   +zcount`; a database other than 0 in the URL adds `+select`.
 //!   Every one of them is checked **once at connect** (on Redis ≥ 7, through
 //!   `redis.acl_check_cmd`, on this client's own keys and channels): a missing one is a
 //!   `Config` error naming it, instead of a script failing half-way (Redis scripts do not roll
@@ -210,12 +250,15 @@
 //! | `<prefix>:{<name>}:rw:readers` | sorted set | reader owner → server time (ms) its lease ends |
 //! | `<prefix>:{<name>}:rw:tokens` | hash | reader owner → its fencing token |
 //! | `<prefix>:{<name>}:rw:writer` | hash, `PX ttl` | `{o: owner, f: token}` of the writer |
-//! | `<prefix>:{<name>}:rw:queue` | string, `PX` | waiting readers `r:<owner>` and writers `w:<owner>` in arrival order, each with the server time (ms) its registration ends |
+//! | `<prefix>:{<name>}:rw:waiters` | sorted set, `PX` | waiting reader `r:<owner>` or writer `w:<owner>` → arrival sequence |
+//! | `<prefix>:{<name>}:rw:waiter-ends` | sorted set, `PX` | waiting member → server time (ms) its registration ends |
+//! | `<prefix>:{<name>}:rw:waiter-entries` | hash, `PX` | waiting member → its entry (`…~<wake channel>`), and the reservation mark `#reserved` |
+//! | `<prefix>:{<name>}:rw:waiting-writers` | sorted set, `PX` | the waiting writers' members → their sequence |
 //! | `<prefix>:{<name>}:rw:fence` | integer | highest token issued for the read-write lock |
 //! | `<prefix>:{<name>}:sem:holders` | sorted set | permit owner → server time (ms) its lease ends |
 //! | `<prefix>:{<name>}:sem:tokens` | hash | permit owner → its fencing token |
 //! | `<prefix>:{<name>}:sem:permits` | string | the number of permits its users agreed on |
-//! | `<prefix>:{<name>}:sem:queue` | string, `PX` | waiting permit owners `p:<owner>` in arrival order, with their registrations' ends |
+//! | `<prefix>:{<name>}:sem:waiters`, `…:sem:waiter-ends`, `…:sem:waiter-entries` | as `rw:*` | waiting permit owners `p:<owner>` |
 //! | `<prefix>:{<name>}:sem:fence` | integer | highest token issued for the semaphore |
 //!
 //! Channels: each client's wake channel `<prefix>:wake:<client id>`, where its queued readers,
@@ -227,7 +270,10 @@
 //!
 //! **Waiter queues** (`fifo`; the rules and assumptions in `scripts/kinds_queue.rs`): a
 //! refused *waiting* attempt takes a place at the tail of the kind's queue, as the exclusive
-//! lock's waiters do. The queue's **grantable heads** are the head writer alone while nobody
+//! lock's waiters do, on the exclusive queue's sorted sets (O(log n) per attempt) and with its
+//! cap: past [`RedisOptions::max_waiters`] a new waiting reader, writer or permit waiter fails
+//! with `InvalidOptions`. The grantable heads are reserved once each (the reservation mark),
+//! so a writer's release that lets in a run of n readers costs O(n) once, not per reader. The queue's **grantable heads** are the head writer alone while nobody
 //! holds, the run of consecutive readers at the head while no writer holds, and the first
 //! `permits − holders` permit waiters. A queued caller is granted only among them; a caller not
 //! queued (a newcomer, `try_acquire_*`, the releaser coming straight back) only when the queue
@@ -246,7 +292,7 @@
 //! **Scripts** (one round trip each; expiries are decided by the server's `TIME`, never by a
 //! client clock; every script first drops the holders whose lease ended):
 //! - *read acquire*: already ours → extend, same token. Else refused while a writer holds
-//!   (answer: its `PTTL`) or while it is not this reader's turn in `rw:queue` (answer: until the
+//!   (answer: its `PTTL`) or while it is not this reader's turn in the queue (answer: until the
 //!   reservations ahead end); else the next token, the reader added with `now + ttl`.
 //! - *write acquire*: already ours → extend, same token. Else refused while a writer or a reader
 //!   holds or while it is not this writer's turn; a refused **waiting** writer keeps its place,
@@ -273,8 +319,7 @@
 //!
 //! **Promised** (`fifo`): waiters are granted in arrival order as far as the kind allows (a
 //! writer alone, consecutive readers together, as many permit waiters as permits are free).
-//! The price: a refused waiting attempt rewrites the queue string (O(waiters)), and a grantable
-//! head that vanished delays the others by its reservation.
+//! The price: a grantable head that vanished delays the others by its reservation.
 //!
 //! ## Redlock
 //!

@@ -232,8 +232,8 @@ mod redis_extra {
         let _: () = redis::cmd("ACL")
             .arg(&["SETUSER", "minimal", "on", ">pw2", &format!("~{prefix}:*"), &format!("&{prefix}:*"), "-@all"])
             .arg(&["+evalsha", "+script|load", "+ping", "+subscribe", "+unsubscribe", "+publish"])
-            .arg(&["+hget", "+hset", "+pexpire", "+pttl", "+time", "+incr", "+get", "+set", "+del"])
-            .arg(&["+zadd", "+zrange", "+zrangebyscore", "+zscore", "+zrem", "+zcard", "+hdel"])
+            .arg(&["+hget", "+hmget", "+hset", "+pexpire", "+pttl", "+time", "+incr", "+get", "+set", "+del"])
+            .arg(&["+zadd", "+zrange", "+zrangebyscore", "+zscore", "+zrem", "+zcard", "+hdel", "+exists"])
             .query_async(&mut conn)
             .await
             .unwrap();
@@ -275,6 +275,7 @@ mod redis_extra {
             "+unsubscribe",
             "+publish",
             "+hget",
+            "+hmget",
             "+hset",
             "+pexpire",
             "+pttl",
@@ -290,8 +291,9 @@ mod redis_extra {
             "+zrem",
             "+zcard",
             "+hdel",
+            "+exists",
         ];
-        const KINDS: &[&str] = &["+zremrangebyscore", "+exists"];
+        const KINDS: &[&str] = &["+zremrangebyscore", "+zrank", "+zcount"];
         let user = |name: &str, rules: Vec<&str>| {
             let mut c = conn.clone();
             let mut cmd = redis::cmd("ACL");

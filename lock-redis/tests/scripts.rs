@@ -9,10 +9,14 @@ use lock_redis::scripts::{Acquire, HandOff, HandOffScript, Keys};
 
 #[path = "scripts/exclusive.rs"]
 mod exclusive;
+#[path = "scripts/free_path.rs"]
+mod free_path;
 #[path = "scripts/handoff.rs"]
 mod handoff;
 #[path = "scripts/kinds.rs"]
 mod kinds;
+#[path = "scripts/kinds_scale.rs"]
+mod kinds_scale;
 #[path = "scripts/queue_scale.rs"]
 mod queue_scale;
 #[path = "scripts/quiet.rs"]
@@ -51,11 +55,6 @@ async fn heard(messages: &mut redis::aio::PubSubStream, within: Duration) -> Vec
 async fn next(messages: &mut redis::aio::PubSubStream, within: Duration) -> Option<String> {
     let m = tokio::time::timeout(within, messages.next()).await.ok()??;
     Some(String::from_utf8_lossy(m.get_payload_bytes()).into_owned())
-}
-
-/// The value of the string key `key`, if any.
-async fn get(c: &mut redis::aio::MultiplexedConnection, key: &str) -> Option<String> {
-    redis::cmd("GET").arg(key).query_async(c).await.unwrap()
 }
 
 /// An exclusive acquire of `owner` for 5 s: `reg` 0 a single try, else a waiting attempt

@@ -23,47 +23,71 @@ use crate::boot::quiet_lua;
 /// and lets the fence key expire after the given time (`idle_gc_after`, §5.7): tokens are
 /// floored by the server clock, so none goes back without it. A free lock goes only to the
 /// queue's head or, with an empty queue, to anyone ([`super::queue`]). With a queue, a grant
-/// publishes `+` on the channel (for election observers; no waiter acts on it).
+/// publishes `+` on the channel (for election observers; no waiter acts on it). A lease that
+/// someone is queued behind carries `q` (set by a registration while it is held and by a grant
+/// that leaves others queued), so that its release reads the queue only then. The calls of each
+/// path, and why no fewer: the crate docs, "The free path".
 /// Returns `{1, token}` when granted (or already ours: the stored token, lease refreshed to
-/// `ttl`, which is also how a waiter claims a grant in the release: the first branch, kept short),
+/// `ttl`, which is also how a waiter claims a grant in the release: the branch after the free path),
 /// `{0, ms}` when someone else holds it (ms: its PTTL) or a queued waiter is ahead (ms: until the
 /// head's reservation ends), `{2, ms}` when the server is in its quiet period after losing its
 /// state (ms: the quiet time left; see `crate::boot`), and `{3, cap}` when a waiting attempt
 /// would be the name's waiter number `cap + 1` (it is not queued).
 const ACQUIRE_SRC: &str = effects_lua!(
-    quiet_lua!(),
-    token_lua!(),
     r#"
+-- The free path (no lease, nobody queued, the fence there): granted here, before any helper
+-- is defined, in seven calls (the crate docs, "The free path"). No lease key and no queue key
+-- is exactly free with nobody queued: an ended lease's key is gone (Redis never shows an
+-- expired key) and an empty queue has no key. A fence this server still has was written by a
+-- grant made after its last loss of state, and the first grant after a loss finds no fence and
+-- reads the boot marker: so no lease of this name can have been forgotten since, and the marker
+-- is read only when the fence is missing.
+local t = nil
+if redis.call('EXISTS', KEYS[1], KEYS[4] or KEYS[1]) == 0 then
+  local fence = redis.call('GET', KEYS[2])
+  if fence then
+    t = redis.call('TIME')
+    local token = tonumber(fence) + 1
+    local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    if token < floor then token = floor end
+    local s = string.format('%d', token)
+    redis.call('SET', KEYS[2], s)
+    redis.call('HSET', KEYS[1], 'o', ARGV[1], 'f', s)
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'h', ARGV[4]) end
+    if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'm', ARGV[5]) end
+    if ARGV[6] ~= '0' then redis.call('PEXPIRE', KEYS[2], ARGV[6]) end
+    -- The holder changed: observers of other processes (crate::pubsub) hear `+`; waiters ignore it.
+    if KEYS[4] then redis.call('PUBLISH', ARGV[8], '+') end
+    return {1, token}
+  end
+end
 local holder = redis.call('HGET', KEYS[1], 'o')
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1, tonumber(redis.call('HGET', KEYS[1], 'f'))}
 end
-local t = redis.call('TIME')
+t = t or redis.call('TIME')
+local queued = KEYS[4] ~= nil and redis.call('ZCARD', KEYS[4]) > 0
+"#,
+    quiet_lua!(),
+    token_lua!(),
+    wake_lua!(),
+    waiters_lua!(),
+    r#"
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local Q = nil
 if KEYS[4] then Q = {order = KEYS[4], ends = KEYS[5], data = KEYS[6]} end
-local queued = Q ~= nil and redis.call('ZCARD', Q.order) > 0
 local function grant()
-  -- The holder changed: observers of other processes (crate::pubsub) hear `+`; waiters ignore it.
   if Q then redis.call('PUBLISH', ARGV[8], '+') end
   local token = grant_lease(KEYS[1], KEYS[2], ARGV[1], ARGV[2], t)
+  -- Others still queued: the release must look at the queue (`q`, below).
+  if queued and redis.call('ZCARD', Q.order) > 0 then redis.call('HSET', KEYS[1], 'q', '1') end
   if ARGV[4] and ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'h', ARGV[4]) end
   if ARGV[5] and ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'm', ARGV[5]) end
   if ARGV[6] and tonumber(ARGV[6]) > 0 then redis.call('PEXPIRE', KEYS[2], ARGV[6]) end
   return {1, token}
 end
--- The common case, free with nobody queued, is granted before the queue's helpers are even
--- defined: they are most of this script's cost (the free path's profile).
-local quiet = -1
-if not holder and not queued then
-  quiet = quiet_left(KEYS[3], ARGV[3], now)
-  if quiet == 0 then return grant() end
-end
-"#,
-    wake_lua!(),
-    waiters_lua!(),
-    r#"
 local reg = tonumber(ARGV[7] or '0') or 0
 local cap = tonumber(ARGV[12] or '') or math.huge
 if queued then wq_purge(Q, now) end
@@ -72,11 +96,13 @@ local function busy(ms)
   if Q and reg > 0 then
     local me = entry_of(ARGV[1], ARGV[10], ARGV[11])
     if not wq_register(Q, ARGV[1], me, now + reg, now, cap) then return {3, cap} end
+    -- The lease says someone queued behind it, so that its release looks at the queue.
+    if holder then redis.call('HSET', KEYS[1], 'q', '1') end
   end
   return {0, ms}
 end
 if holder then return busy(redis.call('PTTL', KEYS[1])) end
-if quiet < 0 then quiet = quiet_left(KEYS[3], ARGV[3], now) end
+local quiet = quiet_left(KEYS[3], ARGV[3], now)
 if quiet > 0 then
   -- `{2, ms}`: refused for the quiet period, not for a holder (the caller says so).
   local r = busy(quiet)
@@ -164,17 +190,22 @@ script_call! {
 /// window ms. With a queue, its head is granted the lock provisionally (when its entry takes
 /// grants, [`super::queue`]) or reserved and woken alone, and an empty queue publishes `-`,
 /// which wakes no waiter (every waiter registers before it waits), only election observers;
-/// without one `released` wakes one waiter per client. Returns 1 released, 0 not ours.
+/// without one `released` wakes one waiter per client. A lease without `q` had nobody queued
+/// behind it: its release publishes `-` without reading the queue. Returns 1 released, 0 not
+/// ours.
 const RELEASE_SRC: &str = effects_lua!(
     r#"
-if redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] then return 0 end
+local lease = redis.call('HMGET', KEYS[1], 'o', 'q')
+if lease[1] ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
 if not KEYS[3] then
   redis.call('PUBLISH', ARGV[2], 'released')
   return 1
 end
--- Nobody queued, the common case: `-` for the observers, without defining the queue's helpers.
-if redis.call('ZCARD', KEYS[3]) == 0 then
+-- Nobody queued behind this lease (no `q`: every registration while it was held set it, and a
+-- grant with others still queued too), the common case: `-` for the observers, without reading
+-- the queue or defining its helpers.
+if not lease[2] then
   redis.call('PUBLISH', ARGV[2], '-')
   return 1
 end
@@ -257,7 +288,7 @@ script_call! {
 /// `{token, pttl, holder, metadata}` as strings, holder and metadata `'+'`-prefixed when present
 /// and `''` when not.
 const INSPECT_SRC: &str = r#"
--- HGET, not HMGET: the commands the ACL check already asks for (crate::acl).
+-- Each field alone: an absent one reads as false.
 if not redis.call('HGET', KEYS[1], 'o') then return {} end
 local f = redis.call('HGET', KEYS[1], 'f') or '0'
 local h = redis.call('HGET', KEYS[1], 'h')

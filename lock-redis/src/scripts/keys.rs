@@ -61,10 +61,16 @@ key_space! {
         tokens: "tokens",
         /// Hash `{o: owner, f: token}` with `PX ttl`: the writer.
         writer: "writer",
-        /// String: the waiting readers (`r:<owner>`) and writers (`w:<owner>`) in arrival order,
-        /// each with the end of its registration (`super::kinds_queue`). While a writer is
-        /// queued, new readers wait behind it (writers are not starved).
-        queue: "queue",
+        /// Sorted set: waiting reader (`r:<owner>`) or writer (`w:<owner>`) → arrival sequence
+        /// (`super::kinds_queue`). While a writer is queued, new readers wait behind it
+        /// (writers are not starved). Older clients queued in one string, `queue`.
+        waiters: "waiters",
+        /// Sorted set: waiting member → server time (ms) its registration ends.
+        waiter_ends: "waiter-ends",
+        /// Hash: waiting member → its entry (how it is woken), and the reservation mark.
+        waiter_entries: "waiter-entries",
+        /// Sorted set: the waiting writers' members → their sequence in `waiters`.
+        waiting_writers: "waiting-writers",
         /// Integer: the highest token issued for this read-write lock.
         fence: "fence",
         /// Channel: `@<owner>` wakes that waiting reader.
@@ -83,8 +89,13 @@ key_space! {
         tokens: "tokens",
         /// String: the number of permits every user must agree on (expires with the last holder).
         permits: "permits",
-        /// String: the waiting owners (`p:<owner>`) in arrival order (`super::kinds_queue`).
-        queue: "queue",
+        /// Sorted set: waiting permit owner (`p:<owner>`) → arrival sequence
+        /// (`super::kinds_queue`). Older clients queued in one string, `queue`.
+        waiters: "waiters",
+        /// Sorted set: waiting member → server time (ms) its registration ends.
+        waiter_ends: "waiter-ends",
+        /// Hash: waiting member → its entry (how it is woken), and the reservation mark.
+        waiter_entries: "waiter-entries",
         /// Integer: the highest token issued for this semaphore.
         fence: "fence",
         /// Channel: `@<owner>` wakes that waiter.

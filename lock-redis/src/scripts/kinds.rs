@@ -8,7 +8,8 @@ use redis::Script;
 use super::keys::{RwKeys, SemKeys};
 
 use super::kinds_queue::kinds_queue_lua;
-use super::queue::{queue_lua, token_lua, wake_lua};
+use super::queue::{token_lua, wake_lua};
+use super::waiters::sorted_queue_lua;
 use crate::boot::quiet_lua;
 
 /// Lua shared by the scripts of the read-write lock and the semaphore (prepended to each):
@@ -55,11 +56,38 @@ end
     };
 }
 
-/// [`kinds_prelude!`] with the waiter queue's helpers (`queue_load`, `queue_save` of the
-/// exclusive queue and the `kq_*` helpers of [`super::kinds_queue`]).
+/// [`kinds_prelude!`] with the waiter queue's helpers (the sorted-set queue of
+/// [`super::waiters`] and the `kq_*` helpers of [`super::kinds_queue`]).
 macro_rules! kinds_queued_prelude {
     () => {
-        concat!(kinds_prelude!(), wake_lua!(), token_lua!(), queue_lua!(), kinds_queue_lua!(), zset_grant_lua!())
+        concat!(
+            kinds_prelude!(),
+            wake_lua!(),
+            token_lua!(),
+            sorted_queue_lua!(),
+            kinds_queue_lua!(),
+            zset_grant_lua!(),
+            kinds_busy_lua!()
+        )
+    };
+}
+
+/// `kq_busy(Q, member, entry, reg, cap, ms)`, the answer of a refused attempt, `{0, ms}`, after
+/// a waiting one (`reg` > 0) registered or pushed its registration forward; `{3, cap}` when it
+/// would be the name's waiter number `cap + 1` (not queued); `kq_leave(Q, member)`, the caller
+/// holds now and leaves the queue.
+macro_rules! kinds_busy_lua {
+    () => {
+        r#"
+local function kq_busy(Q, member, entry, reg, cap, ms)
+  if not kq_register(Q, member, entry, reg, cap) then return {3, cap} end
+  return {0, ms}
+end
+-- The caller holds now: its entry, if queued, leaves the queue.
+local function kq_leave(Q, member)
+  if kq_place(Q, member) > 0 then wq_drop(Q, member) end
+end
+"#
     };
 }
 
@@ -92,124 +120,131 @@ end
     };
 }
 
-/// Read acquire. KEYS: readers, tokens, writer, queue, fence, boot marker. ARGV: owner, ttl ms,
-/// registration ms (`0`: a single try, which does not queue), quiet ms, reserve ms, readers'
-/// channel, writers' channel, the caller's wake channel (optional; `''` or absent: woken on
-/// its kind's channel; crate::scripts::kinds_queue). `{1, token}` granted (or already ours: lease refreshed, same
-/// token); `{0, ms}` refused: a writer holds (ms = its PTTL), it is not this reader's turn in
-/// the queue (ms = until the first registration ahead of it or the readers' leases end);
-/// `{2, ms}` refused for the quiet period after the server lost its state (the time left; the
-/// caller keeps its queue place).
+/// Read acquire. KEYS: readers, tokens, writer, the queue's four keys (waiters, waiter ends,
+/// waiter entries, waiting writers; [`super::kinds_queue`]), fence, boot marker. ARGV: owner,
+/// ttl ms, registration ms (`0`: a single try, which does not queue), quiet ms, reserve ms,
+/// readers' channel, writers' channel, the caller's wake channel (`''`: woken on its kind's
+/// channel), the most waiters the name may have. `{1, token}` granted (or already ours: lease
+/// refreshed, same token); `{0, ms}` refused: a writer holds (ms = its PTTL), it is not this
+/// reader's turn in the queue (ms = until the first registration ahead of it or the readers'
+/// leases end); `{2, ms}` refused for the quiet period after the server lost its state (the
+/// time left; the caller keeps its queue place); `{3, cap}` a new waiter past the cap.
 const RW_READ_SRC: &str = concat!(
     kinds_queued_prelude!(),
     r#"
 purge(KEYS[1], KEYS[2])
-local me, reg, reserve = kq_entry('r', ARGV[1], ARGV[8]), tonumber(ARGV[3]), tonumber(ARGV[5])
+local Q = kq_queue(KEYS[4], KEYS[5], KEYS[6], KEYS[7])
+local member, me = 'r:' .. ARGV[1], kq_entry('r', ARGV[1], ARGV[8])
+local reg, reserve, cap = tonumber(ARGV[3]), tonumber(ARGV[5]), tonumber(ARGV[9] or '') or math.huge
 local chans = {r = ARGV[6], w = ARGV[7]}
-local q, had = queue_load(KEYS[4], now)
 local again = zset_renewed(KEYS[1], KEYS[2], ARGV[1], ARGV[2], {KEYS[1], KEYS[2]})
 if again then
-  kq_leave(KEYS[4], q, had, me)
+  kq_leave(Q, member)
   return {1, again}
 end
-local function busy(ms) return kq_refuse(KEYS[4], q, had, me, reg, ms) end
-local quiet = quiet_left(KEYS[6], ARGV[4], now)
--- `{2, ms}`: refused for the quiet period, not for a holder (the caller says so).
-if quiet > 0 then busy(quiet); return {2, quiet} end
+local function busy(ms) return kq_busy(Q, member, me, reg, cap, ms) end
+local quiet = quiet_left(KEYS[9], ARGV[4], now)
+if quiet > 0 then
+  -- `{2, ms}`: refused for the quiet period, not for a holder (the caller says so).
+  local r = busy(quiet)
+  if r[1] == 0 then r[1] = 2 end
+  return r
+end
 if redis.call('EXISTS', KEYS[3]) == 1 then
   return busy(redis.call('PTTL', KEYS[3]))
 end
-local can = rw_grantable(q, false, redis.call('ZCARD', KEYS[1]))
-local i = kq_place(q, me)
-local turn = (i > 0 and i <= can) or (i == 0 and #q == 0)
+local can = rw_grantable(Q, false, redis.call('ZCARD', KEYS[1]))
+local i = kq_place(Q, member)
+local turn = (i > 0 and i <= can) or (i == 0 and kq_len(Q) == 0)
 if not turn then
-  kq_reserve(q, can, reserve, chans, math.huge)
+  kq_reserve(Q, can, reserve, chans, math.huge)
   -- Re-try when a registration ahead ends (it may have vanished) or the readers' leases do.
-  local wait = kq_first_end(q, ahead(q, i)) or math.huge
+  local wait = kq_first_end(Q, ahead(Q, i)) or math.huge
   if redis.call('ZCARD', KEYS[1]) > 0 then wait = math.min(wait, math.max(1, left(KEYS[1], false))) end
   if wait == math.huge then wait = 1 end
   return busy(wait)
 end
 if i > 0 then
-  table.remove(q, i)
+  wq_drop(Q, member)
   can = can - 1
 end
-local token = zset_grant(KEYS[1], KEYS[2], KEYS[5], ARGV[1], ARGV[2])
+local token = zset_grant(KEYS[1], KEYS[2], KEYS[8], ARGV[1], ARGV[2])
 expire_with(KEYS[1], {KEYS[1], KEYS[2]})
 -- The readers queued behind this one share with it: they are reserved and woken too.
-kq_reserve(q, can, reserve, chans, math.huge)
-queue_save(KEYS[4], q, now, had)
+kq_reserve(Q, can, reserve, chans, math.huge)
 return {1, token}
 "#
 );
 static RW_READ: LazyLock<Script> = LazyLock::new(|| Script::new(RW_READ_SRC));
 
-/// Write acquire. KEYS: readers, tokens, writer, queue, fence, boot marker. ARGV: owner, ttl
-/// ms, registration ms (`0`: a single try), quiet ms, reserve ms, readers' channel, writers'
-/// channel, the caller's wake channel (optional, as in `RW_READ_SRC`). `{1, token}` granted
-/// (or already ours); `{0, ms}` refused: someone holds (ms: how
-/// long the holders' leases last at most), it is not this writer's turn (ms: until the first
-/// registration ahead of it ends); `{2, ms}` the quiet period (time left). A refused waiting writer keeps its place in the
-/// queue, which holds back every reader arriving after it.
+/// Write acquire. KEYS and ARGV as the read acquire's. `{1, token}` granted (or already ours);
+/// `{0, ms}` refused: someone holds (ms: how long the holders' leases last at most), it is not
+/// this writer's turn (ms: until the first registration ahead of it ends); `{2, ms}` the quiet
+/// period (time left); `{3, cap}` a new waiter past the cap. A refused waiting writer keeps its
+/// place in the queue, which holds back every reader arriving after it.
 const RW_WRITE_SRC: &str = concat!(
     kinds_queued_prelude!(),
     r#"
 purge(KEYS[1], KEYS[2])
-local me, reg, reserve = kq_entry('w', ARGV[1], ARGV[8]), tonumber(ARGV[3]), tonumber(ARGV[5])
+local Q = kq_queue(KEYS[4], KEYS[5], KEYS[6], KEYS[7])
+local member, me = 'w:' .. ARGV[1], kq_entry('w', ARGV[1], ARGV[8])
+local reg, reserve, cap = tonumber(ARGV[3]), tonumber(ARGV[5]), tonumber(ARGV[9] or '') or math.huge
 local chans = {r = ARGV[6], w = ARGV[7]}
-local q, had = queue_load(KEYS[4], now)
 local holder = redis.call('HGET', KEYS[3], 'o')
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[3], ARGV[2])
-  kq_leave(KEYS[4], q, had, me)
+  kq_leave(Q, member)
   return {1, tonumber(redis.call('HGET', KEYS[3], 'f'))}
 end
-local function busy(ms) return kq_refuse(KEYS[4], q, had, me, reg, ms) end
-local quiet = quiet_left(KEYS[6], ARGV[4], now)
--- `{2, ms}`: refused for the quiet period, not for a holder (the caller says so).
-if quiet > 0 then busy(quiet); return {2, quiet} end
+local function busy(ms) return kq_busy(Q, member, me, reg, cap, ms) end
+local quiet = quiet_left(KEYS[9], ARGV[4], now)
+if quiet > 0 then
+  -- `{2, ms}`: refused for the quiet period, not for a holder (the caller says so).
+  local r = busy(quiet)
+  if r[1] == 0 then r[1] = 2 end
+  return r
+end
 if holder then return busy(redis.call('PTTL', KEYS[3])) end
 local readers = redis.call('ZCARD', KEYS[1])
-local can = rw_grantable(q, false, readers)
+local can = rw_grantable(Q, false, readers)
 if readers > 0 then
   -- Readers at the head of the queue may join the readers that hold.
-  kq_reserve(q, can, reserve, chans, math.huge)
+  kq_reserve(Q, can, reserve, chans, math.huge)
   return busy(left(KEYS[1], false))
 end
-local i = kq_place(q, me)
-local turn = (i > 0 and i <= can) or (i == 0 and #q == 0)
+local i = kq_place(Q, member)
+local turn = (i > 0 and i <= can) or (i == 0 and kq_len(Q) == 0)
 if not turn then
-  kq_reserve(q, can, reserve, chans, math.huge)
-  return busy(kq_first_end(q, ahead(q, i)) or 1)
+  kq_reserve(Q, can, reserve, chans, math.huge)
+  return busy(kq_first_end(Q, ahead(Q, i)) or 1)
 end
-if i > 0 then table.remove(q, i) end
-queue_save(KEYS[4], q, now, had)
-local token = grant_lease(KEYS[3], KEYS[5], ARGV[1], ARGV[2], t)
+if i > 0 then wq_drop(Q, member) end
+local token = grant_lease(KEYS[3], KEYS[8], ARGV[1], ARGV[2], t)
 return {1, token}
 "#
 );
 static RW_WRITE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_WRITE_SRC));
 
 /// Writer release, also the end of a write wait without a grant (abandon). KEYS: readers,
-/// tokens, writer, queue (as the reader's release). ARGV: owner, reserve ms, readers' channel, writers' channel. Frees the
-/// writer if it is the owner's and drops the owner's queue entry; then the grantable heads (the
-/// next writer, or the run of readers at the head) are reserved and woken. Returns 1
-/// released, 0 not ours.
+/// tokens, writer, the queue's four keys. ARGV: owner, reserve ms, readers' channel, writers'
+/// channel. Frees the writer if it is the owner's and drops the owner's queue entry; then the
+/// grantable heads (the next writer, or the run of readers at the head) are reserved and woken.
+/// Returns 1 released, 0 not ours.
 const RW_WRITE_RELEASE_SRC: &str = concat!(
     kinds_queued_prelude!(),
     r#"
 local mine = redis.call('HGET', KEYS[3], 'o') == ARGV[1]
 if mine then redis.call('DEL', KEYS[3]) end
-local q, had = queue_load(KEYS[4], now)
-local i = kq_place(q, 'w:' .. ARGV[1])
-if i > 0 then table.remove(q, i) end
+local Q = kq_queue(KEYS[4], KEYS[5], KEYS[6], KEYS[7])
+local member = 'w:' .. ARGV[1]
+local i = kq_place(Q, member)
+if i > 0 then wq_drop(Q, member) end
 if mine or i > 0 then
   purge(KEYS[1], KEYS[2])
-  local can = rw_grantable(q, redis.call('EXISTS', KEYS[3]) == 1, redis.call('ZCARD', KEYS[1]))
+  local can = rw_grantable(Q, redis.call('EXISTS', KEYS[3]) == 1, redis.call('ZCARD', KEYS[1]))
   local wake_from = math.huge
   if mine then wake_from = 1 end
-  kq_reserve(q, can, tonumber(ARGV[2]), {r = ARGV[3], w = ARGV[4]}, wake_from)
-  queue_save(KEYS[4], q, now, had)
+  kq_reserve(Q, can, tonumber(ARGV[2]), {r = ARGV[3], w = ARGV[4]}, wake_from)
 end
 if mine then return 1 end
 return 0
@@ -217,10 +252,10 @@ return 0
 );
 static RW_WRITE_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_WRITE_RELEASE_SRC));
 
-/// Reader release, also the end of a read wait without a grant (abandon). KEYS: readers,
-/// tokens, writer, queue. ARGV: owner, reserve ms, readers' channel, writers' channel. Frees the
-/// owner's read lease and drops its queue entry; the last reader out lets the head writer in
-/// (reserved and woken). Returns 1 released, 0 not ours (or its lease already ended).
+/// Reader release, also the end of a read wait without a grant (abandon). KEYS and ARGV as the
+/// writer's release. Frees the owner's read lease and drops its queue entry; the last reader
+/// out lets the head writer in (reserved and woken). Returns 1 released, 0 not ours (or its
+/// lease already ended).
 const RW_READ_RELEASE_SRC: &str = concat!(
     kinds_queued_prelude!(),
     r#"
@@ -232,17 +267,17 @@ if mine then
   purge(KEYS[1], KEYS[2])
   expire_with(KEYS[1], {KEYS[1], KEYS[2]})
 end
-local q, had = queue_load(KEYS[4], now)
-local i = kq_place(q, 'r:' .. ARGV[1])
-if i > 0 then table.remove(q, i) end
+local Q = kq_queue(KEYS[4], KEYS[5], KEYS[6], KEYS[7])
+local member = 'r:' .. ARGV[1]
+local i = kq_place(Q, member)
+if i > 0 then wq_drop(Q, member) end
 if mine or i > 0 then
   local readers = redis.call('ZCARD', KEYS[1])
-  local can = rw_grantable(q, redis.call('EXISTS', KEYS[3]) == 1, readers)
+  local can = rw_grantable(Q, redis.call('EXISTS', KEYS[3]) == 1, readers)
   -- A head writer became grantable by this release: wake it even if its reservation had begun.
   local wake_from = math.huge
-  if mine and readers == 0 and q[1] and string.sub(q[1][1], 1, 1) == 'w' then wake_from = 1 end
-  kq_reserve(q, can, tonumber(ARGV[2]), {r = ARGV[3], w = ARGV[4]}, wake_from)
-  queue_save(KEYS[4], q, now, had)
+  if mine and readers == 0 and can == 1 and string.sub(wq_head(Q, now), 1, 2) == 'w:' then wake_from = 1 end
+  kq_reserve(Q, can, tonumber(ARGV[2]), {r = ARGV[3], w = ARGV[4]}, wake_from)
 end
 if mine then return 1 end
 return 0
@@ -250,12 +285,14 @@ return 0
 );
 static RW_READ_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_READ_RELEASE_SRC));
 
-/// Semaphore acquire. KEYS: holders, tokens, permits, queue, fence, boot marker. ARGV: owner,
-/// ttl ms, permits, registration ms (`0`: a single try), quiet ms, reserve ms, channel, the
-/// caller's wake channel (optional, as in `RW_READ_SRC`). `{1, token}` granted (or already ours); `{0, ms}` refused: all permits taken (ms until the
-/// first lease ends), the free permits belong to waiters queued ahead (ms until the first
-/// registration ahead ends); `{2, ms}` the quiet period (time left); `{-1, n}` the semaphore is in use with `n` permits,
-/// not `permits`.
+/// Semaphore acquire. KEYS: holders, tokens, permits, the queue's three keys (waiters, waiter
+/// ends, waiter entries; [`super::kinds_queue`]), fence, boot marker. ARGV: owner, ttl ms,
+/// permits, registration ms (`0`: a single try), quiet ms, reserve ms, channel, the caller's
+/// wake channel (as in `RW_READ_SRC`), the most waiters the name may have. `{1, token}` granted
+/// (or already ours); `{0, ms}` refused: all permits taken (ms until the first lease ends), the
+/// free permits belong to waiters queued ahead (ms until the first registration ahead ends);
+/// `{2, ms}` the quiet period (time left); `{3, cap}` a new waiter past the cap; `{-1, n}` the
+/// semaphore is in use with `n` permits, not `permits`.
 const SEM_ACQUIRE_SRC: &str = concat!(
     kinds_queued_prelude!(),
     r#"
@@ -267,51 +304,57 @@ else
   local have = tonumber(redis.call('GET', KEYS[3]) or '')
   if have and have ~= n then return {-1, have} end
 end
-local me, reg, reserve = kq_entry('p', ARGV[1], ARGV[8]), tonumber(ARGV[4]), tonumber(ARGV[6])
+local Q = kq_queue(KEYS[4], KEYS[5], KEYS[6], nil)
+local member, me = 'p:' .. ARGV[1], kq_entry('p', ARGV[1], ARGV[8])
+local reg, reserve, cap = tonumber(ARGV[4]), tonumber(ARGV[6]), tonumber(ARGV[9] or '') or math.huge
 local chans = {p = ARGV[7]}
-local q, had = queue_load(KEYS[4], now)
 local again = zset_renewed(KEYS[1], KEYS[2], ARGV[1], ARGV[2], {KEYS[1], KEYS[2], KEYS[3]})
 if again then
-  kq_leave(KEYS[4], q, had, me)
+  kq_leave(Q, member)
   return {1, again}
 end
-local function busy(ms) return kq_refuse(KEYS[4], q, had, me, reg, ms) end
-local quiet = quiet_left(KEYS[6], ARGV[5], now)
--- `{2, ms}`: refused for the quiet period, not for a holder (the caller says so).
-if quiet > 0 then busy(quiet); return {2, quiet} end
+local function busy(ms) return kq_busy(Q, member, me, reg, cap, ms) end
+local quiet = quiet_left(KEYS[8], ARGV[5], now)
+if quiet > 0 then
+  -- `{2, ms}`: refused for the quiet period, not for a holder (the caller says so).
+  local r = busy(quiet)
+  if r[1] == 0 then r[1] = 2 end
+  return r
+end
 local free = n - redis.call('ZCARD', KEYS[1])
 if free <= 0 then return busy(left(KEYS[1], true)) end
-local i = kq_place(q, me)
+local i = kq_place(Q, member)
 -- A caller not queued takes only a permit beyond those of every queued waiter.
-local turn = (i > 0 and i <= free) or (i == 0 and #q < free)
+local turn = (i > 0 and i <= free) or (i == 0 and kq_len(Q) < free)
 if not turn then
-  kq_reserve(q, free, reserve, chans, math.huge)
-  return busy(kq_first_end(q, ahead(q, i)) or 1)
+  kq_reserve(Q, free, reserve, chans, math.huge)
+  return busy(kq_first_end(Q, ahead(Q, i)) or 1)
 end
-if i > 0 then table.remove(q, i) end
-local token = zset_grant(KEYS[1], KEYS[2], KEYS[5], ARGV[1], ARGV[2])
+if i > 0 then wq_drop(Q, member) end
+local token = zset_grant(KEYS[1], KEYS[2], KEYS[7], ARGV[1], ARGV[2])
 redis.call('SET', KEYS[3], ARGV[3])
 expire_with(KEYS[1], {KEYS[1], KEYS[2], KEYS[3]})
 -- The other free permits belong to the heads of the queue: reserved (and woken if new).
-kq_reserve(q, free - 1, reserve, chans, math.huge)
-queue_save(KEYS[4], q, now, had)
+kq_reserve(Q, free - 1, reserve, chans, math.huge)
 return {1, token}
 "#
 );
 static SEM_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(SEM_ACQUIRE_SRC));
 
 /// Permit release, also the end of a permit wait without a grant (abandon). KEYS: holders,
-/// tokens, permits, queue. ARGV: owner, reserve ms, channel. Frees the owner's permit and drops
-/// its queue entry; the heads that now have a permit are reserved, and the one this release let
-/// in is woken. Returns 1 released, 0 not ours (or its lease already ended).
+/// tokens, permits, the queue's three keys. ARGV: owner, reserve ms, channel. Frees the owner's
+/// permit and drops its queue entry; the heads that now have a permit are reserved, and the
+/// one this release let in is woken. Returns 1 released, 0 not ours (or its lease already
+/// ended).
 const SEM_RELEASE_SRC: &str = concat!(
     kinds_queued_prelude!(),
     r#"
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
 local mine = score and tonumber(score) > now
-local q, had = queue_load(KEYS[4], now)
-local i = kq_place(q, 'p:' .. ARGV[1])
-if i > 0 then table.remove(q, i) end
+local Q = kq_queue(KEYS[4], KEYS[5], KEYS[6], nil)
+local member = 'p:' .. ARGV[1]
+local i = kq_place(Q, member)
+if i > 0 then wq_drop(Q, member) end
 if not mine and i == 0 then return 0 end
 -- Read before the last holder's release deletes it with the holders.
 local n = tonumber(redis.call('GET', KEYS[3]) or '0') or 0
@@ -327,8 +370,7 @@ local free = n - held
 if n == 0 and held == 0 then free = 1 end
 local wake_from = math.huge
 if mine then wake_from = free end
-kq_reserve(q, free, tonumber(ARGV[2]), {p = ARGV[3]}, wake_from)
-queue_save(KEYS[4], q, now, had)
+kq_reserve(Q, free, tonumber(ARGV[2]), {p = ARGV[3]}, wake_from)
 if mine then return 1 end
 return 0
 "#
@@ -362,7 +404,7 @@ pub enum Side {
 
 script_call! {
     /// A call of `RW_READ_SRC` or `RW_WRITE_SRC`, which share their keys and arguments:
-    /// `{1, token}` or `{0, ms}`.
+    /// `{1, token}`, `{0, ms}`, `{2, ms}` (quiet) or `{3, cap}` (too many waiters).
     RwAcquire -> Vec<i64> = match side {
         Side::Read => &*RW_READ,
         Side::Write => &*RW_WRITE,
@@ -384,10 +426,17 @@ script_call! {
         reserve_ms: u64,
         /// The caller's wake channel, `""`: woken on its side's channel.
         wake: &'a str,
+        /// The most waiters the name may have (`RedisOptions::max_waiters`).
+        max_waiters: u32,
     }
     marker marker;
-    keys [&keys.readers, &keys.tokens, &keys.writer, &keys.queue, &keys.fence, marker]
-    args [owner, ttl_ms, registration_ms, quiet_ms, reserve_ms, &keys.to_readers, &keys.to_writers, wake]
+    keys [
+        &keys.readers, &keys.tokens, &keys.writer, &keys.waiters, &keys.waiter_ends, &keys.waiter_entries,
+        &keys.waiting_writers, &keys.fence, marker,
+    ]
+    args [
+        owner, ttl_ms, registration_ms, quiet_ms, reserve_ms, &keys.to_readers, &keys.to_writers, wake, max_waiters,
+    ]
 }
 
 script_call! {
@@ -407,12 +456,16 @@ script_call! {
         /// How long a grantable head has to come (ms).
         reserve_ms: u64,
     }
-    keys [&keys.readers, &keys.tokens, &keys.writer, &keys.queue]
+    keys [
+        &keys.readers, &keys.tokens, &keys.writer, &keys.waiters, &keys.waiter_ends, &keys.waiter_entries,
+        &keys.waiting_writers,
+    ]
     args [owner, reserve_ms, &keys.to_readers, &keys.to_writers]
 }
 
 script_call! {
-    /// A call of `SEM_ACQUIRE_SRC`: `{1, token}`, `{0, ms}` or `{-1, permits in use}`.
+    /// A call of `SEM_ACQUIRE_SRC`: `{1, token}`, `{0, ms}`, `{2, ms}`, `{3, cap}` or `{-1,
+    /// permits in use}`.
     SemAcquire -> Vec<i64> = SEM_ACQUIRE;
     {
         /// The semaphore's keys.
@@ -431,10 +484,15 @@ script_call! {
         reserve_ms: u64,
         /// The caller's wake channel, `""`: woken on the semaphore's channel.
         wake: &'a str,
+        /// The most waiters the name may have (`RedisOptions::max_waiters`).
+        max_waiters: u32,
     }
     marker marker;
-    keys [&keys.holders, &keys.tokens, &keys.permits, &keys.queue, &keys.fence, marker]
-    args [owner, ttl_ms, permits, registration_ms, quiet_ms, reserve_ms, &keys.channel, wake]
+    keys [
+        &keys.holders, &keys.tokens, &keys.permits, &keys.waiters, &keys.waiter_ends, &keys.waiter_entries,
+        &keys.fence, marker,
+    ]
+    args [owner, ttl_ms, permits, registration_ms, quiet_ms, reserve_ms, &keys.channel, wake, max_waiters]
 }
 
 script_call! {
@@ -448,7 +506,7 @@ script_call! {
         /// How long a grantable head has to come (ms).
         reserve_ms: u64,
     }
-    keys [&keys.holders, &keys.tokens, &keys.permits, &keys.queue]
+    keys [&keys.holders, &keys.tokens, &keys.permits, &keys.waiters, &keys.waiter_ends, &keys.waiter_entries]
     args [owner, reserve_ms, &keys.channel]
 }
 

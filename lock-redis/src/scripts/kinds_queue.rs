@@ -1,12 +1,20 @@
 //! The waiter queue of a single-instance read-write lock or semaphore: the exclusive lock's
-//! queue ([`queue`](super::queue): the same string key, registrations, reservations and
-//! `@<owner>` wake-ups) generalised to grants that several holders share.
+//! queue ([`queue`](super::queue): registrations, reservations and `@<owner>` wake-ups) on the
+//! same sorted-set structure ([`waiters`](super::waiters): O(log n) per update, at most
+//! `max_waiters` entries, a refused new waiter answered `{3, cap}`), generalised to grants that
+//! several holders share.
 //!
-//! The queue is `…:rw:queue` or `…:sem:queue` (the name's hash tag, so it lives on the slot of
-//! the kind's other keys, Redis Cluster included). Its entries are `<kind>:<owner>`, `kind` `r`
-//! (reader), `w` (writer) or `p` (permit), so one queue keeps a read-write lock's readers and
-//! writers in their common arrival order. Like the exclusive queue it needs no command beyond
-//! `GET`, `SET`, `DEL` and `TIME`: the documented least ACL is unchanged.
+//! The keys (the name's hash tag, so they live on the slot of the kind's other keys, Redis
+//! Cluster included): `…:rw:waiters` / `…:sem:waiters` (member → arrival sequence, the order),
+//! `…:*:waiter-ends` (member → server time in ms its registration ends), `…:*:waiter-entries`
+//! (member → its entry, how it is woken; and the reservation mark, below) and, for a read-write
+//! lock, `…:rw:waiting-writers` (the writers' members by sequence, so the run of readers at the
+//! head is counted without walking it). A member is `<kind>:<owner>`, `kind` `r` (reader), `w`
+//! (writer) or `p` (permit), so one queue keeps a read-write lock's readers and writers in their
+//! common arrival order; its entry adds `~<wake channel>` when the client has one. Older
+//! clients kept each queue in one string (`…:rw:queue`, `…:sem:queue`), rewritten on every
+//! refused attempt: the new keys have other names, so the two never meet a `WRONGTYPE`; clients
+//! of both versions on one name lose fairness, never exclusion.
 //!
 //! The rules, in the scripts ([`super::kinds`]):
 //! - The **grantable heads** are the entries that may be granted now: the head writer alone
@@ -18,122 +26,136 @@
 //!   it never takes what a queued waiter may have, and a reader never joins the current
 //!   readers while a writer is queued. A single try never registers.
 //! - A refused **waiting** attempt registers at the tail (or pushes its registration forward),
-//!   exactly as the exclusive lock's waiters do.
+//!   exactly as the exclusive lock's waiters do; a new one past `max_waiters` is refused.
 //! - Whenever a script finds grantable heads (a release, an abandon, or an attempt that found
 //!   a holder's lease expired), each of them is **reserved**: its registration is cut to at most
 //!   `reserve` ms from now, and it alone is woken (`PUBLISH <its client's wake channel>
-//!   @<owner>`, the entry being `<kind>:<owner>~<wake channel>`: only that client hears it; an
-//!   older client's entry, without `~`, is woken on the kind's channel, which every client of the
-//!   name hears) — once, when its reservation starts, and again by the release that made it
-//!   grantable. One delivery per grantable waiter, no herd across clients.
+//!   @<owner>`; an older client's entry, without `~`, on the kind's channel) — once, when its
+//!   reservation starts, and again by the release that made it grantable. One delivery per
+//!   grantable waiter, no herd across clients.
+//!
+//! **The reservation mark** keeps that linear rather than quadratic in the grantable heads (a
+//! run of 10,000 readers let in by one writer's release): the entries-hash field `#reserved`
+//! holds the highest sequence reserved so far, so a script reserves only the grantable heads
+//! beyond it (each entry is reserved once); new entries get sequences above the mark, and a
+//! reserved entry that pushes its registration forward (refused again, e.g. in a quiet period)
+//! lowers the mark below itself, so it is cut again as the string queue did. A refused waiter's
+//! answer (when to re-try) is the first end among the at most 16 registrations ahead of it:
+//! vanished entries further back are dropped by every script's purge (up to 64 a time), and the
+//! client's own fallback re-try bounds its sleep anyway.
 //!
 //! Bounds: a grantable head that vanished keeps its place for at most `reserve` ms (250 ms);
 //! the next attempt after that drops it and reserves the next. A refused waiter sleeps until
 //! the first registration ahead of it ends (the attempt's answer: for grantable heads, their
 //! reservations) or its fallback re-try (at most `4 × max_poll_interval`), so a vanished head
-//! costs the others at most `reserve` plus one re-try. A waiter that vanished further back drops out when its registration ends (`2 × (4 ×
-//! max_poll_interval + request_timeout)`); one whose wait ended in a live process leaves at
-//! once (the kinds' abandon is their release script, which also removes the owner's entry).
+//! costs the others at most `reserve` plus one re-try. A waiter that vanished further back
+//! drops out when its registration ends (`2 × (4 × max_poll_interval + request_timeout)`); one
+//! whose wait ended in a live process leaves at once (the kinds' abandon is their release
+//! script, which also removes the owner's entry).
 //!
 //! Assumptions, as for the exclusive queue: a live waiter re-tries before its registration ends
 //! and, once woken, within `reserve` ms; one that does not loses its place (it re-registers at
 //! the tail). That costs fairness, never exclusion: readers, writers and permits are checked
 //! exactly as without a queue, the queue only refuses more.
 
-/// Lua helpers of the kinds' queue, after `kinds_prelude!()` (they use its `now`) and
-/// `queue_lua!()` (its `queue_load` and `queue_save`): `kq_entry(kind, owner, wake)`,
-/// `kq_split(entry)`, `kq_place(q, me)`, `kq_register(q, me, reg)`, `kq_leave(key, q, had,
-/// me)`, `kq_refuse(key, q, had, me, reg, wait)`, `kq_reserve(q, n, reserve,
-/// chans, wake_from)`, `ahead(q, i)`, `kq_first_end(q, n)` and `rw_grantable(q, writer_holds,
-/// readers)`.
+/// Lua helpers of the kinds' queue, after `kinds_prelude!()` (they use its `now`), `wake_lua!()`
+/// and [`sorted_queue_lua`](super::waiters::sorted_queue_lua): `kq_queue(order, ends, data,
+/// writers)`, `kq_entry(kind, owner, wake)`, `kq_place(Q, member)`, `kq_len(Q)`,
+/// `kq_register(Q, member, entry, reg, cap)`, `kq_reserve(Q, n, reserve, chans, wake_from)`,
+/// `ahead(Q, i)`, `kq_first_end(Q, n)` and `rw_grantable(Q, writer_holds, readers)`.
 macro_rules! kinds_queue_lua {
     () => {
         r#"
+-- The queue of a kind over its keys (`writers`: the read-write lock's writers index, or nil).
+local function kq_queue(order, ends, data, writers)
+  local Q = {order = order, ends = ends, data = data, writers = writers, mark = '#reserved'}
+  wq_purge(Q, now)
+  return Q
+end
 -- An entry is `<kind>:<owner>`, or `<kind>:<owner>~<wake channel>` from a client that listens
 -- on a wake channel of its own (`wake`: that channel, `''` or nil: none).
 local function kq_entry(kind, owner, wake)
   if wake and wake ~= '' then return kind .. ':' .. owner .. '~' .. wake end
   return kind .. ':' .. owner
 end
--- An entry's `<kind>:<owner>` and wake channel (nil: none).
-local function kq_split(e)
-  local key, own = string.match(e, '^([^~]+)~(.+)$')
-  if key then return key, own end
-  return e, nil
-end
--- The place (1-based) of the entry of `me`'s kind and owner in the queue (whatever its wake
--- channel), 0 when not queued.
-local function kq_place(q, me)
-  local key = kq_split(me)
-  for i, x in ipairs(q) do
-    if kq_split(x[1]) == key then return i end
-  end
+-- The place (1-based) of `member` (`<kind>:<owner>`) in the queue, 0 when not queued.
+local function kq_place(Q, member)
+  local r = redis.call('ZRANK', Q.order, member)
+  if r then return r + 1 end
   return 0
 end
+local function kq_len(Q) return redis.call('ZCARD', Q.order) end
 -- A refused waiting attempt (`reg` > 0 ms): a place at the tail, or its registration pushed
--- forward (and its entry written as this attempt's).
-local function kq_register(q, me, reg)
-  if not reg or reg <= 0 then return end
-  local i = kq_place(q, me)
-  if i > 0 then q[i][1], q[i][2] = me, now + reg else q[#q + 1] = {me, now + reg} end
+-- forward (and its entry written as this attempt's). False: a new waiter past `cap`.
+local function kq_register(Q, member, entry, reg, cap)
+  if not reg or reg <= 0 then return true end
+  if not wq_register(Q, member, entry, now + reg, now, cap) then return false end
+  -- Pushed forward past a reservation: reserved (cut and woken) again when grantable.
+  local mark = tonumber(redis.call('HGET', Q.data, Q.mark) or '')
+  if mark then
+    local seq = tonumber(redis.call('ZSCORE', Q.order, member))
+    if seq <= mark then redis.call('HSET', Q.data, Q.mark, wq_fmt(seq - 1)) end
+  end
+  return true
 end
 -- The first `n` entries are grantable: each gets at most `reserve` ms to come and is woken (it
 -- alone, `@<owner>` on its client's wake channel, else on its kind's channel `chans[kind]`) when
 -- its reservation starts, and whatever its reservation from place `wake_from` on (the ones a
--- release just let in).
-local function kq_reserve(q, n, reserve, chans, wake_from)
-  for i = 1, math.min(n, #q) do
-    local x = q[i]
-    local cut = x[2] > now + reserve
-    if cut then x[2] = now + reserve end
-    if cut or i >= wake_from then
-      local key, own = kq_split(x[1])
-      redis.call('PUBLISH', own or chans[string.sub(key, 1, 1)], '@' .. string.sub(key, 3))
+-- release just let in). The entries up to the mark were reserved before: skipped.
+local function kq_reserve(Q, n, reserve, chans, wake_from)
+  if n <= 0 then return end
+  local mark = tonumber(redis.call('HGET', Q.data, Q.mark) or '') or 0
+  local first = redis.call('ZCOUNT', Q.order, '-inf', wq_fmt(mark))
+  if wake_from - 1 < first then first = wake_from - 1 end
+  if first >= n then return end
+  local xs = redis.call('ZRANGE', Q.order, first, n - 1, 'WITHSCORES')
+  for j = 1, #xs, 2 do
+    local member, seq = xs[j], tonumber(xs[j + 1])
+    local ends = tonumber(redis.call('ZSCORE', Q.ends, member))
+    local entry = redis.call('HGET', Q.data, member)
+    if ends and ends > now and entry then
+      local cut = ends > now + reserve
+      if cut then redis.call('ZADD', Q.ends, wq_fmt(now + reserve), member) end
+      if cut or first + (j + 1) / 2 >= wake_from then
+        local own = string.match(entry, '~(.+)$')
+        redis.call('PUBLISH', own or chans[string.sub(member, 1, 1)], '@' .. string.sub(member, 3))
+      end
     end
+    if seq > mark then mark = seq end
   end
-end
--- The caller holds now: its entry, if queued, leaves the queue at `qk`, written back.
-local function kq_leave(qk, q, had, me)
-  local i = kq_place(q, me)
-  if i > 0 then
-    table.remove(q, i)
-    queue_save(qk, q, now, had)
-  end
-end
--- A refused attempt: a waiting one (`reg` > 0) registers or pushes its registration forward,
--- the queue at `qk` is written back; the answer `{0, wait}`.
-local function kq_refuse(qk, q, had, me, reg, wait)
-  kq_register(q, me, reg)
-  queue_save(qk, q, now, had)
-  return {0, wait}
+  if #xs > 0 then redis.call('HSET', Q.data, Q.mark, wq_fmt(mark)) end
 end
 -- How many entries are ahead of place `i` (0: not queued, so behind all of them).
-local function ahead(q, i)
+local function ahead(Q, i)
   if i > 0 then return i - 1 end
-  return #q
+  return kq_len(Q)
 end
--- Ms until the first of the first `n` registrations ends (a waiter behind them re-tries then,
--- in case one vanished), or nil when there is none.
-local function kq_first_end(q, n)
+-- Ms until the first of the first `n` (at most 16) live registrations ends (a waiter behind
+-- them re-tries then, in case one vanished), or nil when there is none.
+local function kq_first_end(Q, n)
+  if n <= 0 then return nil end
   local e
-  for i = 1, math.min(n, #q) do
-    if not e or q[i][2] < e then e = q[i][2] end
+  for _, member in ipairs(redis.call('ZRANGE', Q.order, 0, math.min(n, 16) - 1)) do
+    local x = tonumber(redis.call('ZSCORE', Q.ends, member))
+    if x and x > now and (not e or x < e) then e = x end
   end
   if e then return math.max(1, e - now) end
   return nil
 end
 -- How many heads of a read-write lock's queue may be granted: the head writer alone while
--- nobody holds, the run of readers at the head while no writer holds.
-local function rw_grantable(q, writer_holds, readers)
-  local head = q[1]
-  if not head or writer_holds then return 0 end
-  if string.sub(head[1], 1, 1) == 'w' then
+-- nobody holds, the run of readers at the head (those before the first writer) while no writer
+-- holds.
+local function rw_grantable(Q, writer_holds, readers)
+  if writer_holds then return 0 end
+  local head = wq_head(Q, now)
+  if not head then return 0 end
+  if string.sub(head, 1, 2) == 'w:' then
     if readers == 0 then return 1 end
     return 0
   end
-  local n = 0
-  while q[n + 1] and string.sub(q[n + 1][1], 1, 1) == 'r' do n = n + 1 end
-  return n
+  local w = redis.call('ZRANGE', Q.writers, 0, 0, 'WITHSCORES')[2]
+  if not w then return kq_len(Q) end
+  return redis.call('ZCOUNT', Q.order, '-inf', '(' .. w)
 end
 "#
     };

@@ -7,7 +7,7 @@
 //! attempt pushes its registration forward, so a waiter that vanished (crash, lost clean-up)
 //! drops out once its registration ends; a waiter that gives up removes itself at once (the
 //! abandon script, `super::exclusive`). The read-write lock's and the semaphore's queues
-//! (`super::kinds_queue`) are still one string each, rewritten per attempt (`queue_lua`).
+//! (`super::kinds_queue`) are the same structure.
 //!
 //! The rules, in the scripts:
 //! - A free lock goes to the caller only if the queue is empty or the caller is its head. A
@@ -89,7 +89,7 @@ pub(crate) use wake_lua;
 
 /// Lua of every script that issues a token: `grant_token(fence, t)`, the token a grant issues,
 /// never below the server clock in µs (`t`: `TIME`'s reply), and `grant_lease(lock, fence,
-/// owner, ttl, t)`, an exclusive lease with that token. Before [`queue_lua`], which uses it.
+/// owner, ttl, t)`, an exclusive lease with that token.
 macro_rules! token_lua {
     () => {
         r#"
@@ -117,69 +117,3 @@ end
     };
 }
 pub(crate) use token_lua;
-
-/// Lua of every waiter queue, the exclusive lock's and Redlock's ticket queue (after
-/// [`wake_lua`]): `queue_now()`, `queue_save(key, q, now, had)` and `reserve_head(q, now,
-/// reserve, channel, always)`.
-macro_rules! queue_core_lua {
-    () => {
-        r#"
-local function queue_now()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
--- Writes the queue back (deletes it when empty); the key lives as long as its last registration.
--- An entry is its owner, the end of its registration and, in a ticket queue, its ticket.
-local function queue_save(k, q, now, had)
-  if #q == 0 then
-    if had then redis.call('DEL', k) end
-    return
-  end
-  local parts, last = {}, now + 1
-  for i, x in ipairs(q) do
-    parts[i] = x[1] .. ' ' .. string.format('%d', x[2])
-    if x[3] then parts[i] = parts[i] .. ' ' .. string.format('%d', x[3]) end
-    if x[2] > last then last = x[2] end
-  end
-  redis.call('SET', k, table.concat(parts, ' '), 'PX', string.format('%d', last - now))
-end
--- The lock is free: the head gets at most `reserve` ms to take it, and is woken (it alone) when
--- its reservation starts, or always when `always` (a release).
-local function reserve_head(q, now, reserve, channel, always)
-  local head = q[1]
-  if not head then return end
-  local cut = head[2] > now + reserve
-  if cut then head[2] = now + reserve end
-  if cut or always then wake(head[1], channel) end
-end
-"#
-    };
-}
-pub(crate) use queue_core_lua;
-
-/// Lua of the string queues of the read-write lock and the semaphore (after [`wake_lua`]):
-/// [`queue_core_lua`] and `queue_load(key, now, s)` (`s`: the key's value when already read,
-/// nil: read it).
-macro_rules! queue_lua {
-    () => {
-        concat!(
-            $crate::scripts::queue::queue_core_lua!(),
-            r#"
--- The live registrations {owner, ends} in arrival order, and whether the key existed; `s`, when
--- given, is the key's value already read (false: no key).
-local function queue_load(k, now, s)
-  local q = {}
-  if s == nil then s = redis.call('GET', k) end
-  if s then
-    for o, e in string.gmatch(s, '(%S+) (%d+)') do
-      e = tonumber(e)
-      if e > now then q[#q + 1] = {o, e} end
-    end
-  end
-  return q, s ~= false
-end
-"#
-        )
-    };
-}
-pub(crate) use queue_lua;

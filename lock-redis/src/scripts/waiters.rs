@@ -19,9 +19,12 @@
 //! on one name each see only their own version's waiters: they lose fairness (an older and a
 //! newer waiter may overtake each other), never exclusion, which the lease alone decides.
 
-/// Lua of a sorted-set queue (after `wake_lua!()`), the exclusive lock's and Redlock's
-/// ticket queue (`super::redlock`): with `Q = {order, ends, data}` (the keys; `data` nil: a
-/// member is its own entry, as in the ticket queue), `wq_purge(Q, now)`, `wq_head(Q, now)`
+/// Lua of a sorted-set queue (after `wake_lua!()`), the exclusive lock's, Redlock's ticket
+/// queue (`super::redlock`) and the kinds' queues (`super::kinds_queue`): with `Q = {order,
+/// ends, data, writers, mark}` (the keys; `data` nil: a member is its own entry, as in the
+/// ticket queue; `writers`, the read-write lock's: a sorted set of the members `w:…` by
+/// sequence, kept with `order`; `mark`, the kinds': a field of `data` whose value new
+/// sequences stay above), `wq_purge(Q, now)`, `wq_head(Q, now)`
 /// (the live head's member, registration end and entry, or nil), `wq_drop(Q, member)`,
 /// `wq_register(Q, member, entry, ends, now, cap, score)` (`score` nil: after the last; false:
 /// the queue is full) and `wq_reserve(Q, member, ends, entry, now, reserve, channel, always)`
@@ -34,6 +37,9 @@ local function wq_drop(Q, owner)
   redis.call('ZREM', Q.order, owner)
   redis.call('ZREM', Q.ends, owner)
   if Q.data then redis.call('HDEL', Q.data, owner) end
+  if Q.writers then redis.call('ZREM', Q.writers, owner) end
+  -- The mark outlives no queue: an empty queue leaves no key behind.
+  if Q.mark and redis.call('ZCARD', Q.order) == 0 then redis.call('DEL', Q.data) end
 end
 -- Drops up to 64 ended registrations: each ends once, so the work is amortised.
 local function wq_purge(Q, now)
@@ -65,7 +71,11 @@ local function wq_register(Q, owner, entry, ends, now, cap, score)
     local last = redis.call('ZRANGE', Q.order, -1, -1, 'WITHSCORES')
     local seq = 1
     if last[2] then seq = tonumber(last[2]) + 1 end
+    -- Above every sequence the reservation mark covers, even one whose entry left.
+    local mark = Q.mark and tonumber(redis.call('HGET', Q.data, Q.mark) or '')
+    if mark and mark >= seq then seq = mark + 1 end
     redis.call('ZADD', Q.order, wq_fmt(seq), owner)
+    if Q.writers and string.sub(owner, 1, 2) == 'w:' then redis.call('ZADD', Q.writers, wq_fmt(seq), owner) end
   end
   redis.call('ZADD', Q.ends, wq_fmt(ends), owner)
   if Q.data then redis.call('HSET', Q.data, owner, entry) end
@@ -74,6 +84,7 @@ local function wq_register(Q, owner, entry, ends, now, cap, score)
   redis.call('PEXPIRE', Q.order, ms)
   redis.call('PEXPIRE', Q.ends, ms)
   if Q.data then redis.call('PEXPIRE', Q.data, ms) end
+  if Q.writers then redis.call('PEXPIRE', Q.writers, ms) end
   return true
 end
 -- The lock is free: the head gets at most `reserve` ms to take it, and is woken (it alone) when
@@ -110,6 +121,8 @@ local function grant_head(Q, owner, entry, t, lock, fence, channel, claim)
   if not (ttl and own) then return false end
   grant_lease(lock, fence, owner, wq_fmt(math.min(ttl, claim)), t)
   wq_drop(Q, owner)
+  -- Others still queued: this lease's release must look at the queue (`q`, `super::exclusive`).
+  if redis.call('ZCARD', Q.order) > 0 then redis.call('HSET', lock, 'q', '1') end
   redis.call('PUBLISH', own, '@' .. owner)
   redis.call('PUBLISH', channel, '+')
   return true

@@ -46,7 +46,7 @@ pub struct RedisStore {
     /// node's clock (Sentinel, Cluster); zero for a fixed server.
     max_clock_offset: Duration,
     /// `RedisOptions::max_waiters`.
-    max_waiters: u32,
+    pub(crate) max_waiters: u32,
 }
 
 impl std::fmt::Debug for RedisStore {

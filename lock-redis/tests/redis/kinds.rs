@@ -308,12 +308,24 @@ async fn writer_claims_end_with_the_wait() {
     let mut conn = raw(&fx).await;
     let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await.unwrap();
     let ends = secs * 1000 + micros / 1000 + 400;
-    let queue = fx.key(&name.escaped(), "rw:queue");
-    let _: () = redis::cmd("SET")
-        .arg(&queue)
-        .arg(format!("w:ghost {ends}"))
-        .arg("PX")
-        .arg(400)
+    let key = |suffix: &str| fx.key(&name.escaped(), suffix);
+    let _: () = redis::pipe()
+        .cmd("ZADD")
+        .arg(key("rw:waiters"))
+        .arg(1)
+        .arg("w:ghost")
+        .cmd("ZADD")
+        .arg(key("rw:waiting-writers"))
+        .arg(1)
+        .arg("w:ghost")
+        .cmd("ZADD")
+        .arg(key("rw:waiter-ends"))
+        .arg(ends)
+        .arg("w:ghost")
+        .cmd("HSET")
+        .arg(key("rw:waiter-entries"))
+        .arg("w:ghost")
+        .arg("w:ghost")
         .query_async(&mut conn)
         .await
         .unwrap();
@@ -341,9 +353,9 @@ async fn least_acl_user() {
     let _: () = redis::cmd("ACL")
         .arg(&["SETUSER", "kinds", "on", ">pw3", &format!("~{prefix}:*"), &format!("&{prefix}:*"), "-@all"])
         .arg(&["+evalsha", "+script|load", "+ping", "+subscribe", "+unsubscribe", "+publish"])
-        .arg(&["+hget", "+hset", "+pexpire", "+pttl", "+time", "+incr", "+get", "+set", "+del"])
+        .arg(&["+hget", "+hmget", "+hset", "+pexpire", "+pttl", "+time", "+incr", "+get", "+set", "+del"])
         .arg(&["+zadd", "+zrange", "+zrangebyscore", "+zremrangebyscore", "+zscore", "+zrem", "+zcard"])
-        .arg(&["+hdel", "+exists"])
+        .arg(&["+hdel", "+exists", "+zrank", "+zcount"])
         .query_async(&mut conn)
         .await
         .unwrap();

@@ -43,6 +43,7 @@ async fn attempts(c: &mut redis::aio::MultiplexedConnection, owner: &str) -> Vec
         quiet_ms: QUIET,
         reserve_ms: 150,
         wake: "",
+        max_waiters: 10_000,
     };
     let write = RwAcquire { side: Side::Write, keys: &rw_writer, owner: &writer, ..read };
     let permit = SemAcquire {
@@ -54,6 +55,7 @@ async fn attempts(c: &mut redis::aio::MultiplexedConnection, owner: &str) -> Vec
         quiet_ms: QUIET,
         reserve_ms: 150,
         wake: "",
+        max_waiters: 10_000,
     };
     let redlock = RedlockAcquire {
         keys: &rl,

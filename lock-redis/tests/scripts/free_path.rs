@@ -1,0 +1,170 @@
+//! The server's work on the exclusive lock's free path (a `try_acquire` of a free name with
+//! nobody queued, and its release), next to the floor's (`SET NX PX` and a scripted
+//! owner-checked delete): `INFO commandstats` over many cycles on a fresh server.
+
+use std::time::Duration;
+
+use lock_core::LockName;
+use lock_redis::scripts::HandOffScript::Release;
+use lock_redis::scripts::{Acquire, Keys};
+
+use crate::queue_scale::reset_stats;
+use crate::{acquire, fresh_server, hand_off, heard, listen};
+
+const CYCLES: usize = 20_000;
+const REG: u64 = 5000;
+const RESERVE: u64 = 2000;
+
+/// The `@<owner>` wake-ups heard on `messages` since the last call.
+async fn wakes(messages: &mut redis::aio::PubSubStream) -> Vec<String> {
+    heard(messages, Duration::from_millis(150)).await.into_iter().filter(|m| m.starts_with('@')).collect()
+}
+
+/// A release with nobody queued behind its lease skips the queue (the lease has no `q`), so
+/// every way a waiter can be queued behind a lease must mark it: a registration while it is
+/// held, a grant that leaves others queued, and a grant in the release that leaves others
+/// queued. Each release here must wake the next waiter.
+#[tokio::test]
+async fn a_release_finds_every_waiter_queued_behind_it() {
+    let (_server, client, mut c) = fresh_server().await;
+    let () = redis::cmd("SET").arg("f:boot").arg(0).query_async(&mut c).await.unwrap();
+    let k = Keys::new("f", &LockName::new("q").unwrap());
+    let mut messages = listen(&client, &[&k.channel, "f:wake:A"]).await;
+    let conn = c.clone();
+    let take = |owner: &'static str, reg: u64, grant: &'static str, wake: &'static str| {
+        let (mut c, k) = (conn.clone(), k.clone());
+        async move { Acquire { grant, ..acquire(&k, owner, reg, RESERVE, wake) }.invoke("f:boot", &mut c).await.unwrap() }
+    };
+    let release = |owner: &'static str| {
+        let (mut c, k) = (conn.clone(), k.clone());
+        async move { hand_off(Release, &k, owner, RESERVE, "").invoke(&mut c).await.unwrap() }
+    };
+    assert_eq!(take("h", 0, "", "").await[0], 1, "the free path");
+    assert_eq!((take("a", REG, "", "").await[0], take("b", REG, "", "").await[0]), (0, 0));
+    assert_eq!(release("h").await, 1);
+    assert_eq!(wakes(&mut messages).await, ["@a"], "registered while h held: h's release wakes the head");
+    assert_eq!(take("a", REG, "", "").await[0], 1, "the head takes it, b still queued");
+    assert_eq!(release("a").await, 1);
+    assert_eq!(wakes(&mut messages).await, ["@b"], "a grant that left b queued: a's release wakes b");
+    assert_eq!(take("b", REG, "", "").await[0], 1);
+    assert_eq!(take("c", REG, "5000", "f:wake:A").await[0], 0, "c takes grants in the release");
+    assert_eq!(take("d", REG, "", "").await[0], 0);
+    assert_eq!(release("b").await, 1);
+    assert_eq!(wakes(&mut messages).await, ["@c"], "b's release grants c the lock");
+    assert_eq!(take("c", REG, "5000", "f:wake:A").await[0], 1, "c claims it");
+    assert_eq!(release("c").await, 1);
+    assert_eq!(wakes(&mut messages).await, ["@d"], "a grant in the release that left d queued: c's release wakes d");
+    assert_eq!(take("d", REG, "", "").await[0], 1);
+    assert_eq!(release("d").await, 1);
+    assert!(wakes(&mut messages).await.is_empty(), "nobody left");
+}
+
+/// A single try of `o` on `k` with the quiet period `quiet_ms`.
+fn try_take(k: &Keys, quiet_ms: u64) -> Acquire<'_> {
+    Acquire { quiet_ms, ..acquire(k, "o", 0, RESERVE, "") }
+}
+
+/// The free path reads the boot marker only when the name has no fence: a fence the server
+/// still has was written by a grant after its last loss of state (the first grant after a
+/// loss finds no fence and starts the quiet period). A name used before is granted without
+/// the marker; a new name, or every name after the server lost its state, waits.
+#[tokio::test]
+async fn the_marker_is_read_only_without_a_fence() {
+    let (_server, _client, mut c) = fresh_server().await;
+    let (used, new) = (Keys::new("f", &LockName::new("used").unwrap()), Keys::new("f", &LockName::new("new").unwrap()));
+    let quiet = try_take(&used, 4000).invoke("f:boot", &mut c).await.unwrap();
+    assert_eq!(quiet[0], 2, "no marker, no fence: the quiet period {quiet:?}");
+    let () = redis::cmd("SET").arg("f:boot").arg(0).query_async(&mut c).await.unwrap();
+    let first = try_take(&used, 4000).invoke("f:boot", &mut c).await.unwrap();
+    assert_eq!(first[0], 1);
+    assert_eq!(hand_off(Release, &used, "o", RESERVE, "").invoke(&mut c).await.unwrap(), 1);
+    let () = redis::cmd("DEL").arg("f:boot").query_async(&mut c).await.unwrap();
+    let again = try_take(&used, 4000).invoke("f:boot", &mut c).await.unwrap();
+    assert_eq!(again[0], 1, "the fence is there: granted without reading the marker");
+    assert!(again[1] > first[1], "a higher token");
+    let marker: Option<String> = redis::cmd("GET").arg("f:boot").query_async(&mut c).await.unwrap();
+    assert_eq!(marker, None, "the marker was not read (nor written)");
+    assert_eq!(hand_off(Release, &used, "o", RESERVE, "").invoke(&mut c).await.unwrap(), 1);
+    assert_eq!(try_take(&new, 4000).invoke("f:boot", &mut c).await.unwrap()[0], 2, "a name without a fence waits");
+    let () = redis::cmd("FLUSHALL").query_async(&mut c).await.unwrap();
+    let lost = try_take(&used, 4000).invoke("f:boot", &mut c).await.unwrap();
+    assert_eq!(lost[0], 2, "after the server lost its state, a name used before waits too: {lost:?}");
+}
+
+/// `usec` of every command in `INFO commandstats`, summed, and the number of calls of `cmd`.
+async fn server_usec(c: &mut redis::aio::MultiplexedConnection, cmd: &str) -> (f64, u64) {
+    let info: String = redis::cmd("INFO").arg("commandstats").query_async(c).await.unwrap();
+    let (mut usec, mut calls) = (0.0, 0);
+    for line in info.lines().filter(|l| l.starts_with("cmdstat_") && !l.starts_with("cmdstat_info:")) {
+        let field = |name: &str| line.split([':', ',']).find_map(|f| f.strip_prefix(name)).unwrap_or("0");
+        let u: f64 = field("usec=").parse().unwrap();
+        usec += u;
+        if line.starts_with(&format!("cmdstat_{cmd}:")) {
+            calls = field("calls=").parse().unwrap();
+        }
+    }
+    (usec, calls)
+}
+
+/// The server process's CPU time so far (s): `INFO cpu`, user + system, main thread included.
+async fn server_cpu(c: &mut redis::aio::MultiplexedConnection) -> f64 {
+    let info: String = redis::cmd("INFO").arg("cpu").query_async(c).await.unwrap();
+    let field = |name: &str| -> f64 {
+        info.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse().ok()).unwrap_or(0.0)
+    };
+    field("used_cpu_user:") + field("used_cpu_sys:")
+}
+
+/// Not a check: prints the server µs per acquire + release of a free lock, dlock's scripts
+/// against the floor's commands, in alternating rounds on one fresh server (BENCHMARKS.md).
+#[tokio::test]
+#[ignore = "a measurement; run with --run-ignored only and read its output"]
+async fn measure_free_path_server_time() {
+    let (_server, _client, mut c) = fresh_server().await;
+    let () = redis::cmd("SET").arg("f:boot").arg(0).query_async(&mut c).await.unwrap();
+    let k = Keys::new("f", &LockName::new("free").unwrap());
+    let floor = redis::Script::new(
+        "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+    );
+    for round in 0..3 {
+        reset_stats(&mut c).await;
+        let cpu0 = server_cpu(&mut c).await;
+        for _ in 0..CYCLES {
+            let r = acquire(&k, "0123456789abcdef0123456789abcdef", 0, 250, "").invoke("f:boot", &mut c).await.unwrap();
+            assert_eq!(r[0], 1);
+            let call = hand_off(Release, &k, "0123456789abcdef0123456789abcdef", 250, "");
+            assert_eq!(call.invoke(&mut c).await.unwrap(), 1);
+        }
+        let dlock_cpu = server_cpu(&mut c).await - cpu0;
+        let (dlock, calls) = server_usec(&mut c, "evalsha").await;
+        assert!(calls as usize >= 2 * CYCLES, "{calls} scripts run");
+        reset_stats(&mut c).await;
+        let cpu0 = server_cpu(&mut c).await;
+        for _ in 0..CYCLES {
+            let set: Option<String> = redis::cmd("SET")
+                .arg("f:floor")
+                .arg("0123456789abcdef0123456789abcdef")
+                .arg("NX")
+                .arg("PX")
+                .arg(10_000)
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            assert!(set.is_some());
+            let del: i64 =
+                floor.key("f:floor").arg("0123456789abcdef0123456789abcdef").invoke_async(&mut c).await.unwrap();
+            assert_eq!(del, 1);
+        }
+        let base_cpu = server_cpu(&mut c).await - cpu0;
+        let (base, _) = server_usec(&mut c, "set").await;
+        let n = CYCLES as f64;
+        let (d, b) = (dlock / n, base / n);
+        let (dc, bc) = (dlock_cpu * 1e6 / n, base_cpu * 1e6 / n);
+        eprintln!(
+            "round {round}: per acquire + release: commands' µs dlock {d:.2}, floor {b:.2} ({:.2}x); \
+             server CPU µs dlock {dc:.1}, floor {bc:.1} ({:.2}x)",
+            d / b,
+            dc / bc
+        );
+    }
+}
