@@ -29,3 +29,16 @@ pub(crate) fn least_renaming<S: Clone + Ord>(state: &S, clients: usize, renamed:
     }
     best
 }
+
+/// `stateright::Representative` for a model state whose clients are interchangeable: the least of
+/// the state and its renamings by its own `renamed(&self, perm)` (client `c` called `perm[c]`).
+macro_rules! clients_are_interchangeable {
+    ($state:ty) => {
+        impl stateright::Representative for $state {
+            fn representative(&self) -> $state {
+                crate::permutations::least_renaming(self, self.clients.len(), <$state>::renamed)
+            }
+        }
+    };
+}
+pub(crate) use clients_are_interchangeable;

@@ -1,17 +1,10 @@
 //! Clients are interchangeable: states that differ only by the clients' names are one state to
 //! explore (Stateright's symmetry reduction, about half the states for two clients).
 
-use stateright::Representative;
-
 use super::State;
 use crate::shared::{permute, rename_queue};
 
-impl Representative for State {
-    /// Clients are interchangeable: the least of the states that rename them.
-    fn representative(&self) -> State {
-        crate::permutations::least_renaming(self, self.clients.len(), State::renamed)
-    }
-}
+crate::permutations::clients_are_interchangeable!(State);
 
 impl State {
     /// This state with client `c` called `perm[c]`.

@@ -1,17 +1,10 @@
 //! Clients are interchangeable: states that differ only by the clients' names are one state to
 //! explore.
 
-use stateright::Representative;
-
 use super::state::State;
 use crate::shared::{permute, rename_queue};
 
-impl Representative for State {
-    /// The least of the state and its renamings.
-    fn representative(&self) -> State {
-        crate::permutations::least_renaming(self, self.clients.len(), State::renamed)
-    }
-}
+crate::permutations::clients_are_interchangeable!(State);
 
 impl State {
     /// This state with client `c` called `perm[c]`.
