@@ -99,6 +99,61 @@ mod redis_extra {
         got.release().await.unwrap();
     }
 
+    /// The read-write lock's and the semaphore's queues have the same cap and the same error: a
+    /// reader queued behind a writer, a permit waiter behind the only permit's holder; one more
+    /// waiter fails at once with `InvalidOptions` naming `max_waiters`, without queueing.
+    #[tokio::test]
+    async fn kinds_waiters_past_max_waiters_are_refused() {
+        let fx = RedisFixture::start().await.unwrap();
+        let capped = lock_redis::RedisOptions { max_waiters: 1, ..fx.options.clone() };
+        let url = fx.server.url();
+        let mut c = raw(&fx).await;
+        let refused = |e: LockError, what: &str| {
+            assert!(matches!(e, LockError::InvalidOptions { .. }), "{what}: {e:?}");
+            assert!(e.to_string().contains("max_waiters") && e.to_string().contains("1 waiters"), "{what}: {e}");
+        };
+
+        let rw_a = std::sync::Arc::new(lock_redis::connect_rw(url, fx.options.clone()).await.unwrap());
+        let rw_b = std::sync::Arc::new(lock_redis::connect_rw(url, capped.clone()).await.unwrap());
+        let name = LockName::new("capped-rw").unwrap();
+        let writer = rw_a.acquire_write(&name, &opts(5000)).await.unwrap();
+        let first = tokio::spawn({
+            let (b, name) = (rw_b.clone(), name.clone());
+            async move { b.acquire_read(&name, &opts(5000)).await }
+        });
+        let waiters = fx.key(&name.escaped(), "rw:waiters");
+        queued_one(&mut c, &waiters).await;
+        refused(rw_b.acquire_read(&name, &opts(5000)).await.expect_err("past the cap"), "a second reader");
+        refused(rw_b.acquire_write(&name, &opts(5000)).await.expect_err("past the cap"), "a second writer");
+        let left: usize = redis::cmd("ZCARD").arg(&waiters).query_async(&mut c).await.unwrap();
+        assert_eq!(left, 1, "the refused waiters did not queue");
+        writer.release().await.unwrap();
+        first.await.unwrap().expect("the queued reader gets the lock").release().await.unwrap();
+
+        let sem_a = std::sync::Arc::new(lock_redis::connect_semaphore(url, fx.options.clone()).await.unwrap());
+        let sem_b = std::sync::Arc::new(lock_redis::connect_semaphore(url, capped).await.unwrap());
+        let name = LockName::new("capped-sem").unwrap();
+        let holder = sem_a.acquire_permit(&name, 1, &opts(5000)).await.unwrap();
+        let first = tokio::spawn({
+            let (b, name) = (sem_b.clone(), name.clone());
+            async move { b.acquire_permit(&name, 1, &opts(5000)).await }
+        });
+        let waiters = fx.key(&name.escaped(), "sem:waiters");
+        queued_one(&mut c, &waiters).await;
+        refused(sem_b.acquire_permit(&name, 1, &opts(5000)).await.expect_err("past the cap"), "a second permit waiter");
+        holder.release().await.unwrap();
+        first.await.unwrap().expect("the queued permit waiter gets one").release().await.unwrap();
+    }
+
+    /// Waits until the sorted set `waiters` has one member.
+    async fn queued_one(c: &mut redis::aio::MultiplexedConnection, waiters: &str) {
+        let until = Instant::now() + Duration::from_secs(5);
+        while redis::cmd("ZCARD").arg(waiters).query_async::<usize>(c).await.unwrap() == 0 {
+            assert!(Instant::now() < until, "the first waiter never queued in {waiters}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// A Redis without persistence restarts empty: the next token is still greater.
     #[tokio::test]
     async fn restart_empty_keeps_tokens_monotonic() {
