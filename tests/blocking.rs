@@ -125,6 +125,12 @@ fn blocking_zookeeper() {
     exercise("zookeeper");
 }
 
+#[cfg(feature = "etcd")]
+#[test]
+fn blocking_etcd() {
+    exercise("etcd");
+}
+
 /// Inside an async runtime every blocking call is refused with a typed error (it would stall a
 /// worker thread), never a panic or a hang.
 #[tokio::test]

@@ -15,7 +15,7 @@ pub struct Served {
 
 /// Starts what `backend` needs: a SQLite file `TAG.db` in a temp dir, the shared PostgreSQL and
 /// MySQL servers, a Redis server, `masters` local Redis servers for Redlock, a ZooKeeper server
-/// (root `/dlock-TAG`).
+/// (root `/dlock-TAG`), with the `etcd` feature an etcd server (prefix `/dlock-TAG`).
 pub async fn serve(backend: &str, tag: &str, masters: usize) -> Served {
     let mut keep: Vec<Box<dyn Any + Send>> = Vec::new();
     let url = match backend {
@@ -47,6 +47,13 @@ pub async fn serve(backend: &str, tag: &str, masters: usize) -> Served {
             let server = ZkServer::start().await.expect("a ZooKeeper server for the test");
             eprintln!("zookeeper from {}", server.provenance());
             let url = server.url_with_root(&format!("/dlock-{tag}"));
+            keep.push(Box::new(server));
+            url
+        }
+        #[cfg(feature = "etcd")]
+        "etcd" => {
+            let server = dlock_testkit::servers::etcd::EtcdServer::start().await.expect("an etcd server for the test");
+            let url = server.url_with_prefix(&format!("/dlock-{tag}"));
             keep.push(Box::new(server));
             url
         }
