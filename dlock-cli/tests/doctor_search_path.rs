@@ -20,12 +20,19 @@ fn as_user(url: &str, user: &str) -> String {
     format!("{scheme}://{user}@{host}")
 }
 
-#[test]
-fn doctor_never_runs_operators_planted_on_the_search_path() {
+/// Runs `dlock ARGS --url <role's URL>` as a fresh role whose `search_path` puts a hostile
+/// schema ahead of `pg_catalog`, with `numeric * integer`, `clock_timestamp()` and
+/// `has_table_privilege(text, text)` planted there, each recording its call. Returns whether
+/// the command succeeded, its output, and the planted calls made; the role and schemas are
+/// dropped before it returns.
+fn run_with_planted_path(tag: &str, args: &[&str]) -> (bool, String, Vec<String>) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let suffix = format!("{}_{}", std::process::id(), std::time::SystemTime::UNIX_EPOCH.elapsed().unwrap().as_nanos());
-    let (role, hostile, home) =
-        (format!("dlock_dsp_role_{suffix}"), format!("dlock_dsp_hostile_{suffix}"), format!("dlock_dsp_home_{suffix}"));
+    let (role, hostile, home) = (
+        format!("dlock_{tag}_role_{suffix}"),
+        format!("dlock_{tag}_hostile_{suffix}"),
+        format!("dlock_{tag}_home_{suffix}"),
+    );
     let h = &hostile;
     let record = |what: &str| format!("INSERT INTO {h}.calls VALUES ('{what}');");
     let setup = [
@@ -50,18 +57,18 @@ fn doctor_never_runs_operators_planted_on_the_search_path() {
         format!("CREATE SCHEMA {home} AUTHORIZATION {role}"),
         format!("ALTER ROLE {role} SET search_path = {home}, {h}, pg_catalog"),
     ];
-    let calls: Vec<String> = rt.block_on(async {
+    rt.block_on(async {
         let mut admin = PgConnection::connect(&admin_url()).await.expect("the PostgreSQL test server (superuser)");
         for sql in &setup {
             admin.execute(AssertSqlSafe(sql.clone())).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
         }
         let out = Command::new(env!("CARGO_BIN_EXE_dlock"))
-            .args(["doctor", "--url", &as_user(&admin_url(), &role)])
+            .args(args)
+            .args(["--url", &as_user(&admin_url(), &role)])
             .env_remove("DLOCK_URL")
             .output()
             .expect("the dlock binary runs");
         let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        assert!(text.contains("clock skew") && text.contains("connection budget"), "doctor ran its checks:\n{text}");
         let calls = sqlx::query_scalar(AssertSqlSafe(format!("SELECT what FROM {h}.calls")))
             .fetch_all(&mut admin)
             .await
@@ -74,8 +81,14 @@ fn doctor_never_runs_operators_planted_on_the_search_path() {
         ] {
             let _ = admin.execute(AssertSqlSafe(sql)).await;
         }
-        calls
-    });
+        (out.status.success(), text, calls)
+    })
+}
+
+#[test]
+fn doctor_never_runs_operators_planted_on_the_search_path() {
+    let (_, text, calls) = run_with_planted_path("dsp", &["doctor"]);
+    assert!(text.contains("clock skew") && text.contains("connection budget"), "doctor ran its checks:\n{text}");
     assert!(calls.is_empty(), "planted code ran in doctor's checks: {calls:?}");
 }
 
@@ -84,64 +97,8 @@ fn doctor_never_runs_operators_planted_on_the_search_path() {
 /// what a schema ahead of `pg_catalog` on the role's path plants.
 #[test]
 fn bench_floor_never_runs_operators_planted_on_the_search_path() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let suffix = format!("{}_{}", std::process::id(), std::time::SystemTime::UNIX_EPOCH.elapsed().unwrap().as_nanos());
-    let (role, hostile, home) =
-        (format!("dlock_bsp_role_{suffix}"), format!("dlock_bsp_hostile_{suffix}"), format!("dlock_bsp_home_{suffix}"));
-    let h = &hostile;
-    let record = |what: &str| format!("INSERT INTO {h}.calls VALUES ('{what}');");
-    let setup = [
-        format!("CREATE ROLE {role} LOGIN"),
-        format!("CREATE SCHEMA {h}"),
-        format!("CREATE TABLE {h}.calls (what TEXT)"),
-        format!("GRANT USAGE ON SCHEMA {h} TO PUBLIC"),
-        format!("GRANT INSERT ON {h}.calls TO PUBLIC"),
-        format!(
-            "CREATE FUNCTION {h}.mul(numeric, integer) RETURNS numeric LANGUAGE sql AS $$ {} SELECT 0::numeric $$",
-            record("numeric * integer")
-        ),
-        format!("CREATE OPERATOR {h}.* (LEFTARG = numeric, RIGHTARG = integer, FUNCTION = {h}.mul)"),
-        format!(
-            "CREATE FUNCTION {h}.clock_timestamp() RETURNS timestamptz LANGUAGE sql AS $$ {} SELECT 'epoch'::timestamptz $$",
-            record("clock_timestamp()")
-        ),
-        format!("CREATE SCHEMA {home} AUTHORIZATION {role}"),
-        format!("ALTER ROLE {role} SET search_path = {home}, {h}, pg_catalog"),
-    ];
-    let calls: Vec<String> = rt.block_on(async {
-        let mut admin = PgConnection::connect(&admin_url()).await.expect("the PostgreSQL test server (superuser)");
-        for sql in &setup {
-            admin.execute(AssertSqlSafe(sql.clone())).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
-        }
-        let out = Command::new(env!("CARGO_BIN_EXE_dlock"))
-            .args([
-                "bench",
-                "--json",
-                "--cases",
-                "baseline",
-                "--duration",
-                "300ms",
-                "--url",
-                &as_user(&admin_url(), &role),
-            ])
-            .env_remove("DLOCK_URL")
-            .output()
-            .expect("the dlock binary runs");
-        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        assert!(out.status.success() && text.contains("\"baseline\""), "the floor ran:\n{text}");
-        let calls = sqlx::query_scalar(AssertSqlSafe(format!("SELECT what FROM {h}.calls")))
-            .fetch_all(&mut admin)
-            .await
-            .expect("read the calls");
-        for sql in [
-            format!("DROP SCHEMA {home} CASCADE"),
-            format!("DROP SCHEMA {h} CASCADE"),
-            format!("DROP OWNED BY {role}"),
-            format!("DROP ROLE {role}"),
-        ] {
-            let _ = admin.execute(AssertSqlSafe(sql)).await;
-        }
-        calls
-    });
+    let (ok, text, calls) =
+        run_with_planted_path("bsp", &["bench", "--json", "--cases", "baseline", "--duration", "300ms"]);
+    assert!(ok && text.contains("\"baseline\""), "the floor ran:\n{text}");
     assert!(calls.is_empty(), "planted code ran in the bench floor: {calls:?}");
 }
