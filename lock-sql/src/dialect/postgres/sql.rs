@@ -341,18 +341,30 @@ mod tests {
 
     use super::*;
 
+    /// A connection to the test server, a lease table and queue of a new name starting with
+    /// `prefix`, and their statements.
+    async fn fresh_tables(prefix: &str) -> (sqlx::PgConnection, String, Statements) {
+        let url = std::env::var("DLOCK_TEST_POSTGRES_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+        let mut c = sqlx::PgConnection::connect(&url).await.unwrap();
+        let t = format!("{prefix}_{}", &lock_core::OwnerId::random().to_hex()[..12]);
+        let s = Statements::new(&t, &t);
+        c.execute(AssertSqlSafe(s.lease_ddl.clone())).await.unwrap();
+        c.execute(AssertSqlSafe(s.queue_ddl.clone())).await.unwrap();
+        (c, t, s)
+    }
+
+    async fn drop_tables(c: &mut sqlx::PgConnection, t: &str) {
+        let drop_both = format!("DROP TABLE {}, {}", quote_table(t, '"'), quote_table(&queue_table(t), '"'));
+        c.execute(AssertSqlSafe(drop_both)).await.unwrap();
+    }
+
     /// `try_acquire`'s statement (no queue clauses, its place as `$6`): granted on a free row,
     /// refused with the holder's remaining lease and fence, never queued, and never granted a
     /// free row owed to a live waiter.
     #[tokio::test]
     async fn try_acquire_statement_neither_queues_nor_overtakes() {
-        let url = std::env::var("DLOCK_TEST_POSTGRES_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
-        let mut c = sqlx::PgConnection::connect(&url).await.unwrap();
-        let t = format!("dlock_try_{}", &lock_core::OwnerId::random().to_hex()[..12]);
-        let s = Statements::new(&t, &t);
-        c.execute(AssertSqlSafe(s.lease_ddl.clone())).await.unwrap();
-        c.execute(AssertSqlSafe(s.queue_ddl.clone())).await.unwrap();
+        let (mut c, t, s) = fresh_tables("dlock_try").await;
         type Row = (Option<i64>, Option<i64>, Option<i64>, Option<i64>);
         let try_acquire = |owner: &'static str| {
             sqlx::query_as::<_, Row>(AssertSqlSafe(Arc::clone(&s.acquire_try)))
@@ -389,8 +401,7 @@ mod tests {
         c.execute(AssertSqlSafe(free)).await.unwrap();
         let owed = try_acquire("b").fetch_one(&mut c).await.unwrap();
         assert!(owed.0.is_none(), "a free row owed to a live waiter is not granted to a try: {owed:?}");
-        let drop_both = format!("DROP TABLE {}, {}", quote_table(&t, '"'), quote_table(&queue_table(&t), '"'));
-        c.execute(AssertSqlSafe(drop_both)).await.unwrap();
+        drop_tables(&mut c, &t).await;
     }
 
     /// A refused acquire and a release's grant to the queue's head commit without waiting for
@@ -398,13 +409,7 @@ mod tests {
     /// them) keep `synchronous_commit = on`.
     #[tokio::test]
     async fn only_refusals_and_grants_to_the_head_commit_without_waiting_for_the_flush() {
-        let url = std::env::var("DLOCK_TEST_POSTGRES_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
-        let mut c = sqlx::PgConnection::connect(&url).await.unwrap();
-        let t = format!("dlock_async_{}", &lock_core::OwnerId::random().to_hex()[..12]);
-        let s = Statements::new(&t, &t);
-        c.execute(AssertSqlSafe(s.lease_ddl.clone())).await.unwrap();
-        c.execute(AssertSqlSafe(s.queue_ddl.clone())).await.unwrap();
+        let (mut c, t, s) = fresh_tables("dlock_async").await;
         c.execute("SET synchronous_commit = on").await.unwrap();
         for (owner, granted, commit) in [("a", true, "on"), ("b", false, "off"), ("b", false, "off")] {
             let mut tx = c.begin().await.unwrap();
@@ -465,7 +470,6 @@ mod tests {
         let now: String = sqlx::query_scalar("SHOW synchronous_commit").fetch_one(&mut *tx).await.unwrap();
         assert_eq!(now, "on", "a release that frees the row, with no claim after it, commits durably");
         tx.commit().await.unwrap();
-        let drop_both = format!("DROP TABLE {}, {}", quote_table(&t, '"'), quote_table(&queue_table(&t), '"'));
-        c.execute(AssertSqlSafe(drop_both)).await.unwrap();
+        drop_tables(&mut c, &t).await;
     }
 }
