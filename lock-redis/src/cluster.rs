@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use lock_core::LockError;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
@@ -92,11 +92,64 @@ fn node_address(raw: &str) -> Result<NodeAddress, LockError> {
         })
 }
 
-/// A command connection: to one server, or to a whole cluster.
+/// A command connection: to one server, or to a whole cluster (plain, or [`Tagged`] for
+/// `min_replicas_ack`).
 #[derive(Clone)]
 pub(crate) enum Conn {
     Single(MultiplexedConnection),
     Cluster(ClusterConnection),
+    Tagged(Tagged),
+}
+
+/// What [`Conn::wait_replicas`] answers when it cannot count the acknowledgement on the node
+/// that wrote (a slot being migrated or just moved): no replica is counted.
+pub(crate) const UNCOUNTED: i64 = -1;
+
+/// A cluster connection that sends each command to the master of one key's slot with
+/// `CLUSTER MYID` behind it in the same pipeline, and remembers the answer: the node that ran
+/// the command. The cluster client re-sends a redirected pipeline whole to the node of the
+/// `MOVED` or `ASK`, so that answer names the node that applied the write even after a
+/// redirect. `WAIT` then counts only on that node ([`Conn::wait_replicas`]): sent by the slot
+/// map alone it went to the source of a half-migrated slot while the script had run on the
+/// importing node (it answered at once, counting nothing of our write).
+#[derive(Clone)]
+pub(crate) struct Tagged {
+    conn: ClusterConnection,
+    route: Route,
+    ran_on: Arc<Mutex<Option<String>>>,
+}
+
+impl Tagged {
+    fn ran_on(&self) -> MutexGuard<'_, Option<String>> {
+        self.ran_on.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `command` then `CLUSTER MYID`, one pipeline to the slot's master (or the redirect's
+    /// node): the command's reply and the id of the node that ran it.
+    async fn with_id(&mut self, command: Cmd) -> redis::RedisResult<(Value, Option<String>)> {
+        let mut pipe = redis::pipe();
+        pipe.add_command(command).cmd("CLUSTER").arg("MYID");
+        let route = SingleNodeRoutingInfo::SpecificNode(self.route);
+        let mut replies = self.conn.route_pipeline(pipe, 0, 2, route).await?.into_iter();
+        let reply = replies.next().ok_or_else(|| {
+            redis::RedisError::from((redis::ErrorKind::Client, "the cluster answered a pipeline of two with nothing"))
+        })?;
+        Ok((reply, replies.next().and_then(|id| redis::from_redis_value::<String>(id).ok())))
+    }
+
+    /// `WAIT acks ms` on the node that ran the last command, or [`UNCOUNTED`] when the slot's
+    /// master is another node now (or that command's node is unknown).
+    async fn wait(&mut self, acks: u32, ms: u64) -> redis::RedisResult<i64> {
+        let Some(wrote) = self.ran_on().clone() else { return Ok(UNCOUNTED) };
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(acks).arg(ms);
+        let (acked, waited_on) = self.with_id(wait).await?;
+        if waited_on.as_deref() != Some(wrote.as_str()) {
+            tracing::debug!(wrote, ?waited_on, "the slot's master changed between the write and its WAIT");
+            return Ok(UNCOUNTED);
+        }
+        Ok(redis::from_redis_value(acked)?)
+    }
 }
 
 impl ConnectionLike for Conn {
@@ -104,6 +157,11 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.req_packed_command(cmd),
             Conn::Cluster(c) => c.req_packed_command(cmd),
+            Conn::Tagged(t) => Box::pin(async move {
+                let (reply, id) = t.with_id(cmd.clone()).await?;
+                *t.ran_on() = id;
+                Ok(reply)
+            }),
         }
     }
 
@@ -116,6 +174,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
             Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Tagged(t) => t.conn.req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -123,26 +182,36 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.get_db(),
             Conn::Cluster(c) => c.get_db(),
+            Conn::Tagged(t) => t.conn.get_db(),
         }
     }
 }
 
 impl Conn {
-    /// `WAIT acks ms` where `key` was just written: on one server, that server; on a cluster, the
-    /// master of `key`'s slot (the cluster client keeps one connection per node, so it is the
-    /// connection the write went over, and `WAIT` counts the replicas that have it). The cluster
-    /// client's own routing would send `WAIT` to every master and report the minimum.
-    pub(crate) async fn wait_replicas(&mut self, key: &str, acks: u32, ms: u64) -> redis::RedisResult<i64> {
-        let mut wait = redis::cmd("WAIT");
-        wait.arg(acks).arg(ms);
+    /// This connection ready for `WAIT` after a write to `key`'s slot: on a cluster a
+    /// [`Tagged`] one (each command learns the node that ran it); elsewhere itself.
+    pub(crate) fn tagged(self, key: &str) -> Conn {
         match self {
-            Conn::Single(c) => wait.query_async(c).await,
-            Conn::Cluster(c) => {
-                let route = Route::new(slot(key.as_bytes()), SlotAddr::Master);
-                let reply =
-                    c.route_command(wait, RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route))).await?;
-                Ok(redis::from_redis_value(reply)?)
-            }
+            Conn::Cluster(conn) => Conn::Tagged(Tagged {
+                conn,
+                route: Route::new(slot(key.as_bytes()), SlotAddr::Master),
+                ran_on: Arc::default(),
+            }),
+            other => other,
+        }
+    }
+
+    /// `WAIT acks ms` on the node and connection that made the last write: on one server,
+    /// this connection (the write went over it just before); on a cluster, a [`Tagged`]
+    /// connection's last command's node, or [`UNCOUNTED`] when that is not the slot's master
+    /// any more (a half-migrated slot's `ASK`, a `MOVED` the slot map has not caught up with).
+    /// The cluster client's own routing would send a keyless `WAIT` to every master.
+    pub(crate) async fn wait_replicas(&mut self, acks: u32, ms: u64) -> redis::RedisResult<i64> {
+        match self {
+            Conn::Single(c) => redis::cmd("WAIT").arg(acks).arg(ms).query_async(c).await,
+            Conn::Tagged(t) => t.wait(acks, ms).await,
+            // Not tagged: the node that wrote is unknown.
+            Conn::Cluster(_) => Ok(UNCOUNTED),
         }
     }
 }

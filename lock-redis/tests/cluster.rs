@@ -480,6 +480,35 @@ async fn unacknowledged_grant_is_refused(fx: &ClusterFixture) {
     l.release().await.expect("release");
 }
 
+/// `min_replicas_ack` on a slot half-migrated: a held lock's key has moved to the importing
+/// master, so its renewal follows `ASK` there, and that master's replica is SIGSTOPped: the
+/// renewal is not acknowledged and must fail (`Unavailable`). The source's replica is healthy:
+/// a `WAIT` routed by the slot map (to the source) answered 1 at once and the renewal stood,
+/// acknowledged by nobody. (An acquire cannot show it: a script whose keys the source and the
+/// target each have only in part is answered `TRYAGAIN` until the slot has settled.)
+async fn ack_counted_where_an_ask_ran_it(fx: &ClusterFixture) {
+    let acked = fx.lock_client(1).await;
+    let name = LockName::new(format!("asked-{:08x}", rand::random::<u32>())).expect("valid");
+    let slot = fx.cluster.slot_of(&fx.key(&name, "lock")).await.expect("slot");
+    let from = fx.cluster.master_of(slot).await.expect("a master");
+    let to = (from + 1) % 3;
+    let to_replica = fx.cluster.replica_of(to).await.expect("a replica");
+    let lease = acked.acquire(&name, &opts(8000)).await.expect("acquire");
+    fx.cluster.begin_migration(slot, to).await.expect("begin the migration");
+    fx.cluster.move_slot_keys(slot, from, to).await.expect("move the slot's keys");
+    fx.cluster.pause(to_replica, true);
+    let renewed = lease.renew().await;
+    fx.cluster.pause(to_replica, false);
+    fx.cluster.finish_migration(slot, from, to).await.expect("finish the migration");
+    eprintln!("MEASURED a renewal on the importing master with its replica stopped: {renewed:?}");
+    assert!(
+        matches!(renewed, Err(LockError::Unavailable { .. })),
+        "a renewal applied on the importing master (replica stopped) was answered {renewed:?}: its WAIT was \
+         counted on another node"
+    );
+    lease.release().await.expect("release");
+}
+
 /// `CLUSTER FAILOVER` on the replica of a held name's master (a coordinated hand-over: the
 /// master stops writing until the replica caught up): the lease survives without
 /// `min_replicas_ack`, the holder renews on the new master, a contender stays out.
@@ -533,6 +562,7 @@ async fn names_migration_failover() {
     let fx = ClusterFixture::start().await.expect("a local Redis Cluster");
     hostile_names(&fx).await;
     unacknowledged_grant_is_refused(&fx).await;
+    ack_counted_where_an_ask_ran_it(&fx).await;
     measure_acquire(&fx).await;
     slot_migration(&fx).await;
     manual_failover(&fx).await;

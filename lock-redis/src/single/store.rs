@@ -11,7 +11,7 @@ use lock_core::{
 
 use crate::acl::Needs;
 use crate::boot::Boot;
-use crate::cluster::Conn;
+use crate::cluster::{Conn, UNCOUNTED};
 use crate::conn::Node;
 use crate::endpoint::{is_sentinel, Endpoint};
 use crate::handoff::CLAIM_MS;
@@ -162,9 +162,10 @@ impl RedisStore {
     }
 
     /// Runs an acquire script (`call`, given the boot marker of `name`) and, when it granted and
-    /// `min_replicas_ack` asks for it, `WAIT`s on the connection that wrote: it counts the
-    /// replicas that have this write (`written`, a key the grant wrote, routes it on a
-    /// cluster). The script's reply, and how many replicas acknowledged (`i64::MAX`: not asked).
+    /// `min_replicas_ack` asks for it, `WAIT`s on the node and connection that wrote: it counts
+    /// the replicas that have this write (`written`, a key the grant wrote, routes it on a
+    /// cluster, where the script's node is checked: `Conn::tagged`). The script's reply, and how
+    /// many replicas acknowledged (`i64::MAX`: not asked; `UNCOUNTED`: not countable there).
     pub(crate) async fn acquire_acked<F, Fut>(
         &self,
         name: &LockName,
@@ -179,9 +180,10 @@ impl RedisStore {
         let (acks, ack_ms) = (self.min_replicas_ack, self.ack_wait_ms);
         self.node
             .run_idempotent(self.node.request_timeout(), |c| async move {
+                let c = if acks > 0 { c.tagged(written) } else { c };
                 let reply = boot.with_marker(name, |marker| call(marker, c.clone())).await?;
                 let acked = if acks > 0 && reply.first() == Some(&1) {
-                    c.clone().wait_replicas(written, acks, ack_ms).await?
+                    c.clone().wait_replicas(acks, ack_ms).await?
                 } else {
                     i64::MAX
                 };
@@ -204,12 +206,10 @@ impl RedisStore {
         let (renewed, acked): (i64, i64) = self
             .node
             .run_idempotent(self.node.request_timeout(), |c| async move {
+                let c = if acks > 0 { c.tagged(written) } else { c };
                 let renewed = call(c.clone()).await?;
-                let acked = if acks > 0 && renewed == 1 {
-                    c.clone().wait_replicas(written, acks, ack_ms).await?
-                } else {
-                    i64::MAX
-                };
+                let acked =
+                    if acks > 0 && renewed == 1 { c.clone().wait_replicas(acks, ack_ms).await? } else { i64::MAX };
                 Ok((renewed, acked))
             })
             .await?;
@@ -220,6 +220,17 @@ impl RedisStore {
     }
 
     pub(crate) fn not_acknowledged(&self, acked: i64, what: &str) -> LockError {
+        if acked == UNCOUNTED {
+            return LockError::unavailable(
+                BACKEND,
+                format!(
+                    "the {what} was written on a Redis Cluster node that is not its slot's master in this client's \
+                     slot map (the slot is being migrated, or has just moved), so min_replicas_ack could not count \
+                     its acknowledgement there: a grant is given back and a renewal counts as failed; waiters and \
+                     the watchdog retry, and succeed once the slot has settled"
+                ),
+            );
+        }
         LockError::unavailable(
             BACKEND,
             format!(

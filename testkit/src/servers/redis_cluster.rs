@@ -382,27 +382,51 @@ impl RedisCluster {
     /// source, `MIGRATE` the keys in batches, then `SETSLOT NODE` everywhere. While keys move,
     /// clients of the slot get `ASK` redirections. Returns how many keys moved.
     pub async fn migrate_slot(&self, slot: u16, to: usize) -> Result<usize, LockError> {
+        let Some(from) = self.begin_migration(slot, to).await? else { return Ok(0) };
+        let moved = self.move_slot_keys(slot, from, to).await?;
+        self.finish_migration(slot, from, to).await?;
+        Ok(moved)
+    }
+
+    /// The first step of [`migrate_slot`](Self::migrate_slot): `slot` marked `IMPORTING` on
+    /// master `to` and `MIGRATING` on its master, which it returns (`None`: `to` has it already).
+    /// From here until [`finish_migration`](Self::finish_migration) a command on keys the source
+    /// does not have is answered `ASK` (a client re-sends it to `to` behind `ASKING`).
+    pub async fn begin_migration(&self, slot: u16, to: usize) -> Result<Option<usize>, LockError> {
         let from = self.wait_for_master(slot).await?;
         if from == to {
-            return Ok(0);
+            return Ok(None);
         }
         let (from_id, to_id) = (self.node_id(from).await?, self.node_id(to).await?);
         let s = slot.to_string();
         expect_ok(self.addr(to), &["CLUSTER", "SETSLOT", &s, "IMPORTING", &from_id]).await?;
         expect_ok(self.addr(from), &["CLUSTER", "SETSLOT", &s, "MIGRATING", &to_id]).await?;
+        Ok(Some(from))
+    }
+
+    /// `MIGRATE`s every key `slot` has on `from` to `to`, in batches; how many moved.
+    pub async fn move_slot_keys(&self, slot: u16, from: usize, to: usize) -> Result<usize, LockError> {
+        let s = slot.to_string();
         let target_port = self.addr(to).port().to_string();
         let mut moved = 0;
         loop {
             let reply = command(self.addr(from), &["CLUSTER", "GETKEYSINSLOT", &s, "100"]).await?;
             let keys = bulk_array(&reply);
             if keys.is_empty() {
-                break;
+                return Ok(moved);
             }
             let mut args = vec!["MIGRATE", "127.0.0.1", &target_port, "", "0", "5000", "KEYS"];
             args.extend(keys.iter().map(String::as_str));
             expect_ok(self.addr(from), &args).await?;
             moved += keys.len();
         }
+    }
+
+    /// The last step of [`migrate_slot`](Self::migrate_slot): `slot` assigned to `to` on every
+    /// node, and waited for until the nodes agree.
+    pub async fn finish_migration(&self, slot: u16, from: usize, to: usize) -> Result<(), LockError> {
+        let to_id = self.node_id(to).await?;
+        let s = slot.to_string();
         // The target first, then the source, then everyone else (what redis-cli does).
         let mut order = vec![to, from];
         order.extend((0..self.nodes.len()).filter(|i| *i != to && *i != from));
@@ -420,7 +444,7 @@ impl RedisCluster {
             }
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
-        Ok(moved)
+        Ok(())
     }
 
     async fn wait_until<F, Fut>(&self, what: &str, mut ok: F) -> Result<(), LockError>
