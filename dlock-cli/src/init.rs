@@ -32,7 +32,8 @@ pub(crate) async fn run(args: InitArgs, out: &Redactor) -> Result<bool, LockErro
     match Scheme::of(&config.url)? {
         #[cfg(feature = "redis")]
         Scheme::Redis if scheme == "redis+cluster" => {
-            let line = mark_cluster(&config.url, &config.redis.key_prefix, args.force).await?;
+            let ca = config.redis_options().tls_ca_file.clone();
+            let line = mark_cluster(&config.url, &config.redis.key_prefix, ca.as_deref(), args.force).await?;
             out.println(&format!("{}: {line}", dlock::url::redact_url(&config.url)));
             Ok(true)
         }
@@ -57,13 +58,20 @@ pub(crate) async fn run(args: InitArgs, out: &Redactor) -> Result<bool, LockErro
 }
 
 /// Sets every slot's boot marker of `prefix` to 0 on a Redis Cluster (only those missing unless
-/// `force`), 512 at a time through a cluster connection that routes each to its slot's master.
+/// `force`), 512 at a time through a cluster connection that routes each to its slot's master;
+/// `?tls=true` nodes verified against `ca` (`tls_ca_file`) when given.
 #[cfg(feature = "redis")]
-async fn mark_cluster(url: &str, prefix: &str, force: bool) -> Result<String, LockError> {
+async fn mark_cluster(url: &str, prefix: &str, ca: Option<&std::path::Path>, force: bool) -> Result<String, LockError> {
     use crate::raw::within;
     let nodes = crate::raw::redis_urls(url)?;
-    let client = redis::cluster::ClusterClient::new(nodes)
-        .map_err(|e| LockError::config(format!("invalid redis+cluster URL: {e}")))?;
+    let mut builder = redis::cluster::ClusterClient::builder(nodes);
+    if let Some(path) = ca {
+        let pem = tokio::fs::read(path)
+            .await
+            .map_err(|e| LockError::config(format!("cannot read redis tls_ca_file {}: {e}", path.display())))?;
+        builder = builder.certs(redis::TlsCertificates { client_tls: None, root_cert: Some(pem) });
+    }
+    let client = builder.build().map_err(|e| LockError::config(format!("invalid redis+cluster URL: {e}")))?;
     let con = within("redis", "connect to the cluster", client.get_async_connection()).await?;
     let markers = dlock::redis::cluster_boot_markers(prefix);
     let (mut marked, mut kept) = (0usize, 0usize);

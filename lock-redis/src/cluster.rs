@@ -42,10 +42,16 @@ pub(crate) struct ClusterEndpoint {
 
 impl ClusterEndpoint {
     /// Parses the URL and `node_map` (`RedisOptions::cluster_node_map`); every problem is a
-    /// `Config` error.
-    pub(crate) fn parse(raw: &str, node_map: &BTreeMap<String, String>) -> Result<Arc<ClusterEndpoint>, LockError> {
+    /// `Config` error. `ca`: the PEM of `tls_ca_file`, which every node (`?tls=true`) is
+    /// verified against instead of the webpki roots, by the cluster client and the pub/sub
+    /// clients alike.
+    pub(crate) fn parse(
+        raw: &str,
+        node_map: &BTreeMap<String, String>,
+        ca: Option<&[u8]>,
+    ) -> Result<Arc<ClusterEndpoint>, LockError> {
         let urls = parse_node_list(raw, SCHEME, USAGE)?;
-        let nodes = urls.iter().map(|u| crate::url::open_client(u)).collect::<Result<Vec<_>, _>>()?;
+        let nodes = urls.iter().map(|u| crate::url::open_client_with_ca(u, ca)).collect::<Result<Vec<_>, _>>()?;
         if nodes.iter().any(|n| n.get_connection_info().redis_settings().db() != 0) {
             return Err(LockError::config(format!(
                 "{}: a Redis Cluster has only database 0; {USAGE}",
@@ -57,6 +63,9 @@ impl ClusterEndpoint {
             map.insert(node_address(announced)?, node_address(reached)?);
         }
         let mut builder = ClusterClient::builder(urls.iter().map(String::as_str));
+        if let Some(pem) = ca {
+            builder = builder.certs(redis::TlsCertificates { client_tls: None, root_cert: Some(pem.to_vec()) });
+        }
         if !map.is_empty() {
             builder = builder.node_address_map(map);
         }
@@ -294,18 +303,19 @@ mod tests {
     #[test]
     fn cluster_urls() {
         let none = BTreeMap::new();
-        assert!(ClusterEndpoint::parse("redis+cluster://a:1,b:2", &none).is_ok());
-        assert!(ClusterEndpoint::parse("redis+cluster://u:pw@a:1,b:2", &none).is_ok());
+        assert!(ClusterEndpoint::parse("redis+cluster://a:1,b:2", &none, None).is_ok());
+        assert!(ClusterEndpoint::parse("redis+cluster://u:pw@a:1,b:2", &none, None).is_ok());
         let map = BTreeMap::from([("10.0.0.5:6379".to_owned(), "127.0.0.1:1".to_owned())]);
-        assert!(ClusterEndpoint::parse("redis+cluster://a:1", &map).is_ok());
+        assert!(ClusterEndpoint::parse("redis+cluster://a:1", &map, None).is_ok());
         let bad = BTreeMap::from([("10.0.0.5".to_owned(), "127.0.0.1:1".to_owned())]);
-        assert!(matches!(ClusterEndpoint::parse("redis+cluster://a:1", &bad), Err(LockError::Config { .. })));
+        assert!(matches!(ClusterEndpoint::parse("redis+cluster://a:1", &bad, None), Err(LockError::Config { .. })));
         for bad in ["redis+cluster://", "redis+cluster://a:1,,b:2", "redis+cluster://a:1/2", "redis+cluster://a:1?x=1"]
         {
-            let e = ClusterEndpoint::parse(bad, &BTreeMap::new()).err().map(|e| e.to_string()).unwrap_or_default();
+            let e =
+                ClusterEndpoint::parse(bad, &BTreeMap::new(), None).err().map(|e| e.to_string()).unwrap_or_default();
             assert!(e.contains("redis+cluster"), "{bad} must be refused with usage: {e}");
         }
-        let e = ClusterEndpoint::parse("redis+cluster://u:topsecret@a:1,b:x", &BTreeMap::new())
+        let e = ClusterEndpoint::parse("redis+cluster://u:topsecret@a:1,b:x", &BTreeMap::new(), None)
             .err()
             .expect("bad port")
             .to_string();

@@ -31,8 +31,10 @@ pub struct RedisOptions {
     /// validity time. Keep it well below your ttls. Default 1 s.
     #[serde(with = "humantime_serde")]
     pub request_timeout: Duration,
-    /// For `rediss://` (and `redlock://…?tls=true`) servers whose certificates a private CA
-    /// signed: that CA's certificate, a PEM file. Default: the webpki (Mozilla) roots.
+    /// For TLS servers (`rediss://`, `rediss+sentinel://`, `redlock://…?tls=true`,
+    /// `redis+cluster://…?tls=true`) whose certificates a private CA signed: that CA's
+    /// certificate, a PEM file, which every node is verified against. Default: the webpki
+    /// (Mozilla) roots.
     pub tls_ca_file: Option<PathBuf>,
     /// The longest lease ttl this client accepts (a longer one is `InvalidOptions`), and so the
     /// longest a forgotten lease may be believed after the server lost its state. Every client

@@ -91,7 +91,7 @@ impl RedisStore {
         let endpoint = if is_sentinel(url) {
             crate::endpoint::sentinel(url, ca.as_deref())?
         } else if has_scheme(url, crate::cluster::SCHEME) {
-            Endpoint::Cluster(crate::cluster::ClusterEndpoint::parse(url, &options.cluster_node_map)?)
+            Endpoint::Cluster(crate::cluster::ClusterEndpoint::parse(url, &options.cluster_node_map, ca.as_deref())?)
         } else {
             Endpoint::Fixed(crate::url::open_client_with_ca(url, ca.as_deref())?)
         };

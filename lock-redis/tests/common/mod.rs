@@ -3,6 +3,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod split_brain;
+pub mod tls;
 
 use std::sync::Arc;
 use std::time::Duration;
