@@ -27,9 +27,11 @@ macro_rules! key_space {
 key_space! {
     /// The keys and channel of one lock.
     Keys "" {
-        /// Hash `{o: owner, f: fence}` with a `PX` expiry: the lease.
+        /// Single instance: the name's hash `{o: owner, e: lease end, f: highest token, q: queue
+        /// mark, h, m}` (`super::lease`), no expiry unless `idle_gc_after`. A Redlock master:
+        /// the lease, `{o: owner[:attempt], f: token}` with a `PX` expiry.
         lock: "lock",
-        /// Integer, no expiry: the highest token issued.
+        /// Redlock: integer, no expiry: the highest token issued on this master.
         fence: "fence",
         /// Redlock: the attempt id that stored `fence`, so that only that attempt counts an equal
         /// counter as its own store.
