@@ -161,9 +161,9 @@ impl Notifier {
     /// Registers an election observer of `channel` (docs/contract.md §5.8): it wakes at every
     /// message on the channel (a grant's `+`, a release's `-` or hand-off), on a confirmation
     /// and after a reconnect, and never takes a waiter's wake-up. Subscribes like
-    /// [`Notifier::subscribe`].
-    pub(crate) async fn observe(&self, channel: &str) -> ChangeFeed {
-        self.register(channel, |hub| hub.observe(channel, ())).await.0
+    /// [`Notifier::subscribe`]. `keep` lives as long as the feed.
+    pub(crate) async fn observe(&self, channel: &str, keep: impl std::any::Any + Send + Sync) -> ChangeFeed {
+        self.register(channel, |hub| hub.observe(channel, keep)).await.0
     }
 
     /// Registers with the channel's hub (`add`), then subscribes the channel where needed.

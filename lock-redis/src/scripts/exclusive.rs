@@ -24,7 +24,7 @@ use crate::boot::quiet_lua;
 /// (`idle_gc_after`, §5.7): tokens are floored by the server clock, so none goes back without
 /// it. A free lock goes only to the queue's head or, with an empty queue, to anyone
 /// ([`super::queue`]). A grant publishes `+` on the channel (for election observers; no waiter
-/// acts on it). The calls of each path, and why no fewer: the crate docs, "The free path".
+/// acts on it); on the free path only while the hash says someone observes (`w`, [`super::lease`]). The calls of each path, and why no fewer: the crate docs, "The free path".
 /// Returns `{1, token}` when granted (or already ours: the stored token, lease refreshed to
 /// `ttl`, which is also how a waiter claims a grant in the release: the branch after the free path),
 /// `{0, ms}` when someone else holds it (ms: its lease left) or a queued waiter is ahead (ms: until the
@@ -39,7 +39,7 @@ const ACQUIRE_SRC: &str = effects_lua!(
 -- grant made after its last loss of state, and the first grant after a loss finds none and reads
 -- the boot marker: so no lease of this name can have been forgotten since, and the marker is
 -- read only when the counter is missing.
-local l = redis.call('HMGET', KEYS[1], 'o', 'e', 'f', 'q', 'h', 'm')
+local l = redis.call('HMGET', KEYS[1], 'o', 'e', 'f', 'q', 'h', 'm', 'w')
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local live = l[1] and tonumber(l[2] or '0') >= now
@@ -47,15 +47,18 @@ if l[3] and not (live or l[4]) then
   local token = tonumber(l[3]) + 1
   local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
   if token < floor then token = floor end
-  -- An ended lease's holder id and metadata are not the new one's.
-  if l[5] or l[6] then redis.call('HDEL', KEYS[1], 'h', 'm') end
+  local observed = l[7] and tonumber(l[7]) >= now
+  -- An ended lease's holder id and metadata are not the new one's; a lapsed observer mark goes,
+  -- so that releases stop publishing for it.
+  if l[5] or l[6] or (l[7] and not observed) then redis.call('HDEL', KEYS[1], 'h', 'm', 'w') end
   local set = {'o', ARGV[1], 'e', string.format('%d', now + tonumber(ARGV[2])), 'f', string.format('%d', token)}
   if ARGV[4] ~= '' then set[7], set[8] = 'h', ARGV[4] end
   if ARGV[5] ~= '' then set[#set + 1], set[#set + 2] = 'm', ARGV[5] end
   redis.call('HSET', KEYS[1], unpack(set))
   if ARGV[6] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[6]) end
-  -- The holder changed: observers of other processes (crate::pubsub) hear `+`; waiters ignore it.
-  redis.call('PUBLISH', ARGV[8], '+')
+  -- The holder changed: observers of other processes (crate::pubsub) hear `+`, if there are any;
+  -- waiters ignore it.
+  if observed then redis.call('PUBLISH', ARGV[8], '+') end
   return {1, token}
 end
 if live and l[1] == ARGV[1] then
@@ -224,16 +227,17 @@ script_call! {
 /// head is granted the lock provisionally (when its entry takes grants, [`super::queue`]) or
 /// reserved and woken alone, and an empty queue publishes `-`, which wakes no waiter (every
 /// waiter registers before it waits), only election observers. A hash without `q` has nobody
-/// queued: its release publishes `-` without reading the queue. Returns 1 released, 0 not ours.
+/// queued: its release publishes `-` without reading the queue, and only with an observer mark. Returns 1 released, 0 not ours.
 const RELEASE_SRC: &str = effects_lua!(
     r#"
-local lease = redis.call('HMGET', KEYS[1], 'o', 'q')
+local lease = redis.call('HMGET', KEYS[1], 'o', 'q', 'w')
 if lease[1] ~= ARGV[1] then return 0 end
 redis.call('HDEL', KEYS[1], 'o', 'e', 'h', 'm')
--- Nobody queued (no `q`: super::lease), the common case: `-` for the observers, without reading
--- the queue or defining its helpers.
+-- Nobody queued (no `q`: super::lease), the common case: `-` for the observers if anyone
+-- observes (`w`; a lapsed mark costs one message until the next free grant drops it), without
+-- reading the queue or defining its helpers.
 if not lease[2] then
-  redis.call('PUBLISH', ARGV[2], '-')
+  if lease[3] then redis.call('PUBLISH', ARGV[2], '-') end
   return 1
 end
 "#,
@@ -368,6 +372,34 @@ script_call! {
     args [&keys.channel, reserve_ms]
 }
 
+/// An election observer marks the name's hash observed (`w`, [`super::lease`]) until `now +
+/// period`, never shortening a mark: the free path publishes its `+`/`-` only then. KEYS: the
+/// name's hash. ARGV: period ms. Returns 1.
+const OBSERVE_SRC: &str = effects_lua!(
+    r#"
+local t = redis.call('TIME')
+local until_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[1])
+if tonumber(redis.call('HGET', KEYS[1], 'w') or '0') < until_ms then
+  redis.call('HSET', KEYS[1], 'w', string.format('%d', until_ms))
+end
+return 1
+"#
+);
+static OBSERVE: LazyLock<Script> = LazyLock::new(|| Script::new(OBSERVE_SRC));
+
+script_call! {
+    /// A call of `OBSERVE_SRC`: 1.
+    Observe -> i64 = OBSERVE;
+    {
+        /// The name's hash (`Keys::lock`).
+        lock: &'a str,
+        /// How long the mark lasts (ms).
+        period_ms: u64,
+    }
+    keys [lock]
+    args [period_ms]
+}
+
 /// The sources of this file, loaded on every new connection.
-pub(super) const SOURCES: [&str; 7] =
-    [ACQUIRE_SRC, RENEW_SRC, RENEW_HASH_SRC, RELEASE_SRC, ABANDON_SRC, INSPECT_SRC, FORCE_RELEASE_SRC];
+pub(super) const SOURCES: [&str; 8] =
+    [ACQUIRE_SRC, RENEW_SRC, RENEW_HASH_SRC, RELEASE_SRC, ABANDON_SRC, INSPECT_SRC, FORCE_RELEASE_SRC, OBSERVE_SRC];

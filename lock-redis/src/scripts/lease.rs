@@ -12,7 +12,10 @@
 //!   grant that leaves others queued; removed only by a script that found the queue empty), so a
 //!   hash with `f` and without `q` has nobody queued: the free path and the release skip the
 //!   queue without reading it;
-//! - `h`, `m`: the holder id and metadata of the live lease (docs/contract.md §5.6).
+//! - `h`, `m`: the holder id and metadata of the live lease (docs/contract.md §5.6);
+//! - `w`: the server time (ms) until which an election observer watches the name
+//!   (`crate::single::observe`), so the free path publishes `+`/`-` only while someone listens;
+//!   every other path (a grant in the release, a grant to a queued waiter) always publishes.
 //!
 //! Redlock and the read-write lock's writer keep their own layout (a lease hash with `PX` and a
 //! separate counter; `super::queue::token_lua`).

@@ -1,6 +1,7 @@
 //! The single-instance backend: [`RedisStore`], its connection and its grants.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -32,7 +33,8 @@ pub(crate) const RESERVE_MS: u64 = 250;
 /// One Redis server (or a Redis Cluster node set reached through one endpoint) as a
 /// [`LeaseStore`]; use it through [`RedisLock`](crate::RedisLock).
 pub struct RedisStore {
-    pub(crate) node: Node,
+    /// Shared with the observers' mark refreshers (`super::observe`).
+    pub(crate) node: Arc<Node>,
     pub(crate) notifier: Notifier,
     pub(crate) prefix: String,
     pub(crate) boot: Boot,
@@ -127,7 +129,7 @@ impl RedisStore {
             options.request_timeout,
         );
         Ok(RedisStore {
-            node,
+            node: Arc::new(node),
             notifier,
             prefix: options.key_prefix.clone(),
             boot: Boot::new(&options.key_prefix, options.quiet_period(), per_name),
@@ -357,9 +359,16 @@ impl LeaseStore for RedisStore {
     }
 
     /// Grants publish `+` and releases `-` or the hand-off (crate::scripts): every one wakes
-    /// the feed, whichever process made it.
+    /// the feed, whichever process made it. The free path publishes only for a name marked
+    /// observed, so the name is marked (after subscribing, before the feed is handed out) and
+    /// kept marked while the feed lives (`super::observe`).
     async fn watch_changes(&self, name: &LockName) -> Result<Option<ChangeFeed>, LockError> {
-        Ok(Some(self.notifier.observe(&self.keys(name).channel).await))
+        let keys = self.keys(name);
+        let refresher = Arc::new(std::sync::OnceLock::new());
+        let feed = self.notifier.observe(&keys.channel, Arc::clone(&refresher)).await;
+        // Only this call sets it: `set` cannot fail.
+        let _ = refresher.set(super::observe::mark_observed(&self.node, keys.lock).await?);
+        Ok(Some(feed))
     }
 
     async fn inspect(&self, name: &LockName) -> Result<Option<HolderInfo>, LockError> {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use lock_core::LockName;
 use lock_redis::scripts::HandOffScript::Release;
-use lock_redis::scripts::{Acquire, Keys};
+use lock_redis::scripts::{Acquire, Keys, Observe};
 
 use crate::queue_scale::reset_stats;
 use crate::{acquire, fresh_server, hand_off, heard, listen};
@@ -57,6 +57,38 @@ async fn a_release_finds_every_waiter_queued_behind_it() {
     assert_eq!(take("d", REG, "", "").await[0], 1);
     assert_eq!(release("d").await, 1);
     assert!(wakes(&mut messages).await.is_empty(), "nobody left");
+}
+
+/// The free path publishes `+` (grant) and `-` (release) only while the name is marked observed
+/// (`Observe`, what an election observer's feed keeps up): an unobserved lock costs no `PUBLISH`;
+/// a lapsed mark is dropped by the next free grant, after which releases publish nothing either.
+#[tokio::test]
+async fn the_free_path_publishes_only_while_observed() {
+    let (_server, client, mut c) = fresh_server().await;
+    let () = redis::cmd("SET").arg("f:boot").arg(0).query_async(&mut c).await.unwrap();
+    let k = Keys::new("f", &LockName::new("observed").unwrap());
+    let mut messages = listen(&client, &[&k.channel]).await;
+    let quiet = Duration::from_millis(150);
+    let cycle = |mut c: redis::aio::MultiplexedConnection| {
+        let k = k.clone();
+        async move {
+            assert_eq!(try_take(&k, 0).invoke("f:boot", &mut c).await.unwrap()[0], 1);
+            assert_eq!(hand_off(Release, &k, "o", RESERVE, "").invoke(&mut c).await.unwrap(), 1);
+        }
+    };
+    // The first grant of a name (no counter yet) is not the free path, which publishes always.
+    cycle(c.clone()).await;
+    assert_eq!(heard(&mut messages, quiet).await, ["+"]);
+    cycle(c.clone()).await;
+    assert!(heard(&mut messages, quiet).await.is_empty(), "nobody observes: no message");
+    assert_eq!(Observe { lock: &k.lock, period_ms: 300 }.invoke(&mut c).await.unwrap(), 1);
+    cycle(c.clone()).await;
+    assert_eq!(heard(&mut messages, quiet).await, ["+", "-"], "observed: the grant and the release");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    cycle(c.clone()).await;
+    assert!(heard(&mut messages, quiet).await.is_empty(), "the mark lapsed: no message");
+    let mark: Option<String> = redis::cmd("HGET").arg(&k.lock).arg("w").query_async(&mut c).await.unwrap();
+    assert_eq!(mark, None, "the lapsed mark is gone");
 }
 
 /// A single try of `o` on `k` with the quiet period `quiet_ms`.
