@@ -158,13 +158,19 @@ script_call! {
     ]
 }
 
-/// Owner-checked renew of a lease in the name's hash ([`super::lease`]). KEYS: the hash. ARGV:
-/// owner, ttl ms, the hash's expiry ms (`'0'`: none). Returns 1 renewed, 0 not ours (or its lease
-/// ended).
-const RENEW_HASH_SRC: &str = effects_lua!(
+/// Owner-checked renew. KEYS: the lease. ARGV: owner, ttl ms, and how the lease ends: `'px'`, a
+/// lease hash with its own `PX` (the read-write lock's writer, a Redlock master's lease), else
+/// the name's hash of a single instance exclusive lock ([`super::lease`]), whose lease end moves
+/// and which expires after that many ms (`'0'`: never). Returns 1 renewed, 0 not ours (or its
+/// lease ended).
+const RENEW_SRC: &str = effects_lua!(
     r#"
 local l = redis.call('HMGET', KEYS[1], 'o', 'e')
 if l[1] ~= ARGV[1] then return 0 end
+if ARGV[3] == 'px' then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if tonumber(l[2] or '0') < now then return 0 end
@@ -173,52 +179,45 @@ if ARGV[3] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
 return 1
 "#
 );
-static RENEW_HASH: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW_HASH_SRC));
-
-script_call! {
-    /// A call of `RENEW_HASH_SRC`, the single instance exclusive lock's renewal: 1 renewed, 0
-    /// not ours.
-    RenewHash -> i64 = RENEW_HASH;
-    {
-        /// The lock's keys (the name's hash).
-        keys: &'a Keys,
-        /// The owner's id.
-        owner: &'a str,
-        /// The new ttl in ms.
-        ttl_ms: u64,
-        /// After how long (ms) the name's hash may expire, 0: never.
-        fence_ms: u64,
-    }
-    keys [&keys.lock]
-    args [owner, ttl_ms, fence_ms]
-}
-
-/// Owner-checked renew of a lease hash that expires with its lease (`PX`): the read-write lock's
-/// writer and a Redlock master's lease. KEYS: lock. ARGV: owner, ttl ms. Returns 1 renewed, 0
-/// not ours.
-const RENEW_SRC: &str = r#"
-if redis.call('HGET', KEYS[1], 'o') == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
-end
-return 0
-"#;
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW_SRC));
 
+/// How a renewed lease ends (`RENEW_SRC`'s last argument).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseEnd {
+    /// A lease hash with its own `PX` (the read-write lock's writer, a Redlock master's lease).
+    Px,
+    /// The single instance exclusive lock's name's hash: its lease end, and the hash's expiry
+    /// after that many ms (`idle_gc_after` past the ttl), 0: never.
+    Hash {
+        /// After how long (ms) the name's hash may expire, 0: never.
+        fence_ms: u64,
+    },
+}
+
+impl LeaseEnd {
+    fn arg(self) -> String {
+        match self {
+            LeaseEnd::Px => "px".to_owned(),
+            LeaseEnd::Hash { fence_ms } => fence_ms.to_string(),
+        }
+    }
+}
+
 script_call! {
-    /// A call of `RENEW_SRC`, the writer's renewal of a read-write lock and Redlock's: 1
-    /// renewed, 0 not ours.
+    /// A call of `RENEW_SRC`: 1 renewed, 0 not ours.
     Renew -> i64 = RENEW;
     {
-        /// The lease hash (`RwKeys::writer`, a Redlock master's `Keys::lock`).
+        /// The lease (`Keys::lock`, `RwKeys::writer`).
         lock: &'a str,
         /// The owner's id.
         owner: &'a str,
         /// The new ttl in ms.
         ttl_ms: u64,
+        /// How the lease ends.
+        end: LeaseEnd,
     }
     keys [lock]
-    args [owner, ttl_ms]
+    args [owner, ttl_ms, end.arg()]
 }
 
 /// Owner-checked release that hands off. KEYS: the name's hash ([`super::lease`]) and the
@@ -401,5 +400,5 @@ script_call! {
 }
 
 /// The sources of this file, loaded on every new connection.
-pub(super) const SOURCES: [&str; 8] =
-    [ACQUIRE_SRC, RENEW_SRC, RENEW_HASH_SRC, RELEASE_SRC, ABANDON_SRC, INSPECT_SRC, FORCE_RELEASE_SRC, OBSERVE_SRC];
+pub(super) const SOURCES: [&str; 7] =
+    [ACQUIRE_SRC, RENEW_SRC, RELEASE_SRC, ABANDON_SRC, INSPECT_SRC, FORCE_RELEASE_SRC, OBSERVE_SRC];

@@ -19,7 +19,7 @@ use crate::handoff::CLAIM_MS;
 use crate::options::min_ttl;
 use crate::pubsub::Notifier;
 use crate::reply::{parse_pair, remaining_from, token_from, too_many_waiters, ttl_ms};
-use crate::scripts::{Acquire, HandOff, HandOffScript, Keys, RenewHash};
+use crate::scripts::{Acquire, HandOff, HandOffScript, Keys, LeaseEnd, Renew};
 use crate::RedisOptions;
 use redis::RedisResult;
 
@@ -331,7 +331,7 @@ impl LeaseStore for RedisStore {
         let ms = ttl_ms(ttl);
         // The name's hash outlives the lease it carries: its idle expiry moves with the renewal.
         let fence_ms = if self.idle_ms > 0 { ms.saturating_add(self.idle_ms) } else { 0 };
-        let call = RenewHash { keys: &keys, owner: &owner, ttl_ms: ms, fence_ms };
+        let call = Renew { lock: &keys.lock, owner: &owner, ttl_ms: ms, end: LeaseEnd::Hash { fence_ms } };
         let renewed = self.renew_acked(&keys.lock, |mut c| async move { call.invoke(&mut c).await }).await?;
         Ok(if renewed { RenewOutcome::Renewed } else { RenewOutcome::NotOwner })
     }

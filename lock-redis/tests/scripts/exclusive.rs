@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use lock_core::LockName;
 use lock_redis::scripts::HandOffScript::{Abandon, Release};
-use lock_redis::scripts::{Keys, RenewHash};
+use lock_redis::scripts::{Keys, LeaseEnd, Renew};
 
 use crate::{acquire, fresh_server, hand_off, heard, listen};
 
@@ -24,7 +24,10 @@ async fn grants_are_owner_checked_and_tokens_rise() {
     assert_eq!(other[0], 0);
     assert!(other[1] > 4000 && other[1] <= 5000, "PTTL {}", other[1]);
     assert_eq!(hand_off(Release, &k, "o2", RESERVE, "").invoke(&mut c).await.unwrap(), 0, "not ours");
-    let renewed = RenewHash { keys: &k, owner: "o2", ttl_ms: 5000, fence_ms: 0 }.invoke(&mut c).await.unwrap();
+    let renewed = Renew { lock: &k.lock, owner: "o2", ttl_ms: 5000, end: LeaseEnd::Hash { fence_ms: 0 } }
+        .invoke(&mut c)
+        .await
+        .unwrap();
     assert_eq!(renewed, 0);
     assert_eq!(hand_off(Release, &k, "o1", RESERVE, "").invoke(&mut c).await.unwrap(), 1);
     let next = acquire(&k, "o2", 0, RESERVE, "").invoke("t:boot", &mut c).await.unwrap();
