@@ -13,11 +13,6 @@
 //! it is met. The three keys expire with the last registration (their `PEXPIRE` follows every
 //! registration). A name has at most `max_waiters` entries (`RedisOptions::max_waiters`): a
 //! waiting attempt that would register beyond that is refused with `{3, cap}`.
-//!
-//! Older clients kept the queue in one string, `<prefix>:{<name>}:queue`; the new keys have
-//! other names so that neither meets the other's type (`WRONGTYPE`). Clients of both versions
-//! on one name each see only their own version's waiters: they lose fairness (an older and a
-//! newer waiter may overtake each other), never exclusion, which the lease alone decides.
 
 /// Lua of a sorted-set queue (after `wake_lua!()`), the exclusive lock's, Redlock's ticket
 /// queue (`super::redlock`) and the kinds' queues (`super::kinds_queue`): with `Q = {order,
