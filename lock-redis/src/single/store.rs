@@ -42,7 +42,7 @@ pub struct RedisStore {
     /// `RedisOptions::min_replicas_ack` and the `WAIT` bound in ms.
     pub(crate) min_replicas_ack: u32,
     pub(crate) ack_wait_ms: u64,
-    /// `RedisOptions::idle_gc_after` in ms (0: fence keys never expire).
+    /// `RedisOptions::idle_gc_after` in ms (0: the names' hashes never expire).
     idle_ms: u64,
     /// `RedisOptions::max_clock_offset` where a failover can hand the leases to another
     /// node's clock (Sentinel, Cluster); zero for a fixed server.
