@@ -12,7 +12,8 @@
 //! and its validity counts from that script call's send instant, like any acquire. Anyone who
 //! can publish (a user with read rights and `+publish`), a late or a duplicated message can wake
 //! a waiter, never make it hold. The cost is one round trip on the hand-off, on the script's
-//! shortest path (owner check, `PEXPIRE`, token read).
+//! shortest path after the free one (`HMGET` of owner, lease end and token, `TIME`, `HSET` of the
+//! new lease end).
 //!
 //! ## The bound on an untaken grant
 //!

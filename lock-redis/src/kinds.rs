@@ -19,7 +19,7 @@ use lock_core::{
 use crate::acl::Needs;
 use crate::reply::{remaining_from, token_from, too_many_waiters, ttl_ms};
 use crate::scripts::{
-    Renew, RwAcquire, RwKeys, RwRelease, SemAcquire, SemKeys, SemRelease, Side, ZsetHolder, ZsetRenew,
+    LeaseEnd, Renew, RwAcquire, RwKeys, RwRelease, SemAcquire, SemKeys, SemRelease, Side, ZsetHolder, ZsetRenew,
 };
 use crate::single::{BACKEND, RESERVE_MS};
 use crate::{RedisOptions, RedisStore};
@@ -183,7 +183,7 @@ impl KindStore for RedisKinds {
             }
             LockKind::Write => {
                 let keys = RwKeys::new(&base.prefix, g.name);
-                let call = Renew { lock: &keys.writer, owner, ttl_ms };
+                let call = Renew { lock: &keys.writer, owner, ttl_ms, end: LeaseEnd::Px };
                 base.renew_acked(&keys.writer, |mut c| async move { call.invoke(&mut c).await }).await?
             }
             _ => {

@@ -55,9 +55,9 @@ pub struct RedisOptions {
     /// tries again while the lease is valid). Then a failover to an acknowledging replica keeps
     /// the lease. `0` (default) turns it off. Needs `+wait` in the user's ACL.
     pub min_replicas_ack: u32,
-    /// Let a name's fence key expire once the name has not been granted for `ttl` plus this
-    /// long (docs/contract.md §5.7), so idle names cost no memory; `None` (default) keeps fence
-    /// keys forever. Tokens stay monotonic without the key: every token is at least the
+    /// Let a name's hash (lease and token counter) expire once the name has not been granted or
+    /// renewed for `ttl` plus this long (docs/contract.md §5.7), so idle names cost no memory;
+    /// `None` (default) keeps them forever. Tokens stay monotonic without the key: every token is at least the
     /// server's clock in µs. At least 1 s. Single-instance Redis only (Redlock keeps its keys).
     #[serde(with = "humantime_serde")]
     pub idle_gc_after: Option<Duration>,
@@ -67,8 +67,9 @@ pub struct RedisOptions {
     /// announced. Empty by default.
     pub cluster_node_map: BTreeMap<String, String>,
     /// Redis Sentinel and Cluster only: how far the wall clocks of the nodes may disagree. After
-    /// a failover the promoted replica judges every lease's expiry by its own clock (Redis ≥ 7
-    /// replicates `PEXPIRE` as an absolute `PEXPIREAT`), so a lease ends up to this much earlier
+    /// a failover the promoted replica judges every lease's expiry by its own clock (the
+    /// exclusive lock's lease end is an absolute server time, and Redis ≥ 7 replicates `PEXPIRE`
+    /// as an absolute `PEXPIREAT`), so a lease ends up to this much earlier
     /// than the old primary would have ended it; every lease's validity is shortened by it
     /// (`valid_until = t0 + ttl − (ttl/100 + 2ms) − max_clock_offset`, docs/contract.md §3) and a
     /// ttl must exceed that allowance. `dlock doctor` measures the nodes' offsets. Ignored on a

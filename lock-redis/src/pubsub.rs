@@ -9,10 +9,7 @@
 //! and nobody in the other clients. Election observers register apart: every message on their
 //! channel wakes all of them (a grant publishes `+` and a release nobody waits for `-` for
 //! them alone; no waiter acts on those). Channels nobody waits on or observes any more are
-//! UNSUBSCRIBEd by a periodic sweep. A message whose payload is `all` wakes every local waiter
-//! of that channel instead: the read-write lock's scripts before its waiter queue sent it when
-//! a writer left with no writer waiting (they now wake each queued reader by `@<owner>`); it is
-//! still honoured so that readers of a deployment running both versions still wake. After the connection drops (server restart,
+//! UNSUBSCRIBEd by a periodic sweep. After the connection drops (server restart,
 //! network cut, failed health ping) the listener reconnects, re-subscribes every live channel
 //! and wakes every waiter, because releases may have been published in between. Waiters also
 //! re-try on a timer bounded by the holder's remaining ttl, so notifications are only hints.
@@ -161,9 +158,9 @@ impl Notifier {
     /// Registers an election observer of `channel` (docs/contract.md §5.8): it wakes at every
     /// message on the channel (a grant's `+`, a release's `-` or hand-off), on a confirmation
     /// and after a reconnect, and never takes a waiter's wake-up. Subscribes like
-    /// [`Notifier::subscribe`].
-    pub(crate) async fn observe(&self, channel: &str) -> ChangeFeed {
-        self.register(channel, |hub| hub.observe(channel, ())).await.0
+    /// [`Notifier::subscribe`]. `keep` lives as long as the feed.
+    pub(crate) async fn observe(&self, channel: &str, keep: impl std::any::Any + Send + Sync) -> ChangeFeed {
+        self.register(channel, |hub| hub.observe(channel, keep)).await.0
     }
 
     /// Registers with the channel's hub (`add`), then subscribes the channel where needed.
@@ -264,15 +261,6 @@ impl Inner {
     fn wake_each(&self, channel: &str) {
         let hubs = self.hubs.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(hub) = hubs.get(channel) {
-            hub.wake_each();
-        }
-    }
-
-    /// Wakes every waiter of `channel`, and leaves a wake-up for each that is between two waits.
-    fn wake_every(&self, channel: &str) {
-        let hubs = self.hubs.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(hub) = hubs.get(channel) {
-            hub.wake_all();
             hub.wake_each();
         }
     }
@@ -428,22 +416,10 @@ async fn pump(
                 // Every message may mean a new holder: observers look again.
                 strong.changed(&channel);
                 // `+` (a grant) and `-` (a release nobody waits for) are for observers only.
-                // `all` (a writer left a read-write lock, from scripts before its queue): every
-                // local waiter of the channel may go ahead (they are readers). Anything else
-                // wakes one waiter.
+                // Anything else wakes one waiter: a hint, which sends it to ask the server.
                 let payload = msg.get_payload_bytes();
                 match payload {
                     b"+" | b"-" => {}
-                    b"all" => strong.wake_every(&channel),
-                    // `!<owner>:<token>:<attempt>`, an older releaser's grant: only a wake-up for
-                    // that owner's waiter, which then asks the server (crate::handoff); the
-                    // token in it is never used.
-                    [b'!', grant @ ..] => {
-                        let owner = grant.split(|b| *b == b':').next().and_then(|o| std::str::from_utf8(o).ok());
-                        if let Some(owner) = owner.filter(|o| !o.is_empty()) {
-                            strong.wake_owner(&channel, owner);
-                        }
-                    }
                     _ => match payload.strip_prefix(b"@") {
                         // A hand-off to one queued owner: only its waiter, if it is ours.
                         Some(owner) => {

@@ -177,8 +177,9 @@ lock_conformance::impl_fixture! {
         Ok(true)
     }
 
+    /// The name's hash (lease and token counter) expired, as `idle_gc_after` lets it.
     async fn collect_idle(&self, name: &LockName) -> Result<bool, LockError> {
-        self.delete(&self.key(name, "fence")).await?;
+        self.delete(&self.key(name, "lock")).await?;
         Ok(true)
     }
 

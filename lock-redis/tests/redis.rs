@@ -21,13 +21,14 @@ mod redis_extra {
         client.get_multiplexed_async_connection().await.unwrap()
     }
 
-    /// `idle_gc_after` lets the fence key expire `ttl + idle_gc_after` after a grant (docs/contract.md
-    /// §5.7); without it the key has no expiry. The holder id rides in the lease hash.
+    /// `idle_gc_after` lets the name's hash (lease and token counter) expire `ttl +
+    /// idle_gc_after` after a grant or renewal (docs/contract.md §5.7); without it the key has no
+    /// expiry. The holder id rides in the hash too.
     #[tokio::test]
     async fn idle_gc_after_expires_fence_keys() {
         let fx = RedisFixture::start().await.unwrap();
         let name = LockName::new("idle-gc").unwrap();
-        let fence = fx.key(&name.escaped(), "fence");
+        let fence = fx.key(&name.escaped(), "lock");
         let mut raw = raw(&fx).await;
         let plain = fx.redis_client().await.unwrap();
         plain.try_acquire(&name, &opts(1000)).await.unwrap().expect("free").release().await.unwrap();
@@ -190,7 +191,7 @@ mod redis_extra {
         let l1 = c.acquire(&name, &opts(1000)).await.unwrap();
         l1.release().await.unwrap();
         let mut conn = raw(&fx).await;
-        let _: i64 = redis::cmd("DEL").arg(fx.key("evicted", "fence")).query_async(&mut conn).await.unwrap();
+        let _: i64 = redis::cmd("DEL").arg(fx.key("evicted", "lock")).query_async(&mut conn).await.unwrap();
         let l2 = c.acquire(&name, &opts(1000)).await.unwrap();
         assert!(l2.token() > l1.token());
         l2.release().await.unwrap();

@@ -7,7 +7,7 @@ use lock_core::{backend::RenewOutcome, LockError, LockName, OwnerId};
 
 use super::store::RedlockStore;
 use crate::reply::ttl_ms;
-use crate::scripts::{Keys, Renew};
+use crate::scripts::{Keys, LeaseEnd, Renew};
 
 impl RedlockStore {
     /// Renews on every master; a majority of renewals keeps the lease, a majority of refusals
@@ -33,7 +33,7 @@ impl RedlockStore {
                 let (keys, owner) = (&keys, &owner);
                 async move {
                     node.run_idempotent(per_node, |mut c| async move {
-                        Renew { lock: &keys.lock, owner, ttl_ms: ms }.invoke(&mut c).await
+                        Renew { lock: &keys.lock, owner, ttl_ms: ms, end: LeaseEnd::Px }.invoke(&mut c).await
                     })
                     .await
                 }

@@ -7,102 +7,101 @@ use std::sync::LazyLock;
 use redis::Script;
 
 use super::keys::Keys;
-use super::queue::{token_lua, wake_lua};
+use super::lease::lease_hash_lua;
+use super::queue::wake_lua;
 use super::waiters::waiters_lua;
 use crate::boot::quiet_lua;
 
-/// Single instance acquire. KEYS: lock, fence, boot marker, and the queue's keys (optional:
-/// without them there is no queue): waiters, waiter ends, waiter entries ([`super::waiters`]).
-/// ARGV: owner, ttl ms, quiet ms, holder id (`''`: none), metadata (`'+'` followed by it; `''`:
-/// none), fence expiry ms (`'0'`: none), registration ms (`'0'`: a single try, which does not
-/// queue), channel, reserve ms, the caller's wake channel (`''`: woken on `channel`;
-/// [`super::queue`]), grant terms (`'<ttl ms>'`: a release may grant this waiter the lock
-/// provisionally, and this script, finding the lock its own, claims it: [`super::queue`],
-/// `crate::handoff`; `''`: none), the most waiters the name may have. A grant stores holder and
-/// metadata in the lease hash as `h` and `m` (docs/contract.md §5.6), so they expire with it,
-/// and lets the fence key expire after the given time (`idle_gc_after`, §5.7): tokens are
-/// floored by the server clock, so none goes back without it. A free lock goes only to the
-/// queue's head or, with an empty queue, to anyone ([`super::queue`]). With a queue, a grant
-/// publishes `+` on the channel (for election observers; no waiter acts on it). A lease that
-/// someone is queued behind carries `q` (set by a registration while it is held and by a grant
-/// that leaves others queued), so that its release reads the queue only then. The calls of each
-/// path, and why no fewer: the crate docs, "The free path".
+/// Single instance acquire. KEYS: the name's hash ([`super::lease`]), boot marker, and the
+/// queue's keys: waiters, waiter ends, waiter entries ([`super::waiters`]). ARGV: owner, ttl ms,
+/// quiet ms, holder id (`''`: none), metadata (`'+'` followed by it; `''`: none), the hash's
+/// expiry ms (`'0'`: none), registration ms (`'0'`: a single try, which does not queue),
+/// channel, reserve ms, the caller's wake channel (`''`: woken on `channel`; [`super::queue`]),
+/// grant terms (`'<ttl ms>'`: a release may grant this waiter the lock provisionally, and this
+/// script, finding the lock its own, claims it: [`super::queue`], `crate::handoff`; `''`:
+/// none), the most waiters the name may have. A grant stores holder and metadata in the hash as
+/// `h` and `m` (docs/contract.md §5.6), and lets the hash expire after the given time
+/// (`idle_gc_after`, §5.7): tokens are floored by the server clock, so none goes back without
+/// it. A free lock goes only to the queue's head or, with an empty queue, to anyone
+/// ([`super::queue`]). A grant publishes `+` on the channel (for election observers; no waiter
+/// acts on it); on the free path only while the hash says someone observes (`w`, [`super::lease`]). The calls of each path, and why no fewer: the crate docs, "The free path".
 /// Returns `{1, token}` when granted (or already ours: the stored token, lease refreshed to
 /// `ttl`, which is also how a waiter claims a grant in the release: the branch after the free path),
-/// `{0, ms}` when someone else holds it (ms: its PTTL) or a queued waiter is ahead (ms: until the
+/// `{0, ms}` when someone else holds it (ms: its lease left) or a queued waiter is ahead (ms: until the
 /// head's reservation ends), `{2, ms}` when the server is in its quiet period after losing its
 /// state (ms: the quiet time left; see `crate::boot`), and `{3, cap}` when a waiting attempt
 /// would be the name's waiter number `cap + 1` (it is not queued).
 const ACQUIRE_SRC: &str = effects_lua!(
     r#"
--- The free path (no lease, nobody queued, the fence there): granted here, before any helper
--- is defined, in seven calls (the crate docs, "The free path"). No lease key and no queue key
--- is exactly free with nobody queued: an ended lease's key is gone (Redis never shows an
--- expired key) and an empty queue has no key. A fence this server still has was written by a
--- grant made after its last loss of state, and the first grant after a loss finds no fence and
--- reads the boot marker: so no lease of this name can have been forgotten since, and the marker
--- is read only when the fence is missing.
-local t = nil
-if redis.call('EXISTS', KEYS[1], KEYS[4] or KEYS[1]) == 0 then
-  local fence = redis.call('GET', KEYS[2])
-  if fence then
-    t = redis.call('TIME')
-    local token = tonumber(fence) + 1
-    local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    if token < floor then token = floor end
-    local s = string.format('%d', token)
-    redis.call('SET', KEYS[2], s)
-    redis.call('HSET', KEYS[1], 'o', ARGV[1], 'f', s)
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'h', ARGV[4]) end
-    if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'm', ARGV[5]) end
-    if ARGV[6] ~= '0' then redis.call('PEXPIRE', KEYS[2], ARGV[6]) end
-    -- The holder changed: observers of other processes (crate::pubsub) hear `+`; waiters ignore it.
-    if KEYS[4] then redis.call('PUBLISH', ARGV[8], '+') end
-    return {1, token}
-  end
-end
-local holder = redis.call('HGET', KEYS[1], 'o')
-if holder == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, tonumber(redis.call('HGET', KEYS[1], 'f'))}
-end
-t = t or redis.call('TIME')
-local queued = KEYS[4] ~= nil and redis.call('ZCARD', KEYS[4]) > 0
-"#,
-    quiet_lua!(),
-    token_lua!(),
-    wake_lua!(),
-    waiters_lua!(),
-    r#"
+-- The free path (no live lease, nobody queued, the counter there): granted here, before any
+-- helper is defined, in three calls (the crate docs, "The free path"). No `q` on a hash with
+-- `f` is exactly nobody queued (super::lease). A counter this server still has was written by a
+-- grant made after its last loss of state, and the first grant after a loss finds none and reads
+-- the boot marker: so no lease of this name can have been forgotten since, and the marker is
+-- read only when the counter is missing.
+local l = redis.call('HMGET', KEYS[1], 'o', 'e', 'f', 'q', 'h', 'm', 'w')
+local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local Q = nil
-if KEYS[4] then Q = {order = KEYS[4], ends = KEYS[5], data = KEYS[6]} end
-local function grant()
-  if Q then redis.call('PUBLISH', ARGV[8], '+') end
-  local token = grant_lease(KEYS[1], KEYS[2], ARGV[1], ARGV[2], t)
-  -- Others still queued: the release must look at the queue (`q`, below).
-  if queued and redis.call('ZCARD', Q.order) > 0 then redis.call('HSET', KEYS[1], 'q', '1') end
-  if ARGV[4] and ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'h', ARGV[4]) end
-  if ARGV[5] and ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'm', ARGV[5]) end
-  if ARGV[6] and tonumber(ARGV[6]) > 0 then redis.call('PEXPIRE', KEYS[2], ARGV[6]) end
+local live = l[1] and tonumber(l[2] or '0') >= now
+if l[3] and not (live or l[4]) then
+  local token = tonumber(l[3]) + 1
+  local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if token < floor then token = floor end
+  local observed = l[7] and tonumber(l[7]) >= now
+  -- An ended lease's holder id and metadata are not the new one's; a lapsed observer mark goes,
+  -- so that releases stop publishing for it.
+  if l[5] or l[6] or (l[7] and not observed) then redis.call('HDEL', KEYS[1], 'h', 'm', 'w') end
+  local set = {'o', ARGV[1], 'e', string.format('%d', now + tonumber(ARGV[2])), 'f', string.format('%d', token)}
+  if ARGV[4] ~= '' then set[7], set[8] = 'h', ARGV[4] end
+  if ARGV[5] ~= '' then set[#set + 1], set[#set + 2] = 'm', ARGV[5] end
+  redis.call('HSET', KEYS[1], unpack(set))
+  if ARGV[6] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[6]) end
+  -- The holder changed: observers of other processes (crate::pubsub) hear `+`, if there are any;
+  -- waiters ignore it.
+  if observed then redis.call('PUBLISH', ARGV[8], '+') end
   return {1, token}
 end
-local reg = tonumber(ARGV[7] or '0') or 0
-local cap = tonumber(ARGV[12] or '') or math.huge
+if live and l[1] == ARGV[1] then
+  redis.call('HSET', KEYS[1], 'e', string.format('%d', now + tonumber(ARGV[2])))
+  if ARGV[6] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[6]) end
+  return {1, tonumber(l[3])}
+end
+local holder = nil
+if live then holder = l[1] end
+local queued = redis.call('ZCARD', KEYS[3]) > 0
+"#,
+    quiet_lua!(),
+    wake_lua!(),
+    lease_hash_lua!(),
+    waiters_lua!(),
+    r#"
+local Q = {order = KEYS[3], ends = KEYS[4], data = KEYS[5]}
+local function grant()
+  redis.call('PUBLISH', ARGV[8], '+')
+  local token = grant_hash(KEYS[1], ARGV[1], ARGV[2], t, ARGV[6])
+  -- Others still queued: the release and the free path must look at the queue (`q`).
+  queue_mark(Q, KEYS[1])
+  if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'h', ARGV[4]) end
+  if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'm', ARGV[5]) end
+  return {1, token}
+end
+local reg = tonumber(ARGV[7]) or 0
+local cap = tonumber(ARGV[12]) or math.huge
 if queued then wq_purge(Q, now) end
 -- Refused: register (or push the registration forward, as this attempt) when waiting.
 local function busy(ms)
-  if Q and reg > 0 then
+  if reg > 0 then
     local me = entry_of(ARGV[1], ARGV[10], ARGV[11])
     if not wq_register(Q, ARGV[1], me, now + reg, now, cap) then return {3, cap} end
-    -- The lease says someone queued behind it, so that its release looks at the queue.
-    if holder then redis.call('HSET', KEYS[1], 'q', '1') end
+    -- Someone is queued: the free path and the release look at the queue. A hash without the
+    -- counter sends every acquire past the free path anyway, and the grant that writes the
+    -- counter sets the mark itself.
+    if l[3] then redis.call('HSET', KEYS[1], 'q', '1') end
   end
   return {0, ms}
 end
-if holder then return busy(redis.call('PTTL', KEYS[1])) end
-local quiet = quiet_left(KEYS[3], ARGV[3], now)
+if holder then return busy(math.max(1, tonumber(l[2]) - now)) end
+local quiet = quiet_left(KEYS[2], ARGV[3], now)
 if quiet > 0 then
   -- `{2, ms}`: refused for the quiet period, not for a holder (the caller says so).
   local r = busy(quiet)
@@ -122,11 +121,11 @@ return grant()
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_SRC));
 
 script_call! {
-    /// A call of `ACQUIRE_SRC`, always with the queue key: `{1, token}`, `{0, ms}` (held), or
-    /// `{2, ms}` (nobody holds it, but the restart quiet period lasts `ms` more).
+    /// A call of `ACQUIRE_SRC`: `{1, token}`, `{0, ms}` (held), `{2, ms}` (nobody holds it, but
+    /// the restart quiet period lasts `ms` more) or `{3, cap}` (too many waiters).
     Acquire -> Vec<i64> = ACQUIRE;
     {
-        /// The lock's keys: lock, fence, the queue's three and channel.
+        /// The lock's keys: the name's hash, the queue's three and channel.
         keys: &'a Keys,
         /// The owner's id.
         owner: &'a str,
@@ -138,7 +137,7 @@ script_call! {
         holder: &'a str,
         /// The metadata to store, `+` followed by it; `""`: none.
         metadata: &'a str,
-        /// After how long (ms) the fence key may expire, 0: never.
+        /// After how long (ms) the name's hash may expire (`idle_gc_after` past the ttl), 0: never.
         fence_ms: u64,
         /// How long a refused attempt's place in the queue lasts (ms), 0: a single try, no place.
         registration_ms: u64,
@@ -152,70 +151,101 @@ script_call! {
         max_waiters: u32,
     }
     marker marker;
-    keys [&keys.lock, &keys.fence, marker, &keys.waiters, &keys.waiter_ends, &keys.waiter_entries]
+    keys [&keys.lock, marker, &keys.waiters, &keys.waiter_ends, &keys.waiter_entries]
     args [
         owner, ttl_ms, quiet_ms, holder, metadata, fence_ms, registration_ms, &keys.channel, reserve_ms, wake, grant,
         max_waiters,
     ]
 }
 
-/// Owner-checked renew. KEYS: lock. ARGV: owner, ttl ms. Returns 1 renewed, 0 not ours.
-const RENEW_SRC: &str = r#"
-if redis.call('HGET', KEYS[1], 'o') == ARGV[1] then
+/// Owner-checked renew. KEYS: the lease. ARGV: owner, ttl ms, and how the lease ends: `'px'`, a
+/// lease hash with its own `PX` (the read-write lock's writer, a Redlock master's lease), else
+/// the name's hash of a single instance exclusive lock ([`super::lease`]), whose lease end moves
+/// and which expires after that many ms (`'0'`: never). Returns 1 renewed, 0 not ours (or its
+/// lease ended).
+const RENEW_SRC: &str = effects_lua!(
+    r#"
+local l = redis.call('HMGET', KEYS[1], 'o', 'e')
+if l[1] ~= ARGV[1] then return 0 end
+if ARGV[3] == 'px' then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end
-return 0
-"#;
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if tonumber(l[2] or '0') < now then return 0 end
+redis.call('HSET', KEYS[1], 'e', string.format('%d', now + tonumber(ARGV[2])))
+if ARGV[3] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
+return 1
+"#
+);
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW_SRC));
 
+/// How a renewed lease ends (`RENEW_SRC`'s last argument).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseEnd {
+    /// A lease hash with its own `PX` (the read-write lock's writer, a Redlock master's lease).
+    Px,
+    /// The single instance exclusive lock's name's hash: its lease end, and the hash's expiry
+    /// after that many ms (`idle_gc_after` past the ttl), 0: never.
+    Hash {
+        /// After how long (ms) the name's hash may expire, 0: never.
+        fence_ms: u64,
+    },
+}
+
+impl LeaseEnd {
+    fn arg(self) -> String {
+        match self {
+            LeaseEnd::Px => "px".to_owned(),
+            LeaseEnd::Hash { fence_ms } => fence_ms.to_string(),
+        }
+    }
+}
+
 script_call! {
-    /// A call of `RENEW_SRC`, also the writer's renewal of a read-write lock: 1 renewed, 0
-    /// not ours.
+    /// A call of `RENEW_SRC`: 1 renewed, 0 not ours.
     Renew -> i64 = RENEW;
     {
-        /// The lease hash (`Keys::lock`, `RwKeys::writer`).
+        /// The lease (`Keys::lock`, `RwKeys::writer`).
         lock: &'a str,
         /// The owner's id.
         owner: &'a str,
         /// The new ttl in ms.
         ttl_ms: u64,
+        /// How the lease ends.
+        end: LeaseEnd,
     }
     keys [lock]
-    args [owner, ttl_ms]
+    args [owner, ttl_ms, end.arg()]
 }
 
-/// Owner-checked release that hands off. KEYS: lock, and (single instance) fence and the
+/// Owner-checked release that hands off. KEYS: the name's hash ([`super::lease`]) and the
 /// queue's three keys ([`super::waiters`]). ARGV: owner, channel, reserve ms, (unused), claim
-/// window ms. With a queue, its head is granted the lock provisionally (when its entry takes
-/// grants, [`super::queue`]) or reserved and woken alone, and an empty queue publishes `-`,
-/// which wakes no waiter (every waiter registers before it waits), only election observers;
-/// without one `released` wakes one waiter per client. A lease without `q` had nobody queued
-/// behind it: its release publishes `-` without reading the queue. Returns 1 released, 0 not
-/// ours.
+/// window ms. The release ends the lease (`o`, `e`, `h`, `m`) and keeps the counter. The queue's
+/// head is granted the lock provisionally (when its entry takes grants, [`super::queue`]) or
+/// reserved and woken alone, and an empty queue publishes `-`, which wakes no waiter (every
+/// waiter registers before it waits), only election observers. A hash without `q` has nobody
+/// queued: its release publishes `-` without reading the queue, and only with an observer mark. Returns 1 released, 0 not ours.
 const RELEASE_SRC: &str = effects_lua!(
     r#"
-local lease = redis.call('HMGET', KEYS[1], 'o', 'q')
+local lease = redis.call('HMGET', KEYS[1], 'o', 'q', 'w')
 if lease[1] ~= ARGV[1] then return 0 end
-redis.call('DEL', KEYS[1])
-if not KEYS[3] then
-  redis.call('PUBLISH', ARGV[2], 'released')
-  return 1
-end
--- Nobody queued behind this lease (no `q`: every registration while it was held set it, and a
--- grant with others still queued too), the common case: `-` for the observers, without reading
--- the queue or defining its helpers.
+redis.call('HDEL', KEYS[1], 'o', 'e', 'h', 'm')
+-- Nobody queued (no `q`: super::lease), the common case: `-` for the observers if anyone
+-- observes (`w`; a lapsed mark costs one message until the next free grant drops it), without
+-- reading the queue or defining its helpers.
 if not lease[2] then
-  redis.call('PUBLISH', ARGV[2], '-')
+  if lease[3] then redis.call('PUBLISH', ARGV[2], '-') end
   return 1
 end
 "#,
     wake_lua!(),
-    token_lua!(),
+    lease_hash_lua!(),
     waiters_lua!(),
     r#"
-local Q = {order = KEYS[3], ends = KEYS[4], data = KEYS[5]}
-freed(Q, tonumber(ARGV[3]), ARGV[2], KEYS[1], KEYS[2], tonumber(ARGV[5]))
+local Q = {order = KEYS[2], ends = KEYS[3], data = KEYS[4]}
+freed(Q, tonumber(ARGV[3]), ARGV[2], KEYS[1], tonumber(ARGV[5]))
 return 1
 "#
 );
@@ -227,20 +257,20 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SRC));
 /// the head and the lock is free, the next head is reserved and woken. Returns 1.
 const ABANDON_SRC: &str = effects_lua!(
     wake_lua!(),
-    token_lua!(),
+    lease_hash_lua!(),
     waiters_lua!(),
     r#"
-local Q = {order = KEYS[3], ends = KEYS[4], data = KEYS[5]}
+local Q = {order = KEYS[2], ends = KEYS[3], data = KEYS[4]}
 if redis.call('HGET', KEYS[1], 'o') == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  freed(Q, tonumber(ARGV[3]), ARGV[2], KEYS[1], KEYS[2], tonumber(ARGV[5]))
+  redis.call('HDEL', KEYS[1], 'o', 'e', 'h', 'm')
+  freed(Q, tonumber(ARGV[3]), ARGV[2], KEYS[1], tonumber(ARGV[5]))
 end
 if redis.call('ZCARD', Q.order) == 0 then return 1 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = ms_of(redis.call('TIME'))
 local was_head = wq_head(Q, now) == ARGV[1]
 wq_drop(Q, ARGV[1])
-if was_head and not redis.call('HGET', KEYS[1], 'o') then
+queue_mark(Q, KEYS[1])
+if was_head and not live_owner(KEYS[1], now) then
   local head, ends, entry = wq_head(Q, now)
   if head then wq_reserve(Q, head, ends, entry, now, tonumber(ARGV[3]), ARGV[2], true) end
 end
@@ -268,8 +298,8 @@ script_call! {
     {
         /// Release or abandon.
         script: HandOffScript,
-        /// The lock's keys: lock, fence (a grant to the head issues a token), the queue's three
-        /// and channel.
+        /// The lock's keys: the name's hash (a grant to the head issues a token), the queue's
+        /// three and channel.
         keys: &'a Keys,
         /// The owner's id.
         owner: &'a str,
@@ -280,48 +310,49 @@ script_call! {
         /// The claim window of a grant to the head in ms (`crate::handoff::CLAIM_MS`).
         claim_ms: u64,
     }
-    keys [&keys.lock, &keys.fence, &keys.waiters, &keys.waiter_ends, &keys.waiter_entries]
+    keys [&keys.lock, &keys.waiters, &keys.waiter_ends, &keys.waiter_entries]
     args [owner, &keys.channel, reserve_ms, wake, claim_ms]
 }
 
-/// Read one lease (docs/contract.md §5.6). KEYS: lock. Returns `{}` when nobody holds it, else
-/// `{token, pttl, holder, metadata}` as strings, holder and metadata `'+'`-prefixed when present
-/// and `''` when not.
+/// Read one lease (docs/contract.md §5.6). KEYS: the name's hash. Returns `{}` when nobody
+/// holds it, else `{token, ms left, holder, metadata}` as strings, holder and metadata
+/// `'+'`-prefixed when present and `''` when not.
 const INSPECT_SRC: &str = r#"
--- Each field alone: an absent one reads as false.
-if not redis.call('HGET', KEYS[1], 'o') then return {} end
-local f = redis.call('HGET', KEYS[1], 'f') or '0'
-local h = redis.call('HGET', KEYS[1], 'h')
-if h then h = '+' .. h else h = '' end
-local m = redis.call('HGET', KEYS[1], 'm') or ''
-return {f, tostring(redis.call('PTTL', KEYS[1])), h, m}
+local l = redis.call('HMGET', KEYS[1], 'o', 'e', 'f', 'h', 'm')
+local t = redis.call('TIME')
+local left = tonumber(l[2] or '0') - (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+if not l[1] or left < 0 then return {} end
+local h = ''
+if l[4] then h = '+' .. l[4] end
+return {l[3] or '0', string.format('%d', left), h, l[5] or ''}
 "#;
 static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(INSPECT_SRC));
 
 script_call! {
-    /// A call of `INSPECT_SRC`: `{}` or `{token, pttl, holder, metadata}`.
+    /// A call of `INSPECT_SRC`: `{}` or `{token, ms left, holder, metadata}`.
     Inspect -> Vec<String> = INSPECT;
     {
-        /// The lock's keys (the lease hash).
+        /// The lock's keys (the name's hash).
         keys: &'a Keys,
     }
     keys [&keys.lock]
     args []
 }
 
-/// An operator's release (docs/contract.md §5.6), whoever the owner: deletes the lease hash but
-/// not the fence counter, so the next grant's token is higher, and hands the lock to the queue's
-/// head like a release. KEYS: lock, the queue's three keys. ARGV: channel, reserve ms. Returns
-/// `{fence}` of the freed lease, `{}` when the lock was free.
+/// An operator's release (docs/contract.md §5.6), whoever the owner: ends the lease but keeps
+/// the counter, so the next grant's token is higher, and hands the lock to the queue's head like
+/// a release (reserved and woken; never granted in the script). KEYS: the name's hash, the
+/// queue's three keys. ARGV: channel, reserve ms. Returns `{token}` of the freed lease, `{}` when
+/// the lock was free.
 const FORCE_RELEASE_SRC: &str = effects_lua!(
     wake_lua!(),
-    token_lua!(),
+    lease_hash_lua!(),
     waiters_lua!(),
     r#"
-if not redis.call('HGET', KEYS[1], 'o') then return {} end
+if not live_owner(KEYS[1], ms_of(redis.call('TIME'))) then return {} end
 local f = redis.call('HGET', KEYS[1], 'f') or '0'
-redis.call('DEL', KEYS[1])
-freed({order = KEYS[2], ends = KEYS[3], data = KEYS[4]}, tonumber(ARGV[2]), ARGV[1])
+redis.call('HDEL', KEYS[1], 'o', 'e', 'h', 'm')
+freed({order = KEYS[2], ends = KEYS[3], data = KEYS[4]}, tonumber(ARGV[2]), ARGV[1], KEYS[1])
 return {f}
 "#
 );
@@ -331,7 +362,7 @@ script_call! {
     /// A call of `FORCE_RELEASE_SRC`: `{fence}` of the freed lease, `{}` when the lock was free.
     ForceRelease -> Vec<String> = FORCE_RELEASE;
     {
-        /// The lock's keys: lock, the queue's three and channel.
+        /// The lock's keys: the name's hash, the queue's three and channel.
         keys: &'a Keys,
         /// How long the woken head has to come (ms).
         reserve_ms: u64,
@@ -340,6 +371,34 @@ script_call! {
     args [&keys.channel, reserve_ms]
 }
 
+/// An election observer marks the name's hash observed (`w`, [`super::lease`]) until `now +
+/// period`, never shortening a mark: the free path publishes its `+`/`-` only then. KEYS: the
+/// name's hash. ARGV: period ms. Returns 1.
+const OBSERVE_SRC: &str = effects_lua!(
+    r#"
+local t = redis.call('TIME')
+local until_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[1])
+if tonumber(redis.call('HGET', KEYS[1], 'w') or '0') < until_ms then
+  redis.call('HSET', KEYS[1], 'w', string.format('%d', until_ms))
+end
+return 1
+"#
+);
+static OBSERVE: LazyLock<Script> = LazyLock::new(|| Script::new(OBSERVE_SRC));
+
+script_call! {
+    /// A call of `OBSERVE_SRC`: 1.
+    Observe -> i64 = OBSERVE;
+    {
+        /// The name's hash (`Keys::lock`).
+        lock: &'a str,
+        /// How long the mark lasts (ms).
+        period_ms: u64,
+    }
+    keys [lock]
+    args [period_ms]
+}
+
 /// The sources of this file, loaded on every new connection.
-pub(super) const SOURCES: [&str; 6] =
-    [ACQUIRE_SRC, RENEW_SRC, RELEASE_SRC, ABANDON_SRC, INSPECT_SRC, FORCE_RELEASE_SRC];
+pub(super) const SOURCES: [&str; 7] =
+    [ACQUIRE_SRC, RENEW_SRC, RELEASE_SRC, ABANDON_SRC, INSPECT_SRC, FORCE_RELEASE_SRC, OBSERVE_SRC];

@@ -27,9 +27,11 @@ macro_rules! key_space {
 key_space! {
     /// The keys and channel of one lock.
     Keys "" {
-        /// Hash `{o: owner, f: fence}` with a `PX` expiry: the lease.
+        /// Single instance: the name's hash `{o: owner, e: lease end, f: highest token, q: queue
+        /// mark, h, m}` (`super::lease`), no expiry unless `idle_gc_after`. A Redlock master:
+        /// the lease, `{o: owner[:attempt], f: token}` with a `PX` expiry.
         lock: "lock",
-        /// Integer, no expiry: the highest token issued.
+        /// Redlock: integer, no expiry: the highest token issued on this master.
         fence: "fence",
         /// Redlock: the attempt id that stored `fence`, so that only that attempt counts an equal
         /// counter as its own store.
@@ -37,15 +39,12 @@ key_space! {
         /// Pub/sub channel that a release publishes to.
         channel: "released",
         /// Sorted set: waiting owner → arrival sequence (single instance; `super::waiters`).
-        /// Older clients queued in one string, `queue`: a new name, so neither meets the
-        /// other's type.
         waiters: "waiters",
         /// Sorted set: waiting owner → server time (ms) its registration ends.
         waiter_ends: "waiter-ends",
         /// Hash: waiting owner → its queue entry (how it is woken, whether it takes grants).
         waiter_entries: "waiter-entries",
-        /// Sorted set: waiting entry → its ticket (one Redlock master; `super::redlock`). Older
-        /// clients queued in one string, `rl-queue`.
+        /// Sorted set: waiting entry → its ticket (one Redlock master; `super::redlock`).
         redlock_waiters: "rl-waiters",
         /// Sorted set: waiting entry → server time (ms) its registration ends.
         redlock_waiter_ends: "rl-waiter-ends",
@@ -63,7 +62,7 @@ key_space! {
         writer: "writer",
         /// Sorted set: waiting reader (`r:<owner>`) or writer (`w:<owner>`) → arrival sequence
         /// (`super::kinds_queue`). While a writer is queued, new readers wait behind it
-        /// (writers are not starved). Older clients queued in one string, `queue`.
+        /// (writers are not starved).
         waiters: "waiters",
         /// Sorted set: waiting member → server time (ms) its registration ends.
         waiter_ends: "waiter-ends",
@@ -90,7 +89,7 @@ key_space! {
         /// String: the number of permits every user must agree on (expires with the last holder).
         permits: "permits",
         /// Sorted set: waiting permit owner (`p:<owner>`) → arrival sequence
-        /// (`super::kinds_queue`). Older clients queued in one string, `queue`.
+        /// (`super::kinds_queue`).
         waiters: "waiters",
         /// Sorted set: waiting member → server time (ms) its registration ends.
         waiter_ends: "waiter-ends",

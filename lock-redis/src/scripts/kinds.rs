@@ -75,7 +75,7 @@ macro_rules! kinds_queued_prelude {
 /// `kq_busy(Q, member, entry, reg, cap, ms)`, the answer of a refused attempt, `{0, ms}`, after
 /// a waiting one (`reg` > 0) registered or pushed its registration forward; `{3, cap}` when it
 /// would be the name's waiter number `cap + 1` (not queued); `kq_leave(Q, member)`, the caller
-/// holds now and leaves the queue.
+/// holds now (or ends its wait) and leaves the queue, and `kq_released(mine)`, a release's answer.
 macro_rules! kinds_busy_lua {
     () => {
         r#"
@@ -83,9 +83,17 @@ local function kq_busy(Q, member, entry, reg, cap, ms)
   if not kq_register(Q, member, entry, reg, cap) then return {3, cap} end
   return {0, ms}
 end
--- The caller holds now: its entry, if queued, leaves the queue.
+-- The caller holds now, or ends its wait: its entry, if queued, leaves the queue; whether it
+-- was queued.
 local function kq_leave(Q, member)
-  if kq_place(Q, member) > 0 then wq_drop(Q, member) end
+  if kq_place(Q, member) == 0 then return false end
+  wq_drop(Q, member)
+  return true
+end
+-- The answer of a release (also a wait's abandon): 1 it freed the owner's lease, 0 not ours.
+local function kq_released(mine)
+  if mine then return 1 end
+  return 0
 end
 "#
     };
@@ -236,18 +244,14 @@ const RW_WRITE_RELEASE_SRC: &str = concat!(
 local mine = redis.call('HGET', KEYS[3], 'o') == ARGV[1]
 if mine then redis.call('DEL', KEYS[3]) end
 local Q = kq_queue(KEYS[4], KEYS[5], KEYS[6], KEYS[7])
-local member = 'w:' .. ARGV[1]
-local i = kq_place(Q, member)
-if i > 0 then wq_drop(Q, member) end
-if mine or i > 0 then
+if kq_leave(Q, 'w:' .. ARGV[1]) or mine then
   purge(KEYS[1], KEYS[2])
   local can = rw_grantable(Q, redis.call('EXISTS', KEYS[3]) == 1, redis.call('ZCARD', KEYS[1]))
   local wake_from = math.huge
   if mine then wake_from = 1 end
   kq_reserve(Q, can, tonumber(ARGV[2]), {r = ARGV[3], w = ARGV[4]}, wake_from)
 end
-if mine then return 1 end
-return 0
+return kq_released(mine)
 "#
 );
 static RW_WRITE_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_WRITE_RELEASE_SRC));
@@ -268,10 +272,7 @@ if mine then
   expire_with(KEYS[1], {KEYS[1], KEYS[2]})
 end
 local Q = kq_queue(KEYS[4], KEYS[5], KEYS[6], KEYS[7])
-local member = 'r:' .. ARGV[1]
-local i = kq_place(Q, member)
-if i > 0 then wq_drop(Q, member) end
-if mine or i > 0 then
+if kq_leave(Q, 'r:' .. ARGV[1]) or mine then
   local readers = redis.call('ZCARD', KEYS[1])
   local can = rw_grantable(Q, redis.call('EXISTS', KEYS[3]) == 1, readers)
   -- A head writer became grantable by this release: wake it even if its reservation had begun.
@@ -279,8 +280,7 @@ if mine or i > 0 then
   if mine and readers == 0 and can == 1 and string.sub(wq_head(Q, now), 1, 2) == 'w:' then wake_from = 1 end
   kq_reserve(Q, can, tonumber(ARGV[2]), {r = ARGV[3], w = ARGV[4]}, wake_from)
 end
-if mine then return 1 end
-return 0
+return kq_released(mine)
 "#
 );
 static RW_READ_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_READ_RELEASE_SRC));
@@ -352,10 +352,7 @@ const SEM_RELEASE_SRC: &str = concat!(
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
 local mine = score and tonumber(score) > now
 local Q = kq_queue(KEYS[4], KEYS[5], KEYS[6], nil)
-local member = 'p:' .. ARGV[1]
-local i = kq_place(Q, member)
-if i > 0 then wq_drop(Q, member) end
-if not mine and i == 0 then return 0 end
+if not kq_leave(Q, 'p:' .. ARGV[1]) and not mine then return 0 end
 -- Read before the last holder's release deletes it with the holders.
 local n = tonumber(redis.call('GET', KEYS[3]) or '0') or 0
 if mine then
@@ -371,8 +368,7 @@ if n == 0 and held == 0 then free = 1 end
 local wake_from = math.huge
 if mine then wake_from = free end
 kq_reserve(Q, free, tonumber(ARGV[2]), {p = ARGV[3]}, wake_from)
-if mine then return 1 end
-return 0
+return kq_released(mine)
 "#
 );
 static SEM_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(SEM_RELEASE_SRC));

@@ -11,10 +11,7 @@
 //! lock, `…:rw:waiting-writers` (the writers' members by sequence, so the run of readers at the
 //! head is counted without walking it). A member is `<kind>:<owner>`, `kind` `r` (reader), `w`
 //! (writer) or `p` (permit), so one queue keeps a read-write lock's readers and writers in their
-//! common arrival order; its entry adds `~<wake channel>` when the client has one. Older
-//! clients kept each queue in one string (`…:rw:queue`, `…:sem:queue`), rewritten on every
-//! refused attempt: the new keys have other names, so the two never meet a `WRONGTYPE`; clients
-//! of both versions on one name lose fairness, never exclusion.
+//! common arrival order; its entry adds `~<wake channel>` when the client has one.
 //!
 //! The rules, in the scripts ([`super::kinds`]):
 //! - The **grantable heads** are the entries that may be granted now: the head writer alone

@@ -59,11 +59,12 @@ mod exclusive;
 mod keys;
 mod kinds;
 mod kinds_queue;
+mod lease;
 mod queue;
 mod redlock;
 mod waiters;
 
-pub use exclusive::{Acquire, ForceRelease, HandOff, HandOffScript, Inspect, Renew};
+pub use exclusive::{Acquire, ForceRelease, HandOff, HandOffScript, Inspect, LeaseEnd, Observe, Renew};
 pub use keys::{Keys, RwKeys, SemKeys};
 pub use kinds::{RwAcquire, RwRelease, SemAcquire, SemRelease, Side, ZsetHolder, ZsetRenew};
 pub use redlock::{RedlockAcquire, RedlockFence, RedlockRelease, RedlockUndo};

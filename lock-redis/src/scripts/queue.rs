@@ -38,11 +38,11 @@
 //! A waiter that can take such a grant (its client listens on a wake channel, asks no replica
 //! acknowledgements and stores no holder id or metadata) queues as `owner:<ttl ms>~<wake
 //! channel>`. A release whose head has such an entry grants that head the lease in the same
-//! script **provisionally** — new token as an acquire would issue it, `PEXPIRE min(ttl, claim
-//! window)` (`crate::handoff::CLAIM_MS`, 1 s), the entry gone — and publishes `@<owner>` on the
-//! head's wake channel (and `+` on the name's channel, for observers). The message only wakes
-//! the head; the head's acquire script, finding the lease its own, **claims** it: `PEXPIRE ttl`
-//! and the token in its reply. A grant nobody claims lapses at the end of the claim window,
+//! script **provisionally** — new token as an acquire would issue it, the lease ending `min(ttl,
+//! claim window)` from now (`crate::handoff::CLAIM_MS`, 1 s), the entry gone — and publishes
+//! `@<owner>` on the head's wake channel (and `+` on the name's channel, for observers). The
+//! message only wakes the head; the head's acquire script, finding the lease its own, **claims**
+//! it: the lease now ends `ttl` from now, and the token is in its reply. A grant nobody claims lapses at the end of the claim window,
 //! and the next waiter takes the free lock at its next attempt.
 //!
 //! An older client's entry `owner:<ttl>:<attempt>~…` is only woken (its client would take a

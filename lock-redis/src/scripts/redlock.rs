@@ -14,8 +14,7 @@
 //! server time in ms its registration lasts until), with the single instance's O(log n)
 //! updates and cap (`super::waiters`: an attempt drops at most 64 ended registrations, a head
 //! whose registration ended is dropped when met, the keys expire with the last registration, a
-//! new entry past `max_waiters` is refused with `{3, cap}`). Older clients kept one string,
-//! `…:rl-queue`; clients of both versions on one name lose fairness, never exclusion.
+//! new entry past `max_waiters` is refused with `{3, cap}`).
 //!
 //! The rules, per master:
 //! - A waiting attempt registers (or refreshes its registration: `ends = now + registration`)

@@ -13,11 +13,6 @@
 //! it is met. The three keys expire with the last registration (their `PEXPIRE` follows every
 //! registration). A name has at most `max_waiters` entries (`RedisOptions::max_waiters`): a
 //! waiting attempt that would register beyond that is refused with `{3, cap}`.
-//!
-//! Older clients kept the queue in one string, `<prefix>:{<name>}:queue`; the new keys have
-//! other names so that neither meets the other's type (`WRONGTYPE`). Clients of both versions
-//! on one name each see only their own version's waiters: they lose fairness (an older and a
-//! newer waiter may overtake each other), never exclusion, which the lease alone decides.
 
 /// Lua of a sorted-set queue (after `wake_lua!()`), the exclusive lock's, Redlock's ticket
 /// queue (`super::redlock`) and the kinds' queues (`super::kinds_queue`): with `Q = {order,
@@ -103,37 +98,44 @@ end
 }
 pub(crate) use sorted_queue_lua;
 
-/// Lua of the exclusive queue (after `wake_lua!()` and `token_lua!()`): [`sorted_queue_lua`]
-/// over `Q = {order, ends, data}` (the three keys) and `freed(Q, reserve, channel, lock, fence,
-/// claim)`.
+/// Lua of the exclusive queue (after `wake_lua!()` and `lease_hash_lua!()`): [`sorted_queue_lua`]
+/// over `Q = {order, ends, data}` (the three keys), `queue_mark(Q, lock)`, which keeps the name's
+/// hash's queue mark `q` true ([`super::lease`]), and `freed(Q, reserve, channel, lock, claim)`.
 macro_rules! waiters_lua {
     () => {
         concat!(
             $crate::scripts::waiters::sorted_queue_lua!(),
             r#"
+-- `q` on the name's hash `lock` while anyone is queued; removed only here, after looking.
+local function queue_mark(Q, lock)
+  if redis.call('ZCARD', Q.order) > 0 then
+    redis.call('HSET', lock, 'q', '1')
+  else
+    redis.call('HDEL', lock, 'q')
+  end
+end
 -- Grants the free lock to the head `owner` (entry `entry`) when its entry takes grants
 -- (crate::scripts::queue), provisionally: for the claim window `claim` ms (at most the head's
 -- ttl) until the head's own acquire script claims it; whether it did. The message only wakes
 -- the head: it names no token.
-local function grant_head(Q, owner, entry, t, lock, fence, channel, claim)
+local function grant_head(Q, owner, entry, t, lock, channel, claim)
   local _, grant, own = entry_parts(entry)
   local ttl = tonumber(string.match(grant or '', '^(%d+)$'))
   if not (ttl and own) then return false end
-  grant_lease(lock, fence, owner, wq_fmt(math.min(ttl, claim)), t)
+  grant_hash(lock, owner, wq_fmt(math.min(ttl, claim)), t, nil)
   wq_drop(Q, owner)
-  -- Others still queued: this lease's release must look at the queue (`q`, `super::exclusive`).
-  if redis.call('ZCARD', Q.order) > 0 then redis.call('HSET', lock, 'q', '1') end
+  queue_mark(Q, lock)
   redis.call('PUBLISH', own, '@' .. owner)
   redis.call('PUBLISH', channel, '+')
   return true
 end
--- The lock was freed: the head is granted the lock provisionally (given `lock`, `fence` and the
--- claim window `claim` ms, when its entry takes grants) or reserved and woken; with nobody
--- queued, `-` tells the observers only (crate::pubsub), so that another process's election
--- observer hears it.
-local function freed(Q, reserve, channel, lock, fence, claim)
+-- The lock `lock` was freed: the head is granted the lock provisionally (given the claim window
+-- `claim` ms, when its entry takes grants) or reserved and woken; with nobody queued, `-` tells
+-- the observers only (crate::pubsub), so that another process's election observer hears it.
+local function freed(Q, reserve, channel, lock, claim)
   -- Most releases find no queue and need no TIME.
   if redis.call('ZCARD', Q.order) == 0 then
+    redis.call('HDEL', lock, 'q')
     redis.call('PUBLISH', channel, '-')
     return
   end
@@ -142,8 +144,9 @@ local function freed(Q, reserve, channel, lock, fence, claim)
   wq_purge(Q, now)
   local owner, ends, entry = wq_head(Q, now)
   if not owner then
+    redis.call('HDEL', lock, 'q')
     redis.call('PUBLISH', channel, '-')
-  elseif not (lock and claim and grant_head(Q, owner, entry, t, lock, fence, channel, claim)) then
+  elseif not (claim and grant_head(Q, owner, entry, t, lock, channel, claim)) then
     wq_reserve(Q, owner, ends, entry, now, reserve, channel, true)
   end
 end

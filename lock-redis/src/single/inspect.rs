@@ -1,8 +1,8 @@
 //! Who holds a lock on Redis (docs/contract.md §5.6): the holder id and metadata live in the
-//! lease hash (fields `h`, `m`, written by the acquire script in the same call and expiring with
-//! the lease); `RedisStore::read_holder` reads the hash and its `PTTL` in one script, `scan_holders`
-//! walks the key space with `SCAN` over the prefix's exclusive-lock keys; `free_whoever_holds`
-//! deletes the lease hash (never the fence counter).
+//! name's hash (fields `h`, `m`, written by the acquire script in the same call and gone with
+//! the lease); `RedisStore::read_holder` reads the hash and the time its lease has left in one
+//! script, `scan_holders` walks the key space with `SCAN` over the prefix's name hashes (held or
+//! not: the read says); `free_whoever_holds` ends the lease (never the token counter).
 
 use lock_core::{backend::escape_prefix, FencingToken, HolderInfo, LockError, LockKind, LockName};
 
@@ -26,7 +26,7 @@ fn strip(field: &str) -> Option<String> {
 }
 
 impl RedisStore {
-    /// The holder of `name`, read in one script (token, `PTTL`, holder id and metadata).
+    /// The holder of `name`, read in one script (token, time left, holder id and metadata).
     pub(super) async fn read_holder(&self, name: &LockName) -> Result<Option<HolderInfo>, LockError> {
         let keys = self.keys(name);
         let call = Inspect { keys: &keys };

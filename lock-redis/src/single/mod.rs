@@ -2,6 +2,7 @@
 //! its inspection (who holds a lock, listing, the operator's release).
 
 mod inspect;
+mod observe;
 mod store;
 
 pub use store::RedisStore;

@@ -1,6 +1,7 @@
 //! The single-instance backend: [`RedisStore`], its connection and its grants.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -18,7 +19,7 @@ use crate::handoff::CLAIM_MS;
 use crate::options::min_ttl;
 use crate::pubsub::Notifier;
 use crate::reply::{parse_pair, remaining_from, token_from, too_many_waiters, ttl_ms};
-use crate::scripts::{Acquire, HandOff, HandOffScript, Keys, Renew};
+use crate::scripts::{Acquire, HandOff, HandOffScript, Keys, LeaseEnd, Renew};
 use crate::RedisOptions;
 use redis::RedisResult;
 
@@ -32,7 +33,8 @@ pub(crate) const RESERVE_MS: u64 = 250;
 /// One Redis server (or a Redis Cluster node set reached through one endpoint) as a
 /// [`LeaseStore`]; use it through [`RedisLock`](crate::RedisLock).
 pub struct RedisStore {
-    pub(crate) node: Node,
+    /// Shared with the observers' mark refreshers (`super::observe`).
+    pub(crate) node: Arc<Node>,
     pub(crate) notifier: Notifier,
     pub(crate) prefix: String,
     pub(crate) boot: Boot,
@@ -40,7 +42,7 @@ pub struct RedisStore {
     /// `RedisOptions::min_replicas_ack` and the `WAIT` bound in ms.
     pub(crate) min_replicas_ack: u32,
     pub(crate) ack_wait_ms: u64,
-    /// `RedisOptions::idle_gc_after` in ms (0: fence keys never expire).
+    /// `RedisOptions::idle_gc_after` in ms (0: the names' hashes never expire).
     idle_ms: u64,
     /// `RedisOptions::max_clock_offset` where a failover can hand the leases to another
     /// node's clock (Sentinel, Cluster); zero for a fixed server.
@@ -127,7 +129,7 @@ impl RedisStore {
             options.request_timeout,
         );
         Ok(RedisStore {
-            node,
+            node: Arc::new(node),
             notifier,
             prefix: options.key_prefix.clone(),
             boot: Boot::new(&options.key_prefix, options.quiet_period(), per_name),
@@ -337,7 +339,10 @@ impl LeaseStore for RedisStore {
 
     async fn renew(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<RenewOutcome, LockError> {
         let (keys, owner) = (self.keys(name), owner.to_hex());
-        let call = Renew { lock: &keys.lock, owner: &owner, ttl_ms: ttl_ms(ttl) };
+        let ms = ttl_ms(ttl);
+        // The name's hash outlives the lease it carries: its idle expiry moves with the renewal.
+        let fence_ms = if self.idle_ms > 0 { ms.saturating_add(self.idle_ms) } else { 0 };
+        let call = Renew { lock: &keys.lock, owner: &owner, ttl_ms: ms, end: LeaseEnd::Hash { fence_ms } };
         let renewed = self.renew_acked(&keys.lock, |mut c| async move { call.invoke(&mut c).await }).await?;
         Ok(if renewed { RenewOutcome::Renewed } else { RenewOutcome::NotOwner })
     }
@@ -365,9 +370,16 @@ impl LeaseStore for RedisStore {
     }
 
     /// Grants publish `+` and releases `-` or the hand-off (crate::scripts): every one wakes
-    /// the feed, whichever process made it.
+    /// the feed, whichever process made it. The free path publishes only for a name marked
+    /// observed, so the name is marked (after subscribing, before the feed is handed out) and
+    /// kept marked while the feed lives (`super::observe`).
     async fn watch_changes(&self, name: &LockName) -> Result<Option<ChangeFeed>, LockError> {
-        Ok(Some(self.notifier.observe(&self.keys(name).channel).await))
+        let keys = self.keys(name);
+        let refresher = Arc::new(std::sync::OnceLock::new());
+        let feed = self.notifier.observe(&keys.channel, Arc::clone(&refresher)).await;
+        // Only this call sets it: `set` cannot fail.
+        let _ = refresher.set(super::observe::mark_observed(&self.node, keys.lock).await?);
+        Ok(Some(feed))
     }
 
     async fn inspect(&self, name: &LockName) -> Result<Option<HolderInfo>, LockError> {

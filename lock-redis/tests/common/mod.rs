@@ -110,10 +110,10 @@ lock_conformance::impl_fixture! {
         Ok(true)
     }
 
-    /// What `idle_gc_after` does: the fence key of the (released) name is gone, as its expiry
-    /// removes it.
+    /// What `idle_gc_after` does: the hash of the (released) name, its token counter with it, is
+    /// gone, as its expiry removes it.
     async fn collect_idle(&self, name: &LockName) -> Result<bool, LockError> {
-        delete_key(self.server.url(), &self.key(&name.escaped(), "fence")).await?;
+        delete_key(self.server.url(), &self.key(&name.escaped(), "lock")).await?;
         Ok(true)
     }
 

@@ -174,11 +174,16 @@ async fn hostile_names_and_separate_kinds() {
     for l in leases {
         l.release().await.unwrap();
     }
-    // Released: no lease keys are left behind (fence counters stay).
+    // Released: no lease keys are left behind (fence counters stay, the exclusive lock's in its
+    // hash, which then holds no lease).
     let left: Vec<String> =
         redis::cmd("KEYS").arg(format!("{}:*", fx.options.key_prefix)).query_async(&mut conn).await.unwrap();
     let boot = format!("{}:boot", fx.options.key_prefix);
-    assert!(left.iter().all(|k| k.ends_with(":fence") || *k == boot), "{left:?}");
+    assert!(left.iter().all(|k| k.ends_with(":fence") || k.ends_with(":lock") || *k == boot), "{left:?}");
+    for k in left.iter().filter(|k| k.ends_with(":lock")) {
+        let owner: Option<String> = redis::cmd("HGET").arg(k).arg("o").query_async(&mut conn).await.unwrap();
+        assert_eq!(owner, None, "{k} still names an owner");
+    }
 }
 
 /// The last reader's release wakes a waiting writer through pub/sub: well before its timed

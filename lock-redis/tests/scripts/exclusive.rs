@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use lock_core::LockName;
 use lock_redis::scripts::HandOffScript::{Abandon, Release};
-use lock_redis::scripts::{Keys, Renew};
+use lock_redis::scripts::{Acquire, Inspect, Keys, LeaseEnd, Renew};
 
 use crate::{acquire, fresh_server, hand_off, heard, listen};
 
@@ -24,11 +24,42 @@ async fn grants_are_owner_checked_and_tokens_rise() {
     assert_eq!(other[0], 0);
     assert!(other[1] > 4000 && other[1] <= 5000, "PTTL {}", other[1]);
     assert_eq!(hand_off(Release, &k, "o2", RESERVE, "").invoke(&mut c).await.unwrap(), 0, "not ours");
-    let renewed = Renew { lock: &k.lock, owner: "o2", ttl_ms: 5000 }.invoke(&mut c).await.unwrap();
+    let renewed = Renew { lock: &k.lock, owner: "o2", ttl_ms: 5000, end: LeaseEnd::Hash { fence_ms: 0 } }
+        .invoke(&mut c)
+        .await
+        .unwrap();
     assert_eq!(renewed, 0);
     assert_eq!(hand_off(Release, &k, "o1", RESERVE, "").invoke(&mut c).await.unwrap(), 1);
     let next = acquire(&k, "o2", 0, RESERVE, "").invoke("t:boot", &mut c).await.unwrap();
     assert!(next[1] > first[1]);
+}
+
+/// The lease ends by the server's clock (`e` in the name's hash), not by the key's expiry: an
+/// ended lease is gone for every script although its fields stay until the next grant — renew
+/// refuses it, inspect reports nobody, the next grant carries none of its holder id or metadata
+/// — and a renewal moves the hash's idle expiry with the lease.
+#[tokio::test]
+async fn an_ended_lease_is_gone_though_its_fields_stay() {
+    let (_server, _client, mut c) = fresh_server().await;
+    let () = redis::cmd("SET").arg("t:boot").arg(0).query_async(&mut c).await.unwrap();
+    let k = Keys::new("t", &LockName::new("ended").unwrap());
+    let short = Acquire { ttl_ms: 100, holder: "h1", metadata: "+m1", ..acquire(&k, "o1", 0, RESERVE, "") };
+    assert_eq!(short.invoke("t:boot", &mut c).await.unwrap()[0], 1);
+    assert_eq!(Inspect { keys: &k }.invoke(&mut c).await.unwrap()[2], "+h1");
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let owner: Option<String> = redis::cmd("HGET").arg(&k.lock).arg("o").query_async(&mut c).await.unwrap();
+    assert_eq!(owner.as_deref(), Some("o1"), "the ended lease's fields stay");
+    let renew = Renew { lock: &k.lock, owner: "o1", ttl_ms: 5000, end: LeaseEnd::Hash { fence_ms: 0 } };
+    assert_eq!(renew.invoke(&mut c).await.unwrap(), 0, "an ended lease is not renewed");
+    assert!(Inspect { keys: &k }.invoke(&mut c).await.unwrap().is_empty(), "nobody holds it");
+    let next = Acquire { fence_ms: 60_000, ..acquire(&k, "o2", 0, RESERVE, "") };
+    assert_eq!(next.invoke("t:boot", &mut c).await.unwrap()[0], 1, "free for the next owner");
+    let info = Inspect { keys: &k }.invoke(&mut c).await.unwrap();
+    assert_eq!((info[2].as_str(), info[3].as_str()), ("", ""), "no holder id or metadata of the ended lease");
+    let renew = Renew { lock: &k.lock, owner: "o2", ttl_ms: 5000, end: LeaseEnd::Hash { fence_ms: 90_000 } };
+    assert_eq!(renew.invoke(&mut c).await.unwrap(), 1);
+    let pttl: i64 = redis::cmd("PTTL").arg(&k.lock).query_async(&mut c).await.unwrap();
+    assert!(pttl > 85_000, "the renewal moved the hash's idle expiry: {pttl}");
 }
 
 /// The queue's rules: a newcomer (single try or waiting) does not overtake a queued waiter, a

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use lock_core::LockName;
 use lock_redis::scripts::HandOffScript::Release;
-use lock_redis::scripts::{Acquire, Keys};
+use lock_redis::scripts::{Acquire, Keys, Observe};
 
 use crate::queue_scale::reset_stats;
 use crate::{acquire, fresh_server, hand_off, heard, listen};
@@ -59,6 +59,38 @@ async fn a_release_finds_every_waiter_queued_behind_it() {
     assert!(wakes(&mut messages).await.is_empty(), "nobody left");
 }
 
+/// The free path publishes `+` (grant) and `-` (release) only while the name is marked observed
+/// (`Observe`, what an election observer's feed keeps up): an unobserved lock costs no `PUBLISH`;
+/// a lapsed mark is dropped by the next free grant, after which releases publish nothing either.
+#[tokio::test]
+async fn the_free_path_publishes_only_while_observed() {
+    let (_server, client, mut c) = fresh_server().await;
+    let () = redis::cmd("SET").arg("f:boot").arg(0).query_async(&mut c).await.unwrap();
+    let k = Keys::new("f", &LockName::new("observed").unwrap());
+    let mut messages = listen(&client, &[&k.channel]).await;
+    let quiet = Duration::from_millis(150);
+    let cycle = |mut c: redis::aio::MultiplexedConnection| {
+        let k = k.clone();
+        async move {
+            assert_eq!(try_take(&k, 0).invoke("f:boot", &mut c).await.unwrap()[0], 1);
+            assert_eq!(hand_off(Release, &k, "o", RESERVE, "").invoke(&mut c).await.unwrap(), 1);
+        }
+    };
+    // The first grant of a name (no counter yet) is not the free path, which publishes always.
+    cycle(c.clone()).await;
+    assert_eq!(heard(&mut messages, quiet).await, ["+"]);
+    cycle(c.clone()).await;
+    assert!(heard(&mut messages, quiet).await.is_empty(), "nobody observes: no message");
+    assert_eq!(Observe { lock: &k.lock, period_ms: 300 }.invoke(&mut c).await.unwrap(), 1);
+    cycle(c.clone()).await;
+    assert_eq!(heard(&mut messages, quiet).await, ["+", "-"], "observed: the grant and the release");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    cycle(c.clone()).await;
+    assert!(heard(&mut messages, quiet).await.is_empty(), "the mark lapsed: no message");
+    let mark: Option<String> = redis::cmd("HGET").arg(&k.lock).arg("w").query_async(&mut c).await.unwrap();
+    assert_eq!(mark, None, "the lapsed mark is gone");
+}
+
 /// A single try of `o` on `k` with the quiet period `quiet_ms`.
 fn try_take(k: &Keys, quiet_ms: u64) -> Acquire<'_> {
     Acquire { quiet_ms, ..acquire(k, "o", 0, RESERVE, "") }
@@ -91,15 +123,17 @@ async fn the_marker_is_read_only_without_a_fence() {
     assert_eq!(lost[0], 2, "after the server lost its state, a name used before waits too: {lost:?}");
 }
 
-/// `usec` of every command in `INFO commandstats`, summed, and the number of calls of `cmd`.
-async fn server_usec(c: &mut redis::aio::MultiplexedConnection, cmd: &str) -> (f64, u64) {
+/// `usec` of the top-level commands `cmds` in `INFO commandstats`, summed (a script's own
+/// `redis.call`s are counted under their names too, and inside the script's time), and the
+/// number of calls of the first.
+async fn server_usec(c: &mut redis::aio::MultiplexedConnection, cmds: &[&str]) -> (f64, u64) {
     let info: String = redis::cmd("INFO").arg("commandstats").query_async(c).await.unwrap();
     let (mut usec, mut calls) = (0.0, 0);
-    for line in info.lines().filter(|l| l.starts_with("cmdstat_") && !l.starts_with("cmdstat_info:")) {
+    for line in info.lines() {
+        let Some(i) = cmds.iter().position(|cmd| line.starts_with(&format!("cmdstat_{cmd}:"))) else { continue };
         let field = |name: &str| line.split([':', ',']).find_map(|f| f.strip_prefix(name)).unwrap_or("0");
-        let u: f64 = field("usec=").parse().unwrap();
-        usec += u;
-        if line.starts_with(&format!("cmdstat_{cmd}:")) {
+        usec += field("usec=").parse::<f64>().unwrap();
+        if i == 0 {
             calls = field("calls=").parse().unwrap();
         }
     }
@@ -136,7 +170,7 @@ async fn measure_free_path_server_time() {
             assert_eq!(call.invoke(&mut c).await.unwrap(), 1);
         }
         let dlock_cpu = server_cpu(&mut c).await - cpu0;
-        let (dlock, calls) = server_usec(&mut c, "evalsha").await;
+        let (dlock, calls) = server_usec(&mut c, &["evalsha"]).await;
         assert!(calls as usize >= 2 * CYCLES, "{calls} scripts run");
         reset_stats(&mut c).await;
         let cpu0 = server_cpu(&mut c).await;
@@ -156,12 +190,12 @@ async fn measure_free_path_server_time() {
             assert_eq!(del, 1);
         }
         let base_cpu = server_cpu(&mut c).await - cpu0;
-        let (base, _) = server_usec(&mut c, "set").await;
+        let (base, _) = server_usec(&mut c, &["set", "evalsha"]).await;
         let n = CYCLES as f64;
         let (d, b) = (dlock / n, base / n);
         let (dc, bc) = (dlock_cpu * 1e6 / n, base_cpu * 1e6 / n);
         eprintln!(
-            "round {round}: per acquire + release: commands' µs dlock {d:.2}, floor {b:.2} ({:.2}x); \
+            "round {round}: per acquire + release: scripts' and commands' µs dlock {d:.2}, floor {b:.2} ({:.2}x); \
              server CPU µs dlock {dc:.1}, floor {bc:.1} ({:.2}x)",
             d / b,
             dc / bc

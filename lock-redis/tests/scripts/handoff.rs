@@ -18,11 +18,12 @@ fn waiting<'a>(k: &'a Keys, owner: &'a str, ttl_ms: u64, grant: &'a str) -> Acqu
     Acquire { ttl_ms, grant, ..acquire(k, owner, 20_000, RESERVE, "fq:wake:A") }
 }
 
-/// The lease's owner and PTTL.
+/// The lease's owner and the ms it has left by the server's clock (the name's hash: `o`, `e`).
 async fn lease(c: &mut redis::aio::MultiplexedConnection, k: &Keys) -> (Option<String>, i64) {
-    let o: Option<String> = redis::cmd("HGET").arg(&k.lock).arg("o").query_async(c).await.unwrap();
-    let pttl: i64 = redis::cmd("PTTL").arg(&k.lock).query_async(c).await.unwrap();
-    (o, pttl)
+    let (o, e): (Option<String>, Option<i64>) =
+        redis::cmd("HMGET").arg(&k.lock).arg("o").arg("e").query_async(c).await.unwrap();
+    let (s, us): (i64, i64) = redis::cmd("TIME").query_async(c).await.unwrap();
+    (o, e.map_or(-2, |e| e - (s * 1000 + us / 1000)))
 }
 
 /// A release grants the lock to a head whose entry takes grants: the lease is the head's, for
