@@ -252,23 +252,30 @@ return 1
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SRC));
 
 /// A wait that ended without a grant leaves the queue. KEYS: as the release's. ARGV: owner,
-/// channel, reserve ms, the caller's wake channel, claim window ms. A lease the owner holds is a
-/// release's grant it never claimed: it is released and handed on like a release. When it was
-/// the head and the lock is free, the next head is reserved and woken. Returns 1.
+/// channel, reserve ms, the caller's wake channel, claim window ms. Its entry goes first; then a
+/// lease the owner holds (a release's grant it never claimed, or one that lapsed: the hash keeps
+/// an ended lease's owner) is released and handed on like a release, to a head that is never
+/// the leaver. When it was the head and the lock is free, the next head is reserved and woken.
+/// Returns 1.
 const ABANDON_SRC: &str = effects_lua!(
     wake_lua!(),
     lease_hash_lua!(),
     waiters_lua!(),
     r#"
 local Q = {order = KEYS[2], ends = KEYS[3], data = KEYS[4]}
+local queued = redis.call('ZCARD', Q.order) > 0
+local now, was_head = 0, false
+if queued then
+  now = ms_of(redis.call('TIME'))
+  was_head = wq_head(Q, now) == ARGV[1]
+  -- Out of the queue before the release below: its hand-on must not grant the leaver.
+  wq_drop(Q, ARGV[1])
+end
 if redis.call('HGET', KEYS[1], 'o') == ARGV[1] then
   redis.call('HDEL', KEYS[1], 'o', 'e', 'h', 'm')
   freed(Q, tonumber(ARGV[3]), ARGV[2], KEYS[1], tonumber(ARGV[5]))
 end
-if redis.call('ZCARD', Q.order) == 0 then return 1 end
-local now = ms_of(redis.call('TIME'))
-local was_head = wq_head(Q, now) == ARGV[1]
-wq_drop(Q, ARGV[1])
+if not queued then return 1 end
 queue_mark(Q, KEYS[1])
 if was_head and not live_owner(KEYS[1], now) then
   local head, ends, entry = wq_head(Q, now)

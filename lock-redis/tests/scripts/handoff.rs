@@ -134,3 +134,40 @@ async fn a_grant_in_the_release_is_provisional_until_claimed() {
     let (o, pttl) = lease(&mut c, &k).await;
     assert!(o.as_deref() == Some("y") && pttl > 0 && pttl <= 300, "{o:?} {pttl}");
 }
+
+/// A waiter whose provisional grant lapsed, queued again behind another waiter, and leaves once
+/// that one has gone (it is the head then): its abandon must free the lock, not grant it back to
+/// the leaver. A lapsed grant's owner stays in the name's hash, so the abandon releases it and
+/// hands the lock on; with the leaver's own entry still queued at that moment, the hand-on
+/// granted the leaver again, and the lock stayed with a waiter that had left for a claim window.
+#[tokio::test]
+async fn an_abandon_never_grants_the_leaver() {
+    let (_server, _client, mut c) = fresh_server().await;
+    let k = Keys::new("lv", &LockName::new("leaver").unwrap());
+    let conn = c.clone();
+    let attempt = |owner: &'static str, registration_ms: u64| {
+        let (mut c, k) = (conn.clone(), &k);
+        async move {
+            let call = Acquire { registration_ms, ..waiting(k, owner, 60_000, "60000") };
+            call.invoke("lv:boot", &mut c).await.unwrap()
+        }
+    };
+    assert_eq!(attempt("a", 20_000).await[0], 1);
+    assert_eq!(attempt("w", 20_000).await[0], 0);
+    assert_eq!(hand_off(Release, &k, "a", RESERVE, "").invoke(&mut c).await.unwrap(), 1);
+    assert_eq!(lease(&mut c, &k).await.0.as_deref(), Some("w"), "the release granted w, provisionally");
+    // x queues behind w's grant, registered a little longer than the claim window.
+    assert_eq!(attempt("x", CLAIM_MS + 600).await[0], 0);
+    tokio::time::sleep(Duration::from_millis(CLAIM_MS + 100)).await;
+    // w's grant lapsed unclaimed; its next attempt finds the free lock owed to x, and queues.
+    assert_eq!(attempt("w", 20_000).await[0], 0, "the free lock is owed to the head, x");
+    // x's registration ends (its process died): w is the head, and leaves.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(hand_off(Abandon, &k, "w", RESERVE, "fq:wake:A").invoke(&mut c).await.unwrap(), 1);
+    let (owner, left) = lease(&mut c, &k).await;
+    assert!(
+        !(owner.as_deref() == Some("w") && left >= 0),
+        "the leaver w was granted the lock by its own abandon ({left} ms left)"
+    );
+    assert_eq!(attempt("n", 20_000).await[0], 1, "a newcomer takes the free lock at once");
+}
