@@ -17,7 +17,7 @@
 //!   answer, valid from its send instant.
 //! - **Leaving** (a wait that timed out, a dropped future) runs after the waiter's own
 //!   statement in flight, then two statements: delete the entry; release a grant it was given
-//!   and hand on. The waiter's record is forgotten only once both ran, so a clean-up cut short
+//!   and hand on (that statement also hands a free or expired row to the live head). The waiter's record is forgotten only once both ran, so a clean-up cut short
 //!   is finished by the background retry (the same statements later: in the model a cut changes
 //!   nothing, since "later" is already every interleaving).
 //! - **Renewal**: `UPDATE … SET expires_at = now + ttl WHERE owner = … AND expires_at > now`;

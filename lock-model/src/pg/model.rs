@@ -7,7 +7,7 @@ use stateright::{Model, Property};
 use tokio::time::Instant;
 
 use super::state::{Client, InFlight, State, Stmt};
-use crate::shared::{belief_end, dequeue, Hints, NetAction, Taken, ValidUntil};
+use crate::shared::{belief_end, Hints, NetAction, Taken, ValidUntil};
 
 /// Ticks a lease lasts from its grant, claim or renewal.
 pub const TTL: u8 = 4;
@@ -275,10 +275,10 @@ impl Pg {
             Action::Abandon(c) => {
                 let Client::Leaving { entry_gone } = s.clients[c as usize] else { return };
                 if entry_gone {
-                    Self::release(s, c);
+                    Self::leave_hand_on(s, c);
                     s.clients[c as usize] = Client::Left;
                 } else {
-                    dequeue(&mut s.queue, c);
+                    Self::leave_queue(s, c);
                     s.clients[c as usize] = Client::Leaving { entry_gone: true };
                 }
             }

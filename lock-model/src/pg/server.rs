@@ -93,4 +93,22 @@ impl Pg {
             Self::hand_on(s);
         }
     }
+
+    /// A leave's first statement: `DELETE` of the waiter's entry.
+    pub fn leave_queue(s: &mut State, c: u8) {
+        dequeue(&mut s.queue, c);
+    }
+
+    /// A leave's second statement (`hand_on`): releases a grant `c` was given meanwhile and
+    /// hands the lock on; a free or expired row goes to the queue's live head too (and stays as
+    /// it is when nobody live is queued). The differential test found the model's first version,
+    /// a plain release, leaving an expired row where the statement hands it on.
+    pub fn leave_hand_on(s: &mut State, c: u8) {
+        prune(&mut s.queue, s.now);
+        match s.live_row() {
+            Some(r) if r.owner == c => Self::hand_on(s),
+            None if !s.queue.is_empty() => Self::hand_on(s),
+            _ => {}
+        }
+    }
 }
