@@ -41,6 +41,23 @@ fn the_design_survives_longer_runs_deep() {
 }
 
 #[test]
+fn the_design_survives_a_database_crash_that_loses_an_unflushed_grant() {
+    assert_holds(Pg::db_crashes(Bugs::default()));
+}
+
+#[test]
+fn a_claim_that_does_not_wait_for_the_flush_holds_a_lost_grant() {
+    let bugs = Bugs { claim_not_durable: true, ..Bugs::default() };
+    assert_breaks(Pg::db_crashes(bugs), "a lost lease is signalled before it is gone");
+}
+
+#[test]
+fn a_claim_that_does_not_wait_for_the_flush_gives_two_holders() {
+    let bugs = Bugs { claim_not_durable: true, ..Bugs::default() };
+    assert_breaks(Pg::db_crashes(bugs), "no two believers");
+}
+
+#[test]
 fn trusting_the_notification_gives_two_holders() {
     let bugs = Bugs { trust_notify: true, ..Bugs::default() };
     assert_breaks(Pg::notify(bugs), "no two believers");

@@ -2,7 +2,7 @@
 //! (the row's lock, then the statement), mirroring `lock-sql/src/dialect/postgres/sql.rs`.
 
 use super::model::{Pg, CLAIM, ENTRY_LIFE, TTL};
-use super::state::{Row, State};
+use super::state::{Client, Row, State, GHOST};
 use crate::shared::{dequeue, enqueue, prune};
 
 impl Pg {
@@ -38,6 +38,14 @@ impl Pg {
     /// expired or not, with its fence; a free or expired row goes to the caller only when no
     /// live waiter is queued before it, else it is handed to that waiter and the caller queues.
     pub fn acquire(&self, s: &mut State, c: u8) -> Option<u8> {
+        let pre = s.flushed();
+        let reply = self.acquire_statement(s, c);
+        // A grant commits durably; a refusal (and the hand-on after it) does not wait for the flush.
+        s.commit(pre, reply.is_some());
+        reply
+    }
+
+    fn acquire_statement(&self, s: &mut State, c: u8) -> Option<u8> {
         prune(&mut s.queue, s.now);
         match s.row {
             Some(r) if r.owner == c => {
@@ -68,10 +76,14 @@ impl Pg {
 
     /// The claim: `UPDATE … SET expires_at = now + ttl WHERE name = … AND owner = <c> RETURNING
     /// fence`. `None`: the row is not `c`'s (the client falls back to the acquire statement).
+    /// Its commit waits for the flush, which covers the grant it claims (`claim_not_durable`:
+    /// it does not).
     pub fn claim(&self, s: &mut State, c: u8) -> Option<u8> {
         let r = s.row.filter(|r| r.owner == c)?;
+        let pre = s.flushed();
         let expires = self.regrant_expiry(s, r);
         s.row = Some(Row { expires, provisional: false, ..r });
+        s.commit(pre, !self.bugs.claim_not_durable);
         Some(r.token)
     }
 
@@ -80,7 +92,9 @@ impl Pg {
     pub fn renew(s: &mut State, c: u8) -> bool {
         match s.live_row() {
             Some(r) if r.owner == c => {
+                let pre = s.flushed();
                 s.row = Some(Row { expires: s.now + TTL, ..r });
+                s.commit(pre, true);
                 true
             }
             _ => false,
@@ -90,13 +104,25 @@ impl Pg {
     /// The owner-checked release (live rows only), with the grant to the queue's head.
     pub fn release(s: &mut State, c: u8) {
         if s.live_row().is_some_and(|r| r.owner == c) {
-            Self::hand_on(s);
+            Self::hand_on_committed(s);
         }
     }
 
-    /// A leave's first statement: `DELETE` of the waiter's entry.
+    /// [`Pg::hand_on`] as one statement's commit: a grant to the head does not wait for the
+    /// flush (`GRANT_COMMITS_ASYNC`), a row freed does.
+    fn hand_on_committed(s: &mut State) {
+        let pre = s.flushed();
+        Self::hand_on(s);
+        s.commit(pre, s.row.is_none());
+    }
+
+    /// A leave's first statement: `DELETE` of the waiter's entry (a durable commit).
     pub fn leave_queue(s: &mut State, c: u8) {
+        let pre = s.flushed();
         dequeue(&mut s.queue, c);
+        if pre.queue != s.queue {
+            s.commit(pre, true);
+        }
     }
 
     /// A leave's second statement (`hand_on`): releases a grant `c` was given meanwhile and
@@ -106,9 +132,29 @@ impl Pg {
     pub fn leave_hand_on(s: &mut State, c: u8) {
         prune(&mut s.queue, s.now);
         match s.live_row() {
-            Some(r) if r.owner == c => Self::hand_on(s),
-            None if !s.queue.is_empty() => Self::hand_on(s),
+            Some(r) if r.owner == c => Self::hand_on_committed(s),
+            None if !s.queue.is_empty() => Self::hand_on_committed(s),
             _ => {}
         }
+    }
+
+    /// The database crashes and comes back with what was flushed: a grant or refusal no flush
+    /// covered is gone (the notification it sent is not). A row it brings back whose client
+    /// no longer holds it is nobody's ([`GHOST`]).
+    pub fn db_crash(s: &mut State) {
+        let Some(back) = s.unflushed.take() else { return };
+        s.grant_lost |= s.row.is_some_and(|r| r.provisional && back.row.is_none_or(|b| b.token != r.token));
+        s.row = back.row.map(|r| {
+            let held = s
+                .clients
+                .get(r.owner as usize)
+                .is_some_and(|c| matches!(c, Client::Holding { token, .. } if *token == r.token));
+            if held {
+                r
+            } else {
+                Row { owner: GHOST, ..r }
+            }
+        });
+        s.queue = back.queue;
     }
 }

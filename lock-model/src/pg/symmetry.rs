@@ -15,9 +15,16 @@ impl State {
         permute(&mut s.rounds, &self.rounds, perm);
         permute(&mut s.strays, &self.strays, perm);
         if let Some(r) = s.row.as_mut() {
-            r.owner = perm[r.owner as usize];
+            // A ghost owner (a crash's restored row) is nobody's: it keeps its name.
+            r.owner = perm.get(r.owner as usize).copied().unwrap_or(r.owner);
         }
         rename_queue(&mut s.queue, perm);
+        if let Some(back) = s.unflushed.as_mut() {
+            if let Some(r) = back.row.as_mut() {
+                r.owner = perm.get(r.owner as usize).copied().unwrap_or(r.owner);
+            }
+            rename_queue(&mut back.queue, perm);
+        }
         s.net.rename(perm);
         s
     }
