@@ -15,9 +15,19 @@ fn assert_breaks(model: Zk, property: &'static str) {
 }
 
 #[test]
+fn the_validity_is_lock_zks_bound_in_whole_units() {
+    // lock-zk's rule, called by the model: a 10-unit session with a 2-unit tick allows 4.5
+    // units, 4 in whole units (the model's client may stay silent 5 units, not 4.5); the deep
+    // run's twentieths of a session are exact (20 − 1 − 9).
+    assert_eq!(Zk::small(Bugs::default()).validity(), 4);
+    assert_eq!(Zk::deep(Bugs::default()).validity(), 10);
+}
+
+#[test]
 fn the_bound_matches_lock_zk_at_every_tick() {
     // lock-zk's `the_bound_allows_for_the_leaders_lag` table, (session, tick) → bound in ms,
-    // each row in a unit that divides the session into twentieths and the tick into halves.
+    // each row in a unit that divides the session into twentieths and the tick into halves:
+    // the model's units give lock-zk's values.
     let table = [
         ((10_000, 2_000), 500, 4_500),
         ((4_000, 2_000), 200, 1_200),

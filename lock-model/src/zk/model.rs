@@ -2,8 +2,16 @@
 
 use stateright::{Model, Property};
 
+use std::sync::LazyLock;
+
+use lock_core::LockName;
+use lock_zk::decisions::{Recipe, Verdict};
+
 use super::bound;
 use super::state::{Client, Link, Session, State};
+
+/// The one lock name the recipe is asked about (the verdict reads only the queue).
+static LOCK: LazyLock<Option<LockName>> = LazyLock::new(|| LockName::new("model").ok());
 
 /// Design errors found before, each put back by its switch; every one must give a counterexample.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -105,13 +113,25 @@ impl Zk {
         link.pending = !link.cut;
     }
 
-    /// `c` looks at the children behind a request sent at `t0` that the quorum answered.
+    /// `c` looks at the children behind a request sent at `t0` that the quorum answered, and
+    /// lock-zk's own recipe (`Recipe::verdict`) says whether its node holds or which node it
+    /// watches.
     fn look(&self, s: &mut State, c: u8, t0: u8) {
         let Some(mine) = s.node_of(c) else { return };
-        let below = s.nodes.iter().filter(|&&(z, _)| z < mine).map(|&(z, _)| z).max();
-        s.clients[c as usize] = match below {
-            Some(watch) => Client::Waiting { watch },
-            None => {
+        let Some(name) = LOCK.as_ref() else { return };
+        // The children sorted by their sequence, which follows the czxid; named by it.
+        let mut queue: Vec<u8> = s.nodes.iter().map(|&(z, _)| z).collect();
+        queue.sort_unstable();
+        let children: Vec<String> = queue.iter().map(u8::to_string).collect();
+        let Some(index) = queue.iter().position(|&z| z == mine) else { return };
+        s.clients[c as usize] = match Recipe::Exclusive.verdict(name, &children, index) {
+            Ok(Verdict::Wait(nodes)) => match nodes.first().and_then(|n| n.parse().ok()) {
+                Some(watch) => Client::Waiting { watch },
+                None => return,
+            },
+            // The exclusive recipe answers `Hold` or `Wait` for one node, and no error.
+            Ok(Verdict::WaitGranted(_)) | Err(_) => return,
+            Ok(Verdict::Hold) => {
                 if mine <= s.max_taken {
                     s.regressed = true;
                 }
