@@ -22,11 +22,10 @@ use dlock_testkit::servers::postgres::PostgresServer;
 use lock_model::pg::{Action, Bugs, Client, InFlight, Pg, State, Stmt, CLAIM, ENTRY_LIFE, TTL};
 use lock_sql::model_text::{statements, PgStatements};
 use sqlx::{AssertSqlSafe, Connection, Executor, PgConnection};
-use stateright::Model;
 
 #[path = "common/walk.rs"]
 mod walk;
-use walk::{choose, Lcg, Tokens};
+use walk::{Tokens, Walk};
 
 /// Database time per model tick.
 const TICK: Duration = Duration::from_secs(2);
@@ -309,26 +308,18 @@ fn fault(action: Action) -> bool {
 
 /// One walk; `Ok(false)` when its steps overran half a tick (run it again).
 async fn walk(url: &str, seed: u64, try_no: usize) -> sqlx::Result<bool> {
-    let model = model();
-    let table = format!("dlock_model_diff_{}_{seed}_{try_no}", std::process::id());
-    let mut real = Real::new(url, table).await?;
-    let mut rng = Lcg(seed);
-    let mut s = model.init_states().remove(0);
-    let mut trace = Vec::new();
-    for _ in 0..100 {
-        let mut actions = Vec::new();
-        model.actions(&s, &mut actions);
-        let Some(action) = choose(&mut rng, &actions, Action::Tick, fault) else { break };
-        trace.push(action);
-        let next = model.next_state(&s, action).expect("every action has a next state");
+    let mut real = Real::new(url, format!("dlock_model_diff_{}_{seed}_{try_no}", std::process::id())).await?;
+    let mut w = Walk::new(model(), seed, 100, Action::Tick, fault);
+    while let Some((action, next)) = w.next() {
         if action == Action::Tick && !real.advance(next.now).await? {
             real.drop_tables().await?;
             return Ok(false);
         }
-        let mut mirror = State { now: next.now, ..s.clone() };
+        // The model's server steps alone, on the state before the action at its instant.
+        let mut mirror = State { now: next.now, ..w.s.clone() };
         let mut replies = Vec::new();
-        for op in ops(&s, action) {
-            let want = model_op(&model, &mut mirror, op);
+        for op in ops(&w.s, action) {
+            let want = model_op(&w.model, &mut mirror, op);
             let got = match (real.run(op).await?, want) {
                 (Reply::Token(t), Reply::Token(w)) => Reply::Token(t.map(|t| real.tokens.translate(t, w.unwrap_or(0)))),
                 (Reply::Renewed(r), _) => Reply::Renewed(r),
@@ -345,13 +336,9 @@ async fn walk(url: &str, seed: u64, try_no: usize) -> sqlx::Result<bool> {
         }
         let want = model_view(&next);
         let got = real.translate(view, &want);
-        for (op, got, want) in replies {
-            assert_eq!(got, want, "walk {seed}: the answer to {op:?} after {trace:?}");
-        }
-        assert_eq!(got, want, "walk {seed}: the database after {trace:?}");
-        s = next;
+        w.agree(next, replies, got, want);
     }
-    eprintln!("walk {seed}: {} steps agree: {trace:?}", trace.len());
+    eprintln!("walk {seed}: {} steps agree: {:?}", w.trace.len(), w.trace);
     real.drop_tables().await?;
     Ok(true)
 }

@@ -18,12 +18,11 @@ use lock_model::handoff::{Action, Bugs, Client, Handoff, State, CLAIM, ENTRY_LIF
 use lock_redis::scripts::{Acquire, HandOff, HandOffScript, Keys};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
-use stateright::Model;
 use tokio::time::Instant;
 
 #[path = "common/walk.rs"]
 mod walk;
-use walk::{choose, Lcg, Tokens};
+use walk::{Tokens, Walk};
 
 /// Real time per model tick.
 const TICK: Duration = Duration::from_millis(800);
@@ -227,32 +226,23 @@ fn fault(action: Action) -> bool {
 
 /// One walk; `Ok(false)` when its steps overran half a tick (run it again).
 async fn walk(url: &str, seed: u64, try_no: usize) -> redis::RedisResult<bool> {
-    let model = model();
-    let prefix = format!("dlock-model-diff-{}-{seed}-{try_no}", std::process::id());
-    let mut real = Real::new(url, prefix).await?;
-    let mut rng = Lcg(seed);
-    let mut s = model.init_states().remove(0);
-    let mut trace = Vec::new();
-    for _ in 0..80 {
-        let mut actions = Vec::new();
-        model.actions(&s, &mut actions);
-        let Some(action) = choose(&mut rng, &actions, Action::Tick, fault) else { break };
-        trace.push(action);
-        let next = model.next_state(&s, action).expect("every action has a next state");
+    let mut real = Real::new(url, format!("dlock-model-diff-{}-{seed}-{try_no}", std::process::id())).await?;
+    let mut w = Walk::new(model(), seed, 80, Action::Tick, fault);
+    while let Some((action, next)) = w.next() {
         if action == Action::Tick {
             tokio::time::sleep_until(real.base + TICK * u32::from(next.now)).await;
         }
-        let mut mirror = State { now: next.now, ..s.clone() };
+        let mut mirror = State { now: next.now, ..w.s.clone() };
         let mut replies = Vec::new();
-        for op in ops(&s, action) {
+        for op in ops(&w.s, action) {
             let want = match op {
-                Op::Acquire(c) => Some(model.acquire(&mut mirror, c)),
+                Op::Acquire(c) => Some(w.model.acquire(&mut mirror, c)),
                 Op::Release(c) => {
-                    model.release(&mut mirror, c);
+                    w.model.release(&mut mirror, c);
                     None
                 }
                 Op::Abandon(c) => {
-                    model.abandon(&mut mirror, c);
+                    w.model.abandon(&mut mirror, c);
                     None
                 }
                 Op::Restart => {
@@ -271,13 +261,9 @@ async fn walk(url: &str, seed: u64, try_no: usize) -> redis::RedisResult<bool> {
         }
         let want = model_view(&next);
         let got = real.translate(view, &want);
-        for (op, got, want) in replies {
-            assert_eq!(got, want, "walk {seed}: the reply to {op:?} after {trace:?}");
-        }
-        assert_eq!(got, want, "walk {seed}: the server after {trace:?}");
-        s = next;
+        w.agree(next, replies, got, want);
     }
-    eprintln!("walk {seed}: {} steps agree: {trace:?}", trace.len());
+    eprintln!("walk {seed}: {} steps agree: {:?}", w.trace.len(), w.trace);
     Ok(true)
 }
 
