@@ -66,6 +66,7 @@ pub mod failover;
 pub mod handoff;
 mod permutations;
 pub mod pg;
+pub mod properties;
 pub mod redlock;
 pub mod shared;
 pub mod zk;

@@ -7,6 +7,7 @@ use stateright::{Model, Property};
 use tokio::time::Instant;
 
 use super::state::{Client, InFlight, State, Stmt};
+use crate::properties::{lost_lease_signalled, no_two_believers, tokens_come_from_the_server, tokens_increase};
 use crate::shared::{belief_end, Hints, NetAction, Taken, ValidUntil};
 
 /// Ticks a lease lasts from its grant, claim or renewal.
@@ -450,19 +451,10 @@ impl Model for Pg {
 
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
-            Property::always("no two believers", |_, s: &State| {
-                (0..s.clients.len()).filter(|&c| s.believes(c)).count() <= 1
-            }),
-            Property::always("tokens come from the server", |_, s: &State| {
-                s.clients.iter().all(|c| !matches!(c, Client::Holding { token, .. } if *token > s.fence))
-            }),
-            Property::always("tokens increase", |_, s: &State| !s.taken.regressed),
-            Property::always("a lost lease is signalled before it is gone", |_, s: &State| {
-                (0..s.clients.len()).all(|c| {
-                    let Client::Holding { token, .. } = s.clients[c] else { return true };
-                    !s.believes(c) || s.live_row().is_some_and(|r| r.owner == c as u8 && r.token == token)
-                })
-            }),
+            no_two_believers(),
+            tokens_come_from_the_server(),
+            tokens_increase(),
+            lost_lease_signalled(),
             Property::always("an untaken grant lapses", |_, s: &State| {
                 let Some(r) = s.live_row() else { return true };
                 match s.clients.get(r.owner as usize) {

@@ -135,11 +135,6 @@ pub struct State {
 }
 
 impl State {
-    /// `c` holds a lease it believes valid.
-    pub fn believes(&self, c: usize) -> bool {
-        matches!(self.clients[c], Client::Holding { valid_until, .. } if self.now < valid_until)
-    }
-
     /// The row if it is live (`expires_at > now`).
     pub fn live_row(&self) -> Option<Row> {
         self.row.filter(|r| r.expires > self.now)
@@ -162,5 +157,19 @@ impl State {
         } else if self.unflushed.is_none() && (pre.row != self.row || pre.queue != self.queue) {
             self.unflushed = Some(pre);
         }
+    }
+}
+
+crate::properties::leases_of_clients!(State, |s| s.taken.regressed);
+
+impl crate::properties::Kept for State {
+    fn kept(&self, c: usize, token: u8) -> bool {
+        self.live_row().is_some_and(|r| r.owner == c as u8 && r.token == token)
+    }
+}
+
+impl crate::properties::Issued for State {
+    fn issued(&self) -> u8 {
+        self.fence
     }
 }

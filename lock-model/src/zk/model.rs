@@ -2,6 +2,8 @@
 
 use stateright::{Model, Property};
 
+use crate::properties::{lost_lease_signalled, no_two_believers, tokens_increase};
+
 use std::sync::LazyLock;
 
 use lock_core::LockName;
@@ -355,16 +357,9 @@ impl Model for Zk {
 
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
-            Property::always("no two believers", |_, s: &State| {
-                (0..s.clients.len()).filter(|&c| s.believes(c)).count() <= 1
-            }),
-            Property::always("tokens increase", |_, s: &State| !s.regressed),
-            Property::always("a lost lease is signalled before it is gone", |_, s: &State| {
-                (0..s.clients.len()).all(|c| {
-                    let Client::Holding { token, .. } = s.clients[c] else { return true };
-                    !s.believes(c) || s.node_of(c as u8) == Some(token)
-                })
-            }),
+            no_two_believers(),
+            tokens_increase(),
+            lost_lease_signalled(),
             Property::sometimes("a waiter takes the lock from its predecessor", |_, s: &State| s.handed_over),
             Property::sometimes("a session expires under its holder", |_, s: &State| s.expired_under_holder),
         ]
