@@ -64,6 +64,15 @@ pub(crate) fn lost_lease_signalled<M: Model<State: Kept>>() -> Property<M> {
     })
 }
 
+/// What a model whose server's record can be read checks of every lease, with its own
+/// properties `more` after them: `no two believers`, `tokens increase`, `a lost lease is
+/// signalled before it is gone`.
+pub(crate) fn of_kept_leases<M: Model<State: Kept>>(more: impl IntoIterator<Item = Property<M>>) -> Vec<Property<M>> {
+    let mut all = vec![no_two_believers(), tokens_increase(), lost_lease_signalled()];
+    all.extend(more);
+    all
+}
+
 /// [`Leases`] for a model state with `now`, `clients` whose `Client::Holding` has `token` and
 /// `valid_until`, and `$regressed` (of the state `$s`) telling whether tokens went back.
 macro_rules! leases_of_clients {

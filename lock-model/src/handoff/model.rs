@@ -9,7 +9,7 @@ use crate::properties::{no_two_believers, tokens_come_from_the_server, tokens_in
 use super::server::WAKE;
 use super::state::{Client, State};
 use super::{Handoff, CLAIM, TTL};
-use crate::shared::{belief_end, dequeue, Hints, NetAction, Taken, FORGED};
+use crate::shared::{belief_end, dequeue, forget_client, Hints, NetAction, Taken, FORGED};
 
 /// One step of the exploration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -187,9 +187,7 @@ impl Handoff {
             match s.clients[c] {
                 Client::Waiting { .. } if !self.bugs.trust_message => s.clients[c] = Client::Waiting { t0: 0 },
                 Client::Left | Client::Done | Client::Dead { .. } => {
-                    s.polls[c] = 0;
-                    s.rounds[c] = 0;
-                    s.net.forget(c as u8);
+                    forget_client(&mut s.polls, &mut s.rounds, &mut s.net, c)
                 }
                 _ => {}
             }

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::state::{Client, InFlight, State, Stmt};
 use crate::properties::{lost_lease_signalled, no_two_believers, tokens_come_from_the_server, tokens_increase};
-use crate::shared::{belief_end, Hints, NetAction, Taken, ValidUntil};
+use crate::shared::{belief_end, forget_client, Hints, NetAction, Taken, ValidUntil};
 
 /// Ticks a lease lasts from its grant, claim or renewal.
 pub const TTL: u8 = 4;
@@ -391,9 +391,7 @@ impl Pg {
             match s.clients[c] {
                 Client::Waiting { .. } if !self.bugs.trust_notify => s.clients[c] = Client::Waiting { t0: 0 },
                 Client::Left | Client::Ended | Client::Dead { .. } => {
-                    s.polls[c] = 0;
-                    s.rounds[c] = 0;
-                    s.net.forget(c as u8);
+                    forget_client(&mut s.polls, &mut s.rounds, &mut s.net, c)
                 }
                 _ => {}
             }

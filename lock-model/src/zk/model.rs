@@ -2,7 +2,7 @@
 
 use stateright::{Model, Property};
 
-use crate::properties::{lost_lease_signalled, no_two_believers, tokens_increase};
+use crate::properties::of_kept_leases;
 
 use std::sync::LazyLock;
 
@@ -356,12 +356,9 @@ impl Model for Zk {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
-            no_two_believers(),
-            tokens_increase(),
-            lost_lease_signalled(),
+        of_kept_leases([
             Property::sometimes("a waiter takes the lock from its predecessor", |_, s: &State| s.handed_over),
             Property::sometimes("a session expires under its holder", |_, s: &State| s.expired_under_holder),
-        ]
+        ])
     }
 }
