@@ -13,11 +13,7 @@ use tokio::time::Instant;
 mod common;
 use common::{assert_holds, Search};
 
-/// Asserts that `model` (its bugs switched on) has a counterexample of `property`.
-fn assert_breaks(model: Pg, property: &'static str) {
-    let bugs = model.bugs;
-    common::assert_breaks(model, &bugs, property, Search::Bfs);
-}
+common::bug_search!(Pg, Search::Bfs);
 
 #[test]
 fn the_design_survives_forged_duplicated_lost_and_late_notifications() {
@@ -31,13 +27,11 @@ fn the_design_survives_crashes_and_cut_clean_ups() {
 
 #[test]
 fn the_design_survives_longer_runs_deep() {
-    if std::env::var_os("DLOCK_MODEL_DEEP").is_none() {
-        eprintln!("NOT RUN: the deep bounds take minutes; run with DLOCK_MODEL_DEEP=1");
-        return;
-    }
-    for model in Pg::deep(Bugs::default()) {
-        assert_holds(model);
-    }
+    common::deep_only("minutes", || {
+        for model in Pg::deep(Bugs::default()) {
+            assert_holds(model);
+        }
+    });
 }
 
 #[test]

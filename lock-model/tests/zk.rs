@@ -8,11 +8,7 @@ use lock_model::zk::{bound, Bugs, Zk};
 mod common;
 use common::{assert_holds, Search};
 
-/// Asserts that `model` (its bugs switched on) has a counterexample of `property`.
-fn assert_breaks(model: Zk, property: &'static str) {
-    let bugs = model.bugs;
-    common::assert_breaks(model, &bugs, property, Search::Bfs);
-}
+common::bug_search!(Zk, Search::Bfs);
 
 #[test]
 fn the_validity_is_lock_zks_bound_in_whole_units() {
@@ -49,11 +45,9 @@ fn the_design_survives_a_cut_follower_and_a_stalled_link() {
 
 #[test]
 fn the_design_survives_the_exact_client_timers_deep() {
-    if std::env::var_os("DLOCK_MODEL_DEEP").is_none() {
-        eprintln!("NOT RUN: the deep bounds take minutes; run with DLOCK_MODEL_DEEP=1");
-        return;
-    }
-    assert_holds(Zk::deep(Bugs::default()));
+    common::deep_only("minutes", || {
+        assert_holds(Zk::deep(Bugs::default()));
+    });
 }
 
 #[test]

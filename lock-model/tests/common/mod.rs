@@ -53,3 +53,26 @@ where
     .unwrap_or_else(|| panic!("no counterexample of {property:?} with {bugs:?}: the model no longer checks it"));
     eprintln!("{property} broken by {bugs:?}: {:?}", path.into_actions());
 }
+
+/// Runs `check`, an exploration at the longer bounds, only under `DLOCK_MODEL_DEEP=1`, and says
+/// when it does not (it takes `how_long`).
+pub(crate) fn deep_only(how_long: &str, check: impl FnOnce()) {
+    if std::env::var_os("DLOCK_MODEL_DEEP").is_none() {
+        eprintln!("NOT RUN: the deep bounds take {how_long}; run with DLOCK_MODEL_DEEP=1");
+        return;
+    }
+    check();
+}
+
+/// Defines the test file's `assert_breaks(model, property)`: `model` (its bugs switched on, its
+/// field `bugs`) has a counterexample of `property`, found by `$search`.
+macro_rules! bug_search {
+    ($model:ty, $search:expr) => {
+        /// Asserts that `model` (its bugs switched on) has a counterexample of `property`.
+        fn assert_breaks(model: $model, property: &'static str) {
+            let bugs = model.bugs;
+            common::assert_breaks(model, &bugs, property, $search);
+        }
+    };
+}
+pub(crate) use bug_search;
