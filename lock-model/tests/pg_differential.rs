@@ -30,7 +30,7 @@ use walk::{Tokens, Walk};
 /// Database time per model tick.
 const TICK: Duration = Duration::from_secs(2);
 /// Walks per run.
-const WALKS: u64 = 12;
+const WALKS: u64 = 40;
 /// Times a walk that overran half a tick is run again.
 const TRIES: usize = 4;
 /// The lock name every walk uses (on its own tables).

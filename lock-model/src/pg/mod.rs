@@ -15,6 +15,9 @@
 //!   `UPDATE` that extends its own row to `now + ttl` and returns the fence); a claim that finds
 //!   the row not its own falls back to the acquire statement. The lease is the statement's
 //!   answer, valid from its send instant.
+//! - **Queue entries** live [`ENTRY_LIFE`] ticks after their waiter's latest attempt; a lapsed
+//!   entry stays (skipped) until a grant's clean-up or a leave deletes it, and an attempt that
+//!   finds its own lapsed entry refreshes it where it stands (`ON CONFLICT` keeps its `seq`).
 //! - **Leaving** (a wait that timed out, a dropped future) runs after the waiter's own
 //!   statement in flight, then two statements: delete the entry; release a grant it was given
 //!   and hand on (that statement also hands a free or expired row to the live head). The waiter's record is forgotten only once both ran, so a clean-up cut short

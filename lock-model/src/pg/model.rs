@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::state::{Client, InFlight, State, Stmt};
 use crate::properties::{lost_lease_signalled, no_two_believers, tokens_come_from_the_server, tokens_increase};
-use crate::shared::{belief_end, forget_client, Hints, NetAction, Taken, ValidUntil};
+use crate::shared::{belief_end, forget_client, Hints, NetAction, Queue, Taken, ValidUntil};
 
 /// Ticks a lease lasts from its grant, claim or renewal.
 pub const TTL: u8 = 4;
@@ -385,8 +385,15 @@ impl Pg {
         }
     }
 
-    /// Forgets what can no longer change the outcome, so equal futures are one state.
+    /// Forgets what can no longer change the outcome, so equal futures are one state: a lapsed
+    /// queue entry's end (only its place matters until it is refreshed or deleted).
     fn normalize(&self, s: &mut State) {
+        let now = s.now;
+        let lapsed = |queue: &mut Queue| queue.iter_mut().filter(|e| e.1 <= now).for_each(|e| e.1 = 0);
+        lapsed(&mut s.queue);
+        if let Some(back) = s.unflushed.as_mut() {
+            lapsed(&mut back.queue);
+        }
         for c in 0..s.clients.len() {
             match s.clients[c] {
                 Client::Waiting { .. } if !self.bugs.trust_notify => s.clients[c] = Client::Waiting { t0: 0 },

@@ -3,7 +3,7 @@
 
 use super::model::{Pg, CLAIM, ENTRY_LIFE, TTL};
 use super::state::{Client, Row, State, GHOST};
-use crate::shared::{dequeue, enqueue, prune};
+use crate::shared::enqueue;
 
 impl Pg {
     /// The expiry a re-grant of an own row (the claim, the acquire's own-row branch) writes:
@@ -16,19 +16,34 @@ impl Pg {
         }
     }
 
+    /// Queues `c`, or refreshes its entry where it stands, lapsed or not (`ON CONFLICT DO
+    /// UPDATE` keeps the entry's `seq`): a lapsed entry nothing deleted yet comes back in its
+    /// old place.
     fn enqueue(s: &mut State, c: u8) {
         enqueue(&mut s.queue, c, s.now + ENTRY_LIFE);
     }
 
+    /// The first live queue entry's waiter (lapsed entries are skipped, and stay).
+    fn live_head(s: &State) -> Option<u8> {
+        s.queue.iter().find(|&&(_, end)| end > s.now).map(|&(c, _)| c)
+    }
+
+    /// `DELETE … WHERE owner = <c> OR expires_at <= now`: `c`'s entry and the lapsed ones (a
+    /// grant's clean-up, a leave).
+    fn drop_entry_and_lapsed(s: &mut State, c: u8) {
+        let now = s.now;
+        s.queue.retain(|&(q, end)| q != c && end > now);
+    }
+
     /// The release's grant: the first live entry gets the row provisionally (the claim window
-    /// `min(ttl, 1 s)`) with a new fence, its entry is deleted, and its client is notified.
+    /// `min(ttl, 1 s)`) with a new fence, its entry is deleted, and its client is notified;
+    /// with no live entry the row is freed.
     pub fn hand_on(s: &mut State) {
-        prune(&mut s.queue, s.now);
-        if s.queue.is_empty() {
+        let Some(i) = s.queue.iter().position(|&(_, end)| end > s.now) else {
             s.row = None;
             return;
-        }
-        let (head, _) = s.queue.remove(0);
+        };
+        let (head, _) = s.queue.remove(i);
         s.fence += 1;
         s.row = Some(Row { owner: head, token: s.fence, expires: s.now + CLAIM, provisional: true });
         s.net.send(head, s.fence);
@@ -46,26 +61,27 @@ impl Pg {
     }
 
     fn acquire_statement(&self, s: &mut State, c: u8) -> Option<u8> {
-        prune(&mut s.queue, s.now);
         match s.row {
             Some(r) if r.owner == c => {
                 let expires = self.regrant_expiry(s, r);
                 s.row = Some(Row { expires, provisional: false, ..r });
-                dequeue(&mut s.queue, c);
+                Self::drop_entry_and_lapsed(s, c);
                 Some(r.token)
             }
             Some(r) if r.expires > s.now => {
                 Self::enqueue(s, c);
                 None
             }
-            _ => match s.queue.first() {
-                Some(&(head, _)) if head != c => {
-                    Self::hand_on(s);
+            _ => match Self::live_head(s) {
+                // Refused, queued (or refreshed where it stood), then the hand-on the store
+                // runs after a refusal on a free row: the first live entry, now maybe its own.
+                Some(head) if head != c => {
                     Self::enqueue(s, c);
+                    Self::hand_on(s);
                     None
                 }
                 _ => {
-                    dequeue(&mut s.queue, c);
+                    Self::drop_entry_and_lapsed(s, c);
                     s.fence += 1;
                     s.row = Some(Row { owner: c, token: s.fence, expires: s.now + TTL, provisional: false });
                     Some(s.fence)
@@ -116,10 +132,11 @@ impl Pg {
         s.commit(pre, s.row.is_none());
     }
 
-    /// A leave's first statement: `DELETE` of the waiter's entry (a durable commit).
+    /// A leave's first statement: `DELETE` of the waiter's entry and the lapsed ones (a durable
+    /// commit).
     pub fn leave_queue(s: &mut State, c: u8) {
         let pre = s.flushed();
-        dequeue(&mut s.queue, c);
+        Self::drop_entry_and_lapsed(s, c);
         if pre.queue != s.queue {
             s.commit(pre, true);
         }
@@ -130,10 +147,9 @@ impl Pg {
     /// it is when nobody live is queued). The differential test found the model's first version,
     /// a plain release, leaving an expired row where the statement hands it on.
     pub fn leave_hand_on(s: &mut State, c: u8) {
-        prune(&mut s.queue, s.now);
         match s.live_row() {
             Some(r) if r.owner == c => Self::hand_on_committed(s),
-            None if !s.queue.is_empty() => Self::hand_on_committed(s),
+            None if Self::live_head(s).is_some() => Self::hand_on_committed(s),
             _ => {}
         }
     }
