@@ -32,8 +32,9 @@
 //!   (`tests/redis_differential.rs`).
 //! - [`zk`]: the ZooKeeper recipe (ephemeral sequential nodes, predecessor watches) with the
 //!   session as the lease: expiry decided by the leader from its followers' ping answers, a
-//!   follower cut off, a client's link that stalls, and the client's validity rule from
-//!   lock-zk (the session less half a tick and the client's longest silence).
+//!   follower cut off, a client's link that stalls, and the client's validity rule and the
+//!   recipe's verdict, lock-zk's own (`lock_zk::decisions`: the session less half a tick and
+//!   the client's longest silence; the lowest node holds, the others watch their predecessor).
 //! - [`redlock`]: Redlock over three masters: the two rounds (grants with fence floors, then a
 //!   majority storing the token), time-outs with requests still in flight, partial grants and
 //!   their background undo (by attempt id), a master restarting without its data (quiet period).
@@ -59,12 +60,15 @@
 //! [`handoff`] and [`pg`] believe a lease by lock-core's own rule (`valid_until`, through
 //! [`shared::belief_end`]); the [`handoff`] model's server steps are run beside lock-redis's
 //! scripts on the same inputs by a differential test. What the two queue models share (queue
-//! entries, hint messages and their faults, the tokens taken, the belief) is [`shared`].
+//! entries, hint messages and their faults, the tokens taken, the belief, forgetting and
+//! renaming their clients) is [`shared`]; the properties every model checks alike are
+//! [`properties`].
 
 pub mod failover;
 pub mod handoff;
 mod permutations;
 pub mod pg;
+pub mod properties;
 pub mod redlock;
 pub mod shared;
 pub mod zk;

@@ -170,6 +170,29 @@ impl Taken {
     }
 }
 
+/// A client gone or done no longer acts: forgets its fallback re-tries, its acquisitions left
+/// and the hints to it, so that equal futures are one state.
+pub(crate) fn forget_client(polls: &mut [u8], rounds: &mut [u8], net: &mut Hints, c: usize) {
+    polls[c] = 0;
+    rounds[c] = 0;
+    net.forget(c as u8);
+}
+
+/// The fields both queue models keep (`clients`, `polls`, `rounds`, `strays`, `queue`, `net`)
+/// of state `$from` renamed into `$to`: client `c` called `$perm[c]`.
+macro_rules! rename_queue_clients {
+    ($to:ident, $from:expr, $perm:expr) => {{
+        use crate::shared::{permute, rename_queue};
+        permute(&mut $to.clients, &$from.clients, $perm);
+        permute(&mut $to.polls, &$from.polls, $perm);
+        permute(&mut $to.rounds, &$from.rounds, $perm);
+        permute(&mut $to.strays, &$from.strays, $perm);
+        rename_queue(&mut $to.queue, $perm);
+        $to.net.rename($perm);
+    }};
+}
+pub(crate) use rename_queue_clients;
+
 /// The per-client fields of a state renamed: the value of client `c` goes to `perm[c]`.
 pub(crate) fn permute<T: Copy>(to: &mut [T], from: &[T], perm: &[u8]) {
     for (c, &new) in perm.iter().enumerate() {

@@ -8,11 +8,7 @@ use lock_model::failover::{Bugs, Failover};
 mod common;
 use common::{assert_holds, Search};
 
-/// Asserts that `model` (its bugs switched on) has a counterexample of `property`.
-fn assert_breaks(model: Failover, property: &'static str) {
-    let bugs = model.bugs;
-    common::assert_breaks(model, &bugs, property, Search::Bfs);
-}
+common::bug_search!(Failover, Search::Bfs);
 
 #[test]
 fn acknowledged_grants_survive_a_failover() {
@@ -38,13 +34,11 @@ fn promoting_a_replica_that_is_not_the_most_advanced_gives_two_holders() {
 
 #[test]
 fn acknowledged_grants_survive_a_failover_deep() {
-    if std::env::var_os("DLOCK_MODEL_DEEP").is_none() {
-        eprintln!("NOT RUN: the deep bounds take longer; run with DLOCK_MODEL_DEEP=1");
-        return;
-    }
-    for model in Failover::deep(Bugs::default()) {
-        assert_holds(model);
-    }
+    common::deep_only("longer", || {
+        for model in Failover::deep(Bugs::default()) {
+            assert_holds(model);
+        }
+    });
 }
 
 #[test]

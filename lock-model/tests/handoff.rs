@@ -8,11 +8,7 @@ use lock_model::handoff::{Bugs, Handoff};
 mod common;
 use common::{assert_holds, Search};
 
-/// Asserts that `model` (its bugs switched on) has a counterexample of `property`.
-fn assert_breaks(model: Handoff, property: &'static str) {
-    let bugs = model.bugs;
-    common::assert_breaks(model, &bugs, property, Search::Bfs);
-}
+common::bug_search!(Handoff, Search::Bfs);
 
 #[test]
 fn the_design_survives_forged_duplicated_lost_and_late_messages() {
@@ -26,13 +22,11 @@ fn the_design_survives_crashes_and_waiters_that_leave() {
 
 #[test]
 fn the_design_survives_every_fault_together_deep() {
-    if std::env::var_os("DLOCK_MODEL_DEEP").is_none() {
-        eprintln!("NOT RUN: the deep bounds take minutes; run with DLOCK_MODEL_DEEP=1");
-        return;
-    }
-    for model in Handoff::deep(Bugs::default()) {
-        assert_holds(model);
-    }
+    common::deep_only("minutes", || {
+        for model in Handoff::deep(Bugs::default()) {
+            assert_holds(model);
+        }
+    });
 }
 
 #[test]

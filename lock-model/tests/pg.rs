@@ -13,11 +13,7 @@ use tokio::time::Instant;
 mod common;
 use common::{assert_holds, Search};
 
-/// Asserts that `model` (its bugs switched on) has a counterexample of `property`.
-fn assert_breaks(model: Pg, property: &'static str) {
-    let bugs = model.bugs;
-    common::assert_breaks(model, &bugs, property, Search::Bfs);
-}
+common::bug_search!(Pg, Search::Bfs);
 
 #[test]
 fn the_design_survives_forged_duplicated_lost_and_late_notifications() {
@@ -31,12 +27,25 @@ fn the_design_survives_crashes_and_cut_clean_ups() {
 
 #[test]
 fn the_design_survives_longer_runs_deep() {
-    if std::env::var_os("DLOCK_MODEL_DEEP").is_none() {
-        eprintln!("NOT RUN: the deep bounds take minutes; run with DLOCK_MODEL_DEEP=1");
-        return;
-    }
-    for model in Pg::deep(Bugs::default()) {
-        assert_holds(model);
+    common::deep_only("minutes", || {
+        for model in Pg::deep(Bugs::default()) {
+            assert_holds(model);
+        }
+    });
+}
+
+#[test]
+fn the_design_survives_a_database_crash_that_loses_an_unflushed_grant() {
+    assert_holds(Pg::db_crashes(Bugs::default()));
+}
+
+/// The head's claim is the grant's durable confirmation: one that does not wait for the flush
+/// confirms a grant the crash then loses, and the head holds what the database gave back.
+#[test]
+fn a_claim_that_does_not_wait_for_the_flush_holds_a_lost_grant() {
+    let model = Pg::db_crashes(Bugs { claim_not_durable: true, ..Bugs::default() });
+    for property in ["a lost lease is signalled before it is gone", "no two believers"] {
+        assert_breaks(model.clone(), property);
     }
 }
 

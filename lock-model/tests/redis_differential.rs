@@ -18,8 +18,11 @@ use lock_model::handoff::{Action, Bugs, Client, Handoff, State, CLAIM, ENTRY_LIF
 use lock_redis::scripts::{Acquire, HandOff, HandOffScript, Keys};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
-use stateright::Model;
 use tokio::time::Instant;
+
+#[path = "common/walk.rs"]
+mod walk;
+use walk::{Tokens, Walk};
 
 /// Real time per model tick.
 const TICK: Duration = Duration::from_millis(800);
@@ -81,7 +84,7 @@ struct Real {
     prefix: String,
     base: Instant,
     base_ms: i64,
-    tokens: BTreeMap<i64, u8>,
+    tokens: Tokens,
 }
 
 impl Real {
@@ -96,7 +99,7 @@ impl Real {
         let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut conn).await?;
         let base = Instant::now();
         let base_ms = secs * 1000 + micros / 1000;
-        Ok(Real { conn, keys, marker, prefix, base, base_ms, tokens: BTreeMap::new() })
+        Ok(Real { conn, keys, marker, prefix, base, base_ms, tokens: Tokens::default() })
     }
 
     fn owner(c: u8) -> String {
@@ -191,36 +194,12 @@ impl Real {
         Ok((View { lease, queue }, in_time))
     }
 
-    /// The model's token for a real one: the same order, a new one for a new one.
-    fn token(&mut self, real: i64, model: u8) -> u8 {
-        if let Some(&seen) = self.tokens.get(&real) {
-            return seen;
-        }
-        let consistent = self.tokens.iter().all(|(&r, &m)| (r < real) == (m < model) && m != model);
-        self.tokens.insert(real, model);
-        if consistent {
-            model
-        } else {
-            u8::MAX
-        }
-    }
-
     fn translate(&mut self, view: View<i64>, model: &View<u8>) -> View<u8> {
         let lease = view.lease.map(|(c, t, e)| {
             let want = model.lease.map_or(0, |l| l.1);
-            (c, self.token(t, want), e)
+            (c, self.tokens.translate(t, want), e)
         });
         View { lease, queue: view.queue }
-    }
-}
-
-/// A deterministic choice: a small linear congruential generator.
-struct Lcg(u64);
-
-impl Lcg {
-    fn below(&mut self, n: usize) -> usize {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        ((self.0 >> 33) % n as u64) as usize
     }
 }
 
@@ -245,51 +224,25 @@ fn fault(action: Action) -> bool {
     matches!(action, Action::Crash(_) | Action::Leave(_) | Action::Restart | Action::ApplyReplyLost(_))
 }
 
-/// The next action of a walk: time passes one step in four, a fault one in eight (when either
-/// is all there is, that).
-fn choose(rng: &mut Lcg, actions: &[Action]) -> Option<Action> {
-    let pick = |rng: &mut Lcg, pred: &dyn Fn(Action) -> bool| {
-        let some: Vec<Action> = actions.iter().copied().filter(|&a| pred(a)).collect();
-        (!some.is_empty()).then(|| some[rng.below(some.len())])
-    };
-    let tick = || actions.contains(&Action::Tick).then_some(Action::Tick);
-    let normal = |a: Action| a != Action::Tick && !fault(a);
-    let first = match rng.below(8) {
-        0 => pick(rng, &fault),
-        1 | 2 => tick(),
-        _ => pick(rng, &normal),
-    };
-    first.or_else(|| pick(rng, &normal)).or_else(tick).or_else(|| pick(rng, &fault))
-}
-
 /// One walk; `Ok(false)` when its steps overran half a tick (run it again).
 async fn walk(url: &str, seed: u64, try_no: usize) -> redis::RedisResult<bool> {
-    let model = model();
-    let prefix = format!("dlock-model-diff-{}-{seed}-{try_no}", std::process::id());
-    let mut real = Real::new(url, prefix).await?;
-    let mut rng = Lcg(seed);
-    let mut s = model.init_states().remove(0);
-    let mut trace = Vec::new();
-    for _ in 0..80 {
-        let mut actions = Vec::new();
-        model.actions(&s, &mut actions);
-        let Some(action) = choose(&mut rng, &actions) else { break };
-        trace.push(action);
-        let next = model.next_state(&s, action).expect("every action has a next state");
+    let mut real = Real::new(url, format!("dlock-model-diff-{}-{seed}-{try_no}", std::process::id())).await?;
+    let mut w = Walk::new(model(), seed, 80, Action::Tick, fault);
+    while let Some((action, next)) = w.next() {
         if action == Action::Tick {
             tokio::time::sleep_until(real.base + TICK * u32::from(next.now)).await;
         }
-        let mut mirror = State { now: next.now, ..s.clone() };
+        let mut mirror = State { now: next.now, ..w.s.clone() };
         let mut replies = Vec::new();
-        for op in ops(&s, action) {
+        for op in ops(&w.s, action) {
             let want = match op {
-                Op::Acquire(c) => Some(model.acquire(&mut mirror, c)),
+                Op::Acquire(c) => Some(w.model.acquire(&mut mirror, c)),
                 Op::Release(c) => {
-                    model.release(&mut mirror, c);
+                    w.model.release(&mut mirror, c);
                     None
                 }
                 Op::Abandon(c) => {
-                    model.abandon(&mut mirror, c);
+                    w.model.abandon(&mut mirror, c);
                     None
                 }
                 Op::Restart => {
@@ -298,7 +251,7 @@ async fn walk(url: &str, seed: u64, try_no: usize) -> redis::RedisResult<bool> {
                 }
             };
             let got = real.run(op).await?;
-            let got = got.map(|reply| reply.map(|t| real.token(t, want.flatten().unwrap_or(0))));
+            let got = got.map(|reply| reply.map(|t| real.tokens.translate(t, want.flatten().unwrap_or(0))));
             replies.push((op, got, want));
         }
         assert_eq!(model_view(&mirror), model_view(&next), "walk {seed}: the ops of {action:?} are the model's");
@@ -308,13 +261,9 @@ async fn walk(url: &str, seed: u64, try_no: usize) -> redis::RedisResult<bool> {
         }
         let want = model_view(&next);
         let got = real.translate(view, &want);
-        for (op, got, want) in replies {
-            assert_eq!(got, want, "walk {seed}: the reply to {op:?} after {trace:?}");
-        }
-        assert_eq!(got, want, "walk {seed}: the server after {trace:?}");
-        s = next;
+        w.agree(next, replies, got, want);
     }
-    eprintln!("walk {seed}: {} steps agree: {trace:?}", trace.len());
+    eprintln!("walk {seed}: {} steps agree: {:?}", w.trace.len(), w.trace);
     Ok(true)
 }
 

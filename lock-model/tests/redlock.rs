@@ -6,11 +6,7 @@ use lock_model::redlock::{Bugs, Redlock};
 mod common;
 use common::{assert_holds, Search};
 
-/// Asserts that `model` (its bugs switched on) has a counterexample of `property`.
-fn assert_breaks(model: Redlock, property: &'static str) {
-    let bugs = model.bugs;
-    common::assert_breaks(model, &bugs, property, Search::Dfs);
-}
+common::bug_search!(Redlock, Search::Dfs);
 
 #[test]
 fn the_design_survives_time_outs_a_restart_and_late_undos() {
@@ -21,13 +17,11 @@ fn the_design_survives_time_outs_a_restart_and_late_undos() {
 
 #[test]
 fn the_design_survives_every_fault_of_each_bound_together_deep() {
-    if std::env::var_os("DLOCK_MODEL_DEEP").is_none() {
-        eprintln!("NOT RUN: the deep bounds take about a minute and a half; run with DLOCK_MODEL_DEEP=1");
-        return;
-    }
-    for model in Redlock::deep(Bugs::default()) {
-        assert_holds(model);
-    }
+    common::deep_only("about a minute and a half", || {
+        for model in Redlock::deep(Bugs::default()) {
+            assert_holds(model);
+        }
+    });
 }
 
 #[test]

@@ -24,6 +24,11 @@ pub use options::{SqlOptions, DEFAULT_TABLE};
 pub use store::{SqlLock, SqlStore};
 pub use tls::{check_tls, weak_tls_warning, SqlTls};
 
+/// The PostgreSQL statements' text, for lock-model's differential test only (not an API).
+#[cfg(feature = "postgres")]
+#[doc(hidden)]
+pub use dialect::postgres::model_text;
+
 #[cfg(doc)]
 use lock_core::Capabilities;
 use lock_core::{backend::StoreLock, LockError};

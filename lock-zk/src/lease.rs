@@ -92,7 +92,7 @@ fn session_bound(opts: &AcquireOptions, session_timeout: Duration, tick_time: Du
 /// [`from_client`](crate::from_client)) a client whose connection timeout exceeds 2/5 of the
 /// session breaks this assumption. Against a standalone server every request refreshes the
 /// session directly; the bound is then merely conservative.
-pub(crate) fn server_bound(session_timeout: Duration, tick_time: Duration) -> Duration {
+pub fn server_bound(session_timeout: Duration, tick_time: Duration) -> Duration {
     let half_tick = tick_time.min(session_timeout / 2) / 2;
     let silence = session_timeout * 9 / 20;
     session_timeout.saturating_sub(half_tick + silence)

@@ -18,3 +18,11 @@ mod tls;
 
 pub use client::{connect, from_client, ZkLock};
 pub use config::ZkOptions;
+
+/// The recipe's pure decisions, public so that lock-model's ZooKeeper model calls the code's own
+/// rules instead of copies of them. Not part of the API: no stability promise.
+#[doc(hidden)]
+pub mod decisions {
+    pub use crate::lease::server_bound;
+    pub use crate::recipe::{Recipe, Verdict};
+}

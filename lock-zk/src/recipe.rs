@@ -8,7 +8,7 @@ use lock_core::{LockError, LockName, OwnerId};
 /// different parents, so one name used as a lock, a read-write lock and a semaphore names three
 /// independent things.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum Recipe {
+pub enum Recipe {
     /// The exclusive lock: the lowest node holds.
     Exclusive,
     /// A reader: holds while no write node precedes it.
@@ -20,7 +20,9 @@ pub(crate) enum Recipe {
 }
 
 /// What a node should do, given the queue.
-pub(crate) enum Verdict {
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// It holds.
     Hold,
     /// Wait for any of these nodes to be deleted.
     Wait(Vec<String>),
@@ -75,7 +77,7 @@ impl Recipe {
     /// Whether the node at `index` of `queue` holds, or which nodes it waits for. An `index`
     /// of `queue.len()` asks whether a newcomer would hold at once. `InvalidOptions` when a
     /// semaphore node ahead of us was made with another number of permits.
-    pub(crate) fn verdict(self, name: &LockName, queue: &[String], index: usize) -> Result<Verdict, LockError> {
+    pub fn verdict(self, name: &LockName, queue: &[String], index: usize) -> Result<Verdict, LockError> {
         let ahead = &queue[..index.min(queue.len())];
         match self {
             Recipe::Exclusive | Recipe::Write => Ok(match ahead.last() {

@@ -2,6 +2,8 @@
 
 use stateright::{Model, Property};
 
+use crate::properties::{of_kept_leases, Leases};
+
 use super::state::{Client, Data, Node, State};
 
 /// Ticks a lease lasts from its grant or renewal.
@@ -321,23 +323,6 @@ impl Model for Failover {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
-            Property::always("no two believers", |_, s: &State| {
-                (0..s.clients.len()).filter(|&c| s.believes(c)).count() <= 1
-            }),
-            Property::always("tokens increase", |_, s: &State| !s.regressed),
-            Property::always("a lost lease is signalled before it is gone", |_, s: &State| {
-                (0..s.clients.len()).all(|c| {
-                    let Client::Holding { token, .. } = s.clients[c] else { return true };
-                    let me = Failover::owner(s, c as u8);
-                    !s.believes(c)
-                        || s.primary
-                            .data
-                            .lease
-                            .is_some_and(|(owner, t, expires)| owner == me && t == token && expires > s.now)
-                })
-            }),
-            Property::sometimes("a lease survives a failover", |_, s: &State| s.kept_across_failover),
-        ]
+        of_kept_leases([Property::sometimes("a lease survives a failover", |_, s: &State| s.kept_across_failover)])
     }
 }

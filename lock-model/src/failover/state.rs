@@ -82,9 +82,12 @@ pub struct State {
     pub kept_across_failover: bool,
 }
 
-impl State {
-    /// `c` holds a lease it believes valid.
-    pub fn believes(&self, c: usize) -> bool {
-        matches!(self.clients[c], Client::Holding { valid_until, .. } if self.now < valid_until)
+crate::properties::leases_of_clients!(State, |s| s.regressed);
+
+impl crate::properties::Kept for State {
+    /// On the current primary: a lease on a replica or a replaced primary is not kept.
+    fn kept(&self, c: usize, token: u8) -> bool {
+        let me = super::Failover::owner(self, c as u8);
+        self.primary.data.lease.is_some_and(|(owner, t, expires)| owner == me && t == token && expires > self.now)
     }
 }

@@ -4,10 +4,12 @@
 use lock_core::decisions::valid_until;
 use stateright::{Model, Property};
 
+use crate::properties::{no_two_believers, tokens_come_from_the_server, tokens_increase};
+
 use super::server::WAKE;
 use super::state::{Client, State};
 use super::{Handoff, CLAIM, TTL};
-use crate::shared::{belief_end, dequeue, Hints, NetAction, Taken, FORGED};
+use crate::shared::{belief_end, dequeue, forget_client, Hints, NetAction, Taken, FORGED};
 
 /// One step of the exploration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -185,9 +187,7 @@ impl Handoff {
             match s.clients[c] {
                 Client::Waiting { .. } if !self.bugs.trust_message => s.clients[c] = Client::Waiting { t0: 0 },
                 Client::Left | Client::Done | Client::Dead { .. } => {
-                    s.polls[c] = 0;
-                    s.rounds[c] = 0;
-                    s.net.forget(c as u8);
+                    forget_client(&mut s.polls, &mut s.rounds, &mut s.net, c)
                 }
                 _ => {}
             }
@@ -242,13 +242,9 @@ impl Model for Handoff {
 
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
-            Property::always("no two believers", |_, s: &State| {
-                (0..s.clients.len()).filter(|&c| s.believes(c)).count() <= 1
-            }),
-            Property::always("tokens come from the server", |_, s: &State| {
-                s.clients.iter().all(|c| !matches!(c, Client::Holding { token, .. } if *token > s.fence))
-            }),
-            Property::always("tokens increase", |_, s: &State| !s.taken.regressed),
+            no_two_believers(),
+            tokens_come_from_the_server(),
+            tokens_increase(),
             Property::always("an untaken grant lapses", |_, s: &State| {
                 let Some(g) = s.grant_live() else { return true };
                 match s.clients[g.client as usize] {

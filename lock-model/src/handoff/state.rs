@@ -106,13 +106,16 @@ impl State {
         self.owner.filter(|g| g.expires > self.now)
     }
 
-    /// `c` holds a lease it believes valid.
-    pub fn believes(&self, c: usize) -> bool {
-        matches!(self.clients[c], Client::Holding { valid_until, .. } if self.now < valid_until)
-    }
-
     pub(super) fn take(&mut self, c: u8, token: u8, valid_until: u8) {
         self.taken.take(token);
         self.clients[c as usize] = Client::Holding { token, valid_until };
+    }
+}
+
+crate::properties::leases_of_clients!(State, |s| s.taken.regressed);
+
+impl crate::properties::Issued for State {
+    fn issued(&self) -> u8 {
+        self.fence
     }
 }

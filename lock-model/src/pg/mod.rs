@@ -15,20 +15,33 @@
 //!   `UPDATE` that extends its own row to `now + ttl` and returns the fence); a claim that finds
 //!   the row not its own falls back to the acquire statement. The lease is the statement's
 //!   answer, valid from its send instant.
+//! - **Queue entries** live [`ENTRY_LIFE`] ticks after their waiter's latest attempt; a lapsed
+//!   entry stays (skipped) until a grant's clean-up or a leave deletes it, and an attempt that
+//!   finds its own lapsed entry refreshes it where it stands (`ON CONFLICT` keeps its `seq`).
 //! - **Leaving** (a wait that timed out, a dropped future) runs after the waiter's own
 //!   statement in flight, then two statements: delete the entry; release a grant it was given
-//!   and hand on. The waiter's record is forgotten only once both ran, so a clean-up cut short
+//!   and hand on (that statement also hands a free or expired row to the live head). The waiter's record is forgotten only once both ran, so a clean-up cut short
 //!   is finished by the background retry (the same statements later: in the model a cut changes
 //!   nothing, since "later" is already every interleaving).
 //! - **Renewal**: `UPDATE … SET expires_at = now + ttl WHERE owner = … AND expires_at > now`;
 //!   a lease is lost when a renewal finds the row not its own or its validity passes unrenewed.
 //!   The renewal rounds (one statement for several leases) are [`rounds`].
 //!
+//! - **Commits**: a refusal and a release's grant to the head commit without waiting for the
+//!   WAL flush (`synchronous_commit = off` for that transaction: `REFUSAL_COMMITS_ASYNC`,
+//!   `GRANT_COMMITS_ASYNC` in `sql.rs`); every other write waits, and its flush covers every
+//!   commit before it (WAL is flushed in order), the claim's the grant it claims. The WAL writer
+//!   flushes the rest within 0.6 s by default, under a tick.
+//!
 //! ## Faults in the model
 //! Notifications are lost, duplicated, delivered late and in any order, and forged (anyone who
 //! can read the queue can `NOTIFY` a waiter's channel, with any fence). A statement's answer is
 //! lost after it ran (the client sends it again). Waiters leave with a statement in flight or
-//! not; processes die at any point (a statement already sent still runs, a renewal too).
+//! not; processes die at any point (a statement already sent still runs, a renewal too). The
+//! database crashes and comes back with what was flushed: the grant no flush covered is gone
+//! while its notification went out, and the row is back as before the release, nobody's
+//! ([`GHOST`]) when its client no longer holds it (a new acquisition has a new owner id). The
+//! head's claim, durable, is the grant's confirmation: `claim_not_durable` shows why.
 //!
 //! ## Properties
 //! - `no two believers`: never two clients that each believe they hold a valid lease.
@@ -52,4 +65,4 @@ mod symmetry;
 
 pub use crate::shared::{NetAction, FORGED};
 pub use model::{Action, Bugs, Pg, CLAIM, ENTRY_LIFE, TTL};
-pub use state::{Client, InFlight, Row, State, Stmt};
+pub use state::{Client, Flushed, InFlight, Row, State, Stmt, GHOST};

@@ -7,7 +7,8 @@ use stateright::{Model, Property};
 use tokio::time::Instant;
 
 use super::state::{Client, InFlight, State, Stmt};
-use crate::shared::{belief_end, dequeue, Hints, NetAction, Taken, ValidUntil};
+use crate::properties::{lost_lease_signalled, no_two_believers, tokens_come_from_the_server, tokens_increase};
+use crate::shared::{belief_end, forget_client, Hints, NetAction, Queue, Taken, ValidUntil};
 
 /// Ticks a lease lasts from its grant, claim or renewal.
 pub const TTL: u8 = 4;
@@ -30,6 +31,10 @@ pub struct Bugs {
     /// d0bcadb, which fixed it for the read-write lock and the semaphore: `Plan::Again` →
     /// `Write::Extend` in `lock-sql/src/decide.rs`).
     pub claim_keeps_expiry: bool,
+    /// The head's claim commits without waiting for the WAL flush, so its answer can come back
+    /// while the grant it claims is still only in memory: a database crash then loses both,
+    /// and the head holds a lease the database no longer has.
+    pub claim_not_durable: bool,
     /// The client's lease rule leaves out the drift allowance (lock-core's `valid_until`
     /// without its drift: the whole ttl on a clock the allowance lets run slow).
     pub no_drift_margin: bool,
@@ -58,6 +63,8 @@ pub struct Pg {
     pub leave: u8,
     /// Inline clean-ups that may be cut short in one run.
     pub cut: u8,
+    /// Database crashes in one run (each losing what no flush covered).
+    pub db_crash: u8,
     /// Which known errors to put back.
     pub bugs: Bugs,
 }
@@ -67,21 +74,45 @@ impl Pg {
     /// four ticks with renewals, one forged and one lost notification or reply (a duplicate is
     /// in the longer exploration).
     pub fn notify(bugs: Bugs) -> Pg {
-        Pg { clients: 2, rounds: 2, max_tick: 4, forge: 1, dup: 0, lose: 1, polls: 0, crash: 0, leave: 0, cut: 0, bugs }
+        let none = Pg::processes(bugs);
+        Pg { forge: 1, lose: 1, polls: 0, crash: 0, leave: 0, cut: 0, ..none }
     }
 
     /// The processes' faults, as the tests check them: two clients of two acquisitions over four
     /// ticks with renewals, one crash, one early leave whose clean-up may be cut, one re-try.
     pub fn processes(bugs: Bugs) -> Pg {
-        Pg { clients: 2, rounds: 2, max_tick: 4, forge: 0, dup: 0, lose: 0, polls: 1, crash: 1, leave: 1, cut: 1, bugs }
+        let (forge, dup, lose, db_crash) = (0, 0, 0, 0);
+        Pg {
+            clients: 2,
+            rounds: 2,
+            max_tick: 4,
+            forge,
+            dup,
+            lose,
+            polls: 1,
+            crash: 1,
+            leave: 1,
+            cut: 1,
+            db_crash,
+            bugs,
+        }
+    }
+
+    /// The database's crash, as the tests check it: two clients of two acquisitions over three
+    /// ticks, one database crash that loses the commits no flush covered yet (a release's
+    /// grant to the head, a refusal), a lost notification and a re-try.
+    pub fn db_crashes(bugs: Bugs) -> Pg {
+        let none = Pg::processes(bugs);
+        Pg { max_tick: 2, lose: 1, polls: 1, crash: 0, leave: 0, cut: 0, db_crash: 1, ..none }
     }
 
     /// The longer exploration (`DLOCK_MODEL_DEEP=1`): the notifications' faults with a
-    /// duplicate, and both fault sets one tick longer (every fault together at once is beyond a
+    /// duplicate, both fault sets one tick longer and the database's crash over four ticks (every fault together at once is beyond a
     /// few minutes' memory and time).
-    pub fn deep(bugs: Bugs) -> [Pg; 3] {
+    pub fn deep(bugs: Bugs) -> [Pg; 4] {
         let dup = Pg { dup: 1, ..Pg::notify(bugs) };
-        [dup.clone(), Pg { max_tick: 5, ..dup }, Pg { max_tick: 5, ..Pg::processes(bugs) }]
+        let db = Pg { max_tick: 4, ..Pg::db_crashes(bugs) };
+        [dup.clone(), Pg { max_tick: 5, ..dup }, Pg { max_tick: 5, ..Pg::processes(bugs) }, db]
     }
 
     /// The end of a lease the database answered to a statement sent at `t0`, in the database's
@@ -129,6 +160,8 @@ pub enum Action {
     Release(u8),
     /// The client's process dies.
     Crash(u8),
+    /// The database crashes and comes back with what was flushed.
+    DbCrash,
     /// A notification is delivered, lost, duplicated or forged (anyone who can read the queue
     /// can `NOTIFY` a waiter's channel, with a fence of its choosing).
     Net(NetAction),
@@ -251,7 +284,15 @@ impl Pg {
 
     fn step(&self, s: &mut State, action: Action) {
         match action {
-            Action::Tick => s.now += 1,
+            Action::Tick => {
+                s.now += 1;
+                // The WAL writer flushes within three `wal_writer_delay`s (0.6 s), under a tick.
+                s.unflushed = None;
+            }
+            Action::DbCrash => {
+                s.db_crash -= 1;
+                Self::db_crash(s);
+            }
             Action::Send(c) => {
                 s.clients[c as usize] = Client::Attempting { t0: s.now, stmt: Stmt::Acquire, leaving: false }
             }
@@ -275,10 +316,10 @@ impl Pg {
             Action::Abandon(c) => {
                 let Client::Leaving { entry_gone } = s.clients[c as usize] else { return };
                 if entry_gone {
-                    Self::release(s, c);
+                    Self::leave_hand_on(s, c);
                     s.clients[c as usize] = Client::Left;
                 } else {
-                    dequeue(&mut s.queue, c);
+                    Self::leave_queue(s, c);
                     s.clients[c as usize] = Client::Leaving { entry_gone: true };
                 }
             }
@@ -344,15 +385,20 @@ impl Pg {
         }
     }
 
-    /// Forgets what can no longer change the outcome, so equal futures are one state.
+    /// Forgets what can no longer change the outcome, so equal futures are one state: a lapsed
+    /// queue entry's end (only its place matters until it is refreshed or deleted).
     fn normalize(&self, s: &mut State) {
+        let now = s.now;
+        let lapsed = |queue: &mut Queue| queue.iter_mut().filter(|e| e.1 <= now).for_each(|e| e.1 = 0);
+        lapsed(&mut s.queue);
+        if let Some(back) = s.unflushed.as_mut() {
+            lapsed(&mut back.queue);
+        }
         for c in 0..s.clients.len() {
             match s.clients[c] {
                 Client::Waiting { .. } if !self.bugs.trust_notify => s.clients[c] = Client::Waiting { t0: 0 },
                 Client::Left | Client::Ended | Client::Dead { .. } => {
-                    s.polls[c] = 0;
-                    s.rounds[c] = 0;
-                    s.net.forget(c as u8);
+                    forget_client(&mut s.polls, &mut s.rounds, &mut s.net, c)
                 }
                 _ => {}
             }
@@ -377,11 +423,14 @@ impl Model for Pg {
             strays: vec![None; n],
             net: Hints::new(self.forge, self.dup, self.lose),
             crash: self.crash,
+            db_crash: self.db_crash,
+            unflushed: None,
             leave: self.leave,
             cut: self.cut,
             taken: Taken::default(),
             handed_over: false,
             renewed: false,
+            grant_lost: false,
         }]
     }
 
@@ -393,6 +442,9 @@ impl Model for Pg {
             self.client_actions(s, c, actions);
         }
         s.net.actions(|a| actions.push(Action::Net(a)));
+        if s.db_crash > 0 && s.unflushed.is_some() {
+            actions.push(Action::DbCrash);
+        }
     }
 
     fn next_state(&self, last: &State, action: Action) -> Option<State> {
@@ -404,24 +456,15 @@ impl Model for Pg {
 
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
-            Property::always("no two believers", |_, s: &State| {
-                (0..s.clients.len()).filter(|&c| s.believes(c)).count() <= 1
-            }),
-            Property::always("tokens come from the server", |_, s: &State| {
-                s.clients.iter().all(|c| !matches!(c, Client::Holding { token, .. } if *token > s.fence))
-            }),
-            Property::always("tokens increase", |_, s: &State| !s.taken.regressed),
-            Property::always("a lost lease is signalled before it is gone", |_, s: &State| {
-                (0..s.clients.len()).all(|c| {
-                    let Client::Holding { token, .. } = s.clients[c] else { return true };
-                    !s.believes(c) || s.live_row().is_some_and(|r| r.owner == c as u8 && r.token == token)
-                })
-            }),
+            no_two_believers(),
+            tokens_come_from_the_server(),
+            tokens_increase(),
+            lost_lease_signalled(),
             Property::always("an untaken grant lapses", |_, s: &State| {
                 let Some(r) = s.live_row() else { return true };
-                match s.clients[r.owner as usize] {
-                    Client::Left => false,
-                    Client::Dead { held: false } | Client::Leaving { .. } if r.provisional => {
+                match s.clients.get(r.owner as usize) {
+                    Some(Client::Left) => false,
+                    Some(Client::Dead { held: false } | Client::Leaving { .. }) if r.provisional => {
                         r.expires <= s.now + CLAIM
                     }
                     _ => true,
@@ -429,6 +472,7 @@ impl Model for Pg {
             }),
             Property::sometimes("a head claims the release's grant", |_, s: &State| s.handed_over),
             Property::sometimes("a renewal extends a lease", |_, s: &State| s.renewed),
+            Property::sometimes("a database crash loses a grant", |m: &Pg, s: &State| m.db_crash == 0 || s.grant_lost),
         ]
     }
 }

@@ -78,6 +78,20 @@ pub struct Row {
     pub provisional: bool,
 }
 
+/// The owner of a row restored by a database crash whose owner id is no longer in use (its
+/// client released it, or left): nobody's, as a new acquisition comes with a new owner id.
+pub const GHOST: u8 = u8::MAX;
+
+/// The database as a crash may bring it back: the row and the queue before the oldest commit
+/// that did not wait for the WAL flush (fences are floored by the clock: they never go back).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Flushed {
+    /// The row.
+    pub row: Option<Row>,
+    /// The waiter queue.
+    pub queue: Queue,
+}
+
 /// Database, clients and notifications.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct State {
@@ -101,6 +115,11 @@ pub struct State {
     pub net: Hints,
     /// Crashes left.
     pub crash: u8,
+    /// Database crashes left (each loses what no flush covered yet).
+    pub db_crash: u8,
+    /// What the database comes back as after a crash now, when a commit is not flushed yet;
+    /// kept only while a database crash is left.
+    pub unflushed: Option<Flushed>,
     /// Early leaves left.
     pub leave: u8,
     /// Clean-ups that may be cut short (bounded inline run at a deadline) left.
@@ -111,16 +130,46 @@ pub struct State {
     pub handed_over: bool,
     /// A renewal extended a lease (shows the path is reached).
     pub renewed: bool,
+    /// A database crash lost a release's grant to the head (shows the path is reached).
+    pub grant_lost: bool,
 }
 
 impl State {
-    /// `c` holds a lease it believes valid.
-    pub fn believes(&self, c: usize) -> bool {
-        matches!(self.clients[c], Client::Holding { valid_until, .. } if self.now < valid_until)
-    }
-
     /// The row if it is live (`expires_at > now`).
     pub fn live_row(&self) -> Option<Row> {
         self.row.filter(|r| r.expires > self.now)
+    }
+
+    /// The row and queue a commit starts from.
+    pub fn flushed(&self) -> Flushed {
+        Flushed { row: self.row, queue: self.queue.clone() }
+    }
+
+    /// A commit from `pre` is over: `durable`, it waited for the WAL flush, which covers every
+    /// commit before it (WAL is flushed in order); else, if it changed anything, a crash before
+    /// the next flush loses it (and what follows).
+    pub fn commit(&mut self, pre: Flushed, durable: bool) {
+        if self.db_crash == 0 {
+            return;
+        }
+        if durable {
+            self.unflushed = None;
+        } else if self.unflushed.is_none() && (pre.row != self.row || pre.queue != self.queue) {
+            self.unflushed = Some(pre);
+        }
+    }
+}
+
+crate::properties::leases_of_clients!(State, |s| s.taken.regressed);
+
+impl crate::properties::Kept for State {
+    fn kept(&self, c: usize, token: u8) -> bool {
+        self.live_row().is_some_and(|r| r.owner == c as u8 && r.token == token)
+    }
+}
+
+impl crate::properties::Issued for State {
+    fn issued(&self) -> u8 {
+        self.fence
     }
 }

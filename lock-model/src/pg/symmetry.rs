@@ -2,7 +2,6 @@
 //! explore.
 
 use super::state::State;
-use crate::shared::{permute, rename_queue};
 
 crate::permutations::clients_are_interchangeable!(State);
 
@@ -10,15 +9,18 @@ impl State {
     /// This state with client `c` called `perm[c]`.
     fn renamed(&self, perm: &[u8]) -> State {
         let mut s = self.clone();
-        permute(&mut s.clients, &self.clients, perm);
-        permute(&mut s.polls, &self.polls, perm);
-        permute(&mut s.rounds, &self.rounds, perm);
-        permute(&mut s.strays, &self.strays, perm);
+        crate::shared::rename_queue_clients!(s, self, perm);
+        // A ghost owner (a crash's restored row) is nobody's: it keeps its name.
+        let rename = |owner: u8| perm.get(owner as usize).copied().unwrap_or(owner);
         if let Some(r) = s.row.as_mut() {
-            r.owner = perm[r.owner as usize];
+            r.owner = rename(r.owner);
         }
-        rename_queue(&mut s.queue, perm);
-        s.net.rename(perm);
+        if let Some(back) = s.unflushed.as_mut() {
+            if let Some(r) = back.row.as_mut() {
+                r.owner = rename(r.owner);
+            }
+            crate::shared::rename_queue(&mut back.queue, perm);
+        }
         s
     }
 }

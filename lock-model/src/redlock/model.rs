@@ -2,6 +2,8 @@
 
 use stateright::{Model, Property};
 
+use crate::properties::{no_two_believers, tokens_increase};
+
 use super::state::{Client, Key, Master, Op, State};
 
 /// Masters (independent Redis instances).
@@ -335,10 +337,8 @@ impl Model for Redlock {
 
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
-            Property::always("no two believers", |_, s: &State| {
-                (0..s.clients.len()).filter(|&c| s.believes(c)).count() <= 1
-            }),
-            Property::always("tokens increase", |_, s: &State| !s.regressed),
+            no_two_believers(),
+            tokens_increase(),
             Property::sometimes("a second client holds after the first", |_, s: &State| s.second_holder),
         ]
     }

@@ -133,9 +133,4 @@ pub struct State {
     pub second_holder: bool,
 }
 
-impl State {
-    /// `c` holds a lease it believes valid by its own clock.
-    pub fn believes(&self, c: usize) -> bool {
-        matches!(self.clients[c], Client::Holding { valid_until, .. } if self.now < valid_until)
-    }
-}
+crate::properties::leases_of_clients!(State, |s| s.regressed);

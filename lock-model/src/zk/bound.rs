@@ -1,10 +1,13 @@
 //! How long a ZooKeeper lease may be believed after the request that confirmed it, in the
-//! model's whole time units: the rule lock-zk's `lease::server_bound` applies, and the rules it
-//! replaced (the bug switches).
-//!
-//! lock-zk keeps `server_bound` private and in `Duration`s, so this is the same formula written
-//! once more in units; `the_bound_matches_lock_zk_at_the_default_tick` in the tests pins the two
-//! to lock-zk's own table (60 s session, 2 s tick: 32 s).
+//! model's whole time units: lock-zk's own rule (`lock_zk::decisions::server_bound`, called
+//! here), and the rules it replaced (the bug switches).
+
+use std::time::Duration;
+
+use lock_zk::decisions::server_bound;
+
+/// The length of the model's time unit when it calls lock-zk's rule.
+const UNIT: Duration = Duration::from_secs(1);
 
 /// The client's longest silence towards its server while it keeps the connection, in units of
 /// a `session` of `session` units: 9/20 of the session (it pings after 3/20 idle, checks every
@@ -21,12 +24,14 @@ pub fn half_tick(session: u8, tick: u8) -> u8 {
     (tick.min(session / 2) / 2).max(1)
 }
 
-/// The validity after a request the quorum answered: `session − tick/2 − 9/20·session`
-/// (commit 670434b). The leader may last have heard of the session half a tick before the
-/// request reached the follower (the follower's last ping answer), and before that the client
-/// may have been silent for up to [`silence`].
+/// The validity after a request the quorum answered: lock-zk's `server_bound` (`session −
+/// tick/2 − 9/20·session`, commit 670434b) of a `session` and a `tick` in units, rounded down
+/// to a unit: the model's client, silent up to [`silence`] (rounded up), believes no longer
+/// than the rule allows it with that silence. Exact when the units divide the session into
+/// twentieths (the deep run).
 pub fn fixed(session: u8, tick: u8) -> u8 {
-    session.saturating_sub(half_tick(session, tick) + silence(session))
+    let bound = server_bound(UNIT * u32::from(session), UNIT * u32::from(tick));
+    u8::try_from(bound.as_secs()).unwrap_or(u8::MAX)
 }
 
 /// The former rule, ¾ of the session (rounded down): it allowed half a tick for the leader's

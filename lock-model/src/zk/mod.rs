@@ -12,7 +12,7 @@
 //!   through a server that reaches the leader revalidates the session at once.
 //! - **The client's belief**: a lease is valid until `t0 + bound` by the client's clock, with
 //!   `t0` the send instant of the last request the quorum answered (the create, the look behind
-//!   a `sync`, a renewal's `sync` and read) and `bound` lock-zk's rule ([`bound::fixed`]). The
+//!   a `sync`, a renewal's `sync` and read) and `bound` lock-zk's own rule (`server_bound`, called by [`bound::fixed`]). The
 //!   lost signal fires when the client learns the session expired, when its watch reports the
 //!   node deleted, or when `valid_until` passes.
 //! - **The client's connection**: it pings when idle and drops a connection that answered

@@ -2,8 +2,18 @@
 
 use stateright::{Model, Property};
 
+use crate::properties::of_kept_leases;
+
+use std::sync::LazyLock;
+
+use lock_core::LockName;
+use lock_zk::decisions::{Recipe, Verdict};
+
 use super::bound;
 use super::state::{Client, Link, Session, State};
+
+/// The one lock name the recipe is asked about (the verdict reads only the queue).
+static LOCK: LazyLock<Option<LockName>> = LazyLock::new(|| LockName::new("model").ok());
 
 /// Design errors found before, each put back by its switch; every one must give a counterexample.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -105,13 +115,25 @@ impl Zk {
         link.pending = !link.cut;
     }
 
-    /// `c` looks at the children behind a request sent at `t0` that the quorum answered.
+    /// `c` looks at the children behind a request sent at `t0` that the quorum answered, and
+    /// lock-zk's own recipe (`Recipe::verdict`) says whether its node holds or which node it
+    /// watches.
     fn look(&self, s: &mut State, c: u8, t0: u8) {
         let Some(mine) = s.node_of(c) else { return };
-        let below = s.nodes.iter().filter(|&&(z, _)| z < mine).map(|&(z, _)| z).max();
-        s.clients[c as usize] = match below {
-            Some(watch) => Client::Waiting { watch },
-            None => {
+        let Some(name) = LOCK.as_ref() else { return };
+        // The children sorted by their sequence, which follows the czxid; named by it.
+        let mut queue: Vec<u8> = s.nodes.iter().map(|&(z, _)| z).collect();
+        queue.sort_unstable();
+        let children: Vec<String> = queue.iter().map(u8::to_string).collect();
+        let Some(index) = queue.iter().position(|&z| z == mine) else { return };
+        s.clients[c as usize] = match Recipe::Exclusive.verdict(name, &children, index) {
+            Ok(Verdict::Wait(nodes)) => match nodes.first().and_then(|n| n.parse().ok()) {
+                Some(watch) => Client::Waiting { watch },
+                None => return,
+            },
+            // The exclusive recipe answers `Hold` or `Wait` for one node, and no error.
+            Ok(Verdict::WaitGranted(_)) | Err(_) => return,
+            Ok(Verdict::Hold) => {
                 if mine <= s.max_taken {
                     s.regressed = true;
                 }
@@ -334,19 +356,9 @@ impl Model for Zk {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
-            Property::always("no two believers", |_, s: &State| {
-                (0..s.clients.len()).filter(|&c| s.believes(c)).count() <= 1
-            }),
-            Property::always("tokens increase", |_, s: &State| !s.regressed),
-            Property::always("a lost lease is signalled before it is gone", |_, s: &State| {
-                (0..s.clients.len()).all(|c| {
-                    let Client::Holding { token, .. } = s.clients[c] else { return true };
-                    !s.believes(c) || s.node_of(c as u8) == Some(token)
-                })
-            }),
+        of_kept_leases([
             Property::sometimes("a waiter takes the lock from its predecessor", |_, s: &State| s.handed_over),
             Property::sometimes("a session expires under its holder", |_, s: &State| s.expired_under_holder),
-        ]
+        ])
     }
 }

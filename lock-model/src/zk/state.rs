@@ -96,9 +96,12 @@ impl State {
     pub fn node_of(&self, c: u8) -> Option<u8> {
         self.nodes.iter().find(|&&(_, owner)| owner == c).map(|&(z, _)| z)
     }
+}
 
-    /// `c` holds a lease it believes valid by its own clock.
-    pub fn believes(&self, c: usize) -> bool {
-        matches!(self.clients[c], Client::Holding { valid_until, .. } if self.now < valid_until)
+impl crate::properties::Kept for State {
+    fn kept(&self, c: usize, token: u8) -> bool {
+        self.node_of(c as u8) == Some(token)
     }
 }
+
+crate::properties::leases_of_clients!(State, |s| s.regressed);

@@ -15,15 +15,17 @@ pub(crate) enum Search {
     Dfs,
 }
 
-/// Explores `model` to the end of its bounds (breadth-first, symmetry-reduced); every property
-/// must hold.
+/// Explores `model` to the end of its bounds, depth-first and symmetry-reduced (Stateright's
+/// breadth-first checker ignores `symmetry()`: depth-first visits half the states with two
+/// interchangeable clients, and the order does not matter when every state is visited); every
+/// property must hold.
 pub(crate) fn assert_holds<M>(model: M)
 where
     M: Model + Clone + Debug + Send + Sync + 'static,
     M::State: Hash + Send + Sync + Clone + PartialEq + Debug + Representative + 'static,
     M::Action: Clone + PartialEq + Debug,
 {
-    let checker = model.clone().checker().symmetry().threads(2).spawn_bfs().join();
+    let checker = model.clone().checker().symmetry().threads(2).spawn_dfs().join();
     eprintln!(
         "{model:?}: {} states, {} unique, depth {}",
         checker.state_count(),
@@ -51,3 +53,26 @@ where
     .unwrap_or_else(|| panic!("no counterexample of {property:?} with {bugs:?}: the model no longer checks it"));
     eprintln!("{property} broken by {bugs:?}: {:?}", path.into_actions());
 }
+
+/// Runs `check`, an exploration at the longer bounds, only under `DLOCK_MODEL_DEEP=1`, and says
+/// when it does not (it takes `how_long`).
+pub(crate) fn deep_only(how_long: &str, check: impl FnOnce()) {
+    if std::env::var_os("DLOCK_MODEL_DEEP").is_none() {
+        eprintln!("NOT RUN: the deep bounds take {how_long}; run with DLOCK_MODEL_DEEP=1");
+        return;
+    }
+    check();
+}
+
+/// Defines the test file's `assert_breaks(model, property)`: `model` (its bugs switched on, its
+/// field `bugs`) has a counterexample of `property`, found by `$search`.
+macro_rules! bug_search {
+    ($model:ty, $search:expr) => {
+        /// Asserts that `model` (its bugs switched on) has a counterexample of `property`.
+        fn assert_breaks(model: $model, property: &'static str) {
+            let bugs = model.bugs;
+            common::assert_breaks(model, &bugs, property, $search);
+        }
+    };
+}
+pub(crate) use bug_search;

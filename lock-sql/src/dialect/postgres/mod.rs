@@ -38,6 +38,8 @@ use sql::{Statements, FLAVOR};
 
 mod handoff;
 mod listen;
+// lock-model's differential test reads the statements' text (doc-hidden in lib.rs).
+pub mod model_text;
 mod observers;
 pub(crate) mod pin;
 mod sql;
