@@ -164,13 +164,15 @@ impl Real {
     /// `now` ran in its first half by the server's clock.
     async fn view(&mut self, now: u8) -> redis::RedisResult<(View<i64>, bool)> {
         let k = &self.keys;
-        // One transaction: the expiry and the entries' ends are read at the instant `TIME` says.
-        type Read = (Option<String>, Option<i64>, i64, (i64, i64), Vec<String>, Vec<(String, i64)>);
-        let (owner, token, pttl, (secs, micros), order, ends): Read = redis::pipe()
+        // One transaction: the lease's end and the entries' ends are compared with the instant
+        // `TIME` says. The name's hash (lock-redis `scripts/lease.rs`): owner `o`, token `f`,
+        // and `e`, the server time in ms through which the lease is live.
+        type Read = (Option<String>, Option<i64>, Option<i64>, (i64, i64), Vec<String>, Vec<(String, i64)>);
+        let (owner, token, ends_at, (secs, micros), order, ends): Read = redis::pipe()
             .atomic()
             .hget(&k.lock, "o")
             .hget(&k.lock, "f")
-            .pttl(&k.lock)
+            .hget(&k.lock, "e")
             .cmd("TIME")
             .zrange(&k.waiters, 0, -1)
             .zrange_withscores(&k.waiter_ends, 0, -1)
@@ -178,8 +180,8 @@ impl Real {
             .await?;
         let now_ms = secs * 1000 + micros / 1000;
         let client = |o: &str| o.trim_start_matches('c').parse::<u8>().expect("an owner of the walk");
-        let lease = match (owner, token) {
-            (Some(o), Some(t)) if pttl > 0 => Some((client(&o), t, Self::end_tick(now_ms - self.base_ms + pttl))),
+        let lease = match (owner, token, ends_at) {
+            (Some(o), Some(t), Some(e)) if e >= now_ms => Some((client(&o), t, Self::end_tick(e - self.base_ms))),
             _ => None,
         };
         let ends: BTreeMap<String, i64> = ends.into_iter().collect();

@@ -59,7 +59,9 @@ impl Handoff {
                 enqueue(&mut s.queue, c, s.now + ENTRY_LIFE);
                 return None;
             }
-            None => s.owner = None,
+            // An ended lease's owner stays in the name's hash until a grant overwrites it or a
+            // release deletes it (lock-redis `scripts/lease.rs`).
+            None => {}
         }
         if self.quiet_left(s) > 0 {
             enqueue(&mut s.queue, c, s.now + ENTRY_LIFE);
@@ -80,9 +82,10 @@ impl Handoff {
         }
     }
 
-    /// The owner-checked release script.
+    /// The owner-checked release script: checked against the hash's owner, whose lease may
+    /// have ended (nothing overwrote it since), so an ended grant of `c` is handed on too.
     pub fn release(&self, s: &mut State, c: u8) {
-        if s.grant_live().is_some_and(|g| g.client == c) {
+        if s.owner.is_some_and(|g| g.client == c) {
             self.hand_on(s);
         }
     }
@@ -90,10 +93,10 @@ impl Handoff {
     /// The abandon script: a grant `c` holds is released and handed on; its entry goes; when it
     /// was the head of a lock now free, the next head is reserved and woken.
     pub fn abandon(&self, s: &mut State, c: u8) {
-        self.release(s, c);
         prune(&mut s.queue, s.now);
         let was_head = s.queue.first().is_some_and(|&(q, _)| q == c);
         dequeue(&mut s.queue, c);
+        self.release(s, c);
         if was_head && s.grant_live().is_none() {
             Self::reserve(s, true);
         }
