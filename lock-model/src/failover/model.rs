@@ -4,12 +4,10 @@ use stateright::{Model, Property};
 
 use crate::properties::{of_kept_leases, Leases};
 
-use super::state::{Client, Data, Node, State};
+use super::state::{Client, Data, Node, State, OWNERS};
 
 /// Ticks a lease lasts from its grant or renewal.
 pub const TTL: u8 = 3;
-/// Owner ids per client (attempts are fewer).
-pub(crate) const OWNERS: u8 = 8;
 /// `min_replicas_ack`.
 const ACKS: u8 = 1;
 
@@ -92,13 +90,6 @@ pub enum Action {
 }
 
 impl Failover {
-    /// The owner id of `c`'s current attempt: each acquisition has its own (lock-core's
-    /// `OwnerId` per lease), so a grant that comes back after a failover is never taken for a
-    /// later attempt's.
-    pub fn owner(s: &State, c: u8) -> u8 {
-        c * OWNERS + s.attempts[c as usize]
-    }
-
     /// A write on the primary: its data becomes `data`; the replica will apply it in turn.
     /// Returns the write's offset.
     fn write(s: &mut State, data: Data) -> u8 {
@@ -138,7 +129,7 @@ impl Failover {
         if s.clients[c as usize] != Client::Retrying {
             s.attempts[c as usize] -= 1;
         }
-        let me = Self::owner(s, c);
+        let me = s.owner(c);
         let mut data = s.primary.data;
         let token = match data.lease {
             Some((owner, token, expires)) if owner == me && expires > s.now => token,
@@ -154,7 +145,7 @@ impl Failover {
 
     /// The owner-checked release script (also what a grant without its acknowledgements runs).
     fn release(s: &mut State, c: u8) {
-        let me = Self::owner(s, c);
+        let me = s.owner(c);
         if s.primary.data.lease.is_some_and(|(owner, _, _)| owner == me) {
             let data = Data { lease: None, ..s.primary.data };
             Self::write(s, data);
@@ -183,7 +174,7 @@ impl Failover {
 
     fn holder_step(&self, s: &mut State, action: Action, c: u8) {
         let Client::Holding { token, valid_until, renewal, sent } = s.clients[c as usize] else { return };
-        let (i, me) = (c as usize, Self::owner(s, c));
+        let (i, me) = (c as usize, s.owner(c));
         match action {
             Action::Renew(_) => match s.primary.data.lease {
                 Some((owner, t, expires)) if owner == me && t == token && expires > s.now => {
@@ -221,7 +212,7 @@ impl Failover {
         s.epoch += 1;
         let new = s.replicas[r];
         for c in 0..s.clients.len() {
-            let me = Self::owner(s, c as u8);
+            let me = s.owner(c as u8);
             if s.believes(c) && new.data.lease.is_some_and(|(owner, _, _)| owner == me) {
                 s.kept_across_failover = true;
             }

@@ -1,9 +1,12 @@
 //! The failover model's state: two nodes and their replication, what each client believes.
 
+/// Owner ids per client (attempts are fewer).
+pub(crate) const OWNERS: u8 = 8;
+
 /// One node's lock data (the lease key and the fence counter).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Data {
-    /// The lease: owner id (`Failover::owner`), token, expiry (absolute, as Redis 7 replicates `PEXPIREAT`).
+    /// The lease: owner id (`State::owner`), token, expiry (absolute, as Redis 7 replicates `PEXPIREAT`).
     pub lease: Option<(u8, u8, u8)>,
     /// The fence counter.
     pub fence: u8,
@@ -82,12 +85,21 @@ pub struct State {
     pub kept_across_failover: bool,
 }
 
+impl State {
+    /// The owner id of `c`'s current attempt: each acquisition has its own (lock-core's
+    /// `OwnerId` per lease), so a grant that comes back after a failover is never taken for a
+    /// later attempt's.
+    pub fn owner(&self, c: u8) -> u8 {
+        c * OWNERS + self.attempts[c as usize]
+    }
+}
+
 crate::properties::leases_of_clients!(State, |s| s.regressed);
 
 impl crate::properties::Kept for State {
     /// On the current primary: a lease on a replica or a replaced primary is not kept.
     fn kept(&self, c: usize, token: u8) -> bool {
-        let me = super::Failover::owner(self, c as u8);
+        let me = self.owner(c as u8);
         self.primary.data.lease.is_some_and(|(owner, t, expires)| owner == me && t == token && expires > self.now)
     }
 }

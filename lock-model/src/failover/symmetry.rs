@@ -3,7 +3,7 @@
 
 use stateright::Representative;
 
-use super::model::OWNERS;
+use super::state::OWNERS;
 use super::state::{Data, State};
 
 impl Representative for State {
