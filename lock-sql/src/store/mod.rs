@@ -112,7 +112,7 @@ impl SqlStore {
 
     /// Creates `table` with `ddl` unless it exists, then judges it ([`tables`]).
     pub(crate) async fn create(&self, what: &str, table: &str, ddl: &str) -> Result<(), LockError> {
-        Tables { runner: &self.runner, dialect: &*self.dialect, lease: &self.table }.create(what, table, ddl).await
+        Tables { runner: &self.runner, dialect: &*self.dialect }.create(what, table, ddl).await
     }
 
     /// Deletes the rows of names nobody has held for at least `idle` (docs/contract.md §5.7)
