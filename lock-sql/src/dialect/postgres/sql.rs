@@ -368,6 +368,41 @@ mod tests {
         c.execute(AssertSqlSafe(drop_both)).await.unwrap();
     }
 
+    /// Our sessions plan index scans (pin.rs `settings`): over a waiter queue whose entries
+    /// for the name were inserted and deleted thousands of times (a busy lock between two
+    /// autovacuum rounds), a bitmap or sequential scan would visit every dead entry in every
+    /// release, where an index scan skips them once they are marked dead.
+    #[tokio::test]
+    async fn the_release_plans_no_bitmap_scan_over_a_churned_queue() {
+        let (mut c, t, _) = fresh_tables("dlock_plan").await;
+        let schema: String = sqlx::query_scalar("SELECT current_schema()::text").fetch_one(&mut c).await.unwrap();
+        super::super::pin::session(&crate::options::SqlOptions::default())(&mut c).await.unwrap();
+        let s = Statements::new(&format!("{schema}.{t}"), &t);
+        let qq = quote_table(&queue_table(&format!("{schema}.{t}")), '"');
+        let churn = format!(
+            "DO $$ BEGIN FOR i IN 1..20000 LOOP \
+               INSERT INTO {qq} (name, owner, seq, expires_at, ttl_ms, wake) VALUES ('n', i::text, i, 0, 1, 'w'); \
+               DELETE FROM {qq} WHERE name = 'n' AND owner = i::text; \
+             END LOOP; END $$"
+        );
+        let live = format!(
+            "INSERT INTO {qq} (name, owner, seq, expires_at, ttl_ms, wake) \
+             SELECT 'n', 'live' || i, 10000 + i, 0, 1, 'w' FROM generate_series(1, 8) i"
+        );
+        c.execute(AssertSqlSafe(live)).await.unwrap();
+        c.execute(AssertSqlSafe(churn)).await.unwrap();
+        c.execute(AssertSqlSafe(format!("ANALYZE {qq}"))).await.unwrap();
+        // The plan a prepared statement runs with after its first executions: the generic one.
+        let prepare = format!("SET plan_cache_mode = force_generic_plan; PREPARE r(text, text) AS {}", s.release);
+        c.execute(AssertSqlSafe(prepare)).await.unwrap();
+        let plan: Vec<String> =
+            sqlx::query_scalar(AssertSqlSafe("EXPLAIN EXECUTE r('n', 'a')")).fetch_all(&mut c).await.unwrap();
+        drop_tables(&mut c, &format!("{schema}.{t}")).await;
+        let plan = plan.join("\n");
+        assert!(!plan.contains("Bitmap") && !plan.contains("Seq Scan"), "a scan of every entry in:\n{plan}");
+        assert!(plan.contains("Index Scan"), "the queue looked up by its index:\n{plan}");
+    }
+
     /// `try_acquire`'s statement (no queue clauses, its place as `$6`): granted on a free row,
     /// refused with the holder's remaining lease and fence, never queued, and never granted a
     /// free row owed to a live waiter.
