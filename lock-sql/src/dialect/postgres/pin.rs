@@ -14,7 +14,7 @@
 //! statement: every operator (`=`, `<=`, `||`, `*`), function and type name would need it,
 //! and one forgotten is a hole no test notices; a pinned path covers them all, and each
 //! statement stays readable. On the application's pool (`from_pg_pool`) the path is put on
-//! before each use and the application's own put back after (one more round trip), so the
+//! before each use and the application's own put back after (two more round trips), so the
 //! application's unqualified names keep working; a use cancelled half-way closes its
 //! connection rather than return it with our path.
 
