@@ -21,8 +21,8 @@ use crate::store::{SqlLock, SqlStore};
 /// `from_mysql_pool`, `from_sqlite_pool`). What the second way costs: connections come from
 /// sqlx's pool, which checks them (by default a ping before handing out one that sat idle, and
 /// a check when it goes back), and the session settings this backend needs run on every
-/// borrowed connection: on PostgreSQL the pinned `search_path`, `synchronous_commit` and
-/// `statement_timeout` are put on before each operation and the application's values put back
+/// borrowed connection: on PostgreSQL the pinned `search_path`, `synchronous_commit`,
+/// `statement_timeout` and index-scan-only planning are put on before each operation and the application's values put back
 /// after (two more round trips; see "name resolution" in the crate docs), on MySQL the
 /// isolation level and `innodb_lock_wait_timeout` are set (one more). Renewals have no connections of their own: size the pool for
 /// the waiters' acquires plus the renewals. PostgreSQL's listener opens one more connection, with

@@ -174,7 +174,8 @@ async fn planted_operators_never_run_in_the_locks_statements() {
     assert!(calls.is_empty(), "planted code ran inside the lock's statements: {calls:?}");
 }
 
-/// Over the application's pool: the same, and the application's connections keep its path.
+/// Over the application's pool: the same, and the application's connections keep its path
+/// (and the planner settings our sessions change).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn planted_operators_never_run_over_an_application_pool() {
     let mut s = Setting::new().await;
@@ -191,7 +192,10 @@ async fn planted_operators_never_run_over_an_application_pool() {
     }
     let mut paths = Vec::new();
     for c in &mut lent {
-        paths.push(sqlx::query_scalar::<_, String>("SHOW search_path").fetch_one(&mut **c).await.unwrap());
+        let path = sqlx::query_scalar::<_, String>("SHOW search_path").fetch_one(&mut **c).await.unwrap();
+        let seq = sqlx::query_scalar::<_, String>("SHOW enable_seqscan").fetch_one(&mut **c).await.unwrap();
+        let bitmap = sqlx::query_scalar::<_, String>("SHOW enable_bitmapscan").fetch_one(&mut **c).await.unwrap();
+        paths.push((path, seq, bitmap));
     }
     drop(lent);
     drop(backend);
@@ -200,8 +204,8 @@ async fn planted_operators_never_run_over_an_application_pool() {
     s.drop_all().await;
     assert!(real, "the lease row's expiry is not on the server's clock");
     assert!(
-        paths.iter().all(|p| *p == expected),
-        "the application's sessions lost their search_path {expected:?}: {paths:?}"
+        paths.iter().all(|(p, seq, bitmap)| *p == expected && seq == "on" && bitmap == "on"),
+        "the application's sessions lost their search_path {expected:?} or planner settings: {paths:?}"
     );
     assert!(calls.is_empty(), "planted code ran inside the lock's statements: {calls:?}");
 }

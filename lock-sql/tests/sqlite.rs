@@ -120,10 +120,10 @@ fn child_worker() {
     });
 }
 
-/// A lease table made by a version without the holder columns gains them on connect, and its
-/// rows keep their fences (docs/contract.md §5.6).
+/// A lease table without the holder columns (the first versions' shape) is refused with a
+/// `Config` error naming them, and left as it was.
 #[tokio::test]
-async fn extra_old_table_gains_holder_columns() {
+async fn extra_old_table_is_refused() {
     use sqlx::{Connection, Executor};
     let fx = SqlFixture::sqlite().await.unwrap();
     let t = fx.options().table;
@@ -133,17 +133,19 @@ async fn extra_old_table_gains_holder_columns() {
          expires_at INTEGER NOT NULL); INSERT INTO \"{t}\" VALUES ('old', NULL, 41, 0)"
     );
     admin.execute(sqlx::AssertSqlSafe(old)).await.unwrap();
-    drop(admin);
-    let lock = lock_sql::connect(fx.url(), fx.options()).await.unwrap();
-    let who = lock_core::Holder::new("upgraded-7").unwrap();
-    let name = LockName::new("old").unwrap();
-    let lease = lock.acquire(&name, &AcquireOptions::new(Duration::from_secs(5)).holder(who)).await.unwrap();
-    assert!(lease.token().get() > 41, "the old row's fence carries on");
-    let info = lock.inspect(&name).await.unwrap().expect("held");
-    assert_eq!(info.holder.as_deref(), Some("upgraded-7"));
-    lease.release().await.unwrap();
-    // Connecting again finds nothing to add.
-    drop(lock_sql::connect(fx.url(), fx.options()).await.unwrap());
+    match lock_sql::connect(fx.url(), fx.options()).await {
+        Err(lock_core::LockError::Config { reason }) => {
+            assert!(reason.contains("holder") && reason.contains("metadata"), "names the columns: {reason}")
+        }
+        Err(e) => panic!("expected a Config error, got {e}"),
+        Ok(_) => panic!("a lease table without the holder columns was used"),
+    }
+    let columns: i64 =
+        sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT COUNT(*) FROM pragma_table_info('{t}')")))
+            .fetch_one(&mut admin)
+            .await
+            .unwrap();
+    assert_eq!(columns, 4, "no column added");
 }
 
 /// Several clients opening one new file at once all connect: switching a new file to WAL is

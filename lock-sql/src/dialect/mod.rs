@@ -29,14 +29,6 @@ use crate::error::{classify, to_lock_error, Class, Codes};
 use crate::queue::Wait;
 use rw::{Attempt, KindSql, OwnerStmt};
 
-/// The lease table's columns, in order: the one list that the DDL, the column upgrade
-/// ([`ADDED_COLUMNS`]) and the checks of existing tables follow.
-pub(crate) const LEASE_COLUMNS: &[&str] = &["name", "owner", "fence", "expires_at", "holder", "metadata"];
-
-/// Columns newer than the first lease tables: added with `ALTER TABLE … ADD COLUMN` where an
-/// existing table lacks them (docs/contract.md §5.6).
-pub(crate) const ADDED_COLUMNS: &[&str] = &["holder", "metadata"];
-
 /// The escape character of [`like_prefix`] patterns (`LIKE ? ESCAPE '!'`): not a backslash,
 /// whose meaning in string literals differs between the databases.
 pub(crate) const LIKE_ESCAPE: char = '!';
@@ -209,8 +201,6 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     async fn execute(&self, sql: &str) -> Result<(), sqlx::Error>;
     /// Prepares the hot statements on a couple of connections (best effort).
     async fn warm_up(&self);
-    /// The `ALTER TABLE` that adds `column` (one of [`ADDED_COLUMNS`]) to an existing lease table.
-    fn add_column(&self, table: &str, column: &str) -> String;
 
     /// The waiter queue's `CREATE TABLE IF NOT EXISTS` (see [`crate::queue`]).
     fn queue_ddl(&self) -> &str {
@@ -242,11 +232,6 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     /// a free or expired row). By default nothing.
     async fn hand_on(&self, _name: &str, _owner: &str) -> Result<(), sqlx::Error> {
         Ok(())
-    }
-    /// The columns later versions added to the waiter queue, each with the `ALTER TABLE` that
-    /// adds it to an existing queue `table` made by an older version; none by default.
-    fn added_queue_columns(&self, _table: &str) -> Vec<(&'static str, String)> {
-        Vec::new()
     }
     /// Marks `owner` as an election observer of `name` for `lifetime_ms` (postgres/observers.rs):
     /// grants and releases of `name` then notify. Only where the dialect [`Dialect::listens`];

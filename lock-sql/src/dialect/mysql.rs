@@ -378,11 +378,6 @@ impl Dialect for Mysql {
             .map(drop)
     }
 
-    fn add_column(&self, table: &str, column: &str) -> String {
-        let size = if column == "metadata" { 1024 } else { 255 };
-        format!("ALTER TABLE {} ADD COLUMN {column} VARBINARY({size}) NULL", quote_table(table, '`'))
-    }
-
     async fn collect_idle(&self, idle_ms: i64) -> Result<u64, sqlx::Error> {
         let args = (self, idle_ms);
         let done = self

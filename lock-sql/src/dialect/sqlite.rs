@@ -293,10 +293,6 @@ impl Dialect for Lite {
 
     async fn warm_up(&self) {}
 
-    fn add_column(&self, table: &str, column: &str) -> String {
-        format!("ALTER TABLE {} ADD COLUMN {column} TEXT", quote_table(table, '"'))
-    }
-
     async fn acquire(&self, grant: Grant<'_>) -> Result<Upsert, sqlx::Error> {
         let Grant { name, owner, ttl_ms, who, wait } = grant;
         let fence = sqlx::query_scalar::<_, i64>(AssertSqlSafe(self.acquire.as_str()))

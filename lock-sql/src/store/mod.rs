@@ -112,7 +112,7 @@ impl SqlStore {
 
     /// Creates `table` with `ddl` unless it exists, then judges it ([`tables`]).
     pub(crate) async fn create(&self, what: &str, table: &str, ddl: &str) -> Result<(), LockError> {
-        Tables { runner: &self.runner, dialect: &*self.dialect, lease: &self.table }.create(what, table, ddl).await
+        Tables { runner: &self.runner, dialect: &*self.dialect }.create(what, table, ddl).await
     }
 
     /// Deletes the rows of names nobody has held for at least `idle` (docs/contract.md §5.7)
@@ -251,7 +251,10 @@ impl LeaseStore for SqlStore {
                 // is the lease; nothing confirmed, and the acquire statement runs as usual.
                 let attempt = self.attempt(claim.owner);
                 let (n, ms) = (claim.name.as_str(), ttl_ms(claim.ttl));
+                // Trace events time the hand-off's steps (release, grant heard, claim; docs.md).
+                tracing::trace!(owner = %o, "claim sent");
                 let claimed = self.run("claim a hand-off", || self.dialect.claim(n, &o, ms)).await?;
+                tracing::trace!(owner = %o, ok = claimed.is_some(), "claim answered");
                 attempt.finished();
                 if let Some(fence) = claimed {
                     self.places.granted(claim.owner);
@@ -266,7 +269,9 @@ impl LeaseStore for SqlStore {
         let attempt = self.attempt(claim.owner);
         let grant = Grant { name: claim.name.as_str(), owner: &o, ttl_ms: ttl_ms(claim.ttl), who, wait };
         let sent = Instant::now();
+        tracing::trace!(owner = %o, "acquire sent");
         let upsert = self.run("acquire", || self.dialect.acquire(grant)).await?;
+        tracing::trace!(owner = %o, granted = matches!(upsert, Upsert::Granted(_)), "acquire answered");
         attempt.finished();
         match upsert {
             Upsert::Granted(fence) => {
@@ -442,6 +447,7 @@ impl LeaseStore for SqlStore {
         let _serial = self.one_at_a_time(owner).await;
         let (n, o, waited) = (name.as_str(), owner.to_hex(), self.places.waited(owner));
         let d = &self.dialect;
+        tracing::trace!(owner = %o, waited, "release sent");
         let freed = self
             .run_release("release", || async {
                 if waited {
@@ -457,6 +463,7 @@ impl LeaseStore for SqlStore {
             async move { dialect.release(&name, &again).await }
         });
         let freed = freed?;
+        tracing::trace!(owner = %o, "release answered");
         Ok(if freed { ReleaseOutcome::Released } else { ReleaseOutcome::NotOwner })
     }
 

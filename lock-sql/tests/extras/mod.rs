@@ -73,7 +73,7 @@ macro_rules! server_extra_tests {
             extra_overtaken_acquire_is_freed_soon => check_overtaken_acquire_is_freed_soon,
             extra_squatted_tables_are_refused => check_squatted_tables,
             extra_schema_qualified_table => check_qualified_table,
-            extra_old_table_gains_holder_columns => check_old_table_gains_columns,
+            extra_old_table_is_refused => check_old_table_is_refused,
         );
         check_tests!(multi SqlFixture::$db;
             extra_renewals_not_starved => check_renewals_not_starved,

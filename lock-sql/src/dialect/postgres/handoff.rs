@@ -131,8 +131,8 @@ impl Handoff for Handoffs {
 
     /// The answer to give an attempt of `owner` without a statement: still queued, the holder's
     /// lease `remaining`, when its latest "still queued" answer came less than [`RECENT`] ago
-    /// and no grant was heard since. A wake-up for another reason (a reconnected listener, an
-    /// older version's release) that comes that soon then waits for the waiter's fallback
+    /// and no grant was heard since. A wake-up for another reason (a reconnected listener, a
+    /// force release) that comes that soon then waits for the waiter's fallback
     /// re-try: latency, never safety (nothing is granted here).
     fn recent(&self, owner: &str, now: Instant) -> Option<Option<Duration>> {
         let mut map = self.lock();

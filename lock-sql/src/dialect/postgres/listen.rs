@@ -107,6 +107,7 @@ async fn run(
                 // Wake-ups nobody waits for yet are kept: the waiter they are for may register
                 // just after (the hub is live, `WakeHub::set_live_since`).
                 if let Some(waiter) = handoffs.heard(n.payload()) {
+                    tracing::trace!(%waiter, "grant heard");
                     hub.wake_or_keep(&waiter);
                     continue;
                 }

@@ -89,8 +89,8 @@ fn sqlstate(db: &(dyn DatabaseError + 'static)) -> Class {
 /// A PostgreSQL database: its pool, its statements and its listener.
 pub(crate) struct Postgres {
     pool: Arc<ConnPool<PgConnection>>,
-    /// The table's channel: every client of the table listens on it (observers, and waiters
-    /// queued by an older version, which name no channel of their own).
+    /// The table's channel: every client of the table listens on it (observers, the kinds'
+    /// waiters, and the head a force release wakes).
     channel: String,
     /// This client's own channel, named in its waiters' queue entries: a hand-off to one of
     /// them notifies only this client's listener, not every client's (one delivery per
@@ -243,13 +243,7 @@ type Row4 = (Option<i64>, Option<i64>, Option<i64>, Option<i64>);
 
 /// Runs a release or hand-on statement (`sql::handing`); whether it freed or passed on a row.
 async fn handing(c: &mut PgConnection, a: &Args<'_>) -> Result<bool, sqlx::Error> {
-    let rows = sqlx::query(AssertSqlSafe(Arc::clone(a.sql)))
-        .bind(a.name)
-        .bind(a.owner)
-        .bind(a.channel)
-        .bind(wake::WAITER)
-        .fetch_all(c)
-        .await?;
+    let rows = sqlx::query(AssertSqlSafe(Arc::clone(a.sql))).bind(a.name).bind(a.owner).fetch_all(c).await?;
     Ok(!rows.is_empty())
 }
 
@@ -259,7 +253,7 @@ struct Args<'a> {
     name: &'a str,
     owner: &'a str,
     ms: i64,
-    /// The NOTIFY channel (release: the table's; acquire: the one its waiters are woken on).
+    /// Acquire only: the NOTIFY channel its waiters are woken on (this client's own).
     channel: &'a str,
     /// Acquire only.
     who: Who<'a>,
@@ -367,25 +361,13 @@ impl Dialect for Postgres {
     }
 
     async fn hand_on(&self, name: &str, owner: &str) -> Result<(), sqlx::Error> {
-        let args = Args { sql: &self.sql.hand_on, name, owner, ms: 0, channel: &self.channel, who: Who::default() };
+        let args = Args { sql: &self.sql.hand_on, name, owner, ms: 0, channel: "", who: Who::default() };
         self.pool.with(Use::Keep, &args, |c, a| Box::pin(handing(c, a))).await.map(drop)
-    }
-
-    fn added_queue_columns(&self, table: &str) -> Vec<(&'static str, String)> {
-        let quoted = self.quote(table);
-        sql::QUEUE_ADDED
-            .iter()
-            .map(|&(column, def)| (column, format!("ALTER TABLE {quoted} ADD COLUMN IF NOT EXISTS {column} {def}")))
-            .collect()
     }
 
     async fn observe(&self, name: &str, owner: &str, lifetime_ms: i64) -> Result<(), sqlx::Error> {
         let args = (Arc::clone(&self.sql.observe), name, owner, Some(lifetime_ms));
         self.pool.with(Use::Take, &args, |c, a| Box::pin(observers::run(c, a))).await
-    }
-
-    fn add_column(&self, table: &str, column: &str) -> String {
-        format!("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {column} TEXT", self.quote(table))
     }
 
     async fn collect_idle(&self, idle_ms: i64) -> Result<u64, sqlx::Error> {
@@ -459,7 +441,7 @@ impl Dialect for Postgres {
     }
 
     async fn release(&self, name: &str, owner: &str) -> Result<bool, sqlx::Error> {
-        let args = Args { sql: &self.sql.release, name, owner, ms: 0, channel: &self.channel, who: Who::default() };
+        let args = Args { sql: &self.sql.release, name, owner, ms: 0, channel: "", who: Who::default() };
         let freed = self.pool.with(Use::Keep, &args, |c, a| Box::pin(handing(c, a))).await?;
         Ok(freed)
     }

@@ -14,7 +14,7 @@
 //! statement: every operator (`=`, `<=`, `||`, `*`), function and type name would need it,
 //! and one forgotten is a hole no test notices; a pinned path covers them all, and each
 //! statement stays readable. On the application's pool (`from_pg_pool`) the path is put on
-//! before each use and the application's own put back after (one more round trip), so the
+//! before each use and the application's own put back after (two more round trips), so the
 //! application's unqualified names keep working; a use cancelled half-way closes its
 //! connection rather than return it with our path.
 
@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use lock_core::LockError;
 use sqlx::postgres::PgConnection;
-use sqlx::{AssertSqlSafe, Executor};
+use sqlx::{AssertSqlSafe, Executor, Row};
 
 use crate::options::{is_plain_identifier, SqlOptions};
 use crate::pool::{Borrow, Setup};
@@ -30,65 +30,64 @@ use crate::pool::{Borrow, Setup};
 /// The only schemas our statements resolve names in.
 pub(super) const PATH: &str = "pg_catalog, pg_temp";
 
-/// The settings every session of our own pool runs with: the pinned path; durable commits (a
+/// The settings every session of ours runs with, by name: the pinned path; durable commits (a
 /// server configured with `synchronous_commit = off` acknowledges commits it may still lose,
-/// and a lost fence lets a token repeat); and a server-side bound on every statement, so that
-/// one whose caller was cancelled cannot commit a grant long after its clean-up ran (see
-/// inflight.rs). One round trip per new connection.
+/// and a lost fence lets a token repeat); a server-side bound on every statement, so that one
+/// whose caller was cancelled cannot commit a grant long after its clean-up ran (see
+/// inflight.rs); and plans that look rows up by index. Every statement of ours finds its rows
+/// by a key, and the waiter queue of a busy name churns (an entry inserted and deleted per
+/// contended acquisition), so between two autovacuum rounds the queue holds thousands of dead
+/// entries per name. A bitmap or sequential scan visits each of them in the heap every time
+/// (about 0.2 ms with 5,000, in every release, hand-off and queued acquire; the planner picks
+/// them when its statistics say the queue is small); an index scan marks them dead once and
+/// skips them afterwards (15 µs), and PostgreSQL then removes them from the index pages.
+fn settings(options: &SqlOptions) -> [(&'static str, String); 5] {
+    [
+        ("search_path", PATH.to_owned()),
+        ("synchronous_commit", "on".to_owned()),
+        ("statement_timeout", options.request_timeout.as_millis().max(1).to_string()),
+        ("enable_bitmapscan", "off".to_owned()),
+        ("enable_seqscan", "off".to_owned()),
+    ]
+}
+
+/// [`settings`] on every new connection of our own pool: one round trip per connection.
 pub(super) fn session(options: &SqlOptions) -> Setup<PgConnection> {
-    let session = format!(
-        "SET search_path = {PATH}; SET synchronous_commit = on; SET statement_timeout = {}",
-        timeout_ms(options)
-    );
+    let session = settings(options).iter().map(|(name, value)| format!("SET {name} = {value}")).collect::<Vec<_>>();
+    let session = session.join("; ");
     Arc::new(move |c| {
         let session = session.clone();
         Box::pin(async move { c.execute(AssertSqlSafe(session)).await.map(drop) })
     })
 }
 
-fn timeout_ms(options: &SqlOptions) -> String {
-    options.request_timeout.as_millis().max(1).to_string()
-}
-
 /// The same settings around each use of the application's connections, and the application's
 /// values put back after. Every name in these two statements is qualified: they run under the
 /// application's path.
 pub(super) fn borrow(options: &SqlOptions) -> Borrow<PgConnection> {
-    let timeout = timeout_ms(options);
+    let ours = settings(options);
+    let names = ours.each_ref().map(|(name, _)| *name);
+    let set = |first: usize| -> Vec<String> {
+        names.iter().enumerate().map(|(i, n)| format!("pg_catalog.set_config('{n}', ${}, false)", first + i)).collect()
+    };
+    let read = names.iter().map(|n| format!("pg_catalog.current_setting('{n}')"));
+    let enter_sql: Arc<str> = format!("SELECT {}", read.chain(set(1)).collect::<Vec<_>>().join(", ")).into();
+    let leave_sql: Arc<str> = format!("SELECT {}", set(1).join(", ")).into();
+    let values: Arc<[String]> = ours.map(|(_, value)| value).into();
     Borrow {
         enter: Arc::new(move |c| {
-            let timeout = timeout.clone();
+            let (sql, values) = (Arc::clone(&enter_sql), Arc::clone(&values));
             Box::pin(async move {
-                let (path, sync, bound): (String, String, String) = sqlx::query_as(
-                    "SELECT pg_catalog.current_setting('search_path'), \
-                       pg_catalog.current_setting('synchronous_commit'), \
-                       pg_catalog.current_setting('statement_timeout'), \
-                       pg_catalog.set_config('search_path', $1, false), \
-                       pg_catalog.set_config('synchronous_commit', 'on', false), \
-                       pg_catalog.set_config('statement_timeout', $2, false)",
-                )
-                .bind(PATH)
-                .bind(timeout)
-                .fetch_one(c)
-                .await
-                .map(|(p, s, b, _, _, _): (String, String, String, String, String, String)| (p, s, b))?;
-                Ok(vec![path, sync, bound])
+                let q = values.iter().fold(sqlx::query(AssertSqlSafe(sql)), |q, v| q.bind(v.as_str()));
+                let row = q.fetch_one(c).await?;
+                (0..values.len()).map(|i| row.try_get::<String, _>(i)).collect()
             })
         }),
-        leave: Arc::new(|c, saved| {
+        leave: Arc::new(move |c, saved| {
+            let sql = Arc::clone(&leave_sql);
             Box::pin(async move {
-                let [path, sync, bound] = <[String; 3]>::try_from(saved).map_err(|_| sqlx::Error::PoolClosed)?;
-                sqlx::query(
-                    "SELECT pg_catalog.set_config('search_path', $1, false), \
-                       pg_catalog.set_config('synchronous_commit', $2, false), \
-                       pg_catalog.set_config('statement_timeout', $3, false)",
-                )
-                .bind(path)
-                .bind(sync)
-                .bind(bound)
-                .execute(c)
-                .await
-                .map(drop)
+                let q = saved.iter().fold(sqlx::query(AssertSqlSafe(sql)), |q, v| q.bind(v.as_str()));
+                q.execute(c).await.map(drop)
             })
         }),
     }

@@ -39,14 +39,6 @@ const REFUSAL_COMMITS_ASYNC: &str = "set_config('synchronous_commit', 'off', tru
 /// it, keeps the durable commit.
 const GRANT_COMMITS_ASYNC: &str = "set_config('synchronous_commit', 'off', true)";
 
-/// The waiter queue's columns that later versions added, with their `ADD COLUMN` definition:
-/// what a hand-off grants the head (its ttl, holder and metadata), and the channel its client
-/// listens on alone (`wake`). `ttl_ms = 0` (an entry written by an older version) is never
-/// granted in a release, only woken; `wake` NULL (an older version's) is notified on the
-/// table's channel, which every client listens on too.
-pub(super) const QUEUE_ADDED: &[(&str, &str)] =
-    &[("ttl_ms", "BIGINT NOT NULL DEFAULT 0"), ("holder", "TEXT"), ("metadata", "TEXT"), ("wake", "TEXT")];
-
 pub(super) const FLAVOR: Flavor = Flavor {
     quote: '"',
     now: NOW,
@@ -292,8 +284,7 @@ fn acquire_sql(qt: &str, qq: &str, notify_observers: &str, attempt: Attempt) -> 
     }
 }
 
-/// The release (`pass_on` false: `$1` name, `$2` owner, `$3` channel, `$4` the wake-up prefix)
-/// and the hand-on of a waiter's leave or a refused attempt (`pass_on` true: also a free or
+/// The release (`pass_on` false: `$1` name, `$2` owner) and the hand-on of a waiter's leave or a refused attempt (`pass_on` true: also a free or
 /// expired row, whoever `$2` is), one statement that answers a row when it freed or passed on:
 /// lock the lease row (`cur`), then the head of the queue (`head`, `FOR UPDATE`: a leave's delete
 /// of that entry in progress is waited for and the entry skipped, the next one taken; a leave
@@ -301,10 +292,8 @@ fn acquire_sql(qt: &str, qq: &str, notify_observers: &str, attempt: Attempt) -> 
 /// provisionally — new fence, `expires_at` read from the clock now that the row is locked + the
 /// claim window (at most its ttl; its claim extends it), its holder and metadata — and loses
 /// its entry, and is notified `dlock-grant:<owner>:<fence>` on its client's
-/// own channel (`wake`; the table's for an older version's entry, which has none); without
-/// such a head our row is freed (a free row passed on stays as it is) and a head of an older
-/// version (ttl 0) is only woken. The
-/// name's observers are notified either way. Notifications are delivered on commit, which for
+/// own channel (`wake`, which its acquire wrote with the entry); without a head our row is
+/// freed (a free row passed on stays as it is). The name's observers are notified either way. Notifications are delivered on commit, which for
 /// a grant to a head does not wait for the WAL flush ([`GRANT_COMMITS_ASYNC`]).
 fn handing(qt: &str, qq: &str, notify_observers: &str, pass_on: bool) -> String {
     let claim_ms = CLAIM_WINDOW.as_millis();
@@ -315,6 +304,7 @@ fn handing(qt: &str, qq: &str, notify_observers: &str, pass_on: bool) -> String 
          head AS ( \
            SELECT w.owner, w.ttl_ms, w.holder, w.metadata, w.wake FROM {qq} w \
            WHERE w.name = $1 AND EXISTS (SELECT 1 FROM cur) AND w.expires_at > {NOW} AND w.seq < {OBSERVER_SEQ} \
+           AND w.wake IS NOT NULL \
            ORDER BY w.seq, w.owner LIMIT 1 FOR UPDATE), \
          granted AS ( \
            UPDATE {qt} l SET \
@@ -323,13 +313,12 @@ fn handing(qt: &str, qq: &str, notify_observers: &str, pass_on: bool) -> String 
              expires_at = CASE WHEN h.owner IS NULL THEN {NOW} ELSE {CLOCK} + LEAST(h.ttl_ms, {claim_ms}) END, \
              holder = CASE WHEN h.owner IS NULL THEN l.holder ELSE h.holder END, \
              metadata = CASE WHEN h.owner IS NULL THEN l.metadata ELSE h.metadata END \
-           FROM cur LEFT JOIN head h ON h.ttl_ms > 0 \
+           FROM cur LEFT JOIN head h ON true \
            WHERE l.name = cur.name AND (h.owner IS NOT NULL OR (l.owner = $2 AND l.expires_at > {NOW})) \
            RETURNING l.name, l.owner, l.fence, h.wake), \
          dequeued AS (DELETE FROM {qq} w USING granted g WHERE w.name = $1 AND w.owner = g.owner) \
          SELECT (CASE WHEN g.owner IS NOT NULL \
-                   THEN pg_notify(COALESCE(g.wake, $3), '{GRANT}' || g.owner || ':' || g.fence) \
-                 ELSE (SELECT pg_notify(COALESCE(h.wake, $3), $4 || h.owner) FROM head h) END)::text, \
+                   THEN pg_notify(g.wake, '{GRANT}' || g.owner || ':' || g.fence) END)::text, \
                 {notify_observers}, CASE WHEN g.owner IS NOT NULL THEN {GRANT_COMMITS_ASYNC} END \
          FROM granted g"
     )
@@ -354,9 +343,64 @@ mod tests {
         (c, t, s)
     }
 
+    /// The acquire statement's row (`Row4` in mod.rs).
+    type Row = (Option<i64>, Option<i64>, Option<i64>, Option<i64>);
+
+    /// A waiting attempt of `owner` on name "n" with statement `sql`: ttl 10 s, an entry that
+    /// lives 60 s, not queued yet (its place `i64::MAX`).
+    fn waiting(
+        sql: &Arc<str>,
+        owner: &'static str,
+    ) -> sqlx::query::QueryAs<'static, sqlx::Postgres, Row, sqlx::postgres::PgArguments> {
+        sqlx::query_as(AssertSqlSafe(Arc::clone(sql)))
+            .bind("n")
+            .bind(owner)
+            .bind(10_000i64)
+            .bind(None::<String>)
+            .bind(None::<String>)
+            .bind(60_000i64)
+            .bind(i64::MAX)
+            .bind("dlock_w_test")
+    }
+
     async fn drop_tables(c: &mut sqlx::PgConnection, t: &str) {
         let drop_both = format!("DROP TABLE {}, {}", quote_table(t, '"'), quote_table(&queue_table(t), '"'));
         c.execute(AssertSqlSafe(drop_both)).await.unwrap();
+    }
+
+    /// Our sessions plan index scans (pin.rs `settings`): over a waiter queue whose entries
+    /// for the name were inserted and deleted thousands of times (a busy lock between two
+    /// autovacuum rounds), a bitmap or sequential scan would visit every dead entry in every
+    /// release, where an index scan skips them once they are marked dead.
+    #[tokio::test]
+    async fn the_release_plans_no_bitmap_scan_over_a_churned_queue() {
+        let (mut c, t, _) = fresh_tables("dlock_plan").await;
+        let schema: String = sqlx::query_scalar("SELECT current_schema()::text").fetch_one(&mut c).await.unwrap();
+        super::super::pin::session(&crate::options::SqlOptions::default())(&mut c).await.unwrap();
+        let s = Statements::new(&format!("{schema}.{t}"), &t);
+        let qq = quote_table(&queue_table(&format!("{schema}.{t}")), '"');
+        let churn = format!(
+            "DO $$ BEGIN FOR i IN 1..20000 LOOP \
+               INSERT INTO {qq} (name, owner, seq, expires_at, ttl_ms, wake) VALUES ('n', i::text, i, 0, 1, 'w'); \
+               DELETE FROM {qq} WHERE name = 'n' AND owner = i::text; \
+             END LOOP; END $$"
+        );
+        let live = format!(
+            "INSERT INTO {qq} (name, owner, seq, expires_at, ttl_ms, wake) \
+             SELECT 'n', 'live' || i, 10000 + i, 0, 1, 'w' FROM generate_series(1, 8) i"
+        );
+        c.execute(AssertSqlSafe(live)).await.unwrap();
+        c.execute(AssertSqlSafe(churn)).await.unwrap();
+        c.execute(AssertSqlSafe(format!("ANALYZE {qq}"))).await.unwrap();
+        // The plan a prepared statement runs with after its first executions: the generic one.
+        let prepare = format!("SET plan_cache_mode = force_generic_plan; PREPARE r(text, text) AS {}", s.release);
+        c.execute(AssertSqlSafe(prepare)).await.unwrap();
+        let plan: Vec<String> =
+            sqlx::query_scalar(AssertSqlSafe("EXPLAIN EXECUTE r('n', 'a')")).fetch_all(&mut c).await.unwrap();
+        drop_tables(&mut c, &format!("{schema}.{t}")).await;
+        let plan = plan.join("\n");
+        assert!(!plan.contains("Bitmap") && !plan.contains("Seq Scan"), "a scan of every entry in:\n{plan}");
+        assert!(plan.contains("Index Scan"), "the queue looked up by its index:\n{plan}");
     }
 
     /// `try_acquire`'s statement (no queue clauses, its place as `$6`): granted on a free row,
@@ -365,7 +409,6 @@ mod tests {
     #[tokio::test]
     async fn try_acquire_statement_neither_queues_nor_overtakes() {
         let (mut c, t, s) = fresh_tables("dlock_try").await;
-        type Row = (Option<i64>, Option<i64>, Option<i64>, Option<i64>);
         let try_acquire = |owner: &'static str| {
             sqlx::query_as::<_, Row>(AssertSqlSafe(Arc::clone(&s.acquire_try)))
                 .bind("n")
@@ -384,18 +427,7 @@ mod tests {
         let entries: i64 = sqlx::query_scalar(AssertSqlSafe(queue.clone())).fetch_one(&mut c).await.unwrap();
         assert_eq!(entries, 0, "a try never queues");
         // "w" waits (queued), then "a" frees the row without handing it on: owed to "w".
-        let waits: Row = sqlx::query_as(AssertSqlSafe(Arc::clone(&s.acquire_first)))
-            .bind("n")
-            .bind("w")
-            .bind(10_000i64)
-            .bind(None::<String>)
-            .bind(None::<String>)
-            .bind(60_000i64)
-            .bind(i64::MAX)
-            .bind("dlock_w_test")
-            .fetch_one(&mut c)
-            .await
-            .unwrap();
+        let waits = waiting(&s.acquire_first, "w").fetch_one(&mut c).await.unwrap();
         assert!(waits.2.is_some(), "w is queued: {waits:?}");
         let free = format!("UPDATE {} SET owner = NULL", quote_table(&t, '"'));
         c.execute(AssertSqlSafe(free)).await.unwrap();
@@ -413,19 +445,7 @@ mod tests {
         c.execute("SET synchronous_commit = on").await.unwrap();
         for (owner, granted, commit) in [("a", true, "on"), ("b", false, "off"), ("b", false, "off")] {
             let mut tx = c.begin().await.unwrap();
-            let row: (Option<i64>, Option<i64>, Option<i64>, Option<i64>) =
-                sqlx::query_as(AssertSqlSafe(Arc::clone(&s.acquire)))
-                    .bind("n")
-                    .bind(owner)
-                    .bind(10_000i64)
-                    .bind(None::<String>)
-                    .bind(None::<String>)
-                    .bind(60_000i64)
-                    .bind(i64::MAX)
-                    .bind("dlock_w_test")
-                    .fetch_one(&mut *tx)
-                    .await
-                    .unwrap();
+            let row = waiting(&s.acquire, owner).fetch_one(&mut *tx).await.unwrap();
             assert_eq!(row.0.is_some(), granted, "{owner}: {row:?}");
             if !granted {
                 assert!(row.3.is_some(), "a refusal still reports the holder's fence: {row:?}");
@@ -437,9 +457,7 @@ mod tests {
         let after: String = sqlx::query_scalar("SHOW synchronous_commit").fetch_one(&mut c).await.unwrap();
         assert_eq!(after, "on", "the setting is the transaction's only");
         // "b" is queued now: "a"'s release grants it.
-        let release = |owner: &'static str| {
-            sqlx::query(AssertSqlSafe(Arc::clone(&s.release))).bind("n").bind(owner).bind("dlock_test").bind("w:")
-        };
+        let release = |owner: &'static str| sqlx::query(AssertSqlSafe(Arc::clone(&s.release))).bind("n").bind(owner);
         let mut tx = c.begin().await.unwrap();
         assert_eq!(release("a").fetch_all(&mut *tx).await.unwrap().len(), 1, "a's release grants b");
         let now: String = sqlx::query_scalar("SHOW synchronous_commit").fetch_one(&mut *tx).await.unwrap();
