@@ -13,7 +13,9 @@
 //! - **`DistributedLock` directly** (memory, ZooKeeper): build each grant's lease from a
 //!   [`LeaseGrant`] and your [`LeaseHandle`] with [`Lease::new`](crate::Lease::new), declare
 //!   losses the watchdog cannot see through a [`LossTrigger`], and answer a wait's end with a
-//!   [`Deadline`].
+//!   [`Deadline`]. A backend whose kinds are recipes over one queue (ZooKeeper, etcd) keeps
+//!   each call's deadline, back-off and outage in an [`AcquireClock`], ends a pass with a
+//!   [`Stop`], and implements [`QueueLock`] to get its read-write lock and semaphore.
 //!
 //! Either way: hide secrets of URLs in every message with [`redact`], gather many leases'
 //! requests into one round trip with a [`Batcher`], space retries with a [`Backoff`], and tell
@@ -43,6 +45,9 @@ pub use crate::lease::{LeaseGrant, LeaseHandle, LossTrigger, ReleaseOutcome, Ren
 pub use crate::name::escape_prefix;
 /// A handle that is every lock kind at once, as a [`LockProvider`](crate::LockProvider).
 pub use crate::provider::EveryKind;
+/// The shared parts of a queue-recipe backend: the per-call clock, a pass's end, and the
+/// read-write lock and semaphore over "acquire this kind".
+pub use crate::queue::{AcquireClock, QueueKind, QueueLock, Stop};
 /// The one-entry-per-name machinery: the store trait, its attempt, and the lock it becomes.
 pub use crate::store::{Claim, LeaseStore, StoreLock, TryLock};
 /// Release hints for waiters: one hub per connection, one subscription per waiting name.

@@ -55,6 +55,7 @@ mod multi;
 mod name;
 mod options;
 mod provider;
+mod queue;
 #[cfg(feature = "sqlx")]
 mod sqlx_token;
 mod store;

@@ -1,15 +1,13 @@
 //! The trait impls: each lock kind is a [`Recipe`] run through the same queue (`crate::queue`).
 
 use async_trait::async_trait;
+use lock_core::backend::{audited_force_release, QueueLock};
 use lock_core::{
-    AcquireOptions, Capabilities, ChangeFeed, DistributedLock, DistributedRwLock, DistributedSemaphore, FencingToken,
-    HolderInfo, Lease, LockError, LockName,
+    AcquireOptions, Capabilities, ChangeFeed, DistributedLock, FencingToken, HolderInfo, Lease, LockError, LockName,
 };
 
-use lock_core::backend::audited_force_release;
-
 use crate::client::{backend, capabilities, EtcdLock};
-use crate::recipe::{permits, Recipe};
+use crate::recipe::Recipe;
 
 #[async_trait]
 impl DistributedLock for EtcdLock {
@@ -22,11 +20,11 @@ impl DistributedLock for EtcdLock {
     }
 
     async fn try_acquire(&self, name: &LockName, options: &AcquireOptions) -> Result<Option<Lease>, LockError> {
-        Box::pin(self.try_once(Recipe::Exclusive, name, options)).await
+        self.try_once(Recipe::Exclusive, name, options).await
     }
 
     async fn acquire(&self, name: &LockName, options: &AcquireOptions) -> Result<Lease, LockError> {
-        Box::pin(self.wait_for(Recipe::Exclusive, name, options)).await
+        self.wait_for(Recipe::Exclusive, name, options).await
     }
 
     async fn inspect(&self, name: &LockName) -> Result<Option<HolderInfo>, LockError> {
@@ -46,8 +44,9 @@ impl DistributedLock for EtcdLock {
     }
 }
 
+/// The read-write lock and the semaphore come from these (`lock_core::backend::QueueLock`).
 #[async_trait]
-impl DistributedRwLock for EtcdLock {
+impl QueueLock for EtcdLock {
     fn backend(&self) -> &str {
         backend()
     }
@@ -56,48 +55,11 @@ impl DistributedRwLock for EtcdLock {
         capabilities()
     }
 
-    async fn try_acquire_read(&self, name: &LockName, options: &AcquireOptions) -> Result<Option<Lease>, LockError> {
-        Box::pin(self.try_once(Recipe::Read, name, options)).await
+    async fn try_kind(&self, kind: Recipe, name: &LockName, opts: &AcquireOptions) -> Result<Option<Lease>, LockError> {
+        self.try_once(kind, name, opts).await
     }
 
-    async fn acquire_read(&self, name: &LockName, options: &AcquireOptions) -> Result<Lease, LockError> {
-        Box::pin(self.wait_for(Recipe::Read, name, options)).await
-    }
-
-    async fn try_acquire_write(&self, name: &LockName, options: &AcquireOptions) -> Result<Option<Lease>, LockError> {
-        Box::pin(self.try_once(Recipe::Write, name, options)).await
-    }
-
-    async fn acquire_write(&self, name: &LockName, options: &AcquireOptions) -> Result<Lease, LockError> {
-        Box::pin(self.wait_for(Recipe::Write, name, options)).await
-    }
-}
-
-#[async_trait]
-impl DistributedSemaphore for EtcdLock {
-    fn backend(&self) -> &str {
-        backend()
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        capabilities()
-    }
-
-    async fn try_acquire_permit(
-        &self,
-        name: &LockName,
-        permits_total: u32,
-        options: &AcquireOptions,
-    ) -> Result<Option<Lease>, LockError> {
-        Box::pin(self.try_once(permits(permits_total)?, name, options)).await
-    }
-
-    async fn acquire_permit(
-        &self,
-        name: &LockName,
-        permits_total: u32,
-        options: &AcquireOptions,
-    ) -> Result<Lease, LockError> {
-        Box::pin(self.wait_for(permits(permits_total)?, name, options)).await
+    async fn acquire_kind(&self, kind: Recipe, name: &LockName, opts: &AcquireOptions) -> Result<Lease, LockError> {
+        self.wait_for(kind, name, opts).await
     }
 }

@@ -10,8 +10,8 @@ use etcd_client::{
     TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
 };
 use lock_core::{
-    backend::{permits_mismatch, Backoff, Deadline, LeaseGrant},
-    AcquireOptions, FencingToken, Lease, LockError, LockName, OwnerId, WaitPolicy,
+    backend::{permits_mismatch, AcquireClock, LeaseGrant, Stop},
+    AcquireOptions, FencingToken, Lease, LockError, LockName, OwnerId,
 };
 use tokio::time::{sleep, sleep_until, Instant};
 
@@ -31,21 +31,6 @@ use crate::spare::Spare;
 /// costs a whole round trip, which a grant over a slow link cannot spare (the suite's
 /// `slow_grant_renewed_in_time`). A pass with a spare lease sends its transaction at once.
 const STAGGER: Duration = Duration::from_millis(3);
-
-/// Why a pass ends without an answer for the caller.
-enum Stop {
-    /// Our key or lease vanished (expired while we could not renew it, or deleted by an
-    /// operator): queue again with a new lease.
-    Restart(&'static str),
-    /// The caller's answer is this error (or, if transient, a retry).
-    Fail(LockError),
-}
-
-impl From<LockError> for Stop {
-    fn from(e: LockError) -> Self {
-        Stop::Fail(e)
-    }
-}
 
 /// What the server says of the keys ahead of ours.
 enum Ahead {
@@ -83,13 +68,9 @@ pub(crate) struct Attempt<'a> {
     recipe: Recipe,
     name: &'a LockName,
     opts: &'a AcquireOptions,
-    /// When the call must have answered (for a single try, one request timeout), and whether
-    /// the lock was seen held meanwhile: busy at the deadline is `Timeout`.
-    deadline: Deadline,
-    /// Whether to queue at all (false for try_acquire and `WaitPolicy::NoWait`).
-    wait: bool,
-    unavailable_since: Option<Instant>,
-    backoff: Backoff,
+    /// When the call must have answered, whether it queues at all, and its retries: busy at
+    /// the deadline is `Timeout`.
+    clock: AcquireClock,
 }
 
 impl EtcdLock {
@@ -115,39 +96,15 @@ impl EtcdLock {
         let mut attempt = Attempt::new(self, recipe, name, opts, true);
         match Box::pin(attempt.run()).await? {
             Some(lease) => Ok(lease),
-            None => Err(attempt.timeout_error()),
+            None => Err(attempt.clock.timeout(name)),
         }
     }
 }
 
 impl<'a> Attempt<'a> {
     fn new(lock: &'a EtcdLock, recipe: Recipe, name: &'a LockName, opts: &'a AcquireOptions, queue: bool) -> Self {
-        let begun = Instant::now();
-        let wait = queue && !matches!(opts.wait, WaitPolicy::NoWait | WaitPolicy::For(Duration::ZERO));
-        // A single try answers within one request timeout.
-        let per_request = opts.request_timeout.min(lock.request_timeout());
-        let policy = if wait { opts.wait } else { WaitPolicy::For(per_request) };
-        let backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
-        let deadline = Deadline::new(policy, begun);
-        Attempt { lock, recipe, name, opts, deadline, wait, unavailable_since: None, backoff }
-    }
-
-    fn per_request(&self) -> Duration {
-        self.opts.request_timeout.min(self.lock.request_timeout())
-    }
-
-    /// The bound of one request: the request timeout, never beyond the call's deadline (and a
-    /// millisecond once it has passed).
-    fn bound(&self) -> Duration {
-        let now = Instant::now();
-        if self.deadline.passed(now) {
-            return Duration::from_millis(1);
-        }
-        self.deadline.bound(self.per_request(), now)
-    }
-
-    fn timeout_error(&self) -> LockError {
-        self.deadline.timeout(self.name)
+        let clock = AcquireClock::new(queue, opts, lock.request_timeout(), lock.inner.options.connect_timeout);
+        Attempt { lock, recipe, name, opts, clock }
     }
 
     /// Passes until an answer: a grant, busy (`None`), or an error. A transient failure starts
@@ -159,40 +116,16 @@ impl<'a> Attempt<'a> {
                 Err(Stop::Restart(why)) => {
                     tracing::debug!(lock = %self.name, why, "etcd: queueing again");
                 }
-                Err(Stop::Fail(e)) if e.is_retryable() => self.after_transient(e).await?,
+                Err(Stop::Fail(e)) if e.is_retryable() => self.clock.after_transient(e, self.name, "etcd").await?,
                 Err(Stop::Fail(e)) => return Err(e),
             }
         }
     }
 
-    /// After a transient failure: waits a little, or gives up when the call's limit would pass
-    /// or the server has not answered for `connect_timeout` (unless waiting forever).
-    async fn after_transient(&mut self, err: LockError) -> Result<(), LockError> {
-        let now = Instant::now();
-        let since = *self.unavailable_since.get_or_insert(now);
-        let delay = self.backoff.next_delay();
-        let out_of_time = self.deadline.left(now) <= delay;
-        if out_of_time && self.wait && self.deadline.seen_busy() {
-            return Err(self.timeout_error());
-        }
-        let forever = self.deadline.at().is_none();
-        if out_of_time || (!forever && now.duration_since(since) >= self.lock.inner.options.connect_timeout) {
-            return Err(err);
-        }
-        tracing::debug!(lock = %self.name, error = %err, "etcd request failed; retrying");
-        sleep(delay).await;
-        Ok(())
-    }
-
-    fn answered(&mut self) {
-        self.unavailable_since = None;
-        self.backoff.reset(Duration::from_millis(20));
-    }
-
     /// One pass: a lease, our key queued, then hold, give up (single attempt) or wait.
     async fn pass(&mut self) -> Result<Option<Lease>, Stop> {
         let queued = Box::pin(self.queue_key()).await?;
-        self.answered();
+        self.clock.answered();
         let (rev, head) = (queued.rev, queued.head);
         let queued = queued.queued;
         // The oldest key holds, whatever the kind; for the shared kinds a younger one may too.
@@ -213,8 +146,8 @@ impl<'a> Attempt<'a> {
             let started = queued.refreshed;
             return Ok(Some(self.grant(queued, started)));
         }
-        self.deadline.busy();
-        if !self.wait {
+        self.clock.busy();
+        if !self.clock.waits() {
             queued.pending.revoke_now().await;
             return Ok(None);
         }
@@ -230,14 +163,14 @@ impl<'a> Attempt<'a> {
         let spare = self.lock.spares().take(secs, self.opts.ttl);
         let lease = spare.as_ref().map_or_else(fresh_lease_id, |s| s.id);
         // Armed before anything is sent: a grant whose answer is lost is revoked too.
-        let pending = Pending::new(client.clone(), lease, self.opts.ttl, self.per_request());
+        let pending = Pending::new(client.clone(), lease, self.opts.ttl, self.clock.request_timeout());
         let owner = OwnerId::random();
         let key = self.lock.keys().waiter(self.recipe, self.name, lease);
         let sent = Instant::now();
         let (refreshed, keep_alive, (rev, head)) = match spare {
             Some(Spare { refreshed, keep_alive, .. }) => {
                 let (alive, queued) =
-                    tokio::join!(keep_alive.once(&client, lease, self.bound()), self.enqueue(&key, lease, owner));
+                    tokio::join!(keep_alive.once(&client, lease, self.clock.bound()), self.enqueue(&key, lease, owner));
                 let queued = queued?;
                 match alive {
                     Ok(true) => (sent, keep_alive, queued),
@@ -265,7 +198,8 @@ impl<'a> Attempt<'a> {
         owner: OwnerId,
     ) -> Result<(i64, i64), Stop> {
         let grant_opts = LeaseGrantOptions::new().with_id(lease);
-        let grant = timed(self.bound(), "granting a lease", c.lease_grant(ttl_secs(self.opts.ttl), Some(grant_opts)));
+        let grant =
+            timed(self.clock.bound(), "granting a lease", c.lease_grant(ttl_secs(self.opts.ttl), Some(grant_opts)));
         let enqueue = async {
             sleep(STAGGER).await;
             self.enqueue(key, lease, owner).await
@@ -298,7 +232,7 @@ impl<'a> Attempt<'a> {
             ])
             .or_else([TxnOp::get(key, None), TxnOp::get(queue.as_str(), Some(oldest))]);
         let mut c = self.lock.client();
-        let resp = match timed(self.bound(), "queueing our key", c.txn(txn)).await {
+        let resp = match timed(self.clock.bound(), "queueing our key", c.txn(txn)).await {
             Err(e) if is_lease_gone(&e) => return Err(Stop::Restart("our lease expired before our key was queued")),
             other => other?,
         };
@@ -326,14 +260,14 @@ impl<'a> Attempt<'a> {
                     return Err(Stop::Fail(e));
                 }
                 Err(e) => {
-                    if let Err(e) = self.after_transient(e).await {
+                    if let Err(e) = self.clock.after_transient(e, self.name, "etcd").await {
                         q.pending.revoke_now().await;
                         return if matches!(e, LockError::Timeout { .. }) { Ok(None) } else { Err(Stop::Fail(e)) };
                     }
                     continue;
                 }
             };
-            self.answered();
+            self.clock.answered();
             let (watch, seen) = match ahead {
                 (Ahead::Gone, _) => return Err(Stop::Restart("our key vanished while we waited")),
                 (Ahead::Nobody, _) => {
@@ -341,7 +275,7 @@ impl<'a> Attempt<'a> {
                         // Our keep-alives failed for a while: restart the ttl before granting.
                         let sent = Instant::now();
                         let lease = q.pending.id;
-                        match q.keep_alive.once(&q.pending.client, lease, self.bound()).await {
+                        match q.keep_alive.once(&q.pending.client, lease, self.clock.bound()).await {
                             Ok(true) => q.refreshed = sent,
                             Ok(false) => return Err(Stop::Restart("our lease expired as we were granted")),
                             Err(_) => continue,
@@ -358,30 +292,31 @@ impl<'a> Attempt<'a> {
                 Watch::Key(key) => (key, opts),
                 Watch::Queue => (self.lock.keys().queue_of(self.recipe, self.name).into_bytes(), opts.with_prefix()),
             };
-            let mut stream = match timed(self.bound(), "watching the keys ahead", c.watch(target, Some(opts))).await {
-                Ok(s) => s,
-                Err(_) => {
-                    sleep(self.backoff.next_delay()).await;
-                    continue;
-                }
-            };
+            let mut stream =
+                match timed(self.clock.bound(), "watching the keys ahead", c.watch(target, Some(opts))).await {
+                    Ok(s) => s,
+                    Err(_) => {
+                        sleep(self.clock.next_delay()).await;
+                        continue;
+                    }
+                };
             // Until the key ahead is deleted (or the watch breaks: look again), keeping our
             // lease alive meanwhile.
             loop {
                 let far = Instant::now() + Duration::from_secs(3600);
-                let end = self.deadline.at().unwrap_or(far);
+                let end = self.clock.deadline().at().unwrap_or(far);
                 tokio::select! {
                     msg = stream.message() => match msg {
                         Ok(Some(resp)) if resp.canceled() || resp.events().iter().any(|e| e.event_type() == EventType::Delete) => break,
                         Ok(Some(_)) => {}
                         Ok(None) | Err(_) => {
-                            sleep(self.backoff.next_delay()).await;
+                            sleep(self.clock.next_delay()).await;
                             break;
                         }
                     },
                     () = sleep_until(next_keep_alive) => {
                         let sent = Instant::now();
-                        match q.keep_alive.once(&q.pending.client, q.pending.id, self.per_request()).await {
+                        match q.keep_alive.once(&q.pending.client, q.pending.id, self.clock.request_timeout()).await {
                             Ok(true) => {
                                 q.refreshed = sent;
                                 next_keep_alive = sent + every;
@@ -417,7 +352,7 @@ impl<'a> Attempt<'a> {
             .when([Compare::create_revision(q.key.as_str(), CompareOp::Equal, q.rev)])
             .and_then([TxnOp::get(blockers.as_str(), Some(before))]);
         let mut c = self.lock.client();
-        let resp = timed(self.bound(), "reading the queue ahead of us", c.txn(txn)).await?;
+        let resp = timed(self.clock.bound(), "reading the queue ahead of us", c.txn(txn)).await?;
         let seen = resp.header().map(|h| h.revision()).ok_or_else(|| malformed("a header"))?;
         if !resp.succeeded() {
             return Ok((Ahead::Gone, seen));
@@ -457,7 +392,7 @@ impl<'a> Attempt<'a> {
             rev,
             lease: AtomicI64::new(pending.id),
             keep_alive,
-            bound: self.per_request(),
+            bound: self.clock.request_timeout(),
             release_sent: AtomicBool::new(false),
             granted_lease: pending.id,
             secs: ttl_secs(self.opts.ttl),

@@ -7,8 +7,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use lock_core::{
-    backend::{Backoff, Deadline},
-    AcquireOptions, Lease, LockError, LockName, OwnerId, WaitPolicy,
+    backend::{AcquireClock, Deadline, Stop},
+    AcquireOptions, Lease, LockError, LockName, OwnerId,
 };
 use tokio::time::{sleep, sleep_until, Instant};
 use zookeeper_client::{CreateMode, EventType};
@@ -24,20 +24,6 @@ use crate::session::{call, connected, find_ours, server_error, Failure, NodeGuar
 
 const SESSION_ENDED: &str = "the ZooKeeper session ended";
 const NODE_VANISHED: &str = "our lock node vanished";
-
-/// Why a pass with one session ends without an answer for the caller.
-enum Stop {
-    /// The session ended or our node vanished: start over (with a new session).
-    Restart(&'static str),
-    /// The caller's answer is this error.
-    Fail(LockError),
-}
-
-impl From<LockError> for Stop {
-    fn from(e: LockError) -> Self {
-        Stop::Fail(e)
-    }
-}
 
 /// A failed request the pass goes on from.
 enum Settled {
@@ -84,14 +70,10 @@ pub(crate) struct Attempt<'a> {
     opts: &'a AcquireOptions,
     /// The lock client's options (its request and connect timeouts).
     client: &'a ZkOptions,
-    /// When the call must have answered (for a single try, one request timeout), and whether
-    /// the lock was seen held meanwhile: busy at the deadline is `Timeout`, even when the last
+    /// When the call must have answered (for a single try, one request timeout), whether it
+    /// queues at all, and its retries: busy at the deadline is `Timeout`, even when the last
     /// request was cut short by it (contract §4).
-    deadline: Deadline,
-    /// Whether to queue at all (false for try_acquire and `WaitPolicy::NoWait`).
-    wait: bool,
-    unavailable_since: Option<Instant>,
-    backoff: Backoff,
+    clock: AcquireClock,
 }
 
 impl<'a> Attempt<'a> {
@@ -104,72 +86,25 @@ impl<'a> Attempt<'a> {
         queue: bool,
         client: &'a ZkOptions,
     ) -> Self {
-        let begun = Instant::now();
-        // A zero wait is one attempt, like NoWait (busy → Timeout), not an instant Unavailable.
-        let wait = queue && !matches!(opts.wait, WaitPolicy::NoWait | WaitPolicy::For(Duration::ZERO));
-        // A single try answers within one request timeout.
-        let policy = if wait { opts.wait } else { WaitPolicy::For(opts.request_timeout.min(client.request_timeout)) };
-        let backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
-        let deadline = Deadline::new(policy, begun);
-        Attempt { recipe, name, opts, client, deadline, wait, unavailable_since: None, backoff }
+        let clock = AcquireClock::new(queue, opts, client.request_timeout, client.connect_timeout);
+        Attempt { recipe, name, opts, client, clock }
     }
 
     /// The attempt's deadline (its `Timeout` counts from when the attempt started).
     pub(crate) fn deadline(&self) -> Deadline {
-        self.deadline
+        self.clock.deadline()
     }
 }
 
 impl Attempt<'_> {
-    fn per_request(&self) -> Duration {
-        self.opts.request_timeout.min(self.client.request_timeout)
-    }
-
     /// When this call must have answered: the end of the caller's wait, or for a single
     /// attempt (try_acquire, `NoWait`) one request timeout; `None` when waiting forever.
     fn limit(&self) -> Option<Instant> {
-        self.deadline.at()
+        self.clock.deadline().at()
     }
 
-    /// The bound of one request: the request timeout, never beyond the call's limit (but at
-    /// least a little, so that a request sent at the last moment can still be answered).
-    fn bound(&self) -> Duration {
-        let now = Instant::now();
-        if self.deadline.passed(now) {
-            return Duration::from_millis(1);
-        }
-        self.deadline.bound(self.per_request(), now)
-    }
-
-    fn timeout_error(&self) -> LockError {
-        self.deadline.timeout(self.name)
-    }
-
-    /// After a transient failure: waits a little and says whether to retry. Gives up with
-    /// `Unavailable` when the call's limit would pass, or the server has not answered for
-    /// `connect_timeout` — unless the caller waits forever, which outlasts any outage.
     async fn after_transient(&mut self, err: LockError) -> Result<(), LockError> {
-        let now = Instant::now();
-        let since = *self.unavailable_since.get_or_insert(now);
-        let delay = self.backoff.next_delay();
-        let out_of_time = self.deadline.left(now) <= delay;
-        if out_of_time && self.wait && self.deadline.seen_busy() {
-            return Err(self.timeout_error());
-        }
-        // Waiting forever means forever (contract §4): only a bounded call gives up on a server
-        // that stopped answering.
-        let forever = self.limit().is_none();
-        if out_of_time || (!forever && now.duration_since(since) >= self.client.connect_timeout) {
-            return Err(err);
-        }
-        tracing::debug!(lock = %self.name, error = %err, "zookeeper request failed; retrying");
-        sleep(delay).await;
-        Ok(())
-    }
-
-    fn answered(&mut self) {
-        self.unavailable_since = None;
-        self.backoff.reset(Duration::from_millis(20));
+        self.clock.after_transient(err, self.name, BACKEND).await
     }
 
     /// The failure ladder, written once: a definite "no node" is for the caller to judge, any
@@ -178,7 +113,7 @@ impl Attempt<'_> {
     async fn settle(&mut self, failure: Failure, root: &str) -> Result<Settled, Stop> {
         match failure {
             Failure::Server(ZkError::NoNode) => {
-                self.answered();
+                self.clock.answered();
                 Ok(Settled::NoNode)
             }
             Failure::Server(e) => Err(Stop::Fail(server_error(e, root))),
@@ -197,9 +132,9 @@ impl Attempt<'_> {
         what: &str,
         request: impl Future<Output = Result<T, ZkError>>,
     ) -> Result<Result<T, Settled>, Stop> {
-        match call(self.bound(), what, request).await {
+        match call(self.clock.bound(), what, request).await {
             Ok(v) => {
-                self.answered();
+                self.clock.answered();
                 Ok(Ok(v))
             }
             Err(f) => self.settle(f, root).await.map(Err),
@@ -223,7 +158,7 @@ impl Attempt<'_> {
                 Ok(scope) => scope,
                 Err(e) if self.limit().is_none() && e.is_retryable() => {
                     tracing::debug!(lock = %self.name, error = %e, "no zookeeper session yet; waiting forever");
-                    sleep(self.backoff.next_delay()).await;
+                    sleep(self.clock.next_delay()).await;
                     continue;
                 }
                 Err(e) => return Err(e),
@@ -234,15 +169,15 @@ impl Attempt<'_> {
                 Err(Stop::Restart(why)) => {
                     tracing::info!(lock = %self.name, why, "zookeeper acquire starts over");
                     if self.limit().is_some_and(|l| Instant::now() >= l) {
-                        if self.wait && self.deadline.seen_busy() {
-                            return Err(self.timeout_error());
+                        if self.clock.waits() && self.clock.deadline().seen_busy() {
+                            return Err(self.clock.timeout(self.name));
                         }
                         return Err(LockError::unavailable(
                             BACKEND,
                             format!("{why}, and no time is left for a new one"),
                         ));
                     }
-                    sleep(self.backoff.next_delay()).await;
+                    sleep(self.clock.next_delay()).await;
                 }
             }
         }
@@ -252,7 +187,7 @@ impl Attempt<'_> {
     /// create our node; then list, decide and, while waiting, watch, until granted.
     async fn with_session(&mut self, scope: &Scope<'_>) -> Result<Option<Lease>, Stop> {
         let parent = self.recipe.parent(&scope.url.root, self.name);
-        let busy_before = !self.wait && scope.busy.contains(&parent);
+        let busy_before = !self.clock.waits() && scope.busy.contains(&parent);
         if busy_before && !self.busy_listing(scope, &parent).await? {
             return Ok(None);
         }
@@ -279,8 +214,8 @@ impl Attempt<'_> {
                 Verdict::Wait(watched) => (watched, false),
                 Verdict::WaitGranted(predecessor) => (vec![predecessor], true),
             };
-            self.deadline.busy();
-            if !self.wait {
+            self.clock.busy();
+            if !self.clock.waits() {
                 // Busy: the guard deletes our node; acquire turns this into Timeout.
                 scope.busy.note(&parent, true);
                 return Ok(None);
@@ -411,7 +346,7 @@ impl Attempt<'_> {
         let mut watchers = Vec::with_capacity(requests.len());
         let mut relist = false;
         for request in requests {
-            match call(self.bound(), "watching the node we wait for", request).await {
+            match call(self.clock.bound(), "watching the node we wait for", request).await {
                 // Granted already: we may be the first waiter now.
                 Ok((_, stat, _)) if until_granted && stat.version > 0 => relist = true,
                 Ok((_, _, w)) => watchers.push(w),
@@ -423,7 +358,7 @@ impl Attempt<'_> {
                 }
             }
         }
-        self.answered();
+        self.clock.answered();
         if relist || watchers.is_empty() {
             return Ok(());
         }
@@ -441,7 +376,7 @@ impl Attempt<'_> {
                 ev = changed => ev,
                 _ = sleep_until(d) => {
                     return Err(Stop::Fail(if connected(client.state()) {
-                        self.timeout_error()
+                        self.clock.timeout(self.name)
                     } else {
                         LockError::unavailable(BACKEND, format!(
                             "the connection to ZooKeeper was lost while waiting for {:?}", self.name.as_str()))
@@ -484,13 +419,13 @@ impl Attempt<'_> {
         loop {
             if outcome_unknown {
                 clean = false;
-                match find_ours(client, parent, prefix, self.bound()).await {
+                match find_ours(client, parent, prefix, self.clock.bound()).await {
                     Ok(Some((path, czxid))) => {
-                        self.answered();
+                        self.clock.answered();
                         return Ok(Created { path, czxid, listed: None, clean });
                     }
                     Ok(None) => {
-                        self.answered();
+                        self.clock.answered();
                         outcome_unknown = false;
                     }
                     Err(f) => {
@@ -523,7 +458,7 @@ impl Attempt<'_> {
                     let path = format!("{prefix}{seq}");
                     if stat.is_invalid() {
                         // Servers before 3.5 return no stat with the create.
-                        match find_ours(client, parent, prefix, self.bound()).await {
+                        match find_ours(client, parent, prefix, self.clock.bound()).await {
                             Ok(Some((path, czxid))) => return Ok(Created { path, czxid, listed: None, clean: false }),
                             Ok(None) => return Err(Stop::Restart(NODE_VANISHED)),
                             Err(f) => {
@@ -550,14 +485,14 @@ impl Attempt<'_> {
         scope.parents.note(parent, false);
         let options = CreateMode::Container.with_acls(node_acls(scope.url));
         let make_parent = client.create(parent, &[], &options);
-        match call(self.bound(), "creating the lock's parent node", make_parent).await {
-            Ok(_) | Err(Failure::Server(ZkError::NodeExists)) => self.answered(),
+        match call(self.clock.bound(), "creating the lock's parent node", make_parent).await {
+            Ok(_) | Err(Failure::Server(ZkError::NodeExists)) => self.clock.answered(),
             Err(f) => {
                 if let Settled::NoNode = self.settle(f, root).await? {
                     // The root itself is gone (deleted by an operator): recreate it.
                     let ours = url_digest_id(scope.url);
                     let make_root = ensure_root(client, root, ours.as_deref());
-                    match call(self.bound(), "creating the root node", make_root).await {
+                    match call(self.clock.bound(), "creating the root node", make_root).await {
                         Ok(Ok(())) => {}
                         Ok(Err(refused)) => return Err(Stop::Fail(refused)),
                         Err(f) => {

@@ -10,13 +10,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::{
-    AcquireOptions, Capabilities, ChangeFeed, DistributedLock, DistributedRwLock, DistributedSemaphore, FencingToken,
-    HolderInfo, Lease, LeaseModel, LockError, LockName, WakeMethod,
+    AcquireOptions, Capabilities, ChangeFeed, DistributedLock, FencingToken, HolderInfo, Lease, LeaseModel, LockError,
+    LockName, WakeMethod,
 };
 use tokio::time::{timeout, Instant};
 use zookeeper_client::{Client, OneshotWatcher};
 
-use lock_core::backend::audited_force_release;
+use lock_core::backend::{audited_force_release, QueueKind, QueueLock};
 
 use crate::acl::{ensure_root, url_digest_id};
 use crate::acquire::Attempt;
@@ -24,7 +24,7 @@ use crate::config::{ZkOptions, ZkUrl};
 use crate::hints::Hints;
 use crate::inspect::failed;
 use crate::keeper::{Keeper, Session};
-use crate::recipe::{permits, Recipe};
+use crate::recipe::Recipe;
 use crate::scope::Scope;
 use crate::session::{classify, server_error, Failure, ZkError, BACKEND};
 use crate::tls::Tls;
@@ -374,8 +374,9 @@ impl DistributedLock for ZkLock {
     }
 }
 
+/// The read-write lock and the semaphore come from these (`lock_core::backend::QueueLock`).
 #[async_trait]
-impl DistributedRwLock for ZkLock {
+impl QueueLock for ZkLock {
     fn backend(&self) -> &str {
         BACKEND
     }
@@ -384,48 +385,16 @@ impl DistributedRwLock for ZkLock {
         capabilities()
     }
 
-    async fn try_acquire_read(&self, name: &LockName, options: &AcquireOptions) -> Result<Option<Lease>, LockError> {
-        self.try_once(Recipe::Read, name, options).await
-    }
-
-    async fn acquire_read(&self, name: &LockName, options: &AcquireOptions) -> Result<Lease, LockError> {
-        self.wait_for(Recipe::Read, name, options).await
-    }
-
-    async fn try_acquire_write(&self, name: &LockName, options: &AcquireOptions) -> Result<Option<Lease>, LockError> {
-        self.try_once(Recipe::Write, name, options).await
-    }
-
-    async fn acquire_write(&self, name: &LockName, options: &AcquireOptions) -> Result<Lease, LockError> {
-        self.wait_for(Recipe::Write, name, options).await
-    }
-}
-
-#[async_trait]
-impl DistributedSemaphore for ZkLock {
-    fn backend(&self) -> &str {
-        BACKEND
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        capabilities()
-    }
-
-    async fn try_acquire_permit(
+    async fn try_kind(
         &self,
+        kind: QueueKind,
         name: &LockName,
-        permits_total: u32,
-        options: &AcquireOptions,
+        opts: &AcquireOptions,
     ) -> Result<Option<Lease>, LockError> {
-        self.try_once(permits(permits_total)?, name, options).await
+        self.try_once(kind.into(), name, opts).await
     }
 
-    async fn acquire_permit(
-        &self,
-        name: &LockName,
-        permits_total: u32,
-        options: &AcquireOptions,
-    ) -> Result<Lease, LockError> {
-        self.wait_for(permits(permits_total)?, name, options).await
+    async fn acquire_kind(&self, kind: QueueKind, name: &LockName, opts: &AcquireOptions) -> Result<Lease, LockError> {
+        self.wait_for(kind.into(), name, opts).await
     }
 }

@@ -2,6 +2,7 @@
 //! nodes it waits for (Curator's `getsTheLock`), for each lock kind. No I/O here, so every rule
 //! has a table test.
 
+use lock_core::backend::QueueKind;
 use lock_core::{LockError, LockName, OwnerId};
 
 /// Which lock kind, and in it which side, an acquisition is for. The three kinds live under
@@ -174,9 +175,15 @@ pub(crate) fn queue(recipe: Recipe, mut children: Vec<String>) -> Vec<String> {
     children
 }
 
-pub(crate) fn permits(n: u32) -> Result<Recipe, LockError> {
-    lock_core::backend::check_permits(n)?;
-    Ok(Recipe::Permit(n))
+impl From<QueueKind> for Recipe {
+    fn from(kind: QueueKind) -> Self {
+        match kind {
+            QueueKind::Exclusive => Recipe::Exclusive,
+            QueueKind::Read => Recipe::Read,
+            QueueKind::Write => Recipe::Write,
+            QueueKind::Permit(n) => Recipe::Permit(n),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -312,7 +319,6 @@ mod tests {
         assert_eq!(permits_of("permits"), None);
         assert_eq!(permits_of("permits0"), None);
         assert_eq!(permits_of("permits12"), Some(12));
-        assert!(matches!(permits(0), Err(LockError::InvalidOptions { .. })));
     }
 
     #[test]
