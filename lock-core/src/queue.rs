@@ -116,11 +116,6 @@ impl AcquireClock {
         self.request_timeout
     }
 
-    /// The client's connect timeout.
-    pub fn connect_timeout(&self) -> Duration {
-        self.connect_timeout
-    }
-
     /// The bound of one request sent now: the request timeout, never beyond the deadline (and a
     /// millisecond once it has passed, so a request sent at the last moment can be answered).
     pub fn bound(&self) -> Duration {
