@@ -11,7 +11,8 @@ use tokio::time::{sleep, Instant};
 
 use crate::backend::{check_permits, Backoff, Deadline};
 use crate::{
-    AcquireOptions, Capabilities, DistributedRwLock, DistributedSemaphore, Lease, LockError, LockName, WaitPolicy,
+    AcquireOptions, Capabilities, DistributedLock, DistributedRwLock, DistributedSemaphore, Lease, LockError, LockName,
+    WaitPolicy,
 };
 
 /// The first and the largest pause between retries of one acquisition.
@@ -165,18 +166,12 @@ impl AcquireClock {
     }
 }
 
-/// A backend whose lock kinds are recipes over one queue: it answers "try this kind once" and
-/// "wait for this kind", and gets [`DistributedRwLock`] and [`DistributedSemaphore`] from them
-/// (the permit count checked once, here). Its [`DistributedLock`](crate::DistributedLock) calls
-/// the same two methods with [`QueueKind::Exclusive`].
+/// A backend whose lock kinds are recipes over one queue: beside its [`DistributedLock`] (the
+/// [`QueueKind::Exclusive`] recipe) it answers "try this kind once" and "wait for this kind",
+/// and gets [`DistributedRwLock`] and [`DistributedSemaphore`] from them, with the same backend
+/// name and capabilities (the permit count checked once, here).
 #[async_trait]
-pub trait QueueLock: Send + Sync + 'static {
-    /// The backend's name.
-    fn backend(&self) -> &str;
-
-    /// What the backend promises.
-    fn capabilities(&self) -> Capabilities;
-
+pub trait QueueLock: DistributedLock {
     /// One attempt: `Ok(None)` when busy.
     async fn try_kind(
         &self,
@@ -197,11 +192,11 @@ fn permits(n: u32) -> Result<QueueKind, LockError> {
 #[async_trait]
 impl<T: QueueLock> DistributedRwLock for T {
     fn backend(&self) -> &str {
-        QueueLock::backend(self)
+        DistributedLock::backend(self)
     }
 
     fn capabilities(&self) -> Capabilities {
-        QueueLock::capabilities(self)
+        DistributedLock::capabilities(self)
     }
 
     async fn try_acquire_read(&self, name: &LockName, options: &AcquireOptions) -> Result<Option<Lease>, LockError> {
@@ -224,11 +219,11 @@ impl<T: QueueLock> DistributedRwLock for T {
 #[async_trait]
 impl<T: QueueLock> DistributedSemaphore for T {
     fn backend(&self) -> &str {
-        QueueLock::backend(self)
+        DistributedLock::backend(self)
     }
 
     fn capabilities(&self) -> Capabilities {
-        QueueLock::capabilities(self)
+        DistributedLock::capabilities(self)
     }
 
     async fn try_acquire_permit(
@@ -260,15 +255,26 @@ mod tests {
     struct Recorder(Mutex<Vec<(QueueKind, bool)>>);
 
     #[async_trait]
-    impl QueueLock for Recorder {
+    impl DistributedLock for Recorder {
         fn backend(&self) -> &str {
             "recorder"
         }
 
         fn capabilities(&self) -> Capabilities {
-            crate::DistributedLock::capabilities(&crate::MemoryLock::new())
+            DistributedLock::capabilities(&crate::MemoryLock::new())
         }
 
+        async fn try_acquire(&self, name: &LockName, opts: &AcquireOptions) -> Result<Option<Lease>, LockError> {
+            self.try_kind(QueueKind::Exclusive, name, opts).await
+        }
+
+        async fn acquire(&self, name: &LockName, opts: &AcquireOptions) -> Result<Lease, LockError> {
+            self.acquire_kind(QueueKind::Exclusive, name, opts).await
+        }
+    }
+
+    #[async_trait]
+    impl QueueLock for Recorder {
         async fn try_kind(
             &self,
             kind: QueueKind,

@@ -44,17 +44,10 @@ impl DistributedLock for EtcdLock {
     }
 }
 
-/// The read-write lock and the semaphore come from these (`lock_core::backend::QueueLock`).
+/// The read-write lock and the semaphore come from these, under the lock's backend name and
+/// capabilities (`lock_core::backend::QueueLock`).
 #[async_trait]
 impl QueueLock for EtcdLock {
-    fn backend(&self) -> &str {
-        backend()
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        capabilities()
-    }
-
     async fn try_kind(&self, kind: Recipe, name: &LockName, opts: &AcquireOptions) -> Result<Option<Lease>, LockError> {
         self.try_once(kind, name, opts).await
     }

@@ -374,17 +374,10 @@ impl DistributedLock for ZkLock {
     }
 }
 
-/// The read-write lock and the semaphore come from these (`lock_core::backend::QueueLock`).
+/// The read-write lock and the semaphore come from these, under the lock's backend name and
+/// capabilities (`lock_core::backend::QueueLock`).
 #[async_trait]
 impl QueueLock for ZkLock {
-    fn backend(&self) -> &str {
-        BACKEND
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        capabilities()
-    }
-
     async fn try_kind(
         &self,
         kind: QueueKind,
