@@ -171,14 +171,14 @@ impl Fixture for UrlFixture {
     }
 }
 
-/// For every entry of the name's queue (`owner[:terms][~wake channel]`, the values of its
-/// `waiter-entries` hash), the grant wake-up `@<owner>` and an older releaser's grant
-/// `!<owner>:<token>:<attempt>` (the entry's attempt and 1 to 5) on the name's channel and the
-/// entry's wake channel. On the primary behind Sentinels; on a cluster, on the node that answers
+/// For every entry of the name's queue, the messages of its
+/// [`RedisForgery`](lock_conformance::forgery::RedisForgery) on the name's channel and the entry's
+/// wake channel. On the primary behind Sentinels; on a cluster, on the node that answers
 /// for the name's slot (a message published there reaches every node). How many were published.
 #[cfg(feature = "redis")]
 async fn forge_redis(config: &Config, name: &LockName, token: u64) -> Result<usize, LockError> {
     use super::raw::{redis, redis_query};
+    use lock_conformance::forgery::RedisForgery;
     let key = |suffix: &str| format!("{}:{{{}}}:{suffix}", config.redis.key_prefix, name.escaped());
     let urls = if super::raw::is_sentinel(&config.url) {
         vec![super::raw::sentinel_primary(config).await?]
@@ -198,22 +198,9 @@ async fn forge_redis(config: &Config, name: &LockName, token: u64) -> Result<usi
         };
         let channel = key("released");
         let mut sent = 0;
-        for entry in entries.iter().map(String::as_str) {
-            let (head, wake) = match entry.split_once('~') {
-                Some((head, wake)) => (head, Some(wake)),
-                None => (entry, None),
-            };
-            let mut terms = head.split(':');
-            let owner = terms.next().unwrap_or_default();
-            if owner.is_empty() {
-                continue;
-            }
-            let mut attempts: Vec<u64> = terms.skip(1).filter_map(|n| n.parse().ok()).chain(1..=5).collect();
-            attempts.dedup();
-            let mut messages: Vec<String> = attempts.iter().map(|n| format!("!{owner}:{token}:{n}")).collect();
-            messages.push(format!("@{owner}"));
-            for to in std::iter::once(channel.as_str()).chain(wake) {
-                for message in &messages {
+        for forgery in entries.iter().filter_map(|e| RedisForgery::of(e, token)) {
+            for to in forgery.channels(&channel) {
+                for message in &forgery.messages {
                     redis_query::<i64>(&mut conn, redis::cmd("PUBLISH").arg(to).arg(message)).await?;
                     sent += 1;
                 }

@@ -191,6 +191,7 @@
 
 pub mod cases;
 pub mod fixture;
+pub mod forgery;
 #[doc(hidden)]
 pub mod harness;
 pub mod memory;
