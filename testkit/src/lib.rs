@@ -52,3 +52,46 @@ where
         }
     }
 }
+
+/// A suffix no other fixture of this or a concurrent test process uses (the time in ns and the
+/// process id, in hex): the root or key prefix under which one fixture's locks live.
+pub fn unique_suffix() -> String {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or_default();
+    format!("{nanos:x}-{}", std::process::id())
+}
+
+/// A client that reaches the server at `server` (`None`: an external server whose address is
+/// unknown, an error) through a new fault proxy: `connect` is given the proxy's address.
+pub async fn behind_proxy<T, F, Fut>(
+    server: Option<std::net::SocketAddr>,
+    connect: F,
+) -> Result<(T, std::sync::Arc<lock_conformance::proxy::FaultProxy>), lock_core::LockError>
+where
+    F: FnOnce(std::net::SocketAddr) -> Fut,
+    Fut: std::future::Future<Output = Result<T, lock_core::LockError>>,
+{
+    let upstream =
+        server.ok_or_else(|| lock_core::LockError::config("the test server's address is unknown; no fault proxy"))?;
+    let proxy = lock_conformance::proxy::FaultProxy::start(upstream).await?;
+    let client = connect(proxy.local_addr()).await?;
+    Ok((client, proxy))
+}
+
+/// A fixture's [`linked_client`](lock_conformance::Fixture::linked_client) over
+/// [`behind_proxy`]: `None` when the server's address is unknown (an external server).
+pub async fn linked_client<T, F, Fut>(
+    server: Option<std::net::SocketAddr>,
+    connect: F,
+) -> Result<Option<lock_conformance::LinkedClient>, lock_core::LockError>
+where
+    T: lock_core::DistributedLock,
+    F: FnOnce(std::net::SocketAddr) -> Fut,
+    Fut: std::future::Future<Output = Result<T, lock_core::LockError>>,
+{
+    if server.is_none() {
+        return Ok(None);
+    }
+    let (client, link) = behind_proxy(server, connect).await?;
+    Ok(Some(lock_conformance::LinkedClient { client: std::sync::Arc::new(client), link }))
+}

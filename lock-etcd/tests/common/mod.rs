@@ -2,6 +2,7 @@
 //! a unique key prefix per fixture, and clients behind a fault proxy for the network cases.
 #![allow(dead_code, unreachable_pub)]
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,14 +41,12 @@ impl EtcdFixture {
 
     /// A client whose traffic goes through a fault proxy.
     pub async fn connect_linked(&self) -> Result<(EtcdLock, Arc<FaultProxy>), LockError> {
-        let upstream = self
-            .server
-            .addr()
-            .ok_or_else(|| LockError::config("the etcd test server's address is unknown; no fault proxy"))?;
-        let proxy = FaultProxy::start(upstream).await?;
-        let url = format!("etcd://{}/{}", proxy.local_addr(), self.prefix);
-        let lock = lock_etcd::connect(&url, self.options.clone()).await?;
-        Ok((lock, proxy))
+        dlock_testkit::behind_proxy(self.server.addr(), |a| self.connect_at(a)).await
+    }
+
+    /// A client of the server at `addr` (a proxy in front of it), under this fixture's prefix.
+    async fn connect_at(&self, addr: SocketAddr) -> Result<EtcdLock, LockError> {
+        lock_etcd::connect(&format!("etcd://{addr}/{}", self.prefix), self.options.clone()).await
     }
 
     /// A raw etcd client (an operator's `etcdctl`).
@@ -75,9 +74,7 @@ pub async fn delete_holder_key(raw: &mut etcd_client::Client, prefix: &str, name
 }
 
 pub fn unique_prefix() -> String {
-    use std::time::{SystemTime, UNIX_EPOCH};
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or_default();
-    format!("dlock-test/{nanos:x}-{}", std::process::id())
+    format!("dlock-test/{}", dlock_testkit::unique_suffix())
 }
 
 lock_conformance::impl_fixture! {
@@ -86,11 +83,7 @@ lock_conformance::impl_fixture! {
     }
 
     async fn linked_client(&self) -> Result<Option<LinkedClient>, LockError> {
-        if self.server.addr().is_none() {
-            return Ok(None);
-        }
-        let (client, proxy) = self.connect_linked().await?;
-        Ok(Some(LinkedClient { client: Arc::new(client), link: proxy }))
+        dlock_testkit::linked_client(self.server.addr(), |a| self.connect_at(a)).await
     }
 
     fn server(&self) -> Option<Arc<dyn ServerControl>> {

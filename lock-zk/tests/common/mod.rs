@@ -3,6 +3,7 @@
 //! proxy for the network cases.
 #![allow(dead_code, unreachable_pub)]
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,16 +32,7 @@ impl ZkFixture {
 
     pub async fn with_session_timeout(session_timeout: Duration) -> Result<ZkFixture, LockError> {
         let server = ZkServer::start().await?;
-        let root = uuid_like_root();
-        let options = ZkOptions {
-            session_timeout,
-            connect_timeout: Duration::from_secs(5),
-            request_timeout: Duration::from_secs(3),
-            // The test servers' tick (a lease's validity allows for half of it).
-            tick_time: TICK,
-            ..ZkOptions::default()
-        };
-        Ok(ZkFixture { server, root, options })
+        Ok(ZkFixture { server, root: uuid_like_root(), options: test_options(session_timeout) })
     }
 
     pub fn url(&self) -> String {
@@ -53,14 +45,12 @@ impl ZkFixture {
 
     /// A client whose traffic goes through a fault proxy.
     pub async fn connect_linked(&self) -> Result<(ZkLock, Arc<FaultProxy>), LockError> {
-        let upstream = self
-            .server
-            .addr()
-            .ok_or_else(|| LockError::config("the ZooKeeper test server's address is unknown; no fault proxy"))?;
-        let proxy = FaultProxy::start(upstream).await?;
-        let url = format!("zk://{}/{}", proxy.local_addr(), self.root.trim_start_matches('/'));
-        let lock = lock_zk::connect(&url, self.options.clone()).await?;
-        Ok((lock, proxy))
+        dlock_testkit::behind_proxy(self.server.addr(), |a| self.connect_at(a)).await
+    }
+
+    /// A client of the server at `addr` (a proxy in front of it), under this fixture's root.
+    async fn connect_at(&self, addr: SocketAddr) -> Result<ZkLock, LockError> {
+        lock_zk::connect(&format!("zk://{addr}/{}", self.root.trim_start_matches('/')), self.options.clone()).await
     }
 
     /// A raw zookeeper-client session within 10 s, for the operator's actions of the fixture;
@@ -108,17 +98,11 @@ pub async fn collect_container(raw: &zookeeper_client::Client, root: &str, name:
 }
 
 pub fn uuid_like_root() -> String {
-    format!("/dlock-test/{}", uuid_like())
+    format!("/dlock-test/{}", dlock_testkit::unique_suffix())
 }
 
 fn zk(e: zookeeper_client::Error) -> LockError {
     LockError::backend("zookeeper", e)
-}
-
-fn uuid_like() -> String {
-    use std::time::{SystemTime, UNIX_EPOCH};
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or_default();
-    format!("{:x}-{}", nanos, std::process::id())
 }
 
 lock_conformance::impl_fixture! {
@@ -127,11 +111,7 @@ lock_conformance::impl_fixture! {
     }
 
     async fn linked_client(&self) -> Result<Option<LinkedClient>, LockError> {
-        if self.server.addr().is_none() {
-            return Ok(None);
-        }
-        let (client, proxy) = self.connect_linked().await?;
-        Ok(Some(LinkedClient { client: Arc::new(client), link: proxy }))
+        dlock_testkit::linked_client(self.server.addr(), |a| self.connect_at(a)).await
     }
 
     fn server(&self) -> Option<Arc<dyn ServerControl>> {
@@ -182,14 +162,19 @@ pub async fn connect_child(target: String) -> Result<Arc<dyn lock_core::Distribu
     let bad = || LockError::config(format!("bad child target {target:?}"));
     let (session_ms, url) = target.split_once(' ').ok_or_else(bad)?;
     let session_timeout = Duration::from_millis(session_ms.parse().map_err(|_| bad())?);
-    let options = ZkOptions {
+    Ok(Arc::new(lock_zk::connect(url, test_options(session_timeout)).await?))
+}
+
+/// The options of every test client: sessions of `session_timeout`, and the test servers' tick
+/// (a lease's validity allows for half of it).
+pub fn test_options(session_timeout: Duration) -> ZkOptions {
+    ZkOptions {
         session_timeout,
         connect_timeout: Duration::from_secs(5),
         request_timeout: Duration::from_secs(3),
         tick_time: TICK,
         ..ZkOptions::default()
-    };
-    Ok(Arc::new(lock_zk::connect(url, options).await?))
+    }
 }
 
 // ---- Helpers of the ZooKeeper-specific tests ----
