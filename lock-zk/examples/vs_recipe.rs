@@ -110,30 +110,25 @@ impl Cell {
     }
 }
 
-async fn recipe_contended(hosts: &str, dir: &str, duration: Duration) -> Result<f64, Error> {
+/// `CLIENTS` tasks, one per client, each taking `turn`s until `duration` has passed; the grants
+/// per second. A turn is one grant, the work under it and its release: `Ok(false)` once `end`
+/// came before the grant.
+async fn contended<C, F, Fut>(clients: Vec<C>, duration: Duration, turn: F) -> Result<f64, Error>
+where
+    C: Send + Sync + 'static,
+    F: Fn(Arc<C>, Arc<Cell>, Instant) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = Result<bool, Error>> + Send,
+{
     let cell = Arc::new(Cell::default());
-    let mut clients = Vec::new();
-    for _ in 0..CLIENTS {
-        clients.push(Client::connect(hosts).await?);
-    }
     let begun = Instant::now();
     let end = begun + duration;
     let mut tasks = tokio::task::JoinSet::new();
     for client in clients {
-        let (cell, dir) = (Arc::clone(&cell), format!("{dir}/c"));
+        let (client, cell, turn) = (Arc::new(client), Arc::clone(&cell), turn.clone());
         tasks.spawn(async move {
-            let options = LockOptions::new(Acls::anyone_all())
-                .with_ancestor_options(CreateMode::Persistent.with_acls(Acls::anyone_all()))?;
             let mut grants = 0u64;
-            while Instant::now() < end {
-                let prefix = LockPrefix::new_curator(&dir, "lock-")?;
-                let lock = tokio::select! {
-                    lock = client.lock(prefix, b"", options.clone()) => lock?,
-                    _ = tokio::time::sleep_until(end) => break,
-                };
-                cell.work().await;
+            while Instant::now() < end && turn(Arc::clone(&client), Arc::clone(&cell), end).await? {
                 grants += 1;
-                drop(lock);
             }
             Ok::<_, Error>(grants)
         });
@@ -147,38 +142,48 @@ async fn recipe_contended(hosts: &str, dir: &str, duration: Duration) -> Result<
     Ok(rate)
 }
 
+async fn recipe_contended(hosts: &str, dir: &str, duration: Duration) -> Result<f64, Error> {
+    let mut clients = Vec::new();
+    for _ in 0..CLIENTS {
+        clients.push(Client::connect(hosts).await?);
+    }
+    let dir = format!("{dir}/c");
+    let options = LockOptions::new(Acls::anyone_all())
+        .with_ancestor_options(CreateMode::Persistent.with_acls(Acls::anyone_all()))?;
+    let turn = move |client: Arc<Client>, cell: Arc<Cell>, end: Instant| {
+        let (dir, options) = (dir.clone(), options.clone());
+        async move {
+            let prefix = LockPrefix::new_curator(&dir, "lock-")?;
+            let lock = tokio::select! {
+                lock = client.lock(prefix, b"", options) => lock?,
+                _ = tokio::time::sleep_until(end) => return Ok(false),
+            };
+            cell.work().await;
+            drop(lock);
+            Ok(true)
+        }
+    };
+    contended(clients, duration, turn).await
+}
+
 async fn dlock_contended(hosts: &str, round: usize, duration: Duration) -> Result<f64, Error> {
-    let cell = Arc::new(Cell::default());
     let name = LockName::new(format!("{}/{round}/c", std::process::id()))?;
     let mut clients = Vec::new();
     for _ in 0..CLIENTS {
         clients.push(connect(hosts).await?);
     }
-    let begun = Instant::now();
-    let end = begun + duration;
-    let mut tasks = tokio::task::JoinSet::new();
-    for lock in clients {
-        let (cell, name) = (Arc::clone(&cell), name.clone());
-        tasks.spawn(async move {
+    let turn = move |lock: Arc<lock_zk::ZkLock>, cell: Arc<Cell>, end: Instant| {
+        let name = name.clone();
+        async move {
             let opts = AcquireOptions::new(Duration::from_secs(10)).wait(Duration::from_secs(10));
-            let mut grants = 0u64;
-            while Instant::now() < end {
-                let lease = tokio::select! {
-                    lease = lock.acquire(&name, &opts) => lease?,
-                    _ = tokio::time::sleep_until(end) => break,
-                };
-                cell.work().await;
-                grants += 1;
-                lease.release().await?;
-            }
-            Ok::<_, Error>(grants)
-        });
-    }
-    let mut grants = 0;
-    while let Some(joined) = tasks.join_next().await {
-        grants += joined??;
-    }
-    let rate = grants as f64 / begun.elapsed().as_secs_f64();
-    cell.check(grants)?;
-    Ok(rate)
+            let lease = tokio::select! {
+                lease = lock.acquire(&name, &opts) => lease?,
+                _ = tokio::time::sleep_until(end) => return Ok(false),
+            };
+            cell.work().await;
+            lease.release().await?;
+            Ok(true)
+        }
+    };
+    contended(clients, duration, turn).await
 }
