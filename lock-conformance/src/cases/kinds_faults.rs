@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_core::{AcquireOptions, DistributedRwLock, DistributedSemaphore, FencedRegister, Lease, LeaseModel, LockName};
+use lock_core::{
+    AcquireOptions, DistributedRwLock, DistributedSemaphore, FencedRegister, Lease, LeaseModel, LockError, LockName,
+};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use tokio::time::Instant;
@@ -331,21 +333,12 @@ fn rw_worker(
             let write = rng.random_bool(0.4);
             let o = vanish_sometimes(&crew.opts, crew.per_lock, &mut rng);
             let got = if write { c.acquire_write(&name, &o).await } else { c.acquire_read(&name, &o).await };
-            let Ok(lease) = got else {
-                log.errors.fetch_add(1, Ordering::Relaxed);
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                continue;
-            };
-            crew.stop.held();
+            let Some(lease) = taken(got, &crew).await else { continue };
             let start = Instant::now();
             if write {
                 write_token(&lease, &register, log);
             }
-            hold(&lease, &o, crew.ttl, &mut rng).await;
-            record(&log.rw, &lease, write, start);
-            if lease.release().await.is_err() {
-                log.errors.fetch_add(1, Ordering::Relaxed);
-            }
+            hold_and_release(lease, &o, &crew, &mut rng, &log.rw, write, start).await;
         }
     })
 }
@@ -375,20 +368,44 @@ fn permit_worker(
         let log = &crew.log;
         while crew.stop.go_on() {
             let o = vanish_sometimes(&crew.opts, crew.per_lock, &mut rng);
-            let Ok(lease) = c.acquire_permit(&name, PERMITS, &o).await else {
-                log.errors.fetch_add(1, Ordering::Relaxed);
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                continue;
-            };
-            crew.stop.held();
-            let start = Instant::now();
-            hold(&lease, &o, crew.ttl, &mut rng).await;
-            record(&log.permits, &lease, false, start);
-            if lease.release().await.is_err() {
-                log.errors.fetch_add(1, Ordering::Relaxed);
-            }
+            let Some(lease) = taken(c.acquire_permit(&name, PERMITS, &o).await, &crew).await else { continue };
+            hold_and_release(lease, &o, &crew, &mut rng, &log.permits, false, Instant::now()).await;
         }
     })
+}
+
+/// The lease of an acquisition, told to the run; a failure is counted and, after a short
+/// pause, the worker tries again (`None`).
+async fn taken(got: Result<Lease, LockError>, crew: &Crew) -> Option<Lease> {
+    match got {
+        Ok(lease) => {
+            crew.stop.held();
+            Some(lease)
+        }
+        Err(_) => {
+            crew.log.errors.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            None
+        }
+    }
+}
+
+/// Holds `lease` (taken at `start`) as the run says, records the hold in `into` and releases it
+/// (a failed release is counted).
+async fn hold_and_release(
+    lease: Lease,
+    o: &AcquireOptions,
+    crew: &Crew,
+    rng: &mut StdRng,
+    into: &Mutex<Vec<Window>>,
+    exclusive: bool,
+    start: Instant,
+) {
+    hold(&lease, o, crew.ttl, rng).await;
+    record(into, &lease, exclusive, start);
+    if lease.release().await.is_err() {
+        crew.log.errors.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// Pauses the server (or, where leases and fencing are durable, restarts it) at random until
