@@ -131,7 +131,7 @@ pub async fn release_is_owner_checked(fx: &dyn Fixture) -> CaseResult {
     new_holder_unharmed(new).await
 }
 
-/// `renew()` never frees the lock (a py-sherlock release once ran its release script on renew); renewing a lost
+/// `renew()` never frees the lock (py-sherlock's renew once ran the release script); renewing a lost
 /// lease returns `Lost` and does not take the lock back.
 pub async fn renew_is_owner_checked(fx: &dyn Fixture) -> CaseResult {
     let cx = Ctx::new(fx, "renew_is_owner_checked").await?;
