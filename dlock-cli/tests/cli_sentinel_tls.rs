@@ -14,24 +14,6 @@ use dlock_testkit::process::{find_binary, free_port, wait_for_port, ChildServer}
 const DATA_PASSWORD: &str = "data-secret-tls-41c7";
 const SENTINEL_PASSWORD: &str = "sentinel-secret-tls-8d2e";
 
-fn sh(dir: &Path, script: &str) {
-    let out = Command::new("/bin/sh").arg("-c").arg(script).current_dir(dir).output().expect("sh runs");
-    assert!(out.status.success(), "{script}: {}", String::from_utf8_lossy(&out.stderr));
-}
-
-/// `ca.pem` signs `server.pem` (127.0.0.1), for the data node and the Sentinel alike.
-fn make_certs(d: &Path) {
-    assert!(find_binary("openssl", &[]).is_some(), "this test needs the openssl command (apt-get install openssl)");
-    sh(d, "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\nbasicConstraints=CA:FALSE\\n' > ext.cnf");
-    sh(d, "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=dlock-cli-ca");
-    sh(d, "openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=localhost");
-    sh(
-        d,
-        "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 \
-         -extfile ext.cnf",
-    );
-}
-
 /// A TLS-only redis-server (or Sentinel) on `port` in its own directory under `d`.
 async fn start_server(d: &Path, name: &str, port: u16, extra: &str, sentinel: bool) -> ChildServer {
     let sub = d.join(name);
@@ -91,7 +73,8 @@ async fn init_when_ready(dir: &Path, url: &str) -> Output {
 async fn init_and_doctor_verify_the_primary_with_the_configured_ca() {
     let dir = tempfile::tempdir().expect("temp dir");
     let d = dir.path();
-    make_certs(d);
+    // `ca.pem` signs `server.pem` (127.0.0.1), for the data node and the Sentinel alike.
+    dlock_testkit::certs::server_certs(d).unwrap();
     let (data_port, sentinel_port) = (free_port().expect("port"), free_port().expect("port"));
     let _data = start_server(d, "data", data_port, &format!("requirepass {DATA_PASSWORD}\n"), false).await;
     let sentinel_conf = format!(

@@ -3,37 +3,11 @@
 //! `Unavailable` without it, and a plaintext `etcd://` URL against the TLS port fails clearly;
 //! and a member that demands client certificates serves a client that offers one.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
-use dlock_testkit::process::find_binary;
 use dlock_testkit::servers::etcd::EtcdServer;
 use lock_core::{AcquireOptions, DistributedLock, LockError, LockName};
 use lock_etcd::EtcdOptions;
-
-/// A CA and a server certificate for 127.0.0.1/localhost signed by it, in `dir`.
-fn make_certs(dir: &Path) {
-    let sh = |script: &str| {
-        let out = std::process::Command::new("/bin/sh").arg("-c").arg(script).current_dir(dir).output().unwrap();
-        assert!(out.status.success(), "{script}: {}", String::from_utf8_lossy(&out.stderr));
-    };
-    assert!(find_binary("openssl", &[]).is_some(), "this test needs the openssl command (apt-get install openssl)");
-    sh("openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=dlock-test-ca");
-    sh("openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=localhost");
-    sh("printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\nbasicConstraints=CA:FALSE\\n' > ext.cnf");
-    sh("openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 -extfile ext.cnf");
-}
-
-/// A client certificate `client.pem` (key `client.key`) signed by `make_certs`'s CA, in `dir`.
-fn make_client_cert(dir: &Path) {
-    let sh = |script: &str| {
-        let out = std::process::Command::new("/bin/sh").arg("-c").arg(script).current_dir(dir).output().unwrap();
-        assert!(out.status.success(), "{script}: {}", String::from_utf8_lossy(&out.stderr));
-    };
-    sh("openssl req -newkey rsa:2048 -nodes -keyout client.key -out client.csr -subj /CN=dlock-client");
-    sh("printf 'basicConstraints=CA:FALSE\\nextendedKeyUsage=clientAuth\\n' > client.cnf");
-    sh("openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out client.pem -days 2 -extfile client.cnf");
-}
 
 fn options() -> EtcdOptions {
     EtcdOptions {
@@ -47,7 +21,7 @@ fn options() -> EtcdOptions {
 async fn tls_from_url() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    make_certs(d);
+    dlock_testkit::certs::server_certs(d).unwrap();
     let server = EtcdServer::start_local_tls(&d.join("server.pem"), &d.join("server.key"))
         .await
         .expect("a local etcd with TLS (apt-get install etcd-server)");
@@ -95,8 +69,8 @@ async fn tls_from_url() {
 async fn client_certificate() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    make_certs(d);
-    make_client_cert(d);
+    dlock_testkit::certs::server_certs(d).unwrap();
+    dlock_testkit::certs::client_cert(d).unwrap();
     let server = EtcdServer::start_local_mtls(&d.join("server.pem"), &d.join("server.key"), &d.join("ca.pem"))
         .await
         .expect("a local etcd demanding client certificates (apt-get install etcd-server)");

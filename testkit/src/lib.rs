@@ -26,6 +26,7 @@
 //! cargo nextest run -p lock-redis --features dlock-testkit/containers
 //! ```
 
+pub mod certs;
 pub mod process;
 pub mod servers;
 

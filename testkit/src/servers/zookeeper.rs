@@ -206,73 +206,12 @@ const KEYSTORE_PASSWORD: &str = "dlock-test";
 /// Makes `ca.pem` (a CA for this server only) and `server.p12` (the server's key and a
 /// certificate for `127.0.0.1`/`localhost` signed by it) in `dir`; returns the keystore's path.
 fn make_certificates(dir: &std::path::Path) -> Result<PathBuf, LockError> {
-    let run = |args: &[&str]| -> Result<(), LockError> {
-        let out = std::process::Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .map_err(|e| LockError::unavailable_from("test", "openssl is needed for the TLS test server", e))?;
-        if !out.status.success() {
-            return Err(LockError::unavailable(
-                "test",
-                format!("openssl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr)),
-            ));
-        }
-        Ok(())
-    };
-    let ext = "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n\
-               keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n";
-    std::fs::write(dir.join("server.ext"), ext)
-        .map_err(|e| LockError::unavailable_from("test", "cannot write server.ext", e))?;
-    let subj_ca = "/CN=dlock test CA";
-    run(&[
-        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj",
-        subj_ca,
-    ])?;
-    run(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-        "-subj",
-        "/CN=localhost",
-    ])?;
-    run(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "server.pem",
-        "-days",
-        "2",
-        "-extfile",
-        "server.ext",
-    ])?;
+    crate::certs::server_certs(dir)?;
     let pass = format!("pass:{KEYSTORE_PASSWORD}");
-    run(&[
-        "pkcs12",
-        "-export",
-        "-in",
-        "server.pem",
-        "-inkey",
-        "server.key",
-        "-certfile",
-        "ca.pem",
-        "-out",
-        "server.p12",
-        "-passout",
-        &pass,
-    ])?;
+    crate::certs::openssl(
+        dir,
+        &format!("pkcs12 -export -in server.pem -inkey server.key -certfile ca.pem -out server.p12 -passout {pass}"),
+    )?;
     Ok(dir.join("server.p12"))
 }
 
