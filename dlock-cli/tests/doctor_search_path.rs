@@ -4,6 +4,7 @@
 
 use std::process::Command;
 
+use dlock_testkit::planted;
 use sqlx::{AssertSqlSafe, Connection, Executor, PgConnection};
 
 fn admin_url() -> String {
@@ -34,29 +35,22 @@ fn run_with_planted_path(tag: &str, args: &[&str]) -> (bool, String, Vec<String>
         format!("dlock_{tag}_home_{suffix}"),
     );
     let h = &hostile;
-    let record = |what: &str| format!("INSERT INTO {h}.calls VALUES ('{what}');");
-    let setup = [
-        format!("CREATE ROLE {role} LOGIN"),
-        format!("CREATE SCHEMA {h}"),
-        format!("CREATE TABLE {h}.calls (what TEXT)"),
-        format!("GRANT USAGE ON SCHEMA {h} TO PUBLIC"),
-        format!("GRANT INSERT ON {h}.calls TO PUBLIC"),
-        format!(
-            "CREATE FUNCTION {h}.mul(numeric, integer) RETURNS numeric LANGUAGE sql AS $$ {} SELECT 0::numeric $$",
-            record("numeric * integer")
-        ),
-        format!("CREATE OPERATOR {h}.* (LEFTARG = numeric, RIGHTARG = integer, FUNCTION = {h}.mul)"),
-        format!(
-            "CREATE FUNCTION {h}.clock_timestamp() RETURNS timestamptz LANGUAGE sql AS $$ {} SELECT 'epoch'::timestamptz $$",
-            record("clock_timestamp()")
-        ),
-        format!(
-            "CREATE FUNCTION {h}.has_table_privilege(text, text) RETURNS boolean LANGUAGE sql AS $$ {} SELECT true $$",
-            record("has_table_privilege(text, text)")
+    let mut setup = vec![format!("CREATE ROLE {role} LOGIN")];
+    setup.extend(planted::schema(h));
+    setup.extend([
+        planted::function(h, "mul(numeric, integer)", "numeric", "numeric * integer", "SELECT 0::numeric"),
+        planted::operator(h, "*", "numeric", "integer", "mul"),
+        planted::function(h, "clock_timestamp()", "timestamptz", "clock_timestamp()", "SELECT 'epoch'::timestamptz"),
+        planted::function(
+            h,
+            "has_table_privilege(text, text)",
+            "boolean",
+            "has_table_privilege(text, text)",
+            "SELECT true",
         ),
         format!("CREATE SCHEMA {home} AUTHORIZATION {role}"),
         format!("ALTER ROLE {role} SET search_path = {home}, {h}, pg_catalog"),
-    ];
+    ]);
     rt.block_on(async {
         let mut admin = PgConnection::connect(&admin_url()).await.expect("the PostgreSQL test server (superuser)");
         for sql in &setup {

@@ -27,6 +27,7 @@
 //! ```
 
 pub mod certs;
+pub mod planted;
 pub mod process;
 pub mod servers;
 
