@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_testkit::servers::etcd::EtcdCluster;
-use lock_conformance::proxy::ProxyGroup;
 use lock_conformance::{DeploymentControl, LinkedClient, ServerControl};
 use lock_core::{LockError, LockName};
 use lock_etcd::{EtcdLock, EtcdOptions};
@@ -68,11 +67,8 @@ lock_conformance::impl_fixture! {
 
     /// A client that names every member through a proxy of its own: its link is all three.
     async fn linked_client(&self) -> Result<Option<LinkedClient>, LockError> {
-        let group = ProxyGroup::start(&self.cluster.client_addrs()).await?;
-        let hosts: Vec<String> = group.local_addrs().iter().map(|a| a.to_string()).collect();
-        let url = format!("etcd://{}/{}", hosts.join(","), self.prefix);
-        let client = lock_etcd::connect(&url, self.options.clone()).await?;
-        Ok(Some(LinkedClient { client: Arc::new(client), link: Arc::new(group) }))
+        let connect = |hosts| async move { lock_etcd::connect(&format!("etcd://{hosts}/{}", self.prefix), self.options.clone()).await };
+        dlock_testkit::linked_group_client(&self.cluster.client_addrs(), connect).await
     }
 
     fn expiry_bound(&self) -> Duration {

@@ -10,8 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_testkit::servers::zk_ensemble::{EnsembleOptions, ZkEnsemble};
-use dlock_testkit::servers::zookeeper::TICK;
-use lock_conformance::proxy::ProxyGroup;
 use lock_conformance::{DeploymentControl, LinkedClient, ServerControl};
 use lock_core::{LockError, LockName};
 use lock_zk::{ZkLock, ZkOptions};
@@ -31,14 +29,7 @@ impl EnsembleFixture {
     async fn start() -> Result<EnsembleFixture, LockError> {
         // syncLimit 5 × 200 ms ticks: a follower cut off from the leader stops serving after 1 s.
         let ensemble = Arc::new(ZkEnsemble::start(EnsembleOptions::default()).await?);
-        let options = ZkOptions {
-            session_timeout: SESSION,
-            connect_timeout: Duration::from_secs(5),
-            request_timeout: Duration::from_secs(3),
-            tick_time: TICK,
-            ..ZkOptions::default()
-        };
-        Ok(EnsembleFixture { ensemble, root: common::uuid_like_root(), options })
+        Ok(EnsembleFixture { ensemble, root: common::uuid_like_root(), options: common::test_options(SESSION) })
     }
 
     fn hosts(&self) -> String {
@@ -68,11 +59,8 @@ lock_conformance::impl_fixture! {
 
     /// A client that names every member through a proxy of its own: its link is all three.
     async fn linked_client(&self) -> Result<Option<LinkedClient>, LockError> {
-        let group = ProxyGroup::start(&self.ensemble.client_addrs()).await?;
-        let hosts: Vec<String> = group.local_addrs().iter().map(|a| a.to_string()).collect();
-        let url = format!("zk://{}{}", hosts.join(","), self.root);
-        let client = lock_zk::connect(&url, self.options.clone()).await?;
-        Ok(Some(LinkedClient { client: Arc::new(client), link: Arc::new(group) }))
+        let connect = |hosts| async move { lock_zk::connect(&format!("zk://{hosts}{}", self.root), self.options.clone()).await };
+        dlock_testkit::linked_group_client(&self.ensemble.client_addrs(), connect).await
     }
 
     fn base_ttl(&self) -> Duration {

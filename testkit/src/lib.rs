@@ -97,3 +97,22 @@ where
     let (client, link) = behind_proxy(server, connect).await?;
     Ok(Some(lock_conformance::LinkedClient { client: std::sync::Arc::new(client), link }))
 }
+
+/// A fixture's [`linked_client`](lock_conformance::Fixture::linked_client) for a deployment of
+/// several `members`: a fault proxy in front of each member's client address, and a client that
+/// `connect` makes from the proxies' addresses (`host:port,host:port,…`). Its link is the whole
+/// group: a partition cuts the client off every member at once.
+pub async fn linked_group_client<T, F, Fut>(
+    members: &[std::net::SocketAddr],
+    connect: F,
+) -> Result<Option<lock_conformance::LinkedClient>, lock_core::LockError>
+where
+    T: lock_core::DistributedLock,
+    F: FnOnce(String) -> Fut,
+    Fut: std::future::Future<Output = Result<T, lock_core::LockError>>,
+{
+    let group = lock_conformance::proxy::ProxyGroup::start(members).await?;
+    let hosts: Vec<String> = group.local_addrs().iter().map(|a| a.to_string()).collect();
+    let client = connect(hosts.join(",")).await?;
+    Ok(Some(lock_conformance::LinkedClient { client: std::sync::Arc::new(client), link: std::sync::Arc::new(group) }))
+}
