@@ -19,7 +19,7 @@ use lock_conformance::{ClientLink, DeploymentControl};
 use lock_core::LockError;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::local::LocalServer;
+use super::local::{pause_each, stop_each, LocalServer};
 use super::{provision, TestServer};
 use crate::process::{find_binary, free_addr, server_dir, ChildServer};
 use crate::ServerControl;
@@ -394,10 +394,7 @@ impl EtcdCluster {
 #[async_trait]
 impl ServerControl for EtcdCluster {
     async fn stop(&self) -> Result<(), LockError> {
-        for m in &self.members {
-            m.stop().await?;
-        }
-        Ok(())
+        stop_each(&self.members).await
     }
 
     async fn start(&self) -> Result<(), LockError> {
@@ -406,10 +403,7 @@ impl ServerControl for EtcdCluster {
     }
 
     async fn pause(&self, paused: bool) -> Result<(), LockError> {
-        for m in &self.members {
-            m.pause(paused).await?;
-        }
-        Ok(())
+        pause_each(&self.members, paused).await
     }
 
     /// Every member keeps its write-ahead log and snapshots: keys, leases and revisions survive.

@@ -223,6 +223,40 @@ impl LocalServer {
     }
 }
 
+/// Stops every one of a deployment's `members`, in order (its `ServerControl::stop`).
+pub(crate) async fn stop_each(members: &[Arc<LocalServer>]) -> Result<(), LockError> {
+    for m in members {
+        m.stop().await?;
+    }
+    Ok(())
+}
+
+/// Pauses (or resumes) every one of a deployment's `members`, in order (its
+/// `ServerControl::pause`).
+pub(crate) async fn pause_each(members: &[Arc<LocalServer>], paused: bool) -> Result<(), LockError> {
+    for m in members {
+        m.pause(paused).await?;
+    }
+    Ok(())
+}
+
+/// Runs `control` on each of `children` in order, off the runtime: a child's stop and pause
+/// block until the signal is sent.
+pub(crate) async fn each_child(
+    children: &[Arc<ChildServer>],
+    control: impl Fn(&ChildServer) + Clone + Send + 'static,
+) -> Result<(), LockError> {
+    for child in children {
+        let (child, control) = (Arc::clone(child), control.clone());
+        blocking(move || {
+            control(&child);
+            Ok(())
+        })
+        .await?;
+    }
+    Ok(())
+}
+
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, LockError> + Send + 'static,
 ) -> Result<T, LockError> {

@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use lock_conformance::{async_trait, DeploymentControl, ServerControl};
 use lock_core::LockError;
 
+use super::local::each_child;
 use super::peer_links::PeerLinks;
 pub use super::redis::command;
 use super::redis::{node_args, redis_binary};
@@ -76,6 +77,11 @@ impl std::fmt::Debug for RedisSentinelDeployment {
 }
 
 impl RedisSentinelDeployment {
+    /// Every data node's process, in node order.
+    fn data_children(&self) -> Vec<Arc<ChildServer>> {
+        self.data.iter().map(|(_, child)| Arc::clone(child)).collect()
+    }
+
     /// Starts the deployment and returns once both replicas are in sync and every Sentinel
     /// knows the primary and both replicas. The primary is marked fresh for the default key
     /// prefix (`SET dlock:boot 0`), like a single test server.
@@ -329,13 +335,7 @@ impl RedisSentinelDeployment {
 #[async_trait]
 impl ServerControl for RedisSentinelDeployment {
     async fn stop(&self) -> Result<(), LockError> {
-        for (_, child) in &self.data {
-            let child = Arc::clone(child);
-            tokio::task::spawn_blocking(move || child.stop())
-                .await
-                .map_err(|e| LockError::unavailable_from("test", "a stop task failed", e))?;
-        }
-        Ok(())
+        each_child(&self.data_children(), ChildServer::stop).await
     }
 
     async fn start(&self) -> Result<(), LockError> {
@@ -352,13 +352,7 @@ impl ServerControl for RedisSentinelDeployment {
     }
 
     async fn pause(&self, paused: bool) -> Result<(), LockError> {
-        for (_, child) in &self.data {
-            let child = Arc::clone(child);
-            tokio::task::spawn_blocking(move || child.pause(paused))
-                .await
-                .map_err(|e| LockError::unavailable_from("test", "a pause task failed", e))?;
-        }
-        Ok(())
+        each_child(&self.data_children(), move |c: &ChildServer| c.pause(paused)).await
     }
 
     /// Nothing is saved: a restarted data node is empty.

@@ -19,7 +19,7 @@ use lock_conformance::proxy::FaultProxy;
 use lock_conformance::{async_trait, ClientLink, DeploymentControl, ServerControl};
 use lock_core::LockError;
 
-use super::local::LocalServer;
+use super::local::{pause_each, stop_each, LocalServer};
 use super::zookeeper::{classpath, four_letters, java, quorum_peer_args, serves, TICK};
 use crate::process::{free_port, ChildServer};
 
@@ -80,6 +80,11 @@ impl std::fmt::Debug for ZkEnsemble {
 }
 
 impl ZkEnsemble {
+    /// Every member's server, in member order.
+    fn servers(&self) -> Vec<Arc<LocalServer>> {
+        self.members.iter().map(|m| Arc::clone(&m.server)).collect()
+    }
+
     /// Starts `options.members` members on free ports and waits until one leads and the others
     /// follow.
     pub async fn start(options: EnsembleOptions) -> Result<ZkEnsemble, LockError> {
@@ -290,10 +295,7 @@ async fn start_members(members: &[Member]) -> Result<(), LockError> {
 #[async_trait]
 impl ServerControl for ZkEnsemble {
     async fn stop(&self) -> Result<(), LockError> {
-        for m in &self.members {
-            m.server.stop().await?;
-        }
-        Ok(())
+        stop_each(&self.servers()).await
     }
 
     async fn start(&self) -> Result<(), LockError> {
@@ -302,10 +304,7 @@ impl ServerControl for ZkEnsemble {
     }
 
     async fn pause(&self, paused: bool) -> Result<(), LockError> {
-        for m in &self.members {
-            m.server.pause(paused).await?;
-        }
-        Ok(())
+        pause_each(&self.servers(), paused).await
     }
 
     /// Every member keeps its snapshot and transaction log: sessions and nodes survive.
