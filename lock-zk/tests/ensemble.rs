@@ -8,7 +8,7 @@ use dlock_testkit::servers::zk_ensemble::{EnsembleOptions, ZkEnsemble};
 use dlock_testkit::servers::zookeeper::TICK;
 use lock_conformance::proxy::FaultProxy;
 use lock_conformance::ClientLink;
-use lock_core::{AcquireOptions, DistributedLock, LockError, LockName};
+use lock_core::{AcquireOptions, DistributedLock, Lease, LockError, LockName};
 use lock_zk::ZkOptions;
 use tokio::time::Instant;
 
@@ -28,6 +28,27 @@ fn options(session: Duration) -> ZkOptions {
 /// heard of one, up to a tick and a half later): with the test kit's 200 ms tick those delays are
 /// too small to matter next to a session, with 2 s they are not.
 const DEFAULT_TICK: Duration = Duration::from_secs(2);
+
+/// The end of a hand-off from the old holder's `lease` to the majority side's `second`, granted
+/// at `granted` (`overlap`: whether the old lease was still valid then): the new token is higher
+/// and the two never overlapped; then `follower`'s links heal and the lock is released.
+async fn handed_over(
+    ensemble: &ZkEnsemble,
+    follower: usize,
+    lease: &Lease,
+    second: Lease,
+    granted: Instant,
+    overlap: bool,
+) -> Result<(), LockError> {
+    assert!(second.token() > lease.token(), "the new holder's token is higher");
+    assert!(
+        !overlap,
+        "two valid holders: the old holder's lease runs {:?} past the majority's grant",
+        lease.valid_until().saturating_duration_since(granted)
+    );
+    ensemble.partition(follower, false).await;
+    second.release().await
+}
 
 /// A grant through a follower, at ZooKeeper's default tick, just after the client's link to that
 /// follower stalled for a while (shorter than the client's connection timeout, 2/5 of the
@@ -87,15 +108,7 @@ async fn a_grant_after_a_stalled_client_link_ends_before_the_leader_expires_the_
         granted.checked_duration_since(lease.valid_until()),
         lease.lost().is_fired()
     );
-    assert!(second.token() > lease.token(), "the new holder's token is higher");
-    assert!(
-        !overlap,
-        "two valid holders: the first holder's lease runs {:?} past the majority's grant",
-        lease.valid_until().saturating_duration_since(granted)
-    );
-    ensemble.partition(follower, false).await;
-    second.release().await?;
-    Ok(())
+    handed_over(&ensemble, follower, &lease, second, granted, overlap).await
 }
 
 /// The holder's follower is partitioned from the quorum (its client still reaches it). The leader
@@ -128,15 +141,7 @@ async fn follower_partitioned_from_the_quorum_leaves_no_overlap() -> Result<(), 
         lease.valid_until().checked_duration_since(granted),
         lease.lost().is_fired()
     );
-    assert!(second.token() > lease.token(), "the new holder's token is higher");
-    assert!(
-        !overlap,
-        "two valid holders: the partitioned holder's lease runs {:?} past the majority's grant",
-        lease.valid_until().saturating_duration_since(granted)
-    );
-    ensemble.partition(follower, false).await;
-    second.release().await?;
-    Ok(())
+    handed_over(&ensemble, follower, &lease, second, granted, overlap).await
 }
 
 /// The leader is killed while a lock is held and another client waits: the holder's session
