@@ -9,6 +9,18 @@ use dlock_testkit::servers::etcd::EtcdServer;
 use lock_core::{AcquireOptions, DistributedLock, LockError, LockName};
 use lock_etcd::EtcdOptions;
 
+/// Connecting to `url` with the default options fails as a connection failure (`Unavailable`)
+/// within `within`, with an error that says `says`: the certificate did not verify, or use
+/// `etcds://`.
+async fn refused(url: &str, within: Duration, says: &str) {
+    let t = Instant::now();
+    let e = lock_etcd::connect(url, options()).await.expect_err("the connection must be refused");
+    eprintln!("{url}: {e}");
+    assert!(matches!(e, LockError::Unavailable { .. }), "{e}");
+    assert!(t.elapsed() < within, "took {:?}: {e}", t.elapsed());
+    assert!(e.to_string().contains(says), "the error should say {says:?}: {e}");
+}
+
 fn options() -> EtcdOptions {
     EtcdOptions {
         connect_timeout: Duration::from_secs(5),
@@ -37,23 +49,11 @@ async fn tls_from_url() {
 
     // The webpki roots do not know the private CA: refused at the handshake, long before the
     // 5 s connect timeout, and typed as a connection failure.
-    let t = Instant::now();
-    let e = lock_etcd::connect(&url, options()).await.expect_err("an unknown CA must not verify");
-    eprintln!("without the CA: {e}");
-    assert!(matches!(e, LockError::Unavailable { .. }), "{e}");
-    assert!(t.elapsed() < Duration::from_secs(3), "took {:?}: {e}", t.elapsed());
-    let text = format!("{e}");
-    assert!(text.contains("certificate"), "the error should say the certificate did not verify: {text}");
+    refused(&url, Duration::from_secs(3), "certificate").await;
 
     // A plaintext client on the TLS port: a clear, typed failure, not a hang.
     let plain = url.replacen("etcds://", "etcd://", 1);
-    let t = Instant::now();
-    let e = lock_etcd::connect(&plain, options()).await.expect_err("plaintext against a TLS port");
-    eprintln!("plaintext: {e}");
-    assert!(matches!(e, LockError::Unavailable { .. }), "{e}");
-    assert!(t.elapsed() < Duration::from_secs(6), "took {:?}: {e}", t.elapsed());
-    let text = format!("{e}");
-    assert!(text.contains("etcds://"), "the error should point at etcds://: {text}");
+    refused(&plain, Duration::from_secs(6), "etcds://").await;
 
     // A CA file that is not there, and a CA file with a plaintext URL: configuration errors.
     let missing = EtcdOptions { tls_ca_file: Some(d.join("nope.pem")), ..options() };
