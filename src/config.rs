@@ -19,7 +19,7 @@
 //! ```
 //!
 //! `request_timeout` is the one bound on a single request (a statement, a command, a ZooKeeper
-//! call): it sets the backend's own bound (`[sql] request_timeout`, formerly `query_timeout`;
+//! call): it sets the backend's own bound (`[sql] request_timeout`;
 //! `[redis] request_timeout`; `[zk] request_timeout`) and the `request_timeout` of
 //! [`Config::acquire_options`], so one number bounds each request wherever it is cut. The
 //! per-backend keys are deprecated in the file: they still work when the top-level key is

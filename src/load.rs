@@ -14,8 +14,7 @@ use crate::registry::{registered_names, SHIPPED_SECTIONS, VALUE_KEYS};
 use crate::scheme::Scheme;
 
 /// The per-backend keys that `request_timeout` replaces in the file.
-const OLD_TIMEOUT_KEYS: &[&str] =
-    &["sql.query_timeout", "sql.request_timeout", "redis.request_timeout", "zk.request_timeout"];
+const BACKEND_TIMEOUT_KEYS: &[&str] = &["sql.request_timeout", "redis.request_timeout", "zk.request_timeout"];
 
 impl Config {
     /// Loads defaults < `dlock.toml` in the working directory (or the file named by
@@ -108,7 +107,7 @@ impl Config {
         // huge timeout from the file or the environment never reaches a backend.
         if let Ok(tree) = fig.extract::<figment::value::Value>() {
             check_durations(&tree, "")?;
-            for old in OLD_TIMEOUT_KEYS {
+            for old in BACKEND_TIMEOUT_KEYS {
                 if tree.find_ref(old).is_some() {
                     tracing::warn!(
                         "config key {old} is deprecated: set the top-level request_timeout, which bounds every request \
@@ -321,7 +320,7 @@ mod tests {
         Jail::expect_with(|jail| {
             jail.create_file(
                 "dlock.toml",
-                "url = \"memory://\"\nrequest_timeout = \"750ms\"\n[sql]\nquery_timeout = \"9s\"\n",
+                "url = \"memory://\"\nrequest_timeout = \"750ms\"\n[sql]\nrequest_timeout = \"9s\"\n",
             )?;
             let c = Config::load().map_err(|e| e.to_string())?;
             let t = Duration::from_millis(750);
@@ -338,8 +337,8 @@ mod tests {
             Ok(())
         });
         Jail::expect_with(|jail| {
-            // Without the top-level key, the old per-backend keys still apply.
-            jail.create_file("dlock.toml", "url = \"memory://\"\n[sql]\nquery_timeout = \"9s\"\n")?;
+            // Without the top-level key, the per-backend keys still apply.
+            jail.create_file("dlock.toml", "url = \"memory://\"\n[sql]\nrequest_timeout = \"9s\"\n")?;
             let c = Config::load().map_err(|e| e.to_string())?;
             assert_eq!(c.request_timeout, None);
             assert_eq!(c.sql_options().request_timeout, Duration::from_secs(9));

@@ -20,7 +20,7 @@ const KEYS: &[&str] = &[
     "ttl",
     "wait",
     "sql.connect_timeout",
-    "sql.query_timeout",
+    "sql.request_timeout",
     "redis.connect_timeout",
     "redis.request_timeout",
     "zk.session_timeout",
