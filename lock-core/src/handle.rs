@@ -34,24 +34,39 @@ async fn within<T>(acquire: impl Future<Output = Result<T, LockError>>) -> Resul
     }
 }
 
-/// One exclusive lock by name. Cheap to clone; every call is independent (a handle is not a
-/// held lock: [`Lease`] is).
-#[derive(Clone)]
-pub struct LockHandle {
-    lock: Arc<dyn DistributedLock>,
+/// A lock client of kind `L` bound to one checked name and its options; `S` is what else the
+/// kind needs to know (a semaphore's number of permits). Cheap to clone; every call is
+/// independent (a handle is not a held lock: [`Lease`] is). Used as [`LockHandle`],
+/// [`RwLockHandle`] and [`SemaphoreHandle`].
+pub struct Handle<L: ?Sized, S = ()> {
+    lock: Arc<L>,
     name: LockName,
     options: AcquireOptions,
+    size: S,
 }
 
-impl Handles for Arc<dyn DistributedLock> {
-    type Handle = LockHandle;
-
-    fn handle(&self, name: &str) -> Result<LockHandle, LockError> {
-        Ok(LockHandle { lock: self.clone(), name: LockName::new(name)?, options: AcquireOptions::new(DEFAULT_TTL) })
+impl<L: ?Sized, S: Clone> Clone for Handle<L, S> {
+    fn clone(&self) -> Self {
+        Handle {
+            lock: Arc::clone(&self.lock),
+            name: self.name.clone(),
+            options: self.options.clone(),
+            size: self.size.clone(),
+        }
     }
 }
 
-impl LockHandle {
+impl<L: ?Sized, S> Handle<L, S> {
+    /// A handle of `lock` for `name`, with the default options.
+    fn new(lock: &Arc<L>, name: &str, size: S) -> Result<Self, LockError> {
+        Ok(Handle {
+            lock: Arc::clone(lock),
+            name: LockName::new(name)?,
+            options: AcquireOptions::new(DEFAULT_TTL),
+            size,
+        })
+    }
+
     /// The same handle with other options (ttl, default wait, holder, …).
     pub fn with_options(mut self, options: AcquireOptions) -> Self {
         self.options = options;
@@ -67,7 +82,20 @@ impl LockHandle {
     pub fn options(&self) -> &AcquireOptions {
         &self.options
     }
+}
 
+/// One exclusive lock by name.
+pub type LockHandle = Handle<dyn DistributedLock>;
+
+impl Handles for Arc<dyn DistributedLock> {
+    type Handle = LockHandle;
+
+    fn handle(&self, name: &str) -> Result<LockHandle, LockError> {
+        Handle::new(self, name, ())
+    }
+}
+
+impl LockHandle {
     /// Waits as the options say (forever by default); `Timeout` when a bounded wait ran out.
     pub async fn acquire(&self) -> Result<Lease, LockError> {
         self.lock.acquire(&self.name, &self.options).await
@@ -106,33 +134,17 @@ impl LockHandle {
 }
 
 /// One read-write lock by name: many readers or one writer.
-#[derive(Clone)]
-pub struct RwLockHandle {
-    lock: Arc<dyn DistributedRwLock>,
-    name: LockName,
-    options: AcquireOptions,
-}
+pub type RwLockHandle = Handle<dyn DistributedRwLock>;
 
 impl Handles for Arc<dyn DistributedRwLock> {
     type Handle = RwLockHandle;
 
     fn handle(&self, name: &str) -> Result<RwLockHandle, LockError> {
-        Ok(RwLockHandle { lock: self.clone(), name: LockName::new(name)?, options: AcquireOptions::new(DEFAULT_TTL) })
+        Handle::new(self, name, ())
     }
 }
 
 impl RwLockHandle {
-    /// The same handle with other options (ttl, default wait, holder, …).
-    pub fn with_options(mut self, options: AcquireOptions) -> Self {
-        self.options = options;
-        self
-    }
-
-    /// The checked name.
-    pub fn name(&self) -> &LockName {
-        &self.name
-    }
-
     /// A read lease, waiting as the options say.
     pub async fn read(&self) -> Result<Lease, LockError> {
         self.lock.acquire_read(&self.name, &self.options).await
@@ -183,13 +195,7 @@ impl RwLockHandle {
 }
 
 /// One semaphore by name: up to `permits` holders at once.
-#[derive(Clone)]
-pub struct SemaphoreHandle {
-    lock: Arc<dyn DistributedSemaphore>,
-    name: LockName,
-    permits: u32,
-    options: AcquireOptions,
-}
+pub type SemaphoreHandle = Handle<dyn DistributedSemaphore, u32>;
 
 /// A semaphore's handle needs its size too: `semaphore.handle_with("pool", 4)?`.
 pub trait SemaphoreHandles {
@@ -202,45 +208,29 @@ impl SemaphoreHandles for Arc<dyn DistributedSemaphore> {
         if permits == 0 {
             return Err(LockError::invalid_options("a semaphore needs at least 1 permit"));
         }
-        Ok(SemaphoreHandle {
-            lock: self.clone(),
-            name: LockName::new(name)?,
-            permits,
-            options: AcquireOptions::new(DEFAULT_TTL),
-        })
+        Handle::new(self, name, permits)
     }
 }
 
 impl SemaphoreHandle {
-    /// The same handle with other options (ttl, default wait, holder, …).
-    pub fn with_options(mut self, options: AcquireOptions) -> Self {
-        self.options = options;
-        self
-    }
-
-    /// The checked name.
-    pub fn name(&self) -> &LockName {
-        &self.name
-    }
-
     /// How many holders the semaphore admits at once.
     pub fn permits(&self) -> u32 {
-        self.permits
+        self.size
     }
 
     /// One permit, waiting as the options say.
     pub async fn acquire(&self) -> Result<Lease, LockError> {
-        self.lock.acquire_permit(&self.name, self.permits, &self.options).await
+        self.lock.acquire_permit(&self.name, self.size, &self.options).await
     }
 
     /// One attempt at a permit: `Ok(None)` when all are taken.
     pub async fn try_acquire(&self) -> Result<Option<Lease>, LockError> {
-        self.lock.try_acquire_permit(&self.name, self.permits, &self.options).await
+        self.lock.try_acquire_permit(&self.name, self.size, &self.options).await
     }
 
     /// Waits at most `wait` for a permit: `Ok(None)` when all stayed taken that long.
     pub async fn try_acquire_for(&self, wait: Duration) -> Result<Option<Lease>, LockError> {
-        within(self.lock.acquire_permit(&self.name, self.permits, &self.options.clone().wait(wait))).await
+        within(self.lock.acquire_permit(&self.name, self.size, &self.options.clone().wait(wait))).await
     }
 
     /// Runs `f` holding one permit; `Err(Lost)` (and `f` stopped) if the lease is lost first.

@@ -67,7 +67,7 @@ pub use election::{Election, Leadership};
 pub use error::LockError;
 pub use events::{EventsRef, LeaseEvents};
 pub use fenced::{FencedRegister, StaleToken};
-pub use handle::{Handles, LockHandle, RwLockHandle, SemaphoreHandle, SemaphoreHandles};
+pub use handle::{Handle, Handles, LockHandle, RwLockHandle, SemaphoreHandle, SemaphoreHandles};
 pub use holder::{Holder, HolderInfo, MAX_HOLDER_LEN, MAX_METADATA_LEN};
 pub use kind::LockKind;
 pub use lease::{Lease, LeaseObserver, LostSignal};
