@@ -87,10 +87,18 @@ impl<L: ?Sized, S> Handle<L, S> {
 /// One exclusive lock by name.
 pub type LockHandle = Handle<dyn DistributedLock>;
 
-impl Handles for Arc<dyn DistributedLock> {
-    type Handle = LockHandle;
+/// The kinds whose handle needs only a name (a semaphore's needs its permits too:
+/// [`SemaphoreHandles`]). Sealed: the lock kinds are this crate's.
+mod sealed {
+    pub trait ByName {}
+    impl ByName for dyn crate::DistributedLock {}
+    impl ByName for dyn crate::DistributedRwLock {}
+}
 
-    fn handle(&self, name: &str) -> Result<LockHandle, LockError> {
+impl<L: ?Sized + sealed::ByName> Handles for Arc<L> {
+    type Handle = Handle<L>;
+
+    fn handle(&self, name: &str) -> Result<Handle<L>, LockError> {
         Handle::new(self, name, ())
     }
 }
@@ -135,14 +143,6 @@ impl LockHandle {
 
 /// One read-write lock by name: many readers or one writer.
 pub type RwLockHandle = Handle<dyn DistributedRwLock>;
-
-impl Handles for Arc<dyn DistributedRwLock> {
-    type Handle = RwLockHandle;
-
-    fn handle(&self, name: &str) -> Result<RwLockHandle, LockError> {
-        Handle::new(self, name, ())
-    }
-}
 
 impl RwLockHandle {
     /// A read lease, waiting as the options say.
