@@ -19,6 +19,7 @@
 //! # let _ = total; Ok(()) }
 //! ```
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -109,20 +110,20 @@ impl Client {
 
     /// A handle for the exclusive lock `name`, default options (see [`lock_core::LockHandle`]).
     pub fn handle(&self, name: &str) -> Result<LockHandle, LockError> {
-        Ok(LockHandle { rt: self.rt.clone(), inner: self.inner.lock().handle(name)? })
+        Ok(Handle { rt: self.rt.clone(), inner: self.inner.lock().handle(name)? })
     }
 
     /// A handle for the read-write lock `name`; `Unsupported` where the backend has none.
     pub fn rw_handle(&self, name: &str) -> Result<RwLockHandle, LockError> {
         let rw = self.rt.block_on(self.inner.rw())??;
-        Ok(RwLockHandle { rt: self.rt.clone(), inner: rw.handle(name)? })
+        Ok(Handle { rt: self.rt.clone(), inner: rw.handle(name)? })
     }
 
     /// A handle for the semaphore `name` of `permits` holders; `Unsupported` where the backend
     /// has none.
     pub fn semaphore_handle(&self, name: &str, permits: u32) -> Result<SemaphoreHandle, LockError> {
         let sem = self.rt.block_on(self.inner.semaphore())??;
-        Ok(SemaphoreHandle { rt: self.rt.clone(), inner: sem.handle_with(name, permits)? })
+        Ok(Handle { rt: self.rt.clone(), inner: sem.handle_with(name, permits)? })
     }
 }
 
@@ -200,32 +201,56 @@ fn under<T>(lease: Lease, f: impl FnOnce() -> T) -> Result<T, LockError> {
     Ok(out)
 }
 
-/// [`lock_core::LockHandle`] for blocking code.
-#[derive(Clone)]
-pub struct LockHandle {
+/// A [`lock_core::Handle`] for blocking code: [`LockHandle`], [`RwLockHandle`] and
+/// [`SemaphoreHandle`].
+pub struct Handle<L: ?Sized, S = ()> {
     rt: Rt,
-    inner: lock_core::LockHandle,
+    inner: lock_core::Handle<L, S>,
 }
 
-impl LockHandle {
+impl<L: ?Sized, S: Clone> Clone for Handle<L, S> {
+    fn clone(&self) -> Self {
+        Handle { rt: self.rt.clone(), inner: self.inner.clone() }
+    }
+}
+
+impl<L: ?Sized, S> Handle<L, S> {
     /// The same handle with other options.
     pub fn with_options(self, options: lock_core::AcquireOptions) -> Self {
-        LockHandle { rt: self.rt, inner: self.inner.with_options(options) }
+        Handle { rt: self.rt, inner: self.inner.with_options(options) }
     }
 
+    /// The lease `acquire` answers, on this handle's runtime.
+    fn lease(&self, acquire: impl Future<Output = Result<lock_core::Lease, LockError>>) -> Result<Lease, LockError> {
+        Ok(Lease::new(&self.rt, self.rt.block_on(acquire)??))
+    }
+
+    /// The lease, if any, `acquire` answers, on this handle's runtime.
+    fn maybe(
+        &self,
+        acquire: impl Future<Output = Result<Option<lock_core::Lease>, LockError>>,
+    ) -> Result<Option<Lease>, LockError> {
+        Ok(self.rt.block_on(acquire)??.map(|l| Lease::new(&self.rt, l)))
+    }
+}
+
+/// [`lock_core::LockHandle`] for blocking code.
+pub type LockHandle = Handle<dyn lock_core::DistributedLock>;
+
+impl LockHandle {
     /// Waits as the options say (forever by default).
     pub fn acquire(&self) -> Result<Lease, LockError> {
-        Ok(Lease::new(&self.rt, self.rt.block_on(self.inner.acquire())??))
+        self.lease(self.inner.acquire())
     }
 
     /// One attempt: `Ok(None)` when busy.
     pub fn try_acquire(&self) -> Result<Option<Lease>, LockError> {
-        Ok(self.rt.block_on(self.inner.try_acquire())??.map(|l| Lease::new(&self.rt, l)))
+        self.maybe(self.inner.try_acquire())
     }
 
     /// Waits at most `wait`: `Ok(None)` when the lock stayed busy that long.
     pub fn try_acquire_for(&self, wait: Duration) -> Result<Option<Lease>, LockError> {
-        Ok(self.rt.block_on(self.inner.try_acquire_for(wait))??.map(|l| Lease::new(&self.rt, l)))
+        self.maybe(self.inner.try_acquire_for(wait))
     }
 
     /// Runs `f` under the lock; `Err(Lost)` if the lease was lost before `f` returned.
@@ -235,36 +260,27 @@ impl LockHandle {
 }
 
 /// [`lock_core::RwLockHandle`] for blocking code.
-#[derive(Clone)]
-pub struct RwLockHandle {
-    rt: Rt,
-    inner: lock_core::RwLockHandle,
-}
+pub type RwLockHandle = Handle<dyn lock_core::DistributedRwLock>;
 
 impl RwLockHandle {
-    /// The same handle with other options.
-    pub fn with_options(self, options: lock_core::AcquireOptions) -> Self {
-        RwLockHandle { rt: self.rt, inner: self.inner.with_options(options) }
-    }
-
     /// A read lease, waiting as the options say.
     pub fn read(&self) -> Result<Lease, LockError> {
-        Ok(Lease::new(&self.rt, self.rt.block_on(self.inner.read())??))
+        self.lease(self.inner.read())
     }
 
     /// The write lease, waiting as the options say.
     pub fn write(&self) -> Result<Lease, LockError> {
-        Ok(Lease::new(&self.rt, self.rt.block_on(self.inner.write())??))
+        self.lease(self.inner.write())
     }
 
     /// Waits at most `wait` for a read lease.
     pub fn try_read_for(&self, wait: Duration) -> Result<Option<Lease>, LockError> {
-        Ok(self.rt.block_on(self.inner.try_read_for(wait))??.map(|l| Lease::new(&self.rt, l)))
+        self.maybe(self.inner.try_read_for(wait))
     }
 
     /// Waits at most `wait` for the write lease.
     pub fn try_write_for(&self, wait: Duration) -> Result<Option<Lease>, LockError> {
-        Ok(self.rt.block_on(self.inner.try_write_for(wait))??.map(|l| Lease::new(&self.rt, l)))
+        self.maybe(self.inner.try_write_for(wait))
     }
 
     /// Runs `f` as a reader.
@@ -279,26 +295,17 @@ impl RwLockHandle {
 }
 
 /// [`lock_core::SemaphoreHandle`] for blocking code.
-#[derive(Clone)]
-pub struct SemaphoreHandle {
-    rt: Rt,
-    inner: lock_core::SemaphoreHandle,
-}
+pub type SemaphoreHandle = Handle<dyn lock_core::DistributedSemaphore, u32>;
 
 impl SemaphoreHandle {
-    /// The same handle with other options.
-    pub fn with_options(self, options: lock_core::AcquireOptions) -> Self {
-        SemaphoreHandle { rt: self.rt, inner: self.inner.with_options(options) }
-    }
-
     /// One permit, waiting as the options say.
     pub fn acquire(&self) -> Result<Lease, LockError> {
-        Ok(Lease::new(&self.rt, self.rt.block_on(self.inner.acquire())??))
+        self.lease(self.inner.acquire())
     }
 
     /// Waits at most `wait` for a permit.
     pub fn try_acquire_for(&self, wait: Duration) -> Result<Option<Lease>, LockError> {
-        Ok(self.rt.block_on(self.inner.try_acquire_for(wait))??.map(|l| Lease::new(&self.rt, l)))
+        self.maybe(self.inner.try_acquire_for(wait))
     }
 
     /// Runs `f` holding one permit.
