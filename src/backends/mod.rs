@@ -31,30 +31,17 @@ fn memory(config: &Config) -> Connecting<'_> {
     Box::pin(async move { Ok(provider) })
 }
 
-#[cfg(feature = "postgres")]
-const POSTGRES: Option<ConnectFn> = Some(sql::connect);
-#[cfg(not(feature = "postgres"))]
-const POSTGRES: Option<ConnectFn> = None;
-#[cfg(feature = "mysql")]
-const MYSQL: Option<ConnectFn> = Some(sql::connect);
-#[cfg(not(feature = "mysql"))]
-const MYSQL: Option<ConnectFn> = None;
-#[cfg(feature = "sqlite")]
-const SQLITE: Option<ConnectFn> = Some(sql::connect);
-#[cfg(not(feature = "sqlite"))]
-const SQLITE: Option<ConnectFn> = None;
-#[cfg(feature = "redis")]
-const REDIS: Option<ConnectFn> = Some(redis::connect);
-#[cfg(not(feature = "redis"))]
-const REDIS: Option<ConnectFn> = None;
-#[cfg(feature = "redis")]
-const REDLOCK: Option<ConnectFn> = Some(redis::connect_redlock);
-#[cfg(not(feature = "redis"))]
-const REDLOCK: Option<ConnectFn> = None;
-#[cfg(feature = "zk")]
-const ZK: Option<ConnectFn> = Some(zk::connect);
-#[cfg(not(feature = "zk"))]
-const ZK: Option<ConnectFn> = None;
+/// `Some(connect)` when the crate is built with `feature`, else `None` (the row then says which
+/// feature to turn on). A macro because `connect` does not exist without its feature.
+macro_rules! with_feature {
+    ($feature:literal, $connect:path) => {{
+        #[cfg(feature = $feature)]
+        let connect: Option<ConnectFn> = Some($connect);
+        #[cfg(not(feature = $feature))]
+        let connect: Option<ConnectFn> = None;
+        connect
+    }};
+}
 
 /// The rows of the shipped backends.
 pub(crate) const SHIPPED: &[Driver] = &[
@@ -75,7 +62,7 @@ pub(crate) const SHIPPED: &[Driver] = &[
         default_port: None,
         exclusive_only: false,
         feature: Some("sqlite"),
-        connect: SQLITE,
+        connect: with_feature!("sqlite", sql::connect),
         scheme: Scheme::Sqlite,
     },
     Driver {
@@ -85,7 +72,7 @@ pub(crate) const SHIPPED: &[Driver] = &[
         default_port: Some(5432),
         exclusive_only: false,
         feature: Some("postgres"),
-        connect: POSTGRES,
+        connect: with_feature!("postgres", sql::connect),
         scheme: Scheme::Postgres,
     },
     Driver {
@@ -95,7 +82,7 @@ pub(crate) const SHIPPED: &[Driver] = &[
         default_port: Some(3306),
         exclusive_only: false,
         feature: Some("mysql"),
-        connect: MYSQL,
+        connect: with_feature!("mysql", sql::connect),
         scheme: Scheme::Mysql,
     },
     Driver {
@@ -108,7 +95,7 @@ pub(crate) const SHIPPED: &[Driver] = &[
         default_port: Some(6379),
         exclusive_only: false,
         feature: Some("redis"),
-        connect: REDIS,
+        connect: with_feature!("redis", redis::connect),
         scheme: Scheme::Redis,
     },
     Driver {
@@ -119,7 +106,7 @@ pub(crate) const SHIPPED: &[Driver] = &[
         // Redlock's majority protocol has no read-write lock or semaphore.
         exclusive_only: true,
         feature: Some("redis"),
-        connect: REDLOCK,
+        connect: with_feature!("redis", redis::connect_redlock),
         scheme: Scheme::Redlock,
     },
     Driver {
@@ -129,7 +116,7 @@ pub(crate) const SHIPPED: &[Driver] = &[
         default_port: Some(2181),
         exclusive_only: false,
         feature: Some("zk"),
-        connect: ZK,
+        connect: with_feature!("zk", zk::connect),
         scheme: Scheme::ZooKeeper,
     },
 ];
