@@ -19,7 +19,7 @@ use lock_core::{
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::fairness::vanished_head_bound;
+use super::fairness::{served_behind, vanished_head_bound};
 use super::kinds::{rw_client, semaphore_client};
 use super::{ensure, fail, ms, CaseError, CaseResult, Ctx};
 use crate::Fixture;
@@ -330,7 +330,7 @@ pub async fn kinds_fifo_vanished_head(fx: &dyn Fixture) -> CaseResult {
         )?;
         let next = spawn_rw(&rw_client(&cx).await?, &name, false, waiting.clone());
         tokio::time::sleep(settle(&cx)).await;
-        let delay = served_after_release(held, next, "the reader behind a vanished writer", bound, ttl).await?;
+        let delay = served_after_release(held, next, "a vanished writer", bound, ttl).await?;
         details.push(format!("reader behind a vanished writer served {} ms after release", ms(delay)));
     }
     if let (Some(sem), Some(ghost)) = (&fair_sem, permit_store) {
@@ -342,7 +342,7 @@ pub async fn kinds_fifo_vanished_head(fx: &dyn Fixture) -> CaseResult {
         )?;
         let next = spawn_permit(&semaphore_client(&cx).await?, &name, 1, waiting);
         tokio::time::sleep(settle(&cx)).await;
-        let delay = served_after_release(held, next, "the permit waiter behind a vanished one", bound, ttl).await?;
+        let delay = served_after_release(held, next, "a vanished permit waiter", bound, ttl).await?;
         details.push(format!("permit waiter behind a vanished one served {} ms after release", ms(delay)));
     }
     Ok(format!("{} (bound {} ms)", details.join("; "), ms(bound)))
@@ -355,32 +355,16 @@ fn expect_refused(answer: TryLock, what: &str) -> Result<(), CaseError> {
     }
 }
 
-/// Releases `held`; `next` must then be granted within `bound`. How long it took.
+/// Releases `held`; `next`, queued behind the head that went away (`behind`), must then be
+/// granted within `bound` (for waiters of `ttl`). How long it took.
 async fn served_after_release(
     held: Lease,
     next: Waiting,
-    who: &str,
+    behind: &str,
     bound: Duration,
     ttl: Duration,
 ) -> Result<Duration, CaseError> {
     let released = Instant::now();
     held.release().await?;
-    let (lease, at) = match next.await {
-        Ok(Ok(x)) => x,
-        Ok(Err(LockError::Timeout { waited, .. })) => {
-            fail!("{who} was not served in {} ms after the release (bound {} ms)", ms(waited), ms(bound))
-        }
-        Ok(Err(e)) => return Err(e.into()),
-        Err(e) => fail!("{who} panicked: {e}"),
-    };
-    lease.release().await?;
-    let delay = at.saturating_duration_since(released);
-    ensure!(
-        delay <= bound,
-        "{who} got the lock {} ms after the release (bound {} ms for waiters of ttl {} ms)",
-        ms(delay),
-        ms(bound),
-        ms(ttl)
-    );
-    Ok(delay)
+    served_behind(next.await, released, bound, behind, &format!(" for waiters of ttl {} ms", ms(ttl))).await
 }
