@@ -25,6 +25,11 @@
 //! docker info                      # must answer
 //! cargo nextest run -p lock-redis --features dlock-testkit/containers
 //! ```
+//!
+//! Beside the servers, what the backends' fixtures share: [`unique_suffix`] for a fixture's
+//! root or prefix, [`behind_proxy`], [`linked_client`] and [`linked_group_client`] for clients
+//! behind fault proxies, [`certs`] for the TLS tests' throwaway certificates, and [`planted`]
+//! for the hostile PostgreSQL `search_path` of the search-path tests.
 
 pub mod certs;
 pub mod planted;
