@@ -92,7 +92,7 @@ pub trait Fixture: Send + Sync + 'static {
 
     /// Runs the backend's idle-state collection (docs/contract.md §5.7) now, as if `name` (held
     /// by nobody) had been idle longer than the configured time: its per-name fencing state (the
-    /// SQL fence row, the Redis fence key, the memory counter) is removed the way the backend's
+    /// SQL fence row, the Redis name's token counter, the memory counter) is removed the way the backend's
     /// own collection removes it. `Ok(false)` (the default) means the fixture cannot;
     /// `idle_collected_tokens_rise` is then not_applicable.
     async fn collect_idle(&self, _name: &LockName) -> Result<bool, LockError> {

@@ -407,15 +407,7 @@ mod redis_extra {
         use dlock_testkit::process::{find_binary, free_port, wait_for_port, ChildServer};
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
-        let sh = |script: &str| {
-            let out = std::process::Command::new("/bin/sh").arg("-c").arg(script).current_dir(d).output().unwrap();
-            assert!(out.status.success(), "{script}: {}", String::from_utf8_lossy(&out.stderr));
-        };
-        assert!(find_binary("openssl", &[]).is_some(), "this test needs the openssl command (apt-get install openssl)");
-        sh("openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=dlock-test-ca");
-        sh("openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=localhost");
-        sh("printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\nbasicConstraints=CA:FALSE\\n' > ext.cnf");
-        sh("openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 -extfile ext.cnf");
+        dlock_testkit::certs::server_certs(d).expect("the test's certificates");
         let port = free_port().unwrap();
         let p = |f: &str| d.join(f).to_string_lossy().into_owned();
         let args: Vec<String> = [

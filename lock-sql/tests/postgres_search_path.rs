@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use dlock_testkit::planted;
 use lock_core::{AcquireOptions, DistributedLock, DistributedRwLock, DistributedSemaphore, LockName};
 use lock_sql::{SqlBackend, SqlOptions};
 use sqlx::{AssertSqlSafe, Connection, Executor, PgConnection};
@@ -23,39 +24,21 @@ fn unique(prefix: &str) -> String {
     format!("{prefix}_{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
 }
 
-/// The hostile schema: each planted operator or function records that it ran, then lies (the
-/// clock reads 0, concatenation drops the token, `unnest` returns nothing).
-fn plant(hostile: &str) -> Vec<String> {
-    let h = hostile;
-    let record = |what: &str| format!("INSERT INTO {h}.calls VALUES ('{what}', current_user::text);");
-    vec![
-        format!("CREATE SCHEMA {h}"),
-        format!("CREATE TABLE {h}.calls (what TEXT, who TEXT)"),
-        format!("GRANT USAGE ON SCHEMA {h} TO PUBLIC"),
-        format!("GRANT INSERT ON {h}.calls TO PUBLIC"),
-        format!(
-            "CREATE FUNCTION {h}.mul(numeric, integer) RETURNS numeric LANGUAGE sql AS $$ {} SELECT 0::numeric $$",
-            record("numeric * integer")
-        ),
-        format!("CREATE OPERATOR {h}.* (LEFTARG = numeric, RIGHTARG = integer, FUNCTION = {h}.mul)"),
-        format!(
-            "CREATE FUNCTION {h}.cat(text, bigint) RETURNS text LANGUAGE sql AS $$ {} SELECT $1 $$",
-            record("text || bigint")
-        ),
-        format!("CREATE OPERATOR {h}.|| (LEFTARG = text, RIGHTARG = bigint, FUNCTION = {h}.cat)"),
-        format!(
-            "CREATE FUNCTION {h}.unnest(text[]) RETURNS SETOF text LANGUAGE sql AS $$ {} SELECT NULL::text WHERE false $$",
-            record("unnest(text[])")
-        ),
-        format!(
-            "CREATE FUNCTION {h}.now() RETURNS timestamptz LANGUAGE sql AS $$ {} SELECT 'epoch'::timestamptz $$",
-            record("now()")
-        ),
-        format!(
-            "CREATE FUNCTION {h}.pg_notify(text, text) RETURNS void LANGUAGE sql AS $$ {} $$",
-            record("pg_notify(text, text)")
-        ),
-    ]
+/// The hostile schema (dlock-testkit's `planted`): each planted operator or function records
+/// that it ran, then lies (the clock reads 0, concatenation drops the token, `unnest` returns
+/// nothing).
+fn plant(h: &str) -> Vec<String> {
+    let mut statements = planted::schema(h);
+    statements.extend([
+        planted::function(h, "mul(numeric, integer)", "numeric", "numeric * integer", "SELECT 0::numeric"),
+        planted::operator(h, "*", "numeric", "integer", "mul"),
+        planted::function(h, "cat(text, bigint)", "text", "text || bigint", "SELECT $1"),
+        planted::operator(h, "||", "text", "bigint", "cat"),
+        planted::function(h, "unnest(text[])", "SETOF text", "unnest(text[])", "SELECT NULL::text WHERE false"),
+        planted::function(h, "now()", "timestamptz", "now()", "SELECT 'epoch'::timestamptz"),
+        planted::function(h, "pg_notify(text, text)", "void", "pg_notify(text, text)", ""),
+    ]);
+    statements
 }
 
 /// A role whose `search_path` puts the hostile schema before `pg_catalog`, with a schema of its

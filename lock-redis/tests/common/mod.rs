@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_testkit::servers::redis::RedisServer;
+use lock_conformance::forgery::RedisForgery;
 use lock_conformance::proxy::{FaultProxy, ProxyGroup};
 use lock_conformance::{async_trait, Fixture, LinkedClient, ServerControl};
 use lock_core::{backend::LeaseStore, LockError, LockName};
@@ -225,9 +226,8 @@ fn name_key(prefix: &str, name: &LockName, suffix: &str) -> String {
     format!("{prefix}:{{{}}}:{suffix}", name.escaped())
 }
 
-/// For each queue entry `owner[:terms][~wake]`: the grant wake-up `@<owner>` and the older
-/// releasers' grant `!<owner>:<token>:<attempt>` for the attempt its terms name and attempts 1
-/// to 5, on `channel` and on the entry's wake channel. The number of messages published.
+/// For each queue entry `owner[:terms][~wake]`, every message that forges its grant
+/// ([`RedisForgery`]) on `channel` and on the entry's wake channel. The number published.
 async fn publish_forgeries(
     c: &mut (impl redis::aio::ConnectionLike + Send),
     channel: &str,
@@ -235,23 +235,9 @@ async fn publish_forgeries(
     token: u64,
 ) -> Result<usize, LockError> {
     let mut sent = 0;
-    for entry in entries.iter().map(String::as_str) {
-        let (head, wake) = match entry.split_once('~') {
-            Some((head, wake)) => (head, Some(wake)),
-            None => (entry, None),
-        };
-        let mut terms = head.split(':');
-        let owner = terms.next().unwrap_or_default();
-        if owner.is_empty() {
-            continue;
-        }
-        // Terms are `<ttl ms>` or an older client's `<ttl ms>:<attempt>`.
-        let mut attempts: Vec<u64> = terms.skip(1).filter_map(|n| n.parse().ok()).chain(1..=5).collect();
-        attempts.dedup();
-        let mut messages: Vec<String> = attempts.iter().map(|n| format!("!{owner}:{token}:{n}")).collect();
-        messages.push(format!("@{owner}"));
-        for to in std::iter::once(channel).chain(wake) {
-            for message in &messages {
+    for forgery in entries.iter().filter_map(|e| RedisForgery::of(e, token)) {
+        for to in forgery.channels(channel) {
+            for message in &forgery.messages {
                 let _: i64 = redis::cmd("PUBLISH")
                     .arg(to)
                     .arg(message)

@@ -1,4 +1,4 @@
-//! TLS servers for the tests: certificates made with `openssl`, `redis-server`s (or Sentinels)
+//! TLS servers for the tests: certificates (dlock-testkit's `certs`), `redis-server`s (or Sentinels)
 //! with TLS-only settings, and an administrator's verified connection.
 
 use std::net::SocketAddr;
@@ -7,29 +7,15 @@ use std::time::Duration;
 
 use dlock_testkit::process::{find_binary, wait_for_port, ChildServer};
 
-pub fn sh(dir: &Path, script: &str) {
-    let out = std::process::Command::new("/bin/sh").arg("-c").arg(script).current_dir(dir).output().unwrap();
-    assert!(out.status.success(), "{script}: {}", String::from_utf8_lossy(&out.stderr));
-}
-
 /// `ca.pem` signs `server.pem` (127.0.0.1); `ca2.pem`, another CA, signs `impostor.pem` for the
 /// same address.
 pub fn make_certs(d: &Path) {
-    assert!(find_binary("openssl", &[]).is_some(), "this test needs the openssl command (apt-get install openssl)");
-    sh(d, "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\nbasicConstraints=CA:FALSE\\n' > ext.cnf");
-    for (ca, leaf) in [("ca", "server"), ("ca2", "impostor")] {
-        sh(
-            d,
-            &format!("openssl req -x509 -newkey rsa:2048 -nodes -keyout {ca}.key -out {ca}.pem -days 2 -subj /CN={ca}"),
-        );
-        sh(d, &format!("openssl req -newkey rsa:2048 -nodes -keyout {leaf}.key -out {leaf}.csr -subj /CN=localhost"));
-        sh(
-            d,
-            &format!(
-                "openssl x509 -req -in {leaf}.csr -CA {ca}.pem -CAkey {ca}.key -CAcreateserial -out {leaf}.pem -days 2 \
-                 -extfile ext.cnf"
-            ),
-        );
+    dlock_testkit::certs::server_certs(d).expect("the test's certificates");
+    let other = d.join("other-ca");
+    std::fs::create_dir_all(&other).unwrap();
+    dlock_testkit::certs::server_certs(&other).expect("another CA's certificates");
+    for (from, to) in [("ca.pem", "ca2.pem"), ("server.pem", "impostor.pem"), ("server.key", "impostor.key")] {
+        std::fs::copy(other.join(from), d.join(to)).unwrap();
     }
 }
 
