@@ -40,8 +40,8 @@ pub struct SqlOptions {
     /// Bound for one request: one statement (or one short transaction), including retries of
     /// transient conflicts (deadlock, busy). Also the server-side `statement_timeout`
     /// (PostgreSQL), `innodb_lock_wait_timeout` (MySQL, whole seconds) and `busy_timeout`
-    /// (SQLite). Named `query_timeout` before 0.2; that key is still read, as this one.
-    #[serde(with = "humantime_serde", alias = "query_timeout")]
+    /// (SQLite).
+    #[serde(with = "humantime_serde")]
     pub request_timeout: Duration,
     /// Delete the rows of names nobody has held for this long (docs/contract.md §5.7), checked
     /// every half of it (at most every 15 minutes) by each client; `None` (the default) keeps
@@ -172,8 +172,7 @@ mod tests {
         assert!(o.validate().is_ok());
         let short = SqlOptions { idle_gc_after: Some(Duration::from_secs(2)), ..SqlOptions::default() };
         assert!(matches!(short.validate(), Err(LockError::Config { .. })), "not above request_timeout");
-        // The old name of request_timeout still works.
-        let o: SqlOptions = serde_json::from_str(r#"{"query_timeout":"750ms"}"#).unwrap();
-        assert_eq!(o.request_timeout, Duration::from_millis(750));
+        // No old names: an unknown key is an error, never silently ignored.
+        assert!(serde_json::from_str::<SqlOptions>(r#"{"query_timeout":"750ms"}"#).is_err());
     }
 }
