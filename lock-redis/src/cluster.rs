@@ -167,9 +167,10 @@ impl ConnectionLike for Conn {
             Conn::Single(c) => c.req_packed_command(cmd),
             Conn::Cluster(c) => c.req_packed_command(cmd),
             Conn::Tagged(t) => Box::pin(async move {
-                let (reply, id) = t.with_id(cmd.clone()).await?;
-                *t.ran_on() = id;
-                Ok(reply)
+                let answer = t.with_id(cmd.clone()).await;
+                // A command that failed ran nowhere we know of: no earlier command's node stays.
+                *t.ran_on() = answer.as_ref().ok().and_then(|(_, id)| id.clone());
+                answer.map(|(reply, _)| reply)
             }),
         }
     }
