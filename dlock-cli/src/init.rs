@@ -32,8 +32,7 @@ pub(crate) async fn run(args: InitArgs, out: &Redactor) -> Result<bool, LockErro
     match Scheme::of(&config.url)? {
         #[cfg(feature = "redis")]
         Scheme::Redis if scheme == "redis+cluster" => {
-            let ca = config.redis_options().tls_ca_file.clone();
-            let line = mark_cluster(&config.url, &config.redis.key_prefix, ca.as_deref(), args.force).await?;
+            let line = mark_cluster(&config.url, &config.redis_options(), args.force).await?;
             out.println(&format!("{}: {line}", dlock::url::redact_url(&config.url)));
             Ok(true)
         }
@@ -59,17 +58,16 @@ pub(crate) async fn run(args: InitArgs, out: &Redactor) -> Result<bool, LockErro
 
 /// Sets every slot's boot marker of `prefix` to 0 on a Redis Cluster (only those missing unless
 /// `force`), 512 at a time through a cluster connection that routes each to its slot's master;
-/// `?tls=true` nodes verified against `ca` (`tls_ca_file`) when given.
+/// `?tls=true` nodes verified as the lock client does (`crate::raw::redis_tls`).
 #[cfg(feature = "redis")]
-async fn mark_cluster(url: &str, prefix: &str, ca: Option<&std::path::Path>, force: bool) -> Result<String, LockError> {
+async fn mark_cluster(url: &str, options: &dlock::redis::RedisOptions, force: bool) -> Result<String, LockError> {
     use crate::raw::within;
+    let prefix = options.key_prefix.as_str();
     let nodes = crate::raw::redis_urls(url)?;
+    let tls = nodes.first().is_some_and(|n| n.starts_with("rediss://"));
     let mut builder = redis::cluster::ClusterClient::builder(nodes);
-    if let Some(path) = ca {
-        let pem = tokio::fs::read(path)
-            .await
-            .map_err(|e| LockError::config(format!("cannot read redis tls_ca_file {}: {e}", path.display())))?;
-        builder = builder.certs(redis::TlsCertificates { client_tls: None, root_cert: Some(pem) });
+    if let Some(certs) = crate::raw::redis_tls(options, tls).await? {
+        builder = builder.certs(certs);
     }
     let client = builder.build().map_err(|e| LockError::config(format!("invalid redis+cluster URL: {e}")))?;
     let con = within("redis", "connect to the cluster", client.get_async_connection()).await?;

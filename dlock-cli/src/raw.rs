@@ -68,21 +68,30 @@ pub(crate) async fn redis(
 ) -> Result<redis::aio::MultiplexedConnection, LockError> {
     let invalid = |e: redis::RedisError| LockError::config(format!("invalid redis URL: {e}"));
     let tls = url.get(..9).is_some_and(|s| s.eq_ignore_ascii_case("rediss://"));
-    if tls {
-        // rustls needs a process-wide crypto provider; one the application installed stays.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
-    let client = match &options.tls_ca_file {
-        Some(path) if tls => {
-            let pem = tokio::fs::read(path)
-                .await
-                .map_err(|e| LockError::config(format!("cannot read redis tls_ca_file {}: {e}", path.display())))?;
-            let certs = redis::TlsCertificates { client_tls: None, root_cert: Some(pem) };
-            redis::Client::build_with_tls(url, certs).map_err(invalid)?
-        }
-        _ => redis::Client::open(url).map_err(invalid)?,
+    let client = match redis_tls(options, tls).await? {
+        Some(certs) => redis::Client::build_with_tls(url, certs).map_err(invalid)?,
+        None => redis::Client::open(url).map_err(invalid)?,
     };
     within("redis", "connect", client.get_multiplexed_async_connection()).await
+}
+
+/// For a TLS connection (`tls`) to Redis: the CA of `options.tls_ca_file` to verify the servers
+/// against, or `None` for the webpki roots (and for plaintext). Installs rustls's process-wide
+/// crypto provider for any TLS use (one the application installed stays).
+#[cfg(feature = "redis")]
+pub(crate) async fn redis_tls(
+    options: &dlock::redis::RedisOptions,
+    tls: bool,
+) -> Result<Option<redis::TlsCertificates>, LockError> {
+    if !tls {
+        return Ok(None);
+    }
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let Some(path) = &options.tls_ca_file else { return Ok(None) };
+    let pem = tokio::fs::read(path)
+        .await
+        .map_err(|e| LockError::config(format!("cannot read redis tls_ca_file {}: {e}", path.display())))?;
+    Ok(Some(redis::TlsCertificates { client_tls: None, root_cert: Some(pem) }))
 }
 
 /// Whether `url` names a primary behind Sentinels (`redis+sentinel://`, `rediss+sentinel://`).
