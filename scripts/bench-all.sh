@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# BENCHMARKS.md's tables: every backend, three rounds with no delay, then Redis, Redlock,
-# ZooKeeper and etcd with 0.5 and 2 ms round trips (`--rtt`). Build first:
+# BENCHMARKS.md's tables: every backend, three rounds with no delay, then every networked backend
+# (all but SQLite, which has no network to delay) with 0.5 and 2 ms round trips (`--rtt`). Build first:
 #   cargo build --release -p dlock-cli --features etcd --bin dlock
 # Starts three Redis masters (26391-26393), a ZooKeeper (21811) and an etcd (23791) of its own and
 # stops them by PID; PostgreSQL, MariaDB and Redis are the machine's, on their usual ports.
@@ -55,5 +55,7 @@ for rtt in 500us 2ms; do
   run zk zk://127.0.0.1:21811/benchq $rtt 1
   run etcd etcd://127.0.0.1:23791/benchq $rtt 1
   run redis redis://127.0.0.1:6379/0 $rtt 1
+  run postgres postgres://postgres@127.0.0.1:5432/test $rtt 1
+  run mysql mysql://root@127.0.0.1:3306/test $rtt 1
 done
 kill "${pids[@]}" 2>/dev/null; sleep 1; kill -9 "${pids[@]}" 2>/dev/null

@@ -207,10 +207,6 @@ impl KindStore for RedisKinds {
         self.release_grant(g.kind, g.name, g.owner).await.map(drop)
     }
 
-    async fn subscribe(&self, kind: LockKind, name: &LockName) -> Result<Option<WakeSubscription>, LockError> {
-        self.base.notifier.subscribe(&channel(&self.base.prefix, kind, name), None).await
-    }
-
     /// Releases wake the queue's grantable heads only (`@<owner>`), each on its client's own
     /// wake channel (the waiter queued as `<kind>:<owner>~<wake channel>`), so each waiter
     /// listens there for its own owner id and no other client hears its wake-up.
@@ -221,15 +217,6 @@ impl KindStore for RedisKinds {
         owner: OwnerId,
     ) -> Result<Option<WakeSubscription>, LockError> {
         self.base.notifier.subscribe_waiter(&owner.to_hex()).await
-    }
-}
-
-/// The channel that wakes waiters of `kind` of `name`.
-fn channel(prefix: &str, kind: LockKind, name: &LockName) -> String {
-    match kind {
-        LockKind::Permit => SemKeys::new(prefix, name).channel,
-        LockKind::Write => RwKeys::new(prefix, name).to_writers,
-        _ => RwKeys::new(prefix, name).to_readers,
     }
 }
 

@@ -52,7 +52,7 @@ key_space! {
 }
 
 key_space! {
-    /// The keys and channels of one read-write lock (a key space of its own: `…:rw:*`).
+    /// The keys of one read-write lock (a key space of its own: `…:rw:*`).
     RwKeys ":rw" {
         /// Sorted set: reader owner → server time (ms) its lease ends.
         readers: "readers",
@@ -72,15 +72,11 @@ key_space! {
         waiting_writers: "waiting-writers",
         /// Integer: the highest token issued for this read-write lock.
         fence: "fence",
-        /// Channel: `@<owner>` wakes that waiting reader.
-        to_readers: "to-readers",
-        /// Channel: `@<owner>` wakes that waiting writer.
-        to_writers: "to-writers",
     }
 }
 
 key_space! {
-    /// The keys and channel of one semaphore (a key space of its own: `…:sem:*`).
+    /// The keys of one semaphore (a key space of its own: `…:sem:*`).
     SemKeys ":sem" {
         /// Sorted set: holder owner → server time (ms) its lease ends.
         holders: "holders",
@@ -97,8 +93,6 @@ key_space! {
         waiter_entries: "waiter-entries",
         /// Integer: the highest token issued for this semaphore.
         fence: "fence",
-        /// Channel: `@<owner>` wakes that waiter.
-        channel: "released",
     }
 }
 

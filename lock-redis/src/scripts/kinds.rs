@@ -131,8 +131,7 @@ end
 /// Read acquire. KEYS: readers, tokens, writer, the queue's four keys (waiters, waiter ends,
 /// waiter entries, waiting writers; [`super::kinds_queue`]), fence, boot marker. ARGV: owner,
 /// ttl ms, registration ms (`0`: a single try, which does not queue), quiet ms, reserve ms,
-/// readers' channel, writers' channel, the caller's wake channel (`''`: woken on its kind's
-/// channel), the most waiters the name may have. `{1, token}` granted (or already ours: lease
+/// the caller's wake channel (`''`: none, the caller polls), the most waiters the name may have. `{1, token}` granted (or already ours: lease
 /// refreshed, same token); `{0, ms}` refused: a writer holds (ms = its PTTL), it is not this
 /// reader's turn in the queue (ms = until the first registration ahead of it or the readers'
 /// leases end); `{2, ms}` refused for the quiet period after the server lost its state (the
@@ -142,9 +141,8 @@ const RW_READ_SRC: &str = concat!(
     r#"
 purge(KEYS[1], KEYS[2])
 local Q = kq_queue(KEYS[4], KEYS[5], KEYS[6], KEYS[7])
-local member, me = 'r:' .. ARGV[1], kq_entry('r', ARGV[1], ARGV[8])
-local reg, reserve, cap = tonumber(ARGV[3]), tonumber(ARGV[5]), tonumber(ARGV[9] or '') or math.huge
-local chans = {r = ARGV[6], w = ARGV[7]}
+local member, me = 'r:' .. ARGV[1], kq_entry('r', ARGV[1], ARGV[6])
+local reg, reserve, cap = tonumber(ARGV[3]), tonumber(ARGV[5]), tonumber(ARGV[7] or '') or math.huge
 local again = zset_renewed(KEYS[1], KEYS[2], ARGV[1], ARGV[2], {KEYS[1], KEYS[2]})
 if again then
   kq_leave(Q, member)
@@ -165,7 +163,7 @@ local can = rw_grantable(Q, false, redis.call('ZCARD', KEYS[1]))
 local i = kq_place(Q, member)
 local turn = (i > 0 and i <= can) or (i == 0 and kq_len(Q) == 0)
 if not turn then
-  kq_reserve(Q, can, reserve, chans, math.huge)
+  kq_reserve(Q, can, reserve, math.huge)
   -- Re-try when a registration ahead ends (it may have vanished) or the readers' leases do.
   local wait = kq_first_end(Q, ahead(Q, i)) or math.huge
   if redis.call('ZCARD', KEYS[1]) > 0 then wait = math.min(wait, math.max(1, left(KEYS[1], false))) end
@@ -179,7 +177,7 @@ end
 local token = zset_grant(KEYS[1], KEYS[2], KEYS[8], ARGV[1], ARGV[2])
 expire_with(KEYS[1], {KEYS[1], KEYS[2]})
 -- The readers queued behind this one share with it: they are reserved and woken too.
-kq_reserve(Q, can, reserve, chans, math.huge)
+kq_reserve(Q, can, reserve, math.huge)
 return {1, token}
 "#
 );
@@ -195,9 +193,8 @@ const RW_WRITE_SRC: &str = concat!(
     r#"
 purge(KEYS[1], KEYS[2])
 local Q = kq_queue(KEYS[4], KEYS[5], KEYS[6], KEYS[7])
-local member, me = 'w:' .. ARGV[1], kq_entry('w', ARGV[1], ARGV[8])
-local reg, reserve, cap = tonumber(ARGV[3]), tonumber(ARGV[5]), tonumber(ARGV[9] or '') or math.huge
-local chans = {r = ARGV[6], w = ARGV[7]}
+local member, me = 'w:' .. ARGV[1], kq_entry('w', ARGV[1], ARGV[6])
+local reg, reserve, cap = tonumber(ARGV[3]), tonumber(ARGV[5]), tonumber(ARGV[7] or '') or math.huge
 local holder = redis.call('HGET', KEYS[3], 'o')
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[3], ARGV[2])
@@ -217,13 +214,13 @@ local readers = redis.call('ZCARD', KEYS[1])
 local can = rw_grantable(Q, false, readers)
 if readers > 0 then
   -- Readers at the head of the queue may join the readers that hold.
-  kq_reserve(Q, can, reserve, chans, math.huge)
+  kq_reserve(Q, can, reserve, math.huge)
   return busy(left(KEYS[1], false))
 end
 local i = kq_place(Q, member)
 local turn = (i > 0 and i <= can) or (i == 0 and kq_len(Q) == 0)
 if not turn then
-  kq_reserve(Q, can, reserve, chans, math.huge)
+  kq_reserve(Q, can, reserve, math.huge)
   return busy(kq_first_end(Q, ahead(Q, i)) or 1)
 end
 if i > 0 then wq_drop(Q, member) end
@@ -234,8 +231,7 @@ return {1, token}
 static RW_WRITE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_WRITE_SRC));
 
 /// Writer release, also the end of a write wait without a grant (abandon). KEYS: readers,
-/// tokens, writer, the queue's four keys. ARGV: owner, reserve ms, readers' channel, writers'
-/// channel. Frees the writer if it is the owner's and drops the owner's queue entry; then the
+/// tokens, writer, the queue's four keys. ARGV: owner, reserve ms. Frees the writer if it is the owner's and drops the owner's queue entry; then the
 /// grantable heads (the next writer, or the run of readers at the head) are reserved and woken.
 /// Returns 1 released, 0 not ours.
 const RW_WRITE_RELEASE_SRC: &str = concat!(
@@ -249,7 +245,7 @@ if kq_leave(Q, 'w:' .. ARGV[1]) or mine then
   local can = rw_grantable(Q, redis.call('EXISTS', KEYS[3]) == 1, redis.call('ZCARD', KEYS[1]))
   local wake_from = math.huge
   if mine then wake_from = 1 end
-  kq_reserve(Q, can, tonumber(ARGV[2]), {r = ARGV[3], w = ARGV[4]}, wake_from)
+  kq_reserve(Q, can, tonumber(ARGV[2]), wake_from)
 end
 return kq_released(mine)
 "#
@@ -278,7 +274,7 @@ if kq_leave(Q, 'r:' .. ARGV[1]) or mine then
   -- A head writer became grantable by this release: wake it even if its reservation had begun.
   local wake_from = math.huge
   if mine and readers == 0 and can == 1 and string.sub(wq_head(Q, now), 1, 2) == 'w:' then wake_from = 1 end
-  kq_reserve(Q, can, tonumber(ARGV[2]), {r = ARGV[3], w = ARGV[4]}, wake_from)
+  kq_reserve(Q, can, tonumber(ARGV[2]), wake_from)
 end
 return kq_released(mine)
 "#
@@ -287,8 +283,8 @@ static RW_READ_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_READ_
 
 /// Semaphore acquire. KEYS: holders, tokens, permits, the queue's three keys (waiters, waiter
 /// ends, waiter entries; [`super::kinds_queue`]), fence, boot marker. ARGV: owner, ttl ms,
-/// permits, registration ms (`0`: a single try), quiet ms, reserve ms, channel, the caller's
-/// wake channel (as in `RW_READ_SRC`), the most waiters the name may have. `{1, token}` granted
+/// permits, registration ms (`0`: a single try), quiet ms, reserve ms, the caller's wake
+/// channel (as in `RW_READ_SRC`), the most waiters the name may have. `{1, token}` granted
 /// (or already ours); `{0, ms}` refused: all permits taken (ms until the first lease ends), the
 /// free permits belong to waiters queued ahead (ms until the first registration ahead ends);
 /// `{2, ms}` the quiet period (time left); `{3, cap}` a new waiter past the cap; `{-1, n}` the
@@ -305,9 +301,8 @@ else
   if have and have ~= n then return {-1, have} end
 end
 local Q = kq_queue(KEYS[4], KEYS[5], KEYS[6], nil)
-local member, me = 'p:' .. ARGV[1], kq_entry('p', ARGV[1], ARGV[8])
-local reg, reserve, cap = tonumber(ARGV[4]), tonumber(ARGV[6]), tonumber(ARGV[9] or '') or math.huge
-local chans = {p = ARGV[7]}
+local member, me = 'p:' .. ARGV[1], kq_entry('p', ARGV[1], ARGV[7])
+local reg, reserve, cap = tonumber(ARGV[4]), tonumber(ARGV[6]), tonumber(ARGV[8] or '') or math.huge
 local again = zset_renewed(KEYS[1], KEYS[2], ARGV[1], ARGV[2], {KEYS[1], KEYS[2], KEYS[3]})
 if again then
   kq_leave(Q, member)
@@ -327,7 +322,7 @@ local i = kq_place(Q, member)
 -- A caller not queued takes only a permit beyond those of every queued waiter.
 local turn = (i > 0 and i <= free) or (i == 0 and kq_len(Q) < free)
 if not turn then
-  kq_reserve(Q, free, reserve, chans, math.huge)
+  kq_reserve(Q, free, reserve, math.huge)
   return busy(kq_first_end(Q, ahead(Q, i)) or 1)
 end
 if i > 0 then wq_drop(Q, member) end
@@ -335,14 +330,14 @@ local token = zset_grant(KEYS[1], KEYS[2], KEYS[7], ARGV[1], ARGV[2])
 redis.call('SET', KEYS[3], ARGV[3])
 expire_with(KEYS[1], {KEYS[1], KEYS[2], KEYS[3]})
 -- The other free permits belong to the heads of the queue: reserved (and woken if new).
-kq_reserve(Q, free - 1, reserve, chans, math.huge)
+kq_reserve(Q, free - 1, reserve, math.huge)
 return {1, token}
 "#
 );
 static SEM_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(SEM_ACQUIRE_SRC));
 
 /// Permit release, also the end of a permit wait without a grant (abandon). KEYS: holders,
-/// tokens, permits, the queue's three keys. ARGV: owner, reserve ms, channel. Frees the owner's
+/// tokens, permits, the queue's three keys. ARGV: owner, reserve ms. Frees the owner's
 /// permit and drops its queue entry; the heads that now have a permit are reserved, and the
 /// one this release let in is woken. Returns 1 released, 0 not ours (or its lease already
 /// ended).
@@ -367,7 +362,7 @@ local free = n - held
 if n == 0 and held == 0 then free = 1 end
 local wake_from = math.huge
 if mine then wake_from = free end
-kq_reserve(Q, free, tonumber(ARGV[2]), {p = ARGV[3]}, wake_from)
+kq_reserve(Q, free, tonumber(ARGV[2]), wake_from)
 return kq_released(mine)
 "#
 );
@@ -420,7 +415,7 @@ script_call! {
         quiet_ms: u64,
         /// How long a grantable head has to come (ms).
         reserve_ms: u64,
-        /// The caller's wake channel, `""`: woken on its side's channel.
+        /// The caller's wake channel, `""`: none (the caller polls).
         wake: &'a str,
         /// The most waiters the name may have (`RedisOptions::max_waiters`).
         max_waiters: u32,
@@ -431,7 +426,7 @@ script_call! {
         &keys.waiting_writers, &keys.fence, marker,
     ]
     args [
-        owner, ttl_ms, registration_ms, quiet_ms, reserve_ms, &keys.to_readers, &keys.to_writers, wake, max_waiters,
+        owner, ttl_ms, registration_ms, quiet_ms, reserve_ms, wake, max_waiters,
     ]
 }
 
@@ -456,7 +451,7 @@ script_call! {
         &keys.readers, &keys.tokens, &keys.writer, &keys.waiters, &keys.waiter_ends, &keys.waiter_entries,
         &keys.waiting_writers,
     ]
-    args [owner, reserve_ms, &keys.to_readers, &keys.to_writers]
+    args [owner, reserve_ms]
 }
 
 script_call! {
@@ -478,7 +473,7 @@ script_call! {
         quiet_ms: u64,
         /// How long a grantable head has to come (ms).
         reserve_ms: u64,
-        /// The caller's wake channel, `""`: woken on the semaphore's channel.
+        /// The caller's wake channel, `""`: none (the caller polls).
         wake: &'a str,
         /// The most waiters the name may have (`RedisOptions::max_waiters`).
         max_waiters: u32,
@@ -488,7 +483,7 @@ script_call! {
         &keys.holders, &keys.tokens, &keys.permits, &keys.waiters, &keys.waiter_ends, &keys.waiter_entries,
         &keys.fence, marker,
     ]
-    args [owner, ttl_ms, permits, registration_ms, quiet_ms, reserve_ms, &keys.channel, wake, max_waiters]
+    args [owner, ttl_ms, permits, registration_ms, quiet_ms, reserve_ms, wake, max_waiters]
 }
 
 script_call! {
@@ -503,7 +498,7 @@ script_call! {
         reserve_ms: u64,
     }
     keys [&keys.holders, &keys.tokens, &keys.permits, &keys.waiters, &keys.waiter_ends, &keys.waiter_entries]
-    args [owner, reserve_ms, &keys.channel]
+    args [owner, reserve_ms]
 }
 
 /// Whose sorted-set lease `ZSET_RENEW_SRC` renews.

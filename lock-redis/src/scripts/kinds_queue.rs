@@ -11,7 +11,7 @@
 //! lock, `…:rw:waiting-writers` (the writers' members by sequence, so the run of readers at the
 //! head is counted without walking it). A member is `<kind>:<owner>`, `kind` `r` (reader), `w`
 //! (writer) or `p` (permit), so one queue keeps a read-write lock's readers and writers in their
-//! common arrival order; its entry adds `~<wake channel>` when the client has one.
+//! common arrival order; its entry adds `~<wake channel>`, the caller's client's own channel.
 //!
 //! The rules, in the scripts ([`super::kinds`]):
 //! - The **grantable heads** are the entries that may be granted now: the head writer alone
@@ -27,9 +27,9 @@
 //! - Whenever a script finds grantable heads (a release, an abandon, or an attempt that found
 //!   a holder's lease expired), each of them is **reserved**: its registration is cut to at most
 //!   `reserve` ms from now, and it alone is woken (`PUBLISH <its client's wake channel>
-//!   @<owner>`; an older client's entry, without `~`, on the kind's channel) — once, when its
-//!   reservation starts, and again by the release that made it grantable. One delivery per
-//!   grantable waiter, no herd across clients.
+//!   @<owner>`) — once, when its reservation starts, and again by the release that made it
+//!   grantable. One delivery per grantable waiter, no herd across clients. An entry without a
+//!   wake channel (a caller that does not listen) is reserved but not woken: it polls.
 //!
 //! **The reservation mark** keeps that linear rather than quadratic in the grantable heads (a
 //! run of 10,000 readers let in by one writer's release): the entries-hash field `#reserved`
@@ -58,7 +58,7 @@
 /// Lua helpers of the kinds' queue, after `kinds_prelude!()` (they use its `now`), `wake_lua!()`
 /// and [`sorted_queue_lua`](super::waiters::sorted_queue_lua): `kq_queue(order, ends, data,
 /// writers)`, `kq_entry(kind, owner, wake)`, `kq_place(Q, member)`, `kq_len(Q)`,
-/// `kq_register(Q, member, entry, reg, cap)`, `kq_reserve(Q, n, reserve, chans, wake_from)`,
+/// `kq_register(Q, member, entry, reg, cap)`, `kq_reserve(Q, n, reserve, wake_from)`,
 /// `ahead(Q, i)`, `kq_first_end(Q, n)` and `rw_grantable(Q, writer_holds, readers)`.
 macro_rules! kinds_queue_lua {
     () => {
@@ -96,10 +96,10 @@ local function kq_register(Q, member, entry, reg, cap)
   return true
 end
 -- The first `n` entries are grantable: each gets at most `reserve` ms to come and is woken (it
--- alone, `@<owner>` on its client's wake channel, else on its kind's channel `chans[kind]`) when
--- its reservation starts, and whatever its reservation from place `wake_from` on (the ones a
+-- alone, `@<owner>` on its client's wake channel; an entry without one polls) when its
+-- reservation starts, and whatever its reservation from place `wake_from` on (the ones a
 -- release just let in). The entries up to the mark were reserved before: skipped.
-local function kq_reserve(Q, n, reserve, chans, wake_from)
+local function kq_reserve(Q, n, reserve, wake_from)
   if n <= 0 then return end
   local mark = tonumber(redis.call('HGET', Q.data, Q.mark) or '') or 0
   local first = redis.call('ZCOUNT', Q.order, '-inf', wq_fmt(mark))
@@ -115,7 +115,7 @@ local function kq_reserve(Q, n, reserve, chans, wake_from)
       if cut then redis.call('ZADD', Q.ends, wq_fmt(now + reserve), member) end
       if cut or first + (j + 1) / 2 >= wake_from then
         local own = string.match(entry, '~(.+)$')
-        redis.call('PUBLISH', own or chans[string.sub(member, 1, 1)], '@' .. string.sub(member, 3))
+        if own then redis.call('PUBLISH', own, '@' .. string.sub(member, 3)) end
       end
     end
     if seq > mark then mark = seq end
