@@ -12,27 +12,17 @@ use super::queue::wake_lua;
 use super::waiters::waiters_lua;
 use crate::boot::quiet_lua;
 
-/// Single instance acquire. KEYS: the name's hash ([`super::lease`]), boot marker, and the
-/// queue's keys: waiters, waiter ends, waiter entries ([`super::waiters`]). ARGV: owner, ttl ms,
-/// quiet ms, holder id (`''`: none), metadata (`'+'` followed by it; `''`: none), the hash's
-/// expiry ms (`'0'`: none), registration ms (`'0'`: a single try, which does not queue),
-/// channel, reserve ms, the caller's wake channel (`''`: woken on `channel`; [`super::queue`]),
-/// grant terms (`'<ttl ms>'`: a release may grant this waiter the lock provisionally, and this
-/// script, finding the lock its own, claims it: [`super::queue`], `crate::handoff`; `''`:
-/// none), the most waiters the name may have. A grant stores holder and metadata in the hash as
-/// `h` and `m` (docs/contract.md §5.6), and lets the hash expire after the given time
-/// (`idle_gc_after`, §5.7): tokens are floored by the server clock, so none goes back without
-/// it. A free lock goes only to the queue's head or, with an empty queue, to anyone
-/// ([`super::queue`]). A grant publishes `+` on the channel (for election observers; no waiter
-/// acts on it); on the free path only while the hash says someone observes (`w`, [`super::lease`]). The calls of each path, and why no fewer: the crate docs, "The free path".
-/// Returns `{1, token}` when granted (or already ours: the stored token, lease refreshed to
-/// `ttl`, which is also how a waiter claims a grant in the release: the branch after the free path),
-/// `{0, ms}` when someone else holds it (ms: its lease left) or a queued waiter is ahead (ms: until the
-/// head's reservation ends), `{2, ms}` when the server is in its quiet period after losing its
-/// state (ms: the quiet time left; see `crate::boot`), and `{3, cap}` when a waiting attempt
-/// would be the name's waiter number `cap + 1` (it is not queued).
-const ACQUIRE_SRC: &str = effects_lua!(
-    r#"
+/// The free path and the branch of a lease already the caller's, first in both acquire scripts
+/// (`TRY_SRC`, `ACQUIRE_SRC`), which share their first KEYS and ARGV: the name's hash; owner,
+/// ttl ms, holder id (`''`: none), metadata (`'+'` followed by it; `''`: none), the hash's
+/// expiry ms (`'0'`: none), channel. Leaves `l` (the hash's fields), `t` (`TIME`), `now` (ms)
+/// and `live` defined for what follows. Lua 5.1 turns a numeric string into a number in
+/// arithmetic, so no `tonumber` is called there, and the usual grant (no holder id, no
+/// metadata) writes its fields without building a table: each is a measurable share of a
+/// script this short (BENCHMARKS.md, "Redis free path").
+macro_rules! free_path_lua {
+    () => {
+        r#"
 -- The free path (no live lease, nobody queued, the counter there): granted here, before any
 -- helper is defined, in three calls (the crate docs, "The free path"). No `q` on a hash with
 -- `f` is exactly nobody queued (super::lease). A counter this server still has was written by a
@@ -41,31 +31,100 @@ const ACQUIRE_SRC: &str = effects_lua!(
 -- read only when the counter is missing.
 local l = redis.call('HMGET', KEYS[1], 'o', 'e', 'f', 'q', 'h', 'm', 'w')
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local live = l[1] and tonumber(l[2] or '0') >= now
+local now = t[1] * 1000 + (t[2] - t[2] % 1000) / 1000
+local live = l[1] and (l[2] or 0) + 0 >= now
 if l[3] and not (live or l[4]) then
-  local token = tonumber(l[3]) + 1
-  local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local token = l[3] + 1
+  local floor = t[1] * 1000000 + t[2]
   if token < floor then token = floor end
-  local observed = l[7] and tonumber(l[7]) >= now
+  local observed = l[7] and l[7] + 0 >= now
   -- An ended lease's holder id and metadata are not the new one's; a lapsed observer mark goes,
   -- so that releases stop publishing for it.
   if l[5] or l[6] or (l[7] and not observed) then redis.call('HDEL', KEYS[1], 'h', 'm', 'w') end
-  local set = {'o', ARGV[1], 'e', string.format('%d', now + tonumber(ARGV[2])), 'f', string.format('%d', token)}
-  if ARGV[4] ~= '' then set[7], set[8] = 'h', ARGV[4] end
-  if ARGV[5] ~= '' then set[#set + 1], set[#set + 2] = 'm', ARGV[5] end
-  redis.call('HSET', KEYS[1], unpack(set))
-  if ARGV[6] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[6]) end
+  local e, f = string.format('%d', now + ARGV[2]), string.format('%d', token)
+  if ARGV[3] == '' and ARGV[4] == '' then
+    redis.call('HSET', KEYS[1], 'o', ARGV[1], 'e', e, 'f', f)
+  else
+    local set = {'o', ARGV[1], 'e', e, 'f', f}
+    if ARGV[3] ~= '' then set[7], set[8] = 'h', ARGV[3] end
+    if ARGV[4] ~= '' then set[#set + 1], set[#set + 2] = 'm', ARGV[4] end
+    redis.call('HSET', KEYS[1], unpack(set))
+  end
+  if ARGV[5] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[5]) end
   -- The holder changed: observers of other processes (crate::pubsub) hear `+`, if there are any;
   -- waiters ignore it.
-  if observed then redis.call('PUBLISH', ARGV[8], '+') end
+  if observed then redis.call('PUBLISH', ARGV[6], '+') end
   return {1, token}
 end
 if live and l[1] == ARGV[1] then
-  redis.call('HSET', KEYS[1], 'e', string.format('%d', now + tonumber(ARGV[2])))
-  if ARGV[6] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[6]) end
+  redis.call('HSET', KEYS[1], 'e', string.format('%d', now + ARGV[2]))
+  if ARGV[5] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[5]) end
   return {1, tonumber(l[3])}
 end
+"#
+    };
+}
+
+/// A single try's lean first script: the free path and a lease already the caller's
+/// (`free_path_lua!`), and a lease someone else holds with nobody queued, answered `{0, ms}` as
+/// `ACQUIRE_SRC` answers a try there. Anything else (a name without a counter, someone queued,
+/// the quiet period) is `{4}`: the caller runs `ACQUIRE_SRC`, one more round trip, only then.
+/// KEYS and ARGV: `free_path_lua!`'s, nothing more, because a script's entry costs per key and
+/// argument (BENCHMARKS.md, "Redis free path"): the boot marker and the queue's keys are the
+/// full script's.
+const TRY_SRC: &str = effects_lua!(
+    free_path_lua!(),
+    r#"
+if live and l[3] and not l[4] then return {0, math.max(1, l[2] - now)} end
+return {4}
+"#
+);
+static TRY: LazyLock<Script> = LazyLock::new(|| Script::new(TRY_SRC));
+
+script_call! {
+    /// A call of `TRY_SRC`: `{1, token}`, `{0, ms}` (held), or `{4}`: run [`Acquire`].
+    Try -> Vec<i64> = TRY;
+    {
+        /// The lock's keys: the name's hash and channel.
+        keys: &'a Keys,
+        /// The owner's id.
+        owner: &'a str,
+        /// The lease's ttl in ms.
+        ttl_ms: u64,
+        /// The holder id to store, `""`: none.
+        holder: &'a str,
+        /// The metadata to store, `+` followed by it; `""`: none.
+        metadata: &'a str,
+        /// After how long (ms) the name's hash may expire (`idle_gc_after` past the ttl), 0: never.
+        fence_ms: u64,
+    }
+    keys [&keys.lock]
+    args [owner, ttl_ms, holder, metadata, fence_ms, &keys.channel]
+}
+
+/// Single instance acquire. KEYS: the name's hash ([`super::lease`]), boot marker, and the
+/// queue's keys: waiters, waiter ends, waiter entries ([`super::waiters`]). ARGV: owner, ttl ms,
+/// holder id (`''`: none), metadata (`'+'` followed by it; `''`: none), the hash's expiry ms
+/// (`'0'`: none), channel (the first six as `TRY_SRC`'s), quiet ms, registration ms (`'0'`: a
+/// single try, which does not queue), reserve ms, the caller's wake channel (`''`: woken on
+/// `channel`; [`super::queue`]), grant terms (`'<ttl ms>'`: a release may grant this waiter the
+/// lock provisionally, and this script, finding the lock its own, claims it: [`super::queue`],
+/// `crate::handoff`; `''`: none), the most waiters the name may have. A grant stores holder and
+/// metadata in the hash as `h` and `m` (docs/contract.md §5.6), and lets the hash expire after
+/// the given time (`idle_gc_after`, §5.7): tokens are floored by the server clock, so none goes
+/// back without it. A free lock goes only to the queue's head or, with an empty queue, to anyone
+/// ([`super::queue`]). A grant publishes `+` on the channel (for election observers; no waiter
+/// acts on it); on the free path only while the hash says someone observes (`w`,
+/// [`super::lease`]). The calls of each path, and why no fewer: the crate docs, "The free path".
+/// Returns `{1, token}` when granted (or already ours: the stored token, lease refreshed to
+/// `ttl`, which is also how a waiter claims a grant in the release: the branch after the free path),
+/// `{0, ms}` when someone else holds it (ms: its lease left) or a queued waiter is ahead (ms: until the
+/// head's reservation ends), `{2, ms}` when the server is in its quiet period after losing its
+/// state (ms: the quiet time left; see `crate::boot`), and `{3, cap}` when a waiting attempt
+/// would be the name's waiter number `cap + 1` (it is not queued).
+const ACQUIRE_SRC: &str = effects_lua!(
+    free_path_lua!(),
+    r#"
 local holder = nil
 if live then holder = l[1] end
 local queued = redis.call('ZCARD', KEYS[3]) > 0
@@ -77,15 +136,15 @@ local queued = redis.call('ZCARD', KEYS[3]) > 0
     r#"
 local Q = {order = KEYS[3], ends = KEYS[4], data = KEYS[5]}
 local function grant()
-  redis.call('PUBLISH', ARGV[8], '+')
-  local token = grant_hash(KEYS[1], ARGV[1], ARGV[2], t, ARGV[6])
+  redis.call('PUBLISH', ARGV[6], '+')
+  local token = grant_hash(KEYS[1], ARGV[1], ARGV[2], t, ARGV[5])
   -- Others still queued: the release and the free path must look at the queue (`q`).
   queue_mark(Q, KEYS[1])
-  if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'h', ARGV[4]) end
-  if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'm', ARGV[5]) end
+  if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'h', ARGV[3]) end
+  if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'm', ARGV[4]) end
   return {1, token}
 end
-local reg = tonumber(ARGV[7]) or 0
+local reg = tonumber(ARGV[8]) or 0
 local cap = tonumber(ARGV[12]) or math.huge
 if queued then wq_purge(Q, now) end
 -- Refused: register (or push the registration forward, as this attempt) when waiting.
@@ -101,7 +160,7 @@ local function busy(ms)
   return {0, ms}
 end
 if holder then return busy(math.max(1, tonumber(l[2]) - now)) end
-local quiet = quiet_left(KEYS[2], ARGV[3], now)
+local quiet = quiet_left(KEYS[2], ARGV[7], now)
 if quiet > 0 then
   -- `{2, ms}`: refused for the quiet period, not for a holder (the caller says so).
   local r = busy(quiet)
@@ -111,7 +170,7 @@ end
 local head, ends, entry = nil, nil, nil
 if queued then head, ends, entry = wq_head(Q, now) end
 if head and head ~= ARGV[1] then
-  ends = wq_reserve(Q, head, ends, entry, now, tonumber(ARGV[9]), ARGV[8], false)
+  ends = wq_reserve(Q, head, ends, entry, now, tonumber(ARGV[9]), ARGV[6], false)
   return busy(math.max(1, ends - now))
 end
 if head then wq_drop(Q, head) end
@@ -153,7 +212,7 @@ script_call! {
     marker marker;
     keys [&keys.lock, marker, &keys.waiters, &keys.waiter_ends, &keys.waiter_entries]
     args [
-        owner, ttl_ms, quiet_ms, holder, metadata, fence_ms, registration_ms, &keys.channel, reserve_ms, wake, grant,
+        owner, ttl_ms, holder, metadata, fence_ms, &keys.channel, quiet_ms, registration_ms, reserve_ms, wake, grant,
         max_waiters,
     ]
 }
@@ -407,5 +466,5 @@ script_call! {
 }
 
 /// The sources of this file, loaded on every new connection.
-pub(super) const SOURCES: [&str; 7] =
-    [ACQUIRE_SRC, RENEW_SRC, RELEASE_SRC, ABANDON_SRC, INSPECT_SRC, FORCE_RELEASE_SRC, OBSERVE_SRC];
+pub(super) const SOURCES: [&str; 8] =
+    [TRY_SRC, ACQUIRE_SRC, RENEW_SRC, RELEASE_SRC, ABANDON_SRC, INSPECT_SRC, FORCE_RELEASE_SRC, OBSERVE_SRC];

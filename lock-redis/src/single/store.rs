@@ -19,7 +19,7 @@ use crate::handoff::CLAIM_MS;
 use crate::options::min_ttl;
 use crate::pubsub::Notifier;
 use crate::reply::{parse_pair, remaining_from, token_from, too_many_waiters, ttl_ms};
-use crate::scripts::{Acquire, HandOff, HandOffScript, Keys, LeaseEnd, Renew};
+use crate::scripts::{Acquire, HandOff, HandOffScript, Keys, LeaseEnd, Renew, Try};
 use crate::RedisOptions;
 use redis::RedisResult;
 
@@ -314,8 +314,27 @@ impl LeaseStore for RedisStore {
             grant: &grant,
             max_waiters: self.max_waiters,
         };
+        // A single try runs the lean script first (the free path in fewer keys and arguments)
+        // and the full one only when that answers `{4}`; a waiting attempt, which registers
+        // when refused, runs the full one at once (crate::scripts, `TRY_SRC`).
+        let lean = (!waiting).then_some(Try {
+            keys: &keys,
+            owner: &owner,
+            ttl_ms: ms,
+            holder: &who.0,
+            metadata: &who.1,
+            fence_ms,
+        });
         let (reply, acked) = self
-            .acquire_acked(name, &keys.lock, |marker, mut c| async move { call.invoke(&marker, &mut c).await })
+            .acquire_acked(name, &keys.lock, |marker, mut c| async move {
+                if let Some(lean) = lean {
+                    let reply = lean.invoke(&mut c).await?;
+                    if reply != [4] {
+                        return Ok(reply);
+                    }
+                }
+                call.invoke(&marker, &mut c).await
+            })
             .await?;
         let acks = self.min_replicas_ack;
         if let [2, left] = reply.as_slice() {

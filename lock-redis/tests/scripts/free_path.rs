@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use lock_core::LockName;
 use lock_redis::scripts::HandOffScript::Release;
-use lock_redis::scripts::{Acquire, Keys, Observe};
+use lock_redis::scripts::{Acquire, Keys, Observe, Try};
 
 use crate::queue_scale::reset_stats;
 use crate::{acquire, fresh_server, hand_off, heard, listen};
@@ -123,6 +123,42 @@ async fn the_marker_is_read_only_without_a_fence() {
     assert_eq!(lost[0], 2, "after the server lost its state, a name used before waits too: {lost:?}");
 }
 
+/// A single try's lean script (`Try`) answers only where the full one would answer the same
+/// without its other keys: the free path, a lease already the caller's, a lease held by
+/// another with nobody queued. A name without a counter (the boot marker decides), someone
+/// queued (they go first) and the quiet period are `{4}`: left to `Acquire`, which decides
+/// them as before.
+#[tokio::test]
+async fn the_lean_try_answers_only_what_needs_no_other_key() {
+    let (_server, _client, mut c) = fresh_server().await;
+    let k = Keys::new("f", &LockName::new("lean").unwrap());
+    let lean = |owner: &'static str| Try { keys: &k, owner, ttl_ms: 5000, holder: "", metadata: "", fence_ms: 0 };
+    assert_eq!(lean("a").invoke(&mut c).await.unwrap(), [4], "no counter: the boot marker decides");
+    assert_eq!(try_take(&k, 4000).invoke("f:boot", &mut c).await.unwrap()[0], 2, "the quiet period, as before");
+    let () = redis::cmd("SET").arg("f:boot").arg(0).query_async(&mut c).await.unwrap();
+    let first = acquire(&k, "a", 0, RESERVE, "").invoke("f:boot", &mut c).await.unwrap();
+    assert_eq!(first[0], 1);
+    let again = lean("a").invoke(&mut c).await.unwrap();
+    assert_eq!(again, first, "its own lease: the same token, refreshed");
+    let held = lean("b").invoke(&mut c).await.unwrap();
+    assert!(held[0] == 0 && held[1] > 4000 && held[1] <= 5000, "held by a, nobody queued: {held:?}");
+    assert_eq!(acquire(&k, "w", REG, RESERVE, "").invoke("f:boot", &mut c).await.unwrap()[0], 0, "w queues");
+    assert_eq!(lean("b").invoke(&mut c).await.unwrap(), [4], "someone queued: the full script");
+    assert_eq!(hand_off(Release, &k, "a", RESERVE, "").invoke(&mut c).await.unwrap(), 1);
+    assert_eq!(lean("b").invoke(&mut c).await.unwrap(), [4], "free, but w is queued: never overtaken here");
+    assert_eq!(acquire(&k, "b", 0, RESERVE, "").invoke("f:boot", &mut c).await.unwrap()[0], 0, "w's turn");
+    assert_eq!(acquire(&k, "w", REG, RESERVE, "").invoke("f:boot", &mut c).await.unwrap()[0], 1, "w takes it");
+    assert_eq!(hand_off(Release, &k, "w", RESERVE, "").invoke(&mut c).await.unwrap(), 1);
+    let free = lean("b").invoke(&mut c).await.unwrap();
+    assert!(free[0] == 1 && free[1] > first[1], "the free path: a higher token {free:?}");
+    let who = Try { holder: "host-1", metadata: "+meta", ..lean("b") };
+    assert_eq!(hand_off(Release, &k, "b", RESERVE, "").invoke(&mut c).await.unwrap(), 1);
+    assert_eq!(who.invoke(&mut c).await.unwrap()[0], 1);
+    let stored: Vec<Option<String>> =
+        redis::cmd("HMGET").arg(&k.lock).arg("h").arg("m").query_async(&mut c).await.unwrap();
+    assert_eq!(stored, [Some("host-1".to_owned()), Some("+meta".to_owned())], "holder id and metadata stored");
+}
+
 /// `usec` of the top-level commands `cmds` in `INFO commandstats`, summed (a script's own
 /// `redis.call`s are counted under their names too, and inside the script's time), and the
 /// number of calls of the first.
@@ -149,8 +185,8 @@ async fn server_cpu(c: &mut redis::aio::MultiplexedConnection) -> f64 {
     field("used_cpu_user:") + field("used_cpu_sys:")
 }
 
-/// Not a check: prints the server µs per acquire + release of a free lock, dlock's scripts
-/// against the floor's commands, in alternating rounds on one fresh server (BENCHMARKS.md).
+/// Not a check: prints the server µs per acquire + release of a free lock (a single try's lean
+/// script, which `try_acquire` runs, and the release), dlock's scripts against the floor's commands, in alternating rounds on one fresh server (BENCHMARKS.md).
 #[tokio::test]
 #[ignore = "a measurement; run with --run-ignored only and read its output"]
 async fn measure_free_path_server_time() {
@@ -160,11 +196,22 @@ async fn measure_free_path_server_time() {
     let floor = redis::Script::new(
         "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
     );
+    // The name's first grant writes its counter; from then on every try takes the free path.
+    assert_eq!(acquire(&k, "first", 0, 250, "").invoke("f:boot", &mut c).await.unwrap()[0], 1);
+    assert_eq!(hand_off(Release, &k, "first", 250, "").invoke(&mut c).await.unwrap(), 1);
     for round in 0..3 {
         reset_stats(&mut c).await;
         let cpu0 = server_cpu(&mut c).await;
         for _ in 0..CYCLES {
-            let r = acquire(&k, "0123456789abcdef0123456789abcdef", 0, 250, "").invoke("f:boot", &mut c).await.unwrap();
+            let lean = Try {
+                keys: &k,
+                owner: "0123456789abcdef0123456789abcdef",
+                ttl_ms: 5000,
+                holder: "",
+                metadata: "",
+                fence_ms: 0,
+            };
+            let r = lean.invoke(&mut c).await.unwrap();
             assert_eq!(r[0], 1);
             let call = hand_off(Release, &k, "0123456789abcdef0123456789abcdef", 250, "");
             assert_eq!(call.invoke(&mut c).await.unwrap(), 1);
