@@ -22,12 +22,9 @@
 //! An entry is `owner` or, from a client that listens on a wake channel of its own,
 //! `owner~channel`: its hand-off is then published on that channel (`@<owner>`), which that
 //! client alone subscribes to, instead of on the name's channel that every waiting client
-//! used to subscribe to — one delivery per hand-off, not one per client (the thundering herd). An
-//! older client's entry has no `~` and is woken on the name's channel as before; an older
-//! releaser publishes a `~` entry's wake on the name's channel, which a newer waiter does not
-//! hear: it then takes the lock at its next timed re-try. (These older clients queued in the
-//! string key; a client of the string queue and one of the three keys share no queue at all,
-//! `super::waiters` says what that costs.)
+//! would otherwise subscribe to — one delivery per hand-off, not one per client (the thundering
+//! herd). Every client of this crate queues with its wake channel; an entry without `~` is
+//! woken on the name's channel.
 //!
 //! ## Grants in the release
 //!
@@ -45,10 +42,8 @@
 //! it: the lease now ends `ttl` from now, and the token is in its reply. A grant nobody claims lapses at the end of the claim window,
 //! and the next waiter takes the free lock at its next attempt.
 //!
-//! An older client's entry `owner:<ttl>:<attempt>~…` is only woken (its client would take a
-//! message's token without asking); an older releaser grants no new entry (it reads
-//! `<ttl>:<attempt>` terms only) and wakes it instead. Either way the lock is served, one
-//! script later.
+//! An entry whose terms are not exactly `<ttl ms>` is never granted, only woken: the grant's
+//! terms are read strictly, so a malformed entry costs a script, never a lease.
 //!
 //! Assumptions: a live waiter re-tries before its registration ends (the registration is twice
 //! its longest re-try interval, see `RedisStore::registration`) and, once woken, within

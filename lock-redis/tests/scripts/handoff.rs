@@ -64,7 +64,7 @@ async fn a_release_grants_the_lock_to_a_head_that_takes_grants() {
     assert_eq!(attempt("w", "9000").await, [1, token]);
     assert!(lease(&mut c, &k).await.1 > 4000, "claimed for the ttl of its attempt (5 s)");
 
-    // `v` has no grant terms: woken, not granted; nor is an older client's entry.
+    // `v` has no grant terms: woken, not granted; nor is `u`, whose terms are not `<ttl ms>`.
     assert_eq!(attempt("u", "9000:3").await[0], 0);
     assert_eq!(release("w").await, 1);
     assert_eq!(lease(&mut c, &k).await.0, None, "no grant terms: the lock stays free for v to take");
@@ -72,7 +72,7 @@ async fn a_release_grants_the_lock_to_a_head_that_takes_grants() {
     assert_eq!(attempt("v", "").await[0], 1);
     assert_eq!(heard(&mut on_wake, quiet).await, ["@v"]);
     assert_eq!(release("v").await, 1);
-    assert_eq!(lease(&mut c, &k).await.0, None, "an older client's terms: woken, not granted");
+    assert_eq!(lease(&mut c, &k).await.0, None, "malformed terms: woken, not granted");
     assert_eq!(attempt("u", "").await[0], 1);
     assert_eq!(heard(&mut on_wake, quiet).await, ["@u"]);
 
