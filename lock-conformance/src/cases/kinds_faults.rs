@@ -365,11 +365,10 @@ fn permit_worker(
     mut rng: StdRng,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let log = &crew.log;
         while crew.stop.go_on() {
             let o = vanish_sometimes(&crew.opts, crew.per_lock, &mut rng);
             let Some(lease) = taken(c.acquire_permit(&name, PERMITS, &o).await, &crew).await else { continue };
-            hold_and_release(lease, &o, &crew, &mut rng, &log.permits, false, Instant::now()).await;
+            hold_and_release(lease, &o, &crew, &mut rng, &crew.log.permits, false, Instant::now()).await;
         }
     })
 }
