@@ -166,6 +166,18 @@ impl AsLease for Option<Lease> {
     }
 }
 
+/// The layer's backend and capabilities are its inner lock's: it only records.
+macro_rules! same_backend {
+    () => {
+        fn backend(&self) -> &str {
+            self.inner.backend()
+        }
+        fn capabilities(&self) -> Capabilities {
+            self.inner.capabilities()
+        }
+    };
+}
+
 /// Runs one acquire call with our options and records it.
 macro_rules! metered {
     ($self:ident, $kind:expr, $opts:ident, |$o:ident| $call:expr) => {{
@@ -180,12 +192,7 @@ macro_rules! metered {
 
 #[async_trait]
 impl<L: DistributedLock + ?Sized> DistributedLock for Metered<L> {
-    fn backend(&self) -> &str {
-        self.inner.backend()
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
+    same_backend!();
     async fn try_acquire(&self, name: &LockName, opts: &AcquireOptions) -> Result<Option<Lease>, LockError> {
         metered!(self, "lock", opts, |o| self.inner.try_acquire(name, o).await)
     }
@@ -208,12 +215,7 @@ impl<L: DistributedLock + ?Sized> DistributedLock for Metered<L> {
 
 #[async_trait]
 impl<L: DistributedRwLock + ?Sized> DistributedRwLock for Metered<L> {
-    fn backend(&self) -> &str {
-        self.inner.backend()
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
+    same_backend!();
     async fn try_acquire_read(&self, name: &LockName, opts: &AcquireOptions) -> Result<Option<Lease>, LockError> {
         metered!(self, "read", opts, |o| self.inner.try_acquire_read(name, o).await)
     }
@@ -230,12 +232,7 @@ impl<L: DistributedRwLock + ?Sized> DistributedRwLock for Metered<L> {
 
 #[async_trait]
 impl<L: DistributedSemaphore + ?Sized> DistributedSemaphore for Metered<L> {
-    fn backend(&self) -> &str {
-        self.inner.backend()
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
+    same_backend!();
     async fn try_acquire_permit(
         &self,
         name: &LockName,

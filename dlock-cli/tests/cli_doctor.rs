@@ -211,6 +211,19 @@ fn assert_measured(f: &Value) {
     assert!(!detail.starts_with("could not check"), "{f}");
 }
 
+/// Doctor's report on `url` and its clock offset lines: exactly one, measured, for each of
+/// `nodes` (a `what` each).
+async fn offset_of_every_node(url: String, nodes: Vec<String>, what: &str) -> (Value, Vec<(String, Value)>) {
+    let (report, _) = tokio::task::spawn_blocking(move || doctor(&url)).await.expect("joined");
+    let offsets = clock_offsets(&report);
+    assert_eq!(offsets.len(), nodes.len(), "one line per {what}: {report:#}");
+    for addr in &nodes {
+        let (_, f) = offsets.iter().find(|(a, _)| a == addr).unwrap_or_else(|| panic!("no {addr}: {report:#}"));
+        assert_measured(f);
+    }
+    (report, offsets)
+}
+
 /// After a failover the promoted replica judges the leases by its own clock, so doctor measures
 /// every node of a Sentinel deployment: one offset line per data node (all local here, so within
 /// the allowance) and their spread; the other checks run on the primary.
@@ -218,15 +231,8 @@ fn assert_measured(f: &Value) {
 async fn reports_the_clock_offset_of_every_sentinel_node() {
     use dlock_testkit::servers::redis_sentinel::RedisSentinelDeployment;
     let d = RedisSentinelDeployment::start().await.expect("a local Sentinel deployment");
-    let url = d.url();
-    let (report, _) = tokio::task::spawn_blocking(move || doctor(&url)).await.expect("joined");
-    let offsets = clock_offsets(&report);
-    assert_eq!(offsets.len(), 3, "one line per data node: {report:#}");
-    for i in 0..3 {
-        let addr = d.data_addr(i).to_string();
-        let (_, f) = offsets.iter().find(|(a, _)| *a == addr).unwrap_or_else(|| panic!("no {addr}: {report:#}"));
-        assert_measured(f);
-    }
+    let nodes = (0..3).map(|i| d.data_addr(i).to_string()).collect();
+    let (report, offsets) = offset_of_every_node(d.url(), nodes, "data node").await;
     let primary = d.primary().await.expect("the primary").to_string();
     assert!(offsets.iter().any(|(a, f)| *a == primary && f["check"].as_str().unwrap_or("").contains("primary")));
     assert_measured(finding(&report, "clock spread"));
@@ -238,15 +244,8 @@ async fn reports_the_clock_offset_of_every_sentinel_node() {
 async fn reports_the_clock_offset_of_every_cluster_node() {
     use dlock_testkit::servers::redis_cluster::RedisCluster;
     let cluster = RedisCluster::start().await.expect("a local Redis Cluster");
-    let url = cluster.url();
-    let (report, _) = tokio::task::spawn_blocking(move || doctor(&url)).await.expect("joined");
-    let offsets = clock_offsets(&report);
-    assert_eq!(offsets.len(), cluster.len(), "one line per node: {report:#}");
-    for i in 0..cluster.len() {
-        let addr = cluster.addr(i).to_string();
-        let (_, f) = offsets.iter().find(|(a, _)| *a == addr).unwrap_or_else(|| panic!("no {addr}: {report:#}"));
-        assert_measured(f);
-    }
+    let nodes = (0..cluster.len()).map(|i| cluster.addr(i).to_string()).collect();
+    let (report, offsets) = offset_of_every_node(cluster.url(), nodes, "node").await;
     let masters = offsets.iter().filter(|(_, f)| f["check"].as_str().unwrap_or("").contains(" master ")).count();
     assert_eq!(masters, 3, "{report:#}");
     assert_measured(finding(&report, "clock spread"));

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use lock_core::backend::{KindStore, LeaseStore, StoreLock, StoreRwLock, StoreSemaphore};
 use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockName};
 
 /// A deployment under test. Every call to [`Fixture::client`] returns a new, independent client
@@ -157,6 +158,23 @@ pub trait Fixture: Send + Sync + 'static {
     ) -> Result<Vec<(&'static str, std::sync::Arc<dyn lock_core::backend::LeaseStore>)>, lock_core::LockError> {
         Ok(Vec::new())
     }
+}
+
+/// Lease stores labelled by the kind they serve ("exclusive", "read", "write", "permit").
+pub type LabelledStores = Vec<(&'static str, Arc<dyn LeaseStore>)>;
+
+/// [`Fixture::lease_stores`] of a backend whose kinds share one store: the exclusive lock's,
+/// the read-write lock's two sides and a semaphore of one permit, labelled as the cases look
+/// them up.
+pub fn kind_lease_stores<S: LeaseStore, B: KindStore>(
+    lock: &StoreLock<S>,
+    rw: &StoreRwLock<B>,
+    semaphore: &StoreSemaphore<B>,
+) -> Result<LabelledStores, LockError> {
+    let mut stores: LabelledStores = vec![("exclusive", Arc::clone(lock.store()) as _)];
+    stores.extend(rw.lease_stores());
+    stores.push(("permit", semaphore.lease_store(1)?));
+    Ok(stores)
 }
 
 /// A client plus the switch board of its network path.

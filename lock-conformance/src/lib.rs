@@ -206,7 +206,9 @@ pub mod __private {
     pub use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LockError};
 }
 pub use cases::{all_cases, Case, CaseError, CaseResult};
-pub use fixture::{ClientLink, DeploymentControl, DownSwitch, Fixture, LinkedClient, ServerControl};
+pub use fixture::{
+    kind_lease_stores, ClientLink, DeploymentControl, DownSwitch, Fixture, LabelledStores, LinkedClient, ServerControl,
+};
 
 /// Generates one test per conformance case, in a module named `$module`, each calling
 /// `$factory` (a closure returning a future of `Result<impl Fixture, LockError>`) for a fresh

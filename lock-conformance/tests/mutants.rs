@@ -28,13 +28,27 @@ async fn outcomes(bug: Bug, cases: &[&str]) -> Vec<(String, Outcome, String)> {
     out
 }
 
-async fn assert_fails(bug: Bug, cases: &[&str]) {
-    let got = outcomes(bug, cases).await;
-    assert_eq!(got.len(), cases.len(), "{bug:?}: not every case ran: {got:?}");
-    for (name, outcome, detail) in got {
-        assert_eq!(outcome, Outcome::Failed, "{bug:?}: {name} should fail, got {outcome:?}: {detail}");
-        eprintln!("{bug:?}: {name} failed as it should: {detail}");
+/// Every one of the `ran` cases' outcomes is `expected`, and none of the `cases` is missing.
+fn assert_outcomes(
+    store: impl std::fmt::Debug,
+    ran: Vec<(String, Outcome, String)>,
+    cases: &[&str],
+    expected: Outcome,
+) {
+    assert_eq!(ran.len(), cases.len(), "{store:?}: not every case ran: {ran:?}");
+    for (name, outcome, detail) in ran {
+        assert_eq!(outcome, expected, "{store:?}: {name} should be {expected:?}, got {outcome:?}: {detail}");
+        eprintln!("{store:?}: {name} {outcome:?} as it should: {detail}");
     }
+}
+
+async fn assert_fails(bug: Bug, cases: &[&str]) {
+    assert_outcomes(bug, outcomes(bug, cases).await, cases, Outcome::Failed);
+}
+
+/// The store with `bug` (a correct variant) passes every one of `cases`.
+async fn assert_passes(bug: Bug, cases: &[&str]) {
+    assert_outcomes(bug, outcomes(bug, cases).await, cases, Outcome::Passed);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -128,11 +142,7 @@ async fn a_false_fifo_claim_is_caught_or_lucky() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fair_queue_passes_and_its_breaches_are_caught() {
     let fair = ["fifo_order", "fifo_no_overtaking", "fifo_vanished_head"];
-    let got = outcomes(Bug::Fair, &fair).await;
-    assert_eq!(got.len(), fair.len(), "not every case ran: {got:?}");
-    for (name, outcome, detail) in got {
-        assert_eq!(outcome, Outcome::Passed, "a fair queue must pass {name}: {detail}");
-    }
+    assert_passes(Bug::Fair, &fair).await;
     assert_fails(Bug::FairOvertaken, &["fifo_no_overtaking"]).await;
     assert_fails(Bug::FairHeadStuck, &["fifo_vanished_head"]).await;
 }
@@ -143,11 +153,7 @@ async fn a_fair_queue_passes_and_its_breaches_are_caught() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hand_off_passes_and_its_breaches_are_caught() {
     let grants = ["forged_grant_ignored", "waiter_departed_at_grant", "mutual_exclusion", "fifo_order"];
-    let got = outcomes(Bug::HandOff, &grants).await;
-    assert_eq!(got.len(), grants.len(), "not every case ran: {got:?}");
-    for (name, outcome, detail) in got {
-        assert_eq!(outcome, Outcome::Passed, "a correct hand-off must pass {name}: {detail}");
-    }
+    assert_passes(Bug::HandOff, &grants).await;
     assert_fails(Bug::TrustsMessage, &["forged_grant_ignored"]).await;
     assert_fails(Bug::AbandonForgetsPlace, &["waiter_departed_at_grant"]).await;
 }
@@ -160,11 +166,7 @@ async fn a_hand_off_passes_and_its_breaches_are_caught() {
 async fn waiters_leaving_at_the_release_are_caught() {
     let races = ["wait_deadline_races_release", "dropped_wait_races_release"];
     let cases = [races[0], races[1], "queued_head_killed"];
-    let got = outcomes(Bug::HandOff, &cases).await;
-    assert_eq!(got.len(), cases.len(), "not every case ran: {got:?}");
-    for (name, outcome, detail) in got {
-        assert_eq!(outcome, Outcome::Passed, "a correct hand-off must pass {name}: {detail}");
-    }
+    assert_passes(Bug::HandOff, &cases).await;
     assert_fails(Bug::AbandonForgetsPlace, &races).await;
     assert_fails(Bug::LeaveIgnored, &races).await;
     assert_fails(Bug::GrantNotProvisional, &["queued_head_killed"]).await;
@@ -183,23 +185,14 @@ async fn a_batch_of_renewals_answered_as_one_is_caught() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fair_kinds_queue_passes_and_its_breaches_are_caught() {
     use kinds::{kinds_outcomes, KindsBug, KINDS_FIFO};
-    let got = kinds_outcomes(KindsBug::None, &KINDS_FIFO).await;
-    assert_eq!(got.len(), KINDS_FIFO.len(), "not every case ran: {got:?}");
-    for (name, outcome, detail) in got {
-        assert_eq!(outcome, Outcome::Passed, "a fair kinds queue must pass {name}: {detail}");
-    }
+    assert_outcomes(KindsBug::None, kinds_outcomes(KindsBug::None, &KINDS_FIFO).await, &KINDS_FIFO, Outcome::Passed);
     let must_fail: [(KindsBug, &[&str]); 3] = [
         (KindsBug::TryOvertakes, &["rw_fifo_order", "rw_fifo_no_overtaking", "semaphore_fifo_order"]),
         (KindsBug::ReadersJoin, &["rw_fifo_order", "rw_fifo_no_overtaking"]),
         (KindsBug::HeadStuck, &["kinds_fifo_vanished_head"]),
     ];
     for (bug, cases) in must_fail {
-        let got = kinds_outcomes(bug, cases).await;
-        assert_eq!(got.len(), cases.len(), "{bug:?}: not every case ran: {got:?}");
-        for (name, outcome, detail) in got {
-            assert_eq!(outcome, Outcome::Failed, "{bug:?}: {name} should fail, got {outcome:?}: {detail}");
-            eprintln!("{bug:?}: {name} failed as it should: {detail}");
-        }
+        assert_outcomes(bug, kinds_outcomes(bug, cases).await, cases, Outcome::Failed);
     }
 }
 

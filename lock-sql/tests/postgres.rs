@@ -9,45 +9,31 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::SqlFixture;
+use lock_core::backend::{Claim, LeaseStore, TryLock};
+use lock_core::{AcquireOptions, DistributedLock, DistributedSemaphore, LockName, OwnerId};
 
 lock_conformance::conformance_tests!(postgres, || async { crate::common::SqlFixture::postgres().await });
 lock_conformance::waiter_child_test!(common::connect_child);
 
 server_extra_tests!(postgres_server, postgres, postgres_private, Postgres);
 
-#[tokio::test]
-async fn extra_table_of_another_owner_is_refused() {
-    common::check_foreign_owner(&SqlFixture::postgres().await.unwrap()).await.unwrap();
-}
+check_tests!(SqlFixture::postgres; extra_table_of_another_owner_is_refused => check_foreign_owner);
 
 #[tokio::test]
 async fn extra_unreachable_is_unavailable() {
     common::check_unreachable("postgres://postgres@127.0.0.1:1/test").await;
 }
 
-/// The grant in the release: provisional until the head claims it (the claim's answer is the
-/// lease), and a head that leaves with a grant in flight hands it on.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn extra_handoff_is_provisional_until_claimed() {
-    common::check_handoff_claim(&SqlFixture::postgres().await.unwrap()).await.unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn extra_handoff_leave_hands_on() {
-    common::check_handoff_leave(&SqlFixture::postgres().await.unwrap()).await.unwrap();
-}
-
-/// A grant nobody takes up lapses after the claim window.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn extra_a_dead_heads_grant_lapses() {
-    common::check_dead_head_lapses(&SqlFixture::postgres().await.unwrap()).await.unwrap();
-}
-
-/// A waiter's clean-up cut short with a grant in flight is finished by the next.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn extra_a_cut_abandon_is_finished_later() {
-    common::check_cut_abandon_finishes(&SqlFixture::postgres().await.unwrap()).await.unwrap();
-}
+check_tests!(multi SqlFixture::postgres;
+    // The grant in the release: provisional until the head claims it (the claim's answer is the
+    // lease), and a head that leaves with a grant in flight hands it on.
+    extra_handoff_is_provisional_until_claimed => check_handoff_claim,
+    extra_handoff_leave_hands_on => check_handoff_leave,
+    // A grant nobody takes up lapses after the claim window.
+    extra_a_dead_heads_grant_lapses => check_dead_head_lapses,
+    // A waiter's clean-up cut short with a grant in flight is finished by the next.
+    extra_a_cut_abandon_is_finished_later => check_cut_abandon_finishes,
+);
 
 /// LISTEN/NOTIFY: a waiter gets the lock right after the release, long before any poll or
 /// the 10 s lease would have let it in.
@@ -62,7 +48,6 @@ async fn extra_notify_wakes_waiter_fast() {
 /// silently connecting in the clear. Needs a server with `ssl = on` (Debian's default).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extra_tls_from_url() {
-    use lock_core::{AcquireOptions, DistributedLock, LockName};
     use sqlx::Executor;
     let fx = SqlFixture::postgres().await.unwrap();
     let admin = sqlx::PgPool::connect(fx.url()).await.unwrap();
@@ -100,7 +85,6 @@ async fn extra_tls_from_url() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extra_listener_reconnects() {
     use lock_conformance::Fixture;
-    use lock_core::{AcquireOptions, LockName};
     use tokio::time::Instant;
     let fx = SqlFixture::postgres().await.unwrap();
     let admin = sqlx::PgPool::connect(fx.url()).await.unwrap();
@@ -153,7 +137,6 @@ async fn extra_listener_reconnects() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extra_fences_survive_a_crash_of_an_async_commit_server() {
     use dlock_testkit::servers::postgres::PostgresServer;
-    use lock_core::{AcquireOptions, DistributedLock, DistributedSemaphore, LockName};
     use sqlx::Connection;
     let server = PostgresServer::start_local_with(&["synchronous_commit=off", "wal_writer_delay=10000ms"])
         .await
@@ -194,10 +177,6 @@ async fn extra_fences_survive_a_crash_of_an_async_commit_server() {
 /// granted once the row is free, instead of failing with "current transaction is aborted".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extra_conflict_rolls_back_before_reuse() {
-    use lock_core::{
-        backend::{Claim, TryLock},
-        OwnerId,
-    };
     let fx = SqlFixture::postgres().await.unwrap();
     let url = format!("{}?options[lock_timeout]=100", fx.url());
     let options = lock_sql::SqlOptions { max_connections: 1, ..fx.options() };
@@ -219,10 +198,6 @@ async fn extra_conflict_rolls_back_before_reuse() {
 /// released wakes no exclusive waiter named like its key; the right release does wake.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extra_wake_keys_are_per_kind() {
-    use lock_core::{
-        backend::{Claim, LeaseStore, TryLock},
-        LockName, OwnerId,
-    };
     let fx = SqlFixture::postgres().await.unwrap();
     let exclusive = Arc::clone(fx.sql_client().await.unwrap().store()) as Arc<dyn LeaseStore>;
     let rw = lock_sql::connect_rw(fx.url(), fx.options()).await.unwrap();
@@ -290,7 +265,6 @@ async fn extra_wake_keys_are_per_kind() {
 /// gets the lock within a few seconds, not after the 30 s ttl.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extra_cancelled_acquire_leaves_no_grant() {
-    use lock_core::{AcquireOptions, DistributedLock, LockName};
     let fx = SqlFixture::postgres().await.unwrap();
     let lock = fx.sql_client().await.unwrap();
     let other = fx.sql_client().await.unwrap();
@@ -334,10 +308,6 @@ async fn extra_cancelled_acquire_leaves_no_grant() {
 /// notifications stop.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extra_observers_are_notified_only_while_they_observe() {
-    use lock_core::{
-        backend::{Claim, LeaseStore, TryLock},
-        LockName, OwnerId,
-    };
     let fx = SqlFixture::postgres().await.unwrap();
     let store = Arc::clone(fx.sql_client().await.unwrap().store()) as Arc<dyn LeaseStore>;
     let mut raw = sqlx::postgres::PgListener::connect(fx.url()).await.unwrap();
@@ -384,7 +354,6 @@ async fn payloads(raw: &mut sqlx::postgres::PgListener) -> Vec<String> {
 /// registered, is kept for it and for nobody else.
 #[tokio::test]
 async fn extra_an_early_wake_up_is_kept_for_its_waiter() {
-    use lock_core::{backend::LeaseStore, LockName, OwnerId};
     let fx = SqlFixture::postgres().await.unwrap();
     let store = lock_sql::SqlStore::connect(fx.url(), fx.options()).await.unwrap();
     let admin = sqlx::PgPool::connect(fx.url()).await.unwrap();
@@ -412,7 +381,6 @@ async fn extra_an_early_wake_up_is_kept_for_its_waiter() {
 /// (the previous versions' shape) is refused at connect, not altered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extra_a_handoff_notifies_only_the_heads_client() {
-    use lock_core::{AcquireOptions, DistributedLock, LockName, OwnerId};
     let fx = SqlFixture::postgres().await.unwrap();
     let table = format!("dlock_wake_{}", &OwnerId::random().to_hex()[..12]);
     let admin = sqlx::PgPool::connect(fx.url()).await.unwrap();
@@ -481,7 +449,6 @@ async fn grants_heard(raw: &mut sqlx::postgres::PgListener) -> Vec<String> {
 /// database's grant: the fence the row holds, far below the forged one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extra_a_forged_grant_notification_is_only_a_hint() {
-    use lock_core::OwnerId;
     let fx = SqlFixture::postgres().await.unwrap();
     let table = fx.options().table;
     let admin = sqlx::PgPool::connect(fx.url()).await.unwrap();
@@ -507,7 +474,6 @@ async fn extra_a_forged_grant_notification_is_only_a_hint() {
 }
 
 async fn forge_grants(holder: lock_sql::SqlLock, waiter: lock_sql::SqlLock, forger_url: String, table: String) {
-    use lock_core::{AcquireOptions, DistributedLock, LockName};
     let forger = sqlx::PgPool::connect(&forger_url).await.unwrap();
     let name = LockName::new("forged").unwrap();
     let opts = AcquireOptions::new(Duration::from_secs(10)).wait(Duration::from_secs(20));

@@ -66,10 +66,7 @@ lock_conformance::impl_fixture! {
     /// Every kind from one backend: they share its pool.
     async fn lease_stores(&self) -> Result<Vec<(&'static str, Arc<dyn LeaseStore>)>, LockError> {
         let backend = self.backend().await?;
-        let mut stores = vec![("exclusive", Arc::clone(backend.lock().store()) as Arc<dyn LeaseStore>)];
-        stores.extend(backend.rw().await?.lease_stores());
-        stores.push(("permit", backend.semaphore().await?.lease_store(1)?));
-        Ok(stores)
+        lock_conformance::kind_lease_stores(&backend.lock(), &backend.rw().await?, &backend.semaphore().await?)
     }
 
     fn provenance(&self) -> String {

@@ -16,6 +16,30 @@ pub(crate) trait EveryKind: Send + Sync + 'static {
     async fn semaphore(&self) -> Result<Arc<dyn DistributedSemaphore>, LockError>;
 }
 
+/// [`EveryKind`] for a backend crate's type whose inherent `lock`, `rw` and `semaphore` hand
+/// out its kinds: every such backend boxes them the same way.
+macro_rules! every_kind {
+    ($backend:ty) => {
+        #[::lock_core::backend::async_trait]
+        impl $crate::backends::kinds::EveryKind for $backend {
+            fn lock(&self) -> ::std::sync::Arc<dyn ::lock_core::DistributedLock> {
+                ::std::sync::Arc::new(<$backend>::lock(self))
+            }
+
+            async fn rw(&self) -> Result<::std::sync::Arc<dyn ::lock_core::DistributedRwLock>, ::lock_core::LockError> {
+                Ok(::std::sync::Arc::new(<$backend>::rw(self).await?))
+            }
+
+            async fn semaphore(
+                &self,
+            ) -> Result<::std::sync::Arc<dyn ::lock_core::DistributedSemaphore>, ::lock_core::LockError> {
+                Ok(::std::sync::Arc::new(<$backend>::semaphore(self).await?))
+            }
+        }
+    };
+}
+pub(super) use every_kind;
+
 /// An [`EveryKind`] connection set as a provider, named as its locks name their backend.
 pub(crate) struct KindsProvider<B> {
     backend: B,

@@ -2,11 +2,10 @@
 
 use std::sync::Arc;
 
-use lock_core::backend::async_trait;
-use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockProvider};
+use lock_core::{DistributedLock, LockProvider};
 use lock_redis::{RedisBackend, Redlock};
 
-use super::kinds::{EveryKind, KindsProvider};
+use super::kinds::{every_kind, KindsProvider};
 use crate::driver::Connecting;
 use crate::Config;
 
@@ -29,20 +28,7 @@ pub(super) fn connect_redlock(config: &Config) -> Connecting<'_> {
 /// A [`RedisBackend`] as a provider.
 pub(crate) type RedisProvider = KindsProvider<RedisBackend>;
 
-#[async_trait]
-impl EveryKind for RedisBackend {
-    fn lock(&self) -> Arc<dyn DistributedLock> {
-        Arc::new(RedisBackend::lock(self))
-    }
-
-    async fn rw(&self) -> Result<Arc<dyn DistributedRwLock>, LockError> {
-        Ok(Arc::new(RedisBackend::rw(self).await?))
-    }
-
-    async fn semaphore(&self) -> Result<Arc<dyn DistributedSemaphore>, LockError> {
-        Ok(Arc::new(RedisBackend::semaphore(self).await?))
-    }
-}
+every_kind!(RedisBackend);
 
 /// Redlock: the exclusive lock only (the defaults answer `Unsupported` for the other kinds).
 struct RedlockProvider(Redlock);

@@ -3,11 +3,10 @@
 
 use std::sync::Arc;
 
-use lock_core::backend::async_trait;
-use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockProvider};
+use lock_core::LockProvider;
 use lock_sql::SqlBackend;
 
-use super::kinds::{EveryKind, KindsProvider};
+use super::kinds::{every_kind, KindsProvider};
 use crate::driver::Connecting;
 use crate::Config;
 
@@ -25,17 +24,4 @@ pub(super) fn connect(config: &Config) -> Connecting<'_> {
 /// A [`SqlBackend`] as a provider.
 pub(crate) type SqlProvider = KindsProvider<SqlBackend>;
 
-#[async_trait]
-impl EveryKind for SqlBackend {
-    fn lock(&self) -> Arc<dyn DistributedLock> {
-        Arc::new(SqlBackend::lock(self))
-    }
-
-    async fn rw(&self) -> Result<Arc<dyn DistributedRwLock>, LockError> {
-        Ok(Arc::new(SqlBackend::rw(self).await?))
-    }
-
-    async fn semaphore(&self) -> Result<Arc<dyn DistributedSemaphore>, LockError> {
-        Ok(Arc::new(SqlBackend::semaphore(self).await?))
-    }
-}
+every_kind!(SqlBackend);

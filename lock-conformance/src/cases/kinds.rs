@@ -13,22 +13,22 @@ use super::{ensure, fail, ms, CaseError, CaseResult, Ctx};
 use crate::Fixture;
 
 pub(super) async fn rw_client(cx: &Ctx<'_>) -> Result<Arc<dyn DistributedRwLock>, CaseError> {
-    match cx.fx.rw_client().await {
-        Ok(Some(c)) => Ok(c),
-        Ok(None) => {
-            fail!("the backend declares rw_lock = true but the fixture offers no rw client (Fixture::rw_client)")
-        }
-        Err(e) => Err(CaseError::Skipped(format!("the fixture could not make an rw client: {e}"))),
-    }
+    promised(cx.fx.rw_client().await, "rw_lock", "rw")
 }
 
 pub(super) async fn semaphore_client(cx: &Ctx<'_>) -> Result<Arc<dyn DistributedSemaphore>, CaseError> {
-    match cx.fx.semaphore_client().await {
+    promised(cx.fx.semaphore_client().await, "semaphore", "semaphore")
+}
+
+/// The fixture's `kind` client the capability `cap` promises: none fails the case, one the
+/// fixture could not make skips it.
+fn promised<C>(made: Result<Option<C>, LockError>, cap: &str, kind: &str) -> Result<C, CaseError> {
+    match made {
         Ok(Some(c)) => Ok(c),
         Ok(None) => {
-            fail!("the backend declares semaphore = true but the fixture offers no semaphore client (Fixture::semaphore_client)")
+            fail!("the backend declares {cap} = true but the fixture offers no {kind} client (Fixture::{kind}_client)")
         }
-        Err(e) => Err(CaseError::Skipped(format!("the fixture could not make a semaphore client: {e}"))),
+        Err(e) => Err(CaseError::Skipped(format!("the fixture could not make its {kind} client: {e}"))),
     }
 }
 
@@ -63,11 +63,7 @@ pub async fn rw_lock(fx: &dyn Fixture) -> CaseResult {
     r1.release().await?;
     r2.release().await?;
     let released = Instant::now();
-    let wl = match timeout(wait * 2, writer).await {
-        Ok(Ok(r)) => r?,
-        Ok(Err(e)) => fail!("the writer task failed: {e}"),
-        Err(_) => fail!("the writer was not granted within {:?} of the readers' release", wait * 2),
-    };
+    let wl = granted_within(writer, wait * 2, "writer", "the readers' release").await?;
     let handoff = released.elapsed();
     ensure!(
         wl.token() > r1.token() && wl.token() > r2.token(),
@@ -102,20 +98,7 @@ pub async fn rw_lock(fx: &dyn Fixture) -> CaseResult {
                 if let Some(v) = record_grant(&granted, lease.token(), write) {
                     violations.push(format!("{} {i}: {v}", if write { "writer" } else { "reader" }));
                 }
-                if write {
-                    if writers.fetch_add(1, Ordering::SeqCst) != 0 || readers.load(Ordering::SeqCst) != 0 {
-                        violations.push(format!("writer {i} overlapped another holder"));
-                    }
-                    tokio::time::sleep(Duration::from_millis(15)).await;
-                    writers.fetch_sub(1, Ordering::SeqCst);
-                } else {
-                    readers.fetch_add(1, Ordering::SeqCst);
-                    if writers.load(Ordering::SeqCst) != 0 {
-                        violations.push(format!("reader {i} overlapped a writer"));
-                    }
-                    tokio::time::sleep(Duration::from_millis(15)).await;
-                    readers.fetch_sub(1, Ordering::SeqCst);
-                }
+                violations.extend(hold_counted(write, i, &readers, &writers).await);
                 lease.release().await?;
             }
             Ok::<_, LockError>(violations)
@@ -130,6 +113,35 @@ pub async fn rw_lock(fx: &dyn Fixture) -> CaseResult {
          distinct tokens, each writer's above all earlier",
         ms(handoff)
     ))
+}
+
+/// Holds for a moment as writer or reader `i`, counted in `writers` or `readers`; says so when
+/// a writer was not alone or a reader was beside a writer.
+async fn hold_counted(write: bool, i: usize, readers: &AtomicUsize, writers: &AtomicUsize) -> Option<String> {
+    let overlap = if write {
+        (writers.fetch_add(1, Ordering::SeqCst) != 0 || readers.load(Ordering::SeqCst) != 0)
+            .then(|| format!("writer {i} overlapped another holder"))
+    } else {
+        readers.fetch_add(1, Ordering::SeqCst);
+        (writers.load(Ordering::SeqCst) != 0).then(|| format!("reader {i} overlapped a writer"))
+    };
+    tokio::time::sleep(Duration::from_millis(15)).await;
+    if write { writers } else { readers }.fetch_sub(1, Ordering::SeqCst);
+    overlap
+}
+
+/// The lease the spawned `who` waits for, granted within `bound` of `after`.
+async fn granted_within(
+    task: tokio::task::JoinHandle<Result<Lease, LockError>>,
+    bound: Duration,
+    who: &str,
+    after: &str,
+) -> Result<Lease, CaseError> {
+    match timeout(bound, task).await {
+        Ok(Ok(r)) => Ok(r?),
+        Ok(Err(e)) => fail!("the {who} task failed: {e}"),
+        Err(_) => fail!("the {who} was not granted within {bound:?} of {after}"),
+    }
 }
 
 /// Joins the load's tasks within `bound` and gathers the violations they saw; `task` and `load`
@@ -236,11 +248,7 @@ async fn semaphore_limit_and_handoff(
     let first = held.remove(0);
     first.release().await?;
     let released = Instant::now();
-    let got = match timeout(wait * 2, waiter).await {
-        Ok(Ok(r)) => r?,
-        Ok(Err(e)) => fail!("the waiting task failed: {e}"),
-        Err(_) => fail!("a waiter got no permit within {:?} of a release", wait * 2),
-    };
+    let got = granted_within(waiter, wait * 2, "waiter", "a release").await?;
     let handoff = released.elapsed();
     ensure!(tokens.iter().all(|t| got.token() > *t), "the new permit's token {} is not above {tokens:?}", got.token());
     ensure!(

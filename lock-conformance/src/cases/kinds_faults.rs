@@ -16,26 +16,11 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use tokio::time::Instant;
 
-use super::{ensure, fail, ms, nemesis, CaseError, CaseResult, Ctx};
+use super::kinds::{rw_client, semaphore_client};
+use super::{ensure, ms, nemesis, CaseError, CaseResult, Ctx};
 use crate::Fixture;
 
 const PERMITS: u32 = 2;
-
-async fn rw_client(cx: &Ctx<'_>) -> Result<Arc<dyn DistributedRwLock>, CaseError> {
-    match cx.fx.rw_client().await {
-        Ok(Some(c)) => Ok(c),
-        Ok(None) => fail!("the backend declares rw_lock = true but the fixture offers no rw client"),
-        Err(e) => Err(CaseError::Skipped(format!("the fixture could not make an rw client: {e}"))),
-    }
-}
-
-async fn semaphore_client(cx: &Ctx<'_>) -> Result<Arc<dyn DistributedSemaphore>, CaseError> {
-    match cx.fx.semaphore_client().await {
-        Ok(Some(c)) => Ok(c),
-        Ok(None) => fail!("the backend declares semaphore = true but the fixture offers no semaphore client"),
-        Err(e) => Err(CaseError::Skipped(format!("the fixture could not make a semaphore client: {e}"))),
-    }
-}
 
 fn no_kinds(cx: &Ctx<'_>) -> Result<(), CaseError> {
     if !cx.caps.rw_lock && !cx.caps.semaphore {
@@ -365,11 +350,10 @@ fn permit_worker(
     mut rng: StdRng,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let log = &crew.log;
         while crew.stop.go_on() {
             let o = vanish_sometimes(&crew.opts, crew.per_lock, &mut rng);
             let Some(lease) = taken(c.acquire_permit(&name, PERMITS, &o).await, &crew).await else { continue };
-            hold_and_release(lease, &o, &crew, &mut rng, &log.permits, false, Instant::now()).await;
+            hold_and_release(lease, &o, &crew, &mut rng, &crew.log.permits, false, Instant::now()).await;
         }
     })
 }
