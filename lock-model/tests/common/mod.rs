@@ -74,6 +74,7 @@ pub(crate) fn deep_only(how_long: &str, check: impl FnOnce()) {
 ///   ([`assert_breaks`]).
 ///
 /// `Bugs` is the caller's: the model's bug switches, all off by default.
+#[allow(unused_macros)] // the Redlock tests build their models by hand
 macro_rules! model_tests {
     (
         $model:ident, $search:expr;
@@ -104,4 +105,5 @@ macro_rules! model_tests {
         )+)?
     };
 }
+#[allow(unused_imports)]
 pub(crate) use model_tests;
