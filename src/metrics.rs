@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use lock_core::{
     backend::async_trait, AcquireOptions, Capabilities, ChangeFeed, DistributedLock, DistributedRwLock,
-    DistributedSemaphore, EventsRef, FencingToken, HolderInfo, Lease, LeaseEvents, LockError, LockName,
+    DistributedSemaphore, EventsRef, FencingToken, HolderInfo, Lease, LeaseEvents, LockError, LockName, LockService,
 };
 use tokio::time::Instant;
 
@@ -178,14 +178,18 @@ macro_rules! metered {
     }};
 }
 
-#[async_trait]
-impl<L: DistributedLock + ?Sized> DistributedLock for Metered<L> {
+impl<L: LockService + ?Sized> LockService for Metered<L> {
     fn backend(&self) -> &str {
         self.inner.backend()
     }
+
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
+}
+
+#[async_trait]
+impl<L: DistributedLock + ?Sized> DistributedLock for Metered<L> {
     async fn try_acquire(&self, name: &LockName, opts: &AcquireOptions) -> Result<Option<Lease>, LockError> {
         metered!(self, "lock", opts, |o| self.inner.try_acquire(name, o).await)
     }
@@ -208,12 +212,6 @@ impl<L: DistributedLock + ?Sized> DistributedLock for Metered<L> {
 
 #[async_trait]
 impl<L: DistributedRwLock + ?Sized> DistributedRwLock for Metered<L> {
-    fn backend(&self) -> &str {
-        self.inner.backend()
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
     async fn try_acquire_read(&self, name: &LockName, opts: &AcquireOptions) -> Result<Option<Lease>, LockError> {
         metered!(self, "read", opts, |o| self.inner.try_acquire_read(name, o).await)
     }
@@ -230,12 +228,6 @@ impl<L: DistributedRwLock + ?Sized> DistributedRwLock for Metered<L> {
 
 #[async_trait]
 impl<L: DistributedSemaphore + ?Sized> DistributedSemaphore for Metered<L> {
-    fn backend(&self) -> &str {
-        self.inner.backend()
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
     async fn try_acquire_permit(
         &self,
         name: &LockName,

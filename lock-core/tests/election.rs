@@ -6,7 +6,8 @@ use std::time::Duration;
 use futures::StreamExt;
 use lock_core::backend::async_trait;
 use lock_core::{
-    AcquireOptions, Capabilities, DistributedLock, Election, Holder, Lease, LockError, LockName, MemoryLock,
+    AcquireOptions, Capabilities, DistributedLock, Election, Holder, Lease, LockError, LockName, LockService,
+    MemoryLock,
 };
 use tokio::time::Instant;
 
@@ -77,14 +78,18 @@ async fn observers_see_every_change_of_leader() {
 /// A lock that keeps the trait's default `inspect` (`Unsupported`).
 struct NoInspect(MemoryLock);
 
-#[async_trait]
-impl DistributedLock for NoInspect {
+impl LockService for NoInspect {
     fn backend(&self) -> &str {
         "no-inspect"
     }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities::default()
     }
+}
+
+#[async_trait]
+impl DistributedLock for NoInspect {
     async fn try_acquire(&self, name: &LockName, o: &AcquireOptions) -> Result<Option<Lease>, LockError> {
         self.0.try_acquire(name, o).await
     }

@@ -4,13 +4,13 @@ use async_trait::async_trait;
 use lock_core::backend::{audited_force_release, QueueLock};
 use lock_core::{
     AcquireOptions, Capabilities, ChangeFeed, DistributedLock, FencingToken, HolderInfo, Lease, LockError, LockName,
+    LockService,
 };
 
 use crate::client::{backend, capabilities, EtcdLock};
 use crate::recipe::Recipe;
 
-#[async_trait]
-impl DistributedLock for EtcdLock {
+impl LockService for EtcdLock {
     fn backend(&self) -> &str {
         backend()
     }
@@ -18,7 +18,10 @@ impl DistributedLock for EtcdLock {
     fn capabilities(&self) -> Capabilities {
         capabilities()
     }
+}
 
+#[async_trait]
+impl DistributedLock for EtcdLock {
     async fn try_acquire(&self, name: &LockName, options: &AcquireOptions) -> Result<Option<Lease>, LockError> {
         self.try_once(Recipe::Exclusive, name, options).await
     }

@@ -6,7 +6,9 @@ mod common;
 mod redis_extra {
     use std::time::{Duration, Instant};
 
-    use lock_core::{AcquireOptions, DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockName};
+    use lock_core::{
+        AcquireOptions, DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockName, LockService,
+    };
 
     use crate::common::RedisFixture;
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_core::{
     AcquireOptions, Capabilities, ChangeFeed, DistributedLock, FencingToken, HolderInfo, Lease, LeaseModel, LockError,
-    LockName, WakeMethod,
+    LockName, LockService, WakeMethod,
 };
 use tokio::time::{timeout, Instant};
 use zookeeper_client::{Client, OneshotWatcher};
@@ -323,8 +323,7 @@ impl ZkLock {
     }
 }
 
-#[async_trait]
-impl DistributedLock for ZkLock {
+impl LockService for ZkLock {
     fn backend(&self) -> &str {
         BACKEND
     }
@@ -332,7 +331,10 @@ impl DistributedLock for ZkLock {
     fn capabilities(&self) -> Capabilities {
         capabilities()
     }
+}
 
+#[async_trait]
+impl DistributedLock for ZkLock {
     async fn try_acquire(&self, name: &LockName, options: &AcquireOptions) -> Result<Option<Lease>, LockError> {
         self.try_once(Recipe::Exclusive, name, options).await
     }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use lock_core::backend::async_trait;
-use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockProvider};
+use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockProvider, LockService};
 use lock_redis::{RedisBackend, Redlock};
 
 use super::kinds::{EveryKind, KindsProvider};
@@ -49,7 +49,7 @@ struct RedlockProvider(Redlock);
 
 impl LockProvider for RedlockProvider {
     fn backend(&self) -> &str {
-        DistributedLock::backend(&self.0)
+        LockService::backend(&self.0)
     }
 
     fn lock(&self) -> Arc<dyn DistributedLock> {

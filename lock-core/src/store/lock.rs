@@ -19,7 +19,7 @@ use crate::audit::audited_force_release;
 use crate::lease::LeaseGrant;
 use crate::{
     AcquireOptions, Capabilities, ChangeFeed, DistributedLock, FencingToken, HolderInfo, Lease, LockError, LockName,
-    OwnerId,
+    LockService, OwnerId,
 };
 
 /// Turns a [`LeaseStore`] into a [`DistributedLock`].
@@ -73,8 +73,7 @@ impl<S: LeaseStore> StoreLock<S> {
 /// The longest a wait that timed out spends withdrawing its traces before it answers.
 const ABANDON_INLINE: Duration = Duration::from_millis(200);
 
-#[async_trait]
-impl<S: LeaseStore> DistributedLock for StoreLock<S> {
+impl<S: LeaseStore> LockService for StoreLock<S> {
     fn backend(&self) -> &str {
         self.store.backend()
     }
@@ -82,7 +81,10 @@ impl<S: LeaseStore> DistributedLock for StoreLock<S> {
     fn capabilities(&self) -> Capabilities {
         self.store.capabilities()
     }
+}
 
+#[async_trait]
+impl<S: LeaseStore> DistributedLock for StoreLock<S> {
     async fn inspect(&self, name: &LockName) -> Result<Option<HolderInfo>, LockError> {
         self.store.inspect(name).await
     }

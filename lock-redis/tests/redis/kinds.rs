@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockName};
+use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockName, LockService};
 
 use crate::common::RedisFixture;
 
