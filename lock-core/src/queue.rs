@@ -238,16 +238,6 @@ mod tests {
     /// Records the kinds it is asked for and answers "busy".
     struct Recorder(Mutex<Vec<(QueueKind, bool)>>);
 
-    impl LockService for Recorder {
-        fn backend(&self) -> &str {
-            "recorder"
-        }
-
-        fn capabilities(&self) -> Capabilities {
-            LockService::capabilities(&crate::MemoryLock::new())
-        }
-    }
-
     #[async_trait]
     impl DistributedLock for Recorder {
         async fn try_acquire(&self, name: &LockName, opts: &AcquireOptions) -> Result<Option<Lease>, LockError> {
@@ -256,6 +246,16 @@ mod tests {
 
         async fn acquire(&self, name: &LockName, opts: &AcquireOptions) -> Result<Lease, LockError> {
             self.acquire_kind(QueueKind::Exclusive, name, opts).await
+        }
+    }
+
+    impl LockService for Recorder {
+        fn backend(&self) -> &str {
+            "recorder"
+        }
+
+        fn capabilities(&self) -> Capabilities {
+            LockService::capabilities(&crate::MemoryLock::new())
         }
     }
 

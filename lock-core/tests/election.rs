@@ -78,16 +78,6 @@ async fn observers_see_every_change_of_leader() {
 /// A lock that keeps the trait's default `inspect` (`Unsupported`).
 struct NoInspect(MemoryLock);
 
-impl LockService for NoInspect {
-    fn backend(&self) -> &str {
-        "no-inspect"
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::default()
-    }
-}
-
 #[async_trait]
 impl DistributedLock for NoInspect {
     async fn try_acquire(&self, name: &LockName, o: &AcquireOptions) -> Result<Option<Lease>, LockError> {
@@ -95,6 +85,16 @@ impl DistributedLock for NoInspect {
     }
     async fn acquire(&self, name: &LockName, o: &AcquireOptions) -> Result<Lease, LockError> {
         self.0.acquire(name, o).await
+    }
+}
+
+impl LockService for NoInspect {
+    fn backend(&self) -> &str {
+        "no-inspect"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default()
     }
 }
 

@@ -10,16 +10,6 @@ use lock_core::{
 use crate::client::{backend, capabilities, EtcdLock};
 use crate::recipe::Recipe;
 
-impl LockService for EtcdLock {
-    fn backend(&self) -> &str {
-        backend()
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        capabilities()
-    }
-}
-
 #[async_trait]
 impl DistributedLock for EtcdLock {
     async fn try_acquire(&self, name: &LockName, options: &AcquireOptions) -> Result<Option<Lease>, LockError> {
@@ -44,6 +34,16 @@ impl DistributedLock for EtcdLock {
 
     async fn watch_changes(&self, name: &LockName) -> Result<Option<ChangeFeed>, LockError> {
         self.watch_changes_now(name).await
+    }
+}
+
+impl LockService for EtcdLock {
+    fn backend(&self) -> &str {
+        backend()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        capabilities()
     }
 }
 

@@ -323,16 +323,6 @@ impl ZkLock {
     }
 }
 
-impl LockService for ZkLock {
-    fn backend(&self) -> &str {
-        BACKEND
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        capabilities()
-    }
-}
-
 #[async_trait]
 impl DistributedLock for ZkLock {
     async fn try_acquire(&self, name: &LockName, options: &AcquireOptions) -> Result<Option<Lease>, LockError> {
@@ -373,6 +363,16 @@ impl DistributedLock for ZkLock {
             async move { lock.arm(&parent).await }
         };
         Ok(Some(observe::feed(rearm, seen, watcher)))
+    }
+}
+
+impl LockService for ZkLock {
+    fn backend(&self) -> &str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        capabilities()
     }
 }
 

@@ -60,16 +60,6 @@ impl<B: KindStore> StoreRwLock<B> {
     }
 }
 
-impl<B: KindStore> LockService for StoreRwLock<B> {
-    fn backend(&self) -> &str {
-        self.read.backend()
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.read.capabilities()
-    }
-}
-
 #[async_trait]
 impl<B: KindStore> DistributedRwLock for StoreRwLock<B> {
     async fn try_acquire_read(&self, name: &LockName, options: &AcquireOptions) -> Result<Option<Lease>, LockError> {
@@ -86,5 +76,15 @@ impl<B: KindStore> DistributedRwLock for StoreRwLock<B> {
 
     async fn acquire_write(&self, name: &LockName, options: &AcquireOptions) -> Result<Lease, LockError> {
         self.write.acquire(name, options).await
+    }
+}
+
+impl<B: KindStore> LockService for StoreRwLock<B> {
+    fn backend(&self) -> &str {
+        self.read.backend()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.read.capabilities()
     }
 }

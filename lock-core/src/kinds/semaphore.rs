@@ -59,16 +59,6 @@ impl<B: KindStore> StoreSemaphore<B> {
     }
 }
 
-impl<B: KindStore> LockService for StoreSemaphore<B> {
-    fn backend(&self) -> &str {
-        self.store.backend()
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.store.capabilities()
-    }
-}
-
 #[async_trait]
 impl<B: KindStore> DistributedSemaphore for StoreSemaphore<B> {
     async fn try_acquire_permit(
@@ -87,5 +77,15 @@ impl<B: KindStore> DistributedSemaphore for StoreSemaphore<B> {
         options: &AcquireOptions,
     ) -> Result<Lease, LockError> {
         self.side(permits)?.acquire(name, options).await
+    }
+}
+
+impl<B: KindStore> LockService for StoreSemaphore<B> {
+    fn backend(&self) -> &str {
+        self.store.backend()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.store.capabilities()
     }
 }

@@ -73,16 +73,6 @@ impl<S: LeaseStore> StoreLock<S> {
 /// The longest a wait that timed out spends withdrawing its traces before it answers.
 const ABANDON_INLINE: Duration = Duration::from_millis(200);
 
-impl<S: LeaseStore> LockService for StoreLock<S> {
-    fn backend(&self) -> &str {
-        self.store.backend()
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.store.capabilities()
-    }
-}
-
 #[async_trait]
 impl<S: LeaseStore> DistributedLock for StoreLock<S> {
     async fn inspect(&self, name: &LockName) -> Result<Option<HolderInfo>, LockError> {
@@ -154,5 +144,15 @@ impl<S: LeaseStore> DistributedLock for StoreLock<S> {
             }
         }
         result
+    }
+}
+
+impl<S: LeaseStore> LockService for StoreLock<S> {
+    fn backend(&self) -> &str {
+        self.store.backend()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.store.capabilities()
     }
 }
