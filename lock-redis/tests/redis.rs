@@ -23,6 +23,16 @@ mod redis_extra {
         client.get_multiplexed_async_connection().await.unwrap()
     }
 
+    /// A fresh fixture, a client of it, the lock `name` and a raw connection to the server.
+    async fn client_and_raw(
+        name: &str,
+    ) -> (RedisFixture, lock_redis::RedisLock, LockName, redis::aio::MultiplexedConnection) {
+        let fx = RedisFixture::start().await.unwrap();
+        let c = fx.redis_client().await.unwrap();
+        let conn = raw(&fx).await;
+        (fx, c, LockName::new(name).unwrap(), conn)
+    }
+
     /// What the exclusive lock needs of an ACL user at the least, as the crate docs list it.
     pub(crate) const LEAST_EXCLUSIVE: &[&str] = &[
         "+evalsha",
@@ -56,7 +66,7 @@ mod redis_extra {
 
     /// A fresh server of the test's own, its address and a raw connection to it, for `case`,
     /// which changes the server's ACLs: `None`, said as not applicable, on an external server.
-    pub(crate) async fn owned_server(
+    pub(crate) async fn acl_server(
         case: &str,
     ) -> Option<(RedisFixture, std::net::SocketAddr, redis::aio::MultiplexedConnection)> {
         let fx = RedisFixture::start().await.unwrap();
@@ -247,12 +257,9 @@ mod redis_extra {
     /// The fence counter evicted or deleted: the TIME floor keeps tokens increasing.
     #[tokio::test]
     async fn deleted_counter_keeps_tokens_monotonic() {
-        let fx = RedisFixture::start().await.unwrap();
-        let c = fx.redis_client().await.unwrap();
-        let name = LockName::new("evicted").unwrap();
+        let (fx, c, name, mut conn) = client_and_raw("evicted").await;
         let l1 = c.acquire(&name, &opts(1000)).await.unwrap();
         l1.release().await.unwrap();
-        let mut conn = raw(&fx).await;
         let _: i64 = redis::cmd("DEL").arg(fx.key("evicted", "lock")).query_async(&mut conn).await.unwrap();
         let l2 = c.acquire(&name, &opts(1000)).await.unwrap();
         assert!(l2.token() > l1.token());
@@ -262,11 +269,8 @@ mod redis_extra {
     /// SCRIPT FLUSH between calls: scripts are re-loaded on NOSCRIPT.
     #[tokio::test]
     async fn noscript_reload() {
-        let fx = RedisFixture::start().await.unwrap();
-        let c = fx.redis_client().await.unwrap();
-        let name = LockName::new("noscript").unwrap();
+        let (_fx, c, name, mut conn) = client_and_raw("noscript").await;
         let l = c.acquire(&name, &opts(2000)).await.unwrap();
-        let mut conn = raw(&fx).await;
         let _: () = redis::cmd("SCRIPT").arg("FLUSH").query_async(&mut conn).await.unwrap();
         l.renew().await.unwrap();
         let _: () = redis::cmd("SCRIPT").arg("FLUSH").query_async(&mut conn).await.unwrap();
@@ -329,7 +333,7 @@ mod redis_extra {
     /// AUTH from the URL; wrong passwords are a Config error that does not echo the password.
     #[tokio::test]
     async fn auth_from_url() {
-        let Some((fx, addr, mut conn)) = owned_server("auth_from_url").await else { return };
+        let Some((fx, addr, mut conn)) = acl_server("auth_from_url").await else { return };
         let prefix = fx.options.key_prefix.clone();
         let _: () = redis::cmd("ACL")
             .arg(&["SETUSER", "locker", "on", ">pw1", "~*", "&*", "+@all"])
@@ -364,7 +368,7 @@ mod redis_extra {
     /// connect with a `Config` error naming it, before any script could run half-way.
     #[tokio::test]
     async fn least_acl_is_checked_at_connect() {
-        let Some((fx, addr, mut conn)) = owned_server("least_acl_is_checked_at_connect").await else { return };
+        let Some((fx, addr, mut conn)) = acl_server("least_acl_is_checked_at_connect").await else { return };
         let prefix = fx.options.key_prefix.clone();
         let without = |rules: &[&'static str], gone: &str| -> Vec<&'static str> {
             rules.iter().copied().filter(|r| *r != gone).collect()

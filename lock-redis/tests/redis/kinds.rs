@@ -7,7 +7,7 @@ use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LockEr
 
 use crate::common::RedisFixture;
 
-use crate::redis_extra::{acl_user, opts, owned_server, raw, LEAST_EXCLUSIVE, LEAST_KINDS};
+use crate::redis_extra::{acl_server, acl_user, opts, raw, LEAST_EXCLUSIVE, LEAST_KINDS};
 
 #[tokio::test]
 async fn capabilities_and_labels() {
@@ -348,7 +348,7 @@ async fn writer_claims_end_with_the_wait() {
 /// The least ACL user the crate docs name for read-write locks and semaphores suffices.
 #[tokio::test]
 async fn least_acl_user() {
-    let Some((fx, addr, mut conn)) = owned_server("least_acl_user").await else { return };
+    let Some((fx, addr, mut conn)) = acl_server("least_acl_user").await else { return };
     let least: Vec<&str> = LEAST_EXCLUSIVE.iter().chain(LEAST_KINDS).copied().collect();
     acl_user(&mut conn, &fx.options.key_prefix, "kinds", "pw3", &least).await;
     let url = format!("redis://kinds:pw3@{addr}");
