@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use lock_core::{
     backend::async_trait, AcquireOptions, Capabilities, ChangeFeed, DistributedLock, DistributedRwLock,
-    DistributedSemaphore, EventsRef, FencingToken, HolderInfo, Lease, LeaseEvents, LockError, LockName,
+    DistributedSemaphore, EventsRef, FencingToken, HolderInfo, Lease, LeaseEvents, LockError, LockName, LockService,
 };
 use tokio::time::Instant;
 
@@ -166,18 +166,6 @@ impl AsLease for Option<Lease> {
     }
 }
 
-/// The layer's backend and capabilities are its inner lock's: it only records.
-macro_rules! same_backend {
-    () => {
-        fn backend(&self) -> &str {
-            self.inner.backend()
-        }
-        fn capabilities(&self) -> Capabilities {
-            self.inner.capabilities()
-        }
-    };
-}
-
 /// Runs one acquire call with our options and records it.
 macro_rules! metered {
     ($self:ident, $kind:expr, $opts:ident, |$o:ident| $call:expr) => {{
@@ -190,9 +178,18 @@ macro_rules! metered {
     }};
 }
 
+impl<L: LockService + ?Sized> LockService for Metered<L> {
+    fn backend(&self) -> &str {
+        self.inner.backend()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+}
+
 #[async_trait]
 impl<L: DistributedLock + ?Sized> DistributedLock for Metered<L> {
-    same_backend!();
     async fn try_acquire(&self, name: &LockName, opts: &AcquireOptions) -> Result<Option<Lease>, LockError> {
         metered!(self, "lock", opts, |o| self.inner.try_acquire(name, o).await)
     }
@@ -215,7 +212,6 @@ impl<L: DistributedLock + ?Sized> DistributedLock for Metered<L> {
 
 #[async_trait]
 impl<L: DistributedRwLock + ?Sized> DistributedRwLock for Metered<L> {
-    same_backend!();
     async fn try_acquire_read(&self, name: &LockName, opts: &AcquireOptions) -> Result<Option<Lease>, LockError> {
         metered!(self, "read", opts, |o| self.inner.try_acquire_read(name, o).await)
     }
@@ -232,7 +228,6 @@ impl<L: DistributedRwLock + ?Sized> DistributedRwLock for Metered<L> {
 
 #[async_trait]
 impl<L: DistributedSemaphore + ?Sized> DistributedSemaphore for Metered<L> {
-    same_backend!();
     async fn try_acquire_permit(
         &self,
         name: &LockName,

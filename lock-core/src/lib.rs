@@ -71,7 +71,7 @@ pub use handle::{Handle, Handles, LockHandle, RwLockHandle, SemaphoreHandle, Sem
 pub use holder::{Holder, HolderInfo, MAX_HOLDER_LEN, MAX_METADATA_LEN};
 pub use kind::LockKind;
 pub use lease::{Lease, LeaseObserver, LostSignal};
-pub use lock::{DistributedLock, DistributedLockExt, DistributedRwLock, DistributedSemaphore};
+pub use lock::{DistributedLock, DistributedLockExt, DistributedRwLock, DistributedSemaphore, LockService};
 pub use memory::MemoryLock;
 pub use multi::acquire_all;
 pub use name::{FencingToken, LockName, OwnerId, MAX_NAME_LEN};

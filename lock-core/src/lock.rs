@@ -8,6 +8,17 @@ use crate::{
     AcquireOptions, Capabilities, ChangeFeed, FencingToken, HolderInfo, Lease, LeaseObserver, LockError, LockName,
 };
 
+/// What a lock service says about itself, whatever kind of lock it serves: the supertrait of
+/// [`DistributedLock`], [`DistributedRwLock`] and [`DistributedSemaphore`], so that a backend
+/// serving several kinds answers once, and the same for all of them.
+pub trait LockService: Send + Sync + 'static {
+    /// A short label for the backend: `memory`, `sqlite`, `postgres`, `mysql`, `redis`, `redlock`, `zookeeper`.
+    fn backend(&self) -> &str;
+
+    /// What this backend promises, for every kind it serves (`rw_lock`, `semaphore` say which).
+    fn capabilities(&self) -> Capabilities;
+}
+
 /// An exclusive distributed lock service (docs/contract.md §4). Object safe: the facade hands out
 /// `Arc<dyn DistributedLock>`.
 ///
@@ -24,13 +35,7 @@ use crate::{
 /// # Ok(()) }
 /// ```
 #[async_trait]
-pub trait DistributedLock: Send + Sync + 'static {
-    /// A short label for the backend: `memory`, `sqlite`, `postgres`, `mysql`, `redis`, `redlock`, `zookeeper`.
-    fn backend(&self) -> &str;
-
-    /// What this backend promises.
-    fn capabilities(&self) -> Capabilities;
-
+pub trait DistributedLock: LockService {
     /// One attempt: `Ok(None)` when someone else holds the lock. `options.wait` is ignored.
     async fn try_acquire(&self, name: &LockName, options: &AcquireOptions) -> Result<Option<Lease>, LockError>;
 
@@ -77,11 +82,7 @@ pub trait DistributedLock: Send + Sync + 'static {
 /// A name used as a read-write lock is a different lock from the same name used with
 /// [`DistributedLock`] or [`DistributedSemaphore`].
 #[async_trait]
-pub trait DistributedRwLock: Send + Sync + 'static {
-    /// The backend label.
-    fn backend(&self) -> &str;
-    /// What this backend promises (`rw_lock` is true).
-    fn capabilities(&self) -> Capabilities;
+pub trait DistributedRwLock: LockService {
     /// One attempt at a shared (read) lease.
     async fn try_acquire_read(&self, name: &LockName, options: &AcquireOptions) -> Result<Option<Lease>, LockError>;
     /// Waits for a shared (read) lease.
@@ -96,11 +97,7 @@ pub trait DistributedRwLock: Send + Sync + 'static {
 /// with its own lease and fencing token. Every user of a name must ask for the same number of
 /// permits (`InvalidOptions` otherwise).
 #[async_trait]
-pub trait DistributedSemaphore: Send + Sync + 'static {
-    /// The backend label.
-    fn backend(&self) -> &str;
-    /// What this backend promises (`semaphore` is true).
-    fn capabilities(&self) -> Capabilities;
+pub trait DistributedSemaphore: LockService {
     /// One attempt at one of `permits` places.
     async fn try_acquire_permit(
         &self,

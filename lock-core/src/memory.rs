@@ -24,7 +24,7 @@ use crate::lease::{LeaseGrant, LeaseHandle, ReleaseOutcome, RenewOutcome};
 use crate::wake::WakeHub;
 use crate::{
     AcquireOptions, Capabilities, ChangeFeed, DistributedLock, DistributedRwLock, DistributedSemaphore, FencingToken,
-    HolderInfo, Lease, LeaseModel, LockError, LockName, OwnerId, WakeMethod,
+    HolderInfo, Lease, LeaseModel, LockError, LockName, LockService, OwnerId, WakeMethod,
 };
 
 mod idle;
@@ -492,8 +492,7 @@ impl Drop for QueueGuard<'_> {
     }
 }
 
-#[async_trait]
-impl DistributedLock for MemoryLock {
+impl LockService for MemoryLock {
     fn backend(&self) -> &str {
         BACKEND
     }
@@ -501,7 +500,10 @@ impl DistributedLock for MemoryLock {
     fn capabilities(&self) -> Capabilities {
         Self::caps()
     }
+}
 
+#[async_trait]
+impl DistributedLock for MemoryLock {
     async fn try_acquire(&self, name: &LockName, opts: &AcquireOptions) -> Result<Option<Lease>, LockError> {
         self.try_once(Family::Lock, Mode::Exclusive, name, opts)
     }
@@ -534,14 +536,6 @@ impl DistributedLock for MemoryLock {
 
 #[async_trait]
 impl DistributedRwLock for MemoryLock {
-    fn backend(&self) -> &str {
-        BACKEND
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Self::caps()
-    }
-
     async fn try_acquire_read(&self, name: &LockName, opts: &AcquireOptions) -> Result<Option<Lease>, LockError> {
         self.try_once(Family::Rw, Mode::Read, name, opts)
     }
@@ -561,14 +555,6 @@ impl DistributedRwLock for MemoryLock {
 
 #[async_trait]
 impl DistributedSemaphore for MemoryLock {
-    fn backend(&self) -> &str {
-        BACKEND
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Self::caps()
-    }
-
     async fn try_acquire_permit(
         &self,
         name: &LockName,

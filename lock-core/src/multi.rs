@@ -108,6 +108,16 @@ mod tests {
         raw.iter().map(|n| LockName::new(*n).expect("valid")).collect()
     }
 
+    /// A lock, another client of its server holding `m` under the returned lease, and options
+    /// that wait `wait`: the set that names `m` times out.
+    async fn m_held_by_another(wait: Duration) -> (MemoryLock, MemoryLock, AcquireOptions, Lease) {
+        let lock = MemoryLock::new();
+        let other = lock.client();
+        let opts = AcquireOptions::new(Duration::from_secs(5)).wait(wait);
+        let held = other.acquire(&names(&["m"])[0], &opts).await.expect("free");
+        (lock, other, opts, held)
+    }
+
     #[tokio::test]
     async fn duplicate_names_are_refused() {
         let lock = MemoryLock::new();
@@ -118,10 +128,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_busy_name_releases_the_others_and_times_out_within_the_one_budget() {
-        let lock = MemoryLock::new();
-        let other = lock.client();
-        let opts = AcquireOptions::new(Duration::from_secs(5)).wait(Duration::from_millis(150));
-        let held = other.acquire(&names(&["m"])[0], &opts).await.expect("free");
+        let (lock, other, opts, held) = m_held_by_another(Duration::from_millis(150)).await;
         let t = Instant::now();
         let r = acquire_all(&lock, &names(&["z", "m", "a"]), &opts).await;
         assert!(matches!(r, Err(LockError::Timeout { .. })), "{r:?}");
@@ -134,10 +141,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_failed_set_under_hold_at_least_frees_its_names_at_once() {
-        let lock = MemoryLock::new();
-        let other = lock.client();
-        let opts = AcquireOptions::new(Duration::from_secs(5)).wait(Duration::from_millis(100));
-        let held = other.acquire(&names(&["m"])[0], &opts).await.expect("free");
+        let (lock, other, opts, held) = m_held_by_another(Duration::from_millis(100)).await;
         let hold = opts.clone().hold_at_least(Duration::from_secs(30));
         let r = acquire_all(&lock, &names(&["z", "m", "a"]), &hold).await;
         assert!(matches!(r, Err(LockError::Timeout { .. })), "{r:?}");

@@ -10,7 +10,10 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::{Capabilities, DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockName, MemoryLock};
+use crate::{
+    Capabilities, DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockName, LockService,
+    MemoryLock,
+};
 
 /// The lock kinds of one backend over one set of connections (a pool, a session, a client),
 /// shared by every kind it hands out. Object-safe: held as `Arc<dyn LockProvider>`.
@@ -64,7 +67,7 @@ where
     T: DistributedLock + DistributedRwLock + DistributedSemaphore + Clone,
 {
     fn backend(&self) -> &str {
-        DistributedLock::backend(&self.0)
+        LockService::backend(&self.0)
     }
 
     fn lock(&self) -> Arc<dyn DistributedLock> {
@@ -84,7 +87,7 @@ where
 #[async_trait]
 impl LockProvider for MemoryLock {
     fn backend(&self) -> &str {
-        DistributedLock::backend(self)
+        LockService::backend(self)
     }
 
     fn lock(&self) -> Arc<dyn DistributedLock> {

@@ -11,8 +11,7 @@ use tokio::time::{sleep, Instant};
 
 use crate::backend::{check_permits, Backoff, Deadline};
 use crate::{
-    AcquireOptions, Capabilities, DistributedLock, DistributedRwLock, DistributedSemaphore, Lease, LockError, LockName,
-    WaitPolicy,
+    AcquireOptions, DistributedLock, DistributedRwLock, DistributedSemaphore, Lease, LockError, LockName, WaitPolicy,
 };
 
 /// The first and the largest pause between retries of one acquisition.
@@ -191,14 +190,6 @@ fn permits(n: u32) -> Result<QueueKind, LockError> {
 
 #[async_trait]
 impl<T: QueueLock> DistributedRwLock for T {
-    fn backend(&self) -> &str {
-        DistributedLock::backend(self)
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        DistributedLock::capabilities(self)
-    }
-
     async fn try_acquire_read(&self, name: &LockName, options: &AcquireOptions) -> Result<Option<Lease>, LockError> {
         self.try_kind(QueueKind::Read, name, options).await
     }
@@ -218,14 +209,6 @@ impl<T: QueueLock> DistributedRwLock for T {
 
 #[async_trait]
 impl<T: QueueLock> DistributedSemaphore for T {
-    fn backend(&self) -> &str {
-        DistributedLock::backend(self)
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        DistributedLock::capabilities(self)
-    }
-
     async fn try_acquire_permit(
         &self,
         name: &LockName,
@@ -250,26 +233,29 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
+    use crate::{Capabilities, LockService};
 
     /// Records the kinds it is asked for and answers "busy".
     struct Recorder(Mutex<Vec<(QueueKind, bool)>>);
 
     #[async_trait]
     impl DistributedLock for Recorder {
-        fn backend(&self) -> &str {
-            "recorder"
-        }
-
-        fn capabilities(&self) -> Capabilities {
-            DistributedLock::capabilities(&crate::MemoryLock::new())
-        }
-
         async fn try_acquire(&self, name: &LockName, opts: &AcquireOptions) -> Result<Option<Lease>, LockError> {
             self.try_kind(QueueKind::Exclusive, name, opts).await
         }
 
         async fn acquire(&self, name: &LockName, opts: &AcquireOptions) -> Result<Lease, LockError> {
             self.acquire_kind(QueueKind::Exclusive, name, opts).await
+        }
+    }
+
+    impl LockService for Recorder {
+        fn backend(&self) -> &str {
+            "recorder"
+        }
+
+        fn capabilities(&self) -> Capabilities {
+            LockService::capabilities(&crate::MemoryLock::new())
         }
     }
 
@@ -306,7 +292,7 @@ mod tests {
         }
         let asked = lock.0.lock().unwrap().clone();
         assert_eq!(asked, [(QueueKind::Read, false), (QueueKind::Write, true), (QueueKind::Permit(3), false)]);
-        assert_eq!(DistributedSemaphore::backend(&lock), "recorder");
+        assert_eq!(LockService::backend(&lock), "recorder");
     }
 
     #[test]

@@ -6,7 +6,8 @@ use std::time::Duration;
 use futures::StreamExt;
 use lock_core::backend::async_trait;
 use lock_core::{
-    AcquireOptions, Capabilities, DistributedLock, Election, Holder, Lease, LockError, LockName, MemoryLock,
+    AcquireOptions, Capabilities, DistributedLock, Election, Holder, Lease, LockError, LockName, LockService,
+    MemoryLock,
 };
 use tokio::time::Instant;
 
@@ -79,17 +80,21 @@ struct NoInspect(MemoryLock);
 
 #[async_trait]
 impl DistributedLock for NoInspect {
-    fn backend(&self) -> &str {
-        "no-inspect"
-    }
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::default()
-    }
     async fn try_acquire(&self, name: &LockName, o: &AcquireOptions) -> Result<Option<Lease>, LockError> {
         self.0.try_acquire(name, o).await
     }
     async fn acquire(&self, name: &LockName, o: &AcquireOptions) -> Result<Lease, LockError> {
         self.0.acquire(name, o).await
+    }
+}
+
+impl LockService for NoInspect {
+    fn backend(&self) -> &str {
+        "no-inspect"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default()
     }
 }
 

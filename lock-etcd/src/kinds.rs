@@ -4,6 +4,7 @@ use async_trait::async_trait;
 use lock_core::backend::{audited_force_release, QueueLock};
 use lock_core::{
     AcquireOptions, Capabilities, ChangeFeed, DistributedLock, FencingToken, HolderInfo, Lease, LockError, LockName,
+    LockService,
 };
 
 use crate::client::{backend, capabilities, EtcdLock};
@@ -11,14 +12,6 @@ use crate::recipe::Recipe;
 
 #[async_trait]
 impl DistributedLock for EtcdLock {
-    fn backend(&self) -> &str {
-        backend()
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        capabilities()
-    }
-
     async fn try_acquire(&self, name: &LockName, options: &AcquireOptions) -> Result<Option<Lease>, LockError> {
         self.try_once(Recipe::Exclusive, name, options).await
     }
@@ -41,6 +34,16 @@ impl DistributedLock for EtcdLock {
 
     async fn watch_changes(&self, name: &LockName) -> Result<Option<ChangeFeed>, LockError> {
         self.watch_changes_now(name).await
+    }
+}
+
+impl LockService for EtcdLock {
+    fn backend(&self) -> &str {
+        backend()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        capabilities()
     }
 }
 

@@ -60,8 +60,8 @@
 //! [`handoff`] and [`pg`] believe a lease by lock-core's own rule (`valid_until`, through
 //! [`shared::belief_end`]); the [`handoff`] model's server steps are run beside lock-redis's
 //! scripts on the same inputs by a differential test. What the two queue models share (queue
-//! entries, hint messages and their faults, the tokens taken, the belief, forgetting and
-//! renaming their clients) is [`shared`]; the properties every model checks alike are
+//! entries, hint messages and their faults, the belief, forgetting and renaming their clients)
+//! and every model's record of the tokens taken is [`shared`]; the properties every model checks alike are
 //! [`properties`].
 
 pub mod failover;

@@ -1,7 +1,8 @@
 //! What the two waiter-queue models share, written once: [`crate::handoff`] (the Redis
 //! scripts) and [`crate::pg`] (the PostgreSQL statements) differ in their server steps, not in
-//! the queue's entries, the grant's hint messages and their faults, the record of the tokens
-//! clients took, or the client's lease rule, which is lock-core's own ([`belief_end`]).
+//! the queue's entries, the grant's hint messages and their faults, or the client's lease rule,
+//! which is lock-core's own ([`belief_end`]). The record of the tokens clients took ([`Taken`])
+//! is every model's.
 
 use std::sync::LazyLock;
 use std::time::Duration;

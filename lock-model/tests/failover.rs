@@ -6,55 +6,23 @@
 use lock_model::failover::{Bugs, Failover};
 
 mod common;
-use common::{assert_holds, Search};
+use common::Search;
 
-common::bug_search!(Failover, Search::Bfs);
-
-#[test]
-fn acknowledged_grants_survive_a_failover() {
-    assert_holds(Failover::small(Bugs::default()));
-}
-
-#[test]
-fn acknowledged_grants_survive_a_failover_with_two_replicas() {
-    assert_holds(Failover::two_replicas(Bugs::default()));
-}
-
-#[test]
-fn promoting_a_replica_that_is_not_the_most_advanced_loses_the_lease() {
-    let bugs = Bugs { promote_any_replica: true, ..Bugs::default() };
-    assert_breaks(Failover::two_replicas(bugs), "a lost lease is signalled before it is gone");
-}
-
-#[test]
-fn promoting_a_replica_that_is_not_the_most_advanced_gives_two_holders() {
-    let bugs = Bugs { promote_any_replica: true, ..Bugs::default() };
-    assert_breaks(Failover::two_replicas(bugs), "no two believers");
-}
-
-#[test]
-fn acknowledged_grants_survive_a_failover_deep() {
-    common::deep_only("longer", || {
-        for model in Failover::deep(Bugs::default()) {
-            assert_holds(model);
-        }
-    });
-}
-
-#[test]
-fn a_wait_on_another_connection_gives_two_holders() {
-    let bugs = Bugs { wait_on_other_connection: true, ..Bugs::default() };
-    assert_breaks(Failover::small(bugs), "no two believers");
-}
-
-#[test]
-fn a_wait_on_another_connection_outlives_the_lease() {
-    let bugs = Bugs { wait_on_other_connection: true, ..Bugs::default() };
-    assert_breaks(Failover::small(bugs), "a lost lease is signalled before it is gone");
-}
-
-#[test]
-fn a_wait_on_another_connection_repeats_a_token() {
-    let bugs = Bugs { wait_on_other_connection: true, ..Bugs::default() };
-    assert_breaks(Failover::small(bugs), "tokens increase");
+common::model_tests! {
+    Failover, Search::Bfs;
+    holds {
+        acknowledged_grants_survive_a_failover: small,
+        acknowledged_grants_survive_a_failover_with_two_replicas: two_replicas,
+    }
+    deep "longer" { acknowledged_grants_survive_a_failover_deep: Failover::deep(Bugs::default()) }
+    breaks {
+        promoting_a_replica_that_is_not_the_most_advanced_loses_the_lease:
+            two_replicas(promote_any_replica) => "a lost lease is signalled before it is gone";
+        promoting_a_replica_that_is_not_the_most_advanced_gives_two_holders:
+            two_replicas(promote_any_replica) => "no two believers";
+        a_wait_on_another_connection_gives_two_holders: small(wait_on_other_connection) => "no two believers";
+        a_wait_on_another_connection_outlives_the_lease:
+            small(wait_on_other_connection) => "a lost lease is signalled before it is gone";
+        a_wait_on_another_connection_repeats_a_token: small(wait_on_other_connection) => "tokens increase";
+    }
 }

@@ -13,76 +13,29 @@ use tokio::time::Instant;
 mod common;
 use common::{assert_holds, Search};
 
-common::bug_search!(Pg, Search::Bfs);
-
-#[test]
-fn the_design_survives_forged_duplicated_lost_and_late_notifications() {
-    assert_holds(Pg::notify(Bugs::default()));
-}
-
-#[test]
-fn the_design_survives_crashes_and_cut_clean_ups() {
-    assert_holds(Pg::processes(Bugs::default()));
-}
-
-#[test]
-fn the_design_survives_longer_runs_deep() {
-    common::deep_only("minutes", || {
-        for model in Pg::deep(Bugs::default()) {
-            assert_holds(model);
-        }
-    });
-}
-
-#[test]
-fn the_design_survives_a_database_crash_that_loses_an_unflushed_grant() {
-    assert_holds(Pg::db_crashes(Bugs::default()));
-}
-
-/// The head's claim is the grant's durable confirmation: one that does not wait for the flush
-/// confirms a grant the crash then loses, and the head holds what the database gave back.
-#[test]
-fn a_claim_that_does_not_wait_for_the_flush_holds_a_lost_grant() {
-    let model = Pg::db_crashes(Bugs { claim_not_durable: true, ..Bugs::default() });
-    for property in ["a lost lease is signalled before it is gone", "no two believers"] {
-        assert_breaks(model.clone(), property);
+common::model_tests! {
+    Pg, Search::Bfs;
+    holds {
+        the_design_survives_forged_duplicated_lost_and_late_notifications: notify,
+        the_design_survives_crashes_and_cut_clean_ups: processes,
+        the_design_survives_a_database_crash_that_loses_an_unflushed_grant: db_crashes,
     }
-}
-
-#[test]
-fn trusting_the_notification_gives_two_holders() {
-    let bugs = Bugs { trust_notify: true, ..Bugs::default() };
-    assert_breaks(Pg::notify(bugs), "no two believers");
-}
-
-#[test]
-fn trusting_the_notification_takes_a_forged_fence() {
-    let bugs = Bugs { trust_notify: true, ..Bugs::default() };
-    assert_breaks(Pg::notify(bugs), "tokens come from the server");
-}
-
-#[test]
-fn abandon_that_forgets_its_place_first_keeps_the_grant() {
-    let bugs = Bugs { abandon_forgets_place_first: true, ..Bugs::default() };
-    assert_breaks(Pg::processes(bugs), "an untaken grant lapses");
-}
-
-#[test]
-fn a_regrant_that_keeps_the_expiry_gives_two_holders() {
-    let bugs = Bugs { claim_keeps_expiry: true, ..Bugs::default() };
-    assert_breaks(Pg::notify(bugs), "no two believers");
-}
-
-#[test]
-fn a_regrant_that_keeps_the_expiry_outlives_the_row() {
-    let bugs = Bugs { claim_keeps_expiry: true, ..Bugs::default() };
-    assert_breaks(Pg::notify(bugs), "a lost lease is signalled before it is gone");
-}
-
-#[test]
-fn no_drift_margin_gives_two_holders() {
-    let bugs = Bugs { no_drift_margin: true, ..Bugs::default() };
-    assert_breaks(Pg::notify(bugs), "no two believers");
+    deep "minutes" { the_design_survives_longer_runs_deep: Pg::deep(Bugs::default()) }
+    breaks {
+        // The head's claim is the grant's durable confirmation: one that does not wait for the
+        // flush confirms a grant the crash then loses, and the head holds what the database
+        // gave back.
+        a_claim_that_does_not_wait_for_the_flush_holds_a_lost_grant:
+            db_crashes(claim_not_durable) => "a lost lease is signalled before it is gone", "no two believers";
+        trusting_the_notification_gives_two_holders: notify(trust_notify) => "no two believers";
+        trusting_the_notification_takes_a_forged_fence: notify(trust_notify) => "tokens come from the server";
+        abandon_that_forgets_its_place_first_keeps_the_grant:
+            processes(abandon_forgets_place_first) => "an untaken grant lapses";
+        a_regrant_that_keeps_the_expiry_gives_two_holders: notify(claim_keeps_expiry) => "no two believers";
+        a_regrant_that_keeps_the_expiry_outlives_the_row:
+            notify(claim_keeps_expiry) => "a lost lease is signalled before it is gone";
+        no_drift_margin_gives_two_holders: notify(no_drift_margin) => "no two believers";
+    }
 }
 
 #[test]

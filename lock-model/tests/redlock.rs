@@ -4,23 +4,17 @@
 use lock_model::redlock::{Bugs, Redlock};
 
 mod common;
-use common::{assert_holds, Search};
-
-common::bug_search!(Redlock, Search::Dfs);
+use common::{assert_breaks, assert_holds, Search};
 
 #[test]
 fn the_design_survives_time_outs_a_restart_and_late_undos() {
-    for model in Redlock::checked(Bugs::default()) {
-        assert_holds(model);
-    }
+    Redlock::checked(Bugs::default()).into_iter().for_each(assert_holds);
 }
 
 #[test]
 fn the_design_survives_every_fault_of_each_bound_together_deep() {
     common::deep_only("about a minute and a half", || {
-        for model in Redlock::deep(Bugs::default()) {
-            assert_holds(model);
-        }
+        Redlock::deep(Bugs::default()).into_iter().for_each(assert_holds)
     });
 }
 
@@ -28,12 +22,12 @@ fn the_design_survives_every_fault_of_each_bound_together_deep() {
 fn an_undo_of_any_attempt_frees_the_next_grant() {
     let bugs = Bugs { undo_frees_any_attempt: true, ..Bugs::default() };
     // A second time-out: the first attempt fails on time-outs alone, then succeeds.
-    assert_breaks(Redlock { lose: 2, ..Redlock::retries(bugs) }, "no two believers");
+    assert_breaks(Redlock { lose: 2, ..Redlock::retries(bugs) }, &bugs, "no two believers", Search::Dfs);
 }
 
 #[test]
 fn a_restarted_master_without_a_quiet_period_grants_twice() {
     let bugs = Bugs { no_quiet_period: true, ..Bugs::default() };
     let [_, restarts, _] = Redlock::checked(bugs);
-    assert_breaks(restarts, "no two believers");
+    assert_breaks(restarts, &bugs, "no two believers", Search::Dfs);
 }

@@ -6,9 +6,7 @@
 use lock_model::zk::{bound, Bugs, Zk};
 
 mod common;
-use common::{assert_holds, Search};
-
-common::bug_search!(Zk, Search::Bfs);
+use common::Search;
 
 #[test]
 fn the_validity_is_lock_zks_bound_in_whole_units() {
@@ -38,32 +36,15 @@ fn the_bound_matches_lock_zk_at_every_tick() {
     }
 }
 
-#[test]
-fn the_design_survives_a_cut_follower_and_a_stalled_link() {
-    assert_holds(Zk::small(Bugs::default()));
-}
-
-#[test]
-fn the_design_survives_the_exact_client_timers_deep() {
-    common::deep_only("minutes", || {
-        assert_holds(Zk::deep(Bugs::default()));
-    });
-}
-
-#[test]
-fn three_quarters_of_the_session_gives_two_holders() {
-    let bugs = Bugs { renewals_ignore_ping_gap: true, ..Bugs::default() };
-    assert_breaks(Zk::small(bugs), "no two believers");
-}
-
-#[test]
-fn three_quarters_of_the_session_outlives_the_node() {
-    let bugs = Bugs { renewals_ignore_ping_gap: true, ..Bugs::default() };
-    assert_breaks(Zk::small(bugs), "a lost lease is signalled before it is gone");
-}
-
-#[test]
-fn the_ping_gap_alone_outlives_the_node() {
-    let bugs = Bugs { bound_ignores_half_tick: true, ..Bugs::default() };
-    assert_breaks(Zk::small(bugs), "a lost lease is signalled before it is gone");
+common::model_tests! {
+    Zk, Search::Bfs;
+    holds { the_design_survives_a_cut_follower_and_a_stalled_link: small }
+    deep "minutes" { the_design_survives_the_exact_client_timers_deep: [Zk::deep(Bugs::default())] }
+    breaks {
+        three_quarters_of_the_session_gives_two_holders: small(renewals_ignore_ping_gap) => "no two believers";
+        three_quarters_of_the_session_outlives_the_node:
+            small(renewals_ignore_ping_gap) => "a lost lease is signalled before it is gone";
+        the_ping_gap_alone_outlives_the_node:
+            small(bound_ignores_half_tick) => "a lost lease is signalled before it is gone";
+    }
 }

@@ -6,7 +6,9 @@ mod common;
 mod redis_extra {
     use std::time::{Duration, Instant};
 
-    use lock_core::{AcquireOptions, DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockName};
+    use lock_core::{
+        AcquireOptions, DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockName, LockService,
+    };
 
     use crate::common::RedisFixture;
 
@@ -19,6 +21,76 @@ mod redis_extra {
     pub(crate) async fn raw(fx: &RedisFixture) -> redis::aio::MultiplexedConnection {
         let client = redis::Client::open(fx.server.url()).unwrap();
         client.get_multiplexed_async_connection().await.unwrap()
+    }
+
+    /// A fresh fixture, a client of it, the lock `name` and a raw connection to the server.
+    async fn client_and_raw(
+        name: &str,
+    ) -> (RedisFixture, lock_redis::RedisLock, LockName, redis::aio::MultiplexedConnection) {
+        let fx = RedisFixture::start().await.unwrap();
+        let c = fx.redis_client().await.unwrap();
+        let conn = raw(&fx).await;
+        (fx, c, LockName::new(name).unwrap(), conn)
+    }
+
+    /// What the exclusive lock needs of an ACL user at the least, as the crate docs list it.
+    pub(crate) const LEAST_EXCLUSIVE: &[&str] = &[
+        "+evalsha",
+        "+script|load",
+        "+ping",
+        "+subscribe",
+        "+unsubscribe",
+        "+publish",
+        "+hget",
+        "+hmget",
+        "+hset",
+        "+pexpire",
+        "+pttl",
+        "+time",
+        "+incr",
+        "+get",
+        "+set",
+        "+del",
+        "+zadd",
+        "+zrange",
+        "+zrangebyscore",
+        "+zscore",
+        "+zrem",
+        "+zcard",
+        "+hdel",
+        "+exists",
+    ];
+
+    /// What the read-write lock and the semaphore need beyond [`LEAST_EXCLUSIVE`].
+    pub(crate) const LEAST_KINDS: &[&str] = &["+zremrangebyscore", "+zrank", "+zcount"];
+
+    /// A fresh server of the test's own, its address and a raw connection to it, for `case`,
+    /// which changes the server's ACLs: `None`, said as not applicable, on an external server.
+    pub(crate) async fn acl_server(
+        case: &str,
+    ) -> Option<(RedisFixture, std::net::SocketAddr, redis::aio::MultiplexedConnection)> {
+        let fx = RedisFixture::start().await.unwrap();
+        let Some(addr) = fx.server.addr().filter(|_| fx.owned()) else {
+            eprintln!("NOT APPLICABLE {case}: the server is external (the test changes its ACLs)");
+            return None;
+        };
+        let conn = raw(&fx).await;
+        Some((fx, addr, conn))
+    }
+
+    /// Makes the ACL user `user`, password `pw`, allowed `rules` on the keys and channels under
+    /// `prefix` only.
+    pub(crate) async fn acl_user(
+        conn: &mut redis::aio::MultiplexedConnection,
+        prefix: &str,
+        user: &str,
+        pw: &str,
+        rules: &[&str],
+    ) {
+        let mut cmd = redis::cmd("ACL");
+        cmd.arg("SETUSER").arg(user).arg("on").arg(format!(">{pw}")).arg(format!("~{prefix}:*"));
+        cmd.arg(format!("&{prefix}:*")).arg("-@all").arg(rules);
+        let _: () = cmd.query_async(conn).await.unwrap();
     }
 
     /// `idle_gc_after` lets the name's hash (lease and token counter) expire `ttl +
@@ -185,12 +257,9 @@ mod redis_extra {
     /// The fence counter evicted or deleted: the TIME floor keeps tokens increasing.
     #[tokio::test]
     async fn deleted_counter_keeps_tokens_monotonic() {
-        let fx = RedisFixture::start().await.unwrap();
-        let c = fx.redis_client().await.unwrap();
-        let name = LockName::new("evicted").unwrap();
+        let (fx, c, name, mut conn) = client_and_raw("evicted").await;
         let l1 = c.acquire(&name, &opts(1000)).await.unwrap();
         l1.release().await.unwrap();
-        let mut conn = raw(&fx).await;
         let _: i64 = redis::cmd("DEL").arg(fx.key("evicted", "lock")).query_async(&mut conn).await.unwrap();
         let l2 = c.acquire(&name, &opts(1000)).await.unwrap();
         assert!(l2.token() > l1.token());
@@ -200,11 +269,8 @@ mod redis_extra {
     /// SCRIPT FLUSH between calls: scripts are re-loaded on NOSCRIPT.
     #[tokio::test]
     async fn noscript_reload() {
-        let fx = RedisFixture::start().await.unwrap();
-        let c = fx.redis_client().await.unwrap();
-        let name = LockName::new("noscript").unwrap();
+        let (_fx, c, name, mut conn) = client_and_raw("noscript").await;
         let l = c.acquire(&name, &opts(2000)).await.unwrap();
-        let mut conn = raw(&fx).await;
         let _: () = redis::cmd("SCRIPT").arg("FLUSH").query_async(&mut conn).await.unwrap();
         l.renew().await.unwrap();
         let _: () = redis::cmd("SCRIPT").arg("FLUSH").query_async(&mut conn).await.unwrap();
@@ -267,13 +333,8 @@ mod redis_extra {
     /// AUTH from the URL; wrong passwords are a Config error that does not echo the password.
     #[tokio::test]
     async fn auth_from_url() {
-        let fx = RedisFixture::start().await.unwrap();
-        let Some(addr) = fx.server.addr().filter(|_| fx.owned()) else {
-            eprintln!("NOT APPLICABLE auth_from_url: the server is external (the test changes its ACLs)");
-            return;
-        };
+        let Some((fx, addr, mut conn)) = acl_server("auth_from_url").await else { return };
         let prefix = fx.options.key_prefix.clone();
-        let mut conn = raw(&fx).await;
         let _: () = redis::cmd("ACL")
             .arg(&["SETUSER", "locker", "on", ">pw1", "~*", "&*", "+@all"])
             .query_async(&mut conn)
@@ -285,14 +346,7 @@ mod redis_extra {
         let l = ok.try_acquire(&LockName::new("auth").unwrap(), &opts(1000)).await.unwrap().unwrap();
         l.release().await.unwrap();
         // The least an ACL user needs (as documented in the crate docs).
-        let _: () = redis::cmd("ACL")
-            .arg(&["SETUSER", "minimal", "on", ">pw2", &format!("~{prefix}:*"), &format!("&{prefix}:*"), "-@all"])
-            .arg(&["+evalsha", "+script|load", "+ping", "+subscribe", "+unsubscribe", "+publish"])
-            .arg(&["+hget", "+hmget", "+hset", "+pexpire", "+pttl", "+time", "+incr", "+get", "+set", "+del"])
-            .arg(&["+zadd", "+zrange", "+zrangebyscore", "+zscore", "+zrem", "+zcard", "+hdel", "+exists"])
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        acl_user(&mut conn, &prefix, "minimal", "pw2", LEAST_EXCLUSIVE).await;
         let min = lock_redis::connect(&format!("redis://minimal:pw2@{addr}"), fx.options.clone()).await.unwrap();
         let other = fx.redis_client().await.unwrap();
         let name = LockName::new("acl").unwrap();
@@ -314,57 +368,21 @@ mod redis_extra {
     /// connect with a `Config` error naming it, before any script could run half-way.
     #[tokio::test]
     async fn least_acl_is_checked_at_connect() {
-        let fx = RedisFixture::start().await.unwrap();
-        let Some(addr) = fx.server.addr().filter(|_| fx.owned()) else {
-            eprintln!(
-                "NOT APPLICABLE least_acl_is_checked_at_connect: the server is external (the test changes its ACLs)"
-            );
-            return;
-        };
+        let Some((fx, addr, mut conn)) = acl_server("least_acl_is_checked_at_connect").await else { return };
         let prefix = fx.options.key_prefix.clone();
-        let mut conn = raw(&fx).await;
-        const EXCLUSIVE: &[&str] = &[
-            "+evalsha",
-            "+script|load",
-            "+ping",
-            "+subscribe",
-            "+unsubscribe",
-            "+publish",
-            "+hget",
-            "+hmget",
-            "+hset",
-            "+pexpire",
-            "+pttl",
-            "+time",
-            "+incr",
-            "+get",
-            "+set",
-            "+del",
-            "+zadd",
-            "+zrange",
-            "+zrangebyscore",
-            "+zscore",
-            "+zrem",
-            "+zcard",
-            "+hdel",
-            "+exists",
-        ];
-        const KINDS: &[&str] = &["+zremrangebyscore", "+zrank", "+zcount"];
-        let user = |name: &str, rules: Vec<&str>| {
-            let mut c = conn.clone();
-            let mut cmd = redis::cmd("ACL");
-            cmd.arg("SETUSER").arg(name).arg("on").arg(">pw").arg(format!("~{prefix}:*")).arg(format!("&{prefix}:*"));
-            cmd.arg("-@all").arg(rules);
-            async move {
-                let _: () = cmd.query_async(&mut c).await.unwrap();
-            }
+        let without = |rules: &[&'static str], gone: &str| -> Vec<&'static str> {
+            rules.iter().copied().filter(|r| *r != gone).collect()
         };
-        let all: Vec<&str> = EXCLUSIVE.iter().chain(KINDS).copied().chain(["+select"]).collect();
-        user("least", all.clone()).await;
-        user("nopublish", all.iter().copied().filter(|r| *r != "+publish").collect()).await;
-        user("noselect", all.iter().copied().filter(|r| *r != "+select").collect()).await;
-        user("exclusiveonly", EXCLUSIVE.to_vec()).await;
-        user("noqueue", EXCLUSIVE.iter().copied().filter(|r| *r != "+zadd").collect()).await;
+        let all: Vec<&str> = LEAST_EXCLUSIVE.iter().chain(LEAST_KINDS).copied().chain(["+select"]).collect();
+        for (user, rules) in [
+            ("least", all.clone()),
+            ("nopublish", without(&all, "+publish")),
+            ("noselect", without(&all, "+select")),
+            ("exclusiveonly", LEAST_EXCLUSIVE.to_vec()),
+            ("noqueue", without(LEAST_EXCLUSIVE, "+zadd")),
+        ] {
+            acl_user(&mut conn, &prefix, user, "pw", &rules).await;
+        }
         // Database 1 must be fresh for this prefix too.
         let _: () = redis::cmd("SELECT").arg(1).query_async(&mut conn).await.unwrap();
         let _: () = redis::cmd("SET").arg(format!("{prefix}:boot")).arg(0).query_async(&mut conn).await.unwrap();

@@ -45,6 +45,81 @@ async fn queued_head(c: &mut redis::aio::MultiplexedConnection, queue: &str) -> 
     }
 }
 
+/// What the cases with a client behind a fault proxy share: the fixture, the proxy, a raw
+/// connection to the server, two clients straight to it, the first holding the name, and the
+/// client behind the proxy queued for it.
+struct Proxied {
+    fx: RedisFixture,
+    proxy: Arc<FaultProxy>,
+    raw: redis::aio::MultiplexedConnection,
+    direct: (lock_redis::RedisLock, lock_redis::RedisLock),
+    name: LockName,
+    /// The name's `waiters` key.
+    queue: String,
+    /// The first direct client's lease.
+    held: Lease,
+    /// The wait of the client behind the proxy, queued: the queue's head.
+    behind: tokio::task::JoinHandle<Result<Lease, LockError>>,
+    /// Its owner id.
+    behind_owner: String,
+}
+
+/// The set-up of `case` on the lock `name`: `None`, said as not applicable, when the server has
+/// no address to proxy.
+async fn proxied(case: &str, name: &str) -> Option<Proxied> {
+    let fx = RedisFixture::start().await.unwrap();
+    let Some(addr) = fx.server.addr() else {
+        eprintln!("NOT APPLICABLE {case}: no address to proxy");
+        return None;
+    };
+    let proxy = FaultProxy::start(addr).await.unwrap();
+    let behind = lock_redis::connect(&format!("redis://{}", proxy.local_addr()), fx.options.clone()).await.unwrap();
+    let direct = (fx.redis_client().await.unwrap(), fx.redis_client().await.unwrap());
+    let mut raw = raw(fx.server.url()).await;
+    let name = LockName::new(name).unwrap();
+    let queue = fx.key(&name.escaped(), "waiters");
+    let held = direct.0.acquire(&name, &opts(Duration::from_secs(5))).await.unwrap();
+    let behind = wait_in_task(behind, &name);
+    let (behind_owner, _, _) = queued_head(&mut raw, &queue).await;
+    Some(Proxied { fx, proxy, raw, direct, name, queue, held, behind, behind_owner })
+}
+
+/// `lock` waits up to 30 s for `name`, in a task of its own.
+fn wait_in_task(lock: impl DistributedLock, name: &LockName) -> tokio::task::JoinHandle<Result<Lease, LockError>> {
+    let name = name.clone();
+    tokio::spawn(async move { lock.acquire(&name, &opts(Duration::from_secs(30))).await })
+}
+
+/// How long after `since` `lock` first takes `name` (and releases it at once); fails with
+/// `stuck` when it is still taken 5 s after `since`.
+async fn free_after(lock: &impl DistributedLock, name: &LockName, since: Instant, stuck: &str) -> Duration {
+    loop {
+        if let Some(l) = lock.try_acquire(name, &opts(Duration::ZERO)).await.unwrap() {
+            l.release().await.unwrap();
+            return since.elapsed();
+        }
+        assert!(since.elapsed() < Duration::from_secs(5), "{stuck}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Releases `held`; the waiter `w` then gets the lock with a token above `held`'s, the one the
+/// server holds (read through `lock`). Returns the waiter's lease.
+async fn handed_on(
+    held: Lease,
+    w: tokio::task::JoinHandle<Result<Lease, LockError>>,
+    lock: &impl DistributedLock,
+    name: &LockName,
+) -> Lease {
+    let before = held.token();
+    held.release().await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(10), w).await.expect("granted after the release").unwrap();
+    let got = got.unwrap();
+    assert!(got.token() > before, "{} after {before}", got.token());
+    assert_eq!(held_token(lock, name).await, Some(got.token().0), "the server's token");
+    got
+}
+
 /// The token the server holds for `name`, if anyone holds it.
 async fn held_token(lock: &impl DistributedLock, name: &LockName) -> Option<u64> {
     lock.inspect(name).await.unwrap().map(|i| i.token.0)
@@ -92,10 +167,7 @@ async fn a_forged_grant_from_a_read_only_user_grants_nothing() {
     assert!(write.is_err(), "the forger may not write");
 
     let held = holder.acquire(&name, &opts(Duration::from_secs(5))).await.unwrap();
-    let mut w = tokio::spawn({
-        let name = name.clone();
-        async move { waiter.acquire(&name, &opts(Duration::from_secs(30))).await }
-    });
+    let mut w = wait_in_task(waiter, &name);
     let queue = fx.key(&name.escaped(), "waiters");
     queued_head(&mut forger, &queue).await;
     // Let the wait settle (its attempt after subscribing rewrites the entry).
@@ -112,12 +184,8 @@ async fn a_forged_grant_from_a_read_only_user_grants_nothing() {
     }
     still_waiting(&mut w, &held, &holder, "forged grants").await;
 
-    held.release().await.unwrap();
-    let got = tokio::time::timeout(Duration::from_secs(10), w).await.expect("granted after the release").unwrap();
-    let got = got.unwrap();
-    assert!(got.token() > held.token(), "{} after {}", got.token(), held.token());
+    let got = handed_on(held, w, &holder, &name).await;
     assert!(got.token().0 < (i64::MAX / 2) as u64, "the forged token: {}", got.token());
-    assert_eq!(held_token(&holder, &name).await, Some(got.token().0), "the server's token");
     got.release().await.unwrap();
     let _: i64 = redis::cmd("ACL").arg("DELUSER").arg(&user).query_async(&mut admin).await.unwrap();
 }
@@ -127,24 +195,11 @@ async fn a_forged_grant_from_a_read_only_user_grants_nothing() {
 /// nothing while that client holds.
 #[tokio::test]
 async fn a_late_and_replayed_genuine_grant_grants_nothing() {
-    let fx = RedisFixture::start().await.unwrap();
-    let Some(addr) = fx.server.addr() else {
-        eprintln!("NOT APPLICABLE a_late_and_replayed_genuine_grant_grants_nothing: no address to proxy");
+    let Some(Proxied { fx, proxy, raw: mut c, direct: (a, b), name, queue, held: held_a, behind: mut w, .. }) =
+        proxied("a_late_and_replayed_genuine_grant_grants_nothing", "late").await
+    else {
         return;
     };
-    let proxy: Arc<FaultProxy> = FaultProxy::start(addr).await.unwrap();
-    let waiter = lock_redis::connect(&format!("redis://{}", proxy.local_addr()), fx.options.clone()).await.unwrap();
-    let (a, b) = (fx.redis_client().await.unwrap(), fx.redis_client().await.unwrap());
-    let name = LockName::new("late").unwrap();
-    let mut c = raw(fx.server.url()).await;
-
-    let held_a = a.acquire(&name, &opts(Duration::from_secs(5))).await.unwrap();
-    let mut w = tokio::spawn({
-        let name = name.clone();
-        async move { waiter.acquire(&name, &opts(Duration::from_secs(30))).await }
-    });
-    let queue = fx.key(&name.escaped(), "waiters");
-    queued_head(&mut c, &queue).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (owner, _, wake) = queued_head(&mut c, &queue).await;
     let mut spy = redis::Client::open(fx.server.url()).unwrap().get_async_pubsub().await.unwrap();
@@ -167,12 +222,7 @@ async fn a_late_and_replayed_genuine_grant_grants_nothing() {
     }
     still_waiting(&mut w, &held_b, &b, "the replayed grant").await;
 
-    held_b.release().await.unwrap();
-    let got = tokio::time::timeout(Duration::from_secs(10), w).await.expect("granted after the release").unwrap();
-    let got = got.unwrap();
-    assert!(got.token() > held_b.token(), "{} after {}", got.token(), held_b.token());
-    assert_eq!(held_token(&b, &name).await, Some(got.token().0), "the server's token");
-    got.release().await.unwrap();
+    handed_on(held_b, w, &b, &name).await.release().await.unwrap();
 }
 
 /// A head granted in the release whose client is gone (cut off, its wait dropped, so nothing
@@ -180,24 +230,11 @@ async fn a_late_and_replayed_genuine_grant_grants_nothing() {
 /// gets the lock well within the ttl.
 #[tokio::test]
 async fn a_grant_to_a_vanished_head_lapses_within_the_claim_window() {
-    let fx = RedisFixture::start().await.unwrap();
-    let Some(addr) = fx.server.addr() else {
-        eprintln!("NOT APPLICABLE a_grant_to_a_vanished_head_lapses_within_the_claim_window: no address to proxy");
+    let Some(Proxied { fx, proxy, raw: mut c, direct: (_a, next), name, queue, held, behind: head, behind_owner }) =
+        proxied("a_grant_to_a_vanished_head_lapses_within_the_claim_window", "ghost").await
+    else {
         return;
     };
-    let proxy: Arc<FaultProxy> = FaultProxy::start(addr).await.unwrap();
-    let ghost = lock_redis::connect(&format!("redis://{}", proxy.local_addr()), fx.options.clone()).await.unwrap();
-    let (a, next) = (fx.redis_client().await.unwrap(), fx.redis_client().await.unwrap());
-    let name = LockName::new("ghost").unwrap();
-    let mut c = raw(fx.server.url()).await;
-    let queue = fx.key(&name.escaped(), "waiters");
-
-    let held = a.acquire(&name, &opts(Duration::from_secs(5))).await.unwrap();
-    let head = tokio::spawn({
-        let name = name.clone();
-        async move { ghost.acquire(&name, &opts(Duration::from_secs(30))).await }
-    });
-    let (ghost_owner, _, _) = queued_head(&mut c, &queue).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let w = tokio::spawn({
         let name = name.clone();
@@ -220,7 +257,7 @@ async fn a_grant_to_a_vanished_head_lapses_within_the_claim_window() {
     held.release().await.unwrap();
     let granted: Option<String> =
         redis::cmd("HGET").arg(fx.key(&name.escaped(), "lock")).arg("o").query_async(&mut c).await.unwrap();
-    assert_eq!(granted.as_deref(), Some(ghost_owner.as_str()), "the release granted the vanished head");
+    assert_eq!(granted.as_deref(), Some(behind_owner.as_str()), "the release granted the vanished head");
     let (at, lease) =
         tokio::time::timeout(Duration::from_secs(25), w).await.expect("the next waiter").unwrap().unwrap();
     let delay = at - released;
@@ -282,14 +319,7 @@ async fn a_wait_that_ends_as_it_is_granted_leaves_the_lock_free() {
                 ("dropped", left.unwrap())
             }
         };
-        let took = loop {
-            if let Some(l) = other.try_acquire(&name, &opts(Duration::ZERO)).await.unwrap() {
-                l.release().await.unwrap();
-                break left.elapsed();
-            }
-            assert!(left.elapsed() < Duration::from_secs(5), "round {round}: the lock stayed taken");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        };
+        let took = free_after(&other, &name, left, &format!("round {round}: the lock stayed taken")).await;
         eprintln!("round {round} ({outcome}): free {took:?} after the wait ended");
         // The contract's 100 ms, with a margin for a loaded machine; below the claim window
         // (1 s), which is how long a grant the wait left behind would hold.
@@ -324,14 +354,7 @@ async fn cancelled_waiters_leave_a_free_lock_free() {
     }
     held.release().await.unwrap();
     let released = Instant::now();
-    let took = loop {
-        if let Some(l) = fresh.try_acquire(&name, &opts(Duration::ZERO)).await.unwrap() {
-            l.release().await.unwrap();
-            break released.elapsed();
-        }
-        assert!(released.elapsed() < Duration::from_secs(5), "the free lock stayed unavailable");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    let took = free_after(&fresh, &name, released, "the free lock stayed unavailable").await;
     eprintln!("free for a fresh try {took:?} after the release");
     assert!(took < Duration::from_millis(700), "free for a fresh try only {took:?} after the release");
 }

@@ -6,7 +6,7 @@ mod common;
 mod redlock_extra {
     use std::time::{Duration, Instant};
 
-    use lock_core::{AcquireOptions, DistributedLock, LockError, LockName};
+    use lock_core::{AcquireOptions, DistributedLock, LockError, LockName, LockService};
 
     use crate::common::RedlockFixture;
 

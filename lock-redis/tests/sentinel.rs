@@ -7,7 +7,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use dlock_testkit::servers::redis_sentinel::{RedisSentinelDeployment, SentinelNode};
-use lock_core::{AcquireOptions, DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockName};
+use lock_core::{
+    AcquireOptions, DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockName, LockService,
+};
 use lock_redis::RedisOptions;
 
 fn options(acks: u32) -> RedisOptions {

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use lock_core::{AcquireOptions, DistributedLock, DistributedRwLock, DistributedSemaphore, LockName};
+use lock_core::{AcquireOptions, DistributedLock, DistributedRwLock, DistributedSemaphore, LockName, LockService};
 use lock_sql::{SqlBackend, SqlOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 

@@ -46,7 +46,7 @@ async fn extra_mysql_path_without_returning() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extra_durable_fencing_follows_innodb_flush_setting() {
     use dlock_testkit::servers::mysql::MysqlServer;
-    use lock_core::{DistributedLock, DistributedSemaphore};
+    use lock_core::LockService;
     use sqlx::{Connection, Executor};
     let server = MysqlServer::start_local().await.expect("a private mariadb server");
     let mut admin = sqlx::MySqlConnection::connect(server.url()).await.unwrap();

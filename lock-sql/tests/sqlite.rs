@@ -10,7 +10,7 @@ use common::SqlFixture;
 
 lock_conformance::conformance_tests!(sqlite, || async { crate::common::SqlFixture::sqlite().await });
 lock_conformance::waiter_child_test!(common::connect_child);
-use lock_core::{AcquireOptions, DistributedLock, LockError, LockName};
+use lock_core::{AcquireOptions, DistributedLock, LockError, LockName, LockService};
 
 extra_tests!(SqlFixture::sqlite);
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_core::{
     AcquireOptions, Capabilities, ChangeFeed, DistributedLock, FencingToken, HolderInfo, Lease, LeaseModel, LockError,
-    LockName, WakeMethod,
+    LockName, LockService, WakeMethod,
 };
 use tokio::time::{timeout, Instant};
 use zookeeper_client::{Client, OneshotWatcher};
@@ -325,14 +325,6 @@ impl ZkLock {
 
 #[async_trait]
 impl DistributedLock for ZkLock {
-    fn backend(&self) -> &str {
-        BACKEND
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        capabilities()
-    }
-
     async fn try_acquire(&self, name: &LockName, options: &AcquireOptions) -> Result<Option<Lease>, LockError> {
         self.try_once(Recipe::Exclusive, name, options).await
     }
@@ -371,6 +363,16 @@ impl DistributedLock for ZkLock {
             async move { lock.arm(&parent).await }
         };
         Ok(Some(observe::feed(rearm, seen, watcher)))
+    }
+}
+
+impl LockService for ZkLock {
+    fn backend(&self) -> &str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        capabilities()
     }
 }
 

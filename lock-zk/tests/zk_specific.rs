@@ -11,7 +11,7 @@ use common::{
     two_clients, GaveWay, ZkFixture, SESSION_TIMEOUT,
 };
 use lock_conformance::{ClientLink, Fixture};
-use lock_core::{DistributedLock, LockError};
+use lock_core::{DistributedLock, LockError, LockService};
 use lock_zk::ZkOptions;
 use tokio::time::{sleep, timeout, Instant};
 

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use lock_core::{DistributedLock, LockProvider};
+use lock_core::{DistributedLock, LockProvider, LockService};
 use lock_redis::{RedisBackend, Redlock};
 
 use super::kinds::{every_kind, KindsProvider};
@@ -35,7 +35,7 @@ struct RedlockProvider(Redlock);
 
 impl LockProvider for RedlockProvider {
     fn backend(&self) -> &str {
-        DistributedLock::backend(&self.0)
+        LockService::backend(&self.0)
     }
 
     fn lock(&self) -> Arc<dyn DistributedLock> {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_conformance::{async_trait, Fixture};
+use lock_core::LockService;
 use lock_core::{
     backend::{Claim, LeaseGrant, LeaseHandle, LeaseStore, ReleaseOutcome, RenewOutcome, TryLock},
     AcquireOptions, Capabilities, DistributedLock, Lease, LeaseEvents, LockError, LockName, OwnerId, WaitPolicy,
@@ -77,14 +78,18 @@ impl LeaseHandle for Handle {
     }
 }
 
-#[async_trait]
-impl DistributedLock for Client {
+impl LockService for Client {
     fn backend(&self) -> &str {
         "one-watchdog"
     }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities::new()
     }
+}
+
+#[async_trait]
+impl DistributedLock for Client {
     async fn try_acquire(&self, name: &LockName, opts: &AcquireOptions) -> Result<Option<Lease>, LockError> {
         let (owner, started) = (OwnerId::random(), Instant::now());
         Ok(match self.store.try_lock(&Claim::new(name, owner, opts.ttl), false).await? {

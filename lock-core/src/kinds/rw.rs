@@ -7,7 +7,9 @@ use async_trait::async_trait;
 use super::side::KindSide;
 use super::store::KindStore;
 use crate::store::{LeaseStore, StoreLock};
-use crate::{AcquireOptions, Capabilities, DistributedLock, DistributedRwLock, Lease, LockError, LockKind, LockName};
+use crate::{
+    AcquireOptions, Capabilities, DistributedLock, DistributedRwLock, Lease, LockError, LockKind, LockName, LockService,
+};
 
 /// A read-write lock (docs/contract.md §5.2) over a [`KindStore`].
 ///
@@ -60,10 +62,6 @@ impl<B: KindStore> StoreRwLock<B> {
 
 #[async_trait]
 impl<B: KindStore> DistributedRwLock for StoreRwLock<B> {
-    fn backend(&self) -> &str {
-        self.read.backend()
-    }
-
     async fn try_acquire_read(&self, name: &LockName, options: &AcquireOptions) -> Result<Option<Lease>, LockError> {
         self.read.try_acquire(name, options).await
     }
@@ -78,6 +76,12 @@ impl<B: KindStore> DistributedRwLock for StoreRwLock<B> {
 
     async fn acquire_write(&self, name: &LockName, options: &AcquireOptions) -> Result<Lease, LockError> {
         self.write.acquire(name, options).await
+    }
+}
+
+impl<B: KindStore> LockService for StoreRwLock<B> {
+    fn backend(&self) -> &str {
+        self.read.backend()
     }
 
     fn capabilities(&self) -> Capabilities {

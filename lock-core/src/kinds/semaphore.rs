@@ -10,6 +10,7 @@ use super::store::KindStore;
 use crate::store::{LeaseStore, StoreLock};
 use crate::{
     AcquireOptions, Capabilities, DistributedLock, DistributedSemaphore, Lease, LockError, LockKind, LockName,
+    LockService,
 };
 
 /// A semaphore (docs/contract.md §5.3) over a [`KindStore`].
@@ -60,10 +61,6 @@ impl<B: KindStore> StoreSemaphore<B> {
 
 #[async_trait]
 impl<B: KindStore> DistributedSemaphore for StoreSemaphore<B> {
-    fn backend(&self) -> &str {
-        self.store.backend()
-    }
-
     async fn try_acquire_permit(
         &self,
         name: &LockName,
@@ -80,6 +77,12 @@ impl<B: KindStore> DistributedSemaphore for StoreSemaphore<B> {
         options: &AcquireOptions,
     ) -> Result<Lease, LockError> {
         self.side(permits)?.acquire(name, options).await
+    }
+}
+
+impl<B: KindStore> LockService for StoreSemaphore<B> {
+    fn backend(&self) -> &str {
+        self.store.backend()
     }
 
     fn capabilities(&self) -> Capabilities {

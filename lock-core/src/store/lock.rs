@@ -19,7 +19,7 @@ use crate::audit::audited_force_release;
 use crate::lease::LeaseGrant;
 use crate::{
     AcquireOptions, Capabilities, ChangeFeed, DistributedLock, FencingToken, HolderInfo, Lease, LockError, LockName,
-    OwnerId,
+    LockService, OwnerId,
 };
 
 /// Turns a [`LeaseStore`] into a [`DistributedLock`].
@@ -75,14 +75,6 @@ const ABANDON_INLINE: Duration = Duration::from_millis(200);
 
 #[async_trait]
 impl<S: LeaseStore> DistributedLock for StoreLock<S> {
-    fn backend(&self) -> &str {
-        self.store.backend()
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.store.capabilities()
-    }
-
     async fn inspect(&self, name: &LockName) -> Result<Option<HolderInfo>, LockError> {
         self.store.inspect(name).await
     }
@@ -152,5 +144,15 @@ impl<S: LeaseStore> DistributedLock for StoreLock<S> {
             }
         }
         result
+    }
+}
+
+impl<S: LeaseStore> LockService for StoreLock<S> {
+    fn backend(&self) -> &str {
+        self.store.backend()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.store.capabilities()
     }
 }

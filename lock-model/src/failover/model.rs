@@ -3,6 +3,7 @@
 use stateright::{Model, Property};
 
 use crate::properties::{of_kept_leases, Leases};
+use crate::shared::Taken;
 
 use super::state::{Client, Data, Node, State, OWNERS};
 
@@ -157,10 +158,7 @@ impl Failover {
         // A grant acknowledged only after its validity passed is a lease lost on arrival: its
         // holder never acts on it (and it counts for no taker's token).
         if self.acked(s, epoch, offset).is_some_and(|n| n >= ACKS) && s.now < t0 + TTL {
-            if token <= s.max_taken {
-                s.regressed = true;
-            }
-            s.max_taken = s.max_taken.max(token);
+            s.taken.take(token);
             s.clients[c as usize] = Client::Holding { token, valid_until: t0 + TTL, renewal: None, sent: t0 };
         } else if epoch == s.epoch {
             // Not acknowledged (or too late): released on the same connection.
@@ -275,8 +273,7 @@ impl Model for Failover {
             failovers: self.failovers,
             clients: vec![Client::Idle; n],
             attempts: vec![self.attempts; n],
-            max_taken: 0,
-            regressed: false,
+            taken: Taken::default(),
             kept_across_failover: false,
         }]
     }

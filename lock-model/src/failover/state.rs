@@ -1,5 +1,7 @@
 //! The failover model's state: two nodes and their replication, what each client believes.
 
+use crate::shared::Taken;
+
 /// Owner ids per client (attempts are fewer).
 pub(crate) const OWNERS: u8 = 8;
 
@@ -77,10 +79,8 @@ pub struct State {
     pub clients: Vec<Client>,
     /// Acquire attempts left per client.
     pub attempts: Vec<u8>,
-    /// The highest token any client took.
-    pub max_taken: u8,
-    /// A client took a token not above an earlier taker's.
-    pub regressed: bool,
+    /// The tokens clients took.
+    pub taken: Taken,
     /// A holder's lease survived a failover (shows the path is reached).
     pub kept_across_failover: bool,
 }
@@ -94,7 +94,7 @@ impl State {
     }
 }
 
-crate::properties::leases_of_clients!(State, |s| s.regressed);
+crate::properties::leases_of_clients!(State, |s| s.taken.regressed);
 
 impl crate::properties::Kept for State {
     /// On the current primary: a lease on a replica or a replaced primary is not kept.

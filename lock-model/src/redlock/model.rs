@@ -3,6 +3,7 @@
 use stateright::{Model, Property};
 
 use crate::properties::{no_two_believers, tokens_increase};
+use crate::shared::Taken;
 
 use super::state::{Client, Key, Master, Op, State};
 
@@ -157,13 +158,8 @@ impl Redlock {
             Client::Round2 { attempt, t0, token, refused1, stored, failed } => {
                 if stored.count_ones() >= QUORUM {
                     if s.now < t0 + self.ttl {
-                        if token <= s.max_taken {
-                            s.regressed = true;
-                        }
-                        if s.max_taken > 0 {
-                            s.second_holder = true;
-                        }
-                        s.max_taken = s.max_taken.max(token);
+                        s.second_holder |= s.taken.max > 0;
+                        s.taken.take(token);
                         s.clients[i] = Client::Holding { token, valid_until: t0 + self.ttl };
                     } else {
                         self.fail(s, c, attempt, refused1);
@@ -306,8 +302,7 @@ impl Model for Redlock {
             last_attempt: vec![0; n],
             lose: self.lose,
             restart: self.restart,
-            max_taken: 0,
-            regressed: false,
+            taken: Taken::default(),
             second_holder: false,
         }]
     }

@@ -1,6 +1,8 @@
 //! The Redlock model's state: the masters, the requests in flight on each client's connection
 //! to each master, the background tasks not yet sent, and what each client believes.
 
+use crate::shared::Taken;
+
 /// A request of one client to one master.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Op {
@@ -125,12 +127,10 @@ pub struct State {
     pub lose: u8,
     /// Restarts (with the data lost) left in this run.
     pub restart: u8,
-    /// The highest token any client took.
-    pub max_taken: u8,
-    /// A client took a token not above an earlier taker's.
-    pub regressed: bool,
+    /// The tokens clients took.
+    pub taken: Taken,
     /// A client held the lock after another had (shows the path is reached).
     pub second_holder: bool,
 }
 
-crate::properties::leases_of_clients!(State, |s| s.regressed);
+crate::properties::leases_of_clients!(State, |s| s.taken.regressed);

@@ -3,6 +3,7 @@
 use stateright::{Model, Property};
 
 use crate::properties::of_kept_leases;
+use crate::shared::Taken;
 
 use std::sync::LazyLock;
 
@@ -134,10 +135,7 @@ impl Zk {
             // The exclusive recipe answers `Hold` or `Wait` for one node, and no error.
             Ok(Verdict::WaitGranted(_)) | Err(_) => return,
             Ok(Verdict::Hold) => {
-                if mine <= s.max_taken {
-                    s.regressed = true;
-                }
-                s.max_taken = s.max_taken.max(mine);
+                s.taken.take(mine);
                 Client::Holding { token: mine, valid_until: t0 + self.validity() }
             }
         };
@@ -332,8 +330,7 @@ impl Model for Zk {
             clients: vec![Client::Idle; n],
             rounds: vec![self.rounds.saturating_sub(1); n],
             cuts: self.cuts,
-            max_taken: 0,
-            regressed: false,
+            taken: Taken::default(),
             handed_over: false,
             expired_under_holder: false,
         }]

@@ -1,6 +1,8 @@
 //! The ZooKeeper model's state: the leader's sessions and nodes, each client's connection
 //! through its server, and what each client believes.
 
+use crate::shared::Taken;
+
 /// What one client is doing with the lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Client {
@@ -81,10 +83,8 @@ pub struct State {
     pub rounds: Vec<u8>,
     /// Follower cut-offs left in this run.
     pub cuts: u8,
-    /// The highest token any client took.
-    pub max_taken: u8,
-    /// A client took a token not above an earlier taker's.
-    pub regressed: bool,
+    /// The tokens clients took.
+    pub taken: Taken,
     /// A waiter took the lock after its predecessor went (shows the path is reached).
     pub handed_over: bool,
     /// The leader expired a session whose client was holding (shows the path is reached).
@@ -104,4 +104,4 @@ impl crate::properties::Kept for State {
     }
 }
 
-crate::properties::leases_of_clients!(State, |s| s.regressed);
+crate::properties::leases_of_clients!(State, |s| s.taken.regressed);

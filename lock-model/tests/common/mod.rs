@@ -64,15 +64,46 @@ pub(crate) fn deep_only(how_long: &str, check: impl FnOnce()) {
     check();
 }
 
-/// Defines the test file's `assert_breaks(model, property)`: `model` (its bugs switched on, its
-/// field `bugs`) has a counterexample of `property`, found by `$search`.
-macro_rules! bug_search {
-    ($model:ty, $search:expr) => {
-        /// Asserts that `model` (its bugs switched on) has a counterexample of `property`.
-        fn assert_breaks(model: $model, property: &'static str) {
-            let bugs = model.bugs;
-            common::assert_breaks(model, &bugs, property, $search);
-        }
+/// Defines a model's tests as a table, one `#[test]` per row, so that each reads as one line:
+/// - `holds { name: bounds, … }`: the design at `$model::bounds(Bugs::default())` holds every
+///   property ([`assert_holds`]);
+/// - `deep "how long" { name: models }`: every model of `models` holds, under
+///   `DLOCK_MODEL_DEEP=1` only ([`deep_only`]);
+/// - `breaks { name: bounds(switch) => property, …; … }`: with the bug `switch` back on, the
+///   model at `bounds` has a counterexample of each `property`, found by `$search`
+///   ([`assert_breaks`]).
+///
+/// `Bugs` is the caller's: the model's bug switches, all off by default.
+#[allow(unused_macros)] // the Redlock tests build their models by hand
+macro_rules! model_tests {
+    (
+        $model:ident, $search:expr;
+        $(holds { $($holds:ident: $bounds:ident),+ $(,)? })?
+        $(deep $how_long:literal { $deep:ident: $models:expr })?
+        $(breaks { $($breaks:ident: $bug_bounds:ident($switch:ident) => $($property:literal),+;)+ })?
+    ) => {
+        $($(
+            #[test]
+            fn $holds() {
+                common::assert_holds($model::$bounds(Bugs::default()));
+            }
+        )+)?
+        $(
+            #[test]
+            fn $deep() {
+                common::deep_only($how_long, || $models.into_iter().for_each(common::assert_holds));
+            }
+        )?
+        $($(
+            #[test]
+            fn $breaks() {
+                let bugs = Bugs { $switch: true, ..Bugs::default() };
+                for property in [$($property),+] {
+                    common::assert_breaks($model::$bug_bounds(bugs), &bugs, property, $search);
+                }
+            }
+        )+)?
     };
 }
-pub(crate) use bug_search;
+#[allow(unused_imports)]
+pub(crate) use model_tests;

@@ -3,11 +3,11 @@
 
 use std::time::{Duration, Instant};
 
-use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockName};
+use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockName, LockService};
 
 use crate::common::RedisFixture;
 
-use crate::redis_extra::{opts, raw};
+use crate::redis_extra::{acl_server, acl_user, opts, raw, LEAST_EXCLUSIVE, LEAST_KINDS};
 
 #[tokio::test]
 async fn capabilities_and_labels() {
@@ -348,22 +348,9 @@ async fn writer_claims_end_with_the_wait() {
 /// The least ACL user the crate docs name for read-write locks and semaphores suffices.
 #[tokio::test]
 async fn least_acl_user() {
-    let fx = RedisFixture::start().await.unwrap();
-    let Some(addr) = fx.server.addr().filter(|_| fx.owned()) else {
-        eprintln!("NOT APPLICABLE least_acl_user: the server is external (the test changes its ACLs)");
-        return;
-    };
-    let prefix = fx.options.key_prefix.clone();
-    let mut conn = raw(&fx).await;
-    let _: () = redis::cmd("ACL")
-        .arg(&["SETUSER", "kinds", "on", ">pw3", &format!("~{prefix}:*"), &format!("&{prefix}:*"), "-@all"])
-        .arg(&["+evalsha", "+script|load", "+ping", "+subscribe", "+unsubscribe", "+publish"])
-        .arg(&["+hget", "+hmget", "+hset", "+pexpire", "+pttl", "+time", "+incr", "+get", "+set", "+del"])
-        .arg(&["+zadd", "+zrange", "+zrangebyscore", "+zremrangebyscore", "+zscore", "+zrem", "+zcard"])
-        .arg(&["+hdel", "+exists", "+zrank", "+zcount"])
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let Some((fx, addr, mut conn)) = acl_server("least_acl_user").await else { return };
+    let least: Vec<&str> = LEAST_EXCLUSIVE.iter().chain(LEAST_KINDS).copied().collect();
+    acl_user(&mut conn, &fx.options.key_prefix, "kinds", "pw3", &least).await;
     let url = format!("redis://kinds:pw3@{addr}");
     let rw = lock_redis::connect_rw(&url, fx.options.clone()).await.unwrap();
     let sem = lock_redis::connect_semaphore(&url, fx.options.clone()).await.unwrap();
