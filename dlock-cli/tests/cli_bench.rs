@@ -12,20 +12,10 @@ mod support;
 const CASES: [&str; 5] = ["baseline", "uncontended", "contended", "spread", "held"];
 
 fn bench(url: &str) -> Value {
-    let out = support::output(&[
-        "bench",
-        "--json",
-        "--duration",
-        "800ms",
-        "--clients",
-        "3",
-        "--held",
-        "40",
-        "--ttl",
-        "3s",
-        "--url",
-        url,
-    ]);
+    let out = support::dlock(&["bench", "--json", "--duration", "800ms", "--clients", "3", "--held", "40"])
+        .args(["--ttl", "3s", "--url", url])
+        .output()
+        .expect("the dlock binary runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{url}: exit {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
@@ -135,18 +125,11 @@ async fn the_sql_baseline_never_uses_a_table_someone_else_made() {
 #[test]
 fn rtt_puts_the_round_trip_in_front_of_baseline_and_client() {
     let url = common::postgres_url();
-    let out = support::output(&[
-        "bench",
-        "--json",
-        "--cases",
-        "baseline,uncontended",
-        "--duration",
-        "600ms",
-        "--rtt",
-        "2ms",
-        "--url",
-        &url,
-    ]);
+    let out =
+        support::dlock(&["bench", "--json", "--cases", "baseline,uncontended", "--duration", "600ms", "--rtt", "2ms"])
+            .args(["--url", &url])
+            .output()
+            .expect("the dlock binary runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "exit {:?}: {stderr}", out.status);
     let report: Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
