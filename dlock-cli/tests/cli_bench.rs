@@ -2,20 +2,18 @@
 //! report has the documented shape, the contended case proves exclusion, and the exit status is 0.
 //! No ratio is asserted here: ratios are measured in release builds and go in BENCHMARKS.md.
 
-use std::process::Command;
-
 use serde_json::Value;
 
 // The workspace tests' shared helpers (test servers, URLs), not a copy of them.
 #[path = "../../tests/common/mod.rs"]
 mod common;
+mod support;
 
 const CASES: [&str; 5] = ["baseline", "uncontended", "contended", "spread", "held"];
 
 fn bench(url: &str) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_dlock"))
-        .args(["bench", "--json", "--duration", "800ms", "--clients", "3", "--held", "40", "--ttl", "3s", "--url", url])
-        .env_remove("DLOCK_URL")
+    let out = support::dlock(&["bench", "--json", "--duration", "800ms", "--clients", "3", "--held", "40"])
+        .args(["--ttl", "3s", "--url", url])
         .output()
         .expect("the dlock binary runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -73,12 +71,7 @@ common::backends::backend_report_tests!("bench", 3, with_baseline; sqlite, postg
 
 #[test]
 fn unknown_case_is_a_usage_error() {
-    let out = Command::new(env!("CARGO_BIN_EXE_dlock"))
-        .args(["bench", "--url", "memory://x", "--cases", "nope"])
-        .output()
-        .expect("the dlock binary runs");
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown bench case"));
+    support::assert_refused(&["bench", "--url", "memory://x", "--cases", "nope"], "unknown bench case");
 }
 
 /// The SQL baseline measures in a table made for the run, never in one that exists: a table of
@@ -108,11 +101,7 @@ async fn the_sql_baseline_never_uses_a_table_someone_else_made() {
     ] {
         run(sql.clone()).execute(&mut db).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_dlock"))
-        .args(["bench", "--json", "--cases", "baseline", "--duration", "300ms", "--url", &url])
-        .env_remove("DLOCK_URL")
-        .output()
-        .expect("the dlock binary runs");
+    let out = support::output(&["bench", "--json", "--cases", "baseline", "--duration", "300ms", "--url", &url]);
     let seen: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {log}")))
         .fetch_one(&mut db)
         .await
@@ -136,12 +125,11 @@ async fn the_sql_baseline_never_uses_a_table_someone_else_made() {
 #[test]
 fn rtt_puts_the_round_trip_in_front_of_baseline_and_client() {
     let url = common::postgres_url();
-    let out = Command::new(env!("CARGO_BIN_EXE_dlock"))
-        .args(["bench", "--json", "--cases", "baseline,uncontended", "--duration", "600ms", "--rtt", "2ms"])
-        .args(["--url", &url])
-        .env_remove("DLOCK_URL")
-        .output()
-        .expect("the dlock binary runs");
+    let out =
+        support::dlock(&["bench", "--json", "--cases", "baseline,uncontended", "--duration", "600ms", "--rtt", "2ms"])
+            .args(["--url", &url])
+            .output()
+            .expect("the dlock binary runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "exit {:?}: {stderr}", out.status);
     let report: Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
@@ -152,12 +140,8 @@ fn rtt_puts_the_round_trip_in_front_of_baseline_and_client() {
         let p50 = case["p50_us"].as_f64().unwrap_or(0.0);
         assert!(p50 >= 2000.0, "{}: p50 {p50} µs with a 2 ms round trip added: {case}", case["name"]);
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_dlock"))
-        .args(["bench", "--rtt", "1ms", "--url", "redis+sentinel://127.0.0.1:26379/mymaster"])
-        .env_remove("DLOCK_URL")
-        .output()
-        .expect("the dlock binary runs");
-    assert!(!out.status.success());
-    let said = String::from_utf8_lossy(&out.stderr);
-    assert!(said.contains("--rtt cannot put a delay in front of redis+sentinel://"), "{said}");
+    support::assert_refused(
+        &["bench", "--rtt", "1ms", "--url", "redis+sentinel://127.0.0.1:26379/mymaster"],
+        "--rtt cannot put a delay in front of redis+sentinel://",
+    );
 }

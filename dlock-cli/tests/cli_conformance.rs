@@ -1,13 +1,12 @@
 //! `dlock conformance --json` against every bundled backend: the report must list at least 15
 //! cases with none failed or skipped, and the exit status must say so.
 
-use std::process::Command;
-
 use serde_json::Value;
 
 // The workspace tests' shared helpers (test servers, URLs), not a copy of them.
 #[path = "../../tests/common/mod.rs"]
 mod common;
+mod support;
 
 /// The report of `url`, with the default configuration (ZooKeeper's default session too: the
 /// suite's bounds come from the deployment's own settings, as users configure it).
@@ -21,9 +20,7 @@ async fn conformance_off_runtime(url: String) -> Value {
 }
 
 fn run_conformance_with(url: &str, envs: &[(&str, &str)]) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_dlock"))
-        .args(["conformance", "--json", "--url", url])
-        .env_remove("DLOCK_URL")
+    let out = support::dlock(&["conformance", "--json", "--url", url])
         .envs(envs.iter().copied())
         .output()
         .expect("the dlock binary runs");
@@ -63,12 +60,7 @@ common::backends::backend_report_tests!("cli", 5, run_conformance; sqlite, postg
 
 #[test]
 fn exit_status_is_nonzero_on_a_broken_url() {
-    let out = Command::new(env!("CARGO_BIN_EXE_dlock"))
-        .args(["conformance", "--json", "--url", "nope://x"])
-        .output()
-        .expect("the dlock binary runs");
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown backend scheme"));
+    support::assert_refused(&["conformance", "--json", "--url", "nope://x"], "unknown backend scheme");
 }
 
 /// `dlock conformance` against a 3-member ZooKeeper ensemble through its multi-host URL (the
@@ -104,11 +96,7 @@ async fn redis_sentinel() {
 async fn redis_cluster() {
     use dlock_testkit::servers::redis_cluster::RedisCluster;
     let cluster = RedisCluster::start().await.expect("a local Redis Cluster");
-    let init = |url: String| {
-        tokio::task::spawn_blocking(move || {
-            Command::new(env!("CARGO_BIN_EXE_dlock")).args(["init", "--url", &url]).output().expect("dlock init runs")
-        })
-    };
+    let init = |url: String| tokio::task::spawn_blocking(move || support::output(&["init", "--url", &url]));
     let out = init(cluster.url()).await.expect("joined");
     let said = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "{said}{}", String::from_utf8_lossy(&out.stderr));

@@ -7,15 +7,8 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
-fn dlock(args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_dlock"));
-    c.args(args).env_remove("DLOCK_URL").env_remove("DLOCK_CONFIG");
-    c
-}
-
-fn output(args: &[&str]) -> Output {
-    dlock(args).output().expect("the dlock binary runs")
-}
+mod support;
+use support::{dlock, output};
 
 /// A fresh temp dir and the URL of a SQLite database (`run.db`) in it.
 fn sqlite_db() -> (TempDir, String) {

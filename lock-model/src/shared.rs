@@ -179,6 +179,24 @@ pub(crate) fn forget_client(polls: &mut [u8], rounds: &mut [u8], net: &mut Hints
     net.forget(c as u8);
 }
 
+/// What no longer changes the outcome of state `$s` of either queue model, forgotten so that
+/// equal futures are one state: a waiter's send instant unless `$reads_send` (only a waiter that
+/// trusts messages reads it), and what a client in a `$settled` state (gone or done) no longer
+/// uses ([`forget_client`]).
+macro_rules! forget_settled_clients {
+    ($s:expr, $reads_send:expr, $settled:pat) => {{
+        let s = $s;
+        for c in 0..s.clients.len() {
+            match s.clients[c] {
+                Client::Waiting { .. } if !$reads_send => s.clients[c] = Client::Waiting { t0: 0 },
+                $settled => crate::shared::forget_client(&mut s.polls, &mut s.rounds, &mut s.net, c),
+                _ => {}
+            }
+        }
+    }};
+}
+pub(crate) use forget_settled_clients;
+
 /// The fields both queue models keep (`clients`, `polls`, `rounds`, `strays`, `queue`, `net`)
 /// of state `$from` renamed into `$to`: client `c` called `$perm[c]`.
 macro_rules! rename_queue_clients {
@@ -193,6 +211,41 @@ macro_rules! rename_queue_clients {
     }};
 }
 pub(crate) use rename_queue_clients;
+
+/// The steps both queue models offer client `$c` of state `$s` while its request is in flight
+/// (the reply; unless it is leaving, a lost reply while losses are left and an early leave while
+/// leaves are left) or while it waits in the queue (a fallback re-try while it has polls left,
+/// an early leave, a forged hint while forgeries are left), pushed onto `$actions`. Both models
+/// name these alike in their own `Action` and `Client`; other states offer nothing here.
+macro_rules! queue_client_actions {
+    ($s:expr, $c:expr, $actions:expr) => {{
+        let (s, c, actions) = ($s, $c, &mut *$actions);
+        match s.clients[c as usize] {
+            Client::Attempting { leaving, .. } => {
+                actions.push(Action::Apply(c));
+                if !leaving && s.net.lose > 0 {
+                    actions.push(Action::ApplyReplyLost(c));
+                }
+                if !leaving && s.leave > 0 {
+                    actions.push(Action::Leave(c));
+                }
+            }
+            Client::Waiting { .. } => {
+                if s.polls[c as usize] > 0 {
+                    actions.push(Action::Poll(c));
+                }
+                if s.leave > 0 {
+                    actions.push(Action::Leave(c));
+                }
+                if s.net.forge > 0 {
+                    actions.push(Action::Net(crate::shared::NetAction::Forge(c)));
+                }
+            }
+            _ => {}
+        }
+    }};
+}
+pub(crate) use queue_client_actions;
 
 /// The per-client fields of a state renamed: the value of client `c` goes to `perm[c]`.
 pub(crate) fn permute<T: Copy>(to: &mut [T], from: &[T], perm: &[u8]) {

@@ -9,7 +9,9 @@ use crate::properties::{no_two_believers, tokens_come_from_the_server, tokens_in
 use super::server::WAKE;
 use super::state::{Client, State};
 use super::{Handoff, CLAIM, TTL};
-use crate::shared::{belief_end, dequeue, forget_client, Hints, NetAction, Taken, FORGED};
+use crate::shared::{
+    belief_end, dequeue, forget_settled_clients, queue_client_actions, Hints, NetAction, Taken, FORGED,
+};
 
 /// One step of the exploration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -47,26 +49,7 @@ impl Handoff {
         let i = c as usize;
         match s.clients[i] {
             Client::Idle => actions.push(Action::Send(c)),
-            Client::Attempting { leaving, .. } => {
-                actions.push(Action::Apply(c));
-                if !leaving && s.net.lose > 0 {
-                    actions.push(Action::ApplyReplyLost(c));
-                }
-                if !leaving && s.leave > 0 {
-                    actions.push(Action::Leave(c));
-                }
-            }
-            Client::Waiting { .. } => {
-                if s.polls[i] > 0 {
-                    actions.push(Action::Poll(c));
-                }
-                if s.leave > 0 {
-                    actions.push(Action::Leave(c));
-                }
-                if s.net.forge > 0 {
-                    actions.push(Action::Net(NetAction::Forge(c)));
-                }
-            }
+            Client::Attempting { .. } | Client::Waiting { .. } => queue_client_actions!(s, c, actions),
             Client::Holding { .. } => actions.push(Action::Release(c)),
             Client::Leaving { release_only } => {
                 actions.push(Action::Abandon(c));
@@ -183,15 +166,7 @@ impl Handoff {
     /// instant of a queued attempt (only a waiter that trusts messages reads it), messages to and
     /// budgets of clients that are gone or done.
     fn normalize(&self, s: &mut State) {
-        for c in 0..s.clients.len() {
-            match s.clients[c] {
-                Client::Waiting { .. } if !self.bugs.trust_message => s.clients[c] = Client::Waiting { t0: 0 },
-                Client::Left | Client::Done | Client::Dead { .. } => {
-                    forget_client(&mut s.polls, &mut s.rounds, &mut s.net, c)
-                }
-                _ => {}
-            }
-        }
+        forget_settled_clients!(s, self.bugs.trust_message, Client::Left | Client::Done | Client::Dead { .. });
     }
 }
 

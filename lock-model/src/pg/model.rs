@@ -8,7 +8,9 @@ use tokio::time::Instant;
 
 use super::state::{Client, InFlight, State, Stmt};
 use crate::properties::{lost_lease_signalled, no_two_believers, tokens_come_from_the_server, tokens_increase};
-use crate::shared::{belief_end, forget_client, Hints, NetAction, Queue, Taken, ValidUntil};
+use crate::shared::{
+    belief_end, forget_settled_clients, queue_client_actions, Hints, NetAction, Queue, Taken, ValidUntil,
+};
 
 /// Ticks a lease lasts from its grant, claim or renewal.
 pub const TTL: u8 = 4;
@@ -190,26 +192,7 @@ impl Pg {
         let i = c as usize;
         match s.clients[i] {
             Client::Idle => actions.push(Action::Send(c)),
-            Client::Attempting { leaving, .. } => {
-                actions.push(Action::Apply(c));
-                if !leaving && s.net.lose > 0 {
-                    actions.push(Action::ApplyReplyLost(c));
-                }
-                if !leaving && s.leave > 0 {
-                    actions.push(Action::Leave(c));
-                }
-            }
-            Client::Waiting { .. } => {
-                if s.polls[i] > 0 {
-                    actions.push(Action::Poll(c));
-                }
-                if s.leave > 0 {
-                    actions.push(Action::Leave(c));
-                }
-                if s.net.forge > 0 {
-                    actions.push(Action::Net(NetAction::Forge(c)));
-                }
-            }
+            Client::Attempting { .. } | Client::Waiting { .. } => queue_client_actions!(s, c, actions),
             Client::Holding { valid_until, renewal, .. } => {
                 match renewal {
                     // A renewal sent in the tick its lease was counted from would extend nothing.
@@ -394,15 +377,7 @@ impl Pg {
         if let Some(back) = s.unflushed.as_mut() {
             lapsed(&mut back.queue);
         }
-        for c in 0..s.clients.len() {
-            match s.clients[c] {
-                Client::Waiting { .. } if !self.bugs.trust_notify => s.clients[c] = Client::Waiting { t0: 0 },
-                Client::Left | Client::Ended | Client::Dead { .. } => {
-                    forget_client(&mut s.polls, &mut s.rounds, &mut s.net, c)
-                }
-                _ => {}
-            }
-        }
+        forget_settled_clients!(s, self.bugs.trust_notify, Client::Left | Client::Ended | Client::Dead { .. });
     }
 }
 
