@@ -74,14 +74,42 @@ macro_rules! kinds_queued_prelude {
 
 /// `kq_busy(Q, member, entry, reg, cap, ms)`, the answer of a refused attempt, `{0, ms}`, after
 /// a waiting one (`reg` > 0) registered or pushed its registration forward; `{3, cap}` when it
-/// would be the name's waiter number `cap + 1` (not queued); `kq_leave(Q, member)`, the caller
-/// holds now (or ends its wait) and leaves the queue, and `kq_released(mine)`, a release's answer.
+/// would be the name's waiter number `cap + 1` (not queued); `kq_attempt(Q, kind, owner, wake,
+/// reg, cap)`, an acquire's member and its `busy(ms)` (`kq_busy` with its terms);
+/// `kq_quiet(busy, marker, quiet_ms)`, the quiet period's answer `{2, ms}` or nil;
+/// `kq_turn(Q, member, can, room)`, the caller's place and whether it may be granted;
+/// `kq_leave(Q, member)`, the caller holds now (or ends its wait) and leaves the queue, and
+/// `kq_released(mine)`, a release's answer.
 macro_rules! kinds_busy_lua {
     () => {
         r#"
 local function kq_busy(Q, member, entry, reg, cap, ms)
   if not kq_register(Q, member, entry, reg, cap) then return {3, cap} end
   return {0, ms}
+end
+-- An acquire of `kind` (`r`, `w`, `p`) by `owner` on `Q`, from its arguments (`wake`: its wake
+-- channel, `reg`: its registration ms, `cap`: the most waiters, `''` or nil: no cap): its
+-- member and `busy(ms)`, its answer when refused (registered as `kq_busy` says).
+local function kq_attempt(Q, kind, owner, wake, reg, cap)
+  local member, entry = kind .. ':' .. owner, kq_entry(kind, owner, wake)
+  reg, cap = tonumber(reg), tonumber(cap or '') or math.huge
+  return member, function(ms) return kq_busy(Q, member, entry, reg, cap, ms) end
+end
+-- While the quiet period after the server lost its state lasts, an acquire is refused with
+-- `{2, ms}` (the time left), not `{0, ms}`: nobody holds, and the caller says so. It registers
+-- as any refused attempt does (`busy`). Nil once the quiet period is over.
+local function kq_quiet(busy, marker, quiet_ms)
+  local quiet = quiet_left(marker, quiet_ms, now)
+  if quiet <= 0 then return nil end
+  local r = busy(quiet)
+  if r[1] == 0 then r[1] = 2 end
+  return r
+end
+-- The place of `member` (0: not queued) and whether it may be granted: a queued caller among
+-- the first `can` entries, one not queued while fewer than `room` entries wait.
+local function kq_turn(Q, member, can, room)
+  local i = kq_place(Q, member)
+  return i, (i > 0 and i <= can) or (i == 0 and kq_len(Q) < room)
 end
 -- The caller holds now, or ends its wait: its entry, if queued, leaves the queue; whether it
 -- was queued.
@@ -141,27 +169,20 @@ const RW_READ_SRC: &str = concat!(
     r#"
 purge(KEYS[1], KEYS[2])
 local Q = kq_queue(KEYS[4], KEYS[5], KEYS[6], KEYS[7])
-local member, me = 'r:' .. ARGV[1], kq_entry('r', ARGV[1], ARGV[6])
-local reg, reserve, cap = tonumber(ARGV[3]), tonumber(ARGV[5]), tonumber(ARGV[7] or '') or math.huge
+local member, busy = kq_attempt(Q, 'r', ARGV[1], ARGV[6], ARGV[3], ARGV[7])
+local reserve = tonumber(ARGV[5])
 local again = zset_renewed(KEYS[1], KEYS[2], ARGV[1], ARGV[2], {KEYS[1], KEYS[2]})
 if again then
   kq_leave(Q, member)
   return {1, again}
 end
-local function busy(ms) return kq_busy(Q, member, me, reg, cap, ms) end
-local quiet = quiet_left(KEYS[9], ARGV[4], now)
-if quiet > 0 then
-  -- `{2, ms}`: refused for the quiet period, not for a holder (the caller says so).
-  local r = busy(quiet)
-  if r[1] == 0 then r[1] = 2 end
-  return r
-end
+local quiet = kq_quiet(busy, KEYS[9], ARGV[4])
+if quiet then return quiet end
 if redis.call('EXISTS', KEYS[3]) == 1 then
   return busy(redis.call('PTTL', KEYS[3]))
 end
 local can = rw_grantable(Q, false, redis.call('ZCARD', KEYS[1]))
-local i = kq_place(Q, member)
-local turn = (i > 0 and i <= can) or (i == 0 and kq_len(Q) == 0)
+local i, turn = kq_turn(Q, member, can, 1)
 if not turn then
   kq_reserve(Q, can, reserve, math.huge)
   -- Re-try when a registration ahead ends (it may have vanished) or the readers' leases do.
@@ -193,22 +214,16 @@ const RW_WRITE_SRC: &str = concat!(
     r#"
 purge(KEYS[1], KEYS[2])
 local Q = kq_queue(KEYS[4], KEYS[5], KEYS[6], KEYS[7])
-local member, me = 'w:' .. ARGV[1], kq_entry('w', ARGV[1], ARGV[6])
-local reg, reserve, cap = tonumber(ARGV[3]), tonumber(ARGV[5]), tonumber(ARGV[7] or '') or math.huge
+local member, busy = kq_attempt(Q, 'w', ARGV[1], ARGV[6], ARGV[3], ARGV[7])
+local reserve = tonumber(ARGV[5])
 local holder = redis.call('HGET', KEYS[3], 'o')
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[3], ARGV[2])
   kq_leave(Q, member)
   return {1, tonumber(redis.call('HGET', KEYS[3], 'f'))}
 end
-local function busy(ms) return kq_busy(Q, member, me, reg, cap, ms) end
-local quiet = quiet_left(KEYS[9], ARGV[4], now)
-if quiet > 0 then
-  -- `{2, ms}`: refused for the quiet period, not for a holder (the caller says so).
-  local r = busy(quiet)
-  if r[1] == 0 then r[1] = 2 end
-  return r
-end
+local quiet = kq_quiet(busy, KEYS[9], ARGV[4])
+if quiet then return quiet end
 if holder then return busy(redis.call('PTTL', KEYS[3])) end
 local readers = redis.call('ZCARD', KEYS[1])
 local can = rw_grantable(Q, false, readers)
@@ -217,8 +232,7 @@ if readers > 0 then
   kq_reserve(Q, can, reserve, math.huge)
   return busy(left(KEYS[1], false))
 end
-local i = kq_place(Q, member)
-local turn = (i > 0 and i <= can) or (i == 0 and kq_len(Q) == 0)
+local i, turn = kq_turn(Q, member, can, 1)
 if not turn then
   kq_reserve(Q, can, reserve, math.huge)
   return busy(kq_first_end(Q, ahead(Q, i)) or 1)
@@ -301,26 +315,19 @@ else
   if have and have ~= n then return {-1, have} end
 end
 local Q = kq_queue(KEYS[4], KEYS[5], KEYS[6], nil)
-local member, me = 'p:' .. ARGV[1], kq_entry('p', ARGV[1], ARGV[7])
-local reg, reserve, cap = tonumber(ARGV[4]), tonumber(ARGV[6]), tonumber(ARGV[8] or '') or math.huge
+local member, busy = kq_attempt(Q, 'p', ARGV[1], ARGV[7], ARGV[4], ARGV[8])
+local reserve = tonumber(ARGV[6])
 local again = zset_renewed(KEYS[1], KEYS[2], ARGV[1], ARGV[2], {KEYS[1], KEYS[2], KEYS[3]})
 if again then
   kq_leave(Q, member)
   return {1, again}
 end
-local function busy(ms) return kq_busy(Q, member, me, reg, cap, ms) end
-local quiet = quiet_left(KEYS[8], ARGV[5], now)
-if quiet > 0 then
-  -- `{2, ms}`: refused for the quiet period, not for a holder (the caller says so).
-  local r = busy(quiet)
-  if r[1] == 0 then r[1] = 2 end
-  return r
-end
+local quiet = kq_quiet(busy, KEYS[8], ARGV[5])
+if quiet then return quiet end
 local free = n - redis.call('ZCARD', KEYS[1])
 if free <= 0 then return busy(left(KEYS[1], true)) end
-local i = kq_place(Q, member)
 -- A caller not queued takes only a permit beyond those of every queued waiter.
-local turn = (i > 0 and i <= free) or (i == 0 and kq_len(Q) < free)
+local i, turn = kq_turn(Q, member, free, free)
 if not turn then
   kq_reserve(Q, free, reserve, math.huge)
   return busy(kq_first_end(Q, ahead(Q, i)) or 1)
