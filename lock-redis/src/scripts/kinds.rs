@@ -43,6 +43,11 @@ local function expire_with(zset, keys)
     end
   end
 end
+-- Whether `owner` holds a lease in `zset` that has not ended.
+local function holds(zset, owner)
+  local score = redis.call('ZSCORE', zset, owner)
+  return score and tonumber(score) > now
+end
 -- Milliseconds until the earliest (first = true) or latest lease in `zset` ends, or -1.
 local function left(zset, first)
   local r
@@ -273,8 +278,7 @@ static RW_WRITE_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_WRIT
 const RW_READ_RELEASE_SRC: &str = concat!(
     kinds_queued_prelude!(),
     r#"
-local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
-local mine = score and tonumber(score) > now
+local mine = holds(KEYS[1], ARGV[1])
 if mine then
   redis.call('ZREM', KEYS[1], ARGV[1])
   redis.call('HDEL', KEYS[2], ARGV[1])
@@ -351,8 +355,7 @@ static SEM_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(SEM_ACQUIRE_
 const SEM_RELEASE_SRC: &str = concat!(
     kinds_queued_prelude!(),
     r#"
-local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
-local mine = score and tonumber(score) > now
+local mine = holds(KEYS[1], ARGV[1])
 local Q = kq_queue(KEYS[4], KEYS[5], KEYS[6], nil)
 if not kq_leave(Q, 'p:' .. ARGV[1]) and not mine then return 0 end
 -- Read before the last holder's release deletes it with the holders.
@@ -380,8 +383,7 @@ static SEM_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(SEM_RELEASE_
 const ZSET_RENEW_SRC: &str = concat!(
     kinds_prelude!(),
     r#"
-local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if score and tonumber(score) > now then
+if holds(KEYS[1], ARGV[1]) then
   redis.call('ZADD', KEYS[1], ms(now + tonumber(ARGV[2])), ARGV[1])
   expire_with(KEYS[1], KEYS)
   return 1
