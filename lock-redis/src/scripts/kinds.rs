@@ -262,9 +262,7 @@ local Q = kq_queue(KEYS[4], KEYS[5], KEYS[6], KEYS[7])
 if kq_leave(Q, 'w:' .. ARGV[1]) or mine then
   purge(KEYS[1], KEYS[2])
   local can = rw_grantable(Q, redis.call('EXISTS', KEYS[3]) == 1, redis.call('ZCARD', KEYS[1]))
-  local wake_from = math.huge
-  if mine then wake_from = 1 end
-  kq_reserve(Q, can, tonumber(ARGV[2]), wake_from)
+  kq_reserve(Q, can, tonumber(ARGV[2]), mine and 1 or math.huge)
 end
 return kq_released(mine)
 "#
@@ -290,9 +288,8 @@ if kq_leave(Q, 'r:' .. ARGV[1]) or mine then
   local readers = redis.call('ZCARD', KEYS[1])
   local can = rw_grantable(Q, redis.call('EXISTS', KEYS[3]) == 1, readers)
   -- A head writer became grantable by this release: wake it even if its reservation had begun.
-  local wake_from = math.huge
-  if mine and readers == 0 and can == 1 and string.sub(wq_head(Q, now), 1, 2) == 'w:' then wake_from = 1 end
-  kq_reserve(Q, can, tonumber(ARGV[2]), wake_from)
+  local lets_writer_in = mine and readers == 0 and can == 1 and string.sub(wq_head(Q, now), 1, 2) == 'w:'
+  kq_reserve(Q, can, tonumber(ARGV[2]), lets_writer_in and 1 or math.huge)
 end
 return kq_released(mine)
 "#
@@ -370,9 +367,7 @@ local held = redis.call('ZCARD', KEYS[1])
 local free = n - held
 -- Nobody holds and the number of permits is gone with the holders: at least the head may go.
 if n == 0 and held == 0 then free = 1 end
-local wake_from = math.huge
-if mine then wake_from = free end
-kq_reserve(Q, free, tonumber(ARGV[2]), wake_from)
+kq_reserve(Q, free, tonumber(ARGV[2]), mine and free or math.huge)
 return kq_released(mine)
 "#
 );
