@@ -83,7 +83,9 @@ macro_rules! kinds_queued_prelude {
 /// reg, cap)`, an acquire's member and its `busy(ms)` (`kq_busy` with its terms);
 /// `kq_quiet(busy, marker, quiet_ms)`, the quiet period's answer `{2, ms}` or nil;
 /// `kq_turn(Q, member, can, room)`, the caller's place and whether it may be granted;
-/// `kq_leave(Q, member)`, the caller holds now (or ends its wait) and leaves the queue, and
+/// `kq_leave(Q, member)`, the caller holds now (or ends its wait) and leaves the queue;
+/// `kq_granted(Q, member, token)`, the answer of an acquire that finds the caller a holder
+/// already; `rw_attempt(kind)`, the common start of the read and write acquires, and
 /// `kq_released(mine)`, a release's answer.
 macro_rules! kinds_busy_lua {
     () => {
@@ -122,6 +124,20 @@ local function kq_leave(Q, member)
   if kq_place(Q, member) == 0 then return false end
   wq_drop(Q, member)
   return true
+end
+-- `{1, token}`: the caller holds already (its lease refreshed), and leaves the queue if queued.
+local function kq_granted(Q, member, token)
+  kq_leave(Q, member)
+  return {1, token}
+end
+-- The read and write acquires share their KEYS and ARGV (`RW_READ_SRC`): the start of an
+-- attempt of `kind` (`r`, `w`), after expired readers are dropped: the queue, the caller's
+-- member, its `busy(ms)` (`kq_attempt`) and the reserve ms.
+local function rw_attempt(kind)
+  purge(KEYS[1], KEYS[2])
+  local Q = kq_queue(KEYS[4], KEYS[5], KEYS[6], KEYS[7])
+  local member, busy = kq_attempt(Q, kind, ARGV[1], ARGV[6], ARGV[3], ARGV[7])
+  return Q, member, busy, tonumber(ARGV[5])
 end
 -- The answer of a release (also a wait's abandon): 1 it freed the owner's lease, 0 not ours.
 local function kq_released(mine)
@@ -172,15 +188,9 @@ end
 const RW_READ_SRC: &str = concat!(
     kinds_queued_prelude!(),
     r#"
-purge(KEYS[1], KEYS[2])
-local Q = kq_queue(KEYS[4], KEYS[5], KEYS[6], KEYS[7])
-local member, busy = kq_attempt(Q, 'r', ARGV[1], ARGV[6], ARGV[3], ARGV[7])
-local reserve = tonumber(ARGV[5])
+local Q, member, busy, reserve = rw_attempt('r')
 local again = zset_renewed(KEYS[1], KEYS[2], ARGV[1], ARGV[2], {KEYS[1], KEYS[2]})
-if again then
-  kq_leave(Q, member)
-  return {1, again}
-end
+if again then return kq_granted(Q, member, again) end
 local quiet = kq_quiet(busy, KEYS[9], ARGV[4])
 if quiet then return quiet end
 if redis.call('EXISTS', KEYS[3]) == 1 then
@@ -217,15 +227,11 @@ static RW_READ: LazyLock<Script> = LazyLock::new(|| Script::new(RW_READ_SRC));
 const RW_WRITE_SRC: &str = concat!(
     kinds_queued_prelude!(),
     r#"
-purge(KEYS[1], KEYS[2])
-local Q = kq_queue(KEYS[4], KEYS[5], KEYS[6], KEYS[7])
-local member, busy = kq_attempt(Q, 'w', ARGV[1], ARGV[6], ARGV[3], ARGV[7])
-local reserve = tonumber(ARGV[5])
+local Q, member, busy, reserve = rw_attempt('w')
 local holder = redis.call('HGET', KEYS[3], 'o')
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[3], ARGV[2])
-  kq_leave(Q, member)
-  return {1, tonumber(redis.call('HGET', KEYS[3], 'f'))}
+  return kq_granted(Q, member, tonumber(redis.call('HGET', KEYS[3], 'f')))
 end
 local quiet = kq_quiet(busy, KEYS[9], ARGV[4])
 if quiet then return quiet end
@@ -319,10 +325,7 @@ local Q = kq_queue(KEYS[4], KEYS[5], KEYS[6], nil)
 local member, busy = kq_attempt(Q, 'p', ARGV[1], ARGV[7], ARGV[4], ARGV[8])
 local reserve = tonumber(ARGV[6])
 local again = zset_renewed(KEYS[1], KEYS[2], ARGV[1], ARGV[2], {KEYS[1], KEYS[2], KEYS[3]})
-if again then
-  kq_leave(Q, member)
-  return {1, again}
-end
+if again then return kq_granted(Q, member, again) end
 local quiet = kq_quiet(busy, KEYS[8], ARGV[5])
 if quiet then return quiet end
 local free = n - redis.call('ZCARD', KEYS[1])
