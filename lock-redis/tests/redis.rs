@@ -154,11 +154,7 @@ mod redis_extra {
         });
         let waiters = fx.key(&name.escaped(), "waiters");
         let mut c = raw(&fx).await;
-        let until = Instant::now() + Duration::from_secs(5);
-        while redis::cmd("ZCARD").arg(&waiters).query_async::<usize>(&mut c).await.unwrap() == 0 {
-            assert!(Instant::now() < until, "the first waiter never queued");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        queued_one(&mut c, &waiters).await;
         let begun = Instant::now();
         let e = b.acquire(&name, &opts(5000)).await.expect_err("a second waiter is past the cap");
         assert!(matches!(e, LockError::InvalidOptions { .. }), "{e:?}");

@@ -2,10 +2,15 @@
 //! stores use (`lock_redis::scripts`), so a test and the backend send the same keys and
 //! arguments in the same order.
 
+use std::future::Future;
 use std::time::Duration;
 
 use futures::StreamExt;
-use lock_redis::scripts::{Acquire, HandOff, HandOffScript, Keys};
+use lock_redis::scripts::{
+    Acquire, HandOff, HandOffScript, Keys, RedlockAcquire, RedlockFence, RedlockRelease, RedlockUndo, RwAcquire,
+    RwRelease, SemAcquire, SemRelease,
+};
+use redis::aio::MultiplexedConnection;
 
 #[path = "scripts/exclusive.rs"]
 mod exclusive;
@@ -89,3 +94,40 @@ fn hand_off<'a>(script: HandOffScript, k: &'a Keys, owner: &'a str, reserve_ms: 
 
 /// The claim window of a grant in the release these tests use (the backend's is 1 s too).
 const CLAIM_MS: u64 = 1000;
+
+/// An acquire that runs on its own clone of a test's connection with the boot marker `marker`,
+/// its reply unwrapped: the closures of a test build the call and run it this way, so the test
+/// may call them while it uses the connection itself.
+trait Attempt: Copy {
+    fn on(self, marker: &'static str, c: &MultiplexedConnection) -> impl Future<Output = Vec<i64>> + use<Self>;
+}
+
+/// A call without a boot marker (a release, an undo, a fence) run as [`Attempt::on`] runs an
+/// acquire.
+trait Call: Copy {
+    type Reply;
+    fn on(self, c: &MultiplexedConnection) -> impl Future<Output = Self::Reply> + use<Self>;
+}
+
+macro_rules! run_on_a_clone {
+    (attempts [$($a:ident),*] calls [$($r:ident -> $reply:ty),*]) => {
+        $(impl<'a> Attempt for $a<'a> {
+            fn on(self, marker: &'static str, c: &MultiplexedConnection) -> impl Future<Output = Vec<i64>> + use<'a> {
+                let mut c = c.clone();
+                async move { self.invoke(marker, &mut c).await.unwrap() }
+            }
+        })*
+        $(impl<'a> Call for $r<'a> {
+            type Reply = $reply;
+            fn on(self, c: &MultiplexedConnection) -> impl Future<Output = $reply> + use<'a> {
+                let mut c = c.clone();
+                async move { self.invoke(&mut c).await.unwrap() }
+            }
+        })*
+    };
+}
+
+run_on_a_clone! {
+    attempts [Acquire, RwAcquire, SemAcquire, RedlockAcquire]
+    calls [HandOff -> i64, RwRelease -> i64, SemRelease -> i64, RedlockRelease -> i64, RedlockUndo -> i64, RedlockFence -> Vec<i64>]
+}

@@ -43,6 +43,11 @@ local function expire_with(zset, keys)
     end
   end
 end
+-- Whether `owner` holds a lease in `zset` that has not ended.
+local function holds(zset, owner)
+  local score = redis.call('ZSCORE', zset, owner)
+  return score and tonumber(score) > now
+end
 -- Milliseconds until the earliest (first = true) or latest lease in `zset` ends, or -1.
 local function left(zset, first)
   local r
@@ -74,8 +79,14 @@ macro_rules! kinds_queued_prelude {
 
 /// `kq_busy(Q, member, entry, reg, cap, ms)`, the answer of a refused attempt, `{0, ms}`, after
 /// a waiting one (`reg` > 0) registered or pushed its registration forward; `{3, cap}` when it
-/// would be the name's waiter number `cap + 1` (not queued); `kq_leave(Q, member)`, the caller
-/// holds now (or ends its wait) and leaves the queue, and `kq_released(mine)`, a release's answer.
+/// would be the name's waiter number `cap + 1` (not queued); `kq_attempt(Q, kind, owner, wake,
+/// reg, cap)`, an acquire's member and its `busy(ms)` (`kq_busy` with its terms);
+/// `kq_quiet(busy, marker, quiet_ms)`, the quiet period's answer `{2, ms}` or nil;
+/// `kq_turn(Q, member, can, room)`, the caller's place and whether it may be granted;
+/// `kq_leave(Q, member)`, the caller holds now (or ends its wait) and leaves the queue;
+/// `kq_granted(Q, member, token)`, the answer of an acquire that finds the caller a holder
+/// already; `rw_attempt(kind)`, the common start of the read and write acquires, and
+/// `kq_released(mine)`, a release's answer.
 macro_rules! kinds_busy_lua {
     () => {
         r#"
@@ -83,12 +94,50 @@ local function kq_busy(Q, member, entry, reg, cap, ms)
   if not kq_register(Q, member, entry, reg, cap) then return {3, cap} end
   return {0, ms}
 end
+-- An acquire of `kind` (`r`, `w`, `p`) by `owner` on `Q`, from its arguments (`wake`: its wake
+-- channel, `reg`: its registration ms, `cap`: the most waiters, `''` or nil: no cap): its
+-- member and `busy(ms)`, its answer when refused (registered as `kq_busy` says).
+local function kq_attempt(Q, kind, owner, wake, reg, cap)
+  local member, entry = kind .. ':' .. owner, kq_entry(kind, owner, wake)
+  reg, cap = tonumber(reg), tonumber(cap or '') or math.huge
+  return member, function(ms) return kq_busy(Q, member, entry, reg, cap, ms) end
+end
+-- While the quiet period after the server lost its state lasts, an acquire is refused with
+-- `{2, ms}` (the time left), not `{0, ms}`: nobody holds, and the caller says so. It registers
+-- as any refused attempt does (`busy`). Nil once the quiet period is over.
+local function kq_quiet(busy, marker, quiet_ms)
+  local quiet = quiet_left(marker, quiet_ms, now)
+  if quiet <= 0 then return nil end
+  local r = busy(quiet)
+  if r[1] == 0 then r[1] = 2 end
+  return r
+end
+-- The place of `member` (0: not queued) and whether it may be granted: a queued caller among
+-- the first `can` entries, one not queued while fewer than `room` entries wait.
+local function kq_turn(Q, member, can, room)
+  local i = kq_place(Q, member)
+  return i, (i > 0 and i <= can) or (i == 0 and kq_len(Q) < room)
+end
 -- The caller holds now, or ends its wait: its entry, if queued, leaves the queue; whether it
 -- was queued.
 local function kq_leave(Q, member)
   if kq_place(Q, member) == 0 then return false end
   wq_drop(Q, member)
   return true
+end
+-- `{1, token}`: the caller holds already (its lease refreshed), and leaves the queue if queued.
+local function kq_granted(Q, member, token)
+  kq_leave(Q, member)
+  return {1, token}
+end
+-- The read and write acquires share their KEYS and ARGV (`RW_READ_SRC`): the start of an
+-- attempt of `kind` (`r`, `w`), after expired readers are dropped: the queue, the caller's
+-- member, its `busy(ms)` (`kq_attempt`) and the reserve ms.
+local function rw_attempt(kind)
+  purge(KEYS[1], KEYS[2])
+  local Q = kq_queue(KEYS[4], KEYS[5], KEYS[6], KEYS[7])
+  local member, busy = kq_attempt(Q, kind, ARGV[1], ARGV[6], ARGV[3], ARGV[7])
+  return Q, member, busy, tonumber(ARGV[5])
 end
 -- The answer of a release (also a wait's abandon): 1 it freed the owner's lease, 0 not ours.
 local function kq_released(mine)
@@ -139,29 +188,16 @@ end
 const RW_READ_SRC: &str = concat!(
     kinds_queued_prelude!(),
     r#"
-purge(KEYS[1], KEYS[2])
-local Q = kq_queue(KEYS[4], KEYS[5], KEYS[6], KEYS[7])
-local member, me = 'r:' .. ARGV[1], kq_entry('r', ARGV[1], ARGV[6])
-local reg, reserve, cap = tonumber(ARGV[3]), tonumber(ARGV[5]), tonumber(ARGV[7] or '') or math.huge
+local Q, member, busy, reserve = rw_attempt('r')
 local again = zset_renewed(KEYS[1], KEYS[2], ARGV[1], ARGV[2], {KEYS[1], KEYS[2]})
-if again then
-  kq_leave(Q, member)
-  return {1, again}
-end
-local function busy(ms) return kq_busy(Q, member, me, reg, cap, ms) end
-local quiet = quiet_left(KEYS[9], ARGV[4], now)
-if quiet > 0 then
-  -- `{2, ms}`: refused for the quiet period, not for a holder (the caller says so).
-  local r = busy(quiet)
-  if r[1] == 0 then r[1] = 2 end
-  return r
-end
+if again then return kq_granted(Q, member, again) end
+local quiet = kq_quiet(busy, KEYS[9], ARGV[4])
+if quiet then return quiet end
 if redis.call('EXISTS', KEYS[3]) == 1 then
   return busy(redis.call('PTTL', KEYS[3]))
 end
 local can = rw_grantable(Q, false, redis.call('ZCARD', KEYS[1]))
-local i = kq_place(Q, member)
-local turn = (i > 0 and i <= can) or (i == 0 and kq_len(Q) == 0)
+local i, turn = kq_turn(Q, member, can, 1)
 if not turn then
   kq_reserve(Q, can, reserve, math.huge)
   -- Re-try when a registration ahead ends (it may have vanished) or the readers' leases do.
@@ -191,24 +227,14 @@ static RW_READ: LazyLock<Script> = LazyLock::new(|| Script::new(RW_READ_SRC));
 const RW_WRITE_SRC: &str = concat!(
     kinds_queued_prelude!(),
     r#"
-purge(KEYS[1], KEYS[2])
-local Q = kq_queue(KEYS[4], KEYS[5], KEYS[6], KEYS[7])
-local member, me = 'w:' .. ARGV[1], kq_entry('w', ARGV[1], ARGV[6])
-local reg, reserve, cap = tonumber(ARGV[3]), tonumber(ARGV[5]), tonumber(ARGV[7] or '') or math.huge
+local Q, member, busy, reserve = rw_attempt('w')
 local holder = redis.call('HGET', KEYS[3], 'o')
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[3], ARGV[2])
-  kq_leave(Q, member)
-  return {1, tonumber(redis.call('HGET', KEYS[3], 'f'))}
+  return kq_granted(Q, member, tonumber(redis.call('HGET', KEYS[3], 'f')))
 end
-local function busy(ms) return kq_busy(Q, member, me, reg, cap, ms) end
-local quiet = quiet_left(KEYS[9], ARGV[4], now)
-if quiet > 0 then
-  -- `{2, ms}`: refused for the quiet period, not for a holder (the caller says so).
-  local r = busy(quiet)
-  if r[1] == 0 then r[1] = 2 end
-  return r
-end
+local quiet = kq_quiet(busy, KEYS[9], ARGV[4])
+if quiet then return quiet end
 if holder then return busy(redis.call('PTTL', KEYS[3])) end
 local readers = redis.call('ZCARD', KEYS[1])
 local can = rw_grantable(Q, false, readers)
@@ -217,8 +243,7 @@ if readers > 0 then
   kq_reserve(Q, can, reserve, math.huge)
   return busy(left(KEYS[1], false))
 end
-local i = kq_place(Q, member)
-local turn = (i > 0 and i <= can) or (i == 0 and kq_len(Q) == 0)
+local i, turn = kq_turn(Q, member, can, 1)
 if not turn then
   kq_reserve(Q, can, reserve, math.huge)
   return busy(kq_first_end(Q, ahead(Q, i)) or 1)
@@ -243,9 +268,7 @@ local Q = kq_queue(KEYS[4], KEYS[5], KEYS[6], KEYS[7])
 if kq_leave(Q, 'w:' .. ARGV[1]) or mine then
   purge(KEYS[1], KEYS[2])
   local can = rw_grantable(Q, redis.call('EXISTS', KEYS[3]) == 1, redis.call('ZCARD', KEYS[1]))
-  local wake_from = math.huge
-  if mine then wake_from = 1 end
-  kq_reserve(Q, can, tonumber(ARGV[2]), wake_from)
+  kq_reserve(Q, can, tonumber(ARGV[2]), mine and 1 or math.huge)
 end
 return kq_released(mine)
 "#
@@ -259,8 +282,7 @@ static RW_WRITE_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_WRIT
 const RW_READ_RELEASE_SRC: &str = concat!(
     kinds_queued_prelude!(),
     r#"
-local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
-local mine = score and tonumber(score) > now
+local mine = holds(KEYS[1], ARGV[1])
 if mine then
   redis.call('ZREM', KEYS[1], ARGV[1])
   redis.call('HDEL', KEYS[2], ARGV[1])
@@ -272,9 +294,8 @@ if kq_leave(Q, 'r:' .. ARGV[1]) or mine then
   local readers = redis.call('ZCARD', KEYS[1])
   local can = rw_grantable(Q, redis.call('EXISTS', KEYS[3]) == 1, readers)
   -- A head writer became grantable by this release: wake it even if its reservation had begun.
-  local wake_from = math.huge
-  if mine and readers == 0 and can == 1 and string.sub(wq_head(Q, now), 1, 2) == 'w:' then wake_from = 1 end
-  kq_reserve(Q, can, tonumber(ARGV[2]), wake_from)
+  local lets_writer_in = mine and readers == 0 and can == 1 and string.sub(wq_head(Q, now), 1, 2) == 'w:'
+  kq_reserve(Q, can, tonumber(ARGV[2]), lets_writer_in and 1 or math.huge)
 end
 return kq_released(mine)
 "#
@@ -301,26 +322,16 @@ else
   if have and have ~= n then return {-1, have} end
 end
 local Q = kq_queue(KEYS[4], KEYS[5], KEYS[6], nil)
-local member, me = 'p:' .. ARGV[1], kq_entry('p', ARGV[1], ARGV[7])
-local reg, reserve, cap = tonumber(ARGV[4]), tonumber(ARGV[6]), tonumber(ARGV[8] or '') or math.huge
+local member, busy = kq_attempt(Q, 'p', ARGV[1], ARGV[7], ARGV[4], ARGV[8])
+local reserve = tonumber(ARGV[6])
 local again = zset_renewed(KEYS[1], KEYS[2], ARGV[1], ARGV[2], {KEYS[1], KEYS[2], KEYS[3]})
-if again then
-  kq_leave(Q, member)
-  return {1, again}
-end
-local function busy(ms) return kq_busy(Q, member, me, reg, cap, ms) end
-local quiet = quiet_left(KEYS[8], ARGV[5], now)
-if quiet > 0 then
-  -- `{2, ms}`: refused for the quiet period, not for a holder (the caller says so).
-  local r = busy(quiet)
-  if r[1] == 0 then r[1] = 2 end
-  return r
-end
+if again then return kq_granted(Q, member, again) end
+local quiet = kq_quiet(busy, KEYS[8], ARGV[5])
+if quiet then return quiet end
 local free = n - redis.call('ZCARD', KEYS[1])
 if free <= 0 then return busy(left(KEYS[1], true)) end
-local i = kq_place(Q, member)
 -- A caller not queued takes only a permit beyond those of every queued waiter.
-local turn = (i > 0 and i <= free) or (i == 0 and kq_len(Q) < free)
+local i, turn = kq_turn(Q, member, free, free)
 if not turn then
   kq_reserve(Q, free, reserve, math.huge)
   return busy(kq_first_end(Q, ahead(Q, i)) or 1)
@@ -344,8 +355,7 @@ static SEM_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(SEM_ACQUIRE_
 const SEM_RELEASE_SRC: &str = concat!(
     kinds_queued_prelude!(),
     r#"
-local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
-local mine = score and tonumber(score) > now
+local mine = holds(KEYS[1], ARGV[1])
 local Q = kq_queue(KEYS[4], KEYS[5], KEYS[6], nil)
 if not kq_leave(Q, 'p:' .. ARGV[1]) and not mine then return 0 end
 -- Read before the last holder's release deletes it with the holders.
@@ -360,9 +370,7 @@ local held = redis.call('ZCARD', KEYS[1])
 local free = n - held
 -- Nobody holds and the number of permits is gone with the holders: at least the head may go.
 if n == 0 and held == 0 then free = 1 end
-local wake_from = math.huge
-if mine then wake_from = free end
-kq_reserve(Q, free, tonumber(ARGV[2]), wake_from)
+kq_reserve(Q, free, tonumber(ARGV[2]), mine and free or math.huge)
 return kq_released(mine)
 "#
 );
@@ -373,8 +381,7 @@ static SEM_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(SEM_RELEASE_
 const ZSET_RENEW_SRC: &str = concat!(
     kinds_prelude!(),
     r#"
-local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if score and tonumber(score) > now then
+if holds(KEYS[1], ARGV[1]) then
   redis.call('ZADD', KEYS[1], ms(now + tonumber(ARGV[2])), ARGV[1])
   expire_with(KEYS[1], KEYS)
   return 1

@@ -6,7 +6,7 @@ use lock_core::LockName;
 use lock_redis::scripts::HandOffScript::{Abandon, Release};
 use lock_redis::scripts::{Acquire, Inspect, Keys, LeaseEnd, Renew};
 
-use crate::{acquire, fresh_server, hand_off, heard, listen};
+use crate::{acquire, fresh_server, hand_off, heard, listen, Attempt, Call};
 
 const RESERVE: u64 = 150;
 
@@ -72,14 +72,8 @@ async fn queue_hands_off_in_order_and_skips_a_vanished_head() {
     let mut messages = listen(&client, &[&k.channel]).await;
     let conn = c.clone();
     // `reg` 0: a single try; otherwise a waiting attempt registering for `reg` ms.
-    let attempt = |owner: &'static str, reg: u64| {
-        let (mut c, k) = (conn.clone(), &k);
-        async move { acquire(k, owner, reg, RESERVE, "").invoke("fq:boot", &mut c).await.unwrap() }
-    };
-    let release = |owner: &'static str| {
-        let (mut c, k) = (conn.clone(), &k);
-        async move { hand_off(Release, k, owner, RESERVE, "").invoke(&mut c).await.unwrap() }
-    };
+    let attempt = |owner: &'static str, reg: u64| acquire(&k, owner, reg, RESERVE, "").on("fq:boot", &conn);
+    let release = |owner: &'static str| hand_off(Release, &k, owner, RESERVE, "").on(&conn);
     // The next hand-off; grants (`+`) and releases nobody waits for (`-`) are for observers.
     async fn next(messages: &mut redis::aio::PubSubStream) -> String {
         loop {
@@ -130,13 +124,10 @@ async fn a_waiter_with_a_wake_channel_is_woken_on_it_alone() {
     let quiet = Duration::from_millis(300);
     let conn = c.clone();
     let attempt = |owner: &'static str, reg: u64, wake: &'static str| {
-        let (mut c, k) = (conn.clone(), &k);
-        async move { acquire(k, owner, reg, RESERVE, wake).invoke("fq:boot", &mut c).await.unwrap()[0] }
+        let call = acquire(&k, owner, reg, RESERVE, wake).on("fq:boot", &conn);
+        async move { call.await[0] }
     };
-    let release = |owner: &'static str| {
-        let (mut c, k) = (conn.clone(), &k);
-        async move { hand_off(Release, k, owner, RESERVE, "").invoke(&mut c).await.unwrap() }
-    };
+    let release = |owner: &'static str| hand_off(Release, &k, owner, RESERVE, "").on(&conn);
 
     assert_eq!(attempt("a", 0, "").await, 1);
     assert_eq!(attempt("w", 2000, "fq:wake:A").await, 0);

@@ -9,7 +9,7 @@ use lock_redis::scripts::HandOffScript::Release;
 use lock_redis::scripts::{Acquire, Keys, Observe, Try};
 
 use crate::queue_scale::reset_stats;
-use crate::{acquire, fresh_server, hand_off, heard, listen};
+use crate::{acquire, fresh_server, hand_off, heard, listen, Attempt, Call};
 
 const CYCLES: usize = 20_000;
 const REG: u64 = 5000;
@@ -32,13 +32,9 @@ async fn a_release_finds_every_waiter_queued_behind_it() {
     let mut messages = listen(&client, &[&k.channel, "f:wake:A"]).await;
     let conn = c.clone();
     let take = |owner: &'static str, reg: u64, grant: &'static str, wake: &'static str| {
-        let (mut c, k) = (conn.clone(), k.clone());
-        async move { Acquire { grant, ..acquire(&k, owner, reg, RESERVE, wake) }.invoke("f:boot", &mut c).await.unwrap() }
+        Acquire { grant, ..acquire(&k, owner, reg, RESERVE, wake) }.on("f:boot", &conn)
     };
-    let release = |owner: &'static str| {
-        let (mut c, k) = (conn.clone(), k.clone());
-        async move { hand_off(Release, &k, owner, RESERVE, "").invoke(&mut c).await.unwrap() }
-    };
+    let release = |owner: &'static str| hand_off(Release, &k, owner, RESERVE, "").on(&conn);
     assert_eq!(take("h", 0, "", "").await[0], 1, "the free path");
     assert_eq!((take("a", REG, "", "").await[0], take("b", REG, "", "").await[0]), (0, 0));
     assert_eq!(release("h").await, 1);

@@ -8,7 +8,7 @@ use lock_core::LockName;
 use lock_redis::scripts::HandOffScript::{Abandon, Release};
 use lock_redis::scripts::{Acquire, Keys};
 
-use crate::{acquire, fresh_server, hand_off, heard, listen, CLAIM_MS};
+use crate::{acquire, fresh_server, hand_off, heard, listen, Attempt, Call, CLAIM_MS};
 
 const RESERVE: u64 = 150;
 
@@ -38,14 +38,8 @@ async fn a_release_grants_the_lock_to_a_head_that_takes_grants() {
     let mut on_wake = listen(&client, &["fq:wake:A"]).await;
     let quiet = Duration::from_millis(300);
     let conn = c.clone();
-    let attempt = |owner: &'static str, grant: &'static str| {
-        let (mut c, k) = (conn.clone(), &k);
-        async move { waiting(k, owner, 5000, grant).invoke("fq:boot", &mut c).await.unwrap() }
-    };
-    let release = |owner: &'static str| {
-        let (mut c, k) = (conn.clone(), &k);
-        async move { hand_off(Release, k, owner, RESERVE, "").invoke(&mut c).await.unwrap() }
-    };
+    let attempt = |owner: &'static str, grant: &'static str| waiting(&k, owner, 5000, grant).on("fq:boot", &conn);
+    let release = |owner: &'static str| hand_off(Release, &k, owner, RESERVE, "").on(&conn);
 
     let first = acquire(&k, "a", 0, RESERVE, "").invoke("fq:boot", &mut c).await.unwrap();
     assert_eq!(first[0], 1);
@@ -98,13 +92,10 @@ async fn a_grant_in_the_release_is_provisional_until_claimed() {
     let mut wake = listen(&client, &["fq:wake:A"]).await;
     let conn = c.clone();
     let attempt = |owner: &'static str, ttl_ms: u64| {
-        let (mut c, k, grant) = (conn.clone(), &k, ttl_ms.to_string());
-        async move { waiting(k, owner, ttl_ms, &grant).invoke("ho:boot", &mut c).await.unwrap() }
+        let (conn, k, grant) = (&conn, &k, ttl_ms.to_string());
+        async move { waiting(k, owner, ttl_ms, &grant).on("ho:boot", conn).await }
     };
-    let release = |owner: &'static str| {
-        let (mut c, k) = (conn.clone(), &k);
-        async move { hand_off(Release, k, owner, RESERVE, "").invoke(&mut c).await.unwrap() }
-    };
+    let release = |owner: &'static str| hand_off(Release, &k, owner, RESERVE, "").on(&conn);
     let within = Duration::from_secs(2);
 
     assert_eq!(attempt("a", 60_000).await[0], 1);
@@ -146,11 +137,7 @@ async fn an_abandon_never_grants_the_leaver() {
     let k = Keys::new("lv", &LockName::new("leaver").unwrap());
     let conn = c.clone();
     let attempt = |owner: &'static str, registration_ms: u64| {
-        let (mut c, k) = (conn.clone(), &k);
-        async move {
-            let call = Acquire { registration_ms, ..waiting(k, owner, 60_000, "60000") };
-            call.invoke("lv:boot", &mut c).await.unwrap()
-        }
+        Acquire { registration_ms, ..waiting(&k, owner, 60_000, "60000") }.on("lv:boot", &conn)
     };
     assert_eq!(attempt("a", 20_000).await[0], 1);
     assert_eq!(attempt("w", 20_000).await[0], 0);

@@ -6,7 +6,7 @@ use std::time::Duration;
 use lock_core::LockName;
 use lock_redis::scripts::{RwAcquire, RwKeys, RwRelease, SemAcquire, SemKeys, SemRelease, Side};
 
-use crate::{fresh_server, heard, listen};
+use crate::{fresh_server, heard, listen, Attempt, Call};
 
 // Well above the 200 ms of listening in `woken`, so that reservations outlast the listening.
 const RESERVE: u64 = 1000;
@@ -53,14 +53,8 @@ async fn grants_of_readers_writers_and_permits() {
     let (_server, _client, mut c) = fresh_server().await;
     let rw = RwKeys::new("t", &LockName::new("s").unwrap());
     let conn = c.clone();
-    let attempt = |s: Side, owner: &'static str, reg: u64| {
-        let (mut c, rw) = (conn.clone(), &rw);
-        async move { side(s, rw, owner, reg, 150, "").invoke("t:boot", &mut c).await.unwrap() }
-    };
-    let leave = |s: Side, owner: &'static str| {
-        let (mut c, rw) = (conn.clone(), &rw);
-        async move { RwRelease { side: s, keys: rw, owner, reserve_ms: 150 }.invoke(&mut c).await.unwrap() }
-    };
+    let attempt = |s: Side, owner: &'static str, reg: u64| side(s, &rw, owner, reg, 150, "").on("t:boot", &conn);
+    let leave = |s: Side, owner: &'static str| RwRelease { side: s, keys: &rw, owner, reserve_ms: 150 }.on(&conn);
     let r1 = attempt(Side::Read, "r1", 0).await;
     assert_eq!(r1[0], 1);
     assert_eq!(attempt(Side::Read, "r1", 0).await, r1, "a reader's re-attempt returns the same grant");
@@ -86,10 +80,7 @@ async fn grants_of_readers_writers_and_permits() {
     assert_eq!(leave(Side::Write, "w2").await, 0, "not ours");
 
     let sk = SemKeys::new("t", &LockName::new("s").unwrap());
-    let take = |owner: &'static str, n: u32| {
-        let (mut c, sk) = (conn.clone(), &sk);
-        async move { permit(sk, owner, n, 0, "").invoke("t:boot", &mut c).await.unwrap() }
-    };
+    let take = |owner: &'static str, n: u32| permit(&sk, owner, n, 0, "").on("t:boot", &conn);
     let p1 = take("p1", 1).await;
     assert_eq!(p1[0], 1);
     assert_eq!(take("p1", 1).await, p1, "a re-attempt returns the same grant");
@@ -113,13 +104,10 @@ async fn kinds_queues_hand_off_in_order() {
     // Every waiter of this test listens on one client's wake channel.
     let mut messages = listen(&client, &["kq:wake:T"]).await;
     let take = |owner: &'static str, reg: u64| {
-        let (mut c, sk) = (c.clone(), &sk);
-        async move { permit(sk, owner, 2, reg, "kq:wake:T").invoke("kq:boot", &mut c).await.unwrap()[0] }
+        let call = permit(&sk, owner, 2, reg, "kq:wake:T").on("kq:boot", &c);
+        async move { call.await[0] }
     };
-    let give_back = |owner: &'static str| {
-        let (mut c, sk) = (c.clone(), &sk);
-        async move { SemRelease { keys: sk, owner, reserve_ms: RESERVE }.invoke(&mut c).await.unwrap() }
-    };
+    let give_back = |owner: &'static str| SemRelease { keys: &sk, owner, reserve_ms: RESERVE }.on(&c);
     assert_eq!((take("a", 0).await, take("b", REG).await), (1, 1), "free permits, empty queue");
     for w in ["w1", "w2", "w3"] {
         assert_eq!(take(w, REG).await, 0);
@@ -137,13 +125,10 @@ async fn kinds_queues_hand_off_in_order() {
     assert_eq!(take("w3", REG).await, 1, "the vanished head is skipped once its reservation ended");
 
     let attempt = |s: Side, owner: &'static str, reg: u64| {
-        let (mut c, rw) = (c.clone(), &rw);
-        async move { side(s, rw, owner, reg, RESERVE, "kq:wake:T").invoke("kq:boot", &mut c).await.unwrap()[0] }
+        let call = side(s, &rw, owner, reg, RESERVE, "kq:wake:T").on("kq:boot", &c);
+        async move { call.await[0] }
     };
-    let leave = |s: Side, owner: &'static str| {
-        let (mut c, rw) = (c.clone(), &rw);
-        async move { RwRelease { side: s, keys: rw, owner, reserve_ms: RESERVE }.invoke(&mut c).await.unwrap() }
-    };
+    let leave = |s: Side, owner: &'static str| RwRelease { side: s, keys: &rw, owner, reserve_ms: RESERVE }.on(&c);
     assert_eq!(attempt(Side::Write, "W", 0).await, 1);
     for (who, s) in [("r1", Side::Read), ("r2", Side::Read), ("w2", Side::Write), ("r3", Side::Read)] {
         assert_eq!(attempt(s, who, REG).await, 0, "{who} waits while a writer holds");
@@ -178,13 +163,10 @@ async fn kinds_waiters_are_woken_on_their_wake_channel() {
     let mut own = listen(&client, &["kw:wake:A"]).await;
     let mut other = listen(&client, &["kw:wake:B"]).await;
     let take = |owner: &'static str, reg: u64, wake: &'static str| {
-        let (mut c, sk) = (c.clone(), &sk);
-        async move { permit(sk, owner, 1, reg, wake).invoke("kw:boot", &mut c).await.unwrap()[0] }
+        let call = permit(&sk, owner, 1, reg, wake).on("kw:boot", &c);
+        async move { call.await[0] }
     };
-    let give_back = |owner: &'static str| {
-        let (mut c, sk) = (c.clone(), &sk);
-        async move { SemRelease { keys: sk, owner, reserve_ms: RESERVE }.invoke(&mut c).await.unwrap() }
-    };
+    let give_back = |owner: &'static str| SemRelease { keys: &sk, owner, reserve_ms: RESERVE }.on(&c);
     assert_eq!(take("a", 0, "").await, 1);
     assert_eq!(take("w", REG, "kw:wake:A").await, 0);
     assert_eq!(take("v", REG, "").await, 0);
@@ -200,8 +182,8 @@ async fn kinds_waiters_are_woken_on_their_wake_channel() {
 
     // A writer queued behind a holder, woken on its wake channel by the release.
     let write = |owner: &'static str, reg: u64, wake: &'static str| {
-        let (mut c, rw) = (c.clone(), &rw);
-        async move { side(Side::Write, rw, owner, reg, RESERVE, wake).invoke("kw:boot", &mut c).await.unwrap()[0] }
+        let call = side(Side::Write, &rw, owner, reg, RESERVE, wake).on("kw:boot", &c);
+        async move { call.await[0] }
     };
     assert_eq!(write("W", 0, "").await, 1);
     assert_eq!(write("X", REG, "kw:wake:A").await, 0);

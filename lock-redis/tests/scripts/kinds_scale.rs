@@ -6,8 +6,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use lock_core::LockName;
 use lock_redis::scripts::{RwAcquire, RwKeys, RwRelease, SemAcquire, SemKeys, SemRelease, Side};
 
-use crate::fresh_server;
 use crate::queue_scale::{evalsha_usec, reset_stats};
+use crate::{fresh_server, Attempt};
 
 const REG: u64 = 600_000;
 // Long enough for 10,000 reserved readers to come one by one.
@@ -50,10 +50,7 @@ async fn kinds_queues_are_capped() {
     let name = LockName::new("cap").unwrap();
     let (k, sk) = (RwKeys::new("kc", &name), SemKeys::new("kc", &name));
     let conn = c.clone();
-    let attempt = |s: Side, owner: &'static str, reg: u64| {
-        let (mut c, k) = (conn.clone(), k.clone());
-        async move { rw(s, &k, owner, reg, 3).invoke("kc:boot", &mut c).await.unwrap() }
-    };
+    let attempt = |s: Side, owner: &'static str, reg: u64| rw(s, &k, owner, reg, 3).on("kc:boot", &conn);
     assert_eq!(attempt(Side::Write, "W", 0).await[0], 1);
     for (s, who) in [(Side::Read, "a"), (Side::Write, "b"), (Side::Read, "c")] {
         assert_eq!(attempt(s, who, REG).await[0], 0);
@@ -68,10 +65,7 @@ async fn kinds_queues_are_capped() {
     assert_eq!(gone.invoke(&mut c).await.unwrap(), 0, "c's wait ended: it leaves");
     assert_eq!(attempt(Side::Read, "d", REG).await[0], 0, "d queues in its place");
 
-    let take = |owner: &'static str, reg: u64| {
-        let (mut c, sk) = (conn.clone(), sk.clone());
-        async move { permit(&sk, owner, reg, 2).invoke("kc:boot", &mut c).await.unwrap() }
-    };
+    let take = |owner: &'static str, reg: u64| permit(&sk, owner, reg, 2).on("kc:boot", &conn);
     assert_eq!(take("h", 0).await[0], 1);
     assert_eq!((take("p", REG).await[0], take("q", REG).await[0]), (0, 0));
     assert_eq!(take("r", REG).await, [3, 2], "a third permit waiter is refused");

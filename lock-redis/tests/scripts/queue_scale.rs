@@ -7,7 +7,7 @@ use lock_core::LockName;
 use lock_redis::scripts::HandOffScript::{Abandon, Release};
 use lock_redis::scripts::Keys;
 
-use crate::{acquire, fresh_server, hand_off, listen, next};
+use crate::{acquire, fresh_server, hand_off, listen, next, Attempt};
 
 const WAITERS: usize = 10_000;
 const REG: u64 = 600_000;
@@ -29,8 +29,8 @@ async fn ten_thousand_waiters_keep_fifo_and_the_cap() {
     let mut messages = listen(&client, &[&k.channel]).await;
     let conn = c.clone();
     let take = |owner: String, reg: u64| {
-        let (mut c, k) = (conn.clone(), k.clone());
-        async move { acquire(&k, &owner, reg, RESERVE, "").invoke("q:boot", &mut c).await.unwrap() }
+        let (conn, k) = (&conn, &k);
+        async move { acquire(k, &owner, reg, RESERVE, "").on("q:boot", conn).await }
     };
     // h holds longer than the 20,000 registrations take on a busy machine.
     let hold = lock_redis::scripts::Acquire { ttl_ms: 600_000, ..acquire(&k, "h", 0, RESERVE, "") };
@@ -71,11 +71,7 @@ async fn ended_registrations_free_the_cap() {
     let k = Keys::new("q", &LockName::new("cap").unwrap());
     let conn = c.clone();
     let take = |owner: &'static str, reg: u64| {
-        let (mut c, k) = (conn.clone(), k.clone());
-        async move {
-            let call = lock_redis::scripts::Acquire { max_waiters: 3, ..acquire(&k, owner, reg, RESERVE, "") };
-            call.invoke("q:boot", &mut c).await.unwrap()
-        }
+        lock_redis::scripts::Acquire { max_waiters: 3, ..acquire(&k, owner, reg, RESERVE, "") }.on("q:boot", &conn)
     };
     assert_eq!(take("h", 0).await[0], 1);
     for w in ["a", "b", "c"] {

@@ -5,7 +5,7 @@ use std::time::Duration;
 use lock_core::LockName;
 use lock_redis::scripts::{Keys, RedlockAcquire, RedlockFence, RedlockRelease, RedlockUndo};
 
-use crate::{fresh_server, heard, listen, next};
+use crate::{fresh_server, heard, listen, next, Attempt, Call};
 
 const RESERVE: u64 = 150;
 
@@ -54,10 +54,7 @@ async fn undo_and_fence_are_scoped_to_one_attempt() {
     let big = "9000000000000001";
     let big_n: i64 = big.parse().unwrap();
     let conn = c.clone();
-    let fence = |token: &'static str, id: &'static str| {
-        let (mut c, r) = (conn.clone(), &r);
-        async move { RedlockFence { keys: r, token, attempt: id }.invoke(&mut c).await.unwrap() }
-    };
+    let fence = |token: &'static str, id: &'static str| RedlockFence { keys: &r, token, attempt: id }.on(&conn);
     assert_eq!(fence(big, "f1").await, vec![1, big_n], "a greater token is stored");
     assert_eq!(fence(big, "f1").await, vec![1, big_n], "a re-delivery of the same attempt still counts");
     assert_eq!(fence(big, "f2").await, vec![0, big_n], "an equal counter stored by another attempt is not ours");
@@ -77,19 +74,13 @@ async fn ticket_queue_agrees_on_the_head_whatever_the_arrival_order() {
     let (m1, m2) = (Keys::new("m1", &name), Keys::new("m2", &name));
     let mut messages = listen(&client, &[&m1.channel]).await;
     // `reg` 0: a single try; otherwise a waiting attempt with `ticket`. Whether it was granted.
-    let take = |k: &Keys, owner: &'static str, id: &'static str, reg: u64, ticket: u64| {
-        let (mut c, k) = (conn.clone(), k.clone());
-        async move { attempt(&k, owner, id, reg, ticket, "").invoke("tq:boot", &mut c).await.unwrap()[0] == 1 }
+    let take = |k, owner: &'static str, id: &'static str, reg: u64, ticket: u64| {
+        let call = attempt(k, owner, id, reg, ticket, "").on("tq:boot", &conn);
+        async move { call.await[0] == 1 }
     };
-    let release = |k: &Keys, owner: &'static str| {
-        let (mut c, k) = (conn.clone(), k.clone());
-        async move { RedlockRelease { keys: &k, owner, reserve_ms: RESERVE, wake: "" }.invoke(&mut c).await.unwrap() }
-    };
-    let undo = |k: &Keys, owner: &'static str, id: &'static str| {
-        let (mut c, k) = (conn.clone(), k.clone());
-        async move {
-            RedlockUndo { keys: &k, owner, attempt: id, reserve_ms: RESERVE, wake: "" }.invoke(&mut c).await.unwrap()
-        }
+    let release = |k, owner: &'static str| RedlockRelease { keys: k, owner, reserve_ms: RESERVE, wake: "" }.on(&conn);
+    let undo = |k, owner: &'static str, id: &'static str| {
+        RedlockUndo { keys: k, owner, attempt: id, reserve_ms: RESERVE, wake: "" }.on(&conn)
     };
     let soon = Duration::from_secs(2);
 
@@ -143,12 +134,11 @@ async fn ticket_queue_wakes_an_entry_on_its_wake_channel() {
     let (mut on_name, mut on_wake) = (listen(&client, &[&k.channel]).await, listen(&client, &["m1:wake:Y"]).await);
     let conn = c.clone();
     let take = |owner: &'static str, id: &'static str, reg: u64, wake: &'static str| {
-        let (mut c, k) = (conn.clone(), &k);
-        async move { attempt(k, owner, id, reg, 100, wake).invoke("tq:boot", &mut c).await.unwrap()[0] == 1 }
+        let call = attempt(&k, owner, id, reg, 100, wake).on("tq:boot", &conn);
+        async move { call.await[0] == 1 }
     };
     let release = |owner: &'static str, wake: &'static str| {
-        let (mut c, k) = (conn.clone(), &k);
-        async move { RedlockRelease { keys: k, owner, reserve_ms: RESERVE, wake }.invoke(&mut c).await.unwrap() }
+        RedlockRelease { keys: &k, owner, reserve_ms: RESERVE, wake }.on(&conn)
     };
     let quiet = Duration::from_millis(300);
 
@@ -178,11 +168,7 @@ async fn ticket_queue_is_capped() {
     let k = Keys::new("tq", &LockName::new("cap").unwrap());
     let conn = c.clone();
     let take = |owner: &'static str, ticket: u64| {
-        let (mut c, k) = (conn.clone(), k.clone());
-        async move {
-            let call = RedlockAcquire { max_waiters: 2, ..attempt(&k, owner, "a", 2000, ticket, "") };
-            call.invoke("tq:boot", &mut c).await.unwrap()
-        }
+        RedlockAcquire { max_waiters: 2, ..attempt(&k, owner, "a", 2000, ticket, "") }.on("tq:boot", &conn)
     };
     assert_eq!(attempt(&k, "h", "a", 0, 0, "").invoke("tq:boot", &mut c).await.unwrap()[0], 1);
     assert_eq!(take("late", 200).await[0], 0);
