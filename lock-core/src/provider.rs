@@ -23,7 +23,7 @@ use crate::{
 /// application and the conformance suite can tell apart from a failure).
 #[async_trait]
 pub trait LockProvider: Send + Sync + 'static {
-    /// The backend's name, as its locks report it in [`DistributedLock::backend`] and errors.
+    /// The backend's name, as its locks report it in [`LockService::backend`](crate::LockService::backend) and errors.
     fn backend(&self) -> &str;
 
     /// The exclusive lock (docs/contract.md §5.1). Cheap: a handle over the shared connections.

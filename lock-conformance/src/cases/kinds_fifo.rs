@@ -5,8 +5,8 @@
 //! straight back, not a reader that could share with the current readers while a writer is
 //! queued. A queued waiter that vanished holds the others back for a bounded time only.
 //!
-//! The declaration read is the kind client's own ([`DistributedRwLock::capabilities`],
-//! [`DistributedSemaphore::capabilities`]): a backend may queue its exclusive lock and not its
+//! The declaration read is the kind client's own ([`LockService::capabilities`](lock_core::LockService::capabilities) of the
+//! read-write lock or the semaphore): a backend may queue its exclusive lock and not its
 //! other kinds.
 
 use std::sync::Arc;
