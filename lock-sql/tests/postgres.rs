@@ -276,8 +276,29 @@ async fn extra_cancelled_acquire_leaves_no_grant() {
         .await;
     let name = LockName::new("cancelled").unwrap();
     let opts = AcquireOptions::new(Duration::from_secs(30)).request_timeout(Duration::from_secs(2));
-    let cancelled = tokio::time::timeout(Duration::from_millis(300), lock.acquire(&name, &opts)).await;
-    assert!(cancelled.is_err(), "the acquire should still wait for the uncommitted row: {cancelled:?}");
+    let acquire = tokio::spawn({
+        let (name, opts) = (name.clone(), opts.clone());
+        async move { lock.acquire(&name, &opts).await }
+    });
+    // Cancel only once the upsert waits on the server for the uncommitted row: a fixed delay
+    // cancelled it before it was sent on a loaded machine, and the scenario did not happen.
+    let mut watcher = common::Admin::connect(&fx).await;
+    let waiting = format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%{table}%' \
+         AND pid <> pg_backend_pid()"
+    );
+    let mut blocked = false;
+    for _ in 0..500 {
+        if watcher.count(&waiting).await > 0 {
+            blocked = true;
+            break;
+        }
+        assert!(!acquire.is_finished(), "the acquire ended before it waited for the uncommitted row");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(blocked, "the acquire's upsert never waited for the uncommitted row");
+    acquire.abort();
+    assert!(acquire.await.is_err_and(|e| e.is_cancelled()), "the acquire should still wait for the uncommitted row");
     tokio::time::sleep(Duration::from_millis(300)).await;
     admin.run("COMMIT").await;
     // The cancelled upsert's late grant: the row gets an owner nobody knows.
