@@ -4,6 +4,7 @@
 //! `DLOCK_BLESS_API=1` to rewrite the lists after an intended change, and review the diff).
 
 mod api;
+mod doc_paths;
 mod graph;
 mod sizes;
 mod source;
@@ -104,4 +105,24 @@ fn public_surfaces_match_the_checked_in_lists() {
         "the public surface changed; if on purpose, rerun with DLOCK_BLESS_API=1 and commit the lists:\n{}",
         changed.join("\n")
     );
+}
+
+#[test]
+fn docs_name_files_that_exist() {
+    let root = workspace();
+    let docs = doc_paths::documents(&root);
+    assert!(docs.len() > 10, "the reader found only {} documents", docs.len());
+    let mut checked = 0;
+    let mut missing = Vec::new();
+    for doc in &docs {
+        let text = std::fs::read_to_string(doc).unwrap();
+        for (line, path) in doc_paths::root_paths(&text) {
+            checked += 1;
+            if !doc_paths::exists(&root, doc, &path) {
+                missing.push(format!("{}:{line}: `{path}`", doc.strip_prefix(&root).unwrap_or(doc).display()));
+            }
+        }
+    }
+    assert!(checked > 30, "only {checked} paths found in the docs: the reader is broken");
+    assert!(missing.is_empty(), "the docs name files that do not exist (moved?):\n{}", missing.join("\n"));
 }
