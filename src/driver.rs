@@ -60,33 +60,36 @@ pub struct Driver {
 
 impl Driver {
     /// A backend named `name`, reached by URLs with one of `schemes`, connected by `connect`.
-    pub fn new(name: &'static str, schemes: &'static [&'static str], connect: ConnectFn) -> Driver {
-        Driver {
-            name,
-            schemes,
-            form: name,
-            default_port: None,
-            exclusive_only: false,
-            feature: None,
-            connect: Some(connect),
-            scheme: Scheme::Registered(name),
-        }
+    pub const fn new(name: &'static str, schemes: &'static [&'static str], connect: ConnectFn) -> Driver {
+        Driver::row(name, schemes, Scheme::Registered(name), None, Some(connect))
+    }
+
+    /// A row with the defaults of the builder methods; shipped backends give their `scheme` and
+    /// the cargo `feature` that compiles them in (`connect` is `None` in a build without it).
+    pub(crate) const fn row(
+        name: &'static str,
+        schemes: &'static [&'static str],
+        scheme: Scheme,
+        feature: Option<&'static str>,
+        connect: Option<ConnectFn>,
+    ) -> Driver {
+        Driver { name, schemes, form: name, default_port: None, exclusive_only: false, feature, connect, scheme }
     }
 
     /// How its URL looks (`etcd://h1:2379,h2:2379/prefix`), for error messages.
-    pub fn form(mut self, form: &'static str) -> Driver {
+    pub const fn form(mut self, form: &'static str) -> Driver {
         self.form = form;
         self
     }
 
     /// The port of a host given without one.
-    pub fn default_port(mut self, port: u16) -> Driver {
+    pub const fn default_port(mut self, port: u16) -> Driver {
         self.default_port = Some(port);
         self
     }
 
     /// Only the exclusive lock (see the field of that name).
-    pub fn exclusive_only(mut self) -> Driver {
+    pub const fn exclusive_only(mut self) -> Driver {
         self.exclusive_only = true;
         self
     }

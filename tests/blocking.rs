@@ -24,6 +24,16 @@ fn unique(prefix: &str) -> String {
     format!("{prefix}/{nanos:x}")
 }
 
+/// Runs `check` on the handle of a kind the backend may not have; a backend without it
+/// (`Unsupported`) is said and passed over, any other error fails the test.
+fn where_supported<H>(backend: &str, kind: &str, handle: Result<H, LockError>, check: impl FnOnce(H)) {
+    match handle {
+        Ok(handle) => check(handle),
+        Err(LockError::Unsupported { .. }) => eprintln!("{backend}: no {kind} (Unsupported), not checked"),
+        Err(e) => panic!("{backend}: {kind} handle: {e}"),
+    }
+}
+
 fn exercise(backend: &str) {
     let (_rt, served) = served(backend);
     let client = Client::connect(&served.url).expect("connect");
@@ -65,34 +75,22 @@ fn exercise(backend: &str) {
     drop(next); // released on drop, waited for
     assert!(handle.try_acquire().expect("try_acquire").is_some(), "{backend}: a dropped lease kept the lock");
 
-    match client.rw_handle(&unique("blocking-rw")) {
-        Ok(rw) => {
-            let rw = rw.with_options(opts.clone());
-            let reader = rw.read().expect("read");
-            assert!(
-                rw.try_write_for(Duration::from_millis(200)).expect("try_write_for").is_none(),
-                "{backend}: writer beside a reader"
-            );
-            reader.release().expect("release reader");
-            assert_eq!(rw.run_write_locked(|| 5).expect("run_write_locked"), 5);
-        }
-        Err(LockError::Unsupported { .. }) => eprintln!("{backend}: no read-write lock (Unsupported), not checked"),
-        Err(e) => panic!("{backend}: rw_handle: {e}"),
-    }
-    match client.semaphore_handle(&unique("blocking-sem"), 1) {
-        Ok(sem) => {
-            let sem = sem.with_options(opts);
-            let permit = sem.acquire().expect("permit");
-            assert!(
-                sem.try_acquire_for(Duration::from_millis(200)).expect("try_acquire_for").is_none(),
-                "{backend}: a second permit of 1"
-            );
-            permit.release().expect("release permit");
-            assert_eq!(sem.run_locked(|| 6).expect("run_locked"), 6);
-        }
-        Err(LockError::Unsupported { .. }) => eprintln!("{backend}: no semaphore (Unsupported), not checked"),
-        Err(e) => panic!("{backend}: semaphore_handle: {e}"),
-    }
+    where_supported(backend, "read-write lock", client.rw_handle(&unique("blocking-rw")), |rw| {
+        let rw = rw.with_options(opts.clone());
+        let reader = rw.read().expect("read");
+        let writer = rw.try_write_for(Duration::from_millis(200)).expect("try_write_for");
+        assert!(writer.is_none(), "{backend}: writer beside a reader");
+        reader.release().expect("release reader");
+        assert_eq!(rw.run_write_locked(|| 5).expect("run_write_locked"), 5);
+    });
+    where_supported(backend, "semaphore", client.semaphore_handle(&unique("blocking-sem"), 1), |sem| {
+        let sem = sem.with_options(opts);
+        let permit = sem.acquire().expect("permit");
+        let second = sem.try_acquire_for(Duration::from_millis(200)).expect("try_acquire_for");
+        assert!(second.is_none(), "{backend}: a second permit of 1");
+        permit.release().expect("release permit");
+        assert_eq!(sem.run_locked(|| 6).expect("run_locked"), 6);
+    });
 }
 
 #[test]

@@ -31,92 +31,48 @@ fn memory(config: &Config) -> Connecting<'_> {
     Box::pin(async move { Ok(provider) })
 }
 
-/// `Some(connect)` when the crate is built with `feature`, else `None` (the row then says which
-/// feature to turn on). A macro because `connect` does not exist without its feature.
-macro_rules! with_feature {
-    ($feature:literal, $connect:path) => {{
+/// The row of a shipped backend that the cargo feature `$feature` compiles in: connected by
+/// `$connect` in a build with the feature; without it the row stays (its URLs are known) and its
+/// error names the feature to turn on. A macro because `$connect` does not exist without it.
+macro_rules! shipped {
+    ($name:literal, $schemes:expr, $scheme:expr, $feature:literal => $connect:path) => {{
         #[cfg(feature = $feature)]
         let connect: Option<ConnectFn> = Some($connect);
         #[cfg(not(feature = $feature))]
         let connect: Option<ConnectFn> = None;
-        connect
+        Driver::row($name, $schemes, $scheme, Some($feature), connect)
     }};
 }
 
 /// The rows of the shipped backends.
 pub(crate) const SHIPPED: &[Driver] = &[
-    Driver {
-        name: "memory",
-        schemes: &["memory"],
-        form: "memory://[name]",
-        default_port: None,
-        exclusive_only: false,
-        feature: None,
-        connect: Some(memory),
-        scheme: Scheme::Memory,
-    },
-    Driver {
-        name: "sqlite",
-        schemes: &["sqlite"],
-        form: "sqlite://path",
-        default_port: None,
-        exclusive_only: false,
-        feature: Some("sqlite"),
-        connect: with_feature!("sqlite", sql::connect),
-        scheme: Scheme::Sqlite,
-    },
-    Driver {
-        name: "postgres",
-        schemes: &["postgres", "postgresql"],
-        form: "postgres://user:password@host/db?sslmode=verify-full",
-        default_port: Some(5432),
-        exclusive_only: false,
-        feature: Some("postgres"),
-        connect: with_feature!("postgres", sql::connect),
-        scheme: Scheme::Postgres,
-    },
-    Driver {
-        name: "mysql",
-        schemes: &["mysql", "mariadb"],
-        form: "mysql://user:password@host/db?ssl-mode=verify_identity",
-        default_port: Some(3306),
-        exclusive_only: false,
-        feature: Some("mysql"),
-        connect: with_feature!("mysql", sql::connect),
-        scheme: Scheme::Mysql,
-    },
-    Driver {
-        // redis+sentinel: lock-redis asks the Sentinels for the primary; redis+cluster: the
-        // cluster client routes by slot (same backend and options).
-        name: "redis",
-        schemes: &["redis", "rediss", "redis+sentinel", "rediss+sentinel", "redis+cluster"],
-        form: "redis://host:port (rediss:// for TLS, redis+sentinel://s1:p1,s2:p2,s3:p3/<master> via Sentinel, rediss+sentinel:// with TLS, \
-               redis+cluster://n1:p1,n2:p2,… for Redis Cluster)",
-        default_port: Some(6379),
-        exclusive_only: false,
-        feature: Some("redis"),
-        connect: with_feature!("redis", redis::connect),
-        scheme: Scheme::Redis,
-    },
-    Driver {
-        name: "redlock",
-        schemes: &["redlock"],
-        form: "redlock://h1:p1,h2:p2,h3:p3",
-        default_port: Some(6379),
-        // Redlock's majority protocol has no read-write lock or semaphore.
-        exclusive_only: true,
-        feature: Some("redis"),
-        connect: with_feature!("redis", redis::connect_redlock),
-        scheme: Scheme::Redlock,
-    },
-    Driver {
-        name: "zookeeper",
-        schemes: &["zk", "zookeeper"],
-        form: "zk://h1:p1,h2:p2/root",
-        default_port: Some(2181),
-        exclusive_only: false,
-        feature: Some("zk"),
-        connect: with_feature!("zk", zk::connect),
-        scheme: Scheme::ZooKeeper,
-    },
+    Driver::row("memory", &["memory"], Scheme::Memory, None, Some(memory)).form("memory://[name]"),
+    shipped!("sqlite", &["sqlite"], Scheme::Sqlite, "sqlite" => sql::connect).form("sqlite://path"),
+    shipped!("postgres", &["postgres", "postgresql"], Scheme::Postgres, "postgres" => sql::connect)
+        .form("postgres://user:password@host/db?sslmode=verify-full")
+        .default_port(5432),
+    shipped!("mysql", &["mysql", "mariadb"], Scheme::Mysql, "mysql" => sql::connect)
+        .form("mysql://user:password@host/db?ssl-mode=verify_identity")
+        .default_port(3306),
+    // redis+sentinel: lock-redis asks the Sentinels for the primary; redis+cluster: the cluster
+    // client routes by slot (same backend and options).
+    shipped!(
+        "redis",
+        &["redis", "rediss", "redis+sentinel", "rediss+sentinel", "redis+cluster"],
+        Scheme::Redis,
+        "redis" => redis::connect
+    )
+    .form(
+        "redis://host:port (rediss:// for TLS, redis+sentinel://s1:p1,s2:p2,s3:p3/<master> via Sentinel, rediss+sentinel:// with TLS, \
+         redis+cluster://n1:p1,n2:p2,… for Redis Cluster)",
+    )
+    .default_port(6379),
+    // Redlock's majority protocol has no read-write lock or semaphore.
+    shipped!("redlock", &["redlock"], Scheme::Redlock, "redis" => redis::connect_redlock)
+        .form("redlock://h1:p1,h2:p2,h3:p3")
+        .default_port(6379)
+        .exclusive_only(),
+    shipped!("zookeeper", &["zk", "zookeeper"], Scheme::ZooKeeper, "zk" => zk::connect)
+        .form("zk://h1:p1,h2:p2/root")
+        .default_port(2181),
 ];
