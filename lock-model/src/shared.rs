@@ -95,6 +95,69 @@ pub enum NetAction {
     Forge(u8),
 }
 
+/// One step of either queue model: the steps of a client, the clock and the network that both
+/// take alike, and `Own(step)` for what only one of them has (the Redis server's restart,
+/// PostgreSQL's renewals and database crash). A request is the model's script or statement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum QueueAction<Own> {
+    /// Time passes.
+    Tick,
+    /// The client sends its acquire request.
+    Send(u8),
+    /// The server runs the client's request and the reply arrives.
+    Apply(u8),
+    /// The server runs it, the reply is lost: the client sends it again.
+    ApplyReplyLost(u8),
+    /// A waiter's fallback timer: it sends its acquire request without a hint.
+    Poll(u8),
+    /// The waiter's wait ends (time-out or dropped future).
+    Leave(u8),
+    /// The server runs the leaving waiter's next abandon step.
+    Abandon(u8),
+    /// (bug) The clean-up is cut short and nothing is left to finish it.
+    Cut(u8),
+    /// A request of a client that is gone runs on the server.
+    Stray(u8),
+    /// The holder releases.
+    Release(u8),
+    /// The client's process dies.
+    Crash(u8),
+    /// A hint is delivered, lost, duplicated or forged.
+    Net(NetAction),
+    /// A step only this model has.
+    Own(Own),
+}
+
+impl<Own> QueueAction<Own> {
+    /// The steps of client `c` while its request is in flight: the reply; unless it is leaving
+    /// (its wait ended meanwhile), a lost reply while `net` may still lose one and an early leave
+    /// while `leaves` are left.
+    pub(crate) fn of_attempt(c: u8, leaving: bool, leaves: u8, net: &Hints, actions: &mut Vec<Self>) {
+        actions.push(QueueAction::Apply(c));
+        if !leaving && net.lose > 0 {
+            actions.push(QueueAction::ApplyReplyLost(c));
+        }
+        if !leaving && leaves > 0 {
+            actions.push(QueueAction::Leave(c));
+        }
+    }
+
+    /// The steps of client `c` while it waits in the queue: a fallback re-try while it has
+    /// `polls` left, an early leave while `leaves` are left, a forged hint while `net` may still
+    /// forge one.
+    pub(crate) fn of_waiter(c: u8, polls: u8, leaves: u8, net: &Hints, actions: &mut Vec<Self>) {
+        if polls > 0 {
+            actions.push(QueueAction::Poll(c));
+        }
+        if leaves > 0 {
+            actions.push(QueueAction::Leave(c));
+        }
+        if net.forge > 0 {
+            actions.push(QueueAction::Net(NetAction::Forge(c)));
+        }
+    }
+}
+
 impl Hints {
     /// No message in flight, with these fault budgets.
     pub(crate) fn new(forge: u8, dup: u8, lose: u8) -> Hints {
@@ -211,41 +274,6 @@ macro_rules! rename_queue_clients {
     }};
 }
 pub(crate) use rename_queue_clients;
-
-/// The steps both queue models offer client `$c` of state `$s` while its request is in flight
-/// (the reply; unless it is leaving, a lost reply while losses are left and an early leave while
-/// leaves are left) or while it waits in the queue (a fallback re-try while it has polls left,
-/// an early leave, a forged hint while forgeries are left), pushed onto `$actions`. Both models
-/// name these alike in their own `Action` and `Client`; other states offer nothing here.
-macro_rules! queue_client_actions {
-    ($s:expr, $c:expr, $actions:expr) => {{
-        let (s, c, actions) = ($s, $c, &mut *$actions);
-        match s.clients[c as usize] {
-            Client::Attempting { leaving, .. } => {
-                actions.push(Action::Apply(c));
-                if !leaving && s.net.lose > 0 {
-                    actions.push(Action::ApplyReplyLost(c));
-                }
-                if !leaving && s.leave > 0 {
-                    actions.push(Action::Leave(c));
-                }
-            }
-            Client::Waiting { .. } => {
-                if s.polls[c as usize] > 0 {
-                    actions.push(Action::Poll(c));
-                }
-                if s.leave > 0 {
-                    actions.push(Action::Leave(c));
-                }
-                if s.net.forge > 0 {
-                    actions.push(Action::Net(crate::shared::NetAction::Forge(c)));
-                }
-            }
-            _ => {}
-        }
-    }};
-}
-pub(crate) use queue_client_actions;
 
 /// The per-client fields of a state renamed: the value of client `c` goes to `perm[c]`.
 pub(crate) fn permute<T: Copy>(to: &mut [T], from: &[T], perm: &[u8]) {

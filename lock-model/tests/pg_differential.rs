@@ -19,7 +19,7 @@
 use std::time::Duration;
 
 use dlock_testkit::servers::postgres::PostgresServer;
-use lock_model::pg::{Action, Bugs, Client, InFlight, Pg, State, Stmt, CLAIM, ENTRY_LIFE, TTL};
+use lock_model::pg::{Action, Bugs, Client, InFlight, OwnAction, Pg, State, Stmt, CLAIM, ENTRY_LIFE, TTL};
 use lock_sql::model_text::{statements, PgStatements};
 use sqlx::{AssertSqlSafe, Connection, Executor, PgConnection};
 
@@ -82,7 +82,7 @@ fn ops(pre: &State, action: Action) -> Vec<Op> {
             Some(InFlight::Renew) => vec![Op::Renew(x)],
             None => Vec::new(),
         },
-        Action::Renewed(x) => vec![Op::Renew(x)],
+        Action::Own(OwnAction::Renewed(x)) => vec![Op::Renew(x)],
         Action::Release(x) => vec![Op::Release(x)],
         Action::Abandon(x) => match c(x) {
             Client::Leaving { entry_gone: false } => vec![Op::Leave(x)],

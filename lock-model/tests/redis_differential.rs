@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use dlock_testkit::servers::redis::RedisServer;
 use lock_core::LockName;
-use lock_model::handoff::{Action, Bugs, Client, Handoff, State, CLAIM, ENTRY_LIFE, QUIET, RESERVE, TTL};
+use lock_model::handoff::{Action, Bugs, Client, Handoff, OwnAction, State, CLAIM, ENTRY_LIFE, QUIET, RESERVE, TTL};
 use lock_redis::scripts::{Acquire, HandOff, HandOffScript, Keys};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
@@ -56,7 +56,7 @@ fn ops(pre: &State, action: Action) -> Vec<Op> {
         Action::ApplyReplyLost(c) | Action::Stray(c) => vec![Op::Acquire(c)],
         Action::Release(c) => vec![Op::Release(c)],
         Action::Abandon(c) => vec![Op::Abandon(c)],
-        Action::Restart => vec![Op::Restart],
+        Action::Own(OwnAction::Restart) => vec![Op::Restart],
         _ => Vec::new(),
     }
 }
@@ -223,7 +223,7 @@ fn model() -> Handoff {
 
 /// A fault, which the walks take rarely so that the lock changes hands before it.
 fn fault(action: Action) -> bool {
-    matches!(action, Action::Crash(_) | Action::Leave(_) | Action::Restart | Action::ApplyReplyLost(_))
+    matches!(action, Action::Crash(_) | Action::Leave(_) | Action::Own(OwnAction::Restart) | Action::ApplyReplyLost(_))
 }
 
 /// One walk; `Ok(false)` when its steps overran half a tick (run it again).

@@ -51,8 +51,8 @@ mod server;
 mod state;
 mod symmetry;
 
-pub use crate::shared::{NetAction, FORGED};
-pub use model::Action;
+pub use crate::shared::{NetAction, QueueAction, FORGED};
+pub use model::{Action, OwnAction};
 pub use server::WAKE;
 pub use state::{Client, Grant, State};
 

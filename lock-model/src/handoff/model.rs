@@ -9,39 +9,16 @@ use crate::properties::{no_two_believers, tokens_come_from_the_server, tokens_in
 use super::server::WAKE;
 use super::state::{Client, State};
 use super::{Handoff, CLAIM, TTL};
-use crate::shared::{
-    belief_end, dequeue, forget_settled_clients, queue_client_actions, Hints, NetAction, Taken, FORGED,
-};
+use crate::shared::{belief_end, dequeue, forget_settled_clients, Hints, QueueAction, Taken, FORGED};
 
 /// One step of the exploration.
+pub type Action = QueueAction<OwnAction>;
+
+/// The step only this model has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Action {
-    /// Time passes.
-    Tick,
-    /// The client asks for the lock.
-    Send(u8),
-    /// The server runs the client's attempt and the reply arrives.
-    Apply(u8),
-    /// The server runs it, the reply is lost: the client sends it again.
-    ApplyReplyLost(u8),
-    /// A waiter's fallback timer: it tries again without a message.
-    Poll(u8),
-    /// The waiter's wait ends (time-out or dropped future).
-    Leave(u8),
-    /// The server runs the leaving waiter's abandon step.
-    Abandon(u8),
-    /// (bug) The second abandon step never runs.
-    CutCleanup(u8),
-    /// A request of a client that is gone runs on the server.
-    Stray(u8),
-    /// The holder releases.
-    Release(u8),
-    /// The client's process dies.
-    Crash(u8),
+pub enum OwnAction {
     /// The server restarts without its data.
     Restart,
-    /// A message is delivered, lost, duplicated or forged.
-    Net(NetAction),
 }
 
 impl Handoff {
@@ -49,12 +26,13 @@ impl Handoff {
         let i = c as usize;
         match s.clients[i] {
             Client::Idle => actions.push(Action::Send(c)),
-            Client::Attempting { .. } | Client::Waiting { .. } => queue_client_actions!(s, c, actions),
+            Client::Attempting { leaving, .. } => Action::of_attempt(c, leaving, s.leave, &s.net, actions),
+            Client::Waiting { .. } => Action::of_waiter(c, s.polls[i], s.leave, &s.net, actions),
             Client::Holding { .. } => actions.push(Action::Release(c)),
             Client::Leaving { release_only } => {
                 actions.push(Action::Abandon(c));
                 if release_only {
-                    actions.push(Action::CutCleanup(c));
+                    actions.push(Action::Cut(c));
                 }
             }
             Client::Left | Client::Done | Client::Dead { .. } => {}
@@ -133,7 +111,7 @@ impl Handoff {
                     s.clients[c as usize] = Client::Left;
                 }
             }
-            Action::CutCleanup(c) => s.clients[c as usize] = Client::Left,
+            Action::Cut(c) => s.clients[c as usize] = Client::Left,
             Action::Stray(c) => {
                 s.strays[c as usize] = false;
                 self.acquire(s, c);
@@ -150,7 +128,7 @@ impl Handoff {
                 s.strays[c as usize] |= matches!(s.clients[c as usize], Client::Attempting { .. });
                 s.clients[c as usize] = Client::Dead { held };
             }
-            Action::Restart => {
+            Action::Own(OwnAction::Restart) => {
                 s.restart -= 1;
                 Self::restart(s);
             }
@@ -203,7 +181,7 @@ impl Model for Handoff {
             self.client_actions(s, c, actions);
         }
         if s.restart > 0 {
-            actions.push(Action::Restart);
+            actions.push(Action::Own(OwnAction::Restart));
         }
         s.net.actions(|a| actions.push(Action::Net(a)));
     }

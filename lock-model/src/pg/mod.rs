@@ -63,6 +63,6 @@ mod server;
 mod state;
 mod symmetry;
 
-pub use crate::shared::{NetAction, FORGED};
-pub use model::{Action, Bugs, Pg, CLAIM, ENTRY_LIFE, TTL};
+pub use crate::shared::{NetAction, QueueAction, FORGED};
+pub use model::{Action, Bugs, OwnAction, Pg, CLAIM, ENTRY_LIFE, TTL};
 pub use state::{Client, Flushed, InFlight, Row, State, Stmt, GHOST};

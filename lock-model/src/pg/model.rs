@@ -8,9 +8,7 @@ use tokio::time::Instant;
 
 use super::state::{Client, InFlight, State, Stmt};
 use crate::properties::{lost_lease_signalled, no_two_believers, tokens_come_from_the_server, tokens_increase};
-use crate::shared::{
-    belief_end, forget_settled_clients, queue_client_actions, Hints, NetAction, Queue, Taken, ValidUntil,
-};
+use crate::shared::{belief_end, forget_settled_clients, Hints, Queue, QueueAction, Taken, ValidUntil};
 
 /// Ticks a lease lasts from its grant, claim or renewal.
 pub const TTL: u8 = 4;
@@ -131,42 +129,21 @@ fn without_drift(sent: Instant, ttl: Duration, _drift: Duration) -> Option<Insta
     sent.checked_add(ttl)
 }
 
-/// One step of the exploration.
+/// One step of the exploration (a request is a statement, a hint a notification: anyone who can
+/// read the queue can `NOTIFY` a waiter's channel, with a fence of its choosing).
+pub type Action = QueueAction<OwnAction>;
+
+/// The steps only this model has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Action {
-    /// Time passes.
-    Tick,
-    /// The client sends its acquire statement.
-    Send(u8),
-    /// The database runs the client's statement and the answer arrives.
-    Apply(u8),
-    /// The database runs it, the answer is lost: the client sends it again.
-    ApplyReplyLost(u8),
-    /// A waiter's fallback timer: it sends its acquire statement without a notification.
-    Poll(u8),
-    /// The waiter's wait ends (time-out or dropped future).
-    Leave(u8),
-    /// The database runs the leaving waiter's next abandon statement.
-    Abandon(u8),
-    /// (bug) The clean-up is cut short and nothing is left to finish it.
-    Cut(u8),
-    /// A statement of a client that is gone runs on the database.
-    Stray(u8),
+pub enum OwnAction {
     /// The holder sends a renewal.
     Renew(u8),
     /// The database runs the holder's renewal and the answer arrives.
     Renewed(u8),
     /// The holder's validity ran out unrenewed: the lost signal fires.
     Lapse(u8),
-    /// The holder releases.
-    Release(u8),
-    /// The client's process dies.
-    Crash(u8),
     /// The database crashes and comes back with what was flushed.
     DbCrash,
-    /// A notification is delivered, lost, duplicated or forged (anyone who can read the queue
-    /// can `NOTIFY` a waiter's channel, with a fence of its choosing).
-    Net(NetAction),
 }
 
 impl Pg {
@@ -192,13 +169,14 @@ impl Pg {
         let i = c as usize;
         match s.clients[i] {
             Client::Idle => actions.push(Action::Send(c)),
-            Client::Attempting { .. } | Client::Waiting { .. } => queue_client_actions!(s, c, actions),
+            Client::Attempting { leaving, .. } => Action::of_attempt(c, leaving, s.leave, &s.net, actions),
+            Client::Waiting { .. } => Action::of_waiter(c, s.polls[i], s.leave, &s.net, actions),
             Client::Holding { valid_until, renewal, .. } => {
                 match renewal {
                     // A renewal sent in the tick its lease was counted from would extend nothing.
-                    None if valid_until < self.valid_until(s.now) => actions.push(Action::Renew(c)),
+                    None if valid_until < self.valid_until(s.now) => actions.push(Action::Own(OwnAction::Renew(c))),
                     None => {}
-                    Some(_) => actions.push(Action::Renewed(c)),
+                    Some(_) => actions.push(Action::Own(OwnAction::Renewed(c))),
                 }
                 // Renewal and release of one lease run one at a time; a lease already lost by
                 // time is not released but signalled (`Lapse`).
@@ -206,7 +184,7 @@ impl Pg {
                     actions.push(Action::Release(c));
                 }
                 if s.now >= valid_until {
-                    actions.push(Action::Lapse(c));
+                    actions.push(Action::Own(OwnAction::Lapse(c)));
                 }
             }
             Client::Leaving { .. } => {
@@ -272,7 +250,7 @@ impl Pg {
                 // The WAL writer flushes within three `wal_writer_delay`s (0.6 s), under a tick.
                 s.unflushed = None;
             }
-            Action::DbCrash => {
+            Action::Own(OwnAction::DbCrash) => {
                 s.db_crash -= 1;
                 Self::db_crash(s);
             }
@@ -315,7 +293,7 @@ impl Pg {
                 Some(InFlight::Renew) => drop(Self::renew(s, c)),
                 None => {}
             },
-            Action::Renew(c) | Action::Renewed(c) | Action::Lapse(c) | Action::Release(c) => {
+            Action::Release(c) | Action::Own(OwnAction::Renew(c) | OwnAction::Renewed(c) | OwnAction::Lapse(c)) => {
                 self.holder_step(s, action, c)
             }
             Action::Crash(c) => {
@@ -341,10 +319,10 @@ impl Pg {
     fn holder_step(&self, s: &mut State, action: Action, c: u8) {
         let Client::Holding { token, valid_until, renewal } = s.clients[c as usize] else { return };
         match (action, renewal) {
-            (Action::Renew(_), None) => {
+            (Action::Own(OwnAction::Renew(_)), None) => {
                 s.clients[c as usize] = Client::Holding { token, valid_until, renewal: Some(s.now) };
             }
-            (Action::Renewed(_), Some(t0)) => {
+            (Action::Own(OwnAction::Renewed(_)), Some(t0)) => {
                 if Self::renew(s, c) {
                     s.renewed = true;
                     let valid_until = valid_until.max(self.valid_until(t0));
@@ -353,7 +331,7 @@ impl Pg {
                     Self::end(s, c, false);
                 }
             }
-            (Action::Lapse(_), _) => {
+            (Action::Own(OwnAction::Lapse(_)), _) => {
                 // A renewal still in flight may yet run: it can only find the row not ours.
                 if renewal.is_some() {
                     s.strays[c as usize] = Some(InFlight::Renew);
@@ -418,7 +396,7 @@ impl Model for Pg {
         }
         s.net.actions(|a| actions.push(Action::Net(a)));
         if s.db_crash > 0 && s.unflushed.is_some() {
-            actions.push(Action::DbCrash);
+            actions.push(Action::Own(OwnAction::DbCrash));
         }
     }
 
