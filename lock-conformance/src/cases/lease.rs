@@ -450,7 +450,7 @@ pub async fn release_retried_after_failure(fx: &dyn Fixture) -> CaseResult {
 /// A grant that needed two round trips (a backend's fallback under load, for instance etcd's
 /// transaction reaching the server before its lease grant) leaves less than one round trip of
 /// validity: no renewal can come back in time, and losing that lease is right. Such a grant is
-/// released and the scenario tried again on a fresh name, up to [`SLOW_GRANT_TRIES`] times;
+/// released and the scenario tried again on a fresh name, up to three times in all;
 /// a backend whose grants all take two round trips fails.
 pub async fn slow_grant_renewed_in_time(fx: &dyn Fixture) -> CaseResult {
     let cx = Ctx::new(fx, "slow_grant_renewed_in_time").await?;
