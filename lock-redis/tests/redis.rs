@@ -51,6 +51,18 @@ mod redis_extra {
         lease
     }
 
+    /// Runs `release`, then [`woken`]: the lease of the `waiter` it must have woken.
+    pub(crate) async fn woken_by<L>(
+        release: impl Future<Output = Result<(), LockError>>,
+        waiter: JoinHandle<(Instant, L)>,
+        within: Duration,
+        what: &str,
+    ) -> L {
+        let released = Instant::now();
+        release.await.unwrap();
+        woken(waiter, released, within, what).await
+    }
+
     /// A fresh fixture, a client of it, the lock `name` and a raw connection to the server.
     async fn client_and_raw(
         name: &str,
@@ -273,8 +285,7 @@ mod redis_extra {
             last = l.token().0;
             l.release().await.unwrap();
         }
-        server.stop().await.unwrap();
-        server.start().await.unwrap();
+        crate::common::restart(&*server).await;
         // One attempt, no waiting: the dead idle connection is replaced transparently (an
         // answer, not an error), and the server that lost its state grants nothing during its
         // quiet period.
@@ -520,9 +531,8 @@ mod redis_extra {
             async move { b.acquire(&name, &opts(ttl).wait(Duration::from_secs(8))).await }
         });
         tokio::time::sleep(Duration::from_millis(700)).await;
-        let released = Instant::now();
-        held.release().await.unwrap();
-        woken(waiter, released, Duration::from_millis(300), "the waiter").await.release().await.unwrap();
+        let lease = woken_by(held.release(), waiter, Duration::from_millis(300), "the waiter").await;
+        lease.release().await.unwrap();
     }
 
     /// The pub/sub connection comes back after a server restart and wakes its waiters: a waiter
@@ -540,8 +550,7 @@ mod redis_extra {
             async move { b.acquire(&name, &opts(10_000).wait(Duration::from_secs(8))).await }
         });
         tokio::time::sleep(Duration::from_millis(2500)).await;
-        server.stop().await.unwrap();
-        server.start().await.unwrap();
+        crate::common::restart(&*server).await;
         let back = Instant::now();
         let (got, lease) = waiter.await.unwrap();
         let after = got - back;
@@ -561,8 +570,7 @@ mod redis_extra {
         let Some((fx, server)) = crate::common::owned_server("restart_fires_lost_signal").await else { return };
         let c = fx.redis_client().await.unwrap();
         let lease = c.acquire(&LockName::new("lost").unwrap(), &opts(1000)).await.unwrap();
-        server.stop().await.unwrap();
-        server.start().await.unwrap();
+        crate::common::restart(&*server).await;
         tokio::time::timeout(Duration::from_secs(3), lease.lost().fired()).await.expect("lost signal fired");
         assert!(!lease.is_valid());
     }

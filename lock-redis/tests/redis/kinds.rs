@@ -7,7 +7,7 @@ use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LockEr
 
 use crate::common::RedisFixture;
 
-use crate::redis_extra::{acl_server, acl_user, opts, raw, timed, woken, LEAST_EXCLUSIVE, LEAST_KINDS};
+use crate::redis_extra::{acl_server, acl_user, opts, raw, timed, woken, woken_by, LEAST_EXCLUSIVE, LEAST_KINDS};
 
 #[tokio::test]
 async fn capabilities_and_labels() {
@@ -88,8 +88,7 @@ async fn restart_empty_keeps_tokens_monotonic() {
         last = w.token().0;
         w.release().await.unwrap();
         if round == 1 {
-            server.stop().await.unwrap();
-            server.start().await.unwrap();
+            crate::common::restart(&*server).await;
         }
     }
     let mut last = 0;
@@ -101,8 +100,7 @@ async fn restart_empty_keeps_tokens_monotonic() {
         p.release().await.unwrap();
         p2.release().await.unwrap();
         if round == 1 {
-            server.stop().await.unwrap();
-            server.start().await.unwrap();
+            crate::common::restart(&*server).await;
         }
     }
 }
@@ -118,8 +116,7 @@ async fn restart_fires_lost_signal_for_every_kind() {
     let reader = rw.acquire_read(&a, &opts(1000)).await.unwrap();
     let writer = rw.acquire_write(&b, &opts(1000)).await.unwrap();
     let permit = sem.acquire_permit(&a, 2, &opts(1000)).await.unwrap();
-    server.stop().await.unwrap();
-    server.start().await.unwrap();
+    crate::common::restart(&*server).await;
     for (what, lease) in [("reader", &reader), ("writer", &writer), ("permit", &permit)] {
         tokio::time::timeout(Duration::from_secs(3), lease.lost().fired())
             .await
@@ -206,10 +203,8 @@ async fn last_reader_wakes_waiting_writer() {
         r1.release().await.unwrap();
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!waiter.is_finished(), "the writer got in while a reader held");
-        let released = Instant::now();
-        r2.release().await.unwrap();
         let what = format!("round {round}: the writer");
-        let lease = woken(waiter, released, Duration::from_millis(200), &what).await;
+        let lease = woken_by(r2.release(), waiter, Duration::from_millis(200), &what).await;
         assert!(lease.token() > r2.token());
         lease.release().await.unwrap();
     }
@@ -250,9 +245,8 @@ async fn writer_release_wakes_all_readers_and_permits_wake_waiters() {
         async move { s2.acquire_permit(&sem, 1, &opts(ttl).wait(Duration::from_secs(8))).await }
     });
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let released = Instant::now();
-    p.release().await.unwrap();
-    woken(waiter, released, Duration::from_millis(300), "the permit waiter").await.release().await.unwrap();
+    let lease = woken_by(p.release(), waiter, Duration::from_millis(300), "the permit waiter").await;
+    lease.release().await.unwrap();
 }
 
 /// A refused single try leaves no place in the queue; a write wait that times out or is
