@@ -19,7 +19,7 @@ use lock_core::{
 use crate::acl::Needs;
 use crate::reply::{remaining_from, token_from, too_many_waiters, ttl_ms};
 use crate::scripts::{
-    LeaseEnd, Renew, RwAcquire, RwKeys, RwRelease, SemAcquire, SemKeys, SemRelease, Side, ZsetHolder, ZsetRenew,
+    LeaseEnd, Renew, RwAcquire, RwKeys, RwRelease, SemAcquire, SemKeys, SemRelease, Side, Terms, ZsetHolder, ZsetRenew,
 };
 use crate::single::{BACKEND, RESERVE_MS};
 use crate::{RedisOptions, RedisStore};
@@ -107,39 +107,25 @@ impl KindStore for RedisKinds {
         let (base, owner, ttl_ms) = (&self.base, a.owner.to_hex(), ttl_ms(a.ttl));
         // Only a waiting attempt takes a place in the queue; a single try must not.
         let registration_ms = if a.waiting { base.registration(a.ttl) } else { 0 };
-        let (owner, quiet_ms, wake) = (owner.as_str(), base.boot.quiet_ms(), base.notifier.wake_channel());
+        let terms = Terms {
+            owner: &owner,
+            ttl_ms,
+            quiet_ms: base.boot.quiet_ms(),
+            registration_ms,
+            reserve_ms: RESERVE_MS,
+            wake: base.notifier.wake_channel(),
+            max_waiters: base.max_waiters,
+        };
         let (reply, acked) = match a.kind {
             LockKind::Permit => {
                 let keys = SemKeys::new(&base.prefix, a.name);
-                let permits = a.permits;
-                let call = SemAcquire {
-                    keys: &keys,
-                    owner,
-                    ttl_ms,
-                    permits,
-                    registration_ms,
-                    quiet_ms,
-                    reserve_ms: RESERVE_MS,
-                    wake,
-                    max_waiters: base.max_waiters,
-                };
+                let call = SemAcquire { keys: &keys, permits: a.permits, terms };
                 base.acquire_acked(a.name, &keys.holders, |m, mut c| async move { call.invoke(&m, &mut c).await })
                     .await?
             }
             kind => {
                 let keys = RwKeys::new(&base.prefix, a.name);
-                let side = side_of(kind);
-                let call = RwAcquire {
-                    side,
-                    keys: &keys,
-                    owner,
-                    ttl_ms,
-                    registration_ms,
-                    quiet_ms,
-                    reserve_ms: RESERVE_MS,
-                    wake,
-                    max_waiters: base.max_waiters,
-                };
+                let call = RwAcquire { side: side_of(kind), keys: &keys, terms };
                 base.acquire_acked(a.name, &keys.readers, |m, mut c| async move { call.invoke(&m, &mut c).await })
                     .await?
             }

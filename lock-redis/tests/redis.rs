@@ -4,11 +4,14 @@
 mod common;
 
 mod redis_extra {
+    use std::future::Future;
     use std::time::{Duration, Instant};
 
     use lock_core::{
         AcquireOptions, DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockName, LockService,
     };
+
+    use tokio::task::JoinHandle;
 
     use crate::common::RedisFixture;
 
@@ -21,6 +24,43 @@ mod redis_extra {
     pub(crate) async fn raw(fx: &RedisFixture) -> redis::aio::MultiplexedConnection {
         let client = redis::Client::open(fx.server.url()).unwrap();
         client.get_multiplexed_async_connection().await.unwrap()
+    }
+
+    /// Spawns the wait `acquire`, which notes when it got its lease.
+    pub(crate) fn timed<L: Send + 'static>(
+        acquire: impl Future<Output = Result<L, LockError>> + Send + 'static,
+    ) -> JoinHandle<(Instant, L)> {
+        tokio::spawn(async move {
+            let lease = acquire.await.unwrap();
+            (Instant::now(), lease)
+        })
+    }
+
+    /// The lease of the [`timed`] `waiter`, which must have got it within `within` of
+    /// `released`: the release woke it through pub/sub, long before its fallback re-try.
+    pub(crate) async fn woken<L>(
+        waiter: JoinHandle<(Instant, L)>,
+        released: Instant,
+        within: Duration,
+        what: &str,
+    ) -> L {
+        let (got, lease) = waiter.await.unwrap();
+        let latency = got - released;
+        eprintln!("{what} woken {latency:?} after the release");
+        assert!(latency < within, "{what} took {latency:?} after the release");
+        lease
+    }
+
+    /// Runs `release`, then [`woken`]: the lease of the `waiter` it must have woken.
+    pub(crate) async fn woken_by<L>(
+        release: impl Future<Output = Result<(), LockError>>,
+        waiter: JoinHandle<(Instant, L)>,
+        within: Duration,
+        what: &str,
+    ) -> L {
+        let released = Instant::now();
+        release.await.unwrap();
+        woken(waiter, released, within, what).await
     }
 
     /// A fresh fixture, a client of it, the lock `name` and a raw connection to the server.
@@ -148,13 +188,13 @@ mod redis_extra {
         let (a, b) = (fx.redis_client().await.unwrap(), lock_redis::connect(fx.server.url(), options).await.unwrap());
         let name = LockName::new("capped").unwrap();
         let held = a.acquire(&name, &opts(5000)).await.unwrap();
-        let first = tokio::spawn({
-            let (b, name) = (b.clone(), name.clone());
-            async move { b.acquire(&name, &opts(5000)).await }
-        });
         let waiters = fx.key(&name.escaped(), "waiters");
         let mut c = raw(&fx).await;
-        queued_one(&mut c, &waiters).await;
+        let first = first_waiter(&mut c, &waiters, {
+            let (b, name) = (b.clone(), name.clone());
+            async move { b.acquire(&name, &opts(5000)).await }
+        })
+        .await;
         let begun = Instant::now();
         let e = b.acquire(&name, &opts(5000)).await.expect_err("a second waiter is past the cap");
         assert!(matches!(e, LockError::InvalidOptions { .. }), "{e:?}");
@@ -186,12 +226,12 @@ mod redis_extra {
         let rw_b = std::sync::Arc::new(lock_redis::connect_rw(url, capped.clone()).await.unwrap());
         let name = LockName::new("capped-rw").unwrap();
         let writer = rw_a.acquire_write(&name, &opts(5000)).await.unwrap();
-        let first = tokio::spawn({
+        let waiters = fx.key(&name.escaped(), "rw:waiters");
+        let first = first_waiter(&mut c, &waiters, {
             let (b, name) = (rw_b.clone(), name.clone());
             async move { b.acquire_read(&name, &opts(5000)).await }
-        });
-        let waiters = fx.key(&name.escaped(), "rw:waiters");
-        queued_one(&mut c, &waiters).await;
+        })
+        .await;
         refused(rw_b.acquire_read(&name, &opts(5000)).await.expect_err("past the cap"), "a second reader");
         refused(rw_b.acquire_write(&name, &opts(5000)).await.expect_err("past the cap"), "a second writer");
         let left: usize = redis::cmd("ZCARD").arg(&waiters).query_async(&mut c).await.unwrap();
@@ -203,24 +243,31 @@ mod redis_extra {
         let sem_b = std::sync::Arc::new(lock_redis::connect_semaphore(url, capped).await.unwrap());
         let name = LockName::new("capped-sem").unwrap();
         let holder = sem_a.acquire_permit(&name, 1, &opts(5000)).await.unwrap();
-        let first = tokio::spawn({
+        let waiters = fx.key(&name.escaped(), "sem:waiters");
+        let first = first_waiter(&mut c, &waiters, {
             let (b, name) = (sem_b.clone(), name.clone());
             async move { b.acquire_permit(&name, 1, &opts(5000)).await }
-        });
-        let waiters = fx.key(&name.escaped(), "sem:waiters");
-        queued_one(&mut c, &waiters).await;
+        })
+        .await;
         refused(sem_b.acquire_permit(&name, 1, &opts(5000)).await.expect_err("past the cap"), "a second permit waiter");
         holder.release().await.unwrap();
         first.await.unwrap().expect("the queued permit waiter gets one").release().await.unwrap();
     }
 
-    /// Waits until the sorted set `waiters` has one member.
-    async fn queued_one(c: &mut redis::aio::MultiplexedConnection, waiters: &str) {
+    /// Spawns `wait`, the first waiter, and returns once it is queued: the sorted set `waiters`
+    /// has one member.
+    async fn first_waiter<T: Send + 'static>(
+        c: &mut redis::aio::MultiplexedConnection,
+        waiters: &str,
+        wait: impl Future<Output = T> + Send + 'static,
+    ) -> JoinHandle<T> {
+        let first = tokio::spawn(wait);
         let until = Instant::now() + Duration::from_secs(5);
         while redis::cmd("ZCARD").arg(waiters).query_async::<usize>(c).await.unwrap() == 0 {
             assert!(Instant::now() < until, "the first waiter never queued in {waiters}");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+        first
     }
 
     /// A Redis without persistence restarts empty: the next token is still greater.
@@ -238,8 +285,7 @@ mod redis_extra {
             last = l.token().0;
             l.release().await.unwrap();
         }
-        server.stop().await.unwrap();
-        server.start().await.unwrap();
+        crate::common::restart(&*server).await;
         // One attempt, no waiting: the dead idle connection is replaced transparently (an
         // answer, not an error), and the server that lost its state grants nothing during its
         // quiet period.
@@ -480,22 +526,13 @@ mod redis_extra {
         let name = LockName::new("wake").unwrap();
         let ttl = 10_000;
         let held = a.acquire(&name, &opts(ttl)).await.unwrap();
-        let waiter = tokio::spawn({
+        let waiter = timed({
             let name = name.clone();
-            async move {
-                let l = b.acquire(&name, &opts(ttl).wait(Duration::from_secs(8))).await.unwrap();
-                let at = Instant::now();
-                l.release().await.unwrap();
-                at
-            }
+            async move { b.acquire(&name, &opts(ttl).wait(Duration::from_secs(8))).await }
         });
         tokio::time::sleep(Duration::from_millis(700)).await;
-        let released = Instant::now();
-        held.release().await.unwrap();
-        let got = waiter.await.unwrap();
-        let latency = got - released;
-        eprintln!("wake latency {latency:?}");
-        assert!(latency < Duration::from_millis(300), "waiter took {latency:?} after the release");
+        let lease = woken_by(held.release(), waiter, Duration::from_millis(300), "the waiter").await;
+        lease.release().await.unwrap();
     }
 
     /// The pub/sub connection comes back after a server restart and wakes its waiters: a waiter
@@ -508,15 +545,14 @@ mod redis_extra {
         let b = fx.redis_client().await.unwrap();
         let name = LockName::new("reconnect").unwrap();
         let _held = a.acquire(&name, &opts(10_000)).await.unwrap();
-        let waiter = tokio::spawn({
+        let waiter = timed({
             let name = name.clone();
-            async move { b.acquire(&name, &opts(10_000).wait(Duration::from_secs(8))).await.map(|l| (Instant::now(), l)) }
+            async move { b.acquire(&name, &opts(10_000).wait(Duration::from_secs(8))).await }
         });
         tokio::time::sleep(Duration::from_millis(2500)).await;
-        server.stop().await.unwrap();
-        server.start().await.unwrap();
+        crate::common::restart(&*server).await;
         let back = Instant::now();
-        let (got, lease) = waiter.await.unwrap().unwrap();
+        let (got, lease) = waiter.await.unwrap();
         let after = got - back;
         eprintln!("waiter got the lock {after:?} after the restart");
         let quiet = fx.options.quiet_period();
@@ -534,8 +570,7 @@ mod redis_extra {
         let Some((fx, server)) = crate::common::owned_server("restart_fires_lost_signal").await else { return };
         let c = fx.redis_client().await.unwrap();
         let lease = c.acquire(&LockName::new("lost").unwrap(), &opts(1000)).await.unwrap();
-        server.stop().await.unwrap();
-        server.start().await.unwrap();
+        crate::common::restart(&*server).await;
         tokio::time::timeout(Duration::from_secs(3), lease.lost().fired()).await.expect("lost signal fired");
         assert!(!lease.is_valid());
     }
@@ -547,100 +582,5 @@ mod redis_kinds;
 lock_conformance::conformance_tests!(redis, || async { crate::common::RedisFixture::start().await }, strict);
 lock_conformance::waiter_child_test!(common::connect_child);
 
-/// A key prefix never used on a server looks like a server that lost its state: its first lock
-/// waits the quiet period. That wait is never silent: the first refused attempt logs a warning
-/// that names the prefix, the time left and how to mark a new deployment fresh (once per
-/// prefix), and a wait that ends in it is a `Timeout` saying so — both within 100 ms here.
-mod quiet_is_said {
-    use std::io::Write;
-    use std::sync::{Arc, Mutex};
-    use std::time::{Duration, Instant};
-
-    use lock_core::{AcquireOptions, DistributedLock, LockError, LockName};
-
-    #[derive(Clone, Default)]
-    struct Captured(Arc<Mutex<Vec<u8>>>);
-
-    impl Write for Captured {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    #[tokio::test]
-    async fn a_new_prefix_says_why_its_first_lock_waits() {
-        let logs = Captured::default();
-        let sink = logs.clone();
-        let subscriber = tracing_subscriber::fmt().with_writer(move || sink.clone()).with_ansi(false).finish();
-        let _guard = tracing::subscriber::set_default(subscriber);
-        let fx = crate::common::RedisFixture::start().await.unwrap();
-        let prefix = format!("{}-new", fx.options.key_prefix);
-        let options = lock_redis::RedisOptions {
-            key_prefix: prefix.clone(),
-            restart_quiet_period: Some(Duration::from_secs(5)),
-            ..crate::common::test_options()
-        };
-        let c = lock_redis::connect(fx.server.url(), options).await.unwrap();
-        let name = LockName::new("first").unwrap();
-        let began = Instant::now();
-        let r = c.acquire(&name, &AcquireOptions::new(Duration::from_secs(2)).wait(Duration::from_millis(50))).await;
-        let took = began.elapsed();
-        match r {
-            Err(LockError::Timeout { quiet_left: Some(left), .. }) => {
-                assert!(left > Duration::from_secs(4) && left <= Duration::from_secs(5), "quiet left {left:?}")
-            }
-            other => panic!("expected a Timeout naming the quiet period, got {other:?}"),
-        }
-        let message = LockError::Timeout { name: "x".into(), waited: took, quiet_left: Some(Duration::from_secs(1)) };
-        assert!(message.to_string().contains("mark a new deployment fresh"), "{message}");
-        assert!(took < Duration::from_millis(100) + Duration::from_millis(50), "the Timeout came after {took:?}");
-        let said = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
-        assert!(
-            said.contains("WARN") && said.contains(&prefix) && said.contains(&format!("SET {prefix}:boot 0")),
-            "logs: {said}"
-        );
-        // Said once per prefix, not at every attempt.
-        let _ = c.try_acquire(&name, &AcquireOptions::new(Duration::from_secs(2))).await.unwrap();
-        let again = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
-        assert_eq!(again.matches("restart quiet period").count(), 1, "logs: {again}");
-    }
-
-    /// The read-write lock and the semaphore say it the same way: a `Timeout` naming the quiet
-    /// period within 100 ms of a 50 ms wait (they refused in silence before).
-    #[tokio::test]
-    async fn a_new_prefix_says_why_its_first_read_write_and_permit_wait() {
-        use lock_core::{DistributedRwLock, DistributedSemaphore};
-        let fx = crate::common::RedisFixture::start().await.unwrap();
-        let options = |suffix: &str| lock_redis::RedisOptions {
-            key_prefix: format!("{}-{suffix}", fx.options.key_prefix),
-            restart_quiet_period: Some(Duration::from_secs(5)),
-            ..crate::common::test_options()
-        };
-        let opts = AcquireOptions::new(Duration::from_secs(2)).wait(Duration::from_millis(50));
-        let name = LockName::new("first").unwrap();
-        let said = |what: &str, r: Result<lock_core::Lease, LockError>, took: Duration| {
-            match r {
-                Err(LockError::Timeout { quiet_left: Some(left), .. }) => {
-                    assert!(
-                        left > Duration::from_secs(4) && left <= Duration::from_secs(5),
-                        "{what}: quiet left {left:?}"
-                    )
-                }
-                other => panic!("{what}: expected a Timeout naming the quiet period, got {other:?}"),
-            }
-            assert!(took < Duration::from_millis(150), "{what}: the Timeout came after {took:?}");
-        };
-        let rw = lock_redis::connect_rw(fx.server.url(), options("rw")).await.unwrap();
-        let began = Instant::now();
-        said("read", rw.acquire_read(&name, &opts).await, began.elapsed());
-        let began = Instant::now();
-        said("write", rw.acquire_write(&name, &opts).await, began.elapsed());
-        let sem = lock_redis::connect_semaphore(fx.server.url(), options("sem")).await.unwrap();
-        let began = Instant::now();
-        said("permit", sem.acquire_permit(&name, 2, &opts).await, began.elapsed());
-    }
-}
+#[path = "redis/quiet.rs"]
+mod quiet_is_said;

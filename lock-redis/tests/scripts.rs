@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use lock_redis::scripts::{
     Acquire, HandOff, HandOffScript, Keys, RedlockAcquire, RedlockFence, RedlockRelease, RedlockUndo, RwAcquire,
-    RwRelease, SemAcquire, SemRelease,
+    RwRelease, SemAcquire, SemRelease, Terms,
 };
 use redis::aio::MultiplexedConnection;
 
@@ -79,6 +79,12 @@ fn acquire<'a>(k: &'a Keys, owner: &'a str, reg: u64, reserve_ms: u64, wake: &'a
         grant: "",
         max_waiters: 10_000,
     }
+}
+
+/// The terms of an attempt of `owner` for 5 s, without a quiet period, as [`acquire`]'s: `reg` 0
+/// a single try, else a waiting attempt; `wake` (`""`: none).
+fn terms<'a>(owner: &'a str, reg: u64, reserve_ms: u64, wake: &'a str) -> Terms<'a> {
+    Terms { owner, ttl_ms: 5000, quiet_ms: 0, registration_ms: reg, reserve_ms, wake, max_waiters: 10_000 }
 }
 
 /// How many of the exclusive queue's three keys exist (0: the queue left no key behind).

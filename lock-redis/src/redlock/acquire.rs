@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use super::store::{RedlockStore, BACKEND};
 use crate::conn::Node;
 use crate::reply::{parse_pair, remaining_from, token_from, too_many_waiters, ttl_ms};
-use crate::scripts::{Keys, RedlockAcquire, RedlockFence, RedlockUndo};
+use crate::scripts::{Keys, RedlockAcquire, RedlockFence, RedlockUndo, Terms};
 use crate::single::RESERVE_MS;
 
 /// What a waiting attempt registers on each master: its ticket and how long the place lasts.
@@ -242,17 +242,20 @@ impl RedlockStore {
 
     /// One master's answer to the lease step.
     async fn lease_vote(&self, node: &Node, attempt: &Attempt<'_>) -> Vote {
-        let call = RedlockAcquire {
-            keys: &attempt.keys,
+        let terms = Terms {
             owner: &attempt.owner,
             ttl_ms: attempt.ttl_ms,
-            attempt: &attempt.id,
             quiet_ms: self.boot.quiet_ms(),
             registration_ms: attempt.place.map_or(0, |p| p.registration_ms),
-            ticket: attempt.place.map_or(0, |p| p.ticket),
             reserve_ms: RESERVE_MS,
             wake: self.notifier.wake_channel(),
             max_waiters: self.max_waiters,
+        };
+        let call = RedlockAcquire {
+            keys: &attempt.keys,
+            terms,
+            attempt: &attempt.id,
+            ticket: attempt.place.map_or(0, |p| p.ticket),
         };
         let (boot, name) = (&self.boot, attempt.name);
         let reply = node

@@ -82,24 +82,14 @@ return {4}
 static TRY: LazyLock<Script> = LazyLock::new(|| Script::new(TRY_SRC));
 
 script_call! {
-    /// A call of `TRY_SRC`: `{1, token}`, `{0, ms}` (held), or `{4}`: run [`Acquire`].
+    /// A call of `TRY_SRC`: `{1, token}`, `{0, ms}` (held), or `{4}`: run the [`Acquire`].
     Try -> Vec<i64> = TRY;
     {
-        /// The lock's keys: the name's hash and channel.
-        keys: &'a Keys,
-        /// The owner's id.
-        owner: &'a str,
-        /// The lease's ttl in ms.
-        ttl_ms: u64,
-        /// The holder id to store, `""`: none.
-        holder: &'a str,
-        /// The metadata to store, `+` followed by it; `""`: none.
-        metadata: &'a str,
-        /// After how long (ms) the name's hash may expire (`idle_gc_after` past the ttl), 0: never.
-        fence_ms: u64,
+        /// The acquire it runs ahead of: `TRY_SRC` takes that call's first key and six arguments.
+        acquire: Acquire<'a>,
     }
-    keys [&keys.lock]
-    args [owner, ttl_ms, holder, metadata, fence_ms, &keys.channel]
+    keys [&acquire.keys.lock]
+    args [acquire.owner, acquire.ttl_ms, acquire.holder, acquire.metadata, acquire.fence_ms, &acquire.keys.channel]
 }
 
 /// Single instance acquire. KEYS: the name's hash ([`super::lease`]), boot marker, and the

@@ -6,6 +6,7 @@ use std::sync::LazyLock;
 use redis::Script;
 
 use super::keys::{RwKeys, SemKeys};
+use super::Terms;
 
 use super::kinds_queue::kinds_queue_lua;
 use super::queue::{token_lua, wake_lua};
@@ -412,20 +413,8 @@ script_call! {
         side: Side,
         /// The read-write lock's keys.
         keys: &'a RwKeys,
-        /// The owner's id.
-        owner: &'a str,
-        /// The lease's ttl in ms.
-        ttl_ms: u64,
-        /// How long a refused attempt's place in the queue lasts (ms), 0: a single try, no place.
-        registration_ms: u64,
-        /// The restart quiet period in ms (`crate::boot`).
-        quiet_ms: u64,
-        /// How long a grantable head has to come (ms).
-        reserve_ms: u64,
-        /// The caller's wake channel, `""`: none (the caller polls).
-        wake: &'a str,
-        /// The most waiters the name may have (`RedisOptions::max_waiters`).
-        max_waiters: u32,
+        /// Who asks, for how long, and how it waits.
+        terms: Terms<'a>,
     }
     marker marker;
     keys [
@@ -433,7 +422,8 @@ script_call! {
         &keys.waiting_writers, &keys.fence, marker,
     ]
     args [
-        owner, ttl_ms, registration_ms, quiet_ms, reserve_ms, wake, max_waiters,
+        terms.owner, terms.ttl_ms, terms.registration_ms, terms.quiet_ms, terms.reserve_ms, terms.wake,
+        terms.max_waiters,
     ]
 }
 
@@ -468,29 +458,20 @@ script_call! {
     {
         /// The semaphore's keys.
         keys: &'a SemKeys,
-        /// The owner's id.
-        owner: &'a str,
-        /// The lease's ttl in ms.
-        ttl_ms: u64,
         /// The number of permits the caller agrees on.
         permits: u32,
-        /// How long a refused attempt's place in the queue lasts (ms), 0: a single try, no place.
-        registration_ms: u64,
-        /// The restart quiet period in ms (`crate::boot`).
-        quiet_ms: u64,
-        /// How long a grantable head has to come (ms).
-        reserve_ms: u64,
-        /// The caller's wake channel, `""`: none (the caller polls).
-        wake: &'a str,
-        /// The most waiters the name may have (`RedisOptions::max_waiters`).
-        max_waiters: u32,
+        /// Who asks, for how long, and how it waits.
+        terms: Terms<'a>,
     }
     marker marker;
     keys [
         &keys.holders, &keys.tokens, &keys.permits, &keys.waiters, &keys.waiter_ends, &keys.waiter_entries,
         &keys.fence, marker,
     ]
-    args [owner, ttl_ms, permits, registration_ms, quiet_ms, reserve_ms, wake, max_waiters]
+    args [
+        terms.owner, terms.ttl_ms, permits, terms.registration_ms, terms.quiet_ms, terms.reserve_ms, terms.wake,
+        terms.max_waiters,
+    ]
 }
 
 script_call! {

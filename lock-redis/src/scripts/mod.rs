@@ -69,6 +69,27 @@ pub use keys::{Keys, RwKeys, SemKeys};
 pub use kinds::{RwAcquire, RwRelease, SemAcquire, SemRelease, Side, ZsetHolder, ZsetRenew};
 pub use redlock::{RedlockAcquire, RedlockFence, RedlockRelease, RedlockUndo};
 
+/// The terms of one attempt, the same in the acquire scripts of Redlock (per master), the
+/// read-write lock and the semaphore: who asks, for how long, and how it waits if refused.
+#[derive(Debug, Clone, Copy)]
+pub struct Terms<'a> {
+    /// The owner's id.
+    pub owner: &'a str,
+    /// The lease's ttl in ms.
+    pub ttl_ms: u64,
+    /// The restart quiet period in ms (`crate::boot`).
+    pub quiet_ms: u64,
+    /// How long a refused attempt's place in the queue lasts (ms), 0: a single try, no place.
+    pub registration_ms: u64,
+    /// How long the queue's head (or a grantable head) has to take a lock it finds free (ms).
+    pub reserve_ms: u64,
+    /// The caller's wake channel, `""`: none (a Redlock waiter is then woken on the name's
+    /// channel; a reader, writer or permit waiter polls).
+    pub wake: &'a str,
+    /// The most waiters the name may have (`RedisOptions::max_waiters`).
+    pub max_waiters: u32,
+}
+
 /// Every script's source, loaded on each new connection (one pipelined round trip) so the
 /// first call by SHA does not pay a `NOSCRIPT` round trip.
 pub(crate) fn all_sources() -> impl Iterator<Item = &'static str> {

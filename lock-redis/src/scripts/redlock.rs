@@ -48,6 +48,7 @@ use std::sync::LazyLock;
 use redis::Script;
 
 use super::keys::Keys;
+use super::Terms;
 
 /// Lua shared by the ticket-queue scripts: `wake_lua!()` and the sorted-set queue
 /// (`super::waiters::sorted_queue_lua`; a member is its entry, `owner[~wake channel]`, scored by
@@ -124,28 +125,19 @@ script_call! {
     {
         /// The lock's keys: lock, fence, ticket queue and channel.
         keys: &'a Keys,
-        /// The owner's id.
-        owner: &'a str,
-        /// The lease's ttl in ms.
-        ttl_ms: u64,
+        /// Who asks, for how long, and how it waits (`max_waiters`: on this master).
+        terms: Terms<'a>,
         /// The attempt's id, stored with the lease so that its undo frees this attempt only.
         attempt: &'a str,
-        /// The restart quiet period in ms (`crate::boot`).
-        quiet_ms: u64,
-        /// How long a waiting attempt's place lasts (ms), 0: a single try, no place.
-        registration_ms: u64,
         /// The wait's ticket (µs), which orders the queue.
         ticket: u64,
-        /// How long the queue's head has to take a key it finds free (ms).
-        reserve_ms: u64,
-        /// The caller's wake channel, `""`: woken on the name's channel.
-        wake: &'a str,
-        /// The most waiters the name may have on this master (`RedisOptions::max_waiters`).
-        max_waiters: u32,
     }
     marker marker;
     keys [&keys.lock, &keys.fence, marker, &keys.redlock_waiters, &keys.redlock_waiter_ends]
-    args [owner, ttl_ms, attempt, quiet_ms, registration_ms, ticket, &keys.channel, reserve_ms, wake, max_waiters]
+    args [
+        terms.owner, terms.ttl_ms, attempt, terms.quiet_ms, terms.registration_ms, ticket, &keys.channel,
+        terms.reserve_ms, terms.wake, terms.max_waiters,
+    ]
 }
 
 /// Redlock, per master: undo one failed attempt. KEYS: lock, the queue's two keys (optional). ARGV: owner,

@@ -317,14 +317,7 @@ impl LeaseStore for RedisStore {
         // A single try runs the lean script first (the free path in fewer keys and arguments)
         // and the full one only when that answers `{4}`; a waiting attempt, which registers
         // when refused, runs the full one at once (crate::scripts, `TRY_SRC`).
-        let lean = (!waiting).then_some(Try {
-            keys: &keys,
-            owner: &owner,
-            ttl_ms: ms,
-            holder: &who.0,
-            metadata: &who.1,
-            fence_ms,
-        });
+        let lean = (!waiting).then_some(Try { acquire: call });
         let (reply, acked) = self
             .acquire_acked(name, &keys.lock, |marker, mut c| async move {
                 if let Some(lean) = lean {

@@ -174,6 +174,13 @@ pub async fn owned_server(test: &str) -> Option<(RedisFixture, Arc<dyn ServerCon
     Some((fx, server))
 }
 
+/// Stops the server and starts it again: without persistence, as the fixtures run it, it comes
+/// back empty.
+pub async fn restart(server: &dyn ServerControl) {
+    server.stop().await.unwrap();
+    server.start().await.unwrap();
+}
+
 /// What an attacker who may read keys and publish (`+@read +publish`) can send the waiters of
 /// `name` on the server at `url`: for every entry of the name's queue (`owner[:terms][~wake]`,
 /// the values of its `waiter-entries` hash), the current grant wake-up `@<owner>` and the older

@@ -7,7 +7,7 @@ use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LockEr
 
 use crate::common::RedisFixture;
 
-use crate::redis_extra::{acl_server, acl_user, opts, raw, LEAST_EXCLUSIVE, LEAST_KINDS};
+use crate::redis_extra::{acl_server, acl_user, opts, raw, timed, woken, woken_by, LEAST_EXCLUSIVE, LEAST_KINDS};
 
 #[tokio::test]
 async fn capabilities_and_labels() {
@@ -88,8 +88,7 @@ async fn restart_empty_keeps_tokens_monotonic() {
         last = w.token().0;
         w.release().await.unwrap();
         if round == 1 {
-            server.stop().await.unwrap();
-            server.start().await.unwrap();
+            crate::common::restart(&*server).await;
         }
     }
     let mut last = 0;
@@ -101,8 +100,7 @@ async fn restart_empty_keeps_tokens_monotonic() {
         p.release().await.unwrap();
         p2.release().await.unwrap();
         if round == 1 {
-            server.stop().await.unwrap();
-            server.start().await.unwrap();
+            crate::common::restart(&*server).await;
         }
     }
 }
@@ -118,8 +116,7 @@ async fn restart_fires_lost_signal_for_every_kind() {
     let reader = rw.acquire_read(&a, &opts(1000)).await.unwrap();
     let writer = rw.acquire_write(&b, &opts(1000)).await.unwrap();
     let permit = sem.acquire_permit(&a, 2, &opts(1000)).await.unwrap();
-    server.stop().await.unwrap();
-    server.start().await.unwrap();
+    crate::common::restart(&*server).await;
     for (what, lease) in [("reader", &reader), ("writer", &writer), ("permit", &permit)] {
         tokio::time::timeout(Duration::from_secs(3), lease.lost().fired())
             .await
@@ -197,24 +194,17 @@ async fn last_reader_wakes_waiting_writer() {
     for round in 0..3 {
         let r1 = a.acquire_read(&name, &opts(ttl)).await.unwrap();
         let r2 = a.acquire_read(&name, &opts(ttl)).await.unwrap();
-        let waiter = tokio::spawn({
+        let waiter = timed({
             let (b, name) = (b.clone(), name.clone());
-            async move {
-                let l = b.acquire_write(&name, &opts(ttl).wait(Duration::from_secs(8))).await.unwrap();
-                (Instant::now(), l)
-            }
+            async move { b.acquire_write(&name, &opts(ttl).wait(Duration::from_secs(8))).await }
         });
         tokio::time::sleep(Duration::from_millis(400 + 150 * round)).await;
         assert!(a.try_acquire_read(&name, &opts(ttl)).await.unwrap().is_none(), "reader overtook the writer");
         r1.release().await.unwrap();
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!waiter.is_finished(), "the writer got in while a reader held");
-        let released = Instant::now();
-        r2.release().await.unwrap();
-        let (got, lease) = waiter.await.unwrap();
-        let latency = got - released;
-        eprintln!("round {round}: writer woken {latency:?} after the last reader left");
-        assert!(latency < Duration::from_millis(200), "writer took {latency:?} after the last reader left");
+        let what = format!("round {round}: the writer");
+        let lease = woken_by(r2.release(), waiter, Duration::from_millis(200), &what).await;
         assert!(lease.token() > r2.token());
         lease.release().await.unwrap();
     }
@@ -232,20 +222,14 @@ async fn writer_release_wakes_all_readers_and_permits_wake_waiters() {
     let mut readers = Vec::new();
     for _ in 0..3 {
         let (b, name) = (b.clone(), name.clone());
-        readers.push(tokio::spawn(async move {
-            let l = b.acquire_read(&name, &opts(ttl).wait(Duration::from_secs(8))).await.unwrap();
-            (Instant::now(), l)
-        }));
+        readers.push(timed(async move { b.acquire_read(&name, &opts(ttl).wait(Duration::from_secs(8))).await }));
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     let released = Instant::now();
     w.release().await.unwrap();
     let mut held = Vec::new();
     for r in readers {
-        let (got, lease) = r.await.unwrap();
-        let latency = got - released;
-        eprintln!("reader woken {latency:?} after the writer left");
-        assert!(latency < Duration::from_millis(300), "a reader took {latency:?} after the writer left");
+        let lease = woken(r, released, Duration::from_millis(300), "a reader").await;
         assert!(lease.token() > w.token());
         held.push(lease);
     }
@@ -256,20 +240,12 @@ async fn writer_release_wakes_all_readers_and_permits_wake_waiters() {
     let (s1, s2) = (fx.semaphore().await.unwrap(), fx.semaphore().await.unwrap());
     let sem = LockName::new("wake-permit").unwrap();
     let p = s1.acquire_permit(&sem, 1, &opts(ttl)).await.unwrap();
-    let waiter = tokio::spawn({
+    let waiter = timed({
         let sem = sem.clone();
-        async move {
-            let l = s2.acquire_permit(&sem, 1, &opts(ttl).wait(Duration::from_secs(8))).await.unwrap();
-            (Instant::now(), l)
-        }
+        async move { s2.acquire_permit(&sem, 1, &opts(ttl).wait(Duration::from_secs(8))).await }
     });
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let released = Instant::now();
-    p.release().await.unwrap();
-    let (got, lease) = waiter.await.unwrap();
-    let latency = got - released;
-    eprintln!("permit waiter woken {latency:?} after the release");
-    assert!(latency < Duration::from_millis(300), "permit waiter took {latency:?}");
+    let lease = woken_by(p.release(), waiter, Duration::from_millis(300), "the permit waiter").await;
     lease.release().await.unwrap();
 }
 

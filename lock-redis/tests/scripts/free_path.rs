@@ -128,7 +128,7 @@ async fn the_marker_is_read_only_without_a_fence() {
 async fn the_lean_try_answers_only_what_needs_no_other_key() {
     let (_server, _client, mut c) = fresh_server().await;
     let k = Keys::new("f", &LockName::new("lean").unwrap());
-    let lean = |owner: &'static str| Try { keys: &k, owner, ttl_ms: 5000, holder: "", metadata: "", fence_ms: 0 };
+    let lean = |owner: &'static str| Try { acquire: acquire(&k, owner, 0, RESERVE, "") };
     assert_eq!(lean("a").invoke(&mut c).await.unwrap(), [4], "no counter: the boot marker decides");
     assert_eq!(try_take(&k, 4000).invoke("f:boot", &mut c).await.unwrap()[0], 2, "the quiet period, as before");
     let () = redis::cmd("SET").arg("f:boot").arg(0).query_async(&mut c).await.unwrap();
@@ -147,7 +147,7 @@ async fn the_lean_try_answers_only_what_needs_no_other_key() {
     assert_eq!(hand_off(Release, &k, "w", RESERVE, "").invoke(&mut c).await.unwrap(), 1);
     let free = lean("b").invoke(&mut c).await.unwrap();
     assert!(free[0] == 1 && free[1] > first[1], "the free path: a higher token {free:?}");
-    let who = Try { holder: "host-1", metadata: "+meta", ..lean("b") };
+    let who = Try { acquire: Acquire { holder: "host-1", metadata: "+meta", ..lean("b").acquire } };
     assert_eq!(hand_off(Release, &k, "b", RESERVE, "").invoke(&mut c).await.unwrap(), 1);
     assert_eq!(who.invoke(&mut c).await.unwrap()[0], 1);
     let stored: Vec<Option<String>> =
@@ -199,14 +199,7 @@ async fn measure_free_path_server_time() {
         reset_stats(&mut c).await;
         let cpu0 = server_cpu(&mut c).await;
         for _ in 0..CYCLES {
-            let lean = Try {
-                keys: &k,
-                owner: "0123456789abcdef0123456789abcdef",
-                ttl_ms: 5000,
-                holder: "",
-                metadata: "",
-                fence_ms: 0,
-            };
+            let lean = Try { acquire: acquire(&k, "0123456789abcdef0123456789abcdef", 0, 250, "") };
             let r = lean.invoke(&mut c).await.unwrap();
             assert_eq!(r[0], 1);
             let call = hand_off(Release, &k, "0123456789abcdef0123456789abcdef", 250, "");

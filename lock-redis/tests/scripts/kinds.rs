@@ -6,12 +6,11 @@ use std::time::Duration;
 use lock_core::LockName;
 use lock_redis::scripts::{RwAcquire, RwKeys, RwRelease, SemAcquire, SemKeys, SemRelease, Side};
 
-use crate::{fresh_server, heard, listen, Attempt, Call};
+use crate::{fresh_server, heard, listen, terms, Attempt, Call};
 
 // Well above the 200 ms of listening in `woken`, so that reservations outlast the listening.
 const RESERVE: u64 = 1000;
 const REG: u64 = 5000;
-const CAP: u32 = 10_000;
 
 /// How many of the read-write lock's four queue keys exist (0: the queue left no key behind).
 async fn rw_queue_keys(c: &mut redis::aio::MultiplexedConnection, k: &RwKeys) -> usize {
@@ -26,22 +25,12 @@ async fn woken(messages: &mut redis::aio::PubSubStream) -> Vec<String> {
 
 /// An attempt on `side` of `owner` for 5 s: `reg` 0 a single try, else a waiting attempt.
 fn side<'a>(side: Side, keys: &'a RwKeys, owner: &'a str, reg: u64, reserve_ms: u64, wake: &'a str) -> RwAcquire<'a> {
-    RwAcquire { side, keys, owner, ttl_ms: 5000, registration_ms: reg, quiet_ms: 0, reserve_ms, wake, max_waiters: CAP }
+    RwAcquire { side, keys, terms: terms(owner, reg, reserve_ms, wake) }
 }
 
 /// A permit attempt of `owner` for 5 s agreeing on `permits`.
 fn permit<'a>(keys: &'a SemKeys, owner: &'a str, permits: u32, reg: u64, wake: &'a str) -> SemAcquire<'a> {
-    SemAcquire {
-        keys,
-        owner,
-        ttl_ms: 5000,
-        permits,
-        registration_ms: reg,
-        quiet_ms: 0,
-        reserve_ms: RESERVE,
-        wake,
-        max_waiters: CAP,
-    }
+    SemAcquire { keys, permits, terms: terms(owner, reg, RESERVE, wake) }
 }
 
 /// A reader's re-attempt returns its token; a refused waiting writer's place in the queue

@@ -4,41 +4,26 @@
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use lock_core::LockName;
-use lock_redis::scripts::{RwAcquire, RwKeys, RwRelease, SemAcquire, SemKeys, SemRelease, Side};
+use lock_redis::scripts::{RwAcquire, RwKeys, RwRelease, SemAcquire, SemKeys, SemRelease, Side, Terms};
 
 use crate::queue_scale::{evalsha_usec, reset_stats};
-use crate::{fresh_server, Attempt};
+use crate::{fresh_server, terms, Attempt};
 
 const REG: u64 = 600_000;
 // Long enough for 10,000 reserved readers to come one by one.
 const RESERVE: u64 = 20_000;
 
+/// The terms of an attempt of `owner` for 60 s.
+fn long<'a>(owner: &'a str, reg: u64, cap: u32) -> Terms<'a> {
+    Terms { ttl_ms: 60_000, max_waiters: cap, ..terms(owner, reg, RESERVE, "") }
+}
+
 fn rw<'a>(side: Side, keys: &'a RwKeys, owner: &'a str, reg: u64, cap: u32) -> RwAcquire<'a> {
-    RwAcquire {
-        side,
-        keys,
-        owner,
-        ttl_ms: 60_000,
-        registration_ms: reg,
-        quiet_ms: 0,
-        reserve_ms: RESERVE,
-        wake: "",
-        max_waiters: cap,
-    }
+    RwAcquire { side, keys, terms: long(owner, reg, cap) }
 }
 
 fn permit<'a>(keys: &'a SemKeys, owner: &'a str, reg: u64, cap: u32) -> SemAcquire<'a> {
-    SemAcquire {
-        keys,
-        owner,
-        ttl_ms: 60_000,
-        permits: 1,
-        registration_ms: reg,
-        quiet_ms: 0,
-        reserve_ms: RESERVE,
-        wake: "",
-        max_waiters: cap,
-    }
+    SemAcquire { keys, permits: 1, terms: long(owner, reg, cap) }
 }
 
 /// Past `max_waiters` a new waiting reader, writer or permit waiter is refused with `{3, cap}`

@@ -1,9 +1,9 @@
 //! The restart quiet period (`boot.rs` in the crate), in every acquire script.
 
 use lock_core::LockName;
-use lock_redis::scripts::{Acquire, Keys, RedlockAcquire, RwAcquire, RwKeys, SemAcquire, SemKeys, Side};
+use lock_redis::scripts::{Acquire, Keys, RedlockAcquire, RwAcquire, RwKeys, SemAcquire, SemKeys, Side, Terms};
 
-use crate::fresh_server;
+use crate::{acquire, fresh_server, terms};
 
 const QUIET: u64 = 4000;
 const MARKER: &str = "q:boot";
@@ -20,55 +20,12 @@ async fn attempts(c: &mut redis::aio::MultiplexedConnection, owner: &str) -> Vec
     );
     let rw_writer = RwKeys::new("q", &keys("qw"));
     let writer = format!("{owner}w");
-    let exclusive = Acquire {
-        keys: &k,
-        owner,
-        ttl_ms: 5000,
-        quiet_ms: QUIET,
-        holder: "",
-        metadata: "",
-        fence_ms: 0,
-        registration_ms: 0,
-        reserve_ms: 150,
-        wake: "",
-        grant: "",
-        max_waiters: 10_000,
-    };
-    let read = RwAcquire {
-        side: Side::Read,
-        keys: &rw,
-        owner,
-        ttl_ms: 5000,
-        registration_ms: 0,
-        quiet_ms: QUIET,
-        reserve_ms: 150,
-        wake: "",
-        max_waiters: 10_000,
-    };
-    let write = RwAcquire { side: Side::Write, keys: &rw_writer, owner: &writer, ..read };
-    let permit = SemAcquire {
-        keys: &sk,
-        owner,
-        ttl_ms: 5000,
-        permits: 2,
-        registration_ms: 0,
-        quiet_ms: QUIET,
-        reserve_ms: 150,
-        wake: "",
-        max_waiters: 10_000,
-    };
-    let redlock = RedlockAcquire {
-        keys: &rl,
-        owner,
-        ttl_ms: 5000,
-        attempt: "a",
-        quiet_ms: QUIET,
-        registration_ms: 0,
-        ticket: 0,
-        reserve_ms: 150,
-        wake: "",
-        max_waiters: 10_000,
-    };
+    let exclusive = Acquire { quiet_ms: QUIET, ..acquire(&k, owner, 0, 150, "") };
+    let terms = Terms { quiet_ms: QUIET, ..terms(owner, 0, 150, "") };
+    let read = RwAcquire { side: Side::Read, keys: &rw, terms };
+    let write = RwAcquire { side: Side::Write, keys: &rw_writer, terms: Terms { owner: &writer, ..terms } };
+    let permit = SemAcquire { keys: &sk, permits: 2, terms };
+    let redlock = RedlockAcquire { keys: &rl, terms, attempt: "a", ticket: 0 };
     vec![
         ("exclusive", exclusive.invoke(MARKER, c).await.unwrap()),
         ("read", read.invoke(MARKER, c).await.unwrap()),

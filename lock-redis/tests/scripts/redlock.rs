@@ -3,9 +3,9 @@
 use std::time::Duration;
 
 use lock_core::LockName;
-use lock_redis::scripts::{Keys, RedlockAcquire, RedlockFence, RedlockRelease, RedlockUndo};
+use lock_redis::scripts::{Keys, RedlockAcquire, RedlockFence, RedlockRelease, RedlockUndo, Terms};
 
-use crate::{fresh_server, heard, listen, next, Attempt, Call};
+use crate::{fresh_server, heard, listen, next, terms, Attempt, Call};
 
 const RESERVE: u64 = 150;
 
@@ -18,18 +18,7 @@ fn attempt<'a>(
     ticket: u64,
     wake: &'a str,
 ) -> RedlockAcquire<'a> {
-    RedlockAcquire {
-        keys: k,
-        owner,
-        ttl_ms: 5000,
-        attempt,
-        quiet_ms: 0,
-        registration_ms: reg,
-        ticket,
-        reserve_ms: RESERVE,
-        wake,
-        max_waiters: 10_000,
-    }
+    RedlockAcquire { keys: k, terms: terms(owner, reg, RESERVE, wake), attempt, ticket }
 }
 
 /// How many of a master's two ticket-queue keys exist (0: the queue left no key behind).
@@ -168,7 +157,8 @@ async fn ticket_queue_is_capped() {
     let k = Keys::new("tq", &LockName::new("cap").unwrap());
     let conn = c.clone();
     let take = |owner: &'static str, ticket: u64| {
-        RedlockAcquire { max_waiters: 2, ..attempt(&k, owner, "a", 2000, ticket, "") }.on("tq:boot", &conn)
+        let terms = Terms { max_waiters: 2, ..terms(owner, 2000, RESERVE, "") };
+        RedlockAcquire { terms, ..attempt(&k, owner, "a", 2000, ticket, "") }.on("tq:boot", &conn)
     };
     assert_eq!(attempt(&k, "h", "a", 0, 0, "").invoke("tq:boot", &mut c).await.unwrap()[0], 1);
     assert_eq!(take("late", 200).await[0], 0);
