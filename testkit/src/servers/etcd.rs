@@ -17,10 +17,9 @@ use async_trait::async_trait;
 use lock_conformance::proxy::FaultProxy;
 use lock_conformance::{ClientLink, DeploymentControl};
 use lock_core::LockError;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::local::{pause_each, stop_each, LocalServer};
-use super::{provision, TestServer};
+use super::local::{pause_each, start_each, stop_each, LocalServer};
+use super::{ask, first_member, provision, TestServer};
 use crate::process::{find_binary, free_addr, server_dir, ChildServer};
 use crate::ServerControl;
 
@@ -216,32 +215,17 @@ pub fn member_args(
 /// Whether the member at `addr` serves requests: `/health` answers `"health":"true"` only once
 /// the cluster has a leader and the member can read through it.
 pub async fn healthy(addr: SocketAddr) -> bool {
-    let talk = async {
-        let mut s = tokio::net::TcpStream::connect(addr).await?;
-        s.write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").await?;
-        let mut out = String::new();
-        s.read_to_string(&mut out).await?;
-        Ok::<_, std::io::Error>(out)
-    };
-    match tokio::time::timeout(Duration::from_secs(2), talk).await {
-        Ok(Ok(out)) => out.contains("\"health\":\"true\""),
-        _ => false,
-    }
+    ask(addr, b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .await
+        .is_some_and(|out| out.contains("\"health\":\"true\""))
 }
 
 /// The status of the member at `addr` through etcd's JSON gateway: whether it answers, and
 /// whether it is the leader (its member id is the leader's).
 async fn is_leader(addr: SocketAddr) -> Option<bool> {
-    let talk = async {
-        let mut s = tokio::net::TcpStream::connect(addr).await?;
-        let req = "POST /v3/maintenance/status HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
-                   Content-Length: 2\r\n\r\n{}";
-        s.write_all(req.as_bytes()).await?;
-        let mut out = String::new();
-        s.read_to_string(&mut out).await?;
-        Ok::<_, std::io::Error>(out)
-    };
-    let out = tokio::time::timeout(Duration::from_secs(2), talk).await.ok()?.ok()?;
+    let req = "POST /v3/maintenance/status HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+               Content-Length: 2\r\n\r\n{}";
+    let out = ask(addr, req.as_bytes()).await?;
     let field = |name: &str| {
         let start = out.find(&format!("\"{name}\":\""))? + name.len() + 4;
         out[start..].split('"').next().map(str::to_owned)
@@ -313,7 +297,7 @@ impl EtcdCluster {
         }
         let pause_leader_unsafe = stalled_leader_revokes(&program).await;
         let cluster = EtcdCluster { members, gates, pause_leader_unsafe, _dir: dir };
-        cluster.start_all().await?;
+        start_each(&cluster.members).await?;
         Ok(cluster)
     }
 
@@ -337,35 +321,12 @@ impl EtcdCluster {
 
     /// The index of the member that leads now, if one answers so.
     pub async fn leader(&self) -> Option<usize> {
-        for (i, m) in self.members.iter().enumerate() {
-            if is_leader(m.addr()).await == Some(true) {
-                return Some(i);
-            }
-        }
-        None
+        first_member(&self.members, async |m| is_leader(m.addr()).await == Some(true)).await
     }
 
     /// The index of a member that answers and does not lead.
     pub async fn follower(&self) -> Option<usize> {
-        for (i, m) in self.members.iter().enumerate() {
-            if is_leader(m.addr()).await == Some(false) {
-                return Some(i);
-            }
-        }
-        None
-    }
-
-    /// Starts every member at once (a member serves only once a quorum runs) and waits for each.
-    async fn start_all(&self) -> Result<(), LockError> {
-        let mut starting = tokio::task::JoinSet::new();
-        for m in &self.members {
-            let control: Arc<dyn ServerControl> = m.clone();
-            starting.spawn(async move { control.start().await });
-        }
-        while let Some(started) = starting.join_next().await {
-            started.map_err(|e| LockError::unavailable_from("test", "a member's start task failed", e))??;
-        }
-        Ok(())
+        first_member(&self.members, async |m| is_leader(m.addr()).await == Some(false)).await
     }
 
     /// Waits until every member is healthy (has a leader and reads through it).
@@ -398,7 +359,7 @@ impl ServerControl for EtcdCluster {
     }
 
     async fn start(&self) -> Result<(), LockError> {
-        self.start_all().await?;
+        start_each(&self.members).await?;
         self.wait_healthy(CLUSTER_START).await
     }
 

@@ -223,6 +223,20 @@ impl LocalServer {
     }
 }
 
+/// Starts every one of a deployment's `members` at once — a member of a quorum serves only
+/// once a quorum runs, so one started alone would never be ready — and waits for each.
+pub(crate) async fn start_each(members: &[Arc<LocalServer>]) -> Result<(), LockError> {
+    let mut starting = tokio::task::JoinSet::new();
+    for m in members {
+        let m = Arc::clone(m);
+        starting.spawn(async move { m.start_and_wait().await });
+    }
+    while let Some(started) = starting.join_next().await {
+        started.map_err(|e| LockError::unavailable_from("test", "a member's start task failed", e))??;
+    }
+    Ok(())
+}
+
 /// Stops every one of a deployment's `members`, in order (its `ServerControl::stop`).
 pub(crate) async fn stop_each(members: &[Arc<LocalServer>]) -> Result<(), LockError> {
     for m in members {

@@ -322,6 +322,31 @@ async fn container_path(
     containers::start(spec, url_for).await.map(Some)
 }
 
+/// Sends `request` to the server at `addr` on a fresh TCP connection and reads the answer to
+/// the end (these requests — HTTP/1.0, ZooKeeper's four-letter words — close the connection
+/// after it); `None` when the server does not answer within 2 s.
+pub(crate) async fn ask(addr: SocketAddr, request: &[u8]) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let talk = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await?;
+        s.write_all(request).await?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).await?;
+        Ok::<_, std::io::Error>(out)
+    };
+    tokio::time::timeout(Duration::from_secs(2), talk).await.ok()?.ok()
+}
+
+/// The index of the first of `members` for which `is` holds (asked one after the other).
+pub(crate) async fn first_member<M>(members: &[M], is: impl AsyncFn(&M) -> bool) -> Option<usize> {
+    for (i, m) in members.iter().enumerate() {
+        if is(m).await {
+            return Some(i);
+        }
+    }
+    None
+}
+
 /// Whether `docker info` answers within a few seconds.
 pub async fn docker_answers() -> bool {
     let probe = tokio::process::Command::new("docker")

@@ -19,7 +19,8 @@ use lock_conformance::proxy::FaultProxy;
 use lock_conformance::{async_trait, ClientLink, DeploymentControl, ServerControl};
 use lock_core::LockError;
 
-use super::local::{pause_each, stop_each, LocalServer};
+use super::first_member;
+use super::local::{pause_each, start_each, stop_each, LocalServer};
 use super::zookeeper::{classpath, four_letters, java, quorum_peer_args, serves, TICK};
 use crate::process::{free_port, ChildServer};
 
@@ -160,7 +161,7 @@ impl ZkEnsemble {
             members.push(Member { client, server: Arc::new(server), outgoing });
         }
         let ensemble = ZkEnsemble { members, _dir: dir };
-        start_members(&ensemble.members).await?;
+        start_each(&ensemble.servers()).await?;
         ensemble.wait_quorum(START_TIMEOUT).await?;
         Ok(ensemble)
     }
@@ -191,22 +192,12 @@ impl ZkEnsemble {
 
     /// Which member leads now (by `srvr`), if any.
     pub async fn leader(&self) -> Option<usize> {
-        for (i, m) in self.members.iter().enumerate() {
-            if four_letters(m.client, "srvr").await.contains("Mode: leader") {
-                return Some(i);
-            }
-        }
-        None
+        first_member(&self.members, async |m| four_letters(m.client, "srvr").await.contains("Mode: leader")).await
     }
 
     /// A member that follows now.
     pub async fn follower(&self) -> Option<usize> {
-        for (i, m) in self.members.iter().enumerate() {
-            if four_letters(m.client, "srvr").await.contains("Mode: follower") {
-                return Some(i);
-            }
-        }
-        None
+        first_member(&self.members, async |m| four_letters(m.client, "srvr").await.contains("Mode: follower")).await
     }
 
     /// Cuts (or heals) member `i`'s links to every other member, both directions; its clients
@@ -278,19 +269,6 @@ impl ZkEnsemble {
     }
 }
 
-/// Starts every member at once (a member serves only once a quorum runs) and waits for each.
-async fn start_members(members: &[Member]) -> Result<(), LockError> {
-    let mut starting = tokio::task::JoinSet::new();
-    for m in members {
-        let control: Arc<dyn ServerControl> = m.server.clone();
-        starting.spawn(async move { control.start().await });
-    }
-    while let Some(started) = starting.join_next().await {
-        started.map_err(|e| LockError::unavailable_from("test", "a member's start task failed", e))??;
-    }
-    Ok(())
-}
-
 /// The whole ensemble as one server: what the suite's server fault cases mean for it.
 #[async_trait]
 impl ServerControl for ZkEnsemble {
@@ -299,7 +277,7 @@ impl ServerControl for ZkEnsemble {
     }
 
     async fn start(&self) -> Result<(), LockError> {
-        start_members(&self.members).await?;
+        start_each(&self.servers()).await?;
         self.wait_quorum(START_TIMEOUT).await
     }
 
