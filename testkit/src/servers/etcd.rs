@@ -18,7 +18,7 @@ use lock_conformance::proxy::FaultProxy;
 use lock_conformance::{ClientLink, DeploymentControl};
 use lock_core::LockError;
 
-use super::local::{pause_each, start_each, stop_each, LocalServer};
+use super::local::{check_size, pause_each, start_each, stop_each, LocalServer};
 use super::{ask, first_member, provision, TestServer};
 use crate::process::{find_binary, free_addr, server_dir, ChildServer};
 use crate::ServerControl;
@@ -268,9 +268,7 @@ impl std::fmt::Debug for EtcdCluster {
 impl EtcdCluster {
     /// Starts `n` members (3 or 5) and returns once every one serves.
     pub async fn start(n: usize) -> Result<EtcdCluster, LockError> {
-        if !(1..=7).contains(&n) {
-            return Err(LockError::config(format!("an etcd cluster of {n} members; use 3 or 5")));
-        }
+        check_size("an etcd cluster", n)?;
         let program = etcd_binary()?;
         let dir = server_dir("etcd-cluster")?;
         let addrs = (0..n).map(|_| Ok((free_addr()?, free_addr()?))).collect::<Result<Vec<_>, LockError>>()?;
@@ -392,10 +390,7 @@ impl DeploymentControl for EtcdCluster {
         let started = tokio::time::Instant::now();
         let what = match (fault, leader, follower) {
             ("kill-leader", Some(i), _) | ("kill-follower", _, Some(i)) => {
-                let m = &self.members[i];
-                m.stop().await?;
-                tokio::time::sleep(span).await;
-                ServerControl::start(&**m).await?;
+                self.members[i].kill_for(span).await?;
                 format!("member {} ({}) killed for {} ms", i + 1, &fault[5..], span.as_millis())
             }
             ("pause-leader", Some(i), _) => {

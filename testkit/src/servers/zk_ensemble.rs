@@ -20,7 +20,7 @@ use lock_conformance::{async_trait, ClientLink, DeploymentControl, ServerControl
 use lock_core::LockError;
 
 use super::first_member;
-use super::local::{pause_each, start_each, stop_each, LocalServer};
+use super::local::{check_size, pause_each, start_each, stop_each, LocalServer};
 use super::zookeeper::{classpath, four_letters, java, quorum_peer_args, serves, TICK};
 use crate::process::{free_port, ChildServer};
 
@@ -90,9 +90,7 @@ impl ZkEnsemble {
     /// follow.
     pub async fn start(options: EnsembleOptions) -> Result<ZkEnsemble, LockError> {
         let n = options.members;
-        if !(1..=7).contains(&n) {
-            return Err(LockError::config(format!("an ensemble of {n} members; use 3 or 5")));
-        }
+        check_size("an ensemble", n)?;
         let missing = |what: &str| {
             LockError::unavailable("test", format!("{what} not found; install ZooKeeper (apt-get install zookeeper)"))
         };
@@ -304,10 +302,7 @@ impl DeploymentControl for ZkEnsemble {
         let started = tokio::time::Instant::now();
         let what = match (fault, leader, follower) {
             ("kill-leader", Some(i), _) | ("kill-follower", _, Some(i)) => {
-                let m = &self.members[i];
-                m.server.stop().await?;
-                tokio::time::sleep(span).await;
-                ServerControl::start(&*m.server).await?;
+                self.members[i].server.kill_for(span).await?;
                 format!("member {} killed for {} ms", i + 1, span.as_millis())
             }
             ("partition-follower", _, Some(i)) => {
