@@ -121,11 +121,7 @@ impl EtcdServer {
 
     /// `url()` with the key prefix `prefix` (replacing the path of an external URL).
     pub fn url_with_prefix(&self, prefix: &str) -> String {
-        let prefix = prefix.trim_matches('/');
-        match self.url().strip_prefix("etcd://") {
-            Some(rest) => format!("etcd://{}/{prefix}", rest.split('/').next().unwrap_or(rest)),
-            None => format!("{}/{prefix}", self.url().trim_end_matches('/')),
-        }
+        self.url_with_path("etcd://", prefix.trim_matches('/'))
     }
 }
 

@@ -173,6 +173,16 @@ impl TestServer {
     pub fn addr(&self) -> Option<SocketAddr> {
         self.addr
     }
+
+    /// `url()` with its path replaced by `path` (given without the leading `/`) when it starts
+    /// with `scheme` (`"zk://"`: an external URL may name a path of its own), else with `/path`
+    /// appended.
+    pub(crate) fn url_with_path(&self, scheme: &str, path: &str) -> String {
+        match self.url.strip_prefix(scheme) {
+            Some(rest) => format!("{scheme}{}/{path}", rest.split('/').next().unwrap_or(rest)),
+            None => format!("{}/{path}", self.url.trim_end_matches('/')),
+        }
+    }
 }
 
 /// What the container path needs: an official image, its port, readiness, settings.
@@ -376,6 +386,18 @@ mod tests {
             ("sqlite::memory:", None, None),
         ] {
             assert_eq!(addr_of(url, default_port), addr, "{url}");
+        }
+    }
+
+    #[test]
+    fn paths_replace_an_external_urls_own() {
+        let server = |url: &str| TestServer::external(Source::Env { var: "X".into() }, url.into(), None);
+        for (url, with_path) in [
+            ("zk://127.0.0.1:2181", "zk://127.0.0.1:2181/dlock"),
+            ("zk://h1:2181,h2:2181/theirs/deep", "zk://h1:2181,h2:2181/dlock"),
+            ("etcds://h:2379/theirs/", "etcds://h:2379/theirs/dlock"),
+        ] {
+            assert_eq!(server(url).url_with_path("zk://", "dlock"), with_path, "{url}");
         }
     }
 

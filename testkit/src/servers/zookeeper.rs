@@ -185,14 +185,7 @@ impl ZkServer {
 
     /// `url()` with the root path `root` (replacing the path of an external URL).
     pub fn url_with_root(&self, root: &str) -> String {
-        let root = root.trim_start_matches('/');
-        match self.url().strip_prefix("zk://") {
-            Some(rest) => {
-                let authority = rest.split('/').next().unwrap_or(rest);
-                format!("zk://{authority}/{root}")
-            }
-            None => format!("{}/{root}", self.url().trim_end_matches('/')),
-        }
+        self.url_with_path("zk://", root.trim_start_matches('/'))
     }
 }
 
