@@ -279,6 +279,9 @@ impl ServerControl for DownSwitch {
 /// `every_kind` gives one expression for all three when one client type serves every kind, and
 /// `kinds_of` one expression for a backend value that hands out the three (`.lock()`, `.rw()`,
 /// `.semaphore()`, as `RedisBackend` and `SqlBackend` do), made anew for each client.
+/// `deployment` (optional, last) names an `Arc` of a replicated deployment that is both "the
+/// server" of the fault cases and the nemesis's node faults: it is returned by
+/// [`Fixture::server`] and [`Fixture::deployment`] alike.
 /// The fault hooks and the rest follow as ordinary methods of an `impl Fixture` block.
 ///
 /// ```
@@ -299,19 +302,21 @@ impl ServerControl for DownSwitch {
 /// ```
 #[macro_export]
 macro_rules! impl_fixture {
-    ($fixture:ty, backend: $label:expr, |$f:ident| { kinds_of: $backend:expr $(,)? } $($rest:tt)*) => {
+    // The two shorthands name the kinds' clients and hand the rest of the list on as it is.
+    ($fixture:ty, backend: $label:expr, |$f:ident| { kinds_of: $backend:expr $(, $($more:tt)*)? } $($rest:tt)*) => {
         $crate::impl_fixture! {
             $fixture, backend: $label, |$f| {
                 client: $backend.lock(),
                 rw: $backend.rw().await?,
                 semaphore: $backend.semaphore().await?,
+                $($($more)*)?
             }
             $($rest)*
         }
     };
-    ($fixture:ty, backend: $label:expr, |$f:ident| { every_kind: $client:expr $(,)? } $($rest:tt)*) => {
+    ($fixture:ty, backend: $label:expr, |$f:ident| { every_kind: $client:expr $(, $($more:tt)*)? } $($rest:tt)*) => {
         $crate::impl_fixture! {
-            $fixture, backend: $label, |$f| { client: $client, rw: $client, semaphore: $client }
+            $fixture, backend: $label, |$f| { client: $client, rw: $client, semaphore: $client, $($($more)*)? }
             $($rest)*
         }
     };
@@ -320,6 +325,7 @@ macro_rules! impl_fixture {
             client: $client:expr
             $(, rw: $rw:expr)?
             $(, semaphore: $semaphore:expr)?
+            $(, deployment: $deployment:expr)?
             $(,)?
         }
         $($rest:tt)*
@@ -327,12 +333,14 @@ macro_rules! impl_fixture {
         $crate::impl_fixture! {
             @impl $fixture, $label, $f, $client,
             [$((rw_client, DistributedRwLock, $rw))? $((semaphore_client, DistributedSemaphore, $semaphore))?]
+            [$($deployment)?]
             $($rest)*
         }
     };
     (
         @impl $fixture:ty, $label:expr, $f:ident, $client:expr,
         [$(($method:ident, $kind:ident, $made:expr))*]
+        [$($deployment:expr)?]
         $($rest:tt)*
     ) => {
         #[$crate::async_trait]
@@ -362,6 +370,18 @@ macro_rules! impl_fixture {
                     Ok(Some(::std::sync::Arc::new($made)))
                 }
             )*
+
+            $(
+                fn server(&self) -> ::std::option::Option<::std::sync::Arc<dyn $crate::ServerControl>> {
+                    let $f = self;
+                    Some(::std::sync::Arc::clone(&$deployment) as _)
+                }
+
+                fn deployment(&self) -> ::std::option::Option<::std::sync::Arc<dyn $crate::DeploymentControl>> {
+                    let $f = self;
+                    Some(::std::sync::Arc::clone(&$deployment) as _)
+                }
+            )?
 
             $($rest)*
         }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_testkit::servers::etcd::EtcdCluster;
-use lock_conformance::{DeploymentControl, LinkedClient, ServerControl};
+use lock_conformance::LinkedClient;
 use lock_core::{LockError, LockName};
 use lock_etcd::{EtcdLock, EtcdOptions};
 
@@ -55,14 +55,7 @@ impl ClusterFixture {
 lock_conformance::impl_fixture! {
     ClusterFixture, backend: "etcd-cluster", |f| {
         every_kind: f.connect().await?,
-    }
-
-    fn server(&self) -> Option<Arc<dyn ServerControl>> {
-        Some(self.cluster.clone())
-    }
-
-    fn deployment(&self) -> Option<Arc<dyn DeploymentControl>> {
-        Some(self.cluster.clone())
+        deployment: f.cluster,
     }
 
     /// A client that names every member through a proxy of its own: its link is all three.

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_testkit::servers::zk_ensemble::{EnsembleOptions, ZkEnsemble};
-use lock_conformance::{DeploymentControl, LinkedClient, ServerControl};
+use lock_conformance::LinkedClient;
 use lock_core::{LockError, LockName};
 use lock_zk::{ZkLock, ZkOptions};
 
@@ -47,14 +47,7 @@ impl EnsembleFixture {
 lock_conformance::impl_fixture! {
     EnsembleFixture, backend: "zookeeper-ensemble", |f| {
         every_kind: f.connect().await?,
-    }
-
-    fn server(&self) -> Option<Arc<dyn ServerControl>> {
-        Some(self.ensemble.clone())
-    }
-
-    fn deployment(&self) -> Option<Arc<dyn DeploymentControl>> {
-        Some(self.ensemble.clone())
+        deployment: f.ensemble,
     }
 
     /// A client that names every member through a proxy of its own: its link is all three.

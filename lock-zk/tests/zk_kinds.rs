@@ -1,6 +1,6 @@
-//! ZooKeeper-specific behaviour of the read-write lock and the semaphore (docs/contract.md §5.2, §5.3) on a
-//! real server: herd-free wake-ups, cancel-safety, session expiry, lost replies, agreement on
-//! the number of permits.
+//! ZooKeeper-specific behaviour of the read-write lock and the semaphore (docs/contract.md §5.2,
+//! §5.3) on a real server: herd-free wake-ups, cancel-safety (the exclusive lock's waits' too),
+//! session expiry, lost replies, agreement on the number of permits.
 
 mod common;
 
@@ -84,46 +84,39 @@ async fn readers_wake_only_on_their_writer() {
     assert!(rw_nodes(&fx, &w1c, &n).await.is_empty());
 }
 
+/// A wait of every kind — exclusive, read, write, permit — that is cancelled or runs out of its
+/// own wait leaves no node: only the holder's is left, and nothing holds up the next waiter.
 #[tokio::test]
-async fn cancelled_reader_writer_and_permit_waits_leave_no_node() {
+async fn cancelled_and_timed_out_waits_leave_no_node() {
     use lock_core::{DistributedRwLock, DistributedSemaphore};
     let (fx, holder, waiter) = two_clients().await;
-    let n = name("cancel-kinds");
 
-    // A writer holds: a reader and a writer queue, and are dropped while waiting.
+    let n = name("cancel");
+    let lease = holder.acquire(&n, &opts(3000)).await.unwrap();
+    cancelled_waits_leave_no_node(async |o| waiter.acquire(&n, &o).await, async || nodes(&fx, &holder, &n).await.len())
+        .await;
+    lease.release().await.unwrap();
+    assert!(waiter.try_acquire(&n, &opts(3000)).await.unwrap().is_some(), "nothing queued ahead");
+
+    // A writer holds: readers and writers queue behind it.
+    let n = name("cancel-kinds");
+    let rw_queued = async || rw_nodes(&fx, &holder, &n).await.len();
     let w = holder.acquire_write(&n, &opts(3000)).await.unwrap();
-    drop_while_waiting(waiter.acquire_read(&n, &opts(3000))).await;
-    drop_while_waiting(waiter.acquire_write(&n, &opts(3000))).await;
-    // Timed out by their own wait.
-    let err = waiter.acquire_read(&n, &opts(3000).wait(Duration::from_millis(300))).await.unwrap_err();
-    assert!(matches!(err, LockError::Timeout { .. }), "{err}");
-    // And dropped at every early await point.
-    for ms in [0u64, 1, 2, 5, 10, 20] {
-        let _ = timeout(Duration::from_millis(ms), waiter.acquire_read(&n, &opts(3000))).await;
-        let _ = timeout(Duration::from_millis(ms), waiter.acquire_write(&n, &opts(3000))).await;
-    }
-    eventually(Duration::from_secs(3), "only the writer's node is left", || async {
-        rw_nodes(&fx, &holder, &n).await.len() == 1
-    })
-    .await;
+    cancelled_waits_leave_no_node(async |o| waiter.acquire_read(&n, &o).await, rw_queued).await;
+    cancelled_waits_leave_no_node(async |o| waiter.acquire_write(&n, &o).await, rw_queued).await;
     w.release().await.unwrap();
     let r = waiter.try_acquire_read(&n, &opts(3000)).await.unwrap().expect("nothing queued ahead of a reader");
     r.release().await.unwrap();
 
-    // A full semaphore: permit waits dropped, timed out, and rejected for another count.
+    // A full semaphore: permit waits, and one rejected for another count.
     let p = holder.acquire_permit(&n, 1, &opts(3000)).await.unwrap();
-    drop_while_waiting(waiter.acquire_permit(&n, 1, &opts(3000))).await;
-    let err = waiter.acquire_permit(&n, 1, &opts(3000).wait(Duration::from_millis(300))).await.unwrap_err();
-    assert!(matches!(err, LockError::Timeout { .. }), "{err}");
+    cancelled_waits_leave_no_node(
+        async |o| waiter.acquire_permit(&n, 1, &o).await,
+        async || sem_nodes(&fx, &holder, &n).await.len(),
+    )
+    .await;
     let err = waiter.acquire_permit(&n, 2, &opts(3000).wait(Duration::from_millis(300))).await.unwrap_err();
     assert!(matches!(err, LockError::InvalidOptions { .. }), "{err}");
-    for ms in [0u64, 1, 2, 5, 10, 20] {
-        let _ = timeout(Duration::from_millis(ms), waiter.acquire_permit(&n, 1, &opts(3000))).await;
-    }
-    eventually(Duration::from_secs(3), "only the holder's permit node is left", || async {
-        sem_nodes(&fx, &holder, &n).await.len() == 1
-    })
-    .await;
     p.release().await.unwrap();
     let q = waiter.try_acquire_permit(&n, 1, &opts(3000)).await.unwrap().expect("nothing queued ahead");
     q.release().await.unwrap();

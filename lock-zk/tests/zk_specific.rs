@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{
-    drop_while_waiting, eventually, linked_and_direct, name, nodes, opts, partition_until_granted, total_watch_events,
-    two_clients, GaveWay, ZkFixture, SESSION_TIMEOUT,
+    eventually, linked_and_direct, name, nodes, opts, partition_until_granted, total_watch_events, two_clients,
+    GaveWay, ZkFixture, SESSION_TIMEOUT,
 };
 use lock_conformance::{ClientLink, Fixture};
 use lock_core::{DistributedLock, LockError, LockService};
@@ -186,39 +186,6 @@ async fn hostile_names_neither_collide_nor_escape_the_root() {
     for s in names {
         assert_eq!(nodes(&fx, &lock, &name(s)).await.len(), 1, "{s:?}");
     }
-}
-
-#[tokio::test]
-async fn cancelled_and_timed_out_waits_leave_no_node() {
-    let (fx, holder, waiter) = two_clients().await;
-    let n = name("cancel");
-    let lease = holder.acquire(&n, &opts(3000)).await.unwrap();
-
-    // Dropped while waiting (no wait limit of its own).
-    drop_while_waiting(waiter.acquire(&n, &opts(3000))).await;
-    eventually(Duration::from_secs(3), "cancelled waiter's node deleted", || async {
-        nodes(&fx, &holder, &n).await.len() == 1
-    })
-    .await;
-
-    // Its own wait ran out.
-    let begun = Instant::now();
-    let err = waiter.acquire(&n, &opts(3000).wait(Duration::from_millis(400))).await.unwrap_err();
-    assert!(matches!(err, LockError::Timeout { .. }), "{err}");
-    assert!(begun.elapsed() < Duration::from_millis(1500), "{:?}", begun.elapsed());
-    eventually(Duration::from_secs(3), "timed-out waiter's node deleted", || async {
-        nodes(&fx, &holder, &n).await.len() == 1
-    })
-    .await;
-
-    // Dropped at every early await point as well: no node may stay behind.
-    for ms in [0u64, 1, 2, 5, 10, 20] {
-        let _ = timeout(Duration::from_millis(ms), waiter.acquire(&n, &opts(3000))).await;
-    }
-    eventually(Duration::from_secs(3), "no orphan nodes", || async { nodes(&fx, &holder, &n).await.len() == 1 }).await;
-
-    lease.release().await.unwrap();
-    assert!(waiter.try_acquire(&n, &opts(3000)).await.unwrap().is_some(), "nothing queued ahead");
 }
 
 #[tokio::test]

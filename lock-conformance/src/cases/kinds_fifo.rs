@@ -88,6 +88,12 @@ fn none_granted(early: &[(&str, &Waiting)], all: &[&Waiting], why: &str) -> Resu
     fail!("{} got the lock {why}", done.join(" and "))
 }
 
+/// Fails with `order` unless three grants came one after the other; the two gaps in ms.
+fn in_arrival_order([first, second, third]: [Instant; 3], order: &str) -> Result<(u128, u128), CaseError> {
+    ensure!(first < second && second < third, "{order}");
+    Ok((ms(second - first), ms(third - second)))
+}
+
 /// Declared `fifo`: with a writer holding, the queue `reader 1, writer, reader 2` (in arrival
 /// order, each waiting) is served as reader 1 at the release, then the writer once reader 1
 /// left, and only then reader 2 — which must not join the readers ahead of the
@@ -139,11 +145,11 @@ pub async fn rw_fifo_order(fx: &dyn Fixture) -> CaseResult {
     lease_w.release().await?;
     let (lease_r2, at_r2) = joined(r2, "reader 2").await?;
     lease_r2.release().await?;
-    ensure!(at_r1 < at_w && at_w < at_r2, "not served in arrival order: reader 1, writer, reader 2");
+    let (writer_after, r2_after) =
+        in_arrival_order([at_r1, at_w, at_r2], "not served in arrival order: reader 1, writer, reader 2")?;
     Ok(format!(
-        "reader 1, writer {} ms later, reader 2 {} ms after the writer; no reader joined ahead of the writer",
-        ms(at_w - at_r1),
-        ms(at_r2 - at_w)
+        "reader 1, writer {writer_after} ms later, reader 2 {r2_after} ms after the writer; no reader joined ahead of \
+         the writer"
     ))
 }
 
@@ -282,12 +288,8 @@ pub async fn semaphore_fifo_order(fx: &dyn Fixture) -> CaseResult {
     let (l3, at3) = joined(w3, "waiter 3").await?;
     l2.release().await?;
     l3.release().await?;
-    ensure!(at1 < at2 && at2 < at3, "permits not granted in arrival order");
-    Ok(format!(
-        "waiters 1, 2, 3 served in order ({} ms, {} ms apart); no try_acquire overtook",
-        ms(at2 - at1),
-        ms(at3 - at2)
-    ))
+    let (gap_2, gap_3) = in_arrival_order([at1, at2, at3], "permits not granted in arrival order")?;
+    Ok(format!("waiters 1, 2, 3 served in order ({gap_2} ms, {gap_3} ms apart); no try_acquire overtook"))
 }
 
 /// Declared `fifo`: a queued waiter that vanished (it registered with one waiting attempt at the

@@ -199,6 +199,32 @@ pub async fn drop_while_waiting<T>(wait: impl std::future::Future<Output = T>) {
     assert!(timeout(Duration::from_millis(500), wait).await.is_err(), "the wait ended within 500 ms");
 }
 
+/// The cancel-safety of one kind's waits while a holder holds: a wait dropped while queued, one
+/// whose own wait runs out (`Timeout`, promptly) and waits dropped at each early await point must
+/// each leave no node behind — `queued` (the kind's nodes under the name) is back to the
+/// holder's one after each.
+pub async fn cancelled_waits_leave_no_node(
+    wait: impl AsyncFn(AcquireOptions) -> Result<Lease, LockError>,
+    queued: impl AsyncFn() -> usize,
+) {
+    let only_the_holder =
+        async |what: &str| eventually(Duration::from_secs(3), what, async || queued().await == 1).await;
+
+    drop_while_waiting(wait(opts(3000))).await;
+    only_the_holder("the cancelled waiter's node deleted").await;
+
+    let begun = Instant::now();
+    let err = wait(opts(3000).wait(Duration::from_millis(400))).await.unwrap_err();
+    assert!(matches!(err, LockError::Timeout { .. }), "{err}");
+    assert!(begun.elapsed() < Duration::from_millis(1500), "{:?}", begun.elapsed());
+    only_the_holder("the timed-out waiter's node deleted").await;
+
+    for ms in [0u64, 1, 2, 5, 10, 20] {
+        let _ = timeout(Duration::from_millis(ms), wait(opts(3000))).await;
+    }
+    only_the_holder("no node of a wait dropped at an early await point").await;
+}
+
 pub fn name(s: &str) -> LockName {
     LockName::new(s).expect("valid name")
 }

@@ -17,10 +17,9 @@ use async_trait::async_trait;
 use lock_conformance::proxy::FaultProxy;
 use lock_conformance::{ClientLink, DeploymentControl};
 use lock_core::LockError;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::local::{pause_each, stop_each, LocalServer};
-use super::{provision, TestServer};
+use super::local::{check_size, pause_each, start_each, stop_each, LocalServer};
+use super::{ask, first_member, provision, TestServer};
 use crate::process::{find_binary, free_addr, server_dir, ChildServer};
 use crate::ServerControl;
 
@@ -122,11 +121,7 @@ impl EtcdServer {
 
     /// `url()` with the key prefix `prefix` (replacing the path of an external URL).
     pub fn url_with_prefix(&self, prefix: &str) -> String {
-        let prefix = prefix.trim_matches('/');
-        match self.url().strip_prefix("etcd://") {
-            Some(rest) => format!("etcd://{}/{prefix}", rest.split('/').next().unwrap_or(rest)),
-            None => format!("{}/{prefix}", self.url().trim_end_matches('/')),
-        }
+        self.url_with_path("etcd://", prefix.trim_matches('/'))
     }
 }
 
@@ -216,32 +211,17 @@ pub fn member_args(
 /// Whether the member at `addr` serves requests: `/health` answers `"health":"true"` only once
 /// the cluster has a leader and the member can read through it.
 pub async fn healthy(addr: SocketAddr) -> bool {
-    let talk = async {
-        let mut s = tokio::net::TcpStream::connect(addr).await?;
-        s.write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").await?;
-        let mut out = String::new();
-        s.read_to_string(&mut out).await?;
-        Ok::<_, std::io::Error>(out)
-    };
-    match tokio::time::timeout(Duration::from_secs(2), talk).await {
-        Ok(Ok(out)) => out.contains("\"health\":\"true\""),
-        _ => false,
-    }
+    ask(addr, b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .await
+        .is_some_and(|out| out.contains("\"health\":\"true\""))
 }
 
 /// The status of the member at `addr` through etcd's JSON gateway: whether it answers, and
 /// whether it is the leader (its member id is the leader's).
 async fn is_leader(addr: SocketAddr) -> Option<bool> {
-    let talk = async {
-        let mut s = tokio::net::TcpStream::connect(addr).await?;
-        let req = "POST /v3/maintenance/status HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
-                   Content-Length: 2\r\n\r\n{}";
-        s.write_all(req.as_bytes()).await?;
-        let mut out = String::new();
-        s.read_to_string(&mut out).await?;
-        Ok::<_, std::io::Error>(out)
-    };
-    let out = tokio::time::timeout(Duration::from_secs(2), talk).await.ok()?.ok()?;
+    let req = "POST /v3/maintenance/status HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+               Content-Length: 2\r\n\r\n{}";
+    let out = ask(addr, req.as_bytes()).await?;
     let field = |name: &str| {
         let start = out.find(&format!("\"{name}\":\""))? + name.len() + 4;
         out[start..].split('"').next().map(str::to_owned)
@@ -284,9 +264,7 @@ impl std::fmt::Debug for EtcdCluster {
 impl EtcdCluster {
     /// Starts `n` members (3 or 5) and returns once every one serves.
     pub async fn start(n: usize) -> Result<EtcdCluster, LockError> {
-        if !(1..=7).contains(&n) {
-            return Err(LockError::config(format!("an etcd cluster of {n} members; use 3 or 5")));
-        }
+        check_size("an etcd cluster", n)?;
         let program = etcd_binary()?;
         let dir = server_dir("etcd-cluster")?;
         let addrs = (0..n).map(|_| Ok((free_addr()?, free_addr()?))).collect::<Result<Vec<_>, LockError>>()?;
@@ -313,7 +291,7 @@ impl EtcdCluster {
         }
         let pause_leader_unsafe = stalled_leader_revokes(&program).await;
         let cluster = EtcdCluster { members, gates, pause_leader_unsafe, _dir: dir };
-        cluster.start_all().await?;
+        start_each(&cluster.members).await?;
         Ok(cluster)
     }
 
@@ -337,35 +315,12 @@ impl EtcdCluster {
 
     /// The index of the member that leads now, if one answers so.
     pub async fn leader(&self) -> Option<usize> {
-        for (i, m) in self.members.iter().enumerate() {
-            if is_leader(m.addr()).await == Some(true) {
-                return Some(i);
-            }
-        }
-        None
+        first_member(&self.members, async |m| is_leader(m.addr()).await == Some(true)).await
     }
 
     /// The index of a member that answers and does not lead.
     pub async fn follower(&self) -> Option<usize> {
-        for (i, m) in self.members.iter().enumerate() {
-            if is_leader(m.addr()).await == Some(false) {
-                return Some(i);
-            }
-        }
-        None
-    }
-
-    /// Starts every member at once (a member serves only once a quorum runs) and waits for each.
-    async fn start_all(&self) -> Result<(), LockError> {
-        let mut starting = tokio::task::JoinSet::new();
-        for m in &self.members {
-            let control: Arc<dyn ServerControl> = m.clone();
-            starting.spawn(async move { control.start().await });
-        }
-        while let Some(started) = starting.join_next().await {
-            started.map_err(|e| LockError::unavailable_from("test", "a member's start task failed", e))??;
-        }
-        Ok(())
+        first_member(&self.members, async |m| is_leader(m.addr()).await == Some(false)).await
     }
 
     /// Waits until every member is healthy (has a leader and reads through it).
@@ -398,7 +353,7 @@ impl ServerControl for EtcdCluster {
     }
 
     async fn start(&self) -> Result<(), LockError> {
-        self.start_all().await?;
+        start_each(&self.members).await?;
         self.wait_healthy(CLUSTER_START).await
     }
 
@@ -431,10 +386,7 @@ impl DeploymentControl for EtcdCluster {
         let started = tokio::time::Instant::now();
         let what = match (fault, leader, follower) {
             ("kill-leader", Some(i), _) | ("kill-follower", _, Some(i)) => {
-                let m = &self.members[i];
-                m.stop().await?;
-                tokio::time::sleep(span).await;
-                ServerControl::start(&**m).await?;
+                self.members[i].kill_for(span).await?;
                 format!("member {} ({}) killed for {} ms", i + 1, &fault[5..], span.as_millis())
             }
             ("pause-leader", Some(i), _) => {

@@ -125,6 +125,14 @@ impl LocalServer {
         TestServer::owned(Source::Local { program: program.to_path_buf() }, url, addr, self, keep)
     }
 
+    /// A member fault of a deployment: SIGKILLs the server, keeps it down for `span`, and starts
+    /// it again (returning once it is ready).
+    pub(crate) async fn kill_for(&self, span: Duration) -> Result<(), LockError> {
+        self.kill().await;
+        tokio::time::sleep(span).await;
+        self.start_and_wait().await
+    }
+
     /// Starts the process and waits until it is ready. A process that exits early (a restart
     /// right after a SIGKILL can find the old shared memory still attached for a moment) is
     /// started again until the time is up.
@@ -221,6 +229,29 @@ impl LocalServer {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
+}
+
+/// A deployment of `n` members as `what` ("an etcd cluster") asks for, or why not: 1 to 7.
+pub(crate) fn check_size(what: &str, n: usize) -> Result<(), LockError> {
+    if (1..=7).contains(&n) {
+        Ok(())
+    } else {
+        Err(LockError::config(format!("{what} of {n} members; use 3 or 5")))
+    }
+}
+
+/// Starts every one of a deployment's `members` at once — a member of a quorum serves only
+/// once a quorum runs, so one started alone would never be ready — and waits for each.
+pub(crate) async fn start_each(members: &[Arc<LocalServer>]) -> Result<(), LockError> {
+    let mut starting = tokio::task::JoinSet::new();
+    for m in members {
+        let m = Arc::clone(m);
+        starting.spawn(async move { m.start_and_wait().await });
+    }
+    while let Some(started) = starting.join_next().await {
+        started.map_err(|e| LockError::unavailable_from("test", "a member's start task failed", e))??;
+    }
+    Ok(())
 }
 
 /// Stops every one of a deployment's `members`, in order (its `ServerControl::stop`).

@@ -173,6 +173,16 @@ impl TestServer {
     pub fn addr(&self) -> Option<SocketAddr> {
         self.addr
     }
+
+    /// `url()` with its path replaced by `path` (given without the leading `/`) when it starts
+    /// with `scheme` (`"zk://"`: an external URL may name a path of its own), else with `/path`
+    /// appended.
+    pub(crate) fn url_with_path(&self, scheme: &str, path: &str) -> String {
+        match self.url.strip_prefix(scheme) {
+            Some(rest) => format!("{scheme}{}/{path}", rest.split('/').next().unwrap_or(rest)),
+            None => format!("{}/{path}", self.url.trim_end_matches('/')),
+        }
+    }
 }
 
 /// What the container path needs: an official image, its port, readiness, settings.
@@ -322,6 +332,31 @@ async fn container_path(
     containers::start(spec, url_for).await.map(Some)
 }
 
+/// Sends `request` to the server at `addr` on a fresh TCP connection and reads the answer to
+/// the end (these requests — HTTP/1.0, ZooKeeper's four-letter words — close the connection
+/// after it); `None` when the server does not answer within 2 s.
+pub(crate) async fn ask(addr: SocketAddr, request: &[u8]) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let talk = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await?;
+        s.write_all(request).await?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).await?;
+        Ok::<_, std::io::Error>(out)
+    };
+    tokio::time::timeout(Duration::from_secs(2), talk).await.ok()?.ok()
+}
+
+/// The index of the first of `members` for which `is` holds (asked one after the other).
+pub(crate) async fn first_member<M>(members: &[M], is: impl AsyncFn(&M) -> bool) -> Option<usize> {
+    for (i, m) in members.iter().enumerate() {
+        if is(m).await {
+            return Some(i);
+        }
+    }
+    None
+}
+
 /// Whether `docker info` answers within a few seconds.
 pub async fn docker_answers() -> bool {
     let probe = tokio::process::Command::new("docker")
@@ -351,6 +386,18 @@ mod tests {
             ("sqlite::memory:", None, None),
         ] {
             assert_eq!(addr_of(url, default_port), addr, "{url}");
+        }
+    }
+
+    #[test]
+    fn paths_replace_an_external_urls_own() {
+        let server = |url: &str| TestServer::external(Source::Env { var: "X".into() }, url.into(), None);
+        for (url, with_path) in [
+            ("zk://127.0.0.1:2181", "zk://127.0.0.1:2181/dlock"),
+            ("zk://h1:2181,h2:2181/theirs/deep", "zk://h1:2181,h2:2181/dlock"),
+            ("etcds://h:2379/theirs/", "etcds://h:2379/theirs/dlock"),
+        ] {
+            assert_eq!(server(url).url_with_path("zk://", "dlock"), with_path, "{url}");
         }
     }
 

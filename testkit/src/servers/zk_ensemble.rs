@@ -19,7 +19,8 @@ use lock_conformance::proxy::FaultProxy;
 use lock_conformance::{async_trait, ClientLink, DeploymentControl, ServerControl};
 use lock_core::LockError;
 
-use super::local::{pause_each, stop_each, LocalServer};
+use super::first_member;
+use super::local::{check_size, pause_each, start_each, stop_each, LocalServer};
 use super::zookeeper::{classpath, four_letters, java, quorum_peer_args, serves, TICK};
 use crate::process::{free_port, ChildServer};
 
@@ -90,9 +91,7 @@ impl ZkEnsemble {
     /// follow.
     pub async fn start(options: EnsembleOptions) -> Result<ZkEnsemble, LockError> {
         let n = options.members;
-        if !(1..=7).contains(&n) {
-            return Err(LockError::config(format!("an ensemble of {n} members; use 3 or 5")));
-        }
+        check_size("an ensemble", n)?;
         let missing = |what: &str| {
             LockError::unavailable("test", format!("{what} not found; install ZooKeeper (apt-get install zookeeper)"))
         };
@@ -161,7 +160,7 @@ impl ZkEnsemble {
             members.push(Member { client, server: Arc::new(server), outgoing });
         }
         let ensemble = ZkEnsemble { members, _dir: dir };
-        start_members(&ensemble.members).await?;
+        start_each(&ensemble.servers()).await?;
         ensemble.wait_quorum(START_TIMEOUT).await?;
         Ok(ensemble)
     }
@@ -192,22 +191,12 @@ impl ZkEnsemble {
 
     /// Which member leads now (by `srvr`), if any.
     pub async fn leader(&self) -> Option<usize> {
-        for (i, m) in self.members.iter().enumerate() {
-            if four_letters(m.client, "srvr").await.contains("Mode: leader") {
-                return Some(i);
-            }
-        }
-        None
+        first_member(&self.members, async |m| four_letters(m.client, "srvr").await.contains("Mode: leader")).await
     }
 
     /// A member that follows now.
     pub async fn follower(&self) -> Option<usize> {
-        for (i, m) in self.members.iter().enumerate() {
-            if four_letters(m.client, "srvr").await.contains("Mode: follower") {
-                return Some(i);
-            }
-        }
-        None
+        first_member(&self.members, async |m| four_letters(m.client, "srvr").await.contains("Mode: follower")).await
     }
 
     /// Cuts (or heals) member `i`'s links to every other member, both directions; its clients
@@ -279,19 +268,6 @@ impl ZkEnsemble {
     }
 }
 
-/// Starts every member at once (a member serves only once a quorum runs) and waits for each.
-async fn start_members(members: &[Member]) -> Result<(), LockError> {
-    let mut starting = tokio::task::JoinSet::new();
-    for m in members {
-        let control: Arc<dyn ServerControl> = m.server.clone();
-        starting.spawn(async move { control.start().await });
-    }
-    while let Some(started) = starting.join_next().await {
-        started.map_err(|e| LockError::unavailable_from("test", "a member's start task failed", e))??;
-    }
-    Ok(())
-}
-
 /// The whole ensemble as one server: what the suite's server fault cases mean for it.
 #[async_trait]
 impl ServerControl for ZkEnsemble {
@@ -300,7 +276,7 @@ impl ServerControl for ZkEnsemble {
     }
 
     async fn start(&self) -> Result<(), LockError> {
-        start_members(&self.members).await?;
+        start_each(&self.servers()).await?;
         self.wait_quorum(START_TIMEOUT).await
     }
 
@@ -327,10 +303,7 @@ impl DeploymentControl for ZkEnsemble {
         let started = tokio::time::Instant::now();
         let what = match (fault, leader, follower) {
             ("kill-leader", Some(i), _) | ("kill-follower", _, Some(i)) => {
-                let m = &self.members[i];
-                m.server.stop().await?;
-                tokio::time::sleep(span).await;
-                ServerControl::start(&*m.server).await?;
+                self.members[i].server.kill_for(span).await?;
                 format!("member {} killed for {} ms", i + 1, span.as_millis())
             }
             ("partition-follower", _, Some(i)) => {

@@ -13,10 +13,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use lock_core::LockError;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::local::LocalServer;
-use super::{provision, ContainerSpec, TestServer};
+use super::{ask, provision, ContainerSpec, TestServer};
 use crate::process::{find_binary, free_addr, server_dir, ChildServer};
 
 /// The environment variable naming an existing ZooKeeper ensemble to test against
@@ -186,14 +185,7 @@ impl ZkServer {
 
     /// `url()` with the root path `root` (replacing the path of an external URL).
     pub fn url_with_root(&self, root: &str) -> String {
-        let root = root.trim_start_matches('/');
-        match self.url().strip_prefix("zk://") {
-            Some(rest) => {
-                let authority = rest.split('/').next().unwrap_or(rest);
-                format!("zk://{authority}/{root}")
-            }
-            None => format!("{}/{root}", self.url().trim_end_matches('/')),
-        }
+        self.url_with_path("zk://", root.trim_start_matches('/'))
     }
 }
 
@@ -240,17 +232,7 @@ pub(super) fn quorum_peer_args(cp: &str, cfg: &std::path::Path) -> Vec<String> {
 
 /// Sends a four-letter command and returns the answer (empty on any failure).
 pub(super) async fn four_letters(addr: SocketAddr, cmd: &str) -> String {
-    let talk = async {
-        let mut s = tokio::net::TcpStream::connect(addr).await?;
-        s.write_all(cmd.as_bytes()).await?;
-        let mut out = String::new();
-        s.read_to_string(&mut out).await?;
-        Ok::<_, std::io::Error>(out)
-    };
-    match tokio::time::timeout(Duration::from_secs(2), talk).await {
-        Ok(Ok(out)) => out,
-        _ => String::new(),
-    }
+    ask(addr, cmd.as_bytes()).await.unwrap_or_default()
 }
 
 /// Whether the server at `addr` serves requests (`srvr` reports its mode), not merely listens.
