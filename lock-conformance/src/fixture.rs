@@ -278,10 +278,15 @@ impl ServerControl for DownSwitch {
 /// may use `.await` and `?`; `rw` and `semaphore` are optional (the trait's `None` otherwise),
 /// `every_kind` gives one expression for all three when one client type serves every kind, and
 /// `kinds_of` one expression for a backend value that hands out the three (`.lock()`, `.rw()`,
-/// `.semaphore()`, as `RedisBackend` and `SqlBackend` do), made anew for each client.
+/// `.semaphore()`, as `RedisBackend` and `SqlBackend` do), made anew for each client; the three
+/// kinds' stores of one such value are also the fixture's [`Fixture::lease_stores`].
 /// `deployment` (optional, last) names an `Arc` of a replicated deployment that is both "the
 /// server" of the fault cases and the nemesis's node faults: it is returned by
-/// [`Fixture::server`] and [`Fixture::deployment`] alike.
+/// [`Fixture::server`] and [`Fixture::deployment`] alike. `faults_of` (optional, last; not with
+/// `deployment`) names another fixture of the same server, for a fixture that only connects
+/// differently (through an application's own client, say): its [`Fixture::server`],
+/// [`Fixture::delete_entry`], [`Fixture::forge_grant`] and [`Fixture::untaken_grant_bound`]
+/// answer for this one.
 /// The fault hooks and the rest follow as ordinary methods of an `impl Fixture` block.
 ///
 /// ```
@@ -311,6 +316,17 @@ macro_rules! impl_fixture {
                 semaphore: $backend.semaphore().await?,
                 $($($more)*)?
             }
+            /// Every kind from one backend value: they share its connections.
+            async fn lease_stores(
+                &self,
+            ) -> ::std::result::Result<
+                ::std::vec::Vec<(&'static str, ::std::sync::Arc<dyn $crate::__private::LeaseStore>)>,
+                $crate::__private::LockError,
+            > {
+                let $f = self;
+                let backend = $backend;
+                $crate::kind_lease_stores(&backend.lock(), &backend.rw().await?, &backend.semaphore().await?)
+            }
             $($rest)*
         }
     };
@@ -326,6 +342,7 @@ macro_rules! impl_fixture {
             $(, rw: $rw:expr)?
             $(, semaphore: $semaphore:expr)?
             $(, deployment: $deployment:expr)?
+            $(, faults_of: $inner:expr)?
             $(,)?
         }
         $($rest:tt)*
@@ -334,6 +351,7 @@ macro_rules! impl_fixture {
             @impl $fixture, $label, $f, $client,
             [$((rw_client, DistributedRwLock, $rw))? $((semaphore_client, DistributedSemaphore, $semaphore))?]
             [$($deployment)?]
+            [$($inner)?]
             $($rest)*
         }
     };
@@ -341,6 +359,7 @@ macro_rules! impl_fixture {
         @impl $fixture:ty, $label:expr, $f:ident, $client:expr,
         [$(($method:ident, $kind:ident, $made:expr))*]
         [$($deployment:expr)?]
+        [$($inner:expr)?]
         $($rest:tt)*
     ) => {
         #[$crate::async_trait]
@@ -380,6 +399,35 @@ macro_rules! impl_fixture {
                 fn deployment(&self) -> ::std::option::Option<::std::sync::Arc<dyn $crate::DeploymentControl>> {
                     let $f = self;
                     Some(::std::sync::Arc::clone(&$deployment) as _)
+                }
+            )?
+
+            $(
+                fn server(&self) -> ::std::option::Option<::std::sync::Arc<dyn $crate::ServerControl>> {
+                    let $f = self;
+                    $crate::Fixture::server(&$inner)
+                }
+
+                async fn delete_entry(
+                    &self,
+                    name: &$crate::__private::LockName,
+                ) -> ::std::result::Result<bool, $crate::__private::LockError> {
+                    let $f = self;
+                    $crate::Fixture::delete_entry(&$inner, name).await
+                }
+
+                async fn forge_grant(
+                    &self,
+                    name: &$crate::__private::LockName,
+                    token: u64,
+                ) -> ::std::result::Result<::std::option::Option<usize>, $crate::__private::LockError> {
+                    let $f = self;
+                    $crate::Fixture::forge_grant(&$inner, name, token).await
+                }
+
+                fn untaken_grant_bound(&self) -> ::std::time::Duration {
+                    let $f = self;
+                    $crate::Fixture::untaken_grant_bound(&$inner)
                 }
             )?
 

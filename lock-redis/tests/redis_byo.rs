@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use common::RedisFixture;
 use lock_conformance::proxy::FaultProxy;
-use lock_conformance::{LinkedClient, ServerControl};
-use lock_core::{backend::LeaseStore, LockError, LockName};
+use lock_conformance::LinkedClient;
+use lock_core::LockError;
 use lock_redis::RedisBackend;
 
 /// A fresh server, with every client built from a `redis::Client` of the "application".
@@ -32,6 +32,7 @@ impl RedisClientFixture {
 lock_conformance::impl_fixture! {
     RedisClientFixture, backend: "redis", |f| {
         kinds_of: f.backend().await?,
+        faults_of: f.0,
     }
 
     async fn linked_client(&self) -> Result<Option<LinkedClient>, LockError> {
@@ -39,28 +40,6 @@ lock_conformance::impl_fixture! {
         let proxy = FaultProxy::start(addr).await?;
         let client = self.backend_at(&format!("redis://{}", proxy.local_addr())).await?.lock();
         Ok(Some(LinkedClient { client: Arc::new(client), link: proxy }))
-    }
-
-    fn server(&self) -> Option<Arc<dyn ServerControl>> {
-        self.0.server()
-    }
-
-    async fn delete_entry(&self, name: &LockName) -> Result<bool, LockError> {
-        self.0.delete_entry(name).await
-    }
-
-    async fn forge_grant(&self, name: &LockName, token: u64) -> Result<Option<usize>, LockError> {
-        self.0.forge_grant(name, token).await
-    }
-
-    fn untaken_grant_bound(&self) -> std::time::Duration {
-        self.0.untaken_grant_bound()
-    }
-
-    /// Every kind from one backend: they share its connections.
-    async fn lease_stores(&self) -> Result<Vec<(&'static str, Arc<dyn LeaseStore>)>, LockError> {
-        let backend = self.backend().await?;
-        lock_conformance::kind_lease_stores(&backend.lock(), &backend.rw().await?, &backend.semaphore().await?)
     }
 
     fn provenance(&self) -> String {

@@ -6,8 +6,8 @@ mod common;
 use std::sync::Arc;
 
 use common::SqlFixture;
-use lock_conformance::{LinkedClient, ServerControl};
-use lock_core::{backend::LeaseStore, LockError, LockName};
+use lock_conformance::LinkedClient;
+use lock_core::LockError;
 use lock_sql::SqlBackend;
 use sqlx::postgres::PgPoolOptions;
 
@@ -44,29 +44,12 @@ impl PgPoolFixture {
 lock_conformance::impl_fixture! {
     PgPoolFixture, backend: "postgres", |f| {
         kinds_of: f.backend().await?,
+        faults_of: f.0,
     }
 
     async fn linked_client(&self) -> Result<Option<LinkedClient>, LockError> {
         let Some((url, proxy)) = self.0.linked_url().await? else { return Ok(None) };
         Ok(Some(LinkedClient { client: Arc::new(self.backend_at(&url).await?.lock()), link: proxy }))
-    }
-
-    fn server(&self) -> Option<Arc<dyn ServerControl>> {
-        self.0.server()
-    }
-
-    async fn forge_grant(&self, name: &LockName, token: u64) -> Result<Option<usize>, LockError> {
-        self.0.forge_grant(name, token).await
-    }
-
-    fn untaken_grant_bound(&self) -> std::time::Duration {
-        self.0.untaken_grant_bound()
-    }
-
-    /// Every kind from one backend: they share its pool.
-    async fn lease_stores(&self) -> Result<Vec<(&'static str, Arc<dyn LeaseStore>)>, LockError> {
-        let backend = self.backend().await?;
-        lock_conformance::kind_lease_stores(&backend.lock(), &backend.rw().await?, &backend.semaphore().await?)
     }
 
     fn provenance(&self) -> String {
