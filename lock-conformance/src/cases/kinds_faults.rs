@@ -178,10 +178,23 @@ struct Window {
 /// the token of every window that ended before it began.
 fn rw_violations(windows: &[Window]) -> Vec<String> {
     let mut out = token_violations(windows);
+    // Windows are told in ms from the first start, to tell a grant over a holder from a slow release.
+    let base = windows.iter().map(|w| w.start).min();
+    let at = |w: &Window| {
+        let since = |i: Instant| base.map_or(0, |b| ms(i.saturating_duration_since(b)));
+        format!("{}..{} ms", since(w.start), since(w.end))
+    };
     for w in windows.iter().filter(|w| w.exclusive) {
         for o in windows.iter().filter(|o| o.token != w.token) {
             if o.start < w.end && w.start < o.end {
-                out.push(format!("writer token {} overlapped {} token {}", w.token, kind(o), o.token));
+                out.push(format!(
+                    "writer token {} ({}) overlapped {} token {} ({})",
+                    w.token,
+                    at(w),
+                    kind(o),
+                    o.token,
+                    at(o)
+                ));
             }
             if o.end <= w.start && o.token >= w.token {
                 out.push(format!("writer token {} came after {} token {} had ended", w.token, kind(o), o.token));

@@ -61,7 +61,9 @@ async fn a_new_prefix_says_why_its_first_lock_waits() {
 }
 
 /// The read-write lock and the semaphore say it the same way: a `Timeout` naming the quiet
-/// period within 100 ms of a 50 ms wait (they refused in silence before).
+/// period at the end of a 50 ms wait, not after the 5 s period (they refused in silence
+/// before). The bound allows for the client's first connection on a loaded machine (150 ms was
+/// exceeded once in a full run).
 #[tokio::test]
 async fn a_new_prefix_says_why_its_first_read_write_and_permit_wait() {
     use lock_core::{DistributedRwLock, DistributedSemaphore};
@@ -80,7 +82,7 @@ async fn a_new_prefix_says_why_its_first_read_write_and_permit_wait() {
             }
             other => panic!("{what}: expected a Timeout naming the quiet period, got {other:?}"),
         }
-        assert!(took < Duration::from_millis(150), "{what}: the Timeout came after {took:?}");
+        assert!(took < Duration::from_millis(600), "{what}: the Timeout came after {took:?}");
     };
     let rw = lock_redis::connect_rw(fx.server.url(), options("rw")).await.unwrap();
     let began = Instant::now();
