@@ -153,9 +153,7 @@ pub trait Fixture: Send + Sync + 'static {
 
     /// Every lock kind of this backend that is built on a `LeaseStore` (label: "exclusive", "read", "write",
     /// "permit"), for cases that drive the store directly. Empty (default): those cases are not_applicable.
-    async fn lease_stores(
-        &self,
-    ) -> Result<Vec<(&'static str, std::sync::Arc<dyn lock_core::backend::LeaseStore>)>, lock_core::LockError> {
+    async fn lease_stores(&self) -> Result<LabelledStores, LockError> {
         Ok(Vec::new())
     }
 }
@@ -317,12 +315,7 @@ macro_rules! impl_fixture {
                 $($($more)*)?
             }
             /// Every kind from one backend value: they share its connections.
-            async fn lease_stores(
-                &self,
-            ) -> ::std::result::Result<
-                ::std::vec::Vec<(&'static str, ::std::sync::Arc<dyn $crate::__private::LeaseStore>)>,
-                $crate::__private::LockError,
-            > {
+            async fn lease_stores(&self) -> ::std::result::Result<$crate::LabelledStores, $crate::__private::LockError> {
                 let $f = self;
                 let backend = $backend;
                 $crate::kind_lease_stores(&backend.lock(), &backend.rw().await?, &backend.semaphore().await?)

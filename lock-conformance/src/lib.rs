@@ -203,7 +203,6 @@ pub use async_trait::async_trait;
 /// What [`impl_fixture!`] names from `lock_core`, whatever the caller imports.
 #[doc(hidden)]
 pub mod __private {
-    pub use lock_core::backend::LeaseStore;
     pub use lock_core::{DistributedLock, DistributedRwLock, DistributedSemaphore, LockError, LockName};
 }
 pub use cases::{all_cases, Case, CaseError, CaseResult};

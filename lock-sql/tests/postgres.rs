@@ -287,32 +287,19 @@ async fn extra_cancelled_acquire_leaves_no_grant() {
         "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%{table}%' \
          AND pid <> pg_backend_pid()"
     );
-    let mut blocked = false;
-    for _ in 0..500 {
-        if watcher.count(&waiting).await > 0 {
-            blocked = true;
-            break;
-        }
-        assert!(!acquire.is_finished(), "the acquire ended before it waited for the uncommitted row");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(blocked, "the acquire's upsert never waited for the uncommitted row");
+    let blocked = watcher.counts_within(&waiting, Duration::from_secs(5)).await;
+    assert!(
+        blocked,
+        "the acquire's upsert never waited for the uncommitted row (the acquire had ended: {})",
+        acquire.is_finished()
+    );
     acquire.abort();
     assert!(acquire.await.is_err_and(|e| e.is_cancelled()), "the acquire should still wait for the uncommitted row");
     tokio::time::sleep(Duration::from_millis(300)).await;
     admin.run("COMMIT").await;
     // The cancelled upsert's late grant: the row gets an owner nobody knows.
     let owned = format!("SELECT count(*) FROM \"{table}\" WHERE name = 'cancelled' AND owner IS NOT NULL");
-    let mut granted = false;
-    for _ in 0..100 {
-        let common::Admin::Postgres(c) = &mut admin else { unreachable!("postgres") };
-        let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(owned.clone())).fetch_one(&mut *c).await.unwrap();
-        if n > 0 {
-            granted = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let granted = admin.counts_within(&owned, Duration::from_secs(2)).await;
     assert!(granted, "the cancelled upsert did not take the row: the scenario did not happen");
     let t = tokio::time::Instant::now();
     let wait = opts.clone().wait(Duration::from_secs(12));

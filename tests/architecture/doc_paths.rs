@@ -22,7 +22,7 @@ const ROOTS: [&str; 11] = [
 /// The documents that state the current design (the benchmark log is history, kept as written).
 pub(crate) fn documents(root: &Path) -> Vec<std::path::PathBuf> {
     let mut docs = vec![root.join("README.md"), root.join("BENCHMARKS.md")];
-    for dir in ["docs"].into_iter().chain(ROOTS.iter().map(|r| r.trim_end_matches('/'))) {
+    for dir in ROOTS {
         let Ok(entries) = std::fs::read_dir(root.join(dir)) else { continue };
         for e in entries.flatten() {
             let p = e.path();
@@ -33,7 +33,6 @@ pub(crate) fn documents(root: &Path) -> Vec<std::path::PathBuf> {
         }
     }
     docs.sort();
-    docs.dedup();
     docs
 }
 

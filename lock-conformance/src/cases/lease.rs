@@ -462,47 +462,26 @@ pub async fn slow_grant_renewed_in_time(fx: &dyn Fixture) -> CaseResult {
     let (holder, link) = cx.linked().await?;
     let other = cx.client().await?;
     let ttl = cx.ttl();
-    let opts = cx.opts(ttl * 4).request_timeout(ttl);
     let mut slow = Vec::new();
     for attempt in 0..SLOW_GRANT_TRIES {
         let name = cx.name(&format!("slow-{attempt}"))?;
         link.set_latency(ttl * 18 / 100).await;
-        let t0 = Instant::now();
-        let lease = holder.acquire(&name, &opts).await;
-        let took = t0.elapsed();
-        let lease = match lease {
-            Ok(l) => l,
-            Err(e) => {
-                link.set_latency(Duration::ZERO).await;
-                // A backend whose own per-request timeout is below this round trip (Redlock's
-                // per-node timeout is a small share of the ttl) never makes a grant this slow.
-                if let LockError::Unavailable { .. } = e {
-                    return Err(CaseError::NotApplicable(format!(
-                        "the backend gives up on requests slower than about {} ms, so a grant this slow cannot \
-                         happen ({e})",
-                        ms(ttl * 36 / 100)
-                    )));
-                }
-                return Err(e.into());
-            }
-        };
-        // More than one and a half round trips: what is left of the ttl is under one.
-        if took > ttl * 54 / 100 {
-            link.set_latency(Duration::ZERO).await;
-            let _ = lease.release().await;
-            slow.push(ms(took));
-            continue;
-        }
-        let outcome = hold_slow_grant(&lease, &*other, &name, &cx, (t0, took)).await;
+        let outcome = slow_grant(&*holder, &*other, &name, &cx).await;
         link.set_latency(Duration::ZERO).await;
+        // Released over the fast link again, whatever the grant's check said.
+        let (lease, checked) = outcome?;
         let _ = lease.release().await;
-        outcome?;
-        let retried = if slow.is_empty() {
-            String::new()
-        } else {
-            format!(" (after slower grants of {slow:?} ms, released unchecked)")
-        };
-        return Ok(format!("grant took {} ms of a {} ms ttl; held 3 ttls{retried}", ms(took), ms(ttl)));
+        match checked? {
+            SlowGrant::Held(took) => {
+                let retried = if slow.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (after slower grants of {slow:?} ms, released unchecked)")
+                };
+                return Ok(format!("grant took {} ms of a {} ms ttl; held 3 ttls{retried}", ms(took), ms(ttl)));
+            }
+            SlowGrant::TwoRoundTrips(took) => slow.push(ms(took)),
+        }
     }
     fail!(
         "every grant over the slow link took more than one and a half round trips ({slow:?} ms of a {} ms ttl, \
@@ -514,6 +493,46 @@ pub async fn slow_grant_renewed_in_time(fx: &dyn Fixture) -> CaseResult {
 
 /// How many slow grants [`slow_grant_renewed_in_time`] tries before it fails.
 const SLOW_GRANT_TRIES: usize = 3;
+
+/// How one grant over the slow link went.
+enum SlowGrant {
+    /// Granted after this long and held for three ttls.
+    Held(Duration),
+    /// Granted after more than one and a half round trips (so under one is left of the ttl):
+    /// released unchecked.
+    TwoRoundTrips(Duration),
+}
+
+/// `holder` (behind the slow link) acquires `name` and, unless that took two round trips, keeps
+/// it for three ttls while `other` tries to take it; the lease, for the caller to release once
+/// the link is fast again, and how the check went.
+async fn slow_grant(
+    holder: &dyn DistributedLock,
+    other: &dyn DistributedLock,
+    name: &LockName,
+    cx: &Ctx<'_>,
+) -> Result<(Lease, Result<SlowGrant, CaseError>), CaseError> {
+    let ttl = cx.ttl();
+    let t0 = Instant::now();
+    let lease = match holder.acquire(name, &cx.opts(ttl * 4).request_timeout(ttl)).await {
+        Ok(l) => l,
+        // A backend whose own per-request timeout is below this round trip (Redlock's per-node
+        // timeout is a small share of the ttl) never makes a grant this slow.
+        Err(e @ LockError::Unavailable { .. }) => {
+            return Err(CaseError::NotApplicable(format!(
+                "the backend gives up on requests slower than about {} ms, so a grant this slow cannot happen ({e})",
+                ms(ttl * 36 / 100)
+            )))
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let took = t0.elapsed();
+    if took > ttl * 54 / 100 {
+        return Ok((lease, Ok(SlowGrant::TwoRoundTrips(took))));
+    }
+    let held = hold_slow_grant(&lease, other, name, cx, (t0, took)).await;
+    Ok((lease, held.map(|()| SlowGrant::Held(took))))
+}
 
 /// Keeps `lease` (granted `took` after `t0` over the slow link) for three ttls: it must not be
 /// lost, and `other` must not get `name` meanwhile.

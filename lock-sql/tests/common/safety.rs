@@ -116,6 +116,20 @@ impl Admin {
         .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
 
+    /// Whether `sql` (as for [`Admin::count`]) counts any row within `within`, asked every 10 ms.
+    pub async fn counts_within(&mut self, sql: &str, within: Duration) -> bool {
+        let end = tokio::time::Instant::now() + within;
+        loop {
+            if self.count(sql).await > 0 {
+                return true;
+            }
+            if tokio::time::Instant::now() >= end {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// The one number `sql` (quotes written as `"`) answers.
     pub async fn count(&mut self, sql: &str) -> i64 {
         match self {
