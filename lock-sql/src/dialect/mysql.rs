@@ -190,10 +190,14 @@ impl Mysql {
             place: format!("SELECT seq, {} FROM {qq} WHERE name = ? AND owner = ?", ahead_of(&qq, NOW)).into(),
             leave_queue: format!("DELETE FROM {qq} WHERE name = ? AND (owner = ? OR expires_at <= {NOW})").into(),
             renew: format!(
-                "UPDATE {qt} SET expires_at = {NOW} + ? WHERE name = ? AND owner = ? AND expires_at > {NOW}"
+                "UPDATE {qt} SET expires_at = GREATEST(expires_at, {NOW} + ?) WHERE name = ? AND owner = ? \
+                 AND expires_at > {NOW}"
             )
             .into(),
-            renew_many: format!("UPDATE {qt} SET expires_at = {NOW} + ? WHERE expires_at > {NOW} AND ").into(),
+            renew_many: format!(
+                "UPDATE {qt} SET expires_at = GREATEST(expires_at, {NOW} + ?) WHERE expires_at > {NOW} AND "
+            )
+            .into(),
             renew_many_nowait: sql::renew_many_nowait(&qt, mariadb).into(),
             renew_read: format!("SELECT name, owner FROM {qt} WHERE expires_at > {NOW} AND ").into(),
             quoted: qt.clone().into(),

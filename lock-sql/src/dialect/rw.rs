@@ -14,6 +14,8 @@ pub(crate) struct Flavor {
     pub(crate) quote: char,
     /// Milliseconds since 1970 on the database clock.
     pub(crate) now: &'static str,
+    /// The larger of two values (`GREATEST`; SQLite's two-argument `MAX`).
+    pub(crate) greatest: &'static str,
     /// `CREATE TABLE IF NOT EXISTS` of the counters and the holders table, given their quoted names.
     pub(crate) create: fn(&str, &str) -> [String; 2],
     /// The counter row's insert-if-missing: the verb and the conflict clause.
@@ -61,7 +63,7 @@ fn numbered(sql: &str) -> String {
 
 impl KindSql {
     pub(crate) fn build(table: &str, f: &Flavor) -> KindSql {
-        let (q, now) = (f.quote, f.now);
+        let (q, now, greatest) = (f.quote, f.now, f.greatest);
         let c = quote_table(&format!("{table}_counters"), q);
         let h = quote_table(&format!("{table}_holders"), q);
         let fix = |s: String| if f.numbered { numbered(&s) } else { s };
@@ -89,7 +91,7 @@ impl KindSql {
                 "INSERT INTO {h} (kind, name, owner, mode, fence, expires_at) VALUES (?, ?, ?, ?, ?, {now} + ?)"
             )),
             extend_holder: fix(format!(
-                "UPDATE {h} SET expires_at = {now} + ? WHERE kind = ? AND name = ? AND owner = ?"
+                "UPDATE {h} SET expires_at = {greatest}(expires_at, {now} + ?) WHERE kind = ? AND name = ? AND owner = ?"
             )),
             set_claim: fix(format!(
                 "UPDATE {c} SET claim_owner = ?, claim_until = {now} + ? WHERE kind = ? AND name = ?"
@@ -98,8 +100,8 @@ impl KindSql {
                 "UPDATE {c} SET claim_owner = NULL WHERE kind = ? AND name = ? AND claim_owner = ?"
             )),
             renew: fix(format!(
-                "UPDATE {h} SET expires_at = {now} + ? WHERE kind = ? AND name = ? AND owner = ? \
-                 AND expires_at > {now}"
+                "UPDATE {h} SET expires_at = {greatest}(expires_at, {now} + ?) \
+                 WHERE kind = ? AND name = ? AND owner = ? AND expires_at > {now}"
             )),
             release: fix(format!("DELETE FROM {h} WHERE kind = ? AND name = ? AND owner = ? AND expires_at > {now}")),
         }

@@ -62,6 +62,7 @@ fn result_code(db: &(dyn DatabaseError + 'static)) -> Class {
 const FLAVOR: Flavor = Flavor {
     quote: '"',
     now: NOW,
+    greatest: "MAX",
     create: |c, h| {
         [
             format!(
@@ -209,7 +210,7 @@ impl Lite {
                  ON CONFLICT (name) DO UPDATE SET \
                    fence = CASE WHEN owner = excluded.owner THEN fence ELSE MAX(fence + 1, excluded.fence) END, \
                    owner = excluded.owner, \
-                   expires_at = excluded.expires_at, \
+                   expires_at = MAX(expires_at, excluded.expires_at), \
                    holder = excluded.holder, \
                    metadata = excluded.metadata \
                  WHERE owner = excluded.owner OR ((owner IS NULL OR expires_at <= {NOW}) AND NOT EXISTS ( \
@@ -232,9 +233,12 @@ impl Lite {
             ),
             leave_queue: format!("DELETE FROM {qq} WHERE name = ?1 AND (owner = ?2 OR expires_at <= {NOW})"),
             renew: format!(
-                "UPDATE {qt} SET expires_at = {NOW} + ?3 WHERE name = ?1 AND owner = ?2 AND expires_at > {NOW}"
+                "UPDATE {qt} SET expires_at = MAX(expires_at, {NOW} + ?3) WHERE name = ?1 AND owner = ?2 \
+                 AND expires_at > {NOW}"
             ),
-            renew_many: format!("UPDATE {qt} SET expires_at = {NOW} + ?1 WHERE expires_at > {NOW} AND "),
+            renew_many: format!(
+                "UPDATE {qt} SET expires_at = MAX(expires_at, {NOW} + ?1) WHERE expires_at > {NOW} AND "
+            ),
             release: format!(
                 "UPDATE {qt} SET owner = NULL, expires_at = {NOW} \
                  WHERE name = ?1 AND owner = ?2 AND expires_at > {NOW}"

@@ -395,3 +395,64 @@ pub async fn stall_leases(fx: &SqlFixture) -> (lock_sql::SqlLock, Vec<lock_core:
     let leases = futures::future::try_join_all(names.iter().map(|n| lock.acquire(n, &opts))).await.unwrap();
     (lock, leases)
 }
+
+/// A statement of ours that started before a newer one of the same lease committed, and ran
+/// after it, never moves the lease's end back. The database clock such a statement reads is its
+/// start (PostgreSQL's `now()`, MySQL's `UTC_TIMESTAMP()`), and it runs late when it waited for
+/// the row (a waiter's attempt holds it locked) or the server was paused; the client counts its
+/// validity from the newer one, so an end set back by the late one would free the lock to
+/// others while the client still holds it. Here the newer statement is the test's own: it
+/// extends the lease by a minute and keeps the row locked while the late renewal (then the
+/// owner's own acquire, which re-grants its row) starts and waits. For the exclusive lock and
+/// the write side of a read-write lock.
+pub async fn check_late_statements_never_shorten(fx: &SqlFixture) -> Result<(), LockError> {
+    let table = fx.options().table;
+    let ttl = Duration::from_secs(10);
+    let mut admin = Admin::connect(fx).await;
+    let mut shortened = Vec::new();
+    let lock = fx.sql_client().await?;
+    let rw = lock_sql::connect_rw(fx.url(), fx.options()).await?;
+    let [_, (_, write)] = rw.lease_stores();
+    let cases: [(&str, Arc<dyn LeaseStore>, String); 2] = [
+        ("exclusive", Arc::clone(lock.store()) as Arc<dyn LeaseStore>, format!("\"{table}\"")),
+        ("write", write, format!("\"{table}_holders\"")),
+    ];
+    for (label, store, rows) in cases {
+        for late in ["renewal", "own acquire"] {
+            let name = LockName::new(format!("late-{label}-{}", &OwnerId::random().to_hex()[..8]))?;
+            let me = OwnerId::random();
+            let claim = Claim::new(&name, me, ttl);
+            assert!(matches!(store.try_lock(&claim, false).await?, TryLock::Acquired { .. }), "{label}: free");
+            let row = format!("{rows} WHERE name = '{name}' AND owner = '{}'", me.to_hex());
+            let begun = admin.count(&format!("SELECT expires_at FROM {row}")).await;
+            admin.run(if fx.dialect() == Dialect::Postgres { "BEGIN" } else { "START TRANSACTION" }).await;
+            admin.run(&format!("UPDATE {rows} SET expires_at = expires_at + 60000 WHERE name = '{name}'")).await;
+            let statement = {
+                let (store, name) = (Arc::clone(&store), name.clone());
+                tokio::spawn(async move {
+                    if late == "renewal" {
+                        store.renew(&name, me, ttl).await.map(|r| r == lock_core::backend::RenewOutcome::Renewed)
+                    } else {
+                        let claim = Claim::new(&name, me, ttl);
+                        store.try_lock(&claim, false).await.map(|t| matches!(t, TryLock::Acquired { .. }))
+                    }
+                })
+            };
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            assert!(
+                !statement.is_finished(),
+                "{label}, {late}: it did not wait for the locked row: the case did not happen"
+            );
+            admin.run("COMMIT").await;
+            assert!(statement.await.expect("statement task")?, "{label}, {late}: still ours");
+            let ends = admin.count(&format!("SELECT expires_at FROM {row}")).await;
+            if ends < begun + 60_000 {
+                let back = begun + 60_000 - ends;
+                shortened.push(format!("{label}: the late {late} moved the lease's end back by {back} ms"));
+            }
+            store.release(&name, me).await?;
+        }
+    }
+    assert!(shortened.is_empty(), "{} (to the clock it started at + ttl)", shortened.join("; "));
+    Ok(())
+}

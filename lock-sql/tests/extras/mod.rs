@@ -77,6 +77,7 @@ macro_rules! server_extra_tests {
         );
         check_tests!(multi SqlFixture::$db;
             extra_renewals_not_starved => check_renewals_not_starved,
+            extra_late_statements_never_shorten => check_late_statements_never_shorten,
             extra_least_privilege => check_least_privilege,
             extra_counter_is_exact => check_counter(6, 15),
         );

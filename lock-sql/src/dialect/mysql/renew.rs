@@ -65,7 +65,7 @@ impl Mysql {
                         if !locked.is_empty() {
                             // The rows this transaction locked, still ours: by name.
                             let renew = format!(
-                                "UPDATE {} SET expires_at = {NOW} + ? WHERE name IN ({})",
+                                "UPDATE {} SET expires_at = GREATEST(expires_at, {NOW} + ?) WHERE name IN ({})",
                                 a.3,
                                 lease_params(locked.len(), 0, "?", ", ")
                             );

@@ -26,6 +26,7 @@ pub(super) const NO_COUNT: &str = "CAST(NULL AS SIGNED)";
 pub(super) const FLAVOR: Flavor = Flavor {
     quote: '`',
     now: NOW,
+    greatest: "GREATEST",
     create: |c, h| {
         [
             format!(
@@ -102,7 +103,7 @@ pub(super) fn upsert(qt: &str, qq: &str, returning: bool, count: &str) -> String
          ON DUPLICATE KEY UPDATE \
            fence = IF({GRANTED} := {cond}, IF(owner = ?, fence, GREATEST(fence + 1, {NOW_US})), fence), \
            owner = IF({GRANTED}, ?, owner), \
-           expires_at = IF({GRANTED}, {NOW} + ?, expires_at), \
+           expires_at = IF({GRANTED}, GREATEST(expires_at, {NOW} + ?), expires_at), \
            holder = IF({GRANTED}, ?, holder), \
            metadata = IF({GRANTED}, ?, metadata){returning}"
     )
@@ -119,12 +120,12 @@ pub(super) fn read_back(qt: &str, count: &str) -> String {
 pub(super) fn renew_many_nowait(qt: &str, mariadb: bool) -> String {
     if mariadb {
         format!(
-            "SET STATEMENT innodb_lock_wait_timeout = 0 FOR UPDATE {qt} SET expires_at = {NOW} + ? \
+            "SET STATEMENT innodb_lock_wait_timeout = 0 FOR UPDATE {qt} SET expires_at = GREATEST(expires_at, {NOW} + ?) \
              WHERE expires_at > {NOW} AND "
         )
     } else {
         format!(
-            "UPDATE /*+ SET_VAR(innodb_lock_wait_timeout = 1) */ {qt} SET expires_at = {NOW} + ? \
+            "UPDATE /*+ SET_VAR(innodb_lock_wait_timeout = 1) */ {qt} SET expires_at = GREATEST(expires_at, {NOW} + ?) \
              WHERE expires_at > {NOW} AND "
         )
     }

@@ -42,6 +42,7 @@ const GRANT_COMMITS_ASYNC: &str = "set_config('synchronous_commit', 'off', true)
 pub(super) const FLAVOR: Flavor = Flavor {
     quote: '"',
     now: NOW,
+    greatest: "GREATEST",
     create: |c, h| {
         [
             format!(
@@ -127,12 +128,13 @@ impl Statements {
             // else's (contract §3's re-grant, same fence). The acquire statement does the same
             // for an own row; this skips its queue and refusal work.
             claim: format!(
-                "UPDATE {qt} SET expires_at = {NOW} + $3::bigint WHERE name = $1 AND owner = $2 RETURNING fence"
+                "UPDATE {qt} SET expires_at = GREATEST(expires_at, {NOW} + $3::bigint) WHERE name = $1 AND owner = $2 \
+                 RETURNING fence"
             )
             .into(),
             leave_queue: format!("DELETE FROM {qq} WHERE name = $1 AND (owner = $2 OR expires_at <= {NOW})").into(),
             renew: format!(
-                "UPDATE {qt} SET expires_at = {NOW} + $3::bigint \
+                "UPDATE {qt} SET expires_at = GREATEST(expires_at, {NOW} + $3::bigint) \
                  WHERE name = $1 AND owner = $2 AND expires_at > {NOW}"
             )
             .into(),
@@ -142,7 +144,7 @@ impl Statements {
                 "WITH mine AS (SELECT l.name FROM {qt} l \
                    JOIN unnest($2::text[], $3::text[]) AS r(name, owner) ON l.name = r.name AND l.owner = r.owner \
                    WHERE l.expires_at > {NOW} FOR NO KEY UPDATE OF l SKIP LOCKED) \
-                 UPDATE {qt} AS l SET expires_at = {NOW} + $1::bigint FROM mine \
+                 UPDATE {qt} AS l SET expires_at = GREATEST(l.expires_at, {NOW} + $1::bigint) FROM mine \
                  WHERE l.name = mine.name RETURNING l.name, l.owner"
             )
             .into(),
@@ -263,7 +265,7 @@ fn acquire_sql(qt: &str, qq: &str, notify_observers: &str, attempt: Attempt) -> 
              fence = CASE WHEN l.owner = EXCLUDED.owner THEN l.fence \
                      ELSE GREATEST(l.fence + 1, EXCLUDED.fence) END, \
              owner = EXCLUDED.owner, \
-             expires_at = EXCLUDED.expires_at, \
+             expires_at = GREATEST(l.expires_at, EXCLUDED.expires_at), \
              holder = EXCLUDED.holder, \
              metadata = EXCLUDED.metadata \
            WHERE l.owner = EXCLUDED.owner \
