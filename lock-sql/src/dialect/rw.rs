@@ -14,8 +14,6 @@ pub(crate) struct Flavor {
     pub(crate) quote: char,
     /// Milliseconds since 1970 on the database clock.
     pub(crate) now: &'static str,
-    /// The larger of two values (`GREATEST`; SQLite's two-argument `MAX`).
-    pub(crate) greatest: &'static str,
     /// `CREATE TABLE IF NOT EXISTS` of the counters and the holders table, given their quoted names.
     pub(crate) create: fn(&str, &str) -> [String; 2],
     /// The counter row's insert-if-missing: the verb and the conflict clause.
@@ -27,6 +25,8 @@ pub(crate) struct Flavor {
     pub(crate) numbered: bool,
     /// The statement that opens the acquire transaction (`None`: the caller opens it).
     pub(crate) begin: Option<&'static str>,
+    /// The larger of two values (`GREATEST`; SQLite's two-argument `MAX`).
+    pub(crate) greatest: &'static str,
 }
 
 /// The statements of the two kinds, for one dialect, with the table names spliced in once.

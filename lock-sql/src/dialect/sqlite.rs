@@ -62,7 +62,6 @@ fn result_code(db: &(dyn DatabaseError + 'static)) -> Class {
 const FLAVOR: Flavor = Flavor {
     quote: '"',
     now: NOW,
-    greatest: "MAX",
     create: |c, h| {
         [
             format!(
@@ -83,6 +82,7 @@ const FLAVOR: Flavor = Flavor {
     for_update: "",
     numbered: false,
     begin: None,
+    greatest: "MAX",
 };
 
 /// A SQLite file (or in-memory database): its pool and its statements.

@@ -26,7 +26,6 @@ pub(super) const NO_COUNT: &str = "CAST(NULL AS SIGNED)";
 pub(super) const FLAVOR: Flavor = Flavor {
     quote: '`',
     now: NOW,
-    greatest: "GREATEST",
     create: |c, h| {
         [
             format!(
@@ -49,6 +48,7 @@ pub(super) const FLAVOR: Flavor = Flavor {
     for_update: " FOR UPDATE",
     numbered: false,
     begin: Some("START TRANSACTION"),
+    greatest: "GREATEST",
 };
 
 /// The lease table's and the waiter queue's `CREATE TABLE IF NOT EXISTS` (`qt`, `qq` quoted).

@@ -42,7 +42,6 @@ const GRANT_COMMITS_ASYNC: &str = "set_config('synchronous_commit', 'off', true)
 pub(super) const FLAVOR: Flavor = Flavor {
     quote: '"',
     now: NOW,
-    greatest: "GREATEST",
     create: |c, h| {
         [
             format!(
@@ -62,6 +61,7 @@ pub(super) const FLAVOR: Flavor = Flavor {
     for_update: " FOR UPDATE",
     numbered: true,
     begin: Some("BEGIN"),
+    greatest: "GREATEST",
 };
 
 /// The statements of one lease table (and its waiter queue), prepared per connection.
