@@ -35,7 +35,8 @@ async fn poll_until_granted(
 /// `d` longer than its ttl (the lease outlives its last renewal), by dropping it with `d`
 /// shorter than its ttl (the lease is cut short). Another client gets the lock no earlier than
 /// `t0 + d` (`t0` taken before the holder's acquire), and soon after: a waiting `acquire`
-/// within the backend's wake bound, a polling `try_acquire` within its poll.
+/// within the backend's wake bound, a polling `try_acquire` within its poll, and before the
+/// ttl ends when dropped.
 pub async fn hold_at_least_early_release(fx: &dyn Fixture) -> CaseResult {
     let cx = Ctx::new(fx, "hold_at_least_early_release").await?;
     let ttl = cx.ttl();
@@ -67,6 +68,16 @@ pub async fn hold_at_least_early_release(fx: &dyn Fixture) -> CaseResult {
             }
         };
         let after = got - t0;
+        // Dropped with `d` half the ttl: free well before the ttl ends, or the store did not
+        // cut the lease short (a store whose renewals never shorten a lease used one for it).
+        ensure!(
+            how == "release" || after < ttl,
+            "{how}: the lock was free only {} ms after t0: the lease ran to its ttl ({} ms), not to \
+             hold_at_least ({} ms)",
+            ms(after),
+            ms(ttl),
+            ms(d)
+        );
         ensure!(
             after >= d,
             "{how}: another client got the lock {} ms after t0, before hold_at_least ({} ms) ended",

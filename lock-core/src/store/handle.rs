@@ -30,9 +30,6 @@ impl<S: LeaseStore> LeaseHandle for StoreLeaseHandle<S> {
     /// which here is what is left of `hold_at_least` (a few ms near `t0 + d`) and shorter than
     /// one round trip, so a release there answered `Unavailable`. The release path bounds it.
     async fn release_after(&self, after: Duration) -> Result<ReleaseOutcome, LockError> {
-        Ok(match self.store.renew(&self.name, self.owner, after).await? {
-            RenewOutcome::Renewed => ReleaseOutcome::Released,
-            RenewOutcome::NotOwner => ReleaseOutcome::NotOwner,
-        })
+        self.store.release_after(&self.name, self.owner, after).await
     }
 }

@@ -44,6 +44,23 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// Free the lock if `owner` still holds it, and wake waiters.
     async fn release(&self, name: &LockName, owner: OwnerId) -> Result<ReleaseOutcome, LockError>;
 
+    /// Free the lock `after` from now if `owner` still holds it (`hold_at_least`): its lease
+    /// ends then, which may be sooner than a renewal would leave it. By default a renewal for
+    /// `after`; a store whose renewals never shorten a lease overrides it (lock-sql, whose
+    /// statements read the clock at their start, so that a renewal that ran late must not set
+    /// the end back).
+    async fn release_after(
+        &self,
+        name: &LockName,
+        owner: OwnerId,
+        after: Duration,
+    ) -> Result<ReleaseOutcome, LockError> {
+        Ok(match self.renew(name, owner, after).await? {
+            RenewOutcome::Renewed => ReleaseOutcome::Released,
+            RenewOutcome::NotOwner => ReleaseOutcome::NotOwner,
+        })
+    }
+
     /// A wait by `owner` ended without a grant (time-out, error, dropped future): withdraw what
     /// its attempts left behind (owner-checked). Runs in the background; by default nothing.
     async fn abandon(&self, _name: &LockName, _owner: OwnerId) -> Result<(), LockError> {

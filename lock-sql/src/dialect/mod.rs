@@ -246,8 +246,12 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     async fn inspect(&self, name: &str) -> Result<Option<Seen>, sqlx::Error>;
     /// The live grants whose names start with `prefix`, in name order, at most `limit`.
     async fn list(&self, prefix: &str, limit: i64) -> Result<Vec<Seen>, sqlx::Error>;
-    /// The exclusive lock's owner-checked renewal; whether the row is still ours.
+    /// The exclusive lock's owner-checked renewal; whether the row is still ours. It never
+    /// moves the row's end back (lock-sql's crate docs: "An own lease's end never moves back").
     async fn renew(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<bool, sqlx::Error>;
+    /// The owner-checked early release of `hold_at_least`: the row's end set to `ttl_ms` from
+    /// now, sooner than a renewal would leave it; whether the row was still ours.
+    async fn end_after(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<bool, sqlx::Error>;
     /// Owner-checked renewals of many exclusive locks (distinct `(name, owner)` pairs), in one
     /// statement where the database can; whether each row is still ours, in the order of
     /// `leases`. By default one [`Dialect::renew`] after another.

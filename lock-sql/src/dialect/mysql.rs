@@ -85,6 +85,8 @@ pub(crate) struct Mysql {
     place: Arc<str>,
     leave_queue: Arc<str>,
     renew: Arc<str>,
+    /// `renew` that sets the end where it says, sooner or not (`Dialect::end_after`).
+    end_after: Arc<str>,
     /// The multi-row renewal up to its lease list (see `renew_many`).
     renew_many: Arc<str>,
     /// `renew_many` that does not wait for a row another transaction holds locked (see
@@ -169,6 +171,19 @@ async fn open(
 }
 
 impl Mysql {
+    /// An owner-checked `UPDATE` of one lease row (binds: ms, name, owner): whether it matched
+    /// a row (CLIENT_FOUND_ROWS makes the count "rows matched", which is what we ask).
+    async fn owner_update(&self, sql: &Arc<str>, name: &str, owner: &str, ms: i64) -> Result<bool, sqlx::Error> {
+        let args = (Arc::clone(sql), name.as_bytes(), owner.as_bytes(), ms);
+        let done = self
+            .pool
+            .with(Use::Keep, &args, |c, a| {
+                Box::pin(sqlx::query(AssertSqlSafe(Arc::clone(&a.0))).bind(a.3).bind(a.1).bind(a.2).execute(c))
+            })
+            .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
     fn new(pool: Arc<ConnPool<MySqlConnection>>, t: &str, returning: bool, durable: bool, mariadb: bool) -> Mysql {
         let qt = quote_table(t, '`');
         let qq = quote_table(&queue_table(t), '`');
@@ -192,6 +207,10 @@ impl Mysql {
             renew: format!(
                 "UPDATE {qt} SET expires_at = GREATEST(expires_at, {NOW} + ?) WHERE name = ? AND owner = ? \
                  AND expires_at > {NOW}"
+            )
+            .into(),
+            end_after: format!(
+                "UPDATE {qt} SET expires_at = {NOW} + ? WHERE name = ? AND owner = ? AND expires_at > {NOW}"
             )
             .into(),
             renew_many: format!(
@@ -424,22 +443,11 @@ impl Dialect for Mysql {
     }
 
     async fn renew(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<bool, sqlx::Error> {
-        let args =
-            Args { dialect: self, name: name.as_bytes(), owner: owner.as_bytes(), ms: ttl_ms, who: Who::default() };
-        // CLIENT_FOUND_ROWS makes this "rows matched", which is what we ask.
-        let done = self
-            .pool
-            .with(Use::Keep, &args, |c, a| {
-                Box::pin(
-                    sqlx::query(AssertSqlSafe(a.dialect.renew.clone()))
-                        .bind(a.ms)
-                        .bind(a.name)
-                        .bind(a.owner)
-                        .execute(c),
-                )
-            })
-            .await?;
-        Ok(done.rows_affected() > 0)
+        self.owner_update(&self.renew, name, owner, ttl_ms).await
+    }
+
+    async fn end_after(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<bool, sqlx::Error> {
+        self.owner_update(&self.end_after, name, owner, ttl_ms).await
     }
 
     async fn renew_many(&self, leases: &[(&str, &str)], ttl_ms: i64) -> Result<Vec<bool>, sqlx::Error> {

@@ -43,6 +43,8 @@ pub(crate) struct KindSql {
     set_claim: String,
     pub(crate) clear_claim: String,
     pub(crate) renew: String,
+    /// `renew` that sets the end where it says, sooner or not (`hold_at_least`).
+    pub(crate) end_after: String,
     pub(crate) release: String,
 }
 
@@ -102,6 +104,9 @@ impl KindSql {
             renew: fix(format!(
                 "UPDATE {h} SET expires_at = {greatest}(expires_at, {now} + ?) \
                  WHERE kind = ? AND name = ? AND owner = ? AND expires_at > {now}"
+            )),
+            end_after: fix(format!(
+                "UPDATE {h} SET expires_at = {now} + ? WHERE kind = ? AND name = ? AND owner = ? AND expires_at > {now}"
             )),
             release: fix(format!("DELETE FROM {h} WHERE kind = ? AND name = ? AND owner = ? AND expires_at > {now}")),
         }

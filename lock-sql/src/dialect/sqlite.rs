@@ -98,6 +98,8 @@ pub(crate) struct Lite {
     enqueue: String,
     leave_queue: String,
     renew: String,
+    /// `renew` that sets the end where it says, sooner or not (`Dialect::end_after`).
+    end_after: String,
     /// The multi-row renewal up to its lease list (see `renew_many`).
     renew_many: String,
     release: String,
@@ -188,6 +190,13 @@ pub(crate) async fn from_pool(pool: SqlitePool, options: &SqlOptions) -> Result<
 }
 
 impl Lite {
+    /// An owner-checked `UPDATE` of one lease row (`?1` name, `?2` owner, `?3` ms): whether it
+    /// changed a row.
+    async fn owner_update(&self, sql: &str, name: &str, owner: &str, ms: i64) -> Result<bool, sqlx::Error> {
+        let done = sqlx::query(AssertSqlSafe(sql)).bind(name).bind(owner).bind(ms).execute(&self.pool).await?;
+        Ok(done.rows_affected() > 0)
+    }
+
     fn new(pool: SqlitePool, t: &str, durable: bool) -> Lite {
         let qt = quote_table(t, '"');
         let qq = quote_table(&queue_table(t), '"');
@@ -235,6 +244,9 @@ impl Lite {
             renew: format!(
                 "UPDATE {qt} SET expires_at = MAX(expires_at, {NOW} + ?3) WHERE name = ?1 AND owner = ?2 \
                  AND expires_at > {NOW}"
+            ),
+            end_after: format!(
+                "UPDATE {qt} SET expires_at = {NOW} + ?3 WHERE name = ?1 AND owner = ?2 AND expires_at > {NOW}"
             ),
             renew_many: format!(
                 "UPDATE {qt} SET expires_at = MAX(expires_at, {NOW} + ?1) WHERE expires_at > {NOW} AND "
@@ -343,13 +355,11 @@ impl Dialect for Lite {
     }
 
     async fn renew(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<bool, sqlx::Error> {
-        let done = sqlx::query(AssertSqlSafe(self.renew.as_str()))
-            .bind(name)
-            .bind(owner)
-            .bind(ttl_ms)
-            .execute(&self.pool)
-            .await?;
-        Ok(done.rows_affected() > 0)
+        self.owner_update(&self.renew, name, owner, ttl_ms).await
+    }
+
+    async fn end_after(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<bool, sqlx::Error> {
+        self.owner_update(&self.end_after, name, owner, ttl_ms).await
     }
 
     /// One UPDATE for every lease: `name IN (…)` lets SQLite find the rows by primary key, the

@@ -352,6 +352,20 @@ impl LeaseStore for SqlStore {
         Ok(if ours { RenewOutcome::Renewed } else { RenewOutcome::NotOwner })
     }
 
+    /// Not a renewal, which never shortens a lease: its own statement sets the end `after`
+    /// from now.
+    async fn release_after(
+        &self,
+        name: &LockName,
+        owner: OwnerId,
+        after: Duration,
+    ) -> Result<ReleaseOutcome, LockError> {
+        let _serial = self.one_at_a_time(owner).await;
+        let (n, o, ms) = (name.as_str(), owner.to_hex(), ttl_ms(after));
+        let ours = self.run("release after", || self.dialect.end_after(n, &o, ms)).await?;
+        Ok(if ours { ReleaseOutcome::Released } else { ReleaseOutcome::NotOwner })
+    }
+
     /// One statement for a round of renewals (lock-core gathers them), and one lease's trouble
     /// delays no other's. Each lease is still one at a time with its own
     /// release, as in `renew`, but a round takes the turns it can have at once: a lease whose

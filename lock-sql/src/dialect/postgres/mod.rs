@@ -182,6 +182,19 @@ async fn open(
 }
 
 impl Postgres {
+    /// An owner-checked `UPDATE` of one lease row (`$1` name, `$2` owner, `$3` ms): whether it
+    /// changed a row.
+    async fn owner_update(&self, sql: &Arc<str>, name: &str, owner: &str, ms: i64) -> Result<bool, sqlx::Error> {
+        let args = Args { sql, name, owner, ms, channel: "", who: Who::default() };
+        let done = self
+            .pool
+            .with(Use::Keep, &args, |c, a| {
+                Box::pin(sqlx::query(AssertSqlSafe(Arc::clone(a.sql))).bind(a.name).bind(a.owner).bind(a.ms).execute(c))
+            })
+            .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
     /// A table the store names (the lease table, or one named after it) with its schema.
     fn qualified(&self, table: &str) -> String {
         if table.contains('.') || self.schema.is_empty() {
@@ -409,14 +422,11 @@ impl Dialect for Postgres {
     }
 
     async fn renew(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<bool, sqlx::Error> {
-        let args = Args { sql: &self.sql.renew, name, owner, ms: ttl_ms, channel: "", who: Who::default() };
-        let done = self
-            .pool
-            .with(Use::Keep, &args, |c, a| {
-                Box::pin(sqlx::query(AssertSqlSafe(Arc::clone(a.sql))).bind(a.name).bind(a.owner).bind(a.ms).execute(c))
-            })
-            .await?;
-        Ok(done.rows_affected() > 0)
+        self.owner_update(&self.sql.renew, name, owner, ttl_ms).await
+    }
+
+    async fn end_after(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<bool, sqlx::Error> {
+        self.owner_update(&self.sql.end_after, name, owner, ttl_ms).await
     }
 
     /// One UPDATE joined with the lease list as two arrays: one statement, always the same text

@@ -78,6 +78,8 @@ pub(super) struct Statements {
     pub(super) claim: Arc<str>,
     pub(super) observe: Arc<str>,
     pub(super) renew: Arc<str>,
+    /// `renew` that sets the end where it says, sooner or not (`Dialect::end_after`).
+    pub(super) end_after: Arc<str>,
     /// Every given lease's renewal in one statement (see `renew_many`).
     pub(super) renew_many: Arc<str>,
     pub(super) release: Arc<str>,
@@ -136,6 +138,10 @@ impl Statements {
             renew: format!(
                 "UPDATE {qt} SET expires_at = GREATEST(expires_at, {NOW} + $3::bigint) \
                  WHERE name = $1 AND owner = $2 AND expires_at > {NOW}"
+            )
+            .into(),
+            end_after: format!(
+                "UPDATE {qt} SET expires_at = {NOW} + $3::bigint WHERE name = $1 AND owner = $2 AND expires_at > {NOW}"
             )
             .into(),
             // Rows another transaction holds locked are skipped, not waited for: the store
