@@ -86,13 +86,8 @@ impl<B: KindStore> LeaseStore for KindSide<B> {
         self.store.release(KindGrant { kind: self.kind, name, owner }).await
     }
 
-    async fn release_after(
-        &self,
-        name: &LockName,
-        owner: OwnerId,
-        after: Duration,
-    ) -> Result<ReleaseOutcome, LockError> {
-        self.store.release_after(KindGrant { kind: self.kind, name, owner }, after).await
+    async fn release_after(&self, name: &LockName, owner: OwnerId, d: Duration) -> Result<ReleaseOutcome, LockError> {
+        self.store.release_after(KindGrant { kind: self.kind, name, owner }, d).await
     }
 
     async fn subscribe(&self, name: &LockName) -> Result<Option<WakeSubscription>, LockError> {

@@ -44,18 +44,13 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// Free the lock if `owner` still holds it, and wake waiters.
     async fn release(&self, name: &LockName, owner: OwnerId) -> Result<ReleaseOutcome, LockError>;
 
-    /// Free the lock `after` from now if `owner` still holds it (`hold_at_least`): its lease
+    /// Free the lock `d` from now if `owner` still holds it (`hold_at_least`): its lease
     /// ends then, which may be sooner than a renewal would leave it. By default a renewal for
-    /// `after`; a store whose renewals never shorten a lease overrides it (lock-sql, whose
+    /// `d`; a store whose renewals never shorten a lease overrides it (lock-sql, whose
     /// statements read the clock at their start, so that a renewal that ran late must not set
     /// the end back).
-    async fn release_after(
-        &self,
-        name: &LockName,
-        owner: OwnerId,
-        after: Duration,
-    ) -> Result<ReleaseOutcome, LockError> {
-        Ok(match self.renew(name, owner, after).await? {
+    async fn release_after(&self, name: &LockName, owner: OwnerId, d: Duration) -> Result<ReleaseOutcome, LockError> {
+        Ok(match self.renew(name, owner, d).await? {
             RenewOutcome::Renewed => ReleaseOutcome::Released,
             RenewOutcome::NotOwner => ReleaseOutcome::NotOwner,
         })

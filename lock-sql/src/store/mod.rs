@@ -352,16 +352,11 @@ impl LeaseStore for SqlStore {
         Ok(if ours { RenewOutcome::Renewed } else { RenewOutcome::NotOwner })
     }
 
-    /// Not a renewal, which never shortens a lease: its own statement sets the end `after`
+    /// Not a renewal, which never shortens a lease: its own statement sets the end `d`
     /// from now.
-    async fn release_after(
-        &self,
-        name: &LockName,
-        owner: OwnerId,
-        after: Duration,
-    ) -> Result<ReleaseOutcome, LockError> {
+    async fn release_after(&self, name: &LockName, owner: OwnerId, d: Duration) -> Result<ReleaseOutcome, LockError> {
         let _serial = self.one_at_a_time(owner).await;
-        let (n, o, ms) = (name.as_str(), owner.to_hex(), ttl_ms(after));
+        let (n, o, ms) = (name.as_str(), owner.to_hex(), ttl_ms(d));
         let ours = self.run("release after", || self.dialect.end_after(n, &o, ms)).await?;
         Ok(if ours { ReleaseOutcome::Released } else { ReleaseOutcome::NotOwner })
     }
