@@ -280,8 +280,15 @@ impl ServerControl for ZkEnsemble {
         self.wait_quorum(START_TIMEOUT).await
     }
 
+    /// A resume returns once a quorum serves again, as `start` does: members paused together
+    /// may elect a leader anew, and the cases expect the deployment back when this returns
+    /// (`fault_server_pause` saw "cannot connect" on three attempts in a row right after it).
     async fn pause(&self, paused: bool) -> Result<(), LockError> {
-        pause_each(&self.servers(), paused).await
+        pause_each(&self.servers(), paused).await?;
+        if paused {
+            return Ok(());
+        }
+        self.wait_quorum(START_TIMEOUT).await
     }
 
     /// Every member keeps its snapshot and transaction log: sessions and nodes survive.

@@ -200,8 +200,9 @@ impl Connector {
         }
         let stream = TcpStream::connect((endpoint.host, endpoint.port)).await?;
         // dlock: requests are pipelined (a create and the listing behind it), and with Nagle's
-        // algorithm on, the second waits in the kernel for the first one's answer.
-        stream.set_nodelay(true)?;
+        // algorithm on, the second waits in the kernel for the first one's answer. A socket
+        // that refuses the option is used as it is: slower, not broken.
+        let _ = stream.set_nodelay(true);
         Ok(Connection::new_raw(stream))
     }
 
