@@ -65,14 +65,11 @@ pub trait KindStore: Send + Sync + 'static {
     /// Extend the grant to `now + ttl` if its owner still holds it.
     async fn renew(&self, grant: KindGrant<'_>, ttl: Duration) -> Result<RenewOutcome, LockError>;
 
-    /// Free the grant `after` from now if its owner still holds it (`hold_at_least`;
+    /// Free the grant `d` from now if its owner still holds it (`hold_at_least`;
     /// [`LeaseStore::release_after`](crate::backend::LeaseStore::release_after)). By default a
-    /// renewal for `after`.
-    async fn release_after(&self, grant: KindGrant<'_>, after: Duration) -> Result<ReleaseOutcome, LockError> {
-        Ok(match self.renew(grant, after).await? {
-            RenewOutcome::Renewed => ReleaseOutcome::Released,
-            RenewOutcome::NotOwner => ReleaseOutcome::NotOwner,
-        })
+    /// renewal for `d`.
+    async fn release_after(&self, grant: KindGrant<'_>, d: Duration) -> Result<ReleaseOutcome, LockError> {
+        Ok(self.renew(grant, d).await?.as_release())
     }
 
     /// Free the grant if its owner still holds it (a writer's claim goes with a write release)

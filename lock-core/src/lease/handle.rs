@@ -30,6 +30,17 @@ pub enum ReleaseOutcome {
     NotOwner,
 }
 
+impl RenewOutcome {
+    /// A renewal used as `hold_at_least`'s early release (it sets the lease's end) answers as
+    /// that release: ours, so free then; or not ours.
+    pub(crate) fn as_release(self) -> ReleaseOutcome {
+        match self {
+            RenewOutcome::Renewed => ReleaseOutcome::Released,
+            RenewOutcome::NotOwner => ReleaseOutcome::NotOwner,
+        }
+    }
+}
+
 /// The backend-specific part of a lease: an owner-checked renew and release of one grant.
 #[async_trait]
 pub trait LeaseHandle: Send + Sync + 'static {
@@ -45,10 +56,7 @@ pub trait LeaseHandle: Send + Sync + 'static {
     /// owner-checked renewal for `after`, which on per-lock backends makes the server-side lease
     /// end then. Per-session backends (ZooKeeper), whose renewal ignores the ttl, override it.
     async fn release_after(&self, after: Duration) -> Result<ReleaseOutcome, LockError> {
-        Ok(match self.renew(after).await? {
-            RenewOutcome::Renewed => ReleaseOutcome::Released,
-            RenewOutcome::NotOwner => ReleaseOutcome::NotOwner,
-        })
+        Ok(self.renew(after).await?.as_release())
     }
 }
 

@@ -50,10 +50,7 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// statements read the clock at their start, so that a renewal that ran late must not set
     /// the end back).
     async fn release_after(&self, name: &LockName, owner: OwnerId, d: Duration) -> Result<ReleaseOutcome, LockError> {
-        Ok(match self.renew(name, owner, d).await? {
-            RenewOutcome::Renewed => ReleaseOutcome::Released,
-            RenewOutcome::NotOwner => ReleaseOutcome::NotOwner,
-        })
+        Ok(self.renew(name, owner, d).await?.as_release())
     }
 
     /// A wait by `owner` ended without a grant (time-out, error, dropped future): withdraw what

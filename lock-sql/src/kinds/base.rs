@@ -147,10 +147,10 @@ impl KindStore for SqlKinds {
     }
 
     /// Its own statement: a renewal never shortens a grant (lock-sql's crate docs).
-    async fn release_after(&self, g: KindGrant<'_>, after: Duration) -> Result<ReleaseOutcome, LockError> {
+    async fn release_after(&self, g: KindGrant<'_>, d: Duration) -> Result<ReleaseOutcome, LockError> {
         let (kind, name, owner) = (g.kind, g.name, g.owner);
         let _serial = self.store.one_at_a_time(owner).await;
-        let end = Some(ttl_ms(after));
+        let end = Some(ttl_ms(d));
         let rows = self.owner_stmt("release after", &self.sql.end_after, end, family(kind), name, owner).await?;
         Ok(if rows > 0 { ReleaseOutcome::Released } else { ReleaseOutcome::NotOwner })
     }
