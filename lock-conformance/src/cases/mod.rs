@@ -38,6 +38,7 @@ pub mod names;
 pub mod nemesis;
 pub mod regrant;
 pub mod restart;
+pub mod slow_grant;
 pub mod validity;
 pub mod waiting;
 
@@ -201,7 +202,7 @@ registry! {
     kinds_faults::kinds_pause_past_ttl, 12, "rw and semaphore holders that stop renewing: successors only after expiry, greater tokens";
     kinds_faults::kinds_server_pause, 12, "a paused server: writers and permit holders lose their leases on time";
     kinds_faults::kinds_nemesis, 10, "random server faults while rw and semaphore clients contend: the kind checkers hold";
-    lease::slow_grant_renewed_in_time, 8, "a grant that took a third of its ttl to arrive is renewed in time, not lost";
+    slow_grant::slow_grant_renewed_in_time, 8, "a grant that took a third of its ttl to arrive is renewed in time, not lost";
     lease::lost_by_valid_until, 12, "the lost signal fires by valid_until, for a holder that stops renewing or whose renewals go unanswered";
     election::election_nemesis, 10, "five election candidates under random faults: never two valid leaders, epochs strictly rise";
     election::election_resign_hands_over, 20, "a resigning leader hands over to a waiting candidate within the wake bound";
