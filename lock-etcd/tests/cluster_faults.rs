@@ -52,8 +52,9 @@ async fn clients_cut_off_the_leader_find_the_other_members() {
         tries += 1;
         match take_and_free(&everyone, &LockName::new(format!("cut-{tries}")).unwrap()).await {
             Ok(took) => break took,
-            Err(e) if t.elapsed() < Duration::from_secs(4) => eprintln!("not yet: {e}"),
-            Err(e) => panic!("no member served a client cut off the leader within 4 s: {e}"),
+            // 5 s, still inside the 6 s cut: a full test run's load once took longer than 4 s.
+            Err(e) if t.elapsed() < Duration::from_secs(5) => eprintln!("not yet: {e}"),
+            Err(e) => panic!("no member served a client cut off the leader within 5 s: {e}"),
         }
     };
     eprintln!("served {:?} into the cut, try {tries} (its acquire + release took {served:?})", t.elapsed());
