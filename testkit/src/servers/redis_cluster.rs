@@ -108,6 +108,10 @@ impl RedisCluster {
                     // Slots of a dead master fail alone; the others keep serving.
                     "--cluster-require-full-coverage",
                     "no",
+                    // A restarted node's replica syncs at once instead of after Redis's 5 s
+                    // diskless-sync delay: the strict suites need its acknowledgement.
+                    "--repl-diskless-sync-delay",
+                    "0",
                 ]
                 .iter()
                 .map(|s| s.to_string()),
@@ -291,7 +295,8 @@ impl RedisCluster {
     }
 
     /// Starts every killed node again (empty, with their `nodes.conf`) and waits until every
-    /// node reports `cluster_state:ok` (replicas may still be syncing).
+    /// node reports `cluster_state:ok` (replicas may still be syncing: callers that need them wait
+    /// with `wait_healthy`).
     pub async fn restart_all(&self) -> Result<(), LockError> {
         for (i, (_, child)) in self.nodes.iter().enumerate() {
             if child.pid().is_none() {
