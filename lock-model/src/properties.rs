@@ -73,6 +73,16 @@ pub(crate) fn of_kept_leases<M: Model<State: Kept>>(more: impl IntoIterator<Item
     all
 }
 
+/// What a model with one server's token counter checks of every lease, with its own properties
+/// `more` after them: `no two believers`, `tokens come from the server`, `tokens increase`.
+pub(crate) fn of_issued_leases<M: Model<State: Issued>>(
+    more: impl IntoIterator<Item = Property<M>>,
+) -> Vec<Property<M>> {
+    let mut all = vec![no_two_believers(), tokens_come_from_the_server(), tokens_increase()];
+    all.extend(more);
+    all
+}
+
 /// [`Leases`] for a model state with `now`, `clients` whose `Client::Holding` has `token` and
 /// `valid_until`, and `$regressed` (of the state `$s`) telling whether tokens went back.
 macro_rules! leases_of_clients {

@@ -4,7 +4,7 @@
 use lock_core::decisions::valid_until;
 use stateright::{Model, Property};
 
-use crate::properties::{no_two_believers, tokens_come_from_the_server, tokens_increase};
+use crate::properties::of_issued_leases;
 
 use super::server::WAKE;
 use super::state::{Client, State};
@@ -194,10 +194,7 @@ impl Model for Handoff {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
-            no_two_believers(),
-            tokens_come_from_the_server(),
-            tokens_increase(),
+        of_issued_leases([
             Property::always("an untaken grant lapses", |_, s: &State| {
                 let Some(g) = s.grant_live() else { return true };
                 match s.clients[g.client as usize] {
@@ -207,6 +204,6 @@ impl Model for Handoff {
                 }
             }),
             Property::sometimes("a queued waiter is handed the lock", |_, s: &State| s.handed_over),
-        ]
+        ])
     }
 }

@@ -7,7 +7,7 @@ use stateright::{Model, Property};
 use tokio::time::Instant;
 
 use super::state::{Client, InFlight, State, Stmt};
-use crate::properties::{lost_lease_signalled, no_two_believers, tokens_come_from_the_server, tokens_increase};
+use crate::properties::{lost_lease_signalled, of_issued_leases};
 use crate::shared::{belief_end, forget_settled_clients, Hints, Queue, QueueAction, Taken, ValidUntil};
 
 /// Ticks a lease lasts from its grant, claim or renewal.
@@ -408,10 +408,7 @@ impl Model for Pg {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
-            no_two_believers(),
-            tokens_come_from_the_server(),
-            tokens_increase(),
+        of_issued_leases([
             lost_lease_signalled(),
             Property::always("an untaken grant lapses", |_, s: &State| {
                 let Some(r) = s.live_row() else { return true };
@@ -426,6 +423,6 @@ impl Model for Pg {
             Property::sometimes("a head claims the release's grant", |_, s: &State| s.handed_over),
             Property::sometimes("a renewal extends a lease", |_, s: &State| s.renewed),
             Property::sometimes("a database crash loses a grant", |m: &Pg, s: &State| m.db_crash == 0 || s.grant_lost),
-        ]
+        ])
     }
 }
