@@ -84,9 +84,9 @@ pub(crate) fn of_issued_leases<M: Model<State: Issued>>(
 }
 
 /// [`Leases`] for a model state with `now`, `clients` whose `Client::Holding` has `token` and
-/// `valid_until`, and `$regressed` (of the state `$s`) telling whether tokens went back.
+/// `valid_until`, and `taken` (a [`crate::shared::Taken`]) telling whether tokens went back.
 macro_rules! leases_of_clients {
-    ($state:ty, |$s:ident| $regressed:expr) => {
+    ($state:ty) => {
         impl crate::properties::Leases for $state {
             fn client_count(&self) -> usize {
                 self.clients.len()
@@ -104,8 +104,7 @@ macro_rules! leases_of_clients {
             }
 
             fn regressed(&self) -> bool {
-                let $s = self;
-                $regressed
+                self.taken.regressed
             }
         }
     };

@@ -94,7 +94,7 @@ impl State {
     }
 }
 
-crate::properties::leases_of_clients!(State, |s| s.taken.regressed);
+crate::properties::leases_of_clients!(State);
 
 impl crate::properties::Kept for State {
     /// On the current primary: a lease on a replica or a replaced primary is not kept.

@@ -112,7 +112,7 @@ impl State {
     }
 }
 
-crate::properties::leases_of_clients!(State, |s| s.taken.regressed);
+crate::properties::leases_of_clients!(State);
 
 impl crate::properties::Issued for State {
     fn issued(&self) -> u8 {

@@ -160,7 +160,7 @@ impl State {
     }
 }
 
-crate::properties::leases_of_clients!(State, |s| s.taken.regressed);
+crate::properties::leases_of_clients!(State);
 
 impl crate::properties::Kept for State {
     fn kept(&self, c: usize, token: u8) -> bool {

@@ -133,4 +133,4 @@ pub struct State {
     pub second_holder: bool,
 }
 
-crate::properties::leases_of_clients!(State, |s| s.taken.regressed);
+crate::properties::leases_of_clients!(State);

@@ -104,4 +104,4 @@ impl crate::properties::Kept for State {
     }
 }
 
-crate::properties::leases_of_clients!(State, |s| s.taken.regressed);
+crate::properties::leases_of_clients!(State);
