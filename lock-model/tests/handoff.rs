@@ -1,5 +1,6 @@
 //! The hand-off model: the design holds every property within the bounds, and each known
-//! design error, switched back on, gives a counterexample for the property it breaks.
+//! design error, switched back on, gives a counterexample for the property it breaks; the same
+//! for the blocking delivery (designed, not built: `Handoff::blocking_network` and the others).
 //!
 //! `DLOCK_MODEL_DEEP=1` also explores the longer bounds of [`Handoff::deep`] (minutes).
 
@@ -14,6 +15,9 @@ common::model_tests! {
         the_design_survives_forged_duplicated_lost_and_late_messages: network,
         the_design_survives_crashes_and_waiters_that_leave: processes,
         the_design_survives_a_restart_without_data: restarts,
+        the_blocking_delivery_survives_forged_duplicated_lost_and_late_messages: blocking_network,
+        the_blocking_delivery_survives_crashes_and_waiters_that_leave: blocking_processes,
+        the_blocking_delivery_survives_a_restart_without_data: blocking_restarts,
     }
     deep "minutes" { the_design_survives_every_fault_together_deep: Handoff::deep(Bugs::default()) }
     breaks {
@@ -25,5 +29,11 @@ common::model_tests! {
         abandon_overtaken_by_its_own_attempt_keeps_the_grant:
             processes(abandon_overtakes_attempt) => "an untaken grant lapses";
         a_restart_without_a_quiet_period_gives_two_holders: restarts(no_quiet_period) => "no two believers";
+        a_pop_without_the_arms_drain_gives_two_holders: blocking_network(pop_without_drain) => "no two believers";
+        a_pop_counted_from_its_reply_gives_two_holders:
+            blocking_network(pop_counts_from_reply) => "no two believers";
+        a_pop_taken_by_a_later_wait_gives_two_holders:
+            blocking_network(pop_after_wait_ends) => "no two believers", "tokens increase";
+        a_lapsed_pop_taken_goes_back_in_tokens: blocking_network(take_lapsed_pop) => "tokens increase";
     }
 }

@@ -45,16 +45,63 @@
 //! Time is abstract: a tick is the unit of ttl; server and clients share the clock's rate (the
 //! code's `drift` margin is what covers a bounded rate difference). The server steps are checked
 //! against the real scripts by the differential test (`tests/redis_differential.rs`).
+//!
+//! ## Blocking delivery (designed, not built)
+//! [`Delivery::Blocking`] switches the model to a design that takes the claim's round trip off
+//! the hand-off's critical path (`BENCHMARKS.md`, the Redis hand-off against its baseline);
+//! [`Delivery::Hint`], the default, is the protocol above, which lock-redis runs.
+//! - A waiter keeps a dedicated connection and sends on it, at its instant `t_s`, an **arm**
+//!   script and `BLPOP <its grant list> <timeout>`, back to back. The server runs the arm, then
+//!   the `BLPOP`: the arm marks the waiter armed for [`BLOCK`] ticks and **drains** its list (a
+//!   grant found there comes back in the arm's reply as a hint: the waiter's acquire claims it,
+//!   as above); the `BLPOP` blocks until a push, or ends without one (its timeout, a closed
+//!   connection) and the waiter arms again.
+//! - The release, when it grants the head provisionally (as above, message included), also
+//!   pushes the grant's token onto the head's list if the head is armed, and clears the mark.
+//! - A `BLPOP` that pops a token: the head holds at once with that token, believing it until
+//!   `t_s` plus the claim window (lock-core's rule, [`crate::shared::belief_end`]). The push ran
+//!   after the arm (whose drain removed anything older), the arm after `t_s`, so the server's
+//!   provisional grant ends no sooner; the lease is the head's, and only its own scripts or the
+//!   window's end take it away.
+//! - The head then claims in the background (its acquire, today's re-grant for a full ttl): a
+//!   reply with the grant's token extends its belief to the claim's send instant plus the ttl;
+//!   another (the window ended first) leaves it at the window's end. An acquire already in
+//!   flight when the grant pops is that claim. It releases once its claim is answered (both on
+//!   one connection, in order).
+//! - A head that died leaves its grant to lapse after the window, as above. A waiter that
+//!   leaves ignores a popped grant: its abandon, which also deletes its mark and list,
+//!   releases and hands on the grant, as above.
+//!
+//! It rests on these assumptions: each waiting head has one dedicated connection whose replies
+//! arrive in order, so a `BLPOP`'s reply is the server's answer to that head's own arm (and
+//! `t_s`), which no publisher can forge; a forged push needs write rights on the lock's keys,
+//! which can break any lock anyway (not modelled); the server runs the arm and then its `BLPOP`
+//! with nothing between them that matters (one server step, at any instant after `t_s`).
+//!
+//! The model checks, besides the properties above, `a believed lease is the server's until a
+//! restart` (no belief, of a popped grant or of its claim, outlasts the server's lease) and
+//! that a blocked head is handed the lock at all, under the network's faults (a lost reply is
+//! also the head's connection dropping, with its popped grant), the processes' and a restart's
+//! ([`Handoff::blocking_network`], [`Handoff::blocking_processes`],
+//! [`Handoff::blocking_restarts`]). It lets any waiter arm, head or not; lets a `BLPOP` end at
+//! any moment while its mark lives on (the two timers, or a closed connection: the case the
+//! drain is for); sends the arm's reply through the hints, with their faults (more than one
+//! connection does); keeps a `BLPOP` blocked across a restart, as after `FLUSHALL` (a real
+//! restart drops the connection: a `BLPOP` that ends at once). It does not check a script:
+//! there is none yet, so the differential test covers the hint delivery only. Nor three
+//! clients ([`Handoff::deep`] is the hint delivery's).
 
+mod blocking;
 mod model;
 mod server;
 mod state;
 mod symmetry;
 
 pub use crate::shared::{NetAction, QueueAction, FORGED};
+pub use blocking::BlockAction;
 pub use model::{Action, OwnAction};
 pub use server::WAKE;
-pub use state::{Client, Grant, State};
+pub use state::{Block, Client, Grant, State};
 
 /// Ticks a lease lasts from its grant or claim.
 pub const TTL: u8 = 4;
@@ -66,6 +113,25 @@ pub const ENTRY_LIFE: u8 = 2;
 pub const RESERVE: u8 = 1;
 /// Ticks a restarted server grants nothing (`restart_quiet_period`, by default the longest ttl).
 pub const QUIET: u8 = TTL;
+/// Blocking delivery: ticks a head's arm marker lives after its arm ran, the `BLPOP`'s timeout.
+/// The `BLPOP` itself may end sooner (its own timer, a connection closed): a marker that outlives
+/// its `BLPOP` is the case the arm's drain is for.
+pub const BLOCK: u8 = 2;
+
+/// How a release's grant reaches the queue's head.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Delivery {
+    /// Today's: a hint message; the head's acquire claims the grant (the module docs).
+    #[default]
+    Hint,
+    /// Designed, not built: the head blocks in `BLPOP` on a list of its own and the release
+    /// pushes the grant there ("Blocking delivery" in the module docs).
+    Blocking {
+        /// Arm-and-`BLPOP` requests each client may send in one run (a `BLPOP` that ended
+        /// without a grant is re-armed).
+        arms: u8,
+    },
+}
 
 /// Design errors found before, each put back by its switch; every one must give a counterexample.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -84,6 +150,18 @@ pub struct Bugs {
     /// A server restarted without its data grants at once (the empty-restart window before the
     /// boot marker's quiet period).
     pub no_quiet_period: bool,
+    /// Blocking delivery: the arm does not drain the head's list, so its `BLPOP` pops at once a
+    /// grant pushed before the arm, and the head counts it from the arm's send instant.
+    pub pop_without_drain: bool,
+    /// Blocking delivery: the head counts a popped grant from the instant the `BLPOP`'s reply
+    /// arrives instead of the arm's send instant.
+    pub pop_counts_from_reply: bool,
+    /// Blocking delivery: a wait that ended by its own acquire keeps its connection, and a later
+    /// wait of the same client takes that `BLPOP`'s reply: a grant of the earlier wait.
+    pub pop_after_wait_ends: bool,
+    /// Blocking delivery: a popped grant whose window, counted from the arm's send instant, has
+    /// passed when the reply arrives is taken anyway, instead of being a hint.
+    pub take_lapsed_pop: bool,
 }
 
 /// One model: the clients, the bounds of the exploration and the bug switches.
@@ -111,6 +189,8 @@ pub struct Handoff {
     pub restart: u8,
     /// Which known errors to put back.
     pub bugs: Bugs,
+    /// How the release's grant reaches the head.
+    pub delivery: Delivery,
 }
 
 impl Handoff {
@@ -171,6 +251,37 @@ impl Handoff {
             leave: 0,
             restart: 0,
             bugs,
+            delivery: Delivery::Hint,
         }
+    }
+
+    /// The blocking delivery under the network's faults that reach its connection: a lost reply
+    /// (a popped grant's, the connection dropping; a claim's) over four ticks, two arms per
+    /// client. Forged and duplicated hints only make a waiter run its acquire, as under
+    /// [`Handoff::network`]; with them the states pass thirty million (8 s per million
+    /// unique on two cores): left out.
+    pub fn blocking_network(bugs: Bugs) -> Handoff {
+        Handoff { forge: 0, dup: 0, ..Self::blocking(Handoff::network(bugs), 2) }
+    }
+
+    /// The blocking delivery under the processes' faults: [`Handoff::processes`] with two arms
+    /// per client and no fallback re-try (with one, more than thirty million states).
+    pub fn blocking_processes(bugs: Bugs) -> Handoff {
+        Handoff { polls: 0, ..Self::blocking(Handoff::processes(bugs), 2) }
+    }
+
+    /// The blocking delivery with a restart without data: [`Handoff::restarts`] with two arms
+    /// per client and no fallback re-try (with one, more than thirty million states).
+    pub fn blocking_restarts(bugs: Bugs) -> Handoff {
+        Handoff { polls: 0, ..Self::blocking(Handoff::restarts(bugs), 2) }
+    }
+
+    fn blocking(bounds: Handoff, arms: u8) -> Handoff {
+        Handoff { delivery: Delivery::Blocking { arms }, ..bounds }
+    }
+
+    /// Grants can be pushed to a blocked head.
+    pub(crate) fn blocks(&self) -> bool {
+        matches!(self.delivery, Delivery::Blocking { .. })
     }
 }

@@ -4,21 +4,24 @@
 use lock_core::decisions::valid_until;
 use stateright::{Model, Property};
 
-use crate::properties::of_issued_leases;
+use crate::properties::{of_issued_leases, Leases};
 
+use super::blocking::BlockAction;
 use super::server::WAKE;
-use super::state::{Client, State};
-use super::{Handoff, CLAIM, TTL};
+use super::state::{Block, Client, State};
+use super::{Delivery, Handoff, CLAIM, TTL};
 use crate::shared::{belief_end, dequeue, forget_settled_clients, Hints, QueueAction, Taken, FORGED};
 
 /// One step of the exploration.
 pub type Action = QueueAction<OwnAction>;
 
-/// The step only this model has.
+/// The steps only this model has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum OwnAction {
     /// The server restarts without its data.
     Restart,
+    /// Blocking delivery: a step of a head's dedicated connection or of its claim.
+    Block(BlockAction),
 }
 
 impl Handoff {
@@ -28,7 +31,8 @@ impl Handoff {
             Client::Idle => actions.push(Action::Send(c)),
             Client::Attempting { leaving, .. } => Action::of_attempt(c, leaving, s.leave, &s.net, actions),
             Client::Waiting { .. } => Action::of_waiter(c, s.polls[i], s.leave, &s.net, actions),
-            Client::Holding { .. } => actions.push(Action::Release(c)),
+            Client::Holding { claim: None, .. } => actions.push(Action::Release(c)),
+            Client::Holding { .. } => {}
             Client::Leaving { release_only } => {
                 actions.push(Action::Abandon(c));
                 if release_only {
@@ -43,6 +47,9 @@ impl Handoff {
         if s.strays[i] {
             actions.push(Action::Stray(c));
         }
+        if self.blocks() {
+            Self::block_actions(s, c, |a| actions.push(Action::Own(OwnAction::Block(a))));
+        }
     }
 
     /// A message reaches `to`: a hint that wakes a waiter (or, with the bug, a grant naming a
@@ -51,6 +58,7 @@ impl Handoff {
         let Client::Waiting { t0 } = s.clients[to as usize] else { return };
         if self.bugs.trust_message && token != WAKE {
             s.take(to, token, belief_end(valid_until, t0, TTL));
+            self.close_block(s, to);
             s.handed_over |= token != FORGED;
         } else {
             s.clients[to as usize] = Client::Attempting { t0: s.now, leaving: false };
@@ -70,6 +78,7 @@ impl Handoff {
             Some(token) => {
                 s.handed_over |= was_handoff;
                 s.take(c, token, belief_end(valid_until, t0, TTL));
+                self.close_block(s, c);
             }
             None => s.clients[c as usize] = Client::Waiting { t0 },
         }
@@ -77,6 +86,8 @@ impl Handoff {
 
     fn leave(&self, s: &mut State, c: u8) {
         s.leave -= 1;
+        // Its wait is over: it closes its connection (a grant popped there is its abandon's).
+        s.blocks[c as usize] = Block::Idle;
         let in_flight = matches!(s.clients[c as usize], Client::Attempting { .. });
         s.clients[c as usize] = if in_flight && !self.bugs.abandon_overtakes_attempt {
             Client::Attempting { t0: s.now, leaving: true }
@@ -125,13 +136,15 @@ impl Handoff {
             Action::Crash(c) => {
                 s.crash -= 1;
                 let held = matches!(s.clients[c as usize], Client::Holding { .. });
-                s.strays[c as usize] |= matches!(s.clients[c as usize], Client::Attempting { .. });
+                s.strays[c as usize] |=
+                    matches!(s.clients[c as usize], Client::Attempting { .. } | Client::Holding { claim: Some(_), .. });
                 s.clients[c as usize] = Client::Dead { held };
             }
             Action::Own(OwnAction::Restart) => {
                 s.restart -= 1;
                 Self::restart(s);
             }
+            Action::Own(OwnAction::Block(a)) => self.block_step(s, a),
             Action::Net(a) => {
                 if let Some((to, token)) = s.net.step(a) {
                     self.on_message(s, to, token);
@@ -144,7 +157,10 @@ impl Handoff {
     /// instant of a queued attempt (only a waiter that trusts messages reads it), messages to and
     /// budgets of clients that are gone or done.
     fn normalize(&self, s: &mut State) {
-        forget_settled_clients!(s, self.bugs.trust_message, Client::Left | Client::Done | Client::Dead { .. });
+        forget_settled_clients!(&mut *s, self.bugs.trust_message, Client::Left | Client::Done | Client::Dead { .. });
+        if self.blocks() {
+            self.forget_blocks(s);
+        }
     }
 }
 
@@ -154,6 +170,10 @@ impl Model for Handoff {
 
     fn init_states(&self) -> Vec<State> {
         let n = self.clients as usize;
+        let arms = match self.delivery {
+            Delivery::Hint => 0,
+            Delivery::Blocking { arms } => arms,
+        };
         vec![State {
             now: 0,
             owner: None,
@@ -170,6 +190,10 @@ impl Model for Handoff {
             restart: self.restart,
             taken: Taken::default(),
             handed_over: false,
+            blocks: vec![Block::Idle; n],
+            arms: vec![arms; n],
+            armed: vec![0; n],
+            lists: vec![Vec::new(); n],
         }]
     }
 
@@ -194,16 +218,35 @@ impl Model for Handoff {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        of_issued_leases([
-            Property::always("an untaken grant lapses", |_, s: &State| {
-                let Some(g) = s.grant_live() else { return true };
-                match s.clients[g.client as usize] {
-                    Client::Left => false,
-                    Client::Dead { held: false } | Client::Leaving { .. } if g.handoff => g.expires <= s.now + CLAIM,
-                    _ => true,
-                }
-            }),
-            Property::sometimes("a queued waiter is handed the lock", |_, s: &State| s.handed_over),
-        ])
+        let mut blocking: Vec<Property<Self>> = Vec::new();
+        if self.blocks() {
+            // Only a popped grant leaves its holder with a claim in flight.
+            blocking.push(Property::sometimes("a blocked head is handed the lock", |_, s: &State| {
+                s.clients.iter().any(|c| matches!(c, Client::Holding { claim: Some(_), .. }))
+            }));
+            blocking.push(Property::always(
+                "a believed lease is the server's until a restart",
+                |m: &Handoff, s: &State| {
+                    s.restart < m.restart || (0..s.clients.len()).all(|c| !s.believes(c) || s.kept(c))
+                },
+            ));
+        }
+        of_issued_leases(
+            [
+                Property::always("an untaken grant lapses", |_, s: &State| {
+                    let Some(g) = s.grant_live() else { return true };
+                    match s.clients[g.client as usize] {
+                        Client::Left => false,
+                        Client::Dead { held: false } | Client::Leaving { .. } if g.handoff => {
+                            g.expires <= s.now + CLAIM
+                        }
+                        _ => true,
+                    }
+                }),
+                Property::sometimes("a queued waiter is handed the lock", |_, s: &State| s.handed_over),
+            ]
+            .into_iter()
+            .chain(blocking),
+        )
     }
 }

@@ -1,9 +1,10 @@
 //! The scripts as the model's server steps, each one atomic, mirroring
 //! `lock-redis/src/scripts/exclusive.rs` (and `waiters.rs`, `boot.rs`). Public so that the
-//! differential test runs each step and the real script on the same inputs.
+//! differential test runs each step and the real script on the same inputs. The blocking
+//! delivery's steps (the release's push, the arm) have no script yet: they are the design's.
 
-use super::state::{Grant, State};
-use super::{Handoff, CLAIM, ENTRY_LIFE, QUIET, RESERVE, TTL};
+use super::state::{Block, Grant, State};
+use super::{Handoff, BLOCK, CLAIM, ENTRY_LIFE, QUIET, RESERVE, TTL};
 use crate::shared::{dequeue, enqueue, prune};
 
 /// The token a wake-up names: none (it only says "try again").
@@ -21,8 +22,49 @@ impl Handoff {
         let (head, _) = s.queue.remove(0);
         s.fence += 1;
         let window = if self.bugs.full_ttl_grant { TTL } else { CLAIM };
-        s.owner = Some(Grant { client: head, token: s.fence, expires: s.now + window, handoff: true });
-        s.net.send(head, s.fence);
+        let token = s.fence;
+        s.owner = Some(Grant { client: head, token, expires: s.now + window, handoff: true });
+        s.net.send(head, token);
+        if self.blocks() {
+            Self::push(s, head, token);
+        }
+    }
+
+    /// Blocking delivery, in the release's script: the grant is pushed onto the head's list when
+    /// the head is armed, which uses up the marker; a `BLPOP` blocked there pops it at once
+    /// (Redis serves a blocked client when the script that pushed ends).
+    fn push(s: &mut State, head: u8, token: u8) {
+        let h = head as usize;
+        if s.armed[h] <= s.now {
+            return;
+        }
+        s.armed[h] = 0;
+        match s.blocks[h] {
+            Block::Blocked { t_s } => s.blocks[h] = Block::Popped { t_s, token },
+            _ => s.lists[h].push(token),
+        }
+    }
+
+    /// Blocking delivery: the arm script and the `BLPOP` after it on `c`'s connection, run in
+    /// order. The arm marks `c` for [`BLOCK`] ticks and drains its list, so that the `BLPOP`
+    /// pops only a grant pushed after the arm ran, hence after its send instant; `true` when
+    /// the drain found a grant (the arm's reply: a hint).
+    pub fn arm(&self, s: &mut State, c: u8) -> bool {
+        let i = c as usize;
+        let Block::Sent { t_s } = s.blocks[i] else { return false };
+        s.armed[i] = s.now + BLOCK;
+        let drained = !self.bugs.pop_without_drain && !s.lists[i].is_empty();
+        if drained {
+            s.lists[i].clear();
+        }
+        s.blocks[i] = match s.lists[i].first() {
+            Some(&token) => {
+                s.lists[i].remove(0);
+                Block::Popped { t_s, token }
+            }
+            None => Block::Blocked { t_s },
+        };
+        drained
     }
 
     /// `wq_reserve`: the head of a free lock keeps its entry at most [`RESERVE`] more, and is
@@ -91,8 +133,13 @@ impl Handoff {
     }
 
     /// The abandon script: a grant `c` holds is released and handed on; its entry goes; when it
-    /// was the head of a lock now free, the next head is reserved and woken.
+    /// was the head of a lock now free, the next head is reserved and woken. Under blocking
+    /// delivery it also deletes `c`'s marker and list (empty under the hint delivery): a grant
+    /// that reached the list is the lease the release above hands on, and nothing is pushed
+    /// for a waiter that left.
     pub fn abandon(&self, s: &mut State, c: u8) {
+        s.armed[c as usize] = 0;
+        s.lists[c as usize].clear();
         prune(&mut s.queue, s.now);
         let was_head = s.queue.first().is_some_and(|&(q, _)| q == c);
         dequeue(&mut s.queue, c);
@@ -103,10 +150,14 @@ impl Handoff {
     }
 
     /// The server restarts without its data: lease, queue and boot marker are gone (the token
-    /// counter's floor, the server's clock, is not).
+    /// counter's floor, the server's clock, is not), and the heads' markers and lists (empty
+    /// under the hint delivery). A head's `BLPOP` stays blocked, as after a `FLUSHALL`: more
+    /// than a real restart allows, whose dropped connection is the `BLPOP` ending at once.
     pub fn restart(s: &mut State) {
         s.owner = None;
         s.queue.clear();
         s.marker = None;
+        s.armed.fill(0);
+        s.lists.iter_mut().for_each(Vec::clear);
     }
 }

@@ -26,6 +26,9 @@ pub enum Client {
         token: u8,
         /// By its own clock.
         valid_until: u8,
+        /// Blocking delivery: the send instant of its claim of a popped grant, still in flight
+        /// (it releases only once the claim is answered: both go on one connection, in order).
+        claim: Option<u8>,
     },
     /// Its wait ended in a live process; the abandon step still has to run (`release_only`: with
     /// the bug, only its second step is left).
@@ -49,6 +52,31 @@ impl Client {
     pub fn gone(self) -> bool {
         matches!(self, Client::Left | Client::Done | Client::Dead { .. })
     }
+}
+
+/// A client's dedicated connection under blocking delivery: its arm and `BLPOP`, sent together
+/// at `t_s` and run by the server one after the other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Block {
+    /// Nothing outstanding on it.
+    Idle,
+    /// Sent, not run yet.
+    Sent {
+        /// Send instant.
+        t_s: u8,
+    },
+    /// The arm ran; the `BLPOP` waits for a push.
+    Blocked {
+        /// Send instant.
+        t_s: u8,
+    },
+    /// The `BLPOP` popped `token`; the reply is on its way.
+    Popped {
+        /// Send instant of the arm and `BLPOP`.
+        t_s: u8,
+        /// The grant's token.
+        token: u8,
+    },
 }
 
 /// The lease key.
@@ -98,6 +126,17 @@ pub struct State {
     pub taken: Taken,
     /// A queued waiter took a lease handed to it by a release (shows the path is reached).
     pub handed_over: bool,
+    /// Blocking delivery (all idle or empty under the hint delivery): each client's dedicated
+    /// connection.
+    pub blocks: Vec<Block>,
+    /// Arm-and-`BLPOP` requests left per client.
+    pub arms: Vec<u8>,
+    /// Each client's arm marker: the tick from which it is gone (0: none).
+    pub armed: Vec<u8>,
+    /// Each client's grant list, oldest first. At most one token: a push needs the marker, which
+    /// the push clears and only an arm sets, and each arm empties the list (its drain, or with
+    /// the bug its `BLPOP`).
+    pub lists: Vec<Vec<u8>>,
 }
 
 impl State {
@@ -106,9 +145,15 @@ impl State {
         self.owner.filter(|g| g.expires > self.now)
     }
 
+    /// The server keeps the lease `c` holds: live, its own, the token it acts with.
+    pub fn kept(&self, c: usize) -> bool {
+        let Client::Holding { token, .. } = self.clients[c] else { return false };
+        self.grant_live().is_some_and(|g| usize::from(g.client) == c && g.token == token)
+    }
+
     pub(super) fn take(&mut self, c: u8, token: u8, valid_until: u8) {
         self.taken.take(token);
-        self.clients[c as usize] = Client::Holding { token, valid_until };
+        self.clients[c as usize] = Client::Holding { token, valid_until, claim: None };
     }
 }
 

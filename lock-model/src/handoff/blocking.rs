@@ -1,0 +1,173 @@
+//! Blocking delivery, the client's side: a waiter's dedicated connection (arm and `BLPOP`), the
+//! popped grant taken at once, and its claim in the background ("Blocking delivery" in the
+//! module docs of [`crate::handoff`]; the server's side is the arm and the release's push in
+//! `server.rs`).
+
+use lock_core::decisions::valid_until;
+
+use super::state::{Block, Client, State};
+use super::{Handoff, CLAIM, TTL};
+use crate::shared::belief_end;
+
+/// A step of a client's dedicated connection or of its claim of a popped grant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BlockAction {
+    /// A waiter sends its arm and `BLPOP`.
+    Arm(u8),
+    /// The server runs the arm and the `BLPOP` after it.
+    Run(u8),
+    /// The `BLPOP` ends without a grant (its timeout, or the connection closed); the client may
+    /// arm again.
+    End(u8),
+    /// The `BLPOP`'s popped grant reaches the client.
+    Answer(u8),
+    /// The connection drops with the popped grant's reply: the grant is lost to the client.
+    Drop(u8),
+    /// The server runs the claim of a popped grant and its reply arrives.
+    Claim(u8),
+    /// The server runs the claim, its reply is lost: the client sends it again.
+    ClaimReplyLost(u8),
+}
+
+impl Handoff {
+    /// What client `c`'s connection and claim can do next.
+    pub(super) fn block_actions(s: &State, c: u8, mut push: impl FnMut(BlockAction)) {
+        let i = c as usize;
+        match s.blocks[i] {
+            // A waiter arms whether or not it is the head: the model lets any waiter try.
+            Block::Idle if s.arms[i] > 0 && matches!(s.clients[i], Client::Waiting { .. }) => push(BlockAction::Arm(c)),
+            Block::Idle => {}
+            Block::Sent { .. } => push(BlockAction::Run(c)),
+            Block::Blocked { .. } => push(BlockAction::End(c)),
+            Block::Popped { .. } => {
+                push(BlockAction::Answer(c));
+                if s.net.lose > 0 {
+                    push(BlockAction::Drop(c));
+                }
+            }
+        }
+        if let Client::Holding { claim: Some(_), .. } = s.clients[i] {
+            push(BlockAction::Claim(c));
+            if s.net.lose > 0 {
+                push(BlockAction::ClaimReplyLost(c));
+            }
+        }
+    }
+
+    pub(super) fn block_step(&self, s: &mut State, action: BlockAction) {
+        match action {
+            BlockAction::Arm(c) => {
+                s.arms[c as usize] -= 1;
+                s.blocks[c as usize] = Block::Sent { t_s: s.now };
+            }
+            // The arm's reply is a hint that wakes a waiter, here as the arm runs. The grant it
+            // drained also had the release's message, with every fault of the hints: another
+            // copy of it in the network would add only states.
+            BlockAction::Run(c) => {
+                if self.arm(s, c) {
+                    if let Client::Waiting { .. } = s.clients[c as usize] {
+                        s.clients[c as usize] = Client::Attempting { t0: s.now, leaving: false };
+                    }
+                }
+            }
+            BlockAction::End(c) => s.blocks[c as usize] = Block::Idle,
+            BlockAction::Answer(c) => self.answer(s, c),
+            BlockAction::Drop(c) => {
+                s.net.lose -= 1;
+                s.blocks[c as usize] = Block::Idle;
+            }
+            BlockAction::Claim(c) => self.claim(s, c),
+            BlockAction::ClaimReplyLost(c) => {
+                s.net.lose -= 1;
+                self.acquire(s, c);
+                if let Client::Holding { claim, .. } = &mut s.clients[c as usize] {
+                    *claim = Some(s.now);
+                }
+            }
+        }
+    }
+
+    /// The popped grant reaches `c`. A waiter holds at once, from its arm's send instant for the
+    /// claim window: the push ran after the arm (which drained what came before), the arm after
+    /// that instant, so the server's provisional grant ends no sooner. It then claims, as today's
+    /// head does; an acquire already in flight is that claim. A grant whose window has passed
+    /// by then is only a hint: a later taker may hold a newer token already. A client that no
+    /// longer waits drops the grant: its abandon, or the window's end, gives it up.
+    fn answer(&self, s: &mut State, c: u8) {
+        let i = c as usize;
+        let Block::Popped { t_s, token } = s.blocks[i] else { return };
+        s.blocks[i] = Block::Idle;
+        let claim = match s.clients[i] {
+            Client::Waiting { .. } => s.now,
+            Client::Attempting { t0, leaving: false } => t0,
+            _ => return,
+        };
+        let from = if self.bugs.pop_counts_from_reply { s.now } else { t_s };
+        let until = belief_end(valid_until, from, CLAIM);
+        if until <= s.now && !self.bugs.take_lapsed_pop {
+            s.clients[i] = Client::Attempting { t0: claim, leaving: false };
+            return;
+        }
+        s.take(c, token, until);
+        s.clients[i] = Client::Holding { token, valid_until: until, claim: Some(claim) };
+    }
+
+    /// The claim of a popped grant runs (today's acquire script, the head's re-grant): a reply
+    /// with the grant's token extends the belief to a full ttl from the claim's send instant;
+    /// any other reply (the window ended first) leaves the belief at the window's end.
+    fn claim(&self, s: &mut State, c: u8) {
+        let Client::Holding { token, valid_until: until, claim: Some(sent) } = s.clients[c as usize] else { return };
+        let until = match self.acquire(s, c) {
+            Some(t) if t == token => until.max(belief_end(valid_until, sent, TTL)),
+            _ => until,
+        };
+        s.clients[c as usize] = Client::Holding { token, valid_until: until, claim: None };
+    }
+
+    /// A wait of `c` ended by its own acquire: it closes its connection, so that no later wait
+    /// of its takes that `BLPOP`'s reply (a grant of this wait's, maybe held and released since).
+    /// An arm not run yet is dropped with it: run, its mark and drain would only move a later
+    /// grant's token into a list the next arm drains.
+    pub(super) fn close_block(&self, s: &mut State, c: u8) {
+        if !self.bugs.pop_after_wait_ends {
+            s.blocks[c as usize] = Block::Idle;
+        }
+    }
+
+    /// Forgets, under blocking delivery, what no longer changes the outcome, so that equal
+    /// futures are one state: the connection of a client that is gone (closed with its process
+    /// or its wait); the marker and list of a client that will never arm again with no `BLPOP`
+    /// outstanding (a push there moves only a token no one pops); a marker past its end; an
+    /// arm's send instant whose window has passed (a pop then is a hint, whatever the instant);
+    /// the end of a belief that has passed (it only ends sooner than a claim's, which replaces
+    /// it).
+    pub(super) fn forget_blocks(&self, s: &mut State) {
+        for i in 0..s.clients.len() {
+            if s.clients[i].gone() {
+                s.blocks[i] = Block::Idle;
+                s.arms[i] = 0;
+            }
+            let never_pops = s.arms[i] == 0 && s.blocks[i] == Block::Idle;
+            if s.armed[i] <= s.now || never_pops {
+                s.armed[i] = 0;
+            }
+            if never_pops {
+                s.lists[i].clear();
+            }
+            let lapsed = |t_s: u8| if belief_end(valid_until, t_s, CLAIM) <= s.now { 0 } else { t_s };
+            s.blocks[i] = match s.blocks[i] {
+                Block::Sent { t_s } => Block::Sent { t_s: lapsed(t_s) },
+                Block::Blocked { t_s } => Block::Blocked { t_s: lapsed(t_s) },
+                Block::Popped { t_s, token } if !self.bugs.pop_counts_from_reply => {
+                    Block::Popped { t_s: lapsed(t_s), token }
+                }
+                other => other,
+            };
+            if let Client::Holding { valid_until: until, .. } = &mut s.clients[i] {
+                if *until <= s.now {
+                    *until = 0;
+                }
+            }
+        }
+    }
+}
