@@ -15,7 +15,7 @@ common::model_tests! {
         the_design_survives_forged_duplicated_lost_and_late_messages: network,
         the_design_survives_crashes_and_waiters_that_leave: processes,
         the_design_survives_a_restart_without_data: restarts,
-        the_blocking_delivery_survives_forged_duplicated_lost_and_late_messages: blocking_network,
+        the_blocking_delivery_survives_lost_replies: blocking_network,
         the_blocking_delivery_survives_crashes_and_waiters_that_leave: blocking_processes,
         the_blocking_delivery_survives_a_restart_without_data: blocking_restarts,
     }
