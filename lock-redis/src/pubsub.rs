@@ -443,8 +443,11 @@ async fn pump(
                     // A SUBSCRIBE on this connection failed: start afresh.
                     return;
                 }
-                // A cut network leaves the socket open: only an unanswered ping tells.
-                let pong: Result<Result<String, _>, _> = timeout(bound, sink.ping()).await;
+                // A cut network leaves the socket open: only an unanswered ping tells. Any answer
+                // will do: with a channel subscribed, RESP2 answers `["pong", ""]`, not a string
+                // (asked for as a `String`, every ping of a connection with a waiter failed, and
+                // the listener reconnected every SWEEP_EVERY, losing what was published meanwhile).
+                let pong: Result<Result<redis::Value, _>, _> = timeout(bound, sink.ping()).await;
                 if !matches!(pong, Ok(Ok(_))) {
                     if let Some(strong) = inner.upgrade() {
                         tracing::debug!(server = %strong.servers[index].label, "pub/sub ping failed");
@@ -525,5 +528,25 @@ mod tests {
         let other = notifier.subscribe_waiter("C").await.unwrap().unwrap();
         let quiet = timeout(Duration::from_millis(50), other.woken()).await;
         assert!(quiet.is_err(), "another waiter does not get B's wake-up");
+    }
+
+    /// A connection with a channel subscribed passes its health pings (the server answers them
+    /// `["pong", ""]` then): it is not dropped and re-made, which would wake every waiter for
+    /// nothing and lose what is published meanwhile.
+    #[tokio::test]
+    async fn a_subscribed_connection_passes_its_health_pings() {
+        let server = dlock_testkit::servers::redis::RedisServer::start_local().await.unwrap();
+        let client = redis::Client::open(server.url()).unwrap();
+        let secs = Duration::from_secs(2);
+        let notifier = Notifier::new(vec![(Endpoint::Fixed(client), "test".into())], "nt", secs, secs);
+        let a = notifier.subscribe_waiter("A").await.unwrap().unwrap();
+        timeout(Duration::from_secs(5), a.woken()).await.expect("the confirmation leaves a wake-up");
+        // The connect's own wake-up too (the listener wakes every waiter once it is connected).
+        while timeout(Duration::from_millis(200), a.woken()).await.is_ok() {}
+        let generation = || notifier.inner.servers[0].state.lock().unwrap_or_else(|e| e.into_inner()).generation;
+        let before = generation();
+        let spurious = timeout(SWEEP_EVERY * 2 + Duration::from_millis(500), a.woken()).await;
+        assert!(spurious.is_err(), "woken with nothing published: the listener reconnected");
+        assert_eq!(generation(), before, "the listener reconnected: a health ping of a subscribed connection failed");
     }
 }
