@@ -479,10 +479,11 @@ struct QueueGuard<'a> {
 impl Drop for QueueGuard<'_> {
     fn drop(&mut self) {
         let Some(mut rx) = self.rx.take() else { return };
-        let granted = rx.try_recv().is_ok();
-        drop(rx);
         let now = Instant::now();
         self.client.with_entry(self.family, self.name, |e| {
+            // Under the entry's lock, as `promote` grants: looked at before it, a grant sent in
+            // between was missed and the gone waiter held the lock for its ttl.
+            let granted = rx.try_recv().is_ok();
             e.queue.retain(|w| w.owner != self.owner);
             if granted {
                 e.holders.retain(|h| h.owner != self.owner);

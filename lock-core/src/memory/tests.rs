@@ -99,3 +99,39 @@ async fn tokens_keep_rising_after_idle_names_are_collected() {
     assert!(lock.inspect(&b).await.expect("ok").is_some(), "a held name is kept");
     held.release().await.expect("release");
 }
+
+/// A waiter dropped while a release grants it the lock: it holds it (and its dropped lease
+/// gives it back at once) or it never got it; either way the lock is free for others right
+/// after. Many races, both tasks on their own worker: the drop's clean-up once looked for a
+/// grant before taking the entry's lock, and a grant sent in between kept the lock for the
+/// gone waiter's ttl (the conformance case `dropped_wait_races_release` saw it once on a loaded
+/// machine).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_dropped_while_granted_leaves_the_lock_free() {
+    let lock = MemoryLock::new();
+    let name = LockName::new("drop-race").expect("valid");
+    let long = AcquireOptions::new(Duration::from_secs(60)).wait(Duration::from_secs(30));
+    for race in 0..3000 {
+        let held = lock.acquire(&name, &long).await.expect("the lock is free between races");
+        let waiter = tokio::spawn({
+            let (l, n, o) = (lock.client(), name.clone(), long.clone());
+            async move { l.acquire(&n, &o).await }
+        });
+        while lock.with_entry(Family::Lock, &name, |e| e.queue.is_empty()) {
+            tokio::task::yield_now().await;
+        }
+        let release = tokio::spawn(async move { held.release().await });
+        waiter.abort();
+        release.await.expect("joined").expect("released");
+        drop(waiter.await);
+        let free_by = Instant::now() + Duration::from_millis(500);
+        loop {
+            if let Some(l) = lock.try_acquire(&name, &opts()).await.expect("ok") {
+                l.release().await.expect("release");
+                break;
+            }
+            assert!(Instant::now() < free_by, "race {race}: the dropped waiter kept the lock");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+}
