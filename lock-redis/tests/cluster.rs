@@ -133,12 +133,7 @@ impl ServerControl for WholeCluster {
             redis::cmd("TIME").query_async(&mut c).await.map_err(|e| LockError::backend("test", e))?;
         let quiet_ms = u64::try_from(fx.options.quiet_period().as_millis()).unwrap_or(u64::MAX);
         let until = (secs * 1000 + micros / 1000).saturating_add(quiet_ms);
-        fx.set_markers(&until.to_string(), true).await?;
-        // As after a resume: the next case asks for a replica's acknowledgement of its first
-        // grant (`kinds_server_pause` was refused "0 of 1 replicas acknowledged" right after
-        // `fault_restart_quiet_period` restarted the cluster and returned before the replicas
-        // had synced).
-        self.0.wait_healthy().await
+        fx.set_markers(&until.to_string(), true).await
     }
 
     /// A resume returns once every node is back and every replica in sync (as `start` does):

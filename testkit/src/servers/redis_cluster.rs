@@ -294,9 +294,9 @@ impl RedisCluster {
         }
     }
 
-    /// Starts every killed node again (empty, with their `nodes.conf`) and waits until every
-    /// node reports `cluster_state:ok` (replicas may still be syncing: callers that need them wait
-    /// with `wait_healthy`).
+    /// Starts every killed node again (empty, with their `nodes.conf`) and waits until the
+    /// cluster is healthy as after `start` (`wait_healthy`: every replica in sync, since grants
+    /// that ask a replica's acknowledgement fail until then).
     pub async fn restart_all(&self) -> Result<(), LockError> {
         for (i, (_, child)) in self.nodes.iter().enumerate() {
             if child.pid().is_none() {
@@ -306,7 +306,7 @@ impl RedisCluster {
         for addr in &self.own {
             wait_for_port(*addr, Duration::from_secs(10)).await?;
         }
-        self.wait_until("every node reports cluster_state:ok", || self.all_ok()).await
+        self.wait_healthy().await
     }
 
     /// SIGKILLs the master of `slot` and waits until its replica took the slot over
