@@ -50,8 +50,9 @@ pub use crate::provider::EveryKind;
 pub use crate::queue::{AcquireClock, QueueKind, QueueLock, Stop};
 /// The one-entry-per-name machinery: the store trait, its attempt, and the lock it becomes.
 pub use crate::store::{Claim, LeaseStore, StoreLock, TryLock};
-/// Release hints for waiters: one hub per connection, one subscription per waiting name.
-pub use crate::wake::{WakeHub, WakeSubscription};
+/// Release hints for waiters: one hub per connection, one subscription per waiting name, and a
+/// wait's own channel for grants the server pushes to it alone.
+pub use crate::wake::{PushSender, PushedGrant, WakeHub, WakeSubscription};
 /// The attribute the store and lock traits are written with, so a backend needs no own
 /// `async-trait` dependency to implement them.
 pub use async_trait::async_trait;

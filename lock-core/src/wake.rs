@@ -6,12 +6,13 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use tokio::sync::Notify;
+use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
 use crate::changes::ChangeSignal;
-use crate::ChangeFeed;
+use crate::{ChangeFeed, FencingToken};
 
 /// Reference-counted per-key notifiers.
 #[derive(Default, Clone)]
@@ -64,7 +65,7 @@ impl WakeHub {
             entry.0.notify_one();
         }
         let notify = Arc::clone(&entry.0);
-        WakeSubscription { notify, hub: self.clone(), key: key.to_owned(), live_since: map.live_since }
+        WakeSubscription { notify, hub: self.clone(), key: key.to_owned(), live_since: map.live_since, pushed: None }
     }
 
     /// Declares that every wake-up sent from `since` on reaches this hub, and that its feeder
@@ -153,18 +154,85 @@ impl WakeHub {
     }
 }
 
+/// A grant the server pushed to one wait alone, over a channel of that wait's own that no
+/// other client can write to (Redis's blocking delivery: the release pushes the token onto a
+/// list the waiter blocks on). Unlike a hint it is taken without another request: the wait
+/// returns a lease with this token at once, believed for `window` from `armed_at`, and the
+/// lease's first renewal, sent at once, is the claim that confirms it for a whole ttl
+/// ([`LeaseGrant::provisional`](crate::backend::LeaseGrant::provisional)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PushedGrant {
+    /// The grant's fencing token, as the server issued it.
+    pub token: FencingToken,
+    /// The instant before the request that armed the delivery was sent: the server ran it, and
+    /// so granted, after this instant.
+    pub armed_at: Instant,
+    /// How long the server's grant lasts at least, counted from when it was made, unless the
+    /// waiter claims it (the claim window).
+    pub window: Duration,
+}
+
+impl PushedGrant {
+    /// A pushed grant (see the type's docs for each field).
+    pub fn new(token: FencingToken, armed_at: Instant, window: Duration) -> Self {
+        PushedGrant { token, armed_at, window }
+    }
+}
+
+/// The sending side of a wait's pushed grants ([`WakeSubscription::with_pushes`]): `Some`, a
+/// grant; `None`, a hint (the wait attempts at once). Closed once the wait ends.
+pub type PushSender = mpsc::UnboundedSender<Option<PushedGrant>>;
+
 /// Interest in one key; dropping it unsubscribes.
 pub struct WakeSubscription {
     notify: Arc<Notify>,
     hub: WakeHub,
     key: String,
     live_since: Option<Instant>,
+    /// The wait's own delivery channel, if the backend gave it one; `None` inside once closed.
+    pushed: Option<tokio::sync::Mutex<Option<mpsc::UnboundedReceiver<Option<PushedGrant>>>>>,
 }
 
 impl WakeSubscription {
     /// Resolves at the next wake-up hint for this key.
     pub async fn woken(&self) {
         self.notify.notified().await
+    }
+
+    /// Gives this wait a delivery channel of its own besides the hub's hints: what the backend
+    /// sends on the returned sender reaches only this subscription, and the sender sees the
+    /// channel closed once the subscription is dropped (the wait ended).
+    pub fn with_pushes(mut self) -> (Self, PushSender) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.pushed = Some(tokio::sync::Mutex::new(Some(rx)));
+        (self, tx)
+    }
+
+    /// The next wake-up hint (`None`) or pushed grant (`Some`) for this wait.
+    pub(crate) async fn next(&self) -> Option<PushedGrant> {
+        let Some(pushed) = &self.pushed else {
+            self.woken().await;
+            return None;
+        };
+        let mut rx = pushed.lock().await;
+        let Some(feed) = rx.as_mut() else {
+            drop(rx);
+            self.woken().await;
+            return None;
+        };
+        tokio::select! {
+            () = self.notify.notified() => None,
+            item = feed.recv() => match item {
+                Some(item) => item,
+                // The backend's delivery ended: hints only from now on (a wake-up, so the wait
+                // attempts once rather than miss what that delivery would have brought).
+                None => {
+                    *rx = None;
+                    None
+                }
+            },
+        }
     }
 
     /// Since when every hint for this key reaches this subscription: a backend sets it when the

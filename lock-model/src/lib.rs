@@ -29,9 +29,9 @@
 //!   model; time is abstract ticks with the server's and the clients' clocks at the same rate
 //!   (the code's `drift` margin covers a bounded rate difference, not modelled). Its server steps
 //!   are compared with the real scripts on a real Redis by the differential test
-//!   (`tests/redis_differential.rs`). A switch of the same model checks a design not built: the
-//!   grant pushed to a head blocked in `BLPOP`, without the claim's round trip
-//!   (`handoff::Delivery::Blocking`).
+//!   (`tests/redis_differential.rs`). A switch of the same model checks the design lock-redis runs by
+//!   default since: the grant pushed to a head blocked in `BLPOP`, without the claim's round
+//!   trip (`handoff::Delivery::Blocking`; lock-redis `blocking.rs`).
 //! - [`zk`]: the ZooKeeper recipe (ephemeral sequential nodes, predecessor watches) with the
 //!   session as the lease: expiry decided by the leader from its followers' ping answers, a
 //!   follower cut off, a client's link that stalls, and the client's validity rule and the

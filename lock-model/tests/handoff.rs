@@ -1,6 +1,6 @@
 //! The hand-off model: the design holds every property within the bounds, and each known
 //! design error, switched back on, gives a counterexample for the property it breaks; the same
-//! for the blocking delivery (designed, not built: `Handoff::blocking_network` and the others).
+//! for the blocking delivery (lock-redis `blocking.rs`: `Handoff::blocking_network` and the others).
 //!
 //! `DLOCK_MODEL_DEEP=1` also explores the longer bounds of [`Handoff::deep`] (minutes).
 

@@ -43,7 +43,7 @@ pub(crate) enum Needs {
 /// (`crate::scripts::waiters`).
 pub(crate) const EXCLUSIVE_ACL: &str = "+evalsha +script|load +ping +subscribe +unsubscribe +publish +hget +hmget \
                                         +hset +pexpire +pttl +time +incr +get +set +del +zadd +zrange +zrangebyscore \
-                                        +zscore +zrem +zcard +hdel +exists";
+                                        +zscore +zrem +zcard +hdel +exists +rpush +blpop";
 /// What read-write locks and semaphores need on top of [`EXCLUSIVE_ACL`]: `zrank` and `zcount`
 /// place a waiter and count the readers at the head of the kinds' queues.
 pub(crate) const KINDS_ACL: &str = "+zremrangebyscore +zrank +zcount";
@@ -82,6 +82,8 @@ fn commands(prefix: &str, db: i64, needs: Needs) -> Vec<Vec<String>> {
         k("zcard", &[]),
         k("hdel", &["x"]),
         k("exists", &[]),
+        k("rpush", &["x"]),
+        k("blpop", &["1"]),
     ];
     if needs == Needs::Kinds {
         out.extend([k("zremrangebyscore", &["-inf", "1"]), k("zrank", &["x"]), k("zcount", &["-inf", "1"])]);

@@ -15,6 +15,10 @@
 //! shortest path after the free one (`HMGET` of owner, lease end and token, `TIME`, `HSET` of the
 //! new lease end).
 //!
+//! A head armed for blocking delivery (`crate::blocking`) gets the token pushed onto a list of its
+//! own instead of the message, and holds at once for the claim window from its arm's send; its
+//! lease's first renewal is then the claim (`ClaimPushed`, checked against owner and token).
+//!
 //! ## The bound on an untaken grant
 //!
 //! The release grants the head the lease for the claim window only, [`CLAIM_MS`] (at most the

@@ -2,6 +2,7 @@
 
 mod acl;
 mod backend;
+mod blocking;
 mod boot;
 mod cluster;
 mod conn;

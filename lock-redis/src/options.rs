@@ -84,6 +84,13 @@ pub struct RedisOptions {
     /// queue's work per attempt does not grow with its length, its memory does (about 450 bytes
     /// per waiter). Every client of a name should agree on it. At least 1. Default 10,000.
     pub max_waiters: u32,
+    /// A release hands the lock to a waiting `acquire` of this client by pushing the grant onto a
+    /// list that wait blocks on (`BLPOP` on a connection of its own), so the waiter holds one
+    /// round trip sooner than when it is woken and claims (the crate docs, "Blocking delivery").
+    /// Single server and Sentinel, without `min_replicas_ack`; a Cluster always wakes. Costs one
+    /// connection per waiting `acquire` (idle ones are reused) and `+rpush +blpop` in the ACL.
+    /// Default `true`.
+    pub blocking_handoff: bool,
 }
 
 impl Default for RedisOptions {
@@ -100,6 +107,7 @@ impl Default for RedisOptions {
             cluster_node_map: BTreeMap::new(),
             max_clock_offset: DEFAULT_MAX_CLOCK_OFFSET,
             max_waiters: DEFAULT_MAX_WAITERS,
+            blocking_handoff: true,
         }
     }
 }

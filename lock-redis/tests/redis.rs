@@ -99,6 +99,8 @@ mod redis_extra {
         "+zcard",
         "+hdel",
         "+exists",
+        "+rpush",
+        "+blpop",
     ];
 
     /// What the read-write lock and the semaphore need beyond [`LEAST_EXCLUSIVE`].

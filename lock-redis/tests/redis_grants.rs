@@ -64,10 +64,12 @@ struct Proxied {
     behind_owner: String,
 }
 
-/// The set-up of `case` on the lock `name`: `None`, said as not applicable, when the server has
+/// The set-up of `case` on the lock `name`, the waiter behind the proxy with blocking delivery
+/// or not (then armed before this returns): `None`, said as not applicable, when the server has
 /// no address to proxy.
-async fn proxied(case: &str, name: &str) -> Option<Proxied> {
-    let fx = RedisFixture::start().await.unwrap();
+async fn proxied(case: &str, name: &str, blocking: bool) -> Option<Proxied> {
+    let mut fx = RedisFixture::start().await.unwrap();
+    fx.options.blocking_handoff = blocking;
     let Some(addr) = fx.server.addr() else {
         eprintln!("NOT APPLICABLE {case}: no address to proxy");
         return None;
@@ -81,7 +83,23 @@ async fn proxied(case: &str, name: &str) -> Option<Proxied> {
     let held = direct.0.acquire(&name, &opts(Duration::from_secs(5))).await.unwrap();
     let behind = wait_in_task(behind, &name);
     let (behind_owner, _, _) = queued_head(&mut raw, &queue).await;
+    if blocking {
+        armed(&mut raw, &fx.key(&name.escaped(), "armed"), &behind_owner).await;
+    }
     Some(Proxied { fx, proxy, raw, direct, name, queue, held, behind, behind_owner })
+}
+
+/// Waits until `owner` is armed for blocking delivery (its mark in `armed`), up to 5 s.
+async fn armed(c: &mut redis::aio::MultiplexedConnection, armed: &str, owner: &str) {
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let mark: Option<String> = redis::cmd("HGET").arg(armed).arg(owner).query_async(c).await.unwrap();
+        if mark.is_some() {
+            return;
+        }
+        assert!(Instant::now() < until, "{owner} never armed");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 /// `lock` waits up to 30 s for `name`, in a task of its own.
@@ -196,7 +214,7 @@ async fn a_forged_grant_from_a_read_only_user_grants_nothing() {
 #[tokio::test]
 async fn a_late_and_replayed_genuine_grant_grants_nothing() {
     let Some(Proxied { fx, proxy, raw: mut c, direct: (a, b), name, queue, held: held_a, behind: mut w, .. }) =
-        proxied("a_late_and_replayed_genuine_grant_grants_nothing", "late").await
+        proxied("a_late_and_replayed_genuine_grant_grants_nothing", "late", false).await
     else {
         return;
     };
@@ -225,13 +243,42 @@ async fn a_late_and_replayed_genuine_grant_grants_nothing() {
     handed_on(held_b, w, &b, &name).await.release().await.unwrap();
 }
 
+/// A grant pushed to an armed waiter (blocking delivery) whose delivery is held back on the
+/// waiter's link until the grant's claim window has passed and another client took the lock:
+/// the late token is a hint, and the waiter keeps waiting while that client holds (taken, it
+/// would be a second holder, with a token below the holder's).
+#[tokio::test]
+async fn a_late_push_grants_nothing() {
+    let Some(Proxied { fx: _server, proxy, direct: (a, b), name, held: held_a, behind: mut w, .. }) =
+        proxied("a_late_push_grants_nothing", "late-push", true).await
+    else {
+        return;
+    };
+    proxy.set_partitioned(true).await;
+    held_a.release().await.unwrap();
+    // The push is on the waiter's held-back link; the grant lapses after the claim window.
+    let held_b = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            if let Some(l) = b.try_acquire(&name, &opts(Duration::ZERO)).await.unwrap() {
+                return l;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the unclaimed grant lapsed");
+    proxy.set_partitioned(false).await;
+    still_waiting(&mut w, &held_b, &b, "the late push").await;
+    handed_on(held_b, w, &a, &name).await.release().await.unwrap();
+}
+
 /// A head granted in the release whose client is gone (cut off, its wait dropped, so nothing
 /// reaches the server any more) holds the lock for the claim window only: the waiter behind it
 /// gets the lock well within the ttl.
 #[tokio::test]
 async fn a_grant_to_a_vanished_head_lapses_within_the_claim_window() {
     let Some(Proxied { fx, proxy, raw: mut c, direct: (_a, next), name, queue, held, behind: head, behind_owner }) =
-        proxied("a_grant_to_a_vanished_head_lapses_within_the_claim_window", "ghost").await
+        proxied("a_grant_to_a_vanished_head_lapses_within_the_claim_window", "ghost", true).await
     else {
         return;
     };
@@ -357,4 +404,47 @@ async fn cancelled_waiters_leave_a_free_lock_free() {
     let took = free_after(&fresh, &name, released, "the free lock stayed unavailable").await;
     eprintln!("free for a fresh try {took:?} after the release");
     assert!(took < Duration::from_millis(700), "free for a fresh try only {took:?} after the release");
+}
+
+/// Blocking delivery (the crate's `blocking.rs`): a waiter armed on its own connection is handed
+/// the lock by the release's push, with no hint published on its wake channel, holds it with the
+/// grant's token, and its claim extends the lease to a whole ttl. With `blocking_handoff` off,
+/// the same hand-off goes by the hint.
+#[tokio::test]
+async fn a_release_pushes_the_grant_to_an_armed_waiter() {
+    for blocking in [true, false] {
+        let mut fx = RedisFixture::start().await.unwrap();
+        fx.options.blocking_handoff = blocking;
+        let (a, waiter) = (fx.redis_client().await.unwrap(), fx.redis_client().await.unwrap());
+        let mut c = raw(fx.server.url()).await;
+        let name = LockName::new("pushed").unwrap();
+        let (queue, armed) = (fx.key(&name.escaped(), "waiters"), fx.key(&name.escaped(), "armed"));
+        let held = a.acquire(&name, &opts(Duration::from_secs(5))).await.unwrap();
+        let w = wait_in_task(waiter, &name);
+        let (owner, _, wake) = queued_head(&mut c, &queue).await;
+        let mut hints = redis::Client::open(fx.server.url()).unwrap().get_async_pubsub().await.unwrap();
+        hints.subscribe(&wake).await.unwrap();
+        if blocking {
+            self::armed(&mut c, &armed, &owner).await;
+        }
+        held.release().await.unwrap();
+        let lease = tokio::time::timeout(Duration::from_secs(5), w).await.expect("handed over").unwrap().unwrap();
+        let fence: u64 =
+            redis::cmd("HGET").arg(fx.key(&name.escaped(), "lock")).arg("f").query_async(&mut c).await.unwrap();
+        assert_eq!(lease.token().0, fence, "the server's token");
+        let mut messages = hints.on_message();
+        let heard = tokio::time::timeout(Duration::from_millis(300), messages.next()).await;
+        let hint = heard.ok().flatten().map(|m| m.get_payload::<String>().unwrap());
+        if blocking {
+            assert_eq!(hint, None, "pushed, not hinted");
+        } else {
+            assert_eq!(hint, Some(format!("@{owner}")), "hinted");
+        }
+        let claimed = Instant::now() + Duration::from_secs(2);
+        while lease.valid_until() < tokio::time::Instant::now() + TTL / 2 {
+            assert!(Instant::now() < claimed, "the lease was never claimed for its ttl");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        lease.release().await.unwrap();
+    }
 }

@@ -48,8 +48,16 @@ impl Lease {
     /// (renewal when `options.auto_renew`, and in every case the loss timer at `valid_until`).
     pub fn new(grant: LeaseGrant, options: &AcquireOptions) -> Lease {
         let started = grant.started;
+        let provisional = grant.provisional.is_some();
         let shared = Arc::new(Shared::new(grant, options));
         let runtime = tokio::runtime::Handle::try_current().ok();
+        // A provisional grant's first renewal is its claim: the watchdog sends it at once (its
+        // validity is shorter than a renewal's cadence assumes), unless it renews nothing, or
+        // stops at `max_hold` (then a task of its own claims too; a second claim is harmless).
+        let watchdog_claims = options.auto_renew && options.max_hold.is_none();
+        if let (true, false, Some(rt)) = (provisional, watchdog_claims, &runtime) {
+            rt.spawn(claim(Arc::clone(&shared)));
+        }
         let ticket = runtime.as_ref().and_then(|rt| {
             let renew_every = options.auto_renew.then(|| options.renew_interval());
             let hold_until = options.max_hold.and_then(|m| started.checked_add(m));
@@ -128,6 +136,22 @@ impl Lease {
             // Moved to a task if this future is dropped mid-request (release::Detached).
             Some(rt) => release::Detached::new(release::release_once(shared).instrument(span), rt).await,
             None => release::release_once(shared).instrument(span).await,
+        }
+    }
+}
+
+/// The claim of a provisional grant ([`LeaseGrant::provisional`]) when the watchdog does not
+/// send it: its first renewal, at once, and again after a failure while the grant's window
+/// lasts. A loss, a release or the window's end stop it (the watchdog then tells of the loss).
+async fn claim(shared: Arc<Shared>) {
+    let mut pause = Duration::from_millis(5);
+    while !shared.is_over() && Instant::now() < shared.valid_until() {
+        match renew_once(&shared).await {
+            Ok(()) | Err(LockError::Lost { .. }) => return,
+            Err(_) => {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(100));
+            }
         }
     }
 }

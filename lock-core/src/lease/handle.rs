@@ -77,6 +77,9 @@ pub struct LeaseGrant {
     /// Added to the options' drift allowance ([`Capabilities::max_clock_offset`](crate::Capabilities::max_clock_offset));
     /// zero unless set with [`LeaseGrant::with_clock_offset`].
     pub max_clock_offset: Duration,
+    /// Set with [`LeaseGrant::provisional`]: the server's grant lasts this long from `started`
+    /// until the lease's first renewal claims it.
+    pub provisional: Option<Duration>,
 }
 
 impl LeaseGrant {
@@ -88,7 +91,18 @@ impl LeaseGrant {
         started: Instant,
         handle: Arc<dyn LeaseHandle>,
     ) -> Self {
-        LeaseGrant { name, token, owner, started, handle, max_clock_offset: Duration::ZERO }
+        LeaseGrant { name, token, owner, started, handle, max_clock_offset: Duration::ZERO, provisional: None }
+    }
+
+    /// A grant the server made for `window` only (a grant pushed to a waiter, which it has yet
+    /// to claim): the lease is valid until `started + min(window, ttl) − drift`, and its first
+    /// renewal, which the lease sends at once (and again while it fails and the window lasts),
+    /// is the claim; once answered, the lease counts a whole ttl from that renewal's send. The
+    /// handle's renew answers that first renewal (`NotOwner` when the grant was not this
+    /// lease's any more).
+    pub fn provisional(mut self, window: Duration) -> Self {
+        self.provisional = Some(window);
+        self
     }
 
     /// Shortens the lease's validity by `offset` beyond the drift allowance: the servers'

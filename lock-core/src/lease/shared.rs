@@ -61,11 +61,13 @@ pub fn valid_until(sent: Instant, ttl: Duration, drift: Duration) -> Option<Inst
 }
 
 impl Shared {
-    /// The state of a fresh grant: valid until `t0 + ttl − drift`, where the drift allowance
-    /// includes the grant's clock offset.
+    /// The state of a fresh grant: valid until `t0 + ttl − drift` (a provisional grant's:
+    /// `t0 + min(window, ttl) − drift`), where the drift allowance includes the grant's clock
+    /// offset.
     pub(super) fn new(grant: LeaseGrant, options: &AcquireOptions) -> Shared {
         let drift = options.drift().saturating_add(grant.max_clock_offset);
-        let valid_until = valid_until(grant.started, options.ttl, drift).unwrap_or(grant.started);
+        let first = grant.provisional.map_or(options.ttl, |window| window.min(options.ttl));
+        let valid_until = valid_until(grant.started, first, drift).unwrap_or(grant.started);
         Shared {
             name: grant.name,
             token: grant.token,

@@ -41,6 +41,33 @@ pub trait LeaseStore: Send + Sync + 'static {
         futures::future::join_all(leases.iter().map(|(name, owner)| self.renew(name, *owner, ttl))).await
     }
 
+    /// Claims a grant the server pushed to `owner`'s wait ([`PushedGrant`](crate::backend::PushedGrant)):
+    /// extends it to `now + ttl` only if `owner` holds it with `token`. It must never grant
+    /// anew: the lease may have been released before this claim arrives, and then it must
+    /// change nothing. By default a single try (the owner's own lease is re-granted with its
+    /// token) compared with `token`; a try that granted anew (the window had ended and the lock
+    /// was free) is released at once, since its token may be below one issued in between. A
+    /// store that pushes grants overrides it with one owner- and token-checked renewal.
+    async fn claim(
+        &self,
+        name: &LockName,
+        owner: OwnerId,
+        token: FencingToken,
+        ttl: Duration,
+    ) -> Result<RenewOutcome, LockError> {
+        match self.try_lock(&Claim::new(name, owner, ttl), false).await? {
+            TryLock::Acquired { token: t } if t == token => Ok(RenewOutcome::Renewed),
+            TryLock::Acquired { token: other } => {
+                tracing::debug!(lock = %name, pushed = token.0, other = other.0, "a claim was granted anew; releasing that grant");
+                if let Err(e) = self.release(name, owner).await {
+                    tracing::warn!(lock = %name, error = %e, "could not release a grant a late claim made; it ends with its ttl");
+                }
+                Ok(RenewOutcome::NotOwner)
+            }
+            TryLock::Held { .. } | TryLock::Quiet { .. } => Ok(RenewOutcome::NotOwner),
+        }
+    }
+
     /// Free the lock if `owner` still holds it, and wake waiters.
     async fn release(&self, name: &LockName, owner: OwnerId) -> Result<ReleaseOutcome, LockError>;
 

@@ -10,11 +10,11 @@ use tokio::time::{timeout, Instant};
 
 use super::attempt::{attempt, no_answer};
 use super::claim::{Claim, TryLock};
-use super::handle::StoreLeaseHandle;
+use super::handle::{Pushed, StoreLeaseHandle};
 use super::lease_store::LeaseStore;
 use super::pending::PendingRelease;
 use super::renewals::Renewals;
-use super::wait::Wait;
+use super::wait::{Granted, Wait};
 use crate::audit::audited_force_release;
 use crate::lease::LeaseGrant;
 use crate::{
@@ -50,23 +50,23 @@ impl<S: LeaseStore> StoreLock<S> {
         &self.store
     }
 
-    fn lease(
-        &self,
-        name: &LockName,
-        owner: OwnerId,
-        token: FencingToken,
-        started: Instant,
-        opts: &AcquireOptions,
-    ) -> Lease {
+    /// The lease of a grant to `owner`: `grant.window`, a grant pushed to the wait, believed for
+    /// that window until the lease's first renewal claims it (`handle.rs`).
+    fn lease(&self, name: &LockName, owner: OwnerId, grant: Granted, opts: &AcquireOptions) -> Lease {
+        let claim = grant.window.map(|_| std::sync::Mutex::new(Pushed::Unclaimed(grant.token)));
         let handle = Arc::new(StoreLeaseHandle {
             store: Arc::clone(&self.store),
             renewals: Arc::clone(&self.renewals),
             name: name.clone(),
             owner,
+            claim,
         });
-        let grant = LeaseGrant::new(name.clone(), token, owner, started, handle)
+        let mut lease_grant = LeaseGrant::new(name.clone(), grant.token, owner, grant.started, handle)
             .with_clock_offset(self.store.capabilities().max_clock_offset);
-        Lease::new(grant, opts)
+        if let Some(window) = grant.window {
+            lease_grant = lease_grant.provisional(window);
+        }
+        Lease::new(lease_grant, opts)
     }
 }
 
@@ -105,7 +105,7 @@ impl<S: LeaseStore> DistributedLock for StoreLock<S> {
         match result {
             Ok(TryLock::Acquired { token }) => {
                 pending.armed = false;
-                Ok(Some(self.lease(name, owner, token, started, opts)))
+                Ok(Some(self.lease(name, owner, Granted { token, started, window: None }, opts)))
             }
             Ok(TryLock::Held { .. } | TryLock::Quiet { .. }) => {
                 pending.armed = false;
@@ -131,7 +131,7 @@ impl<S: LeaseStore> DistributedLock for StoreLock<S> {
         let result = Wait::new(&self.store, claim, opts, &mut pending)
             .run()
             .await
-            .map(|(token, started)| self.lease(name, owner, token, started, opts));
+            .map(|granted| self.lease(name, owner, granted, opts));
         if matches!(result, Err(LockError::Timeout { .. })) && pending.waiting {
             // Withdraw what the wait left behind (a queue place) before answering, so the
             // caller's next step never finds its own stale place ahead of it. The server just

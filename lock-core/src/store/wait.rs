@@ -1,6 +1,8 @@
 //! The wait of [`StoreLock::acquire`](super::StoreLock): attempts until granted, the deadline,
 //! or an error that is not retried; between attempts it sleeps on release hints or polls with
-//! back-off, never longer than the holder's remaining lease (docs/contract.md §4).
+//! back-off, never longer than the holder's remaining lease (docs/contract.md §4). A grant the
+//! server pushed to this wait alone ([`PushedGrant`]) ends it without another attempt, while
+//! its window lasts (a lapsed one is a hint).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +15,8 @@ use super::lease_store::LeaseStore;
 use super::pending::PendingRelease;
 use crate::backoff::Backoff;
 use crate::deadline::Deadline;
-use crate::wake::WakeSubscription;
+use crate::lease::valid_until;
+use crate::wake::{PushedGrant, WakeSubscription};
 use crate::{AcquireOptions, FencingToken, LockError};
 
 /// The first (and shortest) poll interval, the one a newcomer uses.
@@ -62,6 +65,17 @@ pub(super) struct Wait<'a, S: LeaseStore> {
     first: bool,
 }
 
+/// How a wait ended with the lock.
+pub(super) struct Granted {
+    /// The grant's token.
+    pub(super) token: FencingToken,
+    /// The instant the request the server granted after was sent (an attempt, or the arming of a
+    /// pushed grant's delivery).
+    pub(super) started: Instant,
+    /// A pushed grant: how long it lasts from `started` until it is claimed.
+    pub(super) window: Option<Duration>,
+}
+
 /// What a turn of the wait leads to.
 enum Next {
     /// The lock was granted with this token to the attempt sent at this instant.
@@ -96,18 +110,39 @@ impl<'a, S: LeaseStore> Wait<'a, S> {
         }
     }
 
-    /// Waits until granted: the token and the instant its attempt was sent.
-    pub(super) async fn run(mut self) -> Result<(FencingToken, Instant), LockError> {
+    /// Waits until granted.
+    pub(super) async fn run(mut self) -> Result<Granted, LockError> {
         loop {
             match self.turn().await? {
-                Next::Granted(token, started) => return Ok((token, started)),
+                Next::Granted(token, started) => return Ok(Granted { token, started, window: None }),
                 Next::Again => continue,
                 Next::Sleep(remaining) => {
                     self.error_backoff.reset(FIRST_ERROR_PAUSE);
-                    self.sleep(remaining).await?;
+                    if let Some(granted) = self.sleep(remaining).await?.and_then(|p| self.take(p)) {
+                        return Ok(granted);
+                    }
                 }
             }
         }
+    }
+
+    /// A grant pushed to this wait: taken while the window the server gave it lasts from the
+    /// instant its delivery was armed (`armed_at`: the server granted after that), less the
+    /// drift allowance, as any lease; `None` once that has passed, and the wait attempts (a hint):
+    /// a later taker may hold the lock with a newer token by then.
+    fn take(&mut self, pushed: PushedGrant) -> Option<Granted> {
+        let window = pushed.window.min(self.opts.ttl);
+        let drift = self.opts.drift().saturating_add(self.store.capabilities().max_clock_offset);
+        let believed = valid_until(pushed.armed_at, window, drift)?;
+        if believed <= Instant::now() {
+            tracing::debug!(lock = %self.claim.name, token = pushed.token.0, "pushed grant arrived after its window; attempting");
+            return None;
+        }
+        // The grant took this wait's queue place: nothing of the wait is left to withdraw.
+        self.pending.armed = false;
+        self.pending.waiting = false;
+        tracing::debug!(token = pushed.token.0, "acquired (pushed grant)");
+        Some(Granted { token: pushed.token, started: pushed.armed_at, window: Some(window) })
     }
 
     /// One attempt and what its answer means.
@@ -194,9 +229,9 @@ impl<'a, S: LeaseStore> Wait<'a, S> {
         Ok(Next::Again)
     }
 
-    /// Sleeps until a release hint, the next poll, or the holder's lease ends (it may vanish
-    /// without a word); `Timeout` when the deadline has passed.
-    async fn sleep(&mut self, remaining: Option<Duration>) -> Result<(), LockError> {
+    /// Sleeps until a release hint, a pushed grant (returned), the next poll, or the holder's
+    /// lease ends (it may vanish without a word); `Timeout` when the deadline has passed.
+    async fn sleep(&mut self, remaining: Option<Duration>) -> Result<Option<PushedGrant>, LockError> {
         let now = Instant::now();
         if self.deadline.passed(now) {
             return Err(self.deadline.timeout(self.claim.name));
@@ -207,7 +242,10 @@ impl<'a, S: LeaseStore> Wait<'a, S> {
             Some(sub) => {
                 let fallback = until_expiry.min(self.max_poll.saturating_mul(4)).min(left);
                 tokio::select! {
-                    _ = sub.woken() => self.backoff.reset(MIN_POLL),
+                    pushed = sub.next() => {
+                        self.backoff.reset(MIN_POLL);
+                        return Ok(pushed);
+                    }
                     _ = tokio::time::sleep(fallback) => {}
                 }
             }
@@ -217,7 +255,7 @@ impl<'a, S: LeaseStore> Wait<'a, S> {
                 tokio::time::sleep(nap).await;
             }
         }
-        Ok(())
+        Ok(None)
     }
 
     /// Subscribes to release hints; `None` (poll) when the backend has none or the subscription fails.

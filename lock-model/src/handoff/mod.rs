@@ -46,10 +46,15 @@
 //! code's `drift` margin is what covers a bounded rate difference). The server steps are checked
 //! against the real scripts by the differential test (`tests/redis_differential.rs`).
 //!
-//! ## Blocking delivery (designed, not built)
+//! ## Blocking delivery (built: lock-redis `blocking.rs`)
 //! [`Delivery::Blocking`] switches the model to a design that takes the claim's round trip off
 //! the hand-off's critical path (`BENCHMARKS.md`, the Redis hand-off against its baseline);
-//! [`Delivery::Hint`], the default, is the protocol above, which lock-redis runs.
+//! [`Delivery::Hint`], the default here, is the protocol above, which lock-redis runs where
+//! blocking delivery is off (a Cluster, `min_replicas_ack`, `blocking_handoff = false`).
+//! lock-redis differs from this switch in three ways, each of which only removes behaviours:
+//! a release that pushes sends no message; the arm marks only a queued owner whose entry takes
+//! grants (else it answers at once); and the claim is the renew script checked against owner
+//! and token, which never grants anew (so a release need not wait for it).
 //! - A waiter keeps a dedicated connection and sends on it, at its instant `t_s`, an **arm**
 //!   script and `BLPOP <its grant list> <timeout>`, back to back. The server runs the arm, then
 //!   the `BLPOP`: the arm marks the waiter armed for [`BLOCK`] ticks and **drains** its list (a
@@ -140,7 +145,7 @@ pub enum Delivery {
     /// Today's: a hint message; the head's acquire claims the grant (the module docs).
     #[default]
     Hint,
-    /// Designed, not built: the head blocks in `BLPOP` on a list of its own and the release
+    /// lock-redis's default (`blocking.rs`): the head blocks in `BLPOP` on a list of its own and the release
     /// pushes the grant there ("Blocking delivery" in the module docs).
     Blocking {
         /// Arm-and-`BLPOP` requests each client may send in one run (a `BLPOP` that ended

@@ -93,7 +93,8 @@ script_call! {
 }
 
 /// Single instance acquire. KEYS: the name's hash ([`super::lease`]), boot marker, and the
-/// queue's keys: waiters, waiter ends, waiter entries ([`super::waiters`]). ARGV: owner, ttl ms,
+/// queue's keys: waiters, waiter ends, waiter entries ([`super::waiters`]), blocking delivery
+/// marks (`crate::blocking`). ARGV: owner, ttl ms,
 /// holder id (`''`: none), metadata (`'+'` followed by it; `''`: none), the hash's expiry ms
 /// (`'0'`: none), channel (the first six as `TRY_SRC`'s), quiet ms, registration ms (`'0'`: a
 /// single try, which does not queue), reserve ms, the caller's wake channel (`''`: woken on
@@ -124,7 +125,7 @@ local queued = redis.call('ZCARD', KEYS[3]) > 0
     lease_hash_lua!(),
     waiters_lua!(),
     r#"
-local Q = {order = KEYS[3], ends = KEYS[4], data = KEYS[5]}
+local Q = {order = KEYS[3], ends = KEYS[4], data = KEYS[5], armed = KEYS[6]}
 local function grant()
   redis.call('PUBLISH', ARGV[6], '+')
   local token = grant_hash(KEYS[1], ARGV[1], ARGV[2], t, ARGV[5])
@@ -200,7 +201,7 @@ script_call! {
         max_waiters: u32,
     }
     marker marker;
-    keys [&keys.lock, marker, &keys.waiters, &keys.waiter_ends, &keys.waiter_entries]
+    keys [&keys.lock, marker, &keys.waiters, &keys.waiter_ends, &keys.waiter_entries, &keys.armed]
     args [
         owner, ttl_ms, holder, metadata, fence_ms, &keys.channel, quiet_ms, registration_ms, reserve_ms, wake, grant,
         max_waiters,
@@ -210,12 +211,14 @@ script_call! {
 /// Owner-checked renew. KEYS: the lease. ARGV: owner, ttl ms, and how the lease ends: `'px'`, a
 /// lease hash with its own `PX` (the read-write lock's writer, a Redlock master's lease), else
 /// the name's hash of a single instance exclusive lock ([`super::lease`]), whose lease end moves
-/// and which expires after that many ms (`'0'`: never). Returns 1 renewed, 0 not ours (or its
-/// lease ended).
+/// and which expires after that many ms (`'0'`: never); optionally the token the lease must have
+/// (the claim of a pushed grant, [`ClaimPushed`]). Returns 1 renewed, 0 not ours (or its lease
+/// ended, or it has another token).
 const RENEW_SRC: &str = effects_lua!(
     r#"
-local l = redis.call('HMGET', KEYS[1], 'o', 'e')
+local l = redis.call('HMGET', KEYS[1], 'o', 'e', 'f')
 if l[1] ~= ARGV[1] then return 0 end
+if ARGV[4] and l[3] ~= ARGV[4] then return 0 end
 if ARGV[3] == 'px' then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
@@ -269,8 +272,29 @@ script_call! {
     args [owner, ttl_ms, end.arg()]
 }
 
-/// Owner-checked release that hands off. KEYS: the name's hash ([`super::lease`]) and the
-/// queue's three keys ([`super::waiters`]). ARGV: owner, channel, reserve ms, (unused), claim
+script_call! {
+    /// The claim of a grant pushed to a waiter (`crate::blocking`): `RENEW_SRC` on the name's hash,
+    /// checked against the grant's token as well as the owner, so it never extends another lease
+    /// of the owner's and never grants: 1 claimed, 0 not (any more) that grant.
+    ClaimPushed -> i64 = RENEW;
+    {
+        /// The name's hash (`Keys::lock`).
+        lock: &'a str,
+        /// The owner's id.
+        owner: &'a str,
+        /// The new ttl in ms.
+        ttl_ms: u64,
+        /// After how long (ms) the name's hash may expire, 0: never.
+        fence_ms: u64,
+        /// The pushed grant's token.
+        token: u64,
+    }
+    keys [lock]
+    args [owner, ttl_ms, fence_ms, token]
+}
+
+/// Owner-checked release that hands off. KEYS: the name's hash ([`super::lease`]), the
+/// queue's three keys ([`super::waiters`]) and the blocking delivery marks (`crate::blocking`). ARGV: owner, channel, reserve ms, (unused), claim
 /// window ms. The release ends the lease (`o`, `e`, `h`, `m`) and keeps the counter. The queue's
 /// head is granted the lock provisionally (when its entry takes grants, [`super::queue`]) or
 /// reserved and woken alone, and an empty queue publishes `-`, which wakes no waiter (every
@@ -293,16 +317,17 @@ end
     lease_hash_lua!(),
     waiters_lua!(),
     r#"
-local Q = {order = KEYS[2], ends = KEYS[3], data = KEYS[4]}
+local Q = {order = KEYS[2], ends = KEYS[3], data = KEYS[4], armed = KEYS[5]}
 freed(Q, tonumber(ARGV[3]), ARGV[2], KEYS[1], tonumber(ARGV[5]))
 return 1
 "#
 );
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SRC));
 
-/// A wait that ended without a grant leaves the queue. KEYS: as the release's. ARGV: owner,
-/// channel, reserve ms, the caller's wake channel, claim window ms. Its entry goes first; then a
-/// lease the owner holds (a release's grant it never claimed, or one that lapsed: the hash keeps
+/// A wait that ended without a grant leaves the queue. KEYS: as the release's, and the owner's
+/// blocking delivery list (`Keys::pushes`; the release is passed it too, unread). ARGV: owner,
+/// channel, reserve ms, the caller's wake channel, claim window ms. Its entry, blocking delivery
+/// mark and list go first; then a lease the owner holds (a release's grant it never claimed, or one that lapsed: the hash keeps
 /// an ended lease's owner) is released and handed on like a release, to a head that is never
 /// the leaver. When it was the head and the lock is free, the next head is reserved and woken.
 /// Returns 1.
@@ -311,7 +336,10 @@ const ABANDON_SRC: &str = effects_lua!(
     lease_hash_lua!(),
     waiters_lua!(),
     r#"
-local Q = {order = KEYS[2], ends = KEYS[3], data = KEYS[4]}
+local Q = {order = KEYS[2], ends = KEYS[3], data = KEYS[4], armed = KEYS[5]}
+-- A grant pushed to the leaver and not popped goes with its list; popped or not, the lease is
+-- the leaver's, released below.
+redis.call('DEL', KEYS[6])
 local queued = redis.call('ZCARD', Q.order) > 0
 local now, was_head = 0, false
 if queued then
@@ -366,7 +394,7 @@ script_call! {
         /// The claim window of a grant to the head in ms (`crate::handoff::CLAIM_MS`).
         claim_ms: u64,
     }
-    keys [&keys.lock, &keys.waiters, &keys.waiter_ends, &keys.waiter_entries]
+    keys [&keys.lock, &keys.waiters, &keys.waiter_ends, &keys.waiter_entries, &keys.armed, &keys.pushes(owner)]
     args [owner, &keys.channel, reserve_ms, wake, claim_ms]
 }
 
@@ -455,6 +483,62 @@ script_call! {
     args [period_ms]
 }
 
+/// Blocking delivery's arm (`crate::blocking`), sent with the `BLPOP` of the owner's list right
+/// after it on the waiter's own connection. KEYS: waiter entries, blocking delivery marks, the
+/// owner's list (`Keys::pushes`). ARGV: owner, how long the mark lasts (ms: the `BLPOP`'s
+/// timeout). A grant pushed before this arm (its `BLPOP` had ended) is drained and answered as
+/// the hint `h`: counted from this arm it could be a lapsed lease. An owner that is not queued,
+/// or whose entry takes no grants, is answered `x`: no release will push to it. Either answer is
+/// pushed onto the list, so the `BLPOP` after the arm returns it at once; otherwise the owner is
+/// marked armed until the mark's end and the `BLPOP` waits for a release's push (its token).
+/// Returns 1 armed, 0 answered on the list.
+pub(crate) const ARM_SRC: &str = effects_lua!(
+    wake_lua!(),
+    r#"
+local answer = nil
+if redis.call('DEL', KEYS[3]) == 1 then
+  answer = 'h'
+else
+  local e = redis.call('HGET', KEYS[1], ARGV[1])
+  local grant, own = nil, nil
+  if e then
+    local _
+    _, grant, own = entry_parts(e)
+  end
+  if not (grant and own) then answer = 'x' end
+end
+if answer then
+  redis.call('RPUSH', KEYS[3], answer)
+  redis.call('PEXPIRE', KEYS[3], ARGV[2])
+  return 0
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('HSET', KEYS[2], ARGV[1], string.format('%d', now + tonumber(ARGV[2])))
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+return 1
+"#
+);
+pub(crate) static ARM: LazyLock<Script> = LazyLock::new(|| Script::new(ARM_SRC));
+
+script_call! {
+    /// A call of `ARM_SRC` on its own (the waiter's side sends it pipelined with its `BLPOP`):
+    /// 1 armed, 0 answered on the list.
+    Arm -> i64 = ARM;
+    {
+        /// The lock's keys (the waiter entries, the marks).
+        keys: &'a Keys,
+        /// The waiting owner's id.
+        owner: &'a str,
+        /// The owner's list (`Keys::pushes`).
+        list: &'a str,
+        /// How long the mark lasts (ms).
+        block_ms: u64,
+    }
+    keys [&keys.waiter_entries, &keys.armed, list]
+    args [owner, block_ms]
+}
+
 /// The sources of this file, loaded on every new connection.
-pub(super) const SOURCES: [&str; 8] =
-    [TRY_SRC, ACQUIRE_SRC, RENEW_SRC, RELEASE_SRC, ABANDON_SRC, INSPECT_SRC, FORCE_RELEASE_SRC, OBSERVE_SRC];
+pub(super) const SOURCES: [&str; 9] =
+    [TRY_SRC, ACQUIRE_SRC, RENEW_SRC, RELEASE_SRC, ABANDON_SRC, INSPECT_SRC, FORCE_RELEASE_SRC, OBSERVE_SRC, ARM_SRC];

@@ -44,10 +44,22 @@ key_space! {
         waiter_ends: "waiter-ends",
         /// Hash: waiting owner → its queue entry (how it is woken, whether it takes grants).
         waiter_entries: "waiter-entries",
+        /// Hash: waiting owner → server time (ms) until which it is armed for blocking delivery
+        /// (`crate::blocking`): a release that grants it pushes the token onto its list
+        /// ([`Keys::pushes`]) instead of publishing a hint.
+        armed: "armed",
         /// Sorted set: waiting entry → its ticket (one Redlock master; `super::redlock`).
         redlock_waiters: "rl-waiters",
         /// Sorted set: waiting entry → server time (ms) its registration ends.
         redlock_waiter_ends: "rl-waiter-ends",
+    }
+}
+
+impl Keys {
+    /// Blocking delivery: the list a release pushes `owner`'s grant onto, `<armed>:<owner>` (the
+    /// scripts build it the same way from `armed`), under the lock's hash tag.
+    pub fn pushes(&self, owner: &str) -> String {
+        format!("{}:{owner}", self.armed)
     }
 }
 

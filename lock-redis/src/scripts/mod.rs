@@ -64,7 +64,10 @@ mod queue;
 mod redlock;
 mod waiters;
 
-pub use exclusive::{Acquire, ForceRelease, HandOff, HandOffScript, Inspect, LeaseEnd, Observe, Renew, Try};
+pub use exclusive::{
+    Acquire, Arm, ClaimPushed, ForceRelease, HandOff, HandOffScript, Inspect, LeaseEnd, Observe, Renew, Try,
+};
+pub(crate) use exclusive::{ARM, ARM_SRC};
 pub use keys::{Keys, RwKeys, SemKeys};
 pub use kinds::{RwAcquire, RwRelease, SemAcquire, SemRelease, Side, ZsetHolder, ZsetRenew};
 pub use redlock::{RedlockAcquire, RedlockFence, RedlockRelease, RedlockUndo};

@@ -16,10 +16,11 @@
 
 /// Lua of a sorted-set queue (after `wake_lua!()`), the exclusive lock's, Redlock's ticket
 /// queue (`super::redlock`) and the kinds' queues (`super::kinds_queue`): with `Q = {order,
-/// ends, data, writers, mark}` (the keys; `data` nil: a member is its own entry, as in the
+/// ends, data, writers, mark, armed}` (the keys; `data` nil: a member is its own entry, as in the
 /// ticket queue; `writers`, the read-write lock's: a sorted set of the members `w:…` by
 /// sequence, kept with `order`; `mark`, the kinds': a field of `data` whose value new
-/// sequences stay above), `wq_purge(Q, now)`, `wq_head(Q, now)`
+/// sequences stay above; `armed`, the exclusive lock's blocking delivery marks, which a member
+/// loses with its place), `wq_purge(Q, now)`, `wq_head(Q, now)`
 /// (the live head's member, registration end and entry, or nil), `wq_drop(Q, member)`,
 /// `wq_register(Q, member, entry, ends, now, cap, score)` (`score` nil: after the last; false:
 /// the queue is full) and `wq_reserve(Q, member, ends, entry, now, reserve, channel, always)`
@@ -33,6 +34,8 @@ local function wq_drop(Q, owner)
   redis.call('ZREM', Q.ends, owner)
   if Q.data then redis.call('HDEL', Q.data, owner) end
   if Q.writers then redis.call('ZREM', Q.writers, owner) end
+  -- Out of the queue, out of blocking delivery: no release grants it any more.
+  if Q.armed then redis.call('HDEL', Q.armed, owner) end
   -- The mark outlives no queue: an empty queue leaves no key behind.
   if Q.mark and redis.call('ZCARD', Q.order) == 0 then redis.call('DEL', Q.data) end
 end
@@ -116,16 +119,26 @@ local function queue_mark(Q, lock)
 end
 -- Grants the free lock to the head `owner` (entry `entry`) when its entry takes grants
 -- (crate::scripts::queue), provisionally: for the claim window `claim` ms (at most the head's
--- ttl) until the head's own acquire script claims it; whether it did. The message only wakes
--- the head: it names no token.
+-- ttl) until the head claims it; whether it did. An armed head gets the token on its list, any
+-- other a message that only wakes it (it names no token) and its acquire script claims.
 local function grant_head(Q, owner, entry, t, lock, channel, claim)
   local _, grant, own = entry_parts(entry)
   local ttl = tonumber(string.match(grant or '', '^(%d+)$'))
   if not (ttl and own) then return false end
-  grant_hash(lock, owner, wq_fmt(math.min(ttl, claim)), t, nil)
+  local armed = Q.armed and tonumber(redis.call('HGET', Q.armed, owner) or '')
+  local window = wq_fmt(math.min(ttl, claim))
+  local token = grant_hash(lock, owner, window, t, nil)
   wq_drop(Q, owner)
   queue_mark(Q, lock)
-  redis.call('PUBLISH', own, '@' .. owner)
+  if armed and armed >= ms_of(t) then
+    -- Blocking delivery (crate::blocking): the head blocks on a list of its own; the token goes
+    -- there, and no hint, which would only race it. The list lasts no longer than the grant.
+    local list = Q.armed .. ':' .. owner
+    redis.call('RPUSH', list, string.format('%d', token))
+    redis.call('PEXPIRE', list, window)
+  else
+    redis.call('PUBLISH', own, '@' .. owner)
+  end
   redis.call('PUBLISH', channel, '+')
   return true
 end

@@ -11,6 +11,7 @@ use lock_core::{
 };
 
 use crate::acl::Needs;
+use crate::blocking::Blocking;
 use crate::boot::Boot;
 use crate::cluster::{Conn, UNCOUNTED};
 use crate::conn::Node;
@@ -19,7 +20,7 @@ use crate::handoff::CLAIM_MS;
 use crate::options::min_ttl;
 use crate::pubsub::Notifier;
 use crate::reply::{parse_pair, remaining_from, token_from, too_many_waiters, ttl_ms};
-use crate::scripts::{Acquire, HandOff, HandOffScript, Keys, LeaseEnd, Renew, Try};
+use crate::scripts::{Acquire, ClaimPushed, HandOff, HandOffScript, Keys, LeaseEnd, Renew, Try};
 use crate::RedisOptions;
 use redis::RedisResult;
 
@@ -49,6 +50,9 @@ pub struct RedisStore {
     max_clock_offset: Duration,
     /// `RedisOptions::max_waiters`.
     pub(crate) max_waiters: u32,
+    /// Blocking delivery of grants in the release (crate::blocking): one server (single or
+    /// Sentinel), `RedisOptions::blocking_handoff`, no replica acknowledgements.
+    blocking: Option<Arc<Blocking>>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -122,6 +126,13 @@ impl RedisStore {
         let node = Node::new(endpoint.clone(), url, BACKEND, options.connect_timeout, options.request_timeout);
         node.ping(options.connect_timeout + options.request_timeout).await?;
         crate::acl::check(&node, &options.key_prefix, db, needs).await?;
+        // A Cluster's commands go through its client, whose node connections a blocked `BLPOP`
+        // would hold up; a grant that must reach replicas waits for their acknowledgement anyway.
+        let blocks = options.blocking_handoff && !per_name && options.min_replicas_ack == 0;
+        let blocking = blocks.then(|| {
+            let label = node.label.clone();
+            Arc::new(Blocking::new(endpoint.clone(), label, options.connect_timeout, options.request_timeout))
+        });
         let notifier = Notifier::new(
             vec![(endpoint, node.label.clone())],
             &options.key_prefix,
@@ -139,6 +150,7 @@ impl RedisStore {
             idle_ms: options.idle_gc_after.map_or(0, ttl_ms),
             max_clock_offset: clock_offset_allowance(&endpoint_kind, options),
             max_waiters: options.max_waiters,
+            blocking,
         })
     }
 
@@ -359,6 +371,23 @@ impl LeaseStore for RedisStore {
         Ok(if renewed { RenewOutcome::Renewed } else { RenewOutcome::NotOwner })
     }
 
+    /// One request, owner- and token-checked (`ClaimPushed`): it never grants, so a claim that
+    /// arrives after the lease's release changes nothing.
+    async fn claim(
+        &self,
+        name: &LockName,
+        owner: OwnerId,
+        token: FencingToken,
+        ttl: Duration,
+    ) -> Result<RenewOutcome, LockError> {
+        let (keys, owner) = (self.keys(name), owner.to_hex());
+        let ms = ttl_ms(ttl);
+        let fence_ms = if self.idle_ms > 0 { ms.saturating_add(self.idle_ms) } else { 0 };
+        let call = ClaimPushed { lock: &keys.lock, owner: &owner, ttl_ms: ms, fence_ms, token: token.0 };
+        let claimed = self.renew_acked(&keys.lock, |mut c| async move { call.invoke(&mut c).await }).await?;
+        Ok(if claimed { RenewOutcome::Renewed } else { RenewOutcome::NotOwner })
+    }
+
     async fn release(&self, name: &LockName, owner: OwnerId) -> Result<ReleaseOutcome, LockError> {
         let released = self.hand_off(HandOffScript::Release, name, owner).await?;
         Ok(if released == 1 { ReleaseOutcome::Released } else { ReleaseOutcome::NotOwner })
@@ -376,9 +405,15 @@ impl LeaseStore for RedisStore {
 
     /// A release wakes the queue's head only, on the head's client's own wake channel
     /// (`PUBLISH <wake channel> @<owner>`, crate::scripts::queue): each waiter listens there for
-    /// its own owner id, and a client none of whose waiters is at the head hears nothing.
-    async fn subscribe_waiter(&self, _name: &LockName, owner: OwnerId) -> Result<Option<WakeSubscription>, LockError> {
-        self.notifier.subscribe_waiter(&owner.to_hex()).await
+    /// its own owner id, and a client none of whose waiters is at the head hears nothing. With
+    /// blocking delivery the wait also arms its own connection, and a release that grants it
+    /// pushes the grant there instead (crate::blocking).
+    async fn subscribe_waiter(&self, name: &LockName, owner: OwnerId) -> Result<Option<WakeSubscription>, LockError> {
+        let sub = self.notifier.subscribe_waiter(&owner.to_hex()).await?;
+        Ok(match (sub, &self.blocking) {
+            (Some(sub), Some(blocking)) => Some(blocking.arm(sub, &self.keys(name), &owner.to_hex())),
+            (sub, _) => sub,
+        })
     }
 
     /// Grants publish `+` and releases `-` or the hand-off (crate::scripts): every one wakes

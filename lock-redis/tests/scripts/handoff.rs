@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use lock_core::LockName;
 use lock_redis::scripts::HandOffScript::{Abandon, Release};
-use lock_redis::scripts::{Acquire, Keys};
+use lock_redis::scripts::{Acquire, Arm, ClaimPushed, Keys};
 
 use crate::{acquire, fresh_server, hand_off, heard, listen, Attempt, Call, CLAIM_MS};
 
@@ -157,4 +157,85 @@ async fn an_abandon_never_grants_the_leaver() {
         "the leaver w was granted the lock by its own abandon ({left} ms left)"
     );
     assert_eq!(attempt("n", 20_000).await[0], 1, "a newcomer takes the free lock at once");
+}
+
+/// Blocking delivery (`crate::blocking`): an armed head is granted by the release with the
+/// token pushed onto its own list and no hint published; the mark goes with its queue place; an
+/// arm answers on the list itself when no push can come (`x`: not queued, or no grant terms) or
+/// when it drained a push made before it (`h`: a hint, since counted from this arm it could be a
+/// lapsed lease); an abandon deletes a list not popped, and releases its grant.
+#[tokio::test]
+async fn an_armed_head_is_pushed_its_grant() {
+    let (_server, client, mut c) = fresh_server().await;
+    let k = Keys::new("bd", &LockName::new("push").unwrap());
+    let mut wake = listen(&client, &["fq:wake:A"]).await;
+    let conn = c.clone();
+    let attempt = |owner: &'static str, grant: &'static str| waiting(&k, owner, 5000, grant).on("bd:boot", &conn);
+    let release = |owner: &'static str| hand_off(Release, &k, owner, RESERVE, "").on(&conn);
+    let (lw, lv, lu) = (k.pushes("w"), k.pushes("v"), k.pushes("u"));
+    let arm = |owner: &'static str, list: &str| {
+        let (mut c, k, list) = (conn.clone(), k.clone(), list.to_owned());
+        async move { Arm { keys: &k, owner, list: &list, block_ms: 2000 }.invoke(&mut c).await.unwrap() }
+    };
+    let quiet = Duration::from_millis(300);
+
+    assert_eq!(arm("w", &lw).await, 0, "not queued yet");
+    assert_eq!(items(&mut c, &lw).await, ["x"], "answered on the list: no push will come");
+    redis::cmd("DEL").arg(&lw).query_async::<i64>(&mut c).await.unwrap();
+    assert_eq!(attempt("a", "").await[0], 1);
+    assert_eq!(attempt("w", "5000").await[0], 0);
+    assert_eq!(attempt("u", "").await[0], 0);
+    assert_eq!(arm("u", &lu).await, 0, "u takes no grants");
+    assert_eq!(items(&mut c, &lu).await, ["x"]);
+    assert_eq!(arm("w", &lw).await, 1, "w is queued with grant terms: armed");
+
+    assert_eq!(release("a").await, 1);
+    let (o, pttl) = lease(&mut c, &k).await;
+    assert_eq!(o.as_deref(), Some("w"), "the release granted the armed head");
+    assert!(pttl > 0 && pttl <= CLAIM_MS as i64, "for the claim window: {pttl}");
+    let token: i64 = redis::cmd("HGET").arg(&k.lock).arg("f").query_async(&mut c).await.unwrap();
+    assert_eq!(items(&mut c, &lw).await, [token.to_string()], "its token on its list");
+    let list_ttl: i64 = redis::cmd("PTTL").arg(&lw).query_async(&mut c).await.unwrap();
+    assert!(list_ttl > 0 && list_ttl <= CLAIM_MS as i64, "the list lasts no longer than the grant: {list_ttl}");
+    assert!(heard(&mut wake, quiet).await.is_empty(), "no hint races the push");
+    let marks: i64 = redis::cmd("HLEN").arg(&k.armed).query_async(&mut c).await.unwrap();
+    assert_eq!(marks, 0, "the mark went with the queue place");
+    // An arm after a push it did not pop drains it and answers a hint.
+    let claim = |owner: &'static str, token: i64| {
+        let (mut c, lock) = (conn.clone(), k.lock.clone());
+        async move {
+            let call = ClaimPushed { lock: &lock, owner, ttl_ms: 5000, fence_ms: 0, token: token as u64 };
+            call.invoke(&mut c).await.unwrap()
+        }
+    };
+    assert_eq!(claim("w", token + 1).await, 0, "another token: not this grant");
+    assert_eq!(claim("v", token).await, 0, "another owner");
+    assert_eq!(claim("w", token).await, 1, "w claims its grant");
+    assert!(lease(&mut c, &k).await.1 > 4000, "for its ttl");
+    assert_eq!(attempt("v", "5000").await[0], 0);
+    redis::cmd("RPUSH").arg(&lv).arg("123").query_async::<i64>(&mut c).await.unwrap();
+    assert_eq!(arm("v", &lv).await, 0);
+    assert_eq!(items(&mut c, &lv).await, ["h"], "drained, answered as a hint");
+    redis::cmd("DEL").arg(&lv).query_async::<i64>(&mut c).await.unwrap();
+
+    // u leaves; v, armed, is granted by w's release, never pops, and leaves: list gone, lease
+    // released, nobody left to hand it to.
+    assert_eq!(hand_off(Abandon, &k, "u", RESERVE, "fq:wake:A").invoke(&mut c).await.unwrap(), 1);
+    assert_eq!(arm("v", &lv).await, 1);
+    assert_eq!(release("w").await, 1);
+    assert_eq!(lease(&mut c, &k).await.0.as_deref(), Some("v"));
+    assert_eq!(items(&mut c, &lv).await.len(), 1);
+    assert_eq!(hand_off(Abandon, &k, "v", RESERVE, "fq:wake:A").invoke(&mut c).await.unwrap(), 1);
+    assert!(items(&mut c, &lv).await.is_empty(), "the abandon deleted the list");
+    assert_eq!(lease(&mut c, &k).await.0, None, "and released the grant");
+    let pushed: i64 = redis::cmd("HGET").arg(&k.lock).arg("f").query_async(&mut c).await.unwrap();
+    assert_eq!(claim("v", pushed).await, 0, "a claim after the release grants nothing");
+    assert_eq!(lease(&mut c, &k).await.0, None);
+    assert!(heard(&mut wake, quiet).await.is_empty());
+    assert_eq!(crate::queue_keys(&mut c, &k).await, 0, "every entry gone");
+}
+
+/// The items of the list `key`.
+async fn items(c: &mut redis::aio::MultiplexedConnection, key: &str) -> Vec<String> {
+    redis::cmd("LRANGE").arg(key).arg(0).arg(-1).query_async(c).await.unwrap()
 }

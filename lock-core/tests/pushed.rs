@@ -1,0 +1,237 @@
+//! A grant the server pushes to one wait (`PushedGrant`, Redis's blocking delivery): held at
+//! once for its window from the instant its delivery was armed, claimed by the lease's first
+//! renewal for a whole ttl, and only a hint once that window has passed (lock-model's
+//! `Delivery::Blocking` and its bug switches, here against the real `StoreLock`).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lock_core::backend::{
+    Claim, LeaseStore, PushSender, PushedGrant, ReleaseOutcome, RenewOutcome, StoreLock, TryLock, WakeHub,
+    WakeSubscription,
+};
+use lock_core::{AcquireOptions, Capabilities, DistributedLock, FencingToken, Lease, LockError, LockName, OwnerId};
+use tokio::time::Instant;
+
+/// What the store was asked, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Call {
+    /// A waiting attempt.
+    Attempt,
+    /// A single try: the claim of a pushed grant.
+    Claim,
+    Renew,
+    Release,
+}
+
+/// Busy for waiting attempts until freed (then token 9); the claim answers `claim`.
+struct State {
+    calls: Vec<Call>,
+    free: bool,
+    claim: Option<TryLock>,
+    push: Option<PushSender>,
+}
+
+#[derive(Clone)]
+struct Pushing {
+    state: Arc<Mutex<State>>,
+    hub: WakeHub,
+}
+
+impl Pushing {
+    fn new(claim: Option<TryLock>) -> Self {
+        let state = State { calls: Vec::new(), free: false, claim, push: None };
+        Pushing { state: Arc::new(Mutex::new(state)), hub: WakeHub::new() }
+    }
+
+    fn calls(&self) -> Vec<Call> {
+        self.state.lock().unwrap().calls.clone()
+    }
+
+    fn record(&self, call: Call) {
+        self.state.lock().unwrap().calls.push(call);
+    }
+
+    /// Waits until the wait has armed its delivery, then pushes `grant` (the store's lock is
+    /// freed first, so that an attempt after it is granted token 9).
+    async fn push_when_armed(&self, grant: PushedGrant) {
+        let tx = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                if let Some(tx) = self.state.lock().unwrap().push.clone() {
+                    return tx;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+        .await
+        .expect("the wait subscribed");
+        self.state.lock().unwrap().free = true;
+        tx.send(Some(grant)).expect("the wait listens");
+    }
+}
+
+#[async_trait]
+impl LeaseStore for Pushing {
+    fn backend(&self) -> &str {
+        "pushing"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new()
+    }
+
+    async fn try_lock(&self, _claim: &Claim<'_>, waiting: bool) -> Result<TryLock, LockError> {
+        if waiting {
+            let mut st = self.state.lock().unwrap();
+            st.calls.push(Call::Attempt);
+            return Ok(if st.free {
+                TryLock::Acquired { token: FencingToken(9) }
+            } else {
+                TryLock::Held { remaining: None }
+            });
+        }
+        // A claim takes a while to reach the server (so that the lease is seen before its
+        // answer, and a release sent meanwhile overtakes it): it counts when it arrives, and
+        // after a release it finds the lock free, granted anew (token 8) as a real try would.
+        tokio::time::sleep(CLAIM_TAKES).await;
+        let mut st = self.state.lock().unwrap();
+        let released = st.calls.contains(&Call::Release);
+        st.calls.push(Call::Claim);
+        Ok(if released { TryLock::Acquired { token: FencingToken(8) } } else { st.claim.expect("no claim expected") })
+    }
+
+    async fn renew(&self, _: &LockName, _: OwnerId, _: Duration) -> Result<RenewOutcome, LockError> {
+        self.record(Call::Renew);
+        Ok(RenewOutcome::Renewed)
+    }
+
+    async fn release(&self, _: &LockName, _: OwnerId) -> Result<ReleaseOutcome, LockError> {
+        self.record(Call::Release);
+        Ok(ReleaseOutcome::Released)
+    }
+
+    async fn subscribe_waiter(&self, _: &LockName, owner: OwnerId) -> Result<Option<WakeSubscription>, LockError> {
+        let (sub, tx) = self.hub.subscribe(&owner.to_hex()).with_pushes();
+        self.state.lock().unwrap().push = Some(tx);
+        Ok(Some(sub))
+    }
+}
+
+const TTL: Duration = Duration::from_secs(10);
+const WINDOW: Duration = Duration::from_secs(1);
+const CLAIM_TAKES: Duration = Duration::from_millis(100);
+
+/// A wait that is pushed `grant` (built from the instant the wait armed) once it waits.
+async fn pushed(store: &Pushing, grant: impl FnOnce(Instant) -> PushedGrant) -> Lease {
+    pushed_with(store, AcquireOptions::new(TTL), grant).await
+}
+
+async fn pushed_with(store: &Pushing, opts: AcquireOptions, grant: impl FnOnce(Instant) -> PushedGrant) -> Lease {
+    let lock = StoreLock::new(store.clone());
+    let name = LockName::new("pushed").unwrap();
+    let opts = opts.wait(Duration::from_secs(20));
+    let waiter = tokio::spawn(async move { lock.acquire(&name, &opts).await });
+    store.push_when_armed(grant(Instant::now())).await;
+    tokio::time::timeout(Duration::from_secs(5), waiter).await.expect("granted").unwrap().expect("a lease")
+}
+
+/// Waits until the store has seen `n` calls.
+async fn calls_reach(store: &Pushing, n: usize) -> Vec<Call> {
+    tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            let calls = store.calls();
+            if calls.len() >= n {
+                return calls;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await
+    .expect("the calls came")
+}
+
+#[tokio::test]
+async fn a_pushed_grant_is_held_at_once_and_claimed_for_a_whole_ttl() {
+    let store = Pushing::new(Some(TryLock::Acquired { token: FencingToken(7) }));
+    let mut armed = None;
+    // Armed half a window before the push arrives: the belief counts from the arming.
+    let lease = pushed(&store, |at| {
+        armed = Some(at - WINDOW / 2);
+        PushedGrant::new(FencingToken(7), at - WINDOW / 2, WINDOW)
+    })
+    .await;
+    assert_eq!(lease.token(), FencingToken(7), "the pushed token, with no attempt after the push");
+    let armed = armed.unwrap();
+    assert!(
+        lease.valid_until() <= armed + WINDOW,
+        "believed for the window from the arming (not from the push's arrival), until claimed"
+    );
+    let calls = calls_reach(&store, 3).await;
+    assert_eq!(calls[..3], [Call::Attempt, Call::Attempt, Call::Claim], "busy, busy, then the claim: {calls:?}");
+    tokio::time::timeout(Duration::from_secs(2), async {
+        while lease.valid_until() < Instant::now() + TTL / 2 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await
+    .expect("the claim's answer extends the lease to a whole ttl");
+    assert!(lease.is_valid());
+    lease.release().await.unwrap();
+    assert_eq!(store.calls().last(), Some(&Call::Release));
+}
+
+#[tokio::test]
+async fn a_pushed_grant_past_its_window_is_only_a_hint() {
+    let store = Pushing::new(None);
+    // Armed two windows ago: the server's provisional grant may have ended, and the lock gone on.
+    let lease = pushed(&store, |at| PushedGrant::new(FencingToken(7), at - 2 * WINDOW, WINDOW)).await;
+    assert_eq!(lease.token(), FencingToken(9), "the wait attempted, and took the attempt's grant");
+    assert_eq!(store.calls(), [Call::Attempt, Call::Attempt, Call::Attempt]);
+    lease.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_claim_that_finds_a_newer_grant_loses_the_lease_and_gives_that_grant_back() {
+    let store = Pushing::new(Some(TryLock::Acquired { token: FencingToken(8) }));
+    let lease = pushed(&store, |at| PushedGrant::new(FencingToken(7), at, WINDOW)).await;
+    tokio::time::timeout(Duration::from_secs(2), lease.lost().fired()).await.expect("the lease is lost");
+    assert!(!lease.is_valid());
+    let calls = calls_reach(&store, 4).await;
+    assert_eq!(calls, [Call::Attempt, Call::Attempt, Call::Claim, Call::Release], "token 8 is released");
+}
+
+#[tokio::test]
+async fn a_refused_claim_loses_the_lease() {
+    let store = Pushing::new(Some(TryLock::Held { remaining: None }));
+    let lease = pushed(&store, |at| PushedGrant::new(FencingToken(7), at, WINDOW)).await;
+    tokio::time::timeout(Duration::from_secs(2), lease.lost().fired()).await.expect("the lease is lost");
+    assert_eq!(store.calls(), [Call::Attempt, Call::Attempt, Call::Claim]);
+}
+
+/// Whether the watchdog claims (auto-renewal) or a task of the lease's own does (none).
+#[tokio::test]
+async fn a_claim_that_arrives_after_the_release_takes_nothing_back() {
+    for auto_renew in [true, false] {
+        for _ in 0..5 {
+            let store = Pushing::new(Some(TryLock::Acquired { token: FencingToken(7) }));
+            let opts = AcquireOptions::new(TTL).auto_renew(auto_renew);
+            let lease = pushed_with(&store, opts, |at| PushedGrant::new(FencingToken(7), at, WINDOW)).await;
+            let releasing = Instant::now();
+            lease.release().await.unwrap();
+            assert!(releasing.elapsed() < CLAIM_TAKES / 2, "the release does not wait for the claim's answer");
+            // Long enough for a claim sent at the push to have arrived (after the release).
+            tokio::time::sleep(CLAIM_TAKES * 2).await;
+            let calls = store.calls();
+            let after = &calls[calls.iter().position(|c| *c == Call::Release).expect("released")..];
+            assert!(
+                after == [Call::Release] || after == [Call::Release, Call::Claim, Call::Release],
+                "auto_renew {auto_renew}: a claim after the release (which finds the lock free, granted anew) gives \
+                 that grant back at once: {calls:?}"
+            );
+            if !auto_renew {
+                assert_eq!(after.len(), 3, "the lease's own claim task sent its claim at the push");
+            }
+        }
+    }
+}

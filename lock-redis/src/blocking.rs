@@ -1,0 +1,183 @@
+//! Blocking delivery, the waiter's side: a release hands the lock to the queue's head by pushing
+//! the grant's token onto a list that head alone blocks on, and the head holds at once, without
+//! the claim's round trip that a hint costs before it may hold (`crate::handoff`).
+//!
+//! A waiting `acquire` (a subscription of the exclusive lock of one server, single or Sentinel)
+//! takes a connection of its own and sends on it, back to back, the **arm** script and `BLPOP`
+//! of its list (`scripts::exclusive`, `ARM_SRC`). The arm marks the owner armed for [`BLOCK_MS`];
+//! a release that grants an armed head (provisionally, for the claim window, as any grant in the
+//! release) pushes the token onto its list instead of publishing the hint. The popped token
+//! reaches the wait as a [`PushedGrant`]: the wait returns a lease with it at once, believed for
+//! the claim window from the instant the arm was sent (the push ran after the arm, the arm after
+//! that instant, so the server's grant ends no sooner), and the lease's first renewal, sent at
+//! once, claims it for a whole ttl with the acquire script, which must answer the same token
+//! (`lock_core`'s `StoreLock`). A token that arrives after that belief ended is a hint.
+//!
+//! Why a connection of its own, and why it never serves another wait while its `BLPOP` is out:
+//! the `BLPOP`'s reply then belongs to this wait's own arm and instant, which no publisher can
+//! forge (a push needs write rights on the lock's keys, which can break any lock anyway); a
+//! connection whose wait ended with a `BLPOP` still out is dropped, never reused, so a later wait
+//! cannot take this one's grant. Idle connections (their `BLPOP` answered) are kept for the next
+//! waits, so a wait usually costs no connect.
+//!
+//! The design is model-checked first: `lock-model`'s `Delivery::Blocking` with its four bug
+//! switches (no drain, counting from the reply, a pop after the wait ended, a lapsed pop taken),
+//! each of which gives two holders or a token going back.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lock_core::backend::{PushSender, PushedGrant, WakeSubscription};
+use lock_core::{FencingToken, LockError};
+use redis::aio::MultiplexedConnection;
+use redis::AsyncConnectionConfig;
+use tokio::time::{timeout, Instant};
+
+use crate::endpoint::Endpoint;
+use crate::handoff::CLAIM_MS;
+use crate::scripts::{Keys, ARM, ARM_SRC};
+
+/// How long one arm lasts, and its `BLPOP`'s timeout (ms): a wait that lasts longer arms again.
+pub(crate) const BLOCK_MS: u64 = 2000;
+
+/// How many idle connections are kept for the next waits.
+const IDLE: usize = 32;
+
+/// The dedicated connections of one server's waits.
+pub(crate) struct Blocking {
+    endpoint: Endpoint,
+    label: String,
+    connect_timeout: Duration,
+    request_timeout: Duration,
+    idle: Mutex<Vec<MultiplexedConnection>>,
+}
+
+/// How one arm and `BLPOP` ended.
+enum Popped {
+    /// A release's grant: its token.
+    Grant(FencingToken),
+    /// A hint: attempt now (the arm drained a grant pushed before it).
+    Hint,
+    /// No release will push to this owner (not queued, or its entry takes no grants).
+    Never,
+    /// The `BLPOP` timed out: arm again.
+    Nothing,
+}
+
+impl Blocking {
+    pub(crate) fn new(endpoint: Endpoint, label: String, connect_timeout: Duration, request_timeout: Duration) -> Self {
+        Blocking { endpoint, label, connect_timeout, request_timeout, idle: Mutex::new(Vec::new()) }
+    }
+
+    /// Gives the wait of `owner` on `keys` blocking delivery: returns its subscription with the
+    /// channel the popped grants arrive on. The delivery ends when the wait does (the
+    /// subscription dropped), or when nothing more can be pushed.
+    pub(crate) fn arm(self: &Arc<Self>, sub: WakeSubscription, keys: &Keys, owner: &str) -> WakeSubscription {
+        let (sub, tx) = sub.with_pushes();
+        let this = Arc::clone(self);
+        let (keys, owner) = (keys.clone(), owner.to_owned());
+        tokio::spawn(async move {
+            tokio::select! {
+                // The wait ended: a `BLPOP` still out goes with its connection.
+                () = tx.closed() => {}
+                () = this.deliver(&tx, &keys, &owner) => {}
+            }
+        });
+        sub
+    }
+
+    async fn deliver(&self, tx: &PushSender, keys: &Keys, owner: &str) {
+        let mut conn = match self.connection().await {
+            Ok(conn) => conn,
+            Err(e) => {
+                tracing::debug!(server = %self.label, error = %e, "no connection for blocking delivery; the wait uses hints");
+                return;
+            }
+        };
+        let list = keys.pushes(owner);
+        loop {
+            let armed_at = Instant::now();
+            match arm_and_pop(&mut conn, keys, owner, &list).await {
+                Ok(Popped::Nothing) => continue,
+                Ok(Popped::Hint) => {
+                    let _ = tx.send(None);
+                }
+                Ok(Popped::Grant(token)) => {
+                    let _ = tx.send(Some(PushedGrant::new(token, armed_at, Duration::from_millis(CLAIM_MS))));
+                    self.keep(conn);
+                    return;
+                }
+                Ok(Popped::Never) => {
+                    self.keep(conn);
+                    return;
+                }
+                Err(e) => {
+                    // A grant popped as the connection broke is lost with it: the wait attempts
+                    // (its acquire claims a grant that is still its own), and the other idle
+                    // connections may be as stale (a restart, a failover).
+                    tracing::debug!(server = %self.label, error = %e, "blocking delivery failed; waking the wait");
+                    self.idle.lock().unwrap_or_else(|e| e.into_inner()).clear();
+                    let _ = tx.send(None);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// An idle connection, or a new one (bounded by the connect timeout) with the arm loaded.
+    async fn connection(&self) -> Result<MultiplexedConnection, LockError> {
+        if let Some(conn) = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop() {
+            return Ok(conn);
+        }
+        // The `BLPOP` waits up to BLOCK_MS: its reply may take that long plus a request.
+        let response = Duration::from_millis(BLOCK_MS) + self.request_timeout;
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(Some(response));
+        let connect = async {
+            let mut conn = self.endpoint.resolve().await?.get_multiplexed_async_connection_with_config(&config).await?;
+            redis::cmd("SCRIPT").arg("LOAD").arg(ARM_SRC).query_async::<String>(&mut conn).await?;
+            Ok::<_, redis::RedisError>(conn)
+        };
+        match timeout(self.connect_timeout, connect).await {
+            Ok(Ok(conn)) => Ok(conn),
+            Ok(Err(e)) => Err(LockError::unavailable("redis", format!("cannot connect to {}: {e}", self.label))),
+            Err(_) => Err(LockError::unavailable(
+                "redis",
+                format!("no connection to {} within the connect timeout {:?}", self.label, self.connect_timeout),
+            )),
+        }
+    }
+
+    /// Keeps a connection whose `BLPOP` was answered for the next waits.
+    fn keep(&self, conn: MultiplexedConnection) {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        if idle.len() < IDLE {
+            idle.push(conn);
+        }
+    }
+}
+
+/// One arm and its `BLPOP`, pipelined: the server runs the arm, then the `BLPOP`, and the one
+/// reply comes when the `BLPOP` ends (at once when the arm answered on the list).
+async fn arm_and_pop(
+    conn: &mut MultiplexedConnection,
+    keys: &Keys,
+    owner: &str,
+    list: &str,
+) -> redis::RedisResult<Popped> {
+    let mut pipe = redis::pipe();
+    pipe.cmd("EVALSHA").arg(ARM.get_hash()).arg(3).arg(&keys.waiter_entries).arg(&keys.armed).arg(list);
+    pipe.arg(owner).arg(BLOCK_MS);
+    pipe.cmd("BLPOP").arg(list).arg(BLOCK_MS as f64 / 1000.0);
+    let (_armed, popped): (i64, Option<(String, String)>) = pipe.query_async(conn).await?;
+    Ok(match popped.as_ref().map(|(_, v)| v.as_str()) {
+        None => Popped::Nothing,
+        Some("h") => Popped::Hint,
+        Some("x") => Popped::Never,
+        Some(v) => match v.parse::<u64>() {
+            Ok(token) => Popped::Grant(FencingToken(token)),
+            Err(_) => Popped::Hint,
+        },
+    })
+}
