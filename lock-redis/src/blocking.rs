@@ -24,6 +24,7 @@
 //! switches (no drain, counting from the reply, a pop after the wait ended, a lapsed pop taken),
 //! each of which gives two holders or a token going back.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -43,6 +44,11 @@ pub(crate) const BLOCK_MS: u64 = 2000;
 /// How many idle connections are kept for the next waits.
 const IDLE: usize = 32;
 
+/// How many waits of one client block at once, each on a connection of its own: beyond that a
+/// wait is woken by hints (as on a Cluster), so that a process with thousands of waiters does
+/// not open thousands of connections (Redis's `maxclients` is 10,000 by default).
+pub(crate) const MAX_BLOCKED: usize = 64;
+
 /// The dedicated connections of one server's waits.
 pub(crate) struct Blocking {
     endpoint: Endpoint,
@@ -50,6 +56,8 @@ pub(crate) struct Blocking {
     connect_timeout: Duration,
     request_timeout: Duration,
     idle: Mutex<Vec<MultiplexedConnection>>,
+    /// Waits delivering now (at most [`MAX_BLOCKED`]).
+    blocked: AtomicUsize,
 }
 
 /// How one arm and `BLPOP` ended.
@@ -66,13 +74,26 @@ enum Popped {
 
 impl Blocking {
     pub(crate) fn new(endpoint: Endpoint, label: String, connect_timeout: Duration, request_timeout: Duration) -> Self {
-        Blocking { endpoint, label, connect_timeout, request_timeout, idle: Mutex::new(Vec::new()) }
+        Blocking {
+            endpoint,
+            label,
+            connect_timeout,
+            request_timeout,
+            idle: Mutex::new(Vec::new()),
+            blocked: AtomicUsize::new(0),
+        }
     }
 
     /// Gives the wait of `owner` on `keys` blocking delivery: returns its subscription with the
     /// channel the popped grants arrive on. The delivery ends when the wait does (the
     /// subscription dropped), or when nothing more can be pushed.
+    /// Beyond [`MAX_BLOCKED`] waits at once, the subscription is returned as it is (hints).
     pub(crate) fn arm(self: &Arc<Self>, sub: WakeSubscription, keys: &Keys, owner: &str) -> WakeSubscription {
+        let taken =
+            self.blocked.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < MAX_BLOCKED).then_some(n + 1));
+        if taken.is_err() {
+            return sub;
+        }
         let (sub, tx) = sub.with_pushes();
         let this = Arc::clone(self);
         let (keys, owner) = (keys.clone(), owner.to_owned());
@@ -82,6 +103,7 @@ impl Blocking {
                 () = tx.closed() => {}
                 () = this.deliver(&tx, &keys, &owner) => {}
             }
+            this.blocked.fetch_sub(1, Ordering::SeqCst);
         });
         sub
     }

@@ -88,8 +88,8 @@ pub struct RedisOptions {
     /// list that wait blocks on (`BLPOP` on a connection of its own), so the waiter holds one
     /// round trip sooner than when it is woken and claims (the crate docs, "Blocking delivery").
     /// Single server and Sentinel, without `min_replicas_ack`; a Cluster always wakes. Costs one
-    /// connection per waiting `acquire` (idle ones are reused) and `+rpush +blpop` in the ACL.
-    /// Default `true`.
+    /// connection per waiting `acquire`, at most 64 per client at once (the waits beyond are
+    /// woken; idle connections are reused), and `+rpush +blpop` in the ACL. Default `true`.
     pub blocking_handoff: bool,
 }
 

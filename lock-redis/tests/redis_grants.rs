@@ -448,3 +448,51 @@ async fn a_release_pushes_the_grant_to_an_armed_waiter() {
         lease.release().await.unwrap();
     }
 }
+
+/// Blocking delivery takes a connection per waiting `acquire`, at most 64 per client at once
+/// (`MAX_BLOCKED` in the crate's `blocking.rs`): the waits beyond are woken by hints, so that
+/// 100 waiters open about 64 connections, not 100, and every one of them is still handed its lock.
+#[tokio::test]
+async fn blocking_delivery_caps_the_connections_of_one_client() {
+    const WAITERS: usize = 100;
+    let fx = RedisFixture::start().await.unwrap();
+    let (holder, waiter) = (fx.redis_client().await.unwrap(), fx.redis_client().await.unwrap());
+    let mut c = raw(fx.server.url()).await;
+    let names: Vec<LockName> = (0..WAITERS).map(|i| LockName::new(format!("cap-{i}")).unwrap()).collect();
+    let mut held = Vec::new();
+    for name in &names {
+        held.push(holder.acquire(name, &opts(Duration::from_secs(5))).await.unwrap());
+    }
+    let clients = |c: &mut redis::aio::MultiplexedConnection| {
+        let mut c = c.clone();
+        async move {
+            let list: String = redis::cmd("CLIENT").arg("LIST").query_async(&mut c).await.unwrap();
+            list.lines().count()
+        }
+    };
+    let before = clients(&mut c).await;
+    let waits: Vec<_> = names.iter().map(|n| wait_in_task(waiter.clone(), n)).collect();
+    let armed = fx.key("*", "armed");
+    let until = Instant::now() + Duration::from_secs(10);
+    let mut marks;
+    loop {
+        let keys: Vec<String> = redis::cmd("KEYS").arg(&armed).query_async(&mut c).await.unwrap();
+        marks = keys.len();
+        if marks >= 64 || Instant::now() > until {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let opened = clients(&mut c).await - before;
+    eprintln!("{marks} names with an armed waiter, {opened} connections opened for {WAITERS} waits");
+    assert_eq!(marks, 64, "64 waits armed, the others wait for hints");
+    assert!(opened <= 64 + 2, "{opened} connections for {WAITERS} waits: at most 64 blocking ones and the pub/sub one");
+    for lease in held {
+        lease.release().await.unwrap();
+    }
+    for w in waits {
+        let lease = tokio::time::timeout(Duration::from_secs(10), w).await.expect("handed over").unwrap().unwrap();
+        lease.release().await.unwrap();
+    }
+}
