@@ -154,6 +154,16 @@ impl RedisStore {
         })
     }
 
+    /// After how long (ms) the name's hash may expire once a lease of `ttl_ms` was granted or
+    /// renewed: `idle_gc_after` past it, 0 (never) without that option.
+    fn fence_ms(&self, ttl_ms: u64) -> u64 {
+        if self.idle_ms > 0 {
+            ttl_ms.saturating_add(self.idle_ms)
+        } else {
+            0
+        }
+    }
+
     pub(crate) fn keys(&self, name: &LockName) -> Keys {
         Keys::new(&self.prefix, name)
     }
@@ -304,7 +314,7 @@ impl LeaseStore for RedisStore {
         let owner = owner.to_hex();
         let ms = ttl_ms(ttl);
         let who = who_args(claim);
-        let fence_ms = if self.idle_ms > 0 { ms.saturating_add(self.idle_ms) } else { 0 };
+        let fence_ms = self.fence_ms(ms);
         // Only a waiting attempt takes a place in the queue; a single try must not.
         let reg_ms = if waiting { self.registration(ttl) } else { 0 };
         // A release may grant a queued waiter the lock provisionally, which its next attempt
@@ -365,7 +375,7 @@ impl LeaseStore for RedisStore {
         let (keys, owner) = (self.keys(name), owner.to_hex());
         let ms = ttl_ms(ttl);
         // The name's hash outlives the lease it carries: its idle expiry moves with the renewal.
-        let fence_ms = if self.idle_ms > 0 { ms.saturating_add(self.idle_ms) } else { 0 };
+        let fence_ms = self.fence_ms(ms);
         let call = Renew { lock: &keys.lock, owner: &owner, ttl_ms: ms, end: LeaseEnd::Hash { fence_ms } };
         let renewed = self.renew_acked(&keys.lock, |mut c| async move { call.invoke(&mut c).await }).await?;
         Ok(if renewed { RenewOutcome::Renewed } else { RenewOutcome::NotOwner })
@@ -382,7 +392,7 @@ impl LeaseStore for RedisStore {
     ) -> Result<RenewOutcome, LockError> {
         let (keys, owner) = (self.keys(name), owner.to_hex());
         let ms = ttl_ms(ttl);
-        let fence_ms = if self.idle_ms > 0 { ms.saturating_add(self.idle_ms) } else { 0 };
+        let fence_ms = self.fence_ms(ms);
         let call = ClaimPushed { lock: &keys.lock, owner: &owner, ttl_ms: ms, fence_ms, token: token.0 };
         let claimed = self.renew_acked(&keys.lock, |mut c| async move { call.invoke(&mut c).await }).await?;
         Ok(if claimed { RenewOutcome::Renewed } else { RenewOutcome::NotOwner })
