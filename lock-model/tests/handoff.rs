@@ -32,8 +32,8 @@ common::model_tests! {
         a_pop_without_the_arms_drain_gives_two_holders: blocking_network(pop_without_drain) => "no two believers";
         a_pop_counted_from_its_reply_gives_two_holders:
             blocking_network(pop_counts_from_reply) => "no two believers";
-        a_pop_taken_by_a_later_wait_gives_two_holders:
-            blocking_network(pop_after_wait_ends) => "no two believers", "tokens increase";
+        a_pop_taken_by_a_later_wait_goes_back_in_tokens:
+            blocking_network(pop_after_wait_ends) => "tokens increase";
         a_lapsed_pop_taken_goes_back_in_tokens: blocking_network(take_lapsed_pop) => "tokens increase";
     }
 }

@@ -79,9 +79,10 @@ impl Handoff {
             BlockAction::Claim(c) => self.claim(s, c),
             BlockAction::ClaimReplyLost(c) => {
                 s.net.lose -= 1;
-                self.acquire(s, c);
-                if let Client::Holding { claim, .. } = &mut s.clients[c as usize] {
+                if let Client::Holding { token, claim, .. } = &mut s.clients[c as usize] {
+                    let token = *token;
                     *claim = Some(s.now);
+                    self.claim_pushed(s, c, token);
                 }
             }
         }
@@ -112,15 +113,13 @@ impl Handoff {
         s.clients[i] = Client::Holding { token, valid_until: until, claim: Some(claim) };
     }
 
-    /// The claim of a popped grant runs (today's acquire script, the head's re-grant): a reply
-    /// with the grant's token extends the belief to a full ttl from the claim's send instant;
-    /// any other reply (the window ended first) leaves the belief at the window's end.
+    /// The claim of a popped grant runs (lock-redis `ClaimPushed`: the renew script checked
+    /// against owner and token, which never grants): a grant it extended extends the belief to
+    /// a full ttl from the claim's send instant; otherwise (the window ended first) the belief
+    /// stays at the window's end.
     fn claim(&self, s: &mut State, c: u8) {
         let Client::Holding { token, valid_until: until, claim: Some(sent) } = s.clients[c as usize] else { return };
-        let until = match self.acquire(s, c) {
-            Some(t) if t == token => until.max(belief_end(valid_until, sent, TTL)),
-            _ => until,
-        };
+        let until = if self.claim_pushed(s, c, token) { until.max(belief_end(valid_until, sent, TTL)) } else { until };
         s.clients[c as usize] = Client::Holding { token, valid_until: until, claim: None };
     }
 

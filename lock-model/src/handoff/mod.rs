@@ -51,18 +51,21 @@
 //! the hand-off's critical path (`BENCHMARKS.md`, the Redis hand-off against its baseline);
 //! [`Delivery::Hint`], the default here, is the protocol above, which lock-redis runs where
 //! blocking delivery is off (a Cluster, `min_replicas_ack`, `blocking_handoff = false`).
-//! lock-redis differs from this switch in three ways, each of which only removes behaviours:
-//! a release that pushes sends no message; the arm marks only a queued owner whose entry takes
-//! grants (else it answers at once); and the claim is the renew script checked against owner
-//! and token, which never grants anew (so a release need not wait for it).
+//! Like lock-redis, a release that pushes sends no message, and the claim is the renew script
+//! checked against owner and token (`claim_pushed`), which never grants. lock-redis differs
+//! from this switch in two ways, each of which only removes behaviours: the arm marks only a
+//! queued owner whose entry takes grants (else it answers at once); and a release does not wait
+//! for the claim's answer (a claim that runs after the release finds the grant gone and changes
+//! nothing, since it never grants).
 //! - A waiter keeps a dedicated connection and sends on it, at its instant `t_s`, an **arm**
 //!   script and `BLPOP <its grant list> <timeout>`, back to back. The server runs the arm, then
 //!   the `BLPOP`: the arm marks the waiter armed for [`BLOCK`] ticks and **drains** its list (a
 //!   grant found there comes back in the arm's reply as a hint: the waiter's acquire claims it,
 //!   as above); the `BLPOP` blocks until a push, or ends without one (its timeout, a closed
 //!   connection) and the waiter arms again.
-//! - The release, when it grants the head provisionally (as above, message included), also
-//!   pushes the grant's token onto the head's list if the head is armed, and clears the mark.
+//! - The release, when it grants the head provisionally (as above), pushes the grant's token
+//!   onto the head's list instead of sending the message if the head is armed, and clears the
+//!   mark.
 //! - A `BLPOP` that pops a token: the head holds at once with that token, believing it until
 //!   `t_s` plus the claim window (lock-core's rule, [`crate::shared::belief_end`]). The push ran
 //!   after the arm (whose drain removed anything older), the arm after `t_s`, so the server's
@@ -74,15 +77,14 @@
 //!   (the hint came first) or by leaving closes the connection. Kept open, a later wait of the
 //!   same client takes the earlier wait's grant, which it may have held and released since
 //!   (`pop_after_wait_ends`).
-//! - The head then claims in the background (its acquire, today's re-grant for a full ttl): a
-//!   reply with the grant's token extends its belief to the claim's send instant plus the ttl;
-//!   another (the window ended first) leaves it at the window's end. An acquire already in
-//!   flight when the grant pops is that claim. It releases once its claim is answered (both on
-//!   one connection, in order). A claim that runs after the window is an acquire like any:
-//!   on a free lock it grants the head a new lease with a new token, which the head does not
-//!   take (its claim failed) and which keeps the lock until the head's release, or a full ttl
-//!   if the head dies; a claim script that names the token would not (only latency: not a
-//!   property here).
+//! - The head then claims in the background (the renew script checked against owner and
+//!   token): a claim that extended the grant extends its belief to the claim's send instant
+//!   plus the ttl; otherwise (the window ended first) the belief stays at the window's end. An
+//!   acquire already in flight when the grant pops stands for that claim. It releases once its
+//!   claim is answered (both on one connection, in order). The claim never grants: with the
+//!   acquire script as the claim, a claim that ran after the window granted the head a new
+//!   lease on a free lock, which the head did not take and which kept the lock until its
+//!   release (or its ttl, had it died).
 //! - A head that died leaves its grant to lapse after the window, as above. A waiter that
 //!   leaves ignores a popped grant: its abandon, which also deletes its mark and list,
 //!   releases and hands on the grant, as above.

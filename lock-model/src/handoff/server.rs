@@ -1,7 +1,8 @@
 //! The scripts as the model's server steps, each one atomic, mirroring
 //! `lock-redis/src/scripts/exclusive.rs` (and `waiters.rs`, `boot.rs`). Public so that the
 //! differential test runs each step and the real script on the same inputs. The blocking
-//! delivery's steps (the release's push, the arm) have no script yet: they are the design's.
+//! delivery's steps (the arm, the release's push, the claim `claim_pushed`) mirror `ARM_SRC`,
+//! `grant_head` and `ClaimPushed` there, and are not in the differential test yet.
 
 use super::state::{Block, Grant, State};
 use super::{Handoff, BLOCK, CLAIM, ENTRY_LIFE, QUIET, RESERVE, TTL};
@@ -24,24 +25,39 @@ impl Handoff {
         let window = if self.bugs.full_ttl_grant { TTL } else { CLAIM };
         let token = s.fence;
         s.owner = Some(Grant { client: head, token, expires: s.now + window, handoff: true });
-        s.net.send(head, token);
-        if self.blocks() {
-            Self::push(s, head, token);
+        // A pushed grant goes without the message, which would only race it (lock-redis
+        // `grant_head`).
+        if !(self.blocks() && Self::push(s, head, token)) {
+            s.net.send(head, token);
         }
     }
 
     /// Blocking delivery, in the release's script: the grant is pushed onto the head's list when
     /// the head is armed, which uses up the marker; a `BLPOP` blocked there pops it at once
-    /// (Redis serves a blocked client when the script that pushed ends).
-    fn push(s: &mut State, head: u8, token: u8) {
+    /// (Redis serves a blocked client when the script that pushed ends). Whether it pushed.
+    fn push(s: &mut State, head: u8, token: u8) -> bool {
         let h = head as usize;
         if s.armed[h] <= s.now {
-            return;
+            return false;
         }
         s.armed[h] = 0;
         match s.blocks[h] {
             Block::Blocked { t_s } => s.blocks[h] = Block::Popped { t_s, token },
             _ => s.lists[h].push(token),
+        }
+        true
+    }
+
+    /// The claim of a pushed grant (`ClaimPushed`, the renew script checked against owner and
+    /// token): `c`'s live grant with `token` is extended to a full ttl; anything else is left
+    /// as it is (it never grants). Whether it extended.
+    pub fn claim_pushed(&self, s: &mut State, c: u8, token: u8) -> bool {
+        match s.grant_live() {
+            Some(g) if g.client == c && g.token == token => {
+                s.owner = Some(Grant { expires: s.now + TTL, handoff: false, ..g });
+                true
+            }
+            _ => false,
         }
     }
 
