@@ -108,40 +108,57 @@ impl Blocking {
         sub
     }
 
+    /// Arms and blocks until a grant, or until no push can come; after a broken connection it
+    /// arms again on a new one (with a pause that doubles up to a second) as long as the wait
+    /// lasts: the broken connection's mark may still be live, and a release would then push to
+    /// a list nobody pops, with no hint. The new arm drains such a push and answers it as a hint.
     async fn deliver(&self, tx: &PushSender, keys: &Keys, owner: &str) {
-        let mut conn = match self.connection().await {
-            Ok(conn) => conn,
-            Err(e) => {
-                tracing::debug!(server = %self.label, error = %e, "no connection for blocking delivery; the wait uses hints");
-                return;
-            }
-        };
         let list = keys.pushes(owner);
+        let mut pause = Duration::from_millis(20);
+        loop {
+            let broken = match self.connection().await {
+                Ok(mut conn) => match self.block(&mut conn, tx, keys, owner, &list).await {
+                    Ok(()) => {
+                        self.keep(conn);
+                        return;
+                    }
+                    Err(e) => e.to_string(),
+                },
+                Err(e) => e.to_string(),
+            };
+            // A grant popped as the connection broke is lost with it: the wait attempts (its
+            // acquire claims a grant that is still its own), and the other idle connections may
+            // be as stale (a restart, a failover).
+            tracing::debug!(server = %self.label, error = %broken, "blocking delivery failed; waking the wait, arming again");
+            self.idle.lock().unwrap_or_else(|e| e.into_inner()).clear();
+            let _ = tx.send(None);
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    /// Arms and blocks on `conn` until a grant (sent to the wait) or an answer that no push can
+    /// come; a hint on the way is sent to the wait, and it arms again.
+    async fn block(
+        &self,
+        conn: &mut MultiplexedConnection,
+        tx: &PushSender,
+        keys: &Keys,
+        owner: &str,
+        list: &str,
+    ) -> redis::RedisResult<()> {
         loop {
             let armed_at = Instant::now();
-            match arm_and_pop(&mut conn, keys, owner, &list).await {
-                Ok(Popped::Nothing) => continue,
-                Ok(Popped::Hint) => {
+            match arm_and_pop(conn, keys, owner, list).await? {
+                Popped::Nothing => {}
+                Popped::Hint => {
                     let _ = tx.send(None);
                 }
-                Ok(Popped::Grant(token)) => {
+                Popped::Grant(token) => {
                     let _ = tx.send(Some(PushedGrant::new(token, armed_at, Duration::from_millis(CLAIM_MS))));
-                    self.keep(conn);
-                    return;
+                    return Ok(());
                 }
-                Ok(Popped::Never) => {
-                    self.keep(conn);
-                    return;
-                }
-                Err(e) => {
-                    // A grant popped as the connection broke is lost with it: the wait attempts
-                    // (its acquire claims a grant that is still its own), and the other idle
-                    // connections may be as stale (a restart, a failover).
-                    tracing::debug!(server = %self.label, error = %e, "blocking delivery failed; waking the wait");
-                    self.idle.lock().unwrap_or_else(|e| e.into_inner()).clear();
-                    let _ = tx.send(None);
-                    return;
-                }
+                Popped::Never => return Ok(()),
             }
         }
     }

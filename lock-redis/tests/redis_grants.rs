@@ -496,3 +496,38 @@ async fn blocking_delivery_caps_the_connections_of_one_client() {
         lease.release().await.unwrap();
     }
 }
+
+/// A waiter's blocking connection breaks while its mark is live (a server killing clients, as
+/// Sentinel does around a promotion): a release then would push to a list nobody pops, with no
+/// hint. The waiter arms again on a new connection, so the release's push reaches it at once,
+/// not at its next timed re-try.
+#[tokio::test]
+async fn a_broken_blocking_connection_arms_again() {
+    let fx = RedisFixture::start().await.unwrap();
+    let (holder, waiter) = (fx.redis_client().await.unwrap(), fx.redis_client().await.unwrap());
+    let mut c = raw(fx.server.url()).await;
+    let name = LockName::new("rearm").unwrap();
+    let held = holder.acquire(&name, &opts(Duration::from_secs(5))).await.unwrap();
+    let w = wait_in_task(waiter, &name);
+    let (owner, _, _) = queued_head(&mut c, &fx.key(&name.escaped(), "waiters")).await;
+    armed(&mut c, &fx.key(&name.escaped(), "armed"), &owner).await;
+    let list: String = redis::cmd("CLIENT").arg("LIST").query_async(&mut c).await.unwrap();
+    let blocked: Vec<&str> = list
+        .lines()
+        .filter(|l| l.contains("cmd=blpop"))
+        .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
+        .collect();
+    assert_eq!(blocked.len(), 1, "one waiter blocks: {list}");
+    let _: i64 = redis::cmd("CLIENT").arg("KILL").arg("ID").arg(blocked[0]).query_async(&mut c).await.unwrap();
+    // Within the killed connection's mark (2 s), after the waiter armed again.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let lease = tokio::time::timeout(Duration::from_secs(5), w).await.expect("handed over").unwrap().unwrap();
+    let took = released.elapsed();
+    assert!(
+        took < Duration::from_millis(250),
+        "the waiter got the lock {took:?} after the release: it did not arm again"
+    );
+    lease.release().await.unwrap();
+}
