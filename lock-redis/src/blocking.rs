@@ -31,9 +31,10 @@ use std::time::Duration;
 use lock_core::backend::{PushSender, PushedGrant, WakeSubscription};
 use lock_core::{FencingToken, LockError};
 use redis::aio::MultiplexedConnection;
-use redis::AsyncConnectionConfig;
-use tokio::time::{timeout, Instant};
+use tokio::time::Instant;
 
+use crate::cluster::Conn;
+use crate::conn::dial;
 use crate::endpoint::Endpoint;
 use crate::handoff::CLAIM_MS;
 use crate::scripts::{Keys, ARM, ARM_SRC};
@@ -170,21 +171,10 @@ impl Blocking {
         }
         // The `BLPOP` waits up to BLOCK_MS: its reply may take that long plus a request.
         let response = Duration::from_millis(BLOCK_MS) + self.request_timeout;
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.connect_timeout))
-            .set_response_timeout(Some(response));
-        let connect = async {
-            let mut conn = self.endpoint.resolve().await?.get_multiplexed_async_connection_with_config(&config).await?;
-            redis::cmd("SCRIPT").arg("LOAD").arg(ARM_SRC).query_async::<String>(&mut conn).await?;
-            Ok::<_, redis::RedisError>(conn)
-        };
-        match timeout(self.connect_timeout, connect).await {
-            Ok(Ok(conn)) => Ok(conn),
-            Ok(Err(e)) => Err(LockError::unavailable("redis", format!("cannot connect to {}: {e}", self.label))),
-            Err(_) => Err(LockError::unavailable(
-                "redis",
-                format!("no connection to {} within the connect timeout {:?}", self.label, self.connect_timeout),
-            )),
+        match dial(&self.endpoint, &self.label, self.connect_timeout, response, vec![ARM_SRC]).await {
+            Ok(Conn::Single(conn)) => Ok(conn),
+            Ok(_) => Err(LockError::config("blocking delivery runs on a single server or Sentinel's primary only")),
+            Err(e) => Err(e.into_lock_error("redis")),
         }
     }
 

@@ -22,9 +22,18 @@ use lock_core::backend::redact::redact_url;
 
 /// Why a connect failed, in a form every waiting request can rebuild a `LockError` from.
 #[derive(Clone, Debug)]
-enum ConnectError {
+pub(crate) enum ConnectError {
     Config(String),
     Unavailable(String),
+}
+
+impl ConnectError {
+    pub(crate) fn into_lock_error(self, backend: &'static str) -> LockError {
+        match self {
+            ConnectError::Config(reason) => LockError::config(reason),
+            ConnectError::Unavailable(reason) => LockError::unavailable(backend, reason),
+        }
+    }
 }
 
 type Connecting = Shared<BoxFuture<'static, Result<Conn, ConnectError>>>;
@@ -116,10 +125,7 @@ impl Node {
                 if ours {
                     *slot = Slot::Empty;
                 }
-                Err(match e {
-                    ConnectError::Config(reason) => LockError::config(reason),
-                    ConnectError::Unavailable(reason) => LockError::unavailable(self.backend, reason),
-                })
+                Err(e.into_lock_error(self.backend))
             }
         }
     }
@@ -129,58 +135,8 @@ impl Node {
         let label = self.label.clone();
         let connect_timeout = self.connect_timeout;
         let response_timeout = self.request_timeout.max(connect_timeout);
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(connect_timeout))
-            .set_response_timeout(Some(response_timeout));
-        let password = endpoint.settings().password().map(str::to_owned);
         let task = tokio::spawn(async move {
-            let connected = timeout(connect_timeout, async {
-                let mut conn = match &endpoint {
-                    Endpoint::Cluster(c) => {
-                        let config = redis::cluster::ClusterConfig::new()
-                            .set_connection_timeout(connect_timeout)
-                            .set_response_timeout(response_timeout);
-                        Conn::Cluster(c.client.get_async_connection_with_config(config).await?)
-                    }
-                    // A Sentinel endpoint asks for the primary again on every (re)connect.
-                    _ => Conn::Single(
-                        endpoint.resolve().await?.get_multiplexed_async_connection_with_config(&config).await?,
-                    ),
-                };
-                // Load every script now, so calls by SHA succeed at once. On a cluster each
-                // SCRIPT LOAD goes to every master (a pipeline of keyless commands has no slot).
-                if matches!(conn, Conn::Cluster(_)) {
-                    for src in all_sources() {
-                        let _: redis::Value = redis::cmd("SCRIPT").arg("LOAD").arg(src).query_async(&mut conn).await?;
-                    }
-                } else {
-                    let mut pipe = redis::pipe();
-                    for src in all_sources() {
-                        pipe.cmd("SCRIPT").arg("LOAD").arg(src);
-                    }
-                    let _: Vec<String> = pipe.query_async(&mut conn).await?;
-                }
-                Ok::<_, redis::RedisError>(conn)
-            })
-            .await;
-            match connected {
-                Ok(Ok(conn)) => Ok(conn),
-                Ok(Err(e)) => {
-                    let message = hide(&e.to_string(), password.as_deref());
-                    let sentinel_refused = is_auth_error(&e)
-                        && timeout(connect_timeout, endpoint.sentinels_refuse_login()).await == Ok(true);
-                    if sentinel_refused {
-                        Err(ConnectError::Config(crate::sentinel::refused_message(&label, &message)))
-                    } else if is_auth_error(&e) {
-                        Err(ConnectError::Config(auth_message("cannot connect to", &label, &message)))
-                    } else {
-                        Err(ConnectError::Unavailable(format!("cannot connect to {label}: {message}")))
-                    }
-                }
-                Err(_) => Err(ConnectError::Unavailable(format!(
-                    "no connection to {label} within the connect timeout {connect_timeout:?}"
-                ))),
-            }
+            dial(&endpoint, &label, connect_timeout, response_timeout, all_sources().collect()).await
         });
         async move {
             match task.await {
@@ -302,6 +258,66 @@ impl Node {
             return LockError::unavailable(self.backend, format!("request failed on {}: {message}", self.label));
         }
         LockError::backend(self.backend, format!("request failed on {}: {message}", self.label))
+    }
+}
+
+/// Opens one connection to `endpoint` (a Sentinel endpoint asks for the primary again) and loads
+/// `sources` on it, bounded by `connect_timeout`; a failure is worded as every connect error is:
+/// the password hidden, a refused login a configuration error (naming the Sentinels when they
+/// refuse it too). `Node`'s connections and blocking delivery's own connections open here.
+pub(crate) async fn dial(
+    endpoint: &Endpoint,
+    label: &str,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+    sources: Vec<&'static str>,
+) -> Result<Conn, ConnectError> {
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(connect_timeout))
+        .set_response_timeout(Some(response_timeout));
+    let connected = timeout(connect_timeout, async {
+        let mut conn = match endpoint {
+            Endpoint::Cluster(c) => {
+                let config = redis::cluster::ClusterConfig::new()
+                    .set_connection_timeout(connect_timeout)
+                    .set_response_timeout(response_timeout);
+                Conn::Cluster(c.client.get_async_connection_with_config(config).await?)
+            }
+            _ => Conn::Single(endpoint.resolve().await?.get_multiplexed_async_connection_with_config(&config).await?),
+        };
+        // Load the scripts now, so calls by SHA succeed at once. On a cluster each SCRIPT LOAD
+        // goes to every master (a pipeline of keyless commands has no slot).
+        if matches!(conn, Conn::Cluster(_)) {
+            for src in sources {
+                let _: redis::Value = redis::cmd("SCRIPT").arg("LOAD").arg(src).query_async(&mut conn).await?;
+            }
+        } else {
+            let mut pipe = redis::pipe();
+            for src in sources {
+                pipe.cmd("SCRIPT").arg("LOAD").arg(src);
+            }
+            let _: Vec<String> = pipe.query_async(&mut conn).await?;
+        }
+        Ok::<_, redis::RedisError>(conn)
+    })
+    .await;
+    match connected {
+        Ok(Ok(conn)) => Ok(conn),
+        Ok(Err(e)) => {
+            let message = hide(&e.to_string(), endpoint.settings().password());
+            let sentinel_refused =
+                is_auth_error(&e) && timeout(connect_timeout, endpoint.sentinels_refuse_login()).await == Ok(true);
+            if sentinel_refused {
+                Err(ConnectError::Config(crate::sentinel::refused_message(label, &message)))
+            } else if is_auth_error(&e) {
+                Err(ConnectError::Config(auth_message("cannot connect to", label, &message)))
+            } else {
+                Err(ConnectError::Unavailable(format!("cannot connect to {label}: {message}")))
+            }
+        }
+        Err(_) => Err(ConnectError::Unavailable(format!(
+            "no connection to {label} within the connect timeout {connect_timeout:?}"
+        ))),
     }
 }
 

@@ -539,6 +539,7 @@ script_call! {
     args [owner, block_ms]
 }
 
-/// The sources of this file, loaded on every new connection.
-pub(super) const SOURCES: [&str; 9] =
-    [TRY_SRC, ACQUIRE_SRC, RENEW_SRC, RELEASE_SRC, ABANDON_SRC, INSPECT_SRC, FORCE_RELEASE_SRC, OBSERVE_SRC, ARM_SRC];
+/// The sources of this file, loaded on every new command connection (the arm runs only on
+/// blocking delivery's own connections, which load it themselves).
+pub(super) const SOURCES: [&str; 8] =
+    [TRY_SRC, ACQUIRE_SRC, RENEW_SRC, RELEASE_SRC, ABANDON_SRC, INSPECT_SRC, FORCE_RELEASE_SRC, OBSERVE_SRC];
