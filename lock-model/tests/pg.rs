@@ -27,6 +27,11 @@ common::model_tests! {
         // gave back.
         a_claim_that_does_not_wait_for_the_flush_holds_a_lost_grant:
             db_crashes(claim_not_durable) => "a lost lease is signalled before it is gone", "no two believers";
+        // Releases do not wait for the flush; the grants they are followed by do, and their
+        // flush covers the release (WAL is flushed in order). A grant that did not wait would
+        // confirm what a crash then loses.
+        a_grant_that_does_not_wait_for_the_flush_is_lost_with_its_holder_believing:
+            db_crashes(grant_not_durable) => "a lost lease is signalled before it is gone", "no two believers";
         trusting_the_notification_gives_two_holders: notify(trust_notify) => "no two believers";
         trusting_the_notification_takes_a_forged_fence: notify(trust_notify) => "tokens come from the server";
         abandon_that_forgets_its_place_first_keeps_the_grant:

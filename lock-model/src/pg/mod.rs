@@ -27,11 +27,12 @@
 //!   a lease is lost when a renewal finds the row not its own or its validity passes unrenewed.
 //!   The renewal rounds (one statement for several leases) are [`rounds`].
 //!
-//! - **Commits**: a refusal and a release's grant to the head commit without waiting for the
-//!   WAL flush (`synchronous_commit = off` for that transaction: `REFUSAL_COMMITS_ASYNC`,
-//!   `GRANT_COMMITS_ASYNC` in `sql.rs`); every other write waits, and its flush covers every
-//!   commit before it (WAL is flushed in order), the claim's the grant it claims. The WAL writer
-//!   flushes the rest within 0.6 s by default, under a tick.
+//! - **Commits**: a refusal and every release (a grant to the head, or the row freed) commit
+//!   without waiting for the WAL flush (`synchronous_commit = off` for that transaction:
+//!   `REFUSAL_COMMITS_ASYNC`, `RELEASE_COMMITS_ASYNC` in `sql.rs`); every other write (a grant,
+//!   a claim, a renewal, a leave's delete) waits, and its flush covers every commit before it
+//!   (WAL is flushed in order), the claim's the grant it claims. The WAL writer flushes the rest
+//!   within 0.6 s by default, under a tick.
 //!
 //! ## Faults in the model
 //! Notifications are lost, duplicated, delivered late and in any order, and forged (anyone who
@@ -41,7 +42,10 @@
 //! database crashes and comes back with what was flushed: the grant no flush covered is gone
 //! while its notification went out, and the row is back as before the release, nobody's
 //! ([`GHOST`]) when its client no longer holds it (a new acquisition has a new owner id). The
-//! head's claim, durable, is the grant's confirmation: `claim_not_durable` shows why.
+//! head's claim, durable, is the grant's confirmation: `claim_not_durable` shows why. A lost
+//! release that freed the row brings back a lease its holder let go: nobody's, it keeps the
+//! others waiting until it ends (`grant_not_durable` shows why the grant, unlike the release,
+//! must wait for the flush).
 //!
 //! ## Properties
 //! - `no two believers`: never two clients that each believe they hold a valid lease.

@@ -35,6 +35,10 @@ pub struct Bugs {
     /// while the grant it claims is still only in memory: a database crash then loses both,
     /// and the head holds a lease the database no longer has.
     pub claim_not_durable: bool,
+    /// The acquire's grant commits without waiting for the WAL flush, as the releases do: a
+    /// database crash then loses a lease its holder was told of, and the row is back free (or
+    /// with the lease before it, which ends sooner).
+    pub grant_not_durable: bool,
     /// The client's lease rule leaves out the drift allowance (lock-core's `valid_until`
     /// without its drift: the whole ttl on a clock the allowance lets run slow).
     pub no_drift_margin: bool,

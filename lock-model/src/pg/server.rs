@@ -55,8 +55,9 @@ impl Pg {
     pub fn acquire(&self, s: &mut State, c: u8) -> Option<u8> {
         let pre = s.flushed();
         let reply = self.acquire_statement(s, c);
-        // A grant commits durably; a refusal (and the hand-on after it) does not wait for the flush.
-        s.commit(pre, reply.is_some());
+        // A grant commits durably (`grant_not_durable`: it does not); a refusal (and the hand-on
+        // after it) does not wait for the flush.
+        s.commit(pre, reply.is_some() && !self.bugs.grant_not_durable);
         reply
     }
 
@@ -124,12 +125,14 @@ impl Pg {
         }
     }
 
-    /// [`Pg::hand_on`] as one statement's commit: a grant to the head does not wait for the
-    /// flush (`GRANT_COMMITS_ASYNC`), a row freed does.
+    /// [`Pg::hand_on`] as one statement's commit, which does not wait for the flush
+    /// (`RELEASE_COMMITS_ASYNC`): a grant to the head is confirmed by the head's durable claim,
+    /// and a crash that loses a release that freed the row brings back a lease its holder has
+    /// let go (nobody's, [`GHOST`]), which only keeps the others waiting until it ends.
     fn hand_on_committed(s: &mut State) {
         let pre = s.flushed();
         Self::hand_on(s);
-        s.commit(pre, s.row.is_none());
+        s.commit(pre, false);
     }
 
     /// A leave's first statement: `DELETE` of the waiter's entry and the lapsed ones (a durable

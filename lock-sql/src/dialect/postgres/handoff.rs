@@ -19,7 +19,7 @@
 //! the row, validity counted from the claim's send instant (contract
 //! §3's re-grant: the row is already ours) — never the notification's.
 //!
-//! The release's commit does not wait for the WAL flush (sql.rs `GRANT_COMMITS_ASYNC`): the
+//! The release's commit does not wait for the WAL flush (sql.rs `RELEASE_COMMITS_ASYNC`): the
 //! claim's does, and it comes after the release's in the WAL, so a claim acknowledged is a
 //! release kept; a crash that loses the release loses no lease (the claim failed with it), and
 //! the row is the releaser's again until its lease ends. That saves the hand-off one flush.

@@ -27,17 +27,21 @@ const CLOCK: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
 /// so a grant's flush also covers every place it read.
 const REFUSAL_COMMITS_ASYNC: &str = "set_config('synchronous_commit', 'off', true)";
 
-/// Evaluated by a release (or hand-on) that grants the queue's head, in that branch only: its
-/// commit does not wait for the WAL flush, so the head's notification leaves one flush sooner.
-/// Nobody holds by this grant until the head's claim, whose commit does wait for the flush; the
-/// claim updates the row this grant wrote, so its commit record comes after the grant's in the
-/// WAL, and WAL is flushed in order (on a synchronous standby too): a claim acknowledged is a
-/// grant kept. A crash that loses the grant before any later flush (at most about three
-/// `wal_writer_delay`s, 0.6 s by default) loses no lease anyone was told of: the head's claim
-/// failed with the server, and the row is back as it was before the release, the releaser's
-/// until its lease ends (handoff.rs). A release that frees the row, with nobody to claim after
-/// it, keeps the durable commit.
-const GRANT_COMMITS_ASYNC: &str = "set_config('synchronous_commit', 'off', true)";
+/// Evaluated by every release and hand-on that wrote (a grant to the queue's head, or our row
+/// freed): its commit does not wait for the WAL flush, about 0.2 ms a commit on this machine's
+/// disk, so a hand-off's notification leaves one flush sooner and a free lock's acquire +
+/// release waits for one flush, the grant's. A crash that loses such a release (before any later
+/// flush: at most about three `wal_writer_delay`s, 0.6 s by default) loses no lease anyone was
+/// told of and gives no lease to anyone: the row is back as it was before the release, the
+/// releaser's (who no longer acts on it) until its lease ends, which keeps the others waiting
+/// at most that long, as a release that never arrived would. A grant to the head is confirmed by
+/// the head's claim, whose commit does wait for the flush and comes after the grant's in the WAL;
+/// every other grant waits for the flush too, and WAL is flushed in order (on a synchronous
+/// standby too), so a grant acknowledged is every release before it kept. `lock-model`'s
+/// `pg` database-crash exploration checks this (its `grant_not_durable` switch shows why the
+/// grant must wait). The hold of `hold_at_least` (`end_after`), a promise that the lock stays
+/// taken, and the operator's release keep the durable commit.
+const RELEASE_COMMITS_ASYNC: &str = "set_config('synchronous_commit', 'off', true)";
 
 pub(super) const FLAVOR: Flavor = Flavor {
     quote: '"',
@@ -180,7 +184,8 @@ impl Statements {
 }
 
 /// What `release` does when the queue holds no live waiter for the name (the row freed, fence,
-/// holder and metadata kept, observers notified), as one UPDATE: `release`'s lease-row lock, head
+/// holder and metadata kept, observers notified; its commit does not wait for the flush:
+/// [`RELEASE_COMMITS_ASYNC`]), as one UPDATE: `release`'s lease-row lock, head
 /// lookup `FOR UPDATE`, join and queue DELETE cost the server about 50 µs a statement even with
 /// the queue empty (BENCHMARKS.md, 2026-12-02 07:00). With a live waiter it changes nothing (no
 /// write, no commit to flush) and `release` runs. The waiter check reads the statement's
@@ -192,7 +197,7 @@ fn release_unqueued_sql(qt: &str, qq: &str, notify_observers: &str) -> String {
          WHERE l.name = $1 AND l.owner = $2 AND l.expires_at > {NOW} \
          AND NOT EXISTS (SELECT 1 FROM {qq} w WHERE w.name = $1 AND w.expires_at > {NOW} \
          AND w.seq < {OBSERVER_SEQ}) \
-         RETURNING {notify_observers}"
+         RETURNING {notify_observers}, {RELEASE_COMMITS_ASYNC}"
     )
 }
 
@@ -302,7 +307,7 @@ fn acquire_sql(qt: &str, qq: &str, notify_observers: &str, attempt: Attempt) -> 
 /// its entry, and is notified `dlock-grant:<owner>:<fence>` on its client's
 /// own channel (`wake`, which its acquire wrote with the entry); without a head our row is
 /// freed (a free row passed on stays as it is). The name's observers are notified either way. Notifications are delivered on commit, which for
-/// a grant to a head does not wait for the WAL flush ([`GRANT_COMMITS_ASYNC`]).
+/// a grant to a head does not wait for the WAL flush ([`RELEASE_COMMITS_ASYNC`]), nor does a freed row's.
 fn handing(qt: &str, qq: &str, notify_observers: &str, pass_on: bool) -> String {
     let claim_ms = CLAIM_WINDOW.as_millis();
     let ours = format!("owner = $2 AND expires_at > {NOW}");
@@ -327,7 +332,7 @@ fn handing(qt: &str, qq: &str, notify_observers: &str, pass_on: bool) -> String 
          dequeued AS (DELETE FROM {qq} w USING granted g WHERE w.name = $1 AND w.owner = g.owner) \
          SELECT (CASE WHEN g.owner IS NOT NULL \
                    THEN pg_notify(g.wake, '{GRANT}' || g.owner || ':' || g.fence) END)::text, \
-                {notify_observers}, CASE WHEN g.owner IS NOT NULL THEN {GRANT_COMMITS_ASYNC} END \
+                {notify_observers}, {RELEASE_COMMITS_ASYNC} \
          FROM granted g"
     )
 }
@@ -444,11 +449,12 @@ mod tests {
         drop_tables(&mut c, &t).await;
     }
 
-    /// A refused acquire and a release's grant to the queue's head commit without waiting for
-    /// the WAL flush; a grant, a claim, a release that frees (and the session after any of
-    /// them) keep `synchronous_commit = on`.
+    /// A refused acquire and every release (a grant to the queue's head, a row freed, with or
+    /// without a queue) commit without waiting for the WAL flush; a grant and a claim (and the
+    /// session after any of them) keep `synchronous_commit = on`, and a grant's flush covers
+    /// the release before it.
     #[tokio::test]
-    async fn only_refusals_and_grants_to_the_head_commit_without_waiting_for_the_flush() {
+    async fn refusals_and_releases_commit_without_waiting_for_the_flush_grants_wait() {
         let (mut c, t, s) = fresh_tables("dlock_async").await;
         c.execute("SET synchronous_commit = on").await.unwrap();
         for (owner, granted, commit) in [("a", true, "on"), ("b", false, "off"), ("b", false, "off")] {
@@ -494,8 +500,33 @@ mod tests {
         let mut tx = c.begin().await.unwrap();
         assert_eq!(release("b").fetch_all(&mut *tx).await.unwrap().len(), 1, "b's release frees the row");
         let now: String = sqlx::query_scalar("SHOW synchronous_commit").fetch_one(&mut *tx).await.unwrap();
-        assert_eq!(now, "on", "a release that frees the row, with no claim after it, commits durably");
+        assert_eq!(now, "off", "a release that frees the row commits without waiting for the flush");
         tx.commit().await.unwrap();
+        // The free path: a grant with nobody queued, its release without the queue's statement.
+        let mut tx = c.begin().await.unwrap();
+        assert!(waiting(&s.acquire, "c").fetch_one(&mut *tx).await.unwrap().0.is_some(), "c is granted");
+        tx.commit().await.unwrap();
+        let mut tx = c.begin().await.unwrap();
+        let unqueued = sqlx::query(AssertSqlSafe(Arc::clone(&s.release_unqueued))).bind("n").bind("c");
+        assert_eq!(unqueued.fetch_all(&mut *tx).await.unwrap().len(), 1, "c's release frees the row");
+        let now: String = sqlx::query_scalar("SHOW synchronous_commit").fetch_one(&mut *tx).await.unwrap();
+        assert_eq!(now, "off", "the free path's release commits without waiting for the flush");
+        tx.commit().await.unwrap();
+        let released_at: String =
+            sqlx::query_scalar("SELECT pg_current_wal_insert_lsn()::text").fetch_one(&mut c).await.unwrap();
+        let mut tx = c.begin().await.unwrap();
+        assert!(waiting(&s.acquire, "d").fetch_one(&mut *tx).await.unwrap().0.is_some(), "d is granted");
+        let now: String = sqlx::query_scalar("SHOW synchronous_commit").fetch_one(&mut *tx).await.unwrap();
+        assert_eq!(now, "on", "a grant commits durably");
+        tx.commit().await.unwrap();
+        let flushed: bool = sqlx::query_scalar("SELECT pg_current_wal_flush_lsn() >= $1::pg_lsn")
+            .bind(&released_at)
+            .fetch_one(&mut c)
+            .await
+            .unwrap();
+        assert!(flushed, "the next grant's flush covers the release before it");
+        let after: String = sqlx::query_scalar("SHOW synchronous_commit").fetch_one(&mut c).await.unwrap();
+        assert_eq!(after, "on", "the setting is the transaction's only");
         drop_tables(&mut c, &t).await;
     }
 }
