@@ -171,6 +171,65 @@ async fn extra_fences_survive_a_crash_of_an_async_commit_server() {
     assert!(next_permit > last_permit, "permit token {next_permit} after the crash, {last_permit} before it");
 }
 
+/// Every release commits without waiting for the WAL flush (sql.rs `RELEASE_COMMITS_ASYNC`),
+/// so a crash right after one may lose it. What such a crash must not do: bring back anything
+/// but the released lease itself (its owner, its token, its end, never later), give the lock to
+/// anyone before that lease's end, keep it past that end, or let a token go back. The WAL writer
+/// waits 10 s here and the server is SIGKILLed right after the release, so the release is lost
+/// unless something flushed it; the test says which happened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extra_a_release_lost_in_a_crash_gives_the_lock_to_nobody_before_its_lease_ends() {
+    use dlock_testkit::servers::postgres::PostgresServer;
+    use tokio::time::Instant;
+    let server =
+        PostgresServer::start_local_with(&["wal_writer_delay=10000ms"]).await.expect("a private postgres server");
+    let control = server.control().expect("a local server");
+    let options = lock_sql::SqlOptions::default();
+    // Longer than a restart takes, so that a lost release is still seen after it.
+    let ttl = Duration::from_secs(10);
+    let opts = AcquireOptions::new(ttl).request_timeout(Duration::from_secs(5));
+    let name = LockName::new("release-lost-in-a-crash").unwrap();
+    let lock = lock_sql::connect(server.url(), options.clone()).await.unwrap();
+    let sent = Instant::now();
+    let lease = lock.acquire(&name, &opts).await.unwrap();
+    let token = lease.token().get();
+    lease.release().await.unwrap();
+    control.stop().await.unwrap();
+    drop(lock);
+    control.start().await.unwrap();
+    let lock = lock_sql::connect(server.url(), options).await.unwrap();
+    let back = lock.inspect(&name).await.unwrap();
+    let looked = Instant::now();
+    if let Some(info) = &back {
+        assert_eq!(info.token.get(), token, "a crash brought back a lease that was not the released one: {info:?}");
+        let left = info.remaining.expect("PostgreSQL knows a lease's time left");
+        // The database's clock counted the lease from its statement, after `sent`; 50 ms for
+        // the clocks' reading.
+        assert!(
+            looked + left <= sent + ttl + Duration::from_millis(50),
+            "the lease came back longer than it was granted: {left:?} left {:?} after the grant's send",
+            looked - sent
+        );
+        if left > Duration::from_millis(500) {
+            let refused = lock.try_acquire(&name, &opts).await.unwrap();
+            assert!(refused.is_none(), "the lease came back, yet the lock was granted: {refused:?}");
+        }
+    }
+    let next = lock.acquire(&name, &opts.clone().wait(ttl * 2)).await.unwrap();
+    let got = sent.elapsed();
+    assert!(next.token().get() > token, "token {} after the crash, {token} before it", next.token());
+    if back.is_some() {
+        assert!(got + Duration::from_millis(50) >= ttl, "granted {got:?} after the first grant, inside its lease");
+        assert!(got <= ttl + Duration::from_secs(2), "the lost release kept the lock past its lease: {got:?}");
+    }
+    next.release().await.unwrap();
+    eprintln!(
+        "MEASURED release then SIGKILL: the release was {} by the crash; the lock was granted again {got:?} after \
+         the first grant (ttl {ttl:?})",
+        if back.is_some() { "lost" } else { "kept" }
+    );
+}
+
 /// A conflict inside an acquire transaction (here PostgreSQL's `lock_timeout`, set through the
 /// URL, firing while a test transaction holds the counter row) rolls the transaction back
 /// before the connection is reused: the re-run really runs, and the acquire is
