@@ -449,6 +449,16 @@ mod tests {
         drop_tables(&mut c, &t).await;
     }
 
+    /// Where the WAL's inserts have come to.
+    async fn wal_inserted(c: &mut sqlx::PgConnection) -> String {
+        sqlx::query_scalar("SELECT pg_current_wal_insert_lsn()::text").fetch_one(c).await.unwrap()
+    }
+
+    /// Whether the WAL is flushed up to `lsn`.
+    async fn flushed_past(c: &mut sqlx::PgConnection, lsn: &str) -> bool {
+        sqlx::query_scalar("SELECT pg_current_wal_flush_lsn() >= $1::pg_lsn").bind(lsn).fetch_one(c).await.unwrap()
+    }
+
     /// A refused acquire and every release (a grant to the queue's head, a row freed, with or
     /// without a queue) commit without waiting for the WAL flush; a grant and a claim (and the
     /// session after any of them) keep `synchronous_commit = on`, and a grant's flush covers
@@ -477,8 +487,7 @@ mod tests {
         let now: String = sqlx::query_scalar("SHOW synchronous_commit").fetch_one(&mut *tx).await.unwrap();
         assert_eq!(now, "off", "a release that grants the head commits without waiting for the flush");
         tx.commit().await.unwrap();
-        let granted_at: String =
-            sqlx::query_scalar("SELECT pg_current_wal_insert_lsn()::text").fetch_one(&mut c).await.unwrap();
+        let granted_at = wal_inserted(&mut c).await;
         let mut tx = c.begin().await.unwrap();
         let claimed: Option<i64> = sqlx::query_scalar(AssertSqlSafe(Arc::clone(&s.claim)))
             .bind("n")
@@ -491,12 +500,7 @@ mod tests {
         let now: String = sqlx::query_scalar("SHOW synchronous_commit").fetch_one(&mut *tx).await.unwrap();
         assert_eq!(now, "on", "the claim, which makes a holder, commits durably");
         tx.commit().await.unwrap();
-        let flushed: bool = sqlx::query_scalar("SELECT pg_current_wal_flush_lsn() >= $1::pg_lsn")
-            .bind(&granted_at)
-            .fetch_one(&mut c)
-            .await
-            .unwrap();
-        assert!(flushed, "the claim's flush covers the grant it claimed");
+        assert!(flushed_past(&mut c, &granted_at).await, "the claim's flush covers the grant it claimed");
         let mut tx = c.begin().await.unwrap();
         assert_eq!(release("b").fetch_all(&mut *tx).await.unwrap().len(), 1, "b's release frees the row");
         let now: String = sqlx::query_scalar("SHOW synchronous_commit").fetch_one(&mut *tx).await.unwrap();
@@ -512,19 +516,13 @@ mod tests {
         let now: String = sqlx::query_scalar("SHOW synchronous_commit").fetch_one(&mut *tx).await.unwrap();
         assert_eq!(now, "off", "the free path's release commits without waiting for the flush");
         tx.commit().await.unwrap();
-        let released_at: String =
-            sqlx::query_scalar("SELECT pg_current_wal_insert_lsn()::text").fetch_one(&mut c).await.unwrap();
+        let released_at = wal_inserted(&mut c).await;
         let mut tx = c.begin().await.unwrap();
         assert!(waiting(&s.acquire, "d").fetch_one(&mut *tx).await.unwrap().0.is_some(), "d is granted");
         let now: String = sqlx::query_scalar("SHOW synchronous_commit").fetch_one(&mut *tx).await.unwrap();
         assert_eq!(now, "on", "a grant commits durably");
         tx.commit().await.unwrap();
-        let flushed: bool = sqlx::query_scalar("SELECT pg_current_wal_flush_lsn() >= $1::pg_lsn")
-            .bind(&released_at)
-            .fetch_one(&mut c)
-            .await
-            .unwrap();
-        assert!(flushed, "the next grant's flush covers the release before it");
+        assert!(flushed_past(&mut c, &released_at).await, "the next grant's flush covers the release before it");
         let after: String = sqlx::query_scalar("SHOW synchronous_commit").fetch_one(&mut c).await.unwrap();
         assert_eq!(after, "on", "the setting is the transaction's only");
         drop_tables(&mut c, &t).await;
