@@ -22,9 +22,9 @@ const CLOCK: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
 /// Evaluated by a refused acquire only (non-null): its transaction wrote nothing but the
 /// waiter's queue place and the lease row's lock, soft state a crash may lose (the waiter
 /// queues again), so its commit need not wait for the WAL flush, about 0.2 ms a commit on this
-/// machine's disk and, under contention, the flush a hand-off's commit queued behind. Grants,
-/// releases and hand-offs keep the session's `synchronous_commit = on`; WAL is flushed in order,
-/// so a grant's flush also covers every place it read.
+/// machine's disk and, under contention, the flush a hand-off's commit queued behind. Grants and
+/// claims keep the session's `synchronous_commit = on` (releases do not: [`RELEASE_COMMITS_ASYNC`]);
+/// WAL is flushed in order, so a grant's flush also covers every place it read.
 const REFUSAL_COMMITS_ASYNC: &str = "set_config('synchronous_commit', 'off', true)";
 
 /// Evaluated by every release and hand-on that wrote (a grant to the queue's head, or our row
