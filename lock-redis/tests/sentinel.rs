@@ -69,9 +69,13 @@ async fn failover_window(acks: u32) {
     // The holder's ttl covers the failover with room (SIGKILL, 1 s down-after, election, the
     // client finding the new primary: 1.5-3 s here, more on a loaded machine); what is tested
     // is that an acknowledged lease survives a failover shorter than its ttl, not how short.
-    let lease = holder.acquire(&name, &opts(HOLDER_TTL_MS)).await.unwrap();
+    // A fresh deployment on a loaded machine can take longer than one attempt's acknowledgement
+    // wait (half the request timeout) for its first grants: those waits retry for as long as 10 s
+    // (once in six loaded runs: "0 of the 1 replicas … acknowledged it within 375 ms").
+    let settle = Duration::from_secs(10);
+    let lease = holder.acquire(&name, &opts(HOLDER_TTL_MS).wait(settle)).await.unwrap();
     let t1 = lease.token();
-    let before = other.acquire(&free, &opts(3000)).await.unwrap();
+    let before = other.acquire(&free, &opts(3000).wait(settle)).await.unwrap();
     before.release().await.unwrap();
 
     let failover = tokio::spawn(async move {
