@@ -210,10 +210,7 @@ pub trait DistributedLockExt: DistributedLock {
         T: Send + 'a,
         E: From<LockError> + Send + 'a,
     {
-        async move {
-            let lease = self.acquire(name, options).await?;
-            under_lease(lease, f).await?
-        }
+        async move { self.run_locked(name, options, f).await? }
     }
 }
 
