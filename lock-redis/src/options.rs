@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use lock_core::LockError;
+use lock_core::{Capabilities, LeaseModel, LockError, WakeMethod};
 use serde::Deserialize;
 
 /// Options of a Redis or Redlock client. Credentials live in the URL, never here, so the
@@ -195,6 +195,22 @@ pub const DEFAULT_MAX_WAITERS: u32 = 10_000;
 /// shortest lease is still valid (and a ttl within the allowance is refused as below it).
 pub(crate) fn min_ttl(max_clock_offset: Duration) -> Duration {
     (max_clock_offset.saturating_add(Duration::from_millis(2)).saturating_mul(2)).max(Duration::from_millis(10))
+}
+
+/// What one Redis server and Redlock's masters both promise: waiters queued on the server in
+/// arrival order and woken by `PUBLISH`, a lease per lock that a restart loses, and tokens that
+/// stay monotonic across a restart (never below the server's clock, `crate::scripts::queue`).
+/// Each deployment adds what it offers beyond that.
+pub(crate) fn queued_capabilities(min_ttl: Duration, max_ttl: Duration) -> Capabilities {
+    let mut caps = Capabilities::new();
+    caps.fifo = true;
+    caps.wake = WakeMethod::Notify;
+    caps.lease_model = LeaseModel::PerLock;
+    caps.durable_fencing = true;
+    caps.durable_leases = false;
+    caps.min_ttl = min_ttl;
+    caps.max_ttl = max_ttl;
+    caps
 }
 
 /// The longest `max_ttl` and quiet period accepted: the scripts compute with them in Lua

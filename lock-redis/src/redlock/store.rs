@@ -9,13 +9,14 @@ use async_trait::async_trait;
 use futures::future::join_all;
 use lock_core::{
     backend::{Claim, LeaseStore, ReleaseOutcome, RenewOutcome, TryLock, WakeSubscription},
-    Capabilities, LeaseModel, LockError, LockName, OwnerId, WakeMethod,
+    Capabilities, LockError, LockName, OwnerId,
 };
 use tokio::time::Instant;
 
 use crate::boot::Boot;
 use crate::conn::Node;
 use crate::endpoint::Endpoint;
+use crate::options::queued_capabilities;
 use crate::pubsub::Notifier;
 use crate::scripts::Keys;
 use crate::RedisOptions;
@@ -140,16 +141,8 @@ impl LeaseStore for RedlockStore {
     }
 
     fn capabilities(&self) -> Capabilities {
-        let mut caps = Capabilities::new();
         // The ticket-ordered queue on each master (crate::scripts::redlock).
-        caps.fifo = true;
-        caps.wake = WakeMethod::Notify;
-        caps.lease_model = LeaseModel::PerLock;
-        caps.durable_fencing = true;
-        caps.durable_leases = false;
-        caps.min_ttl = Duration::from_millis(50);
-        caps.max_ttl = self.max_ttl;
-        caps
+        queued_capabilities(Duration::from_millis(50), self.max_ttl)
     }
 
     /// No holder identity on Redlock (`inspect` is unsupported): the claim's holder is not kept.

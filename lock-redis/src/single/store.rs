@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_core::{
     backend::{Claim, LeaseStore, ReleaseOutcome, RenewOutcome, TryLock, WakeSubscription},
-    Capabilities, ChangeFeed, FencingToken, HolderInfo, LeaseModel, LockError, LockName, OwnerId, WakeMethod,
+    Capabilities, ChangeFeed, FencingToken, HolderInfo, LockError, LockName, OwnerId,
 };
 
 use crate::acl::Needs;
@@ -17,7 +17,7 @@ use crate::cluster::{Conn, UNCOUNTED};
 use crate::conn::Node;
 use crate::endpoint::{is_sentinel, Endpoint};
 use crate::handoff::CLAIM_MS;
-use crate::options::min_ttl;
+use crate::options::{min_ttl, queued_capabilities};
 use crate::pubsub::Notifier;
 use crate::reply::{parse_pair, remaining_from, token_from, too_many_waiters, ttl_ms};
 use crate::scripts::{Acquire, ClaimPushed, HandOff, HandOffScript, Keys, LeaseEnd, Renew, Try};
@@ -285,25 +285,17 @@ impl LeaseStore for RedisStore {
     }
 
     fn capabilities(&self) -> Capabilities {
-        let mut caps = Capabilities::new();
+        // The waiter queue (crate::scripts::queue) serves the exclusive lock in arrival order.
+        let mut caps = queued_capabilities(min_ttl(self.max_clock_offset), self.max_ttl);
         // Read-write locks and semaphores: `RedisRwLock` / `RedisSemaphore` (crate::kinds).
         caps.rw_lock = true;
         caps.semaphore = true;
-        // The waiter queue (crate::scripts::queue) serves the exclusive lock in arrival order.
-        caps.fifo = true;
-        caps.wake = WakeMethod::Notify;
-        caps.lease_model = LeaseModel::PerLock;
-        caps.durable_fencing = true;
-        caps.durable_leases = false;
-        caps.min_ttl = Duration::from_millis(10);
-        caps.max_ttl = self.max_ttl;
         caps.inspect = true;
         caps.list = true;
         // Grants and releases publish on the name's channel (crate::scripts), Sentinel and
         // Cluster included (a cluster forwards every PUBLISH to every node).
         caps.notify_changes = true;
         caps.max_clock_offset = self.max_clock_offset;
-        caps.min_ttl = min_ttl(self.max_clock_offset);
         caps
     }
 
