@@ -79,11 +79,10 @@ if live and l[3] and not l[4] then return {0, math.max(1, l[2] - now)} end
 return {4}
 "#
 );
-static TRY: LazyLock<Script> = LazyLock::new(|| Script::new(TRY_SRC));
 
 script_call! {
     /// A call of `TRY_SRC`: `{1, token}`, `{0, ms}` (held), or `{4}`: run the [`Acquire`].
-    Try -> Vec<i64> = TRY;
+    Try -> Vec<i64> = script!(TRY_SRC);
     {
         /// The acquire it runs ahead of: `TRY_SRC` takes that call's first key and six arguments.
         acquire: Acquire<'a>,
@@ -168,12 +167,11 @@ if head then wq_drop(Q, head) end
 return grant()
 "#
 );
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_SRC));
 
 script_call! {
     /// A call of `ACQUIRE_SRC`: `{1, token}`, `{0, ms}` (held), `{2, ms}` (nobody holds it, but
     /// the restart quiet period lasts `ms` more) or `{3, cap}` (too many waiters).
-    Acquire -> Vec<i64> = ACQUIRE;
+    Acquire -> Vec<i64> = script!(ACQUIRE_SRC);
     {
         /// The lock's keys: the name's hash, the queue's three and channel.
         keys: &'a Keys,
@@ -231,7 +229,6 @@ if ARGV[3] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
 return 1
 "#
 );
-static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW_SRC));
 
 /// How a renewed lease ends (`RENEW_SRC`'s last argument).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -257,7 +254,7 @@ impl LeaseEnd {
 
 script_call! {
     /// A call of `RENEW_SRC`: 1 renewed, 0 not ours.
-    Renew -> i64 = RENEW;
+    Renew -> i64 = script!(RENEW_SRC);
     {
         /// The lease (`Keys::lock`, `RwKeys::writer`).
         lock: &'a str,
@@ -276,7 +273,7 @@ script_call! {
     /// The claim of a grant pushed to a waiter (`crate::blocking`): `RENEW_SRC` on the name's hash,
     /// checked against the grant's token as well as the owner, so it never extends another lease
     /// of the owner's and never grants: 1 claimed, 0 not (any more) that grant.
-    ClaimPushed -> i64 = RENEW;
+    ClaimPushed -> i64 = script!(RENEW_SRC);
     {
         /// The name's hash (`Keys::lock`).
         lock: &'a str,
@@ -322,7 +319,6 @@ freed(Q, tonumber(ARGV[3]), ARGV[2], KEYS[1], tonumber(ARGV[5]))
 return 1
 "#
 );
-static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SRC));
 
 /// A wait that ended without a grant leaves the queue. KEYS: as the release's, and the owner's
 /// blocking delivery list (`Keys::pushes`). ARGV: owner,
@@ -361,7 +357,6 @@ end
 return 1
 "#
 );
-static ABANDON: LazyLock<Script> = LazyLock::new(|| Script::new(ABANDON_SRC));
 
 /// Which script ends a hold or a wait and hands the lock on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -376,8 +371,8 @@ script_call! {
     /// A call of `RELEASE_SRC` or `ABANDON_SRC`, which share their keys and arguments: 1
     /// released (abandon: always 1), 0 not ours.
     HandOff -> i64 = match script {
-        HandOffScript::Release => &*RELEASE,
-        HandOffScript::Abandon => &*ABANDON,
+        HandOffScript::Release => script!(RELEASE_SRC),
+        HandOffScript::Abandon => script!(ABANDON_SRC),
     };
     {
         /// Release or abandon.
@@ -419,11 +414,10 @@ local h = ''
 if l[4] then h = '+' .. l[4] end
 return {l[3] or '0', string.format('%d', left), h, l[5] or ''}
 "#;
-static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(INSPECT_SRC));
 
 script_call! {
     /// A call of `INSPECT_SRC`: `{}` or `{token, ms left, holder, metadata}`.
-    Inspect -> Vec<String> = INSPECT;
+    Inspect -> Vec<String> = script!(INSPECT_SRC);
     {
         /// The lock's keys (the name's hash).
         keys: &'a Keys,
@@ -449,11 +443,10 @@ freed({order = KEYS[2], ends = KEYS[3], data = KEYS[4]}, tonumber(ARGV[2]), ARGV
 return {f}
 "#
 );
-static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(FORCE_RELEASE_SRC));
 
 script_call! {
     /// A call of `FORCE_RELEASE_SRC`: `{fence}` of the freed lease, `{}` when the lock was free.
-    ForceRelease -> Vec<String> = FORCE_RELEASE;
+    ForceRelease -> Vec<String> = script!(FORCE_RELEASE_SRC);
     {
         /// The lock's keys: the name's hash, the queue's three and channel.
         keys: &'a Keys,
@@ -477,11 +470,10 @@ end
 return 1
 "#
 );
-static OBSERVE: LazyLock<Script> = LazyLock::new(|| Script::new(OBSERVE_SRC));
 
 script_call! {
     /// A call of `OBSERVE_SRC`: 1.
-    Observe -> i64 = OBSERVE;
+    Observe -> i64 = script!(OBSERVE_SRC);
     {
         /// The name's hash (`Keys::lock`).
         lock: &'a str,

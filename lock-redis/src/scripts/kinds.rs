@@ -1,10 +1,6 @@
 //! The scripts of the read-write lock and the semaphore (single instance), with their waiter
 //! queues ([`super::kinds_queue`]).
 
-use std::sync::LazyLock;
-
-use redis::Script;
-
 use super::keys::{RwKeys, SemKeys};
 use super::Terms;
 
@@ -218,7 +214,6 @@ kq_reserve(Q, can, reserve, math.huge)
 return {1, token}
 "#
 );
-static RW_READ: LazyLock<Script> = LazyLock::new(|| Script::new(RW_READ_SRC));
 
 /// Write acquire. KEYS and ARGV as the read acquire's. `{1, token}` granted (or already ours);
 /// `{0, ms}` refused: someone holds (ms: how long the holders' leases last at most), it is not
@@ -254,7 +249,6 @@ local token = grant_lease(KEYS[3], KEYS[8], ARGV[1], ARGV[2], t)
 return {1, token}
 "#
 );
-static RW_WRITE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_WRITE_SRC));
 
 /// Writer release, also the end of a write wait without a grant (abandon). KEYS: readers,
 /// tokens, writer, the queue's four keys. ARGV: owner, reserve ms. Frees the writer if it is the owner's and drops the owner's queue entry; then the
@@ -274,7 +268,6 @@ end
 return kq_released(mine)
 "#
 );
-static RW_WRITE_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_WRITE_RELEASE_SRC));
 
 /// Reader release, also the end of a read wait without a grant (abandon). KEYS and ARGV as the
 /// writer's release. Frees the owner's read lease and drops its queue entry; the last reader
@@ -301,7 +294,6 @@ end
 return kq_released(mine)
 "#
 );
-static RW_READ_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_READ_RELEASE_SRC));
 
 /// Semaphore acquire. KEYS: holders, tokens, permits, the queue's three keys (waiters, waiter
 /// ends, waiter entries; [`super::kinds_queue`]), fence, boot marker. ARGV: owner, ttl ms,
@@ -346,7 +338,6 @@ kq_reserve(Q, free - 1, reserve, math.huge)
 return {1, token}
 "#
 );
-static SEM_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(SEM_ACQUIRE_SRC));
 
 /// Permit release, also the end of a permit wait without a grant (abandon). KEYS: holders,
 /// tokens, permits, the queue's three keys. ARGV: owner, reserve ms. Frees the owner's
@@ -375,7 +366,6 @@ kq_reserve(Q, free, tonumber(ARGV[2]), mine and free or math.huge)
 return kq_released(mine)
 "#
 );
-static SEM_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(SEM_RELEASE_SRC));
 
 /// Renew of a sorted-set holder (reader, permit). KEYS: holders, tokens[, permits].
 /// ARGV: owner, ttl ms. Returns 1 renewed, 0 not ours (or its lease already ended).
@@ -390,7 +380,6 @@ end
 return 0
 "#
 );
-static ZSET_RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(ZSET_RENEW_SRC));
 
 /// The side of a read-write lock a script call is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -405,8 +394,8 @@ script_call! {
     /// A call of `RW_READ_SRC` or `RW_WRITE_SRC`, which share their keys and arguments:
     /// `{1, token}`, `{0, ms}`, `{2, ms}` (quiet) or `{3, cap}` (too many waiters).
     RwAcquire -> Vec<i64> = match side {
-        Side::Read => &*RW_READ,
-        Side::Write => &*RW_WRITE,
+        Side::Read => script!(RW_READ_SRC),
+        Side::Write => script!(RW_WRITE_SRC),
     };
     {
         /// Reader or writer.
@@ -431,8 +420,8 @@ script_call! {
     /// A call of `RW_READ_RELEASE_SRC` or `RW_WRITE_RELEASE_SRC` (also a wait's abandon): 1
     /// released, 0 not ours.
     RwRelease -> i64 = match side {
-        Side::Read => &*RW_READ_RELEASE,
-        Side::Write => &*RW_WRITE_RELEASE,
+        Side::Read => script!(RW_READ_RELEASE_SRC),
+        Side::Write => script!(RW_WRITE_RELEASE_SRC),
     };
     {
         /// Reader or writer.
@@ -454,7 +443,7 @@ script_call! {
 script_call! {
     /// A call of `SEM_ACQUIRE_SRC`: `{1, token}`, `{0, ms}`, `{2, ms}`, `{3, cap}` or `{-1,
     /// permits in use}`.
-    SemAcquire -> Vec<i64> = SEM_ACQUIRE;
+    SemAcquire -> Vec<i64> = script!(SEM_ACQUIRE_SRC);
     {
         /// The semaphore's keys.
         keys: &'a SemKeys,
@@ -476,7 +465,7 @@ script_call! {
 
 script_call! {
     /// A call of `SEM_RELEASE_SRC` (also a wait's abandon): 1 released, 0 not ours.
-    SemRelease -> i64 = SEM_RELEASE;
+    SemRelease -> i64 = script!(SEM_RELEASE_SRC);
     {
         /// The semaphore's keys.
         keys: &'a SemKeys,
@@ -510,7 +499,7 @@ impl ZsetHolder<'_> {
 
 script_call! {
     /// A call of `ZSET_RENEW_SRC`: 1 renewed, 0 not ours (or its lease already ended).
-    ZsetRenew -> i64 = ZSET_RENEW;
+    ZsetRenew -> i64 = script!(ZSET_RENEW_SRC);
     {
         /// The holder's keys.
         holder: ZsetHolder<'a>,

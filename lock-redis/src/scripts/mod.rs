@@ -19,6 +19,16 @@ macro_rules! effects_lua {
     };
 }
 
+/// The `redis::Script` of the Lua source `$src`, made (and its SHA1 hashed) once, at the first
+/// call that runs it: a script's typed call names its source here, so the script needs no
+/// static of its own.
+macro_rules! script {
+    ($src:expr) => {{
+        static SCRIPT: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| redis::Script::new($src));
+        &*SCRIPT
+    }};
+}
+
 /// Declares the typed call of one script: a struct of its named keys and arguments and one
 /// `invoke` that sends them in the order the Lua reads them (`keys [..]`, `args [..]`:
 /// expressions over the fields and, for an acquire, the boot marker `invoke` is given), so

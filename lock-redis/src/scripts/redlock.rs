@@ -43,10 +43,6 @@
 //! `reserve` ms; one that vanished holds a free key back for at most `reserve` ms after the
 //! release (or after the first attempt that finds the key free), then the next attempt skips it.
 
-use std::sync::LazyLock;
-
-use redis::Script;
-
 use super::keys::Keys;
 use super::Terms;
 
@@ -77,7 +73,7 @@ end
 /// ms}` when held by another owner (its PTTL) or when a queued waiter is ahead (ms: until the
 /// head's reservation ends), `{2, ms}` in the quiet period after the master lost its state (the
 /// time left), `{3, cap}` when a new registration would be the name's waiter number `cap + 1` (not
-/// queued, not granted). The attempt id lets [`REDLOCK_ABANDON`] free exactly one failed
+/// queued, not granted). The attempt id lets `REDLOCK_ABANDON_SRC` free exactly one failed
 /// attempt.
 const REDLOCK_ACQUIRE_SRC: &str = effects_lua!(
     crate::boot::quiet_lua!(),
@@ -116,12 +112,11 @@ if counter > floor then floor = counter end
 return {1, floor}
 "#
 );
-static REDLOCK_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(REDLOCK_ACQUIRE_SRC));
 
 script_call! {
     /// A call of `REDLOCK_ACQUIRE_SRC` on one master, always with the queue key: `{1,
     /// floor}`, `{0, ms}`, `{2, quiet ms}` or `{3, cap}`.
-    RedlockAcquire -> Vec<i64> = REDLOCK_ACQUIRE;
+    RedlockAcquire -> Vec<i64> = script!(REDLOCK_ACQUIRE_SRC);
     {
         /// The lock's keys: lock, fence, ticket queue and channel.
         keys: &'a Keys,
@@ -166,12 +161,11 @@ end
 return 0
 "#
 );
-static REDLOCK_ABANDON: LazyLock<Script> = LazyLock::new(|| Script::new(REDLOCK_ABANDON_SRC));
 
 script_call! {
     /// A call of `REDLOCK_ABANDON_SRC` on one master, the undo of one failed attempt: 1 the
     /// attempt's lease deleted, 0 not.
-    RedlockUndo -> i64 = REDLOCK_ABANDON;
+    RedlockUndo -> i64 = script!(REDLOCK_ABANDON_SRC);
     {
         /// The lock's keys: lock, ticket queue and channel.
         keys: &'a Keys,
@@ -216,11 +210,10 @@ if mine then return 1 end
 return 0
 "#
 );
-static REDLOCK_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(REDLOCK_RELEASE_SRC));
 
 script_call! {
     /// A call of `REDLOCK_RELEASE_SRC` on one master: 1 released, 0 not ours.
-    RedlockRelease -> i64 = REDLOCK_RELEASE;
+    RedlockRelease -> i64 = script!(REDLOCK_RELEASE_SRC);
     {
         /// The lock's keys: lock, ticket queue and channel.
         keys: &'a Keys,
@@ -253,12 +246,11 @@ if want == have and redis.call('GET', KEYS[2]) == ARGV[2] then
 end
 return {0, have}
 "#;
-static REDLOCK_FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(REDLOCK_FENCE_SRC));
 
 script_call! {
     /// A call of `REDLOCK_FENCE_SRC` on one master: `{1, token}` stored by this attempt, `{0,
     /// counter}` otherwise.
-    RedlockFence -> Vec<i64> = REDLOCK_FENCE;
+    RedlockFence -> Vec<i64> = script!(REDLOCK_FENCE_SRC);
     {
         /// The lock's keys: fence and fence-by.
         keys: &'a Keys,
