@@ -6,9 +6,10 @@ use std::future::Future;
 use std::time::Duration;
 
 use futures::StreamExt;
+use lock_core::LockName;
 use lock_redis::scripts::{
     Acquire, HandOff, HandOffScript, Keys, RedlockAcquire, RedlockFence, RedlockRelease, RedlockUndo, RwAcquire,
-    RwRelease, SemAcquire, SemRelease, Terms,
+    RwKeys, RwRelease, SemAcquire, SemKeys, SemRelease, Terms,
 };
 use redis::aio::MultiplexedConnection;
 
@@ -36,6 +37,22 @@ async fn fresh_server() -> (dlock_testkit::servers::redis::RedisServer, redis::C
     let client = redis::Client::open(server.url()).unwrap();
     let c = client.get_multiplexed_async_connection().await.unwrap();
     (server, client, c)
+}
+
+/// [`fresh_server`] and the keys `keys` makes of the lock `name` under `prefix` (`Keys::new`,
+/// `RwKeys::new`, [`kinds_keys`]): the lock a case works on.
+async fn fresh_lock<K>(
+    prefix: &str,
+    name: &str,
+    keys: impl FnOnce(&str, &LockName) -> K,
+) -> (dlock_testkit::servers::redis::RedisServer, redis::Client, MultiplexedConnection, K) {
+    let (server, client, c) = fresh_server().await;
+    (server, client, c, keys(prefix, &LockName::new(name).unwrap()))
+}
+
+/// The keys of the semaphore and of the read-write lock of `name` under `prefix`.
+fn kinds_keys(prefix: &str, name: &LockName) -> (SemKeys, RwKeys) {
+    (SemKeys::new(prefix, name), RwKeys::new(prefix, name))
 }
 
 /// The messages of `channels`, from now on.

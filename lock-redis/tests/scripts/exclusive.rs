@@ -2,11 +2,10 @@
 
 use std::time::Duration;
 
-use lock_core::LockName;
 use lock_redis::scripts::HandOffScript::{Abandon, Release};
 use lock_redis::scripts::{Acquire, Inspect, Keys, LeaseEnd, Renew};
 
-use crate::{acquire, fresh_server, hand_off, heard, listen, Attempt, Call};
+use crate::{acquire, fresh_lock, hand_off, heard, listen, Attempt, Call};
 
 const RESERVE: u64 = 150;
 
@@ -14,8 +13,7 @@ const RESERVE: u64 = 150;
 /// renew are owner-checked; the next grant's token is higher.
 #[tokio::test]
 async fn grants_are_owner_checked_and_tokens_rise() {
-    let (_server, _client, mut c) = fresh_server().await;
-    let k = Keys::new("t", &LockName::new("s").unwrap());
+    let (_server, _client, mut c, k) = fresh_lock("t", "s", Keys::new).await;
     let first = acquire(&k, "o1", 0, RESERVE, "").invoke("t:boot", &mut c).await.unwrap();
     let again = acquire(&k, "o1", 0, RESERVE, "").invoke("t:boot", &mut c).await.unwrap();
     assert_eq!(first[0], 1);
@@ -40,9 +38,8 @@ async fn grants_are_owner_checked_and_tokens_rise() {
 /// — and a renewal moves the hash's idle expiry with the lease.
 #[tokio::test]
 async fn an_ended_lease_is_gone_though_its_fields_stay() {
-    let (_server, _client, mut c) = fresh_server().await;
+    let (_server, _client, mut c, k) = fresh_lock("t", "ended", Keys::new).await;
     let () = redis::cmd("SET").arg("t:boot").arg(0).query_async(&mut c).await.unwrap();
-    let k = Keys::new("t", &LockName::new("ended").unwrap());
     let short = Acquire { ttl_ms: 100, holder: "h1", metadata: "+m1", ..acquire(&k, "o1", 0, RESERVE, "") };
     assert_eq!(short.invoke("t:boot", &mut c).await.unwrap()[0], 1);
     assert_eq!(Inspect { keys: &k }.invoke(&mut c).await.unwrap()[2], "+h1");
@@ -67,8 +64,7 @@ async fn an_ended_lease_is_gone_though_its_fields_stay() {
 /// and a waiter that gives up leaves the queue.
 #[tokio::test]
 async fn queue_hands_off_in_order_and_skips_a_vanished_head() {
-    let (_server, client, mut c) = fresh_server().await;
-    let k = Keys::new("fq", &LockName::new("n").unwrap());
+    let (_server, client, mut c, k) = fresh_lock("fq", "n", Keys::new).await;
     let mut messages = listen(&client, &[&k.channel]).await;
     let conn = c.clone();
     // `reg` 0: a single try; otherwise a waiting attempt registering for `reg` ms.
@@ -118,8 +114,7 @@ async fn queue_hands_off_in_order_and_skips_a_vanished_head() {
 /// woken on the name's channel; abandoning with the wake channel removes the entry.
 #[tokio::test]
 async fn a_waiter_with_a_wake_channel_is_woken_on_it_alone() {
-    let (_server, client, mut c) = fresh_server().await;
-    let k = Keys::new("fq", &LockName::new("w").unwrap());
+    let (_server, client, mut c, k) = fresh_lock("fq", "w", Keys::new).await;
     let (mut on_name, mut on_wake) = (listen(&client, &[&k.channel]).await, listen(&client, &["fq:wake:A"]).await);
     let quiet = Duration::from_millis(300);
     let conn = c.clone();

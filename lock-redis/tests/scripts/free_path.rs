@@ -9,7 +9,7 @@ use lock_redis::scripts::HandOffScript::Release;
 use lock_redis::scripts::{Acquire, Keys, Observe, Try};
 
 use crate::queue_scale::reset_stats;
-use crate::{acquire, fresh_server, hand_off, heard, listen, Attempt, Call};
+use crate::{acquire, fresh_lock, fresh_server, hand_off, heard, listen, Attempt, Call};
 
 const CYCLES: usize = 20_000;
 const REG: u64 = 5000;
@@ -26,9 +26,8 @@ async fn wakes(messages: &mut redis::aio::PubSubStream) -> Vec<String> {
 /// queued. Each release here must wake the next waiter.
 #[tokio::test]
 async fn a_release_finds_every_waiter_queued_behind_it() {
-    let (_server, client, mut c) = fresh_server().await;
+    let (_server, client, mut c, k) = fresh_lock("f", "q", Keys::new).await;
     let () = redis::cmd("SET").arg("f:boot").arg(0).query_async(&mut c).await.unwrap();
-    let k = Keys::new("f", &LockName::new("q").unwrap());
     let mut messages = listen(&client, &[&k.channel, "f:wake:A"]).await;
     let conn = c.clone();
     let take = |owner: &'static str, reg: u64, grant: &'static str, wake: &'static str| {
@@ -36,21 +35,23 @@ async fn a_release_finds_every_waiter_queued_behind_it() {
     };
     let release = |owner: &'static str| hand_off(Release, &k, owner, RESERVE, "").on(&conn);
     assert_eq!(take("h", 0, "", "").await[0], 1, "the free path");
-    assert_eq!((take("a", REG, "", "").await[0], take("b", REG, "", "").await[0]), (0, 0));
-    assert_eq!(release("h").await, 1);
-    assert_eq!(wakes(&mut messages).await, ["@a"], "registered while h held: h's release wakes the head");
-    assert_eq!(take("a", REG, "", "").await[0], 1, "the head takes it, b still queued");
-    assert_eq!(release("a").await, 1);
-    assert_eq!(wakes(&mut messages).await, ["@b"], "a grant that left b queued: a's release wakes b");
-    assert_eq!(take("b", REG, "", "").await[0], 1);
-    assert_eq!(take("c", REG, "5000", "f:wake:A").await[0], 0, "c takes grants in the release");
-    assert_eq!(take("d", REG, "", "").await[0], 0);
-    assert_eq!(release("b").await, 1);
-    assert_eq!(wakes(&mut messages).await, ["@c"], "b's release grants c the lock");
-    assert_eq!(take("c", REG, "5000", "f:wake:A").await[0], 1, "c claims it");
-    assert_eq!(release("c").await, 1);
-    assert_eq!(wakes(&mut messages).await, ["@d"], "a grant in the release that left d queued: c's release wakes d");
-    assert_eq!(take("d", REG, "", "").await[0], 1);
+    // The terms (grant, wake channel) of a plain waiter and of one that takes grants in the release.
+    let (plain, grants) = (("", ""), ("5000", "f:wake:A"));
+    // Each turn: who queues behind the holder, the holder's release, the head it must wake and
+    // why, and the head taking (or claiming) the lock.
+    for (queue, holder, (head, terms), why) in [
+        (&[("a", plain), ("b", plain)][..], "h", ("a", plain), "registered while h held: h's release wakes the head"),
+        (&[], "a", ("b", plain), "a grant that left b queued: a's release wakes b"),
+        (&[("c", grants), ("d", plain)], "b", ("c", grants), "b's release grants c the lock"),
+        (&[], "c", ("d", plain), "a grant in the release that left d queued: c's release wakes d"),
+    ] {
+        for &(owner, (grant, wake)) in queue {
+            assert_eq!(take(owner, REG, grant, wake).await[0], 0, "{owner} queues behind {holder}");
+        }
+        assert_eq!(release(holder).await, 1);
+        assert_eq!(wakes(&mut messages).await, [format!("@{head}")], "{why}");
+        assert_eq!(take(head, REG, terms.0, terms.1).await[0], 1, "the head {head} takes it");
+    }
     assert_eq!(release("d").await, 1);
     assert!(wakes(&mut messages).await.is_empty(), "nobody left");
 }
@@ -60,9 +61,8 @@ async fn a_release_finds_every_waiter_queued_behind_it() {
 /// a lapsed mark is dropped by the next free grant, after which releases publish nothing either.
 #[tokio::test]
 async fn the_free_path_publishes_only_while_observed() {
-    let (_server, client, mut c) = fresh_server().await;
+    let (_server, client, mut c, k) = fresh_lock("f", "observed", Keys::new).await;
     let () = redis::cmd("SET").arg("f:boot").arg(0).query_async(&mut c).await.unwrap();
-    let k = Keys::new("f", &LockName::new("observed").unwrap());
     let mut messages = listen(&client, &[&k.channel]).await;
     let quiet = Duration::from_millis(150);
     let cycle = |mut c: redis::aio::MultiplexedConnection| {
@@ -126,8 +126,7 @@ async fn the_marker_is_read_only_without_a_fence() {
 /// them as before.
 #[tokio::test]
 async fn the_lean_try_answers_only_what_needs_no_other_key() {
-    let (_server, _client, mut c) = fresh_server().await;
-    let k = Keys::new("f", &LockName::new("lean").unwrap());
+    let (_server, _client, mut c, k) = fresh_lock("f", "lean", Keys::new).await;
     let lean = |owner: &'static str| Try { acquire: acquire(&k, owner, 0, RESERVE, "") };
     assert_eq!(lean("a").invoke(&mut c).await.unwrap(), [4], "no counter: the boot marker decides");
     assert_eq!(try_take(&k, 4000).invoke("f:boot", &mut c).await.unwrap()[0], 2, "the quiet period, as before");
@@ -186,9 +185,8 @@ async fn server_cpu(c: &mut redis::aio::MultiplexedConnection) -> f64 {
 #[tokio::test]
 #[ignore = "a measurement; run with --run-ignored only and read its output"]
 async fn measure_free_path_server_time() {
-    let (_server, _client, mut c) = fresh_server().await;
+    let (_server, _client, mut c, k) = fresh_lock("f", "free", Keys::new).await;
     let () = redis::cmd("SET").arg("f:boot").arg(0).query_async(&mut c).await.unwrap();
-    let k = Keys::new("f", &LockName::new("free").unwrap());
     let floor = redis::Script::new(
         "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
     );

@@ -4,11 +4,10 @@
 
 use std::time::Duration;
 
-use lock_core::LockName;
 use lock_redis::scripts::HandOffScript::{Abandon, Release};
 use lock_redis::scripts::{Acquire, Arm, ClaimPushed, Keys};
 
-use crate::{acquire, fresh_server, hand_off, heard, listen, Attempt, Call, CLAIM_MS};
+use crate::{acquire, fresh_lock, hand_off, heard, listen, Attempt, Call, CLAIM_MS};
 
 const RESERVE: u64 = 150;
 
@@ -33,8 +32,7 @@ async fn lease(c: &mut redis::aio::MultiplexedConnection, k: &Keys) -> (Option<S
 /// never claimed releases it and hands the lock on.
 #[tokio::test]
 async fn a_release_grants_the_lock_to_a_head_that_takes_grants() {
-    let (_server, client, mut c) = fresh_server().await;
-    let k = Keys::new("fq", &LockName::new("g").unwrap());
+    let (_server, client, mut c, k) = fresh_lock("fq", "g", Keys::new).await;
     let mut on_wake = listen(&client, &["fq:wake:A"]).await;
     let quiet = Duration::from_millis(300);
     let conn = c.clone();
@@ -87,8 +85,7 @@ async fn a_release_grants_the_lock_to_a_head_that_takes_grants() {
 /// after the window and the next waiter takes the lock then, not after the head's ttl.
 #[tokio::test]
 async fn a_grant_in_the_release_is_provisional_until_claimed() {
-    let (_server, client, mut c) = fresh_server().await;
-    let k = Keys::new("ho", &LockName::new("claim").unwrap());
+    let (_server, client, mut c, k) = fresh_lock("ho", "claim", Keys::new).await;
     let mut wake = listen(&client, &["fq:wake:A"]).await;
     let conn = c.clone();
     let attempt = |owner: &'static str, ttl_ms: u64| {
@@ -133,8 +130,7 @@ async fn a_grant_in_the_release_is_provisional_until_claimed() {
 /// granted the leaver again, and the lock stayed with a waiter that had left for a claim window.
 #[tokio::test]
 async fn an_abandon_never_grants_the_leaver() {
-    let (_server, _client, mut c) = fresh_server().await;
-    let k = Keys::new("lv", &LockName::new("leaver").unwrap());
+    let (_server, _client, mut c, k) = fresh_lock("lv", "leaver", Keys::new).await;
     let conn = c.clone();
     let attempt = |owner: &'static str, registration_ms: u64| {
         Acquire { registration_ms, ..waiting(&k, owner, 60_000, "60000") }.on("lv:boot", &conn)
@@ -166,8 +162,7 @@ async fn an_abandon_never_grants_the_leaver() {
 /// lapsed lease); an abandon deletes a list not popped, and releases its grant.
 #[tokio::test]
 async fn an_armed_head_is_pushed_its_grant() {
-    let (_server, client, mut c) = fresh_server().await;
-    let k = Keys::new("bd", &LockName::new("push").unwrap());
+    let (_server, client, mut c, k) = fresh_lock("bd", "push", Keys::new).await;
     let mut wake = listen(&client, &["fq:wake:A"]).await;
     let conn = c.clone();
     let attempt = |owner: &'static str, grant: &'static str| waiting(&k, owner, 5000, grant).on("bd:boot", &conn);

@@ -6,7 +6,7 @@ use std::time::Duration;
 use lock_core::LockName;
 use lock_redis::scripts::{RwAcquire, RwKeys, RwRelease, SemAcquire, SemKeys, SemRelease, Side};
 
-use crate::{fresh_server, heard, listen, terms, Attempt, Call};
+use crate::{fresh_lock, heard, kinds_keys, listen, terms, Attempt, Call};
 
 // Well above the 200 ms of listening in `woken`, so that reservations outlast the listening.
 const RESERVE: u64 = 1000;
@@ -39,8 +39,7 @@ fn permit<'a>(keys: &'a SemKeys, owner: &'a str, permits: u32, reg: u64, wake: &
 /// starts afresh.
 #[tokio::test]
 async fn grants_of_readers_writers_and_permits() {
-    let (_server, _client, mut c) = fresh_server().await;
-    let rw = RwKeys::new("t", &LockName::new("s").unwrap());
+    let (_server, _client, mut c, rw) = fresh_lock("t", "s", RwKeys::new).await;
     let conn = c.clone();
     let attempt = |s: Side, owner: &'static str, reg: u64| side(s, &rw, owner, reg, 150, "").on("t:boot", &conn);
     let leave = |s: Side, owner: &'static str| RwRelease { side: s, keys: &rw, owner, reserve_ms: 150 }.on(&conn);
@@ -87,9 +86,7 @@ async fn grants_of_readers_writers_and_permits() {
 /// waits, the last reader out wakes that writer.
 #[tokio::test]
 async fn kinds_queues_hand_off_in_order() {
-    let (_server, client, c) = fresh_server().await;
-    let name = LockName::new("kq").unwrap();
-    let (sk, rw) = (SemKeys::new("kq", &name), RwKeys::new("kq", &name));
+    let (_server, client, c, (sk, rw)) = fresh_lock("kq", "kq", kinds_keys).await;
     // Every waiter of this test listens on one client's wake channel.
     let mut messages = listen(&client, &["kq:wake:T"]).await;
     let take = |owner: &'static str, reg: u64| {
@@ -146,9 +143,7 @@ async fn kinds_queues_hand_off_in_order() {
 /// nowhere (it polls) and still gets its turn.
 #[tokio::test]
 async fn kinds_waiters_are_woken_on_their_wake_channel() {
-    let (_server, client, c) = fresh_server().await;
-    let name = LockName::new("kw").unwrap();
-    let (sk, rw) = (SemKeys::new("kw", &name), RwKeys::new("kw", &name));
+    let (_server, client, c, (sk, rw)) = fresh_lock("kw", "kw", kinds_keys).await;
     let mut own = listen(&client, &["kw:wake:A"]).await;
     let mut other = listen(&client, &["kw:wake:B"]).await;
     let take = |owner: &'static str, reg: u64, wake: &'static str| {

@@ -3,11 +3,10 @@
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use lock_core::LockName;
 use lock_redis::scripts::{RwAcquire, RwKeys, RwRelease, SemAcquire, SemKeys, SemRelease, Side, Terms};
 
 use crate::queue_scale::{evalsha_usec, reset_stats};
-use crate::{fresh_server, terms, Attempt};
+use crate::{fresh_lock, kinds_keys, terms, Attempt};
 
 const REG: u64 = 600_000;
 // Long enough for 10,000 reserved readers to come one by one.
@@ -31,9 +30,7 @@ fn permit<'a>(keys: &'a SemKeys, owner: &'a str, reg: u64, cap: u32) -> SemAcqui
 /// one left, a newcomer queues again.
 #[tokio::test]
 async fn kinds_queues_are_capped() {
-    let (_server, _client, mut c) = fresh_server().await;
-    let name = LockName::new("cap").unwrap();
-    let (k, sk) = (RwKeys::new("kc", &name), SemKeys::new("kc", &name));
+    let (_server, _client, mut c, (sk, k)) = fresh_lock("kc", "cap", kinds_keys).await;
     let conn = c.clone();
     let attempt = |s: Side, owner: &'static str, reg: u64| rw(s, &k, owner, reg, 3).on("kc:boot", &conn);
     assert_eq!(attempt(Side::Write, "W", 0).await[0], 1);
@@ -64,8 +61,7 @@ async fn kinds_queues_are_capped() {
 /// and a writer that arrives meanwhile waits for all of them.
 #[tokio::test]
 async fn ten_thousand_readers_behind_a_writer() {
-    let (_server, _client, mut c) = fresh_server().await;
-    let k = RwKeys::new("ks", &LockName::new("hot").unwrap());
+    let (_server, _client, mut c, k) = fresh_lock("ks", "hot", RwKeys::new).await;
     run_of_readers(&mut c, &k, 10_000).await;
 }
 
@@ -111,8 +107,7 @@ async fn run_of_readers(c: &mut redis::aio::MultiplexedConnection, k: &RwKeys, n
 #[ignore = "a measurement; run with --run-ignored only and read its output"]
 async fn measure_kinds_queue_at_scale() {
     for n in [1_000, 10_000] {
-        let (_server, _client, mut c) = fresh_server().await;
-        let k = RwKeys::new("ks", &LockName::new("hot").unwrap());
+        let (_server, _client, mut c, k) = fresh_lock("ks", "hot", RwKeys::new).await;
         for (what, usec) in run_of_readers(&mut c, &k, n).await {
             eprintln!("{n} readers: {what}: {usec:.1} µs per call");
         }

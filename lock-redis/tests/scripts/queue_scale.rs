@@ -7,7 +7,7 @@ use lock_core::LockName;
 use lock_redis::scripts::HandOffScript::{Abandon, Release};
 use lock_redis::scripts::Keys;
 
-use crate::{acquire, fresh_server, hand_off, listen, next, Attempt};
+use crate::{acquire, fresh_lock, hand_off, listen, next, Attempt};
 
 const WAITERS: usize = 10_000;
 const REG: u64 = 600_000;
@@ -24,8 +24,7 @@ fn waiter(i: usize) -> String {
 /// gave up skipped; once one left, a newcomer may queue again.
 #[tokio::test]
 async fn ten_thousand_waiters_keep_fifo_and_the_cap() {
-    let (_server, client, mut c) = fresh_server().await;
-    let k = Keys::new("q", &LockName::new("hot").unwrap());
+    let (_server, client, mut c, k) = fresh_lock("q", "hot", Keys::new).await;
     let mut messages = listen(&client, &[&k.channel]).await;
     let conn = c.clone();
     let take = |owner: String, reg: u64| {
@@ -67,8 +66,7 @@ async fn ten_thousand_waiters_keep_fifo_and_the_cap() {
 /// three takes a fourth once theirs ended.
 #[tokio::test]
 async fn ended_registrations_free_the_cap() {
-    let (_server, _client, mut c) = fresh_server().await;
-    let k = Keys::new("q", &LockName::new("cap").unwrap());
+    let (_server, _client, mut c, k) = fresh_lock("q", "cap", Keys::new).await;
     let conn = c.clone();
     let take = |owner: &'static str, reg: u64| {
         lock_redis::scripts::Acquire { max_waiters: 3, ..acquire(&k, owner, reg, RESERVE, "") }.on("q:boot", &conn)
@@ -121,8 +119,7 @@ fn pct(v: &[u128], p: f64) -> u128 {
 #[tokio::test]
 #[ignore = "a measurement; run with --run-ignored only and read its output"]
 async fn measure_ten_thousand_waiters() {
-    let (_server, _client, mut c) = fresh_server().await;
-    let k = Keys::new("q", &LockName::new("hot").unwrap());
+    let (_server, _client, mut c, k) = fresh_lock("q", "hot", Keys::new).await;
     assert_eq!(acquire(&k, "h", 0, RESERVE, "").invoke("q:boot", &mut c).await.unwrap()[0], 1);
     let idle = other_lock_latency(&mut c, 500).await;
     reset_stats(&mut c).await;
@@ -197,8 +194,7 @@ async fn measure_ten_thousand_waiters() {
 #[tokio::test]
 #[ignore = "a measurement; run with --run-ignored only and read its output"]
 async fn measure_eight_waiters_taking_turns() {
-    let (_server, _client, mut c) = fresh_server().await;
-    let k = Keys::new("q", &LockName::new("turns").unwrap());
+    let (_server, _client, mut c, k) = fresh_lock("q", "turns", Keys::new).await;
     let owners: Vec<String> = (0..9).map(|i| format!("o{i}")).collect();
     let take = |c: &mut redis::aio::MultiplexedConnection, owner: &str, reg: u64| {
         let (mut c, k, owner) = (c.clone(), k.clone(), owner.to_owned());

@@ -5,7 +5,7 @@ use std::time::Duration;
 use lock_core::LockName;
 use lock_redis::scripts::{Keys, RedlockAcquire, RedlockFence, RedlockRelease, RedlockUndo, Terms};
 
-use crate::{fresh_server, heard, listen, next, terms, Attempt, Call};
+use crate::{fresh_lock, fresh_server, heard, listen, next, terms, Attempt, Call};
 
 const RESERVE: u64 = 150;
 
@@ -31,8 +31,7 @@ async fn rl_queue_keys(c: &mut redis::aio::MultiplexedConnection, k: &Keys) -> u
 /// clock.
 #[tokio::test]
 async fn undo_and_fence_are_scoped_to_one_attempt() {
-    let (_server, _client, mut c) = fresh_server().await;
-    let r = Keys::new("t", &LockName::new("r").unwrap());
+    let (_server, _client, mut c, r) = fresh_lock("t", "r", Keys::new).await;
     for id in ["a1", "a2"] {
         assert_eq!(attempt(&r, "o1", id, 0, 0, "").invoke("t:boot", &mut c).await.unwrap()[0], 1);
     }
@@ -118,8 +117,7 @@ async fn ticket_queue_agrees_on_the_head_whatever_the_arrival_order() {
 /// place.
 #[tokio::test]
 async fn ticket_queue_wakes_an_entry_on_its_wake_channel() {
-    let (_server, client, mut c) = fresh_server().await;
-    let k = Keys::new("m1", &LockName::new("tqw").unwrap());
+    let (_server, client, mut c, k) = fresh_lock("m1", "tqw", Keys::new).await;
     let (mut on_name, mut on_wake) = (listen(&client, &[&k.channel]).await, listen(&client, &["m1:wake:Y"]).await);
     let conn = c.clone();
     let take = |owner: &'static str, id: &'static str, reg: u64, wake: &'static str| {
@@ -153,8 +151,7 @@ async fn ticket_queue_wakes_an_entry_on_its_wake_channel() {
 /// among those queued.
 #[tokio::test]
 async fn ticket_queue_is_capped() {
-    let (_server, _client, mut c) = fresh_server().await;
-    let k = Keys::new("tq", &LockName::new("cap").unwrap());
+    let (_server, _client, mut c, k) = fresh_lock("tq", "cap", Keys::new).await;
     let conn = c.clone();
     let take = |owner: &'static str, ticket: u64| {
         let terms = Terms { max_waiters: 2, ..terms(owner, 2000, RESERVE, "") };
