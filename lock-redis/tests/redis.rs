@@ -73,6 +73,13 @@ mod redis_extra {
         (fx, c, LockName::new(name).unwrap(), conn)
     }
 
+    /// A fresh fixture, two clients of it (two processes) and the lock `name`.
+    async fn two_clients(name: &str) -> (RedisFixture, lock_redis::RedisLock, lock_redis::RedisLock, LockName) {
+        let fx = RedisFixture::start().await.unwrap();
+        let (a, b) = (fx.redis_client().await.unwrap(), fx.redis_client().await.unwrap());
+        (fx, a, b, LockName::new(name).unwrap())
+    }
+
     /// What the exclusive lock needs of an ACL user at the least, as the crate docs list it.
     pub(crate) const LEAST_EXCLUSIVE: &[&str] = &[
         "+evalsha",
@@ -161,14 +168,11 @@ mod redis_extra {
 
     #[tokio::test]
     async fn basics_tokens_and_capabilities() {
-        let fx = RedisFixture::start().await.unwrap();
-        let a = fx.redis_client().await.unwrap();
-        let b = fx.redis_client().await.unwrap();
+        let (_fx, a, b, name) = two_clients("basics").await;
         assert_eq!(a.backend(), "redis");
         let caps = a.capabilities();
         // The exclusive lock queues its waiters on the server: arrival order.
         assert!(caps.durable_fencing && !caps.durable_leases && caps.fifo);
-        let name = LockName::new("basics").unwrap();
         let l1 = a.try_acquire(&name, &opts(2000)).await.unwrap().expect("free");
         assert!(b.try_acquire(&name, &opts(2000)).await.unwrap().is_none());
         l1.release().await.unwrap();
@@ -522,10 +526,7 @@ mod redis_extra {
     /// A release wakes a waiter through pub/sub, long before the fallback re-try.
     #[tokio::test]
     async fn release_wakes_waiter_quickly() {
-        let fx = RedisFixture::start().await.unwrap();
-        let a = fx.redis_client().await.unwrap();
-        let b = fx.redis_client().await.unwrap();
-        let name = LockName::new("wake").unwrap();
+        let (_fx, a, b, name) = two_clients("wake").await;
         let ttl = 10_000;
         let held = a.acquire(&name, &opts(ttl)).await.unwrap();
         let waiter = timed({

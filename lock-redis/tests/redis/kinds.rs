@@ -9,6 +9,13 @@ use crate::common::RedisFixture;
 
 use crate::redis_extra::{acl_server, acl_user, opts, raw, timed, woken, woken_by, LEAST_EXCLUSIVE, LEAST_KINDS};
 
+/// A fresh fixture, two read-write lock clients of it (two processes) and the lock `name`.
+async fn two_rw_clients(name: &str) -> (RedisFixture, lock_redis::RedisRwLock, lock_redis::RedisRwLock, LockName) {
+    let fx = RedisFixture::start().await.unwrap();
+    let (a, b) = (fx.rw().await.unwrap(), fx.rw().await.unwrap());
+    (fx, a, b, LockName::new(name).unwrap())
+}
+
 #[tokio::test]
 async fn capabilities_and_labels() {
     let fx = RedisFixture::start().await.unwrap();
@@ -36,9 +43,7 @@ async fn capabilities_and_labels() {
 /// waiting writer gets in then, not before, with a higher token.
 #[tokio::test]
 async fn silent_reader_frees_its_place_after_ttl() {
-    let fx = RedisFixture::start().await.unwrap();
-    let (a, b) = (fx.rw().await.unwrap(), fx.rw().await.unwrap());
-    let name = LockName::new("silent-reader").unwrap();
+    let (fx, a, b, name) = two_rw_clients("silent-reader").await;
     let ttl = 800;
     let t0 = Instant::now();
     let reader = a.acquire_read(&name, &opts(ttl).auto_renew(false)).await.unwrap();
@@ -187,9 +192,7 @@ async fn hostile_names_and_separate_kinds() {
 /// re-try (a third of the writer's claim, ≈ 667 ms here), three times in a row.
 #[tokio::test]
 async fn last_reader_wakes_waiting_writer() {
-    let fx = RedisFixture::start().await.unwrap();
-    let (a, b) = (fx.rw().await.unwrap(), fx.rw().await.unwrap());
-    let name = LockName::new("wake-writer").unwrap();
+    let (_fx, a, b, name) = two_rw_clients("wake-writer").await;
     let ttl = 10_000;
     for round in 0..3 {
         let r1 = a.acquire_read(&name, &opts(ttl)).await.unwrap();
@@ -214,9 +217,7 @@ async fn last_reader_wakes_waiting_writer() {
 /// timers), and a released permit wakes a waiter.
 #[tokio::test]
 async fn writer_release_wakes_all_readers_and_permits_wake_waiters() {
-    let fx = RedisFixture::start().await.unwrap();
-    let (a, b) = (fx.rw().await.unwrap(), fx.rw().await.unwrap());
-    let name = LockName::new("wake-readers").unwrap();
+    let (fx, a, b, name) = two_rw_clients("wake-readers").await;
     let ttl = 10_000;
     let w = a.acquire_write(&name, &opts(ttl)).await.unwrap();
     let mut readers = Vec::new();
@@ -254,9 +255,7 @@ async fn writer_release_wakes_all_readers_and_permits_wake_waiters() {
 /// holds readers back only until its registration lapses.
 #[tokio::test]
 async fn writer_claims_end_with_the_wait() {
-    let fx = RedisFixture::start().await.unwrap();
-    let (a, b) = (fx.rw().await.unwrap(), fx.rw().await.unwrap());
-    let name = LockName::new("claim").unwrap();
+    let (fx, a, b, name) = two_rw_clients("claim").await;
     let r = a.acquire_read(&name, &opts(5000)).await.unwrap();
     assert!(b.try_acquire_write(&name, &opts(5000)).await.unwrap().is_none());
     let r2 = a.try_acquire_read(&name, &opts(5000)).await.unwrap();
