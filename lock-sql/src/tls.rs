@@ -38,31 +38,56 @@ pub enum SqlTls {
     Verify,
 }
 
+/// How a driver spells its TLS modes, and what to advise instead of a weak one.
+struct Spelling {
+    /// `sslmode` / `ssl-mode`: the parameter to advise.
+    param: &'static str,
+    /// The verifying mode to advise.
+    advice: &'static str,
+    /// The parameter naming the CA file the verifying mode trusts.
+    ca_param: &'static str,
+    /// Plaintext asked for: a choice, not an accident.
+    disabled: &'static str,
+    /// The modes that fall back to plaintext when the server (or a relay) refuses TLS.
+    falls_back: &'static [&'static str],
+}
+
+#[cfg(feature = "postgres")]
+const POSTGRES: Spelling = Spelling {
+    param: "sslmode",
+    advice: "verify-full",
+    ca_param: "sslrootcert",
+    disabled: "disable",
+    falls_back: &["allow", "prefer"],
+};
+
+#[cfg(feature = "mysql")]
+const MYSQL: Spelling = Spelling {
+    param: "ssl-mode",
+    advice: "VERIFY_IDENTITY",
+    ca_param: "ssl-ca",
+    disabled: "disabled",
+    falls_back: &["preferred"],
+};
+
 /// The TLS a connection will use, as the driver reads it.
 pub(crate) struct Judged {
     /// The mode as it is written (`require`, `preferred`, …).
     mode: &'static str,
     verifies: bool,
-    /// Plaintext was asked for (`disable`/`disabled`): a choice, not an accident.
-    disabled: bool,
-    /// Falls back to plaintext when the server (or a relay) refuses TLS.
-    falls_back: bool,
     /// Where the mode came from when it was set: `"the URL"`, `"PGSSLMODE"`; `None`: the
     /// driver's default.
     source: Option<&'static str>,
     /// A loopback address or a Unix socket.
     local: bool,
-    /// `sslmode` / `ssl-mode`: the parameter to advise.
-    param: &'static str,
-    /// The verifying mode to advise.
-    advice: &'static str,
+    spelling: &'static Spelling,
 }
 
 impl Judged {
     #[cfg(feature = "postgres")]
     pub(crate) fn postgres(opts: &sqlx::postgres::PgConnectOptions, url: Option<&str>) -> Judged {
         use sqlx::postgres::PgSslMode as M;
-        let (mode, verifies) = match opts.get_ssl_mode() {
+        let mode = match opts.get_ssl_mode() {
             M::Disable => ("disable", false),
             M::Allow => ("allow", false),
             M::Prefer => ("prefer", false),
@@ -70,60 +95,53 @@ impl Judged {
             M::VerifyCa => ("verify-ca", true),
             M::VerifyFull => ("verify-full", true),
         };
-        let source = match url {
-            Some(u) if url_sets_mode(u) => Some("the URL"),
-            None => Some("the pool's options"),
-            _ if std::env::var("PGSSLMODE").is_ok_and(|v| v.parse::<M>().is_ok()) => Some("PGSSLMODE"),
-            _ => None,
-        };
-        Judged {
-            mode,
-            verifies,
-            disabled: mode == "disable",
-            falls_back: matches!(mode, "allow" | "prefer"),
-            source,
-            local: opts.get_socket().is_some() || is_loopback(opts.get_host()),
-            param: "sslmode",
-            advice: "verify-full",
-        }
+        let env = std::env::var("PGSSLMODE").is_ok_and(|v| v.parse::<M>().is_ok()).then_some("PGSSLMODE");
+        Judged::new(&POSTGRES, mode, url, env, opts.get_socket().is_some(), opts.get_host())
     }
 
     #[cfg(feature = "mysql")]
     pub(crate) fn mysql(opts: &sqlx::mysql::MySqlConnectOptions, url: Option<&str>) -> Judged {
         use sqlx::mysql::MySqlSslMode as M;
-        let (mode, verifies) = match opts.get_ssl_mode() {
+        let mode = match opts.get_ssl_mode() {
             M::Disabled => ("disabled", false),
             M::Preferred => ("preferred", false),
             M::Required => ("required", false),
             M::VerifyCa => ("verify_ca", true),
             M::VerifyIdentity => ("verify_identity", true),
         };
+        Judged::new(&MYSQL, mode, url, None, opts.get_socket().is_some(), opts.get_host())
+    }
+
+    /// `mode` (and whether it verifies) in the driver's `spelling`, read from the options parsed
+    /// from `url` (`None`: a pool's options); `env` is the environment variable that set the mode
+    /// when the URL did not, `socket` whether the connection goes to a Unix socket, else to `host`.
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    fn new(
+        spelling: &'static Spelling,
+        (mode, verifies): (&'static str, bool),
+        url: Option<&str>,
+        env: Option<&'static str>,
+        socket: bool,
+        host: &str,
+    ) -> Judged {
         let source = match url {
             Some(u) if url_sets_mode(u) => Some("the URL"),
             None => Some("the pool's options"),
-            _ => None,
+            _ => env,
         };
-        Judged {
-            mode,
-            verifies,
-            disabled: mode == "disabled",
-            falls_back: mode == "preferred",
-            source,
-            local: opts.get_socket().is_some() || is_loopback(opts.get_host()),
-            param: "ssl-mode",
-            advice: "VERIFY_IDENTITY",
-        }
+        Judged { mode, verifies, source, local: socket || is_loopback(host), spelling }
     }
 
     /// The warning for a connection to `url` in this mode, or `None` when the mode verifies
     /// the server, was set to plaintext on purpose, or is the default on a local connection.
     pub(crate) fn warning(&self, url: &str) -> Option<String> {
-        if self.verifies || self.disabled || (self.source.is_none() && self.local) {
+        let spelling = self.spelling;
+        if self.verifies || self.mode == spelling.disabled || (self.source.is_none() && self.local) {
             return None;
         }
-        let advice = format!("use {}={} with the server's CA", self.param, self.advice);
-        let fallback =
-            if self.falls_back { ", and the connection falls back to plaintext when TLS is refused" } else { "" };
+        let advice = format!("use {}={} with the server's CA", spelling.param, spelling.advice);
+        let falls_back = spelling.falls_back.contains(&self.mode);
+        let fallback = if falls_back { ", and the connection falls back to plaintext when TLS is refused" } else { "" };
         Some(match self.source {
             Some(source) => format!(
                 "{}: TLS mode {:?} (from {source}) does not verify the server: an impostor or a relay can read the \
@@ -150,9 +168,9 @@ impl Judged {
                  [sql] tls = \"warn\" to accept it",
                 self.mode,
                 self.source.unwrap_or("the client library's default"),
-                self.param,
-                self.advice,
-                if self.param == "sslmode" { "sslrootcert" } else { "ssl-ca" },
+                self.spelling.param,
+                self.spelling.advice,
+                self.spelling.ca_param,
             ))),
             SqlTls::Verify => Ok(()),
             _ => {
@@ -273,22 +291,16 @@ mod tests {
             ("postgres://u@db.example/app?sslmode=%72equire", false),
             ("postgres://u@db.example/app?sslmode=disable", false),
             ("postgres://u@127.0.0.1/app", false),
-        ] {
-            let opts: sqlx::postgres::PgConnectOptions = url.parse().unwrap();
-            let r = Judged::postgres(&opts, Some(url)).enforce(SqlTls::Verify, Some(url));
-            assert_eq!(r.is_ok(), ok, "{url}: {r:?}");
-            if let Err(LockError::Config { reason }) = r {
-                assert!(reason.contains("sslmode=verify-full"), "{reason}");
-            }
-        }
-        for (url, ok) in [
             ("mysql://u@db.example/app?ssl-mode=VERIFY_IDENTITY", true),
             ("mysql://u@db.example/app?ssl-mode=required", false),
             ("mysql://u@127.0.0.1/app", false),
         ] {
-            let opts: sqlx::mysql::MySqlConnectOptions = url.parse().unwrap();
-            let r = Judged::mysql(&opts, Some(url)).enforce(SqlTls::Verify, Some(url));
+            let r = judge(url).expect("a PostgreSQL or MySQL URL").enforce(SqlTls::Verify, Some(url));
             assert_eq!(r.is_ok(), ok, "{url}: {r:?}");
+            let advice = if url.starts_with("postgres") { "sslmode=verify-full" } else { "ssl-mode=VERIFY_IDENTITY" };
+            if let Err(LockError::Config { reason }) = r {
+                assert!(reason.contains(advice), "{reason}");
+            }
         }
     }
 
