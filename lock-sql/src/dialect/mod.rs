@@ -16,6 +16,8 @@ pub(crate) mod scheme;
 #[cfg(feature = "sqlite")]
 pub(crate) mod sqlite;
 
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -26,6 +28,8 @@ use tokio::time::Instant;
 use crate::adopt::TableFacts;
 use crate::decide::Plan;
 use crate::error::{classify, to_lock_error, Class, Codes};
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+use crate::pool::{ConnPool, Use};
 use crate::queue::Wait;
 use rw::{Attempt, KindSql, OwnerStmt};
 
@@ -73,6 +77,41 @@ impl From<SeenRow> for Seen {
     fn from((name, fence, remaining_ms, holder, metadata): SeenRow) -> Seen {
         Seen { name, fence, remaining_ms, holder, metadata }
     }
+}
+
+/// The live grants `inspect` (`key` a name, no `limit`) or `list` (`key` a `LIKE` pattern, at
+/// most `limit` rows) reads with `sql` from a network database's `pool`, read as the dialect's
+/// row `R`; `key` is bound as the dialect stores names (text or bytes). A name is the lease
+/// table's key, so `inspect` reads one row at most.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) async fn seen_rows<C, R, K>(
+    pool: &ConnPool<C>,
+    sql: &Arc<str>,
+    key: K,
+    limit: Option<i64>,
+) -> Result<Vec<Seen>, sqlx::Error>
+where
+    C: sqlx::Connection + 'static,
+    for<'c> &'c mut C: sqlx::Executor<'c, Database = C::Database>,
+    <C::Database as sqlx::Database>::Arguments: sqlx::IntoArguments<C::Database>,
+    R: for<'r> sqlx::FromRow<'r, <C::Database as sqlx::Database>::Row> + Into<Seen> + Send + Unpin + 'static,
+    K: for<'q> sqlx::Encode<'q, C::Database> + sqlx::Type<C::Database> + Copy + Send + Sync,
+    i64: for<'q> sqlx::Encode<'q, C::Database> + sqlx::Type<C::Database>,
+{
+    let args = (Arc::clone(sql), key, limit);
+    let rows = pool
+        .with(Use::Take, &args, |c, (sql, key, limit)| {
+            let query = sqlx::query_as::<_, R>(sqlx::AssertSqlSafe(Arc::clone(sql))).bind(*key);
+            Box::pin(
+                match limit {
+                    Some(n) => query.bind(*n),
+                    None => query,
+                }
+                .fetch_all(c),
+            )
+        })
+        .await?;
+    Ok(rows.into_iter().map(R::into).collect())
 }
 
 /// What the exclusive lock's acquire statement found.

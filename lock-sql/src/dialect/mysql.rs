@@ -15,7 +15,9 @@ use tokio::time::timeout;
 
 use super::params::Accepted;
 use super::rw::{acquire_tx, owner_stmt, Attempt, KindSql, OwnerStmt};
-use super::{ahead_of, bad_url, queue_table, too_slow, unreachable, Dialect, Grant, Profile, Seen, Upsert, Who};
+use super::{
+    ahead_of, bad_url, queue_table, seen_rows, too_slow, unreachable, Dialect, Grant, Profile, Seen, Upsert, Who,
+};
 use crate::adopt::{Owner, TableFacts};
 use crate::decide::Plan;
 use crate::error::{Class, Codes};
@@ -285,9 +287,11 @@ struct Args<'a> {
 /// A row as `inspect` and `list` read it: name, fence, remaining ms, holder, metadata (bytes).
 type SeenRow = (Vec<u8>, i64, i64, Option<Vec<u8>>, Option<Vec<u8>>);
 
-fn seen((name, fence, remaining_ms, holder, metadata): SeenRow) -> Seen {
-    let text = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
-    Seen { name: text(name), fence, remaining_ms, holder: holder.map(text), metadata: metadata.map(text) }
+impl From<SeenRow> for Seen {
+    fn from((name, fence, remaining_ms, holder, metadata): SeenRow) -> Seen {
+        let text = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
+        Seen { name: text(name), fence, remaining_ms, holder: holder.map(text), metadata: metadata.map(text) }
+    }
 }
 
 /// The row after an upsert: owner, fence, remaining ms, the live waiters ahead (when counted).
@@ -416,30 +420,11 @@ impl Dialect for Mysql {
     }
 
     async fn inspect(&self, name: &str) -> Result<Option<Seen>, sqlx::Error> {
-        let args = (Arc::clone(&self.inspect), name.as_bytes());
-        let row = self
-            .pool
-            .with(Use::Take, &args, |c, (sql, name)| {
-                Box::pin(sqlx::query_as::<_, SeenRow>(AssertSqlSafe(Arc::clone(sql))).bind(*name).fetch_optional(c))
-            })
-            .await?;
-        Ok(row.map(seen))
+        Ok(seen_rows::<_, SeenRow, _>(&self.pool, &self.inspect, name.as_bytes(), None).await?.into_iter().next())
     }
 
     async fn list(&self, prefix: &str, limit: i64) -> Result<Vec<Seen>, sqlx::Error> {
-        let args = (Arc::clone(&self.list), super::like_prefix(prefix), limit);
-        let rows = self
-            .pool
-            .with(Use::Take, &args, |c, (sql, pattern, limit)| {
-                Box::pin(
-                    sqlx::query_as::<_, SeenRow>(AssertSqlSafe(Arc::clone(sql)))
-                        .bind(pattern.as_bytes())
-                        .bind(*limit)
-                        .fetch_all(c),
-                )
-            })
-            .await?;
-        Ok(rows.into_iter().map(seen).collect())
+        seen_rows::<_, SeenRow, _>(&self.pool, &self.list, super::like_prefix(prefix).as_bytes(), Some(limit)).await
     }
 
     async fn renew(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<bool, sqlx::Error> {

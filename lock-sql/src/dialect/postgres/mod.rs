@@ -23,7 +23,8 @@ use tokio::time::timeout;
 use super::params::Accepted;
 use super::rw::{acquire_tx, owner_stmt, Attempt, KindSql, OwnerStmt};
 use super::{
-    bad_url, renewed_of, too_slow, unreachable, Dialect, Grant, Handoff, Profile, Seen, SeenRow, Upsert, Wakeup, Who,
+    bad_url, renewed_of, seen_rows, too_slow, unreachable, Dialect, Grant, Handoff, Profile, Seen, SeenRow, Upsert,
+    Wakeup, Who,
 };
 use crate::adopt::{Owner, TableFacts};
 use crate::decide::Plan;
@@ -395,30 +396,11 @@ impl Dialect for Postgres {
     }
 
     async fn inspect(&self, name: &str) -> Result<Option<Seen>, sqlx::Error> {
-        let args = (Arc::clone(&self.sql.inspect), name);
-        let row = self
-            .pool
-            .with(Use::Take, &args, |c, (sql, name)| {
-                Box::pin(sqlx::query_as::<_, SeenRow>(AssertSqlSafe(Arc::clone(sql))).bind(*name).fetch_optional(c))
-            })
-            .await?;
-        Ok(row.map(Seen::from))
+        Ok(seen_rows::<_, SeenRow, _>(&self.pool, &self.sql.inspect, name, None).await?.into_iter().next())
     }
 
     async fn list(&self, prefix: &str, limit: i64) -> Result<Vec<Seen>, sqlx::Error> {
-        let args = (Arc::clone(&self.sql.list), super::like_prefix(prefix), limit);
-        let rows = self
-            .pool
-            .with(Use::Take, &args, |c, (sql, pattern, limit)| {
-                Box::pin(
-                    sqlx::query_as::<_, SeenRow>(AssertSqlSafe(Arc::clone(sql)))
-                        .bind(pattern.as_str())
-                        .bind(*limit)
-                        .fetch_all(c),
-                )
-            })
-            .await?;
-        Ok(rows.into_iter().map(Seen::from).collect())
+        seen_rows::<_, SeenRow, _>(&self.pool, &self.sql.list, super::like_prefix(prefix).as_str(), Some(limit)).await
     }
 
     async fn renew(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<bool, sqlx::Error> {
