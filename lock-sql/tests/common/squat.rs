@@ -43,6 +43,17 @@ fn as_user(url: &str, user: &str) -> String {
     url.to_string()
 }
 
+/// Drops what a check made: `tables` (quoted as a statement names them), then on PostgreSQL
+/// `pg_only` (the function or schema they used, as `DROP` names it).
+async fn drop_made(admin: &mut Admin, tables: impl IntoIterator<Item = String>, pg_only: String) {
+    for t in tables {
+        admin.run(&format!("DROP TABLE {t}")).await;
+    }
+    if matches!(admin, Admin::Postgres(_)) {
+        admin.run(&format!("DROP {pg_only}")).await;
+    }
+}
+
 /// Wrong columns and an added trigger are refused (PostgreSQL and MySQL/MariaDB).
 pub async fn check_squatted_tables(fx: &SqlFixture) -> Result<(), LockError> {
     let mut admin = Admin::connect(fx).await;
@@ -89,12 +100,8 @@ pub async fn check_squatted_tables(fx: &SqlFixture) -> Result<(), LockError> {
         Err(e) => panic!("expected a Config error, got {e}"),
         Ok(_) => panic!("a holders table with an extra column was adopted"),
     }
-    for t in [wrong, trig.clone(), kinds.clone(), format!("{kinds}_holders"), format!("{kinds}_counters")] {
-        admin.run(&format!("DROP TABLE \"{t}\"")).await;
-    }
-    if fx.dialect() == Dialect::Postgres {
-        admin.run(&format!("DROP FUNCTION \"{trig}_fn\"()")).await;
-    }
+    let made = [wrong, trig.clone(), kinds.clone(), format!("{kinds}_holders"), format!("{kinds}_counters")];
+    drop_made(&mut admin, made.map(|t| format!("\"{t}\"")), format!("FUNCTION \"{trig}_fn\"()")).await;
     Ok(())
 }
 
@@ -118,12 +125,8 @@ pub async fn check_qualified_table(fx: &SqlFixture) -> Result<(), LockError> {
     lease.release().await?;
     drop(lock_sql::connect_rw(fx.url(), options(&table)).await?);
     drop(lock_sql::connect_semaphore(fx.url(), options(&table)).await?);
-    for suffix in ["", "_waiters", "_counters", "_holders"] {
-        admin.run(&format!("DROP TABLE \"{schema}\".\"{name}{suffix}\"")).await;
-    }
-    if fx.dialect() == Dialect::Postgres {
-        admin.run(&format!("DROP SCHEMA \"{schema}\"")).await;
-    }
+    let made = ["", "_waiters", "_counters", "_holders"].map(|suffix| format!("\"{schema}\".\"{name}{suffix}\""));
+    drop_made(&mut admin, made, format!("SCHEMA \"{schema}\"")).await;
     Ok(())
 }
 
