@@ -64,8 +64,10 @@
 //! scripts on the same inputs by a differential test. What the two queue models share (queue
 //! entries, hint messages and their faults, the belief, forgetting and renaming their clients)
 //! and every model's record of the tokens taken is [`shared`]; the properties every model checks alike are
-//! [`properties`].
+//! [`properties`]; the frame every client model explores in (time, each client's steps, the normalized
+//! next state) is the crate's `explore`.
 
+mod explore;
 pub mod failover;
 pub mod handoff;
 mod permutations;

@@ -2,6 +2,7 @@
 
 use stateright::{Model, Property};
 
+use crate::explore::Explore;
 use crate::properties::{of_kept_leases, Leases};
 use crate::shared::Taken;
 
@@ -232,6 +233,23 @@ impl Failover {
         // Replicas are interchangeable: one order of them is one state.
         s.replicas.sort_unstable();
     }
+}
+
+impl Explore for Failover {
+    const TICK: Action = Action::Tick;
+
+    fn step(&self, s: &mut State, action: Action) {
+        match action {
+            Action::Tick => s.now += 1,
+            Action::Acquire(c) => Self::acquire(s, c),
+            Action::Wait(c) => self.wait(s, c),
+            Action::Renew(c) | Action::RenewWait(c) | Action::Release(c) | Action::Lapse(c) => {
+                self.holder_step(s, action, c)
+            }
+            Action::Replicate(r) => Self::replicate(s, r as usize),
+            Action::Promote(r) => Self::promote(s, r as usize),
+        }
+    }
 
     fn client_actions(&self, s: &State, c: u8, actions: &mut Vec<Action>) {
         let i = c as usize;
@@ -279,12 +297,7 @@ impl Model for Failover {
     }
 
     fn actions(&self, s: &State, actions: &mut Vec<Action>) {
-        if s.now < self.max_tick {
-            actions.push(Action::Tick);
-        }
-        for c in 0..self.clients {
-            self.client_actions(s, c, actions);
-        }
+        self.time_and_clients(s, s.now < self.max_tick, actions);
         for r in 0..s.replicas.len() {
             if s.replicas[r].offset < s.primary.offset {
                 actions.push(Action::Replicate(r as u8));
@@ -296,18 +309,7 @@ impl Model for Failover {
     }
 
     fn next_state(&self, last: &State, action: Action) -> Option<State> {
-        let mut s = last.clone();
-        match action {
-            Action::Tick => s.now += 1,
-            Action::Acquire(c) => Self::acquire(&mut s, c),
-            Action::Wait(c) => self.wait(&mut s, c),
-            Action::Renew(c) | Action::RenewWait(c) | Action::Release(c) | Action::Lapse(c) => {
-                self.holder_step(&mut s, action, c)
-            }
-            Action::Replicate(r) => Self::replicate(&mut s, r as usize),
-            Action::Promote(r) => Self::promote(&mut s, r as usize),
-        }
-        Some(s)
+        self.successor(last, action)
     }
 
     fn properties(&self) -> Vec<Property<Self>> {

@@ -4,6 +4,7 @@
 use lock_core::decisions::valid_until;
 use stateright::{Model, Property};
 
+use crate::explore::Explore;
 use crate::properties::{of_issued_leases, Leases};
 
 use super::blocking::BlockAction;
@@ -25,33 +26,6 @@ pub enum OwnAction {
 }
 
 impl Handoff {
-    fn client_actions(&self, s: &State, c: u8, actions: &mut Vec<Action>) {
-        let i = c as usize;
-        match s.clients[i] {
-            Client::Idle => actions.push(Action::Send(c)),
-            Client::Attempting { leaving, .. } => Action::of_attempt(c, leaving, s.leave, &s.net, actions),
-            Client::Waiting { .. } => Action::of_waiter(c, s.polls[i], s.leave, &s.net, actions),
-            Client::Holding { claim: None, .. } => actions.push(Action::Release(c)),
-            Client::Holding { .. } => {}
-            Client::Leaving { release_only } => {
-                actions.push(Action::Abandon(c));
-                if release_only {
-                    actions.push(Action::Cut(c));
-                }
-            }
-            Client::Left | Client::Done | Client::Dead { .. } => {}
-        }
-        if s.crash > 0 && !s.clients[i].gone() {
-            actions.push(Action::Crash(c));
-        }
-        if s.strays[i] {
-            actions.push(Action::Stray(c));
-        }
-        if self.blocks() {
-            Self::block_actions(s, c, |a| actions.push(Action::Own(OwnAction::Block(a))));
-        }
-    }
-
     /// A message reaches `to`: a hint that wakes a waiter (or, with the bug, a grant naming a
     /// token is taken as the lease).
     fn on_message(&self, s: &mut State, to: u8, token: u8) {
@@ -95,6 +69,37 @@ impl Handoff {
             s.strays[c as usize] |= in_flight;
             Client::Leaving { release_only: false }
         };
+    }
+}
+
+impl Explore for Handoff {
+    const TICK: Action = Action::Tick;
+
+    fn client_actions(&self, s: &State, c: u8, actions: &mut Vec<Action>) {
+        let i = c as usize;
+        match s.clients[i] {
+            Client::Idle => actions.push(Action::Send(c)),
+            Client::Attempting { leaving, .. } => Action::of_attempt(c, leaving, s.leave, &s.net, actions),
+            Client::Waiting { .. } => Action::of_waiter(c, s.polls[i], s.leave, &s.net, actions),
+            Client::Holding { claim: None, .. } => actions.push(Action::Release(c)),
+            Client::Holding { .. } => {}
+            Client::Leaving { release_only } => {
+                actions.push(Action::Abandon(c));
+                if release_only {
+                    actions.push(Action::Cut(c));
+                }
+            }
+            Client::Left | Client::Done | Client::Dead { .. } => {}
+        }
+        if s.crash > 0 && !s.clients[i].gone() {
+            actions.push(Action::Crash(c));
+        }
+        if s.strays[i] {
+            actions.push(Action::Stray(c));
+        }
+        if self.blocks() {
+            Self::block_actions(s, c, |a| actions.push(Action::Own(OwnAction::Block(a))));
+        }
     }
 
     fn step(&self, s: &mut State, action: Action) {
@@ -198,12 +203,7 @@ impl Model for Handoff {
     }
 
     fn actions(&self, s: &State, actions: &mut Vec<Action>) {
-        if s.now < self.max_tick {
-            actions.push(Action::Tick);
-        }
-        for c in 0..self.clients {
-            self.client_actions(s, c, actions);
-        }
+        self.time_and_clients(s, s.now < self.max_tick, actions);
         if s.restart > 0 {
             actions.push(Action::Own(OwnAction::Restart));
         }
@@ -211,10 +211,7 @@ impl Model for Handoff {
     }
 
     fn next_state(&self, last: &State, action: Action) -> Option<State> {
-        let mut s = last.clone();
-        self.step(&mut s, action);
-        self.normalize(&mut s);
-        Some(s)
+        self.successor(last, action)
     }
 
     fn properties(&self) -> Vec<Property<Self>> {

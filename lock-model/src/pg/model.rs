@@ -7,6 +7,7 @@ use stateright::{Model, Property};
 use tokio::time::Instant;
 
 use super::state::{Client, InFlight, State, Stmt};
+use crate::explore::Explore;
 use crate::properties::{lost_lease_signalled, of_issued_leases};
 use crate::shared::{belief_end, forget_settled_clients, Hints, Queue, QueueAction, Taken, ValidUntil};
 
@@ -169,44 +170,6 @@ impl Pg {
         };
     }
 
-    fn client_actions(&self, s: &State, c: u8, actions: &mut Vec<Action>) {
-        let i = c as usize;
-        match s.clients[i] {
-            Client::Idle => actions.push(Action::Send(c)),
-            Client::Attempting { leaving, .. } => Action::of_attempt(c, leaving, s.leave, &s.net, actions),
-            Client::Waiting { .. } => Action::of_waiter(c, s.polls[i], s.leave, &s.net, actions),
-            Client::Holding { valid_until, renewal, .. } => {
-                match renewal {
-                    // A renewal sent in the tick its lease was counted from would extend nothing.
-                    None if valid_until < self.valid_until(s.now) => actions.push(Action::Own(OwnAction::Renew(c))),
-                    None => {}
-                    Some(_) => actions.push(Action::Own(OwnAction::Renewed(c))),
-                }
-                // Renewal and release of one lease run one at a time; a lease already lost by
-                // time is not released but signalled (`Lapse`).
-                if renewal.is_none() && s.now < valid_until {
-                    actions.push(Action::Release(c));
-                }
-                if s.now >= valid_until {
-                    actions.push(Action::Own(OwnAction::Lapse(c)));
-                }
-            }
-            Client::Leaving { .. } => {
-                actions.push(Action::Abandon(c));
-                if self.bugs.abandon_forgets_place_first && s.cut > 0 {
-                    actions.push(Action::Cut(c));
-                }
-            }
-            Client::Left | Client::Ended | Client::Dead { .. } => {}
-        }
-        if s.crash > 0 && !matches!(s.clients[i], Client::Left | Client::Ended | Client::Dead { .. }) {
-            actions.push(Action::Crash(c));
-        }
-        if s.strays[i].is_some() {
-            actions.push(Action::Stray(c));
-        }
-    }
-
     /// The database runs the attempt of `c`; with `lost`, its answer never arrives.
     fn apply(&self, s: &mut State, c: u8, lost: bool) {
         let Client::Attempting { t0, stmt, leaving } = s.clients[c as usize] else { return };
@@ -244,6 +207,79 @@ impl Pg {
             } else {
                 s.clients[to as usize] = Client::Attempting { t0: s.now, stmt: Stmt::Claim, leaving: false };
             }
+        }
+    }
+
+    /// A holder's renewal, its answer, its lapse and its release.
+    fn holder_step(&self, s: &mut State, action: Action, c: u8) {
+        let Client::Holding { token, valid_until, renewal } = s.clients[c as usize] else { return };
+        match (action, renewal) {
+            (Action::Own(OwnAction::Renew(_)), None) => {
+                s.clients[c as usize] = Client::Holding { token, valid_until, renewal: Some(s.now) };
+            }
+            (Action::Own(OwnAction::Renewed(_)), Some(t0)) => {
+                if Self::renew(s, c) {
+                    s.renewed = true;
+                    let valid_until = valid_until.max(self.valid_until(t0));
+                    s.clients[c as usize] = Client::Holding { token, valid_until, renewal: None };
+                } else {
+                    Self::end(s, c, false);
+                }
+            }
+            (Action::Own(OwnAction::Lapse(_)), _) => {
+                // A renewal still in flight may yet run: it can only find the row not ours.
+                if renewal.is_some() {
+                    s.strays[c as usize] = Some(InFlight::Renew);
+                }
+                Self::end(s, c, false);
+            }
+            (Action::Release(_), None) => {
+                Self::release(s, c);
+                Self::end(s, c, true);
+            }
+            _ => {}
+        }
+    }
+}
+
+impl Explore for Pg {
+    const TICK: Action = Action::Tick;
+
+    fn client_actions(&self, s: &State, c: u8, actions: &mut Vec<Action>) {
+        let i = c as usize;
+        match s.clients[i] {
+            Client::Idle => actions.push(Action::Send(c)),
+            Client::Attempting { leaving, .. } => Action::of_attempt(c, leaving, s.leave, &s.net, actions),
+            Client::Waiting { .. } => Action::of_waiter(c, s.polls[i], s.leave, &s.net, actions),
+            Client::Holding { valid_until, renewal, .. } => {
+                match renewal {
+                    // A renewal sent in the tick its lease was counted from would extend nothing.
+                    None if valid_until < self.valid_until(s.now) => actions.push(Action::Own(OwnAction::Renew(c))),
+                    None => {}
+                    Some(_) => actions.push(Action::Own(OwnAction::Renewed(c))),
+                }
+                // Renewal and release of one lease run one at a time; a lease already lost by
+                // time is not released but signalled (`Lapse`).
+                if renewal.is_none() && s.now < valid_until {
+                    actions.push(Action::Release(c));
+                }
+                if s.now >= valid_until {
+                    actions.push(Action::Own(OwnAction::Lapse(c)));
+                }
+            }
+            Client::Leaving { .. } => {
+                actions.push(Action::Abandon(c));
+                if self.bugs.abandon_forgets_place_first && s.cut > 0 {
+                    actions.push(Action::Cut(c));
+                }
+            }
+            Client::Left | Client::Ended | Client::Dead { .. } => {}
+        }
+        if s.crash > 0 && !matches!(s.clients[i], Client::Left | Client::Ended | Client::Dead { .. }) {
+            actions.push(Action::Crash(c));
+        }
+        if s.strays[i].is_some() {
+            actions.push(Action::Stray(c));
         }
     }
 
@@ -319,37 +355,6 @@ impl Pg {
         }
     }
 
-    /// A holder's renewal, its answer, its lapse and its release.
-    fn holder_step(&self, s: &mut State, action: Action, c: u8) {
-        let Client::Holding { token, valid_until, renewal } = s.clients[c as usize] else { return };
-        match (action, renewal) {
-            (Action::Own(OwnAction::Renew(_)), None) => {
-                s.clients[c as usize] = Client::Holding { token, valid_until, renewal: Some(s.now) };
-            }
-            (Action::Own(OwnAction::Renewed(_)), Some(t0)) => {
-                if Self::renew(s, c) {
-                    s.renewed = true;
-                    let valid_until = valid_until.max(self.valid_until(t0));
-                    s.clients[c as usize] = Client::Holding { token, valid_until, renewal: None };
-                } else {
-                    Self::end(s, c, false);
-                }
-            }
-            (Action::Own(OwnAction::Lapse(_)), _) => {
-                // A renewal still in flight may yet run: it can only find the row not ours.
-                if renewal.is_some() {
-                    s.strays[c as usize] = Some(InFlight::Renew);
-                }
-                Self::end(s, c, false);
-            }
-            (Action::Release(_), None) => {
-                Self::release(s, c);
-                Self::end(s, c, true);
-            }
-            _ => {}
-        }
-    }
-
     /// Forgets what can no longer change the outcome, so equal futures are one state: a lapsed
     /// queue entry's end (only its place matters until it is refreshed or deleted).
     fn normalize(&self, s: &mut State) {
@@ -392,12 +397,7 @@ impl Model for Pg {
     }
 
     fn actions(&self, s: &State, actions: &mut Vec<Action>) {
-        if s.now < self.max_tick {
-            actions.push(Action::Tick);
-        }
-        for c in 0..self.clients {
-            self.client_actions(s, c, actions);
-        }
+        self.time_and_clients(s, s.now < self.max_tick, actions);
         s.net.actions(|a| actions.push(Action::Net(a)));
         if s.db_crash > 0 && s.unflushed.is_some() {
             actions.push(Action::Own(OwnAction::DbCrash));
@@ -405,10 +405,7 @@ impl Model for Pg {
     }
 
     fn next_state(&self, last: &State, action: Action) -> Option<State> {
-        let mut s = last.clone();
-        self.step(&mut s, action);
-        self.normalize(&mut s);
-        Some(s)
+        self.successor(last, action)
     }
 
     fn properties(&self) -> Vec<Property<Self>> {

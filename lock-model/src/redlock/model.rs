@@ -2,6 +2,7 @@
 
 use stateright::{Model, Property};
 
+use crate::explore::Explore;
 use crate::properties::{no_two_believers, tokens_increase};
 use crate::shared::Taken;
 
@@ -181,6 +182,31 @@ impl Redlock {
         let i = usize::from(c);
         s.clients[i] = if s.attempts[i] > 0 { Client::Idle } else { Client::Done };
     }
+}
+
+/// One step of the exploration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// Time passes.
+    Tick,
+    /// The client starts an attempt: round 1's requests go out to every master.
+    Start(u8),
+    /// The master runs the client's oldest request on that connection; its answer arrives.
+    Run(u8, u8),
+    /// The client stops waiting for that master in this round (the request may still run).
+    Timeout(u8, u8),
+    /// A background task (an undo) sends its request.
+    Send(usize),
+    /// The master restarts with its data lost.
+    Restart(u8),
+    /// The holder releases on every master.
+    Release(u8),
+    /// The holder's validity ran out.
+    Lapse(u8),
+}
+
+impl Explore for Redlock {
+    const TICK: Action = Action::Tick;
 
     fn client_actions(&self, s: &State, c: u8, actions: &mut Vec<Action>) {
         let i = usize::from(c);
@@ -263,27 +289,6 @@ impl Redlock {
     }
 }
 
-/// One step of the exploration.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Action {
-    /// Time passes.
-    Tick,
-    /// The client starts an attempt: round 1's requests go out to every master.
-    Start(u8),
-    /// The master runs the client's oldest request on that connection; its answer arrives.
-    Run(u8, u8),
-    /// The client stops waiting for that master in this round (the request may still run).
-    Timeout(u8, u8),
-    /// A background task (an undo) sends its request.
-    Send(usize),
-    /// The master restarts with its data lost.
-    Restart(u8),
-    /// The holder releases on every master.
-    Release(u8),
-    /// The holder's validity ran out.
-    Lapse(u8),
-}
-
 impl Model for Redlock {
     type State = State;
     type Action = Action;
@@ -308,12 +313,7 @@ impl Model for Redlock {
     }
 
     fn actions(&self, s: &State, actions: &mut Vec<Action>) {
-        if s.now < self.max_tick {
-            actions.push(Action::Tick);
-        }
-        for c in 0..self.clients {
-            self.client_actions(s, c, actions);
-        }
+        self.time_and_clients(s, s.now < self.max_tick, actions);
         for k in 0..s.pool.len() {
             actions.push(Action::Send(k));
         }
@@ -325,9 +325,7 @@ impl Model for Redlock {
     }
 
     fn next_state(&self, last: &State, action: Action) -> Option<State> {
-        let mut s = last.clone();
-        self.step(&mut s, action);
-        Some(s)
+        self.successor(last, action)
     }
 
     fn properties(&self) -> Vec<Property<Self>> {

@@ -2,6 +2,7 @@
 
 use stateright::{Model, Property};
 
+use crate::explore::Explore;
 use crate::properties::of_kept_leases;
 use crate::shared::Taken;
 
@@ -184,6 +185,10 @@ impl Zk {
                 Self::inert(s, c) || !(report_waits || too_silent)
             })
     }
+}
+
+impl Explore for Zk {
+    const TICK: Action = Action::Tick;
 
     fn client_actions(&self, s: &State, c: u8, actions: &mut Vec<Action>) {
         let i = c as usize;
@@ -305,7 +310,7 @@ impl Zk {
 
     /// Forgets what can no longer change the outcome: a client that is done and has no node
     /// keeps no connection or session worth telling apart.
-    fn normalize(s: &mut State) {
+    fn normalize(&self, s: &mut State) {
         for c in 0..s.clients.len() {
             if Self::inert(s, c) {
                 s.links[c] = Link { connected: false, cut: false, contact: 0, pending: false, due: false };
@@ -337,19 +342,11 @@ impl Model for Zk {
     }
 
     fn actions(&self, s: &State, actions: &mut Vec<Action>) {
-        if self.tick_allowed(s) {
-            actions.push(Action::Tick);
-        }
-        for c in 0..self.clients {
-            self.client_actions(s, c, actions);
-        }
+        self.time_and_clients(s, self.tick_allowed(s), actions);
     }
 
     fn next_state(&self, last: &State, action: Action) -> Option<State> {
-        let mut s = last.clone();
-        self.step(&mut s, action);
-        Self::normalize(&mut s);
-        Some(s)
+        self.successor(last, action)
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
