@@ -63,13 +63,8 @@ impl EtcdServer {
         let (client, peer) = (free_addr()?, free_addr()?);
         let args = member_args("dlock", &dir.path().join("data"), client, peer, &format!("dlock=http://{peer}"));
         let child = ChildServer::new(&program, args, dir.path());
-        let local = LocalServer::new("etcd", child, client)
-            .persistent(true)
-            .ready_within(START_TIMEOUT)
-            .ready_when(healthy)
-            .start()
-            .await?;
-        Ok(EtcdServer(local.into_test_server(&program, format!("etcd://{client}"), vec![Box::new(dir)])))
+        let local = LocalServer::persistent("etcd", child, client, START_TIMEOUT).ready_when(healthy);
+        Ok(EtcdServer(local.serve(&program, format!("etcd://{client}"), dir).await?))
     }
 
     /// Always a fresh local etcd whose client port speaks only TLS, with the member's
@@ -110,13 +105,9 @@ impl EtcdServer {
             args.extend(["--client-cert-auth".to_owned(), "--trusted-ca-file".to_owned(), path(ca)]);
         }
         let child = ChildServer::new(&program, args, dir.path());
-        let local = LocalServer::new("etcd (TLS)", child, client)
-            .persistent(true)
-            .ready_within(START_TIMEOUT)
-            .ready_when(move |_| healthy(metrics))
-            .start()
-            .await?;
-        Ok(EtcdServer(local.into_test_server(&program, format!("etcds://{client}"), vec![Box::new(dir)])))
+        let local =
+            LocalServer::persistent("etcd (TLS)", child, client, START_TIMEOUT).ready_when(move |_| healthy(metrics));
+        Ok(EtcdServer(local.serve(&program, format!("etcds://{client}"), dir).await?))
     }
 
     /// `url()` with the key prefix `prefix` (replacing the path of an external URL).
@@ -279,10 +270,7 @@ impl EtcdCluster {
             let args = member_args(&format!("m{i}"), &home.join("data"), *client, *peer, &initial);
             let child = ChildServer::new(&program, args, &home);
             members.push(Arc::new(
-                LocalServer::new(&format!("etcd m{i}"), child, *client)
-                    .persistent(true)
-                    .ready_within(CLUSTER_START)
-                    .ready_when(healthy),
+                LocalServer::persistent(&format!("etcd m{i}"), child, *client, CLUSTER_START).ready_when(healthy),
             ));
         }
         let mut gates = Vec::new();

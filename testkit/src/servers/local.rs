@@ -1,11 +1,11 @@
 //! The one shape of a local test server: a [`ChildServer`] on a known address, a readiness
 //! check, and stop (SIGKILL) / start / pause (SIGSTOP) as a [`ServerControl`]. Every local
 //! server of this crate is one (Redis, PostgreSQL, MariaDB, ZooKeeper, each ensemble member);
-//! what differs is only said by the builder: how readiness shows ([`LocalServer::ready_when`]),
-//! whether the server forks workers that must be stopped and paused with it
-//! ([`LocalServer::process_tree`]), and whether its data survive a restart.
+//! what differs is only said by the builder: whether its data survive a restart
+//! ([`LocalServer::persistent`]), how readiness shows ([`LocalServer::ready_when`]), and whether
+//! the server forks workers that must be stopped and paused with it
+//! ([`LocalServer::process_tree`]).
 
-use std::any::Any;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -27,8 +27,8 @@ type Probe = Arc<dyn Fn(SocketAddr) -> Pin<Box<dyn Future<Output = bool> + Send>
 /// How long a stopped server's processes may take to go, and a paused one's to stop.
 const SIGNAL_WAIT: Duration = Duration::from_secs(10);
 
-/// A local server process: build it with [`LocalServer::new`] and the settings below, then
-/// [`LocalServer::start`] it.
+/// A local server process: build it with [`LocalServer::new`] or [`LocalServer::persistent`] and
+/// the settings below, then [`LocalServer::serve`] it (or start it as a deployment's member).
 pub struct LocalServer {
     name: String,
     child: Arc<ChildServer>,
@@ -60,16 +60,10 @@ impl LocalServer {
         }
     }
 
-    /// Whether data survive stop/start ([`ServerControl::persistent`]).
-    pub fn persistent(mut self, persistent: bool) -> Self {
-        self.persistent = persistent;
-        self
-    }
-
-    /// How long a (re)start may take, crash recovery included.
-    pub fn ready_within(mut self, within: Duration) -> Self {
-        self.ready_within = within;
-        self
+    /// As [`LocalServer::new`], but its data survive stop/start ([`ServerControl::persistent`]),
+    /// and a (re)start, crash recovery included, may take `within`.
+    pub fn persistent(name: &str, child: ChildServer, addr: SocketAddr, within: Duration) -> LocalServer {
+        LocalServer { persistent: true, ready_within: within, ..LocalServer::new(name, child, addr) }
     }
 
     /// Ready only once `probe(addr)` says so (PostgreSQL accepts TCP during crash recovery;
@@ -91,11 +85,13 @@ impl LocalServer {
         self
     }
 
-    /// Starts the server and waits until it is ready.
-    pub async fn start(self) -> Result<Arc<LocalServer>, LockError> {
+    /// Starts the server, waits until it is ready, and wraps it as a [`TestServer`] reached at
+    /// `url`, whose source is `program`; `dir` (its data) lives as long as it.
+    pub async fn serve(self, program: &Path, url: String, dir: tempfile::TempDir) -> Result<TestServer, LockError> {
         let server = Arc::new(self);
         server.start_and_wait().await?;
-        Ok(server)
+        let (source, addr) = (Source::Local { program: program.to_path_buf() }, server.addr);
+        Ok(TestServer::owned(source, url, addr, server, vec![Box::new(dir)]))
     }
 
     /// The address it listens on.
@@ -111,18 +107,6 @@ impl LocalServer {
     /// The server's output so far (its log file), for failure reports.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.child.log_path()).unwrap_or_default()
-    }
-
-    /// Wraps this server as a [`TestServer`] whose source is `program`; `keep` (e.g. the
-    /// `tempfile::TempDir` of its data) lives as long as it.
-    pub fn into_test_server(
-        self: Arc<Self>,
-        program: &Path,
-        url: String,
-        keep: Vec<Box<dyn Any + Send + Sync>>,
-    ) -> TestServer {
-        let addr = self.addr;
-        TestServer::owned(Source::Local { program: program.to_path_buf() }, url, addr, self, keep)
     }
 
     /// A member fault of a deployment: SIGKILLs the server, keeps it down for `span`, and starts

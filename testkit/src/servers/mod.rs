@@ -22,7 +22,7 @@
 //!         "redis",
 //!         Some(ContainerSpec::new("redis", "7", 6379).ready_on("Ready to accept connections")),
 //!         |addr| format!("redis://{addr}"),
-//!         || async { /* LocalServer::start(…) */ },
+//!         || async { /* LocalServer::new(…).serve(…) */ },
 //!     )
 //!     .await
 //! }

@@ -135,8 +135,7 @@ impl MysqlServer {
         args.extend(tuning.map(String::from));
         // mariadbd opens the port only once InnoDB recovery is done.
         let child = ChildServer::new(&server, args, dir.path());
-        let local =
-            LocalServer::new("mariadbd", child, addr).persistent(true).ready_within(START_TIMEOUT).start().await?;
-        Ok(MysqlServer(local.into_test_server(&server, format!("mysql://root@{addr}/test"), vec![Box::new(dir)])))
+        let local = LocalServer::persistent("mariadbd", child, addr, START_TIMEOUT);
+        Ok(MysqlServer(local.serve(&server, format!("mysql://root@{addr}/test"), dir).await?))
     }
 }

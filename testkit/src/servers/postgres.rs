@@ -138,8 +138,7 @@ impl PostgresServer {
             .collect::<Vec<&str>>(),
         );
         let child = ChildServer::new(prog, args, dir.path());
-        let mut local =
-            LocalServer::new("postgres", child, addr).persistent(true).ready_within(START_TIMEOUT).process_tree();
+        let mut local = LocalServer::persistent("postgres", child, addr, START_TIMEOUT).process_tree();
         // Ready = `pg_isready` says so (TCP accepts earlier, during crash recovery).
         if let Some(isready) = pg_isready {
             local = local.ready_when(move |addr| {
@@ -150,9 +149,8 @@ impl PostgresServer {
                 async move { status.await.is_ok_and(|s| s.success()) }
             });
         }
-        let local = local.start().await?;
         let url = format!("postgres://postgres@{addr}/postgres");
-        Ok(PostgresServer(local.into_test_server(&postgres, url, vec![Box::new(dir)])))
+        Ok(PostgresServer(local.serve(&postgres, url, dir).await?))
     }
 }
 

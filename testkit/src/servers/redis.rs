@@ -109,8 +109,7 @@ async fn start_local_server_with(extra: &[&str]) -> Result<TestServer, LockError
     let mut args = node_args(addr.port(), dir.path());
     args.extend(extra.iter().map(|s| s.to_string()));
     let child = ChildServer::new(&program, args, dir.path());
-    let local = LocalServer::new("redis-server", child, addr).start().await?;
-    Ok(local.into_test_server(&program, format!("redis://{addr}"), vec![Box::new(dir)]))
+    LocalServer::new("redis-server", child, addr).serve(&program, format!("redis://{addr}"), dir).await
 }
 
 /// The local `redis-server` binary.

@@ -153,9 +153,7 @@ impl ZkEnsemble {
             );
             let child = ChildServer::new(java.clone(), args, &home);
             let client = local(ports[i].0);
-            let server = LocalServer::new(&format!("ZooKeeper member {}", i + 1), child, client)
-                .persistent(true)
-                .ready_within(START_TIMEOUT)
+            let server = LocalServer::persistent(&format!("ZooKeeper member {}", i + 1), child, client, START_TIMEOUT)
                 .ready_when(serves);
             members.push(Member { client, server: Arc::new(server), outgoing });
         }

@@ -174,13 +174,8 @@ impl ZkServer {
             .map_err(|e| LockError::unavailable_from("test", "cannot write zoo.cfg", e))?;
         let args = quorum_peer_args(&cp, &cfg);
         let child = ChildServer::new(&java, args, dir.path());
-        let local = LocalServer::new("ZooKeeper", child, addr)
-            .persistent(true)
-            .ready_within(START_TIMEOUT)
-            .ready_when(serves)
-            .start()
-            .await?;
-        Ok(ZkServer { server: local.into_test_server(&java, format!("zk://{addr}"), vec![Box::new(dir)]), tls })
+        let local = LocalServer::persistent("ZooKeeper", child, addr, START_TIMEOUT).ready_when(serves);
+        Ok(ZkServer { server: local.serve(&java, format!("zk://{addr}"), dir).await?, tls })
     }
 
     /// `url()` with the root path `root` (replacing the path of an external URL).
