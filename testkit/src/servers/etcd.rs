@@ -18,8 +18,9 @@ use lock_conformance::proxy::FaultProxy;
 use lock_conformance::{ClientLink, DeploymentControl};
 use lock_core::LockError;
 
-use super::local::{check_size, pause_each, start_each, stop_each, LocalServer};
-use super::{ask, first_member, provision, TestServer};
+use super::deployment::{check_size, Deployment, Kind};
+use super::local::LocalServer;
+use super::{ask, provision, TestServer};
 use crate::process::{find_binary, free_addr, server_dir, ChildServer};
 use crate::ServerControl;
 
@@ -224,10 +225,9 @@ async fn is_leader(addr: SocketAddr) -> Option<bool> {
 const CLUSTER_START: Duration = Duration::from_secs(60);
 
 /// A local etcd cluster of 3 (or 5) members on free ports of 127.0.0.1, each a [`LocalServer`]
-/// with its data in one temp dir. As a [`ServerControl`] it is the whole cluster (every member
-/// stopped, started, paused at once); as a [`DeploymentControl`] it kills or pauses one member —
-/// the leader or a follower — while the others keep a quorum, or cuts every client off the
-/// leader.
+/// with its data in one temp dir (a [`Deployment`]: as a [`ServerControl`] the whole cluster); as
+/// a [`DeploymentControl`] it kills or pauses one member — the leader or a follower — while the
+/// others keep a quorum, or cuts every client off the leader.
 ///
 /// Clients reach each member through a [`FaultProxy`] of its own ([`EtcdCluster::url`]), so a
 /// member can be cut off from every client while it stays in the cluster. Its peer links cannot
@@ -236,19 +236,27 @@ const CLUSTER_START: Duration = Duration::from_secs(60);
 /// the source address of its peer connections (all come from 127.0.0.1), so a TCP proxy in front
 /// of a member cannot tell one dialer from another. A peer partition needs network namespaces or
 /// packet filters, not a proxy.
-pub struct EtcdCluster {
-    members: Vec<Arc<LocalServer>>,
+pub type EtcdCluster = Deployment<Etcd>;
+
+/// What an [`EtcdCluster`] has beside its members.
+pub struct Etcd {
     /// One proxy in front of each member's client port, by member index.
     gates: Vec<Arc<FaultProxy>>,
     /// Why `pause-leader` is left out of [`DeploymentControl::faults`], when the installed etcd
     /// has the stalled-leader lease bug (see [`stalled_leader_revokes`]).
     pause_leader_unsafe: Option<String>,
-    _dir: tempfile::TempDir,
 }
 
-impl std::fmt::Debug for EtcdCluster {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EtcdCluster").field("clients", &self.client_addrs()).finish()
+#[async_trait]
+impl Kind for Etcd {
+    const SETTLES_ON_RESUME: bool = false;
+
+    async fn leads(addr: SocketAddr) -> Option<bool> {
+        is_leader(addr).await
+    }
+
+    async fn settle(cluster: &EtcdCluster) -> Result<(), LockError> {
+        cluster.wait_healthy(CLUSTER_START).await
     }
 }
 
@@ -278,37 +286,21 @@ impl EtcdCluster {
             gates.push(FaultProxy::start(*client).await?);
         }
         let pause_leader_unsafe = stalled_leader_revokes(&program).await;
-        let cluster = EtcdCluster { members, gates, pause_leader_unsafe, _dir: dir };
-        start_each(&cluster.members).await?;
-        Ok(cluster)
+        let kind = Etcd { gates: gates.clone(), pause_leader_unsafe };
+        Deployment::start_members(members, gates, kind, dir).await
     }
 
     /// `etcd://g1,g2,g3/<prefix>`, naming each member through its gate (the proxy the
     /// `cut-clients-from-leader` fault cuts).
     pub fn url(&self, prefix: &str) -> String {
-        let hosts: Vec<String> = self.gates.iter().map(|g| g.local_addr().to_string()).collect();
+        let hosts: Vec<String> = self.kind().gates.iter().map(|g| g.local_addr().to_string()).collect();
         format!("etcd://{}/{}", hosts.join(","), prefix.trim_matches('/'))
     }
 
     /// `etcd://g<i>/<prefix>`: member `i` alone, through its gate.
     pub fn member_url(&self, i: usize, prefix: &str) -> String {
-        let gate = self.gates.get(i).map(|g| g.local_addr().to_string()).unwrap_or_default();
+        let gate = self.kind().gates.get(i).map(|g| g.local_addr().to_string()).unwrap_or_default();
         format!("etcd://{gate}/{}", prefix.trim_matches('/'))
-    }
-
-    /// The client address of every member itself (no gate in between).
-    pub fn client_addrs(&self) -> Vec<SocketAddr> {
-        self.members.iter().map(|m| m.addr()).collect()
-    }
-
-    /// The index of the member that leads now, if one answers so.
-    pub async fn leader(&self) -> Option<usize> {
-        first_member(&self.members, async |m| is_leader(m.addr()).await == Some(true)).await
-    }
-
-    /// The index of a member that answers and does not lead.
-    pub async fn follower(&self) -> Option<usize> {
-        first_member(&self.members, async |m| is_leader(m.addr()).await == Some(false)).await
     }
 
     /// Waits until every member is healthy (has a leader and reads through it).
@@ -316,7 +308,7 @@ impl EtcdCluster {
         let end = tokio::time::Instant::now() + within;
         loop {
             let mut all = true;
-            for m in &self.members {
+            for m in self.members() {
                 all &= healthy(m.addr()).await;
             }
             if all {
@@ -333,34 +325,12 @@ impl EtcdCluster {
     }
 }
 
-/// The whole cluster as one server: what the suite's server fault cases mean for it.
-#[async_trait]
-impl ServerControl for EtcdCluster {
-    async fn stop(&self) -> Result<(), LockError> {
-        stop_each(&self.members).await
-    }
-
-    async fn start(&self) -> Result<(), LockError> {
-        start_each(&self.members).await?;
-        self.wait_healthy(CLUSTER_START).await
-    }
-
-    async fn pause(&self, paused: bool) -> Result<(), LockError> {
-        pause_each(&self.members, paused).await
-    }
-
-    /// Every member keeps its write-ahead log and snapshots: keys, leases and revisions survive.
-    fn persistent(&self) -> bool {
-        true
-    }
-}
-
 /// Member faults, one at a time; the others keep a quorum throughout.
 #[async_trait]
 impl DeploymentControl for EtcdCluster {
     /// `pause-leader` only on an etcd without the stalled-leader lease bug; left out loudly.
     fn faults(&self) -> Vec<&'static str> {
-        match &self.pause_leader_unsafe {
+        match &self.kind().pause_leader_unsafe {
             None => vec!["kill-leader", "kill-follower", "pause-leader", "cut-clients-from-leader"],
             Some(why) => {
                 eprintln!("NOT RUN fault pause-leader: {why}");
@@ -370,45 +340,26 @@ impl DeploymentControl for EtcdCluster {
     }
 
     async fn inject(&self, fault: &str, span: Duration) -> Result<String, LockError> {
-        let (leader, follower) = (self.leader().await, self.follower().await);
-        let started = tokio::time::Instant::now();
-        let what = match (fault, leader, follower) {
-            ("kill-leader", Some(i), _) | ("kill-follower", _, Some(i)) => {
-                self.members[i].kill_for(span).await?;
-                format!("member {} ({}) killed for {} ms", i + 1, &fault[5..], span.as_millis())
-            }
-            ("pause-leader", Some(i), _) => {
-                let m = &self.members[i];
+        self.inject_with(fault, span, async |leader, _| match (fault, leader) {
+            ("pause-leader", Some(i)) => {
+                let m = &self.members()[i];
                 m.pause(true).await?;
                 tokio::time::sleep(span).await;
                 m.pause(false).await?;
-                format!("leader (member {}) paused for {} ms", i + 1, span.as_millis())
+                Ok(Some(format!("leader (member {}) paused for {} ms", i + 1, span.as_millis())))
             }
-            ("cut-clients-from-leader", Some(i), _) => {
+            ("cut-clients-from-leader", Some(i)) => {
                 // The leader keeps leading: only the clients' connections to it hang, so every
                 // client must find the other members on its own.
-                self.gates[i].set_partitioned(true).await;
+                let gate = &self.kind().gates[i];
+                gate.set_partitioned(true).await;
                 tokio::time::sleep(span).await;
-                self.gates[i].set_partitioned(false).await;
-                format!("every client cut off the leader (member {}) for {} ms", i + 1, span.as_millis())
+                gate.set_partitioned(false).await;
+                Ok(Some(format!("every client cut off the leader (member {}) for {} ms", i + 1, span.as_millis())))
             }
-            ("kill-leader" | "kill-follower" | "pause-leader" | "cut-clients-from-leader", _, _) => {
-                return Ok(format!("no member in that role to hurt (leader {leader:?}, follower {follower:?})"));
-            }
-            (other, _, _) => return Err(LockError::config(format!("unknown etcd cluster fault {other:?}"))),
-        };
-        self.wait_healthy(CLUSTER_START).await?;
-        Ok(format!("{what}; every member served again {} ms after the fault began", started.elapsed().as_millis()))
-    }
-}
-
-impl Drop for EtcdCluster {
-    fn drop(&mut self) {
-        for g in &self.gates {
-            g.shutdown();
-        }
-        for m in &self.members {
-            m.child().stop();
-        }
+            ("pause-leader" | "cut-clients-from-leader", None) => Ok(None),
+            (other, _) => Err(LockError::config(format!("unknown etcd cluster fault {other:?}"))),
+        })
+        .await
     }
 }

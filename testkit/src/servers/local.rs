@@ -215,46 +215,6 @@ impl LocalServer {
     }
 }
 
-/// A deployment of `n` members as `what` ("an etcd cluster") asks for, or why not: 1 to 7.
-pub(crate) fn check_size(what: &str, n: usize) -> Result<(), LockError> {
-    if (1..=7).contains(&n) {
-        Ok(())
-    } else {
-        Err(LockError::config(format!("{what} of {n} members; use 3 or 5")))
-    }
-}
-
-/// Starts every one of a deployment's `members` at once — a member of a quorum serves only
-/// once a quorum runs, so one started alone would never be ready — and waits for each.
-pub(crate) async fn start_each(members: &[Arc<LocalServer>]) -> Result<(), LockError> {
-    let mut starting = tokio::task::JoinSet::new();
-    for m in members {
-        let m = Arc::clone(m);
-        starting.spawn(async move { m.start_and_wait().await });
-    }
-    while let Some(started) = starting.join_next().await {
-        started.map_err(|e| LockError::unavailable_from("test", "a member's start task failed", e))??;
-    }
-    Ok(())
-}
-
-/// Stops every one of a deployment's `members`, in order (its `ServerControl::stop`).
-pub(crate) async fn stop_each(members: &[Arc<LocalServer>]) -> Result<(), LockError> {
-    for m in members {
-        m.stop().await?;
-    }
-    Ok(())
-}
-
-/// Pauses (or resumes) every one of a deployment's `members`, in order (its
-/// `ServerControl::pause`).
-pub(crate) async fn pause_each(members: &[Arc<LocalServer>], paused: bool) -> Result<(), LockError> {
-    for m in members {
-        m.pause(paused).await?;
-    }
-    Ok(())
-}
-
 /// Runs `control` on each of `children` in order, off the runtime: a child's stop and pause
 /// block until the signal is sent.
 pub(crate) async fn each_child(

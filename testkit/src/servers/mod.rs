@@ -58,6 +58,7 @@ macro_rules! server_newtype {
     };
 }
 
+pub mod deployment;
 pub mod etcd;
 pub mod fake_sentinel;
 pub mod local;
@@ -345,16 +346,6 @@ pub(crate) async fn ask(addr: SocketAddr, request: &[u8]) -> Option<String> {
         Ok::<_, std::io::Error>(out)
     };
     tokio::time::timeout(Duration::from_secs(2), talk).await.ok()?.ok()
-}
-
-/// The index of the first of `members` for which `is` holds (asked one after the other).
-pub(crate) async fn first_member<M>(members: &[M], is: impl AsyncFn(&M) -> bool) -> Option<usize> {
-    for (i, m) in members.iter().enumerate() {
-        if is(m).await {
-            return Some(i);
-        }
-    }
-    None
 }
 
 /// Whether `docker info` answers within a few seconds.

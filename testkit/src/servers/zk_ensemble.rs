@@ -7,20 +7,21 @@
 //! `syncLimit × tickTime` is how long a follower cut off from the leader keeps serving; it is
 //! [`EnsembleOptions::sync_limit`] × [`EnsembleOptions::tick`] ([`TICK`] by default). Members are stopped by PID when dropped.
 //!
-//! For the conformance suite the ensemble is "the server" ([`ServerControl`]: every member
-//! stopped, started or paused at once) and offers node faults ([`DeploymentControl`]: the
-//! leader or a follower killed and restarted, a follower's peer links cut and healed).
+//! For the conformance suite the ensemble is "the server" ([`ServerControl`](crate::ServerControl):
+//! every member stopped, started or paused at once) and offers node faults
+//! ([`DeploymentControl`]: the leader or a follower killed and restarted, a follower's peer links
+//! cut and healed).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use lock_conformance::proxy::FaultProxy;
-use lock_conformance::{async_trait, ClientLink, DeploymentControl, ServerControl};
+use lock_conformance::{async_trait, ClientLink, DeploymentControl};
 use lock_core::LockError;
 
-use super::first_member;
-use super::local::{check_size, pause_each, start_each, stop_each, LocalServer};
+use super::deployment::{check_size, Deployment, Kind};
+use super::local::LocalServer;
 use super::zookeeper::{classpath, four_letters, java, quorum_peer_args, serves, TICK};
 use crate::process::{free_port, ChildServer};
 
@@ -60,33 +61,35 @@ impl EnsembleOptions {
     }
 }
 
-/// One member: its process, its ports, and the proxies through which it reaches the others.
-struct Member {
-    client: SocketAddr,
-    server: Arc<LocalServer>,
-    /// Proxies this member dials to reach the others (quorum and election of each), with the
-    /// index of the member each one leads to.
-    outgoing: Vec<(usize, Arc<FaultProxy>)>,
+/// A running ensemble: its members (a [`Deployment`]: as a [`ServerControl`](crate::ServerControl)
+/// every member stopped, started or paused at once), and the proxies between them.
+pub type ZkEnsemble = Deployment<Zk>;
+
+/// What a [`ZkEnsemble`] has beside its members: the proxies each member dials to reach the
+/// others (quorum and election of each), as (from, to, proxy) by member index.
+pub struct Zk {
+    links: Vec<(usize, usize, Arc<FaultProxy>)>,
 }
 
-/// A running ensemble.
-pub struct ZkEnsemble {
-    members: Vec<Member>,
-    _dir: tempfile::TempDir,
-}
+#[async_trait]
+impl Kind for Zk {
+    const SETTLES_ON_RESUME: bool = true;
 
-impl std::fmt::Debug for ZkEnsemble {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ZkEnsemble").field("clients", &self.client_addrs()).finish()
+    async fn leads(addr: SocketAddr) -> Option<bool> {
+        let srvr = four_letters(addr, "srvr").await;
+        if srvr.contains("Mode: leader") {
+            Some(true)
+        } else {
+            srvr.contains("Mode: follower").then_some(false)
+        }
+    }
+
+    async fn settle(ensemble: &ZkEnsemble) -> Result<(), LockError> {
+        ensemble.wait_quorum(START_TIMEOUT).await
     }
 }
 
 impl ZkEnsemble {
-    /// Every member's server, in member order.
-    fn servers(&self) -> Vec<Arc<LocalServer>> {
-        self.members.iter().map(|m| Arc::clone(&m.server)).collect()
-    }
-
     /// Starts `options.members` members on free ports and waits until one leads and the others
     /// follow.
     pub async fn start(options: EnsembleOptions) -> Result<ZkEnsemble, LockError> {
@@ -106,9 +109,8 @@ impl ZkEnsemble {
         for _ in 0..n {
             ports.push((free_port()?, free_port()?, free_port()?));
         }
-        let mut members = Vec::new();
+        let (mut members, mut links) = (Vec::new(), Vec::new());
         for i in 0..n {
-            let mut outgoing = Vec::new();
             let mut servers = String::new();
             for (j, &(_, quorum, election)) in ports.iter().enumerate() {
                 let (q, e) = if i == j {
@@ -117,8 +119,8 @@ impl ZkEnsemble {
                     let pq = FaultProxy::start(local(quorum)).await?;
                     let pe = FaultProxy::start(local(election)).await?;
                     let addrs = (pq.local_addr().port(), pe.local_addr().port());
-                    outgoing.push((j, pq));
-                    outgoing.push((j, pe));
+                    links.push((i, j, pq));
+                    links.push((i, j, pe));
                     addrs
                 };
                 servers += &format!("server.{}=127.0.0.1:{q}:{e}\n", j + 1);
@@ -155,12 +157,10 @@ impl ZkEnsemble {
             let client = local(ports[i].0);
             let server = LocalServer::persistent(&format!("ZooKeeper member {}", i + 1), child, client, START_TIMEOUT)
                 .ready_when(serves);
-            members.push(Member { client, server: Arc::new(server), outgoing });
+            members.push(Arc::new(server));
         }
-        let ensemble = ZkEnsemble { members, _dir: dir };
-        start_each(&ensemble.servers()).await?;
-        ensemble.wait_quorum(START_TIMEOUT).await?;
-        Ok(ensemble)
+        let proxies = links.iter().map(|(_, _, p)| Arc::clone(p)).collect();
+        Deployment::start_members(members, proxies, Zk { links }, dir).await
     }
 
     /// `zk://h1:p1,h2:p2,…` naming every member.
@@ -171,41 +171,22 @@ impl ZkEnsemble {
 
     /// `zk://<member i>` alone (a client pinned to one member), with `root` as its root path.
     pub fn member_url(&self, i: usize, root: &str) -> String {
-        let addr = self.members.get(i).map(|m| m.client.to_string()).unwrap_or_default();
+        let addr = self.client_addrs().get(i).map(|a| a.to_string()).unwrap_or_default();
         format!("zk://{addr}/{}", root.trim_start_matches('/'))
     }
 
     /// Every member but `i`, as a URL with `root`.
     pub fn others_url(&self, i: usize, root: &str) -> String {
         let hosts: Vec<String> =
-            self.members.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, m)| m.client.to_string()).collect();
+            self.client_addrs().iter().enumerate().filter(|(j, _)| *j != i).map(|(_, a)| a.to_string()).collect();
         format!("zk://{}/{}", hosts.join(","), root.trim_start_matches('/'))
-    }
-
-    /// The members' client addresses.
-    pub fn client_addrs(&self) -> Vec<SocketAddr> {
-        self.members.iter().map(|m| m.client).collect()
-    }
-
-    /// Which member leads now (by `srvr`), if any.
-    pub async fn leader(&self) -> Option<usize> {
-        first_member(&self.members, async |m| four_letters(m.client, "srvr").await.contains("Mode: leader")).await
-    }
-
-    /// A member that follows now.
-    pub async fn follower(&self) -> Option<usize> {
-        first_member(&self.members, async |m| four_letters(m.client, "srvr").await.contains("Mode: follower")).await
     }
 
     /// Cuts (or heals) member `i`'s links to every other member, both directions; its clients
     /// still reach it.
     pub async fn partition(&self, i: usize, on: bool) {
-        for (j, m) in self.members.iter().enumerate() {
-            for (to, p) in &m.outgoing {
-                if j == i || *to == i {
-                    p.set_partitioned(on).await;
-                }
-            }
+        for p in self.links_of(i) {
+            p.set_partitioned(on).await;
         }
     }
 
@@ -213,41 +194,32 @@ impl ZkEnsemble {
     /// (zero heals): within `syncLimit` it stays in the quorum but learns of commits late, so
     /// its local reads lag behind what the leader and the other follower already committed.
     pub async fn slow_links(&self, i: usize, latency: Duration) {
-        for (j, m) in self.members.iter().enumerate() {
-            for (to, p) in &m.outgoing {
-                if j == i || *to == i {
-                    p.set_latency(latency).await;
-                }
-            }
+        for p in self.links_of(i) {
+            p.set_latency(latency).await;
         }
     }
 
-    /// Stop / start / pause of member `i`.
-    pub fn control(&self, i: usize) -> Option<Arc<dyn ServerControl>> {
-        self.members.get(i).map(|m| Arc::clone(&m.server) as _)
-    }
-
-    /// The member's server log, for failure reports.
-    pub fn log(&self, i: usize) -> String {
-        self.members.get(i).map(|m| m.server.log()).unwrap_or_default()
+    /// The proxies on member `i`'s links to the others, both directions.
+    fn links_of(&self, i: usize) -> impl Iterator<Item = &Arc<FaultProxy>> {
+        self.kind().links.iter().filter(move |(from, to, _)| *from == i || *to == i).map(|(_, _, p)| p)
     }
 
     /// Waits until one member leads and every member serves.
     pub async fn wait_quorum(&self, within: Duration) -> Result<(), LockError> {
-        self.wait_serving(within, self.members.len()).await
+        self.wait_serving(within, self.members().len()).await
     }
 
     /// Waits until one member leads and a majority serves (after a member was stopped).
     pub async fn wait_leader(&self, within: Duration) -> Result<(), LockError> {
-        self.wait_serving(within, self.members.len() / 2 + 1).await
+        self.wait_serving(within, self.members().len() / 2 + 1).await
     }
 
     async fn wait_serving(&self, within: Duration, needed: usize) -> Result<(), LockError> {
         let end = tokio::time::Instant::now() + within;
         loop {
             let mut modes = Vec::new();
-            for m in &self.members {
-                modes.push(four_letters(m.client, "srvr").await);
+            for m in self.members() {
+                modes.push(four_letters(m.addr(), "srvr").await);
             }
             let leaders = modes.iter().filter(|s| s.contains("Mode: leader")).count();
             let serving = modes.iter().filter(|s| s.contains("Mode:")).count();
@@ -255,7 +227,7 @@ impl ZkEnsemble {
                 return Ok(());
             }
             if tokio::time::Instant::now() >= end {
-                let logs: Vec<String> = (0..self.members.len()).map(|i| self.log(i)).collect();
+                let logs: Vec<String> = (0..self.members().len()).map(|i| self.log(i)).collect();
                 return Err(LockError::unavailable(
                     "test",
                     format!("the ensemble had no leader within {within:?}; logs:\n{}", logs.join("\n----\n")),
@@ -263,35 +235,6 @@ impl ZkEnsemble {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-    }
-}
-
-/// The whole ensemble as one server: what the suite's server fault cases mean for it.
-#[async_trait]
-impl ServerControl for ZkEnsemble {
-    async fn stop(&self) -> Result<(), LockError> {
-        stop_each(&self.servers()).await
-    }
-
-    async fn start(&self) -> Result<(), LockError> {
-        start_each(&self.servers()).await?;
-        self.wait_quorum(START_TIMEOUT).await
-    }
-
-    /// A resume returns once a quorum serves again, as `start` does: members paused together
-    /// may elect a leader anew, and the cases expect the deployment back when this returns
-    /// (`fault_server_pause` saw "cannot connect" on three attempts in a row right after it).
-    async fn pause(&self, paused: bool) -> Result<(), LockError> {
-        pause_each(&self.servers(), paused).await?;
-        if paused {
-            return Ok(());
-        }
-        self.wait_quorum(START_TIMEOUT).await
-    }
-
-    /// Every member keeps its snapshot and transaction log: sessions and nodes survive.
-    fn persistent(&self) -> bool {
-        true
     }
 }
 
@@ -303,38 +246,16 @@ impl DeploymentControl for ZkEnsemble {
     }
 
     async fn inject(&self, fault: &str, span: Duration) -> Result<String, LockError> {
-        let leader = self.leader().await;
-        let follower = self.follower().await;
-        let started = tokio::time::Instant::now();
-        let what = match (fault, leader, follower) {
-            ("kill-leader", Some(i), _) | ("kill-follower", _, Some(i)) => {
-                self.members[i].server.kill_for(span).await?;
-                format!("member {} killed for {} ms", i + 1, span.as_millis())
-            }
-            ("partition-follower", _, Some(i)) => {
+        self.inject_with(fault, span, async |_, follower| match (fault, follower) {
+            ("partition-follower", Some(i)) => {
                 self.partition(i, true).await;
                 tokio::time::sleep(span).await;
                 self.partition(i, false).await;
-                format!("member {} cut off from its peers for {} ms", i + 1, span.as_millis())
+                Ok(Some(format!("member {} cut off from its peers for {} ms", i + 1, span.as_millis())))
             }
-            ("kill-leader" | "kill-follower" | "partition-follower", _, _) => {
-                // Mid-election: no member has that role now; the next fault will find one.
-                return Ok(format!("no {} to hurt (leader {leader:?}, follower {follower:?})", fault));
-            }
-            (other, _, _) => return Err(LockError::config(format!("unknown ensemble fault {other:?}"))),
-        };
-        self.wait_quorum(START_TIMEOUT).await?;
-        Ok(format!("{what}; every member served again {} ms after the fault began", started.elapsed().as_millis()))
-    }
-}
-
-impl Drop for ZkEnsemble {
-    fn drop(&mut self) {
-        for m in &self.members {
-            m.server.child().stop();
-            for (_, p) in &m.outgoing {
-                p.shutdown();
-            }
-        }
+            ("partition-follower", None) => Ok(None),
+            (other, _) => Err(LockError::config(format!("unknown ensemble fault {other:?}"))),
+        })
+        .await
     }
 }
