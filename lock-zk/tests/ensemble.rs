@@ -72,7 +72,7 @@ async fn a_grant_after_a_stalled_client_link_ends_before_the_leader_expires_the_
     // The client drops a connection that answered nothing for 2/5 of the session (24 s), checked
     // every 1/20 (3 s); the stall stays 3 s short of that.
     let stall = Duration::from_secs(21);
-    let ensemble = ZkEnsemble::start(EnsembleOptions::default().tick(DEFAULT_TICK)).await?;
+    let ensemble = ZkEnsemble::start(EnsembleOptions { tick: DEFAULT_TICK, ..EnsembleOptions::default() }).await?;
     let follower = ensemble.follower().await.expect("a follower");
     let link = FaultProxy::start(ensemble.client_addrs()[follower]).await?;
     let root = "/dlock-ensemble-stalled-link";
@@ -122,7 +122,7 @@ async fn follower_partitioned_from_the_quorum_leaves_no_overlap() -> Result<(), 
     let session = Duration::from_secs(2);
     // The cut-off follower keeps serving for syncLimit × tick = 40 × 200 ms = 8 s, far longer than
     // the session: long enough for a renewal answered locally to "confirm" an expired session.
-    let ensemble = ZkEnsemble::start(EnsembleOptions::default().sync_limit(40)).await?;
+    let ensemble = ZkEnsemble::start(EnsembleOptions { sync_limit: 40, ..EnsembleOptions::default() }).await?;
     let follower = ensemble.follower().await.expect("a follower");
     let root = "/dlock-ensemble-partition";
     let holder = lock_zk::connect(&ensemble.member_url(follower, root), options(session)).await?;

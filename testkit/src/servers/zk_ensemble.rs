@@ -29,35 +29,21 @@ use crate::process::{free_port, ChildServer};
 /// once saw no leader within 90 s while other suites ran).
 const START_TIMEOUT: Duration = Duration::from_secs(150);
 
-/// Shape of the ensemble.
+/// Shape of the ensemble: `EnsembleOptions { sync_limit: 40, ..EnsembleOptions::default() }`.
 #[derive(Clone, Debug)]
-#[non_exhaustive]
 pub struct EnsembleOptions {
     /// Members (3 or 5).
     pub members: usize,
     /// Ticks a follower may lag or be cut off from the leader before it gives up.
     pub sync_limit: u32,
-    /// The members' `tickTime` ([`TICK`] unless set); `minSessionTimeout` is two ticks.
+    /// The members' `tickTime` ([`TICK`] unless set; ZooKeeper's own default is 2 s);
+    /// `minSessionTimeout` is two ticks.
     pub tick: Duration,
 }
 
 impl Default for EnsembleOptions {
     fn default() -> Self {
         EnsembleOptions { members: 3, sync_limit: 5, tick: TICK }
-    }
-}
-
-impl EnsembleOptions {
-    /// With `sync_limit` ticks.
-    pub fn sync_limit(mut self, ticks: u32) -> Self {
-        self.sync_limit = ticks;
-        self
-    }
-
-    /// With a `tickTime` of `tick` (ZooKeeper's own default is 2 s).
-    pub fn tick(mut self, tick: Duration) -> Self {
-        self.tick = tick;
-        self
     }
 }
 
