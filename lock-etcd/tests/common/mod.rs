@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use dlock_testkit::servers::etcd::EtcdServer;
 use etcd_client::{GetOptions, SortOrder, SortTarget};
-use lock_conformance::proxy::FaultProxy;
 use lock_conformance::{LinkedClient, ServerControl};
 use lock_core::{LockError, LockName};
 use lock_etcd::{EtcdLock, EtcdOptions};
@@ -31,17 +30,8 @@ impl EtcdFixture {
         Ok(EtcdFixture { server, prefix: unique_prefix(), options })
     }
 
-    pub fn url(&self) -> String {
-        self.server.url_with_prefix(&self.prefix)
-    }
-
     pub async fn connect(&self) -> Result<EtcdLock, LockError> {
-        lock_etcd::connect(&self.url(), self.options.clone()).await
-    }
-
-    /// A client whose traffic goes through a fault proxy.
-    pub async fn connect_linked(&self) -> Result<(EtcdLock, Arc<FaultProxy>), LockError> {
-        dlock_testkit::behind_proxy(self.server.addr(), |a| self.connect_at(a)).await
+        lock_etcd::connect(&self.server.url_with_prefix(&self.prefix), self.options.clone()).await
     }
 
     /// A client of the server at `addr` (a proxy in front of it), under this fixture's prefix.
