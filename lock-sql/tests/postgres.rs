@@ -503,6 +503,64 @@ async fn extra_a_handoff_notifies_only_the_heads_client() {
     }
 }
 
+/// A client with nobody waiting stops listening after `IDLE_UNLISTEN` (30 s), so that
+/// PostgreSQL, which wakes every listening session of the database at each `NOTIFY`, no longer
+/// wakes its session (dialect/postgres/listen.rs); its next wait makes it listen again and is
+/// handed the lock at the release, not at its own fallback re-try (up to 2 s later).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extra_an_idle_client_stops_listening_and_its_next_wait_is_woken_at_once() {
+    let fx = SqlFixture::postgres().await.unwrap();
+    let app = format!("dlock-idle-{}", &OwnerId::random().to_hex()[..12]);
+    let sep = if fx.url().contains('?') { '&' } else { '?' };
+    let url = format!("{}{sep}application_name={app}", fx.url());
+    let admin = sqlx::PgPool::connect(fx.url()).await.unwrap();
+    let waiter = lock_sql::connect(&url, fx.options()).await.unwrap();
+    let holder = lock_sql::connect(fx.url(), fx.options()).await.unwrap();
+    // The listener's session is the one of `app` whose last statement was (UN)LISTEN.
+    let last_ran = |prefix: &'static str, within: Duration| {
+        let (admin, app) = (admin.clone(), app.clone());
+        async move {
+            let until = tokio::time::Instant::now() + within;
+            while tokio::time::Instant::now() < until {
+                let n: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND query LIKE $2",
+                )
+                .bind(&app)
+                .bind(format!("{prefix}%"))
+                .fetch_one(&admin)
+                .await
+                .unwrap();
+                if n > 0 {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            false
+        }
+    };
+    assert!(last_ran("LISTEN", Duration::from_secs(5)).await, "the client listens once connected");
+    let stopped = std::time::Instant::now();
+    assert!(last_ran("UNLISTEN", Duration::from_secs(45)).await, "an idle client stops listening");
+    assert!(stopped.elapsed() >= Duration::from_secs(25), "not before its idle time: {:?}", stopped.elapsed());
+
+    let name = LockName::new("idle-wake").unwrap();
+    let opts = AcquireOptions::new(Duration::from_secs(10)).wait(Duration::from_secs(10));
+    let held = holder.acquire(&name, &opts).await.unwrap();
+    let wait = tokio::spawn({
+        let (name, opts) = (name.clone(), opts.clone());
+        async move { waiter.acquire(&name, &opts).await.map(|l| (l, waiter)) }
+    });
+    assert!(last_ran("LISTEN", Duration::from_secs(5)).await, "a wait makes it listen again");
+    // Settled: its wake-up after listening again has made it look once more.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = std::time::Instant::now();
+    held.release().await.unwrap();
+    let (lease, _waiter) = wait.await.unwrap().unwrap();
+    let took = released.elapsed();
+    assert!(took < Duration::from_millis(400), "granted {took:?} after the release, not at the release");
+    lease.release().await.unwrap();
+}
+
 /// The grant notifications heard until none comes for 500 ms.
 async fn grants_heard(raw: &mut sqlx::postgres::PgListener) -> Vec<String> {
     payloads(raw).await.into_iter().filter(|p| p.starts_with("dlock-grant:")).collect()

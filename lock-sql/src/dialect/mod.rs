@@ -191,8 +191,9 @@ pub(crate) enum Wakeup<'a> {
 pub(crate) trait Handoff: Send + Sync {
     /// A waiting attempt of `owner` starts: from now on its grant notifications are heard.
     fn expect(&self, owner: &str);
-    /// `owner`'s attempt answered "still queued", the holder's lease `remaining`.
-    fn queued(&self, owner: &str, remaining: Option<Duration>);
+    /// `owner`'s attempt, sent at `sent`, answered "still queued", the holder's lease
+    /// `remaining`.
+    fn queued(&self, owner: &str, remaining: Option<Duration>, sent: Instant);
     /// The answer to give an attempt of `owner` without a statement, when its latest "still
     /// queued" answer is recent enough and no grant was heard since.
     fn recent(&self, owner: &str, now: Instant) -> Option<Option<Duration>>;

@@ -284,7 +284,7 @@ impl LeaseStore for SqlStore {
             Upsert::Held { remaining: rem, seq, seen, ahead } => {
                 let mut rem = remaining(rem);
                 if let (Some(h), Some(_)) = (handoffs, seq) {
-                    h.queued(&o, rem);
+                    h.queued(&o, rem, sent);
                 }
                 if rem.is_none() && seen.is_some() && self.dialect.listens() {
                     // Free (or expired) but owed to a waiter queued before us: hand it to the

@@ -81,7 +81,7 @@ struct Entry {
     /// A grant notification named it since its latest answer: its next attempt claims first.
     granted: bool,
     /// When its latest "still queued" answer arrived, and the holder's remaining lease it
-    /// reported.
+    /// reported; only an answer to a statement sent while the listener listened.
     answered: Option<(Instant, Option<Duration>)>,
 }
 
@@ -90,26 +90,47 @@ struct Entry {
 /// listener cannot vouch for the gap (it is reconnecting: `WakeSubscription::live_since`), so
 /// that a release in between is not missed, and such a release's grant to us is heard (the
 /// expectation is set before the first attempt) and makes the next attempt claim, while a
-/// release that granted someone else changes nothing for us. Saves that re-try's commit.
+/// release that granted someone else changes nothing for us. Saves that re-try's commit. Only
+/// an answer to a statement sent while the listener listened counts: a grant made after a
+/// statement sent before (the listener reconnecting, or not listening while its client was
+/// idle, listen.rs) may never be heard, and the attempt must ask the database.
 const RECENT: Duration = Duration::from_millis(10);
 
 /// The hand-offs this client's waiters may have been granted, by owner id (32 hex digits).
 #[derive(Default)]
 pub(crate) struct Handoffs {
-    inner: Mutex<HashMap<String, Entry>>,
+    inner: Mutex<Waits>,
+}
+
+#[derive(Default)]
+struct Waits {
+    by_owner: HashMap<String, Entry>,
+    /// Since when the listener has heard every notification (`None` while it does not).
+    listening: Option<Instant>,
 }
 
 impl Handoffs {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Waits> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Since when the listener hears every notification; `None` once it does not (the
+    /// listener sets it with its hub's `live_since`).
+    pub(crate) fn set_listening(&self, since: Option<Instant>) {
+        self.lock().listening = since;
+    }
+
+    /// Whether no wait of this client expects a grant.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.lock().by_owner.is_empty()
     }
 
     /// A notification: when it names a grant to an owner of ours, returns the key of the waiter
     /// to wake. Only a hint (module docs): whoever sent it, the fence it names is not read.
     pub(crate) fn heard(&self, payload: &str) -> Option<String> {
         let (owner, _fence) = payload.strip_prefix(GRANT)?.split_once(':')?;
-        let mut map = self.lock();
-        let e = map.get_mut(owner)?;
+        let mut waits = self.lock();
+        let e = waits.by_owner.get_mut(owner)?;
         e.granted = true;
         Some(super::wake::waiter(owner))
     }
@@ -119,13 +140,16 @@ impl Handoff for Handoffs {
     /// A waiting attempt of `owner` starts: from now on its grant notifications are heard.
     /// Called before the attempt is sent, so that no notification of a grant after it is missed.
     fn expect(&self, owner: &str) {
-        self.lock().entry(owner.to_owned()).or_default();
+        self.lock().by_owner.entry(owner.to_owned()).or_default();
     }
 
-    /// `owner`'s attempt answered "still queued", the holder's lease `remaining`.
-    fn queued(&self, owner: &str, remaining: Option<Duration>) {
-        if let Some(e) = self.lock().get_mut(owner) {
-            e.answered = Some((Instant::now(), remaining));
+    /// `owner`'s attempt, sent at `sent`, answered "still queued", the holder's lease
+    /// `remaining`; kept only when the listener listened since before `sent` ([`RECENT`]).
+    fn queued(&self, owner: &str, remaining: Option<Duration>, sent: Instant) {
+        let mut waits = self.lock();
+        let heard_since_sent = waits.listening.is_some_and(|since| since <= sent);
+        if let Some(e) = waits.by_owner.get_mut(owner) {
+            e.answered = heard_since_sent.then(|| (Instant::now(), remaining));
         }
     }
 
@@ -135,8 +159,10 @@ impl Handoff for Handoffs {
     /// force release) that comes that soon then waits for the waiter's fallback
     /// re-try: latency, never safety (nothing is granted here).
     fn recent(&self, owner: &str, now: Instant) -> Option<Option<Duration>> {
-        let mut map = self.lock();
-        let e = map.get_mut(owner)?;
+        let mut waits = self.lock();
+        // The listener stopped since (reconnecting, or idle): a grant may go unheard.
+        waits.listening?;
+        let e = waits.by_owner.get_mut(owner)?;
         if e.granted {
             return None;
         }
@@ -148,12 +174,12 @@ impl Handoff for Handoffs {
     /// Whether a grant notification named `owner` since its latest answer (cleared): its
     /// attempt then claims before it runs the acquire statement.
     fn claim_due(&self, owner: &str) -> bool {
-        self.lock().get_mut(owner).is_some_and(|e| std::mem::take(&mut e.granted))
+        self.lock().by_owner.get_mut(owner).is_some_and(|e| std::mem::take(&mut e.granted))
     }
 
     /// The wait of `owner` ended (granted by a statement, or left).
     fn forget(&self, owner: &str) {
-        self.lock().remove(owner);
+        self.lock().by_owner.remove(owner);
     }
 }
 
@@ -170,14 +196,15 @@ mod tests {
     #[test]
     fn a_grant_notification_only_wakes_its_waiter() {
         let h = Handoffs::default();
+        h.set_listening(Some(Instant::now()));
         let o = "ab".repeat(16);
         assert_eq!(h.heard(&payload(&o, 5)), None, "not expected: not ours");
         h.expect(&o);
         assert!(!h.claim_due(&o), "no grant heard");
-        h.queued(&o, None);
+        h.queued(&o, None, Instant::now());
         assert_eq!(h.recent(&o, Instant::now()), Some(None), "just answered: no statement");
         assert_eq!(h.recent(&o, Instant::now()), None, "once");
-        h.queued(&o, None);
+        h.queued(&o, None, Instant::now());
         assert_eq!(h.heard(&payload(&o, i64::MAX)), Some(super::super::wake::waiter(&o)));
         assert_eq!(h.recent(&o, Instant::now()), None, "a grant heard: never answered without a statement");
         assert!(h.claim_due(&o), "a grant heard: the next attempt claims");
@@ -188,5 +215,29 @@ mod tests {
             h.expect("x");
             assert_eq!(h.heard(bad), None, "{bad}");
         }
+    }
+
+    /// A grant made while the listener did not listen is never heard: an answer to a statement
+    /// sent before it listened (again) must not stand in for the database.
+    #[test]
+    fn only_answers_sent_while_listening_are_reused() {
+        let h = Handoffs::default();
+        let o = "cd".repeat(16);
+        h.expect(&o);
+        let before = Instant::now();
+        h.queued(&o, None, before);
+        assert_eq!(h.recent(&o, Instant::now()), None, "not listening: ask the database");
+        h.set_listening(Some(Instant::now()));
+        h.queued(&o, None, before);
+        assert_eq!(h.recent(&o, Instant::now()), None, "sent before the listener listened again");
+        h.queued(&o, None, Instant::now());
+        h.set_listening(None);
+        assert_eq!(h.recent(&o, Instant::now()), None, "the listener stopped since");
+        h.set_listening(Some(before));
+        h.queued(&o, None, Instant::now());
+        assert_eq!(h.recent(&o, Instant::now()), Some(None), "sent while listening");
+        assert!(!h.is_empty());
+        h.forget(&o);
+        assert!(h.is_empty());
     }
 }

@@ -108,7 +108,7 @@ pub(crate) struct Postgres {
     /// The listener's wake-ups, fanned out to this client's waiters and observers.
     hub: WakeHub,
     /// Stops with the dialect (and so with the store).
-    _listener: Listener,
+    listener: Listener,
 }
 
 pub(crate) async fn connect(url: &str, options: &SqlOptions) -> Result<Arc<dyn Dialect>, LockError> {
@@ -166,7 +166,8 @@ async fn open(
         Box::pin(async move { c.execute("SELECT 1").await.map(drop) })
     });
     timeout(bound, ping).await.map_err(|_| too_slow(CODES, bound))?.map_err(|e| unreachable(CODES, e))?;
-    let bounds = listen::Bounds { connect: bound, query: options.request_timeout, codes: CODES };
+    let bounds =
+        listen::Bounds { connect: bound, query: options.request_timeout, codes: CODES, idle: listen::IDLE_UNLISTEN };
     let handoffs = Arc::new(Handoffs::default());
     let hub = WakeHub::new();
     // 40 bytes, within PostgreSQL's 63 for a channel name whatever the table's name.
@@ -177,7 +178,7 @@ async fn open(
     let profile = Profile::new(CODES, true, true, sql.lease_ddl.clone(), sql.queue_ddl.clone());
     let channel = options.table.clone();
     let schema = table.split_once('.').map(|(s, _)| s.to_owned()).unwrap_or_default();
-    let mut dialect = Postgres { pool, channel, wake, schema, profile, sql, handoffs, hub, _listener: listener };
+    let mut dialect = Postgres { pool, channel, wake, schema, profile, sql, handoffs, hub, listener };
     dialect.profile.statement_bound = options.request_timeout;
     Ok(Arc::new(dialect))
 }
@@ -504,10 +505,16 @@ impl Dialect for Postgres {
     }
 
     fn subscribe(&self, wakeup: Wakeup<'_>) -> Option<WakeSubscription> {
-        Some(self.hub.subscribe(&wake::key(wakeup)))
+        let subscription = self.hub.subscribe(&wake::key(wakeup));
+        // After subscribing: a listener that stopped (idle) sees this subscription when it
+        // wakes, and one about to stop sees it in its last look (listen.rs).
+        self.listener.want();
+        Some(subscription)
     }
 
     fn change_feed(&self, name: &str, keep: oneshot::Sender<()>) -> Option<ChangeFeed> {
-        Some(self.hub.observe(&wake::exclusive(name), keep))
+        let feed = self.hub.observe(&wake::exclusive(name), keep);
+        self.listener.want();
+        Some(feed)
     }
 }
