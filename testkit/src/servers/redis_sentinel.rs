@@ -162,8 +162,8 @@ impl RedisSentinelDeployment {
     }
 
     /// Waits until the data node the Sentinels name as primary has both others as online
-    /// replicas and every Sentinel sees two replicas up. Asks for the primary each time: after a
-    /// node fault the Sentinels may still change their minds.
+    /// replicas and every Sentinel sees it and two replicas up, no failover in progress. Asks
+    /// for the primary each time: after a node fault the Sentinels may still change their minds.
     pub async fn wait_synced(&self) -> Result<(), LockError> {
         let end = Instant::now() + START_WAIT;
         loop {
@@ -173,6 +173,10 @@ impl RedisSentinelDeployment {
                 let reply = command(*addr, &["SENTINEL", "REPLICAS", MASTER_NAME]).await.unwrap_or_default();
                 // Each replica's entry carries its flags; two entries flagged plain "slave" = both seen and up.
                 ready &= reply.matches("flags\r\n$5\r\nslave\r\n").count() >= 2;
+                // And the primary flagged plain "master": not down, no failover under way (a
+                // pause of every data node leaves the Sentinels deciding for a while after it).
+                let master = command(*addr, &["SENTINEL", "MASTER", MASTER_NAME]).await.unwrap_or_default();
+                ready &= master.contains("flags\r\n$6\r\nmaster\r\n");
             }
             let info = command(self.data[primary].0, &["INFO", "replication"]).await.unwrap_or_default();
             ready &= info.contains("connected_slaves:2") && info.matches("state=online").count() >= 2;
@@ -351,8 +355,14 @@ impl ServerControl for RedisSentinelDeployment {
         self.wait_synced().await
     }
 
+    /// Pauses every data node, or resumes them and waits until the deployment serves as before
+    /// (the Sentinels saw them all down, and the next case must not meet their decisions).
     async fn pause(&self, paused: bool) -> Result<(), LockError> {
-        each_child(&self.data_children(), move |c: &ChildServer| c.pause(paused)).await
+        each_child(&self.data_children(), move |c: &ChildServer| c.pause(paused)).await?;
+        if paused {
+            return Ok(());
+        }
+        self.wait_synced().await
     }
 
     /// Nothing is saved: a restarted data node is empty.
