@@ -195,13 +195,17 @@ async fn listening(listener: &mut PgListener, link: &Link) -> Result<(), String>
     // fires at most a quarter late.
     let tick = bounds.idle.min(IDLE_PING) / 4;
     let (mut heard, mut unused_since) = (Instant::now(), None::<Instant>);
+    // Kept across notifications: a stream of other clients' notifications on the table's
+    // channel must not keep putting the check off.
+    let mut check = Instant::now() + tick;
     loop {
         // `try_recv` is cancel-safe (sqlx keeps partial messages buffered), so the timer
         // winning the race loses nothing.
         let received = tokio::select! {
             r = listener.try_recv() => r,
-            () = sleep_until(Instant::now() + tick) => {
+            () = sleep_until(check) => {
                 let now = Instant::now();
+                check = now + tick;
                 if now >= heard + IDLE_PING {
                     ping(listener, bounds).await?;
                     heard = now;
@@ -336,7 +340,20 @@ mod tests {
         let mut c = PgConnection::connect(&url).await.unwrap();
         assert!(ran(&mut c, &app, "LISTEN").await, "listening at first: {:?}", last_statement(&mut c, &app).await);
 
+        // Notifications for nobody here, more often than the idle check runs, do not keep an
+        // idle client listening.
+        let chatter = {
+            let (url, channel) = (url.clone(), channel.clone());
+            tokio::spawn(async move {
+                let mut n = PgConnection::connect(&url).await.unwrap();
+                loop {
+                    sqlx::query("SELECT pg_notify($1, 'dlock:nobody')").bind(&channel).execute(&mut n).await.unwrap();
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            })
+        };
         assert!(ran(&mut c, &app, "UNLISTEN").await, "idle: {:?}", last_statement(&mut c, &app).await);
+        chatter.abort();
         let sub = hub.subscribe("dlock:k");
         listener.want();
         assert_eq!(sub.live_since(), None, "subscribed while nobody listened: the gap is not vouched for");
