@@ -491,7 +491,7 @@ async fn extra_a_handoff_notifies_only_the_heads_client() {
 
     // A waiter of this version: its entry names its client's channel.
     let held = holder.acquire(&name, &lease_opts).await.unwrap();
-    let wait = tokio::spawn(async move { waiter.acquire(&name, &lease_opts).await.map(|l| (l, waiter)) });
+    let wait = spawn_acquire(waiter, &name, &lease_opts);
     queued("wake IS NOT NULL").await;
     held.release().await.unwrap();
     let (lease, _waiter) = wait.await.unwrap().unwrap();
@@ -546,10 +546,7 @@ async fn extra_an_idle_client_stops_listening_and_its_next_wait_is_woken_at_once
     let name = LockName::new("idle-wake").unwrap();
     let opts = AcquireOptions::new(Duration::from_secs(10)).wait(Duration::from_secs(10));
     let held = holder.acquire(&name, &opts).await.unwrap();
-    let wait = tokio::spawn({
-        let (name, opts) = (name.clone(), opts.clone());
-        async move { waiter.acquire(&name, &opts).await.map(|l| (l, waiter)) }
-    });
+    let wait = spawn_acquire(waiter, &name, &opts);
     assert!(last_ran("LISTEN", Duration::from_secs(5)).await, "a wait makes it listen again");
     // Settled: its wake-up after listening again has made it look once more.
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -559,6 +556,17 @@ async fn extra_an_idle_client_stops_listening_and_its_next_wait_is_woken_at_once
     let took = released.elapsed();
     assert!(took < Duration::from_millis(400), "granted {took:?} after the release, not at the release");
     lease.release().await.unwrap();
+}
+
+/// `waiter`'s `acquire` of `name`, running in a task of its own: the lease, and the client
+/// back so that the lease outlives nothing it needs.
+fn spawn_acquire(
+    waiter: lock_sql::SqlLock,
+    name: &LockName,
+    opts: &AcquireOptions,
+) -> tokio::task::JoinHandle<Result<(lock_core::Lease, lock_sql::SqlLock), lock_core::LockError>> {
+    let (name, opts) = (name.clone(), opts.clone());
+    tokio::spawn(async move { waiter.acquire(&name, &opts).await.map(|l| (l, waiter)) })
 }
 
 /// The grant notifications heard until none comes for 500 ms.
@@ -603,10 +611,7 @@ async fn forge_grants(holder: lock_sql::SqlLock, waiter: lock_sql::SqlLock, forg
     let name = LockName::new("forged").unwrap();
     let opts = AcquireOptions::new(Duration::from_secs(10)).wait(Duration::from_secs(20));
     let held = holder.acquire(&name, &opts).await.unwrap();
-    let wait = tokio::spawn({
-        let (name, opts) = (name.clone(), opts.clone());
-        async move { waiter.acquire(&name, &opts).await.map(|l| (l, waiter)) }
-    });
+    let wait = spawn_acquire(waiter, &name, &opts);
     let entry = format!("SELECT owner, wake FROM \"{table}_waiters\" WHERE name = 'forged'");
     let mut found = None;
     for _ in 0..300 {
