@@ -1,5 +1,12 @@
-//! SQLite: the PostgreSQL-style upsert on a WAL file with `synchronous = FULL`, through sqlx's
-//! own pool (no network, so no round trips to save), one writer at a time (`BEGIN IMMEDIATE`).
+//! SQLite: the PostgreSQL-style upsert on a WAL file with `synchronous = FULL`, one writer at a
+//! time (`BEGIN IMMEDIATE`), through the crate's own pool (`pool.rs`).
+//!
+//! Not sqlx's pool for a file: it pings each connection as it goes back (in a task of its own)
+//! and, by default, before handing it out; each ping is a trip through the connection's worker
+//! thread, so a free lock's acquire + release made four more thread hand-overs than its two
+//! statements (measured: 0.68× the floor's pair, whose one connection has none of them).
+//! An in-memory database and the application's own pool still go through a sqlx pool, which
+//! keeps the in-memory database alive (its connection held open).
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -8,8 +15,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_core::LockError;
 use sqlx::error::DatabaseError;
-use sqlx::sqlite::{Sqlite, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{AssertSqlSafe, Executor};
+use sqlx::sqlite::{
+    Sqlite, SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use sqlx::{AssertSqlSafe, ConnectOptions, Connection, Executor};
 use tokio::time::timeout;
 
 use super::params::Accepted;
@@ -23,6 +32,7 @@ use crate::decide::Plan;
 use crate::error::{Class, Codes};
 use crate::options::quote_table;
 use crate::options::SqlOptions;
+use crate::pool::{ConnPool, Use};
 
 /// Milliseconds since the Unix epoch, on the host's clock.
 const NOW: &str = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)";
@@ -87,7 +97,7 @@ const FLAVOR: Flavor = Flavor {
 
 /// A SQLite file (or in-memory database): its pool and its statements.
 pub(crate) struct Lite {
-    pool: SqlitePool,
+    pool: Arc<ConnPool<SqliteConnection>>,
     /// Statements bounded by `busy_timeout`: the longest a statement waits for the file.
     profile: Profile,
     acquire: String,
@@ -126,21 +136,40 @@ pub(crate) async fn connect(url: &str, options: &SqlOptions) -> Result<Arc<dyn D
         .synchronous(SqliteSynchronous::Full)
         .busy_timeout(options.request_timeout);
     let bound = options.connect_timeout;
-    let mut pool = SqlitePoolOptions::new().max_connections(options.max_connections).acquire_timeout(bound);
-    if in_memory {
-        // The database lives only while a connection to it is open.
-        pool = pool.min_connections(1).idle_timeout(None).max_lifetime(None);
+    let pool = if in_memory {
+        // The database lives only while a connection to it is open: sqlx's pool keeps one.
+        let pool = SqlitePoolOptions::new()
+            .max_connections(options.max_connections)
+            .acquire_timeout(bound)
+            .min_connections(1)
+            .idle_timeout(None)
+            .max_lifetime(None);
+        let pool = match timeout(bound, pool.connect_with(opts)).await {
+            Ok(connected) => connected.map_err(|e| unreachable(CODES, e))?,
+            Err(_) => return Err(too_slow(CODES, bound)),
+        };
+        ConnPool::app(pool, bound, None)
     } else {
-        pool = pool.min_connections(0).idle_timeout(Duration::from_secs(60));
-    }
-    // Processes opening one file at once can be answered `database is locked` while a
-    // connection is set up (`PRAGMA journal_mode = WAL` meets another's WAL recovery or mode
-    // switch, where SQLite does not wait for the busy timeout): such an answer is retried
-    // within `connect_timeout` (seen in CI: two `dlock run`s started together on a new file).
+        let pool = ConnPool::new(opts.clone(), options.max_connections, bound, None);
+        pool.keep(first_connection(&opts, bound).await?).await;
+        pool
+    };
+    let mut dialect = Lite::new(pool, &options.table, !in_memory);
+    // Statements wait for the file lock at most busy_timeout.
+    dialect.profile.statement_bound = options.request_timeout;
+    Ok(Arc::new(dialect))
+}
+
+/// The first connection to a file, so that a wrong path fails here, clearly. Processes opening
+/// one file at once can be answered `database is locked` while a connection is set up
+/// (`PRAGMA journal_mode = WAL` meets another's WAL recovery or mode switch, where SQLite does
+/// not wait for the busy timeout): such an answer is retried within `bound` (seen in CI: two
+/// `dlock run`s started together on a new file).
+async fn first_connection(opts: &SqliteConnectOptions, bound: Duration) -> Result<SqliteConnection, LockError> {
     let last_busy = std::sync::Mutex::new(None);
     let connect = async {
         loop {
-            match pool.clone().connect_with(opts.clone()).await {
+            match opts.connect().await {
                 Err(e) if is_busy(&e) => {
                     *last_busy.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
                     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -149,18 +178,14 @@ pub(crate) async fn connect(url: &str, options: &SqlOptions) -> Result<Arc<dyn D
             }
         }
     };
-    let pool = match timeout(bound, connect).await {
-        Ok(connected) => connected.map_err(|e| unreachable(CODES, e))?,
+    match timeout(bound, connect).await {
+        Ok(connected) => connected.map_err(|e| unreachable(CODES, e)),
         // Still locked when the bound ran out: say so rather than "too slow".
         Err(_) => match last_busy.into_inner().unwrap_or_else(|p| p.into_inner()) {
-            Some(e) => return Err(unreachable(CODES, e)),
-            None => return Err(too_slow(CODES, bound)),
+            Some(e) => Err(unreachable(CODES, e)),
+            None => Err(too_slow(CODES, bound)),
         },
-    };
-    let mut dialect = Lite::new(pool, &options.table, !in_memory);
-    // Statements wait for the file lock at most busy_timeout.
-    dialect.profile.statement_bound = options.request_timeout;
-    Ok(Arc::new(dialect))
+    }
 }
 
 /// SQLITE_BUSY or SQLITE_LOCKED, extended codes included (`BUSY_RECOVERY`, `BUSY_SNAPSHOT`, …).
@@ -184,7 +209,7 @@ pub(crate) async fn from_pool(pool: SqlitePool, options: &SqlOptions) -> Result<
         Ok::<_, sqlx::Error>(sync >= 2 && !file.is_empty())
     };
     let durable = timeout(bound, look).await.map_err(|_| too_slow(CODES, bound))?.map_err(|e| unreachable(CODES, e))?;
-    let mut dialect = Lite::new(pool, &options.table, durable);
+    let mut dialect = Lite::new(ConnPool::app(pool, bound, None), &options.table, durable);
     dialect.profile.statement_bound = options.request_timeout;
     Ok(Arc::new(dialect))
 }
@@ -193,11 +218,29 @@ impl Lite {
     /// An owner-checked `UPDATE` of one lease row (`?1` name, `?2` owner, `?3` ms): whether it
     /// changed a row.
     async fn owner_update(&self, sql: &str, name: &str, owner: &str, ms: i64) -> Result<bool, sqlx::Error> {
-        let done = sqlx::query(AssertSqlSafe(sql)).bind(name).bind(owner).bind(ms).execute(&self.pool).await?;
+        self.changed(Use::Keep, sql, name, owner, ms).await
+    }
+
+    /// Runs `sql` binding `a`, `b`, `c` (in that order; `()` binds nothing): whether it changed
+    /// a row.
+    async fn changed<B: ToBind, C: ToBind>(
+        &self,
+        purpose: Use,
+        sql: &str,
+        a: &str,
+        b: B,
+        c: C,
+    ) -> Result<bool, sqlx::Error> {
+        let done = self
+            .pool
+            .with(purpose, &(sql, a, b, c), |conn, (sql, a, b, c)| {
+                Box::pin(c.bind_to(b.bind_to(sqlx::query(AssertSqlSafe(*sql)).bind(*a))).execute(conn))
+            })
+            .await?;
         Ok(done.rows_affected() > 0)
     }
 
-    fn new(pool: SqlitePool, t: &str, durable: bool) -> Lite {
+    fn new(pool: Arc<ConnPool<SqliteConnection>>, t: &str, durable: bool) -> Lite {
         let qt = quote_table(t, '"');
         let qq = quote_table(&queue_table(t), '"');
         let lease_ddl = format!(
@@ -275,6 +318,42 @@ impl Lite {
     }
 }
 
+/// The second bind of [`Lite::changed`]: an owner id, a fence, or nothing.
+trait ToBind: Copy + Send + Sync {
+    fn bind_to<'q>(self, q: SqliteQuery<'q>) -> SqliteQuery<'q>
+    where
+        Self: 'q;
+}
+
+type SqliteQuery<'q> = sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments>;
+
+impl ToBind for &str {
+    fn bind_to<'q>(self, q: SqliteQuery<'q>) -> SqliteQuery<'q>
+    where
+        Self: 'q,
+    {
+        q.bind(self)
+    }
+}
+
+impl ToBind for i64 {
+    fn bind_to<'q>(self, q: SqliteQuery<'q>) -> SqliteQuery<'q>
+    where
+        Self: 'q,
+    {
+        q.bind(self)
+    }
+}
+
+impl ToBind for () {
+    fn bind_to<'q>(self, q: SqliteQuery<'q>) -> SqliteQuery<'q>
+    where
+        Self: 'q,
+    {
+        q
+    }
+}
+
 #[async_trait]
 impl Dialect for Lite {
     fn profile(&self) -> &Profile {
@@ -285,73 +364,53 @@ impl Dialect for Lite {
         let (schema, name) = table.split_once('.').unwrap_or(("main", table));
         // `schema` is a validated plain identifier (see options.rs).
         let sql = format!("SELECT COUNT(*) FROM \"{schema}\".sqlite_master WHERE type = 'table' AND name = ?1");
-        let n = sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql)).bind(name).fetch_one(&self.pool).await?;
+        let n = self
+            .pool
+            .with(Use::Take, &(sql.as_str(), name), |c, (sql, name)| {
+                Box::pin(sqlx::query_scalar::<_, i64>(AssertSqlSafe(*sql)).bind(*name).fetch_one(c))
+            })
+            .await?;
         Ok(n > 0)
     }
 
     async fn table_facts(&self, table: &str) -> Result<TableFacts, sqlx::Error> {
         let (schema, name) = table.split_once('.').unwrap_or(("main", table));
-        let columns = sqlx::query_as::<_, (String, String)>("SELECT name, type FROM pragma_table_info(?1, ?2)")
-            .bind(name)
-            .bind(schema)
-            .fetch_all(&self.pool)
-            .await?;
         let sql = format!(
             "SELECT 'trigger ' || name FROM \"{schema}\".sqlite_master WHERE type = 'trigger' AND tbl_name = ?1"
         );
-        let hooks = sqlx::query_scalar::<_, String>(AssertSqlSafe(sql)).bind(name).fetch_all(&self.pool).await?;
+        let (columns, hooks) = self
+            .pool
+            .with(Use::Take, &(sql.as_str(), schema, name), |c, (sql, schema, name)| {
+                Box::pin(async move {
+                    let columns =
+                        sqlx::query_as::<_, (String, String)>("SELECT name, type FROM pragma_table_info(?1, ?2)")
+                            .bind(*name)
+                            .bind(*schema)
+                            .fetch_all(&mut *c)
+                            .await?;
+                    let hooks =
+                        sqlx::query_scalar::<_, String>(AssertSqlSafe(*sql)).bind(*name).fetch_all(&mut *c).await?;
+                    Ok((columns, hooks))
+                })
+            })
+            .await?;
         Ok(TableFacts { found_as: format!("{schema}.{name}"), columns, owner: Owner::NotTracked, hooks })
     }
 
     async fn execute(&self, sql: &str) -> Result<(), sqlx::Error> {
-        self.pool.execute(AssertSqlSafe(sql)).await.map(drop)
+        self.pool
+            .with(Use::Take, sql, |c, sql| Box::pin(async move { c.execute(AssertSqlSafe(sql)).await.map(drop) }))
+            .await
     }
 
     async fn warm_up(&self) {}
 
     async fn acquire(&self, grant: Grant<'_>) -> Result<Upsert, sqlx::Error> {
-        let Grant { name, owner, ttl_ms, who, wait } = grant;
-        let fence = sqlx::query_scalar::<_, i64>(AssertSqlSafe(self.acquire.as_str()))
-            .bind(name)
-            .bind(owner)
-            .bind(ttl_ms)
-            .bind(who.holder)
-            .bind(who.metadata)
-            .bind(wait.place())
-            .fetch_all(&self.pool)
-            .await?;
-        if let Some(fence) = fence.into_iter().next() {
-            if wait.queued() {
-                self.leave_queue(name, owner).await?;
-            }
-            return Ok(Upsert::Granted(fence));
-        }
-        let row = sqlx::query_as::<_, (Option<i64>, i64)>(AssertSqlSafe(self.read_back.as_str()))
-            .bind(name)
-            .bind(owner)
-            .bind(wait.place())
-            .fetch_all(&self.pool)
-            .await?;
-        let (remaining, counted) = row.into_iter().next().map_or((None, None), |(rem, ahead)| (rem, Some(ahead)));
-        let (seq, ahead) = match wait.lifetime_ms() {
-            0 => (None, None),
-            // Written recently: keep the entry as it is, the count above says where it stands.
-            _ if wait.queued() && !wait.refresh() => (Some(wait.place()), counted),
-            lifetime => {
-                let (seq, ahead) = sqlx::query_as::<_, (i64, i64)>(AssertSqlSafe(self.enqueue.as_str()))
-                    .bind(name)
-                    .bind(owner)
-                    .bind(lifetime)
-                    .fetch_one(&self.pool)
-                    .await?;
-                (Some(seq), Some(ahead))
-            }
-        };
-        Ok(Upsert::Held { remaining, seq, seen: None, ahead })
+        self.pool.with(Use::Take, &(self, grant), |c, (d, g)| Box::pin(d.acquire_on(c, *g))).await
     }
 
     async fn leave_queue(&self, name: &str, owner: &str) -> Result<(), sqlx::Error> {
-        sqlx::query(AssertSqlSafe(self.leave_queue.as_str())).bind(name).bind(owner).execute(&self.pool).await.map(drop)
+        self.changed(Use::Take, &self.leave_queue, name, owner, ()).await.map(drop)
     }
 
     async fn renew(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<bool, sqlx::Error> {
@@ -372,44 +431,56 @@ impl Dialect for Lite {
             lease_params(n, 2, "?{n}", ", "),
             lease_params(n, 2, "(?{n}, ?{o})", ", ")
         );
-        let mut query = sqlx::query_as::<_, (String, String)>(AssertSqlSafe(sql)).bind(ttl_ms);
-        for (name, owner) in leases {
-            query = query.bind(*name).bind(*owner);
-        }
-        let back = query.fetch_all(&self.pool).await?;
+        let back = self
+            .pool
+            .with(Use::Keep, &(sql.as_str(), leases, ttl_ms), |c, (sql, leases, ttl_ms)| {
+                let mut query = sqlx::query_as::<_, (String, String)>(AssertSqlSafe(*sql)).bind(*ttl_ms);
+                for (name, owner) in leases.iter() {
+                    query = query.bind(*name).bind(*owner);
+                }
+                Box::pin(query.fetch_all(c))
+            })
+            .await?;
         Ok(renewed_of(leases, &back))
     }
 
     async fn release(&self, name: &str, owner: &str) -> Result<bool, sqlx::Error> {
-        let done = sqlx::query(AssertSqlSafe(self.release.as_str())).bind(name).bind(owner).execute(&self.pool).await?;
-        Ok(done.rows_affected() > 0)
+        self.changed(Use::Keep, &self.release, name, owner, ()).await
     }
 
     async fn force_release(&self, name: &str, fence: i64) -> Result<bool, sqlx::Error> {
-        let done =
-            sqlx::query(AssertSqlSafe(self.force_release.as_str())).bind(name).bind(fence).execute(&self.pool).await?;
-        Ok(done.rows_affected() > 0)
+        self.changed(Use::Keep, &self.force_release, name, fence, ()).await
     }
 
     async fn collect_idle(&self, idle_ms: i64) -> Result<u64, sqlx::Error> {
-        sqlx::query(AssertSqlSafe(self.collect_queue.as_str())).bind(idle_ms).execute(&self.pool).await?;
-        let done = sqlx::query(AssertSqlSafe(self.collect.as_str())).bind(idle_ms).execute(&self.pool).await?;
+        let done = self
+            .pool
+            .with(Use::Take, &(self, idle_ms), |c, (d, ms)| {
+                Box::pin(async move {
+                    sqlx::query(AssertSqlSafe(d.collect_queue.as_str())).bind(*ms).execute(&mut *c).await?;
+                    sqlx::query(AssertSqlSafe(d.collect.as_str())).bind(*ms).execute(&mut *c).await
+                })
+            })
+            .await?;
         Ok(done.rows_affected())
     }
 
     async fn inspect(&self, name: &str) -> Result<Option<Seen>, sqlx::Error> {
-        let row = sqlx::query_as::<_, SeenRow>(AssertSqlSafe(self.inspect.as_str()))
-            .bind(name)
-            .fetch_optional(&self.pool)
+        let row = self
+            .pool
+            .with(Use::Take, &(self.inspect.as_str(), name), |c, (sql, name)| {
+                Box::pin(sqlx::query_as::<_, SeenRow>(AssertSqlSafe(*sql)).bind(*name).fetch_optional(c))
+            })
             .await?;
         Ok(row.map(Seen::from))
     }
 
     async fn list(&self, prefix: &str, limit: i64) -> Result<Vec<Seen>, sqlx::Error> {
-        let rows = sqlx::query_as::<_, SeenRow>(AssertSqlSafe(self.list.as_str()))
-            .bind(prefix)
-            .bind(limit)
-            .fetch_all(&self.pool)
+        let rows = self
+            .pool
+            .with(Use::Take, &(self.list.as_str(), prefix, limit), |c, (sql, prefix, limit)| {
+                Box::pin(sqlx::query_as::<_, SeenRow>(AssertSqlSafe(*sql)).bind(*prefix).bind(*limit).fetch_all(c))
+            })
             .await?;
         Ok(rows.into_iter().map(Seen::from).collect())
     }
@@ -419,15 +490,68 @@ impl Dialect for Lite {
     }
 
     async fn kind_acquire(&self, sql: &KindSql, attempt: &Attempt<'_>) -> Result<Plan, sqlx::Error> {
-        // IMMEDIATE: the write lock of the file first, so two acquires never both read and then
-        // both write. Dropped without commit = rolled back.
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let plan = acquire_tx::<Sqlite, &str>(&mut tx, sql, attempt, attempt.name).await?;
-        tx.commit().await?;
-        Ok(plan)
+        self.pool
+            .with(Use::Take, &(sql, attempt), |c, (sql, attempt)| {
+                Box::pin(async move {
+                    // IMMEDIATE: the write lock of the file first, so two acquires never both
+                    // read and then both write. Dropped without commit = rolled back.
+                    let mut tx = c.begin_with("BEGIN IMMEDIATE").await?;
+                    let plan = acquire_tx::<Sqlite, &str>(&mut tx, sql, attempt, attempt.name).await?;
+                    tx.commit().await?;
+                    Ok(plan)
+                })
+            })
+            .await
     }
 
     async fn kind_owner(&self, stmt: &OwnerStmt<'_>) -> Result<u64, sqlx::Error> {
-        Ok(owner_stmt::<Sqlite, _, &str>(&self.pool, stmt, stmt.name).await?.rows_affected())
+        let done =
+            self.pool.with(Use::Keep, stmt, |c, s| Box::pin(owner_stmt::<Sqlite, _, &str>(c, s, s.name))).await?;
+        Ok(done.rows_affected())
+    }
+}
+
+impl Lite {
+    /// The acquire upsert on `c`; when refused, the holder's remaining lease, and the caller's
+    /// place and the live waiters ahead of it (queued or refreshed on the way).
+    async fn acquire_on(&self, c: &mut SqliteConnection, grant: Grant<'_>) -> Result<Upsert, sqlx::Error> {
+        let Grant { name, owner, ttl_ms, who, wait } = grant;
+        let fence = sqlx::query_scalar::<_, i64>(AssertSqlSafe(self.acquire.as_str()))
+            .bind(name)
+            .bind(owner)
+            .bind(ttl_ms)
+            .bind(who.holder)
+            .bind(who.metadata)
+            .bind(wait.place())
+            .fetch_all(&mut *c)
+            .await?;
+        if let Some(fence) = fence.into_iter().next() {
+            if wait.queued() {
+                sqlx::query(AssertSqlSafe(self.leave_queue.as_str())).bind(name).bind(owner).execute(&mut *c).await?;
+            }
+            return Ok(Upsert::Granted(fence));
+        }
+        let row = sqlx::query_as::<_, (Option<i64>, i64)>(AssertSqlSafe(self.read_back.as_str()))
+            .bind(name)
+            .bind(owner)
+            .bind(wait.place())
+            .fetch_all(&mut *c)
+            .await?;
+        let (remaining, counted) = row.into_iter().next().map_or((None, None), |(rem, ahead)| (rem, Some(ahead)));
+        let (seq, ahead) = match wait.lifetime_ms() {
+            0 => (None, None),
+            // Written recently: keep the entry as it is, the count above says where it stands.
+            _ if wait.queued() && !wait.refresh() => (Some(wait.place()), counted),
+            lifetime => {
+                let (seq, ahead) = sqlx::query_as::<_, (i64, i64)>(AssertSqlSafe(self.enqueue.as_str()))
+                    .bind(name)
+                    .bind(owner)
+                    .bind(lifetime)
+                    .fetch_one(&mut *c)
+                    .await?;
+                (Some(seq), Some(ahead))
+            }
+        };
+        Ok(Upsert::Held { remaining, seq, seen: None, ahead })
     }
 }
