@@ -48,6 +48,12 @@
 //! - [`failover`]: Redis with `min_replicas_ack` under failover: one or two replicas with
 //!   asynchronous replication, the most advanced replica promoted with what it had, each grant
 //!   and renewal followed by `WAIT` on the same connection.
+//! - [`mysql`]: the exclusive lock on MySQL / MariaDB, whose waiters poll: the lease row's
+//!   `queued_until` summary of the waiter queue, read instead of the queue by a caller not
+//!   queued (the light attempt, with its fallback to the queue's own check on a free row),
+//!   raised by a refused attempt in the same statement and capping the entry written after it,
+//!   and kept by the collector while it covers an entry; answers returned (MariaDB) or read back
+//!   by a later `SELECT` (MySQL), lost enqueue answers, waiters that leave, crashes.
 //! - Everything else (the Redlock ticket queue, the read-write lock and the semaphore) is tested
 //!   against real servers by the conformance suite, not model-checked.
 //!
@@ -71,6 +77,7 @@ mod explore;
 pub mod failover;
 pub mod handoff;
 mod permutations;
+pub mod mysql;
 pub mod pg;
 pub mod properties;
 pub mod redlock;
