@@ -38,6 +38,8 @@ async fn extra_mysql_path_without_returning() {
     common::check_hostile_names(&fx).await.unwrap();
     common::check_counter(&fx, 5, 10).await.unwrap();
     common::check_takeover_fence(&fx).await.unwrap();
+    // The queue's summary read back, not returned.
+    check_queue_summary(&fx).await;
 }
 
 /// Durable fencing is declared only when InnoDB writes its log at every commit:
@@ -234,4 +236,73 @@ async fn extra_a_locked_row_stalls_no_other_renewal() {
     for lease in leases.into_iter().skip(1) {
         lease.release().await.unwrap();
     }
+}
+
+/// The queue's summary on the lease row (`dialect/mysql/sql.rs`): a caller not queued reads
+/// `queued_until` instead of the queue. A free row owed to a queued waiter is still refused to
+/// a newcomer, and once every waiter has left, a newcomer is granted the row although the
+/// summary still lies ahead (it is asked again with the queue's own check). The waiter here
+/// attempts only when the test says so, as a waiter between two polls would.
+#[tokio::test]
+async fn extra_queue_summary_keeps_the_order_and_lets_go_when_waiters_leave() {
+    check_queue_summary(&SqlFixture::mysql().await.unwrap()).await;
+}
+
+/// [`extra_queue_summary_keeps_the_order_and_lets_go_when_waiters_leave`] on `fx`.
+async fn check_queue_summary(fx: &SqlFixture) {
+    use lock_core::backend::{Claim, LeaseStore, ReleaseOutcome, TryLock};
+    use lock_core::{LockName, OwnerId};
+    let backend = lock_sql::SqlBackend::connect(fx.url(), fx.options()).await.unwrap();
+    let lock = backend.lock();
+    let store = lock.store();
+    let name = LockName::new(format!("summary-{}", OwnerId::random().to_hex())).unwrap();
+    let ttl = Duration::from_secs(10);
+    let (holder, waiter, newcomer) = (OwnerId::random(), OwnerId::random(), OwnerId::random());
+    let name = &name;
+    let attempt = |owner, waiting| async move { store.try_lock(&Claim::new(name, owner, ttl), waiting).await.unwrap() };
+    assert!(matches!(attempt(holder, false).await, TryLock::Acquired { .. }), "a free lock");
+    let queued = attempt(waiter, true).await;
+    assert!(matches!(queued, TryLock::Held { remaining: Some(_) }), "held, the waiter queued: {queued:?}");
+    assert_eq!(store.release(name, holder).await.unwrap(), ReleaseOutcome::Released);
+    let owed = attempt(newcomer, false).await;
+    assert!(matches!(owed, TryLock::Held { .. }), "a free row owed to a queued waiter went to a newcomer: {owed:?}");
+    let releaser = attempt(holder, false).await;
+    assert!(
+        matches!(releaser, TryLock::Held { .. }),
+        "the releaser came straight back ahead of the waiter: {releaser:?}"
+    );
+    assert!(matches!(attempt(waiter, true).await, TryLock::Acquired { .. }), "the queued waiter's turn");
+    assert_eq!(store.release(name, waiter).await.unwrap(), ReleaseOutcome::Released);
+    let after = attempt(newcomer, false).await;
+    assert!(matches!(after, TryLock::Acquired { .. }), "every waiter left, yet a newcomer was refused: {after:?}");
+    assert_eq!(store.release(name, newcomer).await.unwrap(), ReleaseOutcome::Released);
+}
+
+/// The collector keeps a lease row whose queue summary is still live: deleting it would let a
+/// newcomer's fresh row (summary 0) overtake the waiters queued on the old one.
+#[tokio::test]
+async fn extra_collecting_idle_rows_keeps_a_row_with_live_waiters() {
+    use lock_core::backend::{Claim, LeaseStore, ReleaseOutcome, TryLock};
+    use lock_core::{LockName, OwnerId};
+    let fx = SqlFixture::mysql().await.unwrap();
+    let backend = lock_sql::SqlBackend::connect(fx.url(), fx.options()).await.unwrap();
+    let lock = backend.lock();
+    let store = lock.store();
+    let name = LockName::new(format!("collect-{}", OwnerId::random().to_hex())).unwrap();
+    let (holder, waiter, newcomer) = (OwnerId::random(), OwnerId::random(), OwnerId::random());
+    let short = Duration::from_millis(300);
+    let got = store.try_lock(&Claim::new(&name, holder, short), false).await.unwrap();
+    assert!(matches!(got, TryLock::Acquired { .. }), "a free lock: {got:?}");
+    // Queued for the queue's lifetime at a 10 s ttl (seconds), far past the holder's lease.
+    let long = Duration::from_secs(10);
+    let queued = store.try_lock(&Claim::new(&name, waiter, long), true).await.unwrap();
+    assert!(matches!(queued, TryLock::Held { remaining: Some(_) }), "held, the waiter queued: {queued:?}");
+    tokio::time::sleep(short + Duration::from_millis(100)).await;
+    // The holder's lease has ended: its row is idle by its end alone.
+    store.collect_idle(Duration::ZERO).await.unwrap();
+    let owed = store.try_lock(&Claim::new(&name, newcomer, long), false).await.unwrap();
+    assert!(matches!(owed, TryLock::Held { .. }), "the collector's deletion let a newcomer overtake: {owed:?}");
+    let turn = store.try_lock(&Claim::new(&name, waiter, long), true).await.unwrap();
+    assert!(matches!(turn, TryLock::Acquired { .. }), "the queued waiter's turn: {turn:?}");
+    assert_eq!(store.release(&name, waiter).await.unwrap(), ReleaseOutcome::Released);
 }

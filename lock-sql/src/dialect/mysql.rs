@@ -25,7 +25,7 @@ use crate::options::quote_table;
 use crate::options::SqlOptions;
 use crate::pool::{ConnPool, Setup, Use};
 use crate::tls::Judged;
-use sql::{FLAVOR, NOW, NOW_US, NO_COUNT};
+use sql::{Shape, FLAVOR, NOW, NO_COUNT};
 
 mod acquire;
 mod renew;
@@ -75,7 +75,11 @@ pub(crate) struct Mysql {
     /// Durable when `innodb_flush_log_at_trx_commit = 1` (an acknowledged commit survives a
     /// crash); statements bounded by the request timeout or the row-lock wait, the longer.
     profile: Profile,
+    /// The acquire upsert of a caller not queued: the queue's summary on the lease row
+    /// (`sql::Shape::Light`).
     acquire: Arc<str>,
+    /// The acquire upsert that checks the queue itself (`sql::Shape::Queue`).
+    acquire_queued: Arc<str>,
     /// The acquire upsert that also counts the waiters ahead (MariaDB: in `RETURNING`).
     acquire_counting: Arc<str>,
     /// Owner, fence and the remaining lease, after an upsert without `RETURNING`.
@@ -194,16 +198,12 @@ impl Mysql {
         Mysql {
             pool,
             profile: Profile::new(CODES, durable, false, lease_ddl, queue_ddl),
-            acquire: sql::upsert(&qt, &qq, returning, NO_COUNT).into(),
-            acquire_counting: sql::upsert(&qt, &qq, returning, &ahead).into(),
+            acquire: sql::upsert(&qt, &qq, Shape::Light, returning, NO_COUNT).into(),
+            acquire_queued: sql::upsert(&qt, &qq, Shape::Queue, returning, NO_COUNT).into(),
+            acquire_counting: sql::upsert(&qt, &qq, Shape::Queue, returning, &ahead).into(),
             read_back: sql::read_back(&qt, NO_COUNT).into(),
             read_back_counting: sql::read_back(&qt, &ahead).into(),
-            enqueue: format!(
-                "INSERT INTO {qq} (name, owner, seq, expires_at) VALUES (?, ?, {NOW_US}, {NOW} + ?) \
-                 ON DUPLICATE KEY UPDATE expires_at = {NOW} + ?{}",
-                if returning { format!(" RETURNING seq, {}", ahead_of(&qq, NOW)) } else { String::new() }
-            )
-            .into(),
+            enqueue: sql::enqueue(&qq, returning).into(),
             place: format!("SELECT seq, {} FROM {qq} WHERE name = ? AND owner = ?", ahead_of(&qq, NOW)).into(),
             leave_queue: format!("DELETE FROM {qq} WHERE name = ? AND (owner = ? OR expires_at <= {NOW})").into(),
             renew: format!(
@@ -243,7 +243,9 @@ impl Mysql {
                  ORDER BY name LIMIT ?"
             )
             .into(),
-            collect: format!("DELETE FROM {qt} WHERE expires_at <= {NOW} - ?").into(),
+            // Not a row whose queue summary is still live (sql.rs): its waiters' entries would
+            // outlive it.
+            collect: format!("DELETE FROM {qt} WHERE expires_at <= {NOW} - ? AND queued_until <= {NOW} - ?").into(),
             collect_queue: format!("DELETE FROM {qq} WHERE expires_at <= {NOW} - ?").into(),
             returning,
         }
@@ -284,6 +286,15 @@ struct Args<'a> {
     who: Who<'a>,
 }
 
+/// Whether an upsert's `row` refused `owner` a row that was free (unowned or expired).
+fn refused_free(row: &Row, owner: &str) -> bool {
+    let (holder, _, remaining, _, _) = row;
+    match holder {
+        Some(h) => h != owner.as_bytes() && *remaining <= 0,
+        None => true,
+    }
+}
+
 /// A row as `inspect` and `list` read it: name, fence, remaining ms, holder, metadata (bytes).
 type SeenRow = (Vec<u8>, i64, i64, Option<Vec<u8>>, Option<Vec<u8>>);
 
@@ -294,8 +305,9 @@ impl From<SeenRow> for Seen {
     }
 }
 
-/// The row after an upsert: owner, fence, remaining ms, the live waiters ahead (when counted).
-type Row = (Option<Vec<u8>>, i64, i64, Option<i64>);
+/// The row after an upsert: owner, fence, remaining ms, the live waiters ahead (when counted),
+/// `queued_until`.
+type Row = (Option<Vec<u8>>, i64, i64, Option<i64>, i64);
 
 #[async_trait]
 impl Dialect for Mysql {
@@ -371,25 +383,33 @@ impl Dialect for Mysql {
 
     async fn acquire(&self, grant: Grant<'_>) -> Result<Upsert, sqlx::Error> {
         let Grant { name, owner, ttl_ms, who, wait } = grant;
-        let row = self.upsert(name, owner, ttl_ms, who, wait).await?;
-        match row.into_iter().next() {
-            Some((Some(holder), fence, _, _)) if holder == owner.as_bytes() => {
+        let shape = if wait.queued() { Shape::Queue } else { Shape::Light };
+        let mut row = self.upsert(shape, name, owner, ttl_ms, who, wait).await?.into_iter().next();
+        if shape == Shape::Light && row.as_ref().is_some_and(|r| refused_free(r, owner)) {
+            // Refused by the queue's summary alone: ask the queue (sql.rs, module docs).
+            row = self.upsert(Shape::Queue, name, owner, ttl_ms, who, wait).await?.into_iter().next();
+        }
+        match row {
+            Some((Some(holder), fence, _, _, _)) if holder == owner.as_bytes() => {
                 if wait.queued() {
                     self.leave_queue(name, owner).await?;
                 }
                 Ok(Upsert::Granted(fence))
             }
             // Free but refused: owed to a waiter queued before us, no lease to wait out.
-            Some((holder, _, rem, counted)) => {
+            Some((holder, _, rem, counted, queued_until)) => {
                 let remaining = (holder.is_some() && rem > 0).then_some(rem);
                 let (seq, ahead) = match (wait.refresh(), wait.queued()) {
                     (false, true) => (Some(wait.place()), counted),
-                    _ => self.enqueue(name, owner, wait).await?.unzip(),
+                    _ => self.enqueue(name, owner, wait, queued_until).await?.unzip(),
                 };
                 Ok(Upsert::Held { remaining, seq, seen: None, ahead })
             }
+            // No row: MySQL's read-back after the row was granted, ended and collected in
+            // between (lock-model's `mysql` model reaches it). An entry capped by 0 lives no
+            // time: the waiter is not queued, and its next attempt asks again.
             None => {
-                let (seq, ahead) = self.enqueue(name, owner, wait).await?.unzip();
+                let (seq, ahead) = self.enqueue(name, owner, wait, 0).await?.unzip();
                 Ok(Upsert::Held { remaining: None, seq, seen: None, ahead })
             }
         }
@@ -412,7 +432,7 @@ impl Dialect for Mysql {
             .with(Use::Take, &args, |c, (d, ms)| {
                 Box::pin(async move {
                     sqlx::query(AssertSqlSafe(Arc::clone(&d.collect_queue))).bind(*ms).execute(&mut *c).await?;
-                    sqlx::query(AssertSqlSafe(Arc::clone(&d.collect))).bind(*ms).execute(&mut *c).await
+                    sqlx::query(AssertSqlSafe(Arc::clone(&d.collect))).bind(*ms).bind(*ms).execute(&mut *c).await
                 })
             })
             .await?;
