@@ -292,6 +292,12 @@ where
         }
     }
 
+    /// How many connections are idle (tests: which pool a statement ran on).
+    #[cfg(test)]
+    pub(crate) fn idle_count(&self) -> usize {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
     fn pop(&self) -> Option<(C, Instant)> {
         self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop()
     }

@@ -98,6 +98,11 @@ const FLAVOR: Flavor = Flavor {
 /// A SQLite file (or in-memory database): its pool and its statements.
 pub(crate) struct Lite {
     pool: Arc<ConnPool<SqliteConnection>>,
+    /// The exclusive lock's release, on a file: connections with `synchronous = NORMAL`, so a
+    /// release commits without waiting for the WAL's fsync, as on PostgreSQL (lock-sql docs,
+    /// "Durable commits"). Every grant's commit syncs the WAL, and with it every release
+    /// written before it. Elsewhere the one pool.
+    releases: Arc<ConnPool<SqliteConnection>>,
     /// Statements bounded by `busy_timeout`: the longest a statement waits for the file.
     profile: Profile,
     acquire: String,
@@ -122,6 +127,10 @@ pub(crate) struct Lite {
 }
 
 pub(crate) async fn connect(url: &str, options: &SqlOptions) -> Result<Arc<dyn Dialect>, LockError> {
+    Ok(Arc::new(open(url, options).await?))
+}
+
+async fn open(url: &str, options: &SqlOptions) -> Result<Lite, LockError> {
     // Cut as sqlx does: the parameters follow the first '?'.
     if let Some((_, query)) = url.split_once('?') {
         PARAMS.check_query(query, url)?;
@@ -136,7 +145,7 @@ pub(crate) async fn connect(url: &str, options: &SqlOptions) -> Result<Arc<dyn D
         .synchronous(SqliteSynchronous::Full)
         .busy_timeout(options.request_timeout);
     let bound = options.connect_timeout;
-    let pool = if in_memory {
+    let pool: (Arc<ConnPool<SqliteConnection>>, _) = if in_memory {
         // The database lives only while a connection to it is open: sqlx's pool keeps one.
         let pool = SqlitePoolOptions::new()
             .max_connections(options.max_connections)
@@ -148,16 +157,18 @@ pub(crate) async fn connect(url: &str, options: &SqlOptions) -> Result<Arc<dyn D
             Ok(connected) => connected.map_err(|e| unreachable(CODES, e))?,
             Err(_) => return Err(too_slow(CODES, bound)),
         };
-        ConnPool::app(pool, bound, None)
+        let pool = ConnPool::app(pool, bound, None);
+        (Arc::clone(&pool), pool)
     } else {
         let pool = ConnPool::new(opts.clone(), options.max_connections, bound, None);
         pool.keep(first_connection(&opts, bound).await?).await;
-        pool
+        let releases = opts.synchronous(SqliteSynchronous::Normal);
+        (pool, ConnPool::new(releases, options.max_connections, bound, None))
     };
     let mut dialect = Lite::new(pool, &options.table, !in_memory);
     // Statements wait for the file lock at most busy_timeout.
     dialect.profile.statement_bound = options.request_timeout;
-    Ok(Arc::new(dialect))
+    Ok(dialect)
 }
 
 /// The first connection to a file, so that a wrong path fails here, clearly. Processes opening
@@ -209,7 +220,9 @@ pub(crate) async fn from_pool(pool: SqlitePool, options: &SqlOptions) -> Result<
         Ok::<_, sqlx::Error>(sync >= 2 && !file.is_empty())
     };
     let durable = timeout(bound, look).await.map_err(|_| too_slow(CODES, bound))?.map_err(|e| unreachable(CODES, e))?;
-    let mut dialect = Lite::new(ConnPool::app(pool, bound, None), &options.table, durable);
+    // The application's connections keep their own `synchronous` for releases too.
+    let pool = ConnPool::app(pool, bound, None);
+    let mut dialect = Lite::new((Arc::clone(&pool), pool), &options.table, durable);
     dialect.profile.statement_bound = options.request_timeout;
     Ok(Arc::new(dialect))
 }
@@ -218,29 +231,12 @@ impl Lite {
     /// An owner-checked `UPDATE` of one lease row (`?1` name, `?2` owner, `?3` ms): whether it
     /// changed a row.
     async fn owner_update(&self, sql: &str, name: &str, owner: &str, ms: i64) -> Result<bool, sqlx::Error> {
-        self.changed(Use::Keep, sql, name, owner, ms).await
+        changed(&self.pool, Use::Keep, sql, name, owner, ms).await
     }
 
-    /// Runs `sql` binding `a`, `b`, `c` (in that order; `()` binds nothing): whether it changed
-    /// a row.
-    async fn changed<B: ToBind, C: ToBind>(
-        &self,
-        purpose: Use,
-        sql: &str,
-        a: &str,
-        b: B,
-        c: C,
-    ) -> Result<bool, sqlx::Error> {
-        let done = self
-            .pool
-            .with(purpose, &(sql, a, b, c), |conn, (sql, a, b, c)| {
-                Box::pin(c.bind_to(b.bind_to(sqlx::query(AssertSqlSafe(*sql)).bind(*a))).execute(conn))
-            })
-            .await?;
-        Ok(done.rows_affected() > 0)
-    }
-
-    fn new(pool: Arc<ConnPool<SqliteConnection>>, t: &str, durable: bool) -> Lite {
+    /// `pools`: every statement's, and the releases' (see [`Lite::releases`]).
+    fn new(pools: (Arc<ConnPool<SqliteConnection>>, Arc<ConnPool<SqliteConnection>>), t: &str, durable: bool) -> Lite {
+        let (pool, releases) = pools;
         let qt = quote_table(t, '"');
         let qq = quote_table(&queue_table(t), '"');
         let lease_ddl = format!(
@@ -253,6 +249,7 @@ impl Lite {
         );
         Lite {
             pool,
+            releases,
             profile: Profile::new(CODES, durable, false, lease_ddl, queue_ddl),
             // SQLite evaluates every SET expression against the old row. A free row is not
             // taken while a live waiter queued before us (?6: our place) waits (queue.rs).
@@ -318,7 +315,25 @@ impl Lite {
     }
 }
 
-/// The second bind of [`Lite::changed`]: an owner id, a fence, or nothing.
+/// Runs `sql` on `pool` binding `a`, `b`, `c` (in that order; `()` binds nothing): whether it
+/// changed a row.
+async fn changed<B: ToBind, C: ToBind>(
+    pool: &ConnPool<SqliteConnection>,
+    purpose: Use,
+    sql: &str,
+    a: &str,
+    b: B,
+    c: C,
+) -> Result<bool, sqlx::Error> {
+    let done = pool
+        .with(purpose, &(sql, a, b, c), |conn, (sql, a, b, c)| {
+            Box::pin(c.bind_to(b.bind_to(sqlx::query(AssertSqlSafe(*sql)).bind(*a))).execute(conn))
+        })
+        .await?;
+    Ok(done.rows_affected() > 0)
+}
+
+/// The later binds of [`changed`]: an owner id, a fence, a count of ms, or nothing.
 trait ToBind: Copy + Send + Sync {
     fn bind_to<'q>(self, q: SqliteQuery<'q>) -> SqliteQuery<'q>
     where
@@ -410,7 +425,7 @@ impl Dialect for Lite {
     }
 
     async fn leave_queue(&self, name: &str, owner: &str) -> Result<(), sqlx::Error> {
-        self.changed(Use::Take, &self.leave_queue, name, owner, ()).await.map(drop)
+        changed(&self.pool, Use::Take, &self.leave_queue, name, owner, ()).await.map(drop)
     }
 
     async fn renew(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<bool, sqlx::Error> {
@@ -445,11 +460,11 @@ impl Dialect for Lite {
     }
 
     async fn release(&self, name: &str, owner: &str) -> Result<bool, sqlx::Error> {
-        self.changed(Use::Keep, &self.release, name, owner, ()).await
+        changed(&self.releases, Use::Keep, &self.release, name, owner, ()).await
     }
 
     async fn force_release(&self, name: &str, fence: i64) -> Result<bool, sqlx::Error> {
-        self.changed(Use::Keep, &self.force_release, name, fence, ()).await
+        changed(&self.pool, Use::Keep, &self.force_release, name, fence, ()).await
     }
 
     async fn collect_idle(&self, idle_ms: i64) -> Result<u64, sqlx::Error> {
@@ -553,5 +568,36 @@ impl Lite {
             }
         };
         Ok(Upsert::Held { remaining, seq, seen: None, ahead })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dialect::Who;
+    use crate::queue::Wait;
+
+    /// `PRAGMA synchronous` of the connection `pool` hands out next (2: FULL, 1: NORMAL).
+    async fn synchronous(pool: &ConnPool<SqliteConnection>) -> i64 {
+        pool.with(Use::Keep, &(), |c, _| Box::pin(sqlx::query_scalar("PRAGMA synchronous").fetch_one(c))).await.unwrap()
+    }
+
+    /// On a file, a grant commits with `synchronous = FULL` (its fsync makes every release
+    /// before it durable) and the exclusive lock's release with `NORMAL`, on connections of its
+    /// own (lock-sql docs, "Durable commits").
+    #[tokio::test]
+    async fn a_release_commits_without_its_own_fsync_a_grant_with_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("locks.db").display());
+        let lite = open(&url, &SqlOptions::default()).await.unwrap();
+        lite.execute(&lite.profile.lease_ddl).await.unwrap();
+        lite.execute(&lite.profile.queue_ddl).await.unwrap();
+        let grant = Grant { name: "n", owner: "a", ttl_ms: 10_000, who: Who::default(), wait: Wait::No };
+        assert!(matches!(lite.acquire(grant).await.unwrap(), Upsert::Granted(_)));
+        assert_eq!(lite.releases.idle_count(), 0, "no release yet");
+        assert!(lite.release("n", "a").await.unwrap());
+        assert_eq!(lite.releases.idle_count(), 1, "the release ran on the releases' pool");
+        assert_eq!(synchronous(&lite.releases).await, 1, "a release: NORMAL");
+        assert_eq!(synchronous(&lite.pool).await, 2, "a grant: FULL");
     }
 }
