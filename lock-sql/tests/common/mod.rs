@@ -289,7 +289,8 @@ lock_conformance::impl_fixture! {
 }
 
 impl Drop for SqlFixture {
-    /// Drops this fixture's lease table from the shared server (best effort, bounded).
+    /// Drops this fixture's tables from the shared server: the lease table, the waiter queue and
+    /// the kinds' two (best effort, bounded; left behind, they pile up run after run).
     fn drop(&mut self) {
         // SQLite files and private servers go away with the fixture.
         if self.dialect == Dialect::Sqlite || self.server.is_some() {
@@ -300,10 +301,9 @@ impl Drop for SqlFixture {
         let t = std::thread::spawn(move || {
             let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
             rt.block_on(async move {
-                let sql = match dialect {
-                    Dialect::Mysql => format!("DROP TABLE IF EXISTS `{table}`"),
-                    _ => format!("DROP TABLE IF EXISTS \"{table}\""),
-                };
+                let q = if dialect == Dialect::Mysql { '`' } else { '"' };
+                let all = ["", "_waiters", "_counters", "_holders"].map(|suffix| format!("{q}{table}{suffix}{q}"));
+                let sql = format!("DROP TABLE IF EXISTS {}", all.join(", "));
                 let work = async {
                     match dialect {
                         Dialect::Postgres => {

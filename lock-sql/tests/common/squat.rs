@@ -100,7 +100,15 @@ pub async fn check_squatted_tables(fx: &SqlFixture) -> Result<(), LockError> {
         Err(e) => panic!("expected a Config error, got {e}"),
         Ok(_) => panic!("a holders table with an extra column was adopted"),
     }
-    let made = [wrong, trig.clone(), kinds.clone(), format!("{kinds}_holders"), format!("{kinds}_counters")];
+    let made = [
+        wrong,
+        trig.clone(),
+        format!("{trig}_waiters"),
+        kinds.clone(),
+        format!("{kinds}_waiters"),
+        format!("{kinds}_holders"),
+        format!("{kinds}_counters"),
+    ];
     drop_made(&mut admin, made.map(|t| format!("\"{t}\"")), format!("FUNCTION \"{trig}_fn\"()")).await;
     Ok(())
 }
@@ -144,7 +152,7 @@ pub async fn check_foreign_owner(fx: &SqlFixture) -> Result<(), LockError> {
     refused(&url, &table, &["owned by role", &mallory, "squatting"]).await;
     admin.run(&format!("ALTER TABLE \"{table}\" OWNER TO {user}")).await;
     let result = lock_sql::connect(&url, options(&table)).await.map(drop);
-    admin.run(&format!("DROP TABLE \"{table}\"")).await;
+    admin.run(&format!("DROP TABLE \"{table}\", \"{table}_waiters\"")).await;
     for role in [user, mallory] {
         admin.run(&format!("DROP OWNED BY {role}")).await;
         admin.run(&format!("DROP ROLE {role}")).await;
