@@ -76,8 +76,8 @@
 mod explore;
 pub mod failover;
 pub mod handoff;
-mod permutations;
 pub mod mysql;
+mod permutations;
 pub mod pg;
 pub mod properties;
 pub mod redlock;
