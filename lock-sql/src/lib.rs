@@ -11,7 +11,6 @@ mod inflight;
 mod kinds;
 mod millis;
 mod options;
-#[cfg(any(feature = "postgres", feature = "mysql"))]
 mod pool;
 mod queue;
 mod serial;
