@@ -82,5 +82,4 @@ mod state;
 mod symmetry;
 
 pub use model::{Action, Bugs, Mysql, LIFE, TTL};
-pub use server::{Answer, Attempt, Bump};
-pub use state::{Client, Entry, Row, State, Then, LAST};
+pub use state::{Answer, Attempt, Bump, Client, Entry, Row, State, Then, LAST};

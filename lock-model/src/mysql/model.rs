@@ -3,8 +3,7 @@
 use lock_core::decisions::valid_until;
 use stateright::{Model, Property};
 
-use super::server::{Answer, Attempt, Bump};
-use super::state::{Client, State, Then, LAST};
+use super::state::{place_of, Answer, Attempt, Bump, Client, State, Then, LAST};
 use crate::explore::Explore;
 use crate::properties::of_kept_leases;
 use crate::shared::{belief_end, Taken};
@@ -226,15 +225,6 @@ pub enum Action {
     CollectEntries,
     /// `collect_idle(idle)`'s second statement: the lease row if it is idle.
     CollectRow,
-}
-
-/// The place client state `c` holds, if queued.
-pub(crate) fn place_of(c: &Client) -> Option<u8> {
-    match *c {
-        Client::Queued { seq, .. } | Client::Bump { seq } => Some(seq),
-        Client::Reading { then: Then::Poll { seq, .. }, .. } => Some(seq),
-        _ => None,
-    }
 }
 
 impl Explore for Mysql {

@@ -4,56 +4,7 @@
 //! collector's two statements.
 
 use super::model::{Mysql, LIFE, TTL};
-use super::state::{Entry, Row, State, LAST};
-
-/// Which grant condition an acquire upsert carries.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Attempt {
-    /// `owner = me OR ((owner IS NULL OR expires_at <= now) AND queued_until <= now)`: no
-    /// reference to the queue table. For a caller that is not queued (its place is last).
-    Light,
-    /// `owner = me OR ((owner IS NULL OR expires_at <= now) AND NOT EXISTS (live entry of
-    /// another with (seq, owner) < (place, me)))`: the queue subquery.
-    Full {
-        /// The caller's place: its entry's `seq`, or [`LAST`].
-        place: u8,
-    },
-}
-
-impl Attempt {
-    /// The caller's place.
-    fn place(self) -> u8 {
-        match self {
-            Attempt::Light => LAST,
-            Attempt::Full { place } => place,
-        }
-    }
-}
-
-/// Whether a refusal bumps `queued_until` in the same statement (to `now + lifetime`): when the
-/// caller may follow it with its enqueue (lock-sql binds the lifetime, else 0).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Bump {
-    /// No bump (`try_acquire`; a poll whose entry is not due for a rewrite; `bump_after_enqueue`).
-    No,
-    /// A refusal bumps.
-    Refused,
-}
-
-/// What the upsert answers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Answer {
-    /// Granted, with this fence.
-    Granted(u8),
-    /// Refused; `free`: the row had no live lease (so the queue or its summary refused);
-    /// `queued_until`: the row's after the statement (its bump included), `V`.
-    Refused {
-        /// The row was free or expired.
-        free: bool,
-        /// `V`.
-        queued_until: u8,
-    },
-}
+use super::state::{place_of, Answer, Attempt, Bump, Entry, Row, State};
 
 impl Mysql {
     /// The acquire upsert (`INSERT … ON DUPLICATE KEY UPDATE`): a missing row is inserted as the
@@ -171,6 +122,6 @@ impl State {
     /// The highest place any entry or client holds (0: none).
     pub(crate) fn max_seq(&self) -> u8 {
         let entries = self.queue.iter().map(|e| e.seq);
-        entries.chain(self.clients.iter().filter_map(super::model::place_of)).max().unwrap_or(0)
+        entries.chain(self.clients.iter().filter_map(place_of)).max().unwrap_or(0)
     }
 }

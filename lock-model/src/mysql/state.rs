@@ -207,3 +207,61 @@ impl crate::properties::Kept for State {
         self.live_row().is_some_and(|r| r.owner == Some(c as u8) && r.token == token)
     }
 }
+
+/// Which grant condition an acquire upsert carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Attempt {
+    /// `owner = me OR ((owner IS NULL OR expires_at <= now) AND queued_until <= now)`: no
+    /// reference to the queue table. For a caller that is not queued (its place is last).
+    Light,
+    /// `owner = me OR ((owner IS NULL OR expires_at <= now) AND NOT EXISTS (live entry of
+    /// another with (seq, owner) < (place, me)))`: the queue subquery.
+    Full {
+        /// The caller's place: its entry's `seq`, or [`LAST`].
+        place: u8,
+    },
+}
+
+impl Attempt {
+    /// The caller's place.
+    pub(crate) fn place(self) -> u8 {
+        match self {
+            Attempt::Light => LAST,
+            Attempt::Full { place } => place,
+        }
+    }
+}
+
+/// Whether a refusal bumps `queued_until` in the same statement (to `now + lifetime`): when the
+/// caller may follow it with its enqueue (lock-sql binds the lifetime, else 0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Bump {
+    /// No bump (`try_acquire`; a poll whose entry is not due for a rewrite; `bump_after_enqueue`).
+    No,
+    /// A refusal bumps.
+    Refused,
+}
+
+/// What the upsert answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Answer {
+    /// Granted, with this fence.
+    Granted(u8),
+    /// Refused; `free`: the row had no live lease (so the queue or its summary refused);
+    /// `queued_until`: the row's after the statement (its bump included), `V`.
+    Refused {
+        /// The row was free or expired.
+        free: bool,
+        /// `V`.
+        queued_until: u8,
+    },
+}
+
+/// The place client state `c` holds, if queued.
+pub(crate) fn place_of(c: &Client) -> Option<u8> {
+    match *c {
+        Client::Queued { seq, .. } | Client::Bump { seq } => Some(seq),
+        Client::Reading { then: Then::Poll { seq, .. }, .. } => Some(seq),
+        _ => None,
+    }
+}
