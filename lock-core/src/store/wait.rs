@@ -17,7 +17,7 @@ use crate::backoff::Backoff;
 use crate::deadline::Deadline;
 use crate::lease::valid_until;
 use crate::wake::{PushedGrant, WakeSubscription};
-use crate::{AcquireOptions, FencingToken, LockError};
+use crate::{AcquireOptions, FencingToken, LockError, WakeMethod};
 
 /// The first (and shortest) poll interval, the one a newcomer uses.
 const MIN_POLL: Duration = Duration::from_millis(5);
@@ -59,6 +59,9 @@ pub(super) struct Wait<'a, S: LeaseStore> {
     error_backoff: Backoff,
     subscription: Option<WakeSubscription>,
     subscribed: bool,
+    /// The store declares `WakeMethod::Poll`: a subscription's hints (its own process's
+    /// releases, lock-sql `local.rs`) come on top of the polls, which keep their pace.
+    polls: bool,
     /// Failed attempts in a row.
     failures: u32,
     /// No attempt was made yet: past the deadline (`NoWait`) only this one is.
@@ -94,6 +97,7 @@ impl<'a, S: LeaseStore> Wait<'a, S> {
         pending: &'a mut PendingRelease<S>,
     ) -> Self {
         let max_poll = store.max_poll_interval(opts.ttl);
+        let polls = store.capabilities().wake == WakeMethod::Poll;
         Wait {
             store,
             claim,
@@ -105,6 +109,7 @@ impl<'a, S: LeaseStore> Wait<'a, S> {
             error_backoff: Backoff::new(FIRST_ERROR_PAUSE, Duration::from_secs(1)),
             subscription: None,
             subscribed: false,
+            polls,
             failures: 0,
             first: true,
         }
@@ -238,24 +243,31 @@ impl<'a, S: LeaseStore> Wait<'a, S> {
         }
         let left = self.deadline.left(now);
         let until_expiry = remaining.map(|r| r.saturating_add(Duration::from_millis(1))).unwrap_or(Duration::MAX);
+        // A backend that polls keeps its pace with hints too: they come only from its own
+        // process (lock-sql `local.rs`), the polls find every other release.
+        let nap = match self.subscription.is_none() || self.polls {
+            true => self.poll_nap(now, until_expiry, left),
+            false => until_expiry.min(self.max_poll.saturating_mul(4)).min(left),
+        };
         match &self.subscription {
             Some(sub) => {
-                let fallback = until_expiry.min(self.max_poll.saturating_mul(4)).min(left);
                 tokio::select! {
                     pushed = sub.next() => {
                         self.backoff.reset(MIN_POLL);
                         return Ok(pushed);
                     }
-                    _ = tokio::time::sleep(fallback) => {}
+                    _ = tokio::time::sleep(nap) => {}
                 }
             }
-            None => {
-                let cap = poll_cap(now - self.deadline.begun(), self.max_poll);
-                let nap = self.backoff.next_delay().min(cap).min(until_expiry).min(left);
-                tokio::time::sleep(nap).await;
-            }
+            None => tokio::time::sleep(nap).await,
         }
         Ok(None)
+    }
+
+    /// How long a polling wait sleeps before its next attempt.
+    fn poll_nap(&mut self, now: Instant, until_expiry: Duration, left: Duration) -> Duration {
+        let cap = poll_cap(now - self.deadline.begun(), self.max_poll);
+        self.backoff.next_delay().min(cap).min(until_expiry).min(left)
     }
 
     /// Subscribes to release hints; `None` (poll) when the backend has none or the subscription fails.
