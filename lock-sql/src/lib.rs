@@ -9,6 +9,7 @@ mod dialect;
 mod error;
 mod inflight;
 mod kinds;
+mod local;
 mod millis;
 mod options;
 mod pool;

@@ -306,3 +306,9 @@ async fn extra_collecting_idle_rows_keeps_a_row_with_live_waiters() {
     assert!(matches!(turn, TryLock::Acquired { .. }), "the queued waiter's turn: {turn:?}");
     assert_eq!(store.release(&name, waiter).await.unwrap(), ReleaseOutcome::Released);
 }
+
+/// A release wakes the earliest waiter of this process at once (lock-sql `local.rs`).
+#[tokio::test]
+async fn extra_a_release_wakes_this_process_s_earliest_waiter() {
+    common::check_local_hints(&SqlFixture::mysql().await.unwrap()).await.unwrap();
+}

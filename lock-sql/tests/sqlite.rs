@@ -165,3 +165,9 @@ async fn extra_concurrent_first_connects_to_a_new_file() {
         }
     }
 }
+
+/// A release wakes the earliest waiter of this process at once (lock-sql `local.rs`).
+#[tokio::test]
+async fn extra_a_release_wakes_this_process_s_earliest_waiter() {
+    common::check_local_hints(&SqlFixture::sqlite().await.unwrap()).await.unwrap();
+}

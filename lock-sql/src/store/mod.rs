@@ -24,6 +24,7 @@ use tokio::time::{timeout, Instant};
 
 use crate::dialect::{self, queue_table, Dialect, Grant, Seen, Upsert, Wakeup, Who};
 use crate::inflight::{again_later, Inflight};
+use crate::local::Local;
 use crate::millis::{remaining, ttl_ms};
 use crate::options::SqlOptions;
 use crate::queue::{Places, Wait};
@@ -47,6 +48,8 @@ pub struct SqlStore {
     pub(crate) inflight: Inflight,
     /// The queue places of this client's waiting acquires.
     places: Places,
+    /// The release hints of this process, where the database sends none (`crate::local`).
+    local: Option<Local>,
 }
 
 impl std::fmt::Debug for SqlStore {
@@ -61,7 +64,11 @@ impl SqlStore {
     pub async fn connect(url: &str, options: SqlOptions) -> Result<SqlStore, LockError> {
         options.validate()?;
         let dialect = dialect::scheme::connect(url, &options).await?;
-        SqlStore::over(dialect, options).await
+        let mut store = SqlStore::over(dialect, options).await?;
+        if !store.dialect.listens() {
+            store.local = Local::of(url, &store.table);
+        }
+        Ok(store)
     }
 
     /// The store over a connected dialect: creates the lease table if missing.
@@ -73,6 +80,7 @@ impl SqlStore {
             serial: OwnerLocks::default(),
             inflight: Inflight::default(),
             places: Places::default(),
+            local: None,
         };
         check_table_len(&options.table)?;
         let ddl = store.dialect.lease_ddl().to_owned();
@@ -169,6 +177,20 @@ impl SqlStore {
         }
     }
 
+    /// `name` was freed here: a waiter of this process may take it now (`crate::local`).
+    fn released(&self, name: &str) {
+        if let Some(local) = &self.local {
+            local.released(name);
+        }
+    }
+
+    /// The wait of `owner` (hex) for `name` ended: no release hint is for it any more.
+    fn ended_wait(&self, name: &LockName, owner: &str) {
+        if let Some(local) = &self.local {
+            local.forget(name.as_str(), owner);
+        }
+    }
+
     /// A subscription to `wakeup`, when the dialect sends any.
     pub(crate) fn subscribe(&self, wakeup: Wakeup<'_>) -> Option<WakeSubscription> {
         self.dialect.subscribe(wakeup)
@@ -257,6 +279,7 @@ impl LeaseStore for SqlStore {
                 tracing::trace!(owner = %o, ok = claimed.is_some(), "claim answered");
                 attempt.finished();
                 if let Some(fence) = claimed {
+                    self.ended_wait(claim.name, &o);
                     self.places.granted(claim.owner);
                     h.forget(&o);
                     return self.token(fence);
@@ -275,6 +298,7 @@ impl LeaseStore for SqlStore {
         attempt.finished();
         match upsert {
             Upsert::Granted(fence) => {
+                self.ended_wait(claim.name, &o);
                 self.places.granted(claim.owner);
                 if let Some(h) = handoffs {
                     h.forget(&o);
@@ -322,6 +346,7 @@ impl LeaseStore for SqlStore {
         if let Some(h) = self.dialect.handoffs() {
             h.forget(&o);
         }
+        self.ended_wait(name, &o);
         if !self.places.has(owner) {
             return Ok(());
         }
@@ -473,6 +498,9 @@ impl LeaseStore for SqlStore {
         });
         let freed = freed?;
         tracing::trace!(owner = %o, "release answered");
+        if freed {
+            self.released(n);
+        }
         Ok(if freed { ReleaseOutcome::Released } else { ReleaseOutcome::NotOwner })
     }
 
@@ -489,9 +517,16 @@ impl LeaseStore for SqlStore {
         observer::watch(&self.runner, &self.dialect, name.as_str()).await
     }
 
-    /// A release wakes the head of the queue only, by its owner id (queue.rs).
-    async fn subscribe_waiter(&self, _name: &LockName, owner: OwnerId) -> Result<Option<WakeSubscription>, LockError> {
-        Ok(self.subscribe(Wakeup::Waiter(&owner.to_hex())))
+    /// A release wakes the head of the queue only, by its owner id (queue.rs); where the
+    /// database cannot notify, a release of this process wakes its earliest waiter of this
+    /// process (`crate::local`).
+    async fn subscribe_waiter(&self, name: &LockName, owner: OwnerId) -> Result<Option<WakeSubscription>, LockError> {
+        let o = owner.to_hex();
+        if let Some(local) = &self.local {
+            let place = self.places.get(owner).unwrap_or(i64::MAX);
+            return Ok(Some(local.subscribe(name.as_str(), &o, place)));
+        }
+        Ok(self.subscribe(Wakeup::Waiter(&o)))
     }
 
     async fn inspect(&self, name: &LockName) -> Result<Option<HolderInfo>, LockError> {
@@ -512,6 +547,7 @@ impl LeaseStore for SqlStore {
         for _ in 0..3 {
             let Some(seen) = self.run("inspect", || self.dialect.inspect(n)).await? else { return Ok(None) };
             if self.run("force release", || self.dialect.force_release(n, seen.fence)).await? {
+                self.released(n);
                 return self.fence_token(seen.fence).map(Some);
             }
         }

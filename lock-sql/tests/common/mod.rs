@@ -21,6 +21,7 @@ use tokio::time::Instant;
 mod child;
 mod fake_tls;
 mod handoff;
+mod local;
 mod safety;
 mod squat;
 #[allow(unused_imports)]
@@ -29,6 +30,8 @@ pub use child::connect_child;
 pub use fake_tls::*;
 #[allow(unused_imports)]
 pub use handoff::*;
+#[allow(unused_imports)]
+pub use local::*;
 #[allow(unused_imports)] // not every dialect's test file uses them
 pub use safety::*;
 #[allow(unused_imports)]

@@ -1,0 +1,125 @@
+//! Release hints within one process, for the databases that cannot notify (MySQL/MariaDB,
+//! SQLite): a release answered "released" wakes the waiter of the same name that waits in this
+//! process, on the same database and table, with the earliest place in the queue; it attempts
+//! at once instead of at its next poll (queue.rs, `queued_poll`: up to 10 ms for the queue's
+//! head). Waiters of other processes poll as before; a waiter woken here polls at its own pace
+//! too.
+//!
+//! A hint is only that: the woken waiter's attempt is the ordinary one, which the queue checks
+//! (queue.rs), so a waiter that is not the queue's head (the head waits in another process) is
+//! refused and waits on; a hint that comes late, twice, or to a waiter that left costs one
+//! attempt at most. One registry per process, keyed by the database and the table, because an
+//! application may open several backends on one database (and `dlock bench` does, one per
+//! client).
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use lock_core::backend::{WakeHub, WakeSubscription};
+use tokio::time::Instant;
+
+/// The registries of this process, by [`key`]; a handful of entries (one per database and table).
+static LOCALS: OnceLock<Mutex<HashMap<String, Local>>> = OnceLock::new();
+
+/// Per name, its subscribed waits by place: (place, owner id).
+type Waits = HashMap<String, BTreeSet<(i64, String)>>;
+
+/// The waiters of one database and table in this process.
+#[derive(Clone)]
+pub(crate) struct Local {
+    /// One key per wait: its owner id.
+    hub: WakeHub,
+    /// Per name, the waits that subscribed, by queue place (place, owner id); the store forgets
+    /// a wait when it ends, and a release drops one it finds no longer subscribed.
+    places: Arc<Mutex<Waits>>,
+    /// Every release of this process on this table since this instant reaches the hub.
+    since: Instant,
+}
+
+impl Local {
+    /// The registry of `url`'s database and `table`; `None` for a database only this backend
+    /// sees (SQLite in memory: another backend's `sqlite::memory:` is another database).
+    pub(crate) fn of(url: &str, table: &str) -> Option<Local> {
+        let key = key(url, table)?;
+        let mut locals = LOCALS.get_or_init(Mutex::default).lock().unwrap_or_else(|e| e.into_inner());
+        let local = locals.entry(key).or_insert_with(|| Local {
+            hub: WakeHub::new(),
+            places: Arc::default(),
+            since: Instant::now(),
+        });
+        Some(local.clone())
+    }
+
+    /// The wait of `owner` for `name`, queued at `place` (`i64::MAX`: not known). Every release
+    /// of this process since the registry was made reaches it (`live_since`), so the wait needs
+    /// no second attempt after subscribing; releases elsewhere send no hint, and its polls find
+    /// them.
+    pub(crate) fn subscribe(&self, name: &str, owner: &str, place: i64) -> WakeSubscription {
+        let sub = self.hub.subscribe(owner).with_live_since(Some(self.since));
+        self.lock().entry(name.to_owned()).or_default().insert((place, owner.to_owned()));
+        sub
+    }
+
+    /// `name` was released: wakes the subscribed wait with the earliest place, if any.
+    pub(crate) fn released(&self, name: &str) {
+        let mut places = self.lock();
+        let Some(waits) = places.get_mut(name) else { return };
+        while let Some(first) = waits.pop_first() {
+            if self.hub.wake(&first.1) {
+                // Still waiting: it stays first until its wait ends.
+                waits.insert(first);
+                break;
+            }
+        }
+        if waits.is_empty() {
+            places.remove(name);
+        }
+    }
+
+    /// The wait of `owner` for `name` ended (granted, or given up).
+    pub(crate) fn forget(&self, name: &str, owner: &str) {
+        let mut places = self.lock();
+        let Some(waits) = places.get_mut(name) else { return };
+        waits.retain(|(_, o)| o != owner);
+        if waits.is_empty() {
+            places.remove(name);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Waits> {
+        self.places.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// What tells two backends apart: the URL without its password (never shown), and the table.
+fn key(url: &str, table: &str) -> Option<String> {
+    let lower = url.to_ascii_lowercase();
+    if lower.contains(":memory:") || lower.contains("mode=memory") {
+        return None;
+    }
+    let base = match url::Url::parse(url) {
+        Ok(mut parsed) => {
+            let _ = parsed.set_password(None);
+            parsed.to_string()
+        }
+        Err(_) => url.to_owned(),
+    };
+    Some(format!("{base}\n{table}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_tell_databases_and_tables_apart() {
+        let a = key("mysql://u:secret@db:3306/app", "locks").unwrap();
+        assert_eq!(a, key("mysql://u:other@db:3306/app", "locks").unwrap(), "the password is not part of it");
+        assert!(!a.contains("secret"));
+        assert_ne!(a, key("mysql://u@db:3306/app", "other").unwrap());
+        assert_ne!(a, key("mysql://u@db:3306/app2", "locks").unwrap());
+        assert!(key("sqlite::memory:", "locks").is_none());
+        assert!(key("sqlite://file:x?mode=memory&cache=shared", "locks").is_none());
+        assert!(key("sqlite://locks.db", "locks").is_some());
+    }
+}
