@@ -69,7 +69,8 @@ async fn mysql_pool() {
     let opts = options();
     let backend = SqlBackend::from_mysql_pool(pool.clone(), opts.clone()).await.expect("backend");
     every_kind(&backend).await;
-    for t in [opts.table.clone(), format!("{}_counters", opts.table), format!("{}_holders", opts.table)] {
+    let t = &opts.table;
+    for t in [t.clone(), format!("{t}_waiters"), format!("{t}_counters"), format!("{t}_holders")] {
         let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE IF EXISTS `{t}`"))).execute(&pool).await;
     }
 }

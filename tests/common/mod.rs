@@ -76,9 +76,11 @@ impl Sql {
         counted.unwrap_or_else(|e| panic!("count rows of {table}: {e}"))
     }
 
-    /// Drops the tables of a SQL backend configured with `table` (those that exist).
+    /// Drops the tables of a SQL backend configured with `table` (those that exist), its waiter
+    /// queue's too.
     pub async fn drop_tables(&mut self, table: &str) {
-        let drop = sqlx::AssertSqlSafe(format!("DROP TABLE IF EXISTS {}", sql_tables(table).join(", ")));
+        let all: Vec<String> = sql_tables(table).into_iter().chain([format!("{table}_waiters")]).collect();
+        let drop = sqlx::AssertSqlSafe(format!("DROP TABLE IF EXISTS {}", all.join(", ")));
         let dropped = match self {
             Sql::Postgres(c) => sqlx::raw_sql(drop).execute(c).await.map(|_| ()),
             Sql::Mysql(c) => sqlx::raw_sql(drop).execute(c).await.map(|_| ()),
