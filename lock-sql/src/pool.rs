@@ -1,9 +1,11 @@
-//! A small connection pool for the network databases.
+//! A small connection pool for the network databases and SQLite files.
 //!
 //! sqlx's pool pings every connection when it is returned, in a background task: each lock
 //! operation then costs two round trips, and the next operation, finding no idle connection
 //! yet, opens a new one (several more round trips, each statement prepared again). On a slow
-//! link that makes renewals miss their lease. Lock statements are short and never leave a
+//! link that makes renewals miss their lease. On SQLite each ping is a trip through the
+//! connection's worker thread instead: a free lock ran at 0.68× its floor through sqlx's pool,
+//! 0.92–0.97× through this one (dialect/sqlite.rs). Lock statements are short and never leave a
 //! transaction open, so this pool simply keeps connections that finished cleanly, hands them
 //! out again at once, and drops any connection whose statement failed or was cancelled
 //! mid-flight. Connections idle for a while are pinged before reuse, and closed after a minute.
