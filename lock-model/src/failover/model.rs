@@ -54,14 +54,14 @@ impl Failover {
     /// Two replicas, as the tests check them: two clients of one attempt each, four ticks, two
     /// failovers (each promotes the most advanced replica; with the bug, either).
     pub fn two_replicas(bugs: Bugs) -> Failover {
-        Failover { clients: 2, attempts: 1, max_tick: 4, failovers: 2, replicas: 2, bugs }
+        Failover { attempts: 1, replicas: 2, ..Failover::small(bugs) }
     }
 
     /// The longer exploration (`DLOCK_MODEL_DEEP=1`): one replica with three attempts each over
     /// five ticks, and two replicas with two attempts each.
     pub fn deep(bugs: Bugs) -> [Failover; 2] {
         [
-            Failover { clients: 2, attempts: 3, max_tick: 5, failovers: 2, replicas: 1, bugs },
+            Failover { attempts: 3, max_tick: 5, ..Failover::small(bugs) },
             Failover { attempts: 2, ..Failover::two_replicas(bugs) },
         ]
     }

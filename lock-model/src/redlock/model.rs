@@ -55,7 +55,7 @@ impl Redlock {
     /// while the next runs), one time-out, no time passing (14.2 million states: the longer
     /// exploration's).
     pub fn retries(bugs: Bugs) -> Redlock {
-        Redlock { clients: 2, attempts: 2, ttl: 2, max_tick: 0, lose: 1, restart: 0, bugs }
+        Redlock { attempts: 2, max_tick: 0, restart: 0, ..Redlock::small(bugs) }
     }
 
     /// The bounds `cargo test` checks: [`Redlock::small`]'s time-out and restart apart, and

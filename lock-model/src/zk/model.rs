@@ -59,7 +59,7 @@ impl Zk {
     /// The longer exploration (`DLOCK_MODEL_DEEP=1`): the session in twentieths (the client's
     /// timers exactly, 10 units of validity).
     pub fn deep(bugs: Bugs) -> Zk {
-        Zk { clients: 2, rounds: 1, session: 20, tick: 2, max_tick: 20, cuts: 1, bugs }
+        Zk { session: 20, max_tick: 20, ..Zk::small(bugs) }
     }
 
     /// The validity a confirmed request gives, by the rule in force.
