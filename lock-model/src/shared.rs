@@ -244,15 +244,15 @@ pub(crate) fn forget_client(polls: &mut [u8], rounds: &mut [u8], net: &mut Hints
 
 /// What no longer changes the outcome of state `$s` of either queue model, forgotten so that
 /// equal futures are one state: a waiter's send instant unless `$reads_send` (only a waiter that
-/// trusts messages reads it), and what a client in a `$settled` state (gone or done) no longer
-/// uses ([`forget_client`]).
+/// trusts messages reads it), and what a client that is gone (`Client::gone`) no longer uses
+/// ([`forget_client`]).
 macro_rules! forget_settled_clients {
-    ($s:expr, $reads_send:expr, $settled:pat) => {{
+    ($s:expr, $reads_send:expr) => {{
         let s = $s;
         for c in 0..s.clients.len() {
             match s.clients[c] {
                 Client::Waiting { .. } if !$reads_send => s.clients[c] = Client::Waiting { t0: 0 },
-                $settled => crate::shared::forget_client(&mut s.polls, &mut s.rounds, &mut s.net, c),
+                client if client.gone() => crate::shared::forget_client(&mut s.polls, &mut s.rounds, &mut s.net, c),
                 _ => {}
             }
         }

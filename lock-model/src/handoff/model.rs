@@ -162,7 +162,7 @@ impl Explore for Handoff {
     /// instant of a queued attempt (only a waiter that trusts messages reads it), messages to and
     /// budgets of clients that are gone or done.
     fn normalize(&self, s: &mut State) {
-        forget_settled_clients!(&mut *s, self.bugs.trust_message, Client::Left | Client::Done | Client::Dead { .. });
+        forget_settled_clients!(&mut *s, self.bugs.trust_message);
         if self.blocks() {
             self.forget_blocks(s);
         }

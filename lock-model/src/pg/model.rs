@@ -275,7 +275,7 @@ impl Explore for Pg {
             }
             Client::Left | Client::Ended | Client::Dead { .. } => {}
         }
-        if s.crash > 0 && !matches!(s.clients[i], Client::Left | Client::Ended | Client::Dead { .. }) {
+        if s.crash > 0 && !s.clients[i].gone() {
             actions.push(Action::Crash(c));
         }
         if s.strays[i].is_some() {
@@ -364,7 +364,7 @@ impl Explore for Pg {
         if let Some(back) = s.unflushed.as_mut() {
             lapsed(&mut back.queue);
         }
-        forget_settled_clients!(s, self.bugs.trust_notify, Client::Left | Client::Ended | Client::Dead { .. });
+        forget_settled_clients!(s, self.bugs.trust_notify);
     }
 }
 

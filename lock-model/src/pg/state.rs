@@ -65,6 +65,13 @@ pub enum Client {
     },
 }
 
+impl Client {
+    /// It will never again send anything.
+    pub fn gone(self) -> bool {
+        matches!(self, Client::Left | Client::Ended | Client::Dead { .. })
+    }
+}
+
 /// The lease row of the one lock name (`owner` not NULL).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Row {
