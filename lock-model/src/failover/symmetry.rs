@@ -1,17 +1,11 @@
 //! Clients are interchangeable: states that differ only by the clients' names are one state to
 //! explore.
 
-use stateright::Representative;
-
 use super::state::OWNERS;
 use super::state::{Data, State};
+use crate::shared::permute;
 
-impl Representative for State {
-    /// The least of the state and its renamings.
-    fn representative(&self) -> State {
-        crate::permutations::least_renaming(self, self.clients.len(), State::renamed)
-    }
-}
+crate::permutations::clients_are_interchangeable!(State);
 
 fn rename(data: &mut Data, perm: &[u8]) {
     if let Some(lease) = data.lease.as_mut() {
@@ -24,10 +18,8 @@ impl State {
     /// This state with client `c` called `perm[c]`.
     fn renamed(&self, perm: &[u8]) -> State {
         let mut s = self.clone();
-        for (c, &new) in perm.iter().enumerate() {
-            s.clients[new as usize] = self.clients[c];
-            s.attempts[new as usize] = self.attempts[c];
-        }
+        permute(&mut s.clients, &self.clients, perm);
+        permute(&mut s.attempts, &self.attempts, perm);
         rename(&mut s.primary.data, perm);
         for node in &mut s.replicas {
             rename(&mut node.data, perm);
