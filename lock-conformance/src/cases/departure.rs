@@ -95,7 +95,11 @@ impl<'a> Race<'a> {
     /// (negative: before) the waiter leaves.
     async fn run(&self, name: &LockName, leaving: Leaving, offset_ms: i64) -> Result<Ended, CaseError> {
         let [a, b, _] = &self.clients;
-        let held = a.acquire(name, &self.cx.opts(self.cx.ttl())).await?;
+        // The holder's ttl is the waiter's long one: what races is its explicit release, and a
+        // short lease lost to a stalled process (a loaded machine) would end the race early.
+        let holding =
+            AcquireOptions::new(self.waiting.ttl).wait(self.cx.ttl()).request_timeout(self.cx.request_timeout());
+        let held = a.acquire(name, &holding).await?;
         let holder_token = held.token();
         let (began_tx, began_rx) = tokio::sync::oneshot::channel();
         let waiter = {
