@@ -245,9 +245,10 @@ impl<'a, S: LeaseStore> Wait<'a, S> {
         let until_expiry = remaining.map(|r| r.saturating_add(Duration::from_millis(1))).unwrap_or(Duration::MAX);
         // A backend that polls keeps its pace with hints too: they come only from its own
         // process (lock-sql `local.rs`), the polls find every other release.
-        let nap = match self.subscription.is_none() || self.polls {
-            true => self.poll_nap(now, until_expiry, left),
-            false => until_expiry.min(self.max_poll.saturating_mul(4)).min(left),
+        let nap = if self.subscription.is_none() || self.polls {
+            self.poll_nap(now, until_expiry, left)
+        } else {
+            until_expiry.min(self.max_poll.saturating_mul(4)).min(left)
         };
         match &self.subscription {
             Some(sub) => {
