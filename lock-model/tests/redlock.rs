@@ -31,3 +31,22 @@ fn a_restarted_master_without_a_quiet_period_grants_twice() {
     let [_, restarts, _] = Redlock::checked(bugs);
     assert_breaks(restarts, &bugs, "no two believers", Search::Dfs);
 }
+
+#[test]
+fn the_handoff_survives_partial_grants_a_time_out_and_a_restart() {
+    Redlock::handoff_checked(Bugs::default()).into_iter().for_each(assert_holds);
+}
+
+#[test]
+fn the_handoff_survives_every_fault_over_a_tick_deep() {
+    common::deep_only("about a minute and a half", || {
+        Redlock::handoff_deep(Bugs::default()).into_iter().for_each(assert_holds)
+    });
+}
+
+#[test]
+fn a_head_that_trusts_the_message_holds_beside_another() {
+    let bugs = Bugs { head_trusts_message: true, ..Bugs::default() };
+    // Three clients: the release grants one head on one master, another on the other.
+    assert_breaks(Redlock::handoff_three(bugs), &bugs, "no two believers", Search::Bfs);
+}

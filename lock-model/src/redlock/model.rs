@@ -22,6 +22,18 @@ pub struct Bugs {
     /// A master that restarted without its data grants at once (before c010c65's quiet period):
     /// the key a holder had there is given to another.
     pub no_quiet_period: bool,
+    /// (hand-off) The head holds on the release's message (its token, counted from the message's
+    /// tick) without a lease step of its own: the one-round hand-over reverted in 124835b.
+    pub head_trusts_message: bool,
+    /// (hand-off) A majority of "handed" answers is held even when their tokens differ, with the
+    /// largest, which only one master stored. No counterexample found yet (module docs).
+    pub handed_tokens_need_not_agree: bool,
+    /// (hand-off) The release's grant names `X = fence + 1` without storing it as the fence. No
+    /// counterexample found yet (module docs).
+    pub grant_does_not_store_fence: bool,
+    /// (hand-off) The lease step answers "handed" for the caller's grant without checking that
+    /// the fence is still its `X`. No counterexample found yet (module docs).
+    pub claim_ignores_fence: bool,
 }
 
 /// One model: the clients, the bounds and the bug switches.
@@ -39,6 +51,9 @@ pub struct Redlock {
     pub lose: u8,
     /// Masters that may restart without their data in one run.
     pub restart: u8,
+    /// The hand-off's claim window in ticks (the release grants the head for this long); 0: no
+    /// hand-off (the release frees the key on every master at once and the client is done).
+    pub claim: u8,
     /// Which known errors to put back.
     pub bugs: Bugs,
 }
@@ -48,7 +63,7 @@ impl Redlock {
     /// one time-out and one master restarting without its data (11.8 million states: the
     /// longer exploration's; the tests check its parts, [`Redlock::checked`]).
     pub fn small(bugs: Bugs) -> Redlock {
-        Redlock { clients: 2, attempts: 1, ttl: 2, max_tick: 1, lose: 1, restart: 1, bugs }
+        Redlock { clients: 2, attempts: 1, ttl: 2, max_tick: 1, lose: 1, restart: 1, claim: 0, bugs }
     }
 
     /// Re-tries: two clients of two attempts each (a failed attempt is undone in the background
@@ -68,62 +83,100 @@ impl Redlock {
         ]
     }
 
+    /// The hand-off: two clients of one attempt each (a waiter's attempt may reach a master
+    /// before or after the holder's release), a 2-tick ttl, a 1-tick claim window, over one
+    /// tick, no time-out, no restart; a release grants the other client or nobody on each
+    /// master, and a client whose attempt failed withdraws (the release script in the
+    /// background on every master).
+    pub fn handoff(bugs: Bugs) -> Redlock {
+        Redlock { lose: 0, restart: 0, claim: 1, ..Redlock::small(bugs) }
+    }
+
+    /// The hand-off's bounds `cargo test` checks: [`Redlock::handoff`], and with no time
+    /// passing, with a time-out and with a restart.
+    pub fn handoff_checked(bugs: Bugs) -> [Redlock; 3] {
+        let base = Redlock::handoff(bugs);
+        let still = Redlock { max_tick: 0, ..base.clone() };
+        [base, Redlock { lose: 1, ..still.clone() }, Redlock { restart: 1, ..still }]
+    }
+
+    /// Three clients of one attempt each, no time passing: the bug searches' bound (a release
+    /// can grant a different head on each master).
+    pub fn handoff_three(bugs: Bugs) -> Redlock {
+        Redlock { clients: 3, max_tick: 0, ..Redlock::handoff(bugs) }
+    }
+
+    /// The hand-off's longer exploration (`DLOCK_MODEL_DEEP=1`): over one tick, a time-out, a
+    /// restart, and two attempts each.
+    pub fn handoff_deep(bugs: Bugs) -> [Redlock; 3] {
+        let base = Redlock::handoff(bugs);
+        [Redlock { lose: 1, ..base.clone() }, Redlock { restart: 1, ..base.clone() }, Redlock { attempts: 2, ..base }]
+    }
+
     /// The longer exploration (`DLOCK_MODEL_DEEP=1`): every fault of each bound together.
     pub fn deep(bugs: Bugs) -> [Redlock; 2] {
         [Redlock::small(bugs), Redlock::retries(bugs)]
     }
 
-    fn chan(c: u8, m: u8) -> usize {
+    pub(super) fn chan(c: u8, m: u8) -> usize {
         usize::from(c) * usize::from(MASTERS) + usize::from(m)
     }
 
-    /// Runs `op` of client `c` on master `m`; the answer: `Some(true)` granted or stored,
-    /// `Some(false)` refused, `None` for requests that answer nothing the client counts.
-    fn apply(&self, s: &mut State, c: u8, m: u8, op: Op) -> (Option<bool>, u8) {
+    /// Runs `op` of client `c` on master `m` (a release with `head` the queue's head, if any);
+    /// the answer the client counts, if any.
+    pub(super) fn apply(&self, s: &mut State, c: u8, m: u8, op: Op, head: Option<u8>) -> Option<Reply> {
         let now = s.now;
+        let micros = s.micros;
         let master = &mut s.masters[usize::from(m)];
         match op {
             Op::Acquire { attempt } => {
                 let live = master.live(now);
                 let mine = live.is_some_and(|k| k.owner == c);
                 if (live.is_some() && !mine) || (live.is_none() && now < master.quiet_until) {
-                    return (Some(false), 0);
+                    return Some(Reply::Refused);
                 }
-                master.key = Some(Key { owner: c, attempt, expires: now + self.ttl });
-                (Some(true), master.fence.max(s.micros))
+                let handed = live.map_or(0, |k| self.handed(master, k));
+                master.key = Some(Key { owner: c, attempt, granted: 0, expires: now + self.ttl });
+                Some(Reply::Granted { floor: master.fence.max(micros), handed })
             }
             Op::Fence { token } => {
                 let stored = token > master.fence;
                 master.fence = master.fence.max(token);
-                (Some(stored), 0)
+                Some(if stored { Reply::Stored } else { Reply::Refused })
             }
             Op::Undo { attempt } => {
                 let matches = |k: Key| k.owner == c && (self.bugs.undo_frees_any_attempt || k.attempt == attempt);
                 if master.live(now).is_some_and(matches) {
                     master.key = None;
                 }
-                (None, 0)
+                None
             }
             Op::Release => {
                 if master.live(now).is_some_and(|k| k.owner == c) {
                     master.key = None;
                 }
-                (None, 0)
+                if let Some(h) = head {
+                    self.grant(s, m, h);
+                }
+                None
             }
         }
     }
 
     /// The answer of `m` to `c`'s current round (a late answer of an earlier attempt is
     /// ignored: its future was dropped).
-    fn answer(s: &mut State, c: u8, m: u8, op: Op, ok: bool, floor: u8) {
+    fn answer(s: &mut State, c: u8, m: u8, op: Op, reply: Reply) {
         let bit = 1u8 << m;
+        let ok = matches!(reply, Reply::Granted { .. } | Reply::Stored);
         match (&mut s.clients[usize::from(c)], op) {
-            (Client::Round1 { attempt, granted, refused, failed, floor: f, .. }, Op::Acquire { attempt: a })
-                if *attempt == a && (*granted | *refused | *failed) & bit == 0 =>
-            {
-                if ok {
+            (
+                Client::Round1 { attempt, granted, refused, failed, floor: f, handed, .. },
+                Op::Acquire { attempt: a },
+            ) if *attempt == a && (*granted | *refused | *failed) & bit == 0 => {
+                if let Reply::Granted { floor, handed: x } = reply {
                     *granted |= bit;
                     *f = (*f).max(floor);
+                    handed[usize::from(m)] = x;
                 } else {
                     *refused |= bit;
                 }
@@ -141,12 +194,28 @@ impl Redlock {
         }
     }
 
+    /// The master runs `c`'s oldest request on that connection (a release with `head`); its
+    /// answer arrives.
+    fn run(&self, s: &mut State, c: u8, m: u8, head: Option<u8>) {
+        s.micros += 1;
+        let op = s.chans[Self::chan(c, m)].remove(0);
+        if let Some(reply) = self.apply(s, c, m, op, head) {
+            Self::answer(s, c, m, op, reply);
+            self.decide(s, c);
+        }
+    }
+
     /// The round's decision once a majority decided it, as the code breaks out of its loops.
     fn decide(&self, s: &mut State, c: u8) {
         let i = usize::from(c);
         match s.clients[i] {
-            Client::Round1 { attempt, t0, granted, refused, failed, floor } => {
+            Client::Round1 { attempt, t0, granted, refused, failed, floor, handed } => {
                 if granted.count_ones() >= QUORUM {
+                    if let Some(token) = self.handed_token(&handed).filter(|_| s.now < t0 + self.ttl) {
+                        s.handed_holder = true;
+                        Self::hold(s, c, token, t0 + self.ttl);
+                        return;
+                    }
                     let token = floor + 1;
                     for m in 0..MASTERS {
                         s.chans[Self::chan(c, m)].push(Op::Fence { token });
@@ -159,9 +228,7 @@ impl Redlock {
             Client::Round2 { attempt, t0, token, refused1, stored, failed } => {
                 if stored.count_ones() >= QUORUM {
                     if s.now < t0 + self.ttl {
-                        s.second_holder |= s.taken.max > 0;
-                        s.taken.take(token);
-                        s.clients[i] = Client::Holding { token, valid_until: t0 + self.ttl };
+                        Self::hold(s, c, token, t0 + self.ttl);
                     } else {
                         self.fail(s, c, attempt, refused1);
                     }
@@ -173,13 +240,25 @@ impl Redlock {
         }
     }
 
-    /// No grant: undo the attempt in the background on every master that did not refuse it.
+    /// `c` takes the lock with `token`, believed until `valid_until`.
+    pub(super) fn hold(s: &mut State, c: u8, token: u8, valid_until: u8) {
+        s.second_holder |= s.taken.max > 0;
+        s.taken.take(token);
+        s.clients[usize::from(c)] = Client::Holding { token, valid_until };
+    }
+
+    /// No grant: undo the attempt in the background on every master that did not refuse it;
+    /// with the hand-off, a client out of attempts also withdraws its wait (the release script
+    /// on every master, in the background: a grant it got is released and handed on).
     fn fail(&self, s: &mut State, c: u8, attempt: u8, refused: u8) {
         for m in (0..MASTERS).filter(|m| refused & (1 << m) == 0) {
             s.pool.push((c, m, Op::Undo { attempt }));
         }
-        s.pool.sort_unstable();
         let i = usize::from(c);
+        if self.claim > 0 && s.attempts[i] == 0 {
+            s.pool.extend((0..MASTERS).map(|m| (c, m, Op::Release)));
+        }
+        s.pool.sort_unstable();
         s.clients[i] = if s.attempts[i] > 0 { Client::Idle } else { Client::Done };
     }
 }
@@ -203,6 +282,28 @@ pub enum Action {
     Release(u8),
     /// The holder's validity ran out.
     Lapse(u8),
+    /// (hand-off) The master runs the client's release at the front of that connection, and
+    /// that master's queue has a head, the third client: the release grants it.
+    Hand(u8, u8, u8),
+    /// (bug `head_trusts_message`) The client takes the release's message `i` as the lock.
+    Trust(u8, usize),
+}
+
+/// What a master answers to a request the client counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Reply {
+    /// Granted (or re-granted), with the fence floor read and, if it was the caller's grant
+    /// with the fence still at its token, that token ("handed"; else 0).
+    Granted {
+        /// max(fence, clock).
+        floor: u8,
+        /// The handed token, 0: none.
+        handed: u8,
+    },
+    /// The token was stored.
+    Stored,
+    /// Refused: held by another or quiet (a lease step), not above the fence (a store).
+    Refused,
 }
 
 impl Explore for Redlock {
@@ -215,6 +316,7 @@ impl Explore for Redlock {
                 actions.push(Action::Run(c, m));
             }
         }
+        self.handoff_actions(s, c, actions);
         match s.clients[i] {
             Client::Idle => actions.push(Action::Start(c)),
             Client::Round1 { granted, refused, failed, .. } if s.lose > 0 => {
@@ -248,15 +350,14 @@ impl Explore for Redlock {
                 for m in 0..MASTERS {
                     s.chans[Self::chan(c, m)].push(Op::Acquire { attempt });
                 }
-                s.clients[i] = Client::Round1 { attempt, t0: s.now, granted: 0, refused: 0, failed: 0, floor: 0 };
+                s.clients[i] =
+                    Client::Round1 { attempt, t0: s.now, granted: 0, refused: 0, failed: 0, floor: 0, handed: [0; 3] };
             }
-            Action::Run(c, m) => {
-                s.micros += 1;
-                let op = s.chans[Self::chan(c, m)].remove(0);
-                if let (Some(ok), floor) = self.apply(s, c, m, op) {
-                    Self::answer(s, c, m, op, ok, floor);
-                    self.decide(s, c);
-                }
+            Action::Run(c, m) => self.run(s, c, m, None),
+            Action::Hand(c, m, h) => self.run(s, c, m, Some(h)),
+            Action::Trust(c, i) => {
+                let (_, token, tick) = s.msgs.remove(i);
+                Self::hold(s, c, token, tick + self.ttl);
             }
             Action::Timeout(c, m) => {
                 s.lose -= 1;
@@ -276,16 +377,13 @@ impl Explore for Redlock {
                 let quiet_until = if self.bugs.no_quiet_period { s.now } else { s.now + self.ttl };
                 s.masters[usize::from(m)] = Master { key: None, fence: 0, quiet_until };
             }
-            Action::Release(c) => {
-                // On every master at once: a slower release only keeps the key longer, and one
-                // acquisition per client means it can only ever free its own lease.
-                for m in 0..MASTERS {
-                    self.apply(s, c, m, Op::Release);
-                }
-                s.clients[usize::from(c)] = Client::Done;
-            }
+            Action::Release(c) => self.release(s, c),
             Action::Lapse(c) => s.clients[usize::from(c)] = Client::Done,
         }
+    }
+
+    fn normalize(&self, s: &mut State) {
+        s.compress_fence_values();
     }
 }
 
@@ -309,6 +407,8 @@ impl Model for Redlock {
             restart: self.restart,
             taken: Taken::default(),
             second_holder: false,
+            handed_holder: false,
+            msgs: Vec::new(),
         }]
     }
 
@@ -329,10 +429,14 @@ impl Model for Redlock {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
+        let mut properties = vec![
             no_two_believers(),
             tokens_increase(),
             Property::sometimes("a second client holds after the first", |_, s: &State| s.second_holder),
-        ]
+        ];
+        if self.claim > 0 {
+            properties.push(Property::sometimes("a client holds by a handed majority", |_, s: &State| s.handed_holder));
+        }
+        properties
     }
 }

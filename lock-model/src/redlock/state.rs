@@ -21,17 +21,26 @@ pub enum Op {
         /// The failed attempt.
         attempt: u8,
     },
-    /// The holder's owner-checked release.
+    /// The owner-checked release (also a wait's withdrawal): frees the key if it is this
+    /// owner's; with the hand-off, a free key then goes to the queue's head, if any.
     Release,
 }
+
+/// A grant's attempt id: the release's grant names no attempt, so no undo frees it.
+pub const GRANT: u8 = 0;
+
+/// Per master, the token a lease step answered "handed" with (0: not handed).
+pub type Handed = [u8; 3];
 
 /// One master's record of the lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Key {
     /// Whose it is.
     pub owner: u8,
-    /// The attempt that last granted or re-granted it.
+    /// The attempt that last granted or re-granted it ([`GRANT`] for a release's grant).
     pub attempt: u8,
+    /// A release's grant (the hand-off): the token `X` it set as the fence; 0 for a lease.
+    pub granted: u8,
     /// The tick from which it is gone (PEXPIRE).
     pub expires: u8,
 }
@@ -74,6 +83,8 @@ pub enum Client {
         failed: u8,
         /// The highest fence floor the grants read.
         floor: u8,
+        /// The masters that answered "handed", with their token.
+        handed: Handed,
     },
     /// Round 2 of `attempt`: storing `token` on a majority.
     Round2 {
@@ -131,6 +142,13 @@ pub struct State {
     pub taken: Taken,
     /// A client held the lock after another had (shows the path is reached).
     pub second_holder: bool,
+    /// A client held on a majority of "handed" answers, without a fence store (shows the
+    /// hand-off is reached).
+    pub handed_holder: bool,
+    /// (bug `head_trusts_message`) The release's messages in flight: recipient, token, tick.
+    /// Empty with the switch off: a message is then only a hint, the same as an attempt that
+    /// starts at any time.
+    pub msgs: Vec<(u8, u8, u8)>,
 }
 
 crate::properties::leases_of_clients!(State);

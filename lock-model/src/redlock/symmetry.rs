@@ -25,6 +25,10 @@ impl State {
                 k.owner = perm[usize::from(k.owner)];
             }
         }
+        for msg in &mut s.msgs {
+            msg.0 = perm[usize::from(msg.0)];
+        }
+        s.msgs.sort_unstable();
         for task in &mut s.pool {
             task.0 = perm[usize::from(task.0)];
         }
