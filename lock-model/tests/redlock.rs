@@ -50,3 +50,13 @@ fn a_head_that_trusts_the_message_holds_beside_another() {
     // Three clients: the release grants one head on one master, another on the other.
     assert_breaks(Redlock::handoff_three(bugs), &bugs, "no two believers", Search::Bfs);
 }
+
+#[test]
+fn a_left_token_taken_twice_goes_back() {
+    let bugs = Bugs { left_token_taken_twice: true, ..Bugs::default() };
+    // The first client takes the lock and releases, leaving a token; the second takes it and
+    // lets its lease lapse (a 1-tick ttl over one tick); the first, again, takes the same token
+    // from the free keys.
+    let bound = Redlock { attempts: 2, ttl: 1, ..Redlock::handoff(bugs) };
+    common::deep_only("about 40 s", || assert_breaks(bound, &bugs, "tokens increase", Search::Bfs));
+}

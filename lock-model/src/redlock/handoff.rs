@@ -5,30 +5,34 @@ use super::model::{Action, Redlock, MASTERS, QUORUM};
 use super::state::{Client, Handed, Key, Master, Op, State, GRANT};
 
 impl Redlock {
-    /// The token a lease step on `master` answers "handed" with for the caller's live key `k`:
-    /// its grant's `X` while the fence is still `X`; 0 otherwise.
-    pub(super) fn handed(&self, master: &Master, k: Key) -> u8 {
-        let fresh = self.bugs.claim_ignores_fence || master.fence == k.granted;
-        if k.granted > 0 && fresh {
-            k.granted
-        } else {
-            0
+    /// The token a lease step on `master` answers "handed" with, taking it: the token the last
+    /// release left, while it is still the fence, for a caller that takes a free key or its own
+    /// grant (`live`: the key before this step); 0 otherwise.
+    pub(super) fn take_left_token(&self, master: &mut Master, live: Option<Key>) -> u8 {
+        let takes = live.is_none_or(|k| k.granted > 0);
+        let fresh = self.bugs.claim_ignores_fence || master.next == master.fence;
+        if !(takes && fresh && master.next > 0) {
+            return 0;
         }
+        let token = master.next;
+        if !self.bugs.left_token_taken_twice {
+            master.next = 0;
+        }
+        token
     }
 
-    /// The release's grant on `m` to the queue's head `h`, when the key is free after the
-    /// release's delete: `X = fence + 1` becomes the fence (a set-if-greater that always
-    /// succeeds) and the key `h`'s for the claim window, with no attempt id.
-    pub(super) fn grant(&self, s: &mut State, m: u8, h: u8) {
+    /// The release freed the releaser's key on `m`: `X = fence + 1` becomes the fence (a
+    /// set-if-greater that always succeeds) and is left for the next taker; with a queue's head
+    /// `h`, the key is also `h`'s for the claim window, with no attempt id.
+    pub(super) fn leave_token(&self, s: &mut State, m: u8, head: Option<u8>) {
         let now = s.now;
         let master = &mut s.masters[usize::from(m)];
-        if master.live(now).is_some() {
-            return;
-        }
         let x = master.fence + 1;
         if !self.bugs.grant_does_not_store_fence {
             master.fence = x;
         }
+        master.next = x;
+        let Some(h) = head else { return };
         master.key = Some(Key { owner: h, attempt: GRANT, granted: x, expires: now + self.claim });
         if self.bugs.head_trusts_message {
             s.msgs.push((h, x, now));
@@ -52,7 +56,7 @@ impl Redlock {
     /// only keeps the key longer, and one acquisition per client means it can only ever free
     /// its own lease), and the client is done. With it, the release script goes out on every
     /// connection (after anything still in flight there), each master granting its head or
-    /// not when it runs it; the client is done.
+    /// not when it runs it; the client is done, or idle with attempts left.
     pub(super) fn release(&self, s: &mut State, c: u8) {
         let i = usize::from(c);
         if self.claim == 0 {
@@ -65,7 +69,8 @@ impl Redlock {
         for m in 0..MASTERS {
             s.chans[Self::chan(c, m)].push(Op::Release);
         }
-        s.clients[i] = Client::Done;
+        // A client with attempts left may take the lock again, as an application does.
+        s.clients[i] = if s.attempts[i] > 0 { Client::Idle } else { Client::Done };
     }
 
     /// The hand-off's steps of client `c`: a release at the front of a connection run with

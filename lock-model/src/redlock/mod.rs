@@ -12,32 +12,41 @@
 //!   every master that did not answer "held", and only that attempt (the key's attempt id).
 //! - **Restart**: a master that lost its data grants nothing for a ttl (the quiet period).
 //!
-//! ## The hand-off (grant in the release; a design not yet in lock-redis, [`Redlock::claim`] > 0)
+//! ## Tokens left by the release ([`Redlock::claim`] > 0; lock-redis `src/scripts/redlock.rs`)
 //! - **Release** (owner-checked, per master, sent after whatever the holder still has in flight
-//!   on that connection): deletes the key if it is the releaser's; then, if the key is free and
-//!   the master's queue has a head (another client), **grants** it: `X = fence + 1` becomes the
-//!   fence and the key the head's with no attempt id, `granted: X`, for the claim window. The
-//!   queue is not modelled: each master's release grants any other client or nobody (a head on
-//!   some masters only, a stale entry), chosen as it runs. A client whose last attempt failed
-//!   withdraws with the same script, in the background on every master. The message to the
-//!   head is a hint: the model's clients may start an attempt at any time anyway.
-//! - **Lease step**: a live key that is the caller's with `granted: X` while the fence is `X`
-//!   answers "handed X" (and the floor) and becomes an ordinary lease of the attempt.
+//!   on that connection): where the key is the releaser's, deletes it and **leaves the next
+//!   token**: `X = fence + 1` becomes the fence and `next`, the token left for the next taker;
+//!   if the master's queue has a head (another client), the release also **grants** it the key,
+//!   with no attempt id, `granted: X`, for the claim window. The queue is not modelled: each
+//!   master's release grants any other client or nobody (a head on some masters only, a stale
+//!   entry, a free key), chosen as it runs. A client whose last attempt failed withdraws with
+//!   the same script, in the background on every master; a client that released with attempts
+//!   left may acquire again. The message to the head is a hint:
+//!   the model's clients may start an attempt at any time anyway.
+//! - **Lease step**: a caller that takes a free key or its own grant while `next` is still the
+//!   fence answers "handed X" (and the floor) and **takes** the token (`next` cleared), once;
+//!   the key becomes an ordinary lease of the attempt. A fence store clears `next` too.
 //! - **Decision**: once a majority granted, a majority of "handed" with the same `X`, within
 //!   the validity (`now < t0 + ttl`), is held with token `X`, no fence store; otherwise round 2
 //!   as above, the handed masters counting as grants with their floors.
 //!
-//! Assumed: the grant happens only on a key free after the delete (never over another's
-//! lease), whether or not the deleted key was the releaser's, and regardless of the quiet
-//! period (as the release script's hand-on does now); a lease step on the caller's own grant
+//! Assumed: a token is left, and a grant made, only where the release deleted the releaser's
+//! own key (never over another's lease, never on a master that lost the releaser's key in a
+//! restart, so never in a quiet period); a lease step on the caller's own grant
 //! clears `granted` whether it answers "handed" or not; the fence's "stored by" mark is
 //! overwritten by the grant (a store of `X` by an attempt does not count as stored).
 //!
 //! Checked ([`Redlock::handoff_checked`], [`Redlock::handoff_deep`]): every property holds with
-//! partial grants, withdrawals, grants lapsing before their claim, a late fence store of a
-//! failed attempt (time-out bounds), a restart (grants in its quiet period included). Switches:
+//! partial grants, tokens left on free keys and taken by whoever comes first, withdrawals,
+//! grants lapsing before their claim, a late fence store of a failed attempt (time-out bounds),
+//! a restart. Switches:
 //! - `head_trusts_message` gives two believers at once: the release grants one head on one
 //!   master and another head on another, and both take their message as the lock.
+//! - `left_token_taken_twice` (the lease step leaves the token there) gives a token that does
+//!   not increase: the first client takes the lock, releases, takes the token its release left
+//!   and lets that lease lapse; the second takes the same token from the free keys (15 steps,
+//!   36 s breadth-first: a deep-only test; lock-redis's script tests check the taking on a
+//!   real server).
 //! - `handed_tokens_need_not_agree`, `grant_does_not_store_fence` and `claim_ignores_fence`:
 //!   no counterexample found within the bounds searched (two clients to the end of every
 //!   bound above; three clients, no time, breadth-first and depth-first for two minutes each,

@@ -34,6 +34,9 @@ pub struct Bugs {
     /// (hand-off) The lease step answers "handed" for the caller's grant without checking that
     /// the fence is still its `X`. No counterexample found yet (module docs).
     pub claim_ignores_fence: bool,
+    /// (hand-off) The lease step that answers "handed" leaves the token there: the next taker
+    /// of a free key gets the same token (a deep-only search, module docs).
+    pub left_token_taken_twice: bool,
 }
 
 /// One model: the clients, the bounds and the bug switches.
@@ -135,13 +138,16 @@ impl Redlock {
                 if (live.is_some() && !mine) || (live.is_none() && now < master.quiet_until) {
                     return Some(Reply::Refused);
                 }
-                let handed = live.map_or(0, |k| self.handed(master, k));
+                let handed = self.take_left_token(master, live);
                 master.key = Some(Key { owner: c, attempt, granted: 0, expires: now + self.ttl });
                 Some(Reply::Granted { floor: master.fence.max(micros), handed })
             }
             Op::Fence { token } => {
                 let stored = token > master.fence;
                 master.fence = master.fence.max(token);
+                if stored {
+                    master.next = 0;
+                }
                 Some(if stored { Reply::Stored } else { Reply::Refused })
             }
             Op::Undo { attempt } => {
@@ -154,9 +160,9 @@ impl Redlock {
             Op::Release => {
                 if master.live(now).is_some_and(|k| k.owner == c) {
                     master.key = None;
-                }
-                if let Some(h) = head {
-                    self.grant(s, m, h);
+                    if self.claim > 0 {
+                        self.leave_token(s, m, head);
+                    }
                 }
                 None
             }
@@ -375,7 +381,7 @@ impl Explore for Redlock {
             Action::Restart(m) => {
                 s.restart -= 1;
                 let quiet_until = if self.bugs.no_quiet_period { s.now } else { s.now + self.ttl };
-                s.masters[usize::from(m)] = Master { key: None, fence: 0, quiet_until };
+                s.masters[usize::from(m)] = Master { key: None, fence: 0, next: 0, quiet_until };
             }
             Action::Release(c) => self.release(s, c),
             Action::Lapse(c) => s.clients[usize::from(c)] = Client::Done,
@@ -393,7 +399,7 @@ impl Model for Redlock {
 
     fn init_states(&self) -> Vec<State> {
         let n = usize::from(self.clients);
-        let master = Master { key: None, fence: 0, quiet_until: 0 };
+        let master = Master { key: None, fence: 0, next: 0, quiet_until: 0 };
         vec![State {
             now: 0,
             micros: 0,

@@ -52,6 +52,10 @@ pub struct Master {
     pub key: Option<Key>,
     /// The fence counter (set-if-greater).
     pub fence: u8,
+    /// (hand-off) The token the last release left for the next taker (lock-redis's `next:<token>`
+    /// mark in fence-by), 0: none. Good only while it is still the fence; a taker, or a store,
+    /// clears it.
+    pub next: u8,
     /// After a restart that lost its data, it grants nothing before this tick.
     pub quiet_until: u8,
 }

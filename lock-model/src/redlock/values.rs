@@ -13,6 +13,7 @@ impl State {
         f(&mut self.taken.max);
         for master in &mut self.masters {
             f(&mut master.fence);
+            f(&mut master.next);
             if let Some(k) = master.key.as_mut() {
                 f(&mut k.granted);
             }
