@@ -346,6 +346,54 @@ mod redlock_extra {
         }
     }
 
+    /// Tokens left by the release (lock-redis `scripts/redlock.rs`): a waiter queued behind a holder
+    /// of token `T` is granted `T + 1` by the release on every master and holds it after its
+    /// own lease step, with no fence store. When the masters' grants name different tokens
+    /// (here the releaser's token, which each master keeps with the lease, is made to differ on
+    /// two of three), no token was stored on a majority: the waiter's round falls back to a
+    /// fence store of a token above all of them, stored on a majority.
+    #[tokio::test]
+    async fn a_hand_off_is_confirmed_by_a_majority_naming_one_token() {
+        let fx = RedlockFixture::start_n(3).await.unwrap();
+        let [a, b, c] = [(); 3].map(|_| fx.redlock_client());
+        let (a, b, c) = (a.await.unwrap(), b.await.unwrap(), c.await.unwrap());
+        let name = LockName::new("handed").unwrap();
+        let key = "dlock:{handed}:lock";
+        let settle = Duration::from_millis(200);
+
+        let held = a.acquire(&name, &opts(5000)).await.unwrap();
+        let t = held.token().0;
+        let waiter = tokio::spawn(async move { b.acquire(&LockName::new("handed").unwrap(), &opts(5000)).await });
+        tokio::time::sleep(settle).await;
+        held.release().await.unwrap();
+        let handed = waiter.await.unwrap().unwrap();
+        assert_eq!(handed.token().0, t + 1, "the release's grant, confirmed by a majority");
+
+        let next = tokio::spawn(async move { c.acquire(&LockName::new("handed").unwrap(), &opts(5000)).await });
+        tokio::time::sleep(settle).await;
+        for (i, bump) in [(1, 5), (2, 9)] {
+            let _: () = redis::cmd("HSET")
+                .arg(key)
+                .arg("t")
+                .arg(t + 1 + bump)
+                .query_async(&mut raw(&fx, i).await)
+                .await
+                .unwrap();
+        }
+        handed.release().await.unwrap();
+        let lease = next.await.unwrap().unwrap();
+        let token = lease.token().0;
+        assert!(token > t + 11, "grants of {}, {} and {} confirm nothing together: got {token}", t + 2, t + 7, t + 11);
+        let mut stored = 0;
+        for i in 0..3 {
+            let fence: u64 =
+                redis::cmd("GET").arg("dlock:{handed}:fence").query_async(&mut raw(&fx, i).await).await.unwrap();
+            stored += usize::from(fence == token);
+        }
+        assert!(stored >= 2, "the fallback's token is stored on a majority ({stored} of 3)");
+        lease.release().await.unwrap();
+    }
+
     #[tokio::test]
     async fn redlock_urls() {
         for url in ["redlock://", "redlock://a:1,,b:2", "redlock://a:1?x=1", "redis://a:1"] {

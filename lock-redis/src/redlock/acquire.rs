@@ -32,6 +32,9 @@ struct Place {
 enum Vote {
     Granted {
         floor: i64,
+        /// The token of a release's grant that this master confirmed ("Tokens left by the release",
+        /// `crate::scripts::redlock`).
+        handed: Option<i64>,
     },
     Held {
         pttl: i64,
@@ -66,6 +69,8 @@ struct Attempt<'a> {
 /// What the masters answered to the lease step, as far as the round waited.
 struct Votes {
     floors: Vec<i64>,
+    /// The tokens of the confirmed grants among the grants.
+    handed: Vec<i64>,
     pttls: Vec<i64>,
     errors: Vec<LockError>,
     /// The masters that answered "held" (or "full"): this attempt took nothing there.
@@ -173,6 +178,11 @@ impl RedlockStore {
         let votes = self.lease_step(&attempt).await;
         let n = self.nodes.len();
         let mut outcome = None;
+        if let Some(token) = handed_majority(&votes.handed, self.quorum) {
+            if within_validity(&attempt) {
+                return Ok(TryLock::Acquired { token: token_from(BACKEND, token)? });
+            }
+        }
         if votes.floors.len() >= self.quorum {
             match self.fence_store(&attempt, &votes.floors).await? {
                 Fenced::Granted(token) => return Ok(TryLock::Acquired { token }),
@@ -208,6 +218,7 @@ impl RedlockStore {
             .collect();
         let mut votes = Votes {
             floors: Vec::new(),
+            handed: Vec::new(),
             pttls: Vec::new(),
             errors: Vec::new(),
             refused_by: vec![false; n],
@@ -216,7 +227,10 @@ impl RedlockStore {
         };
         while let Some((index, vote)) = pending.next().await {
             match vote {
-                Vote::Granted { floor } => votes.floors.push(floor),
+                Vote::Granted { floor, handed } => {
+                    votes.floors.push(floor);
+                    votes.handed.extend(handed);
+                }
                 Vote::Held { pttl } => {
                     votes.refused_by[index] = true;
                     votes.pttls.push(pttl);
@@ -270,10 +284,11 @@ impl RedlockStore {
         match reply.as_deref() {
             Ok([3, cap]) => return Vote::Capped { cap: *cap },
             Ok([2, left]) => return Vote::Quiet { left: *left },
+            Ok([4, token, floor]) => return Vote::Granted { floor: *floor, handed: Some(*token) },
             _ => {}
         }
         match reply.and_then(|r| parse_pair(BACKEND, r)) {
-            Ok((true, floor)) => Vote::Granted { floor },
+            Ok((true, floor)) => Vote::Granted { floor, handed: None },
             Ok((false, pttl)) => Vote::Held { pttl },
             Err(e) => Vote::Failed(e),
         }
@@ -313,12 +328,12 @@ impl RedlockStore {
         if !stores.is_empty() {
             tokio::spawn(async move { while stores.next().await.is_some() {} });
         }
-        let elapsed = started.elapsed();
-        let within_validity = elapsed + lock_core::clock_drift(ttl) < ttl;
-        if stored >= self.quorum && within_validity {
+        let in_time = within_validity(attempt);
+        if stored >= self.quorum && in_time {
             return Ok(Fenced::Granted(token));
         }
-        if !within_validity {
+        if !in_time {
+            let elapsed = started.elapsed();
             tracing::debug!(lock = %attempt.name, ?elapsed, "redlock majority came too late for the ttl; releasing");
         }
         if stored < self.quorum && store_errors.len() > n - self.quorum {
@@ -369,6 +384,21 @@ impl RedlockStore {
     }
 }
 
+/// Whether the attempt's lease, counted from the round's start, is still valid by this
+/// client's clock (less the drift margin).
+fn within_validity(attempt: &Attempt<'_>) -> bool {
+    attempt.started.elapsed() + lock_core::clock_drift(attempt.ttl) < attempt.ttl
+}
+
+/// The token of a release's grant that a majority (`quorum`) confirmed, all naming the same
+/// token: each stored it as its counter before the grant, so a majority holds it, as after a
+/// fence store, and the round needs none. Grants with different tokens (releases that reached
+/// masters in different states) confirm nothing together: the largest is stored on fewer
+/// masters than a majority, so the next majority might not see it.
+fn handed_majority(handed: &[i64], quorum: usize) -> Option<i64> {
+    handed.iter().copied().find(|t| handed.iter().filter(|u| *u == t).count() >= quorum)
+}
+
 /// When masters in their quiet period (`quiet`: the ms each has left) are too many for the
 /// others to make a majority of `n` (`quorum`), how long until enough of them can grant again;
 /// `None` when they do not keep a majority out.
@@ -399,6 +429,23 @@ fn fence_on(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_majority_naming_one_token_confirms_a_grant() {
+        // (confirmed grants' tokens, quorum) → the token held without a fence store.
+        let table: [(&[i64], usize, Option<i64>); 7] = [
+            (&[], 2, None),
+            (&[7], 2, None),
+            (&[7, 7], 2, Some(7)),
+            (&[7, 9], 2, None),
+            (&[9, 7, 7], 2, Some(7)),
+            (&[7, 9, 11], 2, None),
+            (&[7], 1, Some(7)),
+        ];
+        for (handed, quorum, want) in table {
+            assert_eq!(handed_majority(handed, quorum), want, "{handed:?} (quorum {quorum})");
+        }
+    }
 
     #[test]
     fn quiet_masters_are_said_only_when_they_keep_a_majority_out() {

@@ -7,6 +7,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use lock_core::{backend::ReleaseOutcome, LockError, LockName, OwnerId};
 
 use super::store::{RedlockStore, BACKEND};
+use crate::handoff::CLAIM_MS;
 use crate::scripts::{Keys, RedlockRelease};
 use crate::single::RESERVE_MS;
 
@@ -21,7 +22,7 @@ impl RedlockStore {
             .iter()
             .map(|n| async move {
                 let wake = self.notifier.wake_channel();
-                let call = RedlockRelease { keys, owner, reserve_ms: RESERVE_MS, wake };
+                let call = RedlockRelease { keys, owner, reserve_ms: RESERVE_MS, wake, claim_ms: CLAIM_MS };
                 n.run(bound, |mut c| async move { call.invoke(&mut c).await }).await
             })
             .collect();

@@ -30,6 +30,32 @@
 //!   A release removes the releaser's entry, then reserves and wakes the head. The head wakes at
 //!   the first such message (of any master) and runs its round.
 //!
+//! ## Tokens left by the release
+//!
+//! A hand-off would otherwise be three rounds after the release (the head's lease step, its
+//! fence store, and the wake-up between), and a free lock's acquire two. The release leaves the
+//! next token instead, on each master where the releaser's lease was live and its token is known
+//! (`t`, written by the fence store that made it durable, or when it was taken this way): the
+//! counter becomes `max(counter, t) + 1`, marked `next:<token>` (in fence-by) as left for the next
+//! taker (the mark names the token, so that a counter changed by anything else is not taken for it).
+//! With a queue, the release also **grants** its head the key for the claim window
+//! (`crate::handoff::CLAIM_MS`), its registration cut to the same window, and wakes it
+//! (`@<owner>`); without one, the key stays free and the token goes to whoever takes the key
+//! next. A message is a hint: a waiter holds only after its own lease step, in which a master
+//! where the caller takes the key (the grant, or a free key) with the counter still marked `next`
+//! answers `{4, token, floor}` and marks the token taken (the attempt's id in fence-by), so it is
+//! handed out once. The round holds without a fence store only when a **majority names one
+//! token**: that token was then stored, above every earlier one, on a majority before anyone
+//! used it, which is all the fence store gives. Anything less (a release that reached a minority,
+//! masters whose counters or tokens differed, a token overtaken by a later store, taken by
+//! another's attempt, or a grant that lapsed) falls back to the ordinary round, whose floors
+//! include the tokens left. Why the token left is above every earlier one: the releaser held a
+//! majority continuously since its token was stored, so nobody took a token in between; and a
+//! store of a higher one since, on a master of that majority, leaves the token there unmarked.
+//! lock-model's `redlock` model checks this, with the switches that break it (a head that holds
+//! on the message, confirmations naming different tokens, a release that does not store the
+//! token it leaves).
+//!
 //! Why it cannot livelock: a master grants a waiter only while it is the master's head, so once
 //! the registrations of the live waiters have landed (one attempt of each, a round trip), no
 //! waiter but the lowest ticket is granted anywhere, and that one is refused only where an
@@ -65,11 +91,14 @@ end
 }
 
 /// Redlock, per master: take the lease and read the fence floor. KEYS: lock, fence, boot marker,
-/// the queue's two keys (optional: without them there is no queue). ARGV: owner, ttl ms,
+/// the queue's two keys, fence-by. ARGV: owner, ttl ms,
 /// attempt id, quiet ms, registration ms (`0`: a single try, which does not queue), ticket (µs),
 /// channel, reserve ms, the caller's wake channel (`''`: none; see [`super::queue`]: the entry
 /// is then `owner~channel` and is woken there), the most waiters the name may have. Returns
-/// `{1, floor}` (floor = max(counter, server TIME in µs)) when granted or already ours, `{0,
+/// `{1, floor}` (floor = max(counter, server TIME in µs)) when granted or already ours, `{4,
+/// token, floor}` when the caller takes the token a release left for the next taker (its grant
+/// to the caller, or a free key's), still the master's counter ("Tokens left by the release" in
+/// the module docs), `{0,
 /// ms}` when held by another owner (its PTTL) or when a queued waiter is ahead (ms: until the
 /// head's reservation ends), `{2, ms}` in the quiet period after the master lost its state (the
 /// time left), `{3, cap}` when a new registration would be the name's waiter number `cap + 1` (not
@@ -79,7 +108,8 @@ const REDLOCK_ACQUIRE_SRC: &str = effects_lua!(
     crate::boot::quiet_lua!(),
     ticket_queue_lua!(),
     r#"
-local holder = redis.call('HGET', KEYS[1], 'o')
+local held = redis.call('HMGET', KEYS[1], 'o', 'g')
+local holder, granted = held[1], held[2]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local reg = tonumber(ARGV[5] or '0') or 0
@@ -109,13 +139,21 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local counter = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 if counter > floor then floor = counter end
+if granted then redis.call('HDEL', KEYS[1], 'g') end
+-- The token a release left for the next taker (the head it granted, or anyone on a free key),
+-- still the counter: this attempt takes it, once; it is then this lease's, for its release.
+if (not holder or granted) and redis.call('GET', KEYS[6]) == 'next:' .. string.format('%d', counter) then
+  redis.call('SET', KEYS[6], ARGV[3])
+  redis.call('HSET', KEYS[1], 't', string.format('%d', counter))
+  return {4, counter, floor}
+end
 return {1, floor}
 "#
 );
 
 script_call! {
     /// A call of `REDLOCK_ACQUIRE_SRC` on one master, always with the queue key: `{1,
-    /// floor}`, `{0, ms}`, `{2, quiet ms}` or `{3, cap}`.
+    /// floor}`, `{4, token, floor}`, `{0, ms}`, `{2, quiet ms}` or `{3, cap}`.
     RedlockAcquire -> Vec<i64> = script!(REDLOCK_ACQUIRE_SRC);
     {
         /// The lock's keys: lock, fence, ticket queue and channel.
@@ -128,7 +166,7 @@ script_call! {
         ticket: u64,
     }
     marker marker;
-    keys [&keys.lock, &keys.fence, marker, &keys.redlock_waiters, &keys.redlock_waiter_ends]
+    keys [&keys.lock, &keys.fence, marker, &keys.redlock_waiters, &keys.redlock_waiter_ends, &keys.fence_by]
     args [
         terms.owner, terms.ttl_ms, attempt, terms.quiet_ms, terms.registration_ms, ticket, &keys.channel,
         terms.reserve_ms, terms.wake, terms.max_waiters,
@@ -183,16 +221,21 @@ script_call! {
 }
 
 /// Redlock, per master: owner-checked release that hands off, and the withdrawal of a wait
-/// (`LeaseStore::abandon`). KEYS: lock, the queue's two keys. ARGV: owner, channel, reserve ms, the owner's
-/// wake channel (optional). Removes the
-/// owner's queue entry (held or not), deletes the lease if it is the owner's; then, if the key
-/// is free, the head is reserved and woken when the lease was ours or the owner was the head
-/// (`@<owner>`), and `released` is published when a release finds nobody queued (it wakes
-/// clients that do not queue, e.g. during a rolling upgrade). Returns 1 released, 0 not ours.
+/// (`LeaseStore::abandon`). KEYS: lock, the queue's two keys, fence, fence-by. ARGV: owner,
+/// channel, reserve ms, the owner's wake channel (optional), the claim window ms (`0` or absent:
+/// no grants). Removes the owner's queue entry (held or not), deletes the lease if it is the
+/// owner's; then, if the key is free: when the lease was ours, it knew its token (`t`, or `g`
+/// for a grant) and grants are asked for, the token `max(counter, t) + 1` is stored as the
+/// counter and left for the next taker, and a queue's head is **granted** the key for the claim
+/// window ("Tokens left by the release" in the module docs); otherwise a head is reserved. Either way the head is woken
+/// (`@<owner>`) when the lease was ours or the owner was the head; `released` is published when a
+/// release finds nobody queued (it wakes clients that do not queue, e.g. during a rolling
+/// upgrade). Returns 1 released, 0 not ours.
 const REDLOCK_RELEASE_SRC: &str = effects_lua!(
     ticket_queue_lua!(),
     r#"
-local mine = redis.call('HGET', KEYS[1], 'o') == ARGV[1]
+local held = redis.call('HMGET', KEYS[1], 'o', 't', 'g')
+local mine = held[1] == ARGV[1]
 if mine then redis.call('DEL', KEYS[1]) end
 local Q, now, me = {order = KEYS[2], ends = KEYS[3]}, tq_now(), entry_of(ARGV[1], ARGV[4])
 wq_purge(Q, now)
@@ -200,7 +243,21 @@ local was_head = wq_head(Q, now) == me
 wq_drop(Q, me)
 if not redis.call('HGET', KEYS[1], 'o') then
   local head, ends, entry = wq_head(Q, now)
-  if head then
+  local claim = tonumber(ARGV[5] or '0') or 0
+  local known = mine and tonumber(held[2] or held[3] or '')
+  local token = nil
+  if known and claim > 0 then
+    -- The next taker's token, stored as the counter and left for it ('next:<token>').
+    local counter = tonumber(redis.call('GET', KEYS[4]) or '0') or 0
+    token = string.format('%d', math.max(counter, known) + 1)
+    redis.call('SET', KEYS[4], token)
+    redis.call('SET', KEYS[5], 'next:' .. token)
+  end
+  if head and token then
+    redis.call('HSET', KEYS[1], 'o', (entry_parts(head)), 'a', 'grant', 'g', token)
+    redis.call('PEXPIRE', KEYS[1], claim)
+    wq_reserve(Q, head, ends, entry, now, claim, ARGV[2], true)
+  elseif head then
     wq_reserve(Q, head, ends, entry, now, tonumber(ARGV[3]), ARGV[2], mine or was_head)
   elseif mine then
     redis.call('PUBLISH', ARGV[2], 'released')
@@ -215,7 +272,7 @@ script_call! {
     /// A call of `REDLOCK_RELEASE_SRC` on one master: 1 released, 0 not ours.
     RedlockRelease -> i64 = script!(REDLOCK_RELEASE_SRC);
     {
-        /// The lock's keys: lock, ticket queue and channel.
+        /// The lock's keys: lock, ticket queue, fence and channel.
         keys: &'a Keys,
         /// The owner's id.
         owner: &'a str,
@@ -223,28 +280,32 @@ script_call! {
         reserve_ms: u64,
         /// The owner's wake channel, `""`: none.
         wake: &'a str,
+        /// How long a grant to the head lasts unclaimed (ms); 0: reserve the head, no grant.
+        claim_ms: u64,
     }
-    keys [&keys.lock, &keys.redlock_waiters, &keys.redlock_waiter_ends]
-    args [owner, &keys.channel, reserve_ms, wake]
+    keys [&keys.lock, &keys.redlock_waiters, &keys.redlock_waiter_ends, &keys.fence, &keys.fence_by]
+    args [owner, &keys.channel, reserve_ms, wake, claim_ms]
 }
 
-/// Redlock, per master: store a token if it is greater (set-if-greater). KEYS: fence, fence-by.
-/// ARGV: token (decimal string), attempt id. Returns `{1, token}` when this attempt stored it
+/// Redlock, per master: store a token if it is greater (set-if-greater). KEYS: fence, fence-by,
+/// lock. ARGV: token (decimal string), attempt id. Returns `{1, token}` when this attempt stored it
 /// (now, or on an earlier delivery of the same call), `{0, counter}` otherwise. A counter that
 /// already *equals* the token was stored by another grant: that token is taken, so counting it
-/// as stored would hand out the same token twice.
+/// as stored would hand out the same token twice. A stored token is also written into the
+/// attempt's lease (`t`), if the lease is still the attempt's, for its release's grant.
 const REDLOCK_FENCE_SRC: &str = r#"
 local want = tonumber(ARGV[1])
 local have = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
-if want > have then
+local stored = want > have
+if stored then
   redis.call('SET', KEYS[1], ARGV[1])
   redis.call('SET', KEYS[2], ARGV[2])
-  return {1, want}
+else
+  stored = want == have and redis.call('GET', KEYS[2]) == ARGV[2]
 end
-if want == have and redis.call('GET', KEYS[2]) == ARGV[2] then
-  return {1, want}
-end
-return {0, have}
+if not stored then return {0, have} end
+if redis.call('HGET', KEYS[3], 'a') == ARGV[2] then redis.call('HSET', KEYS[3], 't', ARGV[1]) end
+return {1, want}
 "#;
 
 script_call! {
@@ -252,14 +313,14 @@ script_call! {
     /// counter}` otherwise.
     RedlockFence -> Vec<i64> = script!(REDLOCK_FENCE_SRC);
     {
-        /// The lock's keys: fence and fence-by.
+        /// The lock's keys: fence, fence-by and lock.
         keys: &'a Keys,
         /// The token to store, as a decimal string (Lua's numbers would cut it).
         token: &'a str,
         /// The attempt's id.
         attempt: &'a str,
     }
-    keys [&keys.fence, &keys.fence_by]
+    keys [&keys.fence, &keys.fence_by, &keys.lock]
     args [token, attempt]
 }
 

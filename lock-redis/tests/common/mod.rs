@@ -398,6 +398,12 @@ lock_conformance::impl_fixture! {
         Ok(vec![("exclusive", Arc::clone(self.redlock_client().await?.store()) as _)])
     }
 
+    /// The claim window of a release's grant (1 s, lock-redis `scripts/redlock.rs`, "Tokens left
+    /// by the release"), as on a single instance; the second second is slack for a loaded machine.
+    fn untaken_grant_bound(&self) -> Duration {
+        Duration::from_secs(2)
+    }
+
     /// On every master: a Redlock waiter is woken by any master's `@<owner>`, so each is a way
     /// in for a forged grant.
     async fn forge_grant(&self, name: &LockName, token: u64) -> Result<Option<usize>, LockError> {

@@ -66,7 +66,9 @@ async fn ticket_queue_agrees_on_the_head_whatever_the_arrival_order() {
         let call = attempt(k, owner, id, reg, ticket, "").on("tq:boot", &conn);
         async move { call.await[0] == 1 }
     };
-    let release = |k, owner: &'static str| RedlockRelease { keys: k, owner, reserve_ms: RESERVE, wake: "" }.on(&conn);
+    let release = |k, owner: &'static str| {
+        RedlockRelease { keys: k, owner, reserve_ms: RESERVE, wake: "", claim_ms: 0 }.on(&conn)
+    };
     let undo = |k, owner: &'static str, id: &'static str| {
         RedlockUndo { keys: k, owner, attempt: id, reserve_ms: RESERVE, wake: "" }.on(&conn)
     };
@@ -125,7 +127,7 @@ async fn ticket_queue_wakes_an_entry_on_its_wake_channel() {
         async move { call.await[0] == 1 }
     };
     let release = |owner: &'static str, wake: &'static str| {
-        RedlockRelease { keys: &k, owner, reserve_ms: RESERVE, wake }.on(&conn)
+        RedlockRelease { keys: &k, owner, reserve_ms: RESERVE, wake, claim_ms: 0 }.on(&conn)
     };
     let quiet = Duration::from_millis(300);
 
@@ -165,4 +167,119 @@ async fn ticket_queue_is_capped() {
     let order: Vec<String> =
         redis::cmd("ZRANGE").arg(&k.redlock_waiters).arg(0).arg(-1).query_async(&mut c).await.unwrap();
     assert_eq!(order, ["early", "late"], "ticket order, the refused one not queued");
+}
+
+/// Tokens left by the release (`scripts/redlock.rs`): a release of a lease whose token the master
+/// knows grants the head the key for the claim window with the token `max(counter, t) + 1`,
+/// stored as the counter, and wakes it; the head's acquire confirms it (`{4, token, floor}`)
+/// and the lease is then the head's for its ttl, its token known for the next hand-off. A grant
+/// is not confirmed once a store went above its token; a counter lost since (evicted) does not
+/// lower the next grant's token; a lease without a known token, or a release that asks for no
+/// grants, only reserves the head; an unclaimed grant lapses with the claim window, and the
+/// vanished head's place with it.
+#[tokio::test]
+async fn a_release_grants_the_head_a_token_that_its_acquire_confirms() {
+    let (_server, client, mut c, k) = fresh_lock("m1", "grant", Keys::new).await;
+    let mut messages = listen(&client, &[&k.channel]).await;
+    let conn = c.clone();
+    let take =
+        |owner: &'static str, id: &'static str, reg: u64| attempt(&k, owner, id, reg, 100, "").on("g:boot", &conn);
+    let fence = |token: String, id: &'static str| {
+        let conn = conn.clone();
+        let k = k.clone();
+        async move { RedlockFence { keys: &k, token: &token, attempt: id }.on(&conn).await }
+    };
+    let release = |owner: &'static str, claim_ms: u64| {
+        RedlockRelease { keys: &k, owner, reserve_ms: RESERVE, wake: "", claim_ms }.on(&conn)
+    };
+    let field = |f: &'static str| {
+        let (mut c, lock) = (conn.clone(), k.lock.clone());
+        async move { redis::cmd("HGET").arg(lock).arg(f).query_async::<Option<String>>(&mut c).await.unwrap() }
+    };
+    let counter = || {
+        let (mut c, key) = (conn.clone(), k.fence.clone());
+        async move { redis::cmd("GET").arg(key).query_async::<Option<i64>>(&mut c).await.unwrap() }
+    };
+    let soon = Duration::from_secs(2);
+
+    // h holds with a stored token; y queues; h's release grants y the next token.
+    let floor = take("h", "a0", 0).await[1];
+    let t = floor + 1;
+    assert_eq!(fence(t.to_string(), "a0").await, vec![1, t]);
+    assert_eq!(field("t").await, Some(t.to_string()), "the stored token is the lease's");
+    assert_eq!(take("y", "a1", 2000).await[0], 0);
+    assert_eq!(release("h", 1000).await, 1);
+    assert_eq!(next(&mut messages, soon).await.as_deref(), Some("@y"), "the head is woken");
+    assert_eq!(field("o").await.as_deref(), Some("y"), "granted to the head");
+    assert_eq!(counter().await, Some(t + 1), "the grant's token is the counter");
+    assert_eq!(take("n", "a0", 0).await[0], 0, "a granted key is held");
+    let confirmed = take("y", "a2", 2000).await;
+    assert_eq!(confirmed[..2], [4, t + 1], "the head's acquire confirms the grant: {confirmed:?}");
+    assert!(confirmed[2] > t, "with the floor, for a round that falls back to a fence store");
+    assert_eq!(field("t").await, Some((t + 1).to_string()), "the confirmed token is the lease's");
+    assert_eq!(take("y", "a3", 2000).await[0], 1, "confirmed once: a re-grant is an ordinary grant");
+
+    // A grant whose token a later store overtook is not confirmed; nor is one never made.
+    assert_eq!(take("z", "a1", 2000).await[0], 0);
+    assert_eq!(release("y", 1000).await, 1);
+    assert_eq!(counter().await, Some(t + 2));
+    assert_eq!(fence((t + 9).to_string(), "late").await, vec![1, t + 9], "a failed attempt's late store");
+    let overtaken = take("z", "a2", 2000).await;
+    assert_eq!(overtaken[0], 1, "an overtaken grant is an ordinary grant: {overtaken:?}");
+    assert!(overtaken[1] >= t + 9);
+
+    // The counter lost (evicted): the lease's own token still floors the next grant's.
+    let t2 = overtaken[1] + 1;
+    assert_eq!(fence(t2.to_string(), "a2").await, vec![1, t2]);
+    assert_eq!(take("w", "a1", 2000).await[0], 0);
+    redis::cmd("DEL").arg(&k.fence).query_async::<()>(&mut c).await.unwrap();
+    assert_eq!(release("z", 1000).await, 1);
+    assert_eq!(counter().await, Some(t2 + 1), "above the releaser's token, not 1");
+    assert_eq!(take("w", "a2", 2000).await[..2], [4, t2 + 1]);
+
+    // No token known (no fence store reached this master), or no grants asked: the head is
+    // reserved, the key left free.
+    assert_eq!(take("v", "a1", 2000).await[0], 0);
+    redis::cmd("HDEL").arg(&k.lock).arg("t").query_async::<()>(&mut c).await.unwrap();
+    assert_eq!(release("w", 1000).await, 1);
+    assert_eq!(field("o").await, None, "no grant without the releaser's token");
+    assert_eq!(take("v", "a2", 2000).await[0], 1);
+    assert_eq!(take("u", "a1", 2000).await[0], 0);
+    assert_eq!(release("v", 0).await, 1);
+    assert_eq!(field("o").await, None, "no grant when none is asked for");
+
+    // An unclaimed grant lapses with its claim window, and the vanished head's place with it.
+    let floor = take("u", "a2", 2000).await[1];
+    assert_eq!(fence((floor + 1).to_string(), "a2").await[0], 1);
+    assert_eq!(take("gone", "a1", 2000).await[0], 0);
+    assert_eq!(release("u", 200).await, 1);
+    assert_eq!(field("o").await.as_deref(), Some("gone"));
+    assert_eq!(take("n", "a1", 0).await[0], 0, "held for the claim window");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let free = take("n", "a2", 0).await;
+    assert_eq!(free[0], 4, "then free, the vanished head skipped, its token left for the next taker: {free:?}");
+}
+
+/// With nobody queued, the release leaves the next token on the free key: the next taker's
+/// acquire answers it (`{4, token, floor}`) and takes it, once: after that taker's undo, the
+/// next attempt is an ordinary grant; a single try takes it as well as a waiter.
+#[tokio::test]
+async fn a_release_leaves_the_next_token_for_whoever_takes_the_free_key() {
+    let (_server, _client, c, k) = fresh_lock("m1", "next", Keys::new).await;
+    let conn = c.clone();
+    let take =
+        |owner: &'static str, id: &'static str, reg: u64| attempt(&k, owner, id, reg, 100, "").on("n:boot", &conn);
+    let release = |owner: &'static str| {
+        RedlockRelease { keys: &k, owner, reserve_ms: RESERVE, wake: "", claim_ms: 1000 }.on(&conn)
+    };
+    let t = take("h", "a0", 0).await[1] + 1;
+    assert_eq!(RedlockFence { keys: &k, token: &t.to_string(), attempt: "a0" }.on(&conn).await, vec![1, t]);
+    assert_eq!(release("h").await, 1);
+    let next = take("x", "a1", 0).await;
+    assert_eq!(next[..2], [4, t + 1], "a single try takes the token left: {next:?}");
+    let undo = RedlockUndo { keys: &k, owner: "x", attempt: "a1", reserve_ms: RESERVE, wake: "" };
+    assert_eq!(undo.on(&conn).await, 1);
+    assert_eq!(take("y", "a1", 0).await[0], 1, "a token left is taken once");
+    assert_eq!(release("y").await, 1, "a lease whose token this master never stored");
+    assert_eq!(take("z", "a1", 2000).await[0], 1, "leaves no token");
 }
