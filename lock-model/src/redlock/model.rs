@@ -109,11 +109,13 @@ impl Redlock {
         Redlock { clients: 3, max_tick: 0, ..Redlock::handoff(bugs) }
     }
 
-    /// The hand-off's longer exploration (`DLOCK_MODEL_DEEP=1`): over one tick, a time-out, a
-    /// restart, and two attempts each.
-    pub fn handoff_deep(bugs: Bugs) -> [Redlock; 3] {
+    /// The hand-off's longer exploration (`DLOCK_MODEL_DEEP=1`): over one tick, a time-out and
+    /// a restart (6.8 M and 3.2 M unique states, about three minutes together). Two attempts
+    /// each (a client acquiring again after its release) did not finish in four minutes, with
+    /// or without time passing, and is not in it.
+    pub fn handoff_deep(bugs: Bugs) -> [Redlock; 2] {
         let base = Redlock::handoff(bugs);
-        [Redlock { lose: 1, ..base.clone() }, Redlock { restart: 1, ..base.clone() }, Redlock { attempts: 2, ..base }]
+        [Redlock { lose: 1, ..base.clone() }, Redlock { restart: 1, ..base }]
     }
 
     /// The longer exploration (`DLOCK_MODEL_DEEP=1`): every fault of each bound together.
