@@ -227,10 +227,10 @@ script_call! {
 /// owner's; then, if the key is free: when the lease was ours, it knew its token (`t`, or `g`
 /// for a grant) and grants are asked for, the token `max(counter, t) + 1` is stored as the
 /// counter and left for the next taker, and a queue's head is **granted** the key for the claim
-/// window ("Tokens left by the release" in the module docs); otherwise a head is reserved. Either way the head is woken
-/// (`@<owner>`) when the lease was ours or the owner was the head; `released` is published when a
-/// release finds nobody queued (it wakes clients that do not queue, e.g. during a rolling
-/// upgrade). Returns 1 released, 0 not ours.
+/// window ("Tokens left by the release" in the module docs); otherwise a head is reserved.
+/// Either way the head is woken (`@<owner>`) when the lease was ours or the owner was the head;
+/// `released` is published when a release finds nobody queued (it wakes clients that do not
+/// queue, e.g. during a rolling upgrade). Returns 1 released, 0 not ours.
 const REDLOCK_RELEASE_SRC: &str = effects_lua!(
     ticket_queue_lua!(),
     r#"
