@@ -9,9 +9,8 @@ impl Redlock {
     /// release left, while it is still the fence, for a caller that takes a free key or its own
     /// grant (`live`: the key before this step); 0 otherwise.
     pub(super) fn take_left_token(&self, master: &mut Master, live: Option<Key>) -> u8 {
-        let takes = live.is_none_or(|k| k.granted > 0);
-        let fresh = self.bugs.claim_ignores_fence || master.next == master.fence;
-        if !(takes && fresh && master.next > 0) {
+        let takes = live.is_none_or(|k| k.attempt == GRANT);
+        if !(takes && master.next > 0 && master.next == master.fence) {
             return 0;
         }
         let token = master.next;
@@ -28,12 +27,10 @@ impl Redlock {
         let now = s.now;
         let master = &mut s.masters[usize::from(m)];
         let x = master.fence + 1;
-        if !self.bugs.grant_does_not_store_fence {
-            master.fence = x;
-        }
+        master.fence = x;
         master.next = x;
         let Some(h) = head else { return };
-        master.key = Some(Key { owner: h, attempt: GRANT, granted: x, expires: now + self.claim });
+        master.key = Some(Key { owner: h, attempt: GRANT, expires: now + self.claim });
         if self.bugs.head_trusts_message {
             s.msgs.push((h, x, now));
             s.msgs.sort_unstable();
@@ -41,14 +38,9 @@ impl Redlock {
     }
 
     /// The token a round 1 holds with, no fence store: the `X` a majority answered "handed"
-    /// with (the largest of any majority of "handed" answers, if their tokens need not agree).
-    pub(super) fn handed_token(&self, handed: &Handed) -> Option<u8> {
+    /// with.
+    pub(super) fn handed_token(handed: &Handed) -> Option<u8> {
         let count = |x: u8| handed.iter().filter(|&&h| h == x).count() as u32;
-        if self.bugs.handed_tokens_need_not_agree {
-            let max = handed.iter().copied().max().unwrap_or(0);
-            let all = handed.iter().filter(|&&h| h > 0).count() as u32;
-            return (max > 0 && all >= QUORUM).then_some(max);
-        }
         handed.iter().copied().find(|&x| x > 0 && count(x) >= QUORUM)
     }
 

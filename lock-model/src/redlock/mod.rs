@@ -17,7 +17,7 @@
 //!   on that connection): where the key is the releaser's, deletes it and **leaves the next
 //!   token**: `X = fence + 1` becomes the fence and `next`, the token left for the next taker;
 //!   if the master's queue has a head (another client), the release also **grants** it the key,
-//!   with no attempt id, `granted: X`, for the claim window. The queue is not modelled: each
+//!   with the grant's attempt id ([`GRANT`], which no undo matches), for the claim window. The queue is not modelled: each
 //!   master's release grants any other client or nobody (a head on some masters only, a stale
 //!   entry, a free key), chosen as it runs. A client whose last attempt failed withdraws with
 //!   the same script, in the background on every master; a client that released with attempts
@@ -32,9 +32,9 @@
 //!
 //! Assumed: a token is left, and a grant made, only where the release deleted the releaser's
 //! own key (never over another's lease, never on a master that lost the releaser's key in a
-//! restart, so never in a quiet period); a lease step on the caller's own grant
-//! clears `granted` whether it answers "handed" or not; the fence's "stored by" mark is
-//! overwritten by the grant (a store of `X` by an attempt does not count as stored).
+//! restart, so never in a quiet period); a lease step on the caller's own grant makes it an
+//! ordinary lease whether it answers "handed" or not; the mark of the token left is
+//! overwritten by a store (a store of `X` by an attempt does not count as the token left).
 //!
 //! Checked ([`Redlock::handoff_checked`], [`Redlock::handoff_deep`]): every property holds with
 //! partial grants, tokens left on free keys and taken by whoever comes first, withdrawals,
@@ -47,16 +47,18 @@
 //!   and lets that lease lapse; the second takes the same token from the free keys (15 steps,
 //!   36 s breadth-first: a deep-only test; lock-redis's script tests check the taking on a
 //!   real server).
-//! - `handed_tokens_need_not_agree`, `grant_does_not_store_fence` and `claim_ignores_fence`:
-//!   no counterexample found within the bounds searched (two clients to the end of every
-//!   bound above; three clients, no time, breadth-first and depth-first for two minutes each,
-//!   unfinished), so they have no test. Why, in the model: an ordinary round's token is floored
-//!   by the masters' clock, above every fence and `X` (each grant is a request, and the clock
-//!   advances with every request), so only a later hand-off could take a token at or below a
-//!   handed one, and that needs a third acquisition after two hand-offs; without the fence
-//!   store the `fence == X` check refuses every claim (the hand-off never happens); and a store
-//!   between a grant and its claim comes from an attempt that cannot hold (the grant's key
-//!   keeps it from a majority), so the token the check would protect is never taken.
+//! - Also searched, without a counterexample, so not kept as switches: holding the largest of
+//!   "handed" answers whose tokens differ, a release that does not raise the fence to the
+//!   token it leaves, and a lease step that does not check the token left is still the fence
+//!   (two clients to the end of every bound above; three clients, no time, two minutes each,
+//!   unfinished). Why, in the model: an ordinary round's token is floored by the masters'
+//!   clock, above every fence and `X` (the clock advances with every request), so only a later
+//!   hand-off could take a token at or below a handed one, which needs more acquisitions than
+//!   the bounds hold; without the fence raised, the `next == fence` check refuses every take;
+//!   and a store between a release and the take comes from an attempt that cannot hold. The
+//!   "one token" rule is checked on real servers by lock-redis's
+//!   `a_hand_off_is_confirmed_by_a_majority_naming_one_token`, which fails when the largest is
+//!   held.
 //!
 //! ## Faults in the model
 //! A client may stop waiting for any master (a time-out) while its request stays in flight and

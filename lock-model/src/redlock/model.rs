@@ -25,15 +25,6 @@ pub struct Bugs {
     /// (hand-off) The head holds on the release's message (its token, counted from the message's
     /// tick) without a lease step of its own: the one-round hand-over reverted in 124835b.
     pub head_trusts_message: bool,
-    /// (hand-off) A majority of "handed" answers is held even when their tokens differ, with the
-    /// largest, which only one master stored. No counterexample found yet (module docs).
-    pub handed_tokens_need_not_agree: bool,
-    /// (hand-off) The release's grant names `X = fence + 1` without storing it as the fence. No
-    /// counterexample found yet (module docs).
-    pub grant_does_not_store_fence: bool,
-    /// (hand-off) The lease step answers "handed" for the caller's grant without checking that
-    /// the fence is still its `X`. No counterexample found yet (module docs).
-    pub claim_ignores_fence: bool,
     /// (hand-off) The lease step that answers "handed" leaves the token there: the next taker
     /// of a free key gets the same token (a deep-only search, module docs).
     pub left_token_taken_twice: bool,
@@ -110,7 +101,7 @@ impl Redlock {
     }
 
     /// The hand-off's longer exploration (`DLOCK_MODEL_DEEP=1`): over one tick, a time-out and
-    /// a restart (6.8 M and 3.2 M unique states, about three minutes together). Two attempts
+    /// a restart (6.7 M and 3.2 M unique states, about 90 s together). Two attempts
     /// each (a client acquiring again after its release) did not finish in four minutes, with
     /// or without time passing, and is not in it.
     pub fn handoff_deep(bugs: Bugs) -> [Redlock; 2] {
@@ -141,7 +132,7 @@ impl Redlock {
                     return Some(Reply::Refused);
                 }
                 let handed = self.take_left_token(master, live);
-                master.key = Some(Key { owner: c, attempt, granted: 0, expires: now + self.ttl });
+                master.key = Some(Key { owner: c, attempt, expires: now + self.ttl });
                 Some(Reply::Granted { floor: master.fence.max(micros), handed })
             }
             Op::Fence { token } => {
@@ -219,7 +210,7 @@ impl Redlock {
         match s.clients[i] {
             Client::Round1 { attempt, t0, granted, refused, failed, floor, handed } => {
                 if granted.count_ones() >= QUORUM {
-                    if let Some(token) = self.handed_token(&handed).filter(|_| s.now < t0 + self.ttl) {
+                    if let Some(token) = Self::handed_token(&handed).filter(|_| s.now < t0 + self.ttl) {
                         s.handed_holder = true;
                         Self::hold(s, c, token, t0 + self.ttl);
                         return;

@@ -39,8 +39,6 @@ pub struct Key {
     pub owner: u8,
     /// The attempt that last granted or re-granted it ([`GRANT`] for a release's grant).
     pub attempt: u8,
-    /// A release's grant (the hand-off): the token `X` it set as the fence; 0 for a lease.
-    pub granted: u8,
     /// The tick from which it is gone (PEXPIRE).
     pub expires: u8,
 }

@@ -14,9 +14,6 @@ impl State {
         for master in &mut self.masters {
             f(&mut master.fence);
             f(&mut master.next);
-            if let Some(k) = master.key.as_mut() {
-                f(&mut k.granted);
-            }
         }
         for op in self.chans.iter_mut().flatten() {
             if let Op::Fence { token } = op {
