@@ -53,12 +53,19 @@ impl Pushing {
         self.state.lock().unwrap().calls.push(call);
     }
 
-    /// Waits until the wait has armed its delivery, then pushes `grant` (the store's lock is
-    /// freed first, so that an attempt after it is granted token 9).
+    /// Waits until the wait has armed its delivery and been answered "busy" by the attempt it
+    /// makes after subscribing, then pushes `grant` (the store's lock is freed first, so that an
+    /// attempt after it is granted token 9). Pushing as soon as the subscription exists raced
+    /// that attempt: freed before it arrived, it was granted token 9 (a CI failure, stop 45).
     async fn push_when_armed(&self, grant: PushedGrant) {
         let tx = tokio::time::timeout(Duration::from_secs(5), async {
             loop {
-                if let Some(tx) = self.state.lock().unwrap().push.clone() {
+                let ready = {
+                    let st = self.state.lock().unwrap();
+                    let attempts = st.calls.iter().filter(|c| **c == Call::Attempt).count();
+                    st.push.clone().filter(|_| attempts >= 2)
+                };
+                if let Some(tx) = ready {
                     return tx;
                 }
                 tokio::time::sleep(Duration::from_millis(1)).await;
