@@ -10,7 +10,9 @@
 //! refused and waits on; a hint that comes late, twice, or to a waiter that left costs one
 //! attempt at most. One registry per process, keyed by the database and the table, because an
 //! application may open several backends on one database (and `dlock bench` does, one per
-//! client).
+//! client), from URLs or over its own pools: the dialect names the database
+//! ([`Profile::database`](crate::dialect::Profile): MySQL's user, host, port and database,
+//! SQLite's file), never with a password.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -18,7 +20,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use lock_core::backend::{WakeHub, WakeSubscription};
 use tokio::time::Instant;
 
-/// The registries of this process, by [`key`]; a handful of entries (one per database and table).
+/// The registries of this process, by database and table; a handful of entries.
 static LOCALS: OnceLock<Mutex<HashMap<String, Local>>> = OnceLock::new();
 
 /// Per name, its subscribed waits by place: (place, owner id).
@@ -37,17 +39,17 @@ pub(crate) struct Local {
 }
 
 impl Local {
-    /// The registry of `url`'s database and `table`; `None` for a database only this backend
-    /// sees (SQLite in memory: another backend's `sqlite::memory:` is another database).
-    pub(crate) fn of(url: &str, table: &str) -> Option<Local> {
-        let key = key(url, table)?;
+    /// The registry of `database` (its [`Profile::database`](crate::dialect::Profile)) and
+    /// `table`.
+    pub(crate) fn of(database: &str, table: &str) -> Local {
+        let key = format!("{database}\n{table}");
         let mut locals = LOCALS.get_or_init(Mutex::default).lock().unwrap_or_else(|e| e.into_inner());
         let local = locals.entry(key).or_insert_with(|| Local {
             hub: WakeHub::new(),
             places: Arc::default(),
             since: Instant::now(),
         });
-        Some(local.clone())
+        local.clone()
     }
 
     /// The wait of `owner` for `name`, queued at `place` (`i64::MAX`: not known). Every release
@@ -88,38 +90,5 @@ impl Local {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Waits> {
         self.places.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-/// What tells two backends apart: the URL without its password (never shown), and the table.
-fn key(url: &str, table: &str) -> Option<String> {
-    let lower = url.to_ascii_lowercase();
-    if lower.contains(":memory:") || lower.contains("mode=memory") {
-        return None;
-    }
-    let base = match url::Url::parse(url) {
-        Ok(mut parsed) => {
-            let _ = parsed.set_password(None);
-            parsed.to_string()
-        }
-        Err(_) => url.to_owned(),
-    };
-    Some(format!("{base}\n{table}"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn keys_tell_databases_and_tables_apart() {
-        let a = key("mysql://u:secret@db:3306/app", "locks").unwrap();
-        assert_eq!(a, key("mysql://u:other@db:3306/app", "locks").unwrap(), "the password is not part of it");
-        assert!(!a.contains("secret"));
-        assert_ne!(a, key("mysql://u@db:3306/app", "other").unwrap());
-        assert_ne!(a, key("mysql://u@db:3306/app2", "locks").unwrap());
-        assert!(key("sqlite::memory:", "locks").is_none());
-        assert!(key("sqlite://file:x?mode=memory&cache=shared", "locks").is_none());
-        assert!(key("sqlite://locks.db", "locks").is_some());
     }
 }

@@ -137,12 +137,16 @@ pub(crate) struct Profile {
     pub(crate) statement_bound: Duration,
     pub(crate) lease_ddl: String,
     pub(crate) queue_ddl: String,
+    /// What tells this database apart from others within the process, for the release hints of
+    /// databases that cannot notify (`crate::local`); never a password. `None`: no hints (the
+    /// database notifies, or only this backend sees it, as SQLite in memory).
+    pub(crate) database: Option<String>,
 }
 
 impl Profile {
     /// A profile with the two tables' DDL; `statement_bound` is set by the caller.
     pub(crate) fn new(codes: Codes, durable: bool, listens: bool, lease_ddl: String, queue_ddl: String) -> Profile {
-        Profile { codes, durable, listens, statement_bound: Duration::ZERO, lease_ddl, queue_ddl }
+        Profile { codes, durable, listens, statement_bound: Duration::ZERO, lease_ddl, queue_ddl, database: None }
     }
 }
 

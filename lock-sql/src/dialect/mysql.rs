@@ -121,15 +121,28 @@ pub(crate) async fn connect(url: &str, options: &SqlOptions) -> Result<Arc<dyn D
     let lock_wait = options.request_timeout.as_secs().clamp(1, 3600);
     // READ COMMITTED: no gap locks, fewer deadlocks between contenders. One text query (sqlx
     // enables multi-statements): one round trip per new connection.
+    let database = identity(&opts);
     let pool = ConnPool::new(opts, options.max_connections, options.connect_timeout, Some(session(lock_wait)));
-    open(pool, options, lock_wait).await
+    open(pool, options, lock_wait, database).await
 }
 
 /// Over the application's own pool (see [`ConnPool::app`] for the cost).
 pub(crate) async fn from_pool(pool: MySqlPool, options: &SqlOptions) -> Result<Arc<dyn Dialect>, LockError> {
     Judged::mysql(&pool.connect_options(), None).enforce(options.tls, None)?;
     let lock_wait = options.request_timeout.as_secs().clamp(1, 3600);
-    open(ConnPool::app(pool, options.connect_timeout, Some(session(lock_wait))), options, lock_wait).await
+    let database = identity(&pool.connect_options());
+    open(ConnPool::app(pool, options.connect_timeout, Some(session(lock_wait))), options, lock_wait, database).await
+}
+
+/// What tells a database apart within the process ([`Profile::database`]): the user, the host
+/// (or socket), port and database the connect options name, never the password; a backend from
+/// a URL and one over the application's pool to the same database share their release hints.
+fn identity(o: &MySqlConnectOptions) -> String {
+    let (user, db) = (o.get_username(), o.get_database().unwrap_or_default());
+    match o.get_socket() {
+        Some(socket) => format!("mysql://{user}@unix:{}/{db}", socket.display()),
+        None => format!("mysql://{user}@{}:{}/{db}", o.get_host(), o.get_port()),
+    }
 }
 
 fn session(lock_wait: u64) -> Setup<MySqlConnection> {
@@ -146,6 +159,7 @@ async fn open(
     pool: Arc<ConnPool<MySqlConnection>>,
     options: &SqlOptions,
     lock_wait: u64,
+    database: String,
 ) -> Result<Arc<dyn Dialect>, LockError> {
     let bound = options.connect_timeout;
     // Connect once now, so that a wrong URL or a dead server fails here, clearly. Fences are
@@ -173,6 +187,7 @@ async fn open(
         Mysql::new(pool, &options.table, supports_returning(&version), durable, version.contains("MariaDB"));
     // Row-lock waits end after innodb_lock_wait_timeout; the statement itself is short.
     dialect.profile.statement_bound = options.request_timeout.max(Duration::from_secs(lock_wait));
+    dialect.profile.database = Some(database);
     Ok(Arc::new(dialect))
 }
 
@@ -514,5 +529,17 @@ mod tests {
         assert!(!supports_returning("10.4.30-MariaDB"));
         assert!(!supports_returning("8.0.36"));
         assert!(!supports_returning("8.4.0-commercial"));
+    }
+
+    #[test]
+    fn identities_tell_databases_apart_without_the_password() {
+        let of = |url: &str| identity(&MySqlConnectOptions::from_str(url).unwrap());
+        let a = of("mysql://u:secret@db:3306/app");
+        assert_eq!(a, of("mysql://u:other@db/app"), "the password and the default port are not part of it");
+        assert!(!a.contains("secret"));
+        assert_ne!(a, of("mysql://u@db:3306/app2"));
+        assert_ne!(a, of("mysql://u@db:3307/app"));
+        assert_ne!(a, of("mysql://v@db:3306/app"));
+        assert_ne!(of("mysql://u@localhost/app?socket=/run/a.sock"), of("mysql://u@localhost/app?socket=/run/b.sock"));
     }
 }

@@ -145,6 +145,8 @@ async fn open(url: &str, options: &SqlOptions) -> Result<Lite, LockError> {
         .synchronous(SqliteSynchronous::Full)
         .busy_timeout(options.request_timeout);
     let bound = options.connect_timeout;
+    // The database file as SQLite names it (empty in memory): what tells it apart for hints.
+    let mut file = String::new();
     let pool: (Arc<ConnPool<SqliteConnection>>, _) = if in_memory {
         // The database lives only while a connection to it is open: sqlx's pool keeps one.
         let pool = SqlitePoolOptions::new()
@@ -161,11 +163,15 @@ async fn open(url: &str, options: &SqlOptions) -> Result<Lite, LockError> {
         (Arc::clone(&pool), pool)
     } else {
         let pool = ConnPool::new(opts.clone(), options.max_connections, bound, None);
-        pool.keep(first_connection(&opts, bound).await?).await;
+        let mut first = first_connection(&opts, bound).await?;
+        let look = sqlx::query_scalar::<_, String>(MAIN_FILE).fetch_one(&mut first);
+        file = timeout(bound, look).await.map_err(|_| too_slow(CODES, bound))?.map_err(|e| unreachable(CODES, e))?;
+        pool.keep(first).await;
         let releases = opts.synchronous(SqliteSynchronous::Normal);
         (pool, ConnPool::new(releases, options.max_connections, bound, None))
     };
     let mut dialect = Lite::new(pool, &options.table, !in_memory);
+    dialect.profile.database = database(&file);
     // Statements wait for the file lock at most busy_timeout.
     dialect.profile.statement_bound = options.request_timeout;
     Ok(dialect)
@@ -215,16 +221,26 @@ pub(crate) async fn from_pool(pool: SqlitePool, options: &SqlOptions) -> Result<
     let bound = options.connect_timeout;
     let look = async {
         let sync: i64 = sqlx::query_scalar("PRAGMA synchronous").fetch_one(&pool).await?;
-        let file: String =
-            sqlx::query_scalar("SELECT file FROM pragma_database_list WHERE name = 'main'").fetch_one(&pool).await?;
-        Ok::<_, sqlx::Error>(sync >= 2 && !file.is_empty())
+        let file: String = sqlx::query_scalar(MAIN_FILE).fetch_one(&pool).await?;
+        Ok::<_, sqlx::Error>((sync >= 2 && !file.is_empty(), file))
     };
-    let durable = timeout(bound, look).await.map_err(|_| too_slow(CODES, bound))?.map_err(|e| unreachable(CODES, e))?;
+    let (durable, file) =
+        timeout(bound, look).await.map_err(|_| too_slow(CODES, bound))?.map_err(|e| unreachable(CODES, e))?;
     // The application's connections keep their own `synchronous` for releases too.
     let pool = ConnPool::app(pool, bound, None);
     let mut dialect = Lite::new((Arc::clone(&pool), pool), &options.table, durable);
     dialect.profile.statement_bound = options.request_timeout;
+    dialect.profile.database = database(&file);
     Ok(Arc::new(dialect))
+}
+
+/// The main database's file, as SQLite names it (absolute; empty for a database in memory).
+const MAIN_FILE: &str = "SELECT file FROM pragma_database_list WHERE name = 'main'";
+
+/// [`Profile::database`] of `file` ([`MAIN_FILE`]): backends on one file share their release
+/// hints, whether from a URL or over the application's pool; none in memory (its waiters poll).
+fn database(file: &str) -> Option<String> {
+    (!file.is_empty()).then(|| format!("sqlite:{file}"))
 }
 
 impl Lite {

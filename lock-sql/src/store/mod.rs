@@ -64,15 +64,16 @@ impl SqlStore {
     pub async fn connect(url: &str, options: SqlOptions) -> Result<SqlStore, LockError> {
         options.validate()?;
         let dialect = dialect::scheme::connect(url, &options).await?;
-        let mut store = SqlStore::over(dialect, options).await?;
-        if !store.dialect.listens() {
-            store.local = Local::of(url, &store.table);
-        }
-        Ok(store)
+        SqlStore::over(dialect, options).await
     }
 
-    /// The store over a connected dialect: creates the lease table if missing.
+    /// The store over a connected dialect (from a URL or the application's pool): creates the
+    /// lease table if missing.
     pub(crate) async fn over(dialect: Arc<dyn Dialect>, options: SqlOptions) -> Result<SqlStore, LockError> {
+        let local = match &dialect.profile().database {
+            Some(database) if !dialect.listens() => Some(Local::of(database, &options.table)),
+            _ => None,
+        };
         let store = SqlStore {
             runner: Runner::new(dialect.codes(), options.request_timeout),
             dialect,
@@ -80,7 +81,7 @@ impl SqlStore {
             serial: OwnerLocks::default(),
             inflight: Inflight::default(),
             places: Places::default(),
-            local: None,
+            local,
         };
         check_table_len(&options.table)?;
         let ddl = store.dialect.lease_ddl().to_owned();

@@ -21,6 +21,22 @@ pub async fn check_local_hints(fx: &SqlFixture) -> Result<(), LockError> {
     );
     let other_table = lock_sql::SqlOptions { table: format!("{}_other", fx.options().table), ..fx.options() };
     let c = lock_sql::SqlBackend::connect(fx.url(), other_table).await?;
+    check_hints_between(&a, &b, &c).await?;
+    drop((a, b, c));
+    if fx.dialect() != Dialect::Sqlite {
+        let t = format!("{}_other", fx.options().table);
+        Admin::connect(fx).await.run(&format!("DROP TABLE `{t}`, `{t}_waiters`")).await;
+    }
+    Ok(())
+}
+
+/// [`check_local_hints`] over three backends built by the caller: `a` and `b` on one database
+/// and table (from a URL, or over the application's pool), `c` on another table of it.
+pub async fn check_hints_between(
+    a: &lock_sql::SqlBackend,
+    b: &lock_sql::SqlBackend,
+    c: &lock_sql::SqlBackend,
+) -> Result<(), LockError> {
     let (la, lb, lc) = (a.lock(), b.lock(), c.lock());
     let (sa, sb, sc) = (la.store(), lb.store(), lc.store());
     let name = LockName::new(format!("hint-{}", OwnerId::random().to_hex()))?;
@@ -37,6 +53,9 @@ pub async fn check_local_hints(fx: &SqlFixture) -> Result<(), LockError> {
         let sub = store.subscribe_waiter(&name, owner).await?.expect("a waiter of this process hears its releases");
         assert!(sub.live_since().is_some(), "no second attempt needed after subscribing");
         subs.push(sub);
+        // A place is the enqueue's clock reading, in ms on SQLite: two waiters queued within
+        // one ms are ordered by owner id, and the earliest would be either (a CI failure).
+        tokio::time::sleep(Duration::from_millis(3)).await;
     }
     assert_eq!(sa.release(&name, holder).await?, ReleaseOutcome::Released);
     let woken = |i: usize| timeout(Duration::from_millis(200), subs[i].woken());
@@ -50,10 +69,5 @@ pub async fn check_local_hints(fx: &SqlFixture) -> Result<(), LockError> {
     let turn = sb.try_lock(&Claim::new(&name, second, ttl), true).await?;
     assert!(matches!(turn, TryLock::Acquired { .. }), "{turn:?}");
     assert_eq!(sb.release(&name, second).await?, ReleaseOutcome::Released);
-    drop((subs, la, lb, lc, a, b, c));
-    if fx.dialect() != Dialect::Sqlite {
-        let t = format!("{}_other", fx.options().table);
-        Admin::connect(fx).await.run(&format!("DROP TABLE `{t}`, `{t}_waiters`")).await;
-    }
     Ok(())
 }
