@@ -11,7 +11,9 @@ use lock_core::backend::{
     Claim, LeaseStore, PushSender, PushedGrant, ReleaseOutcome, RenewOutcome, StoreLock, TryLock, WakeHub,
     WakeSubscription,
 };
-use lock_core::{AcquireOptions, Capabilities, DistributedLock, FencingToken, Lease, LockError, LockName, OwnerId};
+use lock_core::{
+    AcquireOptions, Capabilities, DistributedLock, FencingToken, Lease, LockError, LockName, OwnerId, WakeMethod,
+};
 use tokio::time::Instant;
 
 /// What the store was asked, in order.
@@ -84,8 +86,13 @@ impl LeaseStore for Pushing {
         "pushing"
     }
 
+    /// Notified, as Redis's blocking delivery is: a polling store's wait would also attempt at
+    /// its next poll (a few ms), and on a loaded machine that attempt could come before the push
+    /// and take the lock the push freed (token 9; seen in stress runs).
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new()
+        let mut caps = Capabilities::new();
+        caps.wake = WakeMethod::Notify;
+        caps
     }
 
     async fn try_lock(&self, _claim: &Claim<'_>, waiting: bool) -> Result<TryLock, LockError> {
