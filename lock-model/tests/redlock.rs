@@ -60,3 +60,43 @@ fn a_left_token_taken_twice_goes_back() {
     let bound = Redlock { attempts: 2, ttl: 1, ..Redlock::handoff(bugs) };
     common::deep_only("about 40 s", || assert_breaks(bound, &bugs, "tokens increase", Search::Bfs));
 }
+
+#[test]
+fn blocking_delivery_holds_without_time_and_over_a_tick() {
+    Redlock::blocking_checked(Bugs::default()).into_iter().for_each(assert_holds);
+}
+
+#[test]
+fn blocking_delivery_holds_with_every_fault_deep() {
+    common::deep_only("a minute", || Redlock::blocking_deep(Bugs::default()).into_iter().for_each(assert_holds));
+}
+
+#[test]
+fn blocking_delivery_on_one_push_holds_beside_another() {
+    let bugs = Bugs { blocking_holds_on_one_push: true, ..Bugs::default() };
+    // Three clients: the release pushes to one waiter on one master and to the other on another.
+    let bound = Redlock { clients: 3, max_tick: 0, ..Redlock::blocking_held(bugs) };
+    assert_breaks(bound, &bugs, "no two believers", Search::Bfs);
+}
+
+#[test]
+fn blocking_delivery_counted_from_the_pop_outlasts_its_grants() {
+    let bugs = Bugs { blocking_counts_from_pop: true, ..Bugs::default() };
+    // The pops arrive a tick after their push: the grants lapse under the belief.
+    assert_breaks(Redlock::blocking_held(bugs), &bugs, "a believed lease is kept by a majority", Search::Bfs);
+}
+
+#[test]
+fn blocking_delivery_with_a_stale_arm_outlasts_its_grants() {
+    let bugs = Bugs { blocking_stale_arm: true, ..Bugs::default() };
+    let bound = Redlock { arms: 3, ..Redlock::blocking_held(bugs) };
+    assert_breaks(bound, &bugs, "a believed lease is kept by a majority", Search::Bfs);
+}
+
+#[test]
+fn blocking_delivery_without_the_release_taking_hands_a_token_twice() {
+    let bugs = Bugs { blocking_release_does_not_take: true, ..Bugs::default() };
+    // The holder acquires again once the head's pushed grants lapsed, and takes their token.
+    let bound = Redlock { attempts: 2, ..Redlock::blocking_held(bugs) };
+    assert_breaks(bound, &bugs, "tokens increase", Search::Bfs);
+}

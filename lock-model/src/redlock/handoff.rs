@@ -30,7 +30,8 @@ impl Redlock {
         master.fence = x;
         master.next = x;
         let Some(h) = head else { return };
-        master.key = Some(Key { owner: h, attempt: GRANT, expires: now + self.claim });
+        master.key = Some(Key { owner: h, attempt: GRANT, expires: now + self.claim, token: 0 });
+        self.push(s, m, h, x);
         if self.bugs.head_trusts_message {
             s.msgs.push((h, x, now));
             s.msgs.sort_unstable();

@@ -60,6 +60,71 @@
 //!   `a_hand_off_is_confirmed_by_a_majority_naming_one_token`, which fails when the largest is
 //!   held.
 //!
+//! ## Blocking delivery (the design under check, not built; [`Redlock::arms`] > 0)
+//! A proposed fast path that takes the head's lease step off the hand-off, after the single
+//! instance's ([`crate::handoff`]'s "Blocking delivery", lock-redis `blocking.rs`):
+//! - **Wait**: a waiting client sends, on a dedicated connection to each master, an **arm**
+//!   (marks it armed there for [`BLOCK`] ticks) and a `BLPOP` of its own list, back to back, and
+//!   remembers each arm's send instant `t_s`.
+//! - **Release**: where it grants the key to a head armed there (for the claim window, as
+//!   above), it **takes** the token it leaves on the head's behalf (not `next` any more: no lease
+//!   step answers "handed" with it) and **pushes** it to the head's list; the mark goes.
+//! - **Hold**: once pops from a **majority of masters name one token**, the head holds it,
+//!   believed until the earliest of those masters' `t_s` plus the claim window, if that is still
+//!   ahead, and closes its other connections. Its **claim** (the first renewal, on every master
+//!   at once) extends a key that is still its own with that token to a whole ttl; answered so by
+//!   a majority, the belief runs to the claim's send plus the ttl, else the lease is lost (its
+//!   belief stays at the window's end).
+//! - Anything less (a minority, differing tokens, a pop whose window passed) is a hint: the head
+//!   falls back to its ordinary lease step ([`Action::Start`], open to it at any time), which
+//!   ends the wait (its connections close, a `BLPOP` still outstanding is never read) and, the
+//!   pushed tokens being taken, stores a new token in round 2.
+//! - A `BLPOP` that ended (its timeout) may be re-armed: the new arm's instant goes with that
+//!   arm's pops only.
+//!
+//! Why it holds: a push runs after the arm ran (the arm's drain empties the list, so nothing
+//! pushed before the arm is popped), the arm after `t_s`, so each popped grant lives at least
+//! until `t_s` plus the window, and a majority of them is the lock as a majority of leases is;
+//! the token named by a majority is above every earlier taker's for the reason a handed one is
+//! (above), and taken by the release it is handed once.
+//!
+//! Modelled as: the arm runs as it is sent (a push between send and run would go to the list
+//! and be drained, a hint; counting from the send only shortens the belief); the lists are not
+//! modelled (what reaches one is drained as a hint: its grant lapses or becomes the head's
+//! ordinary lease, its token, taken, is nobody's); a `BLPOP` may end only where an arm is left
+//! to follow it (one that stays blocked unread does all an ended one does); a restart drops the
+//! marks and keeps the `BLPOP`s blocked, as after `FLUSHALL`; a client waits while it is idle
+//! with an attempt left, any other client being its possible releaser. The property added:
+//! `a believed lease is kept by a majority` (while a client believes a lease, a majority of
+//! masters keep its key live, until a restart: the lost signal is honest). With time passing,
+//! the bounds start from a lease client 0 holds on every master ([`Redlock::held`]); the races
+//! of a first acquisition are the bounds without time's. These bounds also rename the masters
+//! in the symmetry reduction.
+//!
+//! Checked: every property holds in [`Redlock::blocking_checked`] and
+//! [`Redlock::blocking_deep`]. Switches, each with a counterexample:
+//! - `blocking_holds_on_one_push` (hold on one master's pop) gives two believers (three
+//!   clients, no time): the release pushes to one waiter on one master and to the other waiter
+//!   on another, and each holds on its one pop.
+//! - `blocking_counts_from_pop` (the belief counted from the pop's arrival) outlasts its grants
+//!   (`a believed lease is kept by a majority`): pushed at tick 0, popped at tick 1.
+//! - `blocking_stale_arm` (a `BLPOP` given up by the client's own timer and re-armed on the
+//!   same connection: the earlier `BLPOP`'s pop read as the new arm's) outlasts its grants too.
+//! - `blocking_release_does_not_take` (the release pushes the token and leaves it marked
+//!   `next`) hands one token twice (`tokens increase`): the head holds it on two pushes, its
+//!   grants lapse, and the former holder, acquiring again, is handed it by the free keys.
+//!
+//! Not checked: three clients (no time passing, from a held lease or not: unfinished after
+//! 150 s, no property violated in the 1.1 to 1.3 M unique states seen), two attempts each for
+//! the design itself (only the last switch's search has them), renewals after the claim, and
+//! the cost (a connection per waiting head and master); whether `blocking_counts_from_pop` and
+//! `blocking_stale_arm` also give two believers (a third client taking the lapsed grants: three
+//! clients over a tick). Not searched as switches: holding the
+//! largest of differing tokens (the handed majority's rule, whose switch found no
+//! counterexample, above); a pop read after its wait ended (the model closes a wait's
+//! connections when it ends; a second wait of the same client, which could read one, needs
+//! two attempts each with time passing).
+//!
 //! ## Faults in the model
 //! A client may stop waiting for any master (a time-out) while its request stays in flight and
 //! runs later or never; the answers of a finished round are ignored. Requests on one connection
@@ -80,11 +145,13 @@
 //! on a master before an earlier holder's token was stored there, and that master restarted
 //! (its counter lost) before the later grant's store reached it. Renewals are not modelled.
 
+mod blocking;
 mod handoff;
 mod model;
 mod state;
 mod symmetry;
 mod values;
 
+pub use blocking::{WaitAction, BLOCK};
 pub use model::{Action, Bugs, Redlock, MASTERS, QUORUM};
-pub use state::{Client, Handed, Key, Master, Op, State, GRANT};
+pub use state::{Block, Claim, Client, Handed, Key, Master, Op, State, GRANT};

@@ -6,7 +6,8 @@ use crate::explore::Explore;
 use crate::properties::{no_two_believers, tokens_increase};
 use crate::shared::Taken;
 
-use super::state::{Client, Key, Master, Op, State};
+use super::blocking::WaitAction;
+use super::state::{Block, Claim, Client, Key, Master, Op, State};
 
 /// Masters (independent Redis instances).
 pub const MASTERS: u8 = 3;
@@ -28,6 +29,16 @@ pub struct Bugs {
     /// (hand-off) The lease step that answers "handed" leaves the token there: the next taker
     /// of a free key gets the same token (a deep-only search, module docs).
     pub left_token_taken_twice: bool,
+    /// (blocking delivery) The head holds on one master's pushed grant, no majority.
+    pub blocking_holds_on_one_push: bool,
+    /// (blocking delivery) The head counts its belief from the pop's arrival, not the arm's send.
+    pub blocking_counts_from_pop: bool,
+    /// (blocking delivery) A wait whose `BLPOP` timed out by its own timer re-arms on the same
+    /// connection: the earlier `BLPOP`'s pop is counted from the later arm's send instant.
+    pub blocking_stale_arm: bool,
+    /// (blocking delivery) The release pushes the token it leaves without taking it (it stays
+    /// marked `next`): an ordinary lease step can take it too.
+    pub blocking_release_does_not_take: bool,
 }
 
 /// One model: the clients, the bounds and the bug switches.
@@ -48,6 +59,13 @@ pub struct Redlock {
     /// The hand-off's claim window in ticks (the release grants the head for this long); 0: no
     /// hand-off (the release frees the key on every master at once and the client is done).
     pub claim: u8,
+    /// (blocking delivery, [`crate::redlock`]'s module docs) Arm-and-`BLPOP` sends each client
+    /// may make in one run: one arms every master, one re-arms a master whose `BLPOP` ended; 0:
+    /// no blocking delivery (the release's grant is only woken).
+    pub arms: u8,
+    /// Client 0 starts holding a lease it took on every master (`Redlock::held_at_start`): the
+    /// bounds with time passing, where the first acquisition's races would take too long.
+    pub held: bool,
     /// Which known errors to put back.
     pub bugs: Bugs,
 }
@@ -57,7 +75,18 @@ impl Redlock {
     /// one time-out and one master restarting without its data (11.8 million states: the
     /// longer exploration's; the tests check its parts, [`Redlock::checked`]).
     pub fn small(bugs: Bugs) -> Redlock {
-        Redlock { clients: 2, attempts: 1, ttl: 2, max_tick: 1, lose: 1, restart: 1, claim: 0, bugs }
+        Redlock {
+            clients: 2,
+            attempts: 1,
+            ttl: 2,
+            max_tick: 1,
+            lose: 1,
+            restart: 1,
+            claim: 0,
+            arms: 0,
+            held: false,
+            bugs,
+        }
     }
 
     /// Re-tries: two clients of two attempts each (a failed attempt is undone in the background
@@ -132,7 +161,7 @@ impl Redlock {
                     return Some(Reply::Refused);
                 }
                 let handed = self.take_left_token(master, live);
-                master.key = Some(Key { owner: c, attempt, expires: now + self.ttl });
+                master.key = Some(Key { owner: c, attempt, expires: now + self.ttl, token: 0 });
                 Some(Reply::Granted { floor: master.fence.max(micros), handed })
             }
             Op::Fence { token } => {
@@ -159,6 +188,7 @@ impl Redlock {
                 }
                 None
             }
+            Op::Claim { token } => Some(Self::claim_step(master, c, token, now, self.ttl)),
         }
     }
 
@@ -181,6 +211,7 @@ impl Redlock {
                 }
             }
             (Client::Round2 { token, stored, failed, .. }, Op::Fence { token: t })
+            | (Client::Holding { token, claim: Some(Claim { ok: stored, failed, .. }), .. }, Op::Claim { token: t })
                 if *token == t && (*stored | *failed) & bit == 0 =>
             {
                 if ok {
@@ -235,6 +266,7 @@ impl Redlock {
                     self.fail(s, c, attempt, refused1);
                 }
             }
+            Client::Holding { claim: Some(_), .. } => self.decide_claim(s, c),
             _ => {}
         }
     }
@@ -243,7 +275,7 @@ impl Redlock {
     pub(super) fn hold(s: &mut State, c: u8, token: u8, valid_until: u8) {
         s.second_holder |= s.taken.max > 0;
         s.taken.take(token);
-        s.clients[usize::from(c)] = Client::Holding { token, valid_until };
+        s.clients[usize::from(c)] = Client::Holding { token, valid_until, claim: None };
     }
 
     /// No grant: undo the attempt in the background on every master that did not refuse it;
@@ -286,6 +318,8 @@ pub enum Action {
     Hand(u8, u8, u8),
     /// (bug `head_trusts_message`) The client takes the release's message `i` as the lock.
     Trust(u8, usize),
+    /// (blocking delivery) A step of a waiting client's dedicated connections.
+    Wait(WaitAction),
 }
 
 /// What a master answers to a request the client counts.
@@ -316,6 +350,7 @@ impl Explore for Redlock {
             }
         }
         self.handoff_actions(s, c, actions);
+        self.wait_actions(s, c, actions);
         match s.clients[i] {
             Client::Idle => actions.push(Action::Start(c)),
             Client::Round1 { granted, refused, failed, .. } if s.lose > 0 => {
@@ -345,6 +380,8 @@ impl Explore for Redlock {
                 let i = usize::from(c);
                 s.attempts[i] -= 1;
                 s.last_attempt[i] += 1;
+                // The wait ends by its own lease step: its connections close, their pops unread.
+                Self::close_wait(s, c);
                 let attempt = s.last_attempt[i];
                 for m in 0..MASTERS {
                     s.chans[Self::chan(c, m)].push(Op::Acquire { attempt });
@@ -375,13 +412,19 @@ impl Explore for Redlock {
                 s.restart -= 1;
                 let quiet_until = if self.bugs.no_quiet_period { s.now } else { s.now + self.ttl };
                 s.masters[usize::from(m)] = Master { key: None, fence: 0, next: 0, quiet_until };
+                // The marks go with the data; a `BLPOP` stays blocked, as after `FLUSHALL`.
+                for c in 0..self.clients {
+                    s.armed[Self::chan(c, m)] = 0;
+                }
             }
             Action::Release(c) => self.release(s, c),
             Action::Lapse(c) => s.clients[usize::from(c)] = Client::Done,
+            Action::Wait(w) => self.wait_step(s, w),
         }
     }
 
     fn normalize(&self, s: &mut State) {
+        self.forget_waits(s);
         s.compress_fence_values();
     }
 }
@@ -393,7 +436,7 @@ impl Model for Redlock {
     fn init_states(&self) -> Vec<State> {
         let n = usize::from(self.clients);
         let master = Master { key: None, fence: 0, next: 0, quiet_until: 0 };
-        vec![State {
+        let mut s = State {
             now: 0,
             micros: 0,
             masters: vec![master; usize::from(MASTERS)],
@@ -408,7 +451,16 @@ impl Model for Redlock {
             second_holder: false,
             handed_holder: false,
             msgs: Vec::new(),
-        }]
+            blocks: vec![Block::Idle; n * usize::from(MASTERS)],
+            armed: vec![0; n * usize::from(MASTERS)],
+            arms: vec![self.arms; n],
+            pushed_holder: false,
+            masters_interchangeable: self.arms > 0,
+        };
+        if self.held {
+            self.held_at_start(&mut s);
+        }
+        vec![s]
     }
 
     fn actions(&self, s: &State, actions: &mut Vec<Action>) {
@@ -435,6 +487,9 @@ impl Model for Redlock {
         ];
         if self.claim > 0 {
             properties.push(Property::sometimes("a client holds by a handed majority", |_, s: &State| s.handed_holder));
+        }
+        if self.arms > 0 {
+            properties.extend(Self::blocking_properties());
         }
         properties
     }

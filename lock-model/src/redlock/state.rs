@@ -24,6 +24,12 @@ pub enum Op {
     /// The owner-checked release (also a wait's withdrawal): frees the key if it is this
     /// owner's; with the hand-off, a free key then goes to the queue's head, if any.
     Release,
+    /// (blocking delivery) The first renewal of a lease held on pushed grants: extends the key
+    /// for the ttl if it is the caller's with `token`, never grants.
+    Claim {
+        /// The token the pops named.
+        token: u8,
+    },
 }
 
 /// A grant's attempt id: the release's grant names no attempt, so no undo frees it.
@@ -41,6 +47,9 @@ pub struct Key {
     pub attempt: u8,
     /// The tick from which it is gone (PEXPIRE).
     pub expires: u8,
+    /// (blocking delivery) The token a release took for the head it pushed this grant to (the
+    /// key's `t`), which the head's claim must find; 0 otherwise.
+    pub token: u8,
 }
 
 /// One master.
@@ -109,9 +118,55 @@ pub enum Client {
         token: u8,
         /// By its own clock.
         valid_until: u8,
+        /// (blocking delivery) The claim of a lease held on pushed grants, not decided yet.
+        claim: Option<Claim>,
     },
     /// Released, lapsed, or out of attempts.
     Done,
+}
+
+/// (blocking delivery) The first renewal of a lease held on pushed grants, sent at once on
+/// every master.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Claim {
+    /// Its send instant: a majority's answer extends the belief to it plus the ttl.
+    pub sent: u8,
+    /// Masters that extended the key with the token.
+    pub ok: u8,
+    /// Masters that did not.
+    pub failed: u8,
+}
+
+/// (blocking delivery) A waiting client's dedicated connection to one master: its arm and the
+/// `BLPOP` after it, sent back to back at `t_s`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Block {
+    /// No `BLPOP` of this wait's outstanding (none sent, ended, or the connection closed).
+    Idle,
+    /// Sent at `t_s`, not run yet.
+    Sent {
+        /// The arm's send instant.
+        t_s: u8,
+    },
+    /// The arm ran; the `BLPOP` blocks.
+    Blocked {
+        /// The arm's send instant.
+        t_s: u8,
+    },
+    /// A release pushed `token`: the `BLPOP`'s reply is on its way.
+    Popped {
+        /// The arm's send instant.
+        t_s: u8,
+        /// The token the release took for the head.
+        token: u8,
+    },
+    /// The reply reached the wait, which counts it.
+    Got {
+        /// The instant the grant is counted from.
+        t_s: u8,
+        /// The token it names.
+        token: u8,
+    },
 }
 
 /// Masters, connections, background tasks, clients.
@@ -151,6 +206,17 @@ pub struct State {
     /// Empty with the switch off: a message is then only a hint, the same as an attempt that
     /// starts at any time.
     pub msgs: Vec<(u8, u8, u8)>,
+    /// (blocking delivery) Per client and master (`c * masters + m`): the wait's connection.
+    pub blocks: Vec<Block>,
+    /// (blocking delivery) Per client and master: the tick the arm's mark ends (0: none).
+    pub armed: Vec<u8>,
+    /// (blocking delivery) Per client: arms left to send in this run.
+    pub arms: Vec<u8>,
+    /// (blocking delivery) A client held on pushed grants (shows the fast path is reached).
+    pub pushed_holder: bool,
+    /// Masters are renamed too by the symmetry reduction (`symmetry.rs`): set by the blocking
+    /// delivery's bounds only, so that the others keep the counts they were measured with.
+    pub masters_interchangeable: bool,
 }
 
 crate::properties::leases_of_clients!(State);

@@ -3,20 +3,28 @@
 //! how far it ran, with the same order among the fences, floors and tokens, have the same
 //! futures.
 
-use super::state::{Client, Op, State};
+use super::state::{Block, Client, Op, State};
 
 impl State {
     /// Calls `f` on every fence value: the clock, the fences, the grants' tokens, the tokens
-    /// in flight, read, chosen, held and taken (0, "none", is one of them and stays 0).
+    /// in flight, pushed, read, chosen, held and taken (0, "none", is one of them and stays 0).
     fn fence_values(&mut self, f: &mut impl FnMut(&mut u8)) {
         f(&mut self.micros);
         f(&mut self.taken.max);
         for master in &mut self.masters {
             f(&mut master.fence);
             f(&mut master.next);
+            if let Some(key) = master.key.as_mut() {
+                f(&mut key.token);
+            }
         }
         for op in self.chans.iter_mut().flatten() {
-            if let Op::Fence { token } = op {
+            if let Op::Fence { token } | Op::Claim { token } = op {
+                f(token);
+            }
+        }
+        for block in &mut self.blocks {
+            if let Block::Popped { token, .. } | Block::Got { token, .. } = block {
                 f(token);
             }
         }

@@ -1,0 +1,306 @@
+//! Blocking delivery for Redlock, the design under check ("Blocking delivery" in the module
+//! docs of [`crate::redlock`]): a waiting client's arms and `BLPOP`s, the release's push, the
+//! hold on a majority of pops naming one token, and the claim that follows it.
+
+use stateright::Property;
+
+use super::model::{Action, Redlock, Reply, MASTERS, QUORUM};
+use super::state::{Block, Claim, Client, Key, Master, Op, State};
+use crate::properties::Leases;
+
+/// Ticks an arm's mark lives after it ran (its `BLPOP`'s timeout).
+pub const BLOCK: u8 = 2;
+
+/// A step of a waiting client's dedicated connections, one per master.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WaitAction {
+    /// The waiting client sends an arm and a `BLPOP` to every master, back to back, at one
+    /// instant.
+    Arm(u8),
+    /// It sends them again to one master, whose `BLPOP` ended.
+    Rearm(u8, u8),
+    /// The master runs the arm; the `BLPOP` after it blocks.
+    Run(u8, u8),
+    /// The master's `BLPOP` ends without a pop (its timeout, the connection closed).
+    End(u8, u8),
+    /// The master's popped grant reaches the wait.
+    Pop(u8, u8),
+    /// (bug `blocking_stale_arm`) The client's own timer gives up on the master's `BLPOP` and
+    /// arms again on the same connection, the earlier `BLPOP` still there: whatever it pops is
+    /// read as the new arm's.
+    StaleRearm(u8, u8),
+}
+
+impl Redlock {
+    /// Blocking delivery from the start: two clients of one attempt each, a 2-tick ttl, a 1-tick
+    /// claim window, one arm each, no time passing.
+    pub fn blocking(bugs: super::Bugs) -> Redlock {
+        Redlock { arms: 1, max_tick: 0, ..Redlock::handoff(bugs) }
+    }
+
+    /// Blocking delivery over a tick: [`Redlock::blocking`] from a lease client 0 holds on every
+    /// master, one tick passing.
+    pub fn blocking_held(bugs: super::Bugs) -> Redlock {
+        Redlock { held: true, max_tick: 1, ..Redlock::blocking(bugs) }
+    }
+
+    /// The bounds `cargo test` checks: [`Redlock::blocking`] and [`Redlock::blocking_held`].
+    pub fn blocking_checked(bugs: super::Bugs) -> [Redlock; 2] {
+        [Redlock::blocking(bugs), Redlock::blocking_held(bugs)]
+    }
+
+    /// Blocking delivery's longer exploration (`DLOCK_MODEL_DEEP=1`, about a minute):
+    /// [`Redlock::blocking_held`] with a time-out, with a restart, with re-arms (three arms
+    /// each), over two ticks; [`Redlock::blocking`] over a tick. Three clients with no time
+    /// passing did not finish in 150 s (from a lease held or not) and is not in it.
+    pub fn blocking_deep(bugs: super::Bugs) -> [Redlock; 5] {
+        let held = Redlock::blocking_held(bugs);
+        [
+            Redlock { lose: 1, ..held.clone() },
+            Redlock { restart: 1, ..held.clone() },
+            Redlock { arms: 3, ..held.clone() },
+            Redlock { max_tick: 2, ..held },
+            Redlock { max_tick: 1, ..Redlock::blocking(bugs) },
+        ]
+    }
+
+    /// Client 0 holds token 1, stored on every master by its attempt 1 at tick 0, its lease
+    /// valid for the ttl from then.
+    pub(super) fn held_at_start(&self, s: &mut State) {
+        s.micros = 1;
+        for master in &mut s.masters {
+            master.key = Some(Key { owner: 0, attempt: 1, expires: self.ttl, token: 0 });
+            master.fence = 1;
+        }
+        s.attempts[0] -= 1;
+        s.last_attempt[0] = 1;
+        s.taken.take(1);
+        s.clients[0] = Client::Holding { token: 1, valid_until: self.ttl, claim: None };
+    }
+
+    /// `c` waits for the lock: between attempts, with one left.
+    fn waits(s: &State, c: u8) -> bool {
+        let i = usize::from(c);
+        s.clients[i] == Client::Idle && s.attempts[i] > 0
+    }
+
+    /// The wait's steps of client `c`. Ending a `BLPOP` is offered only when an arm is left to
+    /// follow it: a `BLPOP` that stays blocked and is never read does all an ended one does.
+    pub(super) fn wait_actions(&self, s: &State, c: u8, actions: &mut Vec<Action>) {
+        if self.arms == 0 || !Self::waits(s, c) {
+            return;
+        }
+        let again = s.arms[usize::from(c)] > 0;
+        let blocks: Vec<Block> = (0..MASTERS).map(|m| s.blocks[Self::chan(c, m)]).collect();
+        if again && blocks.iter().all(|&b| b == Block::Idle) {
+            actions.push(Action::Wait(WaitAction::Arm(c)));
+            return;
+        }
+        let stale = again && self.bugs.blocking_stale_arm;
+        for (m, block) in (0..MASTERS).zip(blocks) {
+            let mut push = |w| actions.push(Action::Wait(w));
+            match block {
+                Block::Idle if again => push(WaitAction::Rearm(c, m)),
+                Block::Sent { .. } => push(WaitAction::Run(c, m)),
+                Block::Blocked { .. } if again => push(WaitAction::End(c, m)),
+                Block::Popped { .. } => push(WaitAction::Pop(c, m)),
+                _ => {}
+            }
+            if stale && matches!(block, Block::Blocked { .. } | Block::Popped { .. }) {
+                push(WaitAction::StaleRearm(c, m));
+            }
+        }
+    }
+
+    pub(super) fn wait_step(&self, s: &mut State, w: WaitAction) {
+        let now = s.now;
+        match w {
+            WaitAction::Arm(c) => {
+                s.arms[usize::from(c)] -= 1;
+                for m in 0..MASTERS {
+                    s.blocks[Self::chan(c, m)] = Block::Sent { t_s: now };
+                    self.wait_step(s, WaitAction::Run(c, m));
+                }
+            }
+            WaitAction::Rearm(c, m) => {
+                s.arms[usize::from(c)] -= 1;
+                s.blocks[Self::chan(c, m)] = Block::Sent { t_s: now };
+                self.wait_step(s, WaitAction::Run(c, m));
+            }
+            // The arm's drain empties the list, so the `BLPOP` pops only what a release pushes
+            // after the arm ran (a token pushed before is a hint; its grant lapses or is the
+            // head's lease step's, and the token, taken, is nobody's): the lists are not
+            // modelled.
+            WaitAction::Run(c, m) => {
+                let ch = Self::chan(c, m);
+                if let Block::Sent { t_s } = s.blocks[ch] {
+                    s.armed[ch] = now + BLOCK;
+                    s.blocks[ch] = Block::Blocked { t_s };
+                }
+            }
+            WaitAction::End(c, m) => s.blocks[Self::chan(c, m)] = Block::Idle,
+            WaitAction::StaleRearm(c, m) => {
+                s.arms[usize::from(c)] -= 1;
+                let ch = Self::chan(c, m);
+                s.blocks[ch] = match s.blocks[ch] {
+                    Block::Blocked { .. } => Block::Blocked { t_s: now },
+                    Block::Popped { token, .. } => Block::Popped { t_s: now, token },
+                    other => other,
+                };
+            }
+            WaitAction::Pop(c, m) => {
+                let ch = Self::chan(c, m);
+                if let Block::Popped { t_s, token } = s.blocks[ch] {
+                    let t_s = if self.bugs.blocking_counts_from_pop { now } else { t_s };
+                    s.blocks[ch] = Block::Got { t_s, token };
+                    self.hold_on_pops(s, c);
+                }
+            }
+        }
+    }
+
+    /// The release on `m` granted the head `h` the key (just written) and left it `x`: an armed
+    /// head is pushed the token, which the release takes for it (no lease step answers
+    /// "handed" with it then), and its mark goes. An unarmed head is only woken, as without
+    /// blocking delivery.
+    pub(super) fn push(&self, s: &mut State, m: u8, h: u8, x: u8) {
+        let ch = Self::chan(h, m);
+        if self.arms == 0 || s.armed[ch] <= s.now {
+            return;
+        }
+        s.armed[ch] = 0;
+        let master = &mut s.masters[usize::from(m)];
+        if !self.bugs.blocking_release_does_not_take {
+            master.next = 0;
+        }
+        if let Some(key) = master.key.as_mut() {
+            key.token = x;
+        }
+        if let Block::Blocked { t_s } = s.blocks[ch] {
+            s.blocks[ch] = Block::Popped { t_s, token: x };
+        }
+    }
+
+    /// The wait holds once a majority of its pops name one token (any one pop with
+    /// `blocking_holds_on_one_push`), believed until the earliest of those pops' arm instants
+    /// plus the claim window, if that is still ahead; the claim goes out at once on every
+    /// master, and the wait's other connections close. Anything less waits for more pops, or
+    /// for the client's own lease step (the fallback, [`Action::Start`]), which it may take
+    /// at any time.
+    fn hold_on_pops(&self, s: &mut State, c: u8) {
+        let need = if self.bugs.blocking_holds_on_one_push { 1 } else { QUORUM as usize };
+        let got: Vec<(u8, u8)> = (0..MASTERS)
+            .filter_map(|m| match s.blocks[Self::chan(c, m)] {
+                Block::Got { t_s, token } => Some((token, t_s)),
+                _ => None,
+            })
+            .collect();
+        // Per token, the latest `need` arm instants: the best majority that names it.
+        let until = |x: u8| {
+            let mut from: Vec<u8> = got.iter().filter(|g| g.0 == x).map(|g| g.1).collect();
+            from.sort_unstable_by(|a, b| b.cmp(a));
+            from.get(need - 1).map(|&t_s| t_s + self.claim)
+        };
+        let best = got
+            .iter()
+            .filter_map(|&(x, _)| until(x).map(|u| (x, u)))
+            .filter(|&(_, u)| u > s.now)
+            .max_by_key(|&(_, u)| u);
+        let Some((token, until)) = best else { return };
+        let i = usize::from(c);
+        s.attempts[i] -= 1;
+        s.pushed_holder = true;
+        Self::hold(s, c, token, until);
+        s.clients[i] =
+            Client::Holding { token, valid_until: until, claim: Some(Claim { sent: s.now, ok: 0, failed: 0 }) };
+        for m in 0..MASTERS {
+            s.chans[Self::chan(c, m)].push(Op::Claim { token });
+        }
+        Self::close_wait(s, c);
+    }
+
+    /// The wait of `c` ended (it holds, or its own lease step started): its connections close,
+    /// and a pop still outstanding is never read.
+    pub(super) fn close_wait(s: &mut State, c: u8) {
+        for m in 0..MASTERS {
+            s.blocks[Self::chan(c, m)] = Block::Idle;
+        }
+    }
+
+    /// The claim on one master: the caller's live key with the pushed token is extended to
+    /// `now + ttl`; anything else is refused, and nothing is granted.
+    pub(super) fn claim_step(master: &mut Master, c: u8, token: u8, now: u8, ttl: u8) -> Reply {
+        match master.live(now) {
+            Some(key) if key.owner == c && key.token == token => {
+                master.key = Some(Key { expires: now + ttl, ..key });
+                Reply::Stored
+            }
+            _ => Reply::Refused,
+        }
+    }
+
+    /// The claim decided: a majority extends the belief to the claim's send plus the ttl;
+    /// otherwise the lease is lost, its belief staying at the pops' window (which the grants
+    /// outlast) where it lapses.
+    pub(super) fn decide_claim(&self, s: &mut State, c: u8) {
+        let i = usize::from(c);
+        let Client::Holding { token, valid_until, claim: Some(claim) } = s.clients[i] else { return };
+        if claim.ok.count_ones() >= QUORUM {
+            let valid_until = valid_until.max(claim.sent + self.ttl);
+            s.clients[i] = Client::Holding { token, valid_until, claim: None };
+        } else if claim.failed.count_ones() > u32::from(MASTERS) - QUORUM {
+            s.clients[i] = Client::Holding { token, valid_until, claim: None };
+        }
+    }
+
+    /// Forgets what no longer changes the outcome, so that equal futures are one state: the
+    /// connections of a client that no longer waits, the arms of one that never will, marks
+    /// past their end, a pop that can no longer be held (a hint), and an arm instant whose
+    /// window has passed (0, which has passed too).
+    pub(super) fn forget_waits(&self, s: &mut State) {
+        if self.arms == 0 {
+            return;
+        }
+        let now = s.now;
+        let lapsed = |t_s: u8| t_s + self.claim <= now;
+        for c in 0..self.clients {
+            let i = usize::from(c);
+            if s.attempts[i] == 0 {
+                s.arms[i] = 0;
+            }
+            let waits = Self::waits(s, c);
+            for m in 0..MASTERS {
+                let ch = Self::chan(c, m);
+                if s.armed[ch] <= now {
+                    s.armed[ch] = 0;
+                }
+                s.blocks[ch] = match s.blocks[ch] {
+                    _ if !waits => Block::Idle,
+                    Block::Got { t_s, .. } if lapsed(t_s) => Block::Idle,
+                    Block::Sent { t_s } if lapsed(t_s) => Block::Sent { t_s: 0 },
+                    Block::Blocked { t_s } if lapsed(t_s) => Block::Blocked { t_s: 0 },
+                    Block::Popped { t_s, token } if lapsed(t_s) && !self.bugs.blocking_counts_from_pop => {
+                        Block::Popped { t_s: 0, token }
+                    }
+                    other => other,
+                };
+            }
+        }
+    }
+
+    /// What blocking delivery adds to the properties: a believed lease is live on a majority
+    /// of masters, its own (until a restart, which takes a key away while its holder believes
+    /// it: the quiet period covers that), and the fast path is reached.
+    pub(super) fn blocking_properties() -> Vec<Property<Redlock>> {
+        vec![
+            Property::always("a believed lease is kept by a majority", |model: &Redlock, s: &State| {
+                let kept = |c: usize| {
+                    let own = s.masters.iter().filter(|m| m.live(s.now).is_some_and(|k| usize::from(k.owner) == c));
+                    own.count() >= QUORUM as usize
+                };
+                s.restart < model.restart || (0..s.clients.len()).all(|c| !s.believes(c) || kept(c))
+            }),
+            Property::sometimes("a client holds by pushed grants", |_, s: &State| s.pushed_holder),
+        ]
+    }
+}
