@@ -87,6 +87,15 @@ fn blocking_delivery_counted_from_the_pop_outlasts_its_grants() {
 }
 
 #[test]
+fn blocking_delivery_counted_from_the_pop_holds_beside_another_deep() {
+    let bugs = Bugs { blocking_counts_from_pop: true, ..Bugs::default() };
+    // A third client takes the lapsed grants in an ordinary round before the head's second pop
+    // arrives (12 steps).
+    let bound = Redlock { clients: 3, ..Redlock::blocking_held(bugs) };
+    common::deep_only("about 90 s", || assert_breaks(bound, &bugs, "no two believers", Search::Bfs));
+}
+
+#[test]
 fn blocking_delivery_with_a_stale_arm_outlasts_its_grants() {
     let bugs = Bugs { blocking_stale_arm: true, ..Bugs::default() };
     let bound = Redlock { arms: 3, ..Redlock::blocking_held(bugs) };
