@@ -121,11 +121,14 @@
 //! the design itself (only the last switch's search has them), renewals after the claim, and
 //! the cost (a connection per waiting head and master); whether `blocking_stale_arm` also
 //! gives two believers (three clients over a tick, three arms each: none found breadth-first
-//! in 160 s, 20.9 M unique states). Not searched as switches: holding the
-//! largest of differing tokens (the handed majority's rule, whose switch found no
-//! counterexample, above); a pop read after its wait ended (the model closes a wait's
-//! connections when it ends; a second wait of the same client, which could read one, needs
-//! two attempts each with time passing).
+//! in 160 s, 20.9 M unique states). Not kept as switches: holding the largest of differing
+//! tokens, searched without a counterexample in [`Redlock::blocking`] with a time-out, with a
+//! restart and over a tick (without time and over a tick its state counts are the design's:
+//! with two clients of one attempt there is one release, run after the holder's stores on each
+//! connection, so every pop names the same token; differing ones need a third client or a
+//! second attempt, not searched); a pop read after its wait ended (the model closes a wait's
+//! connections when it ends; a second wait of the same client, which could read one, needs two
+//! attempts each with time passing).
 //!
 //! ## Faults in the model
 //! A client may stop waiting for any master (a time-out) while its request stays in flight and
