@@ -4,32 +4,12 @@
 
 use stateright::Property;
 
-use super::model::{Action, Redlock, Reply, MASTERS, QUORUM};
+use super::model::{Action, Redlock, Reply, WaitAction, MASTERS, QUORUM};
 use super::state::{Block, Claim, Client, Key, Master, Op, State};
 use crate::properties::Leases;
 
 /// Ticks an arm's mark lives after it ran (its `BLPOP`'s timeout).
 pub const BLOCK: u8 = 2;
-
-/// A step of a waiting client's dedicated connections, one per master.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum WaitAction {
-    /// The waiting client sends an arm and a `BLPOP` to every master, back to back, at one
-    /// instant.
-    Arm(u8),
-    /// It sends them again to one master, whose `BLPOP` ended.
-    Rearm(u8, u8),
-    /// The master runs the arm; the `BLPOP` after it blocks.
-    Run(u8, u8),
-    /// The master's `BLPOP` ends without a pop (its timeout, the connection closed).
-    End(u8, u8),
-    /// The master's popped grant reaches the wait.
-    Pop(u8, u8),
-    /// (bug `blocking_stale_arm`) The client's own timer gives up on the master's `BLPOP` and
-    /// arms again on the same connection, the earlier `BLPOP` still there: whatever it pops is
-    /// read as the new arm's.
-    StaleRearm(u8, u8),
-}
 
 impl Redlock {
     /// Blocking delivery from the start: two clients of one attempt each, a 2-tick ttl, a 1-tick

@@ -157,6 +157,6 @@ mod state;
 mod symmetry;
 mod values;
 
-pub use blocking::{WaitAction, BLOCK};
-pub use model::{Action, Bugs, Redlock, MASTERS, QUORUM};
+pub use blocking::BLOCK;
+pub use model::{Action, Bugs, Redlock, WaitAction, MASTERS, QUORUM};
 pub use state::{Block, Claim, Client, Handed, Key, Master, Op, State, GRANT};

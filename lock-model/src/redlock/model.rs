@@ -6,7 +6,6 @@ use crate::explore::Explore;
 use crate::properties::{no_two_believers, tokens_increase};
 use crate::shared::Taken;
 
-use super::blocking::WaitAction;
 use super::state::{Block, Claim, Client, Key, Master, Op, State};
 
 /// Masters (independent Redis instances).
@@ -320,6 +319,26 @@ pub enum Action {
     Trust(u8, usize),
     /// (blocking delivery) A step of a waiting client's dedicated connections.
     Wait(WaitAction),
+}
+
+/// A step of a waiting client's dedicated connections, one per master.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WaitAction {
+    /// The waiting client sends an arm and a `BLPOP` to every master, back to back, at one
+    /// instant.
+    Arm(u8),
+    /// It sends them again to one master, whose `BLPOP` ended.
+    Rearm(u8, u8),
+    /// The master runs the arm; the `BLPOP` after it blocks.
+    Run(u8, u8),
+    /// The master's `BLPOP` ends without a pop (its timeout, the connection closed).
+    End(u8, u8),
+    /// The master's popped grant reaches the wait.
+    Pop(u8, u8),
+    /// (bug `blocking_stale_arm`) The client's own timer gives up on the master's `BLPOP` and
+    /// arms again on the same connection, the earlier `BLPOP` still there: whatever it pops is
+    /// read as the new arm's.
+    StaleRearm(u8, u8),
 }
 
 /// What a master answers to a request the client counts.
