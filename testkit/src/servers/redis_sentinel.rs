@@ -111,10 +111,6 @@ impl RedisSentinelDeployment {
             let addr = public[0];
             let node_dir = subdir(dir.path(), &format!("data{i}"))?;
             let mut args = node_args(port, &node_dir);
-            // A replica of a new primary syncs at once instead of after Redis's 5 s
-            // diskless-sync delay (as on the Cluster): under a full run's load the delay and the
-            // fork outlasted a case's 10 s wait for an online replica (`wait_bgsave`, CI).
-            args.extend(["--repl-diskless-sync-delay", "0"].map(str::to_owned));
             args.extend(dial_from(source));
             args.extend(["--replica-announce-ip", "127.0.0.1", "--replica-announce-port"].map(str::to_owned));
             args.push(addr.port().to_string());
