@@ -59,10 +59,12 @@ pub(crate) struct Blocking {
     idle: Mutex<Vec<MultiplexedConnection>>,
     /// Waits delivering now (at most [`MAX_BLOCKED`]).
     blocked: AtomicUsize,
+    /// The scripts a new connection loads: the arm of this deployment's queue.
+    sources: Vec<&'static str>,
 }
 
 /// How one arm and `BLPOP` ended.
-enum Popped {
+pub(crate) enum Popped {
     /// A release's grant: its token.
     Grant(FencingToken),
     /// A hint: attempt now (the arm drained a grant pushed before it).
@@ -74,7 +76,19 @@ enum Popped {
 }
 
 impl Blocking {
+    /// The single instance's delivery (its arm, `ARM_SRC`).
     pub(crate) fn new(endpoint: Endpoint, label: String, connect_timeout: Duration, request_timeout: Duration) -> Self {
+        Self::with_arm(endpoint, label, connect_timeout, request_timeout, ARM_SRC)
+    }
+
+    /// A server's dedicated connections whose arm is `arm` (a Redlock master's: its own queue).
+    pub(crate) fn with_arm(
+        endpoint: Endpoint,
+        label: String,
+        connect_timeout: Duration,
+        request_timeout: Duration,
+        arm: &'static str,
+    ) -> Self {
         Blocking {
             endpoint,
             label,
@@ -82,7 +96,13 @@ impl Blocking {
             request_timeout,
             idle: Mutex::new(Vec::new()),
             blocked: AtomicUsize::new(0),
+            sources: vec![arm],
         }
+    }
+
+    /// The server, for logs.
+    pub(crate) fn label(&self) -> &str {
+        &self.label
     }
 
     /// Gives the wait of `owner` on `keys` blocking delivery: returns its subscription with the
@@ -131,7 +151,7 @@ impl Blocking {
             // acquire claims a grant that is still its own), and the other idle connections may
             // be as stale (a restart, a failover).
             tracing::debug!(server = %self.label, error = %broken, "blocking delivery failed; waking the wait, arming again");
-            self.idle.lock().unwrap_or_else(|e| e.into_inner()).clear();
+            self.forget_idle();
             let _ = tx.send(None);
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_secs(1));
@@ -165,13 +185,13 @@ impl Blocking {
     }
 
     /// An idle connection, or a new one (bounded by the connect timeout) with the arm loaded.
-    async fn connection(&self) -> Result<MultiplexedConnection, LockError> {
+    pub(crate) async fn connection(&self) -> Result<MultiplexedConnection, LockError> {
         if let Some(conn) = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop() {
             return Ok(conn);
         }
         // The `BLPOP` waits up to BLOCK_MS: its reply may take that long plus a request.
         let response = Duration::from_millis(BLOCK_MS) + self.request_timeout;
-        match dial(&self.endpoint, &self.label, self.connect_timeout, response, vec![ARM_SRC]).await {
+        match dial(&self.endpoint, &self.label, self.connect_timeout, response, self.sources.clone()).await {
             Ok(Conn::Single(conn)) => Ok(conn),
             Ok(_) => Err(LockError::config("blocking delivery runs on a single server or Sentinel's primary only")),
             Err(e) => Err(e.into_lock_error("redis")),
@@ -179,11 +199,17 @@ impl Blocking {
     }
 
     /// Keeps a connection whose `BLPOP` was answered for the next waits.
-    fn keep(&self, conn: MultiplexedConnection) {
+    pub(crate) fn keep(&self, conn: MultiplexedConnection) {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         if idle.len() < IDLE {
             idle.push(conn);
         }
+    }
+
+    /// Drops the idle connections: one broke, and the others may be as stale (a restart, a
+    /// failover).
+    pub(crate) fn forget_idle(&self) {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).clear();
     }
 }
 
@@ -200,13 +226,20 @@ async fn arm_and_pop(
     pipe.arg(owner).arg(BLOCK_MS);
     pipe.cmd("BLPOP").arg(list).arg(BLOCK_MS as f64 / 1000.0);
     let (_armed, popped): (i64, Option<(String, String)>) = pipe.query_async(conn).await?;
-    Ok(match popped.as_ref().map(|(_, v)| v.as_str()) {
-        None => Popped::Nothing,
-        Some("h") => Popped::Hint,
-        Some("x") => Popped::Never,
-        Some(v) => match v.parse::<u64>() {
-            Ok(token) => Popped::Grant(FencingToken(token)),
-            Err(_) => Popped::Hint,
-        },
-    })
+    Ok(Popped::of(popped))
+}
+
+impl Popped {
+    /// What a `BLPOP` after an arm answered: the list's value, if any.
+    pub(crate) fn of(popped: Option<(String, String)>) -> Popped {
+        match popped.as_ref().map(|(_, v)| v.as_str()) {
+            None => Popped::Nothing,
+            Some("h") => Popped::Hint,
+            Some("x") => Popped::Never,
+            Some(v) => match v.parse::<u64>() {
+                Ok(token) => Popped::Grant(FencingToken(token)),
+                Err(_) => Popped::Hint,
+            },
+        }
+    }
 }

@@ -3,6 +3,9 @@
 
 mod common;
 
+#[path = "redlock/blocking.rs"]
+mod blocking;
+
 mod redlock_extra {
     use std::time::{Duration, Instant};
 

@@ -1,22 +1,25 @@
-//! Redlock's extend round: the lease renewed on every master, a majority needed.
+//! Redlock's extend round: the lease renewed on every master, a majority needed; with a token,
+//! the claim of a grant pushed to a waiter (`super::blocking`).
 
 use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt};
-use lock_core::{backend::RenewOutcome, LockError, LockName, OwnerId};
+use lock_core::{backend::RenewOutcome, FencingToken, LockError, LockName, OwnerId};
 
 use super::store::RedlockStore;
 use crate::reply::ttl_ms;
-use crate::scripts::{Keys, LeaseEnd, Renew};
+use crate::scripts::{Keys, LeaseEnd, RedlockClaim, Renew};
 
 impl RedlockStore {
     /// Renews on every master; a majority of renewals keeps the lease, a majority of refusals
     /// loses it, anything else is `Unavailable` (the watchdog re-tries until `valid_until`).
+    /// With `claim`, each master renews only a lease of the owner's with that token (`RedlockClaim`).
     pub(super) async fn extend_round(
         &self,
         name: &LockName,
         owner: OwnerId,
         ttl: Duration,
+        claim: Option<FencingToken>,
     ) -> Result<RenewOutcome, LockError> {
         let keys = Keys::new(&self.prefix, name);
         let owner = owner.to_hex();
@@ -33,7 +36,14 @@ impl RedlockStore {
                 let (keys, owner) = (&keys, &owner);
                 async move {
                     node.run_idempotent(per_node, |mut c| async move {
-                        Renew { lock: &keys.lock, owner, ttl_ms: ms, end: LeaseEnd::Px }.invoke(&mut c).await
+                        match claim {
+                            Some(token) => {
+                                RedlockClaim { keys, owner, ttl_ms: ms, token: token.0 }.invoke(&mut c).await
+                            }
+                            None => {
+                                Renew { lock: &keys.lock, owner, ttl_ms: ms, end: LeaseEnd::Px }.invoke(&mut c).await
+                            }
+                        }
                     })
                     .await
                 }

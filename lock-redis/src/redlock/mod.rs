@@ -9,10 +9,13 @@
 //!
 //! One file per phase, as [`RedlockStore`]'s methods: `acquire` (the lease step on every
 //! master, the fence store that makes the token durable, the undo of a failed attempt),
-//! `extend` (the renewal round) and `release` (the release round, also a wait's withdrawal);
+//! `extend` (the renewal round, and the claim of a pushed grant), `release` (the release round,
+//! also a wait's withdrawal) and `blocking` (a waiting head's blocking delivery, which holds on a
+//! majority of pushed grants);
 //! `store` holds the masters and the [`lock_core::backend::LeaseStore`] that calls the phases.
 
 mod acquire;
+mod blocking;
 mod extend;
 mod release;
 mod store;

@@ -9,16 +9,18 @@ use async_trait::async_trait;
 use futures::future::join_all;
 use lock_core::{
     backend::{Claim, LeaseStore, ReleaseOutcome, RenewOutcome, TryLock, WakeSubscription},
-    Capabilities, LockError, LockName, OwnerId,
+    Capabilities, FencingToken, LockError, LockName, OwnerId,
 };
 use tokio::time::Instant;
 
+use super::blocking::Delivery;
+use crate::blocking::Blocking;
 use crate::boot::Boot;
 use crate::conn::Node;
 use crate::endpoint::Endpoint;
 use crate::options::queued_capabilities;
 use crate::pubsub::Notifier;
-use crate::scripts::Keys;
+use crate::scripts::{Keys, REDLOCK_ARM_SRC};
 use crate::RedisOptions;
 
 pub(super) const BACKEND: &str = "redlock";
@@ -37,6 +39,8 @@ pub struct RedlockStore {
     /// The ticket of each wait in progress (by its owner id) and when it was last used: one
     /// ticket for every attempt of a wait, on every master.
     pub(super) tickets: Mutex<HashMap<OwnerId, (u64, Instant)>>,
+    /// Blocking delivery of grants in the release (`super::blocking`), `RedisOptions::blocking_handoff`.
+    delivery: Option<Arc<Delivery>>,
 }
 
 impl std::fmt::Debug for RedlockStore {
@@ -57,10 +61,14 @@ impl RedlockStore {
         let ca = options.read_ca().await?;
         let mut nodes = Vec::with_capacity(urls.len());
         let mut pubsub = Vec::with_capacity(urls.len());
+        let mut blocking = Vec::with_capacity(urls.len());
         for u in &urls {
             let client = crate::url::open_client_with_ca(u, ca.as_deref())?;
             let endpoint = Endpoint::Fixed(client);
             let node = Node::new(endpoint.clone(), u, BACKEND, options.connect_timeout, options.request_timeout);
+            let (connect, request) = (options.connect_timeout, options.request_timeout);
+            let label = node.label.clone();
+            blocking.push(Arc::new(Blocking::with_arm(endpoint.clone(), label, connect, request, REDLOCK_ARM_SRC)));
             pubsub.push((endpoint, node.label.clone()));
             nodes.push(Arc::new(node));
         }
@@ -107,6 +115,7 @@ impl RedlockStore {
             max_ttl: options.max_ttl,
             max_waiters: options.max_waiters,
             tickets: Mutex::new(HashMap::new()),
+            delivery: options.blocking_handoff.then(|| Arc::new(Delivery::new(blocking, quorum))),
         })
     }
 
@@ -162,7 +171,21 @@ impl LeaseStore for RedlockStore {
     }
 
     async fn renew(&self, name: &LockName, owner: OwnerId, ttl: Duration) -> Result<RenewOutcome, LockError> {
-        self.extend_round(name, owner, ttl).await
+        self.extend_round(name, owner, ttl, None).await
+    }
+
+    /// The renewal round, owner- and token-checked on every master (`RedlockClaim`): it never
+    /// grants, and a majority must answer that the lease is the owner's with `token`.
+    async fn claim(
+        &self,
+        name: &LockName,
+        owner: OwnerId,
+        token: FencingToken,
+        ttl: Duration,
+    ) -> Result<RenewOutcome, LockError> {
+        // The wait ended with the pushed grant: its ticket is done with.
+        self.forget_ticket(owner);
+        self.extend_round(name, owner, ttl, Some(token)).await
     }
 
     async fn release(&self, name: &LockName, owner: OwnerId) -> Result<ReleaseOutcome, LockError> {
@@ -175,8 +198,18 @@ impl LeaseStore for RedlockStore {
 
     /// A release or undo wakes the head of a master's queue only, on the head's client's own
     /// wake channel (`PUBLISH <wake channel> @<owner>`), so each waiter listens there for its
-    /// own owner id; the first such message of any master wakes it.
-    async fn subscribe_waiter(&self, _name: &LockName, owner: OwnerId) -> Result<Option<WakeSubscription>, LockError> {
-        self.notifier.subscribe_waiter(&owner.to_hex()).await
+    /// own owner id; the first such message of any master wakes it. With blocking delivery the
+    /// wait also arms a connection of its own on every master, and a release that grants it there
+    /// pushes the grant instead (`super::blocking`).
+    async fn subscribe_waiter(&self, name: &LockName, owner: OwnerId) -> Result<Option<WakeSubscription>, LockError> {
+        let owner = owner.to_hex();
+        let sub = self.notifier.subscribe_waiter(&owner).await?;
+        Ok(match (sub, &self.delivery) {
+            (Some(sub), Some(delivery)) => {
+                let keys = Keys::new(&self.prefix, name);
+                Some(delivery.arm(sub, &keys, &owner, self.notifier.wake_channel()))
+            }
+            (sub, _) => sub,
+        })
     }
 }

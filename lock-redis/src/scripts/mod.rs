@@ -80,7 +80,8 @@ pub use exclusive::{
 pub(crate) use exclusive::{ARM, ARM_SRC};
 pub use keys::{Keys, RwKeys, SemKeys};
 pub use kinds::{RwAcquire, RwRelease, SemAcquire, SemRelease, Side, ZsetHolder, ZsetRenew};
-pub use redlock::{RedlockAcquire, RedlockFence, RedlockRelease, RedlockUndo};
+pub use redlock::{RedlockAcquire, RedlockArm, RedlockClaim, RedlockFence, RedlockRelease, RedlockUndo};
+pub(crate) use redlock::{REDLOCK_ARM, REDLOCK_ARM_SRC};
 
 /// The terms of one attempt, the same in the acquire scripts of Redlock (per master), the
 /// read-write lock and the semaphore: who asks, for how long, and how it waits if refused.

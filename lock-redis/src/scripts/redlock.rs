@@ -69,6 +69,10 @@
 //! `reserve` ms; one that vanished holds a free key back for at most `reserve` ms after the
 //! release (or after the first attempt that finds the key free), then the next attempt skips it.
 
+use std::sync::LazyLock;
+
+use redis::Script;
+
 use super::keys::Keys;
 use super::Terms;
 
@@ -176,14 +180,16 @@ script_call! {
 /// Redlock, per master: undo one failed attempt. KEYS: lock, the queue's two keys (optional). ARGV: owner,
 /// attempt id, channel, reserve ms, the owner's wake channel (optional). Deletes the entry only if it still belongs to this owner
 /// **and** this attempt: a late undo of an earlier attempt (delayed on a slow link or a
-/// reconnected socket) must not free the grant of a later attempt by the same owner. The
+/// reconnected socket) must not free the grant of a later attempt by the same owner, nor a grant
+/// pushed to the owner (`p`), which its blocking delivery may still count on. The
 /// owner's queue place stays; the head is reserved and woken unless it is the owner itself
 /// (which re-tries on its own), `released` is published when nobody is queued. Returns 1
 /// deleted, 0 not.
 const REDLOCK_ABANDON_SRC: &str = effects_lua!(
     ticket_queue_lua!(),
     r#"
-if redis.call('HGET', KEYS[1], 'o') == ARGV[1] and redis.call('HGET', KEYS[1], 'a') == ARGV[2] then
+local l = redis.call('HMGET', KEYS[1], 'o', 'a', 'p')
+if l[1] == ARGV[1] and l[2] == ARGV[2] and not l[3] then
   redis.call('DEL', KEYS[1])
   if KEYS[2] then
     local Q, now = {order = KEYS[2], ends = KEYS[3]}, tq_now()
@@ -221,7 +227,8 @@ script_call! {
 }
 
 /// Redlock, per master: owner-checked release that hands off, and the withdrawal of a wait
-/// (`LeaseStore::abandon`). KEYS: lock, the queue's two keys, fence, fence-by. ARGV: owner,
+/// (`LeaseStore::abandon`). KEYS: lock, the queue's two keys, fence, fence-by, blocking delivery
+/// marks (`Keys::armed`: a head armed there gets the grant pushed to its list). ARGV: owner,
 /// channel, reserve ms, the owner's wake channel (optional), the claim window ms (`0` or absent:
 /// no grants). Removes the owner's queue entry (held or not), deletes the lease if it is the
 /// owner's; then, if the key is free: when the lease was ours, it knew its token (`t`, or `g`
@@ -253,8 +260,23 @@ if not redis.call('HGET', KEYS[1], 'o') then
     redis.call('SET', KEYS[4], token)
     redis.call('SET', KEYS[5], 'next:' .. token)
   end
-  if head and token then
-    redis.call('HSET', KEYS[1], 'o', (entry_parts(head)), 'a', 'grant', 'g', token)
+  local who = head and (entry_parts(head))
+  local mark = head and token and KEYS[6] and tonumber(redis.call('HGET', KEYS[6], who) or '')
+  if mark and mark >= now then
+    -- Blocking delivery (crate::redlock::blocking): the head blocks on a list of its own here.
+    -- The token is taken on its behalf (no lease step answers "handed" with it), the lease is
+    -- marked pushed (`p`: no undo of the head's own attempts frees it), and the token goes to
+    -- the list, with no hint, which would only race it. The head holds on a majority of pops.
+    redis.call('HDEL', KEYS[6], who)
+    redis.call('SET', KEYS[5], 'push:' .. token)
+    redis.call('HSET', KEYS[1], 'o', who, 'a', 'grant', 't', token, 'p', '1')
+    redis.call('PEXPIRE', KEYS[1], claim)
+    local list = KEYS[6] .. ':' .. who
+    redis.call('RPUSH', list, token)
+    redis.call('PEXPIRE', list, claim)
+    if ends > now + claim then redis.call('ZADD', Q.ends, wq_fmt(now + claim), head) end
+  elseif head and token then
+    redis.call('HSET', KEYS[1], 'o', who, 'a', 'grant', 'g', token)
     redis.call('PEXPIRE', KEYS[1], claim)
     wq_reserve(Q, head, ends, entry, now, claim, ARGV[2], true)
   elseif head then
@@ -283,7 +305,7 @@ script_call! {
         /// How long a grant to the head lasts unclaimed (ms); 0: reserve the head, no grant.
         claim_ms: u64,
     }
-    keys [&keys.lock, &keys.redlock_waiters, &keys.redlock_waiter_ends, &keys.fence, &keys.fence_by]
+    keys [&keys.lock, &keys.redlock_waiters, &keys.redlock_waiter_ends, &keys.fence, &keys.fence_by, &keys.armed]
     args [owner, &keys.channel, reserve_ms, wake, claim_ms]
 }
 
@@ -324,6 +346,97 @@ script_call! {
     args [token, attempt]
 }
 
-/// The sources of this file, loaded on every new connection.
-pub(super) const SOURCES: [&str; 4] =
-    [REDLOCK_ACQUIRE_SRC, REDLOCK_ABANDON_SRC, REDLOCK_RELEASE_SRC, REDLOCK_FENCE_SRC];
+/// Redlock, per master: the claim of a grant pushed to a waiter (`crate::redlock::blocking`),
+/// its lease's first renewal. KEYS: lock, fence-by. ARGV: owner, ttl ms, the pushed token.
+/// Extends the lease to the ttl only if it is the owner's with that token: pushed there (`t`),
+/// or granted in the release with the token still left for it (`g`, `next:<token>`), which the
+/// claim then takes. It never grants: a lease released or lapsed meanwhile stays so. The lease
+/// loses its pushed mark (`p`): from now on it is an ordinary lease. Returns 1 claimed, 0 not.
+const REDLOCK_CLAIM_SRC: &str = r#"
+local l = redis.call('HMGET', KEYS[1], 'o', 't', 'g')
+if l[1] ~= ARGV[1] then return 0 end
+if l[2] ~= ARGV[3] then
+  if l[3] ~= ARGV[3] or redis.call('GET', KEYS[2]) ~= 'next:' .. ARGV[3] then return 0 end
+  redis.call('SET', KEYS[2], 'claim:' .. ARGV[3])
+  redis.call('HSET', KEYS[1], 't', ARGV[3])
+  redis.call('HDEL', KEYS[1], 'g')
+end
+redis.call('HDEL', KEYS[1], 'p')
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+"#;
+
+script_call! {
+    /// A call of `REDLOCK_CLAIM_SRC` on one master: 1 claimed, 0 not (any more) that grant.
+    RedlockClaim -> i64 = script!(REDLOCK_CLAIM_SRC);
+    {
+        /// The lock's keys: lock and fence-by.
+        keys: &'a Keys,
+        /// The owner's id.
+        owner: &'a str,
+        /// The new ttl in ms.
+        ttl_ms: u64,
+        /// The pushed grant's token.
+        token: u64,
+    }
+    keys [&keys.lock, &keys.fence_by]
+    args [owner, ttl_ms, token]
+}
+
+/// Redlock blocking delivery's arm on one master (`crate::redlock::blocking`), sent with the
+/// `BLPOP` of the owner's list right after it, on the waiter's own connection to that master.
+/// KEYS: the queue's order (`Keys::redlock_waiters`), blocking delivery marks (`Keys::armed`), the
+/// owner's list (`Keys::pushes`). ARGV: owner, its wake channel (`''`: none; with the owner, its
+/// queue entry), how long the mark lasts (ms: the `BLPOP`'s timeout). A grant pushed before this
+/// arm (its `BLPOP` had ended) is drained and answered as the hint `h`: counted from this arm it
+/// could be a lapsed lease. An owner not queued on this master is answered `x`: no release here
+/// pushes to it (yet). Either answer is pushed onto the list, so the `BLPOP` after the arm returns
+/// it at once; otherwise the owner is marked armed until the mark's end and the `BLPOP` waits for
+/// a release's push (its token). Returns 1 armed, 0 answered on the list.
+pub(crate) const REDLOCK_ARM_SRC: &str = effects_lua!(
+    super::queue::wake_lua!(),
+    r#"
+local answer = nil
+if redis.call('DEL', KEYS[3]) == 1 then
+  answer = 'h'
+elseif not redis.call('ZSCORE', KEYS[1], entry_of(ARGV[1], ARGV[2])) then
+  answer = 'x'
+end
+if answer then
+  redis.call('RPUSH', KEYS[3], answer)
+  redis.call('PEXPIRE', KEYS[3], ARGV[3])
+  return 0
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('HSET', KEYS[2], ARGV[1], string.format('%d', now + tonumber(ARGV[3])))
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+return 1
+"#
+);
+pub(crate) static REDLOCK_ARM: LazyLock<Script> = LazyLock::new(|| Script::new(REDLOCK_ARM_SRC));
+
+script_call! {
+    /// A call of `REDLOCK_ARM_SRC` on its own (the waiter's side sends it pipelined with its
+    /// `BLPOP`): 1 armed, 0 answered on the list.
+    RedlockArm -> i64 = REDLOCK_ARM;
+    {
+        /// The lock's keys (the queue's order, the marks).
+        keys: &'a Keys,
+        /// The waiting owner's id.
+        owner: &'a str,
+        /// The owner's wake channel, `""`: none.
+        wake: &'a str,
+        /// The owner's list (`Keys::pushes`).
+        list: &'a str,
+        /// How long the mark lasts (ms).
+        block_ms: u64,
+    }
+    keys [&keys.redlock_waiters, &keys.armed, list]
+    args [owner, wake, block_ms]
+}
+
+/// The sources of this file, loaded on every new connection (the arm runs only on blocking
+/// delivery's own connections, which load it themselves).
+pub(super) const SOURCES: [&str; 5] =
+    [REDLOCK_ACQUIRE_SRC, REDLOCK_ABANDON_SRC, REDLOCK_RELEASE_SRC, REDLOCK_FENCE_SRC, REDLOCK_CLAIM_SRC];

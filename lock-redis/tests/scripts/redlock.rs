@@ -3,7 +3,9 @@
 use std::time::Duration;
 
 use lock_core::LockName;
-use lock_redis::scripts::{Keys, RedlockAcquire, RedlockFence, RedlockRelease, RedlockUndo, Terms};
+use lock_redis::scripts::{
+    Keys, RedlockAcquire, RedlockArm, RedlockClaim, RedlockFence, RedlockRelease, RedlockUndo, Terms,
+};
 
 use crate::{fresh_lock, fresh_server, heard, listen, next, terms, Attempt, Call};
 
@@ -282,4 +284,105 @@ async fn a_release_leaves_the_next_token_for_whoever_takes_the_free_key() {
     assert_eq!(take("y", "a1", 0).await[0], 1, "a token left is taken once");
     assert_eq!(release("y").await, 1, "a lease whose token this master never stored");
     assert_eq!(take("z", "a1", 2000).await[0], 1, "leaves no token");
+}
+
+/// What a master holds of `k`'s lease: owner, token, grant token and pushed mark (`o`, `t`, `g`,
+/// `p`), and its fence-by.
+async fn lease_fields(c: &mut redis::aio::MultiplexedConnection, k: &Keys) -> (Vec<Option<String>>, Option<String>) {
+    let l: Vec<Option<String>> =
+        redis::cmd("HMGET").arg(&k.lock).arg("o").arg("t").arg("g").arg("p").query_async(c).await.unwrap();
+    let by: Option<String> = redis::cmd("GET").arg(&k.fence_by).query_async(c).await.unwrap();
+    (l, by)
+}
+
+/// Blocking delivery on a master (`redlock/blocking.rs`): a release that grants a head armed
+/// there takes the token it leaves (`push:<token>`), pushes it to the head's list and publishes
+/// no hint; the head's own lease step is not handed it again, and the undo of that step keeps
+/// the pushed lease; the claim extends only a lease of the owner's with the pushed token. An
+/// unarmed head is hinted and granted as before, and its claim takes the token left for it.
+#[tokio::test]
+async fn a_release_pushes_to_an_armed_head_and_takes_its_token() {
+    for armed in [true, false] {
+        let (_server, client, mut c, k) = fresh_lock("t", "push", Keys::new).await;
+        let mut messages = listen(&client, &["wch"]).await;
+        assert_eq!(attempt(&k, "h", "a0", 0, 0, "").invoke("t:boot", &mut c).await.unwrap()[0], 1);
+        let fenced = RedlockFence { keys: &k, token: "100", attempt: "a0" }.invoke(&mut c).await.unwrap();
+        assert_eq!(fenced, vec![1, 100]);
+        let queued = attempt(&k, "w", "b0", 60_000, 5, "wch").invoke("t:boot", &mut c).await.unwrap();
+        assert_eq!(queued[0], 0, "held: the waiter queues");
+        let list = k.pushes("w");
+        if armed {
+            let arm = RedlockArm { keys: &k, owner: "w", wake: "wch", list: &list, block_ms: 2000 };
+            assert_eq!(arm.invoke(&mut c).await.unwrap(), 1, "queued: armed");
+        }
+        let release = RedlockRelease { keys: &k, owner: "h", reserve_ms: RESERVE, wake: "", claim_ms: 1000 };
+        assert_eq!(release.invoke(&mut c).await.unwrap(), 1);
+        let pushed: Vec<String> = redis::cmd("LRANGE").arg(&list).arg(0).arg(-1).query_async(&mut c).await.unwrap();
+        let (lease, by) = lease_fields(&mut c, &k).await;
+        let hints = heard(&mut messages, Duration::from_millis(200)).await;
+        let pttl: i64 = redis::cmd("PTTL").arg(&k.lock).query_async(&mut c).await.unwrap();
+        assert!(pttl > 0 && pttl <= 1000, "granted for the claim window: {pttl} ms");
+        let some = |v: &str| Some(v.to_owned());
+        if armed {
+            assert_eq!(pushed, vec!["101"], "the token pushed to the armed head");
+            assert_eq!(by, some("push:101"), "taken on the head's behalf");
+            assert_eq!(lease, vec![some("w"), some("101"), None, some("1")]);
+            assert!(hints.is_empty(), "pushed, not hinted: {hints:?}");
+        } else {
+            assert!(pushed.is_empty(), "nothing pushed to an unarmed head");
+            assert_eq!(by, some("next:101"), "left for the head's lease step");
+            assert_eq!(lease, vec![some("w"), None, some("101"), None]);
+            assert_eq!(hints, vec!["@w"], "an unarmed head is hinted");
+        }
+        if armed {
+            // The head's own lease step (a hint, or its timer) is not handed the taken token,
+            // and the undo of that failed step leaves the pushed lease alone.
+            let step = attempt(&k, "w", "b1", 60_000, 5, "wch").invoke("t:boot", &mut c).await.unwrap();
+            assert_eq!(step[0], 1, "its own lease: granted, not handed: {step:?}");
+            let undo = RedlockUndo { keys: &k, owner: "w", attempt: "b1", reserve_ms: RESERVE, wake: "wch" };
+            assert_eq!(undo.invoke(&mut c).await.unwrap(), 0, "the undo keeps a pushed lease");
+            assert_eq!(lease_fields(&mut c, &k).await.0[0], some("w"));
+        }
+        let claim = |token| RedlockClaim { keys: &k, owner: "w", ttl_ms: 5000, token };
+        assert_eq!(claim(100).invoke(&mut c).await.unwrap(), 0, "another token is not this grant");
+        let other = RedlockClaim { keys: &k, owner: "x", ttl_ms: 5000, token: 101 };
+        assert_eq!(other.invoke(&mut c).await.unwrap(), 0, "another owner's claim changes nothing");
+        assert_eq!(claim(101).invoke(&mut c).await.unwrap(), 1, "claimed");
+        let pttl: i64 = redis::cmd("PTTL").arg(&k.lock).query_async(&mut c).await.unwrap();
+        assert!(pttl > 4000, "claimed for the ttl: {pttl} ms");
+        let (lease, by) = lease_fields(&mut c, &k).await;
+        assert_eq!(lease[1], some("101"));
+        assert_eq!(lease[3], None, "an ordinary lease once claimed");
+        assert_ne!(by, some("next:101"), "no longer left for anyone");
+    }
+}
+
+/// The arm drains what was pushed before it, answered as the hint `h` (counted from this arm a
+/// grant pushed earlier could have lapsed), and answers `x` to an owner not queued on the
+/// master; either is on the list for the `BLPOP` that follows.
+#[tokio::test]
+async fn the_arm_drains_an_earlier_push_and_refuses_an_owner_not_queued() {
+    let (_server, _client, mut c, k) = fresh_lock("t", "arm", Keys::new).await;
+    let list = k.pushes("w");
+    let arm = RedlockArm { keys: &k, owner: "w", wake: "wch", list: &list, block_ms: 2000 };
+    let range = |c: &mut redis::aio::MultiplexedConnection| {
+        let mut c = c.clone();
+        let list = list.clone();
+        async move {
+            let got: Vec<String> = redis::cmd("LRANGE").arg(&list).arg(0).arg(-1).query_async(&mut c).await.unwrap();
+            got
+        }
+    };
+    assert_eq!(arm.invoke(&mut c).await.unwrap(), 0);
+    assert_eq!(range(&mut c).await, vec!["x"], "not queued");
+    let _: () = redis::cmd("DEL").arg(&list).query_async(&mut c).await.unwrap();
+    assert_eq!(attempt(&k, "h", "a0", 0, 0, "").invoke("t:boot", &mut c).await.unwrap()[0], 1);
+    assert_eq!(attempt(&k, "w", "b0", 60_000, 5, "wch").invoke("t:boot", &mut c).await.unwrap()[0], 0);
+    let _: () = redis::cmd("RPUSH").arg(&list).arg("77").query_async(&mut c).await.unwrap();
+    assert_eq!(arm.invoke(&mut c).await.unwrap(), 0);
+    assert_eq!(range(&mut c).await, vec!["h"], "an earlier push is drained as a hint");
+    let _: () = redis::cmd("DEL").arg(&list).query_async(&mut c).await.unwrap();
+    assert_eq!(arm.invoke(&mut c).await.unwrap(), 1, "queued, nothing pushed: armed");
+    let mark: Option<i64> = redis::cmd("HGET").arg(&k.armed).arg("w").query_async(&mut c).await.unwrap();
+    assert!(mark.is_some(), "the mark a release looks for");
 }

@@ -1,0 +1,288 @@
+//! Blocking delivery on Redlock, the waiter's side: a release that grants the lock to the
+//! queue's head on a master where that head is armed takes the token it leaves on the head's
+//! behalf and pushes it to a list the head alone blocks on (`REDLOCK_RELEASE_SRC`); the head
+//! holds once pops from a **majority of masters name one token**, without a lease step, so
+//! that a hand-off costs the release and the push, as on a single instance (`crate::blocking`).
+//!
+//! A waiting `acquire` arms every master on a dedicated connection of its own there
+//! (`REDLOCK_ARM_SRC`, then `BLPOP` of its list, back to back) and remembers each arm's send
+//! instant. What it rests on, each point checked by lock-model's `redlock` model ("Blocking
+//! delivery", with a switch per point that breaks it):
+//! - **A majority naming one token** ([`decide`]): one master's push, or pushes of different
+//!   tokens, are hints; a majority of leases is the lock, and a token named by a majority was
+//!   stored above every earlier one on a majority before anyone used it ("Tokens left by the
+//!   release" in `crate::scripts::redlock`).
+//! - **Belief from the earliest counted arm's send** plus the claim window (`CLAIM_MS`, the
+//!   pushed lease's `PEXPIRE`): each push ran after its arm, and the arm drains the list, so
+//!   nothing pushed before it is counted. Counting from a pop's arrival instead outlasts the
+//!   grants.
+//! - **A `BLPOP` reply belongs to its own arm**: arm and `BLPOP` go in one pipeline on a
+//!   connection that serves nothing else, and a connection whose `BLPOP` is still out when the
+//!   wait ends is dropped, never reused.
+//! - **The release takes the token it pushes** (`push:<token>` in fence-by), so no lease step is
+//!   handed it again.
+//! - **A pushed lease outlives the head's own failed attempts**: it is marked `p`, which the undo
+//!   of an attempt never frees, so a wait that fell back to its lease step and failed may still
+//!   count the pops it gets later.
+//!
+//! The lease's first renewal is the claim (`RedlockClaim`, owner- and token-checked on every
+//! master, a majority needed); anything else is a hint and the wait takes its ordinary lease
+//! step. Pops that do not make a majority within [`GRACE`] (a release that reached only some
+//! masters, or found some unarmed) wake the wait, as a hint.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::backend::{PushSender, PushedGrant, WakeSubscription};
+use lock_core::FencingToken;
+use redis::aio::MultiplexedConnection;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use crate::blocking::{Blocking, Popped, BLOCK_MS, MAX_BLOCKED};
+use crate::handoff::CLAIM_MS;
+use crate::scripts::{Keys, REDLOCK_ARM};
+
+/// How long pops that do not yet make a majority wait for the others before they wake the
+/// wait: the pushes of one release reach the masters within a round trip of each other.
+pub(super) const GRACE: Duration = Duration::from_millis(50);
+
+/// A master's queue did not have the owner yet (its registration is on the way): arm again
+/// after this pause.
+const NOT_QUEUED_PAUSE: Duration = Duration::from_millis(100);
+
+/// One master's pop of a grant: its token, and the instant before its arm was sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Pop {
+    pub(super) token: u64,
+    pub(super) armed_at: Instant,
+}
+
+/// What the pops so far mean.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Decision {
+    /// A majority named this token: hold it, believed from the earliest of their arms.
+    Hold(Pop),
+    /// A majority may still name one token: wait for the other masters' pops.
+    Wait,
+    /// No majority can name one token any more: a hint, the wait takes its lease step.
+    Hint,
+}
+
+/// The decision over the pops of `n` masters (`None`: none yet), `quorum` of which must name one
+/// token. Pure, so that its table says the rule.
+pub(super) fn decide(pops: &[Option<Pop>], quorum: usize) -> Decision {
+    let got: Vec<Pop> = pops.iter().flatten().copied().collect();
+    let mut best = 0;
+    for p in &got {
+        let same: Vec<&Pop> = got.iter().filter(|q| q.token == p.token).collect();
+        if same.len() >= quorum {
+            let earliest = same.iter().map(|q| q.armed_at).min().unwrap_or(p.armed_at);
+            return Decision::Hold(Pop { token: p.token, armed_at: earliest });
+        }
+        best = best.max(same.len());
+    }
+    let unpopped = pops.len() - got.len();
+    if best + unpopped >= quorum {
+        Decision::Wait
+    } else {
+        Decision::Hint
+    }
+}
+
+/// What a master's delivery tells the wait's coordinator.
+enum Report {
+    Pop(usize, Pop),
+    Hint,
+}
+
+/// The dedicated connections of every master, for the waits of one client.
+pub(crate) struct Delivery {
+    masters: Vec<Arc<Blocking>>,
+    quorum: usize,
+    /// Waits delivering now (at most [`MAX_BLOCKED`]), each with a connection per master.
+    blocked: AtomicUsize,
+}
+
+impl Delivery {
+    pub(crate) fn new(masters: Vec<Arc<Blocking>>, quorum: usize) -> Self {
+        Delivery { masters, quorum, blocked: AtomicUsize::new(0) }
+    }
+
+    /// Gives the wait of `owner` (woken on `wake`) on `keys` blocking delivery on every master:
+    /// returns its subscription with the channel the held grant arrives on. Beyond
+    /// [`MAX_BLOCKED`] waits at once, the subscription is returned as it is (hints).
+    pub(crate) fn arm(
+        self: &Arc<Self>,
+        sub: WakeSubscription,
+        keys: &Keys,
+        owner: &str,
+        wake: &str,
+    ) -> WakeSubscription {
+        let taken =
+            self.blocked.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < MAX_BLOCKED).then_some(n + 1));
+        if taken.is_err() {
+            return sub;
+        }
+        let (sub, tx) = sub.with_pushes();
+        let this = Arc::clone(self);
+        let wait = Wait { keys: keys.clone(), owner: owner.to_owned(), wake: wake.to_owned() };
+        tokio::spawn(async move {
+            tokio::select! {
+                // The wait ended: the masters' deliveries are aborted, and a connection with a
+                // `BLPOP` still out goes with its task.
+                () = tx.closed() => {}
+                () = this.deliver(&tx, &wait) => {}
+            }
+            this.blocked.fetch_sub(1, Ordering::SeqCst);
+        });
+        sub
+    }
+
+    /// Runs every master's delivery and decides over their pops, until a grant is held (sent to
+    /// the wait) or every master's delivery ended.
+    async fn deliver(&self, tx: &PushSender, wait: &Wait) {
+        let (reports, mut heard) = mpsc::unbounded_channel();
+        let mut masters = JoinSet::new();
+        for (index, master) in self.masters.iter().enumerate() {
+            masters.spawn(deliver_one(Arc::clone(master), index, wait.clone(), reports.clone()));
+        }
+        drop(reports);
+        let mut pops: Vec<Option<Pop>> = vec![None; self.masters.len()];
+        let mut grace: Option<Instant> = None;
+        loop {
+            let report = match grace {
+                Some(at) => tokio::select! {
+                    r = heard.recv() => r,
+                    () = tokio::time::sleep_until(at) => {
+                        grace = None;
+                        let _ = tx.send(None);
+                        continue;
+                    }
+                },
+                None => heard.recv().await,
+            };
+            match report {
+                None => return,
+                Some(Report::Hint) => {
+                    let _ = tx.send(None);
+                }
+                Some(Report::Pop(index, pop)) => {
+                    pops[index] = Some(pop);
+                    match decide(&pops, self.quorum) {
+                        Decision::Hold(held) => {
+                            let window = Duration::from_millis(CLAIM_MS);
+                            let _ = tx.send(Some(PushedGrant::new(FencingToken(held.token), held.armed_at, window)));
+                            // The other masters' pops of the same release are a round trip away:
+                            // finished, their connections are kept for the next waits. After
+                            // GRACE the rest are aborted, each connection with a `BLPOP` still
+                            // out dropped with its task.
+                            tokio::spawn(async move {
+                                let drained = async { while masters.join_next().await.is_some() {} };
+                                let _ = tokio::time::timeout(GRACE, drained).await;
+                            });
+                            return;
+                        }
+                        Decision::Wait => {
+                            grace.get_or_insert_with(|| Instant::now() + GRACE);
+                        }
+                        Decision::Hint => {
+                            grace = None;
+                            let _ = tx.send(None);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What every master's delivery of one wait needs.
+#[derive(Clone)]
+struct Wait {
+    keys: Keys,
+    owner: String,
+    wake: String,
+}
+
+/// One master's delivery: arms and blocks until a grant is popped (reported, and the
+/// delivery ends); a hint on the way is reported and it arms again. After a broken connection
+/// it arms again on a new one (with a pause that doubles up to a second): the broken one's mark
+/// may still be live, and a release would push to a list nobody pops; the new arm drains it.
+async fn deliver_one(master: Arc<Blocking>, index: usize, wait: Wait, reports: mpsc::UnboundedSender<Report>) {
+    let list = wait.keys.pushes(&wait.owner);
+    let mut pause = Duration::from_millis(20);
+    loop {
+        let broken = match master.connection().await {
+            Ok(mut conn) => loop {
+                let armed_at = Instant::now();
+                match arm_and_pop(&mut conn, &wait, &list).await {
+                    Ok(Popped::Nothing) => {}
+                    Ok(Popped::Hint) => {
+                        let _ = reports.send(Report::Hint);
+                    }
+                    Ok(Popped::Never) => tokio::time::sleep(NOT_QUEUED_PAUSE).await,
+                    Ok(Popped::Grant(token)) => {
+                        master.keep(conn);
+                        let _ = reports.send(Report::Pop(index, Pop { token: token.0, armed_at }));
+                        return;
+                    }
+                    Err(e) => break e.to_string(),
+                }
+            },
+            Err(e) => e.to_string(),
+        };
+        tracing::debug!(server = %master.label(), error = %broken, "redlock blocking delivery failed; waking the wait, arming again");
+        master.forget_idle();
+        let _ = reports.send(Report::Hint);
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(1));
+    }
+}
+
+/// One arm and its `BLPOP` on a master, pipelined: the reply comes when the `BLPOP` ends.
+async fn arm_and_pop(conn: &mut MultiplexedConnection, wait: &Wait, list: &str) -> redis::RedisResult<Popped> {
+    let mut pipe = redis::pipe();
+    let keys = &wait.keys;
+    pipe.cmd("EVALSHA").arg(REDLOCK_ARM.get_hash()).arg(3).arg(&keys.redlock_waiters).arg(&keys.armed).arg(list);
+    pipe.arg(&wait.owner).arg(&wait.wake).arg(BLOCK_MS);
+    pipe.cmd("BLPOP").arg(list).arg(BLOCK_MS as f64 / 1000.0);
+    let (_armed, popped): (i64, Option<(String, String)>) = pipe.query_async(conn).await?;
+    Ok(Popped::of(popped))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_majority_naming_one_token_holds_from_its_earliest_arm() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let pop = |token: u64, ms: u64| Some(Pop { token, armed_at: at(ms) });
+        let hold = |token: u64, ms: u64| Decision::Hold(Pop { token, armed_at: at(ms) });
+        // (pops of each master, quorum) → decision.
+        let table: [(Vec<Option<Pop>>, usize, Decision); 11] = [
+            (vec![None, None, None], 2, Decision::Wait),
+            // One master's push is a hint only once no majority can follow.
+            (vec![pop(7, 5), None, None], 2, Decision::Wait),
+            (vec![pop(7, 5), pop(7, 3), None], 2, hold(7, 3)),
+            (vec![pop(7, 5), pop(7, 9), pop(7, 1)], 2, hold(7, 1)),
+            // Differing tokens confirm nothing together.
+            (vec![pop(7, 5), pop(9, 3), None], 2, Decision::Wait),
+            (vec![pop(7, 5), pop(9, 3), pop(11, 1)], 2, Decision::Hint),
+            (vec![pop(9, 5), pop(7, 3), pop(7, 8)], 2, hold(7, 3)),
+            // Five masters: three must agree; the earliest of those three arms counts, not a
+            // fourth's with another token.
+            (vec![pop(7, 5), pop(9, 1), pop(7, 4), None, pop(7, 6)], 3, hold(7, 4)),
+            (vec![pop(7, 5), pop(9, 1), pop(8, 4), pop(7, 2), None], 3, Decision::Wait),
+            (vec![pop(7, 5), pop(9, 1), pop(8, 4), pop(7, 2), pop(9, 3)], 3, Decision::Hint),
+            (vec![pop(7, 5)], 1, hold(7, 5)),
+        ];
+        for (pops, quorum, want) in table {
+            assert_eq!(decide(&pops, quorum), want, "{pops:?} (quorum {quorum})");
+        }
+    }
+}
