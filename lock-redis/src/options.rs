@@ -87,9 +87,11 @@ pub struct RedisOptions {
     /// A release hands the lock to a waiting `acquire` of this client by pushing the grant onto a
     /// list that wait blocks on (`BLPOP` on a connection of its own), so the waiter holds one
     /// round trip sooner than when it is woken and claims (the crate docs, "Blocking delivery").
-    /// Single server and Sentinel, without `min_replicas_ack`; a Cluster always wakes. Costs one
-    /// connection per waiting `acquire`, at most 64 per client at once (the waits beyond are
-    /// woken; idle connections are reused), and `+rpush +blpop` in the ACL. Default `true`.
+    /// Single server and Sentinel, without `min_replicas_ack`, and Redlock (the waiter holds on a
+    /// majority of masters' pushes naming one token); a Cluster always wakes. Costs one
+    /// connection per waiting `acquire` (per master on Redlock), at most 64 waits per client at
+    /// once (the waits beyond are woken; idle connections are reused), and `+rpush +blpop` in the
+    /// ACL. Default `true`.
     pub blocking_handoff: bool,
 }
 

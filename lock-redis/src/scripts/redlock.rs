@@ -56,6 +56,15 @@
 //! on the message, confirmations naming different tokens, a release that does not store the
 //! token it leaves).
 //!
+//! ## Blocking delivery
+//!
+//! Where the head is armed on the master (`Keys::armed`, by `REDLOCK_ARM_SRC`), the release
+//! instead **takes** the token for it (`push:<token>` in fence-by), writes it into the grant
+//! (`t`) with the pushed mark `p`, and pushes it to the head's list (`<armed>:<owner>`), with
+//! no hint; the undo of an attempt never frees a lease marked `p`, and the claim
+//! (`REDLOCK_CLAIM_SRC`) removes the mark. The head's side and why a majority of pops naming
+//! one token may be held: `crate::redlock::blocking`.
+//!
 //! Why it cannot livelock: a master grants a waiter only while it is the master's head, so once
 //! the registrations of the live waiters have landed (one attempt of each, a round trip), no
 //! waiter but the lowest ticket is granted anywhere, and that one is refused only where an
