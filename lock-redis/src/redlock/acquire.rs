@@ -176,6 +176,10 @@ impl RedlockStore {
             place,
         };
         let votes = self.lease_step(&attempt).await;
+        tracing::trace!(
+            lock = %name, waiting = place.is_some(), floors = votes.floors.len(), handed = ?votes.handed,
+            held = votes.pttls.len(), quiet = votes.quiet.len(), errors = votes.errors.len(), "redlock lease step"
+        );
         let n = self.nodes.len();
         let mut outcome = None;
         if let Some(token) = handed_majority(&votes.handed, self.quorum) {

@@ -25,8 +25,10 @@
 //!   of an attempt never frees, so a wait that fell back to its lease step and failed may still
 //!   count the pops it gets later.
 //!
-//! The lease's first renewal is the claim (`RedlockClaim`, owner- and token-checked on every
-//! master, a majority needed); anything else is a hint and the wait takes its ordinary lease
+//! The lease's first renewal is the claim (`RedlockClaim` on every master, a majority needed:
+//! it extends only the owner's lease, never grants, and makes each master keep the token the
+//! majority named, so that masters whose counters had drifted apart agree again); anything
+//! else is a hint and the wait takes its ordinary lease
 //! step. Pops that do not make a majority within [`GRACE`] (a release that reached only some
 //! masters, or found some unarmed) wake the wait, as a hint.
 
@@ -46,8 +48,13 @@ use crate::handoff::CLAIM_MS;
 use crate::scripts::{Keys, REDLOCK_ARM};
 
 /// How long pops that do not yet make a majority wait for the others before they wake the
-/// wait: the pushes of one release reach the masters within a round trip of each other.
-pub(super) const GRACE: Duration = Duration::from_millis(50);
+/// wait: the pushes of one release reach the masters within a round trip of each other, and a
+/// wait woken too soon only takes its lease step (which a later majority may still overtake).
+pub(super) const GRACE: Duration = Duration::from_millis(10);
+
+/// How long the other masters' deliveries may still finish once a grant is held, so that their
+/// connections are kept for the next waits rather than dropped with a `BLPOP` out.
+const DRAIN: Duration = Duration::from_millis(50);
 
 /// A master's queue did not have the owner yet (its registration is on the way): arm again
 /// after this pause.
@@ -157,6 +164,7 @@ impl Delivery {
                 Some(at) => tokio::select! {
                     r = heard.recv() => r,
                     () = tokio::time::sleep_until(at) => {
+                        tracing::trace!(owner = %wait.owner, "redlock delivery: no majority within the grace");
                         grace = None;
                         let _ = tx.send(None);
                         continue;
@@ -167,21 +175,24 @@ impl Delivery {
             match report {
                 None => return,
                 Some(Report::Hint) => {
+                    tracing::trace!(owner = %wait.owner, "redlock delivery: a hint");
                     let _ = tx.send(None);
                 }
                 Some(Report::Pop(index, pop)) => {
                     pops[index] = Some(pop);
-                    match decide(&pops, self.quorum) {
+                    let decision = decide(&pops, self.quorum);
+                    tracing::trace!(owner = %wait.owner, master = index, token = pop.token, ?decision, "redlock delivery: a pop");
+                    match decision {
                         Decision::Hold(held) => {
                             let window = Duration::from_millis(CLAIM_MS);
                             let _ = tx.send(Some(PushedGrant::new(FencingToken(held.token), held.armed_at, window)));
                             // The other masters' pops of the same release are a round trip away:
                             // finished, their connections are kept for the next waits. After
-                            // GRACE the rest are aborted, each connection with a `BLPOP` still
+                            // DRAIN the rest are aborted, each connection with a `BLPOP` still
                             // out dropped with its task.
                             tokio::spawn(async move {
                                 let drained = async { while masters.join_next().await.is_some() {} };
-                                let _ = tokio::time::timeout(GRACE, drained).await;
+                                let _ = tokio::time::timeout(DRAIN, drained).await;
                             });
                             return;
                         }
@@ -223,7 +234,10 @@ async fn deliver_one(master: Arc<Blocking>, index: usize, wait: Wait, reports: m
                     Ok(Popped::Hint) => {
                         let _ = reports.send(Report::Hint);
                     }
-                    Ok(Popped::Never) => tokio::time::sleep(NOT_QUEUED_PAUSE).await,
+                    Ok(Popped::Never) => {
+                        tracing::trace!(owner = %wait.owner, master = index, "redlock delivery: not queued yet");
+                        tokio::time::sleep(NOT_QUEUED_PAUSE).await;
+                    }
                     Ok(Popped::Grant(token)) => {
                         master.keep(conn);
                         let _ = reports.send(Report::Pop(index, Pop { token: token.0, armed_at }));

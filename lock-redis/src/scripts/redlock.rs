@@ -62,7 +62,8 @@
 //! instead **takes** the token for it (`push:<token>` in fence-by), writes it into the grant
 //! (`t`) with the pushed mark `p`, and pushes it to the head's list (`<armed>:<owner>`), with
 //! no hint; the undo of an attempt never frees a lease marked `p`, and the claim
-//! (`REDLOCK_CLAIM_SRC`) removes the mark. The head's side and why a majority of pops naming
+//! (`REDLOCK_CLAIM_SRC`) removes the mark and makes every master the head holds agree on the
+//! token a majority pushed. The head's side and why a majority of pops naming
 //! one token may be held: `crate::redlock::blocking`.
 //!
 //! Why it cannot livelock: a master grants a waiter only while it is the master's head, so once
@@ -356,21 +357,21 @@ script_call! {
 }
 
 /// Redlock, per master: the claim of a grant pushed to a waiter (`crate::redlock::blocking`),
-/// its lease's first renewal. KEYS: lock, fence-by. ARGV: owner, ttl ms, the pushed token.
-/// Extends the lease to the ttl only if it is the owner's with that token: pushed there (`t`),
-/// or granted in the release with the token still left for it (`g`, `next:<token>`), which the
-/// claim then takes. It never grants: a lease released or lapsed meanwhile stays so. The lease
-/// loses its pushed mark (`p`): from now on it is an ordinary lease. Returns 1 claimed, 0 not.
+/// its lease's first renewal. KEYS: lock, fence, fence-by. ARGV: owner, ttl ms, the token a
+/// majority of pushes named. Extends the lease to the ttl only if it is the owner's; it never
+/// grants, so a lease released or lapsed meanwhile stays so. The master then keeps the
+/// claimed token as the lease's (`t`) and its counter at least that (set-if-greater), marked
+/// taken: a master that pushed the owner another token (its counter had fallen behind, or a
+/// release there granted it from another state) agrees with the majority from now on, so that
+/// the next release leaves every master the same token. The lease loses its grant and pushed
+/// marks (`g`, `p`): from now on it is an ordinary lease. Returns 1 claimed, 0 not the owner's.
 const REDLOCK_CLAIM_SRC: &str = r#"
-local l = redis.call('HMGET', KEYS[1], 'o', 't', 'g')
-if l[1] ~= ARGV[1] then return 0 end
-if l[2] ~= ARGV[3] then
-  if l[3] ~= ARGV[3] or redis.call('GET', KEYS[2]) ~= 'next:' .. ARGV[3] then return 0 end
-  redis.call('SET', KEYS[2], 'claim:' .. ARGV[3])
-  redis.call('HSET', KEYS[1], 't', ARGV[3])
-  redis.call('HDEL', KEYS[1], 'g')
-end
-redis.call('HDEL', KEYS[1], 'p')
+if redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] then return 0 end
+local have = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+if tonumber(ARGV[3]) > have then redis.call('SET', KEYS[2], ARGV[3]) end
+redis.call('SET', KEYS[3], 'claim:' .. ARGV[3])
+redis.call('HSET', KEYS[1], 't', ARGV[3])
+redis.call('HDEL', KEYS[1], 'g', 'p')
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 "#;
@@ -379,16 +380,16 @@ script_call! {
     /// A call of `REDLOCK_CLAIM_SRC` on one master: 1 claimed, 0 not (any more) that grant.
     RedlockClaim -> i64 = script!(REDLOCK_CLAIM_SRC);
     {
-        /// The lock's keys: lock and fence-by.
+        /// The lock's keys: lock, fence and fence-by.
         keys: &'a Keys,
         /// The owner's id.
         owner: &'a str,
         /// The new ttl in ms.
         ttl_ms: u64,
-        /// The pushed grant's token.
+        /// The token a majority of pushes named.
         token: u64,
     }
-    keys [&keys.lock, &keys.fence_by]
+    keys [&keys.lock, &keys.fence, &keys.fence_by]
     args [owner, ttl_ms, token]
 }
 

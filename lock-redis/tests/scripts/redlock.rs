@@ -298,8 +298,9 @@ async fn lease_fields(c: &mut redis::aio::MultiplexedConnection, k: &Keys) -> (V
 /// Blocking delivery on a master (`redlock/blocking.rs`): a release that grants a head armed
 /// there takes the token it leaves (`push:<token>`), pushes it to the head's list and publishes
 /// no hint; the head's own lease step is not handed it again, and the undo of that step keeps
-/// the pushed lease; the claim extends only a lease of the owner's with the pushed token. An
-/// unarmed head is hinted and granted as before, and its claim takes the token left for it.
+/// the pushed lease; the claim extends only the owner's lease, never grants, and leaves the
+/// master the majority's token (set-if-greater). An unarmed head is hinted and granted as
+/// before, and its claim takes the token left for it.
 #[tokio::test]
 async fn a_release_pushes_to_an_armed_head_and_takes_its_token() {
     for armed in [true, false] {
@@ -343,17 +344,27 @@ async fn a_release_pushes_to_an_armed_head_and_takes_its_token() {
             assert_eq!(undo.invoke(&mut c).await.unwrap(), 0, "the undo keeps a pushed lease");
             assert_eq!(lease_fields(&mut c, &k).await.0[0], some("w"));
         }
-        let claim = |token| RedlockClaim { keys: &k, owner: "w", ttl_ms: 5000, token };
-        assert_eq!(claim(100).invoke(&mut c).await.unwrap(), 0, "another token is not this grant");
-        let other = RedlockClaim { keys: &k, owner: "x", ttl_ms: 5000, token: 101 };
-        assert_eq!(other.invoke(&mut c).await.unwrap(), 0, "another owner's claim changes nothing");
-        assert_eq!(claim(101).invoke(&mut c).await.unwrap(), 1, "claimed");
+        // A majority named 103 (this master's counter had fallen behind): the claim makes the
+        // master keep it, as the lease's token and its counter.
+        let claim = |owner, token| RedlockClaim { keys: &k, owner, ttl_ms: 5000, token };
+        assert_eq!(claim("x", 103).invoke(&mut c).await.unwrap(), 0, "another owner's claim changes nothing");
+        assert_eq!(lease_fields(&mut c, &k).await.0[0], some("w"));
+        assert_eq!(claim("w", 103).invoke(&mut c).await.unwrap(), 1, "claimed");
         let pttl: i64 = redis::cmd("PTTL").arg(&k.lock).query_async(&mut c).await.unwrap();
         assert!(pttl > 4000, "claimed for the ttl: {pttl} ms");
         let (lease, by) = lease_fields(&mut c, &k).await;
-        assert_eq!(lease[1], some("101"));
-        assert_eq!(lease[3], None, "an ordinary lease once claimed");
-        assert_ne!(by, some("next:101"), "no longer left for anyone");
+        assert_eq!(lease, vec![some("w"), some("103"), None, None], "an ordinary lease with the majority's token");
+        assert_eq!(by, some("claim:103"), "no longer left for anyone");
+        let counter: u64 = redis::cmd("GET").arg(&k.fence).query_async(&mut c).await.unwrap();
+        assert_eq!(counter, 103, "the counter raised to the claimed token");
+        // A claim never lowers the counter, and never grants: released, the lease stays so.
+        assert_eq!(claim("w", 90).invoke(&mut c).await.unwrap(), 1);
+        let counter: u64 = redis::cmd("GET").arg(&k.fence).query_async(&mut c).await.unwrap();
+        assert_eq!(counter, 103, "set-if-greater");
+        let release = RedlockRelease { keys: &k, owner: "w", reserve_ms: RESERVE, wake: "wch", claim_ms: 1000 };
+        assert_eq!(release.invoke(&mut c).await.unwrap(), 1);
+        assert_eq!(claim("w", 103).invoke(&mut c).await.unwrap(), 0, "a late claim grants nothing");
+        assert_eq!(lease_fields(&mut c, &k).await.0[0], None);
     }
 }
 
