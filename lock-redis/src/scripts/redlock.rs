@@ -364,13 +364,16 @@ script_call! {
 /// taken: a master that pushed the owner another token (its counter had fallen behind, or a
 /// release there granted it from another state) agrees with the majority from now on, so that
 /// the next release leaves every master the same token. The lease loses its grant and pushed
-/// marks (`g`, `p`): from now on it is an ordinary lease. Returns 1 claimed, 0 not the owner's.
+/// marks (`g`, `p`), and its attempt id becomes `claim`, which no attempt has: the undo of one of
+/// the head's failed attempts that arrives after the claim (a lease step that fell back before
+/// the pushes made a majority) leaves the claimed lease alone. Returns 1 claimed, 0 not the
+/// owner's.
 const REDLOCK_CLAIM_SRC: &str = r#"
 if redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] then return 0 end
 local have = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 if tonumber(ARGV[3]) > have then redis.call('SET', KEYS[2], ARGV[3]) end
 redis.call('SET', KEYS[3], 'claim:' .. ARGV[3])
-redis.call('HSET', KEYS[1], 't', ARGV[3])
+redis.call('HSET', KEYS[1], 't', ARGV[3], 'a', 'claim')
 redis.call('HDEL', KEYS[1], 'g', 'p')
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1

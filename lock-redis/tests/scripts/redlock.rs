@@ -357,6 +357,10 @@ async fn a_release_pushes_to_an_armed_head_and_takes_its_token() {
         assert_eq!(by, some("claim:103"), "no longer left for anyone");
         let counter: u64 = redis::cmd("GET").arg(&k.fence).query_async(&mut c).await.unwrap();
         assert_eq!(counter, 103, "the counter raised to the claimed token");
+        // The undo of a failed attempt of the head that arrives after the claim (its lease step
+        // fell back before the pushes made a majority) leaves the claimed lease alone.
+        let undo = RedlockUndo { keys: &k, owner: "w", attempt: "b1", reserve_ms: RESERVE, wake: "wch" };
+        assert_eq!(undo.invoke(&mut c).await.unwrap(), 0, "a late undo keeps a claimed lease");
         // A claim never lowers the counter, and never grants: released, the lease stays so.
         assert_eq!(claim("w", 90).invoke(&mut c).await.unwrap(), 1);
         let counter: u64 = redis::cmd("GET").arg(&k.fence).query_async(&mut c).await.unwrap();
