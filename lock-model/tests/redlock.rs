@@ -109,3 +109,22 @@ fn blocking_delivery_without_the_release_taking_hands_a_token_twice() {
     let bound = Redlock { attempts: 2, ..Redlock::blocking_held(bugs) };
     assert_breaks(bound, &bugs, "tokens increase", Search::Bfs);
 }
+
+#[test]
+fn blocking_delivery_whose_undo_frees_a_pushed_lease_outlasts_it() {
+    let bugs = Bugs { blocking_undo_frees_pushed: true, ..Bugs::default() };
+    // The waiter's fallback re-grants the lease pushed to it on one master and fails (the
+    // holder still has the others); its undo frees that lease; the wait goes on and holds on
+    // that pop and a later one (13 steps).
+    assert_breaks(Redlock::blocking_held(bugs), &bugs, "a believed lease is kept by a majority", Search::Bfs);
+}
+
+#[test]
+fn blocking_delivery_whose_claim_keeps_the_attempt_id_loses_the_claimed_lease() {
+    let bugs = Bugs { blocking_claim_keeps_attempt: true, ..Bugs::default() };
+    // The waiter's failed fallback step re-grants the lease pushed to it on one master with its
+    // attempt id; the wait holds on that pop and a later one, its claim removes the mark there
+    // and keeps the attempt id, and the failed attempt's undo, sent late, frees the claimed
+    // lease.
+    assert_breaks(Redlock::blocking_held(bugs), &bugs, "a believed lease is kept by a majority", Search::Bfs);
+}

@@ -1,11 +1,12 @@
-//! Blocking delivery for Redlock, the design under check ("Blocking delivery" in the module
-//! docs of [`crate::redlock`]): a waiting client's arms and `BLPOP`s, the release's push, the
-//! hold on a majority of pops naming one token, and the claim that follows it.
+//! Blocking delivery for Redlock, as lock-redis builds it ("Blocking delivery" in the module
+//! docs of [`crate::redlock`]): a waiting client's arms and `BLPOP`s, the release's push (a
+//! lease marked pushed), the hold on a majority of pops naming one token (also after the wait's
+//! own lease step failed), and the claim that follows it.
 
 use stateright::Property;
 
 use super::model::{Action, Redlock, Reply, WaitAction, MASTERS, QUORUM};
-use super::state::{Block, Claim, Client, Key, Master, Op, State};
+use super::state::{Block, Claim, Client, Key, Master, Op, State, GRANT};
 use crate::properties::Leases;
 
 /// Ticks an arm's mark lives after it ran (its `BLPOP`'s timeout).
@@ -29,10 +30,11 @@ impl Redlock {
         [Redlock::blocking(bugs), Redlock::blocking_held(bugs)]
     }
 
-    /// Blocking delivery's longer exploration (`DLOCK_MODEL_DEEP=1`, about a minute):
+    /// Blocking delivery's longer exploration (`DLOCK_MODEL_DEEP=1`, about 40 s in release):
     /// [`Redlock::blocking_held`] with a time-out, with a restart, with re-arms (three arms
     /// each), over two ticks; [`Redlock::blocking`] over a tick. Three clients with no time
-    /// passing did not finish in 150 s (from a lease held or not) and is not in it.
+    /// passing did not finish in 150 s (from a lease held or not), nor two attempts each from
+    /// a held lease in 200 s, and are not in it.
     pub fn blocking_deep(bugs: super::Bugs) -> [Redlock; 5] {
         let held = Redlock::blocking_held(bugs);
         [
@@ -49,7 +51,7 @@ impl Redlock {
     pub(super) fn held_at_start(&self, s: &mut State) {
         s.micros = 1;
         for master in &mut s.masters {
-            master.key = Some(Key { owner: 0, attempt: 1, expires: self.ttl, token: 0 });
+            master.key = Some(Key { owner: 0, attempt: 1, expires: self.ttl, token: 0, pushed: false });
             master.fence = 1;
         }
         s.attempts[0] -= 1;
@@ -58,20 +60,34 @@ impl Redlock {
         s.clients[0] = Client::Holding { token: 1, valid_until: self.ttl, claim: None };
     }
 
-    /// `c` waits for the lock: between attempts, with one left.
-    fn waits(s: &State, c: u8) -> bool {
-        let i = usize::from(c);
-        s.clients[i] == Client::Idle && s.attempts[i] > 0
-    }
-
-    /// The wait's steps of client `c`. Ending a `BLPOP` is offered only when an arm is left to
-    /// follow it: a `BLPOP` that stays blocked and is never read does all an ended one does.
+    /// The wait's steps of client `c`, idle between attempts: with an attempt left, or going on
+    /// after its last one failed (which may give up). During the wait's own lease step (its
+    /// fallback) only its `BLPOP`s end and are re-armed: a pop is read once the step failed
+    /// (or never, if it holds), and the arm runs as it is sent, before the step. Ending a
+    /// `BLPOP` is offered only when an arm is left to follow it: a `BLPOP` that stays blocked
+    /// and is never read does all an ended one does.
     pub(super) fn wait_actions(&self, s: &State, c: u8, actions: &mut Vec<Action>) {
-        if self.arms == 0 || !Self::waits(s, c) {
+        if self.arms == 0 {
             return;
         }
-        let again = s.arms[usize::from(c)] > 0;
+        let i = usize::from(c);
+        let again = s.arms[i] > 0;
         let blocks: Vec<Block> = (0..MASTERS).map(|m| s.blocks[Self::chan(c, m)]).collect();
+        match s.clients[i] {
+            Client::Idle if s.attempts[i] == 0 => actions.push(Action::Wait(WaitAction::GiveUp(c))),
+            Client::Idle => {}
+            Client::Round1 { .. } | Client::Round2 { .. } if again && s.wait_open(c) => {
+                for (m, block) in (0..MASTERS).zip(blocks) {
+                    match block {
+                        Block::Idle => actions.push(Action::Wait(WaitAction::Rearm(c, m))),
+                        Block::Blocked { .. } => actions.push(Action::Wait(WaitAction::End(c, m))),
+                        _ => {}
+                    }
+                }
+                return;
+            }
+            _ => return,
+        }
         if again && blocks.iter().all(|&b| b == Block::Idle) {
             actions.push(Action::Wait(WaitAction::Arm(c)));
             return;
@@ -136,6 +152,10 @@ impl Redlock {
                     self.hold_on_pops(s, c);
                 }
             }
+            WaitAction::GiveUp(c) => {
+                Self::close_wait(s, c);
+                self.withdraw(s, c);
+            }
         }
     }
 
@@ -155,6 +175,7 @@ impl Redlock {
         }
         if let Some(key) = master.key.as_mut() {
             key.token = x;
+            key.pushed = true;
         }
         if let Block::Blocked { t_s } = s.blocks[ch] {
             s.blocks[ch] = Block::Popped { t_s, token: x };
@@ -188,7 +209,8 @@ impl Redlock {
             .max_by_key(|&(_, u)| u);
         let Some((token, until)) = best else { return };
         let i = usize::from(c);
-        s.attempts[i] -= 1;
+        // A wait going on after its last lease step failed holds with no attempt left.
+        s.attempts[i] = s.attempts[i].saturating_sub(1);
         s.pushed_holder = true;
         Self::hold(s, c, token, until);
         s.clients[i] =
@@ -199,24 +221,34 @@ impl Redlock {
         Self::close_wait(s, c);
     }
 
-    /// The wait of `c` ended (it holds, or its own lease step started): its connections close,
-    /// and a pop still outstanding is never read.
+    /// The wait of `c` ended (it holds, by pops or by its own lease step, or gave up): its
+    /// connections close, and a pop still outstanding is never read.
     pub(super) fn close_wait(s: &mut State, c: u8) {
         for m in 0..MASTERS {
             s.blocks[Self::chan(c, m)] = Block::Idle;
         }
     }
 
-    /// The claim on one master: the caller's live key with the pushed token is extended to
-    /// `now + ttl`; anything else is refused, and nothing is granted.
-    pub(super) fn claim_step(master: &mut Master, c: u8, token: u8, now: u8, ttl: u8) -> Reply {
-        match master.live(now) {
-            Some(key) if key.owner == c && key.token == token => {
-                master.key = Some(Key { expires: now + ttl, ..key });
-                Reply::Stored
-            }
-            _ => Reply::Refused,
+    /// The claim on one master: the caller's live key with the token (`t`: pushed there, or
+    /// taken or stored by an attempt of the caller), or a grant the release made it there
+    /// without a push (its head was not armed) whose token is still left for it (`g`,
+    /// `next:<token>`), which the claim then takes, is extended to `now + ttl`, loses its pushed
+    /// mark and gets the grant's attempt id, which no undo matches (bug
+    /// `blocking_claim_keeps_attempt`: the key keeps the attempt id of the owner's failed lease
+    /// step that re-granted or took it, whose late undo then frees the claimed lease); anything
+    /// else is refused, and nothing is granted.
+    pub(super) fn claim_step(&self, master: &mut Master, c: u8, token: u8, now: u8) -> Reply {
+        let Some(key) = master.live(now).filter(|k| k.owner == c) else { return Reply::Refused };
+        let granted = key.attempt == GRANT && !key.pushed && master.next == token;
+        if key.token != token && !granted {
+            return Reply::Refused;
         }
+        if granted {
+            master.next = 0;
+        }
+        let attempt = if self.bugs.blocking_claim_keeps_attempt { key.attempt } else { GRANT };
+        master.key = Some(Key { attempt, expires: now + self.ttl, token, pushed: false, ..key });
+        Reply::Stored
     }
 
     /// The claim decided: a majority extends the belief to the claim's send plus the ttl;
@@ -245,10 +277,7 @@ impl Redlock {
         let lapsed = |t_s: u8| t_s + self.claim <= now;
         for c in 0..self.clients {
             let i = usize::from(c);
-            if s.attempts[i] == 0 {
-                s.arms[i] = 0;
-            }
-            let waits = Self::waits(s, c);
+            let waits = matches!(s.clients[i], Client::Idle | Client::Round1 { .. } | Client::Round2 { .. });
             for m in 0..MASTERS {
                 let ch = Self::chan(c, m);
                 if s.armed[ch] <= now {
@@ -264,6 +293,11 @@ impl Redlock {
                     }
                     other => other,
                 };
+            }
+            // Arms are kept while the client may still wait: attempts left, idle (going on after
+            // its last attempt), or in its last attempt with the wait open.
+            if s.attempts[i] == 0 && !(waits && (s.clients[i] == Client::Idle || s.wait_open(c))) {
+                s.arms[i] = 0;
             }
         }
     }
@@ -282,5 +316,12 @@ impl Redlock {
             }),
             Property::sometimes("a client holds by pushed grants", |_, s: &State| s.pushed_holder),
         ]
+    }
+}
+
+impl State {
+    /// The wait of `c` has a `BLPOP` outstanding or a pop not yet read (or counted).
+    pub(super) fn wait_open(&self, c: u8) -> bool {
+        (0..MASTERS).any(|m| self.blocks[Redlock::chan(c, m)] != Block::Idle)
     }
 }

@@ -30,7 +30,7 @@ impl Redlock {
         master.fence = x;
         master.next = x;
         let Some(h) = head else { return };
-        master.key = Some(Key { owner: h, attempt: GRANT, expires: now + self.claim, token: 0 });
+        master.key = Some(Key { owner: h, attempt: GRANT, expires: now + self.claim, token: 0, pushed: false });
         self.push(s, m, h, x);
         if self.bugs.head_trusts_message {
             s.msgs.push((h, x, now));

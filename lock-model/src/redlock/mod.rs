@@ -60,49 +60,76 @@
 //!   `a_hand_off_is_confirmed_by_a_majority_naming_one_token`, which fails when the largest is
 //!   held.
 //!
-//! ## Blocking delivery (the design under check, not built; [`Redlock::arms`] > 0)
-//! A proposed fast path that takes the head's lease step off the hand-off, after the single
-//! instance's ([`crate::handoff`]'s "Blocking delivery", lock-redis `blocking.rs`):
+//! ## Blocking delivery (built: lock-redis `src/redlock/blocking.rs`; [`Redlock::arms`] > 0)
+//! The fast path that takes the head's lease step off the hand-off, after the single
+//! instance's ([`crate::handoff`]'s "Blocking delivery", lock-redis `blocking.rs`); its scripts
+//! are lock-redis `src/scripts/redlock.rs`'s (`REDLOCK_ARM_SRC`, the release's push,
+//! `REDLOCK_CLAIM_SRC`, `REDLOCK_ABANDON_SRC`):
 //! - **Wait**: a waiting client sends, on a dedicated connection to each master, an **arm**
 //!   (marks it armed there for [`BLOCK`] ticks) and a `BLPOP` of its own list, back to back, and
 //!   remembers each arm's send instant `t_s`.
 //! - **Release**: where it grants the key to a head armed there (for the claim window, as
 //!   above), it **takes** the token it leaves on the head's behalf (not `next` any more: no lease
-//!   step answers "handed" with it) and **pushes** it to the head's list; the mark goes.
+//!   step answers "handed" with it), marks the lease **pushed** (`p`, [`Key::pushed`]) and
+//!   **pushes** the token to the head's list; the arm's mark goes.
 //! - **Hold**: once pops from a **majority of masters name one token**, the head holds it,
 //!   believed until the earliest of those masters' `t_s` plus the claim window, if that is still
 //!   ahead, and closes its other connections. Its **claim** (the first renewal, on every master
-//!   at once) extends a key that is still its own with that token to a whole ttl; answered so by
-//!   a majority, the belief runs to the claim's send plus the ttl, else the lease is lost (its
-//!   belief stays at the window's end).
-//! - Anything less (a minority, differing tokens, a pop whose window passed) is a hint: the head
-//!   falls back to its ordinary lease step ([`Action::Start`], open to it at any time), which
-//!   ends the wait (its connections close, a `BLPOP` still outstanding is never read) and, the
-//!   pushed tokens being taken, stores a new token in round 2.
+//!   at once) extends a key that is still its own with that token (`t`: pushed there, or taken
+//!   "handed" or stored by an attempt of its own), or a grant the release made it without a push
+//!   (it was not armed there) whose token is still left for it (`g`, `next:<token>`), which the
+//!   claim then takes, to a whole ttl; answered so by a majority, the belief runs to the claim's
+//!   send plus the ttl, else the lease is lost (its belief stays at the window's end).
+//! - **Fallback**: anything less (a minority, differing tokens, a pop whose window passed) is a
+//!   hint: the head takes its ordinary lease step ([`Action::Start`], open to it at any time).
+//!   The step does **not end the wait**: if it holds, the wait closes (a `BLPOP` still
+//!   outstanding is never read); if it fails (no majority: its undo goes out in the
+//!   background), the wait **goes on** and may hold on pops that arrive later, including pops
+//!   from masters where the failed step ran, also after the client's last attempt (it stays
+//!   idle with none left until it holds or gives up, [`WaitAction::GiveUp`], and withdraws). A
+//!   lease step of the owner on its pushed lease **re-grants** it to that attempt (its attempt
+//!   id written, expiry a ttl from then, which is at least the window) and answers "granted",
+//!   not "handed" (the token was taken); `t` and `p` stay, and a fence store of that attempt
+//!   writes its own token to `t` (the claim then refuses there).
+//! - **The `p` mark**: the undo of an attempt never frees a lease marked `p`, even one that
+//!   attempt's step re-granted (`REDLOCK_ABANDON_SRC`'s `not l[3]`). The claim removes the mark
+//!   and, in the model's design, **writes the grant's attempt id** (`a = 'grant'`, which no undo
+//!   matches): lock-redis's claim keeps the attempt id, which `blocking_claim_keeps_attempt`
+//!   below shows loses a claimed lease.
 //! - A `BLPOP` that ended (its timeout) may be re-armed: the new arm's instant goes with that
 //!   arm's pops only.
 //!
 //! Why it holds: a push runs after the arm ran (the arm's drain empties the list, so nothing
 //! pushed before the arm is popped), the arm after `t_s`, so each popped grant lives at least
-//! until `t_s` plus the window, and a majority of them is the lock as a majority of leases is;
-//! the token named by a majority is above every earlier taker's for the reason a handed one is
-//! (above), and taken by the release it is handed once.
+//! until `t_s` plus the window: a re-grant by the owner's own failed step only extends it, and
+//! no undo of that step frees it (the mark), nor, once claimed, any undo at all (the grant's
+//! attempt id); a majority of them is the lock as a majority of
+//! leases is; the token named by a majority is above every earlier taker's for the reason a
+//! handed one is (above), and taken by the release it is handed once.
 //!
 //! Modelled as: the arm runs as it is sent (a push between send and run would go to the list
-//! and be drained, a hint; counting from the send only shortens the belief); the lists are not
-//! modelled (what reaches one is drained as a hint: its grant lapses or becomes the head's
-//! ordinary lease, its token, taken, is nobody's); a `BLPOP` may end only where an arm is left
-//! to follow it (one that stays blocked unread does all an ended one does); a restart drops the
-//! marks and keeps the `BLPOP`s blocked, as after `FLUSHALL`; a client waits while it is idle
-//! with an attempt left, any other client being its possible releaser. The property added:
-//! `a believed lease is kept by a majority` (while a client believes a lease, a majority of
-//! masters keep its key live, until a restart: the lost signal is honest). With time passing,
-//! the bounds start from a lease client 0 holds on every master ([`Redlock::held`]); the races
-//! of a first acquisition are the bounds without time's. These bounds also rename the masters
-//! in the symmetry reduction.
+//! and be drained, a hint; counting from the send only shortens the belief), so no arm runs
+//! during a lease step (an ended `BLPOP` may be re-armed then); a pop that arrives during the
+//! wait's own lease step is read once the step failed (the code reads its pushed grants
+//! between attempts), and a hold after a failed last attempt needs no attempt left; the lists
+//! are not modelled (what reaches one is drained as a hint: its grant lapses or becomes the
+//! head's ordinary lease, its token, taken, is nobody's); a `BLPOP` may end only where an arm
+//! is left to follow it (one that stays blocked unread does all an ended one does); a restart
+//! drops the marks and keeps the `BLPOP`s blocked, as after `FLUSHALL`; a client waits while it
+//! is idle with an attempt left, or after its last one failed with its wait open, any other
+//! client being its possible releaser; a key's `t` is kept in these bounds only (the claim
+//! alone reads it), the release's next token being the fence + 1 as above. The property
+//! added: `a believed lease is kept by a majority` (while a client believes a lease, a majority
+//! of masters keep its key live, until a restart: the lost signal is honest). With time
+//! passing, the bounds start from a lease client 0 holds on every master ([`Redlock::held`]);
+//! the races of a first acquisition are the bounds without time's. These bounds also rename
+//! the masters in the symmetry reduction.
 //!
-//! Checked: every property holds in [`Redlock::blocking_checked`] and
-//! [`Redlock::blocking_deep`]. Switches, each with a counterexample:
+//! Checked: every property holds in [`Redlock::blocking_checked`] (442,212 states, 96,523
+//! unique, without time; 248,090 and 60,914 from a held lease over a tick; about 4 s in
+//! release, 8 to 14 s in the debug nextest run at load average 3.6 to 4.4) and
+//! [`Redlock::blocking_deep`] (1.8 M, 1.2 M, 1.8 M, 3.5 M and 3.8 M states, 57 s in release at
+//! load average about 4). Switches, each with a counterexample:
 //! - `blocking_holds_on_one_push` (hold on one master's pop) gives two believers (three
 //!   clients, no time): the release pushes to one waiter on one master and to the other waiter
 //!   on another, and each holds on its one pop.
@@ -115,19 +142,43 @@
 //! - `blocking_release_does_not_take` (the release pushes the token and leaves it marked
 //!   `next`) hands one token twice (`tokens increase`): the head holds it on two pushes, its
 //!   grants lapse, and the former holder, acquiring again, is handed it by the free keys.
+//! - `blocking_undo_frees_pushed` (the undo frees a pushed lease its owner's failed step
+//!   re-granted, as it would without the mark) outlasts its grants (`a believed lease is kept
+//!   by a majority`, 13 steps from client 0's lease, [`Redlock::blocking_held`]): at tick 1
+//!   client 0 releases on master 0, pushing to client 1, which pops it; client 1's fallback
+//!   re-grants master 0 and is refused by masters 1 and 2 (still client 0's); client 0's
+//!   release on master 2 pushes there; the undo frees master 0; client 1 pops master 2 and
+//!   holds until tick 2 on masters 0 and 2 while only master 2 keeps its key.
+//! - `blocking_claim_keeps_attempt` (**lock-redis's claim as built**: `REDLOCK_CLAIM_SRC`
+//!   extends the lease and removes `p`, but the lease keeps the attempt id `a` of the owner's
+//!   failed step that re-granted it) loses a claimed lease (`a believed lease is kept by a
+//!   majority`, 14 steps from client 0's lease): as above up to client 0's release on master 2
+//!   pushing there; client 1 holds on both pops (until tick 2) and claims; the claim reaches
+//!   master 0 first and removes the mark, then the failed attempt's undo, sent late (a
+//!   background task), frees master 0. Keeping the mark in the claim instead is not enough
+//!   (searched with the attempt id kept, 16 steps): the failed step took the token a release
+//!   left on a free master 0 ("handed", `t` written, no mark), the pushes of masters 1 and 2
+//!   are held, the claim is answered by masters 0 and 2 (belief to tick 2), master 1's pushed
+//!   grant lapses at tick 1 and the late undo frees master 0. The fix the model checks: the
+//!   claim writes an attempt id no undo matches (lock-redis: `HSET a grant` in the claim).
 //!
 //! Not checked: three clients (no time passing, from a held lease or not: unfinished after
-//! 150 s, no property violated in the 1.1 to 1.3 M unique states seen), two attempts each for
-//! the design itself (only the last switch's search has them), renewals after the claim, and
-//! the cost (a connection per waiting head and master); whether `blocking_stale_arm` also
-//! gives two believers (three clients over a tick, three arms each: none found breadth-first
-//! in 160 s, 20.9 M unique states). Not kept as switches: holding the largest of differing
-//! tokens, searched without a counterexample in [`Redlock::blocking`] with a time-out, with a
-//! restart and over a tick (without time and over a tick its state counts are the design's:
-//! with two clients of one attempt there is one release, run after the holder's stores on each
-//! connection, so every pop names the same token; differing ones need a third client or a
-//! second attempt, not searched); a pop read after its wait ended (the model closes a wait's
-//! connections when it ends; a second wait of the same client, which could read one, needs two
+//! 150 s before the continued wait, no property violated in the 1.1 to 1.3 M unique states
+//! seen), two attempts each for the design itself (a wait going on across a second lease step:
+//! from a held lease over a tick, unfinished after 200 s in release; only
+//! `blocking_release_does_not_take`'s search has them), renewals after the claim, and the
+//! cost (a connection per waiting head and master; a pushed lease that a failed step re-granted
+//! is never undone, it lapses after its ttl); whether `blocking_stale_arm` also gives two
+//! believers (three clients over a tick, three arms each: none found breadth-first in 160 s,
+//! 20.9 M unique states); lock-redis's `GRACE` (pops that do not make a majority within it wake
+//! the wait: a hint, which the model's fallback at any time covers). Not kept as switches:
+//! holding the largest of differing tokens, searched without a counterexample in
+//! [`Redlock::blocking`] with a time-out, with a restart and over a tick (before the continued
+//! wait; without time and over a tick its state counts were the design's: with two clients of
+//! one attempt there is one release, run after the holder's stores on each connection, so
+//! every pop names the same token; differing ones need a third client or a second attempt, not
+//! searched); a pop read after its wait ended (the model closes a wait's connections when it
+//! holds or gives up; a second wait of the same client, which could read one, needs two
 //! attempts each with time passing).
 //!
 //! ## Faults in the model

@@ -38,6 +38,15 @@ pub struct Bugs {
     /// (blocking delivery) The release pushes the token it leaves without taking it (it stays
     /// marked `next`): an ordinary lease step can take it too.
     pub blocking_release_does_not_take: bool,
+    /// (blocking delivery) The undo of the owner's failed attempt frees a pushed lease its lease
+    /// step re-granted (no `p` mark, or an undo that ignores it): the wait, going on after the
+    /// failed fallback, then holds on pops while a master no longer keeps the lease.
+    pub blocking_undo_frees_pushed: bool,
+    /// (blocking delivery, found by the model in lock-redis's claim as built) The claim keeps
+    /// the lease's attempt id (and removes the pushed mark): a lease step of the owner's failed
+    /// fallback that re-granted the pushed lease, or took a token left there ("handed"), left
+    /// its attempt id, and that attempt's late undo frees the claimed lease.
+    pub blocking_claim_keeps_attempt: bool,
 }
 
 /// One model: the clients, the bounds and the bug switches.
@@ -160,19 +169,33 @@ impl Redlock {
                     return Some(Reply::Refused);
                 }
                 let handed = self.take_left_token(master, live);
-                master.key = Some(Key { owner: c, attempt, expires: now + self.ttl, token: 0 });
+                // A re-grant of the caller's own key keeps its token and pushed mark (`t`, `p`);
+                // a token taken ("handed") is written as `t`. Only the claim reads `t`: kept with
+                // blocking delivery only.
+                let kept = live.filter(|_| mine).map_or((0, false), |k| (k.token, k.pushed));
+                let (token, pushed) = if handed > 0 { (handed, kept.1) } else { kept };
+                let token = if self.arms > 0 { token } else { 0 };
+                master.key = Some(Key { owner: c, attempt, expires: now + self.ttl, token, pushed });
                 Some(Reply::Granted { floor: master.fence.max(micros), handed })
             }
-            Op::Fence { token } => {
+            Op::Fence { token, attempt } => {
                 let stored = token > master.fence;
                 master.fence = master.fence.max(token);
                 if stored {
                     master.next = 0;
+                    // The store writes its token into the attempt's lease (`t`), which only the
+                    // claim reads: kept with blocking delivery only.
+                    let own = |k: &&mut Key| k.owner == c && k.attempt == attempt;
+                    if let Some(key) = master.key.as_mut().filter(own).filter(|_| self.arms > 0) {
+                        key.token = token;
+                    }
                 }
                 Some(if stored { Reply::Stored } else { Reply::Refused })
             }
             Op::Undo { attempt } => {
-                let matches = |k: Key| k.owner == c && (self.bugs.undo_frees_any_attempt || k.attempt == attempt);
+                let spared = |k: Key| k.pushed && !self.bugs.blocking_undo_frees_pushed;
+                let matches =
+                    |k: Key| k.owner == c && (self.bugs.undo_frees_any_attempt || k.attempt == attempt) && !spared(k);
                 if master.live(now).is_some_and(matches) {
                     master.key = None;
                 }
@@ -187,7 +210,7 @@ impl Redlock {
                 }
                 None
             }
-            Op::Claim { token } => Some(Self::claim_step(master, c, token, now, self.ttl)),
+            Op::Claim { token } => Some(self.claim_step(master, c, token, now)),
         }
     }
 
@@ -209,7 +232,7 @@ impl Redlock {
                     *refused |= bit;
                 }
             }
-            (Client::Round2 { token, stored, failed, .. }, Op::Fence { token: t })
+            (Client::Round2 { token, stored, failed, .. }, Op::Fence { token: t, .. })
             | (Client::Holding { token, claim: Some(Claim { ok: stored, failed, .. }), .. }, Op::Claim { token: t })
                 if *token == t && (*stored | *failed) & bit == 0 =>
             {
@@ -247,7 +270,7 @@ impl Redlock {
                     }
                     let token = floor + 1;
                     for m in 0..MASTERS {
-                        s.chans[Self::chan(c, m)].push(Op::Fence { token });
+                        s.chans[Self::chan(c, m)].push(Op::Fence { token, attempt });
                     }
                     s.clients[i] = Client::Round2 { attempt, t0, token, refused1: refused, stored: 0, failed: 0 };
                 } else if (refused | failed).count_ones() > u32::from(MASTERS) - QUORUM {
@@ -270,8 +293,9 @@ impl Redlock {
         }
     }
 
-    /// `c` takes the lock with `token`, believed until `valid_until`.
+    /// `c` takes the lock with `token`, believed until `valid_until`; its wait, if any, ends.
     pub(super) fn hold(s: &mut State, c: u8, token: u8, valid_until: u8) {
+        Self::close_wait(s, c);
         s.second_holder |= s.taken.max > 0;
         s.taken.take(token);
         s.clients[usize::from(c)] = Client::Holding { token, valid_until, claim: None };
@@ -279,17 +303,29 @@ impl Redlock {
 
     /// No grant: undo the attempt in the background on every master that did not refuse it;
     /// with the hand-off, a client out of attempts also withdraws its wait (the release script
-    /// on every master, in the background: a grant it got is released and handed on).
+    /// on every master, in the background: a grant it got is released and handed on), unless
+    /// its blocking delivery is still open: that wait goes on (idle, no attempt left) and
+    /// withdraws when it gives up ([`WaitAction::GiveUp`]).
     fn fail(&self, s: &mut State, c: u8, attempt: u8, refused: u8) {
         for m in (0..MASTERS).filter(|m| refused & (1 << m) == 0) {
             s.pool.push((c, m, Op::Undo { attempt }));
         }
-        let i = usize::from(c);
-        if self.claim > 0 && s.attempts[i] == 0 {
-            s.pool.extend((0..MASTERS).map(|m| (c, m, Op::Release)));
-        }
         s.pool.sort_unstable();
-        s.clients[i] = if s.attempts[i] > 0 { Client::Idle } else { Client::Done };
+        let i = usize::from(c);
+        if s.attempts[i] > 0 || (self.arms > 0 && s.wait_open(c)) {
+            s.clients[i] = Client::Idle;
+        } else {
+            self.withdraw(s, c);
+        }
+    }
+
+    /// A client out of attempts is done; with the hand-off it withdraws its wait.
+    pub(super) fn withdraw(&self, s: &mut State, c: u8) {
+        if self.claim > 0 {
+            s.pool.extend((0..MASTERS).map(|m| (c, m, Op::Release)));
+            s.pool.sort_unstable();
+        }
+        s.clients[usize::from(c)] = Client::Done;
     }
 }
 
@@ -339,6 +375,9 @@ pub enum WaitAction {
     /// arms again on the same connection, the earlier `BLPOP` still there: whatever it pops is
     /// read as the new arm's.
     StaleRearm(u8, u8),
+    /// A wait that went on after its last lease step failed gives up (its deadline): its
+    /// connections close and it withdraws.
+    GiveUp(u8),
 }
 
 /// What a master answers to a request the client counts.
@@ -371,7 +410,7 @@ impl Explore for Redlock {
         self.handoff_actions(s, c, actions);
         self.wait_actions(s, c, actions);
         match s.clients[i] {
-            Client::Idle => actions.push(Action::Start(c)),
+            Client::Idle if s.attempts[i] > 0 => actions.push(Action::Start(c)),
             Client::Round1 { granted, refused, failed, .. } if s.lose > 0 => {
                 for m in (0..MASTERS).filter(|m| (granted | refused | failed) & (1 << m) == 0) {
                     actions.push(Action::Timeout(c, m));
@@ -399,8 +438,8 @@ impl Explore for Redlock {
                 let i = usize::from(c);
                 s.attempts[i] -= 1;
                 s.last_attempt[i] += 1;
-                // The wait ends by its own lease step: its connections close, their pops unread.
-                Self::close_wait(s, c);
+                // A wait's lease step (its fallback) leaves the wait open: if the step fails,
+                // the wait goes on and may count pops that arrive later.
                 let attempt = s.last_attempt[i];
                 for m in 0..MASTERS {
                     s.chans[Self::chan(c, m)].push(Op::Acquire { attempt });

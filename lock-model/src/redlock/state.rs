@@ -15,6 +15,8 @@ pub enum Op {
     Fence {
         /// The token the attempt chose.
         token: u8,
+        /// The attempt storing it (a store writes its token into the attempt's pushed lease).
+        attempt: u8,
     },
     /// A failed attempt's undo: free the key if it is still this attempt's.
     Undo {
@@ -47,9 +49,15 @@ pub struct Key {
     pub attempt: u8,
     /// The tick from which it is gone (PEXPIRE).
     pub expires: u8,
-    /// (blocking delivery) The token a release took for the head it pushed this grant to (the
-    /// key's `t`), which the head's claim must find; 0 otherwise.
+    /// (blocking delivery) The key's `t`, which the head's claim must find: the token a release
+    /// took for the head it pushed this grant to, or that the owner's attempt took ("handed")
+    /// or stored there; 0 otherwise (and always without blocking delivery, where nothing reads
+    /// it).
     pub token: u8,
+    /// (blocking delivery) The release pushed this lease to its owner (the key's `p`): no undo
+    /// of the owner's attempts frees it, even one whose lease step re-granted it, since the
+    /// owner's wait may still count its pop. The claim removes it.
+    pub pushed: bool,
 }
 
 /// One master.
