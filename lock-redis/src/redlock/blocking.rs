@@ -32,18 +32,19 @@
 //! step. Pops that do not make a majority within [`GRACE`] (a release that reached only some
 //! masters, or found some unarmed) wake the wait, as a hint.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::stream::{FuturesUnordered, StreamExt};
 use lock_core::backend::{PushSender, PushedGrant, WakeSubscription};
 use lock_core::FencingToken;
 use redis::aio::MultiplexedConnection;
 use tokio::sync::mpsc;
-use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::blocking::{Blocking, Popped, BLOCK_MS, MAX_BLOCKED};
+use crate::conn::Node;
 use crate::handoff::CLAIM_MS;
 use crate::scripts::{Keys, REDLOCK_ARM};
 
@@ -99,23 +100,19 @@ pub(super) fn decide(pops: &[Option<Pop>], quorum: usize) -> Decision {
     }
 }
 
-/// What a master's delivery tells the wait's coordinator.
-enum Report {
-    Pop(usize, Pop),
-    Hint,
-}
-
 /// The dedicated connections of every master, for the waits of one client.
 pub(crate) struct Delivery {
     masters: Vec<Arc<Blocking>>,
+    /// The masters' command connections, which end the `BLPOP`s still out once a grant is held.
+    nodes: Vec<Arc<Node>>,
     quorum: usize,
     /// Waits delivering now (at most [`MAX_BLOCKED`]), each with a connection per master.
     blocked: AtomicUsize,
 }
 
 impl Delivery {
-    pub(crate) fn new(masters: Vec<Arc<Blocking>>, quorum: usize) -> Self {
-        Delivery { masters, quorum, blocked: AtomicUsize::new(0) }
+    pub(crate) fn new(masters: Vec<Arc<Blocking>>, nodes: Vec<Arc<Node>>, quorum: usize) -> Self {
+        Delivery { masters, nodes, quorum, blocked: AtomicUsize::new(0) }
     }
 
     /// Gives the wait of `owner` (woken on `wake`) on `keys` blocking delivery on every master:
@@ -135,7 +132,8 @@ impl Delivery {
         }
         let (sub, tx) = sub.with_pushes();
         let this = Arc::clone(self);
-        let wait = Wait { keys: keys.clone(), owner: owner.to_owned(), wake: wake.to_owned() };
+        let done = Arc::new(AtomicBool::new(false));
+        let wait = Wait { keys: keys.clone(), owner: owner.to_owned(), wake: wake.to_owned(), done };
         tokio::spawn(async move {
             tokio::select! {
                 // The wait ended: the masters' deliveries are aborted, and a connection with a
@@ -149,61 +147,59 @@ impl Delivery {
     }
 
     /// Runs every master's delivery and decides over their pops, until a grant is held (sent to
-    /// the wait) or every master's delivery ended.
+    /// the wait) or every master's delivery ended. The deliveries are polled here, not spawned:
+    /// a pop reaches the decision without another task's wake-up on the hand-off's path.
     async fn deliver(&self, tx: &PushSender, wait: &Wait) {
-        let (reports, mut heard) = mpsc::unbounded_channel();
-        let mut masters = JoinSet::new();
-        for (index, master) in self.masters.iter().enumerate() {
-            masters.spawn(deliver_one(Arc::clone(master), index, wait.clone(), reports.clone()));
-        }
-        drop(reports);
+        let (hinter, mut hints) = mpsc::unbounded_channel();
+        let mut masters: FuturesUnordered<_> = (self.masters.iter().enumerate())
+            .map(|(index, master)| deliver_one(Arc::clone(master), index, wait.clone(), hinter.clone()))
+            .collect();
+        drop(hinter);
         let mut pops: Vec<Option<Pop>> = vec![None; self.masters.len()];
         let mut grace: Option<Instant> = None;
         loop {
-            let report = match grace {
-                Some(at) => tokio::select! {
-                    r = heard.recv() => r,
-                    () = tokio::time::sleep_until(at) => {
-                        tracing::trace!(owner = %wait.owner, "redlock delivery: no majority within the grace");
-                        grace = None;
-                        let _ = tx.send(None);
-                        continue;
-                    }
-                },
-                None => heard.recv().await,
-            };
-            match report {
-                None => return,
-                Some(Report::Hint) => {
+            let at = grace.unwrap_or_else(Instant::now);
+            let (index, pop) = tokio::select! {
+                Some((index, Some(pop))) = masters.next() => (index, pop),
+                Some(()) = hints.recv() => {
                     tracing::trace!(owner = %wait.owner, "redlock delivery: a hint");
                     let _ = tx.send(None);
+                    continue;
                 }
-                Some(Report::Pop(index, pop)) => {
-                    pops[index] = Some(pop);
-                    let decision = decide(&pops, self.quorum);
-                    tracing::trace!(owner = %wait.owner, master = index, token = pop.token, ?decision, "redlock delivery: a pop");
-                    match decision {
-                        Decision::Hold(held) => {
-                            let window = Duration::from_millis(CLAIM_MS);
-                            let _ = tx.send(Some(PushedGrant::new(FencingToken(held.token), held.armed_at, window)));
-                            // The other masters' pops of the same release are a round trip away:
-                            // finished, their connections are kept for the next waits. After
-                            // DRAIN the rest are aborted, each connection with a `BLPOP` still
-                            // out dropped with its task.
-                            tokio::spawn(async move {
-                                let drained = async { while masters.join_next().await.is_some() {} };
-                                let _ = tokio::time::timeout(DRAIN, drained).await;
-                            });
-                            return;
-                        }
-                        Decision::Wait => {
-                            grace.get_or_insert_with(|| Instant::now() + GRACE);
-                        }
-                        Decision::Hint => {
-                            grace = None;
-                            let _ = tx.send(None);
-                        }
+                () = tokio::time::sleep_until(at), if grace.is_some() => {
+                    tracing::trace!(owner = %wait.owner, "redlock delivery: no majority within the grace");
+                    grace = None;
+                    let _ = tx.send(None);
+                    continue;
+                }
+                else => return,
+            };
+            pops[index] = Some(pop);
+            let decision = decide(&pops, self.quorum);
+            tracing::trace!(owner = %wait.owner, master = index, token = pop.token, ?decision, "redlock delivery: a pop");
+            match decision {
+                Decision::Hold(held) => {
+                    let window = Duration::from_millis(CLAIM_MS);
+                    let _ = tx.send(Some(PushedGrant::new(FencingToken(held.token), held.armed_at, window)));
+                    // The other masters' `BLPOP`s are ended (their lists answered `x`), so that
+                    // their connections are kept for the next waits. After DRAIN the rest are
+                    // dropped, each connection with a `BLPOP` still out with them.
+                    wait.done.store(true, Ordering::SeqCst);
+                    for (node, _) in self.nodes.iter().zip(&pops).filter(|(_, p)| p.is_none()) {
+                        tokio::spawn(unblock(Arc::clone(node), wait.clone()));
                     }
+                    tokio::spawn(async move {
+                        let drained = async { while masters.next().await.is_some() {} };
+                        let _ = tokio::time::timeout(DRAIN, drained).await;
+                    });
+                    return;
+                }
+                Decision::Wait => {
+                    grace.get_or_insert_with(|| Instant::now() + GRACE);
+                }
+                Decision::Hint => {
+                    grace = None;
+                    let _ = tx.send(None);
                 }
             }
         }
@@ -216,23 +212,54 @@ struct Wait {
     keys: Keys,
     owner: String,
     wake: String,
+    /// Set once a grant is held: the deliveries still running end at their next answer.
+    done: Arc<AtomicBool>,
 }
 
-/// One master's delivery: arms and blocks until a grant is popped (reported, and the
-/// delivery ends); a hint on the way is reported and it arms again. After a broken connection
-/// it arms again on a new one (with a pause that doubles up to a second): the broken one's mark
+/// Ends the `BLPOP` of a wait that holds on a master whose pop it no longer needs: the owner's
+/// mark goes (no release there pushes to it any more) and `x` on its list answers the `BLPOP`.
+async fn unblock(node: Arc<Node>, wait: Wait) {
+    let list = wait.keys.pushes(&wait.owner);
+    let (armed, owner) = (&wait.keys.armed, &wait.owner);
+    let ended = node
+        .run(DRAIN, |mut c| {
+            let mut pipe = redis::pipe();
+            pipe.cmd("HDEL").arg(armed).arg(owner).ignore();
+            pipe.cmd("RPUSH").arg(&list).arg("x").ignore();
+            pipe.cmd("PEXPIRE").arg(&list).arg(BLOCK_MS).ignore();
+            async move { pipe.query_async::<()>(&mut c).await }
+        })
+        .await;
+    if let Err(e) = ended {
+        tracing::debug!(error = %e, "could not end a redlock blocking delivery; its connection is dropped");
+    }
+}
+
+/// One master's delivery: arms and blocks until a grant is popped (returned, and the delivery
+/// ends); a hint on the way goes to `hints` and it arms again. After a broken connection it
+/// arms again on a new one (with a pause that doubles up to a second): the broken one's mark
 /// may still be live, and a release would push to a list nobody pops; the new arm drains it.
-async fn deliver_one(master: Arc<Blocking>, index: usize, wait: Wait, reports: mpsc::UnboundedSender<Report>) {
+async fn deliver_one(
+    master: Arc<Blocking>,
+    index: usize,
+    wait: Wait,
+    hints: mpsc::UnboundedSender<()>,
+) -> (usize, Option<Pop>) {
     let list = wait.keys.pushes(&wait.owner);
     let mut pause = Duration::from_millis(20);
     loop {
         let broken = match master.connection().await {
             Ok(mut conn) => loop {
                 let armed_at = Instant::now();
-                match arm_and_pop(&mut conn, &wait, &list).await {
+                let popped = arm_and_pop(&mut conn, &wait, &list).await;
+                if popped.is_ok() && wait.done.load(Ordering::SeqCst) {
+                    master.keep(conn);
+                    return (index, None);
+                }
+                match popped {
                     Ok(Popped::Nothing) => {}
                     Ok(Popped::Hint) => {
-                        let _ = reports.send(Report::Hint);
+                        let _ = hints.send(());
                     }
                     Ok(Popped::Never) => {
                         tracing::trace!(owner = %wait.owner, master = index, "redlock delivery: not queued yet");
@@ -240,8 +267,7 @@ async fn deliver_one(master: Arc<Blocking>, index: usize, wait: Wait, reports: m
                     }
                     Ok(Popped::Grant(token)) => {
                         master.keep(conn);
-                        let _ = reports.send(Report::Pop(index, Pop { token: token.0, armed_at }));
-                        return;
+                        return (index, Some(Pop { token: token.0, armed_at }));
                     }
                     Err(e) => break e.to_string(),
                 }
@@ -250,7 +276,7 @@ async fn deliver_one(master: Arc<Blocking>, index: usize, wait: Wait, reports: m
         };
         tracing::debug!(server = %master.label(), error = %broken, "redlock blocking delivery failed; waking the wait, arming again");
         master.forget_idle();
-        let _ = reports.send(Report::Hint);
+        let _ = hints.send(());
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_secs(1));
     }

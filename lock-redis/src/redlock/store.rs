@@ -105,6 +105,7 @@ impl RedlockStore {
             }
         }
         let notifier = Notifier::new(pubsub, &options.key_prefix, options.connect_timeout, options.request_timeout);
+        let delivery = options.blocking_handoff.then(|| Arc::new(Delivery::new(blocking, nodes.clone(), quorum)));
         Ok(RedlockStore {
             nodes,
             notifier,
@@ -115,7 +116,7 @@ impl RedlockStore {
             max_ttl: options.max_ttl,
             max_waiters: options.max_waiters,
             tickets: Mutex::new(HashMap::new()),
-            delivery: options.blocking_handoff.then(|| Arc::new(Delivery::new(blocking, quorum))),
+            delivery,
         })
     }
 
