@@ -216,15 +216,15 @@ struct Wait {
     done: Arc<AtomicBool>,
 }
 
-/// Ends the `BLPOP` of a wait that holds on a master whose pop it no longer needs: the owner's
-/// mark goes (no release there pushes to it any more) and `x` on its list answers the `BLPOP`.
+/// Ends the `BLPOP` of a wait that holds on a master whose pop it no longer needs: `x` on its
+/// list answers it. The mark stays until it ends: a release there that comes later (it is on its
+/// way) still pushes rather than publishing a hint, and the claim takes that grant if it lands
+/// first; otherwise the grant lapses within the claim window, the holder having its majority.
 async fn unblock(node: Arc<Node>, wait: Wait) {
     let list = wait.keys.pushes(&wait.owner);
-    let (armed, owner) = (&wait.keys.armed, &wait.owner);
     let ended = node
         .run(DRAIN, |mut c| {
             let mut pipe = redis::pipe();
-            pipe.cmd("HDEL").arg(armed).arg(owner).ignore();
             pipe.cmd("RPUSH").arg(&list).arg("x").ignore();
             pipe.cmd("PEXPIRE").arg(&list).arg(BLOCK_MS).ignore();
             async move { pipe.query_async::<()>(&mut c).await }
