@@ -143,3 +143,30 @@ async fn one_master_s_push_or_a_forged_hint_does_not_hold() {
     assert!(lease.token() > before, "token {} after {before}", lease.token());
     lease.release().await.unwrap();
 }
+
+/// A master whose counter fell behind (it missed fence stores, or restarted) pushes the waiter
+/// a lower token than the others: the waiter holds on the majority's token, and its claim makes
+/// that master keep it, as the lease's token and as its counter, so the next release leaves
+/// every master the same token again (before, the lagging master stayed behind and every later
+/// push there split from the majority).
+#[tokio::test]
+async fn the_claim_brings_a_lagging_master_to_the_majority_s_token() {
+    let mut a = armed("lagging").await;
+    let held = a.held.token().0;
+    let behind = held - 5;
+    let _: () = redis::cmd("SET").arg(&a.keys.fence).arg(behind).query_async(&mut a.masters[0]).await.unwrap();
+    let _: () = redis::cmd("HSET").arg(&a.keys.lock).arg("t").arg(behind).query_async(&mut a.masters[0]).await.unwrap();
+    a.held.release().await.unwrap();
+    let lease = tokio::time::timeout(Duration::from_secs(5), a.wait).await.expect("handed over").unwrap().unwrap();
+    assert_eq!(lease.token().0, held + 1, "the majority's token");
+    let claimed = Instant::now() + Duration::from_secs(2);
+    while lease.valid_until() < tokio::time::Instant::now() + Duration::from_millis(2500) {
+        assert!(Instant::now() < claimed, "the lease was never claimed for its ttl");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let c = &mut a.masters[0];
+    let counter: u64 = redis::cmd("GET").arg(&a.keys.fence).query_async(c).await.unwrap();
+    let token: u64 = redis::cmd("HGET").arg(&a.keys.lock).arg("t").query_async(c).await.unwrap();
+    assert_eq!((counter, token), (held + 1, held + 1), "the lagging master keeps the claimed token");
+    lease.release().await.unwrap();
+}
