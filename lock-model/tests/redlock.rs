@@ -128,3 +128,15 @@ fn blocking_delivery_whose_claim_keeps_the_attempt_id_loses_the_claimed_lease() 
     // lease.
     assert_breaks(Redlock::blocking_held(bugs), &bugs, "a believed lease is kept by a majority", Search::Bfs);
 }
+
+#[test]
+fn blocking_delivery_whose_claim_grants_takes_a_believed_lease_deep() {
+    let bugs = Bugs { blocking_claim_grants: true, ..Bugs::default() };
+    // The waiter holds on two pushes until tick 1 and claims; its claims wait. At tick 1 its
+    // grants lapse and the former holder acquires again (a 1-tick ttl); a claim arrives on a
+    // master that holder was just granted and takes the key from it (13 steps).
+    let bound = Redlock { attempts: 2, ttl: 1, ..Redlock::blocking_held(bugs) };
+    common::deep_only("about 50 s", || {
+        assert_breaks(bound, &bugs, "a believed lease is kept by a majority", Search::Bfs)
+    });
+}

@@ -6,7 +6,7 @@
 use stateright::Property;
 
 use super::model::{Action, Redlock, Reply, WaitAction, MASTERS, QUORUM};
-use super::state::{Block, Claim, Client, Key, Master, Op, State, GRANT};
+use super::state::{Block, Claim, Client, Key, Master, Op, State, CLAIM};
 use crate::properties::Leases;
 
 /// Ticks an arm's mark lives after it ran (its `BLPOP`'s timeout).
@@ -229,25 +229,24 @@ impl Redlock {
         }
     }
 
-    /// The claim on one master: the caller's live key with the token (`t`: pushed there, or
-    /// taken or stored by an attempt of the caller), or a grant the release made it there
-    /// without a push (its head was not armed) whose token is still left for it (`g`,
-    /// `next:<token>`), which the claim then takes, is extended to `now + ttl`, loses its pushed
-    /// mark and gets the grant's attempt id, which no undo matches (bug
-    /// `blocking_claim_keeps_attempt`: the key keeps the attempt id of the owner's failed lease
-    /// step that re-granted or took it, whose late undo then frees the claimed lease); anything
-    /// else is refused, and nothing is granted.
+    /// The claim on one master (lock-redis's `REDLOCK_CLAIM_SRC`): a live key that is the
+    /// caller's, whatever its token or attempt id, is extended to `now + ttl`, with the claimed
+    /// token as its `t`, no pushed mark and the attempt id [`CLAIM`], which no undo matches; the
+    /// master's counter is raised to the token if it is lower (set-if-greater) and the token
+    /// marked taken (`claim:<token>`: `next` cleared). Anything else is refused, and nothing is
+    /// granted. Bugs: `blocking_claim_keeps_attempt` keeps the key's attempt id (the owner's
+    /// failed lease step's, whose late undo then frees the claimed lease) and
+    /// `blocking_claim_grants` writes the key where it is not the caller's. (Setting the counter
+    /// to the token where it is higher was searched, without a counterexample: module docs.)
     pub(super) fn claim_step(&self, master: &mut Master, c: u8, token: u8, now: u8) -> Reply {
-        let Some(key) = master.live(now).filter(|k| k.owner == c) else { return Reply::Refused };
-        let granted = key.attempt == GRANT && !key.pushed && master.next == token;
-        if key.token != token && !granted {
+        let own = master.live(now).filter(|k| k.owner == c);
+        if own.is_none() && !self.bugs.blocking_claim_grants {
             return Reply::Refused;
         }
-        if granted {
-            master.next = 0;
-        }
-        let attempt = if self.bugs.blocking_claim_keeps_attempt { key.attempt } else { GRANT };
-        master.key = Some(Key { attempt, expires: now + self.ttl, token, pushed: false, ..key });
+        let attempt = own.filter(|_| self.bugs.blocking_claim_keeps_attempt).map_or(CLAIM, |k| k.attempt);
+        master.fence = master.fence.max(token);
+        master.next = 0;
+        master.key = Some(Key { owner: c, attempt, expires: now + self.ttl, token, pushed: false });
         Reply::Stored
     }
 

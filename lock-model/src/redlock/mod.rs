@@ -75,11 +75,15 @@
 //! - **Hold**: once pops from a **majority of masters name one token**, the head holds it,
 //!   believed until the earliest of those masters' `t_s` plus the claim window, if that is still
 //!   ahead, and closes its other connections. Its **claim** (the first renewal, on every master
-//!   at once) extends a key that is still its own with that token (`t`: pushed there, or taken
-//!   "handed" or stored by an attempt of its own), or a grant the release made it without a push
-//!   (it was not armed there) whose token is still left for it (`g`, `next:<token>`), which the
-//!   claim then takes, to a whole ttl; answered so by a majority, the belief runs to the claim's
-//!   send plus the ttl, else the lease is lost (its belief stays at the window's end).
+//!   at once, `REDLOCK_CLAIM_SRC` as changed after masters' counters drifted apart by one under
+//!   contention) extends **any** live key that is still its own, whatever its token and attempt
+//!   id (a pushed lease, a grant made without a push, one its own lease step took or
+//!   re-granted), to a whole ttl; it raises the master's counter to the claimed token if it is
+//!   lower (set-if-greater, never lowers), writes that token as the lease's `t`, marks it taken
+//!   (`claim:<token>` in fence-by: `next` cleared), sets the attempt id to `claim` ([`CLAIM`])
+//!   and removes `g` and `p`. A key that is not its own (free, lapsed, another's) answers 0: it
+//!   never grants. Answered 1 by a majority, the belief runs to the claim's send plus the ttl,
+//!   else the lease is lost (its belief stays at the window's end).
 //! - **Fallback**: anything less (a minority, differing tokens, a pop whose window passed) is a
 //!   hint: the head takes its ordinary lease step ([`Action::Start`], open to it at any time).
 //!   The step does **not end the wait**: if it holds, the wait closes (a `BLPOP` still
@@ -90,22 +94,27 @@
 //!   lease step of the owner on its pushed lease **re-grants** it to that attempt (its attempt
 //!   id written, expiry a ttl from then, which is at least the window) and answers "granted",
 //!   not "handed" (the token was taken); `t` and `p` stay, and a fence store of that attempt
-//!   writes its own token to `t` (the claim then refuses there).
+//!   writes its own token to `t` (the claim extends the lease all the same, and the counter
+//!   stays at that store's token, above the claimed one).
 //! - **The `p` mark**: the undo of an attempt never frees a lease marked `p`, even one that
 //!   attempt's step re-granted (`REDLOCK_ABANDON_SRC`'s `not l[3]`). The claim removes the mark
-//!   and, in the model's design, **writes the grant's attempt id** (`a = 'grant'`, which no undo
-//!   matches): lock-redis's claim keeps the attempt id, which `blocking_claim_keeps_attempt`
-//!   below shows loses a claimed lease.
+//!   and **writes the attempt id `claim`**, which no undo matches: a claim that kept the
+//!   attempt id (lock-redis's before 2b38644) loses a claimed lease, as
+//!   `blocking_claim_keeps_attempt` below shows.
 //! - A `BLPOP` that ended (its timeout) may be re-armed: the new arm's instant goes with that
 //!   arm's pops only.
 //!
 //! Why it holds: a push runs after the arm ran (the arm's drain empties the list, so nothing
 //! pushed before the arm is popped), the arm after `t_s`, so each popped grant lives at least
 //! until `t_s` plus the window: a re-grant by the owner's own failed step only extends it, and
-//! no undo of that step frees it (the mark), nor, once claimed, any undo at all (the grant's
+//! no undo of that step frees it (the mark), nor, once claimed, any undo at all (the claim's
 //! attempt id); a majority of them is the lock as a majority of
 //! leases is; the token named by a majority is above every earlier taker's for the reason a
-//! handed one is (above), and taken by the release it is handed once.
+//! handed one is (above), and taken by the release it is handed once. The claim only extends
+//! what is already the claimant's, so a claim that runs late (after the belief ended, another
+//! client's round, or a grant to the same client made since) takes nothing from anyone; and it
+//! only raises counters, so every master it reached leaves the next taker a token above the
+//! claimed one.
 //!
 //! Modelled as: the arm runs as it is sent (a push between send and run would go to the list
 //! and be drained, a hint; counting from the send only shortens the belief), so no arm runs
@@ -117,19 +126,22 @@
 //! is left to follow it (one that stays blocked unread does all an ended one does); a restart
 //! drops the marks and keeps the `BLPOP`s blocked, as after `FLUSHALL`; a client waits while it
 //! is idle with an attempt left, or after its last one failed with its wait open, any other
-//! client being its possible releaser; a key's `t` is kept in these bounds only (the claim
-//! alone reads it), the release's next token being the fence + 1 as above. The property
-//! added: `a believed lease is kept by a majority` (while a client believes a lease, a majority
-//! of masters keep its key live, until a restart: the lost signal is honest). With time
+//! client being its possible releaser; a key's `t` is kept in these bounds only and read by no
+//! step (the release's next token is the fence + 1 as above, as lock-redis's
+//! `max(counter, t) + 1` is: the counter is at least `t`, which every writer of `t`, the claim
+//! included, makes so); a claim answered after its client's belief ended is ignored. The
+//! property added: `a believed lease is kept by a majority` (while a client believes a lease,
+//! a majority of masters keep its key live, until a restart: the lost signal is honest). With time
 //! passing, the bounds start from a lease client 0 holds on every master ([`Redlock::held`]);
 //! the races of a first acquisition are the bounds without time's. These bounds also rename
 //! the masters in the symmetry reduction.
 //!
-//! Checked: every property holds in [`Redlock::blocking_checked`] (442,212 states, 96,523
-//! unique, without time; 248,090 and 60,914 from a held lease over a tick; about 4 s in
-//! release, 8 to 14 s in the debug nextest run at load average 3.6 to 4.4) and
-//! [`Redlock::blocking_deep`] (1.8 M, 1.2 M, 1.8 M, 3.5 M and 3.8 M states, 57 s in release at
-//! load average about 4). Switches, each with a counterexample:
+//! Checked, with the claim as changed: every property holds in [`Redlock::blocking_checked`]
+//! (441,971 states, 96,419 unique, without time; 246,537 and 60,514 from a held lease over a
+//! tick; about 4 s in release, 9 s in the debug nextest run at load average about 2) and
+//! [`Redlock::blocking_deep`] (1.8 M, 1.2 M, 1.8 M, 3.5 M and 3.8 M states; 385 k, 231 k,
+//! 445 k, 688 k and 780 k unique; about 40 s in release at load average about 2). Switches,
+//! each with a counterexample:
 //! - `blocking_holds_on_one_push` (hold on one master's pop) gives two believers (three
 //!   clients, no time): the release pushes to one waiter on one master and to the other waiter
 //!   on another, and each holds on its one pop.
@@ -149,18 +161,28 @@
 //!   re-grants master 0 and is refused by masters 1 and 2 (still client 0's); client 0's
 //!   release on master 2 pushes there; the undo frees master 0; client 1 pops master 2 and
 //!   holds until tick 2 on masters 0 and 2 while only master 2 keeps its key.
-//! - `blocking_claim_keeps_attempt` (**lock-redis's claim as built**: `REDLOCK_CLAIM_SRC`
-//!   extends the lease and removes `p`, but the lease keeps the attempt id `a` of the owner's
-//!   failed step that re-granted it) loses a claimed lease (`a believed lease is kept by a
-//!   majority`, 14 steps from client 0's lease): as above up to client 0's release on master 2
+//! - `blocking_claim_keeps_attempt` (lock-redis's claim before 2b38644, found by the model:
+//!   the claim extends the lease and removes `p`, but the lease keeps the attempt id `a` of the
+//!   owner's failed step that re-granted it) loses a claimed lease (`a believed lease is kept
+//!   by a majority`, 14 steps from client 0's lease): as above up to client 0's release on master 2
 //!   pushing there; client 1 holds on both pops (until tick 2) and claims; the claim reaches
 //!   master 0 first and removes the mark, then the failed attempt's undo, sent late (a
 //!   background task), frees master 0. Keeping the mark in the claim instead is not enough
 //!   (searched with the attempt id kept, 16 steps): the failed step took the token a release
 //!   left on a free master 0 ("handed", `t` written, no mark), the pushes of masters 1 and 2
 //!   are held, the claim is answered by masters 0 and 2 (belief to tick 2), master 1's pushed
-//!   grant lapses at tick 1 and the late undo frees master 0. The fix the model checks: the
-//!   claim writes an attempt id no undo matches (lock-redis: `HSET a grant` in the claim).
+//!   grant lapses at tick 1 and the late undo frees master 0. The fix: the claim writes an
+//!   attempt id no undo matches (lock-redis: `a = 'claim'`, [`CLAIM`]).
+//! - `blocking_claim_grants` (the claim extends or creates the key where it is not the
+//!   claimant's, as the owner check stops) takes a believed lease (`a believed lease is kept by
+//!   a majority`, 13 steps from client 0's lease, two attempts each, a 1-tick ttl; deep only,
+//!   46 s breadth-first in release): client 0 releases on masters 1 and 2, pushing to
+//!   client 1, which holds on both pops until tick 1 and claims; its claims wait; at tick 1 the
+//!   pushed grants lapse, client 0 acquires again and is granted master 2; client 1's claim
+//!   runs there and takes the key; master 1 grants client 0 too, both store its token (a store
+//!   does not check the key) and it holds, to tick 2, with its key on master 1 alone. With the
+//!   2-tick ttl a trace of the same kind gives two believers (14 steps, 93 s): two late claims
+//!   make a majority, extending client 1's belief to tick 2 beside client 0's new lease.
 //!
 //! Not checked: three clients (no time passing, from a held lease or not: unfinished after
 //! 150 s before the continued wait, no property violated in the 1.1 to 1.3 M unique states
@@ -179,7 +201,21 @@
 //! every pop names the same token; differing ones need a third client or a second attempt, not
 //! searched); a pop read after its wait ended (the model closes a wait's connections when it
 //! holds or gives up; a second wait of the same client, which could read one, needs two
-//! attempts each with time passing).
+//! attempts each with time passing); a claim that **lowers** a higher counter to the claimed
+//! token (not set-if-greater): with it, [`Redlock::blocking_checked`] and
+//! [`Redlock::blocking_deep`] hold with the same state counts, and a search for `tokens
+//! increase` from a held lease with two attempts each and a 1-tick ttl over a tick found
+//! none (unfinished after 150 s breadth-first and 150 s depth-first, in release). Why, in the
+//! model: an ordinary round's token is floored by the masters' clock, so only a release's
+//! token can go back; the claim's owner check means it lowers only a key that is still the
+//! claimant's, whose counter above the claimed token can only hold a token stored by an
+//! attempt that never held (the claimant's own failed fallback), until a
+//! claim that runs late, after the claimant's belief ended and another client took a higher
+//! token, finds a grant made to the claimant since; lowering that master and one more, then a
+//! release there by the claimant and a hand-off to a majority naming the lowered token, is
+//! beyond the bounds. lock-redis's set-if-greater is kept on that reasoning, unchecked by a
+//! counterexample. Nor does the model check what the change was for (pushes naming one token
+//! under contention: liveness), only that the claim as changed keeps every property.
 //!
 //! ## Faults in the model
 //! A client may stop waiting for any master (a time-out) while its request stays in flight and
@@ -210,4 +246,4 @@ mod values;
 
 pub use blocking::BLOCK;
 pub use model::{Action, Bugs, Redlock, WaitAction, MASTERS, QUORUM};
-pub use state::{Block, Claim, Client, Handed, Key, Master, Op, State, GRANT};
+pub use state::{Block, Claim, Client, Handed, Key, Master, Op, State, CLAIM, GRANT};

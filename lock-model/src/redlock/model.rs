@@ -47,6 +47,10 @@ pub struct Bugs {
     /// fallback that re-granted the pushed lease, or took a token left there ("handed"), left
     /// its attempt id, and that attempt's late undo frees the claimed lease.
     pub blocking_claim_keeps_attempt: bool,
+    /// (blocking delivery) The claim extends the key, or creates it, where it is not the
+    /// claimant's (a free key, or another's lease): it grants, and a claim that arrives late
+    /// takes a lease another client holds.
+    pub blocking_claim_grants: bool,
 }
 
 /// One model: the clients, the bounds and the bug switches.

@@ -27,7 +27,8 @@ pub enum Op {
     /// owner's; with the hand-off, a free key then goes to the queue's head, if any.
     Release,
     /// (blocking delivery) The first renewal of a lease held on pushed grants: extends the key
-    /// for the ttl if it is the caller's with `token`, never grants.
+    /// for the ttl if it is the caller's (whatever its token), raises the counter to `token` and
+    /// takes it; never grants.
     Claim {
         /// The token the pops named.
         token: u8,
@@ -37,6 +38,11 @@ pub enum Op {
 /// A grant's attempt id: the release's grant names no attempt, so no undo frees it.
 pub const GRANT: u8 = 0;
 
+/// (blocking delivery) A claimed lease's attempt id (lock-redis's `a = 'claim'`): no attempt
+/// has it, so no undo frees the lease, and it is not a grant (the claim removes `g`), so no
+/// lease step takes a token left there.
+pub const CLAIM: u8 = u8::MAX;
+
 /// Per master, the token a lease step answered "handed" with (0: not handed).
 pub type Handed = [u8; 3];
 
@@ -45,14 +51,15 @@ pub type Handed = [u8; 3];
 pub struct Key {
     /// Whose it is.
     pub owner: u8,
-    /// The attempt that last granted or re-granted it ([`GRANT`] for a release's grant).
+    /// The attempt that last granted or re-granted it ([`GRANT`] for a release's grant,
+    /// [`CLAIM`] once claimed).
     pub attempt: u8,
     /// The tick from which it is gone (PEXPIRE).
     pub expires: u8,
-    /// (blocking delivery) The key's `t`, which the head's claim must find: the token a release
-    /// took for the head it pushed this grant to, or that the owner's attempt took ("handed")
-    /// or stored there; 0 otherwise (and always without blocking delivery, where nothing reads
-    /// it).
+    /// (blocking delivery) The key's `t`: the token a release took for the head it pushed this
+    /// grant to, that the owner's attempt took ("handed") or stored there, or that the owner's
+    /// claim wrote; 0 otherwise (and always without blocking delivery). The model's release
+    /// does not read it (its next token is the fence + 1, at least `t`).
     pub token: u8,
     /// (blocking delivery) The release pushed this lease to its owner (the key's `p`): no undo
     /// of the owner's attempts frees it, even one whose lease step re-granted it, since the
