@@ -27,19 +27,9 @@ sleep 6
 RL=redlock://127.0.0.1:26391,127.0.0.1:26392,127.0.0.1:26393
 $B init --url redis://127.0.0.1:6379/0 >/dev/null 2>&1
 $B init --url $RL >/dev/null 2>&1
+. scripts/bench-lib.sh
 run() { # name url rtt round
-  local name=$1 url=$2 rtt=$3 r=$4
-  DLOCK_SQL__TABLE=dlock_bench_q timeout 180 $B bench --url "$url" --duration 3s --cases baseline,uncontended,contended --rtt $rtt --json 2>/dev/null > $T/$name-$rtt-$r.json
-  python3 - "$T/$name-$rtt-$r.json" "$name" "$rtt" <<'PY'
-import json,sys
-try:
-    r=json.load(open(sys.argv[1]))
-except Exception as e:
-    print(sys.argv[2], sys.argv[3], "FAILED", e); sys.exit()
-c={x['name']:x for x in r['cases']}
-g=lambda n,k: c.get(n,{}).get(k)
-print(f"{sys.argv[2]:9} rtt {sys.argv[3]:6} base p50 {g('baseline','p50_us') or 0:8.0f} unc p50 {g('uncontended','p50_us') or 0:8.0f} ho p50 {g('contended','handoff_p50_us') or 0:8.0f} acq/s {g('contended','ops_per_s') or 0:7.0f} other {g('contended','other_client_pct')} excl {g('contended','exclusion_ok')} ratios {r['ratios']}")
-PY
+  bench_run "$1" "$2" "$3" baseline,uncontended,contended "$4" DLOCK_SQL__TABLE=dlock_bench_q
 }
 for r in 1 2 3; do
   run redis redis://127.0.0.1:6379/0 0s $r

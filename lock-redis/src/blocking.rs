@@ -24,6 +24,7 @@
 //! switches (no drain, counting from the reply, a pop after the wait ended, a lapsed pop taken),
 //! each of which gives two holders or a token going back.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -50,6 +51,38 @@ const IDLE: usize = 32;
 /// not open thousands of connections (Redis's `maxclients` is 10,000 by default).
 pub(crate) const MAX_BLOCKED: usize = 64;
 
+/// The waits of one client that deliver at once, at most [`MAX_BLOCKED`]: each runs in a task of
+/// its own until the wait ends (its subscription dropped) or its delivery does.
+#[derive(Default)]
+pub(crate) struct Deliveries(AtomicUsize);
+
+impl Deliveries {
+    /// Runs `deliver` with the sender of `sub`'s pushed grants; beyond [`MAX_BLOCKED`] waits at
+    /// once, the subscription is returned as it is (hints). When the wait ends first, the
+    /// delivery is dropped, and a `BLPOP` still out goes with its connection.
+    pub(crate) fn start<F, Fut>(self: &Arc<Self>, sub: WakeSubscription, deliver: F) -> WakeSubscription
+    where
+        F: FnOnce(PushSender) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let taken = self.0.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < MAX_BLOCKED).then_some(n + 1));
+        if taken.is_err() {
+            return sub;
+        }
+        let (sub, tx) = sub.with_pushes();
+        let delivery = deliver(tx.clone());
+        let this = Arc::clone(self);
+        tokio::spawn(async move {
+            tokio::select! {
+                () = tx.closed() => {}
+                () = delivery => {}
+            }
+            this.0.fetch_sub(1, Ordering::SeqCst);
+        });
+        sub
+    }
+}
+
 /// The dedicated connections of one server's waits.
 pub(crate) struct Blocking {
     endpoint: Endpoint,
@@ -57,8 +90,8 @@ pub(crate) struct Blocking {
     connect_timeout: Duration,
     request_timeout: Duration,
     idle: Mutex<Vec<MultiplexedConnection>>,
-    /// Waits delivering now (at most [`MAX_BLOCKED`]).
-    blocked: AtomicUsize,
+    /// Waits delivering now.
+    waits: Arc<Deliveries>,
     /// The scripts a new connection loads: the arm of this deployment's queue.
     sources: Vec<&'static str>,
 }
@@ -95,7 +128,7 @@ impl Blocking {
             connect_timeout,
             request_timeout,
             idle: Mutex::new(Vec::new()),
-            blocked: AtomicUsize::new(0),
+            waits: Arc::default(),
             sources: vec![arm],
         }
     }
@@ -110,23 +143,9 @@ impl Blocking {
     /// subscription dropped), or when nothing more can be pushed.
     /// Beyond [`MAX_BLOCKED`] waits at once, the subscription is returned as it is (hints).
     pub(crate) fn arm(self: &Arc<Self>, sub: WakeSubscription, keys: &Keys, owner: &str) -> WakeSubscription {
-        let taken =
-            self.blocked.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < MAX_BLOCKED).then_some(n + 1));
-        if taken.is_err() {
-            return sub;
-        }
-        let (sub, tx) = sub.with_pushes();
         let this = Arc::clone(self);
         let (keys, owner) = (keys.clone(), owner.to_owned());
-        tokio::spawn(async move {
-            tokio::select! {
-                // The wait ended: a `BLPOP` still out goes with its connection.
-                () = tx.closed() => {}
-                () = this.deliver(&tx, &keys, &owner) => {}
-            }
-            this.blocked.fetch_sub(1, Ordering::SeqCst);
-        });
-        sub
+        self.waits.start(sub, move |tx| async move { this.deliver(&tx, &keys, &owner).await })
     }
 
     /// Arms and blocks until a grant, or until no push can come; after a broken connection it

@@ -32,7 +32,7 @@
 //! step. Pops that do not make a majority within [`GRACE`] (a release that reached only some
 //! masters, or found some unarmed) wake the wait, as a hint.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,7 +43,7 @@ use redis::aio::MultiplexedConnection;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::blocking::{Blocking, Popped, BLOCK_MS, MAX_BLOCKED};
+use crate::blocking::{Blocking, Deliveries, Popped, BLOCK_MS};
 use crate::conn::Node;
 use crate::handoff::CLAIM_MS;
 use crate::scripts::{Keys, REDLOCK_ARM};
@@ -106,18 +106,18 @@ pub(crate) struct Delivery {
     /// The masters' command connections, which end the `BLPOP`s still out once a grant is held.
     nodes: Vec<Arc<Node>>,
     quorum: usize,
-    /// Waits delivering now (at most [`MAX_BLOCKED`]), each with a connection per master.
-    blocked: AtomicUsize,
+    /// Waits delivering now, each with a connection per master.
+    waits: Arc<Deliveries>,
 }
 
 impl Delivery {
     pub(crate) fn new(masters: Vec<Arc<Blocking>>, nodes: Vec<Arc<Node>>, quorum: usize) -> Self {
-        Delivery { masters, nodes, quorum, blocked: AtomicUsize::new(0) }
+        Delivery { masters, nodes, quorum, waits: Arc::default() }
     }
 
     /// Gives the wait of `owner` (woken on `wake`) on `keys` blocking delivery on every master:
     /// returns its subscription with the channel the held grant arrives on. Beyond
-    /// [`MAX_BLOCKED`] waits at once, the subscription is returned as it is (hints).
+    /// [`MAX_BLOCKED`](crate::blocking::MAX_BLOCKED) waits at once, the subscription is returned as it is (hints).
     pub(crate) fn arm(
         self: &Arc<Self>,
         sub: WakeSubscription,
@@ -125,25 +125,10 @@ impl Delivery {
         owner: &str,
         wake: &str,
     ) -> WakeSubscription {
-        let taken =
-            self.blocked.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < MAX_BLOCKED).then_some(n + 1));
-        if taken.is_err() {
-            return sub;
-        }
-        let (sub, tx) = sub.with_pushes();
         let this = Arc::clone(self);
         let done = Arc::new(AtomicBool::new(false));
         let wait = Wait { keys: keys.clone(), owner: owner.to_owned(), wake: wake.to_owned(), done };
-        tokio::spawn(async move {
-            tokio::select! {
-                // The wait ended: the masters' deliveries are aborted, and a connection with a
-                // `BLPOP` still out goes with its task.
-                () = tx.closed() => {}
-                () = this.deliver(&tx, &wait) => {}
-            }
-            this.blocked.fetch_sub(1, Ordering::SeqCst);
-        });
-        sub
+        self.waits.start(sub, move |tx| async move { this.deliver(&tx, &wait).await })
     }
 
     /// Runs every master's delivery and decides over their pops, until a grant is held (sent to

@@ -495,29 +495,15 @@ script_call! {
 /// Returns 1 armed, 0 answered on the list.
 pub(crate) const ARM_SRC: &str = effects_lua!(
     wake_lua!(),
+    super::queue::arm_lua!(),
     r#"
-local answer = nil
-if redis.call('DEL', KEYS[3]) == 1 then
-  answer = 'h'
-else
+local function refused()
   local e = redis.call('HGET', KEYS[1], ARGV[1])
-  local grant, own = nil, nil
-  if e then
-    local _
-    _, grant, own = entry_parts(e)
-  end
-  if not (grant and own) then answer = 'x' end
+  if not e then return true end
+  local _, grant, own = entry_parts(e)
+  return not (grant and own)
 end
-if answer then
-  redis.call('RPUSH', KEYS[3], answer)
-  redis.call('PEXPIRE', KEYS[3], ARGV[2])
-  return 0
-end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('HSET', KEYS[2], ARGV[1], string.format('%d', now + tonumber(ARGV[2])))
-redis.call('PEXPIRE', KEYS[2], ARGV[2])
-return 1
+return arm(KEYS[3], KEYS[2], ARGV[1], ARGV[2], refused)
 "#
 );
 pub(crate) static ARM: LazyLock<Script> = LazyLock::new(|| Script::new(ARM_SRC));

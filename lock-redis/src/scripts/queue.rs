@@ -82,6 +82,39 @@ end
 
 pub(crate) use wake_lua;
 
+/// Lua shared by the arms of blocking delivery (the single instance's `ARM_SRC`, Redlock's
+/// `REDLOCK_ARM_SRC`): `arm(list, marks, owner, ms, refused)`. A grant pushed onto `list` before
+/// this arm is drained and answered as the hint `h` (counted from this arm it could be a lapsed
+/// lease); else `refused()` true is answered `x` (no release will push to this owner). An answer
+/// goes onto `list`, so the `BLPOP` after the arm returns it at once; otherwise `owner` is marked
+/// armed in `marks` for `ms`. Returns 1 armed, 0 answered on the list.
+macro_rules! arm_lua {
+    () => {
+        r#"
+local function arm(list, marks, owner, ms, refused)
+  local answer = nil
+  if redis.call('DEL', list) == 1 then
+    answer = 'h'
+  elseif refused() then
+    answer = 'x'
+  end
+  if answer then
+    redis.call('RPUSH', list, answer)
+    redis.call('PEXPIRE', list, ms)
+    return 0
+  end
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('HSET', marks, owner, string.format('%d', now + tonumber(ms)))
+  redis.call('PEXPIRE', marks, ms)
+  return 1
+end
+"#
+    };
+}
+
+pub(crate) use arm_lua;
+
 /// Lua of every script that issues a token: `grant_token(fence, t)`, the token a grant issues,
 /// never below the server clock in µs (`t`: `TIME`'s reply), and `grant_lease(lock, fence,
 /// owner, ttl, t)`, an exclusive lease with that token.

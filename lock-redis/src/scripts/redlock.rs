@@ -408,23 +408,12 @@ script_call! {
 /// a release's push (its token). Returns 1 armed, 0 answered on the list.
 pub(crate) const REDLOCK_ARM_SRC: &str = effects_lua!(
     super::queue::wake_lua!(),
+    super::queue::arm_lua!(),
     r#"
-local answer = nil
-if redis.call('DEL', KEYS[3]) == 1 then
-  answer = 'h'
-elseif not redis.call('ZSCORE', KEYS[1], entry_of(ARGV[1], ARGV[2])) then
-  answer = 'x'
+local function refused()
+  return not redis.call('ZSCORE', KEYS[1], entry_of(ARGV[1], ARGV[2]))
 end
-if answer then
-  redis.call('RPUSH', KEYS[3], answer)
-  redis.call('PEXPIRE', KEYS[3], ARGV[3])
-  return 0
-end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('HSET', KEYS[2], ARGV[1], string.format('%d', now + tonumber(ARGV[3])))
-redis.call('PEXPIRE', KEYS[2], ARGV[3])
-return 1
+return arm(KEYS[3], KEYS[2], ARGV[1], ARGV[3], refused)
 "#
 );
 pub(crate) static REDLOCK_ARM: LazyLock<Script> = LazyLock::new(|| Script::new(REDLOCK_ARM_SRC));
