@@ -6,8 +6,8 @@
 //!
 //! A waiting `acquire` arms every master on a dedicated connection of its own there
 //! (`REDLOCK_ARM_SRC`, then `BLPOP` of its list, back to back) and remembers each arm's send
-//! instant. What it rests on, each point checked by lock-model's `redlock` model ("Blocking
-//! delivery", with a switch per point that breaks it):
+//! instant. What it rests on (each rule checked by lock-model's `redlock` model, "Blocking
+//! delivery", most with a bug switch that breaks it):
 //! - **A majority naming one token** ([`decide`]): one master's push, or pushes of different
 //!   tokens, are hints; a majority of leases is the lock, and a token named by a majority was
 //!   stored above every earlier one on a majority before anyone used it ("Tokens left by the
@@ -24,13 +24,18 @@
 //! - **A pushed lease outlives the head's own failed attempts**: it is marked `p`, which the undo
 //!   of an attempt never frees, so a wait that fell back to its lease step and failed may still
 //!   count the pops it gets later.
+//! - **The claim** (`RedlockClaim`, the lease's first renewal, on every master; a majority
+//!   needed, else the lease is lost) extends only the owner's lease and never grants; it writes
+//!   the attempt id `claim`, which no undo matches (a late undo of the head's failed lease step
+//!   would otherwise free the claimed lease), and makes each master keep the token the majority
+//!   named (set-if-greater on its counter), so that masters whose counters drifted apart agree
+//!   again before the next release (measured: without it, pushes split between two tokens under
+//!   contention).
 //!
-//! The lease's first renewal is the claim (`RedlockClaim` on every master, a majority needed:
-//! it extends only the owner's lease, never grants, and makes each master keep the token the
-//! majority named, so that masters whose counters had drifted apart agree again); anything
-//! else is a hint and the wait takes its ordinary lease
-//! step. Pops that do not make a majority within [`GRACE`] (a release that reached only some
-//! masters, or found some unarmed) wake the wait, as a hint.
+//! Anything else is a hint and the wait takes its ordinary lease step. Pops that do not make a
+//! majority within [`GRACE`] (a release that reached only some masters, or found some unarmed)
+//! wake the wait, as a hint. Once a grant is held, the `BLPOP`s still out are answered `x` from
+//! the masters' command connections, so their connections are kept for the next waits.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
