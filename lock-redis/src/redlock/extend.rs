@@ -13,7 +13,8 @@ use crate::scripts::{Keys, LeaseEnd, RedlockClaim, Renew};
 impl RedlockStore {
     /// Renews on every master; a majority of renewals keeps the lease, a majority of refusals
     /// loses it, anything else is `Unavailable` (the watchdog re-tries until `valid_until`).
-    /// With `claim`, each master renews only a lease of the owner's with that token (`RedlockClaim`).
+    /// With `claim`, the claim of a pushed grant (`RedlockClaim`): each master renews the owner's
+    /// lease, never grants, and keeps that token as the lease's and its counter's floor.
     pub(super) async fn extend_round(
         &self,
         name: &LockName,

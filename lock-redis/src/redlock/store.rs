@@ -175,8 +175,9 @@ impl LeaseStore for RedlockStore {
         self.extend_round(name, owner, ttl, None).await
     }
 
-    /// The renewal round, owner- and token-checked on every master (`RedlockClaim`): it never
-    /// grants, and a majority must answer that the lease is the owner's with `token`.
+    /// The renewal round with `RedlockClaim` on every master: it extends only the owner's lease,
+    /// never grants, and makes each master keep `token` (the one a majority of pushes named); a
+    /// majority must answer, else the lease is lost.
     async fn claim(
         &self,
         name: &LockName,
