@@ -56,7 +56,7 @@ use crate::scripts::{Keys, REDLOCK_ARM};
 /// How long pops that do not yet make a majority wait for the others before they wake the
 /// wait: the pushes of one release reach the masters within a round trip of each other, and a
 /// wait woken too soon only takes its lease step (which a later majority may still overtake).
-pub(super) const GRACE: Duration = Duration::from_millis(10);
+const GRACE: Duration = Duration::from_millis(10);
 
 /// How long the other masters' deliveries may still finish once a grant is held, so that their
 /// connections are kept for the next waits rather than dropped with a `BLPOP` out.
@@ -68,14 +68,14 @@ const NOT_QUEUED_PAUSE: Duration = Duration::from_millis(100);
 
 /// One master's pop of a grant: its token, and the instant before its arm was sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Pop {
-    pub(super) token: u64,
-    pub(super) armed_at: Instant,
+struct Pop {
+    token: u64,
+    armed_at: Instant,
 }
 
 /// What the pops so far mean.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Decision {
+enum Decision {
     /// A majority named this token: hold it, believed from the earliest of their arms.
     Hold(Pop),
     /// A majority may still name one token: wait for the other masters' pops.
@@ -86,7 +86,7 @@ pub(super) enum Decision {
 
 /// The decision over the pops of `n` masters (`None`: none yet), `quorum` of which must name one
 /// token. Pure, so that its table says the rule.
-pub(super) fn decide(pops: &[Option<Pop>], quorum: usize) -> Decision {
+fn decide(pops: &[Option<Pop>], quorum: usize) -> Decision {
     let got: Vec<Pop> = pops.iter().flatten().copied().collect();
     let mut best = 0;
     for p in &got {
