@@ -22,12 +22,10 @@ admin.enableServer=false
 CFG
 java -Xmx512m -XX:+UseSerialGC -Dzookeeper.admin.enableServer=false -cp /usr/share/java/zookeeper.jar org.apache.zookeeper.server.quorum.QuorumPeerMain $T/zk.cfg > $T/zk.log 2>&1 & pids+=($!)
 etcd --data-dir $T/etcd --listen-client-urls http://127.0.0.1:23791 --advertise-client-urls http://127.0.0.1:23791 --listen-peer-urls http://127.0.0.1:23801 > $T/etcd.log 2>&1 & pids+=($!)
-for p in 26391 26392 26393; do redis-server --port $p --bind 127.0.0.1 --save '' --appendonly no --daemonize no > $T/redis$p.log 2>&1 & pids+=($!); done
-sleep 6
-RL=redlock://127.0.0.1:26391,127.0.0.1:26392,127.0.0.1:26393
-$B init --url redis://127.0.0.1:6379/0 >/dev/null 2>&1
-$B init --url $RL >/dev/null 2>&1
 . scripts/bench-lib.sh
+bench_redlock_masters
+sleep 6
+bench_init_redis
 run() { # name url rtt round
   bench_run "$1" "$2" "$3" baseline,uncontended,contended "$4" DLOCK_SQL__TABLE=dlock_bench_q
 }

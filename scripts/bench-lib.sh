@@ -1,4 +1,19 @@
-# Sourced by the bench scripts: `bench_run LABEL URL RTT CASES ROUND [VAR=value ...]` runs one
+# Sourced by the bench scripts (after setting $B, $T and `pids=()`).
+# `bench_redlock_masters` starts three Redlock masters on 26391-26393 (their PIDs into `pids`)
+# and sets $RL; once they are up, `bench_init_redis` marks them and the machine's Redis fresh.
+bench_redlock_masters() {
+  local p
+  for p in 26391 26392 26393; do
+    redis-server --port $p --bind 127.0.0.1 --save '' --appendonly no --daemonize no > "$T/redis$p.log" 2>&1 & pids+=($!)
+  done
+  RL=redlock://127.0.0.1:26391,127.0.0.1:26392,127.0.0.1:26393
+}
+bench_init_redis() {
+  "$B" init --url redis://127.0.0.1:6379/0 >/dev/null 2>&1
+  "$B" init --url "$RL" >/dev/null 2>&1
+}
+
+# `bench_run LABEL URL RTT CASES ROUND [VAR=value ...]` runs one
 # `dlock bench` ($B, 3 s per case, JSON into $T) with the variables given and prints one line:
 # the p50s, the contended rate, the share handed to another client, exclusion and the ratios.
 bench_run() {

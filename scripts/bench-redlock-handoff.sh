@@ -10,12 +10,10 @@ B="${DLOCK_BIN:-target/release/dlock}"
 ROUNDS="${ROUNDS:-5}"
 T=/tmp/bench-redlock-handoff; rm -rf $T; mkdir -p $T
 pids=()
-for p in 26391 26392 26393; do redis-server --port $p --bind 127.0.0.1 --save '' --appendonly no --daemonize no > $T/redis$p.log 2>&1 & pids+=($!); done
-sleep 2
-RL=redlock://127.0.0.1:26391,127.0.0.1:26392,127.0.0.1:26393
-$B init --url redis://127.0.0.1:6379/0 >/dev/null 2>&1
-$B init --url $RL >/dev/null 2>&1
 . scripts/bench-lib.sh
+bench_redlock_masters
+sleep 2
+bench_init_redis
 for r in $(seq 1 $ROUNDS); do
   bench_run redis redis://127.0.0.1:6379/0 0s baseline,contended $r
   bench_run redlock $RL 0s baseline,contended $r
