@@ -35,5 +35,7 @@ common::model_tests! {
         a_pop_taken_by_a_later_wait_goes_back_in_tokens:
             blocking_network(pop_after_wait_ends) => "tokens increase";
         a_lapsed_pop_taken_goes_back_in_tokens: blocking_network(take_lapsed_pop) => "tokens increase";
+        a_claim_that_runs_after_the_release_and_grants_goes_back_in_tokens:
+            blocking_network(claim_after_release) => "tokens increase", "a claim after its release changes nothing";
     }
 }

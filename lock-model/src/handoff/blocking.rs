@@ -1,11 +1,12 @@
 //! Blocking delivery, the client's side: a waiter's dedicated connection (arm and `BLPOP`), the
-//! popped grant taken at once, and its claim in the background ("Blocking delivery" in the
-//! module docs of [`crate::handoff`]; the server's side is the arm and the release's push in
-//! `server.rs`).
+//! popped grant taken at once, its claim in the background, sent at any moment or never (the
+//! holder may release first), and a claim that runs after the release ("Blocking delivery" in
+//! the module docs of [`crate::handoff`]; the server's side is the arm, the release's push and
+//! the claim in `server.rs`).
 
 use lock_core::decisions::valid_until;
 
-use super::state::{Block, Client, State};
+use super::state::{Block, Claim, Client, Grant, State};
 use super::{Handoff, CLAIM, TTL};
 use crate::shared::belief_end;
 
@@ -23,10 +24,14 @@ pub enum BlockAction {
     Answer(u8),
     /// The connection drops with the popped grant's reply: the grant is lost to the client.
     Drop(u8),
+    /// The holder of a popped grant sends its claim (lock-core defers it into the window).
+    SendClaim(u8),
     /// The server runs the claim of a popped grant and its reply arrives.
     Claim(u8),
     /// The server runs the claim, its reply is lost: the client sends it again.
     ClaimReplyLost(u8),
+    /// The server runs a claim the client sent before its release.
+    LateClaim(u8),
 }
 
 impl Handoff {
@@ -46,11 +51,18 @@ impl Handoff {
                 }
             }
         }
-        if let Client::Holding { claim: Some(_), .. } = s.clients[i] {
-            push(BlockAction::Claim(c));
-            if s.net.lose > 0 {
-                push(BlockAction::ClaimReplyLost(c));
+        match s.clients[i] {
+            Client::Holding { claim: Some(Claim::Due), .. } => push(BlockAction::SendClaim(c)),
+            Client::Holding { claim: Some(Claim::Sent(_)), .. } => {
+                push(BlockAction::Claim(c));
+                if s.net.lose > 0 {
+                    push(BlockAction::ClaimReplyLost(c));
+                }
             }
+            _ => {}
+        }
+        if s.late[i].is_some() {
+            push(BlockAction::LateClaim(c));
         }
     }
 
@@ -76,37 +88,89 @@ impl Handoff {
                 s.net.lose -= 1;
                 s.blocks[c as usize] = Block::Idle;
             }
+            BlockAction::SendClaim(c) => {
+                if let Client::Holding { claim, .. } = &mut s.clients[c as usize] {
+                    *claim = Some(Claim::Sent(s.now));
+                }
+            }
             BlockAction::Claim(c) => self.claim(s, c),
             BlockAction::ClaimReplyLost(c) => {
                 s.net.lose -= 1;
                 if let Client::Holding { token, claim, .. } = &mut s.clients[c as usize] {
                     let token = *token;
-                    *claim = Some(s.now);
+                    *claim = Some(Claim::Sent(s.now));
                     self.claim_pushed(s, c, token);
                 }
+            }
+            BlockAction::LateClaim(c) => self.late_claim(s, c),
+        }
+    }
+
+    /// Whether the claim of `c`, where it stands, goes on after a release: one in flight does
+    /// (the request is out); one not sent yet never is sent (lock-core's `end_claim`), unless
+    /// the bug forgets that.
+    fn outlives_release(&self, claim: Option<Claim>) -> bool {
+        match claim {
+            Some(Claim::Sent(_)) => true,
+            Some(Claim::Due) => self.bugs.claim_after_release,
+            None => false,
+        }
+    }
+
+    /// `c` may release: at once, whatever its claim, unless the release would leave a claim in
+    /// flight while an earlier one is still to run (one per client in the state: both went on
+    /// its command connection, where the earlier claim runs before this release).
+    pub(super) fn may_release(&self, s: &State, c: u8) -> bool {
+        let Client::Holding { claim, .. } = s.clients[c as usize] else { return false };
+        !(self.outlives_release(claim) && s.late[c as usize].is_some())
+    }
+
+    /// Before `c`'s release: its claim, if it goes on, is left to run after the release.
+    pub(super) fn end_claim(&self, s: &mut State, c: u8) {
+        if let Client::Holding { token, claim, .. } = s.clients[c as usize] {
+            if self.outlives_release(claim) {
+                s.late[c as usize] = Some(token);
             }
         }
     }
 
+    /// A claim sent before `c`'s release runs, after it: the claim script (`claim_pushed`),
+    /// checked against owner and token, finds the grant released (or lapsed) and changes
+    /// nothing; its answer goes to a lease that is over. With the bug, a naive claim that
+    /// re-creates the pushed lease on a free key (a `SET NX` of owner and token) gives it back
+    /// to `c`, which no longer holds it: the re-acquire of `c` later takes that token again.
+    fn late_claim(&self, s: &mut State, c: u8) {
+        let Some(token) = s.late[c as usize].take() else { return };
+        let before = s.owner;
+        if self.bugs.claim_after_release && s.grant_live().is_none() {
+            s.owner = Some(Grant { client: c, token, expires: s.now + TTL, handoff: false });
+        } else {
+            self.claim_pushed(s, c, token);
+        }
+        s.late_claim_changed |= s.owner != before;
+    }
+
     /// The popped grant reaches `c`. A waiter holds at once, from its arm's send instant for the
     /// claim window: the push ran after the arm (which drained what came before), the arm after
-    /// that instant, so the server's provisional grant ends no sooner. It then claims, as today's
-    /// head does; an acquire already in flight is that claim. A grant whose window has passed
-    /// by then is only a hint: a later taker may hold a newer token already. A client that no
-    /// longer waits drops the grant: its abandon, or the window's end, gives it up.
+    /// that instant, so the server's provisional grant ends no sooner. Its claim is then due, sent
+    /// when lock-core chooses or never (a release first); an acquire already in flight is that
+    /// claim, already sent. A grant whose window has passed by then is only a hint: a later taker
+    /// may hold a newer token already. A client that no longer waits drops the grant: its
+    /// abandon, or the window's end, gives it up.
     fn answer(&self, s: &mut State, c: u8) {
         let i = c as usize;
         let Block::Popped { t_s, token } = s.blocks[i] else { return };
         s.blocks[i] = Block::Idle;
         let claim = match s.clients[i] {
-            Client::Waiting { .. } => s.now,
-            Client::Attempting { t0, leaving: false } => t0,
+            Client::Waiting { .. } => Claim::Due,
+            Client::Attempting { t0, leaving: false } => Claim::Sent(t0),
             _ => return,
         };
         let from = if self.bugs.pop_counts_from_reply { s.now } else { t_s };
         let until = belief_end(valid_until, from, CLAIM);
         if until <= s.now && !self.bugs.take_lapsed_pop {
-            s.clients[i] = Client::Attempting { t0: claim, leaving: false };
+            let t0 = if let Claim::Sent(t0) = claim { t0 } else { s.now };
+            s.clients[i] = Client::Attempting { t0, leaving: false };
             return;
         }
         s.take(c, token, until);
@@ -118,7 +182,10 @@ impl Handoff {
     /// a full ttl from the claim's send instant; otherwise (the window ended first) the belief
     /// stays at the window's end.
     fn claim(&self, s: &mut State, c: u8) {
-        let Client::Holding { token, valid_until: until, claim: Some(sent) } = s.clients[c as usize] else { return };
+        let Client::Holding { token, valid_until: until, claim: Some(Claim::Sent(sent)) } = s.clients[c as usize]
+        else {
+            return;
+        };
         let until = if self.claim_pushed(s, c, token) { until.max(belief_end(valid_until, sent, TTL)) } else { until };
         s.clients[c as usize] = Client::Holding { token, valid_until: until, claim: None };
     }

@@ -53,10 +53,8 @@
 //! blocking delivery is off (a Cluster, `min_replicas_ack`, `blocking_handoff = false`).
 //! Like lock-redis, a release that pushes sends no message, and the claim is the renew script
 //! checked against owner and token (`claim_pushed`), which never grants. lock-redis differs
-//! from this switch in two ways, each of which only removes behaviours: the arm marks only a
-//! queued owner whose entry takes grants (else it answers at once); and a release does not wait
-//! for the claim's answer (a claim that runs after the release finds the grant gone and changes
-//! nothing, since it never grants).
+//! from this switch in one way, which only removes behaviours: the arm marks only a queued
+//! owner whose entry takes grants (else it answers at once).
 //! - A waiter keeps a dedicated connection and sends on it, at its instant `t_s`, an **arm**
 //!   script and `BLPOP <its grant list> <timeout>`, back to back. The server runs the arm, then
 //!   the `BLPOP`: the arm marks the waiter armed for [`BLOCK`] ticks and **drains** its list (a
@@ -78,13 +76,21 @@
 //!   same client takes the earlier wait's grant, which it may have held and released since
 //!   (`pop_after_wait_ends`).
 //! - The head then claims in the background (the renew script checked against owner and
-//!   token): a claim that extended the grant extends its belief to the claim's send instant
-//!   plus the ttl; otherwise (the window ended first) the belief stays at the window's end. An
-//!   acquire already in flight when the grant pops stands for that claim. It releases once its
-//!   claim is answered (both on one connection, in order). The claim never grants: with the
-//!   acquire script as the claim, a claim that ran after the window granted the head a new
-//!   lease on a free lock, which the head did not take and which kept the lock until its
-//!   release (or its ttl, had it died).
+//!   token), sent at any moment: lock-core defers it a third into the window, so that a hold
+//!   shorter than that never claims. A claim that extended the grant extends its belief to the
+//!   claim's send instant plus the ttl; otherwise (the window ended first) the belief stays at
+//!   the window's end. An acquire already in flight when the grant pops stands for that claim,
+//!   already sent. The claim never grants: with the acquire script as the claim, a claim that
+//!   ran after the window granted the head a new lease on a free lock, which the head did not
+//!   take and which kept the lock until its release (or its ttl, had it died).
+//! - The head may release before its claim (in lock-redis the claim is sent by a background
+//!   driver, so this was already so before the deferral). A claim not sent yet then never is
+//!   (lock-core's `end_claim`). A claim already sent may run at the server after the release,
+//!   after the next holder's grant too: the model lets it run at any later moment, more than
+//!   the connection allows (there the claim runs before the release sent after it). Checked
+//!   against owner and token, it finds the grant released or lapsed and changes nothing; its
+//!   answer goes to a lease that is over. A naive claim that re-created the pushed lease on a
+//!   free key would give the client its old token again (`claim_after_release`).
 //! - A head that died leaves its grant to lapse after the window, as above. A waiter that
 //!   leaves ignores a popped grant: its abandon, which also deletes its mark and list,
 //!   releases and hands on the grant, as above.
@@ -97,15 +103,16 @@
 //! between them would be popped at once, and it too came after the arm).
 //!
 //! The model checks, besides the properties above, `a believed lease is the server's until a
-//! restart` (no belief, of a popped grant or of its claim, outlasts the server's lease) and
-//! that a blocked head is handed the lock at all, under the faults that reach the design:
+//! restart` (no belief, of a popped grant or of its claim, outlasts the server's lease), `a
+//! claim after its release changes nothing`, and that a blocked head is handed the lock and
+//! that a claim is still out after its release, at all, under the faults that reach the design:
 //! [`Handoff::blocking_network`] (a lost reply: the head's connection dropping with its popped
 //! grant, or a claim's reply), [`Handoff::blocking_processes`] (a crash, a leave) and
-//! [`Handoff::blocking_restarts`], each explored to its end in 5 to 11 s on two cores (1.9 M,
-//! 1.9 M and 5.0 M unique states), where a fault more (a forged hint, a fallback re-try) gives
-//! more than thirty million. It lets any waiter arm, head or not, twice in a run; lets a
-//! `BLPOP` end at any moment while its mark lives on (the two timers, a closed connection: the
-//! case the drain is for); keeps a `BLPOP` blocked across a restart, as after `FLUSHALL` (a
+//! [`Handoff::blocking_restarts`], each explored to its end in 3 to 5 s on two cores (0.81 M,
+//! 0.75 M and 1.45 M unique states, 2.8 M, 3.9 M and 5.0 M visited), where a fault more (a
+//! forged hint, a fallback re-try) gives more than thirty million. It lets any waiter arm, head
+//! or not, twice in a run; lets a `BLPOP` end at any moment while its mark lives on (the two
+//! timers, a closed connection: the case the drain is for); keeps a `BLPOP` blocked across a restart, as after `FLUSHALL` (a
 //! real restart drops the connection: a `BLPOP` that ends at once). The arm's reply wakes the
 //! waiter as the arm runs: the grant it drained had the release's message, with every fault of
 //! the hints. The mark the release checks is not what makes the design safe (without it, every
@@ -124,7 +131,7 @@ pub use crate::shared::{NetAction, QueueAction, FORGED};
 pub use blocking::BlockAction;
 pub use model::{Action, OwnAction};
 pub use server::WAKE;
-pub use state::{Block, Client, Grant, State};
+pub use state::{Block, Claim, Client, Grant, State};
 
 /// Ticks a lease lasts from its grant or claim.
 pub const TTL: u8 = 4;
@@ -156,8 +163,9 @@ pub enum Delivery {
     },
 }
 
-/// Design errors found before, and the blocking delivery's unsound shortcuts (the last four, found
-/// with this model), each put back by its switch; every one must give a counterexample.
+/// Design errors found before, the blocking delivery's unsound shortcuts (the four after
+/// `no_quiet_period`, found with this model) and a naive claim after the release (the last), each
+/// put back by its switch; every one must give a counterexample.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Bugs {
     /// A waiter takes a grant message as the grant: the message's token, validity from its latest
@@ -186,6 +194,12 @@ pub struct Bugs {
     /// Blocking delivery: a popped grant whose window, counted from the arm's send instant, has
     /// passed when the reply arrives is taken anyway, instead of being a hint.
     pub take_lapsed_pop: bool,
+    /// Blocking delivery: the release does not end the claim of a popped grant (lock-core
+    /// without `end_claim`: one not sent yet still goes out), and a claim that runs after the
+    /// release is a naive "take it again" that re-creates the pushed lease on a free key (a
+    /// `SET NX` of owner and token, where the claim script changes nothing): the client's next
+    /// acquire is then answered the old token again.
+    pub claim_after_release: bool,
 }
 
 /// One model: the clients, the bounds of the exploration and the bug switches.

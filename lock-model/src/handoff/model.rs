@@ -9,7 +9,7 @@ use crate::properties::{of_issued_leases, Leases};
 
 use super::blocking::BlockAction;
 use super::server::WAKE;
-use super::state::{Block, Client, State};
+use super::state::{Block, Claim, Client, State};
 use super::{Delivery, Handoff, CLAIM, TTL};
 use crate::shared::{belief_end, dequeue, forget_settled_clients, Hints, QueueAction, Taken, FORGED};
 
@@ -81,7 +81,7 @@ impl Explore for Handoff {
             Client::Idle => actions.push(Action::Send(c)),
             Client::Attempting { leaving, .. } => Action::of_attempt(c, leaving, s.leave, &s.net, actions),
             Client::Waiting { .. } => Action::of_waiter(c, s.polls[i], s.leave, &s.net, actions),
-            Client::Holding { claim: None, .. } => actions.push(Action::Release(c)),
+            Client::Holding { .. } if self.may_release(s, c) => actions.push(Action::Release(c)),
             Client::Holding { .. } => {}
             Client::Leaving { release_only } => {
                 actions.push(Action::Abandon(c));
@@ -133,6 +133,7 @@ impl Explore for Handoff {
                 self.acquire(s, c);
             }
             Action::Release(c) => {
+                self.end_claim(s, c);
                 self.release(s, c);
                 let i = c as usize;
                 s.clients[i] = if s.rounds[i] > 0 { Client::Idle } else { Client::Done };
@@ -141,8 +142,10 @@ impl Explore for Handoff {
             Action::Crash(c) => {
                 s.crash -= 1;
                 let held = matches!(s.clients[c as usize], Client::Holding { .. });
-                s.strays[c as usize] |=
-                    matches!(s.clients[c as usize], Client::Attempting { .. } | Client::Holding { claim: Some(_), .. });
+                s.strays[c as usize] |= matches!(
+                    s.clients[c as usize],
+                    Client::Attempting { .. } | Client::Holding { claim: Some(Claim::Sent(_)), .. }
+                );
                 s.clients[c as usize] = Client::Dead { held };
             }
             Action::Own(OwnAction::Restart) => {
@@ -199,6 +202,8 @@ impl Model for Handoff {
             arms: vec![arms; n],
             armed: vec![0; n],
             lists: vec![Vec::new(); n],
+            late: vec![None; n],
+            late_claim_changed: false,
         }]
     }
 
@@ -227,6 +232,14 @@ impl Model for Handoff {
                     s.restart < m.restart || (0..s.clients.len()).all(|c| !s.believes(c) || s.kept(c))
                 },
             ));
+            // The claim script is checked against owner and token and never grants: after the
+            // release, the grant it was for is gone for good.
+            blocking.push(Property::always("a claim after its release changes nothing", |_, s: &State| {
+                !s.late_claim_changed
+            }));
+            blocking.push(Property::sometimes("a claim is out after its release", |_, s: &State| {
+                s.late.iter().any(Option::is_some)
+            }));
         }
         of_issued_leases(
             [

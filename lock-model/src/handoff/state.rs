@@ -26,9 +26,9 @@ pub enum Client {
         token: u8,
         /// By its own clock.
         valid_until: u8,
-        /// Blocking delivery: the send instant of its claim of a popped grant, still in flight
-        /// (it releases only once the claim is answered: both go on one connection, in order).
-        claim: Option<u8>,
+        /// Blocking delivery: the claim of a popped grant, not answered yet. The holder may
+        /// release first ([`Claim`]).
+        claim: Option<Claim>,
     },
     /// Its wait ended in a live process; the abandon step still has to run (`release_only`: with
     /// the bug, only its second step is left).
@@ -52,6 +52,17 @@ impl Client {
     pub fn gone(self) -> bool {
         matches!(self, Client::Left | Client::Done | Client::Dead { .. })
     }
+}
+
+/// Blocking delivery: where the claim of a popped grant stands until its answer. lock-core
+/// defers it a third into the grant's window, so the holder may release before either step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Claim {
+    /// Not sent yet: a release first means it never is (lock-core's `end_claim`).
+    Due,
+    /// Sent at this instant: a release first leaves it in flight, to run at the server after
+    /// the release ([`State::late`]).
+    Sent(u8),
 }
 
 /// A client's dedicated connection under blocking delivery: its arm and `BLPOP`, sent together
@@ -137,6 +148,13 @@ pub struct State {
     /// the push clears and only an arm sets, and each arm empties the list (its drain, or with
     /// the bug its `BLPOP`).
     pub lists: Vec<Vec<u8>>,
+    /// Blocking delivery: each client's claim sent before its release, by the token it claims,
+    /// still to run at the server: at any moment after the release, the next holder's grant
+    /// included (more than its connection allows, where the claim runs before the release that
+    /// follows it). Its answer is ignored: the lease it was for is over.
+    pub late: Vec<Option<u8>>,
+    /// A claim that ran after its client's release changed the lease.
+    pub late_claim_changed: bool,
 }
 
 impl State {

@@ -14,6 +14,7 @@ impl State {
         permute(&mut s.blocks, &self.blocks, perm);
         permute(&mut s.arms, &self.arms, perm);
         permute(&mut s.armed, &self.armed, perm);
+        permute(&mut s.late, &self.late, perm);
         for (c, &new) in perm.iter().enumerate() {
             s.lists[new as usize].clone_from(&self.lists[c]);
         }
