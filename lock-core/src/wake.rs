@@ -158,8 +158,9 @@ impl WakeHub {
 /// other client can write to (Redis's blocking delivery: the release pushes the token onto a
 /// list the waiter blocks on). Unlike a hint it is taken without another request: the wait
 /// returns a lease with this token at once, believed for `window` from `armed_at`, and the
-/// lease's first renewal, sent at once, is the claim that confirms it for a whole ttl
-/// ([`LeaseGrant::provisional`](crate::backend::LeaseGrant::provisional)).
+/// lease's first renewal is the claim that confirms it for a whole ttl
+/// ([`LeaseGrant::provisional`](crate::backend::LeaseGrant::provisional)): sent at once, or a
+/// third into the window when the store says its claim may wait ([`PushedGrant::claim_deferred`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PushedGrant {
@@ -171,12 +172,24 @@ pub struct PushedGrant {
     /// How long the server's grant lasts at least, counted from when it was made, unless the
     /// waiter claims it (the claim window).
     pub window: Duration,
+    /// The claim may wait a third of the window ([`PushedGrant::claim_deferred`]).
+    pub deferred_claim: bool,
 }
 
 impl PushedGrant {
-    /// A pushed grant (see the type's docs for each field).
+    /// A pushed grant (see the type's docs for each field), claimed at once.
     pub fn new(token: FencingToken, armed_at: Instant, window: Duration) -> Self {
-        PushedGrant { token, armed_at, window }
+        PushedGrant { token, armed_at, window, deferred_claim: false }
+    }
+
+    /// The claim is sent a third into the window rather than at once, as a renewal comes a
+    /// third into a ttl, so that a hold shorter than that never claims (a hand-off then costs
+    /// the server no claim at all). Only for a store whose claim does nothing but extend the
+    /// holder's own lease, and whose release frees or hands on an unclaimed grant as it does a
+    /// claimed one: a release may now come first, and the claim is then never sent.
+    pub fn claim_deferred(mut self) -> Self {
+        self.deferred_claim = true;
+        self
     }
 }
 

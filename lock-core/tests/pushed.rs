@@ -249,3 +249,47 @@ async fn a_claim_that_arrives_after_the_release_takes_nothing_back() {
         }
     }
 }
+
+/// A store whose claim only extends (`PushedGrant::claim_deferred`): the claim comes a third
+/// into the window, not at once, and a release before then means it is never sent.
+#[tokio::test]
+async fn a_deferred_claim_is_never_sent_for_a_hold_released_before_it() {
+    let store = Pushing::new(Some(TryLock::Acquired { token: FencingToken(7) }));
+    let lease = pushed(&store, |at| PushedGrant::new(FencingToken(7), at, WINDOW).claim_deferred()).await;
+    assert_eq!(lease.token(), FencingToken(7), "held at once");
+    // A claim sent at once would have arrived by now (it takes CLAIM_TAKES).
+    tokio::time::sleep(CLAIM_TAKES + CLAIM_TAKES / 2).await;
+    assert_eq!(store.calls(), [Call::Attempt, Call::Attempt], "no claim yet, a short hold later");
+    assert!(lease.is_valid() && lease.valid_until() <= Instant::now() + WINDOW, "believed for the window");
+    lease.release().await.unwrap();
+    tokio::time::sleep(WINDOW).await;
+    assert_eq!(store.calls(), [Call::Attempt, Call::Attempt, Call::Release], "released, and never claimed");
+}
+
+#[tokio::test]
+async fn a_deferred_claim_comes_a_third_into_the_window_and_extends_the_lease() {
+    let store = Pushing::new(Some(TryLock::Acquired { token: FencingToken(7) }));
+    let mut armed = None;
+    let lease = pushed(&store, |at| {
+        armed = Some(at);
+        PushedGrant::new(FencingToken(7), at, WINDOW).claim_deferred()
+    })
+    .await;
+    let armed = armed.unwrap();
+    let calls = calls_reach(&store, 3).await;
+    let claimed = Instant::now();
+    assert_eq!(calls, [Call::Attempt, Call::Attempt, Call::Claim]);
+    // Sent a third into the window (less the drift allowance), answered CLAIM_TAKES later; well
+    // before the window ends, so that retries fit.
+    let sent = claimed - CLAIM_TAKES;
+    assert!(sent >= armed + WINDOW / 4, "claimed {:?} after the arming: too soon", sent - armed);
+    assert!(sent <= armed + WINDOW / 2, "claimed {:?} after the arming: too late", sent - armed);
+    tokio::time::timeout(Duration::from_secs(1), async {
+        while lease.valid_until() < Instant::now() + TTL / 2 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await
+    .expect("the claim's answer extends the lease to a whole ttl");
+    lease.release().await.unwrap();
+}

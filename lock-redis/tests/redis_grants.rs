@@ -449,6 +449,44 @@ async fn a_release_pushes_the_grant_to_an_armed_waiter() {
     }
 }
 
+/// A pushed grant's claim is deferred a third into its window (`PushedGrant::claim_deferred`):
+/// right after the hand-off the server holds the lock for the claim window only, a short hold
+/// released then leaves it free with no claim, and a longer one is claimed for the ttl.
+#[tokio::test]
+async fn a_pushed_grant_is_claimed_a_third_into_its_window_not_at_once() {
+    let fx = RedisFixture::start().await.unwrap();
+    let (a, waiter, other) =
+        (fx.redis_client().await.unwrap(), fx.redis_client().await.unwrap(), fx.redis_client().await.unwrap());
+    let mut c = raw(fx.server.url()).await;
+    let name = LockName::new("claimed-later").unwrap();
+    let (queue, armed) = (fx.key(&name.escaped(), "waiters"), fx.key(&name.escaped(), "armed"));
+    for hold in [Duration::from_millis(50), Duration::from_millis(800)] {
+        let held = a.acquire(&name, &opts(Duration::from_secs(5))).await.unwrap();
+        let w = wait_in_task(waiter.clone(), &name);
+        let (owner, _, _) = queued_head(&mut c, &queue).await;
+        self::armed(&mut c, &armed, &owner).await;
+        held.release().await.unwrap();
+        let lease = tokio::time::timeout(Duration::from_secs(5), w).await.expect("handed over").unwrap().unwrap();
+        let got = Instant::now();
+        let remaining = || async { waiter.inspect(&name).await.unwrap().and_then(|h| h.remaining) };
+        let first = remaining().await.expect("held");
+        assert!(first <= Duration::from_secs(1), "the server holds it for the claim window only: {first:?}");
+        tokio::time::sleep(hold.saturating_sub(got.elapsed())).await;
+        let later = remaining().await.expect("held");
+        if hold < Duration::from_millis(200) {
+            assert!(later <= Duration::from_secs(1), "not claimed {hold:?} into the hold: {later:?}");
+            lease.release().await.unwrap();
+            let taken = other.try_acquire(&name, &opts(Duration::ZERO)).await.unwrap();
+            assert!(taken.is_some(), "a short hold released unclaimed leaves the lock free");
+            taken.unwrap().release().await.unwrap();
+        } else {
+            assert!(later > TTL / 2, "claimed for the ttl {hold:?} into the hold: {later:?}");
+            assert!(lease.is_valid() && lease.valid_until() > tokio::time::Instant::now() + TTL / 2);
+            lease.release().await.unwrap();
+        }
+    }
+}
+
 /// Blocking delivery takes a connection per waiting `acquire`, at most 64 per client at once
 /// (`MAX_BLOCKED` in the crate's `blocking.rs`): the waits beyond are woken by hints, so that
 /// 100 waiters open about 64 connections, not 100, and every one of them is still handed its lock.

@@ -52,8 +52,9 @@ impl Lease {
         let shared = Arc::new(Shared::new(grant, options));
         let runtime = tokio::runtime::Handle::try_current().ok();
         // A provisional grant's first renewal is its claim: the watchdog sends it at once (its
-        // validity is shorter than a renewal's cadence assumes), unless it renews nothing, or
-        // stops at `max_hold` (then a task of its own claims too; a second claim is harmless).
+        // validity is shorter than a renewal's cadence assumes; a third into the window when the
+        // claim may wait), unless it renews nothing, or stops at `max_hold` (then a task of its
+        // own claims at once too; a second claim is harmless).
         let watchdog_claims = options.auto_renew && options.max_hold.is_none();
         if let (true, false, Some(rt)) = (provisional, watchdog_claims, &runtime) {
             rt.spawn(claim(Arc::clone(&shared)));

@@ -80,6 +80,9 @@ pub struct LeaseGrant {
     /// Set with [`LeaseGrant::provisional`]: the server's grant lasts this long from `started`
     /// until the lease's first renewal claims it.
     pub provisional: Option<Duration>,
+    /// Set with [`LeaseGrant::claim_deferred`]: the provisional grant's claim may wait a third
+    /// of its window.
+    pub deferred_claim: bool,
 }
 
 impl LeaseGrant {
@@ -91,17 +94,36 @@ impl LeaseGrant {
         started: Instant,
         handle: Arc<dyn LeaseHandle>,
     ) -> Self {
-        LeaseGrant { name, token, owner, started, handle, max_clock_offset: Duration::ZERO, provisional: None }
+        LeaseGrant {
+            name,
+            token,
+            owner,
+            started,
+            handle,
+            max_clock_offset: Duration::ZERO,
+            provisional: None,
+            deferred_claim: false,
+        }
     }
 
     /// A grant the server made for `window` only (a grant pushed to a waiter, which it has yet
     /// to claim): the lease is valid until `started + min(window, ttl) − drift`, and its first
-    /// renewal, which the lease sends at once (and again while it fails and the window lasts),
-    /// is the claim; once answered, the lease counts a whole ttl from that renewal's send. The
+    /// renewal, which the lease sends at once (and again while it fails and the window lasts;
+    /// a third into the window with [`LeaseGrant::claim_deferred`]), is the claim; once
+    /// answered, the lease counts a whole ttl from that renewal's send. The
     /// handle's renew answers that first renewal (`NotOwner` when the grant was not this
     /// lease's any more).
     pub fn provisional(mut self, window: Duration) -> Self {
         self.provisional = Some(window);
+        self
+    }
+
+    /// With [`LeaseGrant::provisional`]: the claim is the first renewal a third into the
+    /// window (when the watchdog renews), not at once, so that a hold shorter than that never
+    /// claims; a release before it means it is never sent
+    /// ([`PushedGrant::claim_deferred`](crate::backend::PushedGrant::claim_deferred)).
+    pub fn claim_deferred(mut self) -> Self {
+        self.deferred_claim = true;
         self
     }
 

@@ -52,6 +52,11 @@ pub(super) struct Shared {
     events: Option<Arc<dyn LeaseEvents>>,
     granted: Instant,
     ended: AtomicBool,
+    /// A provisional grant whose claim may wait ([`LeaseGrant::claim_deferred`]): the validity
+    /// its window gives (`min(window, ttl) − drift`), which sets when the claim falls due.
+    deferred_claim: Option<Duration>,
+    /// A renewal succeeded (for a provisional grant: it was claimed).
+    renewed: AtomicBool,
 }
 
 /// Until when a lease answered to a request sent at `sent` may be relied on: `sent + ttl −
@@ -86,6 +91,8 @@ impl Shared {
             events: options.events.as_ref().map(|e| Arc::clone(&e.0)),
             granted: grant.started,
             ended: AtomicBool::new(false),
+            deferred_claim: (grant.provisional.is_some() && grant.deferred_claim).then(|| first.saturating_sub(drift)),
+            renewed: AtomicBool::new(false),
         }
     }
 
@@ -96,12 +103,19 @@ impl Shared {
     /// A renewal sent at `sent` succeeded: the lease is valid until `sent + ttl − drift` (never
     /// moved back).
     pub(super) fn extend(&self, sent: Instant) {
+        self.renewed.store(true, Ordering::SeqCst);
         let mut vu = self.valid_until.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(new) = valid_until(sent, self.ttl, self.drift) {
             if new > *vu {
                 *vu = new;
             }
         }
+    }
+
+    /// A provisional grant whose deferred claim has not succeeded yet: the validity its window
+    /// gave (the watchdog claims it a third into that, not at once).
+    pub(super) fn unclaimed_deferred(&self) -> Option<Duration> {
+        self.deferred_claim.filter(|_| !self.renewed.load(Ordering::SeqCst))
     }
 
     pub(super) fn is_valid(&self) -> bool {

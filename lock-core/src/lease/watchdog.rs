@@ -76,7 +76,13 @@ impl Watch {
 
     fn renew_at(&self, now: Instant, deadline: Instant) -> Option<Instant> {
         let every = self.renew_every?;
-        let validity = self.shared.ttl.saturating_sub(self.shared.drift);
+        // An unclaimed provisional grant counts against the validity its window gave: claimed
+        // at once (that validity is shorter than a renewal's cadence assumes), or, when its
+        // claim may wait, a third into it, as a lease is renewed a third into its ttl.
+        let (validity, every) = match self.shared.unclaimed_deferred() {
+            Some(window) => (window, every.min(window / 3)),
+            None => (self.shared.ttl.saturating_sub(self.shared.drift), every),
+        };
         let due = renewal_due(now, deadline, validity, every);
         let at = self.not_before.map_or(due, |nb| due.max(nb));
         match self.hold_until {

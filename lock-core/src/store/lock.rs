@@ -65,6 +65,9 @@ impl<S: LeaseStore> StoreLock<S> {
             .with_clock_offset(self.store.capabilities().max_clock_offset);
         if let Some(window) = grant.window {
             lease_grant = lease_grant.provisional(window);
+            if grant.deferred_claim {
+                lease_grant = lease_grant.claim_deferred();
+            }
         }
         Lease::new(lease_grant, opts)
     }
@@ -105,7 +108,7 @@ impl<S: LeaseStore> DistributedLock for StoreLock<S> {
         match result {
             Ok(TryLock::Acquired { token }) => {
                 pending.armed = false;
-                Ok(Some(self.lease(name, owner, Granted { token, started, window: None }, opts)))
+                Ok(Some(self.lease(name, owner, Granted { token, started, window: None, deferred_claim: false }, opts)))
             }
             Ok(TryLock::Held { .. } | TryLock::Quiet { .. }) => {
                 pending.armed = false;

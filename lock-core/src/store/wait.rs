@@ -77,6 +77,8 @@ pub(super) struct Granted {
     pub(super) started: Instant,
     /// A pushed grant: how long it lasts from `started` until it is claimed.
     pub(super) window: Option<Duration>,
+    /// A pushed grant whose claim may wait ([`PushedGrant::claim_deferred`]).
+    pub(super) deferred_claim: bool,
 }
 
 /// What a turn of the wait leads to.
@@ -119,7 +121,9 @@ impl<'a, S: LeaseStore> Wait<'a, S> {
     pub(super) async fn run(mut self) -> Result<Granted, LockError> {
         loop {
             match self.turn().await? {
-                Next::Granted(token, started) => return Ok(Granted { token, started, window: None }),
+                Next::Granted(token, started) => {
+                    return Ok(Granted { token, started, window: None, deferred_claim: false })
+                }
                 Next::Again => continue,
                 Next::Sleep(remaining) => {
                     self.error_backoff.reset(FIRST_ERROR_PAUSE);
@@ -147,7 +151,12 @@ impl<'a, S: LeaseStore> Wait<'a, S> {
         self.pending.armed = false;
         self.pending.waiting = false;
         tracing::debug!(token = pushed.token.0, "acquired (pushed grant)");
-        Some(Granted { token: pushed.token, started: pushed.armed_at, window: Some(window) })
+        Some(Granted {
+            token: pushed.token,
+            started: pushed.armed_at,
+            window: Some(window),
+            deferred_claim: pushed.deferred_claim,
+        })
     }
 
     /// One attempt and what its answer means.
