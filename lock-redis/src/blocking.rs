@@ -23,9 +23,11 @@
 //! cannot take this one's grant. Idle connections (their `BLPOP` answered) are kept for the next
 //! waits, so a wait usually costs no connect.
 //!
-//! The design is model-checked first: `lock-model`'s `Delivery::Blocking` with its four bug
-//! switches (no drain, counting from the reply, a pop after the wait ended, a lapsed pop taken),
-//! each of which gives two holders or a token going back.
+//! The design is model-checked first: `lock-model`'s `Delivery::Blocking` with its five bug
+//! switches (no drain, counting from the reply, a pop after the wait ended, a lapsed pop taken,
+//! a claim sent after the release that re-creates the lease: `claim_after_release`), each of
+//! which gives two holders or a token going back; the model lets a holder release before its
+//! claim is sent or answered.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
