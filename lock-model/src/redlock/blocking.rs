@@ -184,8 +184,8 @@ impl Redlock {
 
     /// The wait holds once a majority of its pops name one token (any one pop with
     /// `blocking_holds_on_one_push`), believed until the earliest of those pops' arm instants
-    /// plus the claim window, if that is still ahead; the claim goes out at once on every
-    /// master, and the wait's other connections close. Anything less waits for more pops, or
+    /// plus the claim window, if that is still ahead; the claim is due (sent later, or never,
+    /// [`Redlock::send_claim`]), and the wait's other connections close. Anything less waits for more pops, or
     /// for the client's own lease step (the fallback, [`Action::Start`]), which it may take
     /// at any time.
     fn hold_on_pops(&self, s: &mut State, c: u8) {
@@ -214,11 +214,20 @@ impl Redlock {
         s.pushed_holder = true;
         Self::hold(s, c, token, until);
         s.clients[i] =
-            Client::Holding { token, valid_until: until, claim: Some(Claim { sent: s.now, ok: 0, failed: 0 }) };
+            Client::Holding { token, valid_until: until, claim: Some(Claim { sent: None, ok: 0, failed: 0 }) };
+        Self::close_wait(s, c);
+    }
+
+    /// The holder by pops sends its due claim on every master, behind what it still has in
+    /// flight there; a release after it goes behind it on each connection (the same one).
+    pub(super) fn send_claim(s: &mut State, c: u8) {
+        let i = usize::from(c);
+        let Client::Holding { token, claim: Some(claim), .. } = &mut s.clients[i] else { return };
+        claim.sent = Some(s.now);
+        let token = *token;
         for m in 0..MASTERS {
             s.chans[Self::chan(c, m)].push(Op::Claim { token });
         }
-        Self::close_wait(s, c);
     }
 
     /// The wait of `c` ended (it holds, by pops or by its own lease step, or gave up): its
@@ -255,9 +264,12 @@ impl Redlock {
     /// outlast) where it lapses.
     pub(super) fn decide_claim(&self, s: &mut State, c: u8) {
         let i = usize::from(c);
-        let Client::Holding { token, valid_until, claim: Some(claim) } = s.clients[i] else { return };
+        let Client::Holding { token, valid_until, claim: Some(claim @ Claim { sent: Some(sent), .. }) } = s.clients[i]
+        else {
+            return;
+        };
         if claim.ok.count_ones() >= QUORUM {
-            let valid_until = valid_until.max(claim.sent + self.ttl);
+            let valid_until = valid_until.max(sent + self.ttl);
             s.clients[i] = Client::Holding { token, valid_until, claim: None };
         } else if claim.failed.count_ones() > u32::from(MASTERS) - QUORUM {
             s.clients[i] = Client::Holding { token, valid_until, claim: None };

@@ -20,13 +20,16 @@ impl Redlock {
         token
     }
 
-    /// The release freed the releaser's key on `m`: `X = fence + 1` becomes the fence (a
+    /// The release freed the releaser's key on `m`: the counter is first raised to the
+    /// releaser's `token` (set-if-greater, what the claim does: a holder that never claimed
+    /// aligns a master that fell behind), then `X = fence + 1` becomes the fence (a
     /// set-if-greater that always succeeds) and is left for the next taker; with a queue's head
-    /// `h`, the key is also `h`'s for the claim window, with no attempt id.
-    pub(super) fn leave_token(&self, s: &mut State, m: u8, head: Option<u8>) {
+    /// `h`, the key is also `h`'s for the claim window, with no attempt id. (Bug
+    /// `release_sets_token`: `X` is the carried token + 1 whatever the counter.)
+    pub(super) fn leave_token(&self, s: &mut State, m: u8, head: Option<u8>, token: u8) {
         let now = s.now;
         let master = &mut s.masters[usize::from(m)];
-        let x = master.fence + 1;
+        let x = if self.bugs.release_sets_token && token > 0 { token + 1 } else { master.fence.max(token) + 1 };
         master.fence = x;
         master.next = x;
         let Some(h) = head else { return };
@@ -45,22 +48,26 @@ impl Redlock {
         handed.iter().copied().find(|&x| x > 0 && count(x) >= QUORUM)
     }
 
-    /// The holder releases. Without the hand-off, on every master at once (a slower release
+    /// The holder releases, carrying its token. Without the hand-off, on every master at once (a slower release
     /// only keeps the key longer, and one acquisition per client means it can only ever free
     /// its own lease), and the client is done. With it, the release script goes out on every
     /// connection (after anything still in flight there), each master granting its head or
     /// not when it runs it; the client is done, or idle with attempts left.
     pub(super) fn release(&self, s: &mut State, c: u8) {
         let i = usize::from(c);
+        let token = match s.clients[i] {
+            Client::Holding { token, .. } => token,
+            _ => 0,
+        };
         if self.claim == 0 {
             for m in 0..MASTERS {
-                self.apply(s, c, m, Op::Release, None);
+                self.apply(s, c, m, Op::Release { token }, None);
             }
             s.clients[i] = Client::Done;
             return;
         }
         for m in 0..MASTERS {
-            s.chans[Self::chan(c, m)].push(Op::Release);
+            s.chans[Self::chan(c, m)].push(Op::Release { token });
         }
         // A client with attempts left may take the lock again, as an application does.
         s.clients[i] = if s.attempts[i] > 0 { Client::Idle } else { Client::Done };
@@ -74,7 +81,7 @@ impl Redlock {
             return;
         }
         for m in 0..MASTERS {
-            if s.chans[Self::chan(c, m)].first() == Some(&Op::Release) {
+            if matches!(s.chans[Self::chan(c, m)].first(), Some(Op::Release { .. })) {
                 actions.extend((0..self.clients).filter(|&h| h != c).map(|h| Action::Hand(c, m, h)));
             }
         }

@@ -14,8 +14,12 @@
 //!
 //! ## Tokens left by the release ([`Redlock::claim`] > 0; lock-redis `src/scripts/redlock.rs`)
 //! - **Release** (owner-checked, per master, sent after whatever the holder still has in flight
-//!   on that connection): where the key is the releaser's, deletes it and **leaves the next
-//!   token**: `X = fence + 1` becomes the fence and `next`, the token left for the next taker;
+//!   on that connection, a claim it sent included) **carries the holder's token** (the one its
+//!   round stored or a majority named; none for a withdrawal): where the key is the releaser's,
+//!   deletes it and **leaves the next token**: the counter is first raised to the carried token
+//!   (set-if-greater, what the claim does, so that a holder that never claimed still aligns a
+//!   master whose counter fell behind), then `X = fence + 1` becomes the fence and `next`, the
+//!   token left for the next taker (`X = max(fence, token) + 1`);
 //!   if the master's queue has a head (another client), the release also **grants** it the key,
 //!   with the grant's attempt id ([`GRANT`], which no undo matches), for the claim window. The queue is not modelled: each
 //!   master's release grants any other client or nobody (a head on some masters only, a stale
@@ -42,6 +46,15 @@
 //! a restart. Switches:
 //! - `head_trusts_message` gives two believers at once: the release grants one head on one
 //!   master and another head on another, and both take their message as the lock.
+//! - `release_sets_token` (the release *sets* the counter to the carried token + 1, not
+//!   set-if-greater) gives a token that does not increase (14 steps from client 0's lease, a
+//!   1-tick ttl, two attempts each, about 11 s breadth-first in release): client 0's release
+//!   runs on master 0 only and leaves 2 there; its lease lapses; its second attempt takes 2 on
+//!   master 0 ("handed"); client 1 takes a higher token on masters 1 and 2 and releases,
+//!   granting client 0 master 2; client 0's first release, still in flight there, frees that
+//!   grant (the owner is client 0) and sets the counter back to 2, which client 0's lease step
+//!   takes: a majority hands it 2, below client 1's token. With set-if-greater that release
+//!   leaves a token above client 1's.
 //! - `left_token_taken_twice` (the lease step leaves the token there) gives a token that does
 //!   not increase: the first client takes the lock, releases, takes the token its release left
 //!   and lets that lease lapse; the second takes the same token from the free keys (15 steps,
@@ -74,9 +87,13 @@
 //!   **pushes** the token to the head's list; the arm's mark goes.
 //! - **Hold**: once pops from a **majority of masters name one token**, the head holds it,
 //!   believed until the earliest of those masters' `t_s` plus the claim window, if that is still
-//!   ahead, and closes its other connections. Its **claim** (the first renewal, on every master
-//!   at once, `REDLOCK_CLAIM_SRC` as changed after masters' counters drifted apart by one under
-//!   contention) extends **any** live key that is still its own, whatever its token and attempt
+//!   ahead, and closes its other connections. Its **claim** is then **due**, not sent: it goes
+//!   out on every master at once at any moment of the belief ([`Action::SendClaim`]; lock-core
+//!   defers it a third into the window), behind what is in flight there and ahead of a later
+//!   release on the same connection; a release before it means it is never sent (lock-core's
+//!   `end_claim`: a short hold never claims; the claim at once is the case sent right after
+//!   the hold). The claim (the first renewal, `REDLOCK_CLAIM_SRC` as changed after masters'
+//!   counters drifted apart by one under contention) extends **any** live key that is still its own, whatever its token and attempt
 //!   id (a pushed lease, a grant made without a push, one its own lease step took or
 //!   re-granted), to a whole ttl; it raises the master's counter to the claimed token if it is
 //!   lower (set-if-greater, never lowers), writes that token as the lease's `t`, marks it taken
@@ -127,21 +144,27 @@
 //! drops the marks and keeps the `BLPOP`s blocked, as after `FLUSHALL`; a client waits while it
 //! is idle with an attempt left, or after its last one failed with its wait open, any other
 //! client being its possible releaser; a key's `t` is kept in these bounds only and read by no
-//! step (the release's next token is the fence + 1 as above, as lock-redis's
-//! `max(counter, t) + 1` is: the counter is at least `t`, which every writer of `t`, the claim
-//! included, makes so); a claim answered after its client's belief ended is ignored. The
+//! step (the release's next token is `max(fence, carried token) + 1` as above, as lock-redis's
+//! `max(counter, t, token) + 1` is: the counter is at least `t`, which every writer of `t`, the
+//! claim included, makes so); a claim is sent only while its holder believes the lease (lock-core
+//! sends it a third into the window); a claim answered after its client's belief ended is ignored. The
 //! property added: `a believed lease is kept by a majority` (while a client believes a lease,
 //! a majority of masters keep its key live, until a restart: the lost signal is honest). With time
 //! passing, the bounds start from a lease client 0 holds on every master ([`Redlock::held`]);
 //! the races of a first acquisition are the bounds without time's. These bounds also rename
 //! the masters in the symmetry reduction.
 //!
-//! Checked, with the claim as changed: every property holds in [`Redlock::blocking_checked`]
-//! (441,971 states, 96,419 unique, without time; 246,537 and 60,514 from a held lease over a
-//! tick; about 4 s in release, 9 s in the debug nextest run at load average about 2) and
-//! [`Redlock::blocking_deep`] (1.8 M, 1.2 M, 1.8 M, 3.5 M and 3.8 M states; 385 k, 231 k,
-//! 445 k, 688 k and 780 k unique; about 40 s in release at load average about 2). Switches,
-//! each with a counterexample:
+//! Checked, with the claim as changed, deferred, and the release carrying the token: every
+//! property holds in [`Redlock::blocking_checked`] (448,740 states, 98,097 unique, without
+//! time; 252,794 and 62,144 from a held lease over a tick; were 441,971/96,419 and
+//! 246,537/60,514 with the claim at once; about 5 s in release) and [`Redlock::blocking_deep`]
+//! (1.8 M, 1.2 M, 1.8 M, 3.5 M and 3.8 M states; 398 k, 237 k, 447 k, 691 k and 788
+//! k unique, were 385 k, 231 k, 445 k, 688 k and 780 k; with [`Redlock::handoff_deep`], 6.68 M
+//! and 3.16 M unique, 67 s in release at load average about 2). So the claim is not needed for safety: the paths where the holder releases or
+//! lapses without sending it are explored, and its belief, the claim window from its arms'
+//! send, is outlasted by each pushed grant (pushed after its arm ran, live for the window).
+//! Nor is it for the tokens left: the release carrying the token raises a master that fell
+//! behind as the claim would have. Switches, each with a counterexample:
 //! - `blocking_holds_on_one_push` (hold on one master's pop) gives two believers (three
 //!   clients, no time): the release pushes to one waiter on one master and to the other waiter
 //!   on another, and each holds on its one pop.
@@ -164,8 +187,8 @@
 //! - `blocking_claim_keeps_attempt` (lock-redis's claim before 2b38644, found by the model:
 //!   the claim extends the lease and removes `p`, but the lease keeps the attempt id `a` of the
 //!   owner's failed step that re-granted it) loses a claimed lease (`a believed lease is kept
-//!   by a majority`, 14 steps from client 0's lease): as above up to client 0's release on master 2
-//!   pushing there; client 1 holds on both pops (until tick 2) and claims; the claim reaches
+//!   by a majority`, 15 steps from client 0's lease): as above up to client 0's release on master 2
+//!   pushing there; client 1 holds on both pops (until tick 2) and sends its claim; the claim reaches
 //!   master 0 first and removes the mark, then the failed attempt's undo, sent late (a
 //!   background task), frees master 0. Keeping the mark in the claim instead is not enough
 //!   (searched with the attempt id kept, 16 steps): the failed step took the token a release
@@ -183,6 +206,10 @@
 //!   does not check the key) and it holds, to tick 2, with its key on master 1 alone. With the
 //!   2-tick ttl a trace of the same kind gives two believers (14 steps, 93 s): two late claims
 //!   make a majority, extending client 1's belief to tick 2 beside client 0's new lease.
+//!   With the claim deferred, breadth-first first finds (14 steps, 60 s) a trace without the
+//!   switch in that bound: client 0's release, sent after its lease lapsed and still in flight,
+//!   frees the grant client 1's release pushed to it since (the owner is the client, not the
+//!   lease), and client 0 holds on that pop; two attempts each are outside the checked bounds.
 //!
 //! Not checked: three clients (no time passing, from a held lease or not: unfinished after
 //! 150 s before the continued wait, no property violated in the 1.1 to 1.3 M unique states

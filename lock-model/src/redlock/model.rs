@@ -51,6 +51,10 @@ pub struct Bugs {
     /// claimant's (a free key, or another's lease): it grants, and a claim that arrives late
     /// takes a lease another client holds.
     pub blocking_claim_grants: bool,
+    /// (blocking delivery, the release carrying the holder's token) The release *sets* the
+    /// counter to the carried token + 1, even where the counter is higher (not set-if-greater):
+    /// the token it leaves may be at or below one a later round already took.
+    pub release_sets_token: bool,
 }
 
 /// One model: the clients, the bounds and the bug switches.
@@ -205,11 +209,11 @@ impl Redlock {
                 }
                 None
             }
-            Op::Release => {
+            Op::Release { token } => {
                 if master.live(now).is_some_and(|k| k.owner == c) {
                     master.key = None;
                     if self.claim > 0 {
-                        self.leave_token(s, m, head);
+                        self.leave_token(s, m, head, token);
                     }
                 }
                 None
@@ -237,9 +241,10 @@ impl Redlock {
                 }
             }
             (Client::Round2 { token, stored, failed, .. }, Op::Fence { token: t, .. })
-            | (Client::Holding { token, claim: Some(Claim { ok: stored, failed, .. }), .. }, Op::Claim { token: t })
-                if *token == t && (*stored | *failed) & bit == 0 =>
-            {
+            | (
+                Client::Holding { token, claim: Some(Claim { sent: Some(_), ok: stored, failed }), .. },
+                Op::Claim { token: t },
+            ) if *token == t && (*stored | *failed) & bit == 0 => {
                 if ok {
                     *stored |= bit;
                 } else {
@@ -326,7 +331,7 @@ impl Redlock {
     /// A client out of attempts is done; with the hand-off it withdraws its wait.
     pub(super) fn withdraw(&self, s: &mut State, c: u8) {
         if self.claim > 0 {
-            s.pool.extend((0..MASTERS).map(|m| (c, m, Op::Release)));
+            s.pool.extend((0..MASTERS).map(|m| (c, m, Op::Release { token: 0 })));
             s.pool.sort_unstable();
         }
         s.clients[usize::from(c)] = Client::Done;
@@ -359,6 +364,8 @@ pub enum Action {
     Trust(u8, usize),
     /// (blocking delivery) A step of a waiting client's dedicated connections.
     Wait(WaitAction),
+    /// (blocking delivery) The holder by pops sends its due claim on every master.
+    SendClaim(u8),
 }
 
 /// A step of a waiting client's dedicated connections, one per master.
@@ -425,8 +432,12 @@ impl Explore for Redlock {
                     actions.push(Action::Timeout(c, m));
                 }
             }
-            Client::Holding { valid_until, .. } => {
+            Client::Holding { valid_until, claim, .. } => {
                 actions.push(Action::Release(c));
+                // The claim is due from the hold by pops and sent at any moment of the belief.
+                if claim.is_some_and(|k| k.sent.is_none()) && s.now < valid_until {
+                    actions.push(Action::SendClaim(c));
+                }
                 if s.now >= valid_until {
                     actions.push(Action::Lapse(c));
                 }
@@ -482,6 +493,7 @@ impl Explore for Redlock {
             Action::Release(c) => self.release(s, c),
             Action::Lapse(c) => s.clients[usize::from(c)] = Client::Done,
             Action::Wait(w) => self.wait_step(s, w),
+            Action::SendClaim(c) => Self::send_claim(s, c),
         }
     }
 

@@ -25,7 +25,11 @@ pub enum Op {
     },
     /// The owner-checked release (also a wait's withdrawal): frees the key if it is this
     /// owner's; with the hand-off, a free key then goes to the queue's head, if any.
-    Release,
+    Release {
+        /// The releaser's token (0 for a withdrawal, which holds none): the token left there is
+        /// above it, as the claim it replaces would have raised the counter to it.
+        token: u8,
+    },
     /// (blocking delivery) The first renewal of a lease held on pushed grants: extends the key
     /// for the ttl if it is the caller's (whatever its token), raises the counter to `token` and
     /// takes it; never grants.
@@ -59,7 +63,8 @@ pub struct Key {
     /// (blocking delivery) The key's `t`: the token a release took for the head it pushed this
     /// grant to, that the owner's attempt took ("handed") or stored there, or that the owner's
     /// claim wrote; 0 otherwise (and always without blocking delivery). The model's release
-    /// does not read it (its next token is the fence + 1, at least `t`).
+    /// does not read it (its next token is `max(fence, carried token) + 1`, the fence at least
+    /// `t`).
     pub token: u8,
     /// (blocking delivery) The release pushed this lease to its owner (the key's `p`): no undo
     /// of the owner's attempts frees it, even one whose lease step re-granted it, since the
@@ -133,19 +138,22 @@ pub enum Client {
         token: u8,
         /// By its own clock.
         valid_until: u8,
-        /// (blocking delivery) The claim of a lease held on pushed grants, not decided yet.
+        /// (blocking delivery) The claim of a lease held on pushed grants, due or sent, not
+        /// decided yet.
         claim: Option<Claim>,
     },
     /// Released, lapsed, or out of attempts.
     Done,
 }
 
-/// (blocking delivery) The first renewal of a lease held on pushed grants, sent at once on
-/// every master.
+/// (blocking delivery) The first renewal of a lease held on pushed grants: due once the pops
+/// made a majority, sent on every master at once at any moment of the belief (lock-core defers
+/// it a third into the window), never if the holder releases first (lock-core's `end_claim`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Claim {
-    /// Its send instant: a majority's answer extends the belief to it plus the ttl.
-    pub sent: u8,
+    /// Its send instant (`None`: due, not sent): a majority's answer extends the belief to it
+    /// plus the ttl.
+    pub sent: Option<u8>,
     /// Masters that extended the key with the token.
     pub ok: u8,
     /// Masters that did not.
