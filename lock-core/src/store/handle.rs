@@ -19,6 +19,8 @@ pub(super) struct StoreLeaseHandle<S> {
     pub(super) renewals: Arc<Renewals>,
     pub(super) name: LockName,
     pub(super) owner: OwnerId,
+    /// The lease's token, which its release passes on ([`LeaseStore::release_held`]).
+    pub(super) token: FencingToken,
     /// A pushed grant's claim: `None` for a grant an attempt's reply made.
     pub(super) claim: Option<Mutex<Pushed>>,
 }
@@ -75,7 +77,7 @@ impl<S: LeaseStore> LeaseHandle for StoreLeaseHandle<S> {
     }
     async fn release(&self) -> Result<ReleaseOutcome, LockError> {
         self.end_claim();
-        self.store.release(&self.name, self.owner).await
+        self.store.release_held(&self.name, self.owner, self.token).await
     }
     /// Its own request, not a renewal round: a round bounds itself by the ttl it renews for,
     /// which here is what is left of `hold_at_least` (a few ms near `t0 + d`) and shorter than

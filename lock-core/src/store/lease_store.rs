@@ -71,6 +71,20 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// Free the lock if `owner` still holds it, and wake waiters.
     async fn release(&self, name: &LockName, owner: OwnerId) -> Result<ReleaseOutcome, LockError>;
 
+    /// [`LeaseStore::release`] of a lease held with `token`, which is how a lease's own release
+    /// comes (a wait's withdrawal has no token). By default the token is not needed; Redlock's
+    /// release raises each master's counter to it before leaving the next token there, as the
+    /// claim of a pushed grant would, so that a grant never claimed still leaves every master
+    /// the same next token.
+    async fn release_held(
+        &self,
+        name: &LockName,
+        owner: OwnerId,
+        _token: FencingToken,
+    ) -> Result<ReleaseOutcome, LockError> {
+        self.release(name, owner).await
+    }
+
     /// Free the lock `d` from now if `owner` still holds it (`hold_at_least`): its lease
     /// ends then, which may be sooner than a renewal would leave it. By default a renewal for
     /// `d`; a store whose renewals never shorten a lease overrides it (lock-sql, whose

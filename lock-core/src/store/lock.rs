@@ -59,6 +59,7 @@ impl<S: LeaseStore> StoreLock<S> {
             renewals: Arc::clone(&self.renewals),
             name: name.clone(),
             owner,
+            token: grant.token,
             claim,
         });
         let mut lease_grant = LeaseGrant::new(name.clone(), grant.token, owner, grant.started, handle)

@@ -30,10 +30,13 @@
 //!   would otherwise free the claimed lease), and makes each master keep the token the majority
 //!   named (set-if-greater on its counter), so that masters whose counters drifted apart agree
 //!   again before the next release (measured: without it, pushes split between two tokens under
-//!   contention). So it is sent at once, not deferred as on a single instance
-//!   (`PushedGrant::claim_deferred`): deferred, a 2 s contended run had 30 pops split past the
-//!   grace and 21 waits fall back to their lease step in 5,000 hand-offs (acquire p99 3.5 →
-//!   13.6 ms), with no gain in the hand-off's p50.
+//!   contention). The claim is deferred a third into the window, as on a single instance
+//!   (`PushedGrant::claim_deferred`), so a short hold never claims; the alignment then comes
+//!   with the **release**, which carries the holder's token (`LeaseStore::release_held`) and
+//!   leaves each master the next token above it, as a claim would have raised it. Measured: the
+//!   claim deferred without the token in the release split pops (a 2 s contended run: 30 grace
+//!   expiries and 21 lease-step fallbacks in 5,000 hand-offs, acquire p99 3.5 → 13.6 ms); with
+//!   it, none.
 //!
 //! Anything else is a hint and the wait takes its ordinary lease step. Pops that do not make a
 //! majority within [`GRACE`] (a release that reached only some masters, or found some unarmed)
@@ -173,7 +176,8 @@ impl Delivery {
             match decision {
                 Decision::Hold(held) => {
                     let window = Duration::from_millis(CLAIM_MS);
-                    let _ = tx.send(Some(PushedGrant::new(FencingToken(held.token), held.armed_at, window)));
+                    let _ = tx
+                        .send(Some(PushedGrant::new(FencingToken(held.token), held.armed_at, window).claim_deferred()));
                     // The other masters' `BLPOP`s are ended (their lists answered `x`), so that
                     // their connections are kept for the next waits. After DRAIN the rest are
                     // dropped, each connection with a `BLPOP` still out with them.

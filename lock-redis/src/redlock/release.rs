@@ -16,13 +16,19 @@ impl RedlockStore {
     /// removes the owner's queue places and hands each master to its queue's head. Stops
     /// waiting once a majority confirmed (the others got the request too, unless their
     /// connection is down, and then the ttl frees them).
-    async fn release_everywhere(&self, keys: &Keys, owner: &str, bound: Duration) -> Vec<Result<i64, LockError>> {
+    async fn release_everywhere(
+        &self,
+        keys: &Keys,
+        owner: &str,
+        token: u64,
+        bound: Duration,
+    ) -> Vec<Result<i64, LockError>> {
         let mut pending: FuturesUnordered<_> = self
             .nodes
             .iter()
             .map(|n| async move {
                 let wake = self.notifier.wake_channel();
-                let call = RedlockRelease { keys, owner, reserve_ms: RESERVE_MS, wake, claim_ms: CLAIM_MS };
+                let call = RedlockRelease { keys, owner, reserve_ms: RESERVE_MS, wake, claim_ms: CLAIM_MS, token };
                 n.run(bound, |mut c| async move { call.invoke(&mut c).await }).await
             })
             .collect();
@@ -36,12 +42,17 @@ impl RedlockStore {
         replies
     }
 
-    /// Releases on every master: released once a majority confirmed, not ours once too few
-    /// could still confirm.
-    pub(super) async fn release_round(&self, name: &LockName, owner: OwnerId) -> Result<ReleaseOutcome, LockError> {
+    /// Releases on every master a lease held with `token` (0: unknown): released once a
+    /// majority confirmed, not ours once too few could still confirm.
+    pub(super) async fn release_round(
+        &self,
+        name: &LockName,
+        owner: OwnerId,
+        token: u64,
+    ) -> Result<ReleaseOutcome, LockError> {
         let keys = Keys::new(&self.prefix, name);
         let owner = owner.to_hex();
-        let replies = self.release_everywhere(&keys, &owner, self.request_timeout).await;
+        let replies = self.release_everywhere(&keys, &owner, token, self.request_timeout).await;
         let released = replies.iter().filter(|r| matches!(r, Ok(1))).count();
         let errors = replies.iter().filter(|r| r.is_err()).count();
         if released >= self.quorum {
@@ -67,7 +78,7 @@ impl RedlockStore {
     pub(super) async fn withdraw(&self, name: &LockName, owner: OwnerId) -> Result<(), LockError> {
         self.forget_ticket(owner);
         let keys = Keys::new(&self.prefix, name);
-        let replies = self.release_everywhere(&keys, &owner.to_hex(), self.request_timeout).await;
+        let replies = self.release_everywhere(&keys, &owner.to_hex(), 0, self.request_timeout).await;
         let errors: Vec<LockError> = replies.into_iter().filter_map(Result::err).collect();
         if errors.len() > self.nodes.len() - self.quorum {
             return Err(self.unavailable(self.nodes.len() - errors.len(), &errors));

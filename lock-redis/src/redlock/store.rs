@@ -191,7 +191,18 @@ impl LeaseStore for RedlockStore {
     }
 
     async fn release(&self, name: &LockName, owner: OwnerId) -> Result<ReleaseOutcome, LockError> {
-        self.release_round(name, owner).await
+        self.release_round(name, owner, 0).await
+    }
+
+    /// The lease's token goes with the release: a master whose counter fell behind (its push
+    /// was outvoted and the grant never claimed) leaves the next token above it, as the others.
+    async fn release_held(
+        &self,
+        name: &LockName,
+        owner: OwnerId,
+        token: FencingToken,
+    ) -> Result<ReleaseOutcome, LockError> {
+        self.release_round(name, owner, token.0).await
     }
 
     async fn subscribe(&self, name: &LockName) -> Result<Option<WakeSubscription>, LockError> {

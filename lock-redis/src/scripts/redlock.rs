@@ -240,9 +240,10 @@ script_call! {
 /// (`LeaseStore::abandon`). KEYS: lock, the queue's two keys, fence, fence-by, blocking delivery
 /// marks (`Keys::armed`: a head armed there gets the grant pushed to its list). ARGV: owner,
 /// channel, reserve ms, the owner's wake channel (optional), the claim window ms (`0` or absent:
-/// no grants). Removes the owner's queue entry (held or not), deletes the lease if it is the
-/// owner's; then, if the key is free: when the lease was ours, it knew its token (`t`, or `g`
-/// for a grant) and grants are asked for, the token `max(counter, t) + 1` is stored as the
+/// no grants), the releaser's token (`0` or absent: none, a withdrawal). Removes the owner's
+/// queue entry (held or not), deletes the lease if it is the owner's; then, if the key is free:
+/// when the lease was ours, it knew its token (`t`, or `g` for a grant) and grants are asked
+/// for, the token `max(counter, t, releaser's token) + 1` is stored as the
 /// counter and left for the next taker, and a queue's head is **granted** the key for the claim
 /// window ("Tokens left by the release" in the module docs); otherwise a head is reserved.
 /// Either way the head is woken (`@<owner>`) when the lease was ours or the owner was the head;
@@ -261,7 +262,10 @@ wq_drop(Q, me)
 if not redis.call('HGET', KEYS[1], 'o') then
   local head, ends, entry = wq_head(Q, now)
   local claim = tonumber(ARGV[5] or '0') or 0
+  -- The releaser's own token (0: a withdrawal) raises the base where this master knew a lower
+  -- one (a push of its own that the majority outvoted, never claimed): as the claim would.
   local known = mine and tonumber(held[2] or held[3] or '')
+  if known then known = math.max(known, tonumber(ARGV[6] or '0') or 0) end
   local token = nil
   if known and claim > 0 then
     -- The next taker's token, stored as the counter and left for it ('next:<token>').
@@ -314,9 +318,11 @@ script_call! {
         wake: &'a str,
         /// How long a grant to the head lasts unclaimed (ms); 0: reserve the head, no grant.
         claim_ms: u64,
+        /// The releaser's token (0: none, a wait's withdrawal): the token left is above it.
+        token: u64,
     }
     keys [&keys.lock, &keys.redlock_waiters, &keys.redlock_waiter_ends, &keys.fence, &keys.fence_by, &keys.armed]
-    args [owner, &keys.channel, reserve_ms, wake, claim_ms]
+    args [owner, &keys.channel, reserve_ms, wake, claim_ms, token]
 }
 
 /// Redlock, per master: store a token if it is greater (set-if-greater). KEYS: fence, fence-by,

@@ -69,7 +69,7 @@ async fn ticket_queue_agrees_on_the_head_whatever_the_arrival_order() {
         async move { call.await[0] == 1 }
     };
     let release = |k, owner: &'static str| {
-        RedlockRelease { keys: k, owner, reserve_ms: RESERVE, wake: "", claim_ms: 0 }.on(&conn)
+        RedlockRelease { keys: k, owner, reserve_ms: RESERVE, wake: "", claim_ms: 0, token: 0 }.on(&conn)
     };
     let undo = |k, owner: &'static str, id: &'static str| {
         RedlockUndo { keys: k, owner, attempt: id, reserve_ms: RESERVE, wake: "" }.on(&conn)
@@ -129,7 +129,7 @@ async fn ticket_queue_wakes_an_entry_on_its_wake_channel() {
         async move { call.await[0] == 1 }
     };
     let release = |owner: &'static str, wake: &'static str| {
-        RedlockRelease { keys: &k, owner, reserve_ms: RESERVE, wake, claim_ms: 0 }.on(&conn)
+        RedlockRelease { keys: &k, owner, reserve_ms: RESERVE, wake, claim_ms: 0, token: 0 }.on(&conn)
     };
     let quiet = Duration::from_millis(300);
 
@@ -192,7 +192,7 @@ async fn a_release_grants_the_head_a_token_that_its_acquire_confirms() {
         async move { RedlockFence { keys: &k, token: &token, attempt: id }.on(&conn).await }
     };
     let release = |owner: &'static str, claim_ms: u64| {
-        RedlockRelease { keys: &k, owner, reserve_ms: RESERVE, wake: "", claim_ms }.on(&conn)
+        RedlockRelease { keys: &k, owner, reserve_ms: RESERVE, wake: "", claim_ms, token: 0 }.on(&conn)
     };
     let field = |f: &'static str| {
         let (mut c, lock) = (conn.clone(), k.lock.clone());
@@ -272,7 +272,7 @@ async fn a_release_leaves_the_next_token_for_whoever_takes_the_free_key() {
     let take =
         |owner: &'static str, id: &'static str, reg: u64| attempt(&k, owner, id, reg, 100, "").on("n:boot", &conn);
     let release = |owner: &'static str| {
-        RedlockRelease { keys: &k, owner, reserve_ms: RESERVE, wake: "", claim_ms: 1000 }.on(&conn)
+        RedlockRelease { keys: &k, owner, reserve_ms: RESERVE, wake: "", claim_ms: 1000, token: 0 }.on(&conn)
     };
     let t = take("h", "a0", 0).await[1] + 1;
     assert_eq!(RedlockFence { keys: &k, token: &t.to_string(), attempt: "a0" }.on(&conn).await, vec![1, t]);
@@ -284,6 +284,29 @@ async fn a_release_leaves_the_next_token_for_whoever_takes_the_free_key() {
     assert_eq!(take("y", "a1", 0).await[0], 1, "a token left is taken once");
     assert_eq!(release("y").await, 1, "a lease whose token this master never stored");
     assert_eq!(take("z", "a1", 2000).await[0], 1, "leaves no token");
+}
+
+/// The release carries the releaser's token: a master that knew a lower one (its push was
+/// outvoted by the majority's token and the grant never claimed) leaves the next token above the
+/// releaser's, as the others do; a lower or absent one never lowers what the master leaves.
+#[tokio::test]
+async fn a_release_leaves_the_next_token_above_the_releaser_s_token() {
+    let (_server, _client, c, k) = fresh_lock("m1", "carried", Keys::new).await;
+    let conn = c.clone();
+    let take =
+        |owner: &'static str, id: &'static str, reg: u64| attempt(&k, owner, id, reg, 100, "").on("n:boot", &conn);
+    let release = |owner: &'static str, token: i64| {
+        let token = u64::try_from(token).unwrap();
+        RedlockRelease { keys: &k, owner, reserve_ms: RESERVE, wake: "", claim_ms: 1000, token }.on(&conn)
+    };
+    let t = take("h", "a0", 0).await[1] + 1;
+    assert_eq!(RedlockFence { keys: &k, token: &t.to_string(), attempt: "a0" }.on(&conn).await, vec![1, t]);
+    assert_eq!(release("h", t + 10).await, 1);
+    let next = take("x", "a1", 0).await;
+    assert_eq!(next[..2], [4, t + 11], "the token left is above the releaser's: {next:?}");
+    assert_eq!(release("x", 7).await, 1, "a lower token than the master's own");
+    let after = take("y", "a2", 0).await;
+    assert_eq!(after[..2], [4, t + 12], "a lower carried token never lowers the next: {after:?}");
 }
 
 /// What a master holds of `k`'s lease: owner, token, grant token and pushed mark (`o`, `t`, `g`,
@@ -316,7 +339,7 @@ async fn a_release_pushes_to_an_armed_head_and_takes_its_token() {
             let arm = RedlockArm { keys: &k, owner: "w", wake: "wch", list: &list, block_ms: 2000 };
             assert_eq!(arm.invoke(&mut c).await.unwrap(), 1, "queued: armed");
         }
-        let release = RedlockRelease { keys: &k, owner: "h", reserve_ms: RESERVE, wake: "", claim_ms: 1000 };
+        let release = RedlockRelease { keys: &k, owner: "h", reserve_ms: RESERVE, wake: "", claim_ms: 1000, token: 0 };
         assert_eq!(release.invoke(&mut c).await.unwrap(), 1);
         let pushed: Vec<String> = redis::cmd("LRANGE").arg(&list).arg(0).arg(-1).query_async(&mut c).await.unwrap();
         let (lease, by) = lease_fields(&mut c, &k).await;
@@ -365,7 +388,8 @@ async fn a_release_pushes_to_an_armed_head_and_takes_its_token() {
         assert_eq!(claim("w", 90).invoke(&mut c).await.unwrap(), 1);
         let counter: u64 = redis::cmd("GET").arg(&k.fence).query_async(&mut c).await.unwrap();
         assert_eq!(counter, 103, "set-if-greater");
-        let release = RedlockRelease { keys: &k, owner: "w", reserve_ms: RESERVE, wake: "wch", claim_ms: 1000 };
+        let release =
+            RedlockRelease { keys: &k, owner: "w", reserve_ms: RESERVE, wake: "wch", claim_ms: 1000, token: 0 };
         assert_eq!(release.invoke(&mut c).await.unwrap(), 1);
         assert_eq!(claim("w", 103).invoke(&mut c).await.unwrap(), 0, "a late claim grants nothing");
         assert_eq!(lease_fields(&mut c, &k).await.0[0], None);
