@@ -251,11 +251,18 @@ async fn a_claim_that_arrives_after_the_release_takes_nothing_back() {
 }
 
 /// A store whose claim only extends (`PushedGrant::claim_deferred`): the claim comes a third
-/// into the window, not at once, and a release before then means it is never sent.
+/// into the window, not at once, and a release before then means it is never sent; whether the
+/// watchdog claims (auto-renewal) or a task of the lease's own does (none).
 #[tokio::test]
 async fn a_deferred_claim_is_never_sent_for_a_hold_released_before_it() {
+    for auto_renew in [true, false] {
+        never_claimed_when_released_early(AcquireOptions::new(TTL).auto_renew(auto_renew)).await;
+    }
+}
+
+async fn never_claimed_when_released_early(opts: AcquireOptions) {
     let store = Pushing::new(Some(TryLock::Acquired { token: FencingToken(7) }));
-    let lease = pushed(&store, |at| PushedGrant::new(FencingToken(7), at, WINDOW).claim_deferred()).await;
+    let lease = pushed_with(&store, opts, |at| PushedGrant::new(FencingToken(7), at, WINDOW).claim_deferred()).await;
     assert_eq!(lease.token(), FencingToken(7), "held at once");
     // A claim sent at once would have arrived by now (it takes CLAIM_TAKES).
     tokio::time::sleep(CLAIM_TAKES + CLAIM_TAKES / 2).await;
@@ -268,9 +275,15 @@ async fn a_deferred_claim_is_never_sent_for_a_hold_released_before_it() {
 
 #[tokio::test]
 async fn a_deferred_claim_comes_a_third_into_the_window_and_extends_the_lease() {
+    for auto_renew in [true, false] {
+        claimed_a_third_in(AcquireOptions::new(TTL).auto_renew(auto_renew)).await;
+    }
+}
+
+async fn claimed_a_third_in(opts: AcquireOptions) {
     let store = Pushing::new(Some(TryLock::Acquired { token: FencingToken(7) }));
     let mut armed = None;
-    let lease = pushed(&store, |at| {
+    let lease = pushed_with(&store, opts, |at| {
         armed = Some(at);
         PushedGrant::new(FencingToken(7), at, WINDOW).claim_deferred()
     })

@@ -142,9 +142,13 @@ impl Lease {
 }
 
 /// The claim of a provisional grant ([`LeaseGrant::provisional`]) when the watchdog does not
-/// send it: its first renewal, at once, and again after a failure while the grant's window
-/// lasts. A loss, a release or the window's end stop it (the watchdog then tells of the loss).
+/// send it: its first renewal, at once (a third into the window when the claim may wait, as the
+/// watchdog's), and again after a failure while the grant's window lasts. A loss, a release or
+/// the window's end stop it (the watchdog then tells of the loss).
 async fn claim(shared: Arc<Shared>) {
+    if let Some(due) = shared.deferred_claim_due() {
+        tokio::time::sleep_until(due).await;
+    }
     let mut pause = Duration::from_millis(5);
     while !shared.is_over() && Instant::now() < shared.valid_until() {
         match renew_once(&shared).await {

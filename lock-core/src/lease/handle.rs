@@ -119,7 +119,8 @@ impl LeaseGrant {
     }
 
     /// With [`LeaseGrant::provisional`]: the claim is the first renewal a third into the
-    /// window (when the watchdog renews), not at once, so that a hold shorter than that never
+    /// window (the watchdog's, or the lease's own claim task's without auto-renewal), not at
+    /// once, so that a hold shorter than that never
     /// claims; a release before it means it is never sent
     /// ([`PushedGrant::claim_deferred`](crate::backend::PushedGrant::claim_deferred)).
     pub fn claim_deferred(mut self) -> Self {

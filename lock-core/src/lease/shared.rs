@@ -118,6 +118,12 @@ impl Shared {
         self.deferred_claim.filter(|_| !self.renewed.load(Ordering::SeqCst))
     }
 
+    /// When a deferred claim falls due: a third into the validity its window gave (`None`: the
+    /// claim is not deferred, or was made).
+    pub(super) fn deferred_claim_due(&self) -> Option<Instant> {
+        self.unclaimed_deferred().and_then(|validity| self.granted.checked_add(validity / 3))
+    }
+
     pub(super) fn is_valid(&self) -> bool {
         !self.lost.is_fired() && !self.released.load(Ordering::SeqCst) && Instant::now() < self.valid_until()
     }
