@@ -134,13 +134,12 @@ fn blocking_delivery_whose_claim_grants_takes_a_believed_lease_deep() {
     let bugs = Bugs { blocking_claim_grants: true, ..Bugs::default() };
     // The waiter holds on two pushes until tick 1 and claims; its claims wait. At tick 1 its
     // grants lapse and the former holder acquires again (a 1-tick ttl); a claim arrives on a
-    // master that holder was just granted and takes the key from it (13 steps). With the claim
-    // deferred that trace takes 14 and breadth-first finds another 14-step one first, without
-    // the switch: client 0's release, sent after its lease lapsed and still in flight, frees
-    // the grant pushed to it since (the model's owner is the client): two attempts each, out of
-    // the design's checked bounds (module docs), so this test no longer shows the switch.
+    // master that holder was just granted and takes the key from it (14 steps, the claim
+    // deferred). Without the switch, breadth-first finds no counterexample within 16 steps (the
+    // owner is the acquisition: the holder's late release no longer frees a grant made to its
+    // next one).
     let bound = Redlock { attempts: 2, ttl: 1, ..Redlock::blocking_held(bugs) };
-    common::deep_only("about 50 s", || {
+    common::deep_only("about two minutes", || {
         assert_breaks(bound, &bugs, "a believed lease is kept by a majority", Search::Bfs)
     });
 }
@@ -148,12 +147,13 @@ fn blocking_delivery_whose_claim_grants_takes_a_believed_lease_deep() {
 #[test]
 fn a_release_that_sets_the_counter_to_its_token_goes_back() {
     let bugs = Bugs { release_sets_token: true, ..Bugs::default() };
-    // From client 0's lease (a 1-tick ttl, two attempts each): client 0's release runs on one
-    // master, leaving a token; its lease lapses; it takes that token on the master ("handed"),
-    // client 1 takes a higher one from the other two and releases, granting client 0 one of
-    // them; client 0's first release, still in flight there, frees that grant (its own) and
-    // sets the counter back to its old token + 1, which client 0's lease step takes: a majority
-    // hands it a token below client 1's (14 steps, about 11 s breadth-first in release).
+    // From client 0's lease (a 1-tick ttl, two attempts each): at tick 1 client 0's lease has
+    // lapsed but it has not released; client 1 takes a higher token on masters 0 and 1 and
+    // releases, granting both to client 0's acquisition (its queue entry stays until it
+    // releases); client 0's release then frees those grants (the same acquisition's) and sets
+    // both counters back to its token + 1, which client 1's next acquisition takes there: a
+    // majority hands it a token below its previous one (15 steps, breadth-first in release; none
+    // within 17 steps without the switch).
     let bound = Redlock { attempts: 2, ttl: 1, held: true, ..Redlock::handoff(bugs) };
     assert_breaks(bound, &bugs, "tokens increase", Search::Bfs);
 }

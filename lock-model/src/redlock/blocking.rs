@@ -51,7 +51,7 @@ impl Redlock {
     pub(super) fn held_at_start(&self, s: &mut State) {
         s.micros = 1;
         for master in &mut s.masters {
-            master.key = Some(Key { owner: 0, attempt: 1, expires: self.ttl, token: 0, pushed: false });
+            master.key = Some(Key { owner: 0, acq: 0, attempt: 1, expires: self.ttl, token: 0, pushed: false });
             master.fence = 1;
         }
         s.attempts[0] -= 1;
@@ -224,9 +224,9 @@ impl Redlock {
         let i = usize::from(c);
         let Client::Holding { token, claim: Some(claim), .. } = &mut s.clients[i] else { return };
         claim.sent = Some(s.now);
-        let token = *token;
+        let (token, acq) = (*token, s.acqs[i]);
         for m in 0..MASTERS {
-            s.chans[Self::chan(c, m)].push(Op::Claim { token });
+            s.chans[Self::chan(c, m)].push(Op::Claim { token, acq });
         }
     }
 
@@ -247,15 +247,15 @@ impl Redlock {
     /// failed lease step's, whose late undo then frees the claimed lease) and
     /// `blocking_claim_grants` writes the key where it is not the caller's. (Setting the counter
     /// to the token where it is higher was searched, without a counterexample: module docs.)
-    pub(super) fn claim_step(&self, master: &mut Master, c: u8, token: u8, now: u8) -> Reply {
-        let own = master.live(now).filter(|k| k.owner == c);
+    pub(super) fn claim_step(&self, master: &mut Master, c: u8, acq: u8, token: u8, now: u8) -> Reply {
+        let own = master.live(now).filter(|k| k.owned_by(c, acq));
         if own.is_none() && !self.bugs.blocking_claim_grants {
             return Reply::Refused;
         }
         let attempt = own.filter(|_| self.bugs.blocking_claim_keeps_attempt).map_or(CLAIM, |k| k.attempt);
         master.fence = master.fence.max(token);
         master.next = 0;
-        master.key = Some(Key { owner: c, attempt, expires: now + self.ttl, token, pushed: false });
+        master.key = Some(Key { owner: c, acq, attempt, expires: now + self.ttl, token, pushed: false });
         Reply::Stored
     }
 
@@ -320,7 +320,8 @@ impl Redlock {
         vec![
             Property::always("a believed lease is kept by a majority", |model: &Redlock, s: &State| {
                 let kept = |c: usize| {
-                    let own = s.masters.iter().filter(|m| m.live(s.now).is_some_and(|k| usize::from(k.owner) == c));
+                    let own =
+                        s.masters.iter().filter(|m| m.live(s.now).is_some_and(|k| k.owned_by(c as u8, s.acqs[c])));
                     own.count() >= QUORUM as usize
                 };
                 s.restart < model.restart || (0..s.clients.len()).all(|c| !s.believes(c) || kept(c))

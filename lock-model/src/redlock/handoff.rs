@@ -33,7 +33,9 @@ impl Redlock {
         master.fence = x;
         master.next = x;
         let Some(h) = head else { return };
-        master.key = Some(Key { owner: h, attempt: GRANT, expires: now + self.claim, token: 0, pushed: false });
+        let acq = s.acqs[usize::from(h)];
+        let master = &mut s.masters[usize::from(m)];
+        master.key = Some(Key { owner: h, acq, attempt: GRANT, expires: now + self.claim, token: 0, pushed: false });
         self.push(s, m, h, x);
         if self.bugs.head_trusts_message {
             s.msgs.push((h, x, now));
@@ -59,18 +61,30 @@ impl Redlock {
             Client::Holding { token, .. } => token,
             _ => 0,
         };
+        let acq = s.acqs[i];
         if self.claim == 0 {
             for m in 0..MASTERS {
-                self.apply(s, c, m, Op::Release { token }, None);
+                self.apply(s, c, m, Op::Release { token, acq }, None);
             }
             s.clients[i] = Client::Done;
             return;
         }
         for m in 0..MASTERS {
-            s.chans[Self::chan(c, m)].push(Op::Release { token });
+            s.chans[Self::chan(c, m)].push(Op::Release { token, acq });
         }
-        // A client with attempts left may take the lock again, as an application does.
-        s.clients[i] = if s.attempts[i] > 0 { Client::Idle } else { Client::Done };
+        // A client with attempts left may take the lock again, as an application does: a new
+        // acquisition, with a fresh owner id (the next generation), and none of the earlier
+        // one's arm marks (lock-redis's are per owner id: a release that grants the new
+        // acquisition finds none of its own).
+        if s.attempts[i] > 0 {
+            s.acqs[i] += 1;
+            for m in 0..MASTERS {
+                s.armed[Self::chan(c, m)] = 0;
+            }
+            s.clients[i] = Client::Idle;
+        } else {
+            s.clients[i] = Client::Done;
+        }
     }
 
     /// The hand-off's steps of client `c`: a release at the front of a connection run with

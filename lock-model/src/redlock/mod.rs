@@ -1,6 +1,12 @@
 //! Redlock over three independent masters, as lock-redis's `RedlockStore` runs it.
 //!
 //! ## The protocol
+//! - **Owner**: an acquisition (its attempts and its wait) has one owner id, drawn afresh for
+//!   each acquisition, so a request of a client's earlier acquisition (a late release, undo,
+//!   withdrawal or claim) never matches a key granted to its later one. The model's owner is
+//!   the client and its acquisition's generation ([`Key::acq`]: a release with attempts left
+//!   starts the next, dropping the earlier one's arm marks), compared together; symmetry
+//!   renames a client with its generation.
 //! - **Round 1**: an attempt (with a fresh attempt id) asks every master to take the key for
 //!   its owner (a free key, or one the owner already has, which is re-granted with the new
 //!   attempt id) and to read the fence floor: the master's counter, at least its clock. The
@@ -23,7 +29,10 @@
 //!   if the master's queue has a head (another client), the release also **grants** it the key,
 //!   with the grant's attempt id ([`GRANT`], which no undo matches), for the claim window. The queue is not modelled: each
 //!   master's release grants any other client or nobody (a head on some masters only, a stale
-//!   entry, a free key), chosen as it runs. A client whose last attempt failed withdraws with
+//!   entry, a free key), chosen as it runs; the grant names the head's current acquisition
+//!   (a granted waiter keeps its entry until it releases; an entry of an earlier acquisition,
+//!   released, would name an owner no request matches, a key that only lapses, as a grant to
+//!   a client done with the lock does). A client whose last attempt failed withdraws with
 //!   the same script, in the background on every master; a client that released with attempts
 //!   left may acquire again. The message to the head is a hint:
 //!   the model's clients may start an attempt at any time anyway.
@@ -47,14 +56,16 @@
 //! - `head_trusts_message` gives two believers at once: the release grants one head on one
 //!   master and another head on another, and both take their message as the lock.
 //! - `release_sets_token` (the release *sets* the counter to the carried token + 1, not
-//!   set-if-greater) gives a token that does not increase (14 steps from client 0's lease, a
-//!   1-tick ttl, two attempts each, about 11 s breadth-first in release): client 0's release
-//!   runs on master 0 only and leaves 2 there; its lease lapses; its second attempt takes 2 on
-//!   master 0 ("handed"); client 1 takes a higher token on masters 1 and 2 and releases,
-//!   granting client 0 master 2; client 0's first release, still in flight there, frees that
-//!   grant (the owner is client 0) and sets the counter back to 2, which client 0's lease step
-//!   takes: a majority hands it 2, below client 1's token. With set-if-greater that release
-//!   leaves a token above client 1's.
+//!   set-if-greater) gives a token that does not increase (15 steps from client 0's lease, a
+//!   1-tick ttl, two attempts each, breadth-first in release): at tick 1 client 0's lease has
+//!   lapsed but it has not released; client 1 takes a higher token on masters 0 and 1 and
+//!   releases, granting both to client 0's acquisition (a granted waiter keeps its queue entry
+//!   until it releases); client 0's release frees those grants, its own acquisition's, and sets
+//!   both counters back to 2, which client 1's next acquisition takes ("handed"): below its
+//!   previous token. With set-if-greater that release leaves a token above client 1's (none
+//!   within 17 steps without the switch, 10.8 M states breadth-first, 52 s). (The
+//!   14-step trace found while the owner was the client, a first release freeing the grant
+//!   made to the same client's second acquisition, is gone with the owner per acquisition.)
 //! - `left_token_taken_twice` (the lease step leaves the token there) gives a token that does
 //!   not increase: the first client takes the lock, releases, takes the token its release left
 //!   and lets that lease lapse; the second takes the same token from the free keys (15 steps,
@@ -206,10 +217,11 @@
 //!   does not check the key) and it holds, to tick 2, with its key on master 1 alone. With the
 //!   2-tick ttl a trace of the same kind gives two believers (14 steps, 93 s): two late claims
 //!   make a majority, extending client 1's belief to tick 2 beside client 0's new lease.
-//!   With the claim deferred, breadth-first first finds (14 steps, 60 s) a trace without the
-//!   switch in that bound: client 0's release, sent after its lease lapsed and still in flight,
-//!   frees the grant client 1's release pushed to it since (the owner is the client, not the
-//!   lease), and client 0 holds on that pop; two attempts each are outside the checked bounds.
+//!   With the claim deferred the trace takes 14 steps (about two minutes). While the owner was
+//!   the client, breadth-first first found a 14-step trace without the switch (client 0's late
+//!   release freeing the grant pushed to its next acquisition); with the owner per acquisition
+//!   the bound without the switch has no counterexample within 16 steps (25.9 M states
+//!   breadth-first, 151 s, not to the end: two attempts each stay outside the checked bounds).
 //!
 //! Not checked: three clients (no time passing, from a held lease or not: unfinished after
 //! 150 s before the continued wait, no property violated in the 1.1 to 1.3 M unique states

@@ -170,9 +170,9 @@ impl Redlock {
         let micros = s.micros;
         let master = &mut s.masters[usize::from(m)];
         match op {
-            Op::Acquire { attempt } => {
+            Op::Acquire { attempt, acq } => {
                 let live = master.live(now);
-                let mine = live.is_some_and(|k| k.owner == c);
+                let mine = live.is_some_and(|k| k.owned_by(c, acq));
                 if (live.is_some() && !mine) || (live.is_none() && now < master.quiet_until) {
                     return Some(Reply::Refused);
                 }
@@ -183,7 +183,7 @@ impl Redlock {
                 let kept = live.filter(|_| mine).map_or((0, false), |k| (k.token, k.pushed));
                 let (token, pushed) = if handed > 0 { (handed, kept.1) } else { kept };
                 let token = if self.arms > 0 { token } else { 0 };
-                master.key = Some(Key { owner: c, attempt, expires: now + self.ttl, token, pushed });
+                master.key = Some(Key { owner: c, acq, attempt, expires: now + self.ttl, token, pushed });
                 Some(Reply::Granted { floor: master.fence.max(micros), handed })
             }
             Op::Fence { token, attempt } => {
@@ -200,17 +200,18 @@ impl Redlock {
                 }
                 Some(if stored { Reply::Stored } else { Reply::Refused })
             }
-            Op::Undo { attempt } => {
+            Op::Undo { attempt, acq } => {
                 let spared = |k: Key| k.pushed && !self.bugs.blocking_undo_frees_pushed;
-                let matches =
-                    |k: Key| k.owner == c && (self.bugs.undo_frees_any_attempt || k.attempt == attempt) && !spared(k);
+                let matches = |k: Key| {
+                    k.owned_by(c, acq) && (self.bugs.undo_frees_any_attempt || k.attempt == attempt) && !spared(k)
+                };
                 if master.live(now).is_some_and(matches) {
                     master.key = None;
                 }
                 None
             }
-            Op::Release { token } => {
-                if master.live(now).is_some_and(|k| k.owner == c) {
+            Op::Release { token, acq } => {
+                if master.live(now).is_some_and(|k| k.owned_by(c, acq)) {
                     master.key = None;
                     if self.claim > 0 {
                         self.leave_token(s, m, head, token);
@@ -218,7 +219,7 @@ impl Redlock {
                 }
                 None
             }
-            Op::Claim { token } => Some(self.claim_step(master, c, token, now)),
+            Op::Claim { token, acq } => Some(self.claim_step(master, c, acq, token, now)),
         }
     }
 
@@ -230,7 +231,7 @@ impl Redlock {
         match (&mut s.clients[usize::from(c)], op) {
             (
                 Client::Round1 { attempt, granted, refused, failed, floor: f, handed, .. },
-                Op::Acquire { attempt: a },
+                Op::Acquire { attempt: a, .. },
             ) if *attempt == a && (*granted | *refused | *failed) & bit == 0 => {
                 if let Reply::Granted { floor, handed: x } = reply {
                     *granted |= bit;
@@ -243,7 +244,7 @@ impl Redlock {
             (Client::Round2 { token, stored, failed, .. }, Op::Fence { token: t, .. })
             | (
                 Client::Holding { token, claim: Some(Claim { sent: Some(_), ok: stored, failed }), .. },
-                Op::Claim { token: t },
+                Op::Claim { token: t, .. },
             ) if *token == t && (*stored | *failed) & bit == 0 => {
                 if ok {
                     *stored |= bit;
@@ -316,8 +317,9 @@ impl Redlock {
     /// its blocking delivery is still open: that wait goes on (idle, no attempt left) and
     /// withdraws when it gives up ([`WaitAction::GiveUp`]).
     fn fail(&self, s: &mut State, c: u8, attempt: u8, refused: u8) {
+        let acq = s.acqs[usize::from(c)];
         for m in (0..MASTERS).filter(|m| refused & (1 << m) == 0) {
-            s.pool.push((c, m, Op::Undo { attempt }));
+            s.pool.push((c, m, Op::Undo { attempt, acq }));
         }
         s.pool.sort_unstable();
         let i = usize::from(c);
@@ -331,7 +333,8 @@ impl Redlock {
     /// A client out of attempts is done; with the hand-off it withdraws its wait.
     pub(super) fn withdraw(&self, s: &mut State, c: u8) {
         if self.claim > 0 {
-            s.pool.extend((0..MASTERS).map(|m| (c, m, Op::Release { token: 0 })));
+            let acq = s.acqs[usize::from(c)];
+            s.pool.extend((0..MASTERS).map(|m| (c, m, Op::Release { token: 0, acq })));
             s.pool.sort_unstable();
         }
         s.clients[usize::from(c)] = Client::Done;
@@ -455,9 +458,9 @@ impl Explore for Redlock {
                 s.last_attempt[i] += 1;
                 // A wait's lease step (its fallback) leaves the wait open: if the step fails,
                 // the wait goes on and may count pops that arrive later.
-                let attempt = s.last_attempt[i];
+                let (attempt, acq) = (s.last_attempt[i], s.acqs[i]);
                 for m in 0..MASTERS {
-                    s.chans[Self::chan(c, m)].push(Op::Acquire { attempt });
+                    s.chans[Self::chan(c, m)].push(Op::Acquire { attempt, acq });
                 }
                 s.clients[i] =
                     Client::Round1 { attempt, t0: s.now, granted: 0, refused: 0, failed: 0, floor: 0, handed: [0; 3] };
@@ -518,6 +521,7 @@ impl Model for Redlock {
             pool: Vec::new(),
             clients: vec![Client::Idle; n],
             attempts: vec![self.attempts; n],
+            acqs: vec![0; n],
             last_attempt: vec![0; n],
             lose: self.lose,
             restart: self.restart,

@@ -10,6 +10,8 @@ pub enum Op {
     Acquire {
         /// The attempt id the grant writes.
         attempt: u8,
+        /// The acquisition it belongs to (the owner id is the client's and this generation's).
+        acq: u8,
     },
     /// Round 2: store `token` if it is above the master's counter (set-if-greater).
     Fence {
@@ -22,6 +24,8 @@ pub enum Op {
     Undo {
         /// The failed attempt.
         attempt: u8,
+        /// Its acquisition.
+        acq: u8,
     },
     /// The owner-checked release (also a wait's withdrawal): frees the key if it is this
     /// owner's; with the hand-off, a free key then goes to the queue's head, if any.
@@ -29,6 +33,8 @@ pub enum Op {
         /// The releaser's token (0 for a withdrawal, which holds none): the token left there is
         /// above it, as the claim it replaces would have raised the counter to it.
         token: u8,
+        /// The acquisition releasing (or withdrawing): only its key is freed.
+        acq: u8,
     },
     /// (blocking delivery) The first renewal of a lease held on pushed grants: extends the key
     /// for the ttl if it is the caller's (whatever its token), raises the counter to `token` and
@@ -36,6 +42,8 @@ pub enum Op {
     Claim {
         /// The token the pops named.
         token: u8,
+        /// The acquisition that holds it.
+        acq: u8,
     },
 }
 
@@ -53,8 +61,11 @@ pub type Handed = [u8; 3];
 /// One master's record of the lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Key {
-    /// Whose it is.
+    /// Whose it is: the client...
     pub owner: u8,
+    /// ...and which of its acquisitions (lock-redis draws a fresh owner id for each, so a
+    /// request of an earlier acquisition never matches a key granted to a later one).
+    pub acq: u8,
     /// The attempt that last granted or re-granted it ([`GRANT`] for a release's grant,
     /// [`CLAIM`] once claimed).
     pub attempt: u8,
@@ -85,6 +96,13 @@ pub struct Master {
     pub next: u8,
     /// After a restart that lost its data, it grants nothing before this tick.
     pub quiet_until: u8,
+}
+
+impl Key {
+    /// The key is acquisition `acq` of client `c`'s (its owner id).
+    pub fn owned_by(&self, c: u8, acq: u8) -> bool {
+        self.owner == c && self.acq == acq
+    }
 }
 
 impl Master {
@@ -212,6 +230,9 @@ pub struct State {
     pub clients: Vec<Client>,
     /// Per client: attempts left.
     pub attempts: Vec<u8>,
+    /// Per client: its current acquisition's generation (its owner id with the client's name):
+    /// a release with attempts left starts the next one.
+    pub acqs: Vec<u8>,
     /// Per client: the last attempt id used.
     pub last_attempt: Vec<u8>,
     /// Time-outs left in this run.

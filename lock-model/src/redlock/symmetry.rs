@@ -71,6 +71,7 @@ impl State {
             s.clients[new] = self.clients[c];
             s.attempts[new] = self.attempts[c];
             s.last_attempt[new] = self.last_attempt[c];
+            s.acqs[new] = self.acqs[c];
             s.arms[new] = self.arms[c];
             for m in 0..masters {
                 s.chans[new * masters + m] = self.chans[c * masters + m].clone();
@@ -80,7 +81,7 @@ impl State {
         }
         for master in &mut s.masters {
             if let Some(k) = master.key.as_mut() {
-                k.owner = perm[usize::from(k.owner)];
+                k.owner = perm[usize::from(k.owner)]; // its generation is the same client's
             }
         }
         for msg in &mut s.msgs {

@@ -19,7 +19,7 @@ impl State {
             }
         }
         for op in self.chans.iter_mut().flatten() {
-            if let Op::Fence { token, .. } | Op::Claim { token } | Op::Release { token } = op {
+            if let Op::Fence { token, .. } | Op::Claim { token, .. } | Op::Release { token, .. } = op {
                 f(token);
             }
         }
