@@ -54,7 +54,7 @@ impl Lease {
         // A provisional grant's first renewal is its claim: the watchdog sends it at once (its
         // validity is shorter than a renewal's cadence assumes; a third into the window when the
         // claim may wait), unless it renews nothing, or stops at `max_hold` (then a task of its
-        // own claims at once too; a second claim is harmless).
+        // own claims, at the same moment; a second claim is harmless).
         let watchdog_claims = options.auto_renew && options.max_hold.is_none();
         if let (true, false, Some(rt)) = (provisional, watchdog_claims, &runtime) {
             rt.spawn(claim(Arc::clone(&shared)));
