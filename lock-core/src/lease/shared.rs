@@ -59,6 +59,13 @@ pub(super) struct Shared {
     renewed: AtomicBool,
 }
 
+/// How long after its grant a deferred claim waits, given the validity the grant's window gave:
+/// a third of it, as a lease is renewed a third into its ttl. The one rule, for the watchdog and
+/// for the claim task of a lease without one.
+pub(super) fn claim_delay(validity: Duration) -> Duration {
+    validity / 3
+}
+
 /// Until when a lease answered to a request sent at `sent` may be relied on: `sent + ttl −
 /// drift`, counted from the send, never from the answer (`None` past the clock's range).
 pub fn valid_until(sent: Instant, ttl: Duration, drift: Duration) -> Option<Instant> {
@@ -118,10 +125,10 @@ impl Shared {
         self.deferred_claim.filter(|_| !self.renewed.load(Ordering::SeqCst))
     }
 
-    /// When a deferred claim falls due: a third into the validity its window gave (`None`: the
-    /// claim is not deferred, or was made).
+    /// When a deferred claim falls due: [`claim_delay`] into the validity its window gave
+    /// (`None`: the claim is not deferred, or was made).
     pub(super) fn deferred_claim_due(&self) -> Option<Instant> {
-        self.unclaimed_deferred().and_then(|validity| self.granted.checked_add(validity / 3))
+        self.unclaimed_deferred().and_then(|validity| self.granted.checked_add(claim_delay(validity)))
     }
 
     pub(super) fn is_valid(&self) -> bool {

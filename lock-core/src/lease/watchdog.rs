@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::loss::expire_by_time;
-use super::shared::Shared;
+use super::shared::{claim_delay, Shared};
 use crate::LockError;
 
 /// When the next renewal is due, given the lease's current `valid_until` and the validity one
@@ -80,7 +80,7 @@ impl Watch {
         // at once (that validity is shorter than a renewal's cadence assumes), or, when its
         // claim may wait, a third into it, as a lease is renewed a third into its ttl.
         let (validity, every) = match self.shared.unclaimed_deferred() {
-            Some(window) => (window, every.min(window / 3)),
+            Some(validity) => (validity, every.min(claim_delay(validity))),
             None => (self.shared.ttl.saturating_sub(self.shared.drift), every),
         };
         let due = renewal_due(now, deadline, validity, every);

@@ -50,10 +50,10 @@ impl<S: LeaseStore> StoreLock<S> {
         &self.store
     }
 
-    /// The lease of a grant to `owner`: `grant.window`, a grant pushed to the wait, believed for
-    /// that window until the lease's first renewal claims it (`handle.rs`).
+    /// The lease of a grant to `owner`: a grant pushed to the wait (`grant.pushed`) is believed
+    /// for its window until the lease's first renewal claims it (`handle.rs`).
     fn lease(&self, name: &LockName, owner: OwnerId, grant: Granted, opts: &AcquireOptions) -> Lease {
-        let claim = grant.window.map(|_| std::sync::Mutex::new(Pushed::Unclaimed(grant.token)));
+        let claim = grant.pushed.map(|_| std::sync::Mutex::new(Pushed::Unclaimed(grant.token)));
         let handle = Arc::new(StoreLeaseHandle {
             store: Arc::clone(&self.store),
             renewals: Arc::clone(&self.renewals),
@@ -64,9 +64,9 @@ impl<S: LeaseStore> StoreLock<S> {
         });
         let mut lease_grant = LeaseGrant::new(name.clone(), grant.token, owner, grant.started, handle)
             .with_clock_offset(self.store.capabilities().max_clock_offset);
-        if let Some(window) = grant.window {
-            lease_grant = lease_grant.provisional(window);
-            if grant.deferred_claim {
+        if let Some(terms) = grant.pushed {
+            lease_grant = lease_grant.provisional(terms.window);
+            if terms.deferred_claim {
                 lease_grant = lease_grant.claim_deferred();
             }
         }
@@ -109,7 +109,7 @@ impl<S: LeaseStore> DistributedLock for StoreLock<S> {
         match result {
             Ok(TryLock::Acquired { token }) => {
                 pending.armed = false;
-                Ok(Some(self.lease(name, owner, Granted { token, started, window: None, deferred_claim: false }, opts)))
+                Ok(Some(self.lease(name, owner, Granted::attempted(token, started), opts)))
             }
             Ok(TryLock::Held { .. } | TryLock::Quiet { .. }) => {
                 pending.armed = false;

@@ -75,10 +75,24 @@ pub(super) struct Granted {
     /// The instant the request the server granted after was sent (an attempt, or the arming of a
     /// pushed grant's delivery).
     pub(super) started: Instant,
-    /// A pushed grant: how long it lasts from `started` until it is claimed.
-    pub(super) window: Option<Duration>,
-    /// A pushed grant whose claim may wait ([`PushedGrant::claim_deferred`]).
+    /// A pushed grant's terms; `None` for a grant answered to an attempt.
+    pub(super) pushed: Option<PushTerms>,
+}
+
+/// What a grant pushed to the wait was given, beyond its token.
+#[derive(Clone, Copy)]
+pub(super) struct PushTerms {
+    /// How long it lasts from `started` until it is claimed.
+    pub(super) window: Duration,
+    /// Its claim may wait ([`PushedGrant::claim_deferred`]).
     pub(super) deferred_claim: bool,
+}
+
+impl Granted {
+    /// A grant answered to the attempt sent at `started`.
+    pub(super) fn attempted(token: FencingToken, started: Instant) -> Granted {
+        Granted { token, started, pushed: None }
+    }
 }
 
 /// What a turn of the wait leads to.
@@ -121,9 +135,7 @@ impl<'a, S: LeaseStore> Wait<'a, S> {
     pub(super) async fn run(mut self) -> Result<Granted, LockError> {
         loop {
             match self.turn().await? {
-                Next::Granted(token, started) => {
-                    return Ok(Granted { token, started, window: None, deferred_claim: false })
-                }
+                Next::Granted(token, started) => return Ok(Granted::attempted(token, started)),
                 Next::Again => continue,
                 Next::Sleep(remaining) => {
                     self.error_backoff.reset(FIRST_ERROR_PAUSE);
@@ -151,12 +163,8 @@ impl<'a, S: LeaseStore> Wait<'a, S> {
         self.pending.armed = false;
         self.pending.waiting = false;
         tracing::debug!(token = pushed.token.0, "acquired (pushed grant)");
-        Some(Granted {
-            token: pushed.token,
-            started: pushed.armed_at,
-            window: Some(window),
-            deferred_claim: pushed.deferred_claim,
-        })
+        let terms = PushTerms { window, deferred_claim: pushed.deferred_claim };
+        Some(Granted { token: pushed.token, started: pushed.armed_at, pushed: Some(terms) })
     }
 
     /// One attempt and what its answer means.
