@@ -66,8 +66,8 @@ async fn failover_window(acks: u32) {
     let other = client(&d, acks).await;
     let name = LockName::new("sentinel-failover").unwrap();
     let free = LockName::new("sentinel-free").unwrap();
-    // The holder's ttl covers the failover with room (SIGKILL, 1 s down-after, election, the
-    // client finding the new primary: 1.5-3 s here, more on a loaded machine); what is tested
+    // The holder's ttl covers the failover with room (SIGKILL, 2 s down-after, election, the
+    // client finding the new primary: 2.5-4 s here, more on a loaded machine); what is tested
     // is that an acknowledged lease survives a failover shorter than its ttl, not how short.
     // A fresh deployment on a loaded machine can take longer than one attempt's acknowledgement
     // wait (half the request timeout) for its first grants: those waits retry for as long as 10 s
