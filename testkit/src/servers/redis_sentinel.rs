@@ -39,9 +39,9 @@ pub const MASTER_NAME: &str = "dlockprimary";
 /// How long a node must not answer before a Sentinel calls it down. A Sentinel pings every
 /// `min(down-after, 1 s)` and also counts from the moment it opens a link, so at 1 s a single
 /// late answer was a failure: under load a Sentinel that had just switched to the promoted
-/// replica called it down 1.06 s later and a second failover promoted the other replica (4 of
-/// about 140 loaded runs of `failover_window_without_acks`, 2026-12-07; Sentinel logs in the
-/// closing note). At 2 s a node must miss two pings.
+/// replica called it down 1.06 s later and a second failover promoted the other replica (7 of
+/// 175 runs of `failover_window_without_acks` beside a busy core, 2026-12-07; at 2 s, 0 of 70;
+/// docs/deployments.md). At 2 s a node must miss two pings.
 pub const DOWN_AFTER_MS: u64 = 2000;
 /// Sentinel's failover timeout (also the pause between two failovers of the same master).
 pub const FAILOVER_TIMEOUT_MS: u64 = 3000;
